@@ -1,0 +1,54 @@
+//! The per-pod FIFO single server: start, finish and queue length, in integer nanoseconds.
+
+use super::Error;
+
+/// A pod's server: the finish times of requests not yet finished, oldest first, in a ring.
+#[derive(Debug)]
+pub struct FifoServer<'a> {
+    finishes: &'a mut [u64],
+    head: usize,
+    len: usize,
+    last_finish_ns: u64,
+}
+
+impl<'a> FifoServer<'a> {
+    /// An idle server that can track up to `finishes.len()` queued requests.
+    pub fn new(finishes: &'a mut [u64]) -> Result<Self, Error> {
+        if finishes.is_empty() {
+            return Err(Error::BufferSize { buffer: "queue", expected: 1, got: 0 });
+        }
+        Ok(FifoServer { finishes, head: 0, len: 0, last_finish_ns: 0 })
+    }
+
+    /// Forgets requests finished by `now_ns`; returns the queue length at `now_ns` (requests with
+    /// finish > now). `now_ns` must not decrease between calls.
+    pub fn queue_len_at(&mut self, now_ns: u64) -> u32 {
+        // FIFO service makes finish times non-decreasing, so finished ones are at the front.
+        while self.len > 0 && self.finishes[self.head] <= now_ns {
+            self.head = (self.head + 1) % self.finishes.len();
+            self.len -= 1;
+        }
+        self.len as u32
+    }
+
+    /// Queues a request arriving at `arrival_ns` needing `service_ns`; returns (start, finish).
+    pub fn admit(&mut self, arrival_ns: u64, service_ns: u64) -> Result<(u64, u64), Error> {
+        let start = arrival_ns.max(self.last_finish_ns);
+        let finish = start.checked_add(service_ns).ok_or(Error::Overflow { what: "finish time" })?;
+        if finish > arrival_ns {
+            if self.len == self.finishes.len() {
+                return Err(Error::CapacityExceeded { limit: "queue per pod", capacity: self.finishes.len() });
+            }
+            let tail = (self.head + self.len) % self.finishes.len();
+            self.finishes[tail] = finish;
+            self.len += 1;
+        }
+        self.last_finish_ns = finish;
+        Ok((start, finish))
+    }
+
+    /// Finish time of the last admitted request (0 when idle since the start).
+    pub fn last_finish_ns(&self) -> u64 {
+        self.last_finish_ns
+    }
+}

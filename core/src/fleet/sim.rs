@@ -1,0 +1,488 @@
+//! The fleet: N pods, a router, the index feed and the timing model, dispatching one request at
+//! a time in arrival order (docs/MODEL.md is the specification this follows).
+
+use heapless::Vec as HVec;
+
+use super::Error;
+use super::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
+use super::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_PODS, MAX_STALE_DELAY};
+use super::pod::{CacheEvents, LruPod, Slot};
+use super::router::{AnyRouter, RouteView, Router, RouterKind};
+use super::server::FifoServer;
+
+/// Order in which a request's keys are touched after the hit test.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum TouchOrder {
+    /// k_{m-1} first, k_0 last: the prefix ends up most recent (default, as vLLM frees blocks).
+    TailFirst,
+    /// k_0 first, k_{m-1} last (the seed's variant).
+    InOrder,
+}
+
+impl TouchOrder {
+    /// The CLI name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            TouchOrder::TailFirst => "tail-first",
+            TouchOrder::InOrder => "in-order",
+        }
+    }
+
+    /// Parses a CLI name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [TouchOrder::TailFirst, TouchOrder::InOrder].into_iter().find(|o| o.name() == s)
+    }
+}
+
+/// A fleet's configuration.
+#[derive(Clone, Copy, Debug)]
+pub struct FleetConfig {
+    /// Number of pods N (1..=64).
+    pub pods: usize,
+    /// Blocks per pod C.
+    pub capacity_blocks: usize,
+    /// The router.
+    pub router: RouterKind,
+    /// Load penalty of the prefix-aware router, in blocks per queued request.
+    pub alpha: f64,
+    /// Stale-evict delay k, in requests (0: exact index).
+    pub stale_delay: u32,
+    /// Touch order.
+    pub order: TouchOrder,
+    /// Prefill cost, ns per prompt token not served from cache.
+    pub t_prefill_ns: u64,
+    /// Decode cost, ns per output token.
+    pub t_decode_ns: u64,
+}
+
+impl FleetConfig {
+    /// The model's defaults for everything but pods, capacity and router.
+    pub const fn new(pods: usize, capacity_blocks: usize, router: RouterKind) -> Self {
+        FleetConfig {
+            pods,
+            capacity_blocks,
+            router,
+            alpha: 1.0,
+            stale_delay: 0,
+            order: TouchOrder::TailFirst,
+            t_prefill_ns: 50_000,
+            t_decode_ns: 0,
+        }
+    }
+
+    /// Checks every field against the model's limits.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.pods == 0 || self.pods > MAX_PODS {
+            return Err(Error::InvalidConfig {
+                field: "pods",
+                expected: "between 1 and 64 (the index stores pods as a 64-bit mask)",
+            });
+        }
+        if self.capacity_blocks == 0 || LruPod::table_len(self.capacity_blocks) == 0 {
+            return Err(Error::InvalidConfig { field: "capacity", expected: "at least 1 block" });
+        }
+        if !(self.alpha >= 0.0 && self.alpha <= MAX_ALPHA) {
+            return Err(Error::InvalidConfig { field: "alpha", expected: "a number between 0 and 1e9" });
+        }
+        if self.stale_delay > MAX_STALE_DELAY {
+            return Err(Error::InvalidConfig { field: "stale", expected: "at most 16777216 requests" });
+        }
+        Ok(())
+    }
+}
+
+/// Buffer lengths a fleet needs (the caller allocates them; see [`FleetBuffers`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FleetLayout {
+    /// Pods.
+    pub pods: usize,
+    /// Slots per pod (= capacity).
+    pub slots_per_pod: usize,
+    /// Key-table entries per pod.
+    pub table_per_pod: usize,
+    /// Queued requests tracked per pod.
+    pub queue_per_pod: usize,
+    /// Block index entries (0 when the router does not use the index).
+    pub index: usize,
+    /// Pending-evict records (0 when the index is exact or unused).
+    pub pending: usize,
+    /// Pending-evict table entries.
+    pub pending_table: usize,
+}
+
+impl FleetLayout {
+    /// Layout for `cfg`, tracking up to `queue_per_pod` queued requests per pod and
+    /// `pending` evictions in flight (used only with a stale index).
+    pub fn new(cfg: &FleetConfig, queue_per_pod: usize, pending: usize) -> Result<Self, Error> {
+        cfg.validate()?;
+        let uses_index = cfg.router == RouterKind::PrefixAware;
+        let index = if uses_index {
+            let keys = cfg.pods.checked_mul(cfg.capacity_blocks).ok_or(Error::Overflow { what: "index size" })?;
+            BlockIndex::table_len(keys)
+        } else {
+            0
+        };
+        let pending = if uses_index && cfg.stale_delay > 0 { pending.max(1) } else { 0 };
+        Ok(FleetLayout {
+            pods: cfg.pods,
+            slots_per_pod: cfg.capacity_blocks,
+            table_per_pod: LruPod::table_len(cfg.capacity_blocks),
+            queue_per_pod: queue_per_pod.max(1),
+            index,
+            pending,
+            pending_table: if pending > 0 { PendingEvicts::table_len(pending) } else { 0 },
+        })
+    }
+
+    /// Total bytes of the buffers.
+    pub fn bytes(&self) -> usize {
+        use core::mem::size_of;
+        self.pods * (self.slots_per_pod * size_of::<Slot>() + self.table_per_pod * 4 + self.queue_per_pod * 8)
+            + self.index * size_of::<IndexEntry>()
+            + self.pending * size_of::<PendingRecord>()
+            + self.pending_table * size_of::<PendingEntry>()
+    }
+}
+
+/// Caller-provided storage for a fleet, with the lengths given by [`FleetLayout`].
+pub struct FleetBuffers<'a> {
+    /// `pods * slots_per_pod` slots.
+    pub slots: &'a mut [Slot],
+    /// `pods * table_per_pod` key-table entries.
+    pub tables: &'a mut [u32],
+    /// `pods * queue_per_pod` finish times.
+    pub queues: &'a mut [u64],
+    /// `index` entries.
+    pub index: &'a mut [IndexEntry],
+    /// `pending` records.
+    pub pending: &'a mut [PendingRecord],
+    /// `pending_table` entries.
+    pub pending_table: &'a mut [PendingEntry],
+}
+
+/// One request as the core sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'k> {
+    /// Arrival time, ns from the start of the run.
+    pub arrival_ns: u64,
+    /// Prompt length L in tokens.
+    pub input_tokens: u64,
+    /// Output length O in tokens.
+    pub output_tokens: u64,
+    /// Keys of the floor(L/16) full blocks.
+    pub keys: &'k [u64],
+}
+
+/// What happened to one request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Outcome {
+    /// 0-based request index.
+    pub request: u64,
+    /// Pod it was dispatched to.
+    pub pod: u32,
+    /// Leading blocks found in the pod's cache.
+    pub hit_blocks: u32,
+    /// Blocks the router believed the pod held (prefix-aware; 0 otherwise).
+    pub believed_match_blocks: u32,
+    /// queue_len of the chosen pod at arrival.
+    pub queue_len: u32,
+    /// 16 * hit_blocks.
+    pub hit_tokens: u64,
+    /// L - hit_tokens.
+    pub prefill_tokens: u64,
+    /// Arrival, ns.
+    pub arrival_ns: u64,
+    /// Service start, ns.
+    pub start_ns: u64,
+    /// Finish, ns.
+    pub finish_ns: u64,
+}
+
+impl Outcome {
+    /// finish - arrival, ns.
+    pub fn latency_ns(&self) -> u64 {
+        self.finish_ns - self.arrival_ns
+    }
+}
+
+/// Per-pod counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct PodStats {
+    /// Requests dispatched here.
+    pub requests: u64,
+    /// Prompt tokens of those requests.
+    pub input_tokens: u64,
+    /// Tokens served from this pod's cache.
+    pub hit_tokens: u64,
+    /// Sum of service times, ns.
+    pub busy_ns: u64,
+    /// Longest queue seen at an arrival routed here.
+    pub max_queue_len: u32,
+}
+
+/// Fleet-wide counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct FleetTotals {
+    /// Requests dispatched.
+    pub requests: u64,
+    /// Sum of L.
+    pub input_tokens: u64,
+    /// Sum of O.
+    pub output_tokens: u64,
+    /// Sum of hit tokens.
+    pub hit_tokens: u64,
+    /// Sum of prefill tokens.
+    pub prefill_tokens: u64,
+    /// Sum of latencies, ns.
+    pub latency_ns_sum: u64,
+    /// Requests where the router believed in more blocks than the pod had (stale chases).
+    pub chased_requests: u64,
+    /// Sum over requests of believed - actual blocks, when positive.
+    pub phantom_blocks: u64,
+    /// Last finish time, ns.
+    pub makespan_ns: u64,
+}
+
+struct Pod<'a> {
+    cache: LruPod<'a>,
+    server: FifoServer<'a>,
+    stats: PodStats,
+}
+
+/// Feeds one pod's cache events to the index during one dispatch.
+struct Feed<'x, 'a> {
+    index: Option<&'x mut BlockIndex<'a>>,
+    pending: Option<&'x mut PendingEvicts<'a>>,
+    pod: usize,
+    dispatch: u64,
+    error: Option<Error>,
+}
+
+impl CacheEvents for Feed<'_, '_> {
+    fn inserted(&mut self, key: u64) {
+        if let Some(ix) = self.index.as_deref_mut() {
+            if let Err(e) = ix.insert(key, self.pod) {
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+    fn evicted(&mut self, key: u64) {
+        if let Some(ix) = self.index.as_deref_mut() {
+            ix.remove(key, self.pod);
+        }
+        if let Some(p) = self.pending.as_deref_mut() {
+            if let Err(e) = p.record(key, self.pod, self.dispatch) {
+                self.error.get_or_insert(e);
+            }
+        }
+    }
+}
+
+/// N pods behind a router.
+pub struct Fleet<'a, R: Router = AnyRouter> {
+    cfg: FleetConfig,
+    router: R,
+    pods: HVec<Pod<'a>, MAX_PODS>,
+    index: Option<BlockIndex<'a>>,
+    pending: Option<PendingEvicts<'a>>,
+    next_request: u64,
+    last_arrival_ns: u64,
+    totals: FleetTotals,
+    poisoned: bool,
+}
+
+impl<'a> Fleet<'a, AnyRouter> {
+    /// A fleet with the built-in router named by `cfg.router`.
+    pub fn new(cfg: FleetConfig, buffers: FleetBuffers<'a>) -> Result<Self, Error> {
+        Self::with_router(cfg, AnyRouter::new(cfg.router, cfg.alpha), buffers)
+    }
+}
+
+fn split<'a, T>(
+    buf: &'a mut [T],
+    parts: usize,
+    each: usize,
+    name: &'static str,
+) -> Result<core::slice::ChunksExactMut<'a, T>, Error> {
+    if each == 0 || buf.len() != parts * each {
+        return Err(Error::BufferSize { buffer: name, expected: parts * each, got: buf.len() });
+    }
+    Ok(buf.chunks_exact_mut(each))
+}
+
+impl<'a, R: Router> Fleet<'a, R> {
+    /// A fleet with a custom router. `cfg.router` is ignored except for buffer sizing.
+    pub fn with_router(cfg: FleetConfig, router: R, b: FleetBuffers<'a>) -> Result<Self, Error> {
+        cfg.validate()?;
+        let queue_per_pod = b.queues.len() / cfg.pods;
+        let slots = split(b.slots, cfg.pods, cfg.capacity_blocks, "slots")?;
+        let tables = split(b.tables, cfg.pods, LruPod::table_len(cfg.capacity_blocks), "tables")?;
+        let queues = split(b.queues, cfg.pods, queue_per_pod, "queues")?;
+        let mut pods = HVec::new();
+        for ((s, t), q) in slots.zip(tables).zip(queues) {
+            let pod = Pod { cache: LruPod::new(s, t)?, server: FifoServer::new(q)?, stats: PodStats::default() };
+            if pods.push(pod).is_err() {
+                return Err(Error::InvalidConfig { field: "pods", expected: "at most 64" });
+            }
+        }
+        let index = if router.needs_index() {
+            if b.index.is_empty() {
+                return Err(Error::BufferSize {
+                    buffer: "index",
+                    expected: BlockIndex::table_len(cfg.pods * cfg.capacity_blocks),
+                    got: 0,
+                });
+            }
+            Some(BlockIndex::new(b.index)?)
+        } else {
+            None
+        };
+        let pending = if index.is_some() && cfg.stale_delay > 0 {
+            Some(PendingEvicts::new(b.pending, b.pending_table)?)
+        } else {
+            None
+        };
+        Ok(Fleet {
+            cfg,
+            router,
+            pods,
+            index,
+            pending,
+            next_request: 0,
+            last_arrival_ns: 0,
+            totals: FleetTotals::default(),
+            poisoned: false,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FleetConfig {
+        &self.cfg
+    }
+
+    /// Fleet-wide counters so far.
+    pub fn totals(&self) -> &FleetTotals {
+        &self.totals
+    }
+
+    /// Per-pod counters of pod `p`.
+    pub fn pod_stats(&self, p: usize) -> Option<&PodStats> {
+        self.pods.get(p).map(|pod| &pod.stats)
+    }
+
+    /// The cache of pod `p` (read-only).
+    pub fn pod_cache(&self, p: usize) -> Option<&LruPod<'a>> {
+        self.pods.get(p).map(|pod| &pod.cache)
+    }
+
+    /// Routes and serves one request.
+    pub fn dispatch(&mut self, req: &Request<'_>) -> Result<Outcome, Error> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        self.check(req)?;
+        let r = self.dispatch_inner(req);
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
+    fn check(&self, req: &Request<'_>) -> Result<(), Error> {
+        if req.keys.len() as u64 != req.input_tokens / BLOCK_TOKENS as u64 {
+            return Err(Error::InvalidRequest {
+                field: "keys",
+                expected: "one key per full 16-token block of the prompt",
+            });
+        }
+        if req.arrival_ns < self.last_arrival_ns {
+            return Err(Error::ArrivalOutOfOrder { previous_ns: self.last_arrival_ns, arrival_ns: req.arrival_ns });
+        }
+        Ok(())
+    }
+
+    fn dispatch_inner(&mut self, req: &Request<'_>) -> Result<Outcome, Error> {
+        let i = self.next_request;
+        // 1. Evictions made while dispatching requests <= i-k-1 reach the router now.
+        if let Some(p) = self.pending.as_mut() {
+            if let Some(upto) = i.checked_sub(self.cfg.stale_delay as u64 + 1) {
+                p.deliver_through(upto);
+            }
+        }
+        // 2. Queue lengths at arrival.
+        let mut queue_lens = [0u32; MAX_PODS];
+        for (q, pod) in queue_lens.iter_mut().zip(self.pods.iter_mut()) {
+            *q = pod.server.queue_len_at(req.arrival_ns);
+        }
+        let queue_lens = &queue_lens[..self.pods.len()];
+        // 3. Route.
+        let view = RouteView { request: i, queue_lens, index: self.index.as_ref(), pending: self.pending.as_ref() };
+        let route = self.router.route(&view, req.keys);
+        let p = route.pod;
+        if p >= self.pods.len() {
+            return Err(Error::InvalidConfig { field: "router", expected: "a pod index below the number of pods" });
+        }
+        // 4. Serve from the pod's cache, feeding its events to the index.
+        let pod = &mut self.pods[p];
+        let hit_blocks = pod.cache.hit_blocks(req.keys);
+        let mut feed =
+            Feed { index: self.index.as_mut(), pending: self.pending.as_mut(), pod: p, dispatch: i, error: None };
+        match self.cfg.order {
+            TouchOrder::TailFirst => req.keys.iter().rev().for_each(|&k| {
+                pod.cache.touch(k, &mut feed);
+            }),
+            TouchOrder::InOrder => req.keys.iter().for_each(|&k| {
+                pod.cache.touch(k, &mut feed);
+            }),
+        }
+        if let Some(e) = feed.error {
+            return Err(e);
+        }
+        // 5. Timing.
+        let hit_tokens = hit_blocks as u64 * BLOCK_TOKENS as u64;
+        let prefill_tokens = req.input_tokens - hit_tokens;
+        let service = prefill_tokens
+            .checked_mul(self.cfg.t_prefill_ns)
+            .and_then(|a| req.output_tokens.checked_mul(self.cfg.t_decode_ns).and_then(|b| a.checked_add(b)))
+            .ok_or(Error::Overflow { what: "service time" })?;
+        let (start_ns, finish_ns) = pod.server.admit(req.arrival_ns, service)?;
+        let out = Outcome {
+            request: i,
+            pod: p as u32,
+            hit_blocks: hit_blocks as u32,
+            believed_match_blocks: route.believed_match_blocks,
+            queue_len: queue_lens[p],
+            hit_tokens,
+            prefill_tokens,
+            arrival_ns: req.arrival_ns,
+            start_ns,
+            finish_ns,
+        };
+        // 6. Counters.
+        let s = &mut pod.stats;
+        s.requests += 1;
+        s.input_tokens += req.input_tokens;
+        s.hit_tokens += hit_tokens;
+        s.busy_ns = s.busy_ns.saturating_add(service);
+        s.max_queue_len = s.max_queue_len.max(out.queue_len);
+        let t = &mut self.totals;
+        t.requests += 1;
+        t.input_tokens += req.input_tokens;
+        t.output_tokens += req.output_tokens;
+        t.hit_tokens += hit_tokens;
+        t.prefill_tokens += prefill_tokens;
+        t.latency_ns_sum = t.latency_ns_sum.saturating_add(out.latency_ns());
+        if out.believed_match_blocks > out.hit_blocks {
+            t.chased_requests += 1;
+            t.phantom_blocks += (out.believed_match_blocks - out.hit_blocks) as u64;
+        }
+        t.makespan_ns = t.makespan_ns.max(finish_ns);
+        self.next_request += 1;
+        self.last_arrival_ns = req.arrival_ns;
+        Ok(out)
+    }
+}

@@ -1,0 +1,1 @@
+//! The durable task runner core (see docs/RUNNER.md).

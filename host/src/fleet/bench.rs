@@ -1,0 +1,162 @@
+//! `brokerlab fleet bench`: throughput of the core on a real trace, and its memory per block.
+//!
+//! Everything reported comes from one run: parse, hashing and dispatch are timed separately,
+//! with the trace held in memory for the dispatch phase so file I/O does not blur it.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use brokerlab_core::fleet::{BlockIndex, FleetConfig, IndexEntry, LruPod, Request, RouterKind, keys};
+use serde::Serialize;
+
+use super::run::OwnedFleet;
+use super::trace::TraceReader;
+use crate::error::{CliError, CliResult};
+
+/// One router's dispatch throughput.
+#[derive(Debug, Serialize)]
+pub struct RouterBench {
+    /// Router.
+    pub router: String,
+    /// Best-of-repeats wall time of the dispatch loop, s.
+    pub seconds: f64,
+    /// Requests per second.
+    pub requests_per_s: f64,
+    /// Block touches (one per full block per request) per second.
+    pub block_touches_per_s: f64,
+    /// Token hit rate (a sanity check that the run did real work).
+    pub hit_rate: f64,
+}
+
+/// The bench report.
+#[derive(Debug, Serialize)]
+pub struct BenchReport {
+    /// Trace file.
+    pub trace: String,
+    /// Requests in the trace.
+    pub requests: u64,
+    /// Full blocks over all requests (= block touches per replay).
+    pub block_touches: u64,
+    /// Pods.
+    pub pods: usize,
+    /// Blocks per pod.
+    pub capacity: usize,
+    /// Repeats per router (best taken).
+    pub repeats: usize,
+    /// Parse throughput of the JSONL file, MB/s.
+    pub parse_mb_per_s: f64,
+    /// Chained-key hashing throughput, keys/s.
+    pub hash_keys_per_s: f64,
+    /// Per router.
+    pub routers: Vec<RouterBench>,
+    /// Pod memory (LRU slots + key table) per cached block, bytes.
+    pub pod_bytes_per_block: f64,
+    /// Block index memory per cached block of the fleet (prefix-aware only), bytes.
+    pub index_bytes_per_block: f64,
+}
+
+struct Loaded {
+    reqs: Vec<(u64, u64, u64, std::ops::Range<usize>)>,
+    keys: Vec<u64>,
+}
+
+fn load(path: &PathBuf, trace_block: u32) -> CliResult<(Loaded, f64, f64)> {
+    let bytes = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let t0 = Instant::now();
+    let mut reader = TraceReader::open(path)?;
+    let mut raw = Vec::new();
+    while let Some(rec) = reader.next_record()? {
+        raw.push(rec.clone());
+    }
+    let parse_s = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let mut l = Loaded { reqs: Vec::with_capacity(raw.len()), keys: Vec::new() };
+    let mut buf = Vec::new();
+    for (i, r) in raw.iter().enumerate() {
+        buf.resize((r.input_length / 16) as usize, 0);
+        let n = keys::trace_keys(&r.hash_ids, r.input_length, trace_block, &mut buf)
+            .map_err(|e| CliError::bad_input(format!("{}: request {i}: {e}", path.display())))?;
+        let start = l.keys.len();
+        l.keys.extend_from_slice(&buf[..n]);
+        l.reqs.push((r.timestamp_ms * 1_000_000, r.input_length, r.output_length, start..start + n));
+    }
+    let hash_s = t1.elapsed().as_secs_f64();
+    let mb_s = bytes as f64 / 1e6 / parse_s.max(1e-9);
+    let keys_s = l.keys.len() as f64 / hash_s.max(1e-9);
+    Ok((l, mb_s, keys_s))
+}
+
+/// Runs the benchmark.
+pub fn run(trace: PathBuf, trace_block: u32, pods: usize, capacity: usize, repeats: usize) -> CliResult<BenchReport> {
+    let (l, parse_mb_per_s, hash_keys_per_s) = load(&trace, trace_block)?;
+    let touches = l.keys.len() as u64;
+    let mut routers = Vec::new();
+    for kind in RouterKind::ALL {
+        let cfg = FleetConfig::new(pods, capacity, kind);
+        let mut best = f64::INFINITY;
+        let mut hit_rate = 0.0;
+        for _ in 0..repeats.max(1) {
+            let mut owned = OwnedFleet::new(cfg, 1 << 16, 0).map_err(super::run::config_error)?;
+            let mut fleet = owned.fleet().map_err(super::run::config_error)?;
+            let t = Instant::now();
+            for (arrival_ns, input, output, range) in &l.reqs {
+                let req = Request {
+                    arrival_ns: *arrival_ns,
+                    input_tokens: *input,
+                    output_tokens: *output,
+                    keys: &l.keys[range.clone()],
+                };
+                fleet.dispatch(&req).map_err(|e| CliError::failure(format!("bench dispatch: {e}")))?;
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+            let tot = fleet.totals();
+            hit_rate = tot.hit_tokens as f64 / tot.input_tokens.max(1) as f64;
+        }
+        routers.push(RouterBench {
+            router: kind.name().into(),
+            seconds: best,
+            requests_per_s: l.reqs.len() as f64 / best,
+            block_touches_per_s: touches as f64 / best,
+            hit_rate,
+        });
+    }
+    let index_bytes = BlockIndex::table_len(pods * capacity) * std::mem::size_of::<IndexEntry>();
+    Ok(BenchReport {
+        trace: trace.display().to_string(),
+        requests: l.reqs.len() as u64,
+        block_touches: touches,
+        pods,
+        capacity,
+        repeats,
+        parse_mb_per_s,
+        hash_keys_per_s,
+        routers,
+        pod_bytes_per_block: LruPod::bytes_per_block(capacity),
+        index_bytes_per_block: index_bytes as f64 / (pods * capacity) as f64,
+    })
+}
+
+/// The readable form.
+pub fn render(r: &BenchReport) -> String {
+    let mut o = format!(
+        "trace {} : {} requests, {} block touches per replay; {} pods x {} blocks; best of {}\n",
+        r.trace, r.requests, r.block_touches, r.pods, r.capacity, r.repeats
+    );
+    o += &format!("parse        {:>10.1} MB/s of JSONL\n", r.parse_mb_per_s);
+    o += &format!("hash         {:>10.1} M keys/s\n", r.hash_keys_per_s / 1e6);
+    o += "router         requests/s   M block touches/s   hit rate\n";
+    for b in &r.routers {
+        o += &format!(
+            "{:<13} {:>11.0} {:>19.2} {:>9.2}%\n",
+            b.router,
+            b.requests_per_s,
+            b.block_touches_per_s / 1e6,
+            b.hit_rate * 100.0
+        );
+    }
+    o += &format!(
+        "memory: pod {:.1} B per cached block (LRU slot 16 B + key table); index {:.1} B per cached block (prefix-aware only)\n",
+        r.pod_bytes_per_block, r.index_bytes_per_block
+    );
+    o
+}

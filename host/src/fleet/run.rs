@@ -1,0 +1,306 @@
+//! Running a fleet over a stream of requests on the host: owned buffers, retry on a full buffer,
+//! exact percentiles and the summary every command prints.
+
+use std::path::PathBuf;
+
+use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
+use brokerlab_core::fleet::{
+    Error as CoreError, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome, PendingEntry,
+    PendingRecord, Request, Slot, keys,
+};
+use serde::Serialize;
+
+use super::trace::TraceReader;
+use crate::error::{CliError, CliResult};
+
+/// Heap buffers for one fleet (the core borrows them).
+pub struct OwnedFleet {
+    cfg: FleetConfig,
+    layout: FleetLayout,
+    slots: Vec<Slot>,
+    tables: Vec<u32>,
+    queues: Vec<u64>,
+    index: Vec<IndexEntry>,
+    pending: Vec<PendingRecord>,
+    pending_table: Vec<PendingEntry>,
+}
+
+impl OwnedFleet {
+    /// Allocates the buffers [`FleetLayout`] asks for.
+    pub fn new(cfg: FleetConfig, queue_per_pod: usize, pending: usize) -> Result<Self, CoreError> {
+        let l = FleetLayout::new(&cfg, queue_per_pod, pending)?;
+        Ok(OwnedFleet {
+            cfg,
+            layout: l,
+            slots: vec![Slot::default(); l.pods * l.slots_per_pod],
+            tables: vec![0; l.pods * l.table_per_pod],
+            queues: vec![0; l.pods * l.queue_per_pod],
+            index: vec![IndexEntry::default(); l.index],
+            pending: vec![PendingRecord::default(); l.pending],
+            pending_table: vec![PendingEntry::default(); l.pending_table],
+        })
+    }
+
+    /// The buffer layout.
+    pub fn layout(&self) -> &FleetLayout {
+        &self.layout
+    }
+
+    /// A fresh fleet over these buffers.
+    pub fn fleet(&mut self) -> Result<Fleet<'_>, CoreError> {
+        Fleet::new(
+            self.cfg,
+            FleetBuffers {
+                slots: &mut self.slots,
+                tables: &mut self.tables,
+                queues: &mut self.queues,
+                index: &mut self.index,
+                pending: &mut self.pending,
+                pending_table: &mut self.pending_table,
+            },
+        )
+    }
+}
+
+/// A stream of requests that can be fed again from the start (a retry after a full buffer).
+pub trait RequestSource {
+    /// Calls `sink` on every request in order. When `sink` fails, stop and return an error that
+    /// says where (file and line, or request number).
+    fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()>;
+}
+
+/// A Mooncake JSONL trace file.
+pub struct TraceSource {
+    /// The file.
+    pub path: PathBuf,
+    /// Trace block size S, tokens per hash id.
+    pub trace_block_tokens: u32,
+}
+
+impl RequestSource for TraceSource {
+    fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
+        let mut reader = TraceReader::open(&self.path)?;
+        let mut keys_buf: Vec<u64> = Vec::new();
+        while reader.advance()? {
+            let rec = reader.record();
+            let m = (rec.input_length / 16) as usize;
+            let located = |e: CoreError, r: &TraceReader| CliError::bad_input(format!("{}: {e}", r.location()));
+            if rec.input_length > brokerlab_core::fleet::limits::MAX_PROMPT_TOKENS {
+                return Err(CliError::bad_input(format!(
+                    "{}: field `input_length`: {} exceeds the limit of {} tokens",
+                    reader.location(),
+                    rec.input_length,
+                    brokerlab_core::fleet::limits::MAX_PROMPT_TOKENS
+                )));
+            }
+            keys_buf.resize(m, 0);
+            let n = keys::trace_keys(&rec.hash_ids, rec.input_length, self.trace_block_tokens, &mut keys_buf)
+                .map_err(|e| located(e, &reader))?;
+            let arrival_ns = rec.timestamp_ms.checked_mul(1_000_000).ok_or_else(|| {
+                CliError::bad_input(format!(
+                    "{}: field `timestamp`: {} ms overflows 64-bit nanoseconds",
+                    reader.location(),
+                    rec.timestamp_ms
+                ))
+            })?;
+            let req = Request {
+                arrival_ns,
+                input_tokens: rec.input_length,
+                output_tokens: rec.output_length,
+                keys: &keys_buf[..n],
+            };
+            sink(&req).map_err(|e| located(e, &reader))?;
+        }
+        Ok(())
+    }
+}
+
+/// Headline metrics of one run (the JSON object of `fleet replay --json`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Summary {
+    /// Router name.
+    pub router: String,
+    /// Pods N.
+    pub pods: usize,
+    /// Blocks per pod C.
+    pub capacity: usize,
+    /// Load penalty.
+    pub alpha: f64,
+    /// Stale-evict delay k.
+    pub stale: u32,
+    /// Touch order.
+    pub order: String,
+    /// ns per prefill token.
+    pub t_prefill_ns: u64,
+    /// ns per output token.
+    pub t_decode_ns: u64,
+    /// Requests.
+    pub requests: u64,
+    /// Sum of L.
+    pub input_tokens: u64,
+    /// Sum of O.
+    pub output_tokens: u64,
+    /// Sum of hit tokens.
+    pub hit_tokens: u64,
+    /// Sum of prefill tokens.
+    pub prefill_tokens: u64,
+    /// hit_tokens / input_tokens (null without input).
+    pub hit_rate: Option<f64>,
+    /// Latency p50, s (null without requests).
+    pub latency_p50: Option<f64>,
+    /// Latency p90, s.
+    pub latency_p90: Option<f64>,
+    /// Latency p99, s.
+    pub latency_p99: Option<f64>,
+    /// Mean latency, s.
+    pub latency_mean: Option<f64>,
+    /// Latency p90 in integer ns (exact).
+    pub latency_ns_p90: Option<u64>,
+    /// Requests per pod.
+    pub per_pod_requests: Vec<u64>,
+    /// Hit rate per pod.
+    pub per_pod_hit_rate: Vec<Option<f64>>,
+    /// Longest queue seen per pod.
+    pub per_pod_max_queue: Vec<u32>,
+    /// Requests where the router believed in more cached blocks than the pod had.
+    pub chased_requests: u64,
+    /// Believed-but-gone blocks, summed.
+    pub phantom_blocks: u64,
+    /// Finish time of the last request, s.
+    pub makespan_s: f64,
+}
+
+/// Seconds from integer ns (reporting only; all model arithmetic is in integer ns).
+pub fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn ratio(a: u64, b: u64) -> Option<f64> {
+    (b > 0).then(|| a as f64 / b as f64)
+}
+
+/// A run's result: the summary and, if asked for, every outcome.
+pub struct RunResult {
+    /// Headline metrics.
+    pub summary: Summary,
+    /// Per-request outcomes (empty unless `keep_outcomes`).
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Runs `cfg` over `source`; on a full queue or pending-evict buffer, doubles it and starts over
+/// (the run is deterministic, so the result is the same as with a large buffer from the start).
+pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes: bool) -> CliResult<RunResult> {
+    let mut queue_per_pod = 4096usize;
+    let mut pending = if cfg.stale_delay > 0 { ((cfg.stale_delay as usize + 1) * 256).min(1 << 20) } else { 0 };
+    loop {
+        let mut owned = OwnedFleet::new(cfg, queue_per_pod, pending).map_err(config_error)?;
+        let mut fleet = owned.fleet().map_err(config_error)?;
+        let mut latencies: Vec<u64> = Vec::new();
+        let mut outcomes = Vec::new();
+        let mut full: Option<&'static str> = None;
+        let fed = source.feed(&mut |req| {
+            let out = fleet.dispatch(req).inspect_err(|e| {
+                if let CoreError::CapacityExceeded { limit, .. } = e {
+                    full = Some(limit);
+                }
+            })?;
+            latencies.push(out.latency_ns());
+            if keep_outcomes {
+                outcomes.push(out);
+            }
+            Ok(())
+        });
+        match (full, fed) {
+            (Some("queue per pod"), _) => queue_per_pod *= 2,
+            (Some("pending evictions"), _) => pending = (pending * 2).max(1024),
+            (Some(limit), Err(e)) => return Err(CliError::failure(format!("internal limit `{limit}` exceeded: {e}"))),
+            (_, Err(e)) => return Err(e),
+            (None, Ok(())) => return Ok(RunResult { summary: summarize(&fleet, latencies), outcomes }),
+            (Some(_), Ok(())) => unreachable!("a failed dispatch stops the feed"),
+        }
+    }
+}
+
+/// Turns a configuration error from the core into a message naming the CLI flag.
+pub fn config_error(e: CoreError) -> CliError {
+    match e {
+        CoreError::InvalidConfig { field, expected } => CliError::bad_input(format!("--{field}: expected {expected}")),
+        other => CliError::failure(other.to_string()),
+    }
+}
+
+/// Builds the summary of a finished run; `latencies` in ns, any order.
+pub fn summarize(fleet: &Fleet<'_>, mut latencies: Vec<u64>) -> Summary {
+    let cfg = fleet.config();
+    let t = fleet.totals();
+    latencies.sort_unstable();
+    let pct = |(num, den): (u64, u64)| nearest_rank_index(latencies.len(), num, den).map(|i| latencies[i]);
+    let [p50, p90, p99] = REPORTED_PERCENTILES.map(pct);
+    let pods: Vec<_> = (0..cfg.pods).filter_map(|p| fleet.pod_stats(p).copied()).collect();
+    Summary {
+        router: cfg.router.name().to_string(),
+        pods: cfg.pods,
+        capacity: cfg.capacity_blocks,
+        alpha: cfg.alpha,
+        stale: cfg.stale_delay,
+        order: cfg.order.name().to_string(),
+        t_prefill_ns: cfg.t_prefill_ns,
+        t_decode_ns: cfg.t_decode_ns,
+        requests: t.requests,
+        input_tokens: t.input_tokens,
+        output_tokens: t.output_tokens,
+        hit_tokens: t.hit_tokens,
+        prefill_tokens: t.prefill_tokens,
+        hit_rate: ratio(t.hit_tokens, t.input_tokens),
+        latency_p50: p50.map(secs),
+        latency_p90: p90.map(secs),
+        latency_p99: p99.map(secs),
+        latency_mean: (t.requests > 0).then(|| t.latency_ns_sum as f64 / t.requests as f64 / 1e9),
+        latency_ns_p90: p90,
+        per_pod_requests: pods.iter().map(|s| s.requests).collect(),
+        per_pod_hit_rate: pods.iter().map(|s| ratio(s.hit_tokens, s.input_tokens)).collect(),
+        per_pod_max_queue: pods.iter().map(|s| s.max_queue_len).collect(),
+        chased_requests: t.chased_requests,
+        phantom_blocks: t.phantom_blocks,
+        makespan_s: secs(t.makespan_ns),
+    }
+}
+
+/// Bytes of core memory per cached block of a pod of `capacity` blocks (LRU slots + key table).
+pub fn pod_bytes_per_block(capacity: usize) -> f64 {
+    LruPod::bytes_per_block(capacity)
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "n/a".to_string(), |x| format!("{x:.digits$}"))
+}
+
+/// The readable table of `fleet replay`.
+pub fn render_table(s: &Summary) -> String {
+    let mut o = String::new();
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
+    line("router", s.router.clone());
+    line("pods x capacity", format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * 16));
+    line("alpha / stale / order", format!("{} / {} / {}", s.alpha, s.stale, s.order));
+    line("t_prefill / t_decode", format!("{} ns / {} ns per token", s.t_prefill_ns, s.t_decode_ns));
+    line("requests", s.requests.to_string());
+    line("input tokens", s.input_tokens.to_string());
+    line("hit tokens", s.hit_tokens.to_string());
+    line("prefill tokens", s.prefill_tokens.to_string());
+    line("hit rate", opt(s.hit_rate.map(|h| h * 100.0), 2) + " %");
+    line(
+        "latency p50/p90/p99",
+        format!("{} / {} / {} s", opt(s.latency_p50, 4), opt(s.latency_p90, 4), opt(s.latency_p99, 4)),
+    );
+    line("stale chases", format!("{} requests, {} phantom blocks", s.chased_requests, s.phantom_blocks));
+    o.push_str("\npod  requests  hit rate  max queue\n");
+    for p in 0..s.pods {
+        o.push_str(&format!(
+            "{p:>3}  {:>8}  {:>8}  {:>9}\n",
+            s.per_pod_requests[p],
+            opt(s.per_pod_hit_rate[p].map(|h| h * 100.0), 2),
+            s.per_pod_max_queue[p]
+        ));
+    }
+    o
+}

@@ -1,0 +1,6 @@
+//! brokerlab host: binds the no_std core to files, SQLite, threads and the terminal.
+#![deny(unsafe_code)]
+
+pub mod error;
+pub mod fleet;
+pub mod task;
