@@ -14,7 +14,7 @@ pub(crate) fn table_len_for(entries: usize) -> Option<usize> {
 
 /// Most entries a table of `len` slots may hold.
 pub(crate) fn max_entries(len: usize) -> usize {
-    len / LOAD_DEN * LOAD_NUM
+    len / LOAD_DEN * LOAD_NUM + len % LOAD_DEN * LOAD_NUM / LOAD_DEN
 }
 
 /// Right shift that maps a 64-bit product onto a table of `len` (a power of two, >= 2) slots.

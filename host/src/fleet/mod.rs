@@ -42,7 +42,7 @@ pub struct FleetArgs {
     #[arg(long, value_parser = parse_router)]
     pub router: RouterKind,
     /// Load penalty of prefix-aware: blocks per queued request.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub alpha: f64,
     /// Stale-evict delay k, in requests (0 = exact index).
     #[arg(long, default_value_t = 0)]

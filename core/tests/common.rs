@@ -1,0 +1,56 @@
+//! Helpers shared by the core's integration tests: a fleet over Vec buffers.
+#![allow(dead_code)]
+
+use brokerlab_core::fleet::*;
+
+pub struct Bufs {
+    pub cfg: FleetConfig,
+    slots: Vec<Slot>,
+    tables: Vec<u32>,
+    queues: Vec<u64>,
+    index: Vec<IndexEntry>,
+    pending: Vec<PendingRecord>,
+    pending_table: Vec<PendingEntry>,
+}
+
+impl Bufs {
+    pub fn new(cfg: FleetConfig) -> Self {
+        let l = FleetLayout::new(&cfg, 64, 4096).unwrap();
+        Bufs {
+            cfg,
+            slots: vec![Slot::default(); l.pods * l.slots_per_pod],
+            tables: vec![0; l.pods * l.table_per_pod],
+            queues: vec![0; l.pods * l.queue_per_pod],
+            index: vec![IndexEntry::default(); l.index],
+            pending: vec![PendingRecord::default(); l.pending],
+            pending_table: vec![PendingEntry::default(); l.pending_table],
+        }
+    }
+
+    pub fn fleet(&mut self) -> Fleet<'_> {
+        Fleet::new(
+            self.cfg,
+            FleetBuffers {
+                slots: &mut self.slots,
+                tables: &mut self.tables,
+                queues: &mut self.queues,
+                index: &mut self.index,
+                pending: &mut self.pending,
+                pending_table: &mut self.pending_table,
+            },
+        )
+        .unwrap()
+    }
+}
+
+/// Keys for a prompt described by distinct "block ids": each id becomes one 16-token block.
+pub fn keys_of(ids: &[u64]) -> Vec<u64> {
+    let mut out = vec![0; ids.len()];
+    keys::trace_keys(ids, ids.len() as u64 * 16, 16, &mut out).unwrap();
+    out
+}
+
+/// A request at `ms` milliseconds with prompt blocks `ids` (+ `extra` tokens of a partial block).
+pub fn req<'k>(ms: u64, keys: &'k [u64], extra: u64) -> Request<'k> {
+    Request { arrival_ns: ms * 1_000_000, input_tokens: keys.len() as u64 * 16 + extra, output_tokens: 0, keys }
+}

@@ -1,0 +1,208 @@
+//! Hand-computed cases for every rule of docs/MODEL.md.
+
+mod common;
+use brokerlab_core::fleet::*;
+use common::*;
+
+fn cfg(pods: usize, cap: usize, router: RouterKind) -> FleetConfig {
+    FleetConfig::new(pods, cap, router)
+}
+
+#[test]
+fn tail_first_keeps_the_prefix_in_order_does_not() {
+    // C = 3. A = [1,2,3]; B = [1,9] evicts one block; A again.
+    // tail-first: after A recency is a0,a1,a2 -> B evicts a2 -> A hits a0,a1 (2 blocks).
+    // in-order:   after A recency is a2,a1,a0 -> B touches a0 then evicts a1 -> A hits a0 (1).
+    let a = keys_of(&[1, 2, 3]);
+    let b = keys_of(&[1, 9]);
+    for (order, want) in [(TouchOrder::TailFirst, 2), (TouchOrder::InOrder, 1)] {
+        let mut c = cfg(1, 3, RouterKind::RoundRobin);
+        c.order = order;
+        let mut bufs = Bufs::new(c);
+        let mut f = bufs.fleet();
+        assert_eq!(f.dispatch(&req(0, &a, 0)).unwrap().hit_blocks, 0);
+        assert_eq!(f.dispatch(&req(0, &b, 0)).unwrap().hit_blocks, 1);
+        assert_eq!(f.dispatch(&req(0, &a, 0)).unwrap().hit_blocks, want, "{order:?}");
+    }
+}
+
+#[test]
+fn request_longer_than_the_cache() {
+    // C = 2, m = 4: tail-first keeps k0,k1 (a re-request hits 2); in-order keeps k2,k3 (hits 0).
+    let a = keys_of(&[1, 2, 3, 4]);
+    for (order, want, content) in [(TouchOrder::TailFirst, 2, [a[0], a[1]]), (TouchOrder::InOrder, 0, [a[3], a[2]])] {
+        let mut c = cfg(1, 2, RouterKind::RoundRobin);
+        c.order = order;
+        let mut bufs = Bufs::new(c);
+        let mut f = bufs.fleet();
+        f.dispatch(&req(0, &a, 0)).unwrap();
+        assert_eq!(f.pod_cache(0).unwrap().iter_mru().collect::<Vec<_>>(), content);
+        assert_eq!(f.dispatch(&req(0, &a, 0)).unwrap().hit_blocks, want, "{order:?}");
+    }
+}
+
+#[test]
+fn partial_trailing_block_is_never_a_hit() {
+    let mut bufs = Bufs::new(cfg(1, 8, RouterKind::RoundRobin));
+    let mut f = bufs.fleet();
+    let a = keys_of(&[1, 2]);
+    f.dispatch(&req(0, &a, 15)).unwrap();
+    let o = f.dispatch(&req(0, &a, 15)).unwrap();
+    assert_eq!((o.hit_tokens, o.prefill_tokens), (32, 15));
+    let o = f.dispatch(&req(0, &[], 15)).unwrap();
+    assert_eq!((o.hit_tokens, o.prefill_tokens), (0, 15));
+    // Keys must cover exactly floor(L/16) blocks.
+    assert!(matches!(f.dispatch(&req(0, &a[..1], 16)), Err(Error::InvalidRequest { .. })));
+}
+
+#[test]
+fn round_robin_is_i_mod_n() {
+    let mut bufs = Bufs::new(cfg(3, 8, RouterKind::RoundRobin));
+    let mut f = bufs.fleet();
+    let a = keys_of(&[1]);
+    let pods: Vec<u32> = (0..7).map(|_| f.dispatch(&req(0, &a, 0)).unwrap().pod).collect();
+    assert_eq!(pods, [0, 1, 2, 0, 1, 2, 0]);
+}
+
+#[test]
+fn least_loaded_ties_to_lowest_index() {
+    // Each request needs 100 ms of prefill (2000 tokens); all arrive at t = 0 except the last.
+    let mut bufs = Bufs::new(cfg(3, 200, RouterKind::LeastLoaded));
+    let mut f = bufs.fleet();
+    let ids: Vec<u64> = (0..125).collect();
+    let a = keys_of(&ids);
+    let pods: Vec<(u32, u32)> = (0..5)
+        .map(|_| {
+            let o = f.dispatch(&req(0, &a, 0)).unwrap();
+            (o.pod, o.queue_len)
+        })
+        .collect();
+    assert_eq!(pods, [(0, 0), (1, 0), (2, 0), (0, 1), (1, 1)]);
+}
+
+#[test]
+fn fifo_timing_and_queue_length() {
+    let mut bufs = Bufs::new(cfg(1, 64, RouterKind::RoundRobin));
+    let mut f = bufs.fleet();
+    let r0 = Request { arrival_ns: 0, input_tokens: 100, output_tokens: 0, keys: &keys_of(&[1, 2, 3, 4, 5, 6])[..] };
+    let o0 = f.dispatch(&r0).unwrap();
+    assert_eq!((o0.start_ns, o0.finish_ns), (0, 5_000_000));
+    let k1 = keys_of(&[7, 8]);
+    let o1 = f.dispatch(&req(1, &k1, 0)).unwrap();
+    assert_eq!((o1.queue_len, o1.start_ns, o1.finish_ns, o1.latency_ns()), (1, 5_000_000, 6_600_000, 5_600_000));
+    // At t = 5 ms request 0 has finished (finish > arrival is required to count).
+    let o2 = f.dispatch(&req(5, &k1, 0)).unwrap();
+    assert_eq!((o2.queue_len, o2.hit_blocks, o2.start_ns, o2.finish_ns), (1, 2, 6_600_000, 6_600_000));
+    // Decode cost per output token.
+    let mut c = cfg(1, 64, RouterKind::RoundRobin);
+    c.t_decode_ns = 1_000;
+    let mut bufs = Bufs::new(c);
+    let mut f = bufs.fleet();
+    let r = Request { arrival_ns: 7, input_tokens: 3, output_tokens: 10, keys: &[] };
+    assert_eq!(f.dispatch(&r).unwrap().finish_ns, 7 + 3 * 50_000 + 10 * 1_000);
+    let late = Request { arrival_ns: 6, ..r };
+    assert!(matches!(f.dispatch(&late), Err(Error::ArrivalOutOfOrder { .. })));
+}
+
+#[test]
+fn prefix_aware_ties_to_smaller_queue_then_lowest_index() {
+    let mut bufs = Bufs::new(cfg(2, 16, RouterKind::PrefixAware));
+    let mut f = bufs.fleet();
+    // r0: nothing cached, equal scores and queues -> lowest index (pod 0), busy 0.8 ms.
+    let one = keys_of(&[1]);
+    assert_eq!(f.dispatch(&req(0, &one, 0)).unwrap().pod, 0);
+    // r1: pod 0 match 1 - alpha*1 = 0, pod 1 match 0 - 0 = 0: tie -> smaller queue -> pod 1.
+    let one_five = keys_of(&[1, 5]);
+    let o = f.dispatch(&req(0, &one_five, 0)).unwrap();
+    assert_eq!((o.pod, o.believed_match_blocks, o.hit_blocks), (1, 0, 0));
+    // Later, both idle: pod 0 match 1, pod 1 match 2 -> pod 1 by score.
+    let o = f.dispatch(&req(100, &one_five, 0)).unwrap();
+    assert_eq!((o.pod, o.believed_match_blocks, o.hit_blocks), (1, 2, 2));
+    // alpha = 2.5: a long match loses to an idle pod when the queue is long enough.
+    let mut c = cfg(2, 16, RouterKind::PrefixAware);
+    c.alpha = 2.5;
+    let mut bufs = Bufs::new(c);
+    let mut f = bufs.fleet();
+    let ab = keys_of(&[1, 2]);
+    assert_eq!(f.dispatch(&req(0, &ab, 0)).unwrap().pod, 0);
+    // pod 0: 2 - 2.5*1 = -0.5 < pod 1: 0.
+    assert_eq!(f.dispatch(&req(0, &ab, 0)).unwrap().pod, 1);
+}
+
+/// r0 [1,2] -> pod 0; r1 [1] -> pod 1 (tie on score, smaller queue); r2 [3,4] -> pod 0, which
+/// evicts [1,2] (C = 2); r3 [1,2]: the exact index sends it to pod 1 (match 1); a stale index
+/// (k >= 1) still believes pod 0 holds [1,2] (match 2) and chases the gone prefix.
+fn stale_scenario(k: u32, neutral_before_r3: bool) -> (Vec<Outcome>, FleetTotals) {
+    let mut c = cfg(2, 2, RouterKind::PrefixAware);
+    c.stale_delay = k;
+    let mut bufs = Bufs::new(c);
+    let mut f = bufs.fleet();
+    let (a, one, b, n) = (keys_of(&[1, 2]), keys_of(&[1]), keys_of(&[3, 4]), keys_of(&[8]));
+    let mut out = vec![];
+    out.push(f.dispatch(&req(0, &a, 0)).unwrap());
+    out.push(f.dispatch(&req(0, &one, 0)).unwrap());
+    out.push(f.dispatch(&req(100, &b, 0)).unwrap());
+    if neutral_before_r3 {
+        out.push(f.dispatch(&req(150, &n, 0)).unwrap());
+    }
+    out.push(f.dispatch(&req(200, &a, 0)).unwrap());
+    (out, *f.totals())
+}
+
+#[test]
+fn stale_index_chases_an_evicted_prefix() {
+    let (exact, t) = stale_scenario(0, false);
+    assert_eq!(exact.iter().map(|o| o.pod).collect::<Vec<_>>(), [0, 1, 0, 1]);
+    assert_eq!((exact[3].believed_match_blocks, exact[3].hit_blocks), (1, 1));
+    assert_eq!(t.chased_requests, 0);
+
+    let (stale, t) = stale_scenario(1, false);
+    assert_eq!(stale.iter().map(|o| o.pod).collect::<Vec<_>>(), [0, 1, 0, 0]);
+    assert_eq!((stale[3].believed_match_blocks, stale[3].hit_blocks), (2, 0));
+    assert_eq!((t.chased_requests, t.phantom_blocks), (1, 2));
+
+    // The eviction made while dispatching request 2 reaches the router before request 2+1+1 = 4.
+    let (later, t) = stale_scenario(1, true);
+    assert_eq!(later[4].pod, 1);
+    assert_eq!((later[4].believed_match_blocks, later[4].hit_blocks), (1, 1));
+    assert_eq!(t.chased_requests, 0);
+    // With k = 2 it is still in flight at request 4.
+    let (k2, t) = stale_scenario(2, true);
+    assert_eq!((k2[4].pod, k2[4].believed_match_blocks, k2[4].hit_blocks), (0, 2, 0));
+    assert_eq!(t.chased_requests, 1);
+}
+
+#[test]
+fn stale_evict_is_dropped_when_the_pod_reinserted_the_key() {
+    // 1 pod, C = 1, k = 5: [1] evicted by [2], then [1] re-inserted (evicting [2]).
+    // The first eviction of [1] must not erase the belief created by the re-insert.
+    let mut c = cfg(1, 1, RouterKind::PrefixAware);
+    c.stale_delay = 5;
+    let mut bufs = Bufs::new(c);
+    let mut f = bufs.fleet();
+    let (one, two) = (keys_of(&[1]), keys_of(&[2]));
+    for (i, k) in [&one, &two, &one].into_iter().enumerate() {
+        f.dispatch(&req(i as u64 * 100, k, 0)).unwrap();
+    }
+    for i in 3..12 {
+        let o = f.dispatch(&req(i * 100, &one, 0)).unwrap();
+        assert_eq!((o.believed_match_blocks, o.hit_blocks), (1, 1), "request {i}");
+    }
+}
+
+#[test]
+fn bad_configs_are_errors() {
+    for (c, field) in [
+        (cfg(0, 8, RouterKind::RoundRobin), "pods"),
+        (cfg(65, 8, RouterKind::RoundRobin), "pods"),
+        (cfg(2, 0, RouterKind::RoundRobin), "capacity"),
+        (FleetConfig { alpha: f64::NAN, ..cfg(2, 8, RouterKind::PrefixAware) }, "alpha"),
+        (FleetConfig { alpha: -1.0, ..cfg(2, 8, RouterKind::PrefixAware) }, "alpha"),
+    ] {
+        match c.validate() {
+            Err(Error::InvalidConfig { field: f, .. }) => assert_eq!(f, field),
+            other => panic!("{c:?}: {other:?}"),
+        }
+    }
+    assert!(cfg(64, 8, RouterKind::PrefixAware).validate().is_ok());
+}

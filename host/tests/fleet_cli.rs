@@ -1,0 +1,116 @@
+//! The CLI's answers to bad input: exit code 2, a message naming the line, field or flag.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+}
+
+fn tmp(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("brokerlab-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Runs `fleet replay` with default flags, replaced by `flags` (pairs) when named there.
+fn replay(trace: &PathBuf, flags: &[&str]) -> (i32, String, String) {
+    let mut args = vec!["--pods", "2", "--capacity", "16", "--router", "prefix-aware"];
+    let mut i = 0;
+    while i < flags.len() {
+        if flags[i] == "--json" {
+            args.push("--json");
+            i += 1;
+            continue;
+        }
+        match args.iter().position(|a| *a == flags[i]) {
+            Some(j) => args[j + 1] = flags[i + 1],
+            None => args.extend_from_slice(&flags[i..i + 2]),
+        }
+        i += 2;
+    }
+    let out = bin().args(["fleet", "replay", "--trace"]).arg(trace).args(&args).output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+const GOOD: &str = "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 2, \"hash_ids\": [1]}\n";
+
+#[test]
+fn good_trace_prints_json_with_the_contract_keys() {
+    let t = tmp("good.jsonl", &format!("{GOOD}\n{GOOD}"));
+    let (code, out, err) = replay(&t, &["--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for k in [
+        "requests",
+        "input_tokens",
+        "hit_tokens",
+        "prefill_tokens",
+        "hit_rate",
+        "latency_p50",
+        "latency_p90",
+        "latency_p99",
+        "per_pod_requests",
+    ] {
+        assert!(v.get(k).is_some(), "missing {k}");
+    }
+    assert_eq!(v["requests"], 2);
+    assert_eq!(v["hit_tokens"], 32);
+    assert_eq!(v["prefill_tokens"], 48);
+}
+
+#[test]
+fn empty_trace_gives_nulls() {
+    let t = tmp("empty.jsonl", "\n\n");
+    let (code, out, err) = replay(&t, &["--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["hit_rate"].is_null() && v["latency_p90"].is_null());
+    assert_eq!(v["requests"], 0);
+}
+
+#[test]
+fn bad_input_names_the_line_or_flag() {
+    let cases: Vec<(String, Vec<&str>, &str)> = vec![
+        (format!("{GOOD}{{\"timestamp\": 1, \"input_length\": 40"), vec![], "bad.jsonl:2: column"),
+        (
+            format!("{GOOD}{{\"timestamp\": 1, \"output_length\": 2, \"hash_ids\": [1]}}"),
+            vec![],
+            "bad.jsonl:2: missing field `input_length`",
+        ),
+        (
+            format!("{GOOD}\n{{\"timestamp\": 1, \"input_length\": 1100, \"output_length\": 2, \"hash_ids\": [1, 2]}}"),
+            vec![],
+            "bad.jsonl:3: field `hash_ids`: has 2 ids",
+        ),
+        (
+            "{\"timestamp\": 5, \"input_length\": 4, \"output_length\": 2, \"hash_ids\": [1]}\n".to_string() + GOOD,
+            vec![],
+            "bad.jsonl:2: field `timestamp`",
+        ),
+        (
+            "{\"timestamp\": 2.5, \"input_length\": 4, \"output_length\": 2, \"hash_ids\": [1]}".to_string(),
+            vec![],
+            "bad.jsonl:1: field `timestamp`: expected a non-negative integer",
+        ),
+        (GOOD.to_string(), vec!["--pods", "0"], "--pods"),
+        (GOOD.to_string(), vec!["--pods", "65"], "--pods"),
+        (GOOD.to_string(), vec!["--capacity", "0"], "--capacity"),
+        (GOOD.to_string(), vec!["--router", "random"], "--router"),
+        (GOOD.to_string(), vec!["--alpha", "-1"], "--alpha"),
+        (GOOD.to_string(), vec!["--trace-block-size", "500"], "--trace-block-size"),
+    ];
+    for (text, flags, want) in cases {
+        let t = tmp("bad.jsonl", &text);
+        let (code, _, err) = replay(&t, &flags);
+        assert_eq!(code, 2, "{want}: {err}");
+        assert!(err.contains(want), "expected `{want}` in: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let (code, _, err) = replay(&PathBuf::from("/nonexistent/trace.jsonl"), &[]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--trace /nonexistent/trace.jsonl"), "{err}");
+}
