@@ -1,1 +1,70 @@
-//! The durable task runner core (see docs/RUNNER.md).
+//! The durable task runner core (see `docs/RUNNER.md`): an append-only log of postcard records in
+//! CRC-checked frames, a storage trait with RAM and NOR-flash implementations, and the runner as a
+//! pure state machine over the replayed log. `no_std`, no `alloc`.
+//!
+//! # Pieces
+//!
+//! * [`record`]: the records `(task_id, seq, kind, payload, status)` ([`Record`], [`Event`]).
+//! * [`frame`]: the envelope (magic, format version, length, CRC-32C, postcard record); the byte
+//!   layout is drawn there. [`frame::parse`] never panics.
+//! * [`storage`]: [`LogStorage`] with a per-method durability contract; [`RamLog`] (a caller
+//!   buffer) and [`FlashLog`] (any `embedded_storage::nor_flash::NorFlash`, survives a write torn
+//!   at any byte); [`MockFlash`] cuts the power after n bytes.
+//! * [`machine`]: [`TaskState::apply`] folds one record, [`next_action`] decides. No snapshot:
+//!   the state is always the fold of the log.
+//! * [`drive`](mod@drive): the loop that sequences I/O ([`Journal`], [`Effects`], [`drive()`]):
+//!   intent durable before the side effect, result recorded after.
+//! * [`harness`]: crash injection at every point, simulated tools that count calls, and the
+//!   every-crash-point enumeration ([`harness::enumerate_crash_points`]).
+//!
+//! # The resume rule
+//!
+//! An intent without a result (the process died between "tool call sent" and "result recorded")
+//! is resolved by the tool's [`ToolClass`]: read-only tools are re-run, idempotent tools are
+//! re-called with the same key ([`idempotency_key`] of task id and step), non-idempotent tools are
+//! never re-run: the step is recorded as "unknown, needs review" and the task pauses until a
+//! human records a [`Decision`].
+//!
+//! # Example
+//!
+//! ```
+//! use brokerlab_core::runner::{harness, RamLog, TaskId};
+//! let mut buf = [0u8; harness::DEMO_LOG_BYTES];
+//! let mut world = harness::SimWorld::<128>::new();
+//! let task = TaskId::try_from("demo").unwrap();
+//! // crash at point 7 of the first boot, then recover and finish
+//! let report = harness::run_with_crashes(&mut buf, &task, &harness::DEMO_SCRIPT, &mut world, &[7]).unwrap();
+//! assert_eq!(report.crashes, 1);
+//! let _ = RamLog::open(&mut buf);
+//! ```
+
+pub mod crc;
+pub mod drive;
+pub mod error;
+pub mod frame;
+pub mod harness;
+pub mod limits;
+pub mod machine;
+pub mod record;
+pub mod storage;
+
+#[cfg(test)]
+mod tests;
+
+pub use crc::crc32c;
+pub use drive::{
+    CommitError, DriveError, Effects, Journal, LogJournal, ModelReply, Stop, ToolOutput, commit, drive, drive_step,
+    review,
+};
+pub use error::{RunnerError, StorageError};
+pub use frame::{FORMAT_VERSION, FrameError, MAX_FRAME_LEN, emit, parse};
+pub use limits::*;
+pub use machine::{Action, Counters, End, LeaseInfo, Phase, TaskState, idempotency_key, key_for, next_action};
+pub use record::{
+    Args, Decision, Event, Key, Kind, ModelText, Owner, Reason, Record, ResultText, Status, TaskId, ToolCall,
+    ToolClass, ToolName,
+};
+pub use storage::{
+    Cursor, FlashLog, LogStorage, MockFlash, MockFlashError, RamError, RamLog, append_record, for_each_record, replay,
+    replay_prefix,
+};

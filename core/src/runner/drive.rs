@@ -1,0 +1,193 @@
+//! The runner loop, generic over where records go ([`Journal`]) and who answers ([`Effects`]).
+//!
+//! [`drive`] is the only place that sequences I/O, and it does it in the order the design requires:
+//! `ToolIntent` is appended (durable) **before** [`Effects::tool`] is called, and `ToolResult` is
+//! appended after it returns. Every decision comes from [`next_action`] on the state folded so far;
+//! every record is checked against the state ([`TaskState::apply`]) before it is appended.
+
+use super::error::{RunnerError, StorageError};
+use super::machine::{Action, TaskState, next_action};
+use super::record::{Decision, Event, Key, ModelText, Record, ResultText, TaskId, ToolCall};
+use super::storage::{LogStorage, append_record};
+
+/// Where records go. The host's SQLite binding and [`LogJournal`] implement it.
+pub trait Journal {
+    /// The journal's error.
+    type Error;
+    /// Appends `rec`; on `Ok` the record is durable (see the storage contract).
+    fn append(&mut self, rec: &Record) -> Result<(), Self::Error>;
+}
+
+/// A [`Journal`] over any [`LogStorage`].
+#[derive(Debug)]
+pub struct LogJournal<S>(pub S);
+
+impl<S: LogStorage> Journal for LogJournal<S> {
+    type Error = StorageError<S::Error>;
+    fn append(&mut self, rec: &Record) -> Result<(), Self::Error> {
+        append_record(&mut self.0, rec)
+    }
+}
+
+/// The model's answer for one step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelReply {
+    /// Response text.
+    pub text: ModelText,
+    /// The tool call it makes, if any.
+    pub call: Option<ToolCall>,
+}
+
+/// A tool's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// Whether the tool reports success (a failed call is still a result: it is recorded).
+    pub ok: bool,
+    /// Result text.
+    pub output: ResultText,
+}
+
+/// The outside world: the model, the tools, and the suspend flag.
+pub trait Effects {
+    /// The error (a crash, an I/O failure); a tool's own failure is a [`ToolOutput`] instead.
+    type Error;
+    /// Asks the model for `step`.
+    fn model(&mut self, task: &TaskId, step: u16) -> Result<ModelReply, Self::Error>;
+    /// Performs a tool call. Called only after its intent is durable. `key` is the idempotency
+    /// key (the same on every attempt of the step).
+    fn tool(&mut self, task: &TaskId, step: u16, call: &ToolCall, key: Option<&Key>)
+    -> Result<ToolOutput, Self::Error>;
+    /// Polled between atomic steps (before `step` starts or continues): should the runner
+    /// suspend now?
+    fn suspend_requested(&mut self, _task: &TaskId, _step: u16) -> Result<bool, Self::Error> {
+        Ok(false)
+    }
+}
+
+/// Why [`drive`] returned normally.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Stop {
+    /// All steps done (`Completed` recorded).
+    Completed,
+    /// Suspended on request (`Suspended` recorded).
+    Suspended,
+    /// Paused: `step` waits for a review.
+    NeedsReview {
+        /// The step.
+        step: u16,
+    },
+    /// The task had failed.
+    Failed,
+}
+
+/// Why [`drive`] failed. Nothing that was not appended is assumed to have happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriveError<J, E> {
+    /// The journal refused or failed (e.g. a stale lease epoch, a full log, a crash).
+    Journal(J),
+    /// The model or a tool failed (e.g. a crash).
+    Effects(E),
+    /// A record would not fold (a bug, or a log changed under us).
+    Runner(RunnerError),
+    /// The task has no `Created` record.
+    NotCreated,
+}
+
+/// Checks `event` against `state`, appends it as the next record, then folds it.
+pub fn commit<J: Journal>(state: &mut TaskState, journal: &mut J, event: Event) -> Result<(), CommitError<J::Error>> {
+    let rec = Record::new(state.task_id.clone(), state.next_seq, event);
+    let mut next = state.clone();
+    next.apply(&rec).map_err(CommitError::Runner)?;
+    journal.append(&rec).map_err(CommitError::Journal)?;
+    *state = next;
+    Ok(())
+}
+
+/// Why [`commit`] failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CommitError<J> {
+    /// The record does not fit the state (nothing was appended).
+    Runner(RunnerError),
+    /// The journal failed.
+    Journal(J),
+}
+
+impl<J, E> From<CommitError<J>> for DriveError<J, E> {
+    fn from(e: CommitError<J>) -> Self {
+        match e {
+            CommitError::Runner(r) => DriveError::Runner(r),
+            CommitError::Journal(j) => DriveError::Journal(j),
+        }
+    }
+}
+
+/// Records a review decision for `step` (checked against the state first).
+pub fn review<J: Journal>(
+    state: &mut TaskState,
+    journal: &mut J,
+    step: u16,
+    decision: Decision,
+) -> Result<(), CommitError<J::Error>> {
+    commit(state, journal, Event::ReviewDecision { step, decision })
+}
+
+/// Runs the task until it completes, suspends, pauses for review or an error occurs.
+///
+/// `state` must be the fold of the task's log (e.g. [`super::storage::replay`]); it stays equal to
+/// the fold of the log as extended by this call, also on error.
+pub fn drive<J: Journal, E: Effects>(
+    state: &mut TaskState,
+    journal: &mut J,
+    fx: &mut E,
+) -> Result<Stop, DriveError<J::Error, E::Error>> {
+    loop {
+        if let Some(stop) = drive_step(state, journal, fx)? {
+            return Ok(stop);
+        }
+    }
+}
+
+/// One iteration of [`drive`]: polls the suspend flag, then performs one action (one atomic step:
+/// a model call and its record, or intent + tool call + result). `Ok(None)` means "call again".
+pub fn drive_step<J: Journal, E: Effects>(
+    state: &mut TaskState,
+    journal: &mut J,
+    fx: &mut E,
+) -> Result<Option<Stop>, DriveError<J::Error, E::Error>> {
+    if state.can_suspend() && fx.suspend_requested(&state.task_id, state.step).map_err(DriveError::Effects)? {
+        let next_step = state.step;
+        commit(state, journal, Event::Suspended { next_step })?;
+        return Ok(Some(Stop::Suspended));
+    }
+    match next_action(state) {
+        Action::Create => return Err(DriveError::NotCreated),
+        Action::Done => return Ok(Some(Stop::Completed)),
+        Action::Failed => return Ok(Some(Stop::Failed)),
+        Action::AwaitReview { step } => return Ok(Some(Stop::NeedsReview { step })),
+        Action::Resume => commit(state, journal, Event::Resumed)?,
+        Action::Complete => commit(state, journal, Event::Completed)?,
+        Action::MarkNeedsReview { step } => commit(state, journal, Event::NeedsReview { step })?,
+        Action::CallModel { step } => {
+            let reply = fx.model(&state.task_id, step).map_err(DriveError::Effects)?;
+            commit(state, journal, Event::ModelResponse { step, text: reply.text, call: reply.call })?;
+        }
+        Action::CallTool { step, call, key, intent_recorded } => {
+            let call = call.clone();
+            if !intent_recorded {
+                let intent = Event::ToolIntent {
+                    step,
+                    tool: call.tool.clone(),
+                    class: call.class,
+                    key: key.clone(),
+                    args: call.args.clone(),
+                };
+                commit(state, journal, intent)?;
+            }
+            // The intent is durable here (journal contract): the side effect may start.
+            let out = fx.tool(&state.task_id, step, &call, key.as_ref()).map_err(DriveError::Effects)?;
+            commit(state, journal, Event::ToolResult { step, ok: out.ok, output: out.output })?;
+        }
+    }
+    Ok(None)
+}

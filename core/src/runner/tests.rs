@@ -1,0 +1,543 @@
+//! Tests of the runner core: the format, the storage backends under torn writes, the state machine
+//! and the every-crash-point enumeration.
+
+extern crate std;
+
+use std::vec::Vec;
+
+use embedded_storage::nor_flash::NorFlash;
+use proptest::prelude::*;
+
+use super::harness::{self, CrashPlan, DEMO_LOG_BYTES, DEMO_SCRIPT, ScriptStep, ScriptTool, SimEffects, SimWorld};
+use super::*;
+
+fn tid(s: &str) -> TaskId {
+    TaskId::try_from(s).unwrap()
+}
+
+fn max_string<const N: usize>(c: char) -> heapless::String<N> {
+    let mut s = heapless::String::new();
+    while s.push(c).is_ok() {}
+    s
+}
+
+fn max_call() -> ToolCall {
+    let mut args = Args::new();
+    while args.push(0xFF).is_ok() {}
+    ToolCall { tool: max_string('t'), class: ToolClass::NonIdempotent, args }
+}
+
+/// The largest record of each kind must fit MAX_RECORD_BYTES.
+#[test]
+fn largest_records_fit() {
+    let task: TaskId = max_string('x');
+    let events = [
+        Event::Created { spec_digest: u32::MAX, steps: u16::MAX },
+        Event::LeaseAcquired { owner: max_string('o'), epoch: u64::MAX },
+        Event::ModelResponse { step: u16::MAX, text: max_string('é'), call: Some(max_call()) },
+        Event::ToolIntent {
+            step: u16::MAX,
+            tool: max_string('t'),
+            class: ToolClass::Idempotent,
+            key: Some(max_string('k')),
+            args: max_call().args,
+        },
+        Event::ToolResult { step: u16::MAX, ok: true, output: max_string('r') },
+        Event::ForkedFrom { task: max_string('p'), seq: u32::MAX },
+        Event::Failed { reason: max_string('f') },
+    ];
+    for ev in events {
+        let rec = Record::new(task.clone(), u32::MAX, ev);
+        let mut buf = [0u8; 4096];
+        let used = postcard::to_slice(&rec, &mut buf).unwrap().len();
+        assert!(used <= MAX_RECORD_BYTES, "{:?} takes {used} bytes", rec.kind());
+        let mut fb = [0u8; MAX_FRAME_LEN];
+        let n = emit(&rec, &mut fb).unwrap();
+        assert_eq!(parse(&fb[..n]).unwrap().0, rec);
+    }
+}
+
+#[test]
+fn keys_are_deterministic_and_distinct() {
+    let a = idempotency_key("t1", 3);
+    assert_eq!(a, idempotency_key("t1", 3));
+    assert_eq!(a.len(), KEY_LEN);
+    assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_ne!(a, idempotency_key("t1", 4));
+    assert_ne!(a, idempotency_key("t2", 3));
+    assert_ne!(idempotency_key("t1", 0x0100), idempotency_key("t1\u{1}", 0));
+}
+
+// ------------------------------------------------------------------------------------------
+// State machine
+
+fn created(steps: u16) -> (TaskState, Vec<Record>) {
+    let mut st = TaskState::new(tid("t"));
+    let mut log = Vec::new();
+    let mut j = VecJournal(&mut log);
+    commit(&mut st, &mut j, Event::Created { spec_digest: 1, steps }).unwrap();
+    (st, log)
+}
+
+struct VecJournal<'a>(&'a mut Vec<Record>);
+impl Journal for VecJournal<'_> {
+    type Error = ();
+    fn append(&mut self, rec: &Record) -> Result<(), ()> {
+        self.0.push(rec.clone());
+        Ok(())
+    }
+}
+
+fn call(class: ToolClass) -> ToolCall {
+    ToolCall { tool: ToolName::try_from("x").unwrap(), class, args: Args::from_slice(b"{}").unwrap() }
+}
+
+fn in_flight(class: ToolClass) -> TaskState {
+    let (mut st, mut log) = created(2);
+    let mut j = VecJournal(&mut log);
+    let c = call(class);
+    commit(&mut st, &mut j, Event::ModelResponse { step: 0, text: ModelText::new(), call: Some(c.clone()) }).unwrap();
+    let key = key_for("t", 0, class);
+    commit(&mut st, &mut j, Event::ToolIntent { step: 0, tool: c.tool.clone(), class, key, args: c.args.clone() })
+        .unwrap();
+    st
+}
+
+#[test]
+fn resume_rule_per_class() {
+    let st = in_flight(ToolClass::ReadOnly);
+    assert!(matches!(next_action(&st), Action::CallTool { key: None, intent_recorded: true, .. }));
+    let st = in_flight(ToolClass::Idempotent);
+    match next_action(&st) {
+        Action::CallTool { key: Some(k), intent_recorded: true, .. } => {
+            assert_eq!(k, idempotency_key("t", 0))
+        }
+        a => panic!("{a:?}"),
+    }
+    let st = in_flight(ToolClass::NonIdempotent);
+    assert_eq!(next_action(&st), Action::MarkNeedsReview { step: 0 });
+    assert!(!st.can_suspend(), "no suspension with a call in flight");
+}
+
+#[test]
+fn review_flow_and_rejections() {
+    let mut st = in_flight(ToolClass::NonIdempotent);
+    let mut log = Vec::new();
+    let mut j = VecJournal(&mut log);
+    // a result-less in-flight step cannot be suspended, reviewed or completed
+    assert!(commit(&mut st, &mut j, Event::Suspended { next_step: 0 }).is_err());
+    assert!(review(&mut st, &mut j, 0, Decision::MarkDone).is_err());
+    assert!(commit(&mut st, &mut j, Event::Completed).is_err());
+    commit(&mut st, &mut j, Event::NeedsReview { step: 0 }).unwrap();
+    assert_eq!(next_action(&st), Action::AwaitReview { step: 0 });
+    assert!(review(&mut st, &mut j, 1, Decision::MarkDone).is_err(), "wrong step");
+    review(&mut st, &mut j, 0, Decision::Retry).unwrap();
+    assert!(matches!(next_action(&st), Action::CallTool { intent_recorded: false, key: None, .. }));
+    assert!(log.is_empty() || log.len() == 2);
+}
+
+#[test]
+fn fencing_and_suspend_rules() {
+    let (mut st, mut log) = created(1);
+    let mut j = VecJournal(&mut log);
+    let owner = Owner::try_from("a").unwrap();
+    commit(&mut st, &mut j, Event::LeaseAcquired { owner: owner.clone(), epoch: 2 }).unwrap();
+    assert_eq!(
+        commit(&mut st, &mut j, Event::LeaseAcquired { owner, epoch: 2 }),
+        Err(CommitError::Runner(RunnerError::StaleEpoch { current: 2, got: 2 }))
+    );
+    commit(&mut st, &mut j, Event::Suspended { next_step: 0 }).unwrap();
+    assert_eq!(next_action(&st), Action::Resume);
+    assert!(commit(&mut st, &mut j, Event::ModelResponse { step: 0, text: ModelText::new(), call: None }).is_err());
+    commit(&mut st, &mut j, Event::Resumed).unwrap();
+    assert_eq!(next_action(&st), Action::CallModel { step: 0 });
+    // a bad seq / another task / wrong status never folds
+    let mut bad = Record::new(tid("t"), 99, Event::Resumed);
+    assert!(st.clone().apply(&bad).is_err());
+    bad.seq = st.next_seq;
+    bad.task_id = tid("u");
+    assert!(st.clone().apply(&bad).is_err());
+    let mut bad = Record::new(tid("t"), st.next_seq, Event::Completed);
+    bad.status = Status::Pending;
+    assert_eq!(st.clone().apply(&bad), Err(RunnerError::BadStatus { seq: st.next_seq }));
+}
+
+/// Live state == replayed state after every atomic step, and every prefix of the log folds to the
+/// state the live run had when it wrote that record.
+#[test]
+fn replay_equals_live_for_every_prefix() {
+    let mut buf = [0u8; DEMO_LOG_BYTES];
+    let task = tid("live");
+    let mut live_states: Vec<TaskState> = Vec::new();
+    let mut world = SimWorld::<64>::new();
+    {
+        let plan = CrashPlan::never();
+        let mut journal = LogJournal(RamLog::format(&mut buf));
+        let mut st = TaskState::new(task.clone());
+        live_states.push(st.clone());
+        let digest = harness::script_digest(&DEMO_SCRIPT);
+        commit(&mut st, &mut journal, Event::Created { spec_digest: digest, steps: 20 }).unwrap();
+        live_states.push(st.clone());
+        let mut suspend_at = Some(7);
+        loop {
+            let mut fx =
+                SimEffects { script: &DEMO_SCRIPT, world: &mut world, plan: &plan, suspend_before_step: suspend_at };
+            let before = st.next_seq;
+            let stop = drive_step(&mut st, &mut journal, &mut fx).unwrap();
+            // intermediate record (the intent) of a tool step: rebuild its live state by folding
+            if st.next_seq > before + 1 {
+                assert_eq!(st.next_seq, before + 2);
+            }
+            assert_eq!(replay(&mut journal.0, &task).unwrap(), st, "replay != live at seq {}", st.next_seq);
+            live_states.resize(st.next_seq as usize + 1, st.clone());
+            match stop {
+                None => {}
+                Some(Stop::Suspended) => {
+                    // resume by a "new runner": replay and continue
+                    assert_eq!(st.step, 7);
+                    st = replay(&mut journal.0, &task).unwrap();
+                    suspend_at = None;
+                }
+                Some(Stop::NeedsReview { .. }) => panic!("no crash, no review"),
+                Some(Stop::Completed) => break,
+                Some(Stop::Failed) => panic!("failed"),
+            }
+        }
+        assert_eq!(st.end, Some(End::Completed));
+        assert_eq!(st.counters.suspends, 1);
+    }
+    let mut log = RamLog::open(&mut buf);
+    let n = harness::count_records(&mut log).unwrap();
+    assert_eq!(n + 1, live_states.len());
+    for (k, live) in live_states.iter().enumerate() {
+        let p = replay_prefix(&mut log, &task, k).unwrap();
+        assert_eq!(p.next_seq as usize, k);
+        // states of steps that wrote one record are exact; for the intent of a tool step compare
+        // with an independent fold of the records
+        let mut fold = TaskState::new(task.clone());
+        for_each_record(&mut log, |r| {
+            if (r.seq as usize) < k {
+                fold.apply(r).unwrap();
+            }
+        })
+        .unwrap();
+        assert_eq!(p, fold);
+        if live.next_seq as usize == k {
+            assert_eq!(&p, live, "prefix {k}");
+        }
+    }
+    harness::check_world(&task, &DEMO_SCRIPT, &world).unwrap();
+}
+
+// ------------------------------------------------------------------------------------------
+// Every crash point
+
+#[test]
+fn every_crash_point_of_the_demo_task() {
+    let mut buf = [0u8; DEMO_LOG_BYTES];
+    let mut world = SimWorld::<128>::new();
+    let rep = harness::enumerate_crash_points(&mut buf, &tid("demo"), &DEMO_SCRIPT, &mut world, false);
+    std::println!("{rep:?}");
+    assert_eq!(rep.violations, 0, "{:?}", rep.first_violation);
+    let tools = DEMO_SCRIPT.iter().filter(|s| s.tool.is_some()).count() as u32;
+    assert_eq!(tools, 16);
+    // created + 20 model + 16 x (intent, result) + completed = 54 records, 2 points each,
+    // + 2 points per tool call
+    assert_eq!(rep.points, (1 + 20 + 2 * tools + 1) * 2 + 2 * tools);
+    assert_eq!(rep.runs, rep.points);
+    assert_eq!(rep.window, 2 * tools, "two window points per tool call");
+    // an email intent without a result (after the intent, before the call, after the call, before
+    // the result) goes to review: 4 points x 2 emails
+    assert_eq!(rep.reviews, 8);
+    assert!(rep.deduplicated >= 9, "payment replays deduplicated: {}", rep.deduplicated);
+}
+
+#[test]
+fn every_pair_of_crash_points_of_a_small_task() {
+    let script = &DEMO_SCRIPT[..6];
+    let mut buf = [0u8; DEMO_LOG_BYTES];
+    let mut world = SimWorld::<64>::new();
+    let rep = harness::enumerate_crash_points(&mut buf, &tid("pairs"), script, &mut world, true);
+    assert_eq!(rep.violations, 0, "{:?}", rep.first_violation);
+    assert!(rep.runs > rep.points * rep.points);
+}
+
+/// The harness must be able to fail: a runner that re-calls a non-idempotent tool (ignoring the
+/// rule) is caught as a duplicate.
+#[test]
+fn harness_catches_a_duplicate() {
+    let task = tid("dup");
+    let mut world = SimWorld::<8>::new();
+    let t = ScriptTool { name: "send_email", class: ToolClass::NonIdempotent, args: "{}" };
+    let script = [ScriptStep { text: "x", tool: Some(t) }];
+    world.receive(&task, 0, ToolClass::NonIdempotent, None);
+    world.receive(&task, 0, ToolClass::NonIdempotent, None);
+    assert_eq!(harness::check_world(&task, &script, &world), Err(harness::Violation::Duplicate { step: 0 }));
+    let empty = SimWorld::<8>::new();
+    assert_eq!(harness::check_world(&task, &script, &empty), Err(harness::Violation::Missing { step: 0 }));
+}
+
+// ------------------------------------------------------------------------------------------
+// Storage under torn writes
+
+fn sample_records(task: &str, n: u32) -> Vec<Record> {
+    let t = tid(task);
+    (0..n)
+        .map(|i| {
+            let ev = match i % 3 {
+                0 => Event::ModelResponse {
+                    step: i as u16,
+                    text: ModelText::try_from("hello ÿÿ world").unwrap(),
+                    call: if i % 2 == 0 { Some(call(ToolClass::Idempotent)) } else { None },
+                },
+                1 => Event::ToolResult {
+                    step: i as u16,
+                    ok: true,
+                    output: ResultText::try_from("\u{ff}\u{ff}").unwrap(),
+                },
+                _ => Event::Resumed,
+            };
+            Record::new(t.clone(), i, ev)
+        })
+        .collect()
+}
+
+fn read_all<S: LogStorage>(log: &mut S) -> Vec<Record> {
+    let mut v = Vec::new();
+    for_each_record(log, |r| v.push(r.clone())).unwrap();
+    v
+}
+
+fn torn_at_every_byte<const W: usize, const E: usize>() -> usize {
+    const SIZE: usize = 8192;
+    let recs = sample_records("torn", 16);
+    // total bytes written for the whole sequence
+    let mut mem = std::vec![0u8; SIZE];
+    let total = {
+        let mut log = FlashLog::format(MockFlash::<W, E>::new(&mut mem), 0, SIZE as u32).unwrap();
+        for r in &recs {
+            append_record(&mut log, r).unwrap();
+        }
+        assert_eq!(read_all(&mut log), recs);
+        log.into_inner().written
+    };
+    let mut cases = 0;
+    for n in 0..=total {
+        let mut mem = std::vec![0u8; SIZE];
+        let mut durable = 0;
+        {
+            let mut flash = MockFlash::<W, E>::new(&mut mem);
+            flash.erase(0, SIZE as u32).unwrap();
+            flash.cut_after(n);
+            let mut log = FlashLog::open(flash, 0, SIZE as u32).unwrap();
+            for r in &recs {
+                if append_record(&mut log, r).is_err() {
+                    break;
+                }
+                durable += 1;
+            }
+            assert_eq!(log.into_inner().overwrites, 0);
+        }
+        // reboot: recovery reads only whole records, a prefix, losing at most the torn one
+        let mut flash = MockFlash::<W, E>::new(&mut mem);
+        flash.power_on();
+        let mut log = FlashLog::open(flash, 0, SIZE as u32).unwrap();
+        let got = read_all(&mut log);
+        assert!(got.len() >= durable && got.len() <= durable + 1, "n={n}: {} vs {durable}", got.len());
+        assert_eq!(got[..], recs[..got.len()], "n={n}: recovered records must be a prefix");
+        // continue after recovery with *different* records (after a crash the runner may write
+        // something else than the torn record); then all are there exactly once, in order
+        let alt = sample_records("other-task", 4);
+        for r in &alt {
+            append_record(&mut log, r).unwrap();
+        }
+        let flash = log.into_inner();
+        assert_eq!(flash.overwrites, 0, "n={n}: wrote over non-erased bytes");
+        let mut log = FlashLog::open(flash, 0, SIZE as u32).unwrap();
+        let mut want = got.clone();
+        want.extend(alt);
+        assert_eq!(read_all(&mut log), want, "n={n}");
+        cases += 1;
+    }
+    cases
+}
+
+#[test]
+fn flash_torn_write_at_every_byte_w1() {
+    let n = torn_at_every_byte::<1, 256>();
+    std::println!("{n} cut points");
+    assert!(n > 400, "{n}");
+}
+
+#[test]
+fn flash_torn_write_at_every_byte_w4() {
+    let n = torn_at_every_byte::<4, 128>();
+    std::println!("{n} cut points");
+    assert!(n > 400, "{n}");
+}
+
+#[test]
+fn flash_torn_write_at_every_byte_w8_small_pages() {
+    // frames larger than a page: torn garbage spans page boundaries
+    let n = torn_at_every_byte::<8, 64>();
+    std::println!("{n} cut points");
+    assert!(n > 400, "{n}");
+}
+
+#[test]
+fn flash_two_torn_writes_in_a_row() {
+    const SIZE: usize = 8192;
+    let recs = sample_records("torn2", 6);
+    for n1 in (0..60).step_by(3) {
+        for n2 in (0..90).step_by(7) {
+            let mut mem = std::vec![0xFFu8; SIZE];
+            let mut flash = MockFlash::<4, 128>::new(&mut mem);
+            flash.cut_after(n1);
+            let mut log = FlashLog::open(flash, 0, SIZE as u32).unwrap();
+            for r in &recs {
+                if append_record(&mut log, r).is_err() {
+                    break;
+                }
+            }
+            let mut flash = log.into_inner();
+            flash.power_on();
+            flash.cut_after(n2);
+            let mut log = FlashLog::open(flash, 0, SIZE as u32).unwrap();
+            let have = read_all(&mut log).len();
+            for r in &recs[have..] {
+                if append_record(&mut log, r).is_err() {
+                    break;
+                }
+            }
+            let mut flash = log.into_inner();
+            flash.power_on();
+            let mut log = FlashLog::open(flash, 0, SIZE as u32).unwrap();
+            let got = read_all(&mut log);
+            assert_eq!(got[..], recs[..got.len()]);
+            for r in &recs[got.len()..] {
+                append_record(&mut log, r).unwrap();
+            }
+            let flash = log.into_inner();
+            assert_eq!(flash.overwrites, 0);
+            let mut log = FlashLog::open(flash, 0, SIZE as u32).unwrap();
+            assert_eq!(read_all(&mut log), recs, "n1={n1} n2={n2}");
+        }
+    }
+}
+
+#[test]
+fn ram_torn_write_at_every_byte() {
+    let recs = sample_records("ram", 8);
+    let mut frame = [0u8; MAX_FRAME_LEN];
+    for k in 0..recs.len() {
+        let n = emit(&recs[k], &mut frame).unwrap();
+        for cut in 0..n {
+            let mut buf = [0u8; 4096];
+            let mut log = RamLog::format(&mut buf);
+            for r in &recs[..k] {
+                append_record(&mut log, r).unwrap();
+            }
+            log.append_torn(&frame[..n], cut);
+            let mut log = RamLog::open(log.into_inner());
+            assert_eq!(read_all(&mut log), recs[..k]);
+            for r in &recs[k..] {
+                append_record(&mut log, r).unwrap();
+            }
+            let mut log = RamLog::open(log.into_inner());
+            assert_eq!(read_all(&mut log), recs);
+        }
+    }
+}
+
+#[test]
+fn flash_full_and_geometry_errors() {
+    let mut mem = std::vec![0u8; 512];
+    let flash = MockFlash::<4, 256>::new(&mut mem);
+    assert!(matches!(FlashLog::format(flash, 4, 256), Err(StorageError::Config(_))));
+    let mut mem = std::vec![0u8; 512];
+    let flash = MockFlash::<4, 256>::new(&mut mem);
+    let mut log = FlashLog::format(flash, 256, 256).unwrap();
+    let recs = sample_records("full", 20);
+    let mut ok = 0;
+    for r in &recs {
+        match append_record(&mut log, r) {
+            Ok(()) => ok += 1,
+            Err(StorageError::Full { .. }) => break,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert!(ok > 0 && ok < recs.len());
+    let flash = log.into_inner();
+    let mut log = FlashLog::open(flash, 256, 256).unwrap();
+    assert_eq!(read_all(&mut log), recs[..ok]);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// The frame decoder never panics, whatever the bytes.
+    #[test]
+    fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..700)) {
+        let _ = parse(&bytes);
+        let _ = frame::parse_header(&bytes);
+    }
+
+    /// Valid headers with random bodies: still no panic, and a CRC-valid garbage body is an error.
+    #[test]
+    fn parse_valid_header_random_body(body in proptest::collection::vec(any::<u8>(), 1..MAX_RECORD_BYTES)) {
+        let mut f = std::vec![frame::MAGIC, FORMAT_VERSION];
+        f.extend_from_slice(&(body.len() as u16).to_le_bytes());
+        let crc = crc::Crc32c::new().update(&f).update(&body).finish();
+        f.extend_from_slice(&crc.to_le_bytes());
+        f.extend_from_slice(&body);
+        if let Ok((rec, n)) = parse(&f) {
+            prop_assert_eq!(n, f.len());
+            let mut again = [0u8; MAX_FRAME_LEN];
+            prop_assert!(emit(&rec, &mut again).is_ok());
+        }
+    }
+
+    /// Random flash images: opening and reading never panics, and whatever is read folds or errs.
+    #[test]
+    fn random_flash_images_never_panic(mut mem in proptest::collection::vec(any::<u8>(), 1024..=1024), seed in any::<u8>()) {
+        // sprinkle valid frames into the noise so the walker goes deeper
+        let recs = sample_records("img", 3);
+        let mut off = (seed as usize) % 200;
+        for r in &recs {
+            let mut fb = [0u8; MAX_FRAME_LEN];
+            let n = emit(r, &mut fb).unwrap();
+            if off + n < mem.len() {
+                mem[off..off + n].copy_from_slice(&fb[..n]);
+            }
+            off += n + (seed as usize % 7);
+        }
+        let flash = MockFlash::<1, 256>::new(&mut mem);
+        let mut log = FlashLog::open(flash, 0, 1024).unwrap();
+        let mut cur = log.first();
+        let mut n = 0;
+        while let Ok(Some((_, next))) = log.read_record(cur) {
+            prop_assert!(next > cur);
+            cur = next;
+            n += 1;
+        }
+        prop_assert!(n <= 1024 / 8);
+        let _ = replay(&mut log, &tid("img"));
+        let mut ram = mem.clone();
+        let mut r = RamLog::open(&mut ram);
+        let _ = replay(&mut r, &tid("img"));
+    }
+
+    /// Random records roundtrip through a frame.
+    #[test]
+    fn records_roundtrip(step in any::<u16>(), seq in any::<u32>(), text in "[a-zé ]{0,80}", ok in any::<bool>()) {
+        let ev = if ok {
+            Event::ModelResponse { step, text: ModelText::try_from(text.as_str()).unwrap(), call: Some(call(ToolClass::ReadOnly)) }
+        } else {
+            Event::ToolResult { step, ok, output: ResultText::try_from(text.chars().take(40).collect::<std::string::String>().as_str()).unwrap() }
+        };
+        let rec = Record::new(tid("p"), seq, ev);
+        let mut fb = [0u8; MAX_FRAME_LEN];
+        let n = emit(&rec, &mut fb).unwrap();
+        prop_assert_eq!(parse(&fb[..n]).unwrap(), (rec, n));
+    }
+}
