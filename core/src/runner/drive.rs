@@ -7,15 +7,70 @@
 
 use super::error::{RunnerError, StorageError};
 use super::machine::{Action, TaskState, next_action};
-use super::record::{Decision, Event, Key, ModelText, Record, ResultText, TaskId, ToolCall};
+use super::record::{Decision, Event, Key, ModelText, Record, ResultText, TaskId, ToolCall, ToolClass};
 use super::storage::{LogStorage, append_record};
 
 /// Where records go. The host's SQLite binding and [`LogJournal`] implement it.
+///
+/// A journal may buffer: a record is durable once [`Journal::sync`] has returned `Ok` (or earlier,
+/// e.g. [`LogJournal`] makes each append durable at once). [`drive`] calls `sync` before every
+/// side effect (so the intent, and everything before it, is durable before the tool is called),
+/// right after the result of a non-idempotent tool, and before it returns. Records that can sit in
+/// the buffer are the ones whose loss a replay repairs without harm: a model response (the model
+/// is asked again; no side effect depended on it) and the result of a read-only or idempotent tool
+/// (re-run / re-called with the same key). This is what lets the SQLite binding commit one
+/// transaction per step instead of one per record.
 pub trait Journal {
     /// The journal's error.
     type Error;
-    /// Appends `rec`; on `Ok` the record is durable (see the storage contract).
+    /// Appends `rec` (durable after the next successful [`Journal::sync`]).
     fn append(&mut self, rec: &Record) -> Result<(), Self::Error>;
+    /// Makes every appended record durable.
+    fn sync(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+}
+
+/// A [`Journal`] that buffers up to `N` records and writes them to `inner` on [`Journal::sync`]
+/// (or when full). Models a host that commits one transaction per checkpoint group; with a crash
+/// between `append` and `sync` the buffered records are lost, as they would be.
+#[derive(Debug)]
+pub struct BufferedJournal<J, const N: usize> {
+    /// The durable journal.
+    pub inner: J,
+    pending: heapless::Vec<Record, N>,
+}
+
+impl<J: Journal, const N: usize> BufferedJournal<J, N> {
+    /// Wraps `inner`.
+    pub const fn new(inner: J) -> Self {
+        BufferedJournal { inner, pending: heapless::Vec::new() }
+    }
+    /// Records appended but not yet synced.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+}
+
+impl<J: Journal, const N: usize> Journal for BufferedJournal<J, N> {
+    type Error = J::Error;
+    fn append(&mut self, rec: &Record) -> Result<(), J::Error> {
+        if self.pending.is_full() {
+            self.sync()?;
+        }
+        match self.pending.push(rec.clone()) {
+            Ok(()) => Ok(()),
+            // N == 0: write through
+            Err(rec) => self.inner.append(&rec),
+        }
+    }
+    fn sync(&mut self) -> Result<(), J::Error> {
+        for rec in self.pending.iter() {
+            self.inner.append(rec)?;
+        }
+        self.pending.clear();
+        self.inner.sync()
+    }
 }
 
 /// A [`Journal`] over any [`LogStorage`].
@@ -122,20 +177,22 @@ impl<J, E> From<CommitError<J>> for DriveError<J, E> {
     }
 }
 
-/// Records a review decision for `step` (checked against the state first).
+/// Records a review decision for `step` (checked against the state first) and syncs.
 pub fn review<J: Journal>(
     state: &mut TaskState,
     journal: &mut J,
     step: u16,
     decision: Decision,
 ) -> Result<(), CommitError<J::Error>> {
-    commit(state, journal, Event::ReviewDecision { step, decision })
+    commit(state, journal, Event::ReviewDecision { step, decision })?;
+    journal.sync().map_err(CommitError::Journal)
 }
 
 /// Runs the task until it completes, suspends, pauses for review or an error occurs.
 ///
-/// `state` must be the fold of the task's log (e.g. [`super::storage::replay`]); it stays equal to
-/// the fold of the log as extended by this call, also on error.
+/// `state` must be the fold of the task's log (e.g. [`super::storage::replay`]); on `Ok` it is
+/// the fold of the log as extended by this call (everything synced). After an error it may
+/// include records a buffering journal had not made durable: replay the log before going on.
 pub fn drive<J: Journal, E: Effects>(
     state: &mut TaskState,
     journal: &mut J,
@@ -150,7 +207,20 @@ pub fn drive<J: Journal, E: Effects>(
 
 /// One iteration of [`drive`]: polls the suspend flag, then performs one action (one atomic step:
 /// a model call and its record, or intent + tool call + result). `Ok(None)` means "call again".
+/// Syncs the journal before a side effect and before returning `Ok(Some(_))`.
 pub fn drive_step<J: Journal, E: Effects>(
+    state: &mut TaskState,
+    journal: &mut J,
+    fx: &mut E,
+) -> Result<Option<Stop>, DriveError<J::Error, E::Error>> {
+    let stop = drive_action(state, journal, fx)?;
+    if stop.is_some() {
+        journal.sync().map_err(DriveError::Journal)?;
+    }
+    Ok(stop)
+}
+
+fn drive_action<J: Journal, E: Effects>(
     state: &mut TaskState,
     journal: &mut J,
     fx: &mut E,
@@ -184,9 +254,14 @@ pub fn drive_step<J: Journal, E: Effects>(
                 };
                 commit(state, journal, intent)?;
             }
-            // The intent is durable here (journal contract): the side effect may start.
+            // Everything up to the intent becomes durable before the side effect may start.
+            journal.sync().map_err(DriveError::Journal)?;
             let out = fx.tool(&state.task_id, step, &call, key.as_ref()).map_err(DriveError::Effects)?;
             commit(state, journal, Event::ToolResult { step, ok: out.ok, output: out.output })?;
+            if call.class == ToolClass::NonIdempotent {
+                // keep the window in which a crash sends this step to review minimal
+                journal.sync().map_err(DriveError::Journal)?;
+            }
         }
     }
     Ok(None)

@@ -20,10 +20,11 @@ use core::cell::Cell;
 
 use super::crc::Crc32c;
 use super::drive::{
-    CommitError, DriveError, Effects, Journal, LogJournal, ModelReply, Stop, ToolOutput, commit, drive, review,
+    BufferedJournal, CommitError, DriveError, Effects, Journal, LogJournal, ModelReply, Stop, ToolOutput, commit,
+    drive, review,
 };
 use super::error::StorageError;
-use super::machine::TaskState;
+use super::machine::{Phase, TaskState};
 use super::record::{
     Args, Decision, Event, Key, Kind, ModelText, Record, ResultText, TaskId, ToolCall, ToolClass, ToolName,
 };
@@ -334,14 +335,37 @@ pub fn boot<const N: usize>(
     world: &mut SimWorld<N>,
     plan: &CrashPlan,
     reviews: &mut u32,
+    batch: bool,
 ) -> Result<(Stop, TaskState), BootError> {
-    let log = RamLog::open(buf);
-    let mut journal = CrashJournal { inner: LogJournal(log), plan };
-    let mut state = replay(&mut journal.inner.0, task).map_err(|_| BootError::Violation(Violation::BadLog))?;
+    let mut log = RamLog::open(buf);
+    let state = replay(&mut log, task).map_err(|_| BootError::Violation(Violation::BadLog))?;
+    let journal = CrashJournal { inner: LogJournal(log), plan };
+    if batch {
+        boot_with(BufferedJournal::<_, BATCH>::new(journal), state, task, script, world, plan, reviews)
+    } else {
+        boot_with(journal, state, task, script, world, plan, reviews)
+    }
+}
+
+/// Records a [`BufferedJournal`] holds in batch mode.
+pub const BATCH: usize = 8;
+
+type HarnessJournalError = CrashJournalError<StorageError<RamError>>;
+
+fn boot_with<J: Journal<Error = HarnessJournalError>, const N: usize>(
+    mut journal: J,
+    mut state: TaskState,
+    task: &TaskId,
+    script: &[ScriptStep<'_>],
+    world: &mut SimWorld<N>,
+    plan: &CrashPlan,
+    reviews: &mut u32,
+) -> Result<(Stop, TaskState), BootError> {
     if !state.created {
         let steps = script.len() as u16;
         let created = Event::Created { spec_digest: script_digest(script), steps };
         commit(&mut state, &mut journal, created).map_err(commit_err)?;
+        journal.sync().map_err(|e| commit_err(CommitError::Journal(e)))?;
     }
     loop {
         let mut fx = SimEffects { script, world: &mut *world, plan, suspend_before_step: None };
@@ -360,7 +384,7 @@ pub fn boot<const N: usize>(
     }
 }
 
-fn commit_err(e: CommitError<CrashJournalError<StorageError<RamError>>>) -> BootError {
+fn commit_err(e: CommitError<HarnessJournalError>) -> BootError {
     match e {
         CommitError::Journal(CrashJournalError::Crash(c)) => BootError::Crashed(c),
         _ => BootError::Violation(Violation::BadLog),
@@ -389,6 +413,7 @@ pub fn run_with_crashes<const N: usize>(
     script: &[ScriptStep<'_>],
     world: &mut SimWorld<N>,
     crashes: &[u32],
+    batch: bool,
 ) -> Result<RunReport, Violation> {
     let _ = RamLog::format(&mut *buf);
     let mut report = RunReport::default();
@@ -404,12 +429,15 @@ pub fn run_with_crashes<const N: usize>(
             Some(&n) => CrashPlan::at(n),
             None => CrashPlan::never(),
         };
-        match boot(&mut *buf, task, script, world, &plan, &mut reviews) {
+        match boot(&mut *buf, task, script, world, &plan, &mut reviews, batch) {
             Ok((Stop::Completed, state)) => break state,
             Ok(_) => return Err(Violation::NotCompleted),
-            Err(BootError::Crashed(c)) => {
+            Err(BootError::Crashed(_)) => {
                 report.crashes += 1;
-                if c.point.in_window() {
+                // In the window: the tool saw the call, the durable log has no result for it.
+                let mut log = RamLog::open(&mut *buf);
+                let st = replay(&mut log, task).map_err(|_| Violation::BadLog)?;
+                if matches!(st.phase, Phase::InFlight { .. }) && world.received(task, st.step) > 0 {
                     report.window_crashes += 1;
                 }
             }
@@ -485,7 +513,9 @@ pub struct CrashReport {
 }
 
 /// Crashes `task` at every crash point of a crash-free run, recovers, finishes and checks each.
-/// With `pairs`, also crashes the recovery boot at every one of its points (quadratic).
+/// With `pairs`, also crashes the recovery boot at every one of its points (quadratic). With
+/// `batch`, the runner writes through a [`BufferedJournal`] (records durable only at `sync`, as
+/// the SQLite binding commits them), so a crash also loses the unsynced records.
 /// `world` is scratch space (cleared before each run).
 pub fn enumerate_crash_points<const N: usize>(
     buf: &mut [u8],
@@ -493,6 +523,7 @@ pub fn enumerate_crash_points<const N: usize>(
     script: &[ScriptStep<'_>],
     world: &mut SimWorld<N>,
     pairs: bool,
+    batch: bool,
 ) -> CrashReport {
     let mut rep = CrashReport::default();
     // Count the points of a crash-free run.
@@ -500,7 +531,7 @@ pub fn enumerate_crash_points<const N: usize>(
     let _ = RamLog::format(&mut *buf);
     let plan = CrashPlan::never();
     let mut reviews = 0;
-    let _ = boot(&mut *buf, task, script, world, &plan, &mut reviews);
+    let _ = boot(&mut *buf, task, script, world, &plan, &mut reviews, batch);
     rep.points = plan.passed();
     let record = |rep: &mut CrashReport, a: u32, b: u32, r: Result<RunReport, Violation>| {
         rep.runs += 1;
@@ -520,13 +551,13 @@ pub fn enumerate_crash_points<const N: usize>(
     };
     for k in 0..rep.points {
         *world = SimWorld::new();
-        let r = run_with_crashes(&mut *buf, task, script, world, &[k]);
+        let r = run_with_crashes(&mut *buf, task, script, world, &[k], batch);
         record(&mut rep, k, u32::MAX, r);
         if pairs {
             // The recovery boot passes at most `points` + a few review points.
             for j in 0..rep.points + 4 {
                 *world = SimWorld::new();
-                let r = run_with_crashes(&mut *buf, task, script, world, &[k, j]);
+                let r = run_with_crashes(&mut *buf, task, script, world, &[k, j], batch);
                 record(&mut rep, k, j, r);
             }
         }

@@ -33,7 +33,7 @@
 //! let mut world = harness::SimWorld::<128>::new();
 //! let task = TaskId::try_from("demo").unwrap();
 //! // crash at point 7 of the first boot, then recover and finish
-//! let report = harness::run_with_crashes(&mut buf, &task, &harness::DEMO_SCRIPT, &mut world, &[7]).unwrap();
+//! let report = harness::run_with_crashes(&mut buf, &task, &harness::DEMO_SCRIPT, &mut world, &[7], false).unwrap();
 //! assert_eq!(report.crashes, 1);
 //! let _ = RamLog::open(&mut buf);
 //! ```
@@ -53,8 +53,8 @@ mod tests;
 
 pub use crc::crc32c;
 pub use drive::{
-    CommitError, DriveError, Effects, Journal, LogJournal, ModelReply, Stop, ToolOutput, commit, drive, drive_step,
-    review,
+    BufferedJournal, CommitError, DriveError, Effects, Journal, LogJournal, ModelReply, Stop, ToolOutput, commit,
+    drive, drive_step, review,
 };
 pub use error::{RunnerError, StorageError};
 pub use frame::{FORMAT_VERSION, FrameError, MAX_FRAME_LEN, emit, parse};
