@@ -1,7 +1,13 @@
 //! The bare-metal side: boot, run the shared scenario, send the metrics and the memory
 //! measurements over defmt, exit through semihosting (status 1 when any check fails).
 
-use brokerlab_firmware::{FW_MEASUREMENTS, scenario};
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicBool, Ordering};
+
+use brokerlab_core::fleet::stats::LogHistogram;
+use brokerlab_core::fleet::{IndexEntry, PendingEntry, PendingRecord, Slot};
+use brokerlab_firmware::FW_MEASUREMENTS;
+use brokerlab_firmware::scenario::{self, Storage};
 use cortex_m as _; // the critical-section implementation (feature `critical-section-single-core`)
 use cortex_m_rt::{ExceptionFrame, entry, exception};
 use cortex_m_semihosting::debug;
@@ -19,6 +25,32 @@ unsafe extern "C" {
     static __sdata: u32;
     static _ram_start: u32;
     static _ram_end: u32;
+}
+
+/// Every buffer of the scenario, in .bss (sizes from `scenario`; no heap, no allocator).
+struct Buffers {
+    slots: [Slot; scenario::SLOTS_LEN],
+    tables: [u32; scenario::TABLES_LEN],
+    queues: [u64; scenario::QUEUES_LEN],
+    index: [IndexEntry; scenario::INDEX_LEN],
+    pending: [PendingRecord; scenario::PENDING_LEN],
+    pending_table: [PendingEntry; scenario::PENDING_TABLE_LEN],
+    latencies: [u64; scenario::LATENCIES_LEN],
+    histograms: [LogHistogram; scenario::HISTOGRAMS_LEN],
+}
+
+/// Zeroed at reset with the rest of .bss. Every field is an array of structs of plain integers,
+/// for which all-zero bytes are a valid value (an empty `LogHistogram`; the fleet's constructors
+/// reset the other buffers anyway).
+static mut BUFFERS: MaybeUninit<Buffers> = MaybeUninit::zeroed();
+static BUFFERS_TAKEN: AtomicBool = AtomicBool::new(false);
+
+/// The buffers, once.
+fn take_buffers() -> &'static mut Buffers {
+    assert!(!BUFFERS_TAKEN.swap(true, Ordering::AcqRel), "buffers taken twice");
+    // SAFETY: the flag above hands out this one `&mut` at most once; the zeroed bytes are a valid
+    // `Buffers` (see `BUFFERS`).
+    unsafe { &mut *(&raw mut BUFFERS).cast::<Buffers>() }
 }
 
 /// Addresses of the linker symbols above.
@@ -53,21 +85,40 @@ fn main() -> ! {
     defmt::info!("brokerlab firmware: running the shared scenario");
     let mut ok = true;
     let mut count = 0u32;
-    match scenario::run(scenario::SEED) {
-        Ok(metrics) => {
-            for &(name, value) in metrics.as_slice() {
-                defmt::println!("BL m {=str} {=u64}", name, value);
-                count += 1;
-            }
-        }
-        Err(i) => {
-            defmt::error!("scenario failed at request {=u32}", i);
-            ok = false;
-        }
+    let b = take_buffers();
+    let mut storage = Storage {
+        slots: &mut b.slots,
+        tables: &mut b.tables,
+        queues: &mut b.queues,
+        index: &mut b.index,
+        pending: &mut b.pending,
+        pending_table: &mut b.pending_table,
+        latencies: &mut b.latencies,
+        histograms: &mut b.histograms,
+    };
+    let mut sink = |group: &'static str, name: &'static str, index: u32, value: u64| {
+        defmt::println!("BL m {=str} {=str} {=u32} {=u64}", group, name, index, value);
+        count += 1;
+    };
+    if let Err(e) = scenario::run(scenario::SEED, &mut storage, &mut sink) {
+        defmt::error!(
+            "scenario failed: run {=str}, request {=u32}: {}",
+            e.run,
+            e.request,
+            defmt::Display2Format(&e.error)
+        );
+        ok = false;
     }
     let (stack_end, stack_start, sdata, ram_start, ram_end) = symbol_addresses();
     let peak = stack_peak(stack_end, stack_start);
-    let values = [peak, stack_start - stack_end, stack_end - sdata, ram_end - ram_start];
+    let values = [
+        peak,
+        stack_start - stack_end,
+        stack_end - sdata,
+        ram_end - ram_start,
+        scenario::storage_bytes(),
+        core::mem::size_of::<brokerlab_core::fleet::Fleet<'static>>(),
+    ];
     for (name, value) in FW_MEASUREMENTS.iter().zip(values) {
         defmt::println!("BL fw {=str} {=u64}", name, value as u64);
     }

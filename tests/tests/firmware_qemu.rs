@@ -9,8 +9,11 @@ mod firmware;
 
 use std::sync::OnceLock;
 
-use brokerlab_firmware::{FW_MEASUREMENTS, scenario};
-use firmware::FirmwareRun;
+use brokerlab_core::fleet::stats::LogHistogram;
+use brokerlab_core::fleet::{IndexEntry, PendingEntry, PendingRecord, Slot};
+use brokerlab_firmware::FW_MEASUREMENTS;
+use brokerlab_firmware::scenario::{self, Storage};
+use firmware::{FirmwareRun, Metric};
 
 /// Headroom the stack and the statics must leave in the machine's RAM.
 const MIN_RAM_MARGIN_BYTES: u64 = 64 * 1024;
@@ -21,6 +24,34 @@ fn skipped() -> bool {
         eprintln!("BROKERLAB_SKIP_QEMU=1: skipping the QEMU firmware comparison");
     }
     skip
+}
+
+/// The same scenario through the host build of core, with heap buffers of the same lengths.
+fn host_metrics() -> Vec<Metric> {
+    let mut slots = vec![Slot::default(); scenario::SLOTS_LEN];
+    let mut tables = vec![0u32; scenario::TABLES_LEN];
+    let mut queues = vec![0u64; scenario::QUEUES_LEN];
+    let mut index = vec![IndexEntry::default(); scenario::INDEX_LEN];
+    let mut pending = vec![PendingRecord::default(); scenario::PENDING_LEN];
+    let mut pending_table = vec![PendingEntry::default(); scenario::PENDING_TABLE_LEN];
+    let mut latencies = vec![0u64; scenario::LATENCIES_LEN];
+    let mut histograms = vec![LogHistogram::default(); scenario::HISTOGRAMS_LEN];
+    let mut storage = Storage {
+        slots: &mut slots,
+        tables: &mut tables,
+        queues: &mut queues,
+        index: &mut index,
+        pending: &mut pending,
+        pending_table: &mut pending_table,
+        latencies: &mut latencies,
+        histograms: &mut histograms,
+    };
+    let mut out = Vec::new();
+    let mut sink = |g: &'static str, n: &'static str, i: u32, v: u64| out.push((g.to_string(), n.to_string(), i, v));
+    if let Err(e) = scenario::run(scenario::SEED, &mut storage, &mut sink) {
+        panic!("host scenario failed: run {}, request {}: {}", e.run, e.request, e.error);
+    }
+    out
 }
 
 /// One build and one QEMU run shared by every test of this file.
@@ -53,10 +84,15 @@ fn firmware_metrics_are_bit_identical_with_the_host() {
         return;
     }
     let run = run();
-    let host = scenario::run(scenario::SEED).unwrap_or_else(|i| panic!("host scenario failed at request {i}"));
-    let host: Vec<(String, u64)> = host.as_slice().iter().map(|&(n, v)| (n.to_string(), v)).collect();
-    assert!(!host.is_empty());
-    assert_eq!(run.metrics, host, "firmware (left) vs host (right)");
+    let host = host_metrics();
+    assert!(host.len() > 100, "the scenario reports every run's metrics");
+    for (f, h) in run.metrics.iter().zip(&host) {
+        assert_eq!(f, h, "firmware (left) vs host (right)");
+    }
+    assert_eq!(run.metrics.len(), host.len(), "metric count, firmware vs host");
+    // Each run's digest covers every field of every per-request outcome.
+    let digests = host.iter().filter(|m| m.1 == "outcome_digest").count();
+    assert_eq!(digests, scenario::RUNS.len());
     assert_eq!(run.end.map(|(n, _)| n), Some(host.len() as u64), "metric count in the end frame");
 }
 

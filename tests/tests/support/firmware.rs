@@ -41,6 +41,9 @@ pub struct Sizes {
     pub bss: u64,
 }
 
+/// One scenario metric: (group, name, index, value).
+pub type Metric = (String, String, u32, u64);
+
 /// Everything one firmware run produced.
 #[derive(Debug, Clone)]
 pub struct FirmwareRun {
@@ -50,8 +53,8 @@ pub struct FirmwareRun {
     pub sizes: Sizes,
     /// All decoded frames, in order.
     pub frames: Vec<Frame>,
-    /// `BL m` frames: the scenario metrics, in order.
-    pub metrics: Vec<(String, u64)>,
+    /// `BL m` frames: the scenario metrics (group, name, index, value), in order.
+    pub metrics: Vec<Metric>,
     /// `BL fw` frames: the firmware's own measurements.
     pub measurements: BTreeMap<String, u64>,
     /// The `BL end` frame: (metric count, all checks ok).
@@ -196,7 +199,12 @@ fn parse_frames(run: &mut FirmwareRun) -> Result<(), String> {
         let fields: Vec<&str> = words.collect();
         let bad = || format!("bad frame: {:?}", frame.message);
         match fields.as_slice() {
-            ["m", name, value] => run.metrics.push((name.to_string(), value.parse().map_err(|_| bad())?)),
+            ["m", group, name, index, value] => run.metrics.push((
+                group.to_string(),
+                name.to_string(),
+                index.parse().map_err(|_| bad())?,
+                value.parse().map_err(|_| bad())?,
+            )),
             ["fw", name, value] => {
                 run.measurements.insert(name.to_string(), value.parse().map_err(|_| bad())?);
             }
