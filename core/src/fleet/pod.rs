@@ -1,9 +1,14 @@
 //! A pod's KV-block cache: an LRU of at most C block keys with O(1) hit test, touch and eviction.
 //!
 //! Layout (bring your own storage): `slots` holds C [`Slot`]s `{key, prev, next}` forming a doubly
-//! linked recency list; `table` is an open-addressing index from key to slot (`0` = empty, else
-//! slot + 1), a power of two at least 4/3 of C. Bytes per cached block:
-//! `16 + 4 * table_len / C`, i.e. between 21.3 and 26.7.
+//! linked recency list; `table` is an open-addressing index from key to slot, a power of two at
+//! least 2 C. A table entry is `0` when empty, else `tag | (slot + 1)`: the low `slot_bits`
+//! bits hold slot + 1 and the bits above hold the same bits of the key's upper half (a tag), so a
+//! probe over another key's entry rarely has to read that key's slot. When the tag has at least
+//! log2(table length) bits (C < 32768), the home position is taken from those tag bits, so
+//! deletion can shift entries without reading any slot either. Keys are chained-hash outputs, so
+//! their bits are uniform; other keys stay correct, only slower. Bytes per cached block:
+//! `16 + 4 * table_len / C`, i.e. between 24 and 32.
 
 use super::Error;
 use super::limits::MAX_POD_BLOCKS;
@@ -48,6 +53,11 @@ pub struct LruPod<'a> {
     slots: &'a mut [Slot],
     table: &'a mut [u32],
     shift: u32,
+    /// Low bits of a table entry that hold slot + 1; the others hold the key's tag.
+    slot_mask: u32,
+    slot_bits: u32,
+    /// Home positions come from the tag bits (see the module doc).
+    direct: bool,
     len: u32,
     /// Most recently touched slot.
     mru: u32,
@@ -59,6 +69,9 @@ struct TableView<'t, 'a> {
     slots: &'t [Slot],
     table: &'t mut [u32],
     shift: u32,
+    slot_mask: u32,
+    slot_bits: u32,
+    direct: bool,
     _p: core::marker::PhantomData<&'a ()>,
 }
 
@@ -70,7 +83,11 @@ impl Probe for TableView<'_, '_> {
         self.table[i] == 0
     }
     fn home_of(&self, i: usize) -> usize {
-        table::home(self.slots[self.table[i] as usize - 1].key, self.shift)
+        let e = self.table[i];
+        match self.direct {
+            true => (e >> self.slot_bits) as usize & (self.table.len() - 1),
+            false => table::home(self.slots[(e & self.slot_mask) as usize - 1].key, self.shift),
+        }
     }
     fn move_entry(&mut self, from: usize, to: usize) {
         self.table[to] = self.table[from];
@@ -83,7 +100,9 @@ impl Probe for TableView<'_, '_> {
 impl<'a> LruPod<'a> {
     /// Length of the key table for a pod of `capacity` blocks.
     pub fn table_len(capacity: usize) -> usize {
-        table::table_len_for(capacity).unwrap_or(0)
+        // At most half full: short probe runs matter more than the 0..8 bytes per block this
+        // costs over the shared 3/4 bound (16 + 4 * table / C stays <= 32 bytes per block).
+        capacity.checked_mul(2).and_then(usize::checked_next_power_of_two).unwrap_or(0).max(2)
     }
 
     /// Bytes of core memory per cached block for a pod of `capacity` blocks.
@@ -105,7 +124,10 @@ impl<'a> LruPod<'a> {
         table.fill(0);
         slots.fill(Slot::default());
         let shift = table::shift_for(table.len());
-        Ok(LruPod { slots, table, shift, len: 0, mru: NIL, lru: NIL })
+        let slot_bits = 32 - (capacity as u32).leading_zeros();
+        let slot_mask = u32::MAX.checked_shr(32 - slot_bits).unwrap_or(0);
+        let direct = 32 - slot_bits >= table.len().trailing_zeros();
+        Ok(LruPod { slots, table, shift, slot_mask, slot_bits, direct, len: 0, mru: NIL, lru: NIL })
     }
 
     /// Most blocks this pod holds.
@@ -123,18 +145,35 @@ impl<'a> LruPod<'a> {
         self.len == 0
     }
 
+    #[inline(always)]
+    fn tag(&self, key: u64) -> u32 {
+        (key >> 32) as u32 & !self.slot_mask
+    }
+
+    #[inline(always)]
+    fn home(&self, key: u64) -> usize {
+        match self.direct {
+            true => ((key >> 32) as u32 >> self.slot_bits) as usize & (self.table.len() - 1),
+            false => table::home(key, self.shift),
+        }
+    }
+
     /// Table position and slot of `key`, if held.
     #[inline]
     fn find(&self, key: u64) -> Option<(usize, u32)> {
         let mask = self.table.len() - 1;
-        let mut i = table::home(key, self.shift);
+        let tag = self.tag(key);
+        let mut i = self.home(key);
         loop {
             let e = self.table[i];
             if e == 0 {
                 return None;
             }
-            if self.slots[(e - 1) as usize].key == key {
-                return Some((i, e - 1));
+            if e & !self.slot_mask == tag {
+                let s = (e & self.slot_mask) - 1;
+                if self.slots[s as usize].key == key {
+                    return Some((i, s));
+                }
             }
             i = (i + 1) & mask;
         }
@@ -179,20 +218,43 @@ impl<'a> LruPod<'a> {
 
     fn table_insert(&mut self, key: u64, s: u32) {
         let mask = self.table.len() - 1;
-        let mut i = table::home(key, self.shift);
+        let mut i = self.home(key);
         while self.table[i] != 0 {
             i = (i + 1) & mask;
         }
-        self.table[i] = s + 1;
+        self.table[i] = self.tag(key) | (s + 1);
     }
 
-    /// Evicts the least recent key; returns it.
+    /// Table position of the entry pointing at slot `s`, whose key is `key`.
+    fn position_of(&self, key: u64, s: u32) -> Option<usize> {
+        let mask = self.table.len() - 1;
+        let mut i = self.home(key);
+        loop {
+            let e = self.table[i];
+            if e == 0 {
+                return None;
+            }
+            if e & self.slot_mask == s + 1 {
+                return Some(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Evicts the least recent key; returns its slot.
     fn evict_lru(&mut self, events: &mut impl CacheEvents) -> u32 {
         let victim = self.lru;
         let key = self.slots[victim as usize].key;
-        if let Some((pos, _)) = self.find(key) {
-            let mut view =
-                TableView { slots: self.slots, table: self.table, shift: self.shift, _p: Default::default() };
+        if let Some(pos) = self.position_of(key, victim) {
+            let mut view = TableView {
+                slots: self.slots,
+                table: self.table,
+                shift: self.shift,
+                slot_mask: self.slot_mask,
+                slot_bits: self.slot_bits,
+                direct: self.direct,
+                _p: Default::default(),
+            };
             table::remove_at(&mut view, pos);
         }
         self.unlink(victim);
@@ -200,6 +262,7 @@ impl<'a> LruPod<'a> {
         victim
     }
 
+    #[inline]
     /// Makes `key` the most recent, inserting it (and evicting the least recent key when full) if
     /// absent. Returns whether it was present.
     #[inline]

@@ -263,6 +263,7 @@ struct Feed<'x, 'a> {
 }
 
 impl CacheEvents for Feed<'_, '_> {
+    #[inline]
     fn inserted(&mut self, key: u64) {
         if let Some(ix) = self.index.as_deref_mut() {
             if let Err(e) = ix.insert(key, self.pod) {
@@ -270,6 +271,7 @@ impl CacheEvents for Feed<'_, '_> {
             }
         }
     }
+    #[inline]
     fn evicted(&mut self, key: u64) {
         if let Some(ix) = self.index.as_deref_mut() {
             ix.remove(key, self.pod);
