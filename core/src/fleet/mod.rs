@@ -6,6 +6,7 @@
 //! storage", as in smoltcp), so the host can run pods of millions of blocks while this crate never
 //! allocates. [`FleetLayout`] says how large each buffer must be.
 
+pub mod fixmath;
 pub mod hash;
 pub mod index;
 pub mod keys;
@@ -16,6 +17,7 @@ pub mod server;
 pub mod sim;
 pub mod stats;
 mod table;
+pub mod workload;
 
 pub use index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 pub use pod::{CacheEvents, LruPod, Slot};

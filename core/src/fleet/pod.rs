@@ -262,7 +262,6 @@ impl<'a> LruPod<'a> {
         victim
     }
 
-    #[inline]
     /// Makes `key` the most recent, inserting it (and evicting the least recent key when full) if
     /// absent. Returns whether it was present.
     #[inline]
