@@ -3,4 +3,5 @@
 
 pub mod error;
 pub mod fleet;
+pub mod plot;
 pub mod task;
