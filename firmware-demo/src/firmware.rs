@@ -6,6 +6,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 
 use brokerlab_core::fleet::stats::LogHistogram;
 use brokerlab_core::fleet::{IndexEntry, PendingEntry, PendingRecord, Slot};
+use brokerlab_core::runner::harness::SimWorld;
 use brokerlab_firmware::FW_MEASUREMENTS;
 use brokerlab_firmware::scenario::{self, Storage};
 use cortex_m as _; // the critical-section implementation (feature `critical-section-single-core`)
@@ -37,20 +38,24 @@ struct Buffers {
     pending_table: [PendingEntry; scenario::PENDING_TABLE_LEN],
     latencies: [u64; scenario::LATENCIES_LEN],
     histograms: [LogHistogram; scenario::HISTOGRAMS_LEN],
+    runner_log: [u8; scenario::RUNNER_LOG_BYTES],
 }
 
 /// Zeroed at reset with the rest of .bss. Every field is an array of structs of plain integers,
 /// for which all-zero bytes are a valid value (an empty `LogHistogram`; the fleet's constructors
 /// reset the other buffers anyway).
 static mut BUFFERS: MaybeUninit<Buffers> = MaybeUninit::zeroed();
+/// The runner harness's world, built by its `const fn new` (no zeroing argument needed).
+static mut WORLD: SimWorld<{ scenario::WORLD_CALLS }> = SimWorld::new();
 static BUFFERS_TAKEN: AtomicBool = AtomicBool::new(false);
 
 /// The buffers, once.
-fn take_buffers() -> &'static mut Buffers {
+fn take_buffers() -> (&'static mut Buffers, &'static mut SimWorld<{ scenario::WORLD_CALLS }>) {
     assert!(!BUFFERS_TAKEN.swap(true, Ordering::AcqRel), "buffers taken twice");
-    // SAFETY: the flag above hands out this one `&mut` at most once; the zeroed bytes are a valid
+    // SAFETY: the flag above hands out these `&mut` at most once; the zeroed bytes are a valid
     // `Buffers` (see `BUFFERS`).
-    unsafe { &mut *(&raw mut BUFFERS).cast::<Buffers>() }
+    let (buffers, world) = ((&raw mut BUFFERS).cast::<Buffers>(), &raw mut WORLD);
+    unsafe { (&mut *buffers, &mut *world) }
 }
 
 /// Addresses of the linker symbols above.
@@ -80,12 +85,27 @@ fn stack_peak(bottom: usize, top: usize) -> usize {
     top - p
 }
 
+/// Repaints the unused part of the stack, from `bottom` up to a little below the current stack
+/// pointer, so that the next [`stack_peak`] measures only what runs after this call.
+#[inline(never)]
+fn repaint_stack(bottom: usize) {
+    // Stay 256 bytes below our own SP: nothing lives there while this function runs (no calls,
+    // no interrupts enabled).
+    let limit = (cortex_m::register::msp::read() as usize).saturating_sub(256) & !3;
+    let mut p = bottom;
+    while p < limit {
+        // SAFETY: [bottom, limit) is stack memory below every live frame (see above), word aligned.
+        unsafe { core::ptr::write_volatile(p as *mut u32, STACK_PAINT) };
+        p += 4;
+    }
+}
+
 #[entry]
 fn main() -> ! {
     defmt::info!("brokerlab firmware: running the shared scenario");
     let mut ok = true;
     let mut count = 0u32;
-    let b = take_buffers();
+    let (b, world) = take_buffers();
     let mut storage = Storage {
         slots: &mut b.slots,
         tables: &mut b.tables,
@@ -95,24 +115,38 @@ fn main() -> ! {
         pending_table: &mut b.pending_table,
         latencies: &mut b.latencies,
         histograms: &mut b.histograms,
+        runner_log: &mut b.runner_log,
+        world,
     };
     let mut sink = |group: &'static str, name: &'static str, index: u32, value: u64| {
         defmt::println!("BL m {=str} {=str} {=u32} {=u64}", group, name, index, value);
         count += 1;
     };
-    if let Err(e) = scenario::run(scenario::SEED, &mut storage, &mut sink) {
+    let report = |e: scenario::RunError| {
         defmt::error!(
             "scenario failed: run {=str}, request {=u32}: {}",
             e.run,
             e.request,
             defmt::Display2Format(&e.error)
         );
+    };
+    let (stack_end, stack_start, sdata, ram_start, ram_end) = symbol_addresses();
+    if let Err(e) = scenario::run_fleets(scenario::SEED, &mut storage, &mut sink) {
+        report(e);
         ok = false;
     }
-    let (stack_end, stack_start, sdata, ram_start, ram_end) = symbol_addresses();
-    let peak = stack_peak(stack_end, stack_start);
+    let peak_fleet = stack_peak(stack_end, stack_start);
+    repaint_stack(stack_end);
+    if let Err(e) = scenario::run_runner(storage.runner_log, storage.world, &mut sink) {
+        report(e);
+        ok = false;
+    }
+    let peak_runner = stack_peak(stack_end, stack_start);
+    let peak = peak_fleet.max(peak_runner);
     let values = [
         peak,
+        peak_fleet,
+        peak_runner,
         stack_start - stack_end,
         stack_end - sdata,
         ram_end - ram_start,

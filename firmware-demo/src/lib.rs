@@ -14,12 +14,21 @@
 
 pub mod scenario;
 
-/// The firmware-only measurements, in the order the firmware sends them: peak stack (painting),
-/// the painted stack region, static RAM (.data + .bss + .uninit, from the linker symbols), the
-/// machine's RAM, the scenario's buffers (`scenario::storage_bytes`) and `size_of::<Fleet>()` on
-/// the target (the fleet value lives on the stack).
-pub const FW_MEASUREMENTS: [&str; 6] =
-    ["stack_peak_bytes", "stack_region_bytes", "static_ram_bytes", "ram_bytes", "storage_bytes", "fleet_struct_bytes"];
+/// The firmware-only measurements, in the order the firmware sends them: peak stack (painting)
+/// overall, during the fleet runs and during the runner check (the stack is repainted between
+/// the two), the painted stack region, static RAM (.data + .bss + .uninit, from the linker
+/// symbols), the machine's RAM, the scenario's buffers (`scenario::storage_bytes`) and
+/// `size_of::<Fleet>()` on the target (the fleet value lives on the stack).
+pub const FW_MEASUREMENTS: [&str; 8] = [
+    "stack_peak_bytes",
+    "stack_peak_fleet_bytes",
+    "stack_peak_runner_bytes",
+    "stack_region_bytes",
+    "static_ram_bytes",
+    "ram_bytes",
+    "storage_bytes",
+    "fleet_struct_bytes",
+];
 
 /// Receives the scenario's metrics: (group, name, index, value). The firmware sends each one as a
 /// defmt frame; the host test collects them.

@@ -4,6 +4,11 @@
 //! core's `Fleet`. Every integer the fleet reports is sent, plus exact latency percentiles, the
 //! core's `LogHistogram` percentiles and a digest of every per-request `Outcome`.
 //!
+//! Then the durable task runner: [`run_runner`] crashes the core's 20-step demo task at every crash
+//! point (`runner::harness::enumerate_crash_points`), unbuffered and batched, and checks every
+//! guarantee (each side effect exactly once, reads answered, replay equals the live state) on
+//! both sides; the log bytes of a crash-free run are digested with CRC-32C.
+//!
 //! The requests come from [`request`], an integer formula (no floats, no RNG crate), so the host
 //! and the Cortex-M3 build the same stream.
 //! TODO: switch to the seeded workload generator once `core/src/fleet/workload.rs` lands, keeping
@@ -16,6 +21,9 @@ use brokerlab_core::fleet::{
     Error, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, Outcome, PendingEntry, PendingRecord, Request,
     RouterKind, Slot,
 };
+
+use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, SimWorld, Violation};
+use brokerlab_core::runner::{RamLog, TaskId, crc32c};
 
 use crate::Sink;
 
@@ -60,10 +68,15 @@ pub const RUNS: [(&str, RouterKind, u32); 4] = [
     ("prefix-aware-stale", RouterKind::PrefixAware, STALE_DELAY),
 ];
 
-/// Smallest power of two >= ceil(n * 4 / 3): the core's table sizing at load 3/4 (the run checks
-/// the actual lengths against `FleetLayout` and fails with `BufferSize` if the core changes it).
+/// An upper bound of the core's hash-table lengths for `n` entries: the larger of its two sizing
+/// rules (load <= 3/4: `next_power_of_two(ceil(4n/3))`; pod key tables at most half full:
+/// `next_power_of_two(2n)`). The core's sizing functions are not `const`, so the static buffers
+/// use this bound; each run slices them to the exact `FleetLayout` lengths and fails with
+/// `BufferSize` if the core ever needs more.
 const fn table_len(n: usize) -> usize {
-    (n * 4).div_ceil(3).next_power_of_two()
+    let three_quarters = (n * 4).div_ceil(3).next_power_of_two();
+    let half = (n * 2).next_power_of_two();
+    if half > three_quarters { half } else { three_quarters }
 }
 
 /// Length of [`Storage::slots`].
@@ -104,6 +117,10 @@ pub struct Storage<'a> {
     /// `LogHistogram` is empty, so the firmware keeps them in .bss and never builds one on the
     /// stack).
     pub histograms: &'a mut [LogHistogram],
+    /// The runner's in-RAM log, [`RUNNER_LOG_BYTES`] long.
+    pub runner_log: &'a mut [u8],
+    /// The runner harness's simulated world.
+    pub world: &'a mut SimWorld<WORLD_CALLS>,
 }
 
 /// Total bytes of the [`Storage`] buffers.
@@ -117,6 +134,8 @@ pub const fn storage_bytes() -> usize {
         + PENDING_TABLE_LEN * size_of::<PendingEntry>()
         + LATENCIES_LEN * size_of::<u64>()
         + HISTOGRAMS_LEN * size_of::<LogHistogram>()
+        + RUNNER_LOG_BYTES
+        + size_of::<SimWorld<WORLD_CALLS>>()
 }
 
 /// Why a run failed.
@@ -124,10 +143,35 @@ pub const fn storage_bytes() -> usize {
 pub struct RunError {
     /// The run (group name).
     pub run: &'static str,
-    /// The request being dispatched (`u32::MAX` when building the fleet).
+    /// The request being dispatched, or the crash index of the first boot for the runner
+    /// (`u32::MAX` when building the fleet).
     pub request: u32,
-    /// The core's error.
-    pub error: Error,
+    /// What went wrong.
+    pub error: Cause,
+}
+
+/// The cause of a [`RunError`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The fleet core returned an error.
+    Fleet(Error),
+    /// The runner harness found a broken guarantee.
+    Runner(Violation),
+}
+
+impl From<Error> for Cause {
+    fn from(e: Error) -> Self {
+        Cause::Fleet(e)
+    }
+}
+
+impl core::fmt::Display for Cause {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Cause::Fleet(e) => write!(f, "fleet: {e}"),
+            Cause::Runner(v) => write!(f, "runner guarantee broken: {v:?}"),
+        }
+    }
 }
 
 /// One synthetic request.
@@ -209,7 +253,7 @@ fn workload_summary(seed: u64, sink: &mut impl Sink) -> Result<(), RunError> {
     for i in 0..REQUESTS {
         let req = request(seed, i);
         let n = trace_keys(&req.hash_ids[..req.ids], req.input_tokens, TRACE_BLOCK_TOKENS, &mut keys)
-            .map_err(|error| RunError { run: g, request: i, error })?;
+            .map_err(|e| RunError { run: g, request: i, error: e.into() })?;
         tokens += req.input_tokens;
         out_tokens += req.output_tokens;
         blocks += n as u64;
@@ -246,7 +290,7 @@ fn run_fleet(
     histogram: &mut LogHistogram,
     sink: &mut impl Sink,
 ) -> Result<(), RunError> {
-    let setup = |error| RunError { run: group, request: u32::MAX, error };
+    let setup = |e: Error| RunError { run: group, request: u32::MAX, error: e.into() };
     let mut cfg = FleetConfig::new(PODS, CAPACITY_BLOCKS, router);
     cfg.stale_delay = stale_delay;
     cfg.t_prefill_ns = T_PREFILL_NS;
@@ -271,7 +315,7 @@ fn run_fleet(
     let mut digest = mix(seed, stale_delay.into());
     let (mut max_latency, mut max_queue, mut total_hit_blocks) = (0u64, 0u32, 0u64);
     for (i, latency) in (0..REQUESTS).zip(latencies.iter_mut()) {
-        let fail = |error| RunError { run: group, request: i, error };
+        let fail = |e: Error| RunError { run: group, request: i, error: e.into() };
         let req = request(seed, i);
         arrival_ns += req.gap_ns;
         let n = trace_keys(&req.hash_ids[..req.ids], req.input_tokens, TRACE_BLOCK_TOKENS, &mut keys).map_err(fail)?;
@@ -330,17 +374,66 @@ fn run_fleet(
     Ok(())
 }
 
-/// Runs the whole scenario, sending every metric to `sink`.
-pub fn run(seed: u64, storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
+/// Calls the runner harness may record per run (world capacity).
+pub const WORLD_CALLS: usize = 128;
+/// Bytes of the runner's in-RAM flash-style log.
+pub const RUNNER_LOG_BYTES: usize = harness::DEMO_LOG_BYTES;
+/// The runner checks, in report order: (group name, batched commits).
+pub const RUNNER_RUNS: [(&str, bool); 2] = [("runner", false), ("runner-batch", true)];
+
+/// The task runner under crashes: for each of [`RUNNER_RUNS`], a crash-free run of the core's
+/// `DEMO_SCRIPT` (its record count and the CRC-32C of its log bytes), then a crash at every crash
+/// point with recovery and the exactly-once checks. Fails on any violation.
+pub fn run_runner(log: &mut [u8], world: &mut SimWorld<WORLD_CALLS>, sink: &mut impl Sink) -> Result<(), RunError> {
+    let task = TaskId::try_from("firmware-demo").unwrap_or_default();
+    for (group, batch) in RUNNER_RUNS {
+        let fail = |request, v| RunError { run: group, request, error: Cause::Runner(v) };
+        *world = SimWorld::new();
+        let clean =
+            harness::run_with_crashes(log, &task, &DEMO_SCRIPT, world, &[], batch).map_err(|v| fail(u32::MAX, v))?;
+        let used = RamLog::open(log).len();
+        sink.metric(group, "clean_records", 0, u64::from(clean.records));
+        sink.metric(group, "clean_log_bytes", 0, used as u64);
+        sink.metric(group, "clean_log_crc32c", 0, u64::from(crc32c(&log[..used])));
+        let rep = harness::enumerate_crash_points(log, &task, &DEMO_SCRIPT, world, false, batch);
+        for (name, v) in [
+            ("crash_points", rep.points),
+            ("runs", rep.runs),
+            ("window_crashes", rep.window),
+            ("reviews", rep.reviews),
+            ("deduplicated", rep.deduplicated),
+            ("violations", rep.violations),
+        ] {
+            sink.metric(group, name, 0, u64::from(v));
+        }
+        if let Some((a, _, v)) = rep.first_violation {
+            return Err(fail(a, v));
+        }
+        if rep.points == 0 || rep.runs != rep.points || rep.violations != 0 {
+            return Err(fail(u32::MAX, Violation::BadLog));
+        }
+    }
+    Ok(())
+}
+
+/// The fleet part: the workload summary, then every run of [`RUNS`].
+pub fn run_fleets(seed: u64, storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
     workload_summary(seed, sink)?;
     let histograms = core::mem::take(&mut storage.histograms);
     if histograms.len() < RUNS.len() {
         let error = Error::BufferSize { buffer: "histograms", expected: RUNS.len(), got: histograms.len() };
-        return Err(RunError { run: "setup", request: u32::MAX, error });
+        return Err(RunError { run: "setup", request: u32::MAX, error: error.into() });
     }
     for ((group, router, stale), histogram) in RUNS.into_iter().zip(histograms.iter_mut()) {
         run_fleet(seed, group, router, stale, storage, histogram, sink)?;
     }
     storage.histograms = histograms;
     Ok(())
+}
+
+/// Runs the whole scenario, sending every metric to `sink`: [`run_fleets`] then [`run_runner`]
+/// (the firmware calls the two itself, to measure the stack of each).
+pub fn run(seed: u64, storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
+    run_fleets(seed, storage, sink)?;
+    run_runner(storage.runner_log, storage.world, sink)
 }

@@ -11,6 +11,7 @@ use std::sync::OnceLock;
 
 use brokerlab_core::fleet::stats::LogHistogram;
 use brokerlab_core::fleet::{IndexEntry, PendingEntry, PendingRecord, Slot};
+use brokerlab_core::runner::harness::SimWorld;
 use brokerlab_firmware::FW_MEASUREMENTS;
 use brokerlab_firmware::scenario::{self, Storage};
 use firmware::{FirmwareRun, Metric};
@@ -36,6 +37,8 @@ fn host_metrics() -> Vec<Metric> {
     let mut pending_table = vec![PendingEntry::default(); scenario::PENDING_TABLE_LEN];
     let mut latencies = vec![0u64; scenario::LATENCIES_LEN];
     let mut histograms = vec![LogHistogram::default(); scenario::HISTOGRAMS_LEN];
+    let mut runner_log = vec![0u8; scenario::RUNNER_LOG_BYTES];
+    let mut world = Box::new(SimWorld::new());
     let mut storage = Storage {
         slots: &mut slots,
         tables: &mut tables,
@@ -45,6 +48,8 @@ fn host_metrics() -> Vec<Metric> {
         pending_table: &mut pending_table,
         latencies: &mut latencies,
         histograms: &mut histograms,
+        runner_log: &mut runner_log,
+        world: &mut world,
     };
     let mut out = Vec::new();
     let mut sink = |g: &'static str, n: &'static str, i: u32, v: u64| out.push((g.to_string(), n.to_string(), i, v));
@@ -93,6 +98,12 @@ fn firmware_metrics_are_bit_identical_with_the_host() {
     // Each run's digest covers every field of every per-request outcome.
     let digests = host.iter().filter(|m| m.1 == "outcome_digest").count();
     assert_eq!(digests, scenario::RUNS.len());
+    // The runner's crash enumeration ran on both sides, with no violation.
+    for (group, _) in scenario::RUNNER_RUNS {
+        let get = |name: &str| host.iter().find(|m| m.0 == group && m.1 == name).map(|m| m.3);
+        assert!(get("crash_points").is_some_and(|p| p > 0), "{group}: crash points");
+        assert_eq!(get("violations"), Some(0), "{group}: violations");
+    }
     assert_eq!(run.end.map(|(n, _)| n), Some(host.len() as u64), "metric count in the end frame");
 }
 
