@@ -36,6 +36,8 @@ struct Buffers {
     index: [IndexEntry; scenario::INDEX_LEN],
     pending: [PendingRecord; scenario::PENDING_LEN],
     pending_table: [PendingEntry; scenario::PENDING_TABLE_LEN],
+    tokens: [u32; scenario::TOKENS_LEN],
+    zipf_cdf: [u64; scenario::ZIPF_CDF_LEN],
     latencies: [u64; scenario::LATENCIES_LEN],
     histograms: [LogHistogram; scenario::HISTOGRAMS_LEN],
     runner_log: [u8; scenario::RUNNER_LOG_BYTES],
@@ -113,6 +115,8 @@ fn main() -> ! {
         index: &mut b.index,
         pending: &mut b.pending,
         pending_table: &mut b.pending_table,
+        tokens: &mut b.tokens,
+        zipf_cdf: &mut b.zipf_cdf,
         latencies: &mut b.latencies,
         histograms: &mut b.histograms,
         runner_log: &mut b.runner_log,
@@ -131,7 +135,7 @@ fn main() -> ! {
         );
     };
     let (stack_end, stack_start, sdata, ram_start, ram_end) = symbol_addresses();
-    if let Err(e) = scenario::run_fleets(scenario::SEED, &mut storage, &mut sink) {
+    if let Err(e) = scenario::run_fleets(&mut storage, &mut sink) {
         report(e);
         ok = false;
     }

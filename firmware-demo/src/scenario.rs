@@ -1,22 +1,22 @@
-//! The deterministic fleet scenario run on both sides: [`PODS`] pods of [`CAPACITY_BLOCKS`]
-//! blocks, [`REQUESTS`] requests with shared prompt prefixes, once per router (round-robin,
-//! least-loaded, prefix-aware with an exact index, prefix-aware with a stale index), through the
-//! core's `Fleet`. Every integer the fleet reports is sent, plus exact latency percentiles, the
-//! core's `LogHistogram` percentiles and a digest of every per-request `Outcome`.
+//! The deterministic scenario run on both sides.
 //!
-//! Then the durable task runner: [`run_runner`] crashes the core's 20-step demo task at every crash
+//! **Fleet.** The core's seeded workload generator ([`WORKLOAD`]: 12 tenants with Zipf
+//! popularity, a 512-token shared prefix, two of 16 RAG documents per request, Poisson arrivals)
+//! makes [`REQUESTS`] requests; the core's `token_keys` chains their blocks; the core's `Fleet`
+//! of [`PODS`] pods x [`CAPACITY_BLOCKS`] blocks serves them once per router (round-robin,
+//! least-loaded, prefix-aware with an exact index, prefix-aware with a stale index). Every integer
+//! the fleet reports is sent, plus exact latency percentiles, the core's `LogHistogram`
+//! percentiles and a digest of every per-request `Outcome`.
+//!
+//! **Runner.** Then the durable task runner: [`run_runner`] crashes the core's 20-step demo task at every crash
 //! point (`runner::harness::enumerate_crash_points`), unbuffered and batched, and checks every
 //! guarantee (each side effect exactly once, reads answered, replay equals the live state) on
 //! both sides; the log bytes of a crash-free run are digested with CRC-32C.
-//!
-//! The requests come from [`request`], an integer formula (no floats, no RNG crate), so the host
-//! and the Cortex-M3 build the same stream.
-//! TODO: switch to the seeded workload generator once `core/src/fleet/workload.rs` lands, keeping
-//! the same sizes (the comparison then also covers the generator).
 
 use brokerlab_core::fleet::hash::fmix64;
-use brokerlab_core::fleet::keys::trace_keys;
+use brokerlab_core::fleet::keys::token_keys;
 use brokerlab_core::fleet::stats::{LogHistogram, REPORTED_PERCENTILES, nearest_rank_index};
+use brokerlab_core::fleet::workload::{DocOrder, Layout, Popularity, Workload, WorkloadSpec};
 use brokerlab_core::fleet::{
     Error, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, Outcome, PendingEntry, PendingRecord, Request,
     RouterKind, Slot,
@@ -41,20 +41,44 @@ pub const QUEUE_PER_POD: usize = 256;
 pub const PENDING: usize = 1_024;
 /// Stale-evict delay of the stale prefix-aware run, in requests.
 pub const STALE_DELAY: u32 = 16;
-/// Tokens per trace hash id (the trace block size S): 4 blocks per id.
-pub const TRACE_BLOCK_TOKENS: u32 = 64;
-/// Shared prompt prefixes ("documents"), drawn with a skew towards low numbers.
-pub const DOCUMENTS: u64 = 24;
-/// Most hash ids of a document prefix.
-pub const MAX_PREFIX_IDS: usize = 8;
-/// Most hash ids unique to one request.
-pub const MAX_UNIQUE_IDS: usize = 4;
-/// Most trace hash ids in one request.
-pub const MAX_HASH_IDS: usize = MAX_PREFIX_IDS + MAX_UNIQUE_IDS;
+/// Tenants of the workload (Zipf s = 1).
+pub const TENANTS: u32 = 12;
+/// Shared prefix per tenant, tokens.
+pub const PREFIX_TOKENS: u32 = 512;
+/// RAG documents per tenant.
+pub const RAG_DOCS: u32 = 16;
+/// Tokens per RAG document.
+pub const RAG_DOC_TOKENS: u32 = 64;
+/// RAG documents per request.
+pub const RAG_PER_REQUEST: u32 = 2;
+/// Largest user suffix, tokens.
+pub const SUFFIX_MAX_TOKENS: u32 = 256;
+
+/// The workload, from the core's seeded generator.
+pub const WORKLOAD: WorkloadSpec = WorkloadSpec {
+    seed: SEED,
+    requests: REQUESTS as u64,
+    tenants: TENANTS,
+    users_per_tenant: 8,
+    prefix_tokens: PREFIX_TOKENS,
+    suffix_min_tokens: 32,
+    suffix_max_tokens: SUFFIX_MAX_TOKENS,
+    output_min_tokens: 16,
+    output_max_tokens: 256,
+    popularity: Popularity::Zipf { s_milli: 1_000 },
+    rate_milli_per_s: 150_000,
+    layout: Layout::StablePrefixFirst,
+    header_tokens: 0,
+    rag_docs: RAG_DOCS,
+    rag_doc_tokens: RAG_DOC_TOKENS,
+    rag_per_request: RAG_PER_REQUEST,
+    rag_order: DocOrder::Sorted,
+};
+
+/// Longest prompt of [`WORKLOAD`], tokens (`WorkloadSpec::max_prompt_tokens`, as a constant).
+pub const MAX_PROMPT_TOKENS: usize = (PREFIX_TOKENS + RAG_PER_REQUEST * RAG_DOC_TOKENS + SUFFIX_MAX_TOKENS) as usize;
 /// Most 16-token blocks in one request.
-pub const MAX_REQUEST_BLOCKS: usize = MAX_HASH_IDS * (TRACE_BLOCK_TOKENS as usize / 16);
-/// Mean gap between arrivals, ns (uniform in [0, 2 * mean)).
-pub const MEAN_INTERARRIVAL_NS: u64 = 4_000_000;
+pub const MAX_REQUEST_BLOCKS: usize = MAX_PROMPT_TOKENS / 16;
 /// Prefill cost, ns per uncached prompt token (the model's default).
 pub const T_PREFILL_NS: u64 = 50_000;
 /// Decode cost, ns per output token.
@@ -91,6 +115,10 @@ pub const INDEX_LEN: usize = table_len(PODS * CAPACITY_BLOCKS);
 pub const PENDING_LEN: usize = PENDING;
 /// Length of [`Storage::pending_table`].
 pub const PENDING_TABLE_LEN: usize = table_len(PENDING);
+/// Length of [`Storage::tokens`].
+pub const TOKENS_LEN: usize = MAX_PROMPT_TOKENS;
+/// Length of [`Storage::zipf_cdf`].
+pub const ZIPF_CDF_LEN: usize = TENANTS as usize;
 /// Length of [`Storage::latencies`].
 pub const LATENCIES_LEN: usize = REQUESTS as usize;
 /// Length of [`Storage::histograms`].
@@ -111,6 +139,10 @@ pub struct Storage<'a> {
     pub pending: &'a mut [PendingRecord],
     /// Pending-evict table.
     pub pending_table: &'a mut [PendingEntry],
+    /// The generator's prompt buffer.
+    pub tokens: &'a mut [u32],
+    /// The generator's Zipf table.
+    pub zipf_cdf: &'a mut [u64],
     /// Per-request latencies of one run (sorted for the exact percentiles).
     pub latencies: &'a mut [u64],
     /// One empty bounded-memory latency histogram per run of [`RUNS`] (empty on entry: a zeroed
@@ -132,6 +164,8 @@ pub const fn storage_bytes() -> usize {
         + INDEX_LEN * size_of::<IndexEntry>()
         + PENDING_LEN * size_of::<PendingRecord>()
         + PENDING_TABLE_LEN * size_of::<PendingEntry>()
+        + TOKENS_LEN * size_of::<u32>()
+        + ZIPF_CDF_LEN * size_of::<u64>()
         + LATENCIES_LEN * size_of::<u64>()
         + HISTOGRAMS_LEN * size_of::<LogHistogram>()
         + RUNNER_LOG_BYTES
@@ -174,51 +208,6 @@ impl core::fmt::Display for Cause {
     }
 }
 
-/// One synthetic request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SyntheticRequest {
-    /// Gap since the previous arrival, ns.
-    pub gap_ns: u64,
-    /// Trace hash ids (only the first `ids` are used).
-    pub hash_ids: [u64; MAX_HASH_IDS],
-    /// Number of hash ids.
-    pub ids: usize,
-    /// Prompt length in tokens.
-    pub input_tokens: u64,
-    /// Output length in tokens.
-    pub output_tokens: u64,
-}
-
-/// Request `i` of the scenario seeded with `seed`: a prefix of 2..=8 hash ids of one of
-/// [`DOCUMENTS`] documents (document d drawn with probability growing towards 0, by squaring a
-/// uniform draw), then 0..=3 hash ids unique to the request; the last id is cut short by 0..=63
-/// tokens; 16..=271 output tokens; the gap to the previous arrival uniform in
-/// [0, 2 * [`MEAN_INTERARRIVAL_NS`]).
-pub fn request(seed: u64, i: u32) -> SyntheticRequest {
-    let r = fmix64(seed ^ fmix64(u64::from(i).wrapping_add(1)));
-    let r2 = fmix64(r ^ seed.rotate_left(17));
-    let u = r & 0x3ff; // uniform in 0..1024
-    let doc = (u * u * DOCUMENTS) >> 20;
-    let prefix = 2 + ((r >> 10) % (MAX_PREFIX_IDS as u64 - 1)) as usize;
-    let unique = ((r >> 20) % MAX_UNIQUE_IDS as u64) as usize;
-    let mut hash_ids = [0u64; MAX_HASH_IDS];
-    for (j, id) in hash_ids.iter_mut().enumerate().take(prefix) {
-        *id = doc * 1_000 + j as u64;
-    }
-    for (j, id) in hash_ids.iter_mut().enumerate().skip(prefix).take(unique) {
-        *id = 1_000_000 + u64::from(i) * 16 + j as u64;
-    }
-    let ids = prefix + unique;
-    let s = u64::from(TRACE_BLOCK_TOKENS);
-    SyntheticRequest {
-        gap_ns: r2 % (2 * MEAN_INTERARRIVAL_NS),
-        hash_ids,
-        ids,
-        input_tokens: ids as u64 * s - (r >> 30) % s,
-        output_tokens: 16 + (r >> 40) % 256,
-    }
-}
-
 /// Folds `v` into a digest.
 fn mix(digest: u64, v: u64) -> u64 {
     fmix64(digest ^ v).wrapping_add(0x9e37_79b9_7f4a_7c15)
@@ -243,34 +232,55 @@ fn mix_outcome(mut d: u64, o: &Outcome) -> u64 {
     d
 }
 
-/// Sends the workload's own figures (independent of the fleet): request count, token and block
-/// totals and a digest of every block key.
-fn workload_summary(seed: u64, sink: &mut impl Sink) -> Result<(), RunError> {
+/// A generator at request 0 over the storage's Zipf table.
+fn workload<'b>(cdf: &'b mut [u64]) -> Result<Workload<'b>, Error> {
+    let len = Workload::cdf_len(&WORKLOAD);
+    let got = cdf.len();
+    Workload::new(WORKLOAD, cdf.get_mut(..len).ok_or(Error::BufferSize { buffer: "zipf cdf", expected: len, got })?)
+}
+
+/// Sends the workload's own figures (independent of the fleet): request, token and block totals,
+/// requests per tenant, the last arrival and a digest of every block key.
+fn workload_summary(st: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
     let g = "workload";
+    let fail = |request, e: Error| RunError { run: g, request, error: e.into() };
+    let mut generator = workload(st.zipf_cdf).map_err(|e| fail(u32::MAX, e))?;
     let mut keys = [0u64; MAX_REQUEST_BLOCKS];
-    let (mut tokens, mut out_tokens, mut blocks, mut max_blocks, mut arrival) = (0u64, 0u64, 0u64, 0u64, 0u64);
-    let mut digest = seed;
-    for i in 0..REQUESTS {
-        let req = request(seed, i);
-        let n = trace_keys(&req.hash_ids[..req.ids], req.input_tokens, TRACE_BLOCK_TOKENS, &mut keys)
-            .map_err(|e| RunError { run: g, request: i, error: e.into() })?;
+    let mut per_tenant = [0u64; TENANTS as usize];
+    let (mut tokens, mut out_tokens, mut blocks, mut max_blocks, mut last_arrival) = (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut digest = SEED;
+    let mut i = 0u32;
+    while let Some(req) = generator.next_request(st.tokens).map_err(|e| fail(i, e))? {
+        let prompt = st.tokens.get(..req.input_tokens as usize).unwrap_or_default();
+        let n = token_keys(prompt, &mut keys).map_err(|e| fail(i, e))?;
         tokens += req.input_tokens;
         out_tokens += req.output_tokens;
         blocks += n as u64;
         max_blocks = max_blocks.max(n as u64);
-        arrival += req.gap_ns;
+        last_arrival = req.arrival_ns;
+        if let Some(c) = per_tenant.get_mut(req.tenant as usize) {
+            *c += 1;
+        }
+        digest = mix(mix(digest, req.arrival_ns), u64::from(req.tenant));
         for &k in &keys[..n] {
             digest = mix(digest, k);
         }
+        i += 1;
     }
-    sink.metric(g, "seed", 0, seed);
-    sink.metric(g, "requests", 0, u64::from(REQUESTS));
+    sink.metric(g, "seed", 0, SEED);
+    sink.metric(g, "requests", 0, u64::from(i));
     sink.metric(g, "input_tokens", 0, tokens);
     sink.metric(g, "output_tokens", 0, out_tokens);
     sink.metric(g, "blocks", 0, blocks);
     sink.metric(g, "max_request_blocks", 0, max_blocks);
-    sink.metric(g, "last_arrival_ns", 0, arrival);
-    sink.metric(g, "key_digest", 0, digest);
+    sink.metric(g, "last_arrival_ns", 0, last_arrival);
+    for (t, &c) in per_tenant.iter().enumerate() {
+        sink.metric(g, "tenant_requests", t as u32, c);
+    }
+    sink.metric(g, "digest", 0, digest);
+    if i != REQUESTS {
+        return Err(fail(i, Error::InvalidConfig { field: "workload.requests", expected: "REQUESTS requests" }));
+    }
     Ok(())
 }
 
@@ -282,7 +292,6 @@ fn take<'b, T>(buf: &'b mut [T], len: usize, name: &'static str) -> Result<&'b m
 
 /// One run of the fleet with `router` over the whole request stream.
 fn run_fleet(
-    seed: u64,
     group: &'static str,
     router: RouterKind,
     stale_delay: u32,
@@ -310,18 +319,20 @@ fn run_fleet(
     }
     let latencies = take(st.latencies, REQUESTS as usize, "latencies").map_err(setup)?;
 
+    let mut generator = workload(st.zipf_cdf).map_err(setup)?;
     let mut keys = [0u64; MAX_REQUEST_BLOCKS];
-    let mut arrival_ns = 0u64;
-    let mut digest = mix(seed, stale_delay.into());
+    let mut digest = mix(SEED, stale_delay.into());
     let (mut max_latency, mut max_queue, mut total_hit_blocks) = (0u64, 0u32, 0u64);
     for (i, latency) in (0..REQUESTS).zip(latencies.iter_mut()) {
         let fail = |e: Error| RunError { run: group, request: i, error: e.into() };
-        let req = request(seed, i);
-        arrival_ns += req.gap_ns;
-        let n = trace_keys(&req.hash_ids[..req.ids], req.input_tokens, TRACE_BLOCK_TOKENS, &mut keys).map_err(fail)?;
+        let Some(req) = generator.next_request(st.tokens).map_err(fail)? else {
+            return Err(fail(Error::InvalidConfig { field: "workload.requests", expected: "REQUESTS requests" }));
+        };
+        let prompt = st.tokens.get(..req.input_tokens as usize).unwrap_or_default();
+        let n = token_keys(prompt, &mut keys).map_err(fail)?;
         let out = fleet
             .dispatch(&Request {
-                arrival_ns,
+                arrival_ns: req.arrival_ns,
                 input_tokens: req.input_tokens,
                 output_tokens: req.output_tokens,
                 keys: &keys[..n],
@@ -417,15 +428,15 @@ pub fn run_runner(log: &mut [u8], world: &mut SimWorld<WORLD_CALLS>, sink: &mut 
 }
 
 /// The fleet part: the workload summary, then every run of [`RUNS`].
-pub fn run_fleets(seed: u64, storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
-    workload_summary(seed, sink)?;
+pub fn run_fleets(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
+    workload_summary(storage, sink)?;
     let histograms = core::mem::take(&mut storage.histograms);
     if histograms.len() < RUNS.len() {
         let error = Error::BufferSize { buffer: "histograms", expected: RUNS.len(), got: histograms.len() };
         return Err(RunError { run: "setup", request: u32::MAX, error: error.into() });
     }
     for ((group, router, stale), histogram) in RUNS.into_iter().zip(histograms.iter_mut()) {
-        run_fleet(seed, group, router, stale, storage, histogram, sink)?;
+        run_fleet(group, router, stale, storage, histogram, sink)?;
     }
     storage.histograms = histograms;
     Ok(())
@@ -433,7 +444,7 @@ pub fn run_fleets(seed: u64, storage: &mut Storage<'_>, sink: &mut impl Sink) ->
 
 /// Runs the whole scenario, sending every metric to `sink`: [`run_fleets`] then [`run_runner`]
 /// (the firmware calls the two itself, to measure the stack of each).
-pub fn run(seed: u64, storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
-    run_fleets(seed, storage, sink)?;
+pub fn run(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
+    run_fleets(storage, sink)?;
     run_runner(storage.runner_log, storage.world, sink)
 }

@@ -4,8 +4,7 @@
 //! Needs the `thumbv7m-none-eabi` target and `qemu-system-arm` (see firmware-demo/README.md).
 //! `BROKERLAB_SKIP_QEMU=1` skips these tests (for machines without QEMU); CI never sets it.
 
-#[path = "support/firmware.rs"]
-mod firmware;
+use brokerlab_fw_tools as firmware;
 
 use std::sync::OnceLock;
 
@@ -35,6 +34,8 @@ fn host_metrics() -> Vec<Metric> {
     let mut index = vec![IndexEntry::default(); scenario::INDEX_LEN];
     let mut pending = vec![PendingRecord::default(); scenario::PENDING_LEN];
     let mut pending_table = vec![PendingEntry::default(); scenario::PENDING_TABLE_LEN];
+    let mut tokens = vec![0u32; scenario::TOKENS_LEN];
+    let mut zipf_cdf = vec![0u64; scenario::ZIPF_CDF_LEN];
     let mut latencies = vec![0u64; scenario::LATENCIES_LEN];
     let mut histograms = vec![LogHistogram::default(); scenario::HISTOGRAMS_LEN];
     let mut runner_log = vec![0u8; scenario::RUNNER_LOG_BYTES];
@@ -46,6 +47,8 @@ fn host_metrics() -> Vec<Metric> {
         index: &mut index,
         pending: &mut pending,
         pending_table: &mut pending_table,
+        tokens: &mut tokens,
+        zipf_cdf: &mut zipf_cdf,
         latencies: &mut latencies,
         histograms: &mut histograms,
         runner_log: &mut runner_log,
@@ -53,7 +56,7 @@ fn host_metrics() -> Vec<Metric> {
     };
     let mut out = Vec::new();
     let mut sink = |g: &'static str, n: &'static str, i: u32, v: u64| out.push((g.to_string(), n.to_string(), i, v));
-    if let Err(e) = scenario::run(scenario::SEED, &mut storage, &mut sink) {
+    if let Err(e) = scenario::run(&mut storage, &mut sink) {
         panic!("host scenario failed: run {}, request {}: {}", e.run, e.request, e.error);
     }
     out

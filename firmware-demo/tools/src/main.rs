@@ -1,8 +1,7 @@
 //! `cargo fw`: builds the firmware demo for thumbv7m-none-eabi, boots it in QEMU (mps2-an385),
 //! prints its decoded defmt log and memory figures, and exits with the firmware's status.
 
-#[path = "../tests/support/firmware.rs"]
-mod firmware;
+use brokerlab_fw_tools as firmware;
 
 fn main() {
     let run = match firmware::run_firmware() {

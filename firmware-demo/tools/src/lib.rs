@@ -1,7 +1,7 @@
-//! Build the firmware demo, boot it in QEMU, decode its defmt output (shared by
-//! `tests/firmware_qemu.rs` and `examples/fw.rs`, i.e. `cargo fw`).
-
-#![allow(dead_code)] // each includer uses a different subset
+//! The host side of the firmware demo: build it for thumbv7m-none-eabi, boot it in QEMU, decode
+//! its defmt output in-process (`defmt-decoder`) and read its section sizes (`object`). Used by
+//! the `fw` binary (`cargo fw`) and by `tests/tests/firmware_qemu.rs`. A crate of its own, so that
+//! `cargo fw` builds only what it needs.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -65,9 +65,10 @@ pub struct FirmwareRun {
     pub stderr: String,
 }
 
-/// The workspace root (this file is compiled into the `brokerlab-tests` package at `tests/`).
+/// The workspace root (this crate is `firmware-demo/tools/`).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.ancestors().nth(2).expect("firmware-demo/tools/ is two levels below the root").to_path_buf()
 }
 
 /// The firmware's own target directory. A separate one, so that the nested `cargo build` never
