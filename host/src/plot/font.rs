@@ -4,7 +4,7 @@
 //! (`#` = ink). Rows 0..=6 sit on the baseline (row 6 is the lowest row above it); rows 7 and 8 are
 //! descenders. A glyph cell is 6 units wide (one unit of spacing) and [`CELL_H`] units high.
 
-/// Advance per character, in font units.
+/// Widest advance per character, in font units (text is laid out proportionally, see [`layout`]).
 pub(crate) const ADVANCE: f64 = 6.0;
 /// Cap height (rows above the baseline), in font units.
 pub(crate) const CAP: f64 = 7.0;
@@ -150,10 +150,38 @@ pub(crate) fn glyph(c: char) -> Glyph {
     table()[c as usize - 32]
 }
 
-/// Width of `text` in font units (no trailing spacing).
+/// Ink columns of `c` as (first column, width): proportional spacing, except digits, which keep the
+/// full width so numbers line up.
+fn metrics(c: char, g: &Glyph) -> (u32, u32) {
+    if c.is_ascii_digit() {
+        return (0, 5);
+    }
+    let ink = g.iter().fold(0u8, |a, r| a | r);
+    if ink == 0 {
+        return (0, 2);
+    }
+    let first = ink.leading_zeros() - 3; // bit 4 is column 0
+    let last = 4 - ink.trailing_zeros();
+    (first, last - first + 1)
+}
+
+/// Glyphs of `text` with their x offsets (font units, from the text's left edge), and the total width.
+pub(crate) fn layout(text: &str) -> (Vec<(Glyph, f64)>, f64) {
+    let mut out = Vec::with_capacity(text.len());
+    let mut pen = 0.0;
+    for c in text.chars() {
+        let g = glyph(c);
+        let (first, width) = metrics(c, &g);
+        out.push((g, pen - first as f64));
+        pen += width as f64 + 1.0;
+    }
+    let w = if out.is_empty() { 0.0 } else { pen - 1.0 };
+    (out, w)
+}
+
+/// Width of `text` in font units.
 pub(crate) fn text_width_units(text: &str) -> f64 {
-    let n = text.chars().count();
-    if n == 0 { 0.0 } else { n as f64 * ADVANCE - 1.0 }
+    layout(text).1
 }
 
 #[cfg(test)]
@@ -168,5 +196,11 @@ mod tests {
         }
         assert!(t[0].iter().all(|&r| r == 0), "space is blank");
         assert_eq!(GLYPHS.lines().count(), 95);
+        assert_eq!(metrics('i', &glyph('i')), (1, 3));
+        assert_eq!(metrics('W', &glyph('W')), (0, 5));
+        assert_eq!(metrics('.', &glyph('.')), (1, 2));
+        assert_eq!(metrics('1', &glyph('1')), (0, 5));
+        assert_eq!(text_width_units("10"), 11.0);
+        assert_eq!(text_width_units(""), 0.0);
     }
 }

@@ -122,7 +122,8 @@ impl Canvas {
 
     fn text(&mut self, t: &TextSpec<'_>) {
         let s = t.scale;
-        let width = font::text_width_units(t.text) * s;
+        let (glyphs, width) = font::layout(t.text);
+        let width = width * s;
         let along = match t.anchor {
             Anchor::Start => 0.0,
             Anchor::Middle => -width / 2.0,
@@ -133,14 +134,13 @@ impl Canvas {
         let u0 = (along).round();
         let v0 = -(font::CAP * s / 2.0).round();
         let extra = if t.bold { (s / 2.0).max(1.0) } else { 0.0 };
-        for (i, ch) in t.text.chars().enumerate() {
-            let g = font::glyph(ch);
+        for (g, off) in glyphs {
             for (row, bits) in g.iter().enumerate() {
                 for col in 0..5 {
                     if bits & (1 << (4 - col)) == 0 {
                         continue;
                     }
-                    let u = u0 + (i as f64 * font::ADVANCE + col as f64) * s;
+                    let u = u0 + (off + col as f64) * s;
                     let v = v0 + row as f64 * s;
                     let (w_u, w_v) = (s + extra, s);
                     if t.vertical {

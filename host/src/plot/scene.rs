@@ -540,7 +540,7 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
                         }
                     }
                     let end = (start.0 + (tx - start.0) * t_in, start.1 + (ty - start.1) * t_in);
-                    if (end.0 - start.0).hypot(end.1 - start.1) > 3.0 * s {
+                    if (end.0 - start.0).hypot(end.1 - start.1) > 2.0 * pad {
                         prims.push(Prim::Line { pts: vec![start, end], width: 1.0, color: NOTE });
                     }
                 }
