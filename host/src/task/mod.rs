@@ -1,14 +1,245 @@
 //! `brokerlab task ...`: the durable task runner on the host (SQLite log, tools, CLI).
+//!
+//! The decisions are the core's ([`brokerlab_core::runner`]): this module stores records in SQLite
+//! ([`store`]), answers the runner's model and tool calls ([`exec`], [`world`]) and prints.
+//! See `docs/RUNNER.md`.
+//!
+//! Exit codes: 0 done or suspended, 3 paused for review, 2 bad input (spec, id, flag, locked or
+//! corrupt database), 1 any other failure (e.g. another runner holds the task).
 
-use clap::Subcommand;
+/// `println!` that never panics: output errors (e.g. a closed pipe, `| head`) are ignored.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
 
-use crate::error::CliResult;
+pub mod bench;
+pub mod exec;
+pub mod ident;
+pub mod spec;
+pub mod store;
+pub mod world;
+
+use std::path::PathBuf;
+
+use brokerlab_core::runner::{Decision, next_action};
+use clap::{Args, Subcommand};
+
+use crate::error::{CliError, CliResult};
+use exec::{RunOpts, status_of};
+use ident::now_ms;
+use store::Store;
+
+/// Default log database.
+pub const DEFAULT_DB: &str = "tasks.sqlite";
+
+/// The log database option shared by all subcommands.
+#[derive(Debug, Args, Clone)]
+pub struct DbArg {
+    /// The runner's log (SQLite, WAL, synchronous=FULL).
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_DB)]
+    pub db: PathBuf,
+}
+
+/// Options of the commands that run a task.
+#[derive(Debug, Args, Clone)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Directory of the tools' own files (payments.sqlite, emails.sqlite); default ./world, or
+    /// the one the task was created with.
+    #[arg(long, value_name = "DIR")]
+    pub world: Option<PathBuf>,
+    /// Lease time to live in ms: how long another host waits before taking over a runner that
+    /// stopped renewing (a dead runner on this host is taken over at once).
+    /// [default: 5000, or $BROKERLAB_LEASE_MS]
+    #[arg(long, value_name = "MS")]
+    pub lease_ms: Option<u64>,
+    /// (testing) Sleep this long in every model call and inside every tool call (after the tool
+    /// applied, before its result returns). Also $BROKERLAB_STEP_DELAY_MS.
+    #[arg(long, value_name = "MS", hide = true)]
+    pub step_delay_ms: Option<u64>,
+}
+
+fn env_ms(name: &str) -> CliResult<Option<u64>> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| CliError::bad_input(format!("{name}={v:?}: expected a number of milliseconds"))),
+        Err(_) => Ok(None),
+    }
+}
+
+/// The lease time to live: `--lease-ms`, else `$BROKERLAB_LEASE_MS`, else 5000.
+fn lease_ms(flag: Option<u64>) -> CliResult<i64> {
+    let ms = match flag {
+        Some(v) => v,
+        None => env_ms("BROKERLAB_LEASE_MS")?.unwrap_or(5000),
+    };
+    Ok(ms.min(i64::MAX as u64) as i64)
+}
+
+impl RunArgs {
+    fn opts(&self) -> CliResult<RunOpts> {
+        let step_delay_ms = match self.step_delay_ms {
+            Some(v) => v,
+            None => env_ms("BROKERLAB_STEP_DELAY_MS")?.unwrap_or(0),
+        };
+        exec::Chaos::from_env()?; // reject a malformed BROKERLAB_CRASH_AT up front
+        Ok(RunOpts { world: self.world.clone(), step_delay_ms, lease_ms: lease_ms(self.lease_ms)? })
+    }
+}
 
 /// `brokerlab task` subcommands.
 #[derive(Debug, Subcommand)]
-pub enum TaskCmd {}
+pub enum TaskCmd {
+    /// Run a task spec (TOML) to completion, suspension or review; resumes it if its id exists.
+    Run {
+        /// The spec file.
+        spec: PathBuf,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Resume a task from its log.
+    Resume {
+        /// Task id.
+        id: String,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Ask a running task to stop after its current step (or suspend an idle one).
+    Suspend {
+        /// Task id.
+        id: String,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Record a human decision for a step whose outcome is unknown.
+    #[command(group = clap::ArgGroup::new("decision").required(true).multiple(false))]
+    Review {
+        /// Task id.
+        id: String,
+        /// The step waiting for review.
+        #[arg(long)]
+        step: u16,
+        /// The call did happen: count the step as done.
+        #[arg(long, group = "decision")]
+        mark_done: bool,
+        /// The call did not happen: call the tool again.
+        #[arg(long, group = "decision")]
+        retry: bool,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Start a new task from a prefix of another's log and run a (different) continuation.
+    Fork {
+        /// Parent task id.
+        id: String,
+        /// Last parent record (seq) to keep.
+        #[arg(long)]
+        at: u32,
+        /// The new task's spec (default: the parent's).
+        #[arg(long)]
+        spec: Option<PathBuf>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
+    /// Print a task's log as a table.
+    Inspect {
+        /// Task id.
+        id: String,
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// List the tasks in the log.
+    List {
+        #[command(flatten)]
+        db: DbArg,
+    },
+    /// Measure durable steps/s against the raw SQLite commit rate.
+    Bench {
+        /// Model+tool steps per task.
+        #[arg(long, default_value_t = 2000)]
+        steps: u32,
+        /// Concurrent tasks (> 1 adds the group-commit run).
+        #[arg(long, default_value_t = 1)]
+        tasks: u32,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Directory for the benchmark databases (default: a fresh temp dir).
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
 
 /// Runs one `task` subcommand; returns the process exit code on success.
 pub fn main(cmd: TaskCmd) -> CliResult<i32> {
-    match cmd {}
+    match cmd {
+        TaskCmd::Run { spec, run } => exec::run(&run.db.db, &spec, &run.opts()?),
+        TaskCmd::Resume { id, run } => exec::resume(&run.db.db, &id, &run.opts()?),
+        TaskCmd::Suspend { id, db } => exec::suspend(&db.db, &id, lease_ms(None)?),
+        TaskCmd::Review { id, step, mark_done, retry, db } => {
+            let decision = match (mark_done, retry) {
+                (true, false) => Decision::MarkDone,
+                (false, true) => Decision::Retry,
+                _ => return Err(CliError::bad_input("give exactly one of --mark-done and --retry")),
+            };
+            exec::review_cmd(&db.db, &id, step, decision, lease_ms(None)?)
+        }
+        TaskCmd::Fork { id, at, spec, run } => exec::fork(&run.db.db, &id, at, spec.as_deref(), &run.opts()?),
+        TaskCmd::Inspect { id, db } => inspect(&db.db, &id),
+        TaskCmd::List { db } => list(&db.db),
+        TaskCmd::Bench { steps, tasks, json, dir } => bench::bench(&bench::BenchOpts { steps, tasks, json, dir }),
+    }
+}
+
+fn lease_text(store: &Store, id: &str) -> CliResult<String> {
+    let now = now_ms();
+    Ok(match store.lease(id)? {
+        None => "-".into(),
+        Some(l) if l.live(now) => format!("held by {} (epoch {})", l.owner, l.epoch),
+        Some(l) => format!("free (last epoch {})", l.epoch),
+    })
+}
+
+fn inspect(db: &std::path::Path, id: &str) -> CliResult<i32> {
+    let store = Store::open(db, false)?;
+    let row = store.task_or_err(id)?;
+    let recs = store.records(id)?;
+    let st = store::fold(&store.path, id, &recs)?;
+    say!("task {id}");
+    if let Some(p) = &row.parent {
+        say!("forked from: {p}");
+    }
+    say!("status: {} ({} of {} steps done)", status_of(&st), st.step, st.steps);
+    say!("next: {}", next_action(&st));
+    say!("lease: {}", lease_text(&store, id)?);
+    say!("{:>5}  {:<13} {:<13} payload", "seq", "kind", "status");
+    for r in &recs {
+        say!("{:>5}  {:<13} {:<13} {}", r.seq, r.kind().name(), r.status.name(), r.event);
+    }
+    Ok(0)
+}
+
+fn list(db: &std::path::Path) -> CliResult<i32> {
+    let store = Store::open(db, false)?;
+    let ids = store.task_ids()?;
+    say!("{:<24} {:>7} {:>8}  {:<40} lease", "task", "steps", "records", "status");
+    for id in ids {
+        let st = store.replay(&id)?;
+        say!(
+            "{:<24} {:>3}/{:<3} {:>8}  {:<40} {}",
+            id,
+            st.step,
+            st.steps,
+            st.next_seq,
+            status_of(&st),
+            lease_text(&store, &id)?
+        );
+    }
+    Ok(0)
 }

@@ -1,0 +1,349 @@
+//! `task bench`: durable model+tool steps per second next to the raw SQLite commit rate (one row
+//! per transaction, WAL, `synchronous=FULL`) measured in the same run, on the same file system.
+//!
+//! Each step is a scripted model response with a tool call (idempotent class, an in-memory tool,
+//! so the figure measures the runner and its log, not a tool): records `model`, `tool-intent`,
+//! `tool-result`. The runner commits before each side effect, so one step costs one transaction
+//! (the previous step's result, this step's model response and intent).
+//!
+//! With `--tasks K > 1` it also runs K concurrent tasks twice: each with its own connection
+//! (one transaction per checkpoint per task, contending for SQLite's single writer), and through
+//! one group committer that packs the pending checkpoints of all tasks into one transaction.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use brokerlab_core::runner::{
+    Args, DriveError, Effects, Event, Journal, Key, ModelReply, ModelText, Record, ResultText, Stop, TaskId, TaskState,
+    ToolCall, ToolClass, ToolName, ToolOutput, drive,
+};
+
+use super::exec::{Chaos, HostJournal};
+use super::ident::Me;
+use super::store::{Lease, NewTask, Store, fold, open_sqlite, sql_error};
+use crate::error::{CliError, CliResult};
+
+/// Options of `task bench`.
+#[derive(Debug, Clone)]
+pub struct BenchOpts {
+    /// Steps per task.
+    pub steps: u32,
+    /// Concurrent tasks.
+    pub tasks: u32,
+    /// Print one JSON object.
+    pub json: bool,
+    /// Directory for the benchmark databases (default: a fresh one under the temp dir).
+    pub dir: Option<PathBuf>,
+}
+
+struct BenchFx;
+
+impl Effects for BenchFx {
+    type Error = CliError;
+    fn model(&mut self, _task: &TaskId, step: u16) -> CliResult<ModelReply> {
+        let mut text = ModelText::new();
+        let _ = text.push_str("pay the next invoice");
+        let args = format!(r#"{{"amount":{},"to":"acct-{}"}}"#, 10 + step as u32, step);
+        Ok(ModelReply {
+            text,
+            call: Some(ToolCall {
+                tool: ToolName::try_from("payment").map_err(|_| CliError::failure("name"))?,
+                class: ToolClass::Idempotent,
+                args: Args::from_slice(args.as_bytes()).map_err(|_| CliError::failure("args"))?,
+            }),
+        })
+    }
+    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, key: Option<&Key>) -> CliResult<ToolOutput> {
+        let mut output = ResultText::new();
+        let _ = output.push_str("paid ");
+        let _ = output.push_str(key.map_or("", |k| k.as_str()));
+        Ok(ToolOutput { ok: true, output })
+    }
+}
+
+fn raw_commit_rate(dir: &Path, n: u32) -> CliResult<f64> {
+    let path = dir.join("raw.sqlite");
+    let c = open_sqlite(&path, true).map_err(|e| sql_error(&path, "opening", e))?;
+    c.execute_batch("CREATE TABLE IF NOT EXISTS raw(id INTEGER PRIMARY KEY, v BLOB NOT NULL)")
+        .map_err(|e| sql_error(&path, "schema", e))?;
+    let payload = vec![0x5Au8; 120];
+    let mut st = c.prepare("INSERT INTO raw(v) VALUES(?1)").map_err(|e| sql_error(&path, "prepare", e))?;
+    let t = Instant::now();
+    for _ in 0..n {
+        st.execute([&payload]).map_err(|e| sql_error(&path, "insert", e))?;
+    }
+    Ok(n as f64 / t.elapsed().as_secs_f64())
+}
+
+fn create_task(store: &Store, id: &str, steps: u32) -> CliResult<(TaskState, Lease)> {
+    let task = TaskId::try_from(id).map_err(|_| CliError::failure("id"))?;
+    let created = Record::new(task, 0, Event::Created { spec_digest: 0, steps: steps as u16 });
+    let new = NewTask {
+        spec_json: "{\"id\":null,\"steps\":[]}".into(),
+        digest: 0,
+        parent: None,
+        parent_seq: None,
+        world: None,
+        records: vec![created],
+    };
+    let mut st = fold(&store.path, id, &new.records)?;
+    let me = Me::current();
+    let (lease, rec) = store
+        .acquire(id, &me, 60_000, &st, Some(&new), true)
+        .map_err(|e| CliError::failure(format!("bench lease: {e:?}")))?;
+    st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
+    Ok((st, lease))
+}
+
+fn check_done<E: std::fmt::Debug, F: std::fmt::Debug>(r: Result<Stop, DriveError<E, F>>) -> CliResult<()> {
+    match r {
+        Ok(Stop::Completed) => Ok(()),
+        other => Err(CliError::failure(format!("bench task did not complete: {other:?}"))),
+    }
+}
+
+struct Req {
+    lease: Lease,
+    recs: Vec<Record>,
+    reply: mpsc::Sender<Result<(), String>>,
+}
+
+/// A journal that hands its checkpoints to the group committer and waits for the commit.
+struct GroupJournal {
+    lease: Lease,
+    pending: Vec<Record>,
+    tx: mpsc::Sender<Req>,
+    reply_tx: mpsc::Sender<Result<(), String>>,
+    reply_rx: mpsc::Receiver<Result<(), String>>,
+}
+
+impl Journal for GroupJournal {
+    type Error = String;
+    fn append(&mut self, rec: &Record) -> Result<(), String> {
+        self.pending.push(rec.clone());
+        Ok(())
+    }
+    fn sync(&mut self) -> Result<(), String> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let recs = std::mem::take(&mut self.pending);
+        self.tx
+            .send(Req { lease: self.lease.clone(), recs, reply: self.reply_tx.clone() })
+            .map_err(|_| "committer gone".to_string())?;
+        self.reply_rx.recv().map_err(|_| "committer gone".to_string())?
+    }
+}
+
+/// The group committer: takes every pending checkpoint, commits them in one transaction, replies.
+/// Returns (transactions, checkpoints).
+fn committer(store: &Store, rx: mpsc::Receiver<Req>) -> (u64, u64) {
+    let (mut txs, mut cps) = (0u64, 0u64);
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        let groups: Vec<(&Lease, &[Record])> = batch.iter().map(|r| (&r.lease, r.recs.as_slice())).collect();
+        let res = store.append_groups(&groups);
+        txs += 1;
+        cps += batch.len() as u64;
+        match res {
+            Ok(each) => {
+                for (req, r) in batch.iter().zip(each) {
+                    let _ = req.reply.send(r.map_err(|e| format!("{e:?}")));
+                }
+            }
+            Err(e) => {
+                for req in &batch {
+                    let _ = req.reply.send(Err(format!("{e:?}")));
+                }
+            }
+        }
+    }
+    (txs, cps)
+}
+
+/// Results of the concurrent runs.
+#[derive(Debug, Clone, Copy)]
+struct Concurrent {
+    steps_per_s: f64,
+    commits: u64,
+    checkpoints: u64,
+}
+
+fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> CliResult<Concurrent> {
+    let path = dir.join("ungrouped.sqlite");
+    let store = Store::open(&path, true)?;
+    let mut prepared = Vec::new();
+    for k in 0..tasks {
+        prepared.push(create_task(&store, &format!("u{k}"), steps)?);
+    }
+    drop(store);
+    let t = Instant::now();
+    let results: Vec<CliResult<u64>> = std::thread::scope(|s| {
+        let hs: Vec<_> = prepared
+            .into_iter()
+            .map(|(mut st, lease)| {
+                let path = path.clone();
+                s.spawn(move || -> CliResult<u64> {
+                    let store = Store::open(&path, false)?;
+                    let chaos = Chaos::none();
+                    let mut j = HostJournal::new(&store, lease, &chaos);
+                    check_done(drive(&mut st, &mut j, &mut BenchFx))?;
+                    Ok(j.commits)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(CliError::failure("bench thread panicked")))).collect()
+    });
+    let el = t.elapsed();
+    let mut commits = 0;
+    for r in results {
+        commits += r?;
+    }
+    Ok(Concurrent { steps_per_s: (steps * tasks) as f64 / el.as_secs_f64(), commits, checkpoints: commits })
+}
+
+fn run_grouped(dir: &Path, steps: u32, tasks: u32) -> CliResult<Concurrent> {
+    let path = dir.join("grouped.sqlite");
+    let store = Store::open(&path, true)?;
+    let mut prepared = Vec::new();
+    for k in 0..tasks {
+        prepared.push(create_task(&store, &format!("g{k}"), steps)?);
+    }
+    let (tx, rx) = mpsc::channel::<Req>();
+    let t = Instant::now();
+    let (results, (commits, checkpoints)) = std::thread::scope(|s| {
+        let committer = s.spawn(move || committer(&store, rx));
+        let hs: Vec<_> = prepared
+            .into_iter()
+            .map(|(mut st, lease)| {
+                let tx = tx.clone();
+                s.spawn(move || -> CliResult<()> {
+                    let (reply_tx, reply_rx) = mpsc::channel();
+                    let mut j = GroupJournal { lease, pending: Vec::new(), tx, reply_tx, reply_rx };
+                    check_done(drive(&mut st, &mut j, &mut BenchFx))
+                })
+            })
+            .collect();
+        drop(tx);
+        let rs: Vec<CliResult<()>> = hs
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(CliError::failure("bench thread panicked"))))
+            .collect();
+        (rs, committer.join().unwrap_or((0, 0)))
+    });
+    let el = t.elapsed();
+    for r in results {
+        r?;
+    }
+    Ok(Concurrent { steps_per_s: (steps * tasks) as f64 / el.as_secs_f64(), commits, checkpoints })
+}
+
+/// `task bench`.
+pub fn bench(opts: &BenchOpts) -> CliResult<i32> {
+    if opts.steps == 0 || opts.steps > brokerlab_core::runner::MAX_STEPS as u32 {
+        return Err(CliError::bad_input(format!(
+            "--steps {}: expected 1..={}",
+            opts.steps,
+            brokerlab_core::runner::MAX_STEPS
+        )));
+    }
+    if opts.tasks == 0 || opts.tasks > 256 {
+        return Err(CliError::bad_input(format!("--tasks {}: expected 1..=256", opts.tasks)));
+    }
+    let (dir, cleanup) = match &opts.dir {
+        Some(d) => (d.clone(), false),
+        None => (std::env::temp_dir().join(format!("brokerlab-bench-{}", std::process::id())), true),
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| CliError::bad_input(format!("{}: cannot create: {e}", dir.display())))?;
+    for f in ["raw", "single", "ungrouped", "grouped"] {
+        for ext in ["sqlite", "sqlite-wal", "sqlite-shm"] {
+            let _ = std::fs::remove_file(dir.join(format!("{f}.{ext}")));
+        }
+    }
+    let result = (|| -> CliResult<serde_json::Value> {
+        let raw = raw_commit_rate(&dir, opts.steps.max(500))?;
+        // one task
+        let path = dir.join("single.sqlite");
+        let store = Store::open(&path, true)?;
+        let (mut st, lease) = create_task(&store, "bench", opts.steps)?;
+        let chaos = Chaos::none();
+        let mut j = HostJournal::new(&store, lease, &chaos);
+        let t = Instant::now();
+        check_done(drive(&mut st, &mut j, &mut BenchFx))?;
+        let el = t.elapsed();
+        let steps_per_s = opts.steps as f64 / el.as_secs_f64();
+        let mut v = serde_json::json!({
+            "steps": opts.steps,
+            "tasks": opts.tasks,
+            "records": st.next_seq,
+            "commits": j.commits,
+            "commits_per_step": j.commits as f64 / opts.steps as f64,
+            "steps_per_s": round(steps_per_s),
+            "raw_commits_per_s": round(raw),
+            "ratio": round3(steps_per_s / raw),
+            "dir": dir.display().to_string(),
+        });
+        if opts.tasks > 1 {
+            let u = run_ungrouped(&dir, opts.steps, opts.tasks)?;
+            let g = run_grouped(&dir, opts.steps, opts.tasks)?;
+            v["ungrouped_steps_per_s"] = round(u.steps_per_s).into();
+            v["ungrouped_commits"] = u.commits.into();
+            v["group_steps_per_s"] = round(g.steps_per_s).into();
+            v["group_ratio"] = round3(g.steps_per_s / raw).into();
+            v["group_commits"] = g.commits.into();
+            v["group_checkpoints"] = g.checkpoints.into();
+            v["checkpoints_per_commit"] = round3(g.checkpoints as f64 / g.commits.max(1) as f64).into();
+        }
+        Ok(v)
+    })();
+    if cleanup {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let v = result?;
+    if opts.json {
+        say!("{v}");
+    } else {
+        say!(
+            "raw SQLite (WAL, synchronous=FULL, 1 row/commit): {:>9.0} commits/s",
+            v["raw_commits_per_s"].as_f64().unwrap_or(0.0)
+        );
+        say!(
+            "runner, 1 task, {} model+tool steps:      {:>9.0} steps/s  ({:.2}x raw; {} records in {} commits)",
+            opts.steps,
+            v["steps_per_s"].as_f64().unwrap_or(0.0),
+            v["ratio"].as_f64().unwrap_or(0.0),
+            v["records"],
+            v["commits"]
+        );
+        if opts.tasks > 1 {
+            say!(
+                "runner, {} tasks, one connection each:    {:>9.0} steps/s  ({} commits)",
+                opts.tasks,
+                v["ungrouped_steps_per_s"].as_f64().unwrap_or(0.0),
+                v["ungrouped_commits"]
+            );
+            say!(
+                "runner, {} tasks, group commit:           {:>9.0} steps/s  ({:.2}x raw; {} checkpoints in {} commits, {:.1} per commit)",
+                opts.tasks,
+                v["group_steps_per_s"].as_f64().unwrap_or(0.0),
+                v["group_ratio"].as_f64().unwrap_or(0.0),
+                v["group_checkpoints"],
+                v["group_commits"],
+                v["checkpoints_per_commit"].as_f64().unwrap_or(0.0)
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn round(x: f64) -> f64 {
+    x.round()
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}

@@ -1,0 +1,593 @@
+//! Running a task on the host: the SQLite journal (one transaction per checkpoint, fenced), the
+//! scripted model and the world's tools as [`Effects`], crash injection, and the commands that
+//! drive them (`run`, `resume`, `fork`, `review`, `suspend`).
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use brokerlab_core::runner::{
+    Action, Decision, DriveError, Effects, End, Event, Journal, Key, ModelReply, Phase, Record, Stop, TaskId,
+    TaskState, ToolCall, ToolClass, ToolOutput, drive, next_action, review,
+};
+
+use super::ident::{Me, now_ms};
+use super::spec::{Spec, check_id};
+use super::store::{AppendError, Lease, LeaseError, NewTask, Store, fold, sql_error};
+use super::world::World;
+use crate::error::{CliError, CliResult, EXIT_FAILURE, EXIT_NEEDS_REVIEW};
+
+/// Exit status of a process stopped by an injected crash (as if killed by SIGKILL: 128 + 9).
+pub const CRASH_EXIT: i32 = 137;
+
+/// A named place where `BROKERLAB_CRASH_AT` can stop the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point {
+    /// Before a checkpoint transaction commits (its records are lost).
+    BeforeCommit,
+    /// Right after a checkpoint committed.
+    AfterCommit,
+    /// The intent is durable, the tool has not been called.
+    BeforeTool,
+    /// The tool applied the call; its result has not reached the log (the window).
+    ToolApplied,
+}
+
+impl Point {
+    const ALL: [Point; 4] = [Point::BeforeCommit, Point::AfterCommit, Point::BeforeTool, Point::ToolApplied];
+    /// Its name in `BROKERLAB_CRASH_AT`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Point::BeforeCommit => "before-commit",
+            Point::AfterCommit => "after-commit",
+            Point::BeforeTool => "before-tool",
+            Point::ToolApplied => "tool-applied",
+        }
+    }
+}
+
+/// Crash injection from the environment: `BROKERLAB_CRASH_AT=<point>[:<n>]` stops the process
+/// (exit status 137, no cleanup, like `kill -9`) the n-th time (1-based, default 1) it passes the
+/// named point; `BROKERLAB_CRASH_AT=<n>` at the n-th point of any kind. Points:
+/// `before-commit`, `after-commit`, `before-tool`, `tool-applied`.
+#[derive(Debug, Default)]
+pub struct Chaos {
+    target: Option<(Option<Point>, u32)>,
+    passed: Cell<u32>,
+    passed_kind: Cell<[u32; 4]>,
+}
+
+impl Chaos {
+    /// No crashes.
+    pub fn none() -> Chaos {
+        Chaos::default()
+    }
+
+    /// Reads `BROKERLAB_CRASH_AT`; a malformed value is bad input.
+    pub fn from_env() -> CliResult<Chaos> {
+        let Ok(v) = std::env::var("BROKERLAB_CRASH_AT") else { return Ok(Chaos::none()) };
+        let bad = || {
+            CliError::bad_input(format!(
+                "BROKERLAB_CRASH_AT={v:?}: expected N or POINT[:N] with POINT one of before-commit, after-commit, \
+                 before-tool, tool-applied and N >= 1"
+            ))
+        };
+        let (name, n) = match v.split_once(':') {
+            Some((a, b)) => (Some(a), b.parse::<u32>().map_err(|_| bad())?),
+            None => match v.parse::<u32>() {
+                Ok(n) => (None, n),
+                Err(_) => (Some(v.as_str()), 1),
+            },
+        };
+        if n == 0 {
+            return Err(bad());
+        }
+        let point = match name {
+            Some(s) => Some(Point::ALL.into_iter().find(|p| p.name() == s).ok_or_else(bad)?),
+            None => None,
+        };
+        Ok(Chaos { target: Some((point, n)), ..Chaos::default() })
+    }
+
+    /// Passes `p`; stops the process if it is the chosen point.
+    pub fn point(&self, p: Point, what: &str) {
+        let total = self.passed.get() + 1;
+        self.passed.set(total);
+        let mut kinds = self.passed_kind.get();
+        let i = Point::ALL.iter().position(|q| *q == p).unwrap_or(0);
+        kinds[i] += 1;
+        self.passed_kind.set(kinds);
+        let hit = match self.target {
+            Some((None, n)) => total == n,
+            Some((Some(q), n)) => q == p && kinds[i] == n,
+            None => false,
+        };
+        if hit {
+            eprintln!("brokerlab: crash injected at {} (point #{total}: {what})", p.name());
+            std::process::exit(CRASH_EXIT);
+        }
+    }
+}
+
+/// The SQLite journal: buffers records and commits them in one transaction at each `sync`
+/// (the core's drive syncs before every side effect), fenced by the lease.
+pub struct HostJournal<'a> {
+    store: &'a Store,
+    lease: Lease,
+    pending: Vec<Record>,
+    chaos: &'a Chaos,
+    /// Transactions committed.
+    pub commits: u64,
+}
+
+impl<'a> HostJournal<'a> {
+    /// A journal appending to `store` under `lease`.
+    pub fn new(store: &'a Store, lease: Lease, chaos: &'a Chaos) -> Self {
+        HostJournal { store, lease, pending: Vec::new(), chaos, commits: 0 }
+    }
+}
+
+impl Journal for HostJournal<'_> {
+    type Error = AppendError;
+    fn append(&mut self, rec: &Record) -> Result<(), AppendError> {
+        self.pending.push(rec.clone());
+        Ok(())
+    }
+    fn sync(&mut self) -> Result<(), AppendError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let what = self.pending.last().map(|r| format!("seq {} {}", r.seq, r.kind().name())).unwrap_or_default();
+        self.chaos.point(Point::BeforeCommit, &what);
+        self.store.append(&self.lease, &self.pending)?;
+        self.pending.clear();
+        self.commits += 1;
+        self.chaos.point(Point::AfterCommit, &what);
+        Ok(())
+    }
+}
+
+/// The scripted model, the world's tools and the suspend flag.
+pub struct HostEffects<'a> {
+    spec: &'a Spec,
+    world: &'a mut World,
+    store: &'a Store,
+    chaos: &'a Chaos,
+    delay: Duration,
+}
+
+impl Effects for HostEffects<'_> {
+    type Error = CliError;
+
+    fn model(&mut self, _task: &TaskId, step: u16) -> CliResult<ModelReply> {
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        self.spec.reply(step).ok_or_else(|| CliError::failure(format!("the spec has no step {step}")))
+    }
+
+    fn tool(&mut self, task: &TaskId, step: u16, call: &ToolCall, key: Option<&Key>) -> CliResult<ToolOutput> {
+        let what = format!("step {step} {}", call.tool);
+        self.chaos.point(Point::BeforeTool, &what);
+        let out = self.world.call(task, step, call, key)?;
+        // the call has been applied; a slow tool's result "has not arrived" during this delay
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        self.chaos.point(Point::ToolApplied, &what);
+        Ok(out)
+    }
+
+    fn suspend_requested(&mut self, task: &TaskId, _step: u16) -> CliResult<bool> {
+        self.store.suspend_requested(task).map_err(|e| sql_error(&self.store.path, "polling suspend requests", e))
+    }
+}
+
+/// Options shared by the commands that run a task.
+#[derive(Debug, Clone)]
+pub struct RunOpts {
+    /// `--world DIR` if given.
+    pub world: Option<PathBuf>,
+    /// Delay per model call and per tool call (tests, chaos).
+    pub step_delay_ms: u64,
+    /// Lease time to live, ms.
+    pub lease_ms: i64,
+}
+
+/// Default world directory.
+pub const DEFAULT_WORLD: &str = "world";
+
+fn world_dir(opts: &RunOpts, recorded: Option<&str>) -> PathBuf {
+    match (&opts.world, recorded) {
+        (Some(w), Some(r)) if Path::new(r) != w.as_path() && abs(w) != Path::new(r) => {
+            eprintln!("brokerlab: warning: the task was created with --world {r}; using {} as asked", w.display());
+            w.clone()
+        }
+        (Some(w), _) => w.clone(),
+        (None, Some(r)) => PathBuf::from(r),
+        (None, None) => PathBuf::from(DEFAULT_WORLD),
+    }
+}
+
+fn abs(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// A short status of a task for `list`/`inspect`.
+pub fn status_of(st: &TaskState) -> String {
+    if !st.created {
+        return "empty".into();
+    }
+    match st.end {
+        Some(End::Completed) => return "completed".into(),
+        Some(End::Failed) => return "failed".into(),
+        None => {}
+    }
+    if st.suspended {
+        return format!("suspended before step {}", st.step);
+    }
+    match &st.phase {
+        Phase::Review { call } => format!("needs review (step {} {})", st.step, call.tool),
+        Phase::InFlight { call, .. } => format!("in flight (step {} {}, no result)", st.step, call.tool),
+        _ => format!("at step {}", st.step),
+    }
+}
+
+/// Runs (or resumes) a task until it completes, suspends or pauses. Returns the exit code.
+fn execute(
+    store: &Store,
+    id: &str,
+    spec: &Spec,
+    world: PathBuf,
+    opts: &RunOpts,
+    create: Option<NewTask>,
+) -> CliResult<i32> {
+    let chaos = Chaos::from_env()?;
+    let me = Me::current();
+    let mut state = match &create {
+        Some(new) => fold(&store.path, id, &new.records)?,
+        None => store.replay(id)?,
+    };
+    if state.created && state.spec_digest != spec.digest() {
+        return Err(CliError::bad_input(format!(
+            "{}: task {id:?}: the stored spec does not match the log's digest",
+            store.path.display()
+        )));
+    }
+    let (lease, rec) = match store.acquire(id, &me, opts.lease_ms, &state, create.as_ref(), true) {
+        Ok(x) => x,
+        Err(LeaseError::Held { owner, epoch, expires_in_ms }) => {
+            return Err(CliError {
+                code: EXIT_FAILURE,
+                msg: format!(
+                    "task {id:?} is already being run by {owner} (lease epoch {epoch}, expires in {:.1}s); \
+                     not starting a second runner",
+                    expires_in_ms as f64 / 1000.0
+                ),
+            });
+        }
+        Err(LeaseError::Exists) => {
+            return Err(CliError::failure(format!("task {id:?} was created concurrently by another runner")));
+        }
+        Err(LeaseError::Sql(e)) => return Err(sql_error(&store.path, "taking the lease", e)),
+    };
+    state.apply(&rec).map_err(|e| CliError::failure(format!("lease record: {e}")))?;
+    let mut world = World::new(&world);
+    let mut journal = HostJournal::new(store, lease.clone(), &chaos);
+    let mut fx =
+        HostEffects { spec, world: &mut world, store, chaos: &chaos, delay: Duration::from_millis(opts.step_delay_ms) };
+    let r = drive(&mut state, &mut journal, &mut fx);
+    match r {
+        Ok(stop) => {
+            store.release(&lease);
+            report(store, id, &state, stop, &mut world)
+        }
+        Err(DriveError::Journal(AppendError::Fenced { epoch, holder })) => {
+            let who = holder.map_or("nobody".to_string(), |(o, e)| format!("{o} (epoch {e})"));
+            Err(CliError::failure(format!(
+                "task {id:?}: lost the lease (our epoch {epoch}; now held by {who}); this runner stopped and \
+                 wrote nothing more"
+            )))
+        }
+        Err(DriveError::Journal(AppendError::Sql(e))) => {
+            store.release(&lease);
+            Err(sql_error(&store.path, "appending a checkpoint", e))
+        }
+        Err(DriveError::Effects(e)) => {
+            store.release(&lease);
+            Err(e)
+        }
+        Err(DriveError::Runner(e)) => Err(CliError::failure(format!("task {id:?}: {e}"))),
+        Err(DriveError::NotCreated) => Err(CliError::failure(format!("task {id:?} has no created record"))),
+    }
+}
+
+fn report(store: &Store, id: &str, st: &TaskState, stop: Stop, world: &mut World) -> CliResult<i32> {
+    let _ = store;
+    match stop {
+        Stop::Completed => {
+            say!("task {id}: completed ({} steps, {} records)", st.steps, st.next_seq);
+            Ok(0)
+        }
+        Stop::Suspended => {
+            say!("task {id}: suspended before step {} (resume with `brokerlab task resume {id}`)", st.step);
+            Ok(0)
+        }
+        Stop::Failed => {
+            say!("task {id}: failed");
+            Ok(EXIT_FAILURE)
+        }
+        Stop::NeedsReview { step } => {
+            let (recv, applied) = world.calls_for("emails.sqlite", id, step)?;
+            say!(
+                "task {id}: paused: step {step} ({}) was sent but its result was never recorded; it is not \
+                 idempotent, so the runner will not repeat it.\n  the tool's own file ({}) shows {recv} call(s) \
+                 received, {applied} applied for this step.\n  decide: `brokerlab task review {id} --step {step} \
+                 --mark-done` (it happened) or `--retry` (it did not), then `brokerlab task resume {id}`",
+                tool_at(st),
+                world.dir().join("emails.sqlite").display()
+            );
+            Ok(EXIT_NEEDS_REVIEW)
+        }
+    }
+}
+
+fn tool_at(st: &TaskState) -> String {
+    match &st.phase {
+        Phase::Review { call } | Phase::InFlight { call, .. } | Phase::Tool { call } => call.tool.to_string(),
+        Phase::Model => "-".into(),
+    }
+}
+
+fn new_id() -> String {
+    format!("t-{:x}-{}", now_ms(), std::process::id())
+}
+
+/// `task run SPEC`: starts the task, or resumes it when its id already exists.
+pub fn run(db: &Path, spec_path: &Path, opts: &RunOpts) -> CliResult<i32> {
+    let spec = Spec::load(spec_path)?;
+    let store = Store::open(db, true)?;
+    let id = spec.id.clone().unwrap_or_else(new_id);
+    if let Some(row) = store.task(&id)? {
+        let stored = Spec::from_json(&row.spec)
+            .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", db.display())))?;
+        if stored.digest() != spec.digest() {
+            return Err(CliError::bad_input(format!(
+                "{}: task {id:?} already exists with a different spec; run it with `task resume {id}`, or start a \
+                 variant with `task fork {id} --at SEQ --spec {}`",
+                spec_path.display(),
+                spec_path.display()
+            )));
+        }
+        say!("task {id}: exists, resuming");
+        return resume_row(&store, &id, &stored, row.world.as_deref(), opts);
+    }
+    let world = world_dir(opts, None);
+    let digest = spec.digest();
+    let task = TaskId::try_from(id.as_str()).map_err(|_| CliError::bad_input("task id too long"))?;
+    let created = Record::new(task, 0, Event::Created { spec_digest: digest, steps: spec.steps.len() as u16 });
+    let new = NewTask {
+        spec_json: spec.to_json(),
+        digest,
+        parent: None,
+        parent_seq: None,
+        world: Some(abs(&world).display().to_string()),
+        records: vec![created],
+    };
+    say!("task {id}: started ({} steps)", spec.steps.len());
+    execute(&store, &id, &spec, world, opts, Some(new))
+}
+
+/// `task resume ID`.
+pub fn resume(db: &Path, id: &str, opts: &RunOpts) -> CliResult<i32> {
+    let store = Store::open(db, false)?;
+    let row = store.task_or_err(id)?;
+    let spec = Spec::from_json(&row.spec)
+        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", db.display())))?;
+    resume_row(&store, id, &spec, row.world.as_deref(), opts)
+}
+
+fn resume_row(store: &Store, id: &str, spec: &Spec, world: Option<&str>, opts: &RunOpts) -> CliResult<i32> {
+    let st = store.replay(id)?;
+    match next_action(&st) {
+        Action::Done => {
+            say!("task {id}: already completed ({} steps)", st.steps);
+            return Ok(0);
+        }
+        Action::Failed => {
+            say!("task {id}: failed earlier");
+            return Ok(EXIT_FAILURE);
+        }
+        Action::AwaitReview { step } => {
+            let mut w = World::new(&world_dir(opts, world));
+            return report(store, id, &st, Stop::NeedsReview { step }, &mut w);
+        }
+        _ => {}
+    }
+    execute(store, id, spec, world_dir(opts, world), opts, None)
+}
+
+/// `task review ID --step N --mark-done|--retry`.
+pub fn review_cmd(db: &Path, id: &str, step: u16, decision: Decision, lease_ms: i64) -> CliResult<i32> {
+    let store = Store::open(db, false)?;
+    store.task_or_err(id)?;
+    let mut st = store.replay(id)?;
+    match &st.phase {
+        Phase::Review { .. } if st.step == step && st.end.is_none() => {}
+        _ => {
+            return Err(CliError::bad_input(format!(
+                "task {id:?}: step {step} is not waiting for review (task is {})",
+                status_of(&st)
+            )));
+        }
+    }
+    let me = Me::current();
+    let (lease, rec) = match store.acquire(id, &me, lease_ms, &st, None, false) {
+        Ok(x) => x,
+        Err(LeaseError::Held { owner, .. }) => {
+            return Err(CliError::failure(format!("task {id:?} is held by a running runner ({owner}); try later")));
+        }
+        Err(LeaseError::Sql(e)) => return Err(sql_error(&store.path, "taking the lease", e)),
+        Err(LeaseError::Exists) => return Err(CliError::failure("unexpected create")),
+    };
+    st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
+    let chaos = Chaos::none();
+    let mut journal = HostJournal::new(&store, lease.clone(), &chaos);
+    let r = review(&mut st, &mut journal, step, decision);
+    store.release(&lease);
+    match r {
+        Ok(()) => {
+            let what = match decision {
+                Decision::MarkDone => "marked done",
+                Decision::Retry => "will be retried (a new call)",
+            };
+            say!("task {id}: step {step} {what}; continue with `brokerlab task resume {id}`");
+            Ok(0)
+        }
+        Err(e) => Err(CliError::failure(format!("task {id:?}: review not recorded: {e:?}"))),
+    }
+}
+
+/// `task suspend ID`.
+pub fn suspend(db: &Path, id: &str, lease_ms: i64) -> CliResult<i32> {
+    let store = Store::open(db, false)?;
+    store.task_or_err(id)?;
+    let mut st = store.replay(id)?;
+    if st.end.is_some() {
+        return Err(CliError::bad_input(format!("task {id:?} has already {}; nothing to suspend", status_of(&st))));
+    }
+    if st.suspended {
+        say!("task {id}: already suspended before step {}", st.step);
+        return Ok(0);
+    }
+    let now = now_ms();
+    if let Some(l) = store.lease(id)?
+        && l.live(now)
+    {
+        store.request_suspend(id)?;
+        say!(
+            "task {id}: suspend requested; the runner ({}) stops after its current step and records the marker",
+            l.owner
+        );
+        return Ok(0);
+    }
+    // No live runner: write the marker ourselves, if no call is in flight.
+    if !st.can_suspend() {
+        return Err(CliError::bad_input(format!(
+            "task {id:?} cannot be suspended now: it is {}; run `brokerlab task resume {id}` to resolve the step",
+            status_of(&st)
+        )));
+    }
+    let me = Me::current();
+    let (lease, rec) = match store.acquire(id, &me, lease_ms, &st, None, true) {
+        Ok(x) => x,
+        Err(LeaseError::Held { .. }) => {
+            store.request_suspend(id)?;
+            say!("task {id}: suspend requested (a runner just started)");
+            return Ok(0);
+        }
+        Err(LeaseError::Sql(e)) => return Err(sql_error(&store.path, "taking the lease", e)),
+        Err(LeaseError::Exists) => return Err(CliError::failure("unexpected create")),
+    };
+    st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
+    let marker = Record::new(st.task_id.clone(), st.next_seq, Event::Suspended { next_step: st.step });
+    st.apply(&marker).map_err(|e| CliError::failure(e.to_string()))?;
+    let r = store.append(&lease, &[marker]);
+    store.release(&lease);
+    match r {
+        Ok(()) => {
+            say!("task {id}: suspended before step {} (no runner was active)", st.step);
+            Ok(0)
+        }
+        Err(AppendError::Sql(e)) => Err(sql_error(&store.path, "writing the suspended marker", e)),
+        Err(AppendError::Fenced { .. }) => Err(CliError::failure(format!("task {id:?}: a runner took over"))),
+    }
+}
+
+/// `task fork ID --at SEQ [--spec NEW]`.
+pub fn fork(db: &Path, id: &str, at: u32, spec_path: Option<&Path>, opts: &RunOpts) -> CliResult<i32> {
+    let store = Store::open(db, false)?;
+    let row = store.task_or_err(id)?;
+    let parent = store.records(id)?;
+    if at as usize >= parent.len() {
+        return Err(CliError::bad_input(format!(
+            "--at {at}: task {id:?} has records 0..={}",
+            parent.len().saturating_sub(1)
+        )));
+    }
+    let spec = match spec_path {
+        Some(p) => Spec::load(p)?,
+        None => Spec::from_json(&row.spec).map_err(|e| CliError::bad_input(format!("stored spec: {e}")))?,
+    };
+    let new_id = match spec_path.and(spec.id.clone()) {
+        Some(i) => i,
+        None => {
+            let base: String = id.chars().take(40).collect();
+            let mut n = 1;
+            loop {
+                let cand = format!("{base}.f{n}");
+                if store.task(&cand)?.is_none() {
+                    break cand;
+                }
+                n += 1;
+            }
+        }
+    };
+    check_id(&new_id).map_err(|m| CliError::bad_input(format!("fork id {new_id:?}: {m}")))?;
+    if store.task(&new_id)?.is_some() {
+        return Err(CliError::bad_input(format!("task {new_id:?} already exists; give the new spec another id")));
+    }
+    let task = TaskId::try_from(new_id.as_str()).map_err(|_| CliError::bad_input("fork id too long"))?;
+    let parent_id = TaskId::try_from(id).map_err(|_| CliError::bad_input("id too long"))?;
+    let digest = spec.digest();
+    let mut recs = vec![
+        Record::new(task.clone(), 0, Event::Created { spec_digest: digest, steps: spec.steps.len() as u16 }),
+        Record::new(task.clone(), 1, Event::ForkedFrom { task: parent_id, seq: at }),
+    ];
+    let mut st = fold(&store.path, &new_id, &recs)?;
+    let mut safe = recs.len();
+    for r in parent.iter().take(at as usize + 1) {
+        let copy = matches!(
+            r.event,
+            Event::ModelResponse { .. }
+                | Event::ToolIntent { .. }
+                | Event::ToolResult { .. }
+                | Event::NeedsReview { .. }
+                | Event::ReviewDecision { .. }
+        );
+        if !copy {
+            continue;
+        }
+        let rec = Record::new(task.clone(), recs.len() as u32, r.event.clone());
+        st.apply(&rec).map_err(|e| {
+            CliError::bad_input(format!(
+                "--at {at}: the parent's record seq {} does not fit the fork's spec ({} steps): {e}",
+                r.seq,
+                spec.steps.len()
+            ))
+        })?;
+        recs.push(rec);
+        if matches!(st.phase, Phase::Model | Phase::Tool { .. }) {
+            safe = recs.len();
+        }
+    }
+    // A cut inside a tool call (intent without result, or a pending review) is moved back to the
+    // model response: the fork makes that call itself, with its own key.
+    recs.truncate(safe);
+    let world = world_dir(opts, row.world.as_deref());
+    let new = NewTask {
+        spec_json: spec.to_json(),
+        digest,
+        parent: Some(id.to_string()),
+        parent_seq: Some(at as i64),
+        world: Some(abs(&world).display().to_string()),
+        records: recs,
+    };
+    say!("task {new_id}: forked from {id} at seq {at} ({} records copied)", new.records.len() - 2);
+    execute(&store, &new_id, &spec, world, opts, Some(new))
+}
+
+/// The tool class of a call, for tables.
+pub fn class_name(c: ToolClass) -> &'static str {
+    c.name()
+}

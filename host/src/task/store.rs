@@ -1,0 +1,503 @@
+//! The SQLite binding of the runner log: WAL, `synchronous=FULL`, one transaction per checkpoint,
+//! lease with fencing checked inside every append transaction.
+//!
+//! Tables:
+//!
+//! * `log(task_id, seq, kind, status, payload, summary, epoch, at_ms)`: the append-only log; one row
+//!   per record, `payload` is the core's frame (magic, version, length, CRC-32C, postcard record),
+//!   authoritative; `kind`, `status`, `summary` are for humans and `sqlite3`.
+//! * `tasks(task_id, spec, digest, parent, parent_seq, world, created_at_ms)`: the spec (canonical
+//!   JSON) so `resume ID` needs no file.
+//! * `leases(task_id, owner, epoch, expires_at_ms, host, pid, pid_start)`: who may append.
+//! * `suspend_requests(task_id, at_ms)`: `task suspend` writes, the runner polls.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use brokerlab_core::runner::{Event, MAX_FRAME_LEN, Record, TaskId, TaskState, emit, frame};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params};
+
+use super::ident::{Me, now_ms, provably_dead};
+use crate::error::{CliError, CliResult};
+
+/// Format tag stored in `meta`.
+pub const FORMAT: &str = "brokerlab-task-log/1";
+
+/// An open log database.
+#[derive(Debug)]
+pub struct Store {
+    /// The connection.
+    pub conn: Connection,
+    /// Its file.
+    pub path: PathBuf,
+}
+
+/// A lease held by this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Task.
+    pub task: String,
+    /// Owner string.
+    pub owner: String,
+    /// Fencing epoch.
+    pub epoch: u64,
+    /// Time to live after each append, ms.
+    pub ttl_ms: i64,
+}
+
+/// Why an append was refused.
+#[derive(Debug)]
+pub enum AppendError {
+    /// The lease is no longer ours (another runner took over): fencing.
+    Fenced {
+        /// Our epoch.
+        epoch: u64,
+        /// The holder now, if any.
+        holder: Option<(String, u64)>,
+    },
+    /// SQLite failed.
+    Sql(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for AppendError {
+    fn from(e: rusqlite::Error) -> Self {
+        AppendError::Sql(e)
+    }
+}
+
+/// Why a lease could not be taken.
+#[derive(Debug)]
+pub enum LeaseError {
+    /// A live runner holds it.
+    Held {
+        /// Its owner string.
+        owner: String,
+        /// Its epoch.
+        epoch: u64,
+        /// Milliseconds until it expires.
+        expires_in_ms: i64,
+    },
+    /// The task id already exists (create raced with another `run`).
+    Exists,
+    /// SQLite failed.
+    Sql(rusqlite::Error),
+}
+
+impl From<rusqlite::Error> for LeaseError {
+    fn from(e: rusqlite::Error) -> Self {
+        LeaseError::Sql(e)
+    }
+}
+
+/// A row of `tasks`.
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    /// Id.
+    pub id: String,
+    /// Canonical spec JSON.
+    pub spec: String,
+    /// Parent task of a fork.
+    pub parent: Option<String>,
+    /// The world directory used at creation.
+    pub world: Option<String>,
+}
+
+/// A row of `leases`.
+#[derive(Debug, Clone)]
+pub struct LeaseRow {
+    /// Owner string.
+    pub owner: String,
+    /// Epoch.
+    pub epoch: u64,
+    /// Expiry (ms since epoch; 0 = released).
+    pub expires_at_ms: i64,
+    /// Host id.
+    pub host: String,
+    /// Pid.
+    pub pid: u32,
+    /// Start time.
+    pub pid_start: u64,
+}
+
+impl LeaseRow {
+    /// Whether a live process holds it now (unexpired, and not provably dead).
+    pub fn live(&self, now: i64) -> bool {
+        self.expires_at_ms > now && !provably_dead(&self.host, self.pid, self.pid_start)
+    }
+}
+
+/// Maps a SQLite error on `path` to a CLI error: busy/locked and corrupt/not-a-database are bad
+/// input (exit 2, naming the file); the rest is a failure (exit 1).
+pub fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> CliError {
+    let p = path.display();
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
+            CliError::bad_input(format!("{p}: database is locked by another process ({what}); nothing was written"))
+        }
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
+            CliError::bad_input(format!("{p}: not a valid log database (corrupt or another file) ({what}): {e}"))
+        }
+        Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly) => {
+            CliError::bad_input(format!("{p}: cannot open for writing ({what}): {e}"))
+        }
+        _ => CliError::failure(format!("{p}: {what}: {e}")),
+    }
+}
+
+/// Opens a SQLite file with WAL, `synchronous=FULL` and a busy timeout.
+pub fn open_sqlite(path: &Path, create: bool) -> Result<Connection, rusqlite::Error> {
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if create {
+        flags |= OpenFlags::SQLITE_OPEN_CREATE;
+    }
+    let conn = Connection::open_with_flags(path, flags)?;
+    let busy_ms = std::env::var("BROKERLAB_BUSY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(5000u64);
+    conn.busy_timeout(Duration::from_millis(busy_ms))?;
+    let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(rusqlite::Error::InvalidParameterName(format!("journal_mode is {mode}, WAL required")));
+    }
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    Ok(conn)
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tasks(
+  task_id TEXT PRIMARY KEY, spec TEXT NOT NULL, digest INTEGER NOT NULL,
+  parent TEXT, parent_seq INTEGER, world TEXT, created_at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS log(
+  task_id TEXT NOT NULL, seq INTEGER NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL,
+  payload BLOB NOT NULL, summary TEXT NOT NULL, epoch INTEGER NOT NULL, at_ms INTEGER NOT NULL,
+  PRIMARY KEY(task_id, seq)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS leases(
+  task_id TEXT PRIMARY KEY, owner TEXT NOT NULL, epoch INTEGER NOT NULL,
+  expires_at_ms INTEGER NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL, pid_start INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS suspend_requests(task_id TEXT PRIMARY KEY, at_ms INTEGER NOT NULL);
+";
+
+impl Store {
+    /// Opens (and with `create`, creates) the log database. Errors name the file.
+    pub fn open(path: &Path, create: bool) -> CliResult<Store> {
+        if !create && !path.exists() {
+            return Err(CliError::bad_input(format!("{}: no such log database (use --db FILE)", path.display())));
+        }
+        let conn = open_sqlite(path, create).map_err(|e| sql_error(path, "opening", e))?;
+        let store = Store { conn, path: path.to_path_buf() };
+        store.init().map_err(|e| sql_error(path, "reading the schema", e))??;
+        Ok(store)
+    }
+
+    fn init(&self) -> Result<CliResult<()>, rusqlite::Error> {
+        let has_meta: bool =
+            self.conn
+                .query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='meta'", [], |r| r.get(0))?;
+        if has_meta {
+            let fmt: Option<String> =
+                self.conn.query_row("SELECT value FROM meta WHERE key='format'", [], |r| r.get(0)).optional()?;
+            if fmt.as_deref() != Some(FORMAT) {
+                return Ok(Err(CliError::bad_input(format!(
+                    "{}: not a brokerlab task log (format {:?}, expected {FORMAT:?})",
+                    self.path.display(),
+                    fmt
+                ))));
+            }
+            return Ok(Ok(()));
+        }
+        let others: i64 = self.conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        if others > 0 {
+            return Ok(Err(CliError::bad_input(format!(
+                "{}: a SQLite database but not a brokerlab task log (no meta table)",
+                self.path.display()
+            ))));
+        }
+        self.conn.execute_batch(&format!(
+            "BEGIN IMMEDIATE; {SCHEMA} INSERT OR IGNORE INTO meta VALUES('format', '{FORMAT}'); COMMIT;"
+        ))?;
+        Ok(Ok(()))
+    }
+
+    /// The task row, if the task exists.
+    pub fn task(&self, id: &str) -> CliResult<Option<TaskRow>> {
+        self.conn
+            .query_row("SELECT task_id, spec, parent, world FROM tasks WHERE task_id=?1", [id], |r| {
+                Ok(TaskRow { id: r.get(0)?, spec: r.get(1)?, parent: r.get(2)?, world: r.get(3)? })
+            })
+            .optional()
+            .map_err(|e| sql_error(&self.path, "reading tasks", e))
+    }
+
+    /// The task row, or exit 2 naming the id.
+    pub fn task_or_err(&self, id: &str) -> CliResult<TaskRow> {
+        self.task(id)?.ok_or_else(|| {
+            CliError::bad_input(format!("{}: no task with id {id:?} (see `brokerlab task list`)", self.path.display()))
+        })
+    }
+
+    /// All task ids, oldest first.
+    pub fn task_ids(&self) -> CliResult<Vec<String>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT task_id FROM tasks ORDER BY created_at_ms, task_id")
+            .map_err(|e| sql_error(&self.path, "listing tasks", e))?;
+        let rows = st.query_map([], |r| r.get(0)).map_err(|e| sql_error(&self.path, "listing tasks", e))?;
+        rows.collect::<Result<Vec<String>, _>>().map_err(|e| sql_error(&self.path, "listing tasks", e))
+    }
+
+    /// The task's records in order, decoded and checked (seq dense from 0, task id, CRC).
+    pub fn records(&self, id: &str) -> CliResult<Vec<Record>> {
+        let p = self.path.display();
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT seq, payload FROM log WHERE task_id=?1 ORDER BY seq")
+            .map_err(|e| sql_error(&self.path, "reading the log", e))?;
+        let rows = st
+            .query_map([id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .map_err(|e| sql_error(&self.path, "reading the log", e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, payload) = row.map_err(|e| sql_error(&self.path, "reading the log", e))?;
+            let (rec, n) = frame::parse(&payload)
+                .map_err(|e| CliError::bad_input(format!("{p}: task {id:?} seq {seq}: corrupt record: {e}")))?;
+            if n != payload.len() || rec.seq as i64 != seq || rec.task_id.as_str() != id {
+                return Err(CliError::bad_input(format!(
+                    "{p}: task {id:?} seq {seq}: record does not match its row (seq {}, task {:?})",
+                    rec.seq,
+                    rec.task_id.as_str()
+                )));
+            }
+            out.push(rec);
+        }
+        Ok(out)
+    }
+
+    /// Replays the task: its state is the fold of its records.
+    pub fn replay(&self, id: &str) -> CliResult<TaskState> {
+        let recs = self.records(id)?;
+        fold(&self.path, id, &recs)
+    }
+
+    /// The lease row.
+    pub fn lease(&self, id: &str) -> CliResult<Option<LeaseRow>> {
+        read_lease(&self.conn, id).map_err(|e| sql_error(&self.path, "reading leases", e))
+    }
+
+    /// Whether `task suspend` asked this task to stop.
+    pub fn suspend_requested(&self, id: &str) -> Result<bool, rusqlite::Error> {
+        let mut st = self.conn.prepare_cached("SELECT count(*) FROM suspend_requests WHERE task_id=?1")?;
+        st.query_row([id], |r| r.get::<_, i64>(0)).map(|n| n > 0)
+    }
+
+    /// Records a suspend request.
+    pub fn request_suspend(&self, id: &str) -> CliResult<()> {
+        self.conn
+            .execute("INSERT OR REPLACE INTO suspend_requests VALUES(?1, ?2)", params![id, now_ms()])
+            .map(|_| ())
+            .map_err(|e| sql_error(&self.path, "writing the suspend request", e))
+    }
+
+    /// Takes the lease on `id` (and, with `create`, creates the task with its first records) in
+    /// one transaction; appends the `LeaseAcquired` record. `state` is the task's current fold
+    /// (after `create.records` for a new task).
+    pub fn acquire(
+        &self,
+        id: &str,
+        me: &Me,
+        ttl_ms: i64,
+        state: &TaskState,
+        create: Option<&NewTask>,
+        clear_suspend: bool,
+    ) -> Result<(Lease, Record), LeaseError> {
+        let now = now_ms();
+        let tx = Tx::begin(&self.conn)?;
+        if let Some(new) = create {
+            let n = self.conn.execute(
+                "INSERT OR IGNORE INTO tasks VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![id, new.spec_json, new.digest, new.parent, new.parent_seq, new.world, now],
+            )?;
+            if n == 0 {
+                return Err(LeaseError::Exists);
+            }
+            for rec in &new.records {
+                insert_record(&self.conn, rec, 0, now)?;
+            }
+        }
+        let row = read_lease(&self.conn, id)?;
+        let owner = me.owner();
+        if let Some(r) = &row
+            && r.owner != owner
+            && r.live(now)
+        {
+            return Err(LeaseError::Held {
+                owner: r.owner.clone(),
+                epoch: r.epoch,
+                expires_in_ms: r.expires_at_ms - now,
+            });
+        }
+        let epoch = row.as_ref().map_or(0, |r| r.epoch).max(state.epoch()) + 1;
+        self.conn.execute(
+            "INSERT OR REPLACE INTO leases VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![id, owner, epoch as i64, now + ttl_ms, me.host, me.pid, me.start as i64],
+        )?;
+        if clear_suspend {
+            self.conn.execute("DELETE FROM suspend_requests WHERE task_id=?1", [id])?;
+        }
+        let task = TaskId::try_from(id).map_err(|_| rusqlite::Error::InvalidParameterName(id.into()))?;
+        let owner_h = brokerlab_core::runner::Owner::try_from(owner.as_str())
+            .map_err(|_| rusqlite::Error::InvalidParameterName(owner.clone()))?;
+        let rec = Record::new(task, state.next_seq, Event::LeaseAcquired { owner: owner_h, epoch });
+        insert_record(&self.conn, &rec, epoch, now)?;
+        tx.commit()?;
+        Ok((Lease { task: id.to_string(), owner, epoch, ttl_ms }, rec))
+    }
+
+    /// Gives the lease up (expires it now) if it is still ours.
+    pub fn release(&self, lease: &Lease) {
+        let _ = self.conn.execute(
+            "UPDATE leases SET expires_at_ms=0 WHERE task_id=?1 AND epoch=?2 AND owner=?3",
+            params![lease.task, lease.epoch as i64, lease.owner],
+        );
+    }
+
+    /// Appends `recs` under `lease` in one transaction (a checkpoint). Refused when the lease's
+    /// epoch is no longer current (fencing). Renews the lease.
+    pub fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError> {
+        let mut out = self.append_groups(&[(lease, recs)])?;
+        out.pop().unwrap_or(Ok(()))
+    }
+
+    /// Group commit: appends several tasks' checkpoints in one transaction; each group is fenced
+    /// on its own lease (a refused group does not affect the others). The outer error means the
+    /// transaction failed and nothing was written.
+    pub fn append_groups(&self, groups: &[(&Lease, &[Record])]) -> Result<Vec<Result<(), AppendError>>, AppendError> {
+        let now = now_ms();
+        let tx = Tx::begin(&self.conn)?;
+        let mut results = Vec::with_capacity(groups.len());
+        for (lease, recs) in groups {
+            results.push(append_one(&self.conn, lease, recs, now));
+        }
+        tx.commit()?;
+        Ok(results)
+    }
+}
+
+fn append_one(conn: &Connection, lease: &Lease, recs: &[Record], now: i64) -> Result<(), AppendError> {
+    let cur: Option<(String, i64)> = conn
+        .prepare_cached("SELECT owner, epoch FROM leases WHERE task_id=?1")?
+        .query_row([&lease.task], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    match cur {
+        Some((owner, epoch)) if owner == lease.owner && epoch as u64 == lease.epoch => {}
+        other => {
+            return Err(AppendError::Fenced { epoch: lease.epoch, holder: other.map(|(o, e)| (o, e as u64)) });
+        }
+    }
+    conn.execute_batch("SAVEPOINT grp")?;
+    let r =
+        (|| -> Result<(), rusqlite::Error> {
+            for rec in recs {
+                insert_record(conn, rec, lease.epoch, now)?;
+                if matches!(rec.event, Event::Suspended { .. }) {
+                    conn.prepare_cached("DELETE FROM suspend_requests WHERE task_id=?1")?.execute([&lease.task])?;
+                }
+            }
+            conn.prepare_cached("UPDATE leases SET expires_at_ms=?1 WHERE task_id=?2 AND epoch=?3")?
+                .execute(params![now + lease.ttl_ms, lease.task, lease.epoch as i64])?;
+            Ok(())
+        })();
+    match r {
+        Ok(()) => {
+            conn.execute_batch("RELEASE grp")?;
+            Ok(())
+        }
+        Err(e) => {
+            conn.execute_batch("ROLLBACK TO grp; RELEASE grp")?;
+            Err(AppendError::Sql(e))
+        }
+    }
+}
+
+/// A new task's first records and spec.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    /// Canonical spec JSON.
+    pub spec_json: String,
+    /// Its digest.
+    pub digest: u32,
+    /// Parent (forks).
+    pub parent: Option<String>,
+    /// Parent seq (forks).
+    pub parent_seq: Option<i64>,
+    /// World directory.
+    pub world: Option<String>,
+    /// `Created` (and for a fork `ForkedFrom` and the copied prefix), seq 0.., already folded.
+    pub records: Vec<Record>,
+}
+
+fn read_lease(conn: &Connection, id: &str) -> Result<Option<LeaseRow>, rusqlite::Error> {
+    conn.prepare_cached("SELECT owner, epoch, expires_at_ms, host, pid, pid_start FROM leases WHERE task_id=?1")?
+        .query_row([id], |r| {
+            Ok(LeaseRow {
+                owner: r.get(0)?,
+                epoch: r.get::<_, i64>(1)? as u64,
+                expires_at_ms: r.get(2)?,
+                host: r.get(3)?,
+                pid: r.get::<_, i64>(4)? as u32,
+                pid_start: r.get::<_, i64>(5)? as u64,
+            })
+        })
+        .optional()
+}
+
+fn insert_record(conn: &Connection, rec: &Record, epoch: u64, now: i64) -> Result<(), rusqlite::Error> {
+    let mut buf = [0u8; MAX_FRAME_LEN];
+    let n = emit(rec, &mut buf).map_err(|e| rusqlite::Error::InvalidParameterName(e.to_string()))?;
+    conn.prepare_cached("INSERT INTO log VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")?.execute(params![
+        rec.task_id.as_str(),
+        rec.seq as i64,
+        rec.kind().name(),
+        rec.status.name(),
+        &buf[..n],
+        rec.event.to_string(),
+        epoch as i64,
+        now
+    ])?;
+    Ok(())
+}
+
+/// Folds records into a state; an inconsistent log is a clear error naming the file and seq.
+pub fn fold(path: &Path, id: &str, recs: &[Record]) -> CliResult<TaskState> {
+    let task = TaskId::try_from(id).map_err(|_| CliError::bad_input(format!("task id {id:?} too long")))?;
+    let mut st = TaskState::new(task);
+    for rec in recs {
+        st.apply(rec)
+            .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: inconsistent log: {e}", path.display())))?;
+    }
+    Ok(st)
+}
+
+/// `BEGIN IMMEDIATE` ... `COMMIT`, rolled back on drop unless committed.
+struct Tx<'c> {
+    conn: &'c Connection,
+    done: bool,
+}
+
+impl<'c> Tx<'c> {
+    fn begin(conn: &'c Connection) -> Result<Self, rusqlite::Error> {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(Tx { conn, done: false })
+    }
+    fn commit(mut self) -> Result<(), rusqlite::Error> {
+        self.conn.execute_batch("COMMIT")?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
