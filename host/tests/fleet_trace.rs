@@ -19,7 +19,7 @@ struct Rec {
     ids: Vec<u64>,
 }
 
-fn load(path: &PathBuf) -> Vec<Rec> {
+fn load(path: &std::path::Path) -> Vec<Rec> {
     let mut r = TraceReader::open(path).expect("shared trace present");
     let mut out = vec![];
     while let Some(rec) = r.next_record().unwrap() {

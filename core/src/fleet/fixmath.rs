@@ -90,7 +90,9 @@ mod tests {
             let got = log2_q32(y) as f64 / 4294967296.0;
             assert!((got - want).abs() < 1e-8, "log2({y}) = {got}");
         }
-        for (x, want) in [(0.0f64, 1.0f64), (0.5, 0.7071067811865476), (1.0, 0.5), (3.3, 0.10153154954452942)] {
+        for (x, want) in
+            [(0.0f64, 1.0f64), (0.5, core::f64::consts::FRAC_1_SQRT_2), (1.0, 0.5), (3.3, 0.10153154954452942)]
+        {
             let got = exp2_neg_q32((x * 4294967296.0) as u64) as f64 / 18446744073709551616.0;
             assert!((got - want).abs() < 1e-8, "2^-{x} = {got}");
         }

@@ -265,11 +265,11 @@ impl<'a> PendingEvicts<'a> {
             self.head = (self.head + 1) % self.ring.len();
             self.len -= 1;
             // Only the latest eviction of (key, pod) ends the router's belief.
-            if let Ok(i) = self.table.find(r.key, r.pod) {
-                if self.table.entries[i].latest == r.dispatch {
-                    table::remove_at(&mut self.table, i);
-                    self.table.len -= 1;
-                }
+            if let Ok(i) = self.table.find(r.key, r.pod)
+                && self.table.entries[i].latest == r.dispatch
+            {
+                table::remove_at(&mut self.table, i);
+                self.table.len -= 1;
             }
         }
     }

@@ -6,7 +6,7 @@ use super::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS, MAX_TRACE_BLOCK_TOKENS};
 
 /// Checks a trace block size S: a non-zero multiple of 16, at most [`MAX_TRACE_BLOCK_TOKENS`].
 pub fn check_trace_block_tokens(s: u32) -> Result<(), Error> {
-    if s == 0 || s as usize % BLOCK_TOKENS != 0 || s > MAX_TRACE_BLOCK_TOKENS {
+    if s == 0 || !(s as usize).is_multiple_of(BLOCK_TOKENS) || s > MAX_TRACE_BLOCK_TOKENS {
         return Err(Error::InvalidConfig {
             field: "trace-block-size",
             expected: "a non-zero multiple of 16, at most 1048576",

@@ -265,10 +265,10 @@ struct Feed<'x, 'a> {
 impl CacheEvents for Feed<'_, '_> {
     #[inline]
     fn inserted(&mut self, key: u64) {
-        if let Some(ix) = self.index.as_deref_mut() {
-            if let Err(e) = ix.insert(key, self.pod) {
-                self.error.get_or_insert(e);
-            }
+        if let Some(ix) = self.index.as_deref_mut()
+            && let Err(e) = ix.insert(key, self.pod)
+        {
+            self.error.get_or_insert(e);
         }
     }
     #[inline]
@@ -276,10 +276,10 @@ impl CacheEvents for Feed<'_, '_> {
         if let Some(ix) = self.index.as_deref_mut() {
             ix.remove(key, self.pod);
         }
-        if let Some(p) = self.pending.as_deref_mut() {
-            if let Err(e) = p.record(key, self.pod, self.dispatch) {
-                self.error.get_or_insert(e);
-            }
+        if let Some(p) = self.pending.as_deref_mut()
+            && let Err(e) = p.record(key, self.pod, self.dispatch)
+        {
+            self.error.get_or_insert(e);
         }
     }
 }
@@ -410,10 +410,10 @@ impl<'a, R: Router> Fleet<'a, R> {
     fn dispatch_inner(&mut self, req: &Request<'_>) -> Result<Outcome, Error> {
         let i = self.next_request;
         // 1. Evictions made while dispatching requests <= i-k-1 reach the router now.
-        if let Some(p) = self.pending.as_mut() {
-            if let Some(upto) = i.checked_sub(self.cfg.stale_delay as u64 + 1) {
-                p.deliver_through(upto);
-            }
+        if let Some(p) = self.pending.as_mut()
+            && let Some(upto) = i.checked_sub(self.cfg.stale_delay as u64 + 1)
+        {
+            p.deliver_through(upto);
         }
         // 2. Queue lengths at arrival.
         let mut queue_lens = [0u32; MAX_PODS];

@@ -1,7 +1,11 @@
 //! `brokerlab fleet ...`: the fleet simulator on the host.
 
 pub mod bench;
+pub mod experiments;
+pub mod report;
 pub mod run;
+pub mod scenario;
+pub mod sweep;
 pub mod trace;
 
 use std::path::PathBuf;
@@ -19,6 +23,82 @@ pub enum FleetCmd {
     Replay(ReplayArgs),
     /// Measure core throughput (requests/s, block touches/s) and memory per cached block.
     Bench(BenchArgs),
+    /// Run one scenario file (workload + fleet + router + timing).
+    Run(RunArgs),
+    /// Write a scenario's workload as a Mooncake JSONL trace (trace block size 16).
+    GenTrace(GenTraceArgs),
+    /// Sweep one parameter of a scenario for every router; write CSV, JSON and plots.
+    Sweep(SweepArgs),
+    /// Run the standard experiments on built-in scenarios; write an HTML report and a summary.
+    Report(ReportArgs),
+}
+
+/// `fleet report` arguments.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Output directory.
+    #[arg(long, default_value = "out/report")]
+    pub out: PathBuf,
+    /// Worker threads (0 = all cores). Results do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Divide every scenario's request count by this (quick look; default 1 = full size).
+    #[arg(long, default_value_t = 1)]
+    pub shrink: u64,
+}
+
+/// `fleet run` arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Scenario TOML file.
+    pub scenario: PathBuf,
+    /// Override the scenario's router.
+    #[arg(long, value_parser = parse_router)]
+    pub router: Option<RouterKind>,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `fleet gen-trace` arguments.
+#[derive(Debug, Args)]
+pub struct GenTraceArgs {
+    /// Scenario TOML file.
+    pub scenario: PathBuf,
+    /// Output JSONL file.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+}
+
+/// `fleet sweep` arguments.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Scenario TOML file.
+    pub scenario: PathBuf,
+    /// capacity | alpha | stale | pods | rate
+    #[arg(long)]
+    pub param: String,
+    /// Explicit values, comma separated (capacity also accepts fit, hot/K, hot*K).
+    #[arg(long, value_delimiter = ',')]
+    pub values: Vec<String>,
+    /// First value of a range (capacity: fit, hot/K, hot*K or a number).
+    #[arg(long)]
+    pub from: Option<String>,
+    /// Same as --from fit.
+    #[arg(long)]
+    pub from_fit: bool,
+    /// Last value of a range.
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Points in the range (geometric for capacity, linear otherwise).
+    #[arg(long, default_value_t = 12)]
+    pub steps: usize,
+    /// Worker threads (0 = all cores). Results do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Output directory.
+    #[arg(long, default_value = "out/sweep")]
+    pub out: PathBuf,
 }
 
 fn parse_router(s: &str) -> Result<RouterKind, String> {
@@ -136,6 +216,51 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             }
             Ok(0)
         }
+        FleetCmd::Run(a) => {
+            let sc = scenario::Scenario::load(&a.scenario)?;
+            let mut cfg = sc.fleet;
+            if let Some(r) = a.router {
+                cfg.router = r;
+            }
+            let g = scenario::Generated::new(sc.workload)?;
+            let res = simulate(cfg, &mut &g, false)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
+            } else {
+                println!("scenario {} ({})", sc.name, a.scenario.display());
+                print!("{}", render_table(&res.summary));
+            }
+            Ok(0)
+        }
+        FleetCmd::GenTrace(a) => {
+            let sc = scenario::Scenario::load(&a.scenario)?;
+            let g = scenario::Generated::new(sc.workload)?;
+            let f = std::fs::File::create(&a.output)
+                .map_err(|e| CliError::bad_input(format!("-o {}: cannot create: {e}", a.output.display())))?;
+            let mut w = std::io::BufWriter::new(f);
+            scenario::write_trace(&g, &mut w)
+                .and_then(|_| std::io::Write::flush(&mut w))
+                .map_err(|e| CliError::failure(format!("{}: cannot write: {e}", a.output.display())))?;
+            eprintln!(
+                "wrote {} requests to {} (replay with --trace-block-size 16)",
+                g.requests.len(),
+                a.output.display()
+            );
+            Ok(0)
+        }
+        FleetCmd::Sweep(a) => sweep_cmd(a),
+        FleetCmd::Report(a) => {
+            let ex = experiments::report(&a.out, a.threads, a.shrink)?;
+            println!("{}\n", experiments::the_number(&ex));
+            for (k, v) in experiments::headlines(&ex) {
+                println!("{k:<52} {v}");
+            }
+            println!(
+                "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv, experiments.json",
+                a.out.display()
+            );
+            Ok(0)
+        }
         FleetCmd::Bench(a) => {
             check_trace_block(a.trace_block_size)?;
             let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats)?;
@@ -147,4 +272,111 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             Ok(0)
         }
     }
+}
+
+fn capacity_value(s: &str, fit: usize, hot: u64) -> CliResult<u64> {
+    let bad = || CliError::bad_input(format!("capacity value `{s}`: expected a number of blocks, fit, hot/K or hot*K"));
+    let v = if s == "fit" {
+        fit as u64
+    } else if let Some(k) = s.strip_prefix("hot/") {
+        hot / k.parse::<u64>().map_err(|_| bad())?.max(1)
+    } else if let Some(k) = s.strip_prefix("hot*") {
+        hot * k.parse::<u64>().map_err(|_| bad())?
+    } else if s == "hot" {
+        hot
+    } else {
+        s.parse().map_err(|_| bad())?
+    };
+    Ok(v.max(1))
+}
+
+fn num_value(flag: &str, s: &str) -> CliResult<f64> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite())
+        .ok_or_else(|| CliError::bad_input(format!("{flag} `{s}`: expected a number")))
+}
+
+/// One sweep value: (parameter value, workload index, fleet configuration).
+pub type SweepValue = (f64, usize, FleetConfig);
+
+/// Parameter values of a sweep, as (value, workload index, config) with workloads generated here.
+pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<(Vec<scenario::Generated>, Vec<SweepValue>)> {
+    let base = sc.fleet;
+    let from = if a.from_fit { Some("fit".to_string()) } else { a.from.clone() };
+    let range = |kind: &str| -> CliResult<Option<(String, String)>> {
+        match (&from, &a.to) {
+            (Some(f), Some(t)) => Ok(Some((f.clone(), t.clone()))),
+            (None, None) if !a.values.is_empty() => Ok(None),
+            _ => Err(CliError::bad_input(format!("--param {kind}: give --values, or both --from and --to"))),
+        }
+    };
+    if a.param == "rate" {
+        let vals: Vec<f64> = match range("rate")? {
+            None => a.values.iter().map(|v| num_value("--values", v)).collect::<CliResult<_>>()?,
+            Some((f, t)) => sweep::linear(num_value("--from", &f)?, num_value("--to", &t)?, a.steps),
+        };
+        let mut gens = Vec::new();
+        let mut out = Vec::new();
+        for (i, v) in vals.iter().enumerate() {
+            let mut w = sc.workload;
+            w.rate_milli_per_s = (v * 1000.0).round().max(0.0) as u64;
+            gens.push(scenario::Generated::new(w)?);
+            out.push((*v, i, base));
+        }
+        return Ok((gens, out));
+    }
+    let g = scenario::Generated::new(sc.workload)?;
+    let vals: Vec<f64> = match a.param.as_str() {
+        "capacity" => {
+            let fit = g.distinct_blocks();
+            let hot = sc.workload.hot_set_blocks();
+            match range("capacity")? {
+                None => {
+                    a.values.iter().map(|v| capacity_value(v, fit, hot).map(|x| x as f64)).collect::<CliResult<_>>()?
+                }
+                Some((f, t)) => {
+                    let (f, t) = (capacity_value(&f, fit, hot)?, capacity_value(&t, fit, hot)?);
+                    sweep::geometric(f as f64, t as f64, a.steps).into_iter().map(|x| x as f64).collect()
+                }
+            }
+        }
+        "alpha" | "stale" | "pods" => match range(&a.param)? {
+            None => a.values.iter().map(|v| num_value("--values", v)).collect::<CliResult<_>>()?,
+            Some((f, t)) => {
+                let v = sweep::linear(num_value("--from", &f)?, num_value("--to", &t)?, a.steps);
+                if a.param == "alpha" { v } else { v.into_iter().map(f64::round).collect() }
+            }
+        },
+        other => {
+            return Err(CliError::bad_input(format!("--param {other}: expected capacity, alpha, stale, pods or rate")));
+        }
+    };
+    let mut out = Vec::new();
+    for v in vals {
+        let mut cfg = base;
+        match a.param.as_str() {
+            "capacity" => cfg.capacity_blocks = v as usize,
+            "alpha" => cfg.alpha = v,
+            "stale" => cfg.stale_delay = v.max(0.0) as u32,
+            _ => cfg.pods = v.max(0.0) as usize,
+        }
+        cfg.validate().map_err(|e| CliError::bad_input(format!("--param {} value {v}: {e}", a.param)))?;
+        out.push((v, 0, cfg));
+    }
+    Ok((vec![g], out))
+}
+
+fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
+    let sc = scenario::Scenario::load(&a.scenario)?;
+    let (gens, values) = sweep_values(&sc, &a)?;
+    let specs = sweep::for_each_router(&values);
+    let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &format!("sweep {}", a.param))?;
+    sweep::write_file(&a.out, "points.csv", sweep::to_csv(&points).as_bytes())?;
+    let json = serde_json::to_string_pretty(&points).expect("points serialize");
+    sweep::write_file(&a.out, "points.json", json.as_bytes())?;
+    let written = report::sweep_plots(&a.out, &sc.name, &a.param, &points)?;
+    print!("{}", report::sweep_table(&a.param, &points));
+    println!("wrote {}/points.csv, points.json{}", a.out.display(), written);
+    Ok(0)
 }

@@ -114,14 +114,14 @@ impl TraceReader {
                 continue;
             }
             parse_line(line, &mut self.rec).map_err(|m| CliError::bad_input(format!("{}: {m}", self.location())))?;
-            if let Some(prev) = self.last_ts {
-                if self.rec.timestamp_ms < prev {
-                    return Err(CliError::bad_input(format!(
-                        "{}: field `timestamp`: {} is smaller than the previous line's {prev}; requests must be in non-decreasing time order",
-                        self.location(),
-                        self.rec.timestamp_ms
-                    )));
-                }
+            if let Some(prev) = self.last_ts
+                && self.rec.timestamp_ms < prev
+            {
+                return Err(CliError::bad_input(format!(
+                    "{}: field `timestamp`: {} is smaller than the previous line's {prev}; requests must be in non-decreasing time order",
+                    self.location(),
+                    self.rec.timestamp_ms
+                )));
             }
             self.last_ts = Some(self.rec.timestamp_ms);
             return Ok(true);

@@ -1,0 +1,151 @@
+//! Plots of sweeps, and `brokerlab fleet report`: the seed's experiments on built-in scenarios,
+//! written as one self-contained HTML page (inline SVG plots) plus a Markdown summary.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use brokerlab_core::fleet::RouterKind;
+
+use super::run::Summary;
+use super::scenario::Scenario;
+use super::sweep::{self, Point};
+use crate::error::CliResult;
+use crate::plot::{self, Chart, Series};
+
+/// Built-in scenarios (the files in `scenarios/`, compiled in so the report needs nothing else).
+pub const BUILTIN: [(&str, &str); 4] = [
+    ("multi-tenant", include_str!("../../../scenarios/multi-tenant.toml")),
+    ("alpha", include_str!("../../../scenarios/alpha.toml")),
+    ("llm-d", include_str!("../../../scenarios/llm-d.toml")),
+    ("rag", include_str!("../../../scenarios/rag.toml")),
+];
+
+/// A built-in scenario by name.
+pub fn builtin(name: &str) -> CliResult<Scenario> {
+    let (_, text) = BUILTIN.iter().find(|(n, _)| *n == name).expect("built-in scenario exists");
+    Scenario::parse(text, &format!("scenarios/{name}.toml"), name)
+}
+
+fn series_by_router(points: &[Point], y: impl Fn(&Summary) -> Option<f64>) -> Vec<Series> {
+    RouterKind::ALL
+        .iter()
+        .map(|r| Series {
+            label: r.name().to_string(),
+            points: points
+                .iter()
+                .filter(|p| p.summary.router == r.name())
+                .map(|p| (p.value, y(&p.summary).unwrap_or(f64::NAN)))
+                .collect(),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect()
+}
+
+fn param_label(param: &str) -> String {
+    match param {
+        "capacity" => "capacity per pod (blocks of 16 tokens, log scale)".into(),
+        "alpha" => "load penalty alpha (blocks per queued request)".into(),
+        "stale" => "stale-evict delay k (requests)".into(),
+        "pods" => "pods".into(),
+        "rate" => "arrival rate (requests/s)".into(),
+        other => other.into(),
+    }
+}
+
+/// Renders and writes `stem`.svg and `stem`.png; returns the SVG for inlining.
+pub fn write_chart(dir: &Path, stem: &str, chart: &Chart) -> CliResult<String> {
+    let svg = plot::svg(chart, 900, 520);
+    sweep::write_file(dir, &format!("{stem}.svg"), svg.as_bytes())?;
+    sweep::write_file(dir, &format!("{stem}.png"), &plot::png(chart, 900, 520))?;
+    Ok(svg)
+}
+
+fn chart(title: String, x_label: String, y_label: &str, series: Vec<Series>, x_log: bool) -> Chart {
+    Chart { title, x_label, y_label: y_label.into(), series, x_log, ..Chart::default() }
+}
+
+/// The three standard plots of a sweep (hit rate, prefill tokens, p90 latency vs the parameter).
+pub fn sweep_charts(name: &str, param: &str, points: &[Point]) -> Vec<(String, Chart)> {
+    let log = param == "capacity";
+    let x = param_label(param);
+    vec![
+        (
+            "hit_rate".into(),
+            chart(
+                format!("{name}: token hit rate vs {param}"),
+                x.clone(),
+                "hit rate (% of prompt tokens)",
+                series_by_router(points, |s| s.hit_rate.map(|h| h * 100.0)),
+                log,
+            ),
+        ),
+        (
+            "prefill".into(),
+            chart(
+                format!("{name}: prefill tokens computed vs {param}"),
+                x.clone(),
+                "prefill tokens (millions)",
+                series_by_router(points, |s| Some(s.prefill_tokens as f64 / 1e6)),
+                log,
+            ),
+        ),
+        (
+            "p90".into(),
+            chart(
+                format!("{name}: p90 latency vs {param}"),
+                x,
+                "p90 latency (s)",
+                series_by_router(points, |s| s.latency_p90),
+                log,
+            ),
+        ),
+    ]
+}
+
+/// Writes the sweep's plots; returns a note listing them.
+pub fn sweep_plots(dir: &Path, name: &str, param: &str, points: &[Point]) -> CliResult<String> {
+    let mut names = String::new();
+    for (stem, c) in sweep_charts(name, param, points) {
+        write_chart(dir, &stem, &c)?;
+        let _ = write!(names, ", {stem}.svg/.png");
+    }
+    Ok(names)
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |h| format!("{:.1}%", h * 100.0))
+}
+
+fn secs(v: Option<f64>) -> String {
+    v.map_or("n/a".into(), |s| format!("{s:.3}"))
+}
+
+/// A readable table of a sweep: one row per value, hit rate and p90 per router.
+pub fn sweep_table(param: &str, points: &[Point]) -> String {
+    let mut values: Vec<f64> = points.iter().map(|p| p.value).collect();
+    values.dedup();
+    let mut seen = Vec::new();
+    values.retain(|v| {
+        let new = !seen.contains(v);
+        seen.push(*v);
+        new
+    });
+    let mut o = format!("{param:>12}");
+    for r in RouterKind::ALL {
+        let _ = write!(o, " | {:>12} hit  p90 s", r.name());
+    }
+    o.push('\n');
+    for v in values {
+        let _ = write!(o, "{v:>12}");
+        for r in RouterKind::ALL {
+            match points.iter().find(|p| p.value == v && p.summary.router == r.name()) {
+                Some(p) => {
+                    let _ = write!(o, " | {:>16} {:>7}", pct(p.summary.hit_rate), secs(p.summary.latency_p90));
+                }
+                None => o.push_str(" |                         "),
+            }
+        }
+        o.push('\n');
+    }
+    o
+}

@@ -1,0 +1,337 @@
+//! Scenario files (TOML): a workload, a fleet, a router and timing. Unknown keys are errors that
+//! name the key.
+
+use std::path::Path;
+
+use brokerlab_core::fleet::workload::{DocOrder, Layout, Popularity, Workload, WorkloadSpec};
+use brokerlab_core::fleet::{FleetConfig, Request, RouterKind, TouchOrder, keys};
+use serde::Deserialize;
+
+use super::run::RequestSource;
+use crate::error::{CliError, CliResult};
+
+/// `[workload]` of a scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadToml {
+    /// Seed.
+    #[serde(default = "one")]
+    pub seed: u64,
+    /// Requests.
+    pub requests: u64,
+    /// Tenants T.
+    pub tenants: u32,
+    /// Users per tenant.
+    #[serde(default = "one32")]
+    pub users_per_tenant: u32,
+    /// Shared prefix P, tokens.
+    pub prefix_tokens: u32,
+    /// [min, max] user suffix, tokens.
+    pub suffix_tokens: [u32; 2],
+    /// [min, max] output, tokens.
+    #[serde(default)]
+    pub output_tokens: [u32; 2],
+    /// "uniform" or "zipf:S".
+    #[serde(default = "uniform")]
+    pub popularity: String,
+    /// Poisson rate, requests/s (0: all at t = 0).
+    pub rate_per_s: f64,
+    /// "stable-prefix-first" or "timestamp-first".
+    #[serde(default = "stable")]
+    pub layout: String,
+    /// Header tokens in the timestamp-first layout.
+    #[serde(default = "sixteen")]
+    pub header_tokens: u32,
+    /// RAG section.
+    #[serde(default)]
+    pub rag: Option<RagToml>,
+}
+
+/// `[workload.rag]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RagToml {
+    /// Documents per tenant.
+    pub docs: u32,
+    /// Tokens per document.
+    pub doc_tokens: u32,
+    /// Documents per request.
+    pub per_request: u32,
+    /// "random" or "sorted".
+    #[serde(default = "random")]
+    pub order: String,
+}
+
+/// `[fleet]` of a scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetToml {
+    /// Pods N.
+    pub pods: usize,
+    /// Blocks per pod C.
+    pub capacity: usize,
+    /// Router.
+    #[serde(default = "prefix_aware")]
+    pub router: String,
+    /// Load penalty.
+    #[serde(default = "alpha1")]
+    pub alpha: f64,
+    /// Stale delay k.
+    #[serde(default)]
+    pub stale: u32,
+    /// Touch order.
+    #[serde(default = "tail_first")]
+    pub order: String,
+    /// ns per prefill token.
+    #[serde(default = "t_prefill")]
+    pub t_prefill_ns: u64,
+    /// ns per output token.
+    #[serde(default)]
+    pub t_decode_ns: u64,
+}
+
+/// A scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioToml {
+    /// Name used in reports.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// One line on what it shows.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The workload.
+    pub workload: WorkloadToml,
+    /// The fleet.
+    pub fleet: FleetToml,
+}
+
+fn one() -> u64 {
+    1
+}
+fn one32() -> u32 {
+    1
+}
+fn sixteen() -> u32 {
+    16
+}
+fn uniform() -> String {
+    "uniform".into()
+}
+fn stable() -> String {
+    "stable-prefix-first".into()
+}
+fn random() -> String {
+    "random".into()
+}
+fn prefix_aware() -> String {
+    "prefix-aware".into()
+}
+fn tail_first() -> String {
+    "tail-first".into()
+}
+fn alpha1() -> f64 {
+    1.0
+}
+fn t_prefill() -> u64 {
+    50_000
+}
+
+/// A parsed, checked scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// Workload.
+    pub workload: WorkloadSpec,
+    /// Fleet.
+    pub fleet: FleetConfig,
+}
+
+impl Scenario {
+    /// Reads and checks a scenario file.
+    pub fn load(path: &Path) -> CliResult<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::bad_input(format!("{}: cannot read scenario: {e}", path.display())))?;
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        Self::parse(&text, &path.display().to_string(), &stem)
+    }
+
+    /// Parses scenario TOML; `origin` names the file in messages.
+    pub fn parse(text: &str, origin: &str, default_name: &str) -> CliResult<Self> {
+        let t: ScenarioToml = toml::from_str(text).map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+        let bad = |field: &str, expected: &str, got: &str| {
+            CliError::bad_input(format!("{origin}: `{field}` = {got:?}: expected {expected}"))
+        };
+        let w = &t.workload;
+        let popularity = match w.popularity.split_once(':') {
+            None if w.popularity == "uniform" => Popularity::Uniform,
+            Some(("zipf", s)) => match s.parse::<f64>() {
+                Ok(v) if (0.0..=10.0).contains(&v) => Popularity::Zipf { s_milli: (v * 1000.0).round() as u32 },
+                _ => return Err(bad("workload.popularity", "zipf:S with 0 <= S <= 10", &w.popularity)),
+            },
+            _ => return Err(bad("workload.popularity", "\"uniform\" or \"zipf:S\"", &w.popularity)),
+        };
+        let layout = match w.layout.as_str() {
+            "stable-prefix-first" => Layout::StablePrefixFirst,
+            "timestamp-first" => Layout::TimestampFirst,
+            other => return Err(bad("workload.layout", "\"stable-prefix-first\" or \"timestamp-first\"", other)),
+        };
+        if !(w.rate_per_s >= 0.0 && w.rate_per_s <= 1e9) {
+            return Err(bad("workload.rate_per_s", "a rate between 0 and 1e9 requests/s", &w.rate_per_s.to_string()));
+        }
+        let (rag_docs, rag_doc_tokens, rag_per_request, rag_order) = match &w.rag {
+            None => (0, 0, 0, DocOrder::Random),
+            Some(r) => {
+                let order = match r.order.as_str() {
+                    "random" => DocOrder::Random,
+                    "sorted" => DocOrder::Sorted,
+                    other => return Err(bad("workload.rag.order", "\"random\" or \"sorted\"", other)),
+                };
+                (r.docs, r.doc_tokens, r.per_request, order)
+            }
+        };
+        let workload = WorkloadSpec {
+            seed: w.seed,
+            requests: w.requests,
+            tenants: w.tenants,
+            users_per_tenant: w.users_per_tenant,
+            prefix_tokens: w.prefix_tokens,
+            suffix_min_tokens: w.suffix_tokens[0],
+            suffix_max_tokens: w.suffix_tokens[1],
+            output_min_tokens: w.output_tokens[0],
+            output_max_tokens: w.output_tokens[1],
+            popularity,
+            rate_milli_per_s: (w.rate_per_s * 1000.0).round() as u64,
+            layout,
+            header_tokens: w.header_tokens,
+            rag_docs,
+            rag_doc_tokens,
+            rag_per_request,
+            rag_order,
+        };
+        workload.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+        let f = &t.fleet;
+        let router = RouterKind::parse(&f.router)
+            .ok_or_else(|| bad("fleet.router", "round-robin, least-loaded or prefix-aware", &f.router))?;
+        let order =
+            TouchOrder::parse(&f.order).ok_or_else(|| bad("fleet.order", "tail-first or in-order", &f.order))?;
+        let fleet = FleetConfig {
+            pods: f.pods,
+            capacity_blocks: f.capacity,
+            router,
+            alpha: f.alpha,
+            stale_delay: f.stale,
+            order,
+            t_prefill_ns: f.t_prefill_ns,
+            t_decode_ns: f.t_decode_ns,
+        };
+        fleet.validate().map_err(|e| match e {
+            brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
+                CliError::bad_input(format!("{origin}: `fleet.{field}`: expected {expected}"))
+            }
+            other => CliError::bad_input(format!("{origin}: {other}")),
+        })?;
+        Ok(Scenario {
+            name: t.name.unwrap_or_else(|| default_name.to_string()),
+            description: t.description.unwrap_or_default(),
+            workload,
+            fleet,
+        })
+    }
+}
+
+/// A workload generated once and kept in memory (keys of every request), so sweeps over fleet
+/// parameters reuse it.
+pub struct Generated {
+    /// The spec.
+    pub spec: WorkloadSpec,
+    /// (arrival ns, L, O, tenant, key range) per request.
+    pub requests: Vec<(u64, u64, u64, u32, std::ops::Range<usize>)>,
+    /// All keys.
+    pub keys: Vec<u64>,
+}
+
+impl Generated {
+    /// Runs the core generator and hashes every prompt.
+    pub fn new(spec: WorkloadSpec) -> CliResult<Self> {
+        let mut cdf = vec![0u64; Workload::cdf_len(&spec)];
+        let mut wl = Workload::new(spec, &mut cdf).map_err(|e| CliError::bad_input(format!("workload: {e}")))?;
+        let mut tokens = vec![0u32; spec.max_prompt_tokens() as usize];
+        let mut kbuf = vec![0u64; tokens.len() / 16];
+        let mut g = Generated { spec, requests: Vec::with_capacity(spec.requests as usize), keys: Vec::new() };
+        while let Some(r) = wl.next_request(&mut tokens).map_err(|e| CliError::failure(format!("workload: {e}")))? {
+            let n = keys::token_keys(&tokens[..r.input_tokens as usize], &mut kbuf)
+                .map_err(|e| CliError::failure(format!("workload: {e}")))?;
+            let start = g.keys.len();
+            g.keys.extend_from_slice(&kbuf[..n]);
+            g.requests.push((r.arrival_ns, r.input_tokens, r.output_tokens, r.tenant, start..start + n));
+        }
+        Ok(g)
+    }
+
+    /// Distinct blocks over the whole workload: the capacity at which nothing is ever evicted.
+    pub fn distinct_blocks(&self) -> usize {
+        let mut set = std::collections::HashSet::with_capacity(self.keys.len());
+        self.keys.iter().filter(|k| set.insert(**k)).count()
+    }
+}
+
+impl RequestSource for &Generated {
+    fn feed(
+        &mut self,
+        sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
+    ) -> CliResult<()> {
+        for (i, (arrival_ns, input, output, _, range)) in self.requests.iter().enumerate() {
+            let req = Request {
+                arrival_ns: *arrival_ns,
+                input_tokens: *input,
+                output_tokens: *output,
+                keys: &self.keys[range.clone()],
+            };
+            sink(&req).map_err(|e| CliError::failure(format!("request {i}: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes the workload as a Mooncake JSONL trace with trace block size 16: `hash_ids[j]` is a
+/// dense id of block j's chained key (ids are prefix-consistent by construction), plus a fresh id
+/// for a trailing partial block. Replaying it with `--trace-block-size 16` gives exactly the
+/// direct run's results.
+pub fn write_trace(g: &Generated, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut ids: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    let mut next_id = 0u64;
+    let mut line = String::new();
+    for (arrival_ns, input, output, _, range) in &g.requests {
+        line.clear();
+        line.push_str(&format!(
+            "{{\"timestamp\": {}, \"input_length\": {input}, \"output_length\": {output}, \"hash_ids\": [",
+            arrival_ns / 1_000_000
+        ));
+        let mut first = true;
+        let mut push = |line: &mut String, id: u64| {
+            if !first {
+                line.push_str(", ");
+            }
+            first = false;
+            line.push_str(&id.to_string());
+        };
+        for k in &g.keys[range.clone()] {
+            let id = *ids.entry(*k).or_insert_with(|| {
+                next_id += 1;
+                next_id - 1
+            });
+            push(&mut line, id);
+        }
+        if input % 16 != 0 {
+            push(&mut line, next_id);
+            next_id += 1;
+        }
+        line.push_str("]}\n");
+        out.write_all(line.as_bytes())?;
+    }
+    Ok(())
+}

@@ -1,0 +1,160 @@
+//! Sweeps: many fleet configurations over fixed workloads, in parallel on all cores. Results are
+//! stored by point index, so they are identical for any number of threads.
+
+use std::io::IsTerminal;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use brokerlab_core::fleet::{FleetConfig, RouterKind};
+use serde::Serialize;
+
+use super::run::{Summary, simulate};
+use super::scenario::Generated;
+use crate::error::{CliError, CliResult};
+
+/// One point of a sweep: a parameter value, a workload and a fleet configuration.
+#[derive(Debug, Clone)]
+pub struct PointSpec {
+    /// Value of the swept parameter.
+    pub value: f64,
+    /// Index into the workloads.
+    pub workload: usize,
+    /// Fleet configuration.
+    pub cfg: FleetConfig,
+}
+
+/// One measured point.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// Swept parameter.
+    pub param: String,
+    /// Its value.
+    pub value: f64,
+    /// Metrics (router, config and results).
+    #[serde(flatten)]
+    pub summary: Summary,
+}
+
+/// Runs every point on `threads` threads (0: all cores), with a progress bar on a terminal.
+pub fn run_points(
+    param: &str,
+    workloads: &[Generated],
+    specs: &[PointSpec],
+    threads: usize,
+    label: &str,
+) -> CliResult<Vec<Point>> {
+    let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<CliResult<Summary>>>> = Mutex::new((0..specs.len()).map(|_| None).collect());
+    let tty = std::io::stderr().is_terminal();
+    std::thread::scope(|s| {
+        for _ in 0..threads.min(specs.len()).max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(p) = specs.get(i) else { break };
+                    let mut src = &workloads[p.workload];
+                    let r = simulate(p.cfg, &mut src, false).map(|r| r.summary);
+                    results.lock().expect("no thread panics while holding the lock")[i] = Some(r);
+                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
+                    if tty {
+                        progress(label, d, specs.len());
+                    }
+                }
+            });
+        }
+    });
+    if tty {
+        eprintln!();
+    }
+    let results = results.into_inner().expect("threads joined");
+    specs
+        .iter()
+        .zip(results)
+        .map(|(p, r)| {
+            let summary = r.unwrap_or_else(|| Err(CliError::failure("a sweep point did not run")))?;
+            Ok(Point { param: param.to_string(), value: p.value, summary })
+        })
+        .collect()
+}
+
+fn progress(label: &str, done: usize, total: usize) {
+    let width = 30;
+    let filled = done * width / total.max(1);
+    eprint!("\r{label:<24} [{}{}] {done}/{total}", "#".repeat(filled), " ".repeat(width - filled));
+}
+
+/// The same fleet configuration for each router, for each parameter value.
+pub fn for_each_router(values: &[(f64, usize, FleetConfig)]) -> Vec<PointSpec> {
+    let mut out = Vec::new();
+    for router in RouterKind::ALL {
+        for &(value, workload, cfg) in values {
+            out.push(PointSpec { value, workload, cfg: FleetConfig { router, ..cfg } });
+        }
+    }
+    out
+}
+
+/// CSV of all points (one row per point).
+pub fn to_csv(points: &[Point]) -> String {
+    let mut o = String::from(
+        "param,value,router,pods,capacity,alpha,stale,order,requests,input_tokens,hit_tokens,prefill_tokens,hit_rate,\
+         latency_p50_s,latency_p90_s,latency_p99_s,chased_requests,phantom_blocks,max_pod_share\n",
+    );
+    let f = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
+    for p in points {
+        let s = &p.summary;
+        let max_share = s.per_pod_requests.iter().max().copied().unwrap_or(0) as f64 / s.requests.max(1) as f64;
+        o += &format!(
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            p.param,
+            p.value,
+            s.router,
+            s.pods,
+            s.capacity,
+            s.alpha,
+            s.stale,
+            s.order,
+            s.requests,
+            s.input_tokens,
+            s.hit_tokens,
+            s.prefill_tokens,
+            f(s.hit_rate),
+            f(s.latency_p50),
+            f(s.latency_p90),
+            f(s.latency_p99),
+            s.chased_requests,
+            s.phantom_blocks,
+            max_share
+        );
+    }
+    o
+}
+
+/// Writes `name` into `dir`, naming the file in any error.
+pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> CliResult<()> {
+    std::fs::create_dir_all(dir).map_err(|e| CliError::failure(format!("{}: cannot create: {e}", dir.display())))?;
+    let p = dir.join(name);
+    std::fs::write(&p, bytes).map_err(|e| CliError::failure(format!("{}: cannot write: {e}", p.display())))
+}
+
+/// Geometric steps from `from` to `to` (inclusive), rounded to integers, duplicates removed.
+pub fn geometric(from: f64, to: f64, steps: usize) -> Vec<u64> {
+    let steps = steps.max(2);
+    let mut out: Vec<u64> = (0..steps)
+        .map(|i| {
+            let t = i as f64 / (steps - 1) as f64;
+            (from.ln() + (to.ln() - from.ln()) * t).exp().round().max(1.0) as u64
+        })
+        .collect();
+    out.dedup();
+    out
+}
+
+/// Evenly spaced steps from `from` to `to` (inclusive).
+pub fn linear(from: f64, to: f64, steps: usize) -> Vec<f64> {
+    let steps = steps.max(2);
+    (0..steps).map(|i| from + (to - from) * i as f64 / (steps - 1) as f64).collect()
+}

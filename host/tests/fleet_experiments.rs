@@ -1,0 +1,111 @@
+//! The seed's "what to look for", asserted on the built-in scenarios at full size, plus the
+//! generated-trace round trip and thread-count invariance of sweeps.
+
+use std::sync::OnceLock;
+
+use brokerlab::fleet::experiments::{self, Experiments, STALE_KS};
+use brokerlab::fleet::run::{TraceSource, simulate};
+use brokerlab::fleet::scenario::{Generated, write_trace};
+use brokerlab::fleet::sweep;
+use brokerlab_core::fleet::RouterKind;
+
+fn ex() -> &'static Experiments {
+    static EX: OnceLock<Experiments> = OnceLock::new();
+    EX.get_or_init(|| experiments::run_all(0, 1).expect("experiments run"))
+}
+
+#[test]
+fn routers_barely_differ_when_everything_fits() {
+    let ex = ex();
+    let (cmax, _) = ex.capacity_ends();
+    let hits: Vec<f64> = RouterKind::ALL.iter().map(|r| ex.hit_at(*r, cmax)).collect();
+    let spread = hits.iter().cloned().fold(f64::MIN, f64::max) - hits.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(spread < 0.02, "hit rates at capacity {cmax}: {hits:?}");
+}
+
+#[test]
+fn prefix_aware_doubles_round_robin_when_hot_set_is_6x_a_pod() {
+    let ex = ex();
+    let (_, cmin) = ex.capacity_ends();
+    assert_eq!(cmin as u64, ex.hot_set_blocks / 6);
+    let (pa, rr) = (ex.hit_at(RouterKind::PrefixAware, cmin), ex.hit_at(RouterKind::RoundRobin, cmin));
+    assert!(pa >= 2.0 * rr, "prefix-aware {pa} vs round-robin {rr}");
+}
+
+#[test]
+fn timestamp_first_collapses_every_router() {
+    for p in &ex().timestamp_first {
+        assert!(p.summary.hit_rate.unwrap() < 0.02, "{} at {}: {:?}", p.summary.router, p.value, p.summary.hit_rate);
+    }
+}
+
+#[test]
+fn stale_gain_does_not_increase_with_k() {
+    // What the model shows (README, "Stale index"): for small k the loss is below the
+    // sample-path noise: a stale view perturbs routing, and a perturbed run can be luckier by a
+    // few tenths of a point of gain. So: no increase by more than half a point between k values
+    // at least 4x apart, and a strict decrease between k values at least 32x apart.
+    let kept = ex().stale_gain_kept();
+    assert_eq!(kept.len(), STALE_KS.len());
+    for &(k1, g1) in &kept {
+        for &(k2, g2) in &kept {
+            let base = k1.max(1);
+            if k2 > k1 && k2 >= 4 * base {
+                assert!(g2 <= g1 + 0.005, "gain kept {g2} at k={k2} > {g1} at k={k1}: {kept:?}");
+            }
+            if k2 > k1 && k2 >= 32 * base {
+                assert!(g2 < g1, "gain kept {g2} at k={k2} not below {g1} at k={k1}: {kept:?}");
+            }
+        }
+    }
+    // Staleness costs misses, never errors: every run completed, and chases appear only with k > 0.
+    for p in &ex().stale {
+        assert_eq!(p.summary.chased_requests > 0, p.value > 0.0, "k = {}", p.value);
+    }
+}
+
+#[test]
+fn alpha_has_an_interior_minimum() {
+    let p90 = ex().alpha_p90();
+    let (best_a, best) = ex().best_alpha();
+    let (first, last) = (p90.first().unwrap(), p90.last().unwrap());
+    assert!(best_a > first.0 && best_a < last.0, "best alpha {best_a} is at an end: {p90:?}");
+    assert!(best < first.1 && best < last.1, "{p90:?}");
+}
+
+#[test]
+fn generated_trace_replays_exactly_like_the_direct_run() {
+    for name in ["multi-tenant", "rag"] {
+        let mut sc = experiments::scenario(name, 8).unwrap();
+        sc.workload.rate_milli_per_s = 25_000;
+        let g = Generated::new(sc.workload).unwrap();
+        let path = std::env::temp_dir().join(format!("brokerlab-gen-{}-{name}.jsonl", std::process::id()));
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+        write_trace(&g, &mut f).unwrap();
+        drop(f);
+        for router in RouterKind::ALL {
+            let cfg = brokerlab_core::fleet::FleetConfig { router, stale_delay: 3, ..sc.fleet };
+            let direct = simulate(cfg, &mut &g, true).unwrap();
+            let mut src = TraceSource { path: path.clone(), trace_block_tokens: 16 };
+            let replay = simulate(cfg, &mut src, true).unwrap();
+            assert_eq!(direct.summary, replay.summary, "{name} {router:?}");
+            assert_eq!(direct.outcomes, replay.outcomes, "{name} {router:?}");
+            assert!(direct.summary.hit_tokens > 0);
+        }
+        std::fs::remove_file(&path).ok();
+    }
+}
+
+#[test]
+fn sweeps_do_not_depend_on_thread_count() {
+    let sc = experiments::scenario("multi-tenant", 16).unwrap();
+    let g = [Generated::new(sc.workload).unwrap()];
+    let values: Vec<_> = [256u64, 512, 1024]
+        .iter()
+        .map(|&c| (c as f64, 0, brokerlab_core::fleet::FleetConfig { capacity_blocks: c as usize, ..sc.fleet }))
+        .collect();
+    let specs = sweep::for_each_router(&values);
+    let one = sweep::run_points("capacity", &g, &specs, 1, "t1").unwrap();
+    let two = sweep::run_points("capacity", &g, &specs, 3, "t3").unwrap();
+    assert_eq!(sweep::to_csv(&one), sweep::to_csv(&two));
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace. Sets up what the tests need when it is missing:
+# the thumbv7m-none-eabi target (firmware build) and qemu-system-arm (firmware run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! rustup target list --installed 2>/dev/null | grep -qx thumbv7m-none-eabi; then
+    echo "test.sh: adding the thumbv7m-none-eabi target" >&2
+    rustup target add thumbv7m-none-eabi
+fi
+if ! command -v qemu-system-arm >/dev/null 2>&1; then
+    echo "test.sh: installing qemu-system-arm" >&2
+    if [ "$(id -u)" = 0 ]; then
+        (apt-get update -qq && apt-get install -y -qq qemu-system-arm) >&2
+    else
+        (sudo apt-get update -qq && sudo apt-get install -y -qq qemu-system-arm) >&2
+    fi
+fi
+if [ ! -d ../shared/traces ]; then
+    echo "test.sh: ../shared/traces not found: the trace tests need the Mooncake traces beside the checkout" >&2
+    exit 2
+fi
+
+cargo test --workspace "$@"
