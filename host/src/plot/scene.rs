@@ -97,18 +97,24 @@ pub(crate) fn style(i: usize) -> (Rgb, Shape) {
     (PALETTE[i % PALETTE.len()], SHAPES[i % SHAPES.len()])
 }
 
-/// Shortens `s` to at most `max` characters, marking the cut with `...`.
-pub(crate) fn truncate(s: &str, max: usize) -> String {
-    let n = s.chars().count();
-    if n <= max {
-        return s.to_string();
+/// Shortens `text` so that it is at most `max_px` wide at font scale `scale`, marking the cut with
+/// `...`.
+pub(crate) fn fit(text: &str, max_px: f64, scale: f64) -> String {
+    let width = |t: &str| font::text_width_units(t) * scale;
+    if width(text) <= max_px {
+        return text.to_string();
     }
-    if max <= 3 {
-        return s.chars().take(max).collect();
+    let chars: Vec<char> = text.chars().collect();
+    let mut n = chars.len();
+    while n > 0 {
+        n -= 1;
+        let mut cut: String = chars[..n].iter().collect::<String>().trim_end().to_string();
+        cut.push_str("...");
+        if width(&cut) <= max_px {
+            return cut;
+        }
     }
-    let mut out: String = s.chars().take(max - 3).collect();
-    out.push_str("...");
-    out
+    String::new()
 }
 
 struct Axis {
@@ -227,7 +233,6 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
     let pad = 4.0 * s;
     let line_w = (1.25 * s).max(1.5);
     let marker_r = 2.5 * s + 0.5;
-    let max_chars = |px: f64| ((px + s) / char_w).floor().max(1.0) as usize;
 
     let mut prims = Vec::new();
     let x_log = chart.x_log && !chart.bars;
@@ -341,18 +346,23 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
     };
 
     // ---- margins
-    let y_tick_chars = y_ticks.iter().filter_map(|t| t.label.as_ref()).map(|l| l.chars().count()).max().unwrap_or(1);
+    let y_tick_w =
+        y_ticks.iter().filter_map(|t| t.label.as_deref()).map(|l| font::text_width_units(l) * s).fold(char_w, f64::max);
     let title_h = if chart.title.is_empty() { 0.0 } else { cap + 3.0 * pad };
-    let left = pad * 2.0 + cap + pad * 2.5 + y_tick_chars as f64 * char_w + pad * 1.5;
+    let left = pad * 2.0 + cap + pad * 2.5 + y_tick_w + pad * 1.5;
     let bottom = pad * 1.5 + cap + pad * 2.0 + cap + pad * 2.5;
     let swatch = 13.0 * s;
-    let legend_labels: Vec<String> = series.iter().map(|(_, s)| s.label.clone()).collect();
-    let max_legend_chars = max_chars(wf * 0.3 - (pad * 6.5 + swatch * 1.2));
-    let legend_labels: Vec<String> = legend_labels.iter().map(|l| truncate(l, max_legend_chars.max(4))).collect();
-    let legend_w = if legend_labels.is_empty() {
-        pad
+    // Series without a label stay out of the legend.
+    let max_legend_px = (wf * 0.35 - (pad * 6.5 + swatch * 1.2)).max(4.0 * char_w);
+    let legend: Vec<(usize, String)> = series
+        .iter()
+        .filter(|(_, sr)| !sr.label.trim().is_empty())
+        .map(|(i, sr)| (*i, fit(&sr.label, max_legend_px, s)))
+        .collect();
+    let legend_w = if legend.is_empty() {
+        pad * 2.0
     } else {
-        let longest = legend_labels.iter().map(|l| font::text_width_units(l)).fold(0.0, f64::max) * s;
+        let longest = legend.iter().map(|(_, l)| font::text_width_units(l)).fold(0.0, f64::max) * s;
         pad * 3.0 + swatch * 1.2 + pad * 1.5 + longest + pad * 2.0
     };
     let top = title_h + pad * 2.0 + cap / 2.0;
@@ -364,7 +374,7 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
 
     // ---- title
     if !chart.title.is_empty() {
-        let t = truncate(&chart.title, max_chars(wf - 2.0 * pad));
+        let t = fit(&chart.title, wf - 2.0 * pad, s);
         let tw = font::text_width_units(&t) * s;
         let cx = ((px0 + px1) / 2.0).clamp(pad + tw / 2.0, (wf - pad - tw / 2.0).max(pad + tw / 2.0));
         prims.push(Prim::Text {
@@ -453,6 +463,19 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
         }
     }
 
+    if prims.iter().all(|p| !matches!(p, Prim::Marker { .. } | Prim::Rect { .. })) {
+        prims.push(Prim::Text {
+            x: (px0 + px1) / 2.0,
+            y: (py0 + py1) / 2.0,
+            scale: s,
+            anchor: Anchor::Middle,
+            vertical: false,
+            bold: false,
+            color: NOTE,
+            text: "no data".to_string(),
+        });
+    }
+
     // ---- annotations
     let mut placed: Vec<(f64, f64, f64, f64)> = Vec::new();
     let overlaps = |a: (f64, f64, f64, f64), b: (f64, f64, f64, f64)| a.0 < b.2 && b.0 < a.2 && a.1 < b.3 && b.1 < a.3;
@@ -482,7 +505,7 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
             prims.push(Prim::Marker { x: xp, y: yp, r: ring, shape: Shape::Circle, color: NOTE, hollow: true });
             placed.push((xp - ring, yp - ring, xp + ring, yp + ring));
         }
-        let text = truncate(label, max_chars((px1 - px0) * 0.5));
+        let text = fit(label, (px1 - px0) * 0.5, s);
         let tw = font::text_width_units(&text) * s;
         let (hw, hh) = (tw / 2.0 + 2.0 * s, cap / 2.0 + 2.0 * s);
         let g = pad;
@@ -651,7 +674,7 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
             vertical: false,
             bold: false,
             color: INK,
-            text: truncate(&chart.x_label, max_chars(px1 - px0)),
+            text: fit(&chart.x_label, px1 - px0, s),
         });
     }
     if !chart.y_label.is_empty() {
@@ -663,14 +686,14 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
             vertical: true,
             bold: false,
             color: INK,
-            text: truncate(&chart.y_label, max_chars(py1 - py0)),
+            text: fit(&chart.y_label, py1 - py0, s),
         });
     }
 
     // ---- legend (outside the plot area, to the right)
     let lx = px1 + pad * 3.0;
     let row_h = (cap * 2.1).max(swatch + 2.0 * s);
-    for (k, ((i, _), label)) in series.iter().zip(&legend_labels).enumerate() {
+    for (k, (i, label)) in legend.iter().enumerate() {
         let (color, shape) = style(*i);
         let cy = py0 + cap / 2.0 + row_h * k as f64;
         if cy > hf {

@@ -251,6 +251,27 @@ fn write_samples() {
         ("bars", bar_chart(), 800, 440),
         ("many", many, 900, 520),
         ("small", hit_rate_chart(), 480, 300),
+        (
+            "edge",
+            Chart {
+                title: "Edge cases: a flat series, a single point, gaps and an infinity".into(),
+                x_label: "x".into(),
+                y_label: "y".into(),
+                series: vec![
+                    Series::new("flat", vec![(1.0, 5.0), (2.0, 5.0), (3.0, 5.0)]),
+                    Series::new("single point", vec![(2.5, 5.5)]),
+                    Series::new(
+                        "gaps",
+                        vec![(1.0, 4.6), (1.5, f64::NAN), (2.0, 4.7), (2.5, f64::INFINITY), (3.0, 4.8)],
+                    ),
+                    Series::new("", vec![]),
+                ],
+                ..Chart::default()
+            },
+            640,
+            400,
+        ),
+        ("empty", Chart::default(), 400, 250),
     ] {
         std::fs::write(dir.join(format!("{name}.png")), png(&chart, w, h)).unwrap();
         std::fs::write(dir.join(format!("{name}.svg")), svg(&chart, w, h)).unwrap();
