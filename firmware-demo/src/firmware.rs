@@ -41,6 +41,7 @@ struct Buffers {
     latencies: [u64; scenario::LATENCIES_LEN],
     histograms: [LogHistogram; scenario::HISTOGRAMS_LEN],
     runner_log: [u8; scenario::RUNNER_LOG_BYTES],
+    flash: [u8; scenario::FLASH_LOG_BYTES],
 }
 
 /// Zeroed at reset with the rest of .bss. Every field is an array of structs of plain integers,
@@ -121,6 +122,7 @@ fn main() -> ! {
         histograms: &mut b.histograms,
         runner_log: &mut b.runner_log,
         world,
+        flash: &mut b.flash,
     };
     let mut sink = |group: &'static str, name: &'static str, index: u32, value: u64| {
         defmt::println!("BL m {=str} {=str} {=u32} {=u64}", group, name, index, value);
@@ -146,11 +148,18 @@ fn main() -> ! {
         ok = false;
     }
     let peak_runner = stack_peak(stack_end, stack_start);
-    let peak = peak_fleet.max(peak_runner);
+    repaint_stack(stack_end);
+    if let Err(e) = scenario::run_torn(storage.runner_log, storage.flash, storage.world, &mut sink) {
+        report(e);
+        ok = false;
+    }
+    let peak_torn = stack_peak(stack_end, stack_start);
+    let peak = peak_fleet.max(peak_runner).max(peak_torn);
     let values = [
         peak,
         peak_fleet,
         peak_runner,
+        peak_torn,
         stack_start - stack_end,
         stack_end - sdata,
         ram_end - ram_start,

@@ -23,7 +23,9 @@ use brokerlab_core::fleet::{
 };
 
 use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, SimWorld, Violation};
-use brokerlab_core::runner::{RamLog, TaskId, crc32c};
+use brokerlab_core::runner::{
+    FlashLog, LogStorage, MAX_FRAME_LEN, MockFlash, RamLog, Record, TaskId, append_record, crc32c, emit,
+};
 
 use crate::Sink;
 
@@ -153,6 +155,8 @@ pub struct Storage<'a> {
     pub runner_log: &'a mut [u8],
     /// The runner harness's simulated world.
     pub world: &'a mut SimWorld<WORLD_CALLS>,
+    /// Memory of the mock NOR flash, [`FLASH_LOG_BYTES`] long.
+    pub flash: &'a mut [u8],
 }
 
 /// Total bytes of the [`Storage`] buffers.
@@ -170,6 +174,7 @@ pub const fn storage_bytes() -> usize {
         + HISTOGRAMS_LEN * size_of::<LogHistogram>()
         + RUNNER_LOG_BYTES
         + size_of::<SimWorld<WORLD_CALLS>>()
+        + FLASH_LOG_BYTES
 }
 
 /// Why a run failed.
@@ -191,6 +196,8 @@ pub enum Cause {
     Fleet(Error),
     /// The runner harness found a broken guarantee.
     Runner(Violation),
+    /// The flash log lost, reordered or corrupted records across a torn write.
+    Torn(&'static str),
 }
 
 impl From<Error> for Cause {
@@ -204,6 +211,7 @@ impl core::fmt::Display for Cause {
         match self {
             Cause::Fleet(e) => write!(f, "fleet: {e}"),
             Cause::Runner(v) => write!(f, "runner guarantee broken: {v:?}"),
+            Cause::Torn(what) => write!(f, "flash log after a torn write: {what}"),
         }
     }
 }
@@ -427,6 +435,120 @@ pub fn run_runner(log: &mut [u8], world: &mut SimWorld<WORLD_CALLS>, sink: &mut 
     Ok(())
 }
 
+/// Bytes of the mock NOR flash region holding the flash log.
+pub const FLASH_LOG_BYTES: usize = 8 * 1024;
+/// Write size of the mock NOR flash, bytes.
+pub const FLASH_WRITE: usize = 4;
+/// Erase page of the mock NOR flash, bytes.
+pub const FLASH_ERASE: usize = 256;
+/// Most records the torn-write check follows (the demo log has 54).
+pub const MAX_TORN_RECORDS: usize = 96;
+
+type Flash<'m> = MockFlash<'m, FLASH_WRITE, FLASH_ERASE>;
+
+/// CRC-32C of a record's frame (pins its postcard encoding).
+fn record_crc(rec: &Record) -> Result<u32, &'static str> {
+    let mut buf = [0u8; MAX_FRAME_LEN];
+    let n = emit(rec, &mut buf).map_err(|_| "a record does not encode")?;
+    Ok(crc32c(&buf[..n]))
+}
+
+/// Appends the records of `src` to `dst` until one fails; returns how many succeeded.
+fn copy_records<S: LogStorage>(src: &mut RamLog<'_>, dst: &mut S) -> Result<usize, &'static str> {
+    let mut cur = src.first();
+    let mut n = 0;
+    while let Some((rec, next)) = src.read_record(cur).map_err(|_| "the RAM log does not read back")? {
+        if append_record(dst, &rec).is_err() {
+            break;
+        }
+        n += 1;
+        cur = next;
+    }
+    Ok(n)
+}
+
+/// The torn-write check of the flash log: the records of a crash-free demo run, written to a
+/// `FlashLog` on a mock NOR flash whose power is cut after n bytes, for every n from 0 to the
+/// total; after each cut the log is reopened and must hold exactly the records appended before
+/// the cut (or those plus the torn one, if its last byte made it), in order, bit for bit, with no
+/// write over non-erased bytes.
+pub fn run_torn(
+    log: &mut [u8],
+    flash: &mut [u8],
+    world: &mut SimWorld<WORLD_CALLS>,
+    sink: &mut impl Sink,
+) -> Result<(), RunError> {
+    let g = "flash-torn";
+    let fail = |at: usize, what| RunError { run: g, request: at as u32, error: Cause::Torn(what) };
+    let task = TaskId::try_from("firmware-demo").unwrap_or_default();
+    *world = SimWorld::new();
+    harness::run_with_crashes(log, &task, &DEMO_SCRIPT, world, &[], false).map_err(|v| RunError {
+        run: g,
+        request: u32::MAX,
+        error: Cause::Runner(v),
+    })?;
+    let size = FLASH_LOG_BYTES as u32;
+    let flash = flash.get_mut(..FLASH_LOG_BYTES).ok_or(fail(0, "flash buffer too short"))?;
+
+    // The source records and their CRCs.
+    let mut crcs = [0u32; MAX_TORN_RECORDS];
+    let mut ram = RamLog::open(log);
+    let mut records = 0usize;
+    let mut cur = ram.first();
+    while let Some((rec, next)) = ram.read_record(cur).map_err(|_| fail(0, "the RAM log does not read back"))? {
+        *crcs.get_mut(records).ok_or(fail(records, "more records than MAX_TORN_RECORDS"))? =
+            record_crc(&rec).map_err(|w| fail(records, w))?;
+        records += 1;
+        cur = next;
+    }
+
+    // Bytes the whole sequence writes.
+    let mut fl = FlashLog::format(Flash::new(flash), 0, size).map_err(|_| fail(0, "format"))?;
+    if copy_records(&mut ram, &mut fl).map_err(|w| fail(0, w))? != records {
+        return Err(fail(0, "the records do not fit the flash region"));
+    }
+    let total = fl.into_inner().written;
+
+    let (mut recovered_sum, mut torn_kept, mut lost_sum) = (0u64, 0u64, 0u64);
+    for n in 0..=total {
+        let fl = FlashLog::format(Flash::new(flash), 0, size).map_err(|_| fail(n, "format"))?;
+        let mut dying = fl.into_inner();
+        dying.cut_after(n);
+        let mut fl = FlashLog::open(dying, 0, size).map_err(|_| fail(n, "open before the cut"))?;
+        let durable = copy_records(&mut ram, &mut fl).map_err(|w| fail(n, w))?;
+        if fl.into_inner().overwrites != 0 {
+            return Err(fail(n, "wrote over non-erased bytes"));
+        }
+        // Reboot.
+        let mut alive = Flash::new(flash);
+        alive.power_on();
+        let mut fl = FlashLog::open(alive, 0, size).map_err(|_| fail(n, "reopen after the cut"))?;
+        let mut got = 0usize;
+        let mut cur = fl.first();
+        while let Some((rec, next)) = fl.read_record(cur).map_err(|_| fail(n, "unreadable after recovery"))? {
+            let want = crcs.get(got).copied().ok_or(fail(n, "more records than written"))?;
+            if record_crc(&rec).map_err(|w| fail(n, w))? != want {
+                return Err(fail(n, "recovered records are not a prefix"));
+            }
+            got += 1;
+            cur = next;
+        }
+        if got < durable || got > durable + 1 {
+            return Err(fail(n, "recovered count is not the durable prefix (+1 torn)"));
+        }
+        recovered_sum += got as u64;
+        torn_kept += u64::from(got == durable + 1);
+        lost_sum += (records - got) as u64;
+    }
+    sink.metric(g, "records", 0, records as u64);
+    sink.metric(g, "bytes_written", 0, total as u64);
+    sink.metric(g, "cuts", 0, total as u64 + 1);
+    sink.metric(g, "recovered_records_sum", 0, recovered_sum);
+    sink.metric(g, "torn_record_complete", 0, torn_kept);
+    sink.metric(g, "lost_records_sum", 0, lost_sum);
+    Ok(())
+}
+
 /// The fleet part: the workload summary, then every run of [`RUNS`].
 pub fn run_fleets(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
     workload_summary(storage, sink)?;
@@ -442,9 +564,10 @@ pub fn run_fleets(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(),
     Ok(())
 }
 
-/// Runs the whole scenario, sending every metric to `sink`: [`run_fleets`] then [`run_runner`]
-/// (the firmware calls the two itself, to measure the stack of each).
+/// Runs the whole scenario, sending every metric to `sink`: [`run_fleets`], [`run_runner`], then
+/// [`run_torn`] (the firmware calls them itself, to measure the stack of each).
 pub fn run(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
     run_fleets(storage, sink)?;
-    run_runner(storage.runner_log, storage.world, sink)
+    run_runner(storage.runner_log, storage.world, sink)?;
+    run_torn(storage.runner_log, storage.flash, storage.world, sink)
 }

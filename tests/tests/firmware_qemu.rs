@@ -40,6 +40,7 @@ fn host_metrics() -> Vec<Metric> {
     let mut histograms = vec![LogHistogram::default(); scenario::HISTOGRAMS_LEN];
     let mut runner_log = vec![0u8; scenario::RUNNER_LOG_BYTES];
     let mut world = Box::new(SimWorld::new());
+    let mut flash = vec![0u8; scenario::FLASH_LOG_BYTES];
     let mut storage = Storage {
         slots: &mut slots,
         tables: &mut tables,
@@ -53,6 +54,7 @@ fn host_metrics() -> Vec<Metric> {
         histograms: &mut histograms,
         runner_log: &mut runner_log,
         world: &mut world,
+        flash: &mut flash,
     };
     let mut out = Vec::new();
     let mut sink = |g: &'static str, n: &'static str, i: u32, v: u64| out.push((g.to_string(), n.to_string(), i, v));
