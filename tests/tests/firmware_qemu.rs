@@ -132,6 +132,8 @@ fn firmware_fits_the_machine_with_margin() {
         s.data,
         s.bss
     );
+    // No heap: nothing in the firmware links a global allocator.
+    assert!(run.allocator_symbols.is_empty(), "allocator symbols in the firmware: {:?}", run.allocator_symbols);
     // The firmware's own view of its statics agrees with the ELF (.data + .bss + .uninit).
     assert_eq!(statics, s.data + s.bss, "static RAM from the linker symbols vs the ELF sections");
     assert!(peak > 0 && peak < region, "stack peak {peak} outside the painted region {region}");

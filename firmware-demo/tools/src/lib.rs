@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use defmt_decoder::{DecodeError, Table};
-use object::{Object, ObjectSection, SectionFlags, SectionKind};
+use object::{Object, ObjectSection, ObjectSymbol, SectionFlags, SectionKind};
 
 /// The firmware's Rust target.
 pub const TARGET: &str = "thumbv7m-none-eabi";
@@ -51,6 +51,8 @@ pub struct FirmwareRun {
     pub elf: PathBuf,
     /// Its section sizes.
     pub sizes: Sizes,
+    /// Symbols of a global allocator in the ELF (see [`allocator_symbols`]); empty: no heap.
+    pub allocator_symbols: Vec<String>,
     /// All decoded frames, in order.
     pub frames: Vec<Frame>,
     /// `BL m` frames: the scenario metrics (group, name, index, value), in order.
@@ -190,6 +192,61 @@ pub fn section_sizes(elf: &[u8]) -> Result<Sizes, String> {
     Ok(sizes)
 }
 
+/// Symbols that exist only when a global allocator is linked: the allocator shim
+/// (`__rust_alloc`, `__rust_dealloc`, ... possibly mangled), a `#[global_allocator]`'s `__rg_*`
+/// and the default `__rdl_*` functions. None in the firmware means nothing in it can allocate.
+pub fn allocator_symbols(elf: &[u8]) -> Result<Vec<String>, String> {
+    const MARKERS: [&str; 4] = ["__rust_alloc", "__rust_dealloc", "__rg_alloc", "__rdl_alloc"];
+    let file = object::File::parse(elf).map_err(|e| format!("ELF: {e}"))?;
+    if file.symbols().next().is_none() {
+        return Err("the ELF has no symbol table (stripped?)".into());
+    }
+    let mut found: Vec<String> = file
+        .symbols()
+        .filter_map(|s| s.name().ok().map(str::to_string))
+        .filter(|n| MARKERS.iter().any(|m| n.contains(m)))
+        .collect();
+    found.sort();
+    found.dedup();
+    Ok(found)
+}
+
+/// The run's summary as one JSON object (for scripts and the audit): ELF path and sizes, the
+/// firmware's measurements, the metric count, the allocator symbols, checks and exit status.
+pub fn summary_json(run: &FirmwareRun) -> String {
+    fn string(s: &str) -> String {
+        let mut o = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => o.push_str("\\\""),
+                '\\' => o.push_str("\\\\"),
+                c if (c as u32) < 0x20 => o.push_str(&format!("\\u{:04x}", c as u32)),
+                c => o.push(c),
+            }
+        }
+        o.push('"');
+        o
+    }
+    let measurements: Vec<String> = run.measurements.iter().map(|(k, v)| format!("{}:{v}", string(k))).collect();
+    let allocators: Vec<String> = run.allocator_symbols.iter().map(|s| string(s)).collect();
+    let (count, ok) =
+        run.end.map_or(("null".to_string(), "false"), |(n, ok)| (n.to_string(), if ok { "true" } else { "false" }));
+    format!(
+        "{{\"elf\":{},\"machine\":{},\"text\":{},\"data\":{},\"bss\":{},\"measurements\":{{{}}},\"metrics\":{},\"end_metric_count\":{},\"checks_ok\":{},\"allocator_symbols\":[{}],\"exit_code\":{}}}",
+        string(&run.elf.display().to_string()),
+        string(MACHINE),
+        run.sizes.text,
+        run.sizes.data,
+        run.sizes.bss,
+        measurements.join(","),
+        run.metrics.len(),
+        count,
+        ok,
+        allocators.join(","),
+        run.exit_code.map_or("null".to_string(), |c| c.to_string()),
+    )
+}
+
 /// Splits the decoded frames into the firmware's report.
 fn parse_frames(run: &mut FirmwareRun) -> Result<(), String> {
     for frame in &run.frames {
@@ -223,6 +280,7 @@ pub fn run_firmware() -> Result<FirmwareRun, String> {
     let (bytes, stderr, exit_code) = run_qemu(&elf_path)?;
     let mut run = FirmwareRun {
         sizes: section_sizes(&elf)?,
+        allocator_symbols: allocator_symbols(&elf)?,
         frames: decode(&elf, &bytes)?,
         elf: elf_path,
         metrics: Vec::new(),
