@@ -507,3 +507,22 @@ fn bench_reports_json() {
     assert_eq!(v["commits"].as_u64().unwrap(), 61, "one commit per step + the completion: {v}");
     d.run(&["bench", "--steps", "0"]).expect(2);
 }
+
+/// A real SIGKILL (`Child::kill`), with the killed runner left unreaped (a zombie): the next
+/// runner takes over at once despite a 60 s lease, and the task finishes exactly once.
+#[test]
+fn sigkill_then_immediate_takeover() {
+    let d = Dir::new("sigkill");
+    d.write("spec.toml", SPEC);
+    let mut child = d.spawn(&["run", "spec.toml", "--step-delay-ms", "200", "--lease-ms", "60000"]);
+    wait_for("the first payment", || d.calls("payments.sqlite").len() == 1);
+    child.kill().unwrap(); // SIGKILL; not waited for yet: the pid stays as a zombie
+    std::thread::sleep(Duration::from_millis(50));
+    let t = Instant::now();
+    let o = d.run(&["resume", "inv", "--lease-ms", "60000"]);
+    assert!(o.code() == 0 || o.code() == 3, "{} {}", o.stdout(), o.stderr());
+    assert!(t.elapsed() < Duration::from_secs(10), "took over without waiting for the lease");
+    let _ = child.wait();
+    finish(&d, "inv");
+    assert_exactly_once(&d, "inv");
+}
