@@ -414,7 +414,7 @@ impl<F: NorFlash> LogStorage for FlashLog<F> {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum MockFlashError {
     /// Misaligned or out of bounds.
-    Geometry(NorFlashErrorKind),
+    Geometry(#[cfg_attr(feature = "defmt", defmt(Debug2Format))] NorFlashErrorKind),
     /// The power was cut during this operation (some bytes may have been written).
     PowerCut,
 }

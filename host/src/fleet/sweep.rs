@@ -141,14 +141,27 @@ pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> CliResult<()> {
 }
 
 /// Geometric steps from `from` to `to` (inclusive), rounded to integers, duplicates removed.
+/// Computed with the core's integer fixed-point log2/exp2, so every architecture gets the same
+/// capacities (a host `f64::ln` may differ in the last bit between C libraries).
 pub fn geometric(from: f64, to: f64, steps: usize) -> Vec<u64> {
-    let steps = steps.max(2);
+    use brokerlab_core::fleet::fixmath::{exp2_neg_q32, log2_q32};
+    let steps = steps.max(2) as u128;
+    let (from, to) = (from.max(1.0) as u64, to.max(1.0) as u64);
+    let (hi, lo) = (from.max(to), from.min(to));
+    let span = (log2_q32(hi) - log2_q32(lo)) as u128; // log2(hi / lo) in Q32.32
     let mut out: Vec<u64> = (0..steps)
         .map(|i| {
-            let t = i as f64 / (steps - 1) as f64;
-            (from.ln() + (to.ln() - from.ln()) * t).exp().round().max(1.0) as u64
+            // hi * 2^(-span * i / (steps - 1)), rounded to nearest.
+            let f = exp2_neg_q32((span * i / (steps - 1)) as u64) as u128; // Q0.64
+            (((hi as u128 * f) + (1 << 63)) >> 64).max(1) as u64
         })
         .collect();
+    if from < to {
+        out.reverse();
+    }
+    // Exact ends, whatever the rounding in between.
+    out[0] = from;
+    *out.last_mut().expect("at least two steps") = to;
     out.dedup();
     out
 }
@@ -157,4 +170,21 @@ pub fn geometric(from: f64, to: f64, steps: usize) -> Vec<u64> {
 pub fn linear(from: f64, to: f64, steps: usize) -> Vec<f64> {
     let steps = steps.max(2);
     (0..steps).map(|i| from + (to - from) * i as f64 / (steps - 1) as f64).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometric_steps_hit_both_ends_and_shrink_by_a_constant_ratio() {
+        let v = geometric(6144.0, 1024.0, 6);
+        assert_eq!(v.first(), Some(&6144));
+        assert_eq!(v.last(), Some(&1024));
+        for w in v.windows(2) {
+            let r = w[1] as f64 / w[0] as f64;
+            assert!((r - (1024f64 / 6144.0).powf(0.2)).abs() < 0.01, "{v:?}");
+        }
+        assert_eq!(geometric(10.0, 1000.0, 3), vec![10, 100, 1000]);
+    }
 }
