@@ -401,6 +401,21 @@ fn flash_torn_write_at_every_byte_w8_small_pages() {
     assert!(n > 400, "{n}");
 }
 
+/// The reusable, allocation-free sweep (the firmware demo and the chaos work call it).
+#[test]
+fn harness_power_cut_sweep_every_byte() {
+    let recs = sample_records("sweep", 20);
+    let make = |i: u32| recs[i as usize].clone();
+    let mut mem = [0u8; 4096];
+    let rep = harness::power_cut_sweep::<4, 128, _>(&mut mem, 14, make);
+    std::println!("{rep:?}");
+    assert_eq!(rep.violations, 0, "{:?}", rep.first_violation);
+    assert_eq!(rep.cuts, rep.bytes + 1);
+    assert!(rep.bytes > 350);
+    let rep = harness::power_cut_sweep::<1, 64, _>(&mut mem, 14, |i| recs[i as usize].clone());
+    assert_eq!(rep.violations, 0, "{:?}", rep.first_violation);
+}
+
 #[test]
 fn flash_two_torn_writes_in_a_row() {
     const SIZE: usize = 8192;
