@@ -3,6 +3,7 @@
 
 extern crate std;
 
+use std::vec;
 use std::vec::Vec;
 
 use embedded_storage::nor_flash::NorFlash;
@@ -572,4 +573,58 @@ proptest! {
         let n = emit(&rec, &mut fb).unwrap();
         prop_assert_eq!(parse(&fb[..n]).unwrap(), (rec, n));
     }
+
+    /// Random event sequences: folding never panics, a rejected record leaves the state unchanged,
+    /// next_action never panics, and the fold is deterministic.
+    #[test]
+    fn random_event_sequences_fold_safely(evs in proptest::collection::vec(arb_event(), 0..40)) {
+        let mut st = TaskState::new(tid("t"));
+        let mut accepted = Vec::new();
+        for ev in evs {
+            let rec = Record::new(tid("t"), st.next_seq, ev);
+            let before = st.clone();
+            match st.apply(&rec) {
+                Ok(()) => accepted.push(rec),
+                Err(_) => prop_assert_eq!(&st, &before),
+            }
+            let _ = next_action(&st);
+            let _ = st.can_suspend();
+        }
+        let mut again = TaskState::new(tid("t"));
+        for r in &accepted {
+            again.apply(r).unwrap();
+        }
+        prop_assert_eq!(again, st);
+    }
+}
+
+fn arb_event() -> impl Strategy<Value = Event> {
+    let class = prop_oneof![Just(ToolClass::ReadOnly), Just(ToolClass::Idempotent), Just(ToolClass::NonIdempotent)];
+    let step = 0u16..4;
+    prop_oneof![
+        (any::<u32>(), 0u16..4).prop_map(|(d, s)| Event::Created { spec_digest: d, steps: s }),
+        (1u64..5).prop_map(|e| Event::LeaseAcquired { owner: Owner::try_from("o").unwrap(), epoch: e }),
+        (step.clone(), proptest::option::of(class.clone())).prop_map(|(s, c)| Event::ModelResponse {
+            step: s,
+            text: ModelText::new(),
+            call: c.map(call),
+        }),
+        (step.clone(), class, any::<bool>()).prop_map(|(s, c, k)| Event::ToolIntent {
+            step: s,
+            tool: ToolName::try_from("x").unwrap(),
+            class: c,
+            key: if k { Some(idempotency_key("t", s)) } else { None },
+            args: Args::from_slice(b"{}").unwrap(),
+        }),
+        step.clone().prop_map(|s| Event::ToolResult { step: s, ok: true, output: ResultText::new() }),
+        step.clone().prop_map(|s| Event::NeedsReview { step: s }),
+        (step.clone(), any::<bool>()).prop_map(|(s, d)| Event::ReviewDecision {
+            step: s,
+            decision: if d { Decision::MarkDone } else { Decision::Retry },
+        }),
+        step.prop_map(|s| Event::Suspended { next_step: s }),
+        Just(Event::Resumed),
+        Just(Event::Completed),
+        Just(Event::ForkedFrom { task: tid("p"), seq: 3 }),
+    ]
 }
