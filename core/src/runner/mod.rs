@@ -14,6 +14,8 @@
 //!   the state is always the fold of the log.
 //! * [`drive`](mod@drive): the loop that sequences I/O ([`Journal`], [`Effects`], [`drive()`]):
 //!   intent durable before the side effect, result recorded after.
+//! * [`lease`]: the lease and fencing rules as pure functions of integers ([`decide_lease`],
+//!   [`check_fence`]); the host evaluates them inside its transactions.
 //! * [`harness`]: crash injection at every point, simulated tools that count calls, and the
 //!   every-crash-point enumeration ([`harness::enumerate_crash_points`]).
 //!
@@ -43,6 +45,7 @@ pub mod drive;
 pub mod error;
 pub mod frame;
 pub mod harness;
+pub mod lease;
 pub mod limits;
 pub mod machine;
 pub mod record;
@@ -58,6 +61,7 @@ pub use drive::{
 };
 pub use error::{RunnerError, StorageError};
 pub use frame::{FORMAT_VERSION, FrameError, MAX_FRAME_LEN, emit, parse};
+pub use lease::{LeaseDecision, LeaseView, TakeReason, check_fence, decide_lease};
 pub use limits::*;
 pub use machine::{Action, Counters, End, LeaseInfo, Phase, TaskState, idempotency_key, key_for, next_action};
 pub use record::{

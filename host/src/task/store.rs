@@ -14,7 +14,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use brokerlab_core::runner::{Event, MAX_FRAME_LEN, Record, TaskId, TaskState, emit, frame};
+use brokerlab_core::runner::{
+    Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Record, TaskId, TaskState, check_fence, decide_lease, emit, frame,
+};
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params};
 
 use super::ident::{Me, now_ms, provably_dead};
@@ -324,17 +326,20 @@ impl Store {
         }
         let row = read_lease(&self.conn, id)?;
         let owner = me.owner();
-        if let Some(r) = &row
-            && r.owner != owner
-            && r.live(now)
-        {
-            return Err(LeaseError::Held {
-                owner: r.owner.clone(),
-                epoch: r.epoch,
-                expires_in_ms: r.expires_at_ms - now,
-            });
-        }
-        let epoch = row.as_ref().map_or(0, |r| r.epoch).max(state.epoch()) + 1;
+        let view = row.as_ref().map(|r| LeaseView {
+            epoch: r.epoch,
+            expires_at_ms: r.expires_at_ms,
+            ours: r.owner == owner,
+            // only looked at when it matters (unexpired, someone else's)
+            holder_dead: r.owner != owner && r.expires_at_ms > now && provably_dead(&r.host, r.pid, r.pid_start),
+        });
+        let epoch = match decide_lease(view, state.epoch(), now) {
+            LeaseDecision::Take { epoch, .. } => epoch,
+            LeaseDecision::Refuse { epoch, expires_in_ms } => {
+                let holder = row.map(|r| r.owner).unwrap_or_default();
+                return Err(LeaseError::Held { owner: holder, epoch, expires_in_ms });
+            }
+        };
         self.conn.execute(
             "INSERT OR REPLACE INTO leases VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![id, owner, epoch as i64, now + ttl_ms, me.host, me.pid, me.start as i64],
@@ -386,11 +391,8 @@ fn append_one(conn: &Connection, lease: &Lease, recs: &[Record], now: i64) -> Re
         .prepare_cached("SELECT owner, epoch FROM leases WHERE task_id=?1")?
         .query_row([&lease.task], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    match cur {
-        Some((owner, epoch)) if owner == lease.owner && epoch as u64 == lease.epoch => {}
-        other => {
-            return Err(AppendError::Fenced { epoch: lease.epoch, holder: other.map(|(o, e)| (o, e as u64)) });
-        }
+    if check_fence(cur.as_ref().map(|(o, e)| (*e as u64, *o == lease.owner)), lease.epoch).is_err() {
+        return Err(AppendError::Fenced { epoch: lease.epoch, holder: cur.map(|(o, e)| (o, e as u64)) });
     }
     conn.execute_batch("SAVEPOINT grp")?;
     let r =

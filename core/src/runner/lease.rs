@@ -1,0 +1,114 @@
+//! The lease rules as pure functions (time passed in as integers): who may take a task's lease,
+//! with which epoch, and whether an append under an epoch is still allowed (fencing). The host
+//! evaluates them inside its transactions; the liveness of a holder is an input, since only the
+//! host can look at processes.
+
+use super::error::RunnerError;
+
+/// The lease currently recorded for a task, as the storage sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct LeaseView {
+    /// Its epoch.
+    pub epoch: u64,
+    /// When it expires (ms since the Unix epoch; 0 = released).
+    pub expires_at_ms: i64,
+    /// Whether the caller is its holder (same owner string).
+    pub ours: bool,
+    /// Whether the holder is provably gone (same host and boot, process gone or pid reused).
+    pub holder_dead: bool,
+}
+
+/// Why a lease may be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum TakeReason {
+    /// No lease was ever taken.
+    Free,
+    /// The caller holds it already (a re-take bumps the epoch).
+    Ours,
+    /// It expired (or was released).
+    Expired,
+    /// Its holder is provably dead: taken over at once, without waiting for the expiry.
+    HolderDead,
+}
+
+/// The decision of [`decide_lease`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum LeaseDecision {
+    /// Take it with this (strictly larger) epoch.
+    Take {
+        /// The new epoch.
+        epoch: u64,
+        /// Why.
+        reason: TakeReason,
+    },
+    /// A live holder has it.
+    Refuse {
+        /// The holder's epoch.
+        epoch: u64,
+        /// Milliseconds until it expires.
+        expires_in_ms: i64,
+    },
+}
+
+/// Decides whether the caller may take the lease at `now_ms`. `log_epoch` is the last epoch in
+/// the task's log (the new epoch exceeds both it and the stored one, so epochs never repeat even
+/// if the lease row were lost).
+pub fn decide_lease(current: Option<LeaseView>, log_epoch: u64, now_ms: i64) -> LeaseDecision {
+    let base = current.map_or(0, |c| c.epoch).max(log_epoch);
+    let epoch = base.saturating_add(1);
+    match current {
+        None => LeaseDecision::Take { epoch, reason: TakeReason::Free },
+        Some(c) if c.ours => LeaseDecision::Take { epoch, reason: TakeReason::Ours },
+        Some(c) if c.expires_at_ms <= now_ms => LeaseDecision::Take { epoch, reason: TakeReason::Expired },
+        Some(c) if c.holder_dead => LeaseDecision::Take { epoch, reason: TakeReason::HolderDead },
+        Some(c) => LeaseDecision::Refuse { epoch: c.epoch, expires_in_ms: c.expires_at_ms - now_ms },
+    }
+}
+
+/// Fencing: an append under `(my_epoch, ours)` is allowed only if the stored lease is still that
+/// epoch and held by the caller. Evaluated inside the append transaction.
+pub fn check_fence(stored: Option<(u64, bool)>, my_epoch: u64) -> Result<(), RunnerError> {
+    match stored {
+        Some((epoch, true)) if epoch == my_epoch => Ok(()),
+        Some((epoch, _)) => Err(RunnerError::StaleEpoch { current: epoch, got: my_epoch }),
+        None => Err(RunnerError::StaleEpoch { current: 0, got: my_epoch }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(epoch: u64, exp: i64, ours: bool, dead: bool) -> Option<LeaseView> {
+        Some(LeaseView { epoch, expires_at_ms: exp, ours, holder_dead: dead })
+    }
+
+    #[test]
+    fn rules() {
+        assert_eq!(decide_lease(None, 0, 10), LeaseDecision::Take { epoch: 1, reason: TakeReason::Free });
+        assert_eq!(decide_lease(None, 7, 10), LeaseDecision::Take { epoch: 8, reason: TakeReason::Free });
+        assert_eq!(
+            decide_lease(view(3, 100, false, false), 3, 10),
+            LeaseDecision::Refuse { epoch: 3, expires_in_ms: 90 }
+        );
+        assert_eq!(
+            decide_lease(view(3, 100, false, true), 3, 10),
+            LeaseDecision::Take { epoch: 4, reason: TakeReason::HolderDead }
+        );
+        assert_eq!(
+            decide_lease(view(3, 100, false, false), 3, 100),
+            LeaseDecision::Take { epoch: 4, reason: TakeReason::Expired }
+        );
+        assert_eq!(
+            decide_lease(view(3, 100, true, false), 5, 10),
+            LeaseDecision::Take { epoch: 6, reason: TakeReason::Ours }
+        );
+        assert_eq!(check_fence(Some((4, true)), 4), Ok(()));
+        assert!(check_fence(Some((5, false)), 4).is_err());
+        assert!(check_fence(Some((4, false)), 4).is_err(), "same epoch, other owner");
+        assert!(check_fence(None, 4).is_err());
+    }
+}
