@@ -59,6 +59,13 @@ fn largest_records_fit() {
 }
 
 #[test]
+fn sizes_stay_small() {
+    let (st, rec) = (core::mem::size_of::<TaskState>(), core::mem::size_of::<Record>());
+    std::println!("TaskState {st} B, Record {rec} B, Event {} B", core::mem::size_of::<Event>());
+    assert!(st <= 1024 && rec <= 1024, "TaskState {st}, Record {rec}");
+}
+
+#[test]
 fn keys_are_deterministic_and_distinct() {
     let a = idempotency_key("t1", 3);
     assert_eq!(a, idempotency_key("t1", 3));
