@@ -149,17 +149,17 @@ fn main() -> ! {
     }
     let peak_runner = stack_peak(stack_end, stack_start);
     repaint_stack(stack_end);
-    if let Err(e) = scenario::run_torn(storage.runner_log, storage.flash, storage.world, &mut sink) {
+    if let Err(e) = scenario::run_power_cuts(storage.runner_log, storage.flash, storage.world, &mut sink) {
         report(e);
         ok = false;
     }
-    let peak_torn = stack_peak(stack_end, stack_start);
-    let peak = peak_fleet.max(peak_runner).max(peak_torn);
+    let peak_flash = stack_peak(stack_end, stack_start);
+    let peak = peak_fleet.max(peak_runner).max(peak_flash);
     let values = [
         peak,
         peak_fleet,
         peak_runner,
-        peak_torn,
+        peak_flash,
         stack_start - stack_end,
         stack_end - sdata,
         ram_end - ram_start,

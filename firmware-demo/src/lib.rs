@@ -15,7 +15,7 @@
 pub mod scenario;
 
 /// The firmware-only measurements, in the order the firmware sends them: peak stack (painting)
-/// overall, during the fleet runs, the runner's crash enumeration and the flash torn-write check
+/// overall, during the fleet runs, the runner's crash enumeration and the flash power-cut sweep
 /// (the stack is repainted between phases), the painted stack region, static RAM (.data + .bss + .uninit, from the linker
 /// symbols), the machine's RAM, the scenario's buffers (`scenario::storage_bytes`) and
 /// `size_of::<Fleet>()` on the target (the fleet value lives on the stack).
@@ -23,7 +23,7 @@ pub const FW_MEASUREMENTS: [&str; 9] = [
     "stack_peak_bytes",
     "stack_peak_fleet_bytes",
     "stack_peak_runner_bytes",
-    "stack_peak_torn_bytes",
+    "stack_peak_flash_bytes",
     "stack_region_bytes",
     "static_ram_bytes",
     "ram_bytes",

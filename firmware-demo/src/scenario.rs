@@ -8,10 +8,13 @@
 //! the fleet reports is sent, plus exact latency percentiles, the core's `LogHistogram`
 //! percentiles and a digest of every per-request `Outcome`.
 //!
-//! **Runner.** Then the durable task runner: [`run_runner`] crashes the core's 20-step demo task at every crash
-//! point (`runner::harness::enumerate_crash_points`), unbuffered and batched, and checks every
-//! guarantee (each side effect exactly once, reads answered, replay equals the live state) on
-//! both sides; the log bytes of a crash-free run are digested with CRC-32C.
+//! **Runner.** Then the durable task runner: [`run_runner`] crashes the core's 20-step demo task
+//! at every crash point (`runner::harness::enumerate_crash_points`), unbuffered and batched, and
+//! checks every guarantee (each side effect exactly once, reads answered, replay equals the live
+//! state) on both sides; the log bytes of a crash-free run are digested with CRC-32C.
+//!
+//! **Flash log.** Last, [`run_power_cuts`] puts that run's records through the core's
+//! `runner::harness::power_cut_sweep` on a mock NOR flash: a power cut at every byte.
 
 use brokerlab_core::fleet::hash::fmix64;
 use brokerlab_core::fleet::keys::token_keys;
@@ -22,10 +25,8 @@ use brokerlab_core::fleet::{
     RouterKind, Slot,
 };
 
-use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, SimWorld, Violation};
-use brokerlab_core::runner::{
-    FlashLog, LogStorage, MAX_FRAME_LEN, MockFlash, RamLog, Record, TaskId, append_record, crc32c, emit,
-};
+use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, PowerCutViolation, SimWorld, Violation};
+use brokerlab_core::runner::{Event, RamLog, Record, TaskId, crc32c, parse};
 
 use crate::Sink;
 
@@ -196,8 +197,8 @@ pub enum Cause {
     Fleet(Error),
     /// The runner harness found a broken guarantee.
     Runner(Violation),
-    /// The flash log lost, reordered or corrupted records across a torn write.
-    Torn(&'static str),
+    /// The flash log broke a guarantee across a power cut.
+    PowerCut(PowerCutViolation),
 }
 
 impl From<Error> for Cause {
@@ -211,7 +212,7 @@ impl core::fmt::Display for Cause {
         match self {
             Cause::Fleet(e) => write!(f, "fleet: {e}"),
             Cause::Runner(v) => write!(f, "runner guarantee broken: {v:?}"),
-            Cause::Torn(what) => write!(f, "flash log after a torn write: {what}"),
+            Cause::PowerCut(v) => write!(f, "flash log after a power cut: {v:?}"),
         }
     }
 }
@@ -441,111 +442,63 @@ pub const FLASH_LOG_BYTES: usize = 8 * 1024;
 pub const FLASH_WRITE: usize = 4;
 /// Erase page of the mock NOR flash, bytes.
 pub const FLASH_ERASE: usize = 256;
-/// Most records the torn-write check follows (the demo log has 54).
+/// Most records the power-cut sweep follows (the demo log has 54).
 pub const MAX_TORN_RECORDS: usize = 96;
 
-type Flash<'m> = MockFlash<'m, FLASH_WRITE, FLASH_ERASE>;
-
-/// CRC-32C of a record's frame (pins its postcard encoding).
-fn record_crc(rec: &Record) -> Result<u32, &'static str> {
-    let mut buf = [0u8; MAX_FRAME_LEN];
-    let n = emit(rec, &mut buf).map_err(|_| "a record does not encode")?;
-    Ok(crc32c(&buf[..n]))
-}
-
-/// Appends the records of `src` to `dst` until one fails; returns how many succeeded.
-fn copy_records<S: LogStorage>(src: &mut RamLog<'_>, dst: &mut S) -> Result<usize, &'static str> {
-    let mut cur = src.first();
-    let mut n = 0;
-    while let Some((rec, next)) = src.read_record(cur).map_err(|_| "the RAM log does not read back")? {
-        if append_record(dst, &rec).is_err() {
-            break;
-        }
-        n += 1;
-        cur = next;
-    }
-    Ok(n)
-}
-
-/// The torn-write check of the flash log: the records of a crash-free demo run, written to a
-/// `FlashLog` on a mock NOR flash whose power is cut after n bytes, for every n from 0 to the
-/// total; after each cut the log is reopened and must hold exactly the records appended before
-/// the cut (or those plus the torn one, if its last byte made it), in order, bit for bit, with no
-/// write over non-erased bytes.
-pub fn run_torn(
+/// The flash log under power cuts: the records of a crash-free run of the demo task (read back
+/// from its RAM log) go through the core's `harness::power_cut_sweep` on a `MockFlash` of
+/// [`FLASH_LOG_BYTES`] (4-byte writes, 256-byte pages): a power cut after every byte offset of
+/// the whole append sequence, reboot, exactly the acknowledged records back (plus at most the
+/// torn one), in order and intact, then appends after recovery, and never a write over
+/// non-erased bytes.
+pub fn run_power_cuts(
     log: &mut [u8],
     flash: &mut [u8],
     world: &mut SimWorld<WORLD_CALLS>,
     sink: &mut impl Sink,
 ) -> Result<(), RunError> {
-    let g = "flash-torn";
-    let fail = |at: usize, what| RunError { run: g, request: at as u32, error: Cause::Torn(what) };
+    let g = "flash-power-cut";
     let task = TaskId::try_from("firmware-demo").unwrap_or_default();
+    let fail = |at: u32, error| RunError { run: g, request: at, error };
     *world = SimWorld::new();
-    harness::run_with_crashes(log, &task, &DEMO_SCRIPT, world, &[], false).map_err(|v| RunError {
-        run: g,
-        request: u32::MAX,
-        error: Cause::Runner(v),
-    })?;
-    let size = FLASH_LOG_BYTES as u32;
-    let flash = flash.get_mut(..FLASH_LOG_BYTES).ok_or(fail(0, "flash buffer too short"))?;
-
-    // The source records and their CRCs.
-    let mut crcs = [0u32; MAX_TORN_RECORDS];
-    let mut ram = RamLog::open(log);
-    let mut records = 0usize;
-    let mut cur = ram.first();
-    while let Some((rec, next)) = ram.read_record(cur).map_err(|_| fail(0, "the RAM log does not read back"))? {
-        *crcs.get_mut(records).ok_or(fail(records, "more records than MAX_TORN_RECORDS"))? =
-            record_crc(&rec).map_err(|w| fail(records, w))?;
-        records += 1;
-        cur = next;
+    harness::run_with_crashes(log, &task, &DEMO_SCRIPT, world, &[], false)
+        .map_err(|v| fail(u32::MAX, Cause::Runner(v)))?;
+    let used = RamLog::open(log).len();
+    let bytes: &[u8] = &log[..used];
+    // Where each frame starts (the RAM log is whole frames back to back from offset 0).
+    let mut offsets = [0usize; MAX_TORN_RECORDS];
+    let (mut count, mut at) = (0usize, 0usize);
+    while at < used {
+        let slot = offsets.get_mut(count).ok_or(fail(count as u32, Cause::Runner(Violation::BadLog)))?;
+        *slot = at;
+        let (_, n) = parse(&bytes[at..]).map_err(|_| fail(count as u32, Cause::Runner(Violation::BadLog)))?;
+        at += n;
+        count += 1;
     }
-
-    // Bytes the whole sequence writes.
-    let mut fl = FlashLog::format(Flash::new(flash), 0, size).map_err(|_| fail(0, "format"))?;
-    if copy_records(&mut ram, &mut fl).map_err(|w| fail(0, w))? != records {
-        return Err(fail(0, "the records do not fit the flash region"));
+    let count = count as u32;
+    // Record i of the run; past the end, the first records again under new sequence numbers (the
+    // "different records" the sweep appends after recovery).
+    let make = |i: u32| -> Record {
+        let k = if i < count { i } else { (i - count) % count.max(1) };
+        let decoded = offsets.get(k as usize).and_then(|&o| parse(&bytes[o..]).ok());
+        let mut rec = decoded.map_or_else(|| Record::new(task.clone(), i, Event::Resumed), |(r, _)| r);
+        if i >= count {
+            rec.seq = 1_000_000 + i;
+        }
+        rec
+    };
+    let flash_len = FLASH_LOG_BYTES.min(flash.len()) / FLASH_ERASE * FLASH_ERASE;
+    let rep = harness::power_cut_sweep::<FLASH_WRITE, FLASH_ERASE, _>(&mut flash[..flash_len], count, make);
+    sink.metric(g, "records", 0, u64::from(count));
+    sink.metric(g, "bytes_written", 0, u64::from(rep.bytes));
+    sink.metric(g, "cuts", 0, u64::from(rep.cuts));
+    sink.metric(g, "violations", 0, u64::from(rep.violations));
+    if let Some((at, v)) = rep.first_violation {
+        return Err(fail(at, Cause::PowerCut(v)));
     }
-    let total = fl.into_inner().written;
-
-    let (mut recovered_sum, mut torn_kept, mut lost_sum) = (0u64, 0u64, 0u64);
-    for n in 0..=total {
-        let fl = FlashLog::format(Flash::new(flash), 0, size).map_err(|_| fail(n, "format"))?;
-        let mut dying = fl.into_inner();
-        dying.cut_after(n);
-        let mut fl = FlashLog::open(dying, 0, size).map_err(|_| fail(n, "open before the cut"))?;
-        let durable = copy_records(&mut ram, &mut fl).map_err(|w| fail(n, w))?;
-        if fl.into_inner().overwrites != 0 {
-            return Err(fail(n, "wrote over non-erased bytes"));
-        }
-        // Reboot.
-        let mut alive = Flash::new(flash);
-        alive.power_on();
-        let mut fl = FlashLog::open(alive, 0, size).map_err(|_| fail(n, "reopen after the cut"))?;
-        let mut got = 0usize;
-        let mut cur = fl.first();
-        while let Some((rec, next)) = fl.read_record(cur).map_err(|_| fail(n, "unreadable after recovery"))? {
-            let want = crcs.get(got).copied().ok_or(fail(n, "more records than written"))?;
-            if record_crc(&rec).map_err(|w| fail(n, w))? != want {
-                return Err(fail(n, "recovered records are not a prefix"));
-            }
-            got += 1;
-            cur = next;
-        }
-        if got < durable || got > durable + 1 {
-            return Err(fail(n, "recovered count is not the durable prefix (+1 torn)"));
-        }
-        recovered_sum += got as u64;
-        torn_kept += u64::from(got == durable + 1);
-        lost_sum += (records - got) as u64;
+    if rep.cuts != rep.bytes + 1 || rep.violations != 0 {
+        return Err(fail(u32::MAX, Cause::Runner(Violation::BadLog)));
     }
-    sink.metric(g, "records", 0, records as u64);
-    sink.metric(g, "bytes_written", 0, total as u64);
-    sink.metric(g, "cuts", 0, total as u64 + 1);
-    sink.metric(g, "recovered_records_sum", 0, recovered_sum);
-    sink.metric(g, "torn_record_complete", 0, torn_kept);
-    sink.metric(g, "lost_records_sum", 0, lost_sum);
     Ok(())
 }
 
@@ -565,9 +518,9 @@ pub fn run_fleets(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(),
 }
 
 /// Runs the whole scenario, sending every metric to `sink`: [`run_fleets`], [`run_runner`], then
-/// [`run_torn`] (the firmware calls them itself, to measure the stack of each).
+/// [`run_power_cuts`] (the firmware calls them itself, to measure the stack of each).
 pub fn run(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
     run_fleets(storage, sink)?;
     run_runner(storage.runner_log, storage.world, sink)?;
-    run_torn(storage.runner_log, storage.flash, storage.world, sink)
+    run_power_cuts(storage.runner_log, storage.flash, storage.world, sink)
 }
