@@ -205,9 +205,9 @@ pub fn report(out: &Path, threads: usize, shrink: u64) -> CliResult<Experiments>
     }
     let ts_hit = sweep_charts("timestamp first", "capacity", &ex.timestamp_first).remove(0).1;
     let mut both = sweep_charts("layout", "capacity", &ex.capacity).remove(0).1;
-    both.title = "prompt layout: token hit rate vs capacity (solid markers: stable prefix first)".into();
+    both.title = "prompt layout: hit rate vs capacity; (ts) = timestamp on line one".into();
     for s in ts_hit.series {
-        both.series.push(Series { label: format!("{} (timestamp first)", s.label), points: s.points });
+        both.series.push(Series { label: format!("{} (ts)", s.label), points: s.points });
     }
     add("layout", "layout_hit_rate", &both)?;
     let gain = ex.stale_gain_kept();
@@ -221,8 +221,8 @@ pub fn report(out: &Path, threads: usize, shrink: u64) -> CliResult<Experiments>
         "stale_gain",
         &Chart {
             title: "stale index: share of prefix-aware's gain over round-robin that survives".into(),
-            x_label: "stale-evict delay k (requests; k = 0 drawn at 0.5), log scale".into(),
-            y_label: "gain kept (%) / requests that chased gone blocks (%)".into(),
+            x_label: "stale delay k (requests, log; k = 0 at 0.5)".into(),
+            y_label: "gain kept / chased requests (%)".into(),
             series: vec![
                 Series {
                     label: "gain kept".into(),

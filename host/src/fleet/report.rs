@@ -43,7 +43,7 @@ fn series_by_router(points: &[Point], y: impl Fn(&Summary) -> Option<f64>) -> Ve
 
 fn param_label(param: &str) -> String {
     match param {
-        "capacity" => "capacity per pod (blocks of 16 tokens, log scale)".into(),
+        "capacity" => "capacity per pod (16-token blocks, log)".into(),
         "alpha" => "load penalty alpha (blocks per queued request)".into(),
         "stale" => "stale-evict delay k (requests)".into(),
         "pods" => "pods".into(),
