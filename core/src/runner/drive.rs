@@ -138,6 +138,7 @@ pub enum Stop {
 
 /// Why [`drive`] failed. Nothing that was not appended is assumed to have happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum DriveError<J, E> {
     /// The journal refused or failed (e.g. a stale lease epoch, a full log, a crash).
     Journal(J),
@@ -161,6 +162,7 @@ pub fn commit<J: Journal>(state: &mut TaskState, journal: &mut J, event: Event) 
 
 /// Why [`commit`] failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CommitError<J> {
     /// The record does not fit the state (nothing was appended).
     Runner(RunnerError),
@@ -265,4 +267,24 @@ fn drive_action<J: Journal, E: Effects>(
         }
     }
     Ok(None)
+}
+
+impl<J: core::fmt::Debug, E: core::fmt::Debug> core::fmt::Display for DriveError<J, E> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            DriveError::Journal(j) => write!(f, "journal: {j:?}"),
+            DriveError::Effects(e) => write!(f, "model or tool: {e:?}"),
+            DriveError::Runner(r) => write!(f, "{r}"),
+            DriveError::NotCreated => f.write_str("the task has no `created` record"),
+        }
+    }
+}
+
+impl<J: core::fmt::Debug> core::fmt::Display for CommitError<J> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            CommitError::Runner(r) => write!(f, "{r}"),
+            CommitError::Journal(j) => write!(f, "journal: {j:?}"),
+        }
+    }
 }

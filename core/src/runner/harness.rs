@@ -772,3 +772,30 @@ fn power_cut_case<const W: usize, const E: usize, F: Fn(u32) -> Record>(
     }
     Ok(())
 }
+
+impl core::fmt::Display for Violation {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Violation::Duplicate { step } => write!(f, "step {step}: side effect applied more than once"),
+            Violation::Missing { step } => write!(f, "step {step}: side effect never applied"),
+            Violation::NotCompleted => f.write_str("the task did not complete"),
+            Violation::ReplayMismatch => f.write_str("replaying the log does not give the live state"),
+            Violation::BadLog => f.write_str("the log could not be read back or folded"),
+            Violation::WorldOverflow => f.write_str("the simulated world ran out of capacity"),
+            Violation::TooManyBoots => write!(f, "not finished after {MAX_BOOTS} boots"),
+        }
+    }
+}
+
+impl core::fmt::Display for PowerCutViolation {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            PowerCutViolation::LostAcknowledged => "an acknowledged record was lost",
+            PowerCutViolation::TooMany => "more records came back than were written",
+            PowerCutViolation::Mismatch => "a record came back different",
+            PowerCutViolation::Unreadable => "the log could not be opened or read",
+            PowerCutViolation::AppendAfterRecovery => "appending after recovery failed",
+            PowerCutViolation::Overwrite => "wrote over non-erased flash",
+        })
+    }
+}

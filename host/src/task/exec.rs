@@ -299,6 +299,10 @@ fn execute(
         }
         Err(DriveError::Runner(e)) => Err(CliError::failure(format!("task {id:?}: {e}"))),
         Err(DriveError::NotCreated) => Err(CliError::failure(format!("task {id:?} has no created record"))),
+        Err(e) => {
+            store.release(&lease);
+            Err(CliError::failure(format!("task {id:?}: {e}")))
+        }
     }
 }
 
@@ -444,7 +448,7 @@ pub fn review_cmd(db: &Path, id: &str, step: u16, decision: Decision, lease_ms: 
             say!("task {id}: step {step} {what}; continue with `brokerlab task resume {id}`");
             Ok(0)
         }
-        Err(e) => Err(CliError::failure(format!("task {id:?}: review not recorded: {e:?}"))),
+        Err(e) => Err(CliError::failure(format!("task {id:?}: review not recorded: {e}"))),
     }
 }
 
