@@ -652,7 +652,7 @@ pub struct PowerCutReport {
 }
 
 /// Power loss at every byte: for each n in `0..=bytes` (the bytes written by appending
-/// `make(0..count)` to an empty [`FlashLog`] on a [`MockFlash`] over `mem`), cuts the power after n
+/// `make(0..count)` to an empty [`FlashLog`](super::FlashLog) on a [`MockFlash`](super::MockFlash) over `mem`), cuts the power after n
 /// bytes, reboots, and checks that recovery returns exactly the acknowledged records (plus at most
 /// the one being written, if the cut fell in its padding), in order and intact; then appends two
 /// different records (`make(count)`, `make(count + 1)`), reboots and checks all of them, and that
