@@ -158,25 +158,31 @@ impl<'a> LruPod<'a> {
         }
     }
 
-    /// Table position and slot of `key`, if held.
+    /// Table position and slot of `key`, or the empty position that ended the probe.
     #[inline]
-    fn find(&self, key: u64) -> Option<(usize, u32)> {
+    fn probe(&self, key: u64) -> Result<(usize, u32), usize> {
         let mask = self.table.len() - 1;
         let tag = self.tag(key);
         let mut i = self.home(key);
         loop {
             let e = self.table[i];
             if e == 0 {
-                return None;
+                return Err(i);
             }
             if e & !self.slot_mask == tag {
                 let s = (e & self.slot_mask) - 1;
                 if self.slots[s as usize].key == key {
-                    return Some((i, s));
+                    return Ok((i, s));
                 }
             }
             i = (i + 1) & mask;
         }
+    }
+
+    /// Table position and slot of `key`, if held.
+    #[inline]
+    fn find(&self, key: u64) -> Option<(usize, u32)> {
+        self.probe(key).ok()
     }
 
     /// True when `key` is cached.
@@ -241,10 +247,12 @@ impl<'a> LruPod<'a> {
         }
     }
 
-    /// Evicts the least recent key; returns its slot.
-    fn evict_lru(&mut self, events: &mut impl CacheEvents) -> u32 {
+    /// Evicts the least recent key; returns its slot and the empty position that ended its
+    /// probe run before the removal.
+    fn evict_lru(&mut self, events: &mut impl CacheEvents) -> (u32, usize) {
         let victim = self.lru;
         let key = self.slots[victim as usize].key;
+        let mut run_end = usize::MAX;
         if let Some(pos) = self.position_of(key, victim) {
             let mut view = TableView {
                 slots: self.slots,
@@ -255,32 +263,41 @@ impl<'a> LruPod<'a> {
                 direct: self.direct,
                 _p: Default::default(),
             };
-            table::remove_at(&mut view, pos);
+            run_end = table::remove_at(&mut view, pos);
         }
         self.unlink(victim);
         events.evicted(key);
-        victim
+        (victim, run_end)
     }
 
     /// Makes `key` the most recent, inserting it (and evicting the least recent key when full) if
     /// absent. Returns whether it was present.
     #[inline]
     pub fn touch(&mut self, key: u64, events: &mut impl CacheEvents) -> bool {
-        if let Some((_, s)) = self.find(key) {
-            if s != self.mru {
-                self.unlink(s);
-                self.push_mru(s);
+        let empty = match self.probe(key) {
+            Ok((_, s)) => {
+                if s != self.mru {
+                    self.unlink(s);
+                    self.push_mru(s);
+                }
+                return true;
             }
-            return true;
-        }
-        let s = if self.len as usize == self.slots.len() {
-            self.evict_lru(events)
+            Err(empty) => empty,
+        };
+        let (s, stale) = if self.len as usize == self.slots.len() {
+            // The eviction may shorten the probe run that ended at `empty`; then probe again.
+            let (s, run_end) = self.evict_lru(events);
+            (s, run_end == empty)
         } else {
             self.len += 1;
-            self.len - 1
+            (self.len - 1, false)
         };
         self.slots[s as usize].key = key;
-        self.table_insert(key, s);
+        if stale {
+            self.table_insert(key, s);
+        } else {
+            self.table[empty] = self.tag(key) | (s + 1);
+        }
         self.push_mru(s);
         events.inserted(key);
         false

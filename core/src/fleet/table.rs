@@ -38,8 +38,9 @@ pub(crate) trait Probe {
 }
 
 /// Removes the entry at `hole`, shifting later entries of the probe run back so that every
-/// remaining key stays reachable from its home slot.
-pub(crate) fn remove_at<P: Probe>(t: &mut P, mut hole: usize) {
+/// remaining key stays reachable from its home slot. Returns the empty slot that ended the run
+/// (as it was before the removal): a probe path that ended at another empty slot is unchanged.
+pub(crate) fn remove_at<P: Probe>(t: &mut P, mut hole: usize) -> usize {
     let mask = t.slots() - 1;
     let mut i = hole;
     loop {
@@ -55,6 +56,7 @@ pub(crate) fn remove_at<P: Probe>(t: &mut P, mut hole: usize) {
         }
     }
     t.clear(hole);
+    i
 }
 
 /// Checks a caller-provided table length: a power of two, at least 2 and at least `required`.
