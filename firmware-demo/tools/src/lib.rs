@@ -292,3 +292,70 @@ pub fn run_firmware() -> Result<FirmwareRun, String> {
     parse_frames(&mut run)?;
     Ok(run)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with(messages: &[&str]) -> FirmwareRun {
+        FirmwareRun {
+            elf: PathBuf::from("fw \"x\".elf"),
+            sizes: Sizes { text: 1, data: 2, bss: 3 },
+            allocator_symbols: Vec::new(),
+            frames: messages.iter().map(|m| Frame { level: None, message: m.to_string() }).collect(),
+            metrics: Vec::new(),
+            measurements: BTreeMap::new(),
+            end: None,
+            exit_code: Some(0),
+            stderr: String::new(),
+        }
+    }
+
+    #[test]
+    fn frames_are_split_into_metrics_measurements_and_end() {
+        let mut run = run_with(&[
+            "brokerlab firmware: chatter",
+            "BL m fleet requests 0 2000",
+            "BL m fleet pod_requests 3 18446744073709551615",
+            "BL fw stack_peak_bytes 1234",
+            "BL end 2 true",
+        ]);
+        parse_frames(&mut run).unwrap();
+        assert_eq!(
+            run.metrics,
+            vec![
+                ("fleet".to_string(), "requests".to_string(), 0, 2000),
+                ("fleet".to_string(), "pod_requests".to_string(), 3, u64::MAX)
+            ]
+        );
+        assert_eq!(run.measurements.get("stack_peak_bytes"), Some(&1234));
+        assert_eq!(run.end, Some((2, true)));
+    }
+
+    #[test]
+    fn malformed_frames_are_errors() {
+        for bad in ["BL m fleet requests 0", "BL m a b c 1", "BL fw x -1", "BL end 2 maybe", "BL what 1"] {
+            assert!(parse_frames(&mut run_with(&[bad])).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn json_summary_escapes_strings() {
+        let mut run = run_with(&["BL fw ram_bytes 4194304", "BL end 0 true"]);
+        parse_frames(&mut run).unwrap();
+        let json = summary_json(&run);
+        assert!(
+            json.starts_with(r#"{"elf":"fw \"x\".elf","machine":"mps2-an385","text":1,"data":2,"bss":3,"#),
+            "{json}"
+        );
+        assert!(json.contains(r#""measurements":{"ram_bytes":4194304}"#), "{json}");
+        assert!(json.ends_with(r#""checks_ok":true,"allocator_symbols":[],"exit_code":0}"#), "{json}");
+    }
+
+    #[test]
+    fn a_non_elf_is_an_error_not_a_panic() {
+        assert!(section_sizes(b"not an elf").is_err());
+        assert!(allocator_symbols(b"not an elf").is_err());
+        assert!(decode(b"not an elf", b"").is_err());
+    }
+}
