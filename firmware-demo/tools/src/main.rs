@@ -34,6 +34,17 @@ fn main() {
     let s = run.sizes;
     println!("elf: {}", run.elf.display());
     println!("sizes: .text {} B, .data {} B, .bss {} B", s.text, s.data, s.bss);
+    let m = |k: &str| run.measurements.get(k).copied();
+    if let (Some(peak), Some(ram)) = (m("stack_peak_bytes"), m("ram_bytes")) {
+        let used = s.data + s.bss + peak;
+        let left = ram.saturating_sub(used);
+        println!(
+            "RAM ({}): .data + .bss {} B + peak stack {peak} B = {used} B of {ram} B; headroom {left} B ({:.1} %)",
+            firmware::MACHINE,
+            s.data + s.bss,
+            left as f64 * 100.0 / ram as f64
+        );
+    }
     if run.allocator_symbols.is_empty() {
         println!("heap: none (no global allocator linked: no __rust_alloc / __rg_alloc / __rdl_alloc symbol)");
     } else {
