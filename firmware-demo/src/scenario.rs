@@ -21,8 +21,8 @@ use brokerlab_core::fleet::keys::token_keys;
 use brokerlab_core::fleet::stats::{LogHistogram, REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::workload::{DocOrder, Layout, Popularity, Workload, WorkloadSpec};
 use brokerlab_core::fleet::{
-    Error, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, Outcome, PendingEntry, PendingRecord, Request,
-    RouterKind, Slot,
+    BlockIndex, Error, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome, PendingEntry,
+    PendingEvicts, PendingRecord, Request, RouterKind, Slot,
 };
 
 use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, PowerCutViolation, SimWorld, Violation};
@@ -95,29 +95,18 @@ pub const RUNS: [(&str, RouterKind, u32); 4] = [
     ("prefix-aware-stale", RouterKind::PrefixAware, STALE_DELAY),
 ];
 
-/// An upper bound of the core's hash-table lengths for `n` entries: the larger of its two sizing
-/// rules (load <= 3/4: `next_power_of_two(ceil(4n/3))`; pod key tables at most half full:
-/// `next_power_of_two(2n)`). The core's sizing functions are not `const`, so the static buffers
-/// use this bound; each run slices them to the exact `FleetLayout` lengths and fails with
-/// `BufferSize` if the core ever needs more.
-const fn table_len(n: usize) -> usize {
-    let three_quarters = (n * 4).div_ceil(3).next_power_of_two();
-    let half = (n * 2).next_power_of_two();
-    if half > three_quarters { half } else { three_quarters }
-}
-
 /// Length of [`Storage::slots`].
 pub const SLOTS_LEN: usize = PODS * CAPACITY_BLOCKS;
 /// Length of [`Storage::tables`].
-pub const TABLES_LEN: usize = PODS * table_len(CAPACITY_BLOCKS);
+pub const TABLES_LEN: usize = PODS * LruPod::table_len(CAPACITY_BLOCKS);
 /// Length of [`Storage::queues`].
 pub const QUEUES_LEN: usize = PODS * QUEUE_PER_POD;
 /// Length of [`Storage::index`].
-pub const INDEX_LEN: usize = table_len(PODS * CAPACITY_BLOCKS);
+pub const INDEX_LEN: usize = BlockIndex::table_len(PODS * CAPACITY_BLOCKS);
 /// Length of [`Storage::pending`].
 pub const PENDING_LEN: usize = PENDING;
 /// Length of [`Storage::pending_table`].
-pub const PENDING_TABLE_LEN: usize = table_len(PENDING);
+pub const PENDING_TABLE_LEN: usize = PendingEvicts::table_len(PENDING);
 /// Length of [`Storage::tokens`].
 pub const TOKENS_LEN: usize = MAX_PROMPT_TOKENS;
 /// Length of [`Storage::zipf_cdf`].

@@ -21,6 +21,47 @@ enum Cmd {
     /// The durable task runner.
     #[command(subcommand)]
     Task(brokerlab::task::TaskCmd),
+    /// Memory audit of the fixed-memory core for a scenario, and the firmware's measured figures.
+    Audit(AuditArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct AuditArgs {
+    /// Scenario: a built-in name (multi-tenant, alpha, llm-d, rag) or a TOML file.
+    #[arg(default_value = "multi-tenant")]
+    scenario: String,
+    /// Queued requests tracked per pod.
+    #[arg(long, default_value_t = 4096)]
+    queue_per_pod: usize,
+    /// Evictions in flight tracked for a stale index.
+    #[arg(long, default_value_t = 4096)]
+    pending: usize,
+    /// Skip building and booting the firmware (cargo fw --json).
+    #[arg(long)]
+    no_firmware: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn audit(a: AuditArgs) -> brokerlab::error::CliResult<i32> {
+    use brokerlab::fleet::{report, scenario::Scenario};
+    let sc = if report::BUILTIN.iter().any(|(n, _)| *n == a.scenario) {
+        report::builtin(&a.scenario)?
+    } else {
+        Scenario::load(std::path::Path::new(&a.scenario))?
+    };
+    let mut au = brokerlab::audit::audit(&sc, a.queue_per_pod, a.pending)?;
+    if !a.no_firmware {
+        au.firmware = Some(brokerlab::audit::firmware()?);
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&au).expect("audit serializes"));
+    } else {
+        print!("{}", brokerlab::audit::render(&au));
+    }
+    let fw_ok = au.firmware.as_ref().is_none_or(|f| f.exit_code == 0 && f.allocator_symbols.is_empty());
+    Ok(if fw_ok { 0 } else { 1 })
 }
 
 fn main() -> ExitCode {
@@ -35,6 +76,7 @@ fn main() -> ExitCode {
     let result = match cli.cmd {
         Cmd::Fleet(cmd) => brokerlab::fleet::main(cmd),
         Cmd::Task(cmd) => brokerlab::task::main(cmd),
+        Cmd::Audit(a) => audit(a),
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),

@@ -51,8 +51,11 @@ impl Probe for BlockIndex<'_> {
 
 impl<'a> BlockIndex<'a> {
     /// Table length for an index that must hold up to `keys` distinct keys.
-    pub fn table_len(keys: usize) -> usize {
-        table::table_len_for(keys).unwrap_or(0)
+    pub const fn table_len(keys: usize) -> usize {
+        match table::table_len_for(keys) {
+            Some(n) => n,
+            None => 0,
+        }
     }
 
     /// An empty index over `entries` (length: a power of two, see [`Self::table_len`]).
@@ -206,8 +209,11 @@ impl PendingTable<'_> {
 
 impl<'a> PendingEvicts<'a> {
     /// Table length for a queue of `records` records.
-    pub fn table_len(records: usize) -> usize {
-        table::table_len_for(records).unwrap_or(0)
+    pub const fn table_len(records: usize) -> usize {
+        match table::table_len_for(records) {
+            Some(n) => n,
+            None => 0,
+        }
     }
 
     /// An empty queue; `ring.len()` records at most, `table.len()` must be [`Self::table_len`].

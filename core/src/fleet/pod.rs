@@ -99,10 +99,15 @@ impl Probe for TableView<'_, '_> {
 
 impl<'a> LruPod<'a> {
     /// Length of the key table for a pod of `capacity` blocks.
-    pub fn table_len(capacity: usize) -> usize {
+    pub const fn table_len(capacity: usize) -> usize {
         // At most half full: short probe runs matter more than the 0..8 bytes per block this
         // costs over the shared 3/4 bound (16 + 4 * table / C stays <= 32 bytes per block).
-        capacity.checked_mul(2).and_then(usize::checked_next_power_of_two).unwrap_or(0).max(2)
+        let Some(double) = capacity.checked_mul(2) else { return 0 };
+        match double.checked_next_power_of_two() {
+            Some(n) if n >= 2 => n,
+            Some(_) => 2,
+            None => 0,
+        }
     }
 
     /// Bytes of core memory per cached block for a pod of `capacity` blocks.

@@ -7,9 +7,10 @@ use super::limits::{LOAD_DEN, LOAD_NUM};
 const FIB: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// Smallest power-of-two table length keeping `entries` at most `LOAD_NUM/LOAD_DEN` full.
-pub(crate) fn table_len_for(entries: usize) -> Option<usize> {
-    let min = entries.checked_mul(LOAD_DEN)?.div_ceil(LOAD_NUM).max(2);
-    min.checked_next_power_of_two()
+pub(crate) const fn table_len_for(entries: usize) -> Option<usize> {
+    let Some(scaled) = entries.checked_mul(LOAD_DEN) else { return None };
+    let min = scaled.div_ceil(LOAD_NUM);
+    (if min < 2 { 2 } else { min }).checked_next_power_of_two()
 }
 
 /// Most entries a table of `len` slots may hold.

@@ -1,0 +1,290 @@
+//! `brokerlab audit`: what the fixed-memory core needs for a configuration, byte by byte, and
+//! what the firmware build of it measures on the Cortex-M3 (sections, peak stack, headroom, no
+//! heap).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use brokerlab_core::fleet::workload::Workload;
+use brokerlab_core::fleet::{Fleet, FleetLayout, IndexEntry, LruPod, PendingEntry, PendingRecord, Slot};
+use serde::Serialize;
+
+use crate::error::{CliError, CliResult};
+use crate::fleet::scenario::Scenario;
+
+/// One core structure of the audited configuration.
+#[derive(Debug, Serialize)]
+pub struct Row {
+    /// Structure.
+    pub structure: String,
+    /// Capacity parameters it is sized from.
+    pub sized_by: String,
+    /// Element type.
+    pub element: String,
+    /// Bytes per element.
+    pub element_bytes: usize,
+    /// Elements.
+    pub elements: usize,
+    /// Bytes.
+    pub bytes: usize,
+}
+
+/// What the firmware measured (from `cargo fw --json`).
+#[derive(Debug, Serialize, serde::Deserialize)]
+pub struct Firmware {
+    /// QEMU machine.
+    pub machine: String,
+    /// .text bytes.
+    pub text: u64,
+    /// .data bytes.
+    pub data: u64,
+    /// .bss bytes.
+    pub bss: u64,
+    /// Measurements sent by the firmware.
+    pub measurements: std::collections::BTreeMap<String, u64>,
+    /// Allocator symbols found in the ELF (must be empty).
+    pub allocator_symbols: Vec<String>,
+    /// Firmware exit status.
+    pub exit_code: i32,
+}
+
+/// The audit.
+#[derive(Debug, Serialize)]
+pub struct Audit {
+    /// Scenario audited.
+    pub scenario: String,
+    /// Pods, capacity, stale delay, queue bound, pending bound.
+    pub pods: usize,
+    /// Blocks per pod.
+    pub capacity: usize,
+    /// Structures.
+    pub rows: Vec<Row>,
+    /// Total bytes of caller-provided buffers.
+    pub total_bytes: usize,
+    /// Pod bytes per cached block.
+    pub pod_bytes_per_block: f64,
+    /// All fleet buffers per cached block.
+    pub fleet_bytes_per_block: f64,
+    /// Most distinct keys the index can hold.
+    pub index_max_keys: usize,
+    /// Evidence that the core has no heap.
+    pub no_heap: Vec<String>,
+    /// Firmware figures, when measured.
+    pub firmware: Option<Firmware>,
+}
+
+fn row(structure: &str, sized_by: String, element: &str, element_bytes: usize, elements: usize) -> Row {
+    Row {
+        structure: structure.into(),
+        sized_by,
+        element: element.into(),
+        element_bytes,
+        elements,
+        bytes: element_bytes * elements,
+    }
+}
+
+/// Audits `sc` with the given queue and pending bounds.
+pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<Audit> {
+    use std::mem::size_of;
+    let cfg = sc.fleet;
+    let l = FleetLayout::new(&cfg, queue_per_pod, pending).map_err(crate::fleet::run::config_error)?;
+    let (n, c) = (cfg.pods, cfg.capacity_blocks);
+    let w = &sc.workload;
+    let mut rows = vec![
+        row("pod LRU slots", format!("N={n} x C={c}"), "Slot {key u64, prev u32, next u32}", size_of::<Slot>(), n * c),
+        row(
+            "pod key tables",
+            format!("N x next_pow2(2C) = {n} x {}", LruPod::table_len(c)),
+            "u32 (tag | slot+1)",
+            4,
+            n * l.table_per_pod,
+        ),
+        row("pod FIFO queues", format!("N x queue bound {}", l.queue_per_pod), "u64 finish ns", 8, n * l.queue_per_pod),
+        row(
+            "block index",
+            format!("next_pow2(4/3 x N x C) = {}", l.index),
+            "IndexEntry {key u64, mask u64}",
+            size_of::<IndexEntry>(),
+            l.index,
+        ),
+        row(
+            "stale-evict FIFO",
+            format!("pending bound {} (k = {})", l.pending, cfg.stale_delay),
+            "PendingRecord",
+            size_of::<PendingRecord>(),
+            l.pending,
+        ),
+        row(
+            "stale-evict table",
+            format!("next_pow2(4/3 x {}) = {}", l.pending, l.pending_table),
+            "PendingEntry",
+            size_of::<PendingEntry>(),
+            l.pending_table,
+        ),
+        row("workload Zipf CDF", format!("T = {}", w.tenants), "u64", 8, Workload::cdf_len(w)),
+        row(
+            "prompt tokens buffer",
+            format!("max prompt = {} tokens", w.max_prompt_tokens()),
+            "u32",
+            4,
+            w.max_prompt_tokens() as usize,
+        ),
+        row(
+            "block keys buffer",
+            format!("max prompt / 16 = {}", w.max_prompt_tokens() / 16),
+            "u64",
+            8,
+            w.max_prompt_tokens() as usize / 16,
+        ),
+    ];
+    rows.push(row(
+        "Fleet value (this host)",
+        "64 pod slots inline (heapless::Vec)".into(),
+        "Fleet",
+        size_of::<Fleet<'_>>(),
+        1,
+    ));
+    let total_bytes = rows.iter().map(|r| r.bytes).sum();
+    let pod_bytes = rows[0].bytes + rows[1].bytes;
+    let fleet_bytes = l.bytes();
+    let no_heap = no_heap_evidence();
+    Ok(Audit {
+        scenario: sc.name.clone(),
+        pods: n,
+        capacity: c,
+        rows,
+        total_bytes,
+        pod_bytes_per_block: pod_bytes as f64 / (n * c) as f64,
+        fleet_bytes_per_block: fleet_bytes as f64 / (n * c) as f64,
+        index_max_keys: if l.index > 0 { l.index / 4 * 3 } else { 0 },
+        no_heap,
+        firmware: None,
+    })
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// How we know the core has no heap.
+fn no_heap_evidence() -> Vec<String> {
+    let lib = include_str!("../../core/src/lib.rs");
+    let mut out = vec![];
+    let no_std = lib.lines().any(|l| l.trim() == "#![no_std]");
+    let alloc = lib.lines().any(|l| l.contains("extern crate alloc"));
+    out.push(format!(
+        "core/src/lib.rs (compiled into this binary): #![no_std] {}, `extern crate alloc` {}",
+        if no_std { "present" } else { "MISSING" },
+        if alloc { "PRESENT" } else { "absent" }
+    ));
+    let tree = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "tree",
+            "-p",
+            "brokerlab-core",
+            "-e",
+            "normal,features",
+            "--target",
+            "thumbv7m-none-eabi",
+            "--prefix",
+            "none",
+        ])
+        .current_dir(workspace_root())
+        .output();
+    match tree {
+        Ok(o) if o.status.success() => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            let alloc_lines: Vec<&str> =
+                text.lines().filter(|l| l.contains("feature \"alloc\"") || l.contains("feature \"std\"")).collect();
+            let deps: std::collections::BTreeSet<&str> =
+                text.lines().filter(|l| !l.contains("feature")).filter_map(|l| l.split_whitespace().next()).collect();
+            out.push(format!(
+                "cargo tree -p brokerlab-core --target thumbv7m-none-eabi: {} crates, proc macros included ({}); features `alloc`/`std` enabled: {}",
+                deps.len(),
+                deps.into_iter().collect::<Vec<_>>().join(", "),
+                if alloc_lines.is_empty() { "none".to_string() } else { alloc_lines.join("; ") }
+            ));
+        }
+        _ => out.push("cargo tree: not available here (run from the repository with cargo on PATH)".into()),
+    }
+    out
+}
+
+/// Runs `cargo fw --json` in the repository (builds the firmware and boots it in QEMU).
+pub fn firmware() -> CliResult<Firmware> {
+    let o = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["fw", "--json"])
+        .current_dir(workspace_root())
+        .output()
+        .map_err(|e| CliError::failure(format!("cargo fw --json: cannot start: {e}")))?;
+    let text = String::from_utf8_lossy(&o.stdout);
+    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).ok_or_else(|| {
+        CliError::failure(format!(
+            "cargo fw --json printed no JSON (exit {:?}); needs the thumbv7m-none-eabi target and qemu-system-arm: {}",
+            o.status.code(),
+            String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+        ))
+    })?;
+    serde_json::from_str(line).map_err(|e| CliError::failure(format!("cargo fw --json: unexpected output: {e}")))
+}
+
+/// The readable audit.
+pub fn render(a: &Audit) -> String {
+    let mut o = format!("audit of scenario `{}`: {} pods x {} blocks\n\n", a.scenario, a.pods, a.capacity);
+    o += &format!(
+        "{:<22} {:<44} {:<34} {:>6} {:>10} {:>12}\n",
+        "structure", "sized by", "element", "B/elem", "elements", "bytes"
+    );
+    for r in &a.rows {
+        o += &format!(
+            "{:<22} {:<44} {:<34} {:>6} {:>10} {:>12}\n",
+            r.structure, r.sized_by, r.element, r.element_bytes, r.elements, r.bytes
+        );
+    }
+    o += &format!("{:<22} {:>132}\n\n", "total", a.total_bytes);
+    o += &format!(
+        "bytes per cached block: pod {:.2} (LRU + key table), whole fleet {:.2} (with queues, index, stale FIFO)\n",
+        a.pod_bytes_per_block, a.fleet_bytes_per_block
+    );
+    o += &format!(
+        "bounds: index holds at most {} distinct keys (3/4 of its table); a full queue or stale FIFO is Error::CapacityExceeded\n",
+        a.index_max_keys
+    );
+    o += "\nno heap:\n";
+    for e in &a.no_heap {
+        o += &format!("  - {e}\n");
+    }
+    if let Some(f) = &a.firmware {
+        let m = |k: &str| f.measurements.get(k).copied().unwrap_or(0);
+        let ram = m("ram_bytes");
+        let peak = m("stack_peak_bytes");
+        let used = f.data + f.bss + peak;
+        o += &format!("\nfirmware (cargo fw, QEMU {}), its own scenario (firmware-demo/src/scenario.rs):\n", f.machine);
+        o += &format!("  .text {} B, .data {} B, .bss {} B\n", f.text, f.data, f.bss);
+        o += &format!(
+            "  peak stack (painted, measured in QEMU) {} B (fleet phase {}, runner phase {}, flash phase {})\n",
+            peak,
+            m("stack_peak_fleet_bytes"),
+            m("stack_peak_runner_bytes"),
+            m("stack_peak_flash_bytes")
+        );
+        o += &format!(
+            "  RAM {} B: used {} B (.data + .bss + peak stack), headroom {} B ({:.1}%)\n",
+            ram,
+            used,
+            ram.saturating_sub(used),
+            100.0 * ram.saturating_sub(used) as f64 / ram.max(1) as f64
+        );
+        o += &format!(
+            "  allocator symbols in the ELF: {} ; firmware exit status {}\n",
+            if f.allocator_symbols.is_empty() {
+                "none (links without a global allocator)".to_string()
+            } else {
+                f.allocator_symbols.join(", ")
+            },
+            f.exit_code
+        );
+    }
+    o
+}
