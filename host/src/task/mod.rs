@@ -16,6 +16,7 @@ macro_rules! say {
 }
 
 pub mod bench;
+pub mod chaos;
 pub mod exec;
 pub mod ident;
 pub mod spec;
@@ -174,6 +175,35 @@ pub enum TaskCmd {
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
     },
+    /// kill -9 in real processes: run tasks as child processes, SIGKILL them at random times,
+    /// restart, review, and check exactly-once from the tools' own files.
+    Chaos {
+        /// Tasks to run (each killed repeatedly).
+        #[arg(long, default_value_t = 200)]
+        iterations: u32,
+        /// Seed of the task specs and the kill delays.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Steps per task (payments, lookups, emails, plain model steps; >= 3).
+        #[arg(long, default_value_t = 12)]
+        steps: u16,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+        /// Working directory (log, tools' files, specs); default a fresh temp dir, removed after
+        /// a clean run and kept after a violation.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+        /// The runners' step delay (model call, and between "tool applied" and "result returned").
+        #[arg(long, value_name = "MS", default_value_t = 5)]
+        step_delay_ms: u64,
+        /// Most kills per task; then the runner is left to finish.
+        #[arg(long, value_name = "N", default_value_t = 6)]
+        max_kills: u32,
+        /// Re-check the tasks of an existing chaos directory (no runs).
+        #[arg(long, value_name = "DIR", conflicts_with = "dir")]
+        verify: Option<PathBuf>,
+    },
 }
 
 /// Runs one `task` subcommand; returns the process exit code on success.
@@ -194,6 +224,9 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
         TaskCmd::Inspect { id, db } => inspect(&db.db, &id),
         TaskCmd::List { db } => list(&db.db),
         TaskCmd::Bench { steps, tasks, json, dir } => bench::bench(&bench::BenchOpts { steps, tasks, json, dir }),
+        TaskCmd::Chaos { iterations, seed, steps, json, dir, step_delay_ms, max_kills, verify } => {
+            chaos::chaos(&chaos::ChaosOpts { iterations, seed, steps, json, dir, step_delay_ms, max_kills, verify })
+        }
     }
 }
 

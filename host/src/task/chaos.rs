@@ -1,0 +1,812 @@
+//! `task chaos`: `kill -9` in real processes.
+//!
+//! Each iteration writes a fresh task spec (payments, lookups, at least one `send_email`, plain
+//! model steps), starts the runner as a **child process** (this binary, `task run SPEC`), kills it
+//! with `SIGKILL` after a delay drawn from the seed, restarts it, and repeats until the task
+//! completes or pauses for review. A paused step is reviewed the way a human would: the email
+//! tool's own file (`emails.sqlite`) is read; if it shows the call applied the step is marked done
+//! (`task review --mark-done`), otherwise it is retried (`--retry`). Then the run goes on.
+//!
+//! At the end of each iteration [`check_task`] compares the spec, the log and the tools' own SQLite
+//! files: every payment key applied exactly once, every email step applied exactly once, every
+//! step has its model response and its result (or a `mark-done` review), no side effect outside
+//! the spec. Any duplicate, lost step or unexpected runner error makes the exit status 1.
+//!
+//! **The window.** A kill "lands in the window" when, right after it, the log ends with an intent
+//! and no result for a payment or email step *and* that tool's file gained a row for that step
+//! while the killed runner was alive: the tool saw the call, the log never got its result. It is
+//! counted exactly, from the files, after each kill. The children run with a step delay
+//! (`--step-delay-ms`, default 5 ms): the model call and the time between "tool applied" and
+//! "result returned" each sleep that long, so the window is a large share of each run and uniform
+//! kill delays land in it often. Lookups keep no file, so a kill with a lookup in flight is
+//! counted separately (`kills_lookup_in_flight`), not as a window kill.
+//!
+//! Delays are deterministic for a seed (splitmix64); where a kill lands depends on timing too, so
+//! two runs with the same seed hit the same delays, not necessarily the same points.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use brokerlab_core::runner::{Decision, End, Event, Phase, idempotency_key};
+use rusqlite::{Connection, OpenFlags};
+use serde::Serialize;
+
+use super::spec::Spec;
+use super::store::{Store, fold, sql_error};
+use crate::error::{CliError, CliResult, EXIT_NEEDS_REVIEW};
+
+/// Options of `task chaos`.
+#[derive(Debug, Clone)]
+pub struct ChaosOpts {
+    /// Tasks to run, each killed repeatedly.
+    pub iterations: u32,
+    /// Seed of the specs and the kill delays.
+    pub seed: u64,
+    /// Steps per task (>= 3).
+    pub steps: u16,
+    /// Print one JSON object.
+    pub json: bool,
+    /// Working directory (must not hold a `tasks.sqlite` yet); default a fresh temp dir, removed
+    /// after a clean run.
+    pub dir: Option<PathBuf>,
+    /// The children's `--step-delay-ms`.
+    pub step_delay_ms: u64,
+    /// Most kills per iteration; after that the runner is left to finish.
+    pub max_kills: u32,
+    /// Re-check an existing chaos directory instead of running.
+    pub verify: Option<PathBuf>,
+}
+
+/// splitmix64: a tiny deterministic generator for the specs and the kill delays.
+#[derive(Debug, Clone)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        SplitMix(seed)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((self.next_u64() as u128 * n.max(1) as u128) >> 64) as u64
+    }
+}
+
+/// What one step of a chaos task does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StepKind {
+    Think,
+    Lookup,
+    Payment,
+    Email,
+}
+
+/// The spec (TOML) of chaos task `id`: `steps` steps with at least one payment, one lookup and
+/// one email, the rest drawn (payment 40 %, lookup 25 %, plain model step 20 %, email 15 %).
+pub fn chaos_spec(id: &str, steps: u16, rng: &mut SplitMix) -> String {
+    let n = steps.max(3) as usize;
+    let mut kinds: Vec<StepKind> = (0..n)
+        .map(|_| match rng.below(100) {
+            0..40 => StepKind::Payment,
+            40..65 => StepKind::Lookup,
+            65..85 => StepKind::Think,
+            _ => StepKind::Email,
+        })
+        .collect();
+    // three distinct positions for the kinds every task must have
+    let mut pos: Vec<usize> = (0..n).collect();
+    for (k, kind) in [StepKind::Email, StepKind::Payment, StepKind::Lookup].into_iter().enumerate() {
+        let j = k + rng.below((n - k) as u64) as usize;
+        pos.swap(k, j);
+        kinds[pos[k]] = kind;
+    }
+    let mut s = format!("id = \"{id}\"\n");
+    for (i, k) in kinds.iter().enumerate() {
+        let amount = 1 + rng.below(999);
+        let step = match k {
+            StepKind::Think => format!("model = \"step {i}: think\"\n"),
+            StepKind::Lookup => {
+                format!("model = \"step {i}: look up the account\"\ntool = \"lookup\"\nargs = {{ q = \"acct-{i}\" }}\n")
+            }
+            StepKind::Payment => format!(
+                "model = \"step {i}: pay the invoice\"\ntool = \"payment\"\nargs = {{ amount = {amount}, to = \
+                 \"acct-{i}\" }}\n"
+            ),
+            StepKind::Email => format!(
+                "model = \"step {i}: tell the customer\"\ntool = \"send_email\"\nargs = {{ to = \
+                 \"c{i}@example.com\", subject = \"receipt {amount}\" }}\n"
+            ),
+        };
+        s.push_str("\n[[step]]\n");
+        s.push_str(&step);
+    }
+    s
+}
+
+// ------------------------------------------------------------------------------------------
+// The tools' own files, read from outside
+
+/// Read access to the tools' own files (`payments.sqlite`, `emails.sqlite`) in a world directory;
+/// connections are opened once the file exists and kept.
+#[derive(Debug)]
+pub struct WorldFiles {
+    dir: PathBuf,
+    conns: HashMap<&'static str, Connection>,
+}
+
+/// One row of a tool's `calls` table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRow {
+    /// Idempotency key (payments).
+    pub key: Option<String>,
+    /// Step.
+    pub step: i64,
+    /// Whether it applied.
+    pub applied: bool,
+}
+
+/// The payment tool's file.
+pub const PAYMENTS: &str = "payments.sqlite";
+/// The email tool's file.
+pub const EMAILS: &str = "emails.sqlite";
+
+impl WorldFiles {
+    /// The files in `dir`.
+    pub fn new(dir: &Path) -> WorldFiles {
+        WorldFiles { dir: dir.to_path_buf(), conns: HashMap::new() }
+    }
+
+    fn conn(&mut self, file: &'static str) -> CliResult<Option<&Connection>> {
+        let path = self.dir.join(file);
+        if !self.conns.contains_key(file) {
+            if !path.exists() {
+                return Ok(None);
+            }
+            let c = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)
+                .map_err(|e| sql_error(&path, "opening a tool's file", e))?;
+            let _ = c.busy_timeout(Duration::from_secs(10));
+            self.conns.insert(file, c);
+        }
+        let c = self.conns.get(file).ok_or_else(|| CliError::failure("world connection"))?;
+        // the file may exist before its table (a runner killed while creating it)
+        let has: i64 = c
+            .query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='calls'", [], |r| r.get(0))
+            .map_err(|e| sql_error(&path, "reading the schema", e))?;
+        Ok(if has > 0 { Some(c) } else { None })
+    }
+
+    /// Every call `task` made to the tool of `file`, in order.
+    pub fn rows(&mut self, file: &'static str, task: &str) -> CliResult<Vec<CallRow>> {
+        let path = self.dir.join(file);
+        let Some(c) = self.conn(file)? else { return Ok(Vec::new()) };
+        let mut st = c
+            .prepare_cached("SELECT key, step, applied FROM calls WHERE task_id=?1 ORDER BY id")
+            .map_err(|e| sql_error(&path, "reading calls", e))?;
+        let rows = st
+            .query_map([task], |r| Ok(CallRow { key: r.get(0)?, step: r.get(1)?, applied: r.get::<_, i64>(2)? != 0 }))
+            .map_err(|e| sql_error(&path, "reading calls", e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| sql_error(&path, "reading calls", e))
+    }
+
+    /// Calls received per step (both files), for the window count.
+    fn per_step(&mut self, task: &str) -> CliResult<HashMap<(&'static str, i64), usize>> {
+        let mut m = HashMap::new();
+        for file in [PAYMENTS, EMAILS] {
+            for r in self.rows(file, task)? {
+                *m.entry((file, r.step)).or_insert(0) += 1;
+            }
+        }
+        Ok(m)
+    }
+
+    /// Applied email calls of (task, step): what an honest reviewer looks at.
+    fn emails_applied(&mut self, task: &str, step: u16) -> CliResult<usize> {
+        Ok(self.rows(EMAILS, task)?.iter().filter(|r| r.step == step as i64 && r.applied).count())
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+// The checker
+
+/// What [`check_task`] found for one task.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TaskCheck {
+    /// The log ends with `completed` after all steps.
+    pub completed: bool,
+    /// Side effects applied more than once, or outside the spec (must be 0).
+    pub duplicates: u64,
+    /// Steps whose effect or record is missing (must be 0).
+    pub lost: u64,
+    /// Payment calls the tool received again and deduplicated by key.
+    pub deduplicated: u64,
+    /// `needs-review` records (non-idempotent steps sent to review).
+    pub needs_review: u64,
+    /// Reviews recorded `mark-done`.
+    pub reviews_mark_done: u64,
+    /// Reviews recorded `retry`.
+    pub reviews_retry: u64,
+    /// What was wrong, one line each.
+    pub problems: Vec<String>,
+}
+
+/// Checks task `id` against its spec (stored in the log database), its log and the tools' own
+/// files: every payment key applied exactly once (the key the core derives for that step), every
+/// email step applied exactly once, each step has a model response and a result (or a
+/// `mark-done` review of the email), the task completed, and no call outside the spec's tool
+/// steps.
+pub fn check_task(store: &Store, world: &mut WorldFiles, id: &str) -> CliResult<TaskCheck> {
+    let mut c = TaskCheck::default();
+    let row = store.task_or_err(id)?;
+    let spec = Spec::from_json(&row.spec)
+        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec: {e}", store.path.display())))?;
+    let recs = store.records(id)?;
+    let st = fold(&store.path, id, &recs)?;
+    let n = spec.steps.len();
+    c.completed = st.end == Some(End::Completed) && st.step as usize == n;
+    if !c.completed {
+        c.problems.push(format!("{id}: not completed (at step {} of {n})", st.step));
+    }
+    let (mut model, mut result, mut mark_done) = (vec![0u32; n], vec![0u32; n], vec![0u32; n]);
+    for r in &recs {
+        let bump = |v: &mut Vec<u32>, s: u16| {
+            if let Some(x) = v.get_mut(s as usize) {
+                *x += 1;
+            }
+        };
+        match &r.event {
+            Event::ModelResponse { step, .. } => bump(&mut model, *step),
+            Event::ToolResult { step, .. } => bump(&mut result, *step),
+            Event::NeedsReview { .. } => c.needs_review += 1,
+            Event::ReviewDecision { step, decision: Decision::MarkDone } => {
+                c.reviews_mark_done += 1;
+                bump(&mut mark_done, *step);
+            }
+            Event::ReviewDecision { decision: Decision::Retry, .. } => c.reviews_retry += 1,
+            _ => {}
+        }
+    }
+    let payments = world.rows(PAYMENTS, id)?;
+    let emails = world.rows(EMAILS, id)?;
+    c.deduplicated = payments.iter().filter(|r| !r.applied).count() as u64;
+    for (i, s) in spec.steps.iter().enumerate() {
+        let step = i as i64;
+        if model[i] != 1 {
+            c.lost += u64::from(model[i] == 0);
+            c.problems.push(format!("{id} step {i}: {} model responses in the log, expected 1", model[i]));
+        }
+        let tool = s.tool.as_deref();
+        if tool.is_some() && result[i] + mark_done[i] == 0 {
+            c.lost += 1;
+            c.problems.push(format!("{id} step {i}: no result (and no mark-done review) in the log"));
+        }
+        let (file, rows) = match tool {
+            Some("payment") => (PAYMENTS, &payments),
+            Some("send_email") => (EMAILS, &emails),
+            _ => continue,
+        };
+        let applied = rows.iter().filter(|r| r.step == step && r.applied).count() as u64;
+        match applied {
+            0 => {
+                c.lost += 1;
+                c.problems.push(format!("{id} step {i}: {file} has no applied call"));
+            }
+            1 => {}
+            k => {
+                c.duplicates += k - 1;
+                c.problems.push(format!("{id} step {i}: {file} applied {k} calls"));
+            }
+        }
+        if file == PAYMENTS {
+            let key = idempotency_key(id, i as u16);
+            let bad = rows.iter().filter(|r| r.step == step && r.key.as_deref() != Some(key.as_str())).count();
+            if bad > 0 {
+                c.duplicates += bad as u64;
+                c.problems.push(format!("{id} step {i}: {bad} payment call(s) with a key other than {key}"));
+            }
+        }
+    }
+    // a side effect on a step that has no such tool in the spec
+    for (file, rows, tool) in [(PAYMENTS, &payments, "payment"), (EMAILS, &emails, "send_email")] {
+        for r in rows.iter().filter(|r| r.applied) {
+            let expected = usize::try_from(r.step)
+                .ok()
+                .and_then(|s| spec.steps.get(s))
+                .is_some_and(|s| s.tool.as_deref() == Some(tool));
+            if !expected {
+                c.duplicates += 1;
+                c.problems.push(format!("{id}: {file} applied a call for step {}, which is not a {tool} step", r.step));
+            }
+        }
+    }
+    Ok(c)
+}
+
+// ------------------------------------------------------------------------------------------
+// The run
+
+/// Totals of a chaos run (the `--json` object).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ChaosReport {
+    /// Tasks run.
+    pub iterations: u32,
+    /// Steps per task.
+    pub steps: u16,
+    /// Seed.
+    pub seed: u64,
+    /// Runner processes started (first starts and restarts).
+    pub runs: u64,
+    /// SIGKILLs that stopped a runner.
+    pub kills: u64,
+    /// Kills in the window: the tool's file got the call, the log has no result (counted exactly).
+    pub window_kills: u64,
+    /// Of which the payment tool.
+    pub window_kills_payment: u64,
+    /// Of which the email tool.
+    pub window_kills_email: u64,
+    /// Kills after an intent was durable but before the tool's file had the call.
+    pub kills_intent_no_call: u64,
+    /// Kills with a lookup in flight (a lookup keeps no file: not counted as window kills).
+    pub kills_lookup_in_flight: u64,
+    /// Kills anywhere else (start-up, model calls, commits between steps, before the task existed).
+    pub kills_elsewhere: u64,
+    /// Payment calls received again and deduplicated by key (replays after a kill).
+    pub deduplicated: u64,
+    /// Non-idempotent steps sent to review (`needs-review` records).
+    pub needs_review: u64,
+    /// Reviews recorded `mark-done` (the email tool's file showed the call).
+    pub reviews_mark_done: u64,
+    /// Reviews recorded `retry` (it showed none).
+    pub reviews_retry: u64,
+    /// Side effects applied more than once (must be 0).
+    pub duplicates: u64,
+    /// Steps missing (must be 0).
+    pub lost: u64,
+    /// Runner processes that failed otherwise (exit status other than 0, 3 or SIGKILL; must be 0).
+    pub errors: u64,
+    /// The children's step delay.
+    pub step_delay_ms: u64,
+    /// Wall time, seconds.
+    pub wall_s: f64,
+    /// The first problems found (at most 20).
+    pub problems: Vec<String>,
+    /// No duplicate, no lost step, no error.
+    pub ok: bool,
+    /// Working directory (kept after a violation).
+    pub dir: String,
+}
+
+impl ChaosReport {
+    fn problem(&mut self, p: String) {
+        if self.problems.len() < 20 {
+            self.problems.push(p);
+        }
+    }
+    fn add_check(&mut self, c: TaskCheck) {
+        self.duplicates += c.duplicates;
+        self.lost += c.lost;
+        self.deduplicated += c.deduplicated;
+        self.needs_review += c.needs_review;
+        for p in c.problems {
+            self.problem(p);
+        }
+    }
+}
+
+/// The runner binary and where it works.
+struct Ctx {
+    exe: PathBuf,
+    db: PathBuf,
+    world: PathBuf,
+    specs: PathBuf,
+    step_delay_ms: u64,
+}
+
+impl Ctx {
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(&self.exe);
+        c.env_remove("BROKERLAB_CRASH_AT").env_remove("BROKERLAB_STEP_DELAY_MS").env_remove("BROKERLAB_LEASE_MS");
+        c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
+        c
+    }
+    fn spawn_run(&self, spec: &Path) -> CliResult<Child> {
+        let mut c = self.cmd();
+        c.arg("task").arg("run").arg(spec).arg("--db").arg(&self.db).arg("--world").arg(&self.world);
+        c.arg("--step-delay-ms").arg(self.step_delay_ms.to_string());
+        c.spawn().map_err(|e| CliError::failure(format!("{}: cannot start the runner: {e}", self.exe.display())))
+    }
+}
+
+fn stderr_of(child: &mut Child) -> String {
+    let mut s = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut s);
+    }
+    s.trim().to_string()
+}
+
+#[cfg(unix)]
+fn was_sigkilled(st: &ExitStatus) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    st.signal() == Some(9)
+}
+
+#[cfg(not(unix))]
+fn was_sigkilled(st: &ExitStatus) -> bool {
+    // `Child::kill` is TerminateProcess, exit code 1
+    st.code() == Some(1)
+}
+
+/// Waits for the child; with `kill_after`, sends SIGKILL at that time after `started` unless it
+/// exited before. Returns its status.
+fn wait_or_kill(child: &mut Child, started: Instant, kill_after: Option<Duration>) -> CliResult<ExitStatus> {
+    let io = |e: std::io::Error| CliError::failure(format!("waiting for the runner: {e}"));
+    if let Some(d) = kill_after {
+        let deadline = started + d;
+        loop {
+            if let Some(st) = child.try_wait().map_err(io)? {
+                return Ok(st);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            std::thread::sleep((deadline - now).min(Duration::from_micros(500)));
+        }
+        // SIGKILL on Unix; an error here means it already exited (wait tells which)
+        let _ = child.kill();
+    }
+    child.wait().map_err(io)
+}
+
+/// Where the kill landed, read from the log and the tools' files right after it.
+fn classify_kill(
+    rep: &mut ChaosReport,
+    store: &mut Option<Store>,
+    ctx: &Ctx,
+    world: &mut WorldFiles,
+    id: &str,
+    before: &HashMap<(&'static str, i64), usize>,
+) -> CliResult<()> {
+    let Some(st) = task_state(store, ctx, id)? else {
+        rep.kills_elsewhere += 1;
+        return Ok(());
+    };
+    let Phase::InFlight { call, .. } = &st.phase else {
+        rep.kills_elsewhere += 1;
+        return Ok(());
+    };
+    let file = match call.tool.as_str() {
+        "payment" => PAYMENTS,
+        "send_email" => EMAILS,
+        _ => {
+            rep.kills_lookup_in_flight += 1;
+            return Ok(());
+        }
+    };
+    let now = world.per_step(id)?;
+    let k = (file, st.step as i64);
+    if now.get(&k).copied().unwrap_or(0) > before.get(&k).copied().unwrap_or(0) {
+        rep.window_kills += 1;
+        if file == PAYMENTS {
+            rep.window_kills_payment += 1;
+        } else {
+            rep.window_kills_email += 1;
+        }
+    } else {
+        rep.kills_intent_no_call += 1;
+    }
+    Ok(())
+}
+
+/// The task's state from the log, if the database and the task exist.
+fn task_state(store: &mut Option<Store>, ctx: &Ctx, id: &str) -> CliResult<Option<brokerlab_core::runner::TaskState>> {
+    if store.is_none() {
+        if !ctx.db.exists() {
+            return Ok(None);
+        }
+        // a runner killed while creating the file leaves it without the schema: not ours yet
+        match Store::open(&ctx.db, false) {
+            Ok(s) => *store = Some(s),
+            Err(_) => return Ok(None),
+        }
+    }
+    let Some(s) = store.as_ref() else { return Ok(None) };
+    if s.task(id)?.is_none() {
+        return Ok(None);
+    }
+    s.replay(id).map(Some)
+}
+
+/// Runs one iteration: the task `id` until it completes (or fails), killing and reviewing.
+fn iteration(
+    rep: &mut ChaosReport,
+    store: &mut Option<Store>,
+    ctx: &Ctx,
+    world: &mut WorldFiles,
+    opts: &ChaosOpts,
+    i: u32,
+    est_ms: f64,
+) -> CliResult<()> {
+    let id = format!("chaos-{}-{i}", opts.seed);
+    let mut rng = SplitMix::new(opts.seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ (u64::from(i) << 1 | 1));
+    let spec_text = chaos_spec(&id, opts.steps, &mut rng);
+    let spec_path = ctx.specs.join(format!("{id}.toml"));
+    std::fs::write(&spec_path, &spec_text)
+        .map_err(|e| CliError::failure(format!("{}: cannot write the spec: {e}", spec_path.display())))?;
+    let steps = f64::from(opts.steps.max(3));
+    let mut kills_here = 0u32;
+    for _attempt in 0..(opts.max_kills + 50) {
+        let st = task_state(store, ctx, &id)?;
+        let remaining = st.as_ref().map_or(steps, |s| steps - f64::from(s.step));
+        let before = world.per_step(&id)?;
+        // uniform over the expected remaining run time (+25 %), at least a fifth of a whole run
+        let kill_after = (kills_here < opts.max_kills).then(|| {
+            let horizon_us = (est_ms * 1000.0 * (remaining / steps).max(0.2) * 1.25) as u64;
+            Duration::from_micros(rng.below(horizon_us.max(1000)))
+        });
+        let started = Instant::now();
+        let mut child = ctx.spawn_run(&spec_path)?;
+        rep.runs += 1;
+        let status = wait_or_kill(&mut child, started, kill_after)?;
+        let err = stderr_of(&mut child);
+        if was_sigkilled(&status) {
+            rep.kills += 1;
+            kills_here += 1;
+            classify_kill(rep, store, ctx, world, &id, &before)?;
+            continue;
+        }
+        match status.code() {
+            Some(0) => return Ok(()),
+            Some(EXIT_NEEDS_REVIEW) => review(rep, store, ctx, world, &id)?,
+            _ => {
+                rep.errors += 1;
+                rep.problem(format!("{id}: runner exited with {status}: {err}"));
+                return Ok(());
+            }
+        }
+    }
+    rep.errors += 1;
+    rep.problem(format!("{id}: not finished after {} runs", opts.max_kills + 50));
+    Ok(())
+}
+
+/// Reviews the paused step as a human would, from the email tool's own file.
+fn review(
+    rep: &mut ChaosReport,
+    store: &mut Option<Store>,
+    ctx: &Ctx,
+    world: &mut WorldFiles,
+    id: &str,
+) -> CliResult<()> {
+    let Some(st) = task_state(store, ctx, id)? else {
+        return Err(CliError::failure(format!("{id}: paused for review but has no log")));
+    };
+    let Phase::Review { .. } = st.phase else {
+        return Err(CliError::failure(format!("{id}: exit 3 but no step waits for review")));
+    };
+    let sent = world.emails_applied(id, st.step)? > 0;
+    let decision = if sent { "--mark-done" } else { "--retry" };
+    if sent {
+        rep.reviews_mark_done += 1;
+    } else {
+        rep.reviews_retry += 1;
+    }
+    let mut c = ctx.cmd();
+    c.arg("task").arg("review").arg(id).arg("--step").arg(st.step.to_string()).arg(decision).arg("--db").arg(&ctx.db);
+    let out = c.output().map_err(|e| CliError::failure(format!("cannot start `task review`: {e}")))?;
+    if !out.status.success() {
+        rep.errors += 1;
+        rep.problem(format!(
+            "{id}: `task review --step {} {decision}` exited with {}: {}",
+            st.step,
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+fn progress(on: bool, done: u32, rep: &ChaosReport, t: Instant) {
+    if !on {
+        return;
+    }
+    let total = rep.iterations.max(1);
+    let w = 30usize;
+    let fill = (done as usize * w) / total as usize;
+    let mut e = std::io::stderr().lock();
+    let _ = write!(
+        e,
+        "\r[{}{}] {done}/{total}  kills {}  window {}  reviews {}  dup {}  lost {}  {:.0}s ",
+        "#".repeat(fill),
+        ".".repeat(w - fill),
+        rep.kills,
+        rep.window_kills,
+        rep.needs_review,
+        rep.duplicates,
+        rep.lost,
+        t.elapsed().as_secs_f64()
+    );
+    if done == total {
+        let _ = writeln!(e);
+    }
+    let _ = e.flush();
+}
+
+fn print_text(rep: &ChaosReport) {
+    say!(
+        "task chaos: {} iterations of {} steps, seed {}, step delay {} ms",
+        rep.iterations,
+        rep.steps,
+        rep.seed,
+        rep.step_delay_ms
+    );
+    say!("  runner processes started   {}", rep.runs);
+    say!("  SIGKILLs                   {}", rep.kills);
+    say!(
+        "    in the window            {} (payment {}, email {}): the tool's file has the call, the log no result",
+        rep.window_kills,
+        rep.window_kills_payment,
+        rep.window_kills_email
+    );
+    say!("    intent durable, no call  {}", rep.kills_intent_no_call);
+    say!("    lookup in flight         {}", rep.kills_lookup_in_flight);
+    say!("    elsewhere                {}", rep.kills_elsewhere);
+    say!("  replays deduplicated by key {}", rep.deduplicated);
+    say!(
+        "  sent to review             {} (marked done {}, retried {})",
+        rep.needs_review,
+        rep.reviews_mark_done,
+        rep.reviews_retry
+    );
+    say!("  duplicates                 {}", rep.duplicates);
+    say!("  lost steps                 {}", rep.lost);
+    say!("  runner errors              {}", rep.errors);
+    say!("  wall time                  {:.1} s", rep.wall_s);
+    if rep.window_kills == 0 && rep.iterations > 0 {
+        say!("  WARNING: no kill landed in the window between \"tool call sent\" and \"result recorded\"");
+    }
+    for p in &rep.problems {
+        say!("  problem: {p}");
+    }
+    say!("  {}", if rep.ok { "ok: every payment key applied once, no step lost" } else { "FAILED" });
+}
+
+fn finish(rep: &ChaosReport, json: bool) -> i32 {
+    if json {
+        say!("{}", serde_json::to_string(rep).unwrap_or_default());
+    } else {
+        print_text(rep);
+    }
+    if rep.ok { 0 } else { 1 }
+}
+
+/// `task chaos`.
+pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
+    if let Some(dir) = &opts.verify {
+        return verify(dir, opts.json);
+    }
+    if opts.iterations == 0 {
+        return Err(CliError::bad_input("--iterations must be at least 1"));
+    }
+    if !(3..=1000).contains(&opts.steps) {
+        return Err(CliError::bad_input(format!("--steps {}: expected 3 to 1000", opts.steps)));
+    }
+    let (dir, temp) = match &opts.dir {
+        Some(d) => (d.clone(), false),
+        None => (std::env::temp_dir().join(format!("brokerlab-chaos-{}", std::process::id())), true),
+    };
+    if dir.join("tasks.sqlite").exists() {
+        return Err(CliError::bad_input(format!(
+            "{}: already holds a tasks.sqlite; give an empty --dir (or check it with --verify)",
+            dir.display()
+        )));
+    }
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    let ctx = Ctx {
+        exe: std::env::current_exe().map_err(|e| CliError::failure(format!("cannot find this binary: {e}")))?,
+        db: dir.join("tasks.sqlite"),
+        world: dir.join("world"),
+        specs: dir.join("specs"),
+        step_delay_ms: opts.step_delay_ms,
+    };
+    std::fs::create_dir_all(&ctx.specs)
+        .map_err(|e| CliError::bad_input(format!("{}: cannot create: {e}", ctx.specs.display())))?;
+    let mut rep = ChaosReport {
+        iterations: opts.iterations,
+        steps: opts.steps,
+        seed: opts.seed,
+        step_delay_ms: opts.step_delay_ms,
+        dir: dir.display().to_string(),
+        ..ChaosReport::default()
+    };
+    let t = Instant::now();
+    let mut store: Option<Store> = None;
+    let mut world = WorldFiles::new(&ctx.world);
+    // Calibration: one task without kills, to scale the kill delays (not counted).
+    let calib = format!("chaos-{}-calibration", opts.seed);
+    let calib_spec = ctx.specs.join(format!("{calib}.toml"));
+    let text = chaos_spec(&calib, opts.steps, &mut SplitMix::new(opts.seed ^ 0xCA11));
+    std::fs::write(&calib_spec, text).map_err(|e| CliError::failure(format!("{}: {e}", calib_spec.display())))?;
+    let t0 = Instant::now();
+    let mut child = ctx.spawn_run(&calib_spec)?;
+    let status = wait_or_kill(&mut child, t0, None)?;
+    let est_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    if !status.success() {
+        return Err(CliError::failure(format!(
+            "the calibration run (no kill) failed with {status}: {}",
+            stderr_of(&mut child)
+        )));
+    }
+    let tty = std::io::stderr().is_terminal();
+    for i in 0..opts.iterations {
+        iteration(&mut rep, &mut store, &ctx, &mut world, opts, i, est_ms)?;
+        let id = format!("chaos-{}-{i}", opts.seed);
+        if task_state(&mut store, &ctx, &id)?.is_some()
+            && let Some(s) = store.as_ref()
+        {
+            let c = check_task(s, &mut world, &id)?;
+            rep.add_check(c);
+        } else {
+            rep.lost += u64::from(opts.steps);
+            rep.problem(format!("{id}: no task in the log"));
+        }
+        progress(tty, i + 1, &rep, t);
+    }
+    rep.wall_s = t.elapsed().as_secs_f64();
+    rep.ok = rep.duplicates == 0 && rep.lost == 0 && rep.errors == 0;
+    let code = finish(&rep, opts.json);
+    drop(store);
+    drop(world);
+    if temp && rep.ok {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else if !rep.ok {
+        eprintln!("brokerlab: chaos files kept in {}", dir.display());
+    }
+    Ok(code)
+}
+
+/// `task chaos --verify DIR`: re-checks every task of an existing chaos directory.
+fn verify(dir: &Path, json: bool) -> CliResult<i32> {
+    let db = dir.join("tasks.sqlite");
+    let store = Store::open(&db, false)?;
+    let mut world = WorldFiles::new(&dir.join("world"));
+    let ids = store.task_ids()?;
+    let mut rep = ChaosReport { dir: dir.display().to_string(), ..ChaosReport::default() };
+    for id in &ids {
+        let c = check_task(&store, &mut world, id)?;
+        rep.iterations += 1;
+        rep.reviews_mark_done += c.reviews_mark_done;
+        rep.reviews_retry += c.reviews_retry;
+        rep.add_check(c);
+    }
+    rep.ok = rep.duplicates == 0 && rep.lost == 0;
+    if json {
+        say!("{}", serde_json::to_string(&rep).unwrap_or_default());
+    } else {
+        say!(
+            "task chaos --verify {}: {} tasks, duplicates {}, lost {}, deduplicated {}, reviews {}",
+            dir.display(),
+            rep.iterations,
+            rep.duplicates,
+            rep.lost,
+            rep.deduplicated,
+            rep.needs_review
+        );
+        for p in &rep.problems {
+            say!("  problem: {p}");
+        }
+        say!("  {}", if rep.ok { "ok" } else { "FAILED" });
+    }
+    Ok(if rep.ok { 0 } else { 1 })
+}
