@@ -133,8 +133,16 @@ fn prefix_aware_ties_to_smaller_queue_then_lowest_index() {
 /// evicts [1,2] (C = 2); r3 [1,2]: the exact index sends it to pod 1 (match 1); a stale index
 /// (k >= 1) still believes pod 0 holds [1,2] (match 2) and chases the gone prefix.
 fn stale_scenario(k: u32, neutral_before_r3: bool) -> (Vec<Outcome>, FleetTotals) {
+    let a = stale_scenario_with(k, neutral_before_r3, IndexKind::Global);
+    let b = stale_scenario_with(k, neutral_before_r3, IndexKind::PodTables);
+    assert_eq!(a, b, "the global index and the pod tables must agree");
+    a
+}
+
+fn stale_scenario_with(k: u32, neutral_before_r3: bool, index: IndexKind) -> (Vec<Outcome>, FleetTotals) {
     let mut c = cfg(2, 2, RouterKind::PrefixAware);
     c.stale_delay = k;
+    c.index = index;
     let mut bufs = Bufs::new(c);
     let mut f = bufs.fleet();
     let (a, one, b, n) = (keys_of(&[1, 2]), keys_of(&[1]), keys_of(&[3, 4]), keys_of(&[8]));

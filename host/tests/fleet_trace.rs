@@ -125,3 +125,23 @@ fn replay_is_deterministic_and_timing_is_consistent() {
         assert_eq!(a.summary.per_pod_requests.iter().sum::<u64>(), a.summary.requests);
     }
 }
+
+#[test]
+fn global_index_and_pod_tables_give_identical_results() {
+    use brokerlab_core::fleet::IndexKind;
+    let path = trace("conversation_trace.jsonl");
+    for (stale, alpha, cap) in [(0, 1.0, 4096), (5, 16.0, 4096), (40, 0.5, 1024)] {
+        let mut cfg = FleetConfig::new(8, cap, RouterKind::PrefixAware);
+        cfg.stale_delay = stale;
+        cfg.alpha = alpha;
+        let mut src = TraceSource { path: path.clone(), trace_block_tokens: 512 };
+        let pods = simulate(FleetConfig { index: IndexKind::PodTables, ..cfg }, &mut src, true).unwrap();
+        let global = simulate(FleetConfig { index: IndexKind::Global, ..cfg }, &mut src, true).unwrap();
+        assert_eq!(pods.summary, global.summary, "stale {stale}");
+        assert_eq!(pods.outcomes, global.outcomes, "stale {stale}");
+        assert!(pods.summary.hit_tokens > 0);
+        if stale > 0 {
+            assert!(pods.summary.chased_requests > 0, "stale {stale} should chase");
+        }
+    }
+}

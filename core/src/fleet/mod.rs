@@ -21,9 +21,12 @@ pub mod workload;
 
 pub use index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 pub use pod::{CacheEvents, LruPod, Slot};
-pub use router::{AnyRouter, Route, RouteView, Router, RouterKind};
+pub use router::{AnyRouter, Holders, Route, RouteView, Router, RouterKind};
 pub use server::FifoServer;
-pub use sim::{Fleet, FleetBuffers, FleetConfig, FleetLayout, FleetTotals, Outcome, PodStats, Request, TouchOrder};
+pub use sim::{
+    Fleet, FleetBuffers, FleetConfig, FleetLayout, FleetTotals, IndexKind, Outcome, Pod, PodCaches, PodStats, Request,
+    TouchOrder,
+};
 
 use core::fmt;
 

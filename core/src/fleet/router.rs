@@ -2,6 +2,17 @@
 
 use super::index::{BlockIndex, PendingEvicts};
 use super::limits::MAX_PODS;
+use super::sim::PodCaches;
+
+/// Where "which pods hold this key" comes from.
+pub enum Holders<'v, 'a> {
+    /// No index: the router does not look at caches.
+    None,
+    /// The global block index.
+    Index(&'v BlockIndex<'a>),
+    /// The pods' own key tables.
+    Pods(PodCaches<'v, 'a>),
+}
 
 /// What a router may look at when it routes request `request`.
 pub struct RouteView<'v, 'a> {
@@ -9,8 +20,8 @@ pub struct RouteView<'v, 'a> {
     pub request: u64,
     /// queue_len(p) at the request's arrival, one per pod.
     pub queue_lens: &'v [u32],
-    /// The block index (present when the router asked for it, see [`Router::needs_index`]).
-    pub index: Option<&'v BlockIndex<'a>>,
+    /// Which pods hold a key now (exact), when the router asked for it ([`Router::needs_index`]).
+    pub held: Holders<'v, 'a>,
     /// Evictions that have not reached the router yet (stale index, delay k > 0).
     pub pending: Option<&'v PendingEvicts<'a>>,
 }
@@ -19,7 +30,11 @@ impl RouteView<'_, '_> {
     /// Pods the index believes hold `key`, restricted to `candidates`.
     #[inline]
     pub fn believed_mask(&self, key: u64, candidates: u64) -> u64 {
-        let held = self.index.map_or(0, |ix| ix.mask(key)) & candidates;
+        let held = match &self.held {
+            Holders::None => 0,
+            Holders::Index(ix) => ix.mask(key) & candidates,
+            Holders::Pods(pods) => pods.mask(key, candidates),
+        };
         match self.pending {
             Some(p) if !p.is_empty() => {
                 let mut ghosts = 0;

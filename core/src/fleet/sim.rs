@@ -7,7 +7,7 @@ use super::Error;
 use super::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 use super::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_PODS, MAX_STALE_DELAY};
 use super::pod::{CacheEvents, LruPod, Slot};
-use super::router::{AnyRouter, RouteView, Router, RouterKind};
+use super::router::{AnyRouter, Holders, RouteView, Router, RouterKind};
 use super::server::FifoServer;
 
 /// Order in which a request's keys are touched after the hit test.
@@ -35,6 +35,35 @@ impl TouchOrder {
     }
 }
 
+/// Where the prefix-aware router reads "which pods hold this key" from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum IndexKind {
+    /// A global key -> pod-mask table ([`BlockIndex`]) fed by the pods' insert and evict events,
+    /// as llm-d's KV-cache indexer does. Costs 21..43 bytes per indexed key and two table updates
+    /// per miss.
+    Global,
+    /// The pods' own key tables answer directly (the union of N exact views is the same set as
+    /// the global index), plus the same stale-evict queue. No extra memory; a match costs up to
+    /// N lookups per block. Results are identical to [`IndexKind::Global`] (tested).
+    PodTables,
+}
+
+impl IndexKind {
+    /// The CLI name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            IndexKind::Global => "global",
+            IndexKind::PodTables => "pod-tables",
+        }
+    }
+
+    /// Parses a CLI name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [IndexKind::Global, IndexKind::PodTables].into_iter().find(|k| k.name() == s)
+    }
+}
+
 /// A fleet's configuration.
 #[derive(Clone, Copy, Debug)]
 pub struct FleetConfig {
@@ -54,6 +83,8 @@ pub struct FleetConfig {
     pub t_prefill_ns: u64,
     /// Decode cost, ns per output token.
     pub t_decode_ns: u64,
+    /// How the prefix-aware router's index is kept (results do not depend on it).
+    pub index: IndexKind,
 }
 
 impl FleetConfig {
@@ -68,6 +99,7 @@ impl FleetConfig {
             order: TouchOrder::TailFirst,
             t_prefill_ns: 50_000,
             t_decode_ns: 0,
+            index: IndexKind::PodTables,
         }
     }
 
@@ -117,7 +149,7 @@ impl FleetLayout {
     pub fn new(cfg: &FleetConfig, queue_per_pod: usize, pending: usize) -> Result<Self, Error> {
         cfg.validate()?;
         let uses_index = cfg.router == RouterKind::PrefixAware;
-        let index = if uses_index {
+        let index = if uses_index && cfg.index == IndexKind::Global {
             let keys = cfg.pods.checked_mul(cfg.capacity_blocks).ok_or(Error::Overflow { what: "index size" })?;
             BlockIndex::table_len(keys)
         } else {
@@ -247,10 +279,33 @@ pub struct FleetTotals {
     pub makespan_ns: u64,
 }
 
-struct Pod<'a> {
+/// One pod: its cache, its server and its counters.
+pub struct Pod<'a> {
     cache: LruPod<'a>,
     server: FifoServer<'a>,
     stats: PodStats,
+}
+
+/// The pods' own caches, seen as an exact block index ([`IndexKind::PodTables`]).
+pub struct PodCaches<'v, 'a> {
+    pods: &'v [Pod<'a>],
+}
+
+impl PodCaches<'_, '_> {
+    /// Bitmask of the `candidates` pods whose cache holds `key`.
+    #[inline]
+    pub fn mask(&self, key: u64, candidates: u64) -> u64 {
+        let mut out = 0;
+        let mut rest = candidates;
+        while rest != 0 {
+            let p = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if self.pods.get(p).is_some_and(|pod| pod.cache.contains(key)) {
+                out |= 1 << p;
+            }
+        }
+        out
+    }
 }
 
 /// Feeds one pod's cache events to the index during one dispatch.
@@ -331,7 +386,7 @@ impl<'a, R: Router> Fleet<'a, R> {
                 return Err(Error::InvalidConfig { field: "pods", expected: "at most 64" });
             }
         }
-        let index = if router.needs_index() {
+        let index = if router.needs_index() && cfg.index == IndexKind::Global {
             if b.index.is_empty() {
                 return Err(Error::BufferSize {
                     buffer: "index",
@@ -343,7 +398,7 @@ impl<'a, R: Router> Fleet<'a, R> {
         } else {
             None
         };
-        let pending = if index.is_some() && cfg.stale_delay > 0 {
+        let pending = if router.needs_index() && cfg.stale_delay > 0 {
             Some(PendingEvicts::new(b.pending, b.pending_table)?)
         } else {
             None
@@ -422,7 +477,11 @@ impl<'a, R: Router> Fleet<'a, R> {
         }
         let queue_lens = &queue_lens[..self.pods.len()];
         // 3. Route.
-        let view = RouteView { request: i, queue_lens, index: self.index.as_ref(), pending: self.pending.as_ref() };
+        let held = match self.index.as_ref() {
+            Some(ix) => Holders::Index(ix),
+            None => Holders::Pods(PodCaches { pods: &self.pods }),
+        };
+        let view = RouteView { request: i, queue_lens, held, pending: self.pending.as_ref() };
         let route = self.router.route(&view, req.keys);
         let p = route.pod;
         if p >= self.pods.len() {

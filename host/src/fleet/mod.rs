@@ -10,7 +10,7 @@ pub mod trace;
 
 use std::path::PathBuf;
 
-use brokerlab_core::fleet::{FleetConfig, RouterKind, TouchOrder};
+use brokerlab_core::fleet::{FleetConfig, IndexKind, RouterKind, TouchOrder};
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult};
@@ -105,6 +105,10 @@ fn parse_router(s: &str) -> Result<RouterKind, String> {
     RouterKind::parse(s).ok_or_else(|| "expected one of round-robin, least-loaded, prefix-aware".to_string())
 }
 
+fn parse_index(s: &str) -> Result<IndexKind, String> {
+    IndexKind::parse(s).ok_or_else(|| "expected global or pod-tables".to_string())
+}
+
 fn parse_order(s: &str) -> Result<TouchOrder, String> {
     TouchOrder::parse(s).ok_or_else(|| "expected tail-first or in-order".to_string())
 }
@@ -136,6 +140,10 @@ pub struct FleetArgs {
     /// Decode cost, ns per output token.
     #[arg(long, default_value_t = 0)]
     pub t_decode_ns: u64,
+    /// Prefix-aware index: pod-tables (ask the pods' own tables) | global (a key -> pod-mask
+    /// table fed by insert/evict events). Same results; pod-tables is faster and smaller.
+    #[arg(long, default_value = "pod-tables", value_parser = parse_index)]
+    pub index: IndexKind,
 }
 
 impl FleetArgs {
@@ -150,6 +158,7 @@ impl FleetArgs {
             order: self.order,
             t_prefill_ns: self.t_prefill_ns,
             t_decode_ns: self.t_decode_ns,
+            index: self.index,
         }
     }
 }

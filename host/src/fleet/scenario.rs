@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use brokerlab_core::fleet::workload::{DocOrder, Layout, Popularity, Workload, WorkloadSpec};
-use brokerlab_core::fleet::{FleetConfig, Request, RouterKind, TouchOrder, keys};
+use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, TouchOrder, keys};
 use serde::Deserialize;
 
 use super::run::RequestSource;
@@ -88,6 +88,9 @@ pub struct FleetToml {
     /// ns per output token.
     #[serde(default)]
     pub t_decode_ns: u64,
+    /// Prefix-aware index: "pod-tables" (default) or "global".
+    #[serde(default = "pod_tables")]
+    pub index: String,
 }
 
 /// A scenario file.
@@ -126,6 +129,9 @@ fn random() -> String {
 }
 fn prefix_aware() -> String {
     "prefix-aware".into()
+}
+fn pod_tables() -> String {
+    "pod-tables".into()
 }
 fn tail_first() -> String {
     "tail-first".into()
@@ -218,6 +224,7 @@ impl Scenario {
             .ok_or_else(|| bad("fleet.router", "round-robin, least-loaded or prefix-aware", &f.router))?;
         let order =
             TouchOrder::parse(&f.order).ok_or_else(|| bad("fleet.order", "tail-first or in-order", &f.order))?;
+        let index = IndexKind::parse(&f.index).ok_or_else(|| bad("fleet.index", "global or pod-tables", &f.index))?;
         let fleet = FleetConfig {
             pods: f.pods,
             capacity_blocks: f.capacity,
@@ -227,6 +234,7 @@ impl Scenario {
             order,
             t_prefill_ns: f.t_prefill_ns,
             t_decode_ns: f.t_decode_ns,
+            index,
         };
         fleet.validate().map_err(|e| match e {
             brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
