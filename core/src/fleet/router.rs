@@ -153,6 +153,7 @@ impl Router for PrefixAware {
 /// Which built-in router.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum RouterKind {
     /// [`RoundRobin`].
     RoundRobin,

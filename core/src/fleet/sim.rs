@@ -13,6 +13,7 @@ use super::server::FifoServer;
 /// Order in which a request's keys are touched after the hit test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum TouchOrder {
     /// k_{m-1} first, k_0 last: the prefix ends up most recent (default, as vLLM frees blocks).
     TailFirst,
@@ -38,6 +39,7 @@ impl TouchOrder {
 /// Where the prefix-aware router reads "which pods hold this key" from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum IndexKind {
     /// A global key -> pod-mask table ([`BlockIndex`]) fed by the pods' insert and evict events,
     /// as llm-d's KV-cache indexer does. Costs 21..43 bytes per indexed key and two table updates
@@ -66,6 +68,7 @@ impl IndexKind {
 
 /// A fleet's configuration.
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct FleetConfig {
     /// Number of pods N (1..=64).
     pub pods: usize,
@@ -209,6 +212,7 @@ pub struct Request<'k> {
 /// What happened to one request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Outcome {
     /// 0-based request index.
     pub request: u64,
@@ -242,6 +246,7 @@ impl Outcome {
 /// Per-pod counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct PodStats {
     /// Requests dispatched here.
     pub requests: u64,
@@ -258,6 +263,7 @@ pub struct PodStats {
 /// Fleet-wide counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct FleetTotals {
     /// Requests dispatched.
     pub requests: u64,

@@ -33,6 +33,7 @@ pub const MAX_GEN_PROMPT_TOKENS: u64 = 1 << 22;
 
 /// How tenants are picked for each request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Popularity {
     /// Every tenant equally likely.
     Uniform,
@@ -45,6 +46,7 @@ pub enum Popularity {
 
 /// Where the per-request header (timestamp and user id) goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Layout {
     /// Stable tenant prefix first; no per-request header (the cache-friendly layout).
     StablePrefixFirst,
@@ -54,6 +56,7 @@ pub enum Layout {
 
 /// Order of the retrieved documents of a RAG-shaped tenant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum DocOrder {
     /// As retrieved (random).
     Random,
@@ -63,6 +66,7 @@ pub enum DocOrder {
 
 /// A workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct WorkloadSpec {
     /// Seed of the ChaCha8 generator.
     pub seed: u64,
@@ -141,6 +145,7 @@ impl WorkloadSpec {
 
 /// One generated request; its tokens are in the caller's buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GenRequest {
     /// 0-based index.
     pub index: u64,
