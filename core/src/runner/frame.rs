@@ -138,9 +138,36 @@ pub fn parse_raw(buf: &[u8]) -> Result<(&[u8], usize), FrameError> {
 /// Decodes the frame at the start of `buf`: the record and the frame length. Never panics.
 pub fn parse(buf: &[u8]) -> Result<(Record, usize), FrameError> {
     let (body, total) = parse_raw(buf)?;
-    match postcard::from_bytes::<Record>(body) {
-        Ok(rec) => Ok((rec, total)),
+    // exactly one record: bytes left over inside `len` make the frame malformed
+    let rec = match postcard::take_from_bytes::<Record>(body) {
+        Ok((rec, [])) => rec,
+        _ => return Err(FrameError::BadRecord),
+    };
+    // and only its canonical encoding (postcard also reads over-long varints): a frame is accepted
+    // only if it is exactly what `emit` writes for the record it decodes to
+    match postcard::serialize_with_flavor(&rec, Same { want: body, at: 0 }) {
+        Ok(()) => Ok((rec, total)),
         Err(_) => Err(FrameError::BadRecord),
+    }
+}
+
+/// A postcard output that stores nothing: it checks that the bytes serialized are `want`.
+struct Same<'a> {
+    want: &'a [u8],
+    at: usize,
+}
+
+impl postcard::ser_flavors::Flavor for Same<'_> {
+    type Output = ();
+    fn try_push(&mut self, b: u8) -> postcard::Result<()> {
+        if self.want.get(self.at) != Some(&b) {
+            return Err(postcard::Error::SerializeBufferFull);
+        }
+        self.at += 1;
+        Ok(())
+    }
+    fn finalize(self) -> postcard::Result<()> {
+        if self.at == self.want.len() { Ok(()) } else { Err(postcard::Error::SerializeBufferFull) }
     }
 }
 
@@ -195,6 +222,39 @@ mod tests {
                 assert!(parse(&b[..n]).is_err(), "flip byte {i} bit {bit}");
             }
         }
+    }
+
+    /// A CRC-valid frame whose body holds the record plus a byte more, or the record with an
+    /// over-long varint, is malformed, not read as the record (postcard alone accepts both; the
+    /// property test `mutated_bodies_decode_canonically_or_not_at_all` found the second).
+    #[test]
+    fn trailing_bytes_in_a_frame_are_rejected() {
+        let mut buf = [0u8; MAX_FRAME_LEN];
+        let n = emit(&rec(), &mut buf).unwrap();
+        let len = (n - HEADER_LEN + 1) as u16;
+        let l = len.to_le_bytes();
+        buf[2..4].copy_from_slice(&l);
+        buf[n] = 0;
+        let crc = Crc32c::new().update(&buf[..4]).update(&buf[HEADER_LEN..n + 1]).finish();
+        buf[4..8].copy_from_slice(&crc.to_le_bytes());
+        assert!(parse_raw(&buf[..n + 1]).is_ok(), "the frame itself is whole");
+        assert_eq!(parse(&buf[..n + 1]), Err(FrameError::BadRecord));
+        // seq 3 as the over-long varint 0x83 0x00: same record, not the canonical bytes
+        let n = emit(&rec(), &mut buf).unwrap();
+        let body = &buf[HEADER_LEN..n];
+        let at = body.iter().position(|&b| b == 3).unwrap();
+        let mut long = [0u8; MAX_FRAME_LEN];
+        let k = HEADER_LEN + at;
+        long[..k].copy_from_slice(&buf[..k]);
+        long[k..k + 2].copy_from_slice(&[0x83, 0x00]);
+        long[k + 2..n + 1].copy_from_slice(&body[at + 1..]);
+        let long = &mut long[..n + 1];
+        let len = (n + 1 - HEADER_LEN) as u16;
+        long[2..4].copy_from_slice(&len.to_le_bytes());
+        let crc = Crc32c::new().update(&long[..4]).update(&long[HEADER_LEN..]).finish();
+        long[4..8].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(postcard::from_bytes::<Record>(&long[HEADER_LEN..]).unwrap(), rec(), "postcard reads it");
+        assert_eq!(parse(long), Err(FrameError::BadRecord));
     }
 
     #[test]
