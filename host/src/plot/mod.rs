@@ -58,6 +58,8 @@ pub struct Chart {
     pub y_max: Option<f64>,
     /// Grouped bar chart: each distinct x is a category (e.g. a pod index), one bar per series.
     pub bars: bool,
+    /// Names of the bar categories, in ascending x order (empty: the x values are printed).
+    pub x_categories: Vec<String>,
     /// Markers at data coordinates `(x, y, text)`, e.g. `(0.4, 1.2, "sweet spot")`: a ring at the
     /// point, a dashed drop line to the x axis, the text above. A non-finite `y` draws only the line.
     pub annotations: Vec<(f64, f64, String)>,

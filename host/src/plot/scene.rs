@@ -608,7 +608,11 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
     if chart.bars {
         let n = categories.len().max(1) as f64;
         let slot = (px1 - px0) / n;
-        let labels: Vec<String> = ticks::labels_for(&categories);
+        let labels: Vec<String> = if chart.x_categories.len() == categories.len() {
+            chart.x_categories.clone()
+        } else {
+            ticks::labels_for(&categories)
+        };
         let widest = labels.iter().map(|l| font::text_width_units(l) * s).fold(0.0, f64::max);
         let every = ((widest + 3.0 * char_w) / slot).ceil().max(1.0) as usize;
         for (ci, l) in labels.into_iter().enumerate() {
