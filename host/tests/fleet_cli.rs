@@ -114,3 +114,43 @@ fn bad_input_names_the_line_or_flag() {
     assert_eq!(code, 2);
     assert!(err.contains("--trace /nonexistent/trace.jsonl"), "{err}");
 }
+
+/// A full buffer makes the run start over and read the trace again. A pipe (`--trace /dev/stdin`,
+/// `<(zcat ...)`) cannot be read twice: the second pass used to see an empty stream and report a
+/// run of 0 requests with exit code 0. Now it is either the file's result or an error, never a
+/// silently truncated replay.
+#[test]
+fn a_piped_trace_is_never_silently_truncated_by_a_restart() {
+    use std::io::Write;
+    use std::process::Stdio;
+    // 600-block prompts through a 16-block pod evict ~600 keys each: with a stale index (k = 1),
+    // the first pending-evict buffer (512 records) fills and the run restarts.
+    let text: String = (0..4)
+        .map(|i| {
+            let ids: Vec<String> = (i * 1000..i * 1000 + 600).map(|h| h.to_string()).collect();
+            format!(
+                "{{\"timestamp\": {i}, \"input_length\": 9600, \"output_length\": 1, \"hash_ids\": [{}]}}\n",
+                ids.join(", ")
+            )
+        })
+        .collect();
+    let flags = ["--trace-block-size", "16", "--capacity", "16", "--stale", "1", "--json"];
+    let (code, from_file, err) = replay(&tmp("restart.jsonl", &text), &flags);
+    assert_eq!(code, 0, "{err}");
+    let mut child = bin()
+        .args(["fleet", "replay", "--trace", "/dev/stdin", "--pods", "2", "--router", "prefix-aware"])
+        .args(flags)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    match out.status.code() {
+        Some(0) => assert_eq!(stdout, from_file, "a piped trace must replay like the file"),
+        Some(2) => assert!(stderr.contains("--trace /dev/stdin") && stderr.contains("regular file"), "{stderr}"),
+        other => panic!("exit {other:?}: {stderr}"),
+    }
+}

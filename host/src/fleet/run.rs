@@ -67,6 +67,11 @@ pub trait RequestSource {
     /// Calls `sink` on every request in order. When `sink` fails, stop and return an error that
     /// says where (file and line, or request number).
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()>;
+
+    /// Why [`Self::feed`] cannot start over from the first request, if it cannot.
+    fn restart_error(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A Mooncake JSONL trace file.
@@ -78,6 +83,18 @@ pub struct TraceSource {
 }
 
 impl RequestSource for TraceSource {
+    fn restart_error(&self) -> Option<String> {
+        // Reopening a pipe (`/dev/stdin`, `<(zcat ...)`) continues where the first pass stopped:
+        // the run would silently replay a truncated trace.
+        let regular = std::fs::metadata(&self.path).is_ok_and(|m| m.is_file());
+        (!regular).then(|| {
+            format!(
+                "--trace {}: the run must read the trace a second time (an internal buffer filled up), but it is not a regular file (a pipe?); write it to a file first",
+                self.path.display()
+            )
+        })
+    }
+
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
         let mut reader = TraceReader::open(&self.path)?;
         let mut keys_buf: Vec<u64> = Vec::new();
@@ -210,6 +227,11 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
             }
             Ok(())
         });
+        if matches!(full, Some("queue per pod" | "pending evictions"))
+            && let Some(msg) = source.restart_error()
+        {
+            return Err(CliError::bad_input(msg));
+        }
         match (full, fed) {
             (Some("queue per pod"), _) => queue_per_pod *= 2,
             (Some("pending evictions"), _) => pending = (pending * 2).max(1024),
