@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use brokerlab_core::runner::{Decision, End, Event, Phase, idempotency_key};
+use brokerlab_core::runner::{Decision, End, Event, Phase, TaskState, idempotency_key};
 use rusqlite::{Connection, OpenFlags};
 use serde::Serialize;
 
@@ -210,6 +210,22 @@ impl WorldFiles {
         Ok(m)
     }
 
+    /// Calls the task made to both tools so far.
+    fn calls(&mut self, task: &str) -> CliResult<usize> {
+        let mut n = 0;
+        for file in [PAYMENTS, EMAILS] {
+            let path = self.dir.join(file);
+            if let Some(c) = self.conn(file)? {
+                let k: i64 = c
+                    .prepare_cached("SELECT count(*) FROM calls WHERE task_id=?1")
+                    .and_then(|mut st| st.query_row([task], |r| r.get(0)))
+                    .map_err(|e| sql_error(&path, "counting calls", e))?;
+                n += k as usize;
+            }
+        }
+        Ok(n)
+    }
+
     /// Applied email calls of (task, step): what an honest reviewer looks at.
     fn emails_applied(&mut self, task: &str, step: u16) -> CliResult<usize> {
         Ok(self.rows(EMAILS, task)?.iter().filter(|r| r.step == step as i64 && r.applied).count())
@@ -348,6 +364,9 @@ pub struct ChaosReport {
     pub runs: u64,
     /// SIGKILLs that stopped a runner.
     pub kills: u64,
+    /// Kills of runs aimed at the window (killed shortly after a tool's file got a call); the
+    /// others are at uniform delays.
+    pub kills_aimed: u64,
     /// Kills in the window: the tool's file got the call, the log has no result (counted exactly).
     pub window_kills: u64,
     /// Of which the payment tool.
@@ -447,38 +466,67 @@ fn was_sigkilled(st: &ExitStatus) -> bool {
     st.code() == Some(1)
 }
 
-/// Waits for the child; with `kill_after`, sends SIGKILL at that time after `started` unless it
-/// exited before. Returns its status.
-fn wait_or_kill(child: &mut Child, started: Instant, kill_after: Option<Duration>) -> CliResult<ExitStatus> {
+/// When to kill a runner.
+#[derive(Debug, Clone, Copy)]
+enum KillPlan {
+    /// Let it finish.
+    Never,
+    /// At this time after the start.
+    After(Duration),
+    /// Aimed at the window: once the tools' files have received `calls` more calls for the task
+    /// than at the start, wait `extra` and kill.
+    AfterCalls { calls: usize, extra: Duration },
+}
+
+/// Waits for the child, killing it (SIGKILL) as `plan` says unless it exits before. Returns its
+/// status.
+fn wait_or_kill(
+    child: &mut Child,
+    started: Instant,
+    plan: KillPlan,
+    world: &mut WorldFiles,
+    id: &str,
+    calls_before: usize,
+) -> CliResult<ExitStatus> {
     let io = |e: std::io::Error| CliError::failure(format!("waiting for the runner: {e}"));
-    if let Some(d) = kill_after {
-        let deadline = started + d;
-        loop {
-            if let Some(st) = child.try_wait().map_err(io)? {
-                return Ok(st);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            std::thread::sleep((deadline - now).min(Duration::from_micros(500)));
+    let mut deadline = match plan {
+        KillPlan::Never => return child.wait().map_err(io),
+        KillPlan::After(d) => Some(started + d),
+        KillPlan::AfterCalls { .. } => None,
+    };
+    loop {
+        if let Some(st) = child.try_wait().map_err(io)? {
+            return Ok(st);
         }
-        // SIGKILL on Unix; an error here means it already exited (wait tells which)
-        let _ = child.kill();
+        let now = Instant::now();
+        match (deadline, plan) {
+            (Some(d), _) if now >= d => break,
+            (Some(d), _) => std::thread::sleep((d - now).min(Duration::from_micros(500))),
+            (None, KillPlan::AfterCalls { calls, extra }) => {
+                // the tool has committed the call: the window is open from here on
+                if world.calls(id)? >= calls_before + calls {
+                    deadline = Some(Instant::now() + extra);
+                } else {
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+            }
+            (None, _) => break,
+        }
     }
+    // SIGKILL on Unix; an error here means it already exited (wait tells which)
+    let _ = child.kill();
     child.wait().map_err(io)
 }
 
 /// Where the kill landed, read from the log and the tools' files right after it.
 fn classify_kill(
     rep: &mut ChaosReport,
-    store: &mut Option<Store>,
-    ctx: &Ctx,
+    after: Option<&TaskState>,
     world: &mut WorldFiles,
     id: &str,
     before: &HashMap<(&'static str, i64), usize>,
 ) -> CliResult<()> {
-    let Some(st) = task_state(store, ctx, id)? else {
+    let Some(st) = after else {
         rep.kills_elsewhere += 1;
         return Ok(());
     };
@@ -528,7 +576,31 @@ fn task_state(store: &mut Option<Store>, ctx: &Ctx, id: &str) -> CliResult<Optio
     s.replay(id).map(Some)
 }
 
+/// Payment and email steps from `from` on (the calls a run still makes, at least).
+fn effects_from(spec: &Spec, from: usize) -> usize {
+    spec.steps.iter().skip(from).filter(|s| matches!(s.tool.as_deref(), Some("payment" | "send_email"))).count()
+}
+
+/// How fast the runners make progress, killed or not: wall time per step over all runs so far
+/// (start-up included), to scale the kill delays to the time a run still needs.
+#[derive(Debug, Clone, Copy)]
+struct Pace {
+    ms: f64,
+    steps: f64,
+}
+
+impl Pace {
+    fn per_step_ms(&self) -> f64 {
+        self.ms / self.steps.max(1.0)
+    }
+    fn add(&mut self, ms: f64, steps: f64) {
+        self.ms += ms;
+        self.steps += steps.max(0.0);
+    }
+}
+
 /// Runs one iteration: the task `id` until it completes (or fails), killing and reviewing.
+#[allow(clippy::too_many_arguments)]
 fn iteration(
     rep: &mut ChaosReport,
     store: &mut Option<Store>,
@@ -536,7 +608,7 @@ fn iteration(
     world: &mut WorldFiles,
     opts: &ChaosOpts,
     i: u32,
-    est_ms: f64,
+    pace: &mut Pace,
 ) -> CliResult<()> {
     let id = format!("chaos-{}-{i}", opts.seed);
     let mut rng = SplitMix::new(opts.seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ (u64::from(i) << 1 | 1));
@@ -544,26 +616,43 @@ fn iteration(
     let spec_path = ctx.specs.join(format!("{id}.toml"));
     std::fs::write(&spec_path, &spec_text)
         .map_err(|e| CliError::failure(format!("{}: cannot write the spec: {e}", spec_path.display())))?;
-    let steps = f64::from(opts.steps.max(3));
+    let spec = Spec::parse(&spec_text).map_err(|e| CliError::failure(format!("generated spec {id}: {e}")))?;
+    let steps = f64::from(opts.steps);
     let mut kills_here = 0u32;
+    let mut st = task_state(store, ctx, &id)?;
     for _attempt in 0..(opts.max_kills + 50) {
-        let st = task_state(store, ctx, &id)?;
-        let remaining = st.as_ref().map_or(steps, |s| steps - f64::from(s.step));
+        let done_before = st.as_ref().map_or(0.0, |s| f64::from(s.step));
         let before = world.per_step(&id)?;
-        // uniform over the expected remaining run time (+25 %), at least a fifth of a whole run
-        let kill_after = (kills_here < opts.max_kills).then(|| {
-            let horizon_us = (est_ms * 1000.0 * (remaining / steps).max(0.2) * 1.25) as u64;
-            Duration::from_micros(rng.below(horizon_us.max(1000)))
-        });
+        let calls_before = before.values().sum::<usize>();
+        let plan = if kills_here >= opts.max_kills {
+            KillPlan::Never
+        } else if rng.below(2) == 0 {
+            // aimed: after the k-th call a payment or email tool commits in this run, within
+            // the time its result needs to reach the log (tool delay, next model call, commit)
+            let left = effects_from(&spec, done_before as usize);
+            let extra_us = (2 * opts.step_delay_ms + 4) * 1000;
+            KillPlan::AfterCalls {
+                calls: 1 + rng.below(left.max(1) as u64) as usize,
+                extra: Duration::from_micros(rng.below(extra_us)),
+            }
+        } else {
+            // uniform over the time the remaining steps are expected to take, +25 %
+            let horizon_us = pace.per_step_ms() * 1000.0 * (steps - done_before).max(1.0) * 1.25;
+            KillPlan::After(Duration::from_micros(rng.below((horizon_us as u64).max(1000))))
+        };
         let started = Instant::now();
         let mut child = ctx.spawn_run(&spec_path)?;
         rep.runs += 1;
-        let status = wait_or_kill(&mut child, started, kill_after)?;
+        let status = wait_or_kill(&mut child, started, plan, world, &id, calls_before)?;
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
         let err = stderr_of(&mut child);
+        st = task_state(store, ctx, &id)?;
+        pace.add(ms, st.as_ref().map_or(0.0, |s| f64::from(s.step)) - done_before);
         if was_sigkilled(&status) {
             rep.kills += 1;
+            rep.kills_aimed += u64::from(matches!(plan, KillPlan::AfterCalls { .. }));
             kills_here += 1;
-            classify_kill(rep, store, ctx, world, &id, &before)?;
+            classify_kill(rep, st.as_ref(), world, &id, &before)?;
             continue;
         }
         match status.code() {
@@ -651,28 +740,35 @@ fn print_text(rep: &ChaosReport) {
         rep.seed,
         rep.step_delay_ms
     );
-    say!("  runner processes started   {}", rep.runs);
-    say!("  SIGKILLs                   {}", rep.kills);
+    let pct = |n: u64| if rep.kills == 0 { 0.0 } else { 100.0 * n as f64 / rep.kills as f64 };
+    say!("  runner processes started     {}", rep.runs);
     say!(
-        "    in the window            {} (payment {}, email {}): the tool's file has the call, the log no result",
+        "  SIGKILLs                     {} ({} aimed at the window, the rest at uniform delays)",
+        rep.kills,
+        rep.kills_aimed
+    );
+    say!(
+        "    in the window              {} ({:.0} %; payment {}, email {}): the tool's file has the call, the log \
+         no result",
         rep.window_kills,
+        pct(rep.window_kills),
         rep.window_kills_payment,
         rep.window_kills_email
     );
-    say!("    intent durable, no call  {}", rep.kills_intent_no_call);
-    say!("    lookup in flight         {}", rep.kills_lookup_in_flight);
-    say!("    elsewhere                {}", rep.kills_elsewhere);
-    say!("  replays deduplicated by key {}", rep.deduplicated);
+    say!("    intent durable, no call    {} ({:.0} %)", rep.kills_intent_no_call, pct(rep.kills_intent_no_call));
+    say!("    lookup in flight           {} ({:.0} %)", rep.kills_lookup_in_flight, pct(rep.kills_lookup_in_flight));
+    say!("    elsewhere                  {} ({:.0} %)", rep.kills_elsewhere, pct(rep.kills_elsewhere));
+    say!("  replays deduplicated by key  {}", rep.deduplicated);
     say!(
-        "  sent to review             {} (marked done {}, retried {})",
+        "  sent to review               {} (marked done {}, retried {})",
         rep.needs_review,
         rep.reviews_mark_done,
         rep.reviews_retry
     );
-    say!("  duplicates                 {}", rep.duplicates);
-    say!("  lost steps                 {}", rep.lost);
-    say!("  runner errors              {}", rep.errors);
-    say!("  wall time                  {:.1} s", rep.wall_s);
+    say!("  duplicates                   {}", rep.duplicates);
+    say!("  lost steps                   {}", rep.lost);
+    say!("  runner errors                {}", rep.errors);
+    say!("  wall time                    {:.1} s", rep.wall_s);
     if rep.window_kills == 0 && rep.iterations > 0 {
         say!("  WARNING: no kill landed in the window between \"tool call sent\" and \"result recorded\"");
     }
@@ -740,8 +836,8 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     std::fs::write(&calib_spec, text).map_err(|e| CliError::failure(format!("{}: {e}", calib_spec.display())))?;
     let t0 = Instant::now();
     let mut child = ctx.spawn_run(&calib_spec)?;
-    let status = wait_or_kill(&mut child, t0, None)?;
-    let est_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let status = wait_or_kill(&mut child, t0, KillPlan::Never, &mut world, &calib, 0)?;
+    let mut pace = Pace { ms: t0.elapsed().as_secs_f64() * 1000.0, steps: f64::from(opts.steps) };
     if !status.success() {
         return Err(CliError::failure(format!(
             "the calibration run (no kill) failed with {status}: {}",
@@ -750,7 +846,7 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     }
     let tty = std::io::stderr().is_terminal();
     for i in 0..opts.iterations {
-        iteration(&mut rep, &mut store, &ctx, &mut world, opts, i, est_ms)?;
+        iteration(&mut rep, &mut store, &ctx, &mut world, opts, i, &mut pace)?;
         let id = format!("chaos-{}-{i}", opts.seed);
         if task_state(&mut store, &ctx, &id)?.is_some()
             && let Some(s) = store.as_ref()
