@@ -15,11 +15,15 @@
 //! **The window.** A kill "lands in the window" when, right after it, the log ends with an intent
 //! and no result for a payment or email step *and* that tool's file gained a row for that step
 //! while the killed runner was alive: the tool saw the call, the log never got its result. It is
-//! counted exactly, from the files, after each kill. The children run with a step delay
-//! (`--step-delay-ms`, default 5 ms): the model call and the time between "tool applied" and
-//! "result returned" each sleep that long, so the window is a large share of each run and uniform
-//! kill delays land in it often. Lookups keep no file, so a kill with a lookup in flight is
-//! counted separately (`kills_lookup_in_flight`), not as a window kill.
+//! counted exactly, from the files, after each kill. Lookups keep no file, so a kill with a lookup
+//! in flight is counted separately (`kills_lookup_in_flight`), not as a window kill.
+//!
+//! **Aiming.** Each start draws one of two plans: a uniform delay over the time the remaining
+//! steps are expected to take, or a kill aimed at the window (once the tools' files have the k-th
+//! new call of this start, after a delay drawn up to about the time its result needs to reach the
+//! log). The children also run with a step delay (`--step-delay-ms`, default 5 ms): the model call
+//! and the time between "tool applied" and "result returned" each sleep that long, which widens
+//! the window.
 //!
 //! Delays are deterministic for a seed (splitmix64); where a kill lands depends on timing too, so
 //! two runs with the same seed hit the same delays, not necessarily the same points.
