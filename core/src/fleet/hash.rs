@@ -8,8 +8,8 @@
 //!   (`hash_id`, sub-block) is two `fmix64`.
 //! * quality: `fmix64` is a bijection with full avalanche, and the parent key enters only through
 //!   it, so for a fixed block two different parents never give the same key, and for a fixed
-//!   parent two different trace blocks never do either. Other pairs collide like random 64-bit
-//!   values: with n distinct blocks the chance of any collision is about n^2 / 2^65, 2.7e-4 at
+//!   parent and sub-block two different hash ids never do either. Other pairs collide like random
+//!   64-bit values: with n distinct blocks the chance of any collision is about n^2 / 2^65, 2.7e-4 at
 //!   n = 10^8.
 //! * It is not a cryptographic hash: inputs can be built on purpose to collide (a token word equal
 //!   to a secret constant zeroes one multiply, as in wyhash). Simulated traffic does not do that.
