@@ -235,10 +235,9 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
         match (full, fed) {
             (Some("queue per pod"), _) => queue_per_pod *= 2,
             (Some("pending evictions"), _) => pending = (pending * 2).max(1024),
-            (Some(limit), Err(e)) => return Err(CliError::failure(format!("internal limit `{limit}` exceeded: {e}"))),
-            (_, Err(e)) => return Err(e),
+            (Some(limit), _) => return Err(CliError::failure(format!("internal limit `{limit}` exceeded"))),
+            (None, Err(e)) => return Err(e),
             (None, Ok(())) => return Ok(RunResult { summary: summarize(&fleet, latencies), outcomes }),
-            (Some(_), Ok(())) => unreachable!("a failed dispatch stops the feed"),
         }
     }
 }
