@@ -11,6 +11,8 @@ pub struct Bufs {
     index: Vec<IndexEntry>,
     pending: Vec<PendingRecord>,
     pending_table: Vec<PendingEntry>,
+    cpu_slots: Vec<Slot>,
+    cpu_tables: Vec<u32>,
 }
 
 impl Bufs {
@@ -24,6 +26,8 @@ impl Bufs {
             index: vec![IndexEntry::default(); l.index],
             pending: vec![PendingRecord::default(); l.pending],
             pending_table: vec![PendingEntry::default(); l.pending_table],
+            cpu_slots: vec![Slot::default(); l.pods * l.cpu_slots_per_pod],
+            cpu_tables: vec![0; l.pods * l.cpu_table_per_pod],
         }
     }
 
@@ -37,6 +41,8 @@ impl Bufs {
                 index: &mut self.index,
                 pending: &mut self.pending,
                 pending_table: &mut self.pending_table,
+                cpu_slots: &mut self.cpu_slots,
+                cpu_tables: &mut self.cpu_tables,
             },
         )
         .unwrap()

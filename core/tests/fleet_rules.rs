@@ -214,3 +214,39 @@ fn bad_configs_are_errors() {
     }
     assert!(cfg(64, 8, RouterKind::PrefixAware).validate().is_ok());
 }
+
+#[test]
+fn cpu_tier_catches_demoted_blocks() {
+    // 1 pod, GPU C = 2, CPU tier 4 blocks, 5 us per CPU-loaded token.
+    // r0 [1,2,3] leaves GPU {k0,k1} and demotes k2; r1 [7,8] demotes k1 and k0;
+    // r2 [1,2,3] misses the GPU but finds k0,k1,k2 in the CPU tier: no prefill, 48 tokens loaded.
+    let a = keys_of(&[1, 2, 3]);
+    let b = keys_of(&[7, 8]);
+    for (cpu, want_cpu_blocks, want_service) in [(4usize, 3u32, 48 * 5_000u64), (0, 0, 48 * 50_000)] {
+        let mut c = cfg(1, 2, RouterKind::RoundRobin);
+        c.cpu_capacity_blocks = cpu;
+        c.t_cpu_ns = 5_000;
+        let mut bufs = Bufs::new(c);
+        let mut f = bufs.fleet();
+        f.dispatch(&req(0, &a, 0)).unwrap();
+        f.dispatch(&req(10, &b, 0)).unwrap();
+        let o = f.dispatch(&req(20, &a, 0)).unwrap();
+        assert_eq!((o.hit_blocks, o.cpu_hit_blocks), (0, want_cpu_blocks), "cpu tier {cpu}");
+        assert_eq!(o.prefill_tokens, 48 - 16 * want_cpu_blocks as u64);
+        assert_eq!(o.latency_ns(), want_service);
+        assert_eq!(f.totals().cpu_hit_tokens, 16 * want_cpu_blocks as u64);
+    }
+}
+
+#[test]
+fn cpu_tier_hit_starts_where_the_gpu_hit_ends() {
+    // GPU C = 1 keeps k0 (tail-first); the CPU tier has k1 demoted: a re-request hits 1 + 1.
+    let mut c = cfg(1, 1, RouterKind::RoundRobin);
+    c.cpu_capacity_blocks = 8;
+    let mut bufs = Bufs::new(c);
+    let mut f = bufs.fleet();
+    let a = keys_of(&[1, 2]);
+    f.dispatch(&req(0, &a, 0)).unwrap();
+    let o = f.dispatch(&req(10, &a, 0)).unwrap();
+    assert_eq!((o.hit_blocks, o.cpu_hit_blocks, o.prefill_tokens), (1, 1, 0));
+}

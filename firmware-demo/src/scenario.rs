@@ -217,6 +217,7 @@ fn mix_outcome(mut d: u64, o: &Outcome) -> u64 {
         o.request,
         u64::from(o.pod),
         u64::from(o.hit_blocks),
+        u64::from(o.cpu_hit_blocks),
         u64::from(o.believed_match_blocks),
         u64::from(o.queue_len),
         o.hit_tokens,
@@ -310,6 +311,8 @@ fn run_fleet(
         index: take(st.index, l.index, "index").map_err(setup)?,
         pending: take(st.pending, l.pending, "pending").map_err(setup)?,
         pending_table: take(st.pending_table, l.pending_table, "pending_table").map_err(setup)?,
+        cpu_slots: &mut [],
+        cpu_tables: &mut [],
     };
     let mut fleet = Fleet::new(cfg, buffers).map_err(setup)?;
     if !histogram.is_empty() {

@@ -109,3 +109,17 @@ fn sweeps_do_not_depend_on_thread_count() {
     let two = sweep::run_points("capacity", &g, &specs, 3, "t3").unwrap();
     assert_eq!(sweep::to_csv(&one), sweep::to_csv(&two));
 }
+
+#[test]
+fn a_bigger_cpu_tier_never_costs_round_robin_prefill() {
+    // Round-robin's routing does not depend on cache state, and an LRU tier of C blocks holds a
+    // subset of what a tier of C' > C holds (the LRU stack property): prefill can only fall.
+    let pts: Vec<_> = ex().cpu_tier.iter().filter(|p| p.summary.router == "round-robin").collect();
+    assert_eq!(pts.len(), experiments::CPU_TIERS.len());
+    for w in pts.windows(2) {
+        assert!(w[1].value > w[0].value);
+        assert!(w[1].summary.prefill_tokens <= w[0].summary.prefill_tokens, "{} -> {}", w[0].value, w[1].value);
+        assert_eq!(w[1].summary.hit_tokens, w[0].summary.hit_tokens, "the GPU tier is unaffected");
+    }
+    assert!(pts.last().unwrap().summary.cpu_hit_tokens > 0);
+}

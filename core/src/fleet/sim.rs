@@ -88,6 +88,11 @@ pub struct FleetConfig {
     pub t_decode_ns: u64,
     /// How the prefix-aware router's index is kept (results do not depend on it).
     pub index: IndexKind,
+    /// Blocks per pod in a second, slower cache tier (CPU memory; 0: no second tier). Blocks
+    /// evicted from the GPU tier are demoted into it; a request continues its prefix hit there.
+    pub cpu_capacity_blocks: usize,
+    /// Cost of loading a block from the CPU tier, ns per token (instead of prefilling it).
+    pub t_cpu_ns: u64,
 }
 
 impl FleetConfig {
@@ -103,6 +108,8 @@ impl FleetConfig {
             t_prefill_ns: 50_000,
             t_decode_ns: 0,
             index: IndexKind::PodTables,
+            cpu_capacity_blocks: 0,
+            t_cpu_ns: 5_000,
         }
     }
 
@@ -119,6 +126,9 @@ impl FleetConfig {
         }
         if !(self.alpha >= 0.0 && self.alpha <= MAX_ALPHA) {
             return Err(Error::InvalidConfig { field: "alpha", expected: "a number between 0 and 1e9" });
+        }
+        if self.cpu_capacity_blocks > 0 && LruPod::table_len(self.cpu_capacity_blocks) == 0 {
+            return Err(Error::InvalidConfig { field: "cpu-capacity", expected: "a block count that fits in memory" });
         }
         if self.stale_delay > MAX_STALE_DELAY {
             return Err(Error::InvalidConfig { field: "stale", expected: "at most 16777216 requests" });
@@ -144,6 +154,10 @@ pub struct FleetLayout {
     pub pending: usize,
     /// Pending-evict table entries.
     pub pending_table: usize,
+    /// CPU-tier slots per pod (0: no CPU tier).
+    pub cpu_slots_per_pod: usize,
+    /// CPU-tier key-table entries per pod.
+    pub cpu_table_per_pod: usize,
 }
 
 impl FleetLayout {
@@ -167,13 +181,20 @@ impl FleetLayout {
             index,
             pending,
             pending_table: if pending > 0 { PendingEvicts::table_len(pending) } else { 0 },
+            cpu_slots_per_pod: cfg.cpu_capacity_blocks,
+            cpu_table_per_pod: if cfg.cpu_capacity_blocks > 0 { LruPod::table_len(cfg.cpu_capacity_blocks) } else { 0 },
         })
     }
 
     /// Total bytes of the buffers.
     pub fn bytes(&self) -> usize {
         use core::mem::size_of;
-        self.pods * (self.slots_per_pod * size_of::<Slot>() + self.table_per_pod * 4 + self.queue_per_pod * 8)
+        self.pods
+            * (self.slots_per_pod * size_of::<Slot>()
+                + self.table_per_pod * 4
+                + self.queue_per_pod * 8
+                + self.cpu_slots_per_pod * size_of::<Slot>()
+                + self.cpu_table_per_pod * 4)
             + self.index * size_of::<IndexEntry>()
             + self.pending * size_of::<PendingRecord>()
             + self.pending_table * size_of::<PendingEntry>()
@@ -194,6 +215,10 @@ pub struct FleetBuffers<'a> {
     pub pending: &'a mut [PendingRecord],
     /// `pending_table` entries.
     pub pending_table: &'a mut [PendingEntry],
+    /// `pods * cpu_slots_per_pod` CPU-tier slots (empty without a CPU tier).
+    pub cpu_slots: &'a mut [Slot],
+    /// `pods * cpu_table_per_pod` CPU-tier key-table entries.
+    pub cpu_tables: &'a mut [u32],
 }
 
 /// One request as the core sees it.
@@ -220,6 +245,8 @@ pub struct Outcome {
     pub pod: u32,
     /// Leading blocks found in the pod's cache.
     pub hit_blocks: u32,
+    /// Blocks after those found in the pod's CPU tier (0 without one).
+    pub cpu_hit_blocks: u32,
     /// Blocks the router believed the pod held (prefix-aware; 0 otherwise).
     pub believed_match_blocks: u32,
     /// queue_len of the chosen pod at arrival.
@@ -254,6 +281,8 @@ pub struct PodStats {
     pub input_tokens: u64,
     /// Tokens served from this pod's cache.
     pub hit_tokens: u64,
+    /// Tokens loaded from this pod's CPU tier.
+    pub cpu_hit_tokens: u64,
     /// Sum of service times, ns.
     pub busy_ns: u64,
     /// Longest queue seen at an arrival routed here.
@@ -273,6 +302,8 @@ pub struct FleetTotals {
     pub output_tokens: u64,
     /// Sum of hit tokens.
     pub hit_tokens: u64,
+    /// Sum of tokens loaded from CPU tiers.
+    pub cpu_hit_tokens: u64,
     /// Sum of prefill tokens.
     pub prefill_tokens: u64,
     /// Sum of latencies, ns.
@@ -285,9 +316,10 @@ pub struct FleetTotals {
     pub makespan_ns: u64,
 }
 
-/// One pod: its cache, its server and its counters.
+/// One pod: its cache (and CPU tier), its server and its counters.
 pub struct Pod<'a> {
     cache: LruPod<'a>,
+    cpu: Option<LruPod<'a>>,
     server: FifoServer<'a>,
     stats: PodStats,
 }
@@ -317,6 +349,7 @@ impl PodCaches<'_, '_> {
 /// Feeds one pod's cache events to the index during one dispatch.
 struct Feed<'x, 'a> {
     index: Option<&'x mut BlockIndex<'a>>,
+    cpu: Option<&'x mut LruPod<'a>>,
     pending: Option<&'x mut PendingEvicts<'a>>,
     pod: usize,
     dispatch: u64,
@@ -336,6 +369,10 @@ impl CacheEvents for Feed<'_, '_> {
     fn evicted(&mut self, key: u64) {
         if let Some(ix) = self.index.as_deref_mut() {
             ix.remove(key, self.pod);
+        }
+        // Demotion: the block moves to the CPU tier as its most recent entry.
+        if let Some(cpu) = self.cpu.as_deref_mut() {
+            cpu.touch(key, &mut ());
         }
         if let Some(p) = self.pending.as_deref_mut()
             && let Err(e) = p.record(key, self.pod, self.dispatch)
@@ -385,9 +422,21 @@ impl<'a, R: Router> Fleet<'a, R> {
         let slots = split(b.slots, cfg.pods, cfg.capacity_blocks, "slots")?;
         let tables = split(b.tables, cfg.pods, LruPod::table_len(cfg.capacity_blocks), "tables")?;
         let queues = split(b.queues, cfg.pods, queue_per_pod, "queues")?;
+        let cpu_cap = cfg.cpu_capacity_blocks;
+        let mut cpu_tiers = if cpu_cap > 0 {
+            let cs = split(b.cpu_slots, cfg.pods, cpu_cap, "cpu slots")?;
+            let ct = split(b.cpu_tables, cfg.pods, LruPod::table_len(cpu_cap), "cpu tables")?;
+            Some(cs.zip(ct))
+        } else {
+            None
+        };
         let mut pods = HVec::new();
         for ((s, t), q) in slots.zip(tables).zip(queues) {
-            let pod = Pod { cache: LruPod::new(s, t)?, server: FifoServer::new(q)?, stats: PodStats::default() };
+            let cpu = match cpu_tiers.as_mut().and_then(Iterator::next) {
+                Some((cs, ct)) => Some(LruPod::new(cs, ct)?),
+                None => None,
+            };
+            let pod = Pod { cache: LruPod::new(s, t)?, cpu, server: FifoServer::new(q)?, stats: PodStats::default() };
             if pods.push(pod).is_err() {
                 return Err(Error::InvalidConfig { field: "pods", expected: "at most 64" });
             }
@@ -494,16 +543,24 @@ impl<'a, R: Router> Fleet<'a, R> {
             return Err(Error::InvalidConfig { field: "router", expected: "a pod index below the number of pods" });
         }
         // 4. Serve from the pod's cache, feeding its events to the index.
-        let pod = &mut self.pods[p];
-        let hit_blocks = pod.cache.hit_blocks(req.keys);
-        let mut feed =
-            Feed { index: self.index.as_mut(), pending: self.pending.as_mut(), pod: p, dispatch: i, error: None };
+        let Pod { cache, cpu, server, stats } = &mut self.pods[p];
+        let hit_blocks = cache.hit_blocks(req.keys);
+        // The prefix continues in the CPU tier, measured before any update too.
+        let cpu_hit_blocks = cpu.as_ref().map_or(0, |c| c.hit_blocks(&req.keys[hit_blocks..]));
+        let mut feed = Feed {
+            index: self.index.as_mut(),
+            cpu: cpu.as_mut(),
+            pending: self.pending.as_mut(),
+            pod: p,
+            dispatch: i,
+            error: None,
+        };
         match self.cfg.order {
             TouchOrder::TailFirst => req.keys.iter().rev().for_each(|&k| {
-                pod.cache.touch(k, &mut feed);
+                cache.touch(k, &mut feed);
             }),
             TouchOrder::InOrder => req.keys.iter().for_each(|&k| {
-                pod.cache.touch(k, &mut feed);
+                cache.touch(k, &mut feed);
             }),
         }
         if let Some(e) = feed.error {
@@ -511,16 +568,19 @@ impl<'a, R: Router> Fleet<'a, R> {
         }
         // 5. Timing.
         let hit_tokens = hit_blocks as u64 * BLOCK_TOKENS as u64;
-        let prefill_tokens = req.input_tokens - hit_tokens;
+        let cpu_hit_tokens = cpu_hit_blocks as u64 * BLOCK_TOKENS as u64;
+        let prefill_tokens = req.input_tokens - hit_tokens - cpu_hit_tokens;
         let service = prefill_tokens
             .checked_mul(self.cfg.t_prefill_ns)
+            .and_then(|a| cpu_hit_tokens.checked_mul(self.cfg.t_cpu_ns).and_then(|c| a.checked_add(c)))
             .and_then(|a| req.output_tokens.checked_mul(self.cfg.t_decode_ns).and_then(|b| a.checked_add(b)))
             .ok_or(Error::Overflow { what: "service time" })?;
-        let (start_ns, finish_ns) = pod.server.admit(req.arrival_ns, service)?;
+        let (start_ns, finish_ns) = server.admit(req.arrival_ns, service)?;
         let out = Outcome {
             request: i,
             pod: p as u32,
             hit_blocks: hit_blocks as u32,
+            cpu_hit_blocks: cpu_hit_blocks as u32,
             believed_match_blocks: route.believed_match_blocks,
             queue_len: queue_lens[p],
             hit_tokens,
@@ -530,10 +590,11 @@ impl<'a, R: Router> Fleet<'a, R> {
             finish_ns,
         };
         // 6. Counters.
-        let s = &mut pod.stats;
+        let s = stats;
         s.requests += 1;
         s.input_tokens += req.input_tokens;
         s.hit_tokens += hit_tokens;
+        s.cpu_hit_tokens += cpu_hit_tokens;
         s.busy_ns = s.busy_ns.saturating_add(service);
         s.max_queue_len = s.max_queue_len.max(out.queue_len);
         let t = &mut self.totals;
@@ -541,6 +602,7 @@ impl<'a, R: Router> Fleet<'a, R> {
         t.input_tokens += req.input_tokens;
         t.output_tokens += req.output_tokens;
         t.hit_tokens += hit_tokens;
+        t.cpu_hit_tokens += cpu_hit_tokens;
         t.prefill_tokens += prefill_tokens;
         t.latency_ns_sum = t.latency_ns_sum.saturating_add(out.latency_ns());
         if out.believed_match_blocks > out.hit_blocks {

@@ -15,6 +15,7 @@ use brokerlab_core::fleet::{FleetConfig, RouterKind};
 use serde::Serialize;
 
 use super::report::{builtin, sweep_charts, write_chart};
+use super::run::Summary;
 use super::scenario::{Generated, Scenario};
 use super::sweep::{self, Point, PointSpec};
 use crate::error::CliResult;
@@ -51,7 +52,12 @@ pub struct Experiments {
     pub llmd: Vec<Point>,
     /// RAG: value 0 = retrieval order, 1 = sorted by id.
     pub rag: Vec<Point>,
+    /// CPU tier at GPU capacity hot/6: value = CPU-tier blocks per pod.
+    pub cpu_tier: Vec<Point>,
 }
+
+/// CPU-tier sizes swept (blocks per pod), at a GPU capacity of hot/6.
+pub const CPU_TIERS: [usize; 6] = [0, 512, 1024, 2048, 4096, 8192];
 
 /// Optional reduction for quick runs (tests): requests are divided by `shrink`.
 pub fn scenario(name: &str, shrink: u64) -> CliResult<Scenario> {
@@ -93,6 +99,9 @@ pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
     st.push(PointSpec { value: 0.0, workload: 0, cfg: FleetConfig { router: RouterKind::RoundRobin, ..small } });
     let mut stale = sweep::run_points("stale", &wls, &st, threads, "stale index")?;
     let stale_baseline = stale.pop().expect("baseline point");
+    let tiers: Vec<_> =
+        CPU_TIERS.iter().map(|&c| (c as f64, 0, FleetConfig { cpu_capacity_blocks: c, ..small })).collect();
+    let cpu_tier = sweep::run_points("cpu_capacity", &wls, &specs(&tiers), threads, "cpu tier")?;
 
     // 4: alpha.
     let al = scenario("alpha", shrink)?;
@@ -141,6 +150,7 @@ pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
         alpha,
         llmd,
         rag,
+        cpu_tier,
     })
 }
 
@@ -328,11 +338,49 @@ pub fn report(out: &Path, threads: usize, shrink: u64) -> CliResult<Experiments>
             ..Chart::default()
         },
     )?;
+    let tier_series = |y: &dyn Fn(&Summary) -> f64| -> Vec<Series> {
+        RouterKind::ALL
+            .iter()
+            .map(|r| Series {
+                label: r.name().to_string(),
+                points: ex
+                    .cpu_tier
+                    .iter()
+                    .filter(|p| p.summary.router == r.name())
+                    .map(|p| (p.value, y(&p.summary)))
+                    .collect(),
+            })
+            .collect()
+    };
+    add(
+        "cpu",
+        "cpu_tier_hit_rate",
+        &Chart {
+            title: "CPU tier: tokens served from GPU + CPU cache vs CPU tier size (GPU = hot/6)".into(),
+            x_label: "CPU-tier blocks per pod".into(),
+            y_label: "GPU + CPU hit rate (% of prompt tokens)".into(),
+            series: tier_series(&|s| (s.hit_rate.unwrap_or(0.0) + s.cpu_hit_rate.unwrap_or(0.0)) * 100.0),
+            ..Chart::default()
+        },
+    )?;
+    add(
+        "cpu",
+        "cpu_tier_p90",
+        &Chart {
+            title: "CPU tier: p90 latency vs CPU tier size (load 5 us/token, prefill 50 us/token)".into(),
+            x_label: "CPU-tier blocks per pod".into(),
+            y_label: "p90 latency (s)".into(),
+            series: tier_series(&|s| s.latency_p90.unwrap_or(f64::NAN)),
+            ..Chart::default()
+        },
+    )?;
     let html = render_html(&ex, &svgs);
     sweep::write_file(out, "index.html", html.as_bytes())?;
     sweep::write_file(out, "summary.md", render_markdown(&ex).as_bytes())?;
-    let all: Vec<&Point> =
-        [&ex.capacity, &ex.timestamp_first, &ex.stale, &ex.alpha, &ex.llmd, &ex.rag].into_iter().flatten().collect();
+    let all: Vec<&Point> = [&ex.capacity, &ex.timestamp_first, &ex.stale, &ex.alpha, &ex.llmd, &ex.rag, &ex.cpu_tier]
+        .into_iter()
+        .flatten()
+        .collect();
     let owned: Vec<Point> = all.into_iter().cloned().collect();
     sweep::write_file(out, "points.csv", sweep::to_csv(&owned).as_bytes())?;
     sweep::write_file(out, "experiments.json", serde_json::to_string_pretty(&ex).expect("serializes").as_bytes())?;
@@ -478,12 +526,34 @@ pub fn render_markdown(ex: &Experiments) -> String {
     }
     o += "\n## RAG documents: retrieval order (0) vs sorted by id (1)\n\n";
     o += &points_table(&ex.rag, "sorted");
+    o += "\n## CPU tier (GPU capacity hot/6; value = CPU-tier blocks per pod)\n\n";
+    o += &cpu_table(ex);
     o += "\n## Capacity sweep (stable prefix first)\n\n";
     o += &points_table(&ex.capacity, "capacity");
     o += "\n## Capacity sweep (timestamp first)\n\n";
     o += &points_table(&ex.timestamp_first, "capacity");
     o += "\n## Alpha\n\n";
     o += &points_table(&ex.alpha, "alpha");
+    o
+}
+
+fn cpu_table(ex: &Experiments) -> String {
+    let mut o = String::from(
+        "| CPU blocks | router | GPU hit | CPU hit | prefill tokens | p90 (s) |\n|---|---|---|---|---|---|\n",
+    );
+    for p in &ex.cpu_tier {
+        let s = &p.summary;
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.1}% | {:.1}% | {} | {:.3} |",
+            p.value,
+            s.router,
+            s.hit_rate.unwrap_or(0.0) * 100.0,
+            s.cpu_hit_rate.unwrap_or(0.0) * 100.0,
+            s.prefill_tokens,
+            s.latency_p90.unwrap_or(f64::NAN)
+        );
+    }
     o
 }
 
@@ -575,6 +645,9 @@ fn render_html(ex: &Experiments, svgs: &[(String, String, String)]) -> String {
     o += &figures(svgs, "llmd");
     o += "<h2>6. RAG-shaped tenants</h2><p>Each request retrieves 4 of its tenant's 24 documents. Retrieval order (0) vs sorted by document id (1).</p>";
     o += &figures(svgs, "rag");
+    o += "<h2>7. A CPU tier</h2><p>Each pod gets a second LRU tier in CPU memory: blocks evicted from the GPU tier are demoted into it, and a request's prefix hit continues there at 5 us per token instead of 50 us of prefill. GPU capacity is held at hot/6. The prefix-aware router still matches on the GPU tier only.</p>";
+    o += &figures(svgs, "cpu");
+    o += &md_table_to_html(&cpu_table(ex));
     o += &md_table_to_html(&points_table(&ex.rag, "sorted"));
     o += "<h2>Parameters</h2>";
     for (name, text) in super::report::BUILTIN {

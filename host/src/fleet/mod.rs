@@ -144,6 +144,12 @@ pub struct FleetArgs {
     /// table fed by insert/evict events). Same results; pod-tables is faster and smaller.
     #[arg(long, default_value = "pod-tables", value_parser = parse_index)]
     pub index: IndexKind,
+    /// Blocks per pod in a second (CPU memory) tier; 0 = none.
+    #[arg(long, default_value_t = 0)]
+    pub cpu_capacity: usize,
+    /// Cost of loading a CPU-tier block, ns per token.
+    #[arg(long, default_value_t = 5_000)]
+    pub t_cpu_ns: u64,
 }
 
 impl FleetArgs {
@@ -159,6 +165,8 @@ impl FleetArgs {
             t_prefill_ns: self.t_prefill_ns,
             t_decode_ns: self.t_decode_ns,
             index: self.index,
+            cpu_capacity_blocks: self.cpu_capacity,
+            t_cpu_ns: self.t_cpu_ns,
         }
     }
 }

@@ -23,6 +23,8 @@ pub struct OwnedFleet {
     index: Vec<IndexEntry>,
     pending: Vec<PendingRecord>,
     pending_table: Vec<PendingEntry>,
+    cpu_slots: Vec<Slot>,
+    cpu_tables: Vec<u32>,
 }
 
 impl OwnedFleet {
@@ -38,6 +40,8 @@ impl OwnedFleet {
             index: vec![IndexEntry::default(); l.index],
             pending: vec![PendingRecord::default(); l.pending],
             pending_table: vec![PendingEntry::default(); l.pending_table],
+            cpu_slots: vec![Slot::default(); l.pods * l.cpu_slots_per_pod],
+            cpu_tables: vec![0; l.pods * l.cpu_table_per_pod],
         })
     }
 
@@ -57,6 +61,8 @@ impl OwnedFleet {
                 index: &mut self.index,
                 pending: &mut self.pending,
                 pending_table: &mut self.pending_table,
+                cpu_slots: &mut self.cpu_slots,
+                cpu_tables: &mut self.cpu_tables,
             },
         )
     }
@@ -159,6 +165,12 @@ pub struct Summary {
     pub output_tokens: u64,
     /// Sum of hit tokens.
     pub hit_tokens: u64,
+    /// CPU-tier blocks per pod (0: no CPU tier).
+    pub cpu_capacity: usize,
+    /// Sum of tokens loaded from the CPU tier.
+    pub cpu_hit_tokens: u64,
+    /// cpu_hit_tokens / input_tokens.
+    pub cpu_hit_rate: Option<f64>,
     /// Sum of prefill tokens.
     pub prefill_tokens: u64,
     /// hit_tokens / input_tokens (null without input).
@@ -271,6 +283,9 @@ pub fn summarize(fleet: &Fleet<'_>, mut latencies: Vec<u64>) -> Summary {
         input_tokens: t.input_tokens,
         output_tokens: t.output_tokens,
         hit_tokens: t.hit_tokens,
+        cpu_capacity: cfg.cpu_capacity_blocks,
+        cpu_hit_tokens: t.cpu_hit_tokens,
+        cpu_hit_rate: ratio(t.cpu_hit_tokens, t.input_tokens),
         prefill_tokens: t.prefill_tokens,
         hit_rate: ratio(t.hit_tokens, t.input_tokens),
         latency_p50: p50.map(secs),
@@ -307,6 +322,17 @@ pub fn render_table(s: &Summary) -> String {
     line("requests", s.requests.to_string());
     line("input tokens", s.input_tokens.to_string());
     line("hit tokens", s.hit_tokens.to_string());
+    if s.cpu_capacity > 0 {
+        line(
+            "CPU tier",
+            format!(
+                "{} blocks per pod, {} tokens loaded ({} %)",
+                s.cpu_capacity,
+                s.cpu_hit_tokens,
+                opt(s.cpu_hit_rate.map(|h| h * 100.0), 2)
+            ),
+        );
+    }
     line("prefill tokens", s.prefill_tokens.to_string());
     line("hit rate", opt(s.hit_rate.map(|h| h * 100.0), 2) + " %");
     line(

@@ -91,6 +91,12 @@ pub struct FleetToml {
     /// Prefix-aware index: "pod-tables" (default) or "global".
     #[serde(default = "pod_tables")]
     pub index: String,
+    /// CPU-tier blocks per pod (0: none).
+    #[serde(default)]
+    pub cpu_capacity: usize,
+    /// ns per token loaded from the CPU tier.
+    #[serde(default = "t_cpu")]
+    pub t_cpu_ns: u64,
 }
 
 /// A scenario file.
@@ -129,6 +135,9 @@ fn random() -> String {
 }
 fn prefix_aware() -> String {
     "prefix-aware".into()
+}
+fn t_cpu() -> u64 {
+    5_000
 }
 fn pod_tables() -> String {
     "pod-tables".into()
@@ -235,6 +244,8 @@ impl Scenario {
             t_prefill_ns: f.t_prefill_ns,
             t_decode_ns: f.t_decode_ns,
             index,
+            cpu_capacity_blocks: f.cpu_capacity,
+            t_cpu_ns: f.t_cpu_ns,
         };
         fleet.validate().map_err(|e| match e {
             brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {

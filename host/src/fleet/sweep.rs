@@ -101,14 +101,14 @@ pub fn for_each_router(values: &[(f64, usize, FleetConfig)]) -> Vec<PointSpec> {
 pub fn to_csv(points: &[Point]) -> String {
     let mut o = String::from(
         "param,value,router,pods,capacity,alpha,stale,order,requests,input_tokens,hit_tokens,prefill_tokens,hit_rate,\
-         latency_p50_s,latency_p90_s,latency_p99_s,chased_requests,phantom_blocks,max_pod_share\n",
+         latency_p50_s,latency_p90_s,latency_p99_s,chased_requests,phantom_blocks,max_pod_share,cpu_capacity,cpu_hit_rate\n",
     );
     let f = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
     for p in points {
         let s = &p.summary;
         let max_share = s.per_pod_requests.iter().max().copied().unwrap_or(0) as f64 / s.requests.max(1) as f64;
         o += &format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
             p.param,
             p.value,
             s.router,
@@ -127,7 +127,9 @@ pub fn to_csv(points: &[Point]) -> String {
             f(s.latency_p99),
             s.chased_requests,
             s.phantom_blocks,
-            max_share
+            max_share,
+            s.cpu_capacity,
+            f(s.cpu_hit_rate)
         );
     }
     o
