@@ -100,6 +100,14 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
             4,
             n * l.table_per_pod,
         ),
+        row(
+            "CPU-tier slots",
+            format!("N x C2 = {n} x {}", l.cpu_slots_per_pod),
+            "Slot",
+            size_of::<Slot>(),
+            n * l.cpu_slots_per_pod,
+        ),
+        row("CPU-tier key tables", format!("N x {}", l.cpu_table_per_pod), "u32", 4, n * l.cpu_table_per_pod),
         row("pod FIFO queues", format!("N x queue bound {}", l.queue_per_pod), "u64 finish ns", 8, n * l.queue_per_pod),
         row(
             "block index",
