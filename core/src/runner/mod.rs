@@ -51,9 +51,6 @@ pub mod machine;
 pub mod record;
 pub mod storage;
 
-#[cfg(test)]
-mod tests;
-
 pub use crc::crc32c;
 pub use drive::{
     BufferedJournal, CommitError, DriveError, Effects, Journal, LogJournal, ModelReply, Stop, ToolOutput, commit,

@@ -1,16 +1,13 @@
 //! Tests of the runner core: the format, the storage backends under torn writes, the state machine
 //! and the every-crash-point enumeration.
 
-extern crate std;
-
-use std::vec;
-use std::vec::Vec;
-
 use embedded_storage::nor_flash::NorFlash;
 use proptest::prelude::*;
 
-use super::harness::{self, CrashPlan, DEMO_LOG_BYTES, DEMO_SCRIPT, ScriptStep, ScriptTool, SimEffects, SimWorld};
-use super::*;
+use brokerlab_core::runner::harness::{
+    self, CrashPlan, DEMO_LOG_BYTES, DEMO_SCRIPT, ScriptStep, ScriptTool, SimEffects, SimWorld,
+};
+use brokerlab_core::runner::*;
 
 fn tid(s: &str) -> TaskId {
     TaskId::try_from(s).unwrap()
@@ -61,7 +58,7 @@ fn largest_records_fit() {
 #[test]
 fn sizes_stay_small() {
     let (st, rec) = (core::mem::size_of::<TaskState>(), core::mem::size_of::<Record>());
-    std::println!("TaskState {st} B, Record {rec} B, Event {} B", core::mem::size_of::<Event>());
+    println!("TaskState {st} B, Record {rec} B, Event {} B", core::mem::size_of::<Event>());
     assert!(st <= 1024 && rec <= 1024, "TaskState {st}, Record {rec}");
 }
 
@@ -245,7 +242,7 @@ fn every_crash_point_of_the_demo_task() {
     let mut buf = [0u8; DEMO_LOG_BYTES];
     let mut world = SimWorld::<128>::new();
     let rep = harness::enumerate_crash_points(&mut buf, &tid("demo"), &DEMO_SCRIPT, &mut world, false, false);
-    std::println!("{rep:?}");
+    println!("{rep:?}");
     assert_eq!(rep.violations, 0, "{:?}", rep.first_violation);
     let tools = DEMO_SCRIPT.iter().filter(|s| s.tool.is_some()).count() as u32;
     assert_eq!(tools, 16);
@@ -330,7 +327,7 @@ fn every_listed_crash_point_is_crashed_at() {
         assert_eq!(in_window, 32, "tool applied + result not yet appended, for each of the 16 calls");
         let mut world = SimWorld::<128>::new();
         let rep = harness::enumerate_crash_points(&mut buf, &task, &DEMO_SCRIPT, &mut world, false, batch);
-        std::println!("batch={batch}: {} crash points covered, {} violations: {rep:?}", rep.points, rep.violations);
+        println!("batch={batch}: {} crash points covered, {} violations: {rep:?}", rep.points, rep.violations);
         assert_eq!(rep.points as usize, expected.len());
         assert_eq!(rep.runs as usize, expected.len());
         assert_eq!(rep.violations, 0, "{:?}", rep.first_violation);
@@ -357,7 +354,7 @@ fn every_crash_point_with_batched_commits() {
     let mut buf = [0u8; DEMO_LOG_BYTES];
     let mut world = SimWorld::<128>::new();
     let rep = harness::enumerate_crash_points(&mut buf, &tid("batch"), &DEMO_SCRIPT, &mut world, false, true);
-    std::println!("{rep:?}");
+    println!("{rep:?}");
     assert_eq!(rep.violations, 0, "{:?}", rep.first_violation);
     assert_eq!(rep.points, (1 + 20 + 2 * 16 + 1) * 2 + 2 * 16);
     assert_eq!(rep.window, 32);
@@ -467,14 +464,14 @@ fn torn_at_every_byte<const W: usize, const E: usize>() -> usize {
 #[test]
 fn flash_torn_write_at_every_byte_w1() {
     let n = torn_at_every_byte::<1, 256>();
-    std::println!("{n} cut points");
+    println!("{n} cut points");
     assert!(n > 400, "{n}");
 }
 
 #[test]
 fn flash_torn_write_at_every_byte_w4() {
     let n = torn_at_every_byte::<4, 128>();
-    std::println!("{n} cut points");
+    println!("{n} cut points");
     assert!(n > 400, "{n}");
 }
 
@@ -482,7 +479,7 @@ fn flash_torn_write_at_every_byte_w4() {
 fn flash_torn_write_at_every_byte_w8_small_pages() {
     // frames larger than a page: torn garbage spans page boundaries
     let n = torn_at_every_byte::<8, 64>();
-    std::println!("{n} cut points");
+    println!("{n} cut points");
     assert!(n > 400, "{n}");
 }
 
@@ -493,7 +490,7 @@ fn harness_power_cut_sweep_every_byte() {
     let make = |i: u32| recs[i as usize].clone();
     let mut mem = [0u8; 4096];
     let rep = harness::power_cut_sweep::<4, 128, _>(&mut mem, 14, make);
-    std::println!("{rep:?}");
+    println!("{rep:?}");
     assert_eq!(rep.violations, 0, "{:?}", rep.first_violation);
     assert_eq!(rep.cuts, rep.bytes + 1);
     assert!(rep.bytes > 350);
