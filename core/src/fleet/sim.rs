@@ -372,7 +372,7 @@ impl CacheEvents for Feed<'_, '_> {
         }
         // Demotion: the block moves to the CPU tier as its most recent entry.
         if let Some(cpu) = self.cpu.as_deref_mut() {
-            cpu.touch(key, &mut ());
+            demote(cpu, key);
         }
         if let Some(p) = self.pending.as_deref_mut()
             && let Err(e) = p.record(key, self.pod, self.dispatch)
@@ -380,6 +380,13 @@ impl CacheEvents for Feed<'_, '_> {
             self.error.get_or_insert(e);
         }
     }
+}
+
+/// Kept out of line so that the GPU tier's touch, which inlines its eviction path, stays small
+/// when there is no CPU tier.
+#[inline(never)]
+fn demote(cpu: &mut LruPod<'_>, key: u64) {
+    cpu.touch(key, &mut ());
 }
 
 /// N pods behind a router.
