@@ -623,16 +623,7 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
                 color: AXIS,
             });
             if ci % every == 0 {
-                prims.push(Prim::Text {
-                    x,
-                    y: label_y,
-                    scale: s,
-                    anchor: Anchor::Middle,
-                    vertical: false,
-                    bold: false,
-                    color: INK,
-                    text: l,
-                });
+                prims.push(x_tick_label(x, label_y, s, l));
             }
         }
     } else {
@@ -655,16 +646,7 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
                 continue;
             }
             let x = snap(xa.map(t.value));
-            prims.push(Prim::Text {
-                x,
-                y: label_y,
-                scale: s,
-                anchor: Anchor::Middle,
-                vertical: false,
-                bold: false,
-                color: INK,
-                text: t.label.clone().unwrap_or_default(),
-            });
+            prims.push(x_tick_label(x, label_y, s, t.label.clone().unwrap_or_default()));
         }
     }
 
@@ -728,4 +710,9 @@ pub(crate) fn build(chart: &Chart, width: u32, height: u32) -> Scene {
     }
 
     Scene { width, height, background: Rgb(255, 255, 255), prims }
+}
+
+/// A label under an x-axis tick, centred on it.
+fn x_tick_label(x: f64, y: f64, scale: f64, text: String) -> Prim {
+    Prim::Text { x, y, scale, anchor: Anchor::Middle, vertical: false, bold: false, color: INK, text }
 }
