@@ -103,6 +103,32 @@ fn repaint_stack(bottom: usize) {
     }
 }
 
+// One frame per phase: kept out of line so that a phase's locals are popped before the next
+// phase runs (inlined into `main`, all three would stay live and every peak would include them).
+#[inline(never)]
+fn fleet_phase(storage: &mut Storage<'_>, sink: &mut impl brokerlab_firmware::Sink) -> Result<(), scenario::RunError> {
+    scenario::run_fleets(storage, sink)
+}
+
+#[inline(never)]
+fn runner_phase(
+    log: &mut [u8],
+    world: &mut SimWorld<{ scenario::WORLD_CALLS }>,
+    sink: &mut impl brokerlab_firmware::Sink,
+) -> Result<(), scenario::RunError> {
+    scenario::run_runner(log, world, sink)
+}
+
+#[inline(never)]
+fn flash_phase(
+    log: &mut [u8],
+    flash: &mut [u8],
+    world: &mut SimWorld<{ scenario::WORLD_CALLS }>,
+    sink: &mut impl brokerlab_firmware::Sink,
+) -> Result<(), scenario::RunError> {
+    scenario::run_power_cuts(log, flash, world, sink)
+}
+
 #[entry]
 fn main() -> ! {
     defmt::info!("brokerlab firmware: running the shared scenario");
@@ -137,19 +163,19 @@ fn main() -> ! {
         );
     };
     let (stack_end, stack_start, sdata, ram_start, ram_end) = symbol_addresses();
-    if let Err(e) = scenario::run_fleets(&mut storage, &mut sink) {
+    if let Err(e) = fleet_phase(&mut storage, &mut sink) {
         report(e);
         ok = false;
     }
     let peak_fleet = stack_peak(stack_end, stack_start);
     repaint_stack(stack_end);
-    if let Err(e) = scenario::run_runner(storage.runner_log, storage.world, &mut sink) {
+    if let Err(e) = runner_phase(storage.runner_log, storage.world, &mut sink) {
         report(e);
         ok = false;
     }
     let peak_runner = stack_peak(stack_end, stack_start);
     repaint_stack(stack_end);
-    if let Err(e) = scenario::run_power_cuts(storage.runner_log, storage.flash, storage.world, &mut sink) {
+    if let Err(e) = flash_phase(storage.runner_log, storage.flash, storage.world, &mut sink) {
         report(e);
         ok = false;
     }
