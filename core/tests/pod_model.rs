@@ -35,14 +35,16 @@ impl Model {
     }
 }
 
-fn pod_with(cap: usize) -> (Vec<Slot>, Vec<u32>) {
-    (vec![Slot::default(); cap], vec![0; LruPod::table_len(cap)])
+/// A pod's buffers: the recommended table, or the shortest one accepted (`short`).
+fn pod_with(cap: usize, short: bool) -> (Vec<Slot>, Vec<u32>) {
+    let len = if short { LruPod::min_table_len(cap) } else { LruPod::table_len(cap) };
+    (vec![Slot::default(); cap], vec![0; len])
 }
 
 proptest! {
     #[test]
-    fn pod_matches_naive_lru(cap in 1usize..24, ops in proptest::collection::vec(0u64..40, 0..400)) {
-        let (mut s, mut t) = pod_with(cap);
+    fn pod_matches_naive_lru(cap in 1usize..24, short: bool, ops in proptest::collection::vec(0u64..40, 0..400)) {
+        let (mut s, mut t) = pod_with(cap, short);
         let mut pod = LruPod::new(&mut s, &mut t).unwrap();
         let mut model = Model { cap, keys: vec![] };
         let (mut la, mut lb) = (Log::default(), Log::default());
@@ -58,10 +60,14 @@ proptest! {
     }
 
     #[test]
-    fn colliding_keys_survive_deletion(cap in 2usize..16, ops in proptest::collection::vec(0u64..64, 0..300)) {
+    fn colliding_keys_survive_deletion(
+        cap in 2usize..16,
+        short: bool,
+        ops in proptest::collection::vec(0u64..64, 0..300),
+    ) {
         // Keys that differ only in high bits collide in the table home slot: this stresses the
         // backward-shift deletion.
-        let (mut s, mut t) = pod_with(cap);
+        let (mut s, mut t) = pod_with(cap, short);
         let mut pod = LruPod::new(&mut s, &mut t).unwrap();
         let mut model = Model { cap, keys: vec![] };
         let mut log = Log::default();
@@ -82,8 +88,27 @@ fn zero_capacity_and_wrong_table_are_errors() {
     let mut t = vec![0u32; 4];
     assert!(LruPod::new(&mut [], &mut t).is_err());
     let mut s = vec![Slot::default(); 10];
-    let mut t = vec![0u32; 8];
-    assert!(LruPod::new(&mut s, &mut t).is_err());
+    // Shorter than 2 C, or not a power of two.
+    for len in [8usize, 16, 24, 48] {
+        let mut t = vec![0u32; len];
+        assert!(LruPod::new(&mut s, &mut t).is_err(), "table of {len} for 10 blocks");
+    }
+    // The shortest accepted, the recommended and a longer one.
+    assert_eq!((LruPod::min_table_len(10), LruPod::table_len(10)), (32, 32));
+    assert_eq!((LruPod::min_table_len(16), LruPod::table_len(16)), (32, 64));
+    for len in [32usize, 64, 128] {
+        let mut t = vec![0u32; len];
+        assert!(LruPod::new(&mut s, &mut t).is_ok(), "table of {len} for 10 blocks");
+    }
+}
+
+#[test]
+fn recommended_table_is_a_quarter_to_a_half_full() {
+    for cap in [1usize, 2, 3, 5, 100, 4096, 4097, 6144, 16384, 1 << 20, 3_000_000] {
+        let len = LruPod::table_len(cap);
+        assert!(len.is_power_of_two() && len > 2 * cap && len <= 4 * cap, "capacity {cap}: table {len}");
+        assert!(LruPod::min_table_len(cap) <= len);
+    }
 }
 
 #[test]

@@ -95,7 +95,7 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
         row("pod LRU slots", format!("N={n} x C={c}"), "Slot {key u64, prev u32, next u32}", size_of::<Slot>(), n * c),
         row(
             "pod key tables",
-            format!("N x next_pow2(2C) = {n} x {}", LruPod::table_len(c)),
+            format!("N x smallest pow2 > 2C = {n} x {}", LruPod::table_len(c)),
             "u32 (tag | slot+1)",
             4,
             n * l.table_per_pod,

@@ -1,14 +1,16 @@
 //! A pod's KV-block cache: an LRU of at most C block keys with O(1) hit test, touch and eviction.
 //!
 //! Layout (bring your own storage): `slots` holds C [`Slot`]s `{key, prev, next}` forming a doubly
-//! linked recency list; `table` is an open-addressing index from key to slot, a power of two at
-//! least 2 C. A table entry is `0` when empty, else `tag | (slot + 1)`: the low `slot_bits`
-//! bits hold slot + 1 and the bits above hold the same bits of the key's upper half (a tag), so a
+//! linked recency list; `table` is an open-addressing index from key to slot, by default the
+//! largest power of two at most 4 C (so more than 2 C: a full pod fills a quarter to a half of
+//! it). A table entry is `0` when empty, else `tag | (slot + 1)`: the low `slot_bits` bits hold
+//! slot + 1 and the bits above hold the same bits of the key's upper half (a tag), so a
 //! probe over another key's entry rarely has to read that key's slot. When the tag has at least
 //! log2(table length) bits (C < 32768), the home position is taken from those tag bits, so
 //! deletion can shift entries without reading any slot either. Keys are chained-hash outputs, so
 //! their bits are uniform; other keys stay correct, only slower. Bytes per cached block:
-//! `16 + 4 * table_len / C`, i.e. between 24 and 32.
+//! `16 + 4 * table_len / C`, i.e. more than 24 and at most 32 (exactly 32 when C is a power
+//! of two); a caller short of memory may pass a table half that long (24 to 32 bytes, slower).
 
 use super::Error;
 use super::limits::MAX_POD_BLOCKS;
@@ -98,15 +100,19 @@ impl Probe for TableView<'_, '_> {
 }
 
 impl<'a> LruPod<'a> {
-    /// Length of the key table for a pod of `capacity` blocks.
+    /// Recommended length of the key table for a pod of `capacity` blocks (0 when it does not
+    /// fit in `usize`).
     pub const fn table_len(capacity: usize) -> usize {
-        // At most half full: short probe runs matter more than the 0..8 bytes per block this
-        // costs over the shared 3/4 bound (16 + 4 * table / C stays <= 32 bytes per block).
+        // The smallest power of two above 2 C, i.e. the largest <= 4 C: a full pod fills a
+        // quarter to a half of it, and 16 + 4 * table / C stays <= 32 bytes per block. Why not
+        // the smaller `min_table_len`: `fleet bench` replays the same key stream through pods
+        // with both and reports the ratio (about 1.5x here on a miss-heavy trace): with a table
+        // at most a quarter full, most probe, search and shift loops end at their first entry.
         let Some(double) = capacity.checked_mul(2) else { return 0 };
-        match double.checked_next_power_of_two() {
-            Some(n) if n >= 2 => n,
-            Some(_) => 2,
-            None => 0,
+        let Some(above) = double.checked_add(1) else { return 0 };
+        match above.checked_next_power_of_two() {
+            Some(n) if capacity > 0 => n,
+            _ => 0,
         }
     }
 
@@ -116,14 +122,28 @@ impl<'a> LruPod<'a> {
         bytes as f64 / capacity.max(1) as f64
     }
 
-    /// An empty pod whose capacity is `slots.len()`; `table.len()` must equal [`Self::table_len`].
+    /// Shortest key table a pod of `capacity` blocks accepts: the smallest power of two >= 2 C
+    /// (at most half full; 24 to 32 bytes per block, ~1.5x slower on a miss-heavy replay than
+    /// [`Self::table_len`], see `fleet bench`). 0 when it does not fit in `usize`.
+    pub const fn min_table_len(capacity: usize) -> usize {
+        let Some(double) = capacity.checked_mul(2) else { return 0 };
+        match double.checked_next_power_of_two() {
+            Some(n) if n >= 2 => n,
+            Some(_) => 2,
+            None => 0,
+        }
+    }
+
+    /// An empty pod whose capacity is `slots.len()`. `table.len()` must be a power of two of at
+    /// least [`Self::min_table_len`]; [`Self::table_len`] is the recommended length (the fleet
+    /// uses it). A longer table only shortens probes: results are the same for every length.
     pub fn new(slots: &'a mut [Slot], table: &'a mut [u32]) -> Result<Self, Error> {
         let capacity = slots.len();
         if capacity == 0 || capacity > MAX_POD_BLOCKS {
             return Err(Error::InvalidConfig { field: "capacity", expected: "between 1 and 4294967294 blocks" });
         }
-        let required = Self::table_len(capacity);
-        if !table::check_len(table.len(), required) || table.len() != required {
+        let required = Self::min_table_len(capacity);
+        if required == 0 || !table::check_len(table.len(), required) {
             return Err(Error::BufferSize { buffer: "pod table", expected: required, got: table.len() });
         }
         table.fill(0);

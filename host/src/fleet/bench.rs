@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use brokerlab_core::fleet::{BlockIndex, FleetConfig, IndexEntry, IndexKind, LruPod, Request, RouterKind, keys};
+use brokerlab_core::fleet::{BlockIndex, FleetConfig, IndexEntry, IndexKind, LruPod, Request, RouterKind, Slot, keys};
 use serde::Serialize;
 
 use super::run::OwnedFleet;
@@ -53,6 +53,29 @@ pub struct BenchReport {
     pub pod_bytes_per_block: f64,
     /// Block index memory per cached block of the fleet (prefix-aware only), bytes.
     pub index_bytes_per_block: f64,
+    /// The pods alone with the shortest accepted key table against the recommended one.
+    pub pod_table: TableBench,
+}
+
+/// Why the pods' key tables have the length they have: the same key stream (round-robin, hit
+/// test then tail-first touches, no router or timing) through pods with the shortest table the
+/// pod accepts and with the recommended one, measured in the same run.
+#[derive(Debug, Serialize)]
+pub struct TableBench {
+    /// Table entries per pod, shortest accepted (at most half full).
+    pub short_table_len: usize,
+    /// Bytes per cached block with the short table.
+    pub short_bytes_per_block: f64,
+    /// Block touches per second with the short table.
+    pub short_touches_per_s: f64,
+    /// Table entries per pod, recommended (a quarter to a half full; the fleet's).
+    pub table_len: usize,
+    /// Bytes per cached block with the recommended table.
+    pub bytes_per_block: f64,
+    /// Block touches per second with the recommended table.
+    pub touches_per_s: f64,
+    /// `touches_per_s / short_touches_per_s`.
+    pub speedup: f64,
 }
 
 struct Loaded {
@@ -126,6 +149,7 @@ pub fn run(trace: PathBuf, trace_block: u32, pods: usize, capacity: usize, repea
             hit_rate,
         });
     }
+    let pod_table = table_bench(&l, pods, capacity, repeats)?;
     let index_bytes = BlockIndex::table_len(pods * capacity) * std::mem::size_of::<IndexEntry>();
     Ok(BenchReport {
         trace: trace.display().to_string(),
@@ -139,6 +163,57 @@ pub fn run(trace: PathBuf, trace_block: u32, pods: usize, capacity: usize, repea
         routers,
         pod_bytes_per_block: LruPod::bytes_per_block(capacity),
         index_bytes_per_block: index_bytes as f64 / (pods * capacity) as f64,
+        pod_table,
+    })
+}
+
+/// Seconds to replay the key stream round-robin through `pods` bare pods with `table_len`
+/// entries each, and the hit blocks (the same for every table length: a check).
+fn pods_only(l: &Loaded, pods: usize, capacity: usize, table_len: usize) -> CliResult<(f64, u64)> {
+    let mut slots = vec![Slot::default(); pods * capacity];
+    let mut tables = vec![0u32; pods * table_len];
+    let mut fleet = slots
+        .chunks_exact_mut(capacity)
+        .zip(tables.chunks_exact_mut(table_len))
+        .map(|(s, t)| LruPod::new(s, t))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CliError::failure(format!("bench pods: {e}")))?;
+    let mut hits = 0u64;
+    let t = Instant::now();
+    for (i, (_, _, _, range)) in l.reqs.iter().enumerate() {
+        let pod = &mut fleet[i % pods];
+        let keys = &l.keys[range.clone()];
+        hits += pod.hit_blocks(keys) as u64;
+        for &k in keys.iter().rev() {
+            pod.touch(k, &mut ());
+        }
+    }
+    Ok((t.elapsed().as_secs_f64(), hits))
+}
+
+fn table_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> CliResult<TableBench> {
+    let (short_len, len) = (LruPod::min_table_len(capacity), LruPod::table_len(capacity));
+    let (mut short_best, mut best) = (f64::INFINITY, f64::INFINITY);
+    // Interleaved, so a slow spell of the machine hits both alike.
+    for _ in 0..repeats.max(1) {
+        let (short_s, short_hits) = pods_only(l, pods, capacity, short_len)?;
+        let (s, hits) = pods_only(l, pods, capacity, len)?;
+        if short_hits != hits {
+            return Err(CliError::failure(format!("bench: table lengths gave {short_hits} vs {hits} hit blocks")));
+        }
+        short_best = short_best.min(short_s);
+        best = best.min(s);
+    }
+    let touches = l.keys.len() as f64;
+    let per_block = |len: usize| (capacity * std::mem::size_of::<Slot>() + len * 4) as f64 / capacity as f64;
+    Ok(TableBench {
+        short_table_len: short_len,
+        short_bytes_per_block: per_block(short_len),
+        short_touches_per_s: touches / short_best,
+        table_len: len,
+        bytes_per_block: per_block(len),
+        touches_per_s: touches / best,
+        speedup: short_best / best,
     })
 }
 
@@ -163,6 +238,17 @@ pub fn render(r: &BenchReport) -> String {
     o += &format!(
         "memory: pod {:.1} B per cached block (LRU slot 16 B + key table); global index {:.1} B more per cached block\n",
         r.pod_bytes_per_block, r.index_bytes_per_block
+    );
+    let t = &r.pod_table;
+    o += &format!(
+        "pod key table (bare pods, round-robin stream): {} entries {:.1} B/block {:.2} M touches/s vs {} entries {:.1} B/block {:.2} M touches/s: {:.2}x\n",
+        t.short_table_len,
+        t.short_bytes_per_block,
+        t.short_touches_per_s / 1e6,
+        t.table_len,
+        t.bytes_per_block,
+        t.touches_per_s / 1e6,
+        t.speedup
     );
     o
 }
