@@ -250,3 +250,143 @@ fn cpu_tier_hit_starts_where_the_gpu_hit_ends() {
     let o = f.dispatch(&req(10, &a, 0)).unwrap();
     assert_eq!((o.hit_blocks, o.cpu_hit_blocks, o.prefill_tokens), (1, 1, 0));
 }
+
+/// A request at `ms` with prompt `keys` and `output` tokens (the service time in these tests
+/// comes from decoding: t_decode = 1 ms per token).
+fn req_out(ms: u64, keys: &[u64], output: u64) -> Request<'_> {
+    Request { arrival_ns: ms * 1_000_000, input_tokens: keys.len() as u64 * 16, output_tokens: output, keys }
+}
+
+fn scaled(pods: usize, router: RouterKind, index: IndexKind) -> FleetConfig {
+    let mut c = cfg(pods, 8, router);
+    c.index = index;
+    c.t_prefill_ns = 0;
+    c.t_decode_ns = 1_000_000;
+    c.scale = Some(ScalePolicy {
+        min_pods: 1,
+        initial_pods: 1,
+        interval_ns: 1_000_000_000,
+        up_milli: 1_500,
+        down_milli: 500,
+        startup_ns: 2_000_000_000,
+    });
+    c
+}
+
+#[test]
+fn autoscaler_boots_a_cold_pod_after_the_startup_and_drops_it_when_idle() {
+    // Service 640 ms per request. Three requests at t = 0 queue on pod 0 (finishes 0.64, 1.28,
+    // 1.92 s). At 1.0 s two are in the system: 2 > 1.5 -> boot pod 1, ready at 3.0 s. At 2.0 s
+    // it is still booting. At 3.0 s it comes up; pod 0 holds one request (finish 3.2 s), the
+    // mean is 0.5: neither > 1.5 nor < 0.5 -> hold; round-robin sends request 5 to pod 1, cold.
+    // At 10 s both are idle: 0 < 0.5 -> drop pod 1 (its cache is emptied), route to pod 0.
+    let a = keys_of(&[1, 2, 3, 4]);
+    let mut bufs = Bufs::new(scaled(2, RouterKind::RoundRobin, IndexKind::PodTables));
+    let mut f = bufs.fleet();
+    let mut outs = Vec::new();
+    for ms in [0, 0, 0, 1_000, 2_000, 3_000] {
+        outs.push(f.dispatch(&req_out(ms, &a, 640)).unwrap());
+    }
+    let pods: Vec<u32> = outs.iter().map(|o| o.pod).collect();
+    let active: Vec<u32> = outs.iter().map(|o| o.active_pods).collect();
+    assert_eq!(pods, [0, 0, 0, 0, 0, 1]);
+    assert_eq!(active, [1, 1, 1, 1, 1, 2]);
+    assert_eq!(outs[4].hit_blocks, 4, "pod 0 is warm");
+    assert_eq!((outs[5].hit_blocks, outs[5].queue_len, outs[5].start_ns), (0, 0, 3_000_000_000), "pod 1 starts cold");
+    assert_eq!(f.totals().scale_outs, 1);
+    assert_eq!(f.pod_cache(1).unwrap().len(), 4);
+    let o = f.dispatch(&req_out(10_000, &a, 640)).unwrap();
+    assert_eq!((o.pod, o.active_pods), (0, 1));
+    assert_eq!(f.totals().scale_ins, 1);
+    assert_eq!(f.pod_cache(1).unwrap().len(), 0, "a dropped pod loses its cache");
+    // Pod 0 from 0 to the end (10.64 s); pod 1 from its boot decision (1 s) to its drop (10 s).
+    assert_eq!(f.totals().makespan_ns, 10_640_000_000);
+    assert_eq!(f.pod_ns(10_640_000_000), 10_640_000_000 + 9_000_000_000);
+    assert_eq!(f.totals().max_active_pods, 2);
+    // One request routed while scaled out, and it went to the added pod (fair share 1/2).
+    let t = f.totals();
+    assert_eq!((t.scaled_out_requests, t.new_pod_requests, t.fair_new_pod_milli), (1, 1, 500));
+}
+
+#[test]
+fn a_dropped_pod_is_charged_its_drain() {
+    // Scale in below a mean of 1.2 (so a busy pod can be dropped) and boot instantly. Pod 1 gets
+    // a 10 s request at 1 s; at 5 s the mean is 0.5 -> pod 1 is dropped but still serves that
+    // request until 11 s, so it is charged from 1 s to 11 s.
+    let mut c = scaled(2, RouterKind::RoundRobin, IndexKind::PodTables);
+    c.scale = c.scale.map(|p| ScalePolicy { startup_ns: 0, down_milli: 1_200, ..p });
+    let a = keys_of(&[1]);
+    let mut bufs = Bufs::new(c);
+    let mut f = bufs.fleet();
+    for ms in [0, 0, 0] {
+        f.dispatch(&req_out(ms, &a, 640)).unwrap();
+    }
+    // 1.0 s: 2 in the system > 1.5 -> boot pod 1, routable at once; request 3 (odd) -> pod 1.
+    let o = f.dispatch(&req_out(1_000, &a, 10_000)).unwrap();
+    assert_eq!((o.pod, o.active_pods, o.finish_ns), (1, 2, 11_000_000_000));
+    let o = f.dispatch(&req_out(5_000, &a, 1)).unwrap();
+    assert_eq!((o.pod, o.active_pods), (0, 1));
+    assert_eq!(f.totals().scale_ins, 1);
+    let end = f.totals().makespan_ns;
+    assert_eq!(end, 11_000_000_000);
+    assert_eq!(f.pod_ns(end), end + 10_000_000_000);
+}
+
+#[test]
+fn autoscaling_gives_the_same_results_with_either_index_and_a_stale_index_never_routes_to_a_dropped_pod() {
+    let mut rng = 0x1234_5678_9abc_def0u64;
+    let mut next = move || {
+        rng = hash::fmix64(rng.wrapping_add(0x9e37_79b9_7f4a_7c15));
+        rng
+    };
+    let mut ms = 0;
+    let reqs: Vec<(u64, Vec<u64>, u64)> = (0..600)
+        .map(|i| {
+            let tenant = next() % 5;
+            let len = 2 + next() % 5;
+            let ids: Vec<u64> = (0..len).map(|j| if j < 2 { tenant * 100 + j } else { next() }).collect();
+            // Bursty arrivals: 150 requests 25 ms apart, then 150 requests 400 ms apart, twice.
+            ms += if (i / 150) % 2 == 0 { 25 } else { 400 };
+            (ms, keys_of(&ids), 10 + next() % 90)
+        })
+        .collect();
+    let run = |index: IndexKind, stale: u32| {
+        let mut c = scaled(4, RouterKind::PrefixAware, index);
+        c.stale_delay = stale;
+        c.scale = c.scale.map(|p| ScalePolicy { startup_ns: 500_000_000, ..p });
+        let mut bufs = Bufs::new(c);
+        let mut f = bufs.fleet();
+        let outs: Vec<Outcome> = reqs.iter().map(|(ms, k, o)| f.dispatch(&req_out(*ms, k, *o)).unwrap()).collect();
+        (outs, *f.totals())
+    };
+    let (a, ta) = run(IndexKind::PodTables, 0);
+    let (b, tb) = run(IndexKind::Global, 0);
+    assert_eq!(a, b);
+    assert_eq!(ta, tb);
+    assert!(ta.scale_outs >= 2 && ta.scale_ins >= 2, "the workload must exercise both: {ta:?}");
+    for stale in [3, 40] {
+        let (s, ts) = run(IndexKind::PodTables, stale);
+        assert!(s.iter().all(|o| o.pod < o.active_pods), "stale {stale}: routed to a pod that is not routable");
+        assert!(ts.scale_ins >= 1);
+        assert_eq!(run(IndexKind::Global, stale).0, s, "stale {stale}");
+    }
+}
+
+#[test]
+fn autoscale_policy_errors_name_the_field() {
+    let base = scaled(4, RouterKind::RoundRobin, IndexKind::PodTables).scale.unwrap();
+    for (policy, field) in [
+        (ScalePolicy { min_pods: 0, ..base }, "scale-min"),
+        (ScalePolicy { min_pods: 5, initial_pods: 5, ..base }, "scale-min"),
+        (ScalePolicy { initial_pods: 5, ..base }, "scale-initial"),
+        (ScalePolicy { min_pods: 2, initial_pods: 1, ..base }, "scale-initial"),
+        (ScalePolicy { interval_ns: 0, ..base }, "scale-interval"),
+        (ScalePolicy { down_milli: 1_500, ..base }, "scale-down-queue"),
+    ] {
+        let c = FleetConfig { scale: Some(policy), ..cfg(4, 8, RouterKind::RoundRobin) };
+        match c.validate() {
+            Err(Error::InvalidConfig { field: f, .. }) => assert_eq!(f, field, "{policy:?}"),
+            other => panic!("{policy:?}: {other:?}"),
+        }
+    }
+}

@@ -118,3 +118,33 @@ fn bytes_per_block_within_target() {
         assert!(b <= 32.0, "capacity {cap}: {b} bytes per block");
     }
 }
+
+proptest! {
+    #[test]
+    fn clear_evicts_everything_least_recent_first_and_the_pod_works_after(
+        cap in 1usize..12,
+        before in proptest::collection::vec(0u64..30, 0..60),
+        after in proptest::collection::vec(0u64..30, 0..60),
+    ) {
+        let (mut s, mut t) = pod_with(cap, false);
+        let mut pod = LruPod::new(&mut s, &mut t).unwrap();
+        let key = |k: u64| k.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        for &k in &before {
+            pod.touch(key(k), &mut ());
+        }
+        let mut expected: Vec<(bool, u64)> = pod.iter_mru().map(|k| (false, k)).collect();
+        expected.reverse();
+        let mut log = Log::default();
+        pod.clear(&mut log);
+        prop_assert_eq!(log.0, expected);
+        prop_assert!(pod.is_empty());
+        prop_assert!(before.iter().all(|&k| !pod.contains(key(k))));
+        let mut model = Model { cap, keys: vec![] };
+        let (mut la, mut lb) = (Log::default(), Log::default());
+        for &k in &after {
+            prop_assert_eq!(pod.touch(key(k), &mut la), model.touch(key(k), &mut lb));
+        }
+        prop_assert_eq!(pod.iter_mru().collect::<Vec<_>>(), model.keys);
+        prop_assert_eq!(la.0, lb.0);
+    }
+}

@@ -13,6 +13,7 @@ pub mod keys;
 pub mod limits;
 pub mod pod;
 pub mod router;
+pub mod scale;
 pub mod server;
 pub mod sim;
 pub mod stats;
@@ -22,6 +23,7 @@ pub mod workload;
 pub use index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 pub use pod::{CacheEvents, LruPod, Slot};
 pub use router::{AnyRouter, Holders, Route, RouteView, Router, RouterKind};
+pub use scale::{ScaleAction, ScalePolicy, ScaleState};
 pub use server::FifoServer;
 pub use sim::{
     Fleet, FleetBuffers, FleetConfig, FleetLayout, FleetTotals, IndexKind, Outcome, Pod, PodCaches, PodStats, Request,

@@ -328,6 +328,21 @@ impl<'a> LruPod<'a> {
         false
     }
 
+    /// Drops every key, least recent first, reporting each as evicted (a pod scaled in).
+    pub fn clear(&mut self, events: &mut impl CacheEvents) {
+        let mut s = self.lru;
+        while s != NIL {
+            let slot = self.slots[s as usize];
+            events.evicted(slot.key);
+            s = slot.prev;
+        }
+        self.table.fill(0);
+        self.slots[..self.len as usize].fill(Slot::default());
+        self.len = 0;
+        self.mru = NIL;
+        self.lru = NIL;
+    }
+
     /// Keys from most to least recent.
     pub fn iter_mru(&self) -> impl Iterator<Item = u64> + '_ {
         let mut s = self.mru;

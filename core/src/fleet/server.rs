@@ -47,6 +47,13 @@ impl<'a> FifoServer<'a> {
         Ok((start, finish))
     }
 
+    /// Forgets everything: an idle server, as new.
+    pub fn reset(&mut self) {
+        self.head = 0;
+        self.len = 0;
+        self.last_finish_ns = 0;
+    }
+
     /// Finish time of the last admitted request (0 when idle since the start).
     pub fn last_finish_ns(&self) -> u64 {
         self.last_finish_ns

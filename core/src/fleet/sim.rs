@@ -8,6 +8,7 @@ use super::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingR
 use super::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_PODS, MAX_STALE_DELAY};
 use super::pod::{CacheEvents, LruPod, Slot};
 use super::router::{AnyRouter, Holders, RouteView, Router, RouterKind};
+use super::scale::{ScaleAction, ScalePolicy, ScaleState};
 use super::server::FifoServer;
 
 /// Order in which a request's keys are touched after the hit test.
@@ -93,6 +94,8 @@ pub struct FleetConfig {
     pub cpu_capacity_blocks: usize,
     /// Cost of loading a block from the CPU tier, ns per token (instead of prefilling it).
     pub t_cpu_ns: u64,
+    /// Autoscaling (None: all `pods` routable all the time). `pods` is then the most pods.
+    pub scale: Option<ScalePolicy>,
 }
 
 impl FleetConfig {
@@ -110,6 +113,7 @@ impl FleetConfig {
             index: IndexKind::PodTables,
             cpu_capacity_blocks: 0,
             t_cpu_ns: 5_000,
+            scale: None,
         }
     }
 
@@ -132,6 +136,9 @@ impl FleetConfig {
         }
         if self.stale_delay > MAX_STALE_DELAY {
             return Err(Error::InvalidConfig { field: "stale", expected: "at most 16777216 requests" });
+        }
+        if let Some(policy) = self.scale {
+            policy.validate(self.pods)?;
         }
         Ok(())
     }
@@ -261,6 +268,8 @@ pub struct Outcome {
     pub start_ns: u64,
     /// Finish, ns.
     pub finish_ns: u64,
+    /// Routable pods when it was routed (all pods without autoscaling).
+    pub active_pods: u32,
 }
 
 impl Outcome {
@@ -314,6 +323,20 @@ pub struct FleetTotals {
     pub phantom_blocks: u64,
     /// Last finish time, ns.
     pub makespan_ns: u64,
+    /// Pods booted by the autoscaler.
+    pub scale_outs: u64,
+    /// Pods dropped by the autoscaler.
+    pub scale_ins: u64,
+    /// Most routable pods at any arrival.
+    pub max_active_pods: u32,
+    /// Requests routed while more pods than `initial_pods` were routable (autoscaling only).
+    pub scaled_out_requests: u64,
+    /// Of those, requests routed to a pod the autoscaler added (index >= `initial_pods`).
+    pub new_pod_requests: u64,
+    /// Their fair share: the sum over those requests of 1000 (active - initial) / active, rounded
+    /// down. `new_pod_requests * 1000 / fair_new_pod_milli` is 1 when the router spreads
+    /// load onto new pods like round-robin, below 1 when it keeps traffic on the warm ones.
+    pub fair_new_pod_milli: u64,
 }
 
 /// One pod: its cache (and CPU tier), its server and its counters.
@@ -396,6 +419,7 @@ pub struct Fleet<'a, R: Router = AnyRouter> {
     pods: HVec<Pod<'a>, MAX_PODS>,
     index: Option<BlockIndex<'a>>,
     pending: Option<PendingEvicts<'a>>,
+    scale: Option<ScaleState>,
     next_request: u64,
     last_arrival_ns: u64,
     totals: FleetTotals,
@@ -465,12 +489,17 @@ impl<'a, R: Router> Fleet<'a, R> {
         } else {
             None
         };
+        let scale = match cfg.scale {
+            Some(policy) => Some(ScaleState::new(policy, cfg.pods)?),
+            None => None,
+        };
         Ok(Fleet {
             cfg,
             router,
             pods,
             index,
             pending,
+            scale,
             next_request: 0,
             last_arrival_ns: 0,
             totals: FleetTotals::default(),
@@ -491,6 +520,20 @@ impl<'a, R: Router> Fleet<'a, R> {
     /// Per-pod counters of pod `p`.
     pub fn pod_stats(&self, p: usize) -> Option<&PodStats> {
         self.pods.get(p).map(|pod| &pod.stats)
+    }
+
+    /// Provisioned pod-time until `end_ns`, ns: with autoscaling, see [`ScaleState::pod_ns`];
+    /// without, every pod from 0 to `end_ns`.
+    pub fn pod_ns(&self, end_ns: u64) -> u64 {
+        match &self.scale {
+            Some(s) => s.pod_ns(end_ns),
+            None => end_ns.saturating_mul(self.pods.len() as u64),
+        }
+    }
+
+    /// Routable pods now.
+    pub fn active_pods(&self) -> usize {
+        self.scale.as_ref().map_or(self.pods.len(), ScaleState::active)
     }
 
     /// The cache of pod `p` (read-only).
@@ -524,6 +567,45 @@ impl<'a, R: Router> Fleet<'a, R> {
         Ok(())
     }
 
+    /// Runs the autoscaler at the arrival of request `i` (docs/MODEL.md, "Autoscaling"); returns
+    /// the number of routable pods. `queue_lens` is updated for a pod that comes up.
+    fn autoscale(&mut self, i: u64, arrival_ns: u64, queue_lens: &mut [u32; MAX_PODS]) -> Result<usize, Error> {
+        let Some(scale) = self.scale.as_mut() else { return Ok(self.pods.len()) };
+        let mut came_up = scale.activate_ready(arrival_ns);
+        let action = scale.evaluate(arrival_ns, &queue_lens[..scale.active()])?;
+        match action {
+            ScaleAction::Hold => {}
+            ScaleAction::Out { .. } => self.totals.scale_outs += 1,
+            ScaleAction::In { pod } => {
+                let Pod { cache, cpu, server, .. } = &mut self.pods[pod];
+                let mut feed = Feed {
+                    index: self.index.as_mut(),
+                    cpu: None,
+                    pending: self.pending.as_mut(),
+                    pod,
+                    dispatch: i,
+                    error: None,
+                };
+                cache.clear(&mut feed);
+                if let Some(e) = feed.error {
+                    return Err(e);
+                }
+                if let Some(c) = cpu.as_mut() {
+                    c.clear(&mut ());
+                }
+                scale.release(pod, arrival_ns.max(server.last_finish_ns()));
+                self.totals.scale_ins += 1;
+            }
+        }
+        came_up = came_up.or(scale.activate_ready(arrival_ns));
+        if let Some(p) = came_up {
+            // A new machine: nothing queued (requests of its previous life finish elsewhere).
+            self.pods[p].server.reset();
+            queue_lens[p] = 0;
+        }
+        Ok(scale.active())
+    }
+
     fn dispatch_inner(&mut self, req: &Request<'_>) -> Result<Outcome, Error> {
         let i = self.next_request;
         // 1. Evictions made while dispatching requests <= i-k-1 reach the router now.
@@ -537,8 +619,10 @@ impl<'a, R: Router> Fleet<'a, R> {
         for (q, pod) in queue_lens.iter_mut().zip(self.pods.iter_mut()) {
             *q = pod.server.queue_len_at(req.arrival_ns);
         }
-        let queue_lens = &queue_lens[..self.pods.len()];
-        // 3. Route.
+        // 3. Autoscaling: the routable pods are 0..active.
+        let active = self.autoscale(i, req.arrival_ns, &mut queue_lens)?;
+        let queue_lens = &queue_lens[..active];
+        // 4. Route.
         let held = match self.index.as_ref() {
             Some(ix) => Holders::Index(ix),
             None => Holders::Pods(PodCaches { pods: &self.pods }),
@@ -549,7 +633,7 @@ impl<'a, R: Router> Fleet<'a, R> {
         if p >= self.pods.len() {
             return Err(Error::InvalidConfig { field: "router", expected: "a pod index below the number of pods" });
         }
-        // 4. Serve from the pod's cache, feeding its events to the index.
+        // 5. Serve from the pod's cache, feeding its events to the index.
         let Pod { cache, cpu, server, stats } = &mut self.pods[p];
         let hit_blocks = cache.hit_blocks(req.keys);
         // The prefix continues in the CPU tier, measured before any update too.
@@ -573,7 +657,7 @@ impl<'a, R: Router> Fleet<'a, R> {
         if let Some(e) = feed.error {
             return Err(e);
         }
-        // 5. Timing.
+        // 6. Timing.
         let hit_tokens = hit_blocks as u64 * BLOCK_TOKENS as u64;
         let cpu_hit_tokens = cpu_hit_blocks as u64 * BLOCK_TOKENS as u64;
         let prefill_tokens = req.input_tokens - hit_tokens - cpu_hit_tokens;
@@ -595,8 +679,9 @@ impl<'a, R: Router> Fleet<'a, R> {
             arrival_ns: req.arrival_ns,
             start_ns,
             finish_ns,
+            active_pods: active as u32,
         };
-        // 6. Counters.
+        // 7. Counters.
         let s = stats;
         s.requests += 1;
         s.input_tokens += req.input_tokens;
@@ -617,6 +702,15 @@ impl<'a, R: Router> Fleet<'a, R> {
             t.phantom_blocks += (out.believed_match_blocks - out.hit_blocks) as u64;
         }
         t.makespan_ns = t.makespan_ns.max(finish_ns);
+        t.max_active_pods = t.max_active_pods.max(active as u32);
+        if let Some(policy) = self.cfg.scale
+            && active > policy.initial_pods as usize
+        {
+            let initial = policy.initial_pods as usize;
+            t.scaled_out_requests += 1;
+            t.new_pod_requests += u64::from(p >= initial);
+            t.fair_new_pod_milli += ((active - initial) * 1000 / active) as u64;
+        }
         self.next_request += 1;
         self.last_arrival_ns = req.arrival_ns;
         Ok(out)
