@@ -76,6 +76,9 @@ pub const WORKLOAD: WorkloadSpec = WorkloadSpec {
     rag_doc_tokens: RAG_DOC_TOKENS,
     rag_per_request: RAG_PER_REQUEST,
     rag_order: DocOrder::Sorted,
+    burst_rate_milli_per_s: 0,
+    burst_start_ms: 0,
+    burst_ms: 0,
 };
 
 /// Longest prompt of [`WORKLOAD`], tokens (`WorkloadSpec::max_prompt_tokens`, as a constant).

@@ -102,6 +102,13 @@ pub struct WorkloadSpec {
     pub rag_per_request: u32,
     /// Order of retrieved documents.
     pub rag_order: DocOrder,
+    /// A burst: from `burst_start_ms` for `burst_ms` the arrival rate is this instead (requests
+    /// per second x 1000; 0: no burst).
+    pub burst_rate_milli_per_s: u64,
+    /// Start of the burst, ms from the first arrival's clock origin.
+    pub burst_start_ms: u64,
+    /// Length of the burst, ms.
+    pub burst_ms: u64,
 }
 
 impl WorkloadSpec {
@@ -129,6 +136,12 @@ impl WorkloadSpec {
         }
         if self.rag_docs as usize > MAX_RAG_DOCS || self.rag_per_request > self.rag_docs {
             return bad("workload.rag", "docs <= 256 and per_request <= docs");
+        }
+        if self.burst_rate_milli_per_s > 0 && (self.rate_milli_per_s == 0 || self.burst_ms == 0) {
+            return bad("workload.burst", "a positive base rate_per_s and a positive duration");
+        }
+        if self.burst_start_ms.checked_add(self.burst_ms).and_then(|e| e.checked_mul(1_000_000)).is_none() {
+            return bad("workload.burst", "start + duration below 1.8e13 ms");
         }
         if self.max_prompt_tokens() > MAX_GEN_PROMPT_TOKENS {
             return bad("workload", "prompts of at most 4194304 tokens");
@@ -220,6 +233,38 @@ impl<'a> Workload<'a> {
         &self.spec
     }
 
+    /// The rate at `t_ns` and the next time the rate changes (`u64::MAX`: never).
+    fn rate_at(&self, t_ns: u64) -> (u64, u64) {
+        let s = &self.spec;
+        if s.burst_rate_milli_per_s == 0 {
+            return (s.rate_milli_per_s, u64::MAX);
+        }
+        // validate() bounds both ends below u64::MAX ns.
+        let (start, end) = (s.burst_start_ms * 1_000_000, (s.burst_start_ms + s.burst_ms) * 1_000_000);
+        match t_ns {
+            t if t < start => (s.rate_milli_per_s, start),
+            t if t < end => (s.burst_rate_milli_per_s, end),
+            _ => (s.rate_milli_per_s, u64::MAX),
+        }
+    }
+
+    /// Moves the clock to the next Poisson arrival. With a burst the rate is piecewise constant:
+    /// a gap that crosses a rate change is cut there and drawn again at the new rate, which is
+    /// exact for a Poisson process (memoryless). Without a burst: one draw, as always.
+    fn advance_clock(&mut self) {
+        loop {
+            let (rate, change_ns) = self.rate_at(self.clock_ns);
+            let mean_ns = 1_000_000_000_000u128 / rate as u128;
+            let e = neg_ln_uniform_q32(self.rng.next_u64()) as u128;
+            let next = self.clock_ns.saturating_add(((mean_ns * e) >> 32) as u64);
+            if next < change_ns {
+                self.clock_ns = next;
+                return;
+            }
+            self.clock_ns = change_ns;
+        }
+    }
+
     fn uniform(&mut self, lo: u32, hi: u32) -> u32 {
         let span = (hi - lo) as u64 + 1;
         lo + ((self.rng.next_u64() as u128 * span as u128) >> 64) as u32
@@ -253,9 +298,7 @@ impl<'a> Workload<'a> {
         let i = self.next;
         // Draw order is fixed: arrival, tenant, user, suffix, output, documents.
         if s.rate_milli_per_s > 0 {
-            let mean_ns = 1_000_000_000_000u128 / s.rate_milli_per_s as u128;
-            let e = neg_ln_uniform_q32(self.rng.next_u64()) as u128;
-            self.clock_ns = self.clock_ns.saturating_add(((mean_ns * e) >> 32) as u64);
+            self.advance_clock();
         }
         let arrival_ns = self.clock_ns / 1_000_000 * 1_000_000;
         let tenant = self.pick_tenant();
