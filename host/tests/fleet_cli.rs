@@ -63,6 +63,31 @@ fn good_trace_prints_json_with_the_contract_keys() {
 }
 
 #[test]
+fn autoscaling_flags_add_the_autoscale_object() {
+    // Two pods at most, one at the start; ten 1-second requests at t = 0 queue up, so the
+    // evaluation at the first arrival at or after 1 s boots the second pod.
+    let mut text = String::new();
+    for ms in [0, 0, 0, 0, 0, 1000, 1000, 2000, 3000] {
+        text += &format!("{{\"timestamp\": {ms}, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1]}}\n");
+    }
+    let t = tmp("scale.jsonl", &text);
+    let flags =
+        ["--scale-min", "1", "--scale-interval-s", "1", "--scale-startup-s", "0", "--t-decode-ns", "1000000000"];
+    let (code, out, err) = replay(&t, &[&flags[..], &["--json"]].concat());
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let a = &v["autoscale"];
+    assert_eq!((a["scale_outs"].as_u64(), a["max_active_pods"].as_u64()), (Some(1), Some(2)), "{a}");
+    assert!(a["pod_seconds"].as_f64().unwrap() > 0.0);
+    let (code, out, _) = replay(&t, &["--json"]);
+    assert_eq!(code, 0);
+    assert!(serde_json::from_str::<serde_json::Value>(&out).unwrap()["autoscale"].is_null());
+    let (code, out, _) = replay(&t, &flags);
+    assert_eq!(code, 0);
+    assert!(out.contains("autoscaling") && out.contains("pod-seconds"), "{out}");
+}
+
+#[test]
 fn empty_trace_gives_nulls() {
     let t = tmp("empty.jsonl", "\n\n");
     let (code, out, err) = replay(&t, &["--json"]);
@@ -102,6 +127,13 @@ fn bad_input_names_the_line_or_flag() {
         (GOOD.to_string(), vec!["--router", "random"], "--router"),
         (GOOD.to_string(), vec!["--alpha", "-1"], "--alpha"),
         (GOOD.to_string(), vec!["--trace-block-size", "500"], "--trace-block-size"),
+        (GOOD.to_string(), vec!["--scale-min", "0"], "--scale-min"),
+        (GOOD.to_string(), vec!["--scale-min", "3"], "--scale-min"),
+        (GOOD.to_string(), vec!["--scale-min", "1", "--scale-initial", "3"], "--scale-initial"),
+        (GOOD.to_string(), vec!["--scale-min", "1", "--scale-interval-s", "0"], "--scale-interval-s"),
+        (GOOD.to_string(), vec!["--scale-min", "1", "--scale-startup-s", "-1"], "--scale-startup-s"),
+        (GOOD.to_string(), vec!["--scale-min", "1", "--scale-up-queue", "nan"], "--scale-up-queue"),
+        (GOOD.to_string(), vec!["--scale-min", "1", "--scale-down-queue", "9"], "--scale-down-queue"),
     ];
     for (text, flags, want) in cases {
         let t = tmp("bad.jsonl", &text);

@@ -123,3 +123,51 @@ fn a_bigger_cpu_tier_never_costs_round_robin_prefill() {
     }
     assert!(pts.last().unwrap().summary.cpu_hit_tokens > 0);
 }
+
+#[test]
+fn autoscaling_what_to_look_for() {
+    // scenarios/autoscale.toml: the scaler must react to the burst, and back; a router that
+    // follows the cache gives the added pods less than their fair share (it fights the scaler),
+    // a large load penalty gives them about round-robin's share; prefix-aware needs fewer
+    // pod-seconds than round-robin for a far lower p90.
+    let ex = ex();
+    let runs = &ex.autoscale;
+    assert_eq!(runs.len(), experiments::AUTOSCALE_RUNS.len());
+    let a = |i: usize| runs[i].summary.autoscale.clone().expect("autoscaled run");
+    let (rr, pa1, pa64) = (a(0), a(3), a(5));
+    for (i, s) in [(0, &rr), (3, &pa1), (5, &pa64)] {
+        assert!(s.scale_outs >= 1 && s.scale_ins >= 1, "{}: {s:?}", experiments::autoscale_label(i));
+    }
+    let ratio = |s: &brokerlab::fleet::run::AutoscaleSummary| s.new_pod_traffic_ratio.unwrap();
+    assert!((ratio(&rr) - 1.0).abs() < 0.02, "round-robin spreads evenly: {rr:?}");
+    assert!(ratio(&pa1) < 0.9, "prefix-aware alpha 1 keeps traffic on warm pods: {pa1:?}");
+    assert!(ratio(&pa64) > ratio(&pa1), "a larger alpha feeds new pods more: {pa1:?} vs {pa64:?}");
+    assert!(pa1.pod_seconds < rr.pod_seconds, "{pa1:?} vs {rr:?}");
+    let p90 = |i: usize| runs[i].summary.latency_p90.unwrap();
+    assert!(p90(3) * 5.0 < p90(0), "p90 prefix-aware {} vs round-robin {}", p90(3), p90(0));
+    // The fixed 8-pod references cost more than any autoscaled run.
+    for i in [6, 7] {
+        assert!(runs[i].summary.autoscale.is_none());
+        let fixed = runs[i].summary.pods as f64 * runs[i].summary.makespan_s;
+        assert!(fixed > rr.pod_seconds, "{fixed} vs {}", rr.pod_seconds);
+    }
+    // Timelines start at the initial pod count and never leave [min, max].
+    for (label, pts) in &ex.autoscale_timeline {
+        assert_eq!(pts.first().map(|p| p.1), Some(2.0), "{label}");
+        assert!(pts.iter().all(|p| (2.0..=8.0).contains(&p.1)), "{label}");
+    }
+}
+
+#[test]
+fn a_burst_raises_the_arrival_rate_in_its_window_only() {
+    let sc = experiments::scenario("autoscale", 1).unwrap();
+    let g = Generated::new(sc.workload).unwrap();
+    let count = |from_s: f64, to_s: f64| {
+        g.requests.iter().filter(|r| (from_s * 1e9..to_s * 1e9).contains(&(r.0 as f64))).count() as f64
+    };
+    // Poisson counts: mean rate x time, standard deviation its square root; allow 5 sigma.
+    for (from, to, rate) in [(0.0, 60.0, 10.0), (60.0, 240.0, 40.0), (240.0, 300.0, 10.0)] {
+        let (n, mean) = (count(from, to), rate * (to - from));
+        assert!((n - mean).abs() < 5.0 * mean.sqrt(), "{n} arrivals in [{from}, {to}) s, expected about {mean}");
+    }
+}

@@ -5,7 +5,9 @@
 //! 3. stale index: sweep k, gain over round-robin that survives, chases;
 //! 4. alpha: p90 latency vs load penalty, per-pod load;
 //! 5. the llm-d benchmark's shape beside the published figures;
-//! 6. RAG-shaped tenants: documents in retrieval order vs sorted by id.
+//! 6. RAG-shaped tenants: documents in retrieval order vs sorted by id;
+//! 7. a CPU tier under the GPU cache;
+//! 8. autoscaling: a burst, a scaler, and whether the router fights it.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -54,7 +56,29 @@ pub struct Experiments {
     pub rag: Vec<Point>,
     /// CPU tier at GPU capacity hot/6: value = CPU-tier blocks per pod.
     pub cpu_tier: Vec<Point>,
+    /// Autoscaling runs (value = alpha for prefix-aware, 0 otherwise); see [`AUTOSCALE_RUNS`].
+    pub autoscale: Vec<Point>,
+    /// Routable pods over time for the runs of [`AUTOSCALE_TIMELINES`]: (label, [(s, pods)]).
+    pub autoscale_timeline: Vec<Timeline>,
 }
+
+/// A labelled step line: (label, [(time s, routable pods)]).
+pub type Timeline = (String, Vec<(f64, f64)>);
+
+/// The autoscaling runs: (router, alpha, autoscaled); not autoscaled = all 8 pods throughout.
+pub const AUTOSCALE_RUNS: [(RouterKind, f64, bool); 8] = [
+    (RouterKind::RoundRobin, 0.0, true),
+    (RouterKind::LeastLoaded, 0.0, true),
+    (RouterKind::PrefixAware, 0.125, true),
+    (RouterKind::PrefixAware, 1.0, true),
+    (RouterKind::PrefixAware, 8.0, true),
+    (RouterKind::PrefixAware, 64.0, true),
+    (RouterKind::RoundRobin, 0.0, false),
+    (RouterKind::PrefixAware, 1.0, false),
+];
+
+/// Runs of [`AUTOSCALE_RUNS`] whose pod count over time is plotted.
+pub const AUTOSCALE_TIMELINES: [usize; 4] = [0, 1, 3, 5];
 
 /// CPU-tier sizes swept (blocks per pod), at a GPU capacity of hot/6.
 pub const CPU_TIERS: [usize; 6] = [0, 512, 1024, 2048, 4096, 8192];
@@ -140,6 +164,9 @@ pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
     ];
     let rag = sweep::run_points("rag_sorted", &rgw, &specs(&[(0.0, 0, rg.fleet), (1.0, 1, rg.fleet)]), threads, "rag")?;
 
+    // 8: autoscaling.
+    let (autoscale, autoscale_timeline) = autoscale_runs(threads, shrink)?;
+
     Ok(Experiments {
         capacity,
         timestamp_first,
@@ -151,7 +178,55 @@ pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
         llmd,
         rag,
         cpu_tier,
+        autoscale,
+        autoscale_timeline,
     })
+}
+
+/// The configuration of run `i` of [`AUTOSCALE_RUNS`] on scenario `sc`.
+fn autoscale_cfg(sc: &Scenario, i: usize) -> FleetConfig {
+    let (router, alpha, scaled) = AUTOSCALE_RUNS[i];
+    FleetConfig { router, alpha, scale: if scaled { sc.fleet.scale } else { None }, ..sc.fleet }
+}
+
+/// Label of run `i` of [`AUTOSCALE_RUNS`].
+pub fn autoscale_label(i: usize) -> String {
+    let (router, alpha, scaled) = AUTOSCALE_RUNS[i];
+    let a = if router == RouterKind::PrefixAware { format!(" alpha={alpha}") } else { String::new() };
+    let s = if scaled { "" } else { ", fixed 8 pods" };
+    format!("{}{a}{s}", router.name())
+}
+
+fn autoscale_runs(threads: usize, shrink: u64) -> CliResult<(Vec<Point>, Vec<Timeline>)> {
+    let sc = scenario("autoscale", shrink)?;
+    let g = Generated::new(sc.workload)?;
+    let specs: Vec<PointSpec> = (0..AUTOSCALE_RUNS.len())
+        .map(|i| PointSpec { value: AUTOSCALE_RUNS[i].1, workload: 0, cfg: autoscale_cfg(&sc, i) })
+        .collect();
+    let points = sweep::run_points("alpha", std::slice::from_ref(&g), &specs, threads, "autoscaling")?;
+    let mut timelines = Vec::new();
+    for i in AUTOSCALE_TIMELINES {
+        let res = super::run::simulate(autoscale_cfg(&sc, i), &mut &g, true)?;
+        // A step line: a point just before and at every change, and the last arrival.
+        let mut pts: Vec<(f64, f64)> = Vec::new();
+        let mut last = 0u32;
+        for o in &res.outcomes {
+            let t = o.arrival_ns as f64 / 1e9;
+            if pts.is_empty() || o.active_pods != last {
+                if !pts.is_empty() {
+                    pts.push((t, last as f64));
+                }
+                pts.push((t, o.active_pods as f64));
+                last = o.active_pods;
+            }
+        }
+        if let Some(o) = res.outcomes.last() {
+            pts.push((o.arrival_ns as f64 / 1e9, last as f64));
+        }
+        // Short labels: the chart's legend is narrow.
+        timelines.push((autoscale_label(i).replace("prefix-aware", "PA"), pts));
+    }
+    Ok((points, timelines))
 }
 
 fn hit(p: &Point) -> f64 {
@@ -374,13 +449,28 @@ pub fn report(out: &Path, threads: usize, shrink: u64) -> CliResult<Experiments>
             ..Chart::default()
         },
     )?;
+    let mut steps: Vec<Series> =
+        ex.autoscale_timeline.iter().map(|(label, pts)| Series { label: label.clone(), points: pts.clone() }).collect();
+    steps.push(Series { label: "burst window".into(), points: vec![(60.0, 8.5), (240.0, 8.5)] });
+    add(
+        "autoscale",
+        "autoscale_pods",
+        &Chart {
+            title: "autoscaling: routable pods over time (burst from 60 s to 240 s, 30 s boot)".into(),
+            x_label: "time (s)".into(),
+            y_label: "routable pods".into(),
+            series: steps,
+            ..Chart::default()
+        },
+    )?;
     let html = render_html(&ex, &svgs);
     sweep::write_file(out, "index.html", html.as_bytes())?;
     sweep::write_file(out, "summary.md", render_markdown(&ex).as_bytes())?;
-    let all: Vec<&Point> = [&ex.capacity, &ex.timestamp_first, &ex.stale, &ex.alpha, &ex.llmd, &ex.rag, &ex.cpu_tier]
-        .into_iter()
-        .flatten()
-        .collect();
+    let all: Vec<&Point> =
+        [&ex.capacity, &ex.timestamp_first, &ex.stale, &ex.alpha, &ex.llmd, &ex.rag, &ex.cpu_tier, &ex.autoscale]
+            .into_iter()
+            .flatten()
+            .collect();
     let owned: Vec<Point> = all.into_iter().cloned().collect();
     sweep::write_file(out, "points.csv", sweep::to_csv(&owned).as_bytes())?;
     sweep::write_file(out, "experiments.json", serde_json::to_string_pretty(&ex).expect("serializes").as_bytes())?;
@@ -528,12 +618,41 @@ pub fn render_markdown(ex: &Experiments) -> String {
     o += &points_table(&ex.rag, "sorted");
     o += "\n## CPU tier (GPU capacity hot/6; value = CPU-tier blocks per pod)\n\n";
     o += &cpu_table(ex);
+    o += "\n## Autoscaling (scenarios/autoscale.toml)\n\n";
+    o += &autoscale_table(ex);
     o += "\n## Capacity sweep (stable prefix first)\n\n";
     o += &points_table(&ex.capacity, "capacity");
     o += "\n## Capacity sweep (timestamp first)\n\n";
     o += &points_table(&ex.timestamp_first, "capacity");
     o += "\n## Alpha\n\n";
     o += &points_table(&ex.alpha, "alpha");
+    o
+}
+
+fn autoscale_table(ex: &Experiments) -> String {
+    let mut o = String::from(
+        "| run | pod-seconds | mean pods | out / in | max pods | added pods' traffic vs fair share | hit rate | p90 (s) |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for (i, p) in ex.autoscale.iter().enumerate() {
+        let s = &p.summary;
+        let (cost, mean, moves, max, ratio) = match &s.autoscale {
+            Some(a) => (
+                a.pod_seconds,
+                a.mean_pods.unwrap_or(f64::NAN),
+                format!("{} / {}", a.scale_outs, a.scale_ins),
+                a.max_active_pods,
+                a.new_pod_traffic_ratio.map_or("n/a".into(), |r| format!("{r:.2}")),
+            ),
+            None => (s.pods as f64 * s.makespan_s, s.pods as f64, "-".into(), s.pods as u32, "-".into()),
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {cost:.0} | {mean:.2} | {moves} | {max} | {ratio} | {:.1}% | {:.3} |",
+            autoscale_label(i),
+            s.hit_rate.unwrap_or(0.0) * 100.0,
+            s.latency_p90.unwrap_or(f64::NAN)
+        );
+    }
     o
 }
 
@@ -648,6 +767,9 @@ fn render_html(ex: &Experiments, svgs: &[(String, String, String)]) -> String {
     o += "<h2>7. A CPU tier</h2><p>Each pod gets a second LRU tier in CPU memory: blocks evicted from the GPU tier are demoted into it, and a request's prefix hit continues there at 5 us per token instead of 50 us of prefill. GPU capacity is held at hot/6. The prefix-aware router still matches on the GPU tier only.</p>";
     o += &figures(svgs, "cpu");
     o += &md_table_to_html(&cpu_table(ex));
+    o += "<h2>8. Autoscaling: does the router fight the scaler?</h2><p>The fleet starts with 2 pods and may grow to 8. Every 10 s the scaler looks at the mean queue length of the routable pods: above 2 it boots a pod (routable 30 s later, cold: empty cache and queue), below 0.5 it drops the newest pod and its cache. Base load 10 req/s, 40 req/s from 60 s to 240 s. <i>Added pods' traffic vs fair share</i> is 1 when the router spreads requests onto the new pods like round-robin; below 1 the router keeps traffic on the warm pods. Pod-seconds count each pod from its boot decision to its drop (plus the drain of its queue). The rule: docs/MODEL.md, Autoscaling.</p>";
+    o += &figures(svgs, "autoscale");
+    o += &md_table_to_html(&autoscale_table(ex));
     o += &md_table_to_html(&points_table(&ex.rag, "sorted"));
     o += "<h2>Parameters</h2>";
     for (name, text) in super::report::BUILTIN {

@@ -10,7 +10,7 @@ pub mod trace;
 
 use std::path::PathBuf;
 
-use brokerlab_core::fleet::{FleetConfig, IndexKind, RouterKind, TouchOrder};
+use brokerlab_core::fleet::{FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder};
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult};
@@ -150,12 +150,103 @@ pub struct FleetArgs {
     /// Cost of loading a CPU-tier block, ns per token.
     #[arg(long, default_value_t = 5_000)]
     pub t_cpu_ns: u64,
+    #[command(flatten)]
+    pub scale: ScaleArgs,
+}
+
+/// Autoscaling flags (docs/MODEL.md, "Autoscaling"); `--scale-min` turns it on and `--pods` is
+/// then the most pods.
+#[derive(Debug, Args, Clone)]
+pub struct ScaleArgs {
+    /// Autoscale between this many pods and --pods (off when absent).
+    #[arg(long)]
+    pub scale_min: Option<u32>,
+    /// Routable pods at the start (default: --scale-min).
+    #[arg(long)]
+    pub scale_initial: Option<u32>,
+    /// Seconds between autoscaler evaluations.
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
+    pub scale_interval_s: f64,
+    /// Scale out when the mean queue length of the routable pods exceeds this.
+    #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
+    pub scale_up_queue: f64,
+    /// Scale in when the mean queue length is below this.
+    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
+    pub scale_down_queue: f64,
+    /// Seconds from a scale-out decision until the new pod takes requests.
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
+    pub scale_startup_s: f64,
+}
+
+impl ScaleArgs {
+    /// The policy for `pods` pods, or None without --scale-min; an error names the flag.
+    pub fn policy(&self, pods: usize) -> CliResult<Option<ScalePolicy>> {
+        let Some(min) = self.scale_min else {
+            return Ok(None);
+        };
+        let p = Self::policy_from(
+            pods,
+            min,
+            self.scale_initial,
+            self.scale_interval_s,
+            self.scale_up_queue,
+            self.scale_down_queue,
+            self.scale_startup_s,
+        )
+        .map_err(|(field, expected, got)| {
+            CliError::bad_input(format!("--scale-{}: {got:?}: expected {expected}", field.replace('_', "-")))
+        })?;
+        Ok(Some(p))
+    }
+
+    /// Builds and checks a policy for `pods` pods from flag or scenario values; errors are
+    /// (field, expected, got) with the scenario key's name (`interval_s`; the flag is
+    /// `--scale-interval-s`).
+    pub fn policy_from(
+        pods: usize,
+        min: u32,
+        initial: Option<u32>,
+        interval_s: f64,
+        up_queue: f64,
+        down_queue: f64,
+        startup_s: f64,
+    ) -> Result<ScalePolicy, (&'static str, &'static str, String)> {
+        let ns = |v: f64, field| match v {
+            v if (0.0..=1e9).contains(&v) => Ok((v * 1e9).round() as u64),
+            v => Err((field, "seconds between 0 and 1e9", v.to_string())),
+        };
+        let milli = |v: f64, field| match v {
+            v if (0.0..=1e6).contains(&v) => Ok((v * 1000.0).round() as u32),
+            v => Err((field, "a mean queue length between 0 and 1e6", v.to_string())),
+        };
+        let p = ScalePolicy {
+            min_pods: min,
+            initial_pods: initial.unwrap_or(min),
+            interval_ns: ns(interval_s, "interval_s")?,
+            up_milli: milli(up_queue, "up_queue")?,
+            down_milli: milli(down_queue, "down_queue")?,
+            startup_ns: ns(startup_s, "startup_s")?,
+        };
+        p.validate(pods).map_err(|e| match e {
+            brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
+                let (name, got) = match field {
+                    "scale-min" => ("min", min.to_string()),
+                    "scale-initial" => ("initial", p.initial_pods.to_string()),
+                    "scale-interval" => ("interval_s", interval_s.to_string()),
+                    _ => ("down_queue", down_queue.to_string()),
+                };
+                (name, expected, got)
+            }
+            other => ("min", "a valid policy", other.to_string()),
+        })?;
+        Ok(p)
+    }
 }
 
 impl FleetArgs {
     /// The core configuration.
-    pub fn config(&self) -> FleetConfig {
-        FleetConfig {
+    pub fn config(&self) -> CliResult<FleetConfig> {
+        Ok(FleetConfig {
             pods: self.pods,
             capacity_blocks: self.capacity,
             router: self.router,
@@ -167,7 +258,8 @@ impl FleetArgs {
             index: self.index,
             cpu_capacity_blocks: self.cpu_capacity,
             t_cpu_ns: self.t_cpu_ns,
-        }
+            scale: self.scale.policy(self.pods)?,
+        })
     }
 }
 
@@ -221,7 +313,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     match cmd {
         FleetCmd::Replay(a) => {
             check_trace_block(a.trace_block_size)?;
-            let cfg = a.fleet.config();
+            let cfg = a.fleet.config()?;
             cfg.validate().map_err(run::config_error)?;
             let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: a.trace_block_size };
             let res = simulate(cfg, &mut src, false)?;

@@ -13,11 +13,12 @@ use crate::error::CliResult;
 use crate::plot::{self, Chart, Series};
 
 /// Built-in scenarios (the files in `scenarios/`, compiled in so the report needs nothing else).
-pub const BUILTIN: [(&str, &str); 4] = [
+pub const BUILTIN: [(&str, &str); 5] = [
     ("multi-tenant", include_str!("../../../scenarios/multi-tenant.toml")),
     ("alpha", include_str!("../../../scenarios/alpha.toml")),
     ("llm-d", include_str!("../../../scenarios/llm-d.toml")),
     ("rag", include_str!("../../../scenarios/rag.toml")),
+    ("autoscale", include_str!("../../../scenarios/autoscale.toml")),
 ];
 
 /// A built-in scenario by name.

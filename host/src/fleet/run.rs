@@ -197,6 +197,34 @@ pub struct Summary {
     pub phantom_blocks: u64,
     /// Finish time of the last request, s.
     pub makespan_s: f64,
+    /// Autoscaling figures (null without autoscaling).
+    pub autoscale: Option<AutoscaleSummary>,
+}
+
+/// What the autoscaler did (docs/MODEL.md, "Autoscaling").
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct AutoscaleSummary {
+    /// Fewest routable pods.
+    pub min_pods: u32,
+    /// Routable pods at the start.
+    pub initial_pods: u32,
+    /// Pods booted.
+    pub scale_outs: u64,
+    /// Pods dropped.
+    pub scale_ins: u64,
+    /// Most routable pods at any arrival.
+    pub max_active_pods: u32,
+    /// Provisioned pod-time until the last finish, pod-seconds (the cost).
+    pub pod_seconds: f64,
+    /// pod_seconds / makespan: the time-averaged fleet size.
+    pub mean_pods: Option<f64>,
+    /// Requests routed while added pods were routable.
+    pub scaled_out_requests: u64,
+    /// Of those, requests routed to added pods.
+    pub new_pod_requests: u64,
+    /// new_pod_requests / their fair share (1: spread like round-robin; below 1: the router
+    /// keeps traffic on the warm pods). Fair share rounded down to 1/1000 per request.
+    pub new_pod_traffic_ratio: Option<f64>,
 }
 
 /// Seconds from integer ns (reporting only; all model arithmetic is in integer ns).
@@ -299,6 +327,18 @@ pub fn summarize(fleet: &Fleet<'_>, mut latencies: Vec<u64>) -> Summary {
         chased_requests: t.chased_requests,
         phantom_blocks: t.phantom_blocks,
         makespan_s: secs(t.makespan_ns),
+        autoscale: cfg.scale.map(|policy| AutoscaleSummary {
+            min_pods: policy.min_pods,
+            initial_pods: policy.initial_pods,
+            scale_outs: t.scale_outs,
+            scale_ins: t.scale_ins,
+            max_active_pods: t.max_active_pods,
+            pod_seconds: secs(fleet.pod_ns(t.makespan_ns)),
+            mean_pods: ratio(fleet.pod_ns(t.makespan_ns), t.makespan_ns),
+            scaled_out_requests: t.scaled_out_requests,
+            new_pod_requests: t.new_pod_requests,
+            new_pod_traffic_ratio: ratio(t.new_pod_requests * 1000, t.fair_new_pod_milli),
+        }),
     }
 }
 
@@ -340,6 +380,25 @@ pub fn render_table(s: &Summary) -> String {
         format!("{} / {} / {} s", opt(s.latency_p50, 4), opt(s.latency_p90, 4), opt(s.latency_p99, 4)),
     );
     line("stale chases", format!("{} requests, {} phantom blocks", s.chased_requests, s.phantom_blocks));
+    if let Some(a) = &s.autoscale {
+        line(
+            "autoscaling",
+            format!(
+                "{}..{} pods (start {}), {} out / {} in, at most {} routable",
+                a.min_pods, s.pods, a.initial_pods, a.scale_outs, a.scale_ins, a.max_active_pods
+            ),
+        );
+        line("pod-seconds", format!("{:.1} (mean {} pods)", a.pod_seconds, opt(a.mean_pods, 2)));
+        line(
+            "added pods' traffic",
+            format!(
+                "{} of {} requests while scaled out; {} x their fair share",
+                a.new_pod_requests,
+                a.scaled_out_requests,
+                opt(a.new_pod_traffic_ratio, 2)
+            ),
+        );
+    }
     o.push_str("\npod  requests  hit rate  max queue\n");
     for p in 0..s.pods {
         o.push_str(&format!(

@@ -7,6 +7,7 @@ use brokerlab_core::fleet::workload::{DocOrder, Layout, Popularity, Workload, Wo
 use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, TouchOrder, keys};
 use serde::Deserialize;
 
+use super::ScaleArgs;
 use super::run::RequestSource;
 use crate::error::{CliError, CliResult};
 
@@ -45,6 +46,44 @@ pub struct WorkloadToml {
     /// RAG section.
     #[serde(default)]
     pub rag: Option<RagToml>,
+    /// A burst of a higher (or lower) arrival rate.
+    #[serde(default)]
+    pub burst: Option<BurstToml>,
+}
+
+/// `[workload.burst]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BurstToml {
+    /// Poisson rate during the burst, requests/s.
+    pub rate_per_s: f64,
+    /// Start, s.
+    pub start_s: f64,
+    /// Length, s.
+    pub duration_s: f64,
+}
+
+/// `[fleet.autoscale]`: `fleet.pods` is then the most pods.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoscaleToml {
+    /// Fewest routable pods.
+    pub min: u32,
+    /// Routable pods at the start (default: min).
+    #[serde(default)]
+    pub initial: Option<u32>,
+    /// Evaluation period, s.
+    #[serde(default = "ten")]
+    pub interval_s: f64,
+    /// Scale out above this mean queue length.
+    #[serde(default = "four")]
+    pub up_queue: f64,
+    /// Scale in below this mean queue length.
+    #[serde(default = "half")]
+    pub down_queue: f64,
+    /// Boot time of a new pod, s.
+    #[serde(default = "thirty")]
+    pub startup_s: f64,
 }
 
 /// `[workload.rag]`.
@@ -97,6 +136,9 @@ pub struct FleetToml {
     /// ns per token loaded from the CPU tier.
     #[serde(default = "t_cpu")]
     pub t_cpu_ns: u64,
+    /// Autoscaling.
+    #[serde(default)]
+    pub autoscale: Option<AutoscaleToml>,
 }
 
 /// A scenario file.
@@ -117,6 +159,18 @@ pub struct ScenarioToml {
 
 fn one() -> u64 {
     1
+}
+fn ten() -> f64 {
+    10.0
+}
+fn four() -> f64 {
+    4.0
+}
+fn half() -> f64 {
+    0.5
+}
+fn thirty() -> f64 {
+    30.0
 }
 fn one32() -> u32 {
     1
@@ -208,6 +262,21 @@ impl Scenario {
                 (r.docs, r.doc_tokens, r.per_request, order)
             }
         };
+        let (burst_rate_milli_per_s, burst_start_ms, burst_ms) = match &w.burst {
+            None => (0, 0, 0),
+            Some(b) => {
+                let rate = milli(b.rate_per_s, 1e9).ok_or_else(|| {
+                    bad("workload.burst.rate_per_s", "a rate between 0 and 1e9 requests/s", &b.rate_per_s.to_string())
+                })?;
+                let start = milli(b.start_s, 1e10).ok_or_else(|| {
+                    bad("workload.burst.start_s", "seconds between 0 and 1e10", &b.start_s.to_string())
+                })?;
+                let len = milli(b.duration_s, 1e10).ok_or_else(|| {
+                    bad("workload.burst.duration_s", "seconds between 0 and 1e10", &b.duration_s.to_string())
+                })?;
+                (rate, start, len)
+            }
+        };
         let workload = WorkloadSpec {
             seed: w.seed,
             requests: w.requests,
@@ -226,6 +295,9 @@ impl Scenario {
             rag_doc_tokens,
             rag_per_request,
             rag_order,
+            burst_rate_milli_per_s,
+            burst_start_ms,
+            burst_ms,
         };
         workload.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
         let f = &t.fleet;
@@ -246,6 +318,21 @@ impl Scenario {
             index,
             cpu_capacity_blocks: f.cpu_capacity,
             t_cpu_ns: f.t_cpu_ns,
+            scale: match &f.autoscale {
+                None => None,
+                Some(a) => Some(
+                    ScaleArgs::policy_from(
+                        f.pods,
+                        a.min,
+                        a.initial,
+                        a.interval_s,
+                        a.up_queue,
+                        a.down_queue,
+                        a.startup_s,
+                    )
+                    .map_err(|(field, expected, got)| bad(&format!("fleet.autoscale.{field}"), expected, &got))?,
+                ),
+            },
         };
         fleet.validate().map_err(|e| match e {
             brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
@@ -260,6 +347,11 @@ impl Scenario {
             fleet,
         })
     }
+}
+
+/// `v` (a count per second, or seconds) in thousandths, when `0 <= v <= max`.
+fn milli(v: f64, max: f64) -> Option<u64> {
+    (v >= 0.0 && v <= max).then(|| (v * 1000.0).round() as u64)
 }
 
 /// A workload generated once and kept in memory (keys of every request), so sweeps over fleet
