@@ -22,7 +22,7 @@ use brokerlab_core::fleet::stats::{LogHistogram, REPORTED_PERCENTILES, nearest_r
 use brokerlab_core::fleet::workload::{DocOrder, Layout, Popularity, Workload, WorkloadSpec};
 use brokerlab_core::fleet::{
     BlockIndex, Error, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome, PendingEntry,
-    PendingEvicts, PendingRecord, Request, RouterKind, Slot,
+    PendingEvicts, PendingRecord, Request, RouterKind, ScalePolicy, Slot,
 };
 
 use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, PowerCutViolation, SimWorld, Violation};
@@ -90,12 +90,24 @@ pub const T_PREFILL_NS: u64 = 50_000;
 /// Decode cost, ns per output token.
 pub const T_DECODE_NS: u64 = 10_000;
 
-/// The runs, in report order: (group name, router, stale delay).
-pub const RUNS: [(&str, RouterKind, u32); 4] = [
-    ("round-robin", RouterKind::RoundRobin, 0),
-    ("least-loaded", RouterKind::LeastLoaded, 0),
-    ("prefix-aware", RouterKind::PrefixAware, 0),
-    ("prefix-aware-stale", RouterKind::PrefixAware, STALE_DELAY),
+/// The autoscaled run's policy: 1 to [`PODS`] pods, evaluated every 250 ms, boot above a mean
+/// queue of 2 (500 ms startup), drop below 0.5.
+pub const SCALE: ScalePolicy = ScalePolicy {
+    min_pods: 1,
+    initial_pods: 1,
+    interval_ns: 250_000_000,
+    up_milli: 2_000,
+    down_milli: 500,
+    startup_ns: 500_000_000,
+};
+
+/// The runs, in report order: (group name, router, stale delay, autoscaling).
+pub const RUNS: [(&str, RouterKind, u32, Option<ScalePolicy>); 5] = [
+    ("round-robin", RouterKind::RoundRobin, 0, None),
+    ("least-loaded", RouterKind::LeastLoaded, 0, None),
+    ("prefix-aware", RouterKind::PrefixAware, 0, None),
+    ("prefix-aware-stale", RouterKind::PrefixAware, STALE_DELAY, None),
+    ("prefix-aware-autoscale", RouterKind::PrefixAware, 0, Some(SCALE)),
 ];
 
 /// Length of [`Storage::slots`].
@@ -228,6 +240,7 @@ fn mix_outcome(mut d: u64, o: &Outcome) -> u64 {
         o.arrival_ns,
         o.start_ns,
         o.finish_ns,
+        u64::from(o.active_pods),
     ] {
         d = mix(d, v);
     }
@@ -297,6 +310,7 @@ fn run_fleet(
     group: &'static str,
     router: RouterKind,
     stale_delay: u32,
+    scale: Option<ScalePolicy>,
     st: &mut Storage<'_>,
     histogram: &mut LogHistogram,
     sink: &mut impl Sink,
@@ -304,6 +318,7 @@ fn run_fleet(
     let setup = |e: Error| RunError { run: group, request: u32::MAX, error: e.into() };
     let mut cfg = FleetConfig::new(PODS, CAPACITY_BLOCKS, router);
     cfg.stale_delay = stale_delay;
+    cfg.scale = scale;
     cfg.t_prefill_ns = T_PREFILL_NS;
     cfg.t_decode_ns = T_DECODE_NS;
     let l = FleetLayout::new(&cfg, QUEUE_PER_POD, PENDING).map_err(setup)?;
@@ -363,6 +378,10 @@ fn run_fleet(
         ("chased_requests", t.chased_requests),
         ("phantom_blocks", t.phantom_blocks),
         ("makespan_ns", t.makespan_ns),
+        ("scale_outs", t.scale_outs),
+        ("scale_ins", t.scale_ins),
+        ("pod_ns", fleet.pod_ns(t.makespan_ns)),
+        ("new_pod_requests", t.new_pod_requests),
         ("max_queue_len", u64::from(max_queue)),
     ] {
         sink.metric(group, name, 0, v);
@@ -505,8 +524,8 @@ pub fn run_fleets(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(),
         let error = Error::BufferSize { buffer: "histograms", expected: RUNS.len(), got: histograms.len() };
         return Err(RunError { run: "setup", request: u32::MAX, error: error.into() });
     }
-    for ((group, router, stale), histogram) in RUNS.into_iter().zip(histograms.iter_mut()) {
-        run_fleet(group, router, stale, storage, histogram, sink)?;
+    for ((group, router, stale, scale), histogram) in RUNS.into_iter().zip(histograms.iter_mut()) {
+        run_fleet(group, router, stale, scale, storage, histogram, sink)?;
     }
     storage.histograms = histograms;
     Ok(())

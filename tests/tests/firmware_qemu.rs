@@ -103,6 +103,10 @@ fn firmware_metrics_are_bit_identical_with_the_host() {
     // Each run's digest covers every field of every per-request outcome.
     let digests = host.iter().filter(|m| m.1 == "outcome_digest").count();
     assert_eq!(digests, scenario::RUNS.len());
+    // The autoscaled run did scale, both ways (so the comparison covers the autoscaler).
+    let scaled = |name: &str| host.iter().find(|m| m.0 == "prefix-aware-autoscale" && m.1 == name).map(|m| m.3);
+    assert!(scaled("scale_outs").is_some_and(|n| n > 0), "autoscaled run: {:?}", scaled("scale_outs"));
+    assert!(scaled("scale_ins").is_some_and(|n| n > 0), "autoscaled run: {:?}", scaled("scale_ins"));
     // The runner's crash enumeration ran on both sides, with no violation.
     for (group, _) in scenario::RUNNER_RUNS {
         let get = |name: &str| host.iter().find(|m| m.0 == group && m.1 == name).map(|m| m.3);
