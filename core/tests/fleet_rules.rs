@@ -390,3 +390,32 @@ fn autoscale_policy_errors_name_the_field() {
         }
     }
 }
+
+#[test]
+fn a_rebooted_pod_counts_as_empty_when_the_rule_reads_the_queues() {
+    // Pod 1 is dropped at 3 s while still serving a request until 11.5 s, then booted again at
+    // 4 s (ready 4.5 s). At 5 s it comes up as a new machine: the rule must read its queue as 0
+    // (its previous life's request runs elsewhere), so sum = 2 (pod 0) < 1.2 x 2 -> drop again.
+    // Counting the old request (sum 3) would hold instead.
+    let mut c = scaled(2, RouterKind::RoundRobin, IndexKind::PodTables);
+    c.scale = c.scale.map(|p| ScalePolicy { startup_ns: 500_000_000, down_milli: 1_200, ..p });
+    let a = keys_of(&[1]);
+    let mut bufs = Bufs::new(c);
+    let mut f = bufs.fleet();
+    let mut send = |ms: u64, out: u64| f.dispatch(&req_out(ms, &a, out)).unwrap();
+    for _ in 0..3 {
+        send(0, 640);
+    }
+    assert_eq!(send(1_000, 640).active_pods, 1); // boots pod 1, ready at 1.5 s
+    assert_eq!(send(1_500, 1).pod, 0);
+    let long = send(1_500, 10_000);
+    assert_eq!((long.pod, long.finish_ns), (1, 11_500_000_000));
+    assert_eq!(send(3_000, 1).active_pods, 1); // dropped, still busy
+    for _ in 0..3 {
+        send(3_500, 640);
+    }
+    assert_eq!(send(4_000, 1).active_pods, 1); // 3 queued on pod 0 -> boots pod 1 again
+    let o = send(5_000, 1);
+    assert_eq!(o.active_pods, 1, "the new pod 1 was empty, so the mean was 1.0 < 1.2: dropped");
+    assert_eq!((f.totals().scale_outs, f.totals().scale_ins), (2, 2));
+}

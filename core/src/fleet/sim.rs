@@ -571,7 +571,12 @@ impl<'a, R: Router> Fleet<'a, R> {
     /// the number of routable pods. `queue_lens` is updated for a pod that comes up.
     fn autoscale(&mut self, i: u64, arrival_ns: u64, queue_lens: &mut [u32; MAX_PODS]) -> Result<usize, Error> {
         let Some(scale) = self.scale.as_mut() else { return Ok(self.pods.len()) };
-        let mut came_up = scale.activate_ready(arrival_ns);
+        // A new machine: nothing queued (requests of its previous life finish elsewhere). Reset
+        // before the rule reads the queue lengths.
+        if let Some(p) = scale.activate_ready(arrival_ns) {
+            self.pods[p].server.reset();
+            queue_lens[p] = 0;
+        }
         let action = scale.evaluate(arrival_ns, &queue_lens[..scale.active()])?;
         match action {
             ScaleAction::Hold => {}
@@ -597,9 +602,7 @@ impl<'a, R: Router> Fleet<'a, R> {
                 self.totals.scale_ins += 1;
             }
         }
-        came_up = came_up.or(scale.activate_ready(arrival_ns));
-        if let Some(p) = came_up {
-            // A new machine: nothing queued (requests of its previous life finish elsewhere).
+        if let Some(p) = scale.activate_ready(arrival_ns) {
             self.pods[p].server.reset();
             queue_lens[p] = 0;
         }
