@@ -308,15 +308,21 @@ fn autoscaler_boots_a_cold_pod_after_the_startup_and_drops_it_when_idle() {
     assert_eq!((t.scaled_out_requests, t.new_pod_requests, t.fair_new_pod_milli), (1, 1, 500));
 }
 
+/// Round-robin over at most 2 pods, scaling in below a mean queue of 1.2 (so a busy pod can be
+/// dropped), with boot time `startup_ns`.
+fn two_pods_busy_drop(startup_ns: u64) -> FleetConfig {
+    let mut c = scaled(2, RouterKind::RoundRobin, IndexKind::PodTables);
+    c.scale = c.scale.map(|p| ScalePolicy { startup_ns, down_milli: 1_200, ..p });
+    c
+}
+
 #[test]
 fn a_dropped_pod_is_charged_its_drain() {
     // Scale in below a mean of 1.2 (so a busy pod can be dropped) and boot instantly. Pod 1 gets
     // a 10 s request at 1 s; at 5 s the mean is 0.5 -> pod 1 is dropped but still serves that
     // request until 11 s, so it is charged from 1 s to 11 s.
-    let mut c = scaled(2, RouterKind::RoundRobin, IndexKind::PodTables);
-    c.scale = c.scale.map(|p| ScalePolicy { startup_ns: 0, down_milli: 1_200, ..p });
     let a = keys_of(&[1]);
-    let mut bufs = Bufs::new(c);
+    let mut bufs = Bufs::new(two_pods_busy_drop(0));
     let mut f = bufs.fleet();
     for ms in [0, 0, 0] {
         f.dispatch(&req_out(ms, &a, 640)).unwrap();
@@ -397,10 +403,8 @@ fn a_rebooted_pod_counts_as_empty_when_the_rule_reads_the_queues() {
     // 4 s (ready 4.5 s). At 5 s it comes up as a new machine: the rule must read its queue as 0
     // (its previous life's request runs elsewhere), so sum = 2 (pod 0) < 1.2 x 2 -> drop again.
     // Counting the old request (sum 3) would hold instead.
-    let mut c = scaled(2, RouterKind::RoundRobin, IndexKind::PodTables);
-    c.scale = c.scale.map(|p| ScalePolicy { startup_ns: 500_000_000, down_milli: 1_200, ..p });
     let a = keys_of(&[1]);
-    let mut bufs = Bufs::new(c);
+    let mut bufs = Bufs::new(two_pods_busy_drop(500_000_000));
     let mut f = bufs.fleet();
     let mut send = |ms: u64, out: u64| f.dispatch(&req_out(ms, &a, out)).unwrap();
     for _ in 0..3 {

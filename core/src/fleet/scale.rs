@@ -115,11 +115,6 @@ impl ScaleState {
         self.active
     }
 
-    /// The booting pod, if any, when it becomes ready.
-    pub fn booting(&self) -> Option<(usize, u64)> {
-        self.booting
-    }
-
     /// Makes the booting pod routable when it is ready at `now_ns`; returns it then.
     pub fn activate_ready(&mut self, now_ns: u64) -> Option<usize> {
         match self.booting {
@@ -133,9 +128,9 @@ impl ScaleState {
     }
 
     /// Evaluates the rule at an arrival at `now_ns` with the routable pods' queue lengths
-    /// `queue_lens` (`active()` of them). Applies the decision to the state; a scale-in is
-    /// charged the drain `drain_end_ns` of the dropped pod (its last finish) by the caller
-    /// through [`Self::release`].
+    /// `queue_lens` (`active()` of them) and applies the decision to the state. After a
+    /// scale-in the caller ends the dropped pod's provisioned time with [`Self::release`] at
+    /// the end of its drain (its last finish, or now).
     pub fn evaluate(&mut self, now_ns: u64, queue_lens: &[u32]) -> Result<ScaleAction, Error> {
         if now_ns < self.next_eval_ns {
             return Ok(ScaleAction::Hold);

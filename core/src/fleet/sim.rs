@@ -412,6 +412,15 @@ fn demote(cpu: &mut LruPod<'_>, key: u64) {
     cpu.touch(key, &mut ());
 }
 
+/// A pod that comes up is a new machine: nothing queued (requests of its previous life finish
+/// elsewhere).
+fn come_up(pod: Option<usize>, pods: &mut [Pod<'_>], queue_lens: &mut [u32; MAX_PODS]) {
+    if let Some(p) = pod {
+        pods[p].server.reset();
+        queue_lens[p] = 0;
+    }
+}
+
 /// N pods behind a router.
 pub struct Fleet<'a, R: Router = AnyRouter> {
     cfg: FleetConfig,
@@ -531,11 +540,6 @@ impl<'a, R: Router> Fleet<'a, R> {
         }
     }
 
-    /// Routable pods now.
-    pub fn active_pods(&self) -> usize {
-        self.scale.as_ref().map_or(self.pods.len(), ScaleState::active)
-    }
-
     /// The cache of pod `p` (read-only).
     pub fn pod_cache(&self, p: usize) -> Option<&LruPod<'a>> {
         self.pods.get(p).map(|pod| &pod.cache)
@@ -571,12 +575,8 @@ impl<'a, R: Router> Fleet<'a, R> {
     /// the number of routable pods. `queue_lens` is updated for a pod that comes up.
     fn autoscale(&mut self, i: u64, arrival_ns: u64, queue_lens: &mut [u32; MAX_PODS]) -> Result<usize, Error> {
         let Some(scale) = self.scale.as_mut() else { return Ok(self.pods.len()) };
-        // A new machine: nothing queued (requests of its previous life finish elsewhere). Reset
-        // before the rule reads the queue lengths.
-        if let Some(p) = scale.activate_ready(arrival_ns) {
-            self.pods[p].server.reset();
-            queue_lens[p] = 0;
-        }
+        // Before the rule reads the queue lengths, and again after it (a startup of 0).
+        come_up(scale.activate_ready(arrival_ns), &mut self.pods, queue_lens);
         let action = scale.evaluate(arrival_ns, &queue_lens[..scale.active()])?;
         match action {
             ScaleAction::Hold => {}
@@ -602,10 +602,7 @@ impl<'a, R: Router> Fleet<'a, R> {
                 self.totals.scale_ins += 1;
             }
         }
-        if let Some(p) = scale.activate_ready(arrival_ns) {
-            self.pods[p].server.reset();
-            queue_lens[p] = 0;
-        }
+        come_up(scale.activate_ready(arrival_ns), &mut self.pods, queue_lens);
         Ok(scale.active())
     }
 

@@ -165,7 +165,7 @@ pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
     let rag = sweep::run_points("rag_sorted", &rgw, &specs(&[(0.0, 0, rg.fleet), (1.0, 1, rg.fleet)]), threads, "rag")?;
 
     // 8: autoscaling.
-    let (autoscale, autoscale_timeline) = autoscale_runs(threads, shrink)?;
+    let (autoscale, autoscale_timeline) = autoscale_runs(shrink)?;
 
     Ok(Experiments {
         capacity,
@@ -197,36 +197,43 @@ pub fn autoscale_label(i: usize) -> String {
     format!("{}{a}{s}", router.name())
 }
 
-fn autoscale_runs(threads: usize, shrink: u64) -> CliResult<(Vec<Point>, Vec<Timeline>)> {
+/// Runs of [`AUTOSCALE_RUNS`] once each (small: sequential), keeping the outcomes of those in
+/// [`AUTOSCALE_TIMELINES`] for their step lines.
+fn autoscale_runs(shrink: u64) -> CliResult<(Vec<Point>, Vec<Timeline>)> {
     let sc = scenario("autoscale", shrink)?;
     let g = Generated::new(sc.workload)?;
-    let specs: Vec<PointSpec> = (0..AUTOSCALE_RUNS.len())
-        .map(|i| PointSpec { value: AUTOSCALE_RUNS[i].1, workload: 0, cfg: autoscale_cfg(&sc, i) })
-        .collect();
-    let points = sweep::run_points("alpha", std::slice::from_ref(&g), &specs, threads, "autoscaling")?;
-    let mut timelines = Vec::new();
-    for i in AUTOSCALE_TIMELINES {
-        let res = super::run::simulate(autoscale_cfg(&sc, i), &mut &g, true)?;
-        // A step line: a point just before and at every change, and the last arrival.
-        let mut pts: Vec<(f64, f64)> = Vec::new();
-        let mut last = 0u32;
-        for o in &res.outcomes {
-            let t = o.arrival_ns as f64 / 1e9;
-            if pts.is_empty() || o.active_pods != last {
-                if !pts.is_empty() {
-                    pts.push((t, last as f64));
-                }
-                pts.push((t, o.active_pods as f64));
-                last = o.active_pods;
-            }
+    let (mut points, mut timelines) = (Vec::new(), Vec::new());
+    for (i, &(_, alpha, _)) in AUTOSCALE_RUNS.iter().enumerate() {
+        let keep = AUTOSCALE_TIMELINES.contains(&i);
+        let res = super::run::simulate(autoscale_cfg(&sc, i), &mut &g, keep)?;
+        if keep {
+            // Short labels: the chart's legend is narrow.
+            timelines.push((autoscale_label(i).replace("prefix-aware", "PA"), step_line(&res.outcomes)));
         }
-        if let Some(o) = res.outcomes.last() {
-            pts.push((o.arrival_ns as f64 / 1e9, last as f64));
-        }
-        // Short labels: the chart's legend is narrow.
-        timelines.push((autoscale_label(i).replace("prefix-aware", "PA"), pts));
+        points.push(Point { param: "alpha".into(), value: alpha, summary: res.summary });
     }
     Ok((points, timelines))
+}
+
+/// Routable pods over time as a step line: a point just before and at every change, and the
+/// last arrival.
+fn step_line(outcomes: &[brokerlab_core::fleet::Outcome]) -> Vec<(f64, f64)> {
+    let mut pts: Vec<(f64, f64)> = Vec::new();
+    let mut last = 0u32;
+    for o in outcomes {
+        let t = o.arrival_ns as f64 / 1e9;
+        if pts.is_empty() || o.active_pods != last {
+            if !pts.is_empty() {
+                pts.push((t, last as f64));
+            }
+            pts.push((t, o.active_pods as f64));
+            last = o.active_pods;
+        }
+    }
+    if let Some(o) = outcomes.last() {
+        pts.push((o.arrival_ns as f64 / 1e9, last as f64));
+    }
+    pts
 }
 
 fn hit(p: &Point) -> f64 {
