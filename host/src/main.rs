@@ -65,6 +65,8 @@ fn audit(a: AuditArgs) -> brokerlab::error::CliResult<i32> {
 }
 
 fn main() -> ExitCode {
+    // a write past `ulimit -f` must fail with EFBIG and be reported, not kill us silently
+    brokerlab::sys::ignore_file_size_signal();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {

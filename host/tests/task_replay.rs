@@ -55,7 +55,7 @@ impl Effects for Fx<'_> {
     fn model(&mut self, _t: &TaskId, step: u16) -> Result<ModelReply, ()> {
         self.0.reply(step).ok_or(())
     }
-    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, _k: Option<&Key>) -> Result<ToolOutput, ()> {
+    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, _k: Option<&Key>, _f: u64) -> Result<ToolOutput, ()> {
         Ok(ToolOutput { ok: true, output: ResultText::try_from("ok").unwrap() })
     }
     fn suspend_requested(&mut self, _t: &TaskId, step: u16) -> Result<bool, ()> {

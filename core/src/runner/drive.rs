@@ -109,9 +109,18 @@ pub trait Effects {
     /// Asks the model for `step`.
     fn model(&mut self, task: &TaskId, step: u16) -> Result<ModelReply, Self::Error>;
     /// Performs a tool call. Called only after its intent is durable. `key` is the idempotency
-    /// key (the same on every attempt of the step).
-    fn tool(&mut self, task: &TaskId, step: u16, call: &ToolCall, key: Option<&Key>)
-    -> Result<ToolOutput, Self::Error>;
+    /// key (the same on every attempt of the step). `fence` is the fencing token: the epoch of
+    /// the lease under which the intent was recorded ([`TaskState::epoch`]). A tool that can check
+    /// it refuses a token lower than the highest it has seen for the task
+    /// ([`super::lease::check_tool_fence`]), so a runner that lost its lease cannot act.
+    fn tool(
+        &mut self,
+        task: &TaskId,
+        step: u16,
+        call: &ToolCall,
+        key: Option<&Key>,
+        fence: u64,
+    ) -> Result<ToolOutput, Self::Error>;
     /// Polled between atomic steps (before `step` starts or continues): should the runner
     /// suspend now?
     fn suspend_requested(&mut self, _task: &TaskId, _step: u16) -> Result<bool, Self::Error> {
@@ -258,7 +267,8 @@ fn drive_action<J: Journal, E: Effects>(
             }
             // Everything up to the intent becomes durable before the side effect may start.
             journal.sync().map_err(DriveError::Journal)?;
-            let out = fx.tool(&state.task_id, step, &call, key.as_ref()).map_err(DriveError::Effects)?;
+            let fence = state.epoch();
+            let out = fx.tool(&state.task_id, step, &call, key.as_ref(), fence).map_err(DriveError::Effects)?;
             commit(state, journal, Event::ToolResult { step, ok: out.ok, output: out.output })?;
             if call.class == ToolClass::NonIdempotent {
                 // keep the window in which a crash sends this step to review minimal

@@ -268,7 +268,14 @@ impl<const N: usize> Effects for SimEffects<'_, '_, N> {
         Ok(ModelReply { text, call: s.and_then(|s| s.tool.as_ref()).and_then(tool_call) })
     }
 
-    fn tool(&mut self, task: &TaskId, step: u16, call: &ToolCall, key: Option<&Key>) -> Result<ToolOutput, Crash> {
+    fn tool(
+        &mut self,
+        task: &TaskId,
+        step: u16,
+        call: &ToolCall,
+        key: Option<&Key>,
+        _fence: u64,
+    ) -> Result<ToolOutput, Crash> {
         self.plan.point(CrashPoint::BeforeTool { step })?;
         let applied = self.world.receive(task, step, call.class, key);
         self.plan.point(CrashPoint::ToolApplied { step })?;

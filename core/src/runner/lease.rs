@@ -78,6 +78,42 @@ pub fn check_fence(stored: Option<(u64, bool)>, my_epoch: u64) -> Result<(), Run
     }
 }
 
+/// What a tool that checks fencing tokens does with a call carrying `token`, given the highest
+/// token it has seen for the task (`None`: no call yet). The fencing-token rule of leases: the
+/// resource, not the lock service, refuses a holder whose lease was taken over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ToolFence {
+    /// Accept the call; the tool records `highest` as the task's highest token from now on.
+    Accept {
+        /// The new highest token (`max(seen, token)`).
+        highest: u64,
+    },
+    /// Refuse without applying: a newer lease holder has reached this tool.
+    Refuse {
+        /// The highest token seen.
+        highest: u64,
+    },
+}
+
+/// The tool side of fencing: accept a token equal to or above the highest seen for the task,
+/// refuse a lower one. Equal is accepted: one lease holder makes several calls.
+pub fn check_tool_fence(highest_seen: Option<u64>, token: u64) -> ToolFence {
+    match highest_seen {
+        Some(h) if token < h => ToolFence::Refuse { highest: h },
+        Some(h) => ToolFence::Accept { highest: h.max(token) },
+        None => ToolFence::Accept { highest: token },
+    }
+}
+
+/// The runner side, for tools that cannot check a token: may a call be sent at `now_ms` under a
+/// lease that expires at `expires_at_ms`? Only while at least `margin_ms` of it is left, so the
+/// call reaches the tool before another runner may take the lease over (given clocks that agree
+/// to within the margin). `false` means: renew the lease first (a fenced transaction), or stop.
+pub fn may_call(expires_at_ms: i64, now_ms: i64, margin_ms: i64) -> bool {
+    expires_at_ms.saturating_sub(now_ms) >= margin_ms.max(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,5 +146,19 @@ mod tests {
         assert!(check_fence(Some((5, false)), 4).is_err());
         assert!(check_fence(Some((4, false)), 4).is_err(), "same epoch, other owner");
         assert!(check_fence(None, 4).is_err());
+    }
+
+    #[test]
+    fn tool_fence_and_margin() {
+        assert_eq!(check_tool_fence(None, 3), ToolFence::Accept { highest: 3 });
+        assert_eq!(check_tool_fence(Some(3), 3), ToolFence::Accept { highest: 3 }, "same holder, next call");
+        assert_eq!(check_tool_fence(Some(3), 5), ToolFence::Accept { highest: 5 });
+        assert_eq!(check_tool_fence(Some(4), 1), ToolFence::Refuse { highest: 4 });
+        // 300 ms lease renewed at t = 1000, margin 75 ms
+        assert!(may_call(1300, 1000, 75));
+        assert!(may_call(1300, 1225, 75), "exactly the margin left");
+        assert!(!may_call(1300, 1226, 75));
+        assert!(!may_call(1300, 5000, 75), "long expired");
+        assert!(!may_call(i64::MIN, i64::MAX, 0), "no overflow");
     }
 }

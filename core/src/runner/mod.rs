@@ -14,8 +14,12 @@
 //!   the state is always the fold of the log.
 //! * [`drive`](mod@drive): the loop that sequences I/O ([`Journal`], [`Effects`], [`drive()`]):
 //!   intent durable before the side effect, result recorded after.
+//! * [`fork`](mod@fork): the fork rule: a fork never repeats a side effect whose intent precedes
+//!   the cut ([`copied_by_fork`], [`fork_start`]).
 //! * [`lease`]: the lease and fencing rules as pure functions of integers ([`decide_lease`],
-//!   [`check_fence`]); the host evaluates them inside its transactions.
+//!   [`check_fence`]), the tool side of fencing ([`check_tool_fence`]) and the margin rule for
+//!   tools that cannot check a token ([`may_call`]); the host evaluates them inside its
+//!   transactions.
 //! * [`harness`]: crash injection at every point, simulated tools that count calls, and the
 //!   every-crash-point enumeration ([`harness::enumerate_crash_points`]).
 //!
@@ -43,6 +47,7 @@
 pub mod crc;
 pub mod drive;
 pub mod error;
+pub mod fork;
 pub mod frame;
 pub mod harness;
 pub mod lease;
@@ -57,8 +62,11 @@ pub use drive::{
     drive, drive_step, review,
 };
 pub use error::{RunnerError, StorageError};
+pub use fork::{ForkStart, copied_by_fork, fork_start};
 pub use frame::{FORMAT_VERSION, FrameError, MAX_FRAME_LEN, emit, parse};
-pub use lease::{LeaseDecision, LeaseView, TakeReason, check_fence, decide_lease};
+pub use lease::{
+    LeaseDecision, LeaseView, TakeReason, ToolFence, check_fence, check_tool_fence, decide_lease, may_call,
+};
 pub use limits::*;
 pub use machine::{Action, Counters, End, LeaseInfo, Phase, TaskState, idempotency_key, key_for, next_action};
 pub use record::{

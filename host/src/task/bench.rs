@@ -54,7 +54,7 @@ impl Effects for BenchFx {
             }),
         })
     }
-    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, key: Option<&Key>) -> CliResult<ToolOutput> {
+    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, key: Option<&Key>, _f: u64) -> CliResult<ToolOutput> {
         let mut output = ResultText::new();
         let _ = output.push_str("paid ");
         let _ = output.push_str(key.map_or("", |k| k.as_str()));
@@ -64,7 +64,7 @@ impl Effects for BenchFx {
 
 fn raw_commit_rate(dir: &Path, n: u32) -> CliResult<f64> {
     let path = dir.join("raw.sqlite");
-    let c = open_sqlite(&path, true).map_err(|e| sql_error(&path, "opening", e))?;
+    let c = open_sqlite(&path, true)?;
     c.execute_batch("CREATE TABLE IF NOT EXISTS raw(id INTEGER PRIMARY KEY, v BLOB NOT NULL)")
         .map_err(|e| sql_error(&path, "schema", e))?;
     let payload = vec![0x5Au8; 120];

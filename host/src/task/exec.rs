@@ -4,92 +4,113 @@
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Duration;
 
 use brokerlab_core::runner::{
-    Action, Decision, DriveError, Effects, End, Event, Journal, Key, ModelReply, Phase, Record, Stop, TaskId,
-    TaskState, ToolCall, ToolClass, ToolOutput, drive, next_action, review,
+    Action, Decision, DriveError, Effects, End, Event, ForkStart, Journal, Key, ModelReply, Phase, Record, Stop,
+    TaskId, TaskState, ToolCall, ToolClass, ToolOutput, copied_by_fork, drive, fork_start, may_call, next_action,
+    review,
 };
 
 use super::ident::{Me, now_ms};
 use super::spec::{Spec, check_id};
 use super::store::{AppendError, Lease, LeaseError, NewTask, Store, fold, sql_error};
-use super::world::World;
+use super::world::{CallOutcome, ToolFile, World};
 use crate::error::{CliError, CliResult, EXIT_FAILURE, EXIT_NEEDS_REVIEW};
 
 /// Exit status of a process stopped by an injected crash (as if killed by SIGKILL: 128 + 9).
 pub const CRASH_EXIT: i32 = 137;
 
-/// A named place where `BROKERLAB_CRASH_AT` can stop the process.
+/// A named place where `BROKERLAB_CRASH_AT` can stop the process, or `BROKERLAB_PAUSE_AT` park
+/// it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Point {
     /// Before a checkpoint transaction commits (its records are lost).
     BeforeCommit,
     /// Right after a checkpoint committed.
     AfterCommit,
-    /// The intent is durable, the tool has not been called.
+    /// The intent is durable, the tool has not been called (before the lease margin check).
     BeforeTool,
     /// The tool applied the call; its result has not reached the log (the window).
     ToolApplied,
+    /// The lease margin check passed; the call is about to be sent to the tool.
+    Calling,
 }
 
 impl Point {
-    const ALL: [Point; 4] = [Point::BeforeCommit, Point::AfterCommit, Point::BeforeTool, Point::ToolApplied];
-    /// Its name in `BROKERLAB_CRASH_AT`.
+    const ALL: [Point; 5] =
+        [Point::BeforeCommit, Point::AfterCommit, Point::BeforeTool, Point::ToolApplied, Point::Calling];
+    /// Its name in `BROKERLAB_CRASH_AT` / `BROKERLAB_PAUSE_AT`.
     pub fn name(self) -> &'static str {
         match self {
             Point::BeforeCommit => "before-commit",
             Point::AfterCommit => "after-commit",
             Point::BeforeTool => "before-tool",
             Point::ToolApplied => "tool-applied",
+            Point::Calling => "calling",
         }
     }
 }
 
-/// Crash injection from the environment: `BROKERLAB_CRASH_AT=<point>[:<n>]` stops the process
-/// (exit status 137, no cleanup, like `kill -9`) the n-th time (1-based, default 1) it passes the
-/// named point; `BROKERLAB_CRASH_AT=<n>` at the n-th point of any kind. Points:
-/// `before-commit`, `after-commit`, `before-tool`, `tool-applied`.
+/// One `POINT[:N]` or `N` target.
+type Target = (Option<Point>, u32);
+
+fn parse_target(var: &str) -> CliResult<Option<Target>> {
+    let Ok(v) = std::env::var(var) else { return Ok(None) };
+    let bad = || {
+        CliError::bad_input(format!(
+            "{var}={v:?}: expected N or POINT[:N] with POINT one of before-commit, after-commit, before-tool, \
+             calling, tool-applied and N >= 1"
+        ))
+    };
+    let (name, n) = match v.split_once(':') {
+        Some((a, b)) => (Some(a), b.parse::<u32>().map_err(|_| bad())?),
+        None => match v.parse::<u32>() {
+            Ok(n) => (None, n),
+            Err(_) => (Some(v.as_str()), 1),
+        },
+    };
+    if n == 0 {
+        return Err(bad());
+    }
+    let point = match name {
+        Some(s) => Some(Point::ALL.into_iter().find(|p| p.name() == s).ok_or_else(bad)?),
+        None => None,
+    };
+    Ok(Some((point, n)))
+}
+
+/// Crash and pause injection from the environment. `BROKERLAB_CRASH_AT=<point>[:<n>]` stops the
+/// process (exit status 137, no cleanup, like `kill -9`) the n-th time (1-based, default 1) it
+/// passes the named point; `BROKERLAB_CRASH_AT=<n>` at the n-th point of any kind.
+/// `BROKERLAB_PAUSE_AT` (same syntax) parks the process there with `SIGSTOP` to itself, as a
+/// paused VM or a long GC pause would, until someone sends `SIGCONT`. Points: `before-commit`,
+/// `after-commit`, `before-tool`, `calling`, `tool-applied`.
 #[derive(Debug, Default)]
 pub struct Chaos {
-    target: Option<(Option<Point>, u32)>,
+    crash: Option<Target>,
+    pause: Option<Target>,
     passed: Cell<u32>,
-    passed_kind: Cell<[u32; 4]>,
+    passed_kind: Cell<[u32; 5]>,
 }
 
 impl Chaos {
-    /// No crashes.
+    /// No crashes, no pauses.
     pub fn none() -> Chaos {
         Chaos::default()
     }
 
-    /// Reads `BROKERLAB_CRASH_AT`; a malformed value is bad input.
+    /// Reads `BROKERLAB_CRASH_AT` and `BROKERLAB_PAUSE_AT`; a malformed value is bad input.
     pub fn from_env() -> CliResult<Chaos> {
-        let Ok(v) = std::env::var("BROKERLAB_CRASH_AT") else { return Ok(Chaos::none()) };
-        let bad = || {
-            CliError::bad_input(format!(
-                "BROKERLAB_CRASH_AT={v:?}: expected N or POINT[:N] with POINT one of before-commit, after-commit, \
-                 before-tool, tool-applied and N >= 1"
-            ))
-        };
-        let (name, n) = match v.split_once(':') {
-            Some((a, b)) => (Some(a), b.parse::<u32>().map_err(|_| bad())?),
-            None => match v.parse::<u32>() {
-                Ok(n) => (None, n),
-                Err(_) => (Some(v.as_str()), 1),
-            },
-        };
-        if n == 0 {
-            return Err(bad());
-        }
-        let point = match name {
-            Some(s) => Some(Point::ALL.into_iter().find(|p| p.name() == s).ok_or_else(bad)?),
-            None => None,
-        };
-        Ok(Chaos { target: Some((point, n)), ..Chaos::default() })
+        Ok(Chaos {
+            crash: parse_target("BROKERLAB_CRASH_AT")?,
+            pause: parse_target("BROKERLAB_PAUSE_AT")?,
+            ..Chaos::default()
+        })
     }
 
-    /// Passes `p`; stops the process if it is the chosen point.
+    /// Passes `p`; crashes or parks the process if it is a chosen point.
     pub fn point(&self, p: Point, what: &str) {
         let total = self.passed.get() + 1;
         self.passed.set(total);
@@ -97,14 +118,18 @@ impl Chaos {
         let i = Point::ALL.iter().position(|q| *q == p).unwrap_or(0);
         kinds[i] += 1;
         self.passed_kind.set(kinds);
-        let hit = match self.target {
+        let hit = |t: Option<Target>| match t {
             Some((None, n)) => total == n,
             Some((Some(q), n)) => q == p && kinds[i] == n,
             None => false,
         };
-        if hit {
+        if hit(self.crash) {
             eprintln!("brokerlab: crash injected at {} (point #{total}: {what})", p.name());
             std::process::exit(CRASH_EXIT);
+        }
+        if hit(self.pause) {
+            eprintln!("brokerlab: paused at {} (point #{total}: {what}); waiting for SIGCONT", p.name());
+            crate::sys::stop_self();
         }
     }
 }
@@ -116,6 +141,9 @@ pub struct HostJournal<'a> {
     lease: Lease,
     pending: Vec<Record>,
     chaos: &'a Chaos,
+    /// When the lease was last renewed (ms; taken before the transaction, so the lease lasts at
+    /// least `ttl` from it).
+    renewed_at_ms: Rc<Cell<i64>>,
     /// Transactions committed.
     pub commits: u64,
 }
@@ -123,7 +151,8 @@ pub struct HostJournal<'a> {
 impl<'a> HostJournal<'a> {
     /// A journal appending to `store` under `lease`.
     pub fn new(store: &'a Store, lease: Lease, chaos: &'a Chaos) -> Self {
-        HostJournal { store, lease, pending: Vec::new(), chaos, commits: 0 }
+        let renewed_at_ms = Rc::new(Cell::new(lease.taken_at_ms));
+        HostJournal { store, lease, pending: Vec::new(), chaos, renewed_at_ms, commits: 0 }
     }
 }
 
@@ -139,7 +168,9 @@ impl Journal for HostJournal<'_> {
         }
         let what = self.pending.last().map(|r| format!("seq {} {}", r.seq, r.kind().name())).unwrap_or_default();
         self.chaos.point(Point::BeforeCommit, &what);
+        let t = now_ms();
         self.store.append(&self.lease, &self.pending)?;
+        self.renewed_at_ms.set(t);
         self.pending.clear();
         self.commits += 1;
         self.chaos.point(Point::AfterCommit, &what);
@@ -154,6 +185,41 @@ pub struct HostEffects<'a> {
     store: &'a Store,
     chaos: &'a Chaos,
     delay: Duration,
+    lease: Lease,
+    margin_ms: i64,
+    renewed_at_ms: Rc<Cell<i64>>,
+    /// Set when a tool or a renewal found that another runner holds the lease.
+    fenced: bool,
+}
+
+impl HostEffects<'_> {
+    /// The margin rule (docs/RUNNER.md): a call is sent only while at least `margin_ms` of the
+    /// lease is left; otherwise the lease is renewed first, in a fenced transaction, and a runner
+    /// that lost it stops here without calling.
+    fn check_lease(&mut self, task: &TaskId, step: u16, tool: &str) -> CliResult<()> {
+        let expires = self.renewed_at_ms.get().saturating_add(self.lease.ttl_ms);
+        if may_call(expires, now_ms(), self.margin_ms) {
+            return Ok(());
+        }
+        let t = now_ms();
+        match self.store.renew(&self.lease) {
+            Ok(()) => {
+                self.renewed_at_ms.set(t);
+                Ok(())
+            }
+            Err(AppendError::Fenced { epoch, holder }) => {
+                self.fenced = true;
+                let who = holder.map_or("nobody".to_string(), |(o, e)| format!("{o} (epoch {e})"));
+                Err(CliError::failure(format!(
+                    "task {task:?} step {step}: fenced: less than {} ms of the lease was left before calling {tool}, \
+                     and renewing it failed: our epoch {epoch}, now held by {who}; the call was not sent; this \
+                     runner stopped and wrote nothing more",
+                    self.margin_ms
+                )))
+            }
+            Err(AppendError::Sql(e)) => Err(sql_error(&self.store.path, "renewing the lease", e)),
+        }
+    }
 }
 
 impl Effects for HostEffects<'_> {
@@ -166,10 +232,31 @@ impl Effects for HostEffects<'_> {
         self.spec.reply(step).ok_or_else(|| CliError::failure(format!("the spec has no step {step}")))
     }
 
-    fn tool(&mut self, task: &TaskId, step: u16, call: &ToolCall, key: Option<&Key>) -> CliResult<ToolOutput> {
+    fn tool(
+        &mut self,
+        task: &TaskId,
+        step: u16,
+        call: &ToolCall,
+        key: Option<&Key>,
+        fence: u64,
+    ) -> CliResult<ToolOutput> {
         let what = format!("step {step} {}", call.tool);
         self.chaos.point(Point::BeforeTool, &what);
-        let out = self.world.call(task, step, call, key)?;
+        self.check_lease(task, step, &call.tool)?;
+        self.chaos.point(Point::Calling, &what);
+        let out = match self.world.call(task, step, call, key, fence)? {
+            CallOutcome::Done(out) => out,
+            CallOutcome::Fenced { file, highest } => {
+                self.fenced = true;
+                return Err(CliError::failure(format!(
+                    "task {task:?} step {step}: fenced: the {} tool refused the call ({}): it carried fencing token \
+                     {fence} (this runner's lease epoch) but the tool has seen token {highest} for this task, so \
+                     another runner took the lease over; this runner stopped and wrote nothing more",
+                    call.tool,
+                    file.display()
+                )));
+            }
+        };
         // the call has been applied; a slow tool's result "has not arrived" during this delay
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);
@@ -184,7 +271,7 @@ impl Effects for HostEffects<'_> {
 }
 
 /// Options shared by the commands that run a task.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RunOpts {
     /// `--world DIR` if given.
     pub world: Option<PathBuf>,
@@ -192,6 +279,8 @@ pub struct RunOpts {
     pub step_delay_ms: u64,
     /// Lease time to live, ms.
     pub lease_ms: i64,
+    /// Least lease time left, ms, under which a tool is not called before a renewal.
+    pub lease_margin_ms: i64,
 }
 
 /// Default world directory.
@@ -233,6 +322,47 @@ pub fn status_of(st: &TaskState) -> String {
     }
 }
 
+/// The world as a witness: every call a tool's own file holds for `id` must have its intent in
+/// the log. A call without one means the log lost its tail or was changed: resuming would repeat a
+/// side effect the world has already seen, so this is reported as corruption and nothing runs.
+fn check_witness(store: &Store, world: &mut World, id: &str, recs: &[Record]) -> CliResult<()> {
+    for f in ToolFile::ALL {
+        for c in world.calls(f, id)? {
+            let has_intent = recs.iter().any(|r| {
+                matches!(&r.event, Event::ToolIntent { step, tool, .. } if *step == c.step && tool.as_str() == f.tool())
+            });
+            if !has_intent {
+                return Err(CliError::bad_input(format!(
+                    "{}: task {id:?} step {}: log corruption: the {} tool's own file ({}) has a call for this step \
+                     (applied {}, token {}) but the log has no intent for it: the log's tail was lost or changed; \
+                     nothing was re-sent and nothing was written",
+                    store.path.display(),
+                    c.step,
+                    f.tool(),
+                    world.path(f).display(),
+                    u8::from(c.applied),
+                    c.epoch
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A runner that takes over a call in flight (or a step waiting for review) raises the fence in
+/// that tool's file to its own epoch before it decides, so a call from the previous holder that
+/// arrives later is refused, and the file it reads as evidence stays final.
+fn fence_in_flight(world: &mut World, id: &str, st: &TaskState) -> CliResult<()> {
+    let call = match &st.phase {
+        Phase::InFlight { call, .. } | Phase::Review { call } => call,
+        Phase::Model | Phase::Tool { .. } => return Ok(()),
+    };
+    match ToolFile::of_tool(&call.tool) {
+        Some(f) => world.raise_fence(f, id, st.epoch()),
+        None => Ok(()),
+    }
+}
+
 /// Runs (or resumes) a task until it completes, suspends or pauses. Returns the exit code.
 fn execute(
     store: &Store,
@@ -244,16 +374,19 @@ fn execute(
 ) -> CliResult<i32> {
     let chaos = Chaos::from_env()?;
     let me = Me::current();
-    let mut state = match &create {
-        Some(new) => fold(&store.path, id, &new.records)?,
-        None => store.replay(id)?,
+    let recs = match &create {
+        Some(new) => new.records.clone(),
+        None => store.records(id)?,
     };
+    let mut state = fold(&store.path, id, &recs)?;
     if state.created && state.spec_digest != spec.digest() {
         return Err(CliError::bad_input(format!(
             "{}: task {id:?}: the stored spec does not match the log's digest",
             store.path.display()
         )));
     }
+    let mut world = World::new(&world);
+    check_witness(store, &mut world, id, &recs)?;
     let (lease, rec) = match store.acquire(id, &me, opts.lease_ms, &state, create.as_ref(), true) {
         Ok(x) => x,
         Err(LeaseError::Held { owner, epoch, expires_in_ms }) => {
@@ -272,11 +405,21 @@ fn execute(
         Err(LeaseError::Sql(e)) => return Err(sql_error(&store.path, "taking the lease", e)),
     };
     state.apply(&rec).map_err(|e| CliError::failure(format!("lease record: {e}")))?;
-    let mut world = World::new(&world);
+    fence_in_flight(&mut world, id, &state)?;
     let mut journal = HostJournal::new(store, lease.clone(), &chaos);
-    let mut fx =
-        HostEffects { spec, world: &mut world, store, chaos: &chaos, delay: Duration::from_millis(opts.step_delay_ms) };
+    let mut fx = HostEffects {
+        spec,
+        world: &mut world,
+        store,
+        chaos: &chaos,
+        delay: Duration::from_millis(opts.step_delay_ms),
+        lease: lease.clone(),
+        margin_ms: opts.lease_margin_ms,
+        renewed_at_ms: journal.renewed_at_ms.clone(),
+        fenced: false,
+    };
     let r = drive(&mut state, &mut journal, &mut fx);
+    let fenced = fx.fenced;
     match r {
         Ok(stop) => {
             store.release(&lease);
@@ -285,7 +428,7 @@ fn execute(
         Err(DriveError::Journal(AppendError::Fenced { epoch, holder })) => {
             let who = holder.map_or("nobody".to_string(), |(o, e)| format!("{o} (epoch {e})"));
             Err(CliError::failure(format!(
-                "task {id:?}: lost the lease (our epoch {epoch}; now held by {who}); this runner stopped and \
+                "task {id:?}: fenced: lost the lease (our epoch {epoch}; now held by {who}); this runner stopped and \
                  wrote nothing more"
             )))
         }
@@ -294,7 +437,9 @@ fn execute(
             Err(sql_error(&store.path, "appending a checkpoint", e))
         }
         Err(DriveError::Effects(e)) => {
-            store.release(&lease);
+            if !fenced {
+                store.release(&lease);
+            }
             Err(e)
         }
         Err(DriveError::Runner(e)) => Err(CliError::failure(format!("task {id:?}: {e}"))),
@@ -306,8 +451,60 @@ fn execute(
     }
 }
 
+/// What the world shows about a step waiting for review: the calls the tool's own file holds for
+/// it (made by the task, or by the ancestors its in-flight intent was copied from) and, for a
+/// fork, the parents' records for that step after the cut.
+struct Evidence {
+    file: PathBuf,
+    received: usize,
+    applied: usize,
+    lines: Vec<String>,
+}
+
+fn evidence(store: &Store, world: &mut World, id: &str, step: u16, tool: &str) -> CliResult<Evidence> {
+    let f = ToolFile::of_tool(tool);
+    let mut ev = Evidence {
+        file: f.map_or_else(|| world.dir().to_path_buf(), |f| world.path(f)),
+        received: 0,
+        applied: 0,
+        lines: Vec::new(),
+    };
+    let mut task = id.to_string();
+    // the task itself, then each parent whose prefix (up to the cut) holds an intent for `step`
+    for _depth in 0..64 {
+        if let Some(f) = f {
+            for c in world.calls(f, &task)?.into_iter().filter(|c| c.step == step) {
+                ev.received += 1;
+                ev.applied += usize::from(c.applied);
+                ev.lines.push(format!(
+                    "{}: call by {} (token {}): {}",
+                    f.file(),
+                    c.task,
+                    c.epoch,
+                    if c.applied {
+                        "applied".to_string()
+                    } else {
+                        format!("not applied ({})", c.reason.unwrap_or_default())
+                    }
+                ));
+            }
+        }
+        let Some(row) = store.task(&task)? else { break };
+        let (Some(parent), Some(cut)) = (row.parent, row.parent_seq) else { break };
+        let precs = store.records(&parent)?;
+        let copied = |r: &&Record| r.event.step() == Some(step) && matches!(r.event, Event::ToolIntent { .. });
+        if !precs.iter().take_while(|r| i64::from(r.seq) <= cut).any(|r| copied(&r)) {
+            break;
+        }
+        for r in precs.iter().filter(|r| i64::from(r.seq) > cut && r.event.step() == Some(step)) {
+            ev.lines.push(format!("parent {parent} seq {} after the cut: {} {}", r.seq, r.kind().name(), r.event));
+        }
+        task = parent;
+    }
+    Ok(ev)
+}
+
 fn report(store: &Store, id: &str, st: &TaskState, stop: Stop, world: &mut World) -> CliResult<i32> {
-    let _ = store;
     match stop {
         Stop::Completed => {
             say!("task {id}: completed ({} steps, {} records)", st.steps, st.next_seq);
@@ -322,14 +519,27 @@ fn report(store: &Store, id: &str, st: &TaskState, stop: Stop, world: &mut World
             Ok(EXIT_FAILURE)
         }
         Stop::NeedsReview { step } => {
-            let (recv, applied) = world.calls_for("emails.sqlite", id, step)?;
+            let tool = tool_at(st);
+            let ev = evidence(store, world, id, step, &tool)?;
+            let reading = match ev.applied {
+                0 => "no applied call: it did not happen as far as the tool can tell (`--retry` sends it)".to_string(),
+                1 => "one applied call: it happened (`--mark-done`)".to_string(),
+                n => format!("{n} applied calls"),
+            };
             say!(
-                "task {id}: paused: step {step} ({}) was sent but its result was never recorded; it is not \
-                 idempotent, so the runner will not repeat it.\n  the tool's own file ({}) shows {recv} call(s) \
-                 received, {applied} applied for this step.\n  decide: `brokerlab task review {id} --step {step} \
-                 --mark-done` (it happened) or `--retry` (it did not), then `brokerlab task resume {id}`",
-                tool_at(st),
-                world.dir().join("emails.sqlite").display()
+                "task {id}: paused: step {step} ({tool}) has an intent in the log but no result: it may or may not \
+                 have been sent, and it is not idempotent, so the runner will not repeat it on its own.\n  the \
+                 tool's own file ({}) shows {} call(s) received and {} applied for this step: {reading}.",
+                ev.file.display(),
+                ev.received,
+                ev.applied
+            );
+            for l in &ev.lines {
+                say!("    {l}");
+            }
+            say!(
+                "  decide: `brokerlab task review {id} --step {step} --mark-done` (it happened) or `--retry` (it did \
+                 not), then `brokerlab task resume {id}`"
             );
             Ok(EXIT_NEEDS_REVIEW)
         }
@@ -435,6 +645,13 @@ pub fn review_cmd(db: &Path, id: &str, step: u16, decision: Decision, lease_ms: 
         Err(LeaseError::Exists) => return Err(CliError::failure("unexpected create")),
     };
     st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
+    // the reviewer read the tool's file: from now on no older lease holder may add to it
+    let row = store.task_or_err(id)?;
+    let mut world = World::new(&world_dir(&RunOpts::default(), row.world.as_deref()));
+    if let Err(e) = fence_in_flight(&mut world, id, &st) {
+        store.release(&lease);
+        return Err(e);
+    }
     let chaos = Chaos::none();
     let mut journal = HostJournal::new(&store, lease.clone(), &chaos);
     let r = review(&mut st, &mut journal, step, decision);
@@ -476,6 +693,14 @@ pub fn suspend(db: &Path, id: &str, lease_ms: i64) -> CliResult<i32> {
         return Ok(0);
     }
     // No live runner: write the marker ourselves, if no call is in flight.
+    if let Phase::Review { .. } = st.phase {
+        return Err(CliError::bad_input(format!(
+            "task {id:?} cannot be suspended now: it is {}; it is already stopped and waits for a human: answer \
+             with `brokerlab task review {id} --step {} --mark-done` or `--retry`",
+            status_of(&st),
+            st.step
+        )));
+    }
     if !st.can_suspend() {
         return Err(CliError::bad_input(format!(
             "task {id:?} cannot be suspended now: it is {}; run `brokerlab task resume {id}` to resolve the step",
@@ -549,19 +774,9 @@ pub fn fork(db: &Path, id: &str, at: u32, spec_path: Option<&Path>, opts: &RunOp
         Record::new(task.clone(), 1, Event::ForkedFrom { task: parent_id, seq: at }),
     ];
     let mut st = fold(&store.path, &new_id, &recs)?;
-    let mut safe = recs.len();
-    for r in parent.iter().take(at as usize + 1) {
-        let copy = matches!(
-            r.event,
-            Event::ModelResponse { .. }
-                | Event::ToolIntent { .. }
-                | Event::ToolResult { .. }
-                | Event::NeedsReview { .. }
-                | Event::ReviewDecision { .. }
-        );
-        if !copy {
-            continue;
-        }
+    // The fork rule (core::runner::fork): copy what happened in the steps, never shorten the
+    // prefix: a call whose intent precedes the cut is the parent's and is never made anew.
+    for r in parent.iter().take(at as usize + 1).filter(|r| copied_by_fork(&r.event)) {
         let rec = Record::new(task.clone(), recs.len() as u32, r.event.clone());
         st.apply(&rec).map_err(|e| {
             CliError::bad_input(format!(
@@ -571,13 +786,18 @@ pub fn fork(db: &Path, id: &str, at: u32, spec_path: Option<&Path>, opts: &RunOp
             ))
         })?;
         recs.push(rec);
-        if matches!(st.phase, Phase::Model | Phase::Tool { .. }) {
-            safe = recs.len();
-        }
     }
-    // A cut inside a tool call (intent without result, or a pending review) is moved back to the
-    // model response: the fork makes that call itself, with its own key.
-    recs.truncate(safe);
+    let start = match fork_start(&st) {
+        ForkStart::Clean => String::new(),
+        ForkStart::ReRun { step } => format!("; the cut is inside step {step}'s read-only call: it is re-run"),
+        ForkStart::ReCallWithParentKey { step } => {
+            format!("; the cut is inside step {step}'s idempotent call: it is re-called with the parent's key")
+        }
+        ForkStart::Review { step } => format!(
+            "; the cut is inside step {step}'s non-idempotent call (the parent's): the fork pauses for review, it \
+             never sends it on its own"
+        ),
+    };
     let world = world_dir(opts, row.world.as_deref());
     let new = NewTask {
         spec_json: spec.to_json(),
@@ -587,7 +807,7 @@ pub fn fork(db: &Path, id: &str, at: u32, spec_path: Option<&Path>, opts: &RunOp
         world: Some(abs(&world).display().to_string()),
         records: recs,
     };
-    say!("task {new_id}: forked from {id} at seq {at} ({} records copied)", new.records.len() - 2);
+    say!("task {new_id}: forked from {id} at seq {at} ({} records copied){start}", new.records.len() - 2);
     execute(&store, &new_id, &spec, world, opts, Some(new))
 }
 

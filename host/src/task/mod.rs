@@ -53,34 +53,53 @@ pub struct RunArgs {
     /// the one the task was created with.
     #[arg(long, value_name = "DIR")]
     pub world: Option<PathBuf>,
-    /// Lease time to live in ms: how long another host waits before taking over a runner that
-    /// stopped renewing (a dead runner on this host is taken over at once).
+    /// Lease time to live in ms (10 to 86,400,000): how long another host waits before taking
+    /// over a runner that stopped renewing (a dead runner on this host is taken over at once).
     /// [default: 5000, or $BROKERLAB_LEASE_MS]
     #[arg(long, value_name = "MS")]
     pub lease_ms: Option<u64>,
+    /// A tool is called only while at least this much of the lease is left; otherwise the lease is
+    /// renewed first, and a runner that lost it stops without calling. Must be below the lease.
+    /// [default: a quarter of the lease]
+    #[arg(long, value_name = "MS")]
+    pub lease_margin_ms: Option<u64>,
     /// (testing) Sleep this long in every model call and inside every tool call (after the tool
     /// applied, before its result returns). Also $BROKERLAB_STEP_DELAY_MS.
     #[arg(long, value_name = "MS", hide = true)]
     pub step_delay_ms: Option<u64>,
 }
 
+/// Shortest lease, ms: below it a runner cannot commit a step before its lease runs out.
+pub const MIN_LEASE_MS: u64 = 10;
+/// Longest lease, ms (one day): a longer one would keep a dead runner's task waiting that long.
+pub const MAX_LEASE_MS: u64 = 86_400_000;
+
 fn env_ms(name: &str) -> CliResult<Option<u64>> {
     match std::env::var(name) {
         Ok(v) => v
+            .trim()
             .parse()
             .map(Some)
-            .map_err(|_| CliError::bad_input(format!("{name}={v:?}: expected a number of milliseconds"))),
+            .map_err(|_| CliError::bad_input(format!("{name}={v:?}: expected a whole number of milliseconds"))),
         Err(_) => Ok(None),
     }
 }
 
-/// The lease time to live: `--lease-ms`, else `$BROKERLAB_LEASE_MS`, else 5000.
+/// The lease time to live: `--lease-ms`, else `$BROKERLAB_LEASE_MS`, else 5000; 10 ms to one day.
 fn lease_ms(flag: Option<u64>) -> CliResult<i64> {
-    let ms = match flag {
-        Some(v) => v,
-        None => env_ms("BROKERLAB_LEASE_MS")?.unwrap_or(5000),
+    let (ms, what) = match flag {
+        Some(v) => (v, "--lease-ms".to_string()),
+        None => match env_ms("BROKERLAB_LEASE_MS")? {
+            Some(v) => (v, "BROKERLAB_LEASE_MS".to_string()),
+            None => (5000, String::new()),
+        },
     };
-    Ok(ms.min(i64::MAX as u64) as i64)
+    if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&ms) {
+        return Err(CliError::bad_input(format!(
+            "{what} {ms}: expected {MIN_LEASE_MS} to {MAX_LEASE_MS} ms (one day)"
+        )));
+    }
+    Ok(ms as i64)
 }
 
 impl RunArgs {
@@ -89,8 +108,19 @@ impl RunArgs {
             Some(v) => v,
             None => env_ms("BROKERLAB_STEP_DELAY_MS")?.unwrap_or(0),
         };
-        exec::Chaos::from_env()?; // reject a malformed BROKERLAB_CRASH_AT up front
-        Ok(RunOpts { world: self.world.clone(), step_delay_ms, lease_ms: lease_ms(self.lease_ms)? })
+        exec::Chaos::from_env()?; // reject a malformed BROKERLAB_CRASH_AT / PAUSE_AT up front
+        store::busy_ms()?; // and a malformed BROKERLAB_BUSY_MS
+        let lease_ms = lease_ms(self.lease_ms)?;
+        let lease_margin_ms = match self.lease_margin_ms {
+            None => lease_ms / 4,
+            Some(m) if (m as i64) < lease_ms && m <= MAX_LEASE_MS => m as i64,
+            Some(m) => {
+                return Err(CliError::bad_input(format!(
+                    "--lease-margin-ms {m}: expected less than the lease ({lease_ms} ms)"
+                )));
+            }
+        };
+        Ok(RunOpts { world: self.world.clone(), step_delay_ms, lease_ms, lease_margin_ms })
     }
 }
 
@@ -262,17 +292,30 @@ fn list(db: &std::path::Path) -> CliResult<i32> {
     let store = Store::open(db, false)?;
     let ids = store.task_ids()?;
     say!("{:<24} {:>7} {:>8}  {:<40} lease", "task", "steps", "records", "status");
+    let mut corrupt = Vec::new();
     for id in ids {
-        let st = store.replay(&id)?;
-        say!(
-            "{:<24} {:>3}/{:<3} {:>8}  {:<40} {}",
-            id,
-            st.step,
-            st.steps,
-            st.next_seq,
-            status_of(&st),
-            lease_text(&store, &id)?
-        );
+        match store.replay(&id) {
+            Ok(st) => say!(
+                "{:<24} {:>3}/{:<3} {:>8}  {:<40} {}",
+                id,
+                st.step,
+                st.steps,
+                st.next_seq,
+                status_of(&st),
+                lease_text(&store, &id)?
+            ),
+            Err(e) => {
+                say!("{:<24} {:>7} {:>8}  {:<40} -", id, "?", "?", "CORRUPT (see below)");
+                corrupt.push(e.msg);
+            }
+        }
     }
-    Ok(0)
+    if corrupt.is_empty() {
+        return Ok(0);
+    }
+    Err(CliError::bad_input(format!(
+        "{} task(s) with a corrupt log (the others are listed above):\n  {}",
+        corrupt.len(),
+        corrupt.join("\n  ")
+    )))
 }

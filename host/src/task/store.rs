@@ -45,6 +45,8 @@ pub struct Lease {
     pub epoch: u64,
     /// Time to live after each append, ms.
     pub ttl_ms: i64,
+    /// When it was taken (ms; the lease lasts `ttl_ms` from then until the next append).
+    pub taken_at_ms: i64,
 }
 
 /// Why an append was refused.
@@ -102,6 +104,8 @@ pub struct TaskRow {
     pub parent: Option<String>,
     /// The world directory used at creation.
     pub world: Option<String>,
+    /// The last parent record a fork copied.
+    pub parent_seq: Option<i64>,
 }
 
 /// A row of `leases`.
@@ -146,14 +150,51 @@ pub fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> CliError {
     }
 }
 
-/// Opens a SQLite file with WAL, `synchronous=FULL` and a busy timeout.
-pub fn open_sqlite(path: &Path, create: bool) -> Result<Connection, rusqlite::Error> {
+/// The busy timeout: `$BROKERLAB_BUSY_MS` (0 to 3,600,000), default 5,000. A malformed value is
+/// bad input, not silently ignored.
+pub fn busy_ms() -> CliResult<u64> {
+    const MAX_BUSY_MS: u64 = 3_600_000;
+    match std::env::var("BROKERLAB_BUSY_MS") {
+        Err(_) => Ok(5000),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms <= MAX_BUSY_MS => Ok(ms),
+            _ => Err(CliError::bad_input(format!(
+                "BROKERLAB_BUSY_MS={v:?}: expected a whole number of milliseconds from 0 to {MAX_BUSY_MS}"
+            ))),
+        },
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+}
+
+/// Opens a SQLite file with WAL, `synchronous=FULL` and a busy timeout. Opening waits for a
+/// busy database as long as any statement would: switching a new file to WAL takes a lock that
+/// SQLite's busy handler does not wait for, so two runners creating one file at once retry here
+/// until the busy timeout instead of failing after a few milliseconds.
+pub fn open_sqlite(path: &Path, create: bool) -> CliResult<Connection> {
+    let busy = busy_ms()?;
+    let deadline = std::time::Instant::now() + Duration::from_millis(busy);
+    let mut pause_ms = 1;
+    loop {
+        match try_open(path, create, busy) {
+            Ok(c) => return Ok(c),
+            Err(e) if is_busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(pause_ms));
+                pause_ms = (pause_ms * 2).min(50);
+            }
+            Err(e) => return Err(sql_error(path, "opening", e)),
+        }
+    }
+}
+
+fn try_open(path: &Path, create: bool, busy_ms: u64) -> Result<Connection, rusqlite::Error> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
     }
     let conn = Connection::open_with_flags(path, flags)?;
-    let busy_ms = std::env::var("BROKERLAB_BUSY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(5000u64);
     conn.busy_timeout(Duration::from_millis(busy_ms))?;
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
@@ -161,6 +202,46 @@ pub fn open_sqlite(path: &Path, create: bool) -> Result<Connection, rusqlite::Er
     }
     conn.pragma_update(None, "synchronous", "FULL")?;
     Ok(conn)
+}
+
+/// What an existing file is, read without changing a byte of it.
+enum Existing {
+    /// Our log (its format tag matches).
+    Ours,
+    /// A SQLite database with no tables: adopt it.
+    Empty,
+}
+
+/// Opens `path` read-only and checks it is our log or an empty database. Another application's
+/// database, or a file that is not a database, is bad input and left as it was: nothing is
+/// written to it, not even the switch to WAL.
+fn check_existing(path: &Path) -> CliResult<Existing> {
+    let p = path.display();
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let look = || -> Result<Result<Existing, String>, rusqlite::Error> {
+        let c = Connection::open_with_flags(path, flags)?;
+        c.busy_timeout(Duration::from_millis(busy_ms().unwrap_or(5000)))?;
+        let tables: i64 = c.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
+        if tables == 0 {
+            return Ok(Ok(Existing::Empty));
+        }
+        let has_meta: i64 =
+            c.query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='meta'", [], |r| r.get(0))?;
+        if has_meta == 0 {
+            return Ok(Err("a SQLite database but not a brokerlab task log (no meta table)".into()));
+        }
+        let fmt: Option<String> =
+            c.query_row("SELECT value FROM meta WHERE key='format'", [], |r| r.get(0)).optional()?;
+        if fmt.as_deref() != Some(FORMAT) {
+            return Ok(Err(format!("not a brokerlab task log (format {fmt:?}, expected {FORMAT:?})")));
+        }
+        Ok(Ok(Existing::Ours))
+    };
+    match look() {
+        Ok(Ok(e)) => Ok(e),
+        Ok(Err(why)) => Err(CliError::bad_input(format!("{p}: {why}; the file was left as it was"))),
+        Err(e) => Err(sql_error(path, "checking the file before opening it for writing", e)),
+    }
 }
 
 const SCHEMA: &str = "
@@ -179,22 +260,29 @@ CREATE TABLE IF NOT EXISTS suspend_requests(task_id TEXT PRIMARY KEY, at_ms INTE
 ";
 
 impl Store {
-    /// Opens (and with `create`, creates) the log database. Errors name the file.
+    /// Opens (and with `create`, creates) the log database. Errors name the file. An existing
+    /// file is checked read-only first ([`check_existing`]): one that is not our log is never
+    /// changed.
     pub fn open(path: &Path, create: bool) -> CliResult<Store> {
         if !create && !path.exists() {
             return Err(CliError::bad_input(format!("{}: no such log database (use --db FILE)", path.display())));
         }
-        let conn = open_sqlite(path, create).map_err(|e| sql_error(path, "opening", e))?;
+        let existing = if path.exists() { Some(check_existing(path)?) } else { None };
+        let conn = open_sqlite(path, create)?;
         let store = Store { conn, path: path.to_path_buf() };
-        store.init().map_err(|e| sql_error(path, "reading the schema", e))??;
+        if !matches!(existing, Some(Existing::Ours)) {
+            store.init().map_err(|e| sql_error(path, "creating the schema", e))??;
+        }
         Ok(store)
     }
 
     fn init(&self) -> Result<CliResult<()>, rusqlite::Error> {
+        let tx = Tx::begin(&self.conn)?;
         let has_meta: bool =
             self.conn
                 .query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='meta'", [], |r| r.get(0))?;
         if has_meta {
+            // another runner created it between our check and our lock
             let fmt: Option<String> =
                 self.conn.query_row("SELECT value FROM meta WHERE key='format'", [], |r| r.get(0)).optional()?;
             if fmt.as_deref() != Some(FORMAT) {
@@ -213,17 +301,22 @@ impl Store {
                 self.path.display()
             ))));
         }
-        self.conn.execute_batch(&format!(
-            "BEGIN IMMEDIATE; {SCHEMA} INSERT OR IGNORE INTO meta VALUES('format', '{FORMAT}'); COMMIT;"
-        ))?;
+        self.conn.execute_batch(&format!("{SCHEMA} INSERT OR IGNORE INTO meta VALUES('format', '{FORMAT}');"))?;
+        tx.commit()?;
         Ok(Ok(()))
     }
 
     /// The task row, if the task exists.
     pub fn task(&self, id: &str) -> CliResult<Option<TaskRow>> {
         self.conn
-            .query_row("SELECT task_id, spec, parent, world FROM tasks WHERE task_id=?1", [id], |r| {
-                Ok(TaskRow { id: r.get(0)?, spec: r.get(1)?, parent: r.get(2)?, world: r.get(3)? })
+            .query_row("SELECT task_id, spec, parent, world, parent_seq FROM tasks WHERE task_id=?1", [id], |r| {
+                Ok(TaskRow {
+                    id: r.get(0)?,
+                    spec: r.get(1)?,
+                    parent: r.get(2)?,
+                    world: r.get(3)?,
+                    parent_seq: r.get(4)?,
+                })
             })
             .optional()
             .map_err(|e| sql_error(&self.path, "reading tasks", e))
@@ -254,11 +347,17 @@ impl Store {
             .prepare_cached("SELECT seq, payload FROM log WHERE task_id=?1 ORDER BY seq")
             .map_err(|e| sql_error(&self.path, "reading the log", e))?;
         let rows = st
-            .query_map([id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))
+            .query_map([id], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, rusqlite::types::Value>(1)?)))
             .map_err(|e| sql_error(&self.path, "reading the log", e))?;
         let mut out = Vec::new();
         for row in rows {
             let (seq, payload) = row.map_err(|e| sql_error(&self.path, "reading the log", e))?;
+            let rusqlite::types::Value::Blob(payload) = payload else {
+                return Err(CliError::bad_input(format!(
+                    "{p}: task {id:?} seq {seq}: corrupt record: the payload column is not a blob (a frame); the row \
+                     was changed outside brokerlab"
+                )));
+            };
             let (rec, n) = frame::parse(&payload)
                 .map_err(|e| CliError::bad_input(format!("{p}: task {id:?} seq {seq}: corrupt record: {e}")))?;
             if n != payload.len() || rec.seq as i64 != seq || rec.task_id.as_str() != id {
@@ -311,6 +410,7 @@ impl Store {
         clear_suspend: bool,
     ) -> Result<(Lease, Record), LeaseError> {
         let now = now_ms();
+        let expires = expiry(now, ttl_ms)?;
         let tx = Tx::begin(&self.conn)?;
         if let Some(new) = create {
             let n = self.conn.execute(
@@ -342,7 +442,7 @@ impl Store {
         };
         self.conn.execute(
             "INSERT OR REPLACE INTO leases VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-            params![id, owner, epoch as i64, now + ttl_ms, me.host, me.pid, me.start as i64],
+            params![id, owner, epoch as i64, expires, me.host, me.pid, me.start as i64],
         )?;
         if clear_suspend {
             self.conn.execute("DELETE FROM suspend_requests WHERE task_id=?1", [id])?;
@@ -353,7 +453,7 @@ impl Store {
         let rec = Record::new(task, state.next_seq, Event::LeaseAcquired { owner: owner_h, epoch });
         insert_record(&self.conn, &rec, epoch, now)?;
         tx.commit()?;
-        Ok((Lease { task: id.to_string(), owner, epoch, ttl_ms }, rec))
+        Ok((Lease { task: id.to_string(), owner, epoch, ttl_ms, taken_at_ms: now }, rec))
     }
 
     /// Gives the lease up (expires it now) if it is still ours.
@@ -362,6 +462,12 @@ impl Store {
             "UPDATE leases SET expires_at_ms=0 WHERE task_id=?1 AND epoch=?2 AND owner=?3",
             params![lease.task, lease.epoch as i64, lease.owner],
         );
+    }
+
+    /// Renews the lease (a fenced transaction that appends nothing): refused when another runner
+    /// took the lease over.
+    pub fn renew(&self, lease: &Lease) -> Result<(), AppendError> {
+        self.append(lease, &[])
     }
 
     /// Appends `recs` under `lease` in one transaction (a checkpoint). Refused when the lease's
@@ -404,7 +510,7 @@ fn append_one(conn: &Connection, lease: &Lease, recs: &[Record], now: i64) -> Re
                 }
             }
             conn.prepare_cached("UPDATE leases SET expires_at_ms=?1 WHERE task_id=?2 AND epoch=?3")?
-                .execute(params![now + lease.ttl_ms, lease.task, lease.epoch as i64])?;
+                .execute(params![expiry(now, lease.ttl_ms)?, lease.task, lease.epoch as i64])?;
             Ok(())
         })();
     match r {
@@ -417,6 +523,13 @@ fn append_one(conn: &Connection, lease: &Lease, recs: &[Record], now: i64) -> Re
             Err(AppendError::Sql(e))
         }
     }
+}
+
+/// `now + ttl`, checked: an overflow is an error, never a lease that wraps into the past.
+fn expiry(now_ms: i64, ttl_ms: i64) -> Result<i64, rusqlite::Error> {
+    now_ms
+        .checked_add(ttl_ms)
+        .ok_or_else(|| rusqlite::Error::InvalidParameterName(format!("lease expiry {now_ms} + {ttl_ms} ms overflows")))
 }
 
 /// A new task's first records and spec.

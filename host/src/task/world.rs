@@ -1,32 +1,107 @@
 //! The tools' world: each side-effecting tool records every call it receives in its **own** SQLite
 //! file under `--world DIR`, so duplicates can be counted from outside:
 //!
-//! * `payments.sqlite`: `calls(id, key, task_id, step, applied, args, at_ms)`; the payment tool
-//!   dedupes by key: a call whose key was already applied is recorded with `applied = 0`.
-//! * `emails.sqlite`: same table; `send_email` cannot dedupe: `key` is NULL, `applied` always 1.
+//! * `payments.sqlite`: `calls(id, key, task_id, step, applied, args, at_ms, epoch, reason)`; the
+//!   payment tool dedupes by key: a call whose key was already applied is recorded with
+//!   `applied = 0`, reason `duplicate key`.
+//! * `emails.sqlite`: same table; `send_email` cannot dedupe: `key` is NULL.
+//! * Both files keep `fences(task_id, epoch)`: the highest fencing token (lease epoch) the tool
+//!   has seen for each task. A call carrying a lower token is recorded with `applied = 0`, reason
+//!   `fenced: token E < F`, and refused ([`check_tool_fence`]): a runner that lost its lease
+//!   cannot act through these tools.
 //!
-//! `lookup` is read-only and keeps no file.
+//! `lookup` is read-only and keeps no file. A tool named in `$BROKERLAB_UNFENCED_TOOLS`
+//! (comma-separated) records tokens but does not check them: it stands for a real API that
+//! cannot (the runner's margin rule is then the only guard; docs/RUNNER.md).
 
 use std::path::{Path, PathBuf};
 
-use brokerlab_core::runner::{Key, ResultText, ToolCall, ToolOutput};
-use rusqlite::{Connection, params};
+use brokerlab_core::runner::{Key, ResultText, ToolCall, ToolFence, ToolOutput, check_tool_fence};
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
 use super::ident::now_ms;
 use super::store::{open_sqlite, sql_error};
 use crate::error::{CliError, CliResult};
 
-const CALLS: &str = "CREATE TABLE IF NOT EXISTS calls(
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS calls(
   id INTEGER PRIMARY KEY, key TEXT, task_id TEXT NOT NULL, step INTEGER NOT NULL,
-  applied INTEGER NOT NULL, args TEXT NOT NULL, at_ms INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS calls_key ON calls(key);";
+  applied INTEGER NOT NULL, args TEXT NOT NULL, at_ms INTEGER NOT NULL,
+  epoch INTEGER NOT NULL DEFAULT 0, reason TEXT);
+CREATE INDEX IF NOT EXISTS calls_key ON calls(key);
+CREATE TABLE IF NOT EXISTS fences(task_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL);";
+
+/// A tool that keeps its own file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolFile {
+    /// `payment` (idempotent, dedupes by key): `payments.sqlite`.
+    Payments,
+    /// `send_email` (non-idempotent): `emails.sqlite`.
+    Emails,
+}
+
+impl ToolFile {
+    /// Both files.
+    pub const ALL: [ToolFile; 2] = [ToolFile::Payments, ToolFile::Emails];
+
+    /// The file of tool `name`, if it keeps one.
+    pub fn of_tool(name: &str) -> Option<ToolFile> {
+        match name {
+            "payment" => Some(ToolFile::Payments),
+            "send_email" => Some(ToolFile::Emails),
+            _ => None,
+        }
+    }
+    /// The file name.
+    pub const fn file(self) -> &'static str {
+        match self {
+            ToolFile::Payments => "payments.sqlite",
+            ToolFile::Emails => "emails.sqlite",
+        }
+    }
+    /// The tool's name in specs.
+    pub const fn tool(self) -> &'static str {
+        match self {
+            ToolFile::Payments => "payment",
+            ToolFile::Emails => "send_email",
+        }
+    }
+}
+
+/// One row of a tool's `calls`, as the world witness and the review evidence read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// Task that made the call.
+    pub task: String,
+    /// Step.
+    pub step: u16,
+    /// Whether it applied.
+    pub applied: bool,
+    /// The fencing token it carried.
+    pub epoch: u64,
+    /// Why it did not apply (`duplicate key`, `fenced: ...`), if it did not.
+    pub reason: Option<String>,
+}
+
+/// What a tool did with a call.
+#[derive(Debug)]
+pub enum CallOutcome {
+    /// It answered (applied, deduplicated, or a read).
+    Done(ToolOutput),
+    /// It refused the call without applying it: its file has seen a newer fencing token.
+    Fenced {
+        /// The tool's file (the refusal is recorded there).
+        file: PathBuf,
+        /// The highest token it has seen for the task.
+        highest: u64,
+    },
+}
 
 /// The world files, opened lazily.
 #[derive(Debug)]
 pub struct World {
     dir: PathBuf,
-    payments: Option<Connection>,
-    emails: Option<Connection>,
+    conns: [Option<Connection>; 2],
+    unfenced: Vec<String>,
 }
 
 fn text(s: &str) -> ResultText {
@@ -39,10 +114,25 @@ fn text(s: &str) -> ResultText {
     t
 }
 
+/// Adds the columns and table a world file written before fencing lacks.
+fn migrate(c: &Connection) -> Result<(), rusqlite::Error> {
+    let has_epoch: i64 =
+        c.query_row("SELECT count(*) FROM pragma_table_info('calls') WHERE name='epoch'", [], |r| r.get(0))?;
+    if has_epoch == 0 {
+        c.execute_batch(
+            "ALTER TABLE calls ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0; ALTER TABLE calls ADD COLUMN reason TEXT;",
+        )?;
+    }
+    Ok(())
+}
+
 impl World {
     /// A world in `dir` (created on the first side effect).
     pub fn new(dir: &Path) -> World {
-        World { dir: dir.to_path_buf(), payments: None, emails: None }
+        let unfenced = std::env::var("BROKERLAB_UNFENCED_TOOLS")
+            .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+            .unwrap_or_default();
+        World { dir: dir.to_path_buf(), conns: [None, None], unfenced }
     }
 
     /// The directory.
@@ -50,76 +140,171 @@ impl World {
         &self.dir
     }
 
-    fn conn(&mut self, name: &str) -> CliResult<&Connection> {
-        let slot = if name == "payments.sqlite" { &mut self.payments } else { &mut self.emails };
+    /// The path of a tool's file.
+    pub fn path(&self, f: ToolFile) -> PathBuf {
+        self.dir.join(f.file())
+    }
+
+    fn conn(&mut self, f: ToolFile) -> CliResult<&mut Connection> {
+        let path = self.path(f);
+        let slot = &mut self.conns[f as usize];
         if slot.is_none() {
             std::fs::create_dir_all(&self.dir).map_err(|e| {
                 CliError::bad_input(format!("{}: cannot create the world directory: {e}", self.dir.display()))
             })?;
-            let path = self.dir.join(name);
-            let c = open_sqlite(&path, true).map_err(|e| sql_error(&path, "opening a world file", e))?;
-            c.execute_batch(CALLS).map_err(|e| sql_error(&path, "creating table calls", e))?;
+            let c = open_sqlite(&path, true)?;
+            c.execute_batch(SCHEMA).map_err(|e| sql_error(&path, "creating the tool's tables", e))?;
+            migrate(&c).map_err(|e| sql_error(&path, "adding the fencing columns", e))?;
             *slot = Some(c);
         }
-        slot.as_ref().ok_or_else(|| CliError::failure("world connection"))
+        slot.as_mut().ok_or_else(|| CliError::failure("world connection"))
     }
 
-    /// Performs `call`. The side effect is committed in the tool's own file before this returns.
-    pub fn call(&mut self, task: &str, step: u16, call: &ToolCall, key: Option<&Key>) -> CliResult<ToolOutput> {
+    /// Performs `call` carrying fencing token `fence`. The side effect (or its refusal) is
+    /// committed in the tool's own file before this returns.
+    pub fn call(
+        &mut self,
+        task: &str,
+        step: u16,
+        call: &ToolCall,
+        key: Option<&Key>,
+        fence: u64,
+    ) -> CliResult<CallOutcome> {
         let args = String::from_utf8_lossy(&call.args).into_owned();
-        match call.tool.as_str() {
-            "lookup" => Ok(ToolOutput { ok: true, output: text(&format!("found {args}")) }),
-            "payment" => {
-                let key = key.ok_or_else(|| CliError::failure("payment called without an idempotency key"))?;
-                let path = self.dir.join("payments.sqlite");
-                let c = self.conn("payments.sqlite")?;
-                let applied = (|| -> Result<bool, rusqlite::Error> {
-                    c.execute_batch("BEGIN IMMEDIATE")?;
-                    let seen: i64 = c
-                        .prepare_cached("SELECT count(*) FROM calls WHERE key=?1 AND applied=1")?
-                        .query_row([key.as_str()], |r| r.get(0))?;
-                    let applied = seen == 0;
-                    c.prepare_cached(
-                        "INSERT INTO calls(key, task_id, step, applied, args, at_ms) VALUES(?1,?2,?3,?4,?5,?6)",
-                    )?
-                    .execute(params![key.as_str(), task, step, applied as i64, args, now_ms()])?;
-                    c.execute_batch("COMMIT")?;
-                    Ok(applied)
-                })();
-                let applied = applied.map_err(|e| {
-                    let _ = c.execute_batch("ROLLBACK");
-                    sql_error(&path, "recording a payment", e)
-                })?;
-                let out =
-                    if applied { format!("paid, key {key}") } else { format!("duplicate of key {key}, not applied") };
-                Ok(ToolOutput { ok: true, output: text(&out) })
+        let Some(f) = ToolFile::of_tool(&call.tool) else {
+            return match call.tool.as_str() {
+                "lookup" => Ok(CallOutcome::Done(ToolOutput { ok: true, output: text(&format!("found {args}")) })),
+                other => Err(CliError::failure(format!("unknown tool {other:?}"))),
+            };
+        };
+        if f == ToolFile::Payments && key.is_none() {
+            return Err(CliError::failure("payment called without an idempotency key"));
+        }
+        let checks = !self.unfenced.iter().any(|t| t == f.tool());
+        let path = self.path(f);
+        let c = self.conn(f)?;
+        let outcome =
+            apply(c, f, task, step, key, &args, fence, checks).map_err(|e| sql_error(&path, "recording a call", e))?;
+        match outcome {
+            Applied::Yes => {
+                let out = match key {
+                    Some(k) => format!("paid, key {k}"),
+                    None => "sent".to_string(),
+                };
+                Ok(CallOutcome::Done(ToolOutput { ok: true, output: text(&out) }))
             }
-            "send_email" => {
-                let path = self.dir.join("emails.sqlite");
-                let c = self.conn("emails.sqlite")?;
-                c.prepare_cached(
-                    "INSERT INTO calls(key, task_id, step, applied, args, at_ms) VALUES(NULL,?1,?2,1,?3,?4)",
-                )
-                .and_then(|mut s| s.execute(params![task, step, args, now_ms()]))
-                .map_err(|e| sql_error(&path, "recording an email", e))?;
-                Ok(ToolOutput { ok: true, output: text("sent") })
+            Applied::Duplicate => {
+                let k = key.map(|k| k.as_str()).unwrap_or("-");
+                Ok(CallOutcome::Done(ToolOutput {
+                    ok: true,
+                    output: text(&format!("duplicate of key {k}, not applied")),
+                }))
             }
-            other => Err(CliError::failure(format!("unknown tool {other:?}"))),
+            Applied::Fenced { highest } => Ok(CallOutcome::Fenced { file: path, highest }),
         }
     }
 
-    /// Calls received for (task, step) in `file`, and how many applied (for review hints).
-    pub fn calls_for(&mut self, file: &str, task: &str, step: u16) -> CliResult<(i64, i64)> {
-        let path = self.dir.join(file);
-        if !path.exists() {
-            return Ok((0, 0));
-        }
-        let c = self.conn(file)?;
-        c.query_row(
-            "SELECT count(*), coalesce(sum(applied),0) FROM calls WHERE task_id=?1 AND step=?2",
-            params![task, step],
-            |r| Ok((r.get(0)?, r.get(1)?)),
+    /// Raises the task's fence in the tool's file to `epoch` (never lowers it): a runner that takes
+    /// over a call in flight does this before it reads the file or decides, so a call from an
+    /// older lease holder arriving later is refused.
+    pub fn raise_fence(&mut self, f: ToolFile, task: &str, epoch: u64) -> CliResult<()> {
+        let path = self.path(f);
+        let c = self.conn(f)?;
+        c.execute(
+            "INSERT INTO fences VALUES(?1, ?2) ON CONFLICT(task_id) DO UPDATE SET epoch=max(epoch, excluded.epoch)",
+            params![task, epoch as i64],
         )
-        .map_err(|e| sql_error(&path, "reading calls", e))
+        .map(|_| ())
+        .map_err(|e| sql_error(&path, "raising the fence", e))
     }
+
+    /// Every call `task` made to the tool of `f`, in order (none if the file does not exist).
+    pub fn calls(&mut self, f: ToolFile, task: &str) -> CliResult<Vec<Call>> {
+        let path = self.path(f);
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        let c = self.conn(f)?;
+        let read = || -> Result<Vec<Call>, rusqlite::Error> {
+            let mut st = c.prepare_cached(
+                "SELECT task_id, step, applied, epoch, reason FROM calls WHERE task_id=?1 ORDER BY id",
+            )?;
+            let rows = st.query_map([task], |r| {
+                Ok(Call {
+                    task: r.get(0)?,
+                    step: r.get::<_, i64>(1)?.clamp(0, i64::from(u16::MAX)) as u16,
+                    applied: r.get::<_, i64>(2)? != 0,
+                    epoch: r.get::<_, i64>(3)?.max(0) as u64,
+                    reason: r.get(4)?,
+                })
+            })?;
+            rows.collect()
+        };
+        read().map_err(|e| sql_error(&path, "reading calls", e))
+    }
+}
+
+enum Applied {
+    Yes,
+    Duplicate,
+    Fenced { highest: u64 },
+}
+
+/// One call in one transaction: the fence check, the dedupe check, the row.
+#[allow(clippy::too_many_arguments)]
+fn apply(
+    c: &mut Connection,
+    f: ToolFile,
+    task: &str,
+    step: u16,
+    key: Option<&Key>,
+    args: &str,
+    fence: u64,
+    checks_fence: bool,
+) -> Result<Applied, rusqlite::Error> {
+    let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let seen: Option<i64> =
+        tx.prepare_cached("SELECT epoch FROM fences WHERE task_id=?1")?.query_row([task], |r| r.get(0)).optional()?;
+    let verdict = check_tool_fence(seen.map(|e| e.max(0) as u64), fence);
+    let (outcome, reason) = match verdict {
+        ToolFence::Refuse { highest } if checks_fence => {
+            (Applied::Fenced { highest }, Some(format!("fenced: token {fence} < {highest}")))
+        }
+        ToolFence::Refuse { .. } | ToolFence::Accept { .. } => {
+            let highest = match verdict {
+                ToolFence::Accept { highest } => highest,
+                ToolFence::Refuse { highest } => highest,
+            };
+            tx.prepare_cached(
+                "INSERT INTO fences VALUES(?1, ?2) ON CONFLICT(task_id) DO UPDATE SET epoch=max(epoch, excluded.epoch)",
+            )?
+            .execute(params![task, highest as i64])?;
+            let dup = match (f, key) {
+                (ToolFile::Payments, Some(k)) => {
+                    let n: i64 = tx
+                        .prepare_cached("SELECT count(*) FROM calls WHERE key=?1 AND applied=1")?
+                        .query_row([k.as_str()], |r| r.get(0))?;
+                    n > 0
+                }
+                _ => false,
+            };
+            if dup { (Applied::Duplicate, Some("duplicate key".to_string())) } else { (Applied::Yes, None) }
+        }
+    };
+    let applied = matches!(outcome, Applied::Yes);
+    tx.prepare_cached(
+        "INSERT INTO calls(key, task_id, step, applied, args, at_ms, epoch, reason) VALUES(?1,?2,?3,?4,?5,?6,?7,?8)",
+    )?
+    .execute(params![
+        key.map(|k| k.as_str()),
+        task,
+        step,
+        applied as i64,
+        args,
+        now_ms(),
+        fence as i64,
+        reason
+    ])?;
+    tx.commit()?;
+    Ok(outcome)
 }

@@ -1,0 +1,82 @@
+//! The few process calls std does not offer, in one place (the only `unsafe` in the host): signal
+//! dispositions, signals to a pid, and "does this pid exist".
+
+#![allow(unsafe_code)]
+
+/// Ignores `SIGXFSZ`, so a write past the file-size limit (`ulimit -f`) fails with `EFBIG` and
+/// is reported as an error instead of killing the process without a word.
+pub fn ignore_file_size_signal() {
+    #[cfg(unix)]
+    // SAFETY: setting a signal's disposition to SIG_IGN has no memory effects.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
+}
+
+/// Whether process `pid` exists, from `kill(pid, 0)`: `Some(false)` when there is no such
+/// process (`ESRCH`), `Some(true)` when there is one (ours or, `EPERM`, another user's), `None`
+/// when it cannot be told.
+pub fn process_exists(pid: u32) -> Option<bool> {
+    #[cfg(unix)]
+    {
+        let pid = libc::pid_t::try_from(pid).ok()?;
+        if pid <= 0 {
+            return None;
+        }
+        // SAFETY: signal 0 performs only the existence and permission check.
+        let r = unsafe { libc::kill(pid, 0) };
+        if r == 0 {
+            return Some(true);
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESRCH) => Some(false),
+            Some(libc::EPERM) => Some(true),
+            _ => None,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        None
+    }
+}
+
+/// Sends `SIGSTOP` (`stop = true`) or `SIGCONT` to `pid`; false if it failed.
+pub fn stop_or_continue(pid: u32, stop: bool) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+        let sig = if stop { libc::SIGSTOP } else { libc::SIGCONT };
+        // SAFETY: sending a signal has no memory effects in this process.
+        unsafe { libc::kill(pid, sig) == 0 }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (pid, stop);
+        false
+    }
+}
+
+/// Stops this process (`SIGSTOP` to itself) until someone sends `SIGCONT`.
+pub fn stop_self() {
+    stop_or_continue(std::process::id(), true);
+}
+
+/// Whether child `pid` is stopped (by a signal), without reaping it or consuming its status.
+pub fn child_is_stopped(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let pid: libc::id_t = pid;
+        // SAFETY: `info` is a plain C struct that waitid fills; zeroed is a valid value.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid with WNOWAIT only reads the child's state and leaves it waitable.
+        let r = unsafe { libc::waitid(libc::P_PID, pid, &mut info, libc::WSTOPPED | libc::WNOHANG | libc::WNOWAIT) };
+        // SAFETY: si_pid is valid to read after a successful waitid.
+        r == 0 && unsafe { info.si_pid() } != 0 && info.si_code == libc::CLD_STOPPED
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        false
+    }
+}
