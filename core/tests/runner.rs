@@ -758,3 +758,53 @@ fn arb_event() -> impl Strategy<Value = Event> {
         Just(Event::ForkedFrom { task: tid("p"), seq: 3 }),
     ]
 }
+
+/// The fork rule, by hand: which events a fork copies, and what a fork cut inside each kind of
+/// call does first (the copied intent keeps the parent's key).
+#[test]
+fn fork_rule_copies_intents_and_starts_from_them() {
+    let call = |class| ToolCall { tool: ToolName::try_from("t").unwrap(), class, args: Args::new() };
+    assert!(copied_by_fork(&Event::ToolIntent {
+        step: 0,
+        tool: ToolName::try_from("t").unwrap(),
+        class: ToolClass::ReadOnly,
+        key: None,
+        args: Args::new()
+    }));
+    assert!(copied_by_fork(&Event::NeedsReview { step: 0 }));
+    assert!(!copied_by_fork(&Event::LeaseAcquired { owner: Owner::new(), epoch: 1 }));
+    assert!(!copied_by_fork(&Event::Completed));
+    assert!(!copied_by_fork(&Event::Suspended { next_step: 0 }));
+    for (class, expect) in [
+        (ToolClass::ReadOnly, ForkStart::ReRun { step: 0 }),
+        (ToolClass::Idempotent, ForkStart::ReCallWithParentKey { step: 0 }),
+        (ToolClass::NonIdempotent, ForkStart::Review { step: 0 }),
+    ] {
+        let fork = tid("fork");
+        let mut st = TaskState::new(fork.clone());
+        let parent_key = key_for("parent", 0, class);
+        let events = [
+            Event::Created { spec_digest: 1, steps: 1 },
+            Event::ForkedFrom { task: tid("parent"), seq: 3 },
+            Event::ModelResponse { step: 0, text: ModelText::new(), call: Some(call(class)) },
+        ];
+        for (i, e) in events.into_iter().enumerate() {
+            st.apply(&Record::new(fork.clone(), i as u32, e)).unwrap();
+        }
+        assert_eq!(fork_start(&st), ForkStart::Clean, "cut before the intent: the fork's own call");
+        let intent =
+            Event::ToolIntent { step: 0, tool: call(class).tool, class, key: parent_key.clone(), args: Args::new() };
+        st.apply(&Record::new(fork.clone(), 3, intent)).unwrap();
+        assert_eq!(fork_start(&st), expect);
+        match next_action(&st) {
+            Action::CallTool { key, intent_recorded: true, .. } => {
+                assert_eq!(key, parent_key, "re-called with the parent's key");
+                if class == ToolClass::Idempotent {
+                    assert_ne!(key, key_for("fork", 0, class), "not the fork's own key");
+                }
+            }
+            Action::MarkNeedsReview { step: 0 } => assert_eq!(class, ToolClass::NonIdempotent),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -19,7 +19,8 @@ pub fn ignore_file_size_signal() {
 pub fn process_exists(pid: u32) -> Option<bool> {
     #[cfg(unix)]
     {
-        let pid = libc::pid_t::try_from(pid).ok()?;
+        // a pid no pid_t can hold names no process
+        let Ok(pid) = libc::pid_t::try_from(pid) else { return Some(false) };
         if pid <= 0 {
             return None;
         }

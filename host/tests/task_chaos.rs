@@ -40,6 +40,7 @@ fn chaos(args: &[&str]) -> Output {
         .args(["task", "chaos"])
         .args(args)
         .env_remove("BROKERLAB_CRASH_AT")
+        .env_remove("BROKERLAB_PAUSE_AT")
         .env_remove("BROKERLAB_STEP_DELAY_MS")
         .output()
         .unwrap()
@@ -87,6 +88,11 @@ fn chaos_200_iterations_exactly_once() {
     assert_eq!(n(&v, "reviews_mark_done"), n(&v, "window_kills_email"), "{v}");
     assert_eq!(n(&v, "needs_review"), n(&v, "reviews_mark_done") + n(&v, "reviews_retry"), "{v}");
     assert!(n(&v, "needs_review") > 0, "{v}");
+    // the pause fault class happened, and every woken runner stopped without acting
+    assert!(n(&v, "pauses") > 0, "{v}");
+    assert_eq!(n(&v, "pauses"), n(&v, "pauses_calling") + n(&v, "pauses_before_tool") + n(&v, "pauses_after_commit"));
+    assert_eq!(n(&v, "pauses"), n(&v, "paused_fenced") + n(&v, "paused_idle"), "{v}");
+    assert!(n(&v, "fenced_calls") > 0, "a paused runner's call reached a tool and was refused: {v}");
     // the files it leaves verify on their own
     let again = chaos(&["--verify", d.s(), "--json"]);
     assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stdout));

@@ -2,100 +2,12 @@
 //! every checkpoint then resume (exactly once, counted in the tools' own files), suspend, lease
 //! refusal and fencing, the review flow, fork, bench.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
-const BIN: &str = env!("CARGO_BIN_EXE_brokerlab");
-
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(name: &str) -> Dir {
-        let p = std::env::temp_dir().join(format!("brokerlab-task-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        Dir(p)
-    }
-    fn path(&self, f: &str) -> PathBuf {
-        self.0.join(f)
-    }
-    fn write(&self, f: &str, s: &str) -> PathBuf {
-        let p = self.path(f);
-        std::fs::write(&p, s).unwrap();
-        p
-    }
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(BIN);
-        c.current_dir(&self.0).args(["task"]).args(args);
-        c.env_remove("BROKERLAB_CRASH_AT").env_remove("BROKERLAB_STEP_DELAY_MS").env_remove("BROKERLAB_LEASE_MS");
-        c
-    }
-    fn run(&self, args: &[&str]) -> Out {
-        Out(self.cmd(args).output().unwrap())
-    }
-    fn run_env(&self, args: &[&str], env: &[(&str, &str)]) -> Out {
-        let mut c = self.cmd(args);
-        for (k, v) in env {
-            c.env(k, v);
-        }
-        Out(c.output().unwrap())
-    }
-    fn spawn(&self, args: &[&str]) -> Child {
-        self.cmd(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
-    }
-    fn db(&self) -> Connection {
-        Connection::open(self.path("tasks.sqlite")).unwrap()
-    }
-    /// (key, task, step, applied) rows of a world file.
-    fn calls(&self, file: &str) -> Vec<(Option<String>, String, i64, i64)> {
-        let p = self.path("world").join(file);
-        if !p.exists() {
-            return vec![];
-        }
-        let c = Connection::open(p).unwrap();
-        // the file may exist before its table (the tool is creating it)
-        let Ok(mut st) = c.prepare("SELECT key, task_id, step, applied FROM calls ORDER BY id") else { return vec![] };
-        st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))).unwrap().map(|r| r.unwrap()).collect()
-    }
-    fn kinds(&self, id: &str) -> Vec<String> {
-        if !self.path("tasks.sqlite").exists() {
-            return vec![];
-        }
-        let c = self.db();
-        let Ok(mut st) = c.prepare("SELECT kind FROM log WHERE task_id=?1 ORDER BY seq") else { return vec![] };
-        st.query_map([id], |r| r.get(0)).unwrap().map(|r| r.unwrap()).collect()
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-struct Out(Output);
-
-impl Out {
-    fn code(&self) -> i32 {
-        self.0.status.code().unwrap_or(-1)
-    }
-    fn stdout(&self) -> String {
-        String::from_utf8_lossy(&self.0.stdout).into_owned()
-    }
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.0.stderr).into_owned()
-    }
-    #[track_caller]
-    fn expect(&self, code: i32) -> &Self {
-        assert_eq!(self.code(), code, "stdout:\n{}\nstderr:\n{}", self.stdout(), self.stderr());
-        self
-    }
-}
+mod support;
+use support::{Dir, Out};
 
 const SPEC: &str = r#"
 id = "inv"
@@ -307,17 +219,7 @@ fn crash_at_every_point_then_resume_applies_each_payment_exactly_once() {
     assert!(reviews >= 2, "a crash around the email sends it to review");
 }
 
-fn wait_for(what: &str, mut f: impl FnMut() -> bool) {
-    let t = Instant::now();
-    while !f() {
-        assert!(t.elapsed() < Duration::from_secs(20), "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn wait_child(c: Child) -> Out {
-    Out(c.wait_with_output().unwrap())
-}
+use support::{wait_child, wait_for};
 
 #[test]
 fn suspend_then_resume_end_to_end() {
@@ -484,12 +386,21 @@ fn fork_runs_a_different_continuation_with_its_own_keys() {
         )
         .unwrap();
     assert!(args.contains("99"), "the new continuation ran: {args}");
-    // a default fork id, and a cut inside a tool call moves back to the model response
+    // a default fork id; a cut right after step 1's payment intent copies the intent: the fork
+    // re-calls it with the parent's key, so the tool dedupes it (the fork rule)
     let o = d.run(&["fork", "inv", "--at", "6"]);
     o.expect(0);
-    assert!(o.stdout().contains("task inv.f1"), "{}", o.stdout());
+    assert!(o.stdout().contains("task inv.f1") && o.stdout().contains("parent's key"), "{}", o.stdout());
     let kinds = d.kinds("inv.f1");
-    assert_eq!(&kinds[..6], ["created", "forked-from", "model", "tool-intent", "tool-result", "model"], "{kinds:?}");
+    assert_eq!(
+        &kinds[..7],
+        ["created", "forked-from", "model", "tool-intent", "tool-result", "model", "tool-intent"],
+        "{kinds:?}"
+    );
+    let pays = d.calls("payments.sqlite");
+    let step1: Vec<_> = pays.iter().filter(|c| c.1 == "inv.f1" && c.2 == 1).collect();
+    assert_eq!(step1.len(), 1, "{pays:?}");
+    assert!(step1[0].3 == 0 && Some(&step1[0].0) == parent_keys.first(), "parent's key, deduplicated: {pays:?}");
     let o = d.run(&["inspect", "inv.f1"]);
     assert!(o.stdout().contains("forked from: inv"), "{}", o.stdout());
 }

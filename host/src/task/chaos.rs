@@ -25,6 +25,18 @@
 //! and the time between "tool applied" and "result returned" each sleep that long, which widens
 //! the window.
 //!
+//! **Pauses.** About one start in six is a pause instead: the runner is started with
+//! `BROKERLAB_PAUSE_AT` and parks itself with `SIGSTOP` at a drawn point (right after a commit
+//! between steps, after a tool's intent and before the lease margin check, or after that check
+//! right before the call leaves), as a VM pause or a long GC pause would park it. Once its lease
+//! (`--lease-ms`, 300 ms here) has expired, a second runner takes the task over and runs it to its
+//! end (reviews answered from the tools' files); then the first gets `SIGCONT`. It must stop
+//! without acting: its commits are fenced by the log, its calls by the tools' tokens or by the
+//! margin rule. `fenced_calls` counts the calls the tools refused (from their own files). Pauses are
+//! parked at points outside any SQLite transaction: a process stopped while holding SQLite's write
+//! lock blocks every other writer of that file for as long as it is stopped (SQLite has one
+//! writer), which is a liveness matter, not a safety one.
+//!
 //! Delays are deterministic for a seed (splitmix64); where a kill lands depends on timing too, so
 //! two runs with the same seed hit the same delays, not necessarily the same points.
 
@@ -62,6 +74,8 @@ pub struct ChaosOpts {
     pub max_kills: u32,
     /// Re-check an existing chaos directory instead of running.
     pub verify: Option<PathBuf>,
+    /// The children's lease, ms (a paused runner is taken over once it expires).
+    pub lease_ms: u64,
 }
 
 /// splitmix64: a tiny deterministic generator for the specs and the kill delays.
@@ -158,6 +172,15 @@ pub struct CallRow {
     pub step: i64,
     /// Whether it applied.
     pub applied: bool,
+    /// Why it did not (`duplicate key`, `fenced: ...`).
+    pub reason: Option<String>,
+}
+
+impl CallRow {
+    /// Refused by the tool's fence (a runner that had lost its lease).
+    pub fn fenced(&self) -> bool {
+        self.reason.as_deref().is_some_and(|r| r.starts_with("fenced"))
+    }
 }
 
 /// The payment tool's file.
@@ -195,10 +218,12 @@ impl WorldFiles {
         let path = self.dir.join(file);
         let Some(c) = self.conn(file)? else { return Ok(Vec::new()) };
         let mut st = c
-            .prepare_cached("SELECT key, step, applied FROM calls WHERE task_id=?1 ORDER BY id")
+            .prepare_cached("SELECT key, step, applied, reason FROM calls WHERE task_id=?1 ORDER BY id")
             .map_err(|e| sql_error(&path, "reading calls", e))?;
         let rows = st
-            .query_map([task], |r| Ok(CallRow { key: r.get(0)?, step: r.get(1)?, applied: r.get::<_, i64>(2)? != 0 }))
+            .query_map([task], |r| {
+                Ok(CallRow { key: r.get(0)?, step: r.get(1)?, applied: r.get::<_, i64>(2)? != 0, reason: r.get(3)? })
+            })
             .map_err(|e| sql_error(&path, "reading calls", e))?;
         rows.collect::<Result<Vec<_>, _>>().map_err(|e| sql_error(&path, "reading calls", e))
     }
@@ -250,6 +275,8 @@ pub struct TaskCheck {
     pub lost: u64,
     /// Payment calls the tool received again and deduplicated by key.
     pub deduplicated: u64,
+    /// Calls a tool refused because they carried an old fencing token.
+    pub fenced_calls: u64,
     /// `needs-review` records (non-idempotent steps sent to review).
     pub needs_review: u64,
     /// Reviews recorded `mark-done`.
@@ -298,7 +325,8 @@ pub fn check_task(store: &Store, world: &mut WorldFiles, id: &str) -> CliResult<
     }
     let payments = world.rows(PAYMENTS, id)?;
     let emails = world.rows(EMAILS, id)?;
-    c.deduplicated = payments.iter().filter(|r| !r.applied).count() as u64;
+    c.deduplicated = payments.iter().filter(|r| !r.applied && !r.fenced()).count() as u64;
+    c.fenced_calls = payments.iter().chain(emails.iter()).filter(|r| r.fenced()).count() as u64;
     for (i, s) in spec.steps.iter().enumerate() {
         let step = i as i64;
         if model[i] != 1 {
@@ -385,6 +413,20 @@ pub struct ChaosReport {
     pub kills_elsewhere: u64,
     /// Payment calls received again and deduplicated by key (replays after a kill).
     pub deduplicated: u64,
+    /// Runners parked with SIGSTOP past their lease while a second runner took over.
+    pub pauses: u64,
+    /// Of which parked right before a tool call left (after the margin check).
+    pub pauses_calling: u64,
+    /// Of which parked after a tool's intent, before the margin check.
+    pub pauses_before_tool: u64,
+    /// Of which parked after a commit.
+    pub pauses_after_commit: u64,
+    /// Paused runners that, on waking, stopped with "fenced" (exit 1) without acting.
+    pub paused_fenced: u64,
+    /// Paused runners that found nothing left to do on waking (exit 0 or 3).
+    pub paused_idle: u64,
+    /// Calls the tools refused because they carried an old fencing token (from their own files).
+    pub fenced_calls: u64,
     /// Non-idempotent steps sent to review (`needs-review` records).
     pub needs_review: u64,
     /// Reviews recorded `mark-done` (the email tool's file showed the call).
@@ -419,6 +461,7 @@ impl ChaosReport {
         self.duplicates += c.duplicates;
         self.lost += c.lost;
         self.deduplicated += c.deduplicated;
+        self.fenced_calls += c.fenced_calls;
         self.needs_review += c.needs_review;
         for p in c.problems {
             self.problem(p);
@@ -433,19 +476,25 @@ struct Ctx {
     world: PathBuf,
     specs: PathBuf,
     step_delay_ms: u64,
+    lease_ms: u64,
 }
 
 impl Ctx {
     fn cmd(&self) -> Command {
         let mut c = Command::new(&self.exe);
         c.env_remove("BROKERLAB_CRASH_AT").env_remove("BROKERLAB_STEP_DELAY_MS").env_remove("BROKERLAB_LEASE_MS");
+        c.env_remove("BROKERLAB_PAUSE_AT").env_remove("BROKERLAB_UNFENCED_TOOLS");
         c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         c
     }
-    fn spawn_run(&self, spec: &Path) -> CliResult<Child> {
+    fn spawn_run(&self, spec: &Path, pause_at: Option<&str>) -> CliResult<Child> {
         let mut c = self.cmd();
         c.arg("task").arg("run").arg(spec).arg("--db").arg(&self.db).arg("--world").arg(&self.world);
         c.arg("--step-delay-ms").arg(self.step_delay_ms.to_string());
+        c.arg("--lease-ms").arg(self.lease_ms.to_string());
+        if let Some(p) = pause_at {
+            c.env("BROKERLAB_PAUSE_AT", p);
+        }
         c.spawn().map_err(|e| CliError::failure(format!("{}: cannot start the runner: {e}", self.exe.display())))
     }
 }
@@ -628,6 +677,21 @@ fn iteration(
         let done_before = st.as_ref().map_or(0.0, |s| f64::from(s.step));
         let before = world.per_step(&id)?;
         let calls_before = before.values().sum::<usize>();
+        if kills_here < opts.max_kills && rng.below(6) == 0 {
+            let left = effects_from(&spec, done_before as usize).max(1) as u64;
+            let steps_left = (steps - done_before).max(1.0) as u64;
+            let at = match rng.below(10) {
+                0..4 => format!("calling:{}", 1 + rng.below(left)),
+                4..7 => format!("before-tool:{}", 1 + rng.below(left)),
+                _ => format!("after-commit:{}", 1 + rng.below(steps_left)),
+            };
+            if pause_then_takeover(rep, store, ctx, world, &id, &spec_path, &at)? {
+                return Ok(());
+            }
+            kills_here += 1;
+            st = task_state(store, ctx, &id)?;
+            continue;
+        }
         let plan = if kills_here >= opts.max_kills {
             KillPlan::Never
         } else if rng.below(2) == 0 {
@@ -645,7 +709,7 @@ fn iteration(
             KillPlan::After(Duration::from_micros(rng.below((horizon_us as u64).max(1000))))
         };
         let started = Instant::now();
-        let mut child = ctx.spawn_run(&spec_path)?;
+        let mut child = ctx.spawn_run(&spec_path, None)?;
         rep.runs += 1;
         let status = wait_or_kill(&mut child, started, plan, world, &id, calls_before)?;
         let ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -672,6 +736,94 @@ fn iteration(
     rep.errors += 1;
     rep.problem(format!("{id}: not finished after {} runs", opts.max_kills + 50));
     Ok(())
+}
+
+/// Starts a runner that parks itself at `at` (`BROKERLAB_PAUSE_AT`), waits for its lease to
+/// expire, lets other runners take the task over and run it to its end, then wakes the parked
+/// runner and checks it stops without acting. Returns true when the task is finished; false when
+/// the runner ended before reaching the point (the caller goes on as after any start).
+#[allow(clippy::too_many_arguments)]
+fn pause_then_takeover(
+    rep: &mut ChaosReport,
+    store: &mut Option<Store>,
+    ctx: &Ctx,
+    world: &mut WorldFiles,
+    id: &str,
+    spec: &Path,
+    at: &str,
+) -> CliResult<bool> {
+    let io = |e: std::io::Error| CliError::failure(format!("waiting for the runner: {e}"));
+    let mut first = ctx.spawn_run(spec, Some(at))?;
+    rep.runs += 1;
+    let pid = first.id();
+    // parked, or ended before the point
+    loop {
+        if let Some(status) = first.try_wait().map_err(io)? {
+            let err = stderr_of(&mut first);
+            return match status.code() {
+                Some(0) => Ok(true),
+                Some(EXIT_NEEDS_REVIEW) => {
+                    review(rep, store, ctx, world, id)?;
+                    Ok(false)
+                }
+                _ => {
+                    rep.errors += 1;
+                    rep.problem(format!("{id}: runner (pause at {at}) exited with {status}: {err}"));
+                    Ok(true)
+                }
+            };
+        }
+        if crate::sys::child_is_stopped(pid) {
+            break;
+        }
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    rep.pauses += 1;
+    match at.split(':').next() {
+        Some("calling") => rep.pauses_calling += 1,
+        Some("before-tool") => rep.pauses_before_tool += 1,
+        _ => rep.pauses_after_commit += 1,
+    }
+    std::thread::sleep(Duration::from_millis(ctx.lease_ms + 20));
+    // the takeover: run to the end, answering reviews; a lease that still looks live is waited out
+    let mut finished = false;
+    for _ in 0..40 {
+        let mut c = ctx.spawn_run(spec, None)?;
+        rep.runs += 1;
+        let status = c.wait().map_err(io)?;
+        let err = stderr_of(&mut c);
+        match status.code() {
+            Some(0) => {
+                finished = true;
+                break;
+            }
+            Some(EXIT_NEEDS_REVIEW) => review(rep, store, ctx, world, id)?,
+            Some(1) if err.contains("already being run") => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                rep.errors += 1;
+                rep.problem(format!("{id}: takeover runner exited with {status}: {err}"));
+                break;
+            }
+        }
+    }
+    if !finished {
+        rep.errors += 1;
+        rep.problem(format!("{id}: the takeover after a pause at {at} did not finish"));
+    }
+    if !crate::sys::stop_or_continue(pid, false) {
+        rep.problem(format!("{id}: SIGCONT to {pid} failed"));
+    }
+    let status = first.wait().map_err(io)?;
+    let err = stderr_of(&mut first);
+    match status.code() {
+        Some(1) if err.contains("fenced") => rep.paused_fenced += 1,
+        Some(0 | EXIT_NEEDS_REVIEW) => rep.paused_idle += 1,
+        _ => {
+            rep.errors += 1;
+            rep.problem(format!("{id}: the paused runner (at {at}) exited with {status} on waking: {err}"));
+        }
+    }
+    Ok(true)
 }
 
 /// Reviews the paused step as a human would, from the email tool's own file.
@@ -764,6 +916,15 @@ fn print_text(rep: &ChaosReport) {
     say!("    elsewhere                  {} ({:.0} %)", rep.kills_elsewhere, pct(rep.kills_elsewhere));
     say!("  replays deduplicated by key  {}", rep.deduplicated);
     say!(
+        "  pauses past the lease        {} (right before a call {}, before the margin check {}, after a commit {})",
+        rep.pauses,
+        rep.pauses_calling,
+        rep.pauses_before_tool,
+        rep.pauses_after_commit
+    );
+    say!("    woke and stopped, fenced   {} (found nothing to do: {})", rep.paused_fenced, rep.paused_idle);
+    say!("  calls refused by a fence     {}", rep.fenced_calls);
+    say!(
         "  sent to review               {} (marked done {}, retried {})",
         rep.needs_review,
         rep.reviews_mark_done,
@@ -819,6 +980,7 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
         world: dir.join("world"),
         specs: dir.join("specs"),
         step_delay_ms: opts.step_delay_ms,
+        lease_ms: opts.lease_ms,
     };
     std::fs::create_dir_all(&ctx.specs)
         .map_err(|e| CliError::bad_input(format!("{}: cannot create: {e}", ctx.specs.display())))?;
@@ -839,7 +1001,7 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     let text = chaos_spec(&calib, opts.steps, &mut SplitMix::new(opts.seed ^ 0xCA11));
     std::fs::write(&calib_spec, text).map_err(|e| CliError::failure(format!("{}: {e}", calib_spec.display())))?;
     let t0 = Instant::now();
-    let mut child = ctx.spawn_run(&calib_spec)?;
+    let mut child = ctx.spawn_run(&calib_spec, None)?;
     let status = wait_or_kill(&mut child, t0, KillPlan::Never, &mut world, &calib, 0)?;
     let mut pace = Pace { ms: t0.elapsed().as_secs_f64() * 1000.0, steps: f64::from(opts.steps) };
     if !status.success() {

@@ -233,6 +233,9 @@ pub enum TaskCmd {
         /// Re-check the tasks of an existing chaos directory (no runs).
         #[arg(long, value_name = "DIR", conflicts_with = "dir")]
         verify: Option<PathBuf>,
+        /// The runners' lease (a runner paused past it is taken over).
+        #[arg(long, value_name = "MS", default_value_t = 300)]
+        lease_ms: u64,
     },
 }
 
@@ -254,8 +257,19 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
         TaskCmd::Inspect { id, db } => inspect(&db.db, &id),
         TaskCmd::List { db } => list(&db.db),
         TaskCmd::Bench { steps, tasks, json, dir } => bench::bench(&bench::BenchOpts { steps, tasks, json, dir }),
-        TaskCmd::Chaos { iterations, seed, steps, json, dir, step_delay_ms, max_kills, verify } => {
-            chaos::chaos(&chaos::ChaosOpts { iterations, seed, steps, json, dir, step_delay_ms, max_kills, verify })
+        TaskCmd::Chaos { iterations, seed, steps, json, dir, step_delay_ms, max_kills, verify, lease_ms: ms } => {
+            let lease_ms = self::lease_ms(Some(ms))? as u64;
+            chaos::chaos(&chaos::ChaosOpts {
+                iterations,
+                seed,
+                steps,
+                json,
+                dir,
+                step_delay_ms,
+                max_kills,
+                verify,
+                lease_ms,
+            })
         }
     }
 }

@@ -143,6 +143,10 @@ pub fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> CliError {
         Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
             CliError::bad_input(format!("{p}: not a valid log database (corrupt or another file) ({what}): {e}"))
         }
+        Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) => CliError::failure(format!(
+            "{p}: {what}: {e} (disk full, or the file-size limit `ulimit -f` reached); the transaction was rolled \
+             back: what it held was not written, and `resume` continues from what was"
+        )),
         Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly) => {
             CliError::bad_input(format!("{p}: cannot open for writing ({what}): {e}"))
         }
