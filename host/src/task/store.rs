@@ -17,7 +17,7 @@ use std::time::Duration;
 use brokerlab_core::runner::{
     Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Record, TaskId, TaskState, check_fence, decide_lease, emit, frame,
 };
-use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, params};
+use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::ident::{Me, now_ms, provably_dead};
 use crate::error::{CliError, CliResult};
@@ -281,7 +281,7 @@ impl Store {
     }
 
     fn init(&self) -> Result<CliResult<()>, rusqlite::Error> {
-        let tx = Tx::begin(&self.conn)?;
+        let tx = immediate(&self.conn)?;
         let has_meta: bool =
             self.conn
                 .query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='meta'", [], |r| r.get(0))?;
@@ -415,7 +415,7 @@ impl Store {
     ) -> Result<(Lease, Record), LeaseError> {
         let now = now_ms();
         let expires = expiry(now, ttl_ms)?;
-        let tx = Tx::begin(&self.conn)?;
+        let tx = immediate(&self.conn)?;
         if let Some(new) = create {
             let n = self.conn.execute(
                 "INSERT OR IGNORE INTO tasks VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -486,47 +486,41 @@ impl Store {
     /// transaction failed and nothing was written.
     pub fn append_groups(&self, groups: &[(&Lease, &[Record])]) -> Result<Vec<Result<(), AppendError>>, AppendError> {
         let now = now_ms();
-        let tx = Tx::begin(&self.conn)?;
+        let mut tx = immediate(&self.conn)?;
         let mut results = Vec::with_capacity(groups.len());
         for (lease, recs) in groups {
-            results.push(append_one(&self.conn, lease, recs, now));
+            results.push(append_one(&mut tx, lease, recs, now));
         }
         tx.commit()?;
         Ok(results)
     }
 }
 
-fn append_one(conn: &Connection, lease: &Lease, recs: &[Record], now: i64) -> Result<(), AppendError> {
-    let cur: Option<(String, i64)> = conn
+/// One task's checkpoint inside a group commit, in a savepoint: refused (fenced) or failed, it
+/// leaves the other groups' records alone.
+fn append_one(tx: &mut Transaction<'_>, lease: &Lease, recs: &[Record], now: i64) -> Result<(), AppendError> {
+    let cur: Option<(String, i64)> = tx
         .prepare_cached("SELECT owner, epoch FROM leases WHERE task_id=?1")?
         .query_row([&lease.task], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     if check_fence(cur.as_ref().map(|(o, e)| (*e as u64, *o == lease.owner)), lease.epoch).is_err() {
         return Err(AppendError::Fenced { epoch: lease.epoch, holder: cur.map(|(o, e)| (o, e as u64)) });
     }
-    conn.execute_batch("SAVEPOINT grp")?;
-    let r =
-        (|| -> Result<(), rusqlite::Error> {
-            for rec in recs {
-                insert_record(conn, rec, lease.epoch, now)?;
-                if matches!(rec.event, Event::Suspended { .. }) {
-                    conn.prepare_cached("DELETE FROM suspend_requests WHERE task_id=?1")?.execute([&lease.task])?;
-                }
-            }
-            conn.prepare_cached("UPDATE leases SET expires_at_ms=?1 WHERE task_id=?2 AND epoch=?3")?
-                .execute(params![expiry(now, lease.ttl_ms)?, lease.task, lease.epoch as i64])?;
-            Ok(())
-        })();
-    match r {
-        Ok(()) => {
-            conn.execute_batch("RELEASE grp")?;
-            Ok(())
-        }
-        Err(e) => {
-            conn.execute_batch("ROLLBACK TO grp; RELEASE grp")?;
-            Err(AppendError::Sql(e))
+    let sp = tx.savepoint()?;
+    for rec in recs {
+        insert_record(&sp, rec, lease.epoch, now)?;
+        if matches!(rec.event, Event::Suspended { .. }) {
+            sp.prepare_cached("DELETE FROM suspend_requests WHERE task_id=?1")?.execute([&lease.task])?;
         }
     }
+    sp.prepare_cached("UPDATE leases SET expires_at_ms=?1 WHERE task_id=?2 AND epoch=?3")?.execute(params![
+        expiry(now, lease.ttl_ms)?,
+        lease.task,
+        lease.epoch as i64
+    ])?;
+    // dropped without commit on an error above: rolled back to the savepoint
+    sp.commit()?;
+    Ok(())
 }
 
 /// `now + ttl`, checked: an overflow is an error, never a lease that wraps into the past.
@@ -595,28 +589,8 @@ pub fn fold(path: &Path, id: &str, recs: &[Record]) -> CliResult<TaskState> {
     Ok(st)
 }
 
-/// `BEGIN IMMEDIATE` ... `COMMIT`, rolled back on drop unless committed.
-struct Tx<'c> {
-    conn: &'c Connection,
-    done: bool,
-}
-
-impl<'c> Tx<'c> {
-    fn begin(conn: &'c Connection) -> Result<Self, rusqlite::Error> {
-        conn.execute_batch("BEGIN IMMEDIATE")?;
-        Ok(Tx { conn, done: false })
-    }
-    fn commit(mut self) -> Result<(), rusqlite::Error> {
-        self.conn.execute_batch("COMMIT")?;
-        self.done = true;
-        Ok(())
-    }
-}
-
-impl Drop for Tx<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = self.conn.execute_batch("ROLLBACK");
-        }
-    }
+/// `BEGIN IMMEDIATE` on a shared connection (rolled back on drop unless committed): the write
+/// lock is taken at the start, so the fencing read and the append see the same state.
+fn immediate(conn: &Connection) -> Result<Transaction<'_>, rusqlite::Error> {
+    Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
 }
