@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 
 mod support;
-use support::{Dir, Out};
+use support::Dir;
 
 const SPEC: &str = r#"
 id = "inv"

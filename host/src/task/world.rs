@@ -72,6 +72,8 @@ impl ToolFile {
 pub struct Call {
     /// Task that made the call.
     pub task: String,
+    /// Idempotency key (payments).
+    pub key: Option<String>,
     /// Step.
     pub step: u16,
     /// Whether it applied.
@@ -94,6 +96,13 @@ pub enum CallOutcome {
         /// The highest token it has seen for the task.
         highest: u64,
     },
+}
+
+impl Call {
+    /// Refused by the tool's fence (a runner that had lost its lease).
+    pub fn fenced(&self) -> bool {
+        self.reason.as_deref().is_some_and(|r| r.starts_with("fenced"))
+    }
 }
 
 /// The world files, opened lazily.
@@ -227,15 +236,16 @@ impl World {
         let c = self.conn(f)?;
         let read = || -> Result<Vec<Call>, rusqlite::Error> {
             let mut st = c.prepare_cached(
-                "SELECT task_id, step, applied, epoch, reason FROM calls WHERE task_id=?1 ORDER BY id",
+                "SELECT task_id, key, step, applied, epoch, reason FROM calls WHERE task_id=?1 ORDER BY id",
             )?;
             let rows = st.query_map([task], |r| {
                 Ok(Call {
                     task: r.get(0)?,
-                    step: r.get::<_, i64>(1)?.clamp(0, i64::from(u16::MAX)) as u16,
-                    applied: r.get::<_, i64>(2)? != 0,
-                    epoch: r.get::<_, i64>(3)?.max(0) as u64,
-                    reason: r.get(4)?,
+                    key: r.get(1)?,
+                    step: r.get::<_, i64>(2)?.clamp(0, i64::from(u16::MAX)) as u16,
+                    applied: r.get::<_, i64>(3)? != 0,
+                    epoch: r.get::<_, i64>(4)?.max(0) as u64,
+                    reason: r.get(5)?,
                 })
             })?;
             rows.collect()

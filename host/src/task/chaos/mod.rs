@@ -37,7 +37,10 @@
 //! lock blocks every other writer of that file for as long as it is stopped (SQLite has one
 //! writer), which is a liveness matter, not a safety one.
 //!
-//! Delays are deterministic for a seed (splitmix64); where a kill lands depends on timing too, so
+//! Modules: [`spec`] (the task specs), [`check`] (the exactly-once checker); the tools' files are
+//! read through [`World`], their one owner.
+//!
+//! Delays are deterministic for a seed (ChaCha8, [`Draws`]); where a kill lands depends on timing too, so
 //! two runs with the same seed hit the same delays, not necessarily the same points.
 
 use std::collections::HashMap;
@@ -46,12 +49,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use brokerlab_core::runner::{Decision, End, Event, Phase, TaskState, idempotency_key};
-use rusqlite::{Connection, OpenFlags};
+use brokerlab_core::runner::{Phase, TaskState};
 use serde::Serialize;
 
 use super::spec::Spec;
-use super::store::{Store, fold, sql_error};
+use super::store::Store;
+use super::world::{ToolFile, World};
 use crate::error::{CliError, CliResult, EXIT_NEEDS_REVIEW};
 
 /// Options of `task chaos`.
@@ -78,310 +81,31 @@ pub struct ChaosOpts {
     pub lease_ms: u64,
 }
 
-/// splitmix64: a tiny deterministic generator for the specs and the kill delays.
-#[derive(Debug, Clone)]
-pub struct SplitMix(u64);
+pub mod check;
+pub mod spec;
 
-impl SplitMix {
-    /// A generator from a seed.
-    pub fn new(seed: u64) -> Self {
-        SplitMix(seed)
+pub use check::{TaskCheck, check_task};
+pub use spec::{Draws, chaos_spec};
+
+/// Calls the task made to the tools that keep files, so far.
+fn calls_made(world: &mut World, task: &str) -> CliResult<usize> {
+    let mut n = 0;
+    for f in ToolFile::ALL {
+        n += world.calls(f, task)?.len();
     }
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    /// Uniform in `0..n` (`n > 0`).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n.max(1) as u128) >> 64) as u64
-    }
+    Ok(n)
 }
 
-/// What one step of a chaos task does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StepKind {
-    Think,
-    Lookup,
-    Payment,
-    Email,
+/// Calls received per (tool, step), for the window count.
+fn per_step(world: &mut World, task: &str) -> CliResult<HashMap<(ToolFile, u16), usize>> {
+    let mut m = HashMap::new();
+    for f in ToolFile::ALL {
+        for c in world.calls(f, task)? {
+            *m.entry((f, c.step)).or_insert(0) += 1;
+        }
+    }
+    Ok(m)
 }
-
-/// The spec (TOML) of chaos task `id`: `steps` steps with at least one payment, one lookup and
-/// one email, the rest drawn (payment 40 %, lookup 25 %, plain model step 20 %, email 15 %).
-pub fn chaos_spec(id: &str, steps: u16, rng: &mut SplitMix) -> String {
-    let n = steps.max(3) as usize;
-    let mut kinds: Vec<StepKind> = (0..n)
-        .map(|_| match rng.below(100) {
-            0..40 => StepKind::Payment,
-            40..65 => StepKind::Lookup,
-            65..85 => StepKind::Think,
-            _ => StepKind::Email,
-        })
-        .collect();
-    // three distinct positions for the kinds every task must have
-    let mut pos: Vec<usize> = (0..n).collect();
-    for (k, kind) in [StepKind::Email, StepKind::Payment, StepKind::Lookup].into_iter().enumerate() {
-        let j = k + rng.below((n - k) as u64) as usize;
-        pos.swap(k, j);
-        kinds[pos[k]] = kind;
-    }
-    let mut s = format!("id = \"{id}\"\n");
-    for (i, k) in kinds.iter().enumerate() {
-        let amount = 1 + rng.below(999);
-        let step = match k {
-            StepKind::Think => format!("model = \"step {i}: think\"\n"),
-            StepKind::Lookup => {
-                format!("model = \"step {i}: look up the account\"\ntool = \"lookup\"\nargs = {{ q = \"acct-{i}\" }}\n")
-            }
-            StepKind::Payment => format!(
-                "model = \"step {i}: pay the invoice\"\ntool = \"payment\"\nargs = {{ amount = {amount}, to = \
-                 \"acct-{i}\" }}\n"
-            ),
-            StepKind::Email => format!(
-                "model = \"step {i}: tell the customer\"\ntool = \"send_email\"\nargs = {{ to = \
-                 \"c{i}@example.com\", subject = \"receipt {amount}\" }}\n"
-            ),
-        };
-        s.push_str("\n[[step]]\n");
-        s.push_str(&step);
-    }
-    s
-}
-
-// ------------------------------------------------------------------------------------------
-// The tools' own files, read from outside
-
-/// Read access to the tools' own files (`payments.sqlite`, `emails.sqlite`) in a world directory;
-/// connections are opened once the file exists and kept.
-#[derive(Debug)]
-pub struct WorldFiles {
-    dir: PathBuf,
-    conns: HashMap<&'static str, Connection>,
-}
-
-/// One row of a tool's `calls` table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CallRow {
-    /// Idempotency key (payments).
-    pub key: Option<String>,
-    /// Step.
-    pub step: i64,
-    /// Whether it applied.
-    pub applied: bool,
-    /// Why it did not (`duplicate key`, `fenced: ...`).
-    pub reason: Option<String>,
-}
-
-impl CallRow {
-    /// Refused by the tool's fence (a runner that had lost its lease).
-    pub fn fenced(&self) -> bool {
-        self.reason.as_deref().is_some_and(|r| r.starts_with("fenced"))
-    }
-}
-
-/// The payment tool's file.
-pub const PAYMENTS: &str = "payments.sqlite";
-/// The email tool's file.
-pub const EMAILS: &str = "emails.sqlite";
-
-impl WorldFiles {
-    /// The files in `dir`.
-    pub fn new(dir: &Path) -> WorldFiles {
-        WorldFiles { dir: dir.to_path_buf(), conns: HashMap::new() }
-    }
-
-    fn conn(&mut self, file: &'static str) -> CliResult<Option<&Connection>> {
-        let path = self.dir.join(file);
-        if !self.conns.contains_key(file) {
-            if !path.exists() {
-                return Ok(None);
-            }
-            let c = Connection::open_with_flags(&path, OpenFlags::SQLITE_OPEN_READ_WRITE)
-                .map_err(|e| sql_error(&path, "opening a tool's file", e))?;
-            let _ = c.busy_timeout(Duration::from_secs(10));
-            self.conns.insert(file, c);
-        }
-        let c = self.conns.get(file).ok_or_else(|| CliError::failure("world connection"))?;
-        // the file may exist before its table (a runner killed while creating it)
-        let has: i64 = c
-            .query_row("SELECT count(*) FROM sqlite_master WHERE type='table' AND name='calls'", [], |r| r.get(0))
-            .map_err(|e| sql_error(&path, "reading the schema", e))?;
-        Ok(if has > 0 { Some(c) } else { None })
-    }
-
-    /// Every call `task` made to the tool of `file`, in order.
-    pub fn rows(&mut self, file: &'static str, task: &str) -> CliResult<Vec<CallRow>> {
-        let path = self.dir.join(file);
-        let Some(c) = self.conn(file)? else { return Ok(Vec::new()) };
-        let mut st = c
-            .prepare_cached("SELECT key, step, applied, reason FROM calls WHERE task_id=?1 ORDER BY id")
-            .map_err(|e| sql_error(&path, "reading calls", e))?;
-        let rows = st
-            .query_map([task], |r| {
-                Ok(CallRow { key: r.get(0)?, step: r.get(1)?, applied: r.get::<_, i64>(2)? != 0, reason: r.get(3)? })
-            })
-            .map_err(|e| sql_error(&path, "reading calls", e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| sql_error(&path, "reading calls", e))
-    }
-
-    /// Calls received per step (both files), for the window count.
-    fn per_step(&mut self, task: &str) -> CliResult<HashMap<(&'static str, i64), usize>> {
-        let mut m = HashMap::new();
-        for file in [PAYMENTS, EMAILS] {
-            for r in self.rows(file, task)? {
-                *m.entry((file, r.step)).or_insert(0) += 1;
-            }
-        }
-        Ok(m)
-    }
-
-    /// Calls the task made to both tools so far.
-    fn calls(&mut self, task: &str) -> CliResult<usize> {
-        let mut n = 0;
-        for file in [PAYMENTS, EMAILS] {
-            let path = self.dir.join(file);
-            if let Some(c) = self.conn(file)? {
-                let k: i64 = c
-                    .prepare_cached("SELECT count(*) FROM calls WHERE task_id=?1")
-                    .and_then(|mut st| st.query_row([task], |r| r.get(0)))
-                    .map_err(|e| sql_error(&path, "counting calls", e))?;
-                n += k as usize;
-            }
-        }
-        Ok(n)
-    }
-
-    /// Applied email calls of (task, step): what an honest reviewer looks at.
-    fn emails_applied(&mut self, task: &str, step: u16) -> CliResult<usize> {
-        Ok(self.rows(EMAILS, task)?.iter().filter(|r| r.step == step as i64 && r.applied).count())
-    }
-}
-
-// ------------------------------------------------------------------------------------------
-// The checker
-
-/// What [`check_task`] found for one task.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct TaskCheck {
-    /// The log ends with `completed` after all steps.
-    pub completed: bool,
-    /// Side effects applied more than once, or outside the spec (must be 0).
-    pub duplicates: u64,
-    /// Steps whose effect or record is missing (must be 0).
-    pub lost: u64,
-    /// Payment calls the tool received again and deduplicated by key.
-    pub deduplicated: u64,
-    /// Calls a tool refused because they carried an old fencing token.
-    pub fenced_calls: u64,
-    /// `needs-review` records (non-idempotent steps sent to review).
-    pub needs_review: u64,
-    /// Reviews recorded `mark-done`.
-    pub reviews_mark_done: u64,
-    /// Reviews recorded `retry`.
-    pub reviews_retry: u64,
-    /// What was wrong, one line each.
-    pub problems: Vec<String>,
-}
-
-/// Checks task `id` against its spec (stored in the log database), its log and the tools' own
-/// files: every payment key applied exactly once (the key the core derives for that step), every
-/// email step applied exactly once, each step has a model response and a result (or a
-/// `mark-done` review of the email), the task completed, and no call outside the spec's tool
-/// steps.
-pub fn check_task(store: &Store, world: &mut WorldFiles, id: &str) -> CliResult<TaskCheck> {
-    let mut c = TaskCheck::default();
-    let row = store.task_or_err(id)?;
-    let spec = Spec::from_json(&row.spec)
-        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec: {e}", store.path.display())))?;
-    let recs = store.records(id)?;
-    let st = fold(&store.path, id, &recs)?;
-    let n = spec.steps.len();
-    c.completed = st.end == Some(End::Completed) && st.step as usize == n;
-    if !c.completed {
-        c.problems.push(format!("{id}: not completed (at step {} of {n})", st.step));
-    }
-    let (mut model, mut result, mut mark_done) = (vec![0u32; n], vec![0u32; n], vec![0u32; n]);
-    for r in &recs {
-        let bump = |v: &mut Vec<u32>, s: u16| {
-            if let Some(x) = v.get_mut(s as usize) {
-                *x += 1;
-            }
-        };
-        match &r.event {
-            Event::ModelResponse { step, .. } => bump(&mut model, *step),
-            Event::ToolResult { step, .. } => bump(&mut result, *step),
-            Event::NeedsReview { .. } => c.needs_review += 1,
-            Event::ReviewDecision { step, decision: Decision::MarkDone } => {
-                c.reviews_mark_done += 1;
-                bump(&mut mark_done, *step);
-            }
-            Event::ReviewDecision { decision: Decision::Retry, .. } => c.reviews_retry += 1,
-            _ => {}
-        }
-    }
-    let payments = world.rows(PAYMENTS, id)?;
-    let emails = world.rows(EMAILS, id)?;
-    c.deduplicated = payments.iter().filter(|r| !r.applied && !r.fenced()).count() as u64;
-    c.fenced_calls = payments.iter().chain(emails.iter()).filter(|r| r.fenced()).count() as u64;
-    for (i, s) in spec.steps.iter().enumerate() {
-        let step = i as i64;
-        if model[i] != 1 {
-            c.lost += u64::from(model[i] == 0);
-            c.problems.push(format!("{id} step {i}: {} model responses in the log, expected 1", model[i]));
-        }
-        let tool = s.tool.as_deref();
-        if tool.is_some() && result[i] + mark_done[i] == 0 {
-            c.lost += 1;
-            c.problems.push(format!("{id} step {i}: no result (and no mark-done review) in the log"));
-        }
-        let (file, rows) = match tool {
-            Some("payment") => (PAYMENTS, &payments),
-            Some("send_email") => (EMAILS, &emails),
-            _ => continue,
-        };
-        let applied = rows.iter().filter(|r| r.step == step && r.applied).count() as u64;
-        match applied {
-            0 => {
-                c.lost += 1;
-                c.problems.push(format!("{id} step {i}: {file} has no applied call"));
-            }
-            1 => {}
-            k => {
-                c.duplicates += k - 1;
-                c.problems.push(format!("{id} step {i}: {file} applied {k} calls"));
-            }
-        }
-        if file == PAYMENTS {
-            let key = idempotency_key(id, i as u16);
-            let bad = rows.iter().filter(|r| r.step == step && r.key.as_deref() != Some(key.as_str())).count();
-            if bad > 0 {
-                c.duplicates += bad as u64;
-                c.problems.push(format!("{id} step {i}: {bad} payment call(s) with a key other than {key}"));
-            }
-        }
-    }
-    // a side effect on a step that has no such tool in the spec
-    for (file, rows, tool) in [(PAYMENTS, &payments, "payment"), (EMAILS, &emails, "send_email")] {
-        for r in rows.iter().filter(|r| r.applied) {
-            let expected = usize::try_from(r.step)
-                .ok()
-                .and_then(|s| spec.steps.get(s))
-                .is_some_and(|s| s.tool.as_deref() == Some(tool));
-            if !expected {
-                c.duplicates += 1;
-                c.problems.push(format!("{id}: {file} applied a call for step {}, which is not a {tool} step", r.step));
-            }
-        }
-    }
-    Ok(c)
-}
-
-// ------------------------------------------------------------------------------------------
-// The run
 
 /// Totals of a chaos run (the `--json` object).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -537,7 +261,7 @@ fn wait_or_kill(
     child: &mut Child,
     started: Instant,
     plan: KillPlan,
-    world: &mut WorldFiles,
+    world: &mut World,
     id: &str,
     calls_before: usize,
 ) -> CliResult<ExitStatus> {
@@ -557,7 +281,7 @@ fn wait_or_kill(
             (Some(d), _) => std::thread::sleep((d - now).min(Duration::from_micros(500))),
             (None, KillPlan::AfterCalls { calls, extra }) => {
                 // the tool has committed the call: the window is open from here on
-                if world.calls(id)? >= calls_before + calls {
+                if calls_made(world, id)? >= calls_before + calls {
                     deadline = Some(Instant::now() + extra);
                 } else {
                     std::thread::sleep(Duration::from_micros(300));
@@ -575,9 +299,9 @@ fn wait_or_kill(
 fn classify_kill(
     rep: &mut ChaosReport,
     after: Option<&TaskState>,
-    world: &mut WorldFiles,
+    world: &mut World,
     id: &str,
-    before: &HashMap<(&'static str, i64), usize>,
+    before: &HashMap<(ToolFile, u16), usize>,
 ) -> CliResult<()> {
     let Some(st) = after else {
         rep.kills_elsewhere += 1;
@@ -588,18 +312,18 @@ fn classify_kill(
         return Ok(());
     };
     let file = match call.tool.as_str() {
-        "payment" => PAYMENTS,
-        "send_email" => EMAILS,
+        "payment" => ToolFile::Payments,
+        "send_email" => ToolFile::Emails,
         _ => {
             rep.kills_lookup_in_flight += 1;
             return Ok(());
         }
     };
-    let now = world.per_step(id)?;
-    let k = (file, st.step as i64);
+    let now = per_step(world, id)?;
+    let k = (file, st.step);
     if now.get(&k).copied().unwrap_or(0) > before.get(&k).copied().unwrap_or(0) {
         rep.window_kills += 1;
-        if file == PAYMENTS {
+        if file == ToolFile::Payments {
             rep.window_kills_payment += 1;
         } else {
             rep.window_kills_email += 1;
@@ -658,13 +382,13 @@ fn iteration(
     rep: &mut ChaosReport,
     store: &mut Option<Store>,
     ctx: &Ctx,
-    world: &mut WorldFiles,
+    world: &mut World,
     opts: &ChaosOpts,
     i: u32,
     pace: &mut Pace,
 ) -> CliResult<()> {
     let id = format!("chaos-{}-{i}", opts.seed);
-    let mut rng = SplitMix::new(opts.seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ (u64::from(i) << 1 | 1));
+    let mut rng = Draws::new(opts.seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ (u64::from(i) << 1 | 1));
     let spec_text = chaos_spec(&id, opts.steps, &mut rng);
     let spec_path = ctx.specs.join(format!("{id}.toml"));
     std::fs::write(&spec_path, &spec_text)
@@ -675,7 +399,7 @@ fn iteration(
     let mut st = task_state(store, ctx, &id)?;
     for _attempt in 0..(opts.max_kills + 50) {
         let done_before = st.as_ref().map_or(0.0, |s| f64::from(s.step));
-        let before = world.per_step(&id)?;
+        let before = per_step(world, &id)?;
         let calls_before = before.values().sum::<usize>();
         if kills_here < opts.max_kills && rng.below(6) == 0 {
             let left = effects_from(&spec, done_before as usize).max(1) as u64;
@@ -747,7 +471,7 @@ fn pause_then_takeover(
     rep: &mut ChaosReport,
     store: &mut Option<Store>,
     ctx: &Ctx,
-    world: &mut WorldFiles,
+    world: &mut World,
     id: &str,
     spec: &Path,
     at: &str,
@@ -827,20 +551,14 @@ fn pause_then_takeover(
 }
 
 /// Reviews the paused step as a human would, from the email tool's own file.
-fn review(
-    rep: &mut ChaosReport,
-    store: &mut Option<Store>,
-    ctx: &Ctx,
-    world: &mut WorldFiles,
-    id: &str,
-) -> CliResult<()> {
+fn review(rep: &mut ChaosReport, store: &mut Option<Store>, ctx: &Ctx, world: &mut World, id: &str) -> CliResult<()> {
     let Some(st) = task_state(store, ctx, id)? else {
         return Err(CliError::failure(format!("{id}: paused for review but has no log")));
     };
     let Phase::Review { .. } = st.phase else {
         return Err(CliError::failure(format!("{id}: exit 3 but no step waits for review")));
     };
-    let sent = world.emails_applied(id, st.step)? > 0;
+    let sent = world.calls(ToolFile::Emails, id)?.iter().any(|c| c.step == st.step && c.applied);
     let decision = if sent { "--mark-done" } else { "--retry" };
     if sent {
         rep.reviews_mark_done += 1;
@@ -994,11 +712,11 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     };
     let t = Instant::now();
     let mut store: Option<Store> = None;
-    let mut world = WorldFiles::new(&ctx.world);
+    let mut world = World::new(&ctx.world);
     // Calibration: one task without kills, to scale the kill delays (not counted).
     let calib = format!("chaos-{}-calibration", opts.seed);
     let calib_spec = ctx.specs.join(format!("{calib}.toml"));
-    let text = chaos_spec(&calib, opts.steps, &mut SplitMix::new(opts.seed ^ 0xCA11));
+    let text = chaos_spec(&calib, opts.steps, &mut Draws::new(opts.seed ^ 0xCA11));
     std::fs::write(&calib_spec, text).map_err(|e| CliError::failure(format!("{}: {e}", calib_spec.display())))?;
     let t0 = Instant::now();
     let mut child = ctx.spawn_run(&calib_spec, None)?;
@@ -1042,7 +760,7 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
 fn verify(dir: &Path, json: bool) -> CliResult<i32> {
     let db = dir.join("tasks.sqlite");
     let store = Store::open(&db, false)?;
-    let mut world = WorldFiles::new(&dir.join("world"));
+    let mut world = World::new(&dir.join("world"));
     let ids = store.task_ids()?;
     let mut rep = ChaosReport { dir: dir.display().to_string(), ..ChaosReport::default() };
     for id in &ids {
