@@ -94,7 +94,7 @@ const LOWERED_BY: [&str; 8] = [
     "--capacity or --pods (fleet.capacity, fleet.pods)",
     "--cpu-capacity (fleet.cpu_capacity)",
     "--cpu-capacity (fleet.cpu_capacity)",
-    "--pods (fleet.pods); the bound doubles while a queue overflows: a lower arrival rate",
+    "--pods (fleet.pods); it doubles while a queue overflows: a lower arrival rate",
     "--index pod-tables (fleet.index), or --capacity, --pods",
     "--stale (fleet.stale)",
     "--stale (fleet.stale)",

@@ -99,6 +99,7 @@ mod sys {
     }
 
     /// The soft RLIMIT_AS, when finite.
+    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every Unix
     pub fn address_space_limit() -> Option<u64> {
         let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
         // SAFETY: `r` is a valid, writable rlimit for the duration of the call.
@@ -195,7 +196,7 @@ fn group_u128(v: u128) -> String {
     let s = v.to_string();
     let mut out = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -118,9 +118,11 @@ pub struct SweepArgs {
 /// flag and the value). Negative numbers reach it (`allow_negative_numbers`) instead of being
 /// taken for a flag.
 fn whole<T: TryFrom<u64> + num_max::Max>(s: &str) -> Result<T, String> {
-    s.trim().parse::<u64>().ok().and_then(|v| T::try_from(v).ok()).ok_or_else(|| {
-        format!("expected a whole number between 0 and {}", T::MAX_STR)
-    })
+    s.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|v| T::try_from(v).ok())
+        .ok_or_else(|| format!("expected a whole number between 0 and {}", T::MAX_STR))
 }
 
 mod num_max {
@@ -151,7 +153,9 @@ fn parse_blocks(min: usize, s: &str) -> Result<usize, String> {
     let max = brokerlab_core::fleet::limits::MAX_POD_BLOCKS;
     match s.trim().parse::<i128>() {
         Ok(v) if v >= min as i128 && v <= max as i128 => Ok(v as usize),
-        _ => Err(format!("expected a number of 16-token blocks per pod, {min}..={max} (MAX_POD_BLOCKS: slot indices are u32)")),
+        _ => Err(format!(
+            "expected a number of 16-token blocks per pod, {min}..={max} (MAX_POD_BLOCKS: slot indices are u32)"
+        )),
     }
 }
 
@@ -163,10 +167,13 @@ fn parse_cpu_capacity(s: &str) -> Result<usize, String> {
     parse_blocks(0, s)
 }
 
+/// Most points of a `--from`/`--to` range.
+pub const MAX_SWEEP_STEPS: usize = 10_000;
+
 fn parse_steps(s: &str) -> Result<usize, String> {
     match s.trim().parse::<i128>() {
-        Ok(v) if v >= 2 && v <= 1_000_000 => Ok(v as usize),
-        _ => Err("expected at least 2 points (a range has two ends), at most 1000000".to_string()),
+        Ok(v) if v >= 2 && v <= MAX_SWEEP_STEPS as i128 => Ok(v as usize),
+        _ => Err(format!("expected at least 2 points (a range has two ends), at most {MAX_SWEEP_STEPS}")),
     }
 }
 
@@ -465,8 +472,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     }
 }
 
-fn capacity_value(s: &str, fit: usize, hot: u64) -> CliResult<u64> {
-    let bad = |why: &str| CliError::bad_input(format!("capacity value `{s}`: {why}"));
+fn capacity_value(flag: &str, s: &str, fit: usize, hot: u64) -> CliResult<u64> {
+    let bad = |why: &str| CliError::bad_input(format!("{flag}: capacity value `{s}`: {why}"));
     let form = "expected a number of blocks, fit, hot/K or hot*K (K a whole number >= 1)";
     let k = |t: &str| match t.parse::<u64>() {
         Ok(0) => Err(bad("K must be at least 1")),
@@ -487,7 +494,9 @@ fn capacity_value(s: &str, fit: usize, hot: u64) -> CliResult<u64> {
     let max = brokerlab_core::fleet::limits::MAX_POD_BLOCKS as u64;
     match v {
         0 => Err(bad(&format!("is 0 blocks (hot set {hot} blocks, fit {fit} blocks); expected at least 1 block"))),
-        v if v > max => Err(bad(&format!("is {v} blocks; expected at most {max} (MAX_POD_BLOCKS: slot indices are u32)"))),
+        v if v > max => {
+            Err(bad(&format!("is {v} blocks; expected at most {max} (MAX_POD_BLOCKS: slot indices are u32)")))
+        }
         v => Ok(v),
     }
 }
@@ -563,11 +572,13 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<(Vec<sc
             let fit = g.distinct_blocks();
             let hot = sc.workload.hot_set_blocks();
             match range("capacity")? {
-                None => {
-                    a.values.iter().map(|v| capacity_value(v, fit, hot).map(|x| x as f64)).collect::<CliResult<_>>()?
-                }
+                None => a
+                    .values
+                    .iter()
+                    .map(|v| capacity_value("--values", v, fit, hot).map(|x| x as f64))
+                    .collect::<CliResult<_>>()?,
                 Some((f, t)) => {
-                    let (f, t) = (capacity_value(&f, fit, hot)?, capacity_value(&t, fit, hot)?);
+                    let (f, t) = (capacity_value("--from", &f, fit, hot)?, capacity_value("--to", &t, fit, hot)?);
                     sweep::geometric(f as f64, t as f64, a.steps).into_iter().map(|x| x as f64).collect()
                 }
             }

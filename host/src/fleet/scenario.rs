@@ -243,7 +243,13 @@ impl Scenario {
             None if w.popularity == "uniform" => Popularity::Uniform,
             Some(("zipf", s)) => match s.parse::<f64>().ok().and_then(|v| milli_exact(v, 10.0).ok()) {
                 Some(m) => Popularity::Zipf { s_milli: m as u32 },
-                _ => return Err(bad("workload.popularity", "zipf:S with 0 <= S <= 10, a multiple of 0.001", &w.popularity)),
+                _ => {
+                    return Err(bad(
+                        "workload.popularity",
+                        "zipf:S with 0 <= S <= 10, a multiple of 0.001",
+                        &w.popularity,
+                    ));
+                }
             },
             _ => return Err(bad("workload.popularity", "\"uniform\" or \"zipf:S\"", &w.popularity)),
         };
@@ -252,7 +258,8 @@ impl Scenario {
             "timestamp-first" => Layout::TimestampFirst,
             other => return Err(bad("workload.layout", "\"stable-prefix-first\" or \"timestamp-first\"", other)),
         };
-        let rate_milli_per_s = rate_milli(w.rate_per_s).map_err(|exp| bad("workload.rate_per_s", &exp, &num(w.rate_per_s)))?;
+        let rate_milli_per_s =
+            rate_milli(w.rate_per_s).map_err(|exp| bad("workload.rate_per_s", &exp, &num(w.rate_per_s)))?;
         let (rag_docs, rag_doc_tokens, rag_per_request, rag_order) = match &w.rag {
             None => (0, 0, 0, DocOrder::Random),
             Some(r) => {

@@ -2,8 +2,8 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
@@ -128,10 +128,8 @@ impl<'de> serde::de::Visitor<'de> for IdsSeed<'_> {
             match n.as_u64() {
                 Some(v) => self.ids.push(v),
                 None => {
-                    *self.field_err = Some(format!(
-                        "field `hash_ids[{}]`: expected a non-negative integer, got {n}",
-                        self.ids.len()
-                    ));
+                    *self.field_err =
+                        Some(format!("field `hash_ids[{}]`: expected a non-negative integer, got {n}", self.ids.len()));
                     return Err(serde::de::Error::custom("bad hash id"));
                 }
             }
@@ -156,7 +154,8 @@ pub fn parse_line(line: &str, rec: &mut TraceRecord) -> Result<(), String> {
             let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
             format!("column {}: expected a JSON object like {{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 10, \"hash_ids\": [0]}}: {msg}", e.column())
         })?;
-    rec.timestamp_ms = int_field("timestamp", seen.timestamp, "a non-negative integer (milliseconds from trace start)")?;
+    rec.timestamp_ms =
+        int_field("timestamp", seen.timestamp, "a non-negative integer (milliseconds from trace start)")?;
     rec.input_length = int_field("input_length", seen.input_length, "a non-negative integer (prompt tokens)")?;
     rec.output_length = int_field("output_length", seen.output_length, "a non-negative integer (output tokens)")?;
     match seen.hash_ids {
@@ -249,7 +248,11 @@ impl TraceReader {
                 )));
             }
             let text = std::str::from_utf8(body).map_err(|e| {
-                CliError::bad_input(format!("{}: not UTF-8 (byte {}): expected a JSON line", self.location(), e.valid_up_to()))
+                CliError::bad_input(format!(
+                    "{}: not UTF-8 (byte {}): expected a JSON line",
+                    self.location(),
+                    e.valid_up_to()
+                ))
             })?;
             // A UTF-8 byte-order mark at the start of the file is accepted.
             let text = if self.line_no == 1 { text.strip_prefix('\u{feff}').unwrap_or(text) } else { text };
