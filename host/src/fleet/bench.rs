@@ -101,7 +101,13 @@ fn load(path: &PathBuf, trace_block: u32) -> CliResult<(Loaded, f64, f64)> {
             .map_err(|e| CliError::bad_input(format!("{}: request {i}: {e}", path.display())))?;
         let start = l.keys.len();
         l.keys.extend_from_slice(&buf[..n]);
-        l.reqs.push((r.timestamp_ms * 1_000_000, r.input_length, r.output_length, start..start + n));
+        let arrival_ns = r.timestamp_ms.checked_mul(1_000_000).ok_or_else(|| {
+            CliError::bad_input(format!(
+                "{}: request {i}: field `timestamp` overflows 64-bit nanoseconds",
+                path.display()
+            ))
+        })?;
+        l.reqs.push((arrival_ns, r.input_length, r.output_length, start..start + n));
     }
     let hash_s = t1.elapsed().as_secs_f64();
     let mb_s = bytes as f64 / 1e6 / parse_s.max(1e-9);
