@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use brokerlab_core::fleet::workload::Workload;
-use brokerlab_core::fleet::{Fleet, FleetLayout, IndexEntry, LruPod, PendingEntry, PendingRecord, Slot};
+use brokerlab_core::fleet::{Fleet, FleetConfig, FleetLayout, IndexEntry, LruPod, PendingEntry, PendingRecord, Slot};
 use serde::Serialize;
 
 use crate::error::{CliError, CliResult};
@@ -27,6 +27,9 @@ pub struct Row {
     pub elements: usize,
     /// Bytes.
     pub bytes: usize,
+    /// The flag (scenario key) that lowers it; in the memory-budget message, not in the audit.
+    #[serde(skip)]
+    pub lowered_by: &'static str,
 }
 
 /// What the firmware measured (from `cargo fw --json`).
@@ -80,17 +83,28 @@ fn row(structure: &str, sized_by: String, element: &str, element_bytes: usize, e
         element: element.into(),
         element_bytes,
         elements,
-        bytes: element_bytes * elements,
+        bytes: element_bytes.saturating_mul(elements),
+        lowered_by: "",
     }
 }
 
-/// Audits `sc` with the given queue and pending bounds.
-pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<Audit> {
+/// What lowers each structure of [`fleet_rows`], flag first, scenario key second.
+const LOWERED_BY: [&str; 8] = [
+    "--capacity or --pods (fleet.capacity, fleet.pods)",
+    "--capacity or --pods (fleet.capacity, fleet.pods)",
+    "--cpu-capacity (fleet.cpu_capacity)",
+    "--cpu-capacity (fleet.cpu_capacity)",
+    "--pods (fleet.pods); it doubles while a queue overflows: a lower arrival rate",
+    "--index pod-tables (fleet.index), or --capacity, --pods",
+    "--stale (fleet.stale)",
+    "--stale (fleet.stale)",
+];
+
+/// The fleet's caller-provided buffers for layout `l`, one row per structure: the audit's table
+/// and the memory budget's estimate ([`crate::mem`]) both come from here.
+pub fn fleet_rows(cfg: &FleetConfig, l: &FleetLayout) -> Vec<Row> {
     use std::mem::size_of;
-    let cfg = sc.fleet;
-    let l = FleetLayout::new(&cfg, queue_per_pod, pending).map_err(crate::fleet::run::config_error)?;
     let (n, c) = (cfg.pods, cfg.capacity_blocks);
-    let w = &sc.workload;
     let mut rows = vec![
         row("pod LRU slots", format!("N={n} x C={c}"), "Slot {key u64, prev u32, next u32}", size_of::<Slot>(), n * c),
         row(
@@ -130,6 +144,30 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
             size_of::<PendingEntry>(),
             l.pending_table,
         ),
+    ];
+    for (r, by) in rows.iter_mut().zip(LOWERED_BY) {
+        r.lowered_by = by;
+    }
+    rows
+}
+
+/// The fleet's buffers as memory-budget entries.
+pub fn fleet_needs(cfg: &FleetConfig, l: &FleetLayout) -> Vec<crate::mem::Need> {
+    fleet_rows(cfg, l)
+        .into_iter()
+        .map(|r| crate::mem::Need { what: r.structure, bytes: r.bytes as u64, lowered_by: r.lowered_by.to_string() })
+        .collect()
+}
+
+/// Audits `sc` with the given queue and pending bounds.
+pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<Audit> {
+    use std::mem::size_of;
+    let cfg = sc.fleet;
+    let l = FleetLayout::new(&cfg, queue_per_pod, pending).map_err(crate::fleet::run::config_error)?;
+    let (n, c) = (cfg.pods, cfg.capacity_blocks);
+    let w = &sc.workload;
+    let mut rows = fleet_rows(&cfg, &l);
+    rows.extend([
         row("workload Zipf CDF", format!("T = {}", w.tenants), "u64", 8, Workload::cdf_len(w)),
         row(
             "prompt tokens buffer",
@@ -145,7 +183,7 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
             8,
             w.max_prompt_tokens() as usize / 16,
         ),
-    ];
+    ]);
     rows.push(row(
         "Fleet value (this host)",
         "64 pod slots inline (heapless::Vec)".into(),

@@ -56,9 +56,9 @@ fn audit(a: AuditArgs) -> brokerlab::error::CliResult<i32> {
         au.firmware = Some(brokerlab::audit::firmware()?);
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&au).expect("audit serializes"));
+        brokerlab::print_stdout(&format!("{}\n", serde_json::to_string_pretty(&au).expect("audit serializes")));
     } else {
-        print!("{}", brokerlab::audit::render(&au));
+        brokerlab::print_stdout(&brokerlab::audit::render(&au));
     }
     let fw_ok = au.firmware.as_ref().is_none_or(|f| f.exit_code == 0 && f.allocator_symbols.is_empty());
     Ok(if fw_ok { 0 } else { 1 })
@@ -83,7 +83,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => ExitCode::from(code as u8),
         Err(CliError { code, msg }) => {
-            eprintln!("brokerlab: error: {msg}");
+            brokerlab::print_stderr(&format!("brokerlab: error: {msg}"));
             ExitCode::from(code as u8)
         }
     }

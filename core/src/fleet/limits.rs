@@ -6,6 +6,9 @@ pub const BLOCK_TOKENS: usize = 16;
 pub const MAX_PODS: usize = 64;
 /// Most blocks one pod can cache: slot indices are `u32` and `u32::MAX` marks "none".
 pub const MAX_POD_BLOCKS: usize = (u32::MAX - 1) as usize;
+/// Most requests one generated workload may have (a scenario's `requests`); the host's memory
+/// budget may allow fewer.
+pub const MAX_REQUESTS: u64 = 1 << 32;
 /// Longest prompt accepted, in tokens (2^24 = 16.7 M tokens, i.e. 1,048,576 blocks).
 pub const MAX_PROMPT_TOKENS: u64 = 1 << 24;
 /// Most full blocks of one prompt.

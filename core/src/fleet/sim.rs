@@ -5,7 +5,7 @@ use heapless::Vec as HVec;
 
 use super::Error;
 use super::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
-use super::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_PODS, MAX_STALE_DELAY};
+use super::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_POD_BLOCKS, MAX_PODS, MAX_STALE_DELAY};
 use super::pod::{CacheEvents, LruPod, Slot};
 use super::router::{AnyRouter, Holders, RouteView, Router, RouterKind};
 use super::scale::{ScaleAction, ScalePolicy, ScaleState};
@@ -125,14 +125,25 @@ impl FleetConfig {
                 expected: "between 1 and 64 (the index stores pods as a 64-bit mask)",
             });
         }
-        if self.capacity_blocks == 0 || LruPod::table_len(self.capacity_blocks) == 0 {
-            return Err(Error::InvalidConfig { field: "capacity", expected: "at least 1 block" });
+        if self.capacity_blocks == 0
+            || self.capacity_blocks > MAX_POD_BLOCKS
+            || LruPod::table_len(self.capacity_blocks) == 0
+        {
+            return Err(Error::InvalidConfig {
+                field: "capacity",
+                expected: "between 1 and 4294967294 blocks (MAX_POD_BLOCKS: slot indices are u32)",
+            });
         }
         if !(self.alpha >= 0.0 && self.alpha <= MAX_ALPHA) {
             return Err(Error::InvalidConfig { field: "alpha", expected: "a number between 0 and 1e9" });
         }
-        if self.cpu_capacity_blocks > 0 && LruPod::table_len(self.cpu_capacity_blocks) == 0 {
-            return Err(Error::InvalidConfig { field: "cpu-capacity", expected: "a block count that fits in memory" });
+        if self.cpu_capacity_blocks > MAX_POD_BLOCKS
+            || (self.cpu_capacity_blocks > 0 && LruPod::table_len(self.cpu_capacity_blocks) == 0)
+        {
+            return Err(Error::InvalidConfig {
+                field: "cpu-capacity",
+                expected: "between 0 and 4294967294 blocks (MAX_POD_BLOCKS: slot indices are u32)",
+            });
         }
         if self.stale_delay > MAX_STALE_DELAY {
             return Err(Error::InvalidConfig { field: "stale", expected: "at most 16777216 requests" });

@@ -23,6 +23,7 @@ use rand_core::{Rng, SeedableRng};
 use super::Error;
 use super::fixmath::{exp2_neg_q32, log2_q32, neg_ln_uniform_q32};
 use super::hash::fmix64;
+use super::limits::MAX_REQUESTS;
 
 /// Most RAG documents per tenant.
 pub const MAX_RAG_DOCS: usize = 256;
@@ -122,6 +123,9 @@ impl WorkloadSpec {
     /// Checks the spec.
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |field, expected| Err(Error::InvalidConfig { field, expected });
+        if self.requests > MAX_REQUESTS {
+            return bad("workload.requests", "at most 4294967296 (MAX_REQUESTS)");
+        }
         if self.tenants == 0 || self.tenants > MAX_TENANTS {
             return bad("workload.tenants", "between 1 and 1048576");
         }

@@ -101,7 +101,13 @@ fn load(path: &PathBuf, trace_block: u32) -> CliResult<(Loaded, f64, f64)> {
             .map_err(|e| CliError::bad_input(format!("{}: request {i}: {e}", path.display())))?;
         let start = l.keys.len();
         l.keys.extend_from_slice(&buf[..n]);
-        l.reqs.push((r.timestamp_ms * 1_000_000, r.input_length, r.output_length, start..start + n));
+        let arrival_ns = r.timestamp_ms.checked_mul(1_000_000).ok_or_else(|| {
+            CliError::bad_input(format!(
+                "{}: request {i}: field `timestamp` overflows 64-bit nanoseconds",
+                path.display()
+            ))
+        })?;
+        l.reqs.push((arrival_ns, r.input_length, r.output_length, start..start + n));
     }
     let hash_s = t1.elapsed().as_secs_f64();
     let mb_s = bytes as f64 / 1e6 / parse_s.max(1e-9);
@@ -111,6 +117,10 @@ fn load(path: &PathBuf, trace_block: u32) -> CliResult<(Loaded, f64, f64)> {
 
 /// Runs the benchmark.
 pub fn run(trace: PathBuf, trace_block: u32, pods: usize, capacity: usize, repeats: usize) -> CliResult<BenchReport> {
+    for index in [IndexKind::Global, IndexKind::PodTables] {
+        let cfg = FleetConfig { index, ..FleetConfig::new(pods, capacity, RouterKind::PrefixAware) };
+        super::run::check_memory(&cfg, 1 << 16, 0, None, false)?;
+    }
     let (l, parse_mb_per_s, hash_keys_per_s) = load(&trace, trace_block)?;
     let touches = l.keys.len() as u64;
     let mut routers = Vec::new();
@@ -125,7 +135,7 @@ pub fn run(trace: PathBuf, trace_block: u32, pods: usize, capacity: usize, repea
         let mut best = f64::INFINITY;
         let mut hit_rate = 0.0;
         for _ in 0..repeats.max(1) {
-            let mut owned = OwnedFleet::new(cfg, 1 << 16, 0).map_err(super::run::config_error)?;
+            let mut owned = OwnedFleet::new(cfg, 1 << 16, 0)?;
             let mut fleet = owned.fleet().map_err(super::run::config_error)?;
             let t = Instant::now();
             for (arrival_ns, input, output, range) in &l.reqs {

@@ -47,6 +47,15 @@ pub struct ReportArgs {
     pub shrink: u64,
 }
 
+/// The memory budget flag (host/src/mem.rs).
+#[derive(Debug, Args, Clone)]
+pub struct MemArgs {
+    /// Most bytes a run may allocate, checked before allocating (e.g. 500000000, 512M, 4G);
+    /// default: the available memory (or `ulimit -v`) less 1/8, at least 256 MiB less.
+    #[arg(long, value_name = "BYTES", value_parser = crate::mem::parse_size)]
+    pub max_memory: Option<u64>,
+}
+
 /// `fleet run` arguments.
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -58,6 +67,8 @@ pub struct RunArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub mem: MemArgs,
 }
 
 /// `fleet gen-trace` arguments.
@@ -79,26 +90,91 @@ pub struct SweepArgs {
     #[arg(long)]
     pub param: String,
     /// Explicit values, comma separated (capacity also accepts fit, hot/K, hot*K).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub values: Vec<String>,
     /// First value of a range (capacity: fit, hot/K, hot*K or a number).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub from: Option<String>,
     /// Same as --from fit.
     #[arg(long)]
     pub from_fit: bool,
     /// Last value of a range.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub to: Option<String>,
-    /// Points in the range (geometric for capacity, linear otherwise).
-    #[arg(long, default_value_t = 12)]
+    /// Points in the range, at least 2 (geometric for capacity, linear otherwise).
+    #[arg(long, default_value_t = 12, allow_negative_numbers = true, value_parser = parse_steps)]
     pub steps: usize,
     /// Worker threads (0 = all cores). Results do not depend on it.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<usize>)]
     pub threads: usize,
     /// Output directory.
     #[arg(long, default_value = "out/sweep")]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub mem: MemArgs,
+}
+
+/// A whole number of type `T` for a flag; the message says the accepted range (clap names the
+/// flag and the value). Negative numbers reach it (`allow_negative_numbers`) instead of being
+/// taken for a flag.
+fn whole<T: TryFrom<u64> + num_max::Max>(s: &str) -> Result<T, String> {
+    s.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|v| T::try_from(v).ok())
+        .ok_or_else(|| format!("expected a whole number between 0 and {}", T::MAX_STR))
+}
+
+mod num_max {
+    /// The largest value of an integer type, for messages.
+    pub trait Max {
+        const MAX_STR: &'static str;
+    }
+    impl Max for u32 {
+        const MAX_STR: &'static str = "4294967295";
+    }
+    impl Max for u64 {
+        const MAX_STR: &'static str = "18446744073709551615";
+    }
+    impl Max for usize {
+        const MAX_STR: &'static str = "18446744073709551615";
+    }
+}
+
+fn parse_pods(s: &str) -> Result<usize, String> {
+    let max = brokerlab_core::fleet::limits::MAX_PODS;
+    match s.trim().parse::<i128>() {
+        Ok(v) if v >= 1 && v <= max as i128 => Ok(v as usize),
+        _ => Err(format!("pods must be 1..={max} (the index stores pods as a 64-bit mask)")),
+    }
+}
+
+fn parse_blocks(min: usize, s: &str) -> Result<usize, String> {
+    let max = brokerlab_core::fleet::limits::MAX_POD_BLOCKS;
+    match s.trim().parse::<i128>() {
+        Ok(v) if v >= min as i128 && v <= max as i128 => Ok(v as usize),
+        _ => Err(format!(
+            "expected a number of 16-token blocks per pod, {min}..={max} (MAX_POD_BLOCKS: slot indices are u32)"
+        )),
+    }
+}
+
+fn parse_capacity(s: &str) -> Result<usize, String> {
+    parse_blocks(1, s)
+}
+
+fn parse_cpu_capacity(s: &str) -> Result<usize, String> {
+    parse_blocks(0, s)
+}
+
+/// Most points of a `--from`/`--to` range.
+pub const MAX_SWEEP_STEPS: usize = 10_000;
+
+fn parse_steps(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i128>() {
+        Ok(v) if v >= 2 && v <= MAX_SWEEP_STEPS as i128 => Ok(v as usize),
+        _ => Err(format!("expected at least 2 points (a range has two ends), at most {MAX_SWEEP_STEPS}")),
+    }
 }
 
 fn parse_router(s: &str) -> Result<RouterKind, String> {
@@ -117,10 +193,10 @@ fn parse_order(s: &str) -> Result<TouchOrder, String> {
 #[derive(Debug, Args, Clone)]
 pub struct FleetArgs {
     /// Number of pods N (1..=64).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_pods)]
     pub pods: usize,
-    /// Blocks (16 tokens each) per pod C.
-    #[arg(long)]
+    /// Blocks (16 tokens each) per pod C (1..=4294967294).
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
     pub capacity: usize,
     /// round-robin | least-loaded | prefix-aware
     #[arg(long, value_parser = parse_router)]
@@ -129,26 +205,26 @@ pub struct FleetArgs {
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub alpha: f64,
     /// Stale-evict delay k, in requests (0 = exact index).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u32>)]
     pub stale: u32,
     /// tail-first | in-order
     #[arg(long, default_value = "tail-first", value_parser = parse_order)]
     pub order: TouchOrder,
     /// Prefill cost, ns per uncached prompt token.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 50_000, allow_negative_numbers = true, value_parser = whole::<u64>)]
     pub t_prefill_ns: u64,
     /// Decode cost, ns per output token.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u64>)]
     pub t_decode_ns: u64,
     /// Prefix-aware index: pod-tables (ask the pods' own tables) | global (a key -> pod-mask
     /// table fed by insert/evict events). Same results; pod-tables is faster and smaller.
     #[arg(long, default_value = "pod-tables", value_parser = parse_index)]
     pub index: IndexKind,
-    /// Blocks per pod in a second (CPU memory) tier; 0 = none.
-    #[arg(long, default_value_t = 0)]
+    /// Blocks per pod in a second (CPU memory) tier; 0 = none (at most 4294967294).
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = parse_cpu_capacity)]
     pub cpu_capacity: usize,
     /// Cost of loading a CPU-tier block, ns per token.
-    #[arg(long, default_value_t = 5_000)]
+    #[arg(long, default_value_t = 5_000, allow_negative_numbers = true, value_parser = whole::<u64>)]
     pub t_cpu_ns: u64,
     #[command(flatten)]
     pub scale: ScaleArgs,
@@ -159,10 +235,10 @@ pub struct FleetArgs {
 #[derive(Debug, Args, Clone)]
 pub struct ScaleArgs {
     /// Autoscale between this many pods and --pods (off when absent).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole::<u32>)]
     pub scale_min: Option<u32>,
     /// Routable pods at the start (default: --scale-min).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole::<u32>)]
     pub scale_initial: Option<u32>,
     /// Seconds between autoscaler evaluations.
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
@@ -194,7 +270,7 @@ impl ScaleArgs {
             self.scale_startup_s,
         )
         .map_err(|(field, expected, got)| {
-            CliError::bad_input(format!("--scale-{}: {got:?}: expected {expected}", field.replace('_', "-")))
+            CliError::bad_input(format!("--scale-{}: {got}: expected {expected}", field.replace('_', "-")))
         })?;
         Ok(Some(p))
     }
@@ -213,11 +289,11 @@ impl ScaleArgs {
     ) -> Result<ScalePolicy, (&'static str, &'static str, String)> {
         let ns = |v: f64, field| match v {
             v if (0.0..=1e9).contains(&v) => Ok((v * 1e9).round() as u64),
-            v => Err((field, "seconds between 0 and 1e9", v.to_string())),
+            v => Err((field, "seconds between 0 and 1e9", scenario::num(v))),
         };
         let milli = |v: f64, field| match v {
             v if (0.0..=1e6).contains(&v) => Ok((v * 1000.0).round() as u32),
-            v => Err((field, "a mean queue length between 0 and 1e6", v.to_string())),
+            v => Err((field, "a mean queue length between 0 and 1e6", scenario::num(v))),
         };
         let p = ScalePolicy {
             min_pods: min,
@@ -232,8 +308,8 @@ impl ScaleArgs {
                 let (name, got) = match field {
                     "scale-min" => ("min", min.to_string()),
                     "scale-initial" => ("initial", p.initial_pods.to_string()),
-                    "scale-interval" => ("interval_s", interval_s.to_string()),
-                    _ => ("down_queue", down_queue.to_string()),
+                    "scale-interval" => ("interval_s", scenario::num(interval_s)),
+                    _ => ("down_queue", scenario::num(down_queue)),
                 };
                 (name, expected, got)
             }
@@ -270,13 +346,19 @@ pub struct ReplayArgs {
     #[arg(long)]
     pub trace: PathBuf,
     /// Tokens per trace hash id S (a multiple of 16).
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = whole::<u32>)]
     pub trace_block_size: u32,
+    /// Longest trace line accepted, bytes (the longest valid line is about 23 MB: 1,048,576 ids
+    /// of up to 20 digits).
+    #[arg(long, value_name = "BYTES", default_value = "32M", value_parser = crate::mem::parse_size)]
+    pub max_line_bytes: u64,
     #[command(flatten)]
     pub fleet: FleetArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub mem: MemArgs,
 }
 
 /// `fleet bench` arguments.
@@ -288,11 +370,11 @@ pub struct BenchArgs {
     /// Tokens per trace hash id S.
     #[arg(long, default_value_t = 512)]
     pub trace_block_size: u32,
-    /// Pods.
-    #[arg(long, default_value_t = 8)]
+    /// Pods (1..=64).
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true, value_parser = parse_pods)]
     pub pods: usize,
     /// Blocks per pod.
-    #[arg(long, default_value_t = 16384)]
+    #[arg(long, default_value_t = 16384, allow_negative_numbers = true, value_parser = parse_capacity)]
     pub capacity: usize,
     /// Repeats per router; the best is reported.
     #[arg(long, default_value_t = 3)]
@@ -300,6 +382,8 @@ pub struct BenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub mem: MemArgs,
 }
 
 fn check_trace_block(s: u32) -> CliResult<()> {
@@ -312,91 +396,109 @@ fn check_trace_block(s: u32) -> CliResult<()> {
 pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     match cmd {
         FleetCmd::Replay(a) => {
+            crate::mem::set_budget(a.mem.max_memory);
             check_trace_block(a.trace_block_size)?;
             let cfg = a.fleet.config()?;
             cfg.validate().map_err(run::config_error)?;
+            trace::set_max_line_bytes(a.max_line_bytes);
             let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: a.trace_block_size };
             let res = simulate(cfg, &mut src, false)?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
+                say!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
             } else {
-                println!("trace {}", a.trace.display());
-                print!("{}", render_table(&res.summary));
+                say!("trace {}", a.trace.display());
+                say_raw!("{}", render_table(&res.summary));
             }
             Ok(0)
         }
         FleetCmd::Run(a) => {
+            crate::mem::set_budget(a.mem.max_memory);
             let sc = scenario::Scenario::load(&a.scenario)?;
             let mut cfg = sc.fleet;
             if let Some(r) = a.router {
                 cfg.router = r;
             }
-            let g = scenario::Generated::new(sc.workload)?;
-            let res = simulate(cfg, &mut &g, false)?;
+            // Streamed: the generator is seeded and sequential, so the workload is never held.
+            let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+            let res = simulate(cfg, &mut src, false)?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
+                say!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
             } else {
-                println!("scenario {} ({})", sc.name, a.scenario.display());
-                print!("{}", render_table(&res.summary));
+                say!("scenario {} ({})", sc.name, a.scenario.display());
+                say_raw!("{}", render_table(&res.summary));
             }
             Ok(0)
         }
         FleetCmd::GenTrace(a) => {
             let sc = scenario::Scenario::load(&a.scenario)?;
-            let g = scenario::Generated::new(sc.workload)?;
+            let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
             let f = std::fs::File::create(&a.output)
                 .map_err(|e| CliError::bad_input(format!("-o {}: cannot create: {e}", a.output.display())))?;
             let mut w = std::io::BufWriter::new(f);
-            scenario::write_trace(&g, &mut w)
+            scenario::write_trace_from(&mut src, &mut w)
                 .and_then(|_| std::io::Write::flush(&mut w))
                 .map_err(|e| CliError::failure(format!("{}: cannot write: {e}", a.output.display())))?;
-            eprintln!(
+            crate::print_stderr(&format!(
                 "wrote {} requests to {} (replay with --trace-block-size 16)",
-                g.requests.len(),
+                sc.workload.requests,
                 a.output.display()
-            );
+            ));
             Ok(0)
         }
         FleetCmd::Sweep(a) => sweep_cmd(a),
         FleetCmd::Report(a) => {
             let ex = experiments::report(&a.out, a.threads, a.shrink)?;
-            println!("{}\n", experiments::the_number(&ex));
+            say!("{}\n", experiments::the_number(&ex));
             for (k, v) in experiments::headlines(&ex) {
-                println!("{k:<52} {v}");
+                say!("{k:<52} {v}");
             }
-            println!(
+            say!(
                 "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv, experiments.json",
                 a.out.display()
             );
             Ok(0)
         }
         FleetCmd::Bench(a) => {
+            crate::mem::set_budget(a.mem.max_memory);
             check_trace_block(a.trace_block_size)?;
             let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats)?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+                say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
             } else {
-                print!("{}", bench::render(&r));
+                say_raw!("{}", bench::render(&r));
             }
             Ok(0)
         }
     }
 }
 
-fn capacity_value(s: &str, fit: usize, hot: u64) -> CliResult<u64> {
-    let bad = || CliError::bad_input(format!("capacity value `{s}`: expected a number of blocks, fit, hot/K or hot*K"));
+fn capacity_value(flag: &str, s: &str, fit: usize, hot: u64) -> CliResult<u64> {
+    let bad = |why: &str| CliError::bad_input(format!("{flag}: capacity value `{s}`: {why}"));
+    let form = "expected a number of blocks, fit, hot/K or hot*K (K a whole number >= 1)";
+    let k = |t: &str| match t.parse::<u64>() {
+        Ok(0) => Err(bad("K must be at least 1")),
+        Ok(k) => Ok(k),
+        Err(_) => Err(bad(form)),
+    };
     let v = if s == "fit" {
         fit as u64
-    } else if let Some(k) = s.strip_prefix("hot/") {
-        hot / k.parse::<u64>().map_err(|_| bad())?.max(1)
-    } else if let Some(k) = s.strip_prefix("hot*") {
-        hot * k.parse::<u64>().map_err(|_| bad())?
+    } else if let Some(t) = s.strip_prefix("hot/") {
+        hot / k(t)?
+    } else if let Some(t) = s.strip_prefix("hot*") {
+        hot.checked_mul(k(t)?).ok_or_else(|| bad("hot*K overflows 64 bits"))?
     } else if s == "hot" {
         hot
     } else {
-        s.parse().map_err(|_| bad())?
+        s.parse().map_err(|_| bad(form))?
     };
-    Ok(v.max(1))
+    let max = brokerlab_core::fleet::limits::MAX_POD_BLOCKS as u64;
+    match v {
+        0 => Err(bad(&format!("is 0 blocks (hot set {hot} blocks, fit {fit} blocks); expected at least 1 block"))),
+        v if v > max => {
+            Err(bad(&format!("is {v} blocks; expected at most {max} (MAX_POD_BLOCKS: slot indices are u32)")))
+        }
+        v => Ok(v),
+    }
 }
 
 fn num_value(flag: &str, s: &str) -> CliResult<f64> {
@@ -406,6 +508,15 @@ fn num_value(flag: &str, s: &str) -> CliResult<f64> {
         .ok_or_else(|| CliError::bad_input(format!("{flag} `{s}`: expected a number")))
 }
 
+/// A whole, non-negative sweep value (stale, pods): never rounded or clamped silently.
+fn whole_value(flag: &str, param: &str, v: f64) -> CliResult<f64> {
+    if v >= 0.0 && v.fract() == 0.0 && v <= u32::MAX as f64 {
+        Ok(v)
+    } else {
+        Err(CliError::bad_input(format!("{flag} {}: --param {param} takes whole numbers >= 0", scenario::num(v))))
+    }
+}
+
 /// One sweep value: (parameter value, workload index, fleet configuration).
 pub type SweepValue = (f64, usize, FleetConfig);
 
@@ -413,50 +524,89 @@ pub type SweepValue = (f64, usize, FleetConfig);
 pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<(Vec<scenario::Generated>, Vec<SweepValue>)> {
     let base = sc.fleet;
     let from = if a.from_fit { Some("fit".to_string()) } else { a.from.clone() };
+    if a.steps < 2 {
+        return Err(CliError::bad_input(format!("--steps {}: expected at least 2 points", a.steps)));
+    }
     let range = |kind: &str| -> CliResult<Option<(String, String)>> {
         match (&from, &a.to) {
-            (Some(f), Some(t)) => Ok(Some((f.clone(), t.clone()))),
+            (Some(f), Some(t)) if a.values.is_empty() => Ok(Some((f.clone(), t.clone()))),
             (None, None) if !a.values.is_empty() => Ok(None),
             _ => Err(CliError::bad_input(format!("--param {kind}: give --values, or both --from and --to"))),
         }
     };
     if a.param == "rate" {
-        let vals: Vec<f64> = match range("rate")? {
-            None => a.values.iter().map(|v| num_value("--values", v)).collect::<CliResult<_>>()?,
-            Some((f, t)) => sweep::linear(num_value("--from", &f)?, num_value("--to", &t)?, a.steps),
+        let milli = |flag: &str, v: f64| {
+            scenario::rate_milli(v)
+                .map_err(|e| CliError::bad_input(format!("{flag} {}: expected {e}", scenario::num(v))))
+        };
+        let millis: Vec<u64> = match range("rate")? {
+            None => a
+                .values
+                .iter()
+                .map(|v| num_value("--values", v).and_then(|x| milli("--values", x)))
+                .collect::<CliResult<_>>()?,
+            Some((f, t)) => {
+                let (f, t) = (num_value("--from", &f)?, num_value("--to", &t)?);
+                let (mf, mt) = (milli("--from", f)? as f64, milli("--to", t)? as f64);
+                // Range points are rounded to the resolution (0.001 requests/s); the value
+                // reported is the rate run.
+                let mut v: Vec<u64> = sweep::linear(mf, mt, a.steps).into_iter().map(|x| x.round() as u64).collect();
+                v.dedup();
+                v
+            }
         };
         let mut gens = Vec::new();
         let mut out = Vec::new();
-        for (i, v) in vals.iter().enumerate() {
+        for (i, m) in millis.iter().enumerate() {
             let mut w = sc.workload;
-            w.rate_milli_per_s = (v * 1000.0).round().max(0.0) as u64;
-            gens.push(scenario::Generated::new(w)?);
-            out.push((*v, i, base));
+            w.rate_milli_per_s = *m;
+            w.validate().map_err(|e| CliError::bad_input(format!("--param rate value {}: {e}", *m as f64 / 1000.0)))?;
+            gens.push(scenario::Generated::with_origin(w, &sc.origin)?);
+            out.push((*m as f64 / 1000.0, i, base));
         }
         return Ok((gens, out));
     }
-    let g = scenario::Generated::new(sc.workload)?;
+    let g = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
     let vals: Vec<f64> = match a.param.as_str() {
         "capacity" => {
             let fit = g.distinct_blocks();
             let hot = sc.workload.hot_set_blocks();
             match range("capacity")? {
-                None => {
-                    a.values.iter().map(|v| capacity_value(v, fit, hot).map(|x| x as f64)).collect::<CliResult<_>>()?
-                }
+                None => a
+                    .values
+                    .iter()
+                    .map(|v| capacity_value("--values", v, fit, hot).map(|x| x as f64))
+                    .collect::<CliResult<_>>()?,
                 Some((f, t)) => {
-                    let (f, t) = (capacity_value(&f, fit, hot)?, capacity_value(&t, fit, hot)?);
+                    let (f, t) = (capacity_value("--from", &f, fit, hot)?, capacity_value("--to", &t, fit, hot)?);
                     sweep::geometric(f as f64, t as f64, a.steps).into_iter().map(|x| x as f64).collect()
                 }
             }
         }
-        "alpha" | "stale" | "pods" => match range(&a.param)? {
-            None => a.values.iter().map(|v| num_value("--values", v)).collect::<CliResult<_>>()?,
-            Some((f, t)) => {
-                let v = sweep::linear(num_value("--from", &f)?, num_value("--to", &t)?, a.steps);
-                if a.param == "alpha" { v } else { v.into_iter().map(f64::round).collect() }
+        "alpha" | "stale" | "pods" => {
+            let p = a.param.as_str();
+            match range(p)? {
+                None => a
+                    .values
+                    .iter()
+                    .map(|v| {
+                        let x = num_value("--values", v)?;
+                        if p == "alpha" { Ok(x) } else { whole_value("--values", p, x) }
+                    })
+                    .collect::<CliResult<_>>()?,
+                Some((f, t)) => {
+                    let (f, t) = (num_value("--from", &f)?, num_value("--to", &t)?);
+                    if p == "alpha" {
+                        sweep::linear(f, t, a.steps)
+                    } else {
+                        let (f, t) = (whole_value("--from", p, f)?, whole_value("--to", p, t)?);
+                        let mut v: Vec<f64> = sweep::linear(f, t, a.steps).into_iter().map(f64::round).collect();
+                        v.dedup();
+                        v
+                    }
+                }
             }
-        },
+        }
         other => {
             return Err(CliError::bad_input(format!("--param {other}: expected capacity, alpha, stale, pods or rate")));
         }
@@ -467,25 +617,61 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<(Vec<sc
         match a.param.as_str() {
             "capacity" => cfg.capacity_blocks = v as usize,
             "alpha" => cfg.alpha = v,
-            "stale" => cfg.stale_delay = v.max(0.0) as u32,
-            _ => cfg.pods = v.max(0.0) as usize,
+            "stale" => cfg.stale_delay = v as u32,
+            _ => cfg.pods = v as usize,
         }
-        cfg.validate().map_err(|e| CliError::bad_input(format!("--param {} value {v}: {e}", a.param)))?;
+        cfg.validate()
+            .map_err(|e| CliError::bad_input(format!("--param {} value {}: {e}", a.param, scenario::num(v))))?;
         out.push((v, 0, cfg));
     }
     Ok((vec![g], out))
 }
 
+/// Checks the memory budget of a sweep: its workloads plus one fleet per worker thread (the
+/// largest point's).
+fn check_sweep_memory(gens: &[scenario::Generated], specs: &[sweep::PointSpec], threads: usize) -> CliResult<()> {
+    let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+    let workers = threads.min(specs.len()).max(1) as u64;
+    let mut largest: Vec<crate::mem::Need> = Vec::new();
+    let mut largest_total = 0u64;
+    for p in specs {
+        let queue = 4096;
+        let pending = if p.cfg.stale_delay > 0 { ((p.cfg.stale_delay as usize + 1) * 256).min(1 << 20) } else { 0 };
+        let l = brokerlab_core::fleet::FleetLayout::new(&p.cfg, queue, pending).map_err(run::config_error)?;
+        let needs = crate::audit::fleet_needs(&p.cfg, &l);
+        let total = needs.iter().map(|n| n.bytes).sum::<u64>();
+        if total > largest_total {
+            (largest, largest_total) = (needs, total);
+        }
+    }
+    let mut needs: Vec<crate::mem::Need> = largest
+        .into_iter()
+        .map(|n| crate::mem::Need {
+            what: format!("{} x {workers} threads", n.what),
+            bytes: n.bytes.saturating_mul(workers),
+            lowered_by: format!("{}, or --threads", n.lowered_by),
+        })
+        .collect();
+    needs.push(crate::mem::Need {
+        what: "generated workloads".into(),
+        bytes: gens.iter().map(|g| g.bytes()).sum(),
+        lowered_by: "workload.requests".into(),
+    });
+    crate::mem::check("the sweep", &needs)
+}
+
 fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
+    crate::mem::set_budget(a.mem.max_memory);
     let sc = scenario::Scenario::load(&a.scenario)?;
     let (gens, values) = sweep_values(&sc, &a)?;
     let specs = sweep::for_each_router(&values);
+    check_sweep_memory(&gens, &specs, a.threads)?;
     let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &format!("sweep {}", a.param))?;
     sweep::write_file(&a.out, "points.csv", sweep::to_csv(&points).as_bytes())?;
     let json = serde_json::to_string_pretty(&points).expect("points serialize");
     sweep::write_file(&a.out, "points.json", json.as_bytes())?;
     let written = report::sweep_plots(&a.out, &sc.name, &a.param, &points)?;
-    print!("{}", report::sweep_table(&a.param, &points));
-    println!("wrote {}/points.csv, points.json{}", a.out.display(), written);
+    say_raw!("{}", report::sweep_table(&a.param, &points));
+    say!("wrote {}/points.csv, points.json{}", a.out.display(), written);
     Ok(0)
 }

@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use super::trace::TraceReader;
 use crate::error::{CliError, CliResult};
+use crate::mem::{self, Need, try_grow, try_vec};
 
 /// Heap buffers for one fleet (the core borrows them).
 pub struct OwnedFleet {
@@ -28,20 +29,22 @@ pub struct OwnedFleet {
 }
 
 impl OwnedFleet {
-    /// Allocates the buffers [`FleetLayout`] asks for.
-    pub fn new(cfg: FleetConfig, queue_per_pod: usize, pending: usize) -> Result<Self, CoreError> {
-        let l = FleetLayout::new(&cfg, queue_per_pod, pending)?;
+    /// Allocates the buffers [`FleetLayout`] asks for (an allocation failure is an error naming
+    /// the buffer, never an abort). The caller checks the memory budget first.
+    pub fn new(cfg: FleetConfig, queue_per_pod: usize, pending: usize) -> CliResult<Self> {
+        let l = FleetLayout::new(&cfg, queue_per_pod, pending).map_err(config_error)?;
+        let n = |per_pod: usize| l.pods.saturating_mul(per_pod);
         Ok(OwnedFleet {
             cfg,
             layout: l,
-            slots: vec![Slot::default(); l.pods * l.slots_per_pod],
-            tables: vec![0; l.pods * l.table_per_pod],
-            queues: vec![0; l.pods * l.queue_per_pod],
-            index: vec![IndexEntry::default(); l.index],
-            pending: vec![PendingRecord::default(); l.pending],
-            pending_table: vec![PendingEntry::default(); l.pending_table],
-            cpu_slots: vec![Slot::default(); l.pods * l.cpu_slots_per_pod],
-            cpu_tables: vec![0; l.pods * l.cpu_table_per_pod],
+            slots: try_vec(n(l.slots_per_pod), Slot::default(), "the pods' LRU slots")?,
+            tables: try_vec(n(l.table_per_pod), 0, "the pods' key tables")?,
+            queues: try_vec(n(l.queue_per_pod), 0, "the pods' queues")?,
+            index: try_vec(l.index, IndexEntry::default(), "the block index")?,
+            pending: try_vec(l.pending, PendingRecord::default(), "the stale-evict FIFO")?,
+            pending_table: try_vec(l.pending_table, PendingEntry::default(), "the stale-evict table")?,
+            cpu_slots: try_vec(n(l.cpu_slots_per_pod), Slot::default(), "the CPU tier's slots")?,
+            cpu_tables: try_vec(n(l.cpu_table_per_pod), 0, "the CPU tier's key tables")?,
         })
     }
 
@@ -76,6 +79,12 @@ pub trait RequestSource {
 
     /// Why [`Self::feed`] cannot start over from the first request, if it cannot.
     fn restart_error(&self) -> Option<String> {
+        None
+    }
+
+    /// Requests it will feed, when known before reading (for the memory budget), and the
+    /// scenario key that sets it.
+    fn len_hint(&self) -> Option<u64> {
         None
     }
 }
@@ -250,23 +259,45 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
     let mut queue_per_pod = 4096usize;
     let mut pending = if cfg.stale_delay > 0 { ((cfg.stale_delay as usize + 1) * 256).min(1 << 20) } else { 0 };
     loop {
-        let mut owned = OwnedFleet::new(cfg, queue_per_pod, pending).map_err(config_error)?;
+        check_memory(&cfg, queue_per_pod, pending, source.len_hint(), keep_outcomes)?;
+        let mut owned = OwnedFleet::new(cfg, queue_per_pod, pending)?;
         let mut fleet = owned.fleet().map_err(config_error)?;
         let mut latencies: Vec<u64> = Vec::new();
+        if let Some(n) = source.len_hint() {
+            try_grow(&mut latencies, n as usize, "the latencies (8 bytes per request)")?;
+        }
         let mut outcomes = Vec::new();
         let mut full: Option<&'static str> = None;
+        let mut oom: Option<CliError> = None;
         let fed = source.feed(&mut |req| {
             let out = fleet.dispatch(req).inspect_err(|e| {
                 if let CoreError::CapacityExceeded { limit, .. } = e {
                     full = Some(limit);
                 }
             })?;
+            let (nl, no) = (latencies.len(), outcomes.len());
+            let grown = if nl == latencies.capacity() {
+                try_grow(&mut latencies, nl.max(1024), "the latencies (8 bytes per request)")
+            } else {
+                Ok(())
+            };
+            let grown = grown.and_then(|()| match keep_outcomes && no == outcomes.capacity() {
+                true => try_grow(&mut outcomes, no.max(1024), "the per-request outcomes"),
+                false => Ok(()),
+            });
+            if let Err(e) = grown {
+                oom = Some(e);
+                return Err(CoreError::CapacityExceeded { limit: HOST_MEMORY, capacity: latencies.len() });
+            }
             latencies.push(out.latency_ns());
             if keep_outcomes {
                 outcomes.push(out);
             }
             Ok(())
         });
+        if let Some(e) = oom {
+            return Err(e);
+        }
         if matches!(full, Some("queue per pod" | "pending evictions"))
             && let Some(msg) = source.restart_error()
         {
@@ -280,6 +311,31 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
             (None, Ok(())) => return Ok(RunResult { summary: summarize(&fleet, latencies), outcomes }),
         }
     }
+}
+
+/// The `limit` of the error a sink returns when the host cannot grow its own vectors.
+const HOST_MEMORY: &str = "host memory";
+
+/// Checks the memory budget for a run of `cfg` with these bounds over `requests` requests (when
+/// known): the fleet's buffers (the audit's formulas) and the per-request vectors.
+pub fn check_memory(
+    cfg: &FleetConfig,
+    queue_per_pod: usize,
+    pending: usize,
+    requests: Option<u64>,
+    keep_outcomes: bool,
+) -> CliResult<()> {
+    let l = FleetLayout::new(cfg, queue_per_pod, pending).map_err(config_error)?;
+    let mut needs = crate::audit::fleet_needs(cfg, &l);
+    if let Some(n) = requests {
+        let per = 8 + if keep_outcomes { std::mem::size_of::<Outcome>() as u64 } else { 0 };
+        needs.push(Need {
+            what: "latencies (exact percentiles)".into(),
+            bytes: n.saturating_mul(per),
+            lowered_by: "workload.requests".into(),
+        });
+    }
+    mem::check(&format!("a run of {} pods x {} blocks", cfg.pods, cfg.capacity_blocks), &needs)
 }
 
 /// Turns a configuration error from the core into a message naming the CLI flag.

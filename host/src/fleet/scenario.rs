@@ -10,6 +10,7 @@ use serde::Deserialize;
 use super::ScaleArgs;
 use super::run::RequestSource;
 use crate::error::{CliError, CliResult};
+use crate::mem::{Need, try_grow, try_vec};
 
 /// `[workload]` of a scenario file.
 #[derive(Debug, Clone, Deserialize)]
@@ -217,6 +218,8 @@ pub struct Scenario {
     pub workload: WorkloadSpec,
     /// Fleet.
     pub fleet: FleetConfig,
+    /// The file (or built-in name) it came from, for messages.
+    pub origin: String,
 }
 
 impl Scenario {
@@ -230,6 +233,7 @@ impl Scenario {
 
     /// Parses scenario TOML; `origin` names the file in messages.
     pub fn parse(text: &str, origin: &str, default_name: &str) -> CliResult<Self> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let t: ScenarioToml = toml::from_str(text).map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
         let bad = |field: &str, expected: &str, got: &str| {
             CliError::bad_input(format!("{origin}: `{field}` = {got:?}: expected {expected}"))
@@ -237,9 +241,15 @@ impl Scenario {
         let w = &t.workload;
         let popularity = match w.popularity.split_once(':') {
             None if w.popularity == "uniform" => Popularity::Uniform,
-            Some(("zipf", s)) => match s.parse::<f64>() {
-                Ok(v) if (0.0..=10.0).contains(&v) => Popularity::Zipf { s_milli: (v * 1000.0).round() as u32 },
-                _ => return Err(bad("workload.popularity", "zipf:S with 0 <= S <= 10", &w.popularity)),
+            Some(("zipf", s)) => match s.parse::<f64>().ok().and_then(|v| milli_exact(v, 10.0).ok()) {
+                Some(m) => Popularity::Zipf { s_milli: m as u32 },
+                _ => {
+                    return Err(bad(
+                        "workload.popularity",
+                        "zipf:S with 0 <= S <= 10, a multiple of 0.001",
+                        &w.popularity,
+                    ));
+                }
             },
             _ => return Err(bad("workload.popularity", "\"uniform\" or \"zipf:S\"", &w.popularity)),
         };
@@ -248,9 +258,8 @@ impl Scenario {
             "timestamp-first" => Layout::TimestampFirst,
             other => return Err(bad("workload.layout", "\"stable-prefix-first\" or \"timestamp-first\"", other)),
         };
-        if !(w.rate_per_s >= 0.0 && w.rate_per_s <= 1e9) {
-            return Err(bad("workload.rate_per_s", "a rate between 0 and 1e9 requests/s", &w.rate_per_s.to_string()));
-        }
+        let rate_milli_per_s =
+            rate_milli(w.rate_per_s).map_err(|exp| bad("workload.rate_per_s", &exp, &num(w.rate_per_s)))?;
         let (rag_docs, rag_doc_tokens, rag_per_request, rag_order) = match &w.rag {
             None => (0, 0, 0, DocOrder::Random),
             Some(r) => {
@@ -265,15 +274,11 @@ impl Scenario {
         let (burst_rate_milli_per_s, burst_start_ms, burst_ms) = match &w.burst {
             None => (0, 0, 0),
             Some(b) => {
-                let rate = milli(b.rate_per_s, 1e9).ok_or_else(|| {
-                    bad("workload.burst.rate_per_s", "a rate between 0 and 1e9 requests/s", &b.rate_per_s.to_string())
-                })?;
-                let start = milli(b.start_s, 1e10).ok_or_else(|| {
-                    bad("workload.burst.start_s", "seconds between 0 and 1e10", &b.start_s.to_string())
-                })?;
-                let len = milli(b.duration_s, 1e10).ok_or_else(|| {
-                    bad("workload.burst.duration_s", "seconds between 0 and 1e10", &b.duration_s.to_string())
-                })?;
+                let rate =
+                    rate_milli(b.rate_per_s).map_err(|e| bad("workload.burst.rate_per_s", &e, &num(b.rate_per_s)))?;
+                let secs = |v: f64, key| milli_exact(v, 1e10).map_err(|e| bad(key, &format!("seconds: {e}"), &num(v)));
+                let start = secs(b.start_s, "workload.burst.start_s")?;
+                let len = secs(b.duration_s, "workload.burst.duration_s")?;
                 (rate, start, len)
             }
         };
@@ -288,7 +293,7 @@ impl Scenario {
             output_min_tokens: w.output_tokens[0],
             output_max_tokens: w.output_tokens[1],
             popularity,
-            rate_milli_per_s: (w.rate_per_s * 1000.0).round() as u64,
+            rate_milli_per_s,
             layout,
             header_tokens: w.header_tokens,
             rag_docs,
@@ -336,7 +341,7 @@ impl Scenario {
         };
         fleet.validate().map_err(|e| match e {
             brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
-                CliError::bad_input(format!("{origin}: `fleet.{field}`: expected {expected}"))
+                CliError::bad_input(format!("{origin}: `fleet.{}`: expected {expected}", field.replace('-', "_")))
             }
             other => CliError::bad_input(format!("{origin}: {other}")),
         })?;
@@ -345,13 +350,40 @@ impl Scenario {
             description: t.description.unwrap_or_default(),
             workload,
             fleet,
+            origin: origin.to_string(),
         })
     }
 }
 
-/// `v` (a count per second, or seconds) in thousandths, when `0 <= v <= max`.
-fn milli(v: f64, max: f64) -> Option<u64> {
-    (v >= 0.0 && v <= max).then(|| (v * 1000.0).round() as u64)
+/// `v` in exact thousandths, when `0 <= v <= max` and `v` is a multiple of 0.001 (up to the
+/// binary rounding of a decimal literal); the error says what is expected.
+pub fn milli_exact(v: f64, max: f64) -> Result<u64, String> {
+    if !(v >= 0.0 && v <= max) {
+        return Err(format!("between 0 and {}", num(max)));
+    }
+    let m = v * 1000.0;
+    let r = m.round();
+    if (m - r).abs() > 1e-6 * r.max(1.0) {
+        return Err(if r == 0.0 {
+            "0, or at least 0.001 (the resolution)".to_string()
+        } else {
+            "a multiple of 0.001 (the resolution)".to_string()
+        });
+    }
+    Ok(r as u64)
+}
+
+/// An arrival rate in requests/s as whole milli-requests per second (docs/MODEL.md, "Arrivals"):
+/// exact for every accepted value; a rate that is not a multiple of 0.001 requests/s is an error
+/// saying so.
+pub fn rate_milli(v: f64) -> Result<u64, String> {
+    milli_exact(v, 1e9).map_err(|e| format!("a rate in requests/s: {e}; rates are whole milli-requests per second"))
+}
+
+/// A number for a message: plain when short, scientific when huge or tiny (`1e300`, not 301
+/// digits).
+pub fn num(v: f64) -> String {
+    if v.is_finite() && v != 0.0 && !(1e-6..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
 }
 
 /// A workload generated once and kept in memory (keys of every request), so sweeps over fleet
@@ -363,24 +395,64 @@ pub struct Generated {
     pub requests: Vec<(u64, u64, u64, u32, std::ops::Range<usize>)>,
     /// All keys.
     pub keys: Vec<u64>,
+    /// The scenario file it came from, for messages ("workload" when unknown).
+    pub origin: String,
 }
+
+/// Bytes per request of [`Generated::requests`].
+const GEN_REQUEST_BYTES: u64 = std::mem::size_of::<(u64, u64, u64, u32, std::ops::Range<usize>)>() as u64;
 
 impl Generated {
     /// Runs the core generator and hashes every prompt.
     pub fn new(spec: WorkloadSpec) -> CliResult<Self> {
-        let mut cdf = vec![0u64; Workload::cdf_len(&spec)];
-        let mut wl = Workload::new(spec, &mut cdf).map_err(|e| CliError::bad_input(format!("workload: {e}")))?;
-        let mut tokens = vec![0u32; spec.max_prompt_tokens() as usize];
-        let mut kbuf = vec![0u64; tokens.len() / 16];
-        let mut g = Generated { spec, requests: Vec::with_capacity(spec.requests as usize), keys: Vec::new() };
-        while let Some(r) = wl.next_request(&mut tokens).map_err(|e| CliError::failure(format!("workload: {e}")))? {
-            let n = keys::token_keys(&tokens[..r.input_tokens as usize], &mut kbuf)
-                .map_err(|e| CliError::failure(format!("workload: {e}")))?;
-            let start = g.keys.len();
-            g.keys.extend_from_slice(&kbuf[..n]);
-            g.requests.push((r.arrival_ns, r.input_tokens, r.output_tokens, r.tenant, start..start + n));
+        Self::with_origin(spec, "workload")
+    }
+
+    /// Same, naming the scenario file in messages. Checks the memory budget first (at most
+    /// `requests x (48 + 8 x longest prompt / 16)` bytes) and never aborts on a failed allocation.
+    pub fn with_origin(spec: WorkloadSpec, origin: &str) -> CliResult<Self> {
+        crate::mem::check(&format!("{origin}: the generated workload"), &Self::needs(&spec))?;
+        let mut stream = Streamed::new(spec, origin)?;
+        let mut reqs = Vec::new();
+        try_grow(&mut reqs, spec.requests as usize, "the generated requests")?;
+        let mut keys: Vec<u64> = Vec::new();
+        let mut err = None;
+        stream.each(&mut |r, k| {
+            if let Err(e) = try_grow(&mut keys, k.len(), "the generated block keys") {
+                err = Some(e);
+                return false;
+            }
+            let start = keys.len();
+            keys.extend_from_slice(k);
+            reqs.push((r.arrival_ns, r.input_tokens, r.output_tokens, r.tenant, start..start + k.len()));
+            true
+        })?;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(Generated { spec, requests: reqs, keys, origin: origin.to_string() }),
         }
-        Ok(g)
+    }
+
+    /// What [`Self::with_origin`] allocates, at most.
+    pub fn needs(spec: &WorkloadSpec) -> Vec<Need> {
+        let keys = spec.requests.saturating_mul(spec.max_prompt_tokens() / 16).saturating_mul(8);
+        vec![
+            Need {
+                what: "generated requests".into(),
+                bytes: spec.requests.saturating_mul(GEN_REQUEST_BYTES),
+                lowered_by: "workload.requests".into(),
+            },
+            Need {
+                what: "generated block keys (at most)".into(),
+                bytes: keys,
+                lowered_by: "workload.requests, or shorter prompts (prefix_tokens, suffix_tokens, rag)".into(),
+            },
+        ]
+    }
+
+    /// Bytes it holds.
+    pub fn bytes(&self) -> u64 {
+        self.requests.capacity() as u64 * GEN_REQUEST_BYTES + self.keys.capacity() as u64 * 8
     }
 
     /// Distinct blocks over the whole workload: the capacity at which nothing is ever evicted.
@@ -388,6 +460,20 @@ impl Generated {
         let mut set = std::collections::HashSet::with_capacity(self.keys.len());
         self.keys.iter().filter(|k| set.insert(**k)).count()
     }
+}
+
+/// Maps an error of the core on request `i` of a generated workload to a message naming the
+/// scenario file and the keys that cause it (exit 2: the scenario asks for it).
+fn request_error(origin: &str, i: usize, e: brokerlab_core::fleet::Error) -> CliError {
+    use brokerlab_core::fleet::Error as E;
+    let hint = match e {
+        E::Overflow { what: "service time" | "finish time" } => {
+            ": lower `fleet.t_prefill_ns`, `fleet.t_decode_ns` or `fleet.t_cpu_ns` (ns per token)"
+        }
+        E::Overflow { .. } => ": lower `fleet.autoscale.interval_s` or `fleet.autoscale.startup_s`",
+        _ => "",
+    };
+    CliError::bad_input(format!("{origin}: request {i}: {e}{hint}"))
 }
 
 impl RequestSource for &Generated {
@@ -402,9 +488,90 @@ impl RequestSource for &Generated {
                 output_tokens: *output,
                 keys: &self.keys[range.clone()],
             };
-            sink(&req).map_err(|e| CliError::failure(format!("request {i}: {e}")))?;
+            sink(&req).map_err(|e| request_error(&self.origin, i, e))?;
         }
         Ok(())
+    }
+
+    fn len_hint(&self) -> Option<u64> {
+        Some(self.requests.len() as u64)
+    }
+}
+
+/// A workload generated on the fly, request by request (the generator is seeded and
+/// sequential): memory is the generator's buffers, whatever `requests` is. Feeding it again
+/// generates the same requests.
+pub struct Streamed {
+    spec: WorkloadSpec,
+    origin: String,
+    cdf: Vec<u64>,
+    tokens: Vec<u32>,
+    kbuf: Vec<u64>,
+}
+
+impl Streamed {
+    /// The generator's buffers for `spec` (Zipf CDF, one prompt's tokens and keys).
+    pub fn new(spec: WorkloadSpec, origin: &str) -> CliResult<Self> {
+        spec.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+        let tokens_len = spec.max_prompt_tokens() as usize;
+        Ok(Streamed {
+            spec,
+            origin: origin.to_string(),
+            cdf: try_vec(Workload::cdf_len(&spec), 0u64, "the workload's Zipf CDF")?,
+            tokens: try_vec(tokens_len, 0u32, "the prompt tokens buffer")?,
+            kbuf: try_vec(tokens_len / 16, 0u64, "the block keys buffer")?,
+        })
+    }
+
+    /// Generates every request from the start and calls `f` with it and its block keys; `f`
+    /// returns false to stop.
+    pub fn each(
+        &mut self,
+        f: &mut dyn FnMut(&brokerlab_core::fleet::workload::GenRequest, &[u64]) -> bool,
+    ) -> CliResult<()> {
+        let origin = &self.origin;
+        let mut wl =
+            Workload::new(self.spec, &mut self.cdf).map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+        while let Some(r) =
+            wl.next_request(&mut self.tokens).map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?
+        {
+            let n = keys::token_keys(&self.tokens[..r.input_tokens as usize], &mut self.kbuf)
+                .map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?;
+            if !f(&r, &self.kbuf[..n]) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RequestSource for Streamed {
+    fn feed(
+        &mut self,
+        sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
+    ) -> CliResult<()> {
+        let origin = self.origin.clone();
+        let mut err = None;
+        self.each(&mut |r, keys| {
+            let req = Request {
+                arrival_ns: r.arrival_ns,
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                keys,
+            };
+            match sink(&req) {
+                Ok(()) => true,
+                Err(e) => {
+                    err = Some(request_error(&origin, r.index as usize, e));
+                    false
+                }
+            }
+        })?;
+        err.map_or(Ok(()), Err)
+    }
+
+    fn len_hint(&self) -> Option<u64> {
+        Some(self.spec.requests)
     }
 }
 
@@ -413,10 +580,18 @@ impl RequestSource for &Generated {
 /// for a trailing partial block. Replaying it with `--trace-block-size 16` gives exactly the
 /// direct run's results.
 pub fn write_trace(g: &Generated, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    write_trace_from(&mut &*g, out)
+}
+
+/// [`write_trace`] from any request source (e.g. a [`Streamed`] workload: memory is one id per
+/// distinct block, not the whole workload).
+pub fn write_trace_from(src: &mut dyn RequestSource, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     let mut ids: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     let mut next_id = 0u64;
     let mut line = String::new();
-    for (arrival_ns, input, output, _, range) in &g.requests {
+    let mut io_err = None;
+    let fed = src.feed(&mut |req| {
+        let (arrival_ns, input, output) = (req.arrival_ns, req.input_tokens, req.output_tokens);
         line.clear();
         line.push_str(&format!(
             "{{\"timestamp\": {}, \"input_length\": {input}, \"output_length\": {output}, \"hash_ids\": [",
@@ -430,7 +605,7 @@ pub fn write_trace(g: &Generated, out: &mut dyn std::io::Write) -> std::io::Resu
             first = false;
             line.push_str(&id.to_string());
         };
-        for k in &g.keys[range.clone()] {
+        for k in req.keys {
             let id = *ids.entry(*k).or_insert_with(|| {
                 next_id += 1;
                 next_id - 1
@@ -442,7 +617,13 @@ pub fn write_trace(g: &Generated, out: &mut dyn std::io::Write) -> std::io::Resu
             next_id += 1;
         }
         line.push_str("]}\n");
-        out.write_all(line.as_bytes())?;
+        out.write_all(line.as_bytes()).map_err(|e| {
+            io_err = Some(e);
+            brokerlab_core::fleet::Error::CapacityExceeded { limit: "output", capacity: 0 }
+        })
+    });
+    if let Some(e) = io_err {
+        return Err(e);
     }
-    Ok(())
+    fed.map_err(|e| std::io::Error::other(e.msg))
 }

@@ -1,8 +1,9 @@
 //! Streaming reader of Mooncake JSONL traces, with errors that name the file, line and field.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
@@ -21,38 +22,156 @@ pub struct TraceRecord {
     pub hash_ids: Vec<u64>,
 }
 
+/// Default of `--max-line-bytes`: 32 MiB. The longest valid line is about 23 MB (a prompt of at
+/// most 2^24 tokens at S = 16 is 1,048,576 ids of up to 20 digits and a separator).
+pub const DEFAULT_MAX_LINE_BYTES: u64 = 32 << 20;
+
+static MAX_LINE_BYTES: AtomicU64 = AtomicU64::new(DEFAULT_MAX_LINE_BYTES);
+
+/// Sets the longest line readers created from now on accept (`--max-line-bytes`).
+pub fn set_max_line_bytes(n: u64) {
+    MAX_LINE_BYTES.store(n, Ordering::Relaxed);
+}
+
+/// The keys of a trace line the model reads; others are skipped without being stored.
 #[derive(Deserialize)]
-struct RawLine {
-    timestamp: Option<serde_json::Number>,
-    input_length: Option<serde_json::Number>,
-    output_length: Option<serde_json::Number>,
-    hash_ids: Option<Vec<serde_json::Number>>,
+#[serde(field_identifier, rename_all = "snake_case")]
+enum Key {
+    Timestamp,
+    InputLength,
+    OutputLength,
+    HashIds,
+    #[serde(other)]
+    Other,
+}
+
+/// A field as written: absent (None), `null` (Some(None)) or a number.
+type Field = Option<Option<serde_json::Number>>;
+
+/// What one line held, apart from the ids (those go straight into the record).
+#[derive(Default)]
+struct Seen {
+    timestamp: Field,
+    input_length: Field,
+    output_length: Field,
+    /// None: absent; Some(false): null; Some(true): an array.
+    hash_ids: Option<bool>,
+}
+
+/// Deserializes a line into [`Seen`] and the record's `hash_ids` (no intermediate array).
+struct LineSeed<'a> {
+    ids: &'a mut Vec<u64>,
+    field_err: &'a mut Option<String>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for LineSeed<'_> {
+    type Value = Seen;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Seen, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for LineSeed<'_> {
+    type Value = Seen;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
+        let mut seen = Seen::default();
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::Timestamp => seen.timestamp = Some(map.next_value()?),
+                Key::InputLength => seen.input_length = Some(map.next_value()?),
+                Key::OutputLength => seen.output_length = Some(map.next_value()?),
+                Key::HashIds => {
+                    self.ids.clear();
+                    seen.hash_ids = Some(map.next_value_seed(IdsSeed { ids: self.ids, field_err: self.field_err })?);
+                }
+                Key::Other => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(seen)
+    }
+}
+
+/// `hash_ids`: `null` (false) or an array of non-negative integers pushed into `ids` (true).
+struct IdsSeed<'a> {
+    ids: &'a mut Vec<u64>,
+    field_err: &'a mut Option<String>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for IdsSeed<'_> {
+    type Value = bool;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_option(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for IdsSeed<'_> {
+    type Value = bool;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of non-negative integers")
+    }
+    fn visit_none<E: serde::de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_seq(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        while let Some(n) = seq.next_element::<serde_json::Number>()? {
+            match n.as_u64() {
+                Some(v) => self.ids.push(v),
+                None => {
+                    *self.field_err =
+                        Some(format!("field `hash_ids[{}]`: expected a non-negative integer, got {n}", self.ids.len()));
+                    return Err(serde::de::Error::custom("bad hash id"));
+                }
+            }
+        }
+        Ok(true)
+    }
 }
 
 /// Parses one non-blank line. `Err` holds "field ...: expected ..." without the location.
 pub fn parse_line(line: &str, rec: &mut TraceRecord) -> Result<(), String> {
-    let raw: RawLine = serde_json::from_str(line).map_err(|e| {
-        let msg = e.to_string();
-        let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
-        format!("column {}: expected a JSON object like {{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 10, \"hash_ids\": [0]}}: {msg}", e.column())
-    })?;
-    rec.timestamp_ms = int_field("timestamp", raw.timestamp, "a non-negative integer (milliseconds from trace start)")?;
-    rec.input_length = int_field("input_length", raw.input_length, "a non-negative integer (prompt tokens)")?;
-    rec.output_length = int_field("output_length", raw.output_length, "a non-negative integer (output tokens)")?;
-    let ids = raw.hash_ids.ok_or("missing field `hash_ids`: expected an array of non-negative integers")?;
-    rec.hash_ids.clear();
-    for (i, n) in ids.iter().enumerate() {
-        match n.as_u64() {
-            Some(v) => rec.hash_ids.push(v),
-            None => return Err(format!("field `hash_ids[{i}]`: expected a non-negative integer, got {n}")),
-        }
+    use serde::de::DeserializeSeed as _;
+    let mut field_err = None;
+    let mut de = serde_json::Deserializer::from_str(line);
+    let seen = LineSeed { ids: &mut rec.hash_ids, field_err: &mut field_err }
+        .deserialize(&mut de)
+        .and_then(|seen| de.end().map(|()| seen))
+        .map_err(|e| {
+            if let Some(m) = field_err.take() {
+                return m;
+            }
+            let msg = e.to_string();
+            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            format!("column {}: expected a JSON object like {{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 10, \"hash_ids\": [0]}}: {msg}", e.column())
+        })?;
+    rec.timestamp_ms =
+        int_field("timestamp", seen.timestamp, "a non-negative integer (milliseconds from trace start)")?;
+    rec.input_length = int_field("input_length", seen.input_length, "a non-negative integer (prompt tokens)")?;
+    rec.output_length = int_field("output_length", seen.output_length, "a non-negative integer (output tokens)")?;
+    match seen.hash_ids {
+        None => return Err("missing field `hash_ids`: expected an array of non-negative integers".into()),
+        Some(false) => return Err("field `hash_ids` is null: expected an array of non-negative integers".into()),
+        Some(true) => {}
     }
     Ok(())
 }
 
-fn int_field(name: &str, v: Option<serde_json::Number>, expected: &str) -> Result<u64, String> {
-    let n = v.ok_or_else(|| format!("missing field `{name}`: expected {expected}"))?;
-    n.as_u64().ok_or_else(|| format!("field `{name}`: expected {expected}, got {n}"))
+fn int_field(name: &str, v: Field, expected: &str) -> Result<u64, String> {
+    match v {
+        None => Err(format!("missing field `{name}`: expected {expected}")),
+        Some(None) => Err(format!("field `{name}` is null: expected {expected}")),
+        Some(Some(n)) => n.as_u64().ok_or_else(|| format!("field `{name}`: expected {expected}, got {n}")),
+    }
 }
 
 /// Reads a trace line by line (bounded memory), checking that timestamps never decrease.
@@ -60,9 +179,10 @@ pub struct TraceReader {
     path: PathBuf,
     reader: Box<dyn BufRead>,
     line_no: usize,
-    buf: String,
+    buf: Vec<u8>,
     last_ts: Option<u64>,
     rec: TraceRecord,
+    max_line_bytes: u64,
 }
 
 impl TraceReader {
@@ -75,7 +195,15 @@ impl TraceReader {
 
     /// Reads from any buffered reader; `path` is used in messages.
     pub fn new(path: PathBuf, reader: Box<dyn BufRead>) -> Self {
-        TraceReader { path, reader, line_no: 0, buf: String::new(), last_ts: None, rec: TraceRecord::default() }
+        TraceReader {
+            path,
+            reader,
+            line_no: 0,
+            buf: Vec::new(),
+            last_ts: None,
+            rec: TraceRecord::default(),
+            max_line_bytes: MAX_LINE_BYTES.load(Ordering::Relaxed),
+        }
     }
 
     /// 1-based physical line number of the last record returned.
@@ -102,14 +230,33 @@ impl TraceReader {
     pub fn advance(&mut self) -> CliResult<bool> {
         loop {
             self.buf.clear();
-            let n = self.reader.read_line(&mut self.buf).map_err(|e| {
+            // At most one byte more than the cap: a longer line is an error, never a huge buffer.
+            let n = (&mut self.reader).take(self.max_line_bytes.saturating_add(1)).read_until(b'\n', &mut self.buf);
+            let n = n.map_err(|e| {
                 CliError::bad_input(format!("{}:{}: cannot read: {e}", self.path.display(), self.line_no + 1))
             })?;
             if n == 0 {
                 return Ok(false);
             }
             self.line_no += 1;
-            let line = self.buf.trim();
+            let body = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
+            if body.len() as u64 > self.max_line_bytes {
+                return Err(CliError::bad_input(format!(
+                    "{}: the line is longer than --max-line-bytes {} bytes (a valid line is at most about 23 MB: 1,048,576 ids); raise --max-line-bytes if the file is right",
+                    self.location(),
+                    self.max_line_bytes
+                )));
+            }
+            let text = std::str::from_utf8(body).map_err(|e| {
+                CliError::bad_input(format!(
+                    "{}: not UTF-8 (byte {}): expected a JSON line",
+                    self.location(),
+                    e.valid_up_to()
+                ))
+            })?;
+            // A UTF-8 byte-order mark at the start of the file is accepted.
+            let text = if self.line_no == 1 { text.strip_prefix('\u{feff}').unwrap_or(text) } else { text };
+            let line = text.trim();
             if line.is_empty() {
                 continue;
             }

@@ -7,13 +7,8 @@
 //! Exit codes: 0 done or suspended, 3 paused for review, 2 bad input (spec, id, flag, locked or
 //! corrupt database), 1 any other failure (e.g. another runner holds the task).
 
-/// `println!` that never panics: output errors (e.g. a closed pipe, `| head`) are ignored.
-macro_rules! say {
-    ($($t:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stdout().lock(), $($t)*);
-    }};
-}
+// `say!` (stdout that ends quietly on a closed pipe) comes from the crate root: one path for
+// every command.
 
 pub mod bench;
 pub mod chaos;

@@ -1,0 +1,239 @@
+//! The memory budget: before a run allocates, the bytes it needs (per structure, from the audit's
+//! formulas: [`crate::audit::fleet_rows`]) are compared with `--max-memory` (default: the memory
+//! this process can still get, less a margin). Over budget is exit 2 naming each structure and the
+//! flag or scenario key that lowers it; an allocation that fails anyway is an error, not an abort.
+
+use std::sync::OnceLock;
+
+use crate::error::{CliError, CliResult};
+
+/// The budget and where it comes from (for messages).
+#[derive(Debug, Clone)]
+pub struct Budget {
+    /// Bytes a run may allocate.
+    pub bytes: u64,
+    /// Where the figure comes from.
+    pub source: String,
+}
+
+static BUDGET: OnceLock<Budget> = OnceLock::new();
+
+/// Fallback when the available memory cannot be read (not Linux, not Unix): 4 GiB.
+pub const FALLBACK_BYTES: u64 = 4 << 30;
+/// The default keeps this share of the available memory free (1/8), and at least
+/// [`MIN_MARGIN_BYTES`]: threads, stacks, the allocator's own arenas, the trace reader.
+pub const MARGIN_DIVISOR: u64 = 8;
+/// Smallest margin of the default budget: 256 MiB.
+pub const MIN_MARGIN_BYTES: u64 = 256 << 20;
+
+/// Sets the budget from `--max-memory` (None: the default). The first call wins.
+pub fn set_budget(max_memory: Option<u64>) {
+    let b = match max_memory {
+        Some(bytes) => Budget { bytes, source: format!("--max-memory {bytes}") },
+        None => default_budget(),
+    };
+    let _ = BUDGET.set(b);
+}
+
+/// The budget in force (the default when none was set).
+pub fn budget() -> &'static Budget {
+    BUDGET.get_or_init(default_budget)
+}
+
+fn default_budget() -> Budget {
+    let (avail, from) = match available_bytes() {
+        Some(v) => v,
+        None => (FALLBACK_BYTES, "a fixed fallback (the available memory could not be read)".to_string()),
+    };
+    let margin = (avail / MARGIN_DIVISOR).max(MIN_MARGIN_BYTES);
+    Budget {
+        bytes: avail.saturating_sub(margin),
+        source: format!(
+            "default: {} B available ({from}) less a margin of {} B; set --max-memory to change it",
+            group(avail),
+            group(margin)
+        ),
+    }
+}
+
+/// Memory this process can still allocate: the smaller of the system's available memory and the
+/// address-space limit (`ulimit -v`), with where each figure came from.
+pub fn available_bytes() -> Option<(u64, String)> {
+    let sys = system_available();
+    let lim = address_space_limit();
+    match (sys, lim) {
+        (Some(s), Some(l)) if l < s.0 => Some((l, "the address-space limit, ulimit -v".into())),
+        (Some(s), _) => Some(s),
+        (None, Some(l)) => Some((l, "the address-space limit, ulimit -v".into())),
+        (None, None) => None,
+    }
+}
+
+/// Linux: `MemAvailable` of /proc/meminfo (free memory plus what the kernel can reclaim).
+/// Other Unix: physical pages x page size (sysconf). Elsewhere: None.
+fn system_available() -> Option<(u64, String)> {
+    if let Ok(text) = std::fs::read_to_string("/proc/meminfo") {
+        let kb = text
+            .lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+        if let Some(kb) = kb {
+            return Some((kb.saturating_mul(1024), "MemAvailable in /proc/meminfo".into()));
+        }
+    }
+    sys::physical_bytes().map(|b| (b, "physical memory, sysconf".into()))
+}
+
+fn address_space_limit() -> Option<u64> {
+    sys::address_space_limit()
+}
+
+#[cfg(unix)]
+#[allow(unsafe_code)]
+mod sys {
+    /// Physical memory (sysconf pages x page size).
+    pub fn physical_bytes() -> Option<u64> {
+        // SAFETY: sysconf has no preconditions; it returns -1 for unsupported names.
+        let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        (pages > 0 && size > 0).then(|| (pages as u64).saturating_mul(size as u64))
+    }
+
+    /// The soft RLIMIT_AS, when finite.
+    #[allow(clippy::unnecessary_cast)] // rlim_t is not u64 on every Unix
+    pub fn address_space_limit() -> Option<u64> {
+        let mut r = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: `r` is a valid, writable rlimit for the duration of the call.
+        let ok = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut r) } == 0;
+        (ok && r.rlim_cur != libc::RLIM_INFINITY).then_some(r.rlim_cur as u64)
+    }
+}
+
+#[cfg(not(unix))]
+mod sys {
+    pub fn physical_bytes() -> Option<u64> {
+        None
+    }
+    pub fn address_space_limit() -> Option<u64> {
+        None
+    }
+}
+
+/// Parses a byte count: `1000000`, or with a binary suffix `K`, `M`, `G`, `T` (also `KiB`, `MB`,
+/// ...: all powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => return Err(format!("expected a byte count like 500000000, 512M or 4G, got {s:?}")),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("expected a byte count like 500000000, 512M or 4G, got {s:?}"))?;
+    n.checked_mul(1 << shift).ok_or_else(|| format!("{s:?} is more than 2^64 bytes"))
+}
+
+/// One structure a run allocates.
+#[derive(Debug, Clone)]
+pub struct Need {
+    /// The structure.
+    pub what: String,
+    /// Its bytes.
+    pub bytes: u64,
+    /// The flag or scenario key that lowers it.
+    pub lowered_by: String,
+}
+
+/// Fails with exit 2 when `needs` add up to more than the budget; the message lists every
+/// non-empty structure, its bytes and what lowers it. `context` says what is being run.
+pub fn check(context: &str, needs: &[Need]) -> CliResult<()> {
+    let total = needs.iter().fold(0u64, |a, n| a.saturating_add(n.bytes));
+    let b = budget();
+    if total <= b.bytes {
+        return Ok(());
+    }
+    let mut msg = format!(
+        "{context} needs {} bytes of memory, more than the budget of {} bytes ({}):",
+        group(total),
+        group(b.bytes),
+        b.source
+    );
+    for n in needs.iter().filter(|n| n.bytes > 0) {
+        msg += &format!("\n  {:<28} {:>22} B   lowered by {}", n.what, group(n.bytes), n.lowered_by);
+    }
+    Err(CliError::bad_input(msg))
+}
+
+/// A vector of `n` copies of `value`, or an error naming `what` when the allocation fails (never
+/// an abort).
+pub fn try_vec<T: Clone>(n: usize, value: T, what: &str) -> CliResult<Vec<T>> {
+    let mut v = Vec::new();
+    try_grow(&mut v, n, what)?;
+    v.resize(n, value);
+    Ok(v)
+}
+
+/// Reserves room for `extra` more elements in `v`, or an error naming `what`.
+pub fn try_grow<T>(v: &mut Vec<T>, extra: usize, what: &str) -> CliResult<()> {
+    v.try_reserve(extra).map_err(|e| {
+        let bytes = (v.len() as u128 + extra as u128) * std::mem::size_of::<T>() as u128;
+        CliError::bad_input(format!(
+            "cannot allocate {what} ({} bytes): {e}; lower the sizes that drive it or free memory",
+            group_u128(bytes)
+        ))
+    })
+}
+
+/// `1234567` as `1,234,567`.
+pub fn group(v: u64) -> String {
+    group_u128(v as u128)
+}
+
+fn group_u128(v: u128) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_binary_suffixes_and_reject_junk() {
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("512MiB"), Ok(512 << 20));
+        assert_eq!(parse_size("2g"), Ok(2 << 30));
+        assert_eq!(parse_size("3TB"), Ok(3 << 40));
+        for bad in ["", "-1", "1.5G", "G", "12X", "99999999999999999999", "20000000000T"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn groups_digits() {
+        assert_eq!(group(0), "0");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(1000), "1,000");
+        assert_eq!(group(35184372088832), "35,184,372,088,832");
+    }
+
+    #[test]
+    fn available_memory_is_read_here() {
+        // This crate's CI runs on Linux, where /proc/meminfo must give a figure.
+        if cfg!(target_os = "linux") {
+            let (b, from) = available_bytes().expect("available memory on Linux");
+            assert!(b > 0, "{from}");
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Issue 11's property test: random integers, floats and strings (0, max, NaN, inf, negative, junk)
+//! in every numeric flag of `fleet replay`, `fleet run` and `fleet sweep` and in every numeric key
+//! of a scenario. The binary never panics or aborts: it exits 0 or 2, under a small
+//! `--max-memory`. Fixed seed; about 600 runs of the debug binary on tiny inputs.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::Ordering::Relaxed;
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, RngSeed, TestRunner};
+
+/// Every run gets this budget: whatever the values, nothing larger is allocated.
+const MAX_MEMORY: &str = "24M";
+
+fn dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("brokerlab-props-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn runner(cases: u32, seed: u64) -> TestRunner {
+    TestRunner::new(Config {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        failure_persistence: None,
+        max_shrink_iters: 16,
+        ..Config::default()
+    })
+}
+
+/// A value for a numeric input: edge cases, random integers and floats, junk strings.
+fn value() -> impl Strategy<Value = String> {
+    const EDGES: &[&str] = &[
+        "0",
+        "1",
+        "2",
+        "-1",
+        "-0",
+        "64",
+        "65",
+        "4294967294",
+        "4294967295",
+        "4294967296",
+        "18446744073709551615",
+        "18446744073709551616",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "NaN",
+        "nan",
+        "inf",
+        "-inf",
+        "infinity",
+        "1e300",
+        "-1e300",
+        "1e-300",
+        "0.5",
+        "0.0001",
+        "0.0015",
+        "1.5",
+        "",
+        " ",
+        "abc",
+        "0x10",
+        "1_000",
+        "+3",
+    ];
+    prop_oneof![
+        4 => proptest::sample::select(EDGES).prop_map(str::to_string),
+        3 => (0u64..2000).prop_map(|v| v.to_string()),
+        2 => (0u64..100).prop_map(|v| format!("{}.{}", v, v % 10)),
+        2 => any::<u64>().prop_map(|v| v.to_string()),
+        1 => any::<i64>().prop_map(|v| v.to_string()),
+        2 => any::<f64>().prop_map(|v| v.to_string()),
+        1 => (-10.0f64..10.0).prop_map(|v| format!("{v:e}")),
+        1 => "[-+.,a-z0-9/*]{0,6}",
+    ]
+}
+
+/// Runs that exited 0 and 2, per test (so a test that only ever hits parse errors is noticed).
+struct Tally(std::sync::atomic::AtomicUsize, std::sync::atomic::AtomicUsize);
+
+impl Tally {
+    fn new() -> Self {
+        Tally(0.into(), 0.into())
+    }
+    /// Asserts that at least `min_ok` runs exited 0 and `min_bad` exited 2.
+    fn assert_both(&self, what: &str, min_ok: usize, min_bad: usize) {
+        let (ok, bad) = (self.0.load(Relaxed), self.1.load(Relaxed));
+        eprintln!("{what}: {ok} runs exited 0, {bad} exited 2");
+        assert!(
+            ok >= min_ok && bad >= min_bad,
+            "{what}: {ok} exit 0 (want >= {min_ok}), {bad} exit 2 (want >= {min_bad})"
+        );
+    }
+}
+
+/// Runs the binary; fails the case on a signal (abort), a panic, or an exit code other than 0/2.
+fn check(args: &[String], tally: &Tally) -> Result<(), TestCaseError> {
+    let out = Command::new(env!("CARGO_BIN_EXE_brokerlab")).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let code = out.status.code();
+    prop_assert!(code.is_some(), "killed by a signal (abort?): {:?}\n{}", args, err);
+    prop_assert!(!err.contains("panicked"), "panic: {:?}\n{}", args, err);
+    prop_assert!(matches!(code, Some(0 | 2)), "exit {:?}: {:?}\n{}", code, args, err);
+    if code == Some(2) {
+        prop_assert!(!err.trim().is_empty(), "exit 2 without a message: {:?}", args);
+        tally.1.fetch_add(1, Relaxed);
+    } else {
+        tally.0.fetch_add(1, Relaxed);
+    }
+    Ok(())
+}
+
+fn trace() -> PathBuf {
+    let p = dir().join("t.jsonl");
+    let mut text = String::new();
+    for i in 0..20u64 {
+        text += &format!(
+            "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": 4, \"hash_ids\": [0, 1, {}, {}]}}\n",
+            i * 100,
+            40 + 16 * (i % 5),
+            2 + i % 3,
+            10 + i
+        );
+    }
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+const REPLAY_FLAGS: &[&str] = &[
+    "--pods",
+    "--capacity",
+    "--alpha",
+    "--stale",
+    "--t-prefill-ns",
+    "--t-decode-ns",
+    "--cpu-capacity",
+    "--t-cpu-ns",
+    "--trace-block-size",
+    "--max-line-bytes",
+    "--scale-min",
+    "--scale-initial",
+    "--scale-interval-s",
+    "--scale-up-queue",
+    "--scale-down-queue",
+    "--scale-startup-s",
+];
+
+#[test]
+fn replay_numeric_flags() {
+    let t = trace();
+    let flags = proptest::sample::subsequence(REPLAY_FLAGS, 1..=3);
+    let tally = Tally::new();
+    let mut r = runner(200, 0x11A);
+    r.run(&(flags, proptest::collection::vec(value(), 3), any::<bool>()), |(flags, vals, router)| {
+        let mut a: Vec<String> = vec!["fleet".into(), "replay".into(), "--trace".into(), t.display().to_string()];
+        a.extend(["--max-memory".into(), MAX_MEMORY.into(), "--json".into()]);
+        a.extend(["--router".into(), if router { "prefix-aware" } else { "round-robin" }.into()]);
+        for f in ["--pods", "--capacity"] {
+            if !flags.contains(&f) {
+                a.extend([f.into(), "4".into()]);
+            }
+        }
+        for (f, v) in flags.iter().zip(&vals) {
+            // `--flag=value`: a value starting with `-` or empty is still this flag's value.
+            a.push(format!("{f}={v}"));
+        }
+        check(&a, &tally)
+    })
+    .unwrap();
+    tally.assert_both("replay", 10, 10);
+}
+
+/// Scenario keys (dotted: table.key) and their defaults in the base scenario.
+const KEYS: &[(&str, &str)] = &[
+    ("workload.seed", "3"),
+    ("workload.requests", "40"),
+    ("workload.tenants", "4"),
+    ("workload.users_per_tenant", "3"),
+    ("workload.prefix_tokens", "64"),
+    ("workload.suffix_tokens", "[16, 48]"),
+    ("workload.output_tokens", "[1, 8]"),
+    ("workload.rate_per_s", "10.0"),
+    ("workload.header_tokens", "16"),
+    ("workload.rag.docs", "6"),
+    ("workload.rag.doc_tokens", "32"),
+    ("workload.rag.per_request", "2"),
+    ("workload.burst.rate_per_s", "20.0"),
+    ("workload.burst.start_s", "1.0"),
+    ("workload.burst.duration_s", "1.0"),
+    ("fleet.pods", "3"),
+    ("fleet.capacity", "32"),
+    ("fleet.alpha", "1.0"),
+    ("fleet.stale", "0"),
+    ("fleet.t_prefill_ns", "50000"),
+    ("fleet.t_decode_ns", "0"),
+    ("fleet.cpu_capacity", "0"),
+    ("fleet.t_cpu_ns", "5000"),
+    ("fleet.autoscale.min", "1"),
+    ("fleet.autoscale.initial", "2"),
+    ("fleet.autoscale.interval_s", "1.0"),
+    ("fleet.autoscale.up_queue", "2.0"),
+    ("fleet.autoscale.down_queue", "0.5"),
+    ("fleet.autoscale.startup_s", "1.0"),
+];
+
+/// TOML for `v` as a key's value: numbers as they are when TOML reads them as numbers, else a
+/// string (a type error is a fine answer too); pairs get the value in one end.
+fn toml_value(key: &str, v: &str, second: bool) -> String {
+    let is_num = v.parse::<i128>().is_ok()
+        || toml::from_str::<toml::Table>(&format!("x = {v}")).is_ok_and(|t| t["x"].is_integer() || t["x"].is_float());
+    let lit = if is_num { v.to_string() } else { format!("{v:?}") };
+    match key {
+        "workload.suffix_tokens" | "workload.output_tokens" if second => format!("[1, {lit}]"),
+        "workload.suffix_tokens" | "workload.output_tokens" => format!("[{lit}, 4096]"),
+        _ => lit,
+    }
+}
+
+fn scenario_text(set: &[(&str, String)]) -> String {
+    let mut tables: Vec<(&str, Vec<(String, String)>)> = vec![
+        ("workload", vec![]),
+        ("workload.rag", vec![]),
+        ("workload.burst", vec![]),
+        ("fleet", vec![]),
+        ("fleet.autoscale", vec![]),
+    ];
+    for (k, default) in KEYS {
+        let (table, key) = k.rsplit_once('.').unwrap();
+        let v = set.iter().find(|(s, _)| s == k).map_or_else(|| default.to_string(), |(_, v)| v.clone());
+        tables.iter_mut().find(|(t, _)| *t == table).unwrap().1.push((key.to_string(), v));
+    }
+    let mut text = String::new();
+    for (t, kv) in tables {
+        text += &format!("[{t}]\n");
+        for (k, v) in kv {
+            text += &format!("{k} = {v}\n");
+        }
+    }
+    text
+}
+
+#[test]
+fn scenario_numeric_keys() {
+    // The base scenario itself runs.
+    let base = dir().join("base.toml");
+    std::fs::write(&base, scenario_text(&[])).unwrap();
+    let a = |p: &std::path::Path| -> Vec<String> {
+        ["fleet", "run", p.to_str().unwrap(), "--max-memory", MAX_MEMORY, "--json"].map(String::from).to_vec()
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_brokerlab")).args(a(&base)).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let keys = proptest::sample::subsequence(KEYS, 1..=3);
+    let tally = Tally::new();
+    let mut r = runner(250, 0x5CE);
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    r.run(&(keys, proptest::collection::vec((value(), any::<bool>()), 3)), |(keys, vals)| {
+        let set: Vec<(&str, String)> =
+            keys.iter().zip(&vals).map(|((k, _), (v, second))| (*k, toml_value(k, v, *second))).collect();
+        let p = dir().join(format!("s{}.toml", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+        std::fs::write(&p, scenario_text(&set)).unwrap();
+        check(&a(&p), &tally)
+    })
+    .unwrap();
+    tally.assert_both("scenario", 10, 10);
+}
+
+#[test]
+fn sweep_numeric_flags() {
+    let sc = dir().join("sweep.toml");
+    std::fs::write(&sc, scenario_text(&[("workload.requests", "20".into())])).unwrap();
+    let out = dir().join("sweep-out");
+    let params = proptest::sample::select(&["capacity", "alpha", "stale", "pods", "rate"][..]);
+    let form = prop_oneof![
+        // --values a,b
+        (value(), value()).prop_map(|(a, b)| vec![format!("--values={a},{b}")]),
+        // --from a --to b [--steps n]
+        (value(), value(), proptest::option::of(value())).prop_map(|(f, t, s)| {
+            let mut v = vec![format!("--from={f}"), format!("--to={t}")];
+            if let Some(s) = s {
+                // Many points only cost time (each runs three routers): at most 8 here.
+                let s = if s.parse::<u64>().is_ok_and(|n| n > 8 && n <= 10_000) { "8".to_string() } else { s };
+                v.push(format!("--steps={s}"));
+            }
+            v
+        }),
+        // capacity forms
+        (proptest::sample::select(&["hot/", "hot*", "fit", "hot"][..]), value()).prop_map(|(f, k)| vec![format!(
+            "--values={f}{}",
+            if f.ends_with(['/', '*']) { k } else { String::new() }
+        )]),
+    ];
+    let tally = Tally::new();
+    let mut r = runner(150, 0x5EE);
+    r.run(&(params, form, proptest::option::of(value())), |(param, form, threads)| {
+        let mut a: Vec<String> = vec!["fleet".into(), "sweep".into(), sc.display().to_string()];
+        a.extend([
+            format!("--param={param}"),
+            format!("--out={}", out.display()),
+            format!("--max-memory={MAX_MEMORY}"),
+        ]);
+        a.extend(form);
+        // Threads: a random count, or 1 (a large count only costs idle threads).
+        a.push(format!(
+            "--threads={}",
+            threads.filter(|t| t.parse::<u64>().map_or(true, |v| v < 64)).unwrap_or("1".into())
+        ));
+        check(&a, &tally)
+    })
+    .unwrap();
+    tally.assert_both("sweep", 5, 10);
+}

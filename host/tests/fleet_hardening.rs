@@ -1,0 +1,359 @@
+//! Issue 11: every fleet input that used to abort, panic or answer wrong is now exit 2 with a
+//! message naming the flag, scenario key or file:line and the limit. One test per row of
+//! docs/BAD_INPUT.md (the `case` ids), and a check that the table and these tests list the same
+//! cases.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+}
+
+fn dir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("brokerlab-hardening-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Writes `bytes` to a fresh directory (tests run in parallel) as `name`.
+fn file(name: &str, bytes: &[u8]) -> PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let d = dir().join(N.fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_string());
+    std::fs::create_dir_all(&d).unwrap();
+    let p = d.join(name);
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+const LINE: &str = "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 2, \"hash_ids\": [1, 2]}\n";
+
+fn trace() -> PathBuf {
+    file("t.jsonl", format!("{LINE}{LINE}").as_bytes())
+}
+
+/// A small scenario; `set` replaces `key = value` lines (the key at the start of a line).
+fn scenario(name: &str, set: &[(&str, &str)]) -> PathBuf {
+    let mut text = String::from(
+        "[workload]\nseed = 3\nrequests = 60\ntenants = 4\nprefix_tokens = 64\nsuffix_tokens = [16, 48]\n\
+         output_tokens = [1, 8]\nrate_per_s = 10.0\n\n[fleet]\npods = 2\ncapacity = 32\nt_prefill_ns = 50000\n",
+    );
+    for (k, v) in set {
+        let start = text.find(&format!("\n{k} = ")).unwrap_or_else(|| panic!("no key {k}")) + 1;
+        let end = start + text[start..].find('\n').unwrap();
+        text.replace_range(start..end, &format!("{k} = {v}"));
+    }
+    file(name, text.as_bytes())
+}
+
+/// Runs the binary; (exit code, stdout, stderr). No signal: an abort would have no code.
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = bin().args(args).output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let code = out.status.code().unwrap_or_else(|| panic!("killed by a signal: {args:?}\n{}", text(&out.stderr)));
+    (code, text(&out.stdout), text(&out.stderr))
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// Asserts exit 2 and that stderr contains every one of `want`, and no panic.
+fn bad(args: &[&str], want: &[&str]) -> String {
+    let (code, _, err) = run(args);
+    assert_eq!(code, 2, "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{err}");
+    for w in want {
+        assert!(err.contains(w), "{args:?}: {err:?} lacks {w:?}");
+    }
+    err
+}
+
+fn replay(extra: &[&str]) -> Vec<String> {
+    let t = trace();
+    let mut v: Vec<String> =
+        ["fleet", "replay", "--trace", p(&t), "--router", "round-robin"].map(String::from).to_vec();
+    let mut defaults = vec![("--pods", "2"), ("--capacity", "16")];
+    defaults.retain(|(f, _)| !extra.contains(f));
+    for (f, val) in defaults {
+        v.extend([f.to_string(), val.to_string()]);
+    }
+    v.extend(extra.iter().map(|s| s.to_string()));
+    v
+}
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// The cases of docs/BAD_INPUT.md, each tested below.
+const CASES: &[&str] = &[
+    "capacity-flag",
+    "capacity-key",
+    "capacity-sweep",
+    "cpu-capacity-flag",
+    "audit-capacity",
+    "over-budget-flag",
+    "over-budget-default",
+    "over-budget-ulimit",
+    "alloc-failure",
+    "requests-max",
+    "requests-huge",
+    "requests-budget",
+    "requests-streamed",
+    "epipe",
+    "rate-below-resolution",
+    "rate-not-multiple",
+    "rate-sweep",
+    "sweep-zero",
+    "sweep-hot-0",
+    "sweep-steps",
+    "sweep-fraction",
+    "service-overflow",
+    "timestamp-null",
+    "bom",
+    "pods-negative",
+    "huge-float",
+    "line-cap",
+];
+
+#[test]
+fn the_table_in_docs_lists_exactly_these_cases() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/BAD_INPUT.md")).unwrap();
+    let in_doc: Vec<&str> =
+        doc.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split('`').next()).collect();
+    assert_eq!(in_doc, CASES, "docs/BAD_INPUT.md rows vs tests");
+}
+
+#[test]
+fn capacity_limits() {
+    // capacity-flag
+    bad(&args(&replay(&["--capacity", "1099511627776"])), &["--capacity", "1..=4294967294", "MAX_POD_BLOCKS"]);
+    // capacity-key
+    let sc = scenario("cap.toml", &[("capacity", "1099511627776")]);
+    bad(&["fleet", "run", p(&sc)], &["cap.toml", "`fleet.capacity`", "4294967294"]);
+    // capacity-sweep
+    let ok = scenario("ok.toml", &[]);
+    let out = dir().join("sweep-cap");
+    bad(
+        &["fleet", "sweep", p(&ok), "--param", "capacity", "--values", "1099511627776", "--out", p(&out)],
+        &["capacity value `1099511627776`", "at most 4294967294"],
+    );
+    // cpu-capacity-flag
+    bad(&args(&replay(&["--cpu-capacity", "4294967295"])), &["--cpu-capacity", "0..=4294967294"]);
+    // audit-capacity: the audit refuses the scenario instead of reporting 281 TB.
+    bad(&["audit", p(&sc), "--no-firmware"], &["cap.toml", "`fleet.capacity`", "4294967294"]);
+}
+
+#[test]
+fn memory_budget() {
+    // over-budget-flag: within the limit, over --max-memory: bytes per structure and the flags.
+    let err = bad(
+        &args(&replay(&["--capacity", "4294967294", "--max-memory", "1G"])),
+        &["needs", "--max-memory 1073741824", "pod LRU slots", "pod key tables", "--capacity or --pods"],
+    );
+    // The figures are the audit's: 2 pods x C slots of 16 B.
+    let slots = format!("{}", 2u128 * 4294967294 * 16);
+    let grouped: String = {
+        let s = slots.as_str();
+        let mut o = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                o.push(',');
+            }
+            o.push(c);
+        }
+        o
+    };
+    assert!(err.contains(&grouped), "{err} lacks {grouped}");
+    // over-budget-default: 64 x 4294967294 blocks is ~6.6 TB, over any machine's memory.
+    bad(&args(&replay(&["--pods", "64", "--capacity", "4294967294"])), &["needs", "available", "set --max-memory"]);
+}
+
+#[cfg(target_os = "linux")]
+fn under_ulimit(kb: u64, a: &[String]) -> (i32, String) {
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(format!("ulimit -v {kb} && exec \"$0\" \"$@\"")).arg(env!("CARGO_BIN_EXE_brokerlab")).args(a);
+    let out = cmd.output().unwrap();
+    let code = out.status.code().expect("not killed by a signal (no abort)");
+    (code, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn ulimit_is_the_default_budget_and_a_failed_allocation_is_an_error() {
+    // over-budget-ulimit: under ulimit -v 4 GB the default budget is below 18.8 GB.
+    let (code, err) = under_ulimit(4_000_000, &replay(&["--pods", "64", "--capacity", "10000000"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("ulimit -v") && err.contains("pod LRU slots"), "{err}");
+    // alloc-failure: the budget is lifted with --max-memory, the allocation itself fails.
+    let (code, err) =
+        under_ulimit(2_000_000, &replay(&["--pods", "64", "--capacity", "10000000", "--max-memory", "100G"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot allocate the pods' LRU slots"), "{err}");
+}
+
+#[test]
+fn requests_are_bounded_and_streamed() {
+    // requests-max, requests-huge
+    for (name, v) in [("rmax.toml", "18446744073709551615"), ("rhuge.toml", "100000000000")] {
+        let sc = scenario(name, &[("requests", v)]);
+        bad(&["fleet", "run", p(&sc)], &[name, "workload.requests", "at most 4294967296"]);
+    }
+    // requests-budget: within the bound, over the budget (8 bytes of latency per request).
+    let sc = scenario("rbig.toml", &[("requests", "4000000000")]);
+    bad(
+        &["fleet", "run", p(&sc), "--max-memory", "1G"],
+        &["latencies (exact percentiles)", "32,000,000,000", "workload.requests"],
+    );
+    // requests-streamed: `fleet run` generates on the fly, so it fits a budget that the
+    // materialised workload of a sweep does not.
+    let sc = scenario("rstream.toml", &[("requests", "4000")]);
+    let (code, out, err) = run(&["fleet", "run", p(&sc), "--max-memory", "400K", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["requests"], 4000);
+    let o = dir().join("sweep-stream");
+    bad(
+        &["fleet", "sweep", p(&sc), "--param", "alpha", "--values", "1", "--max-memory", "400K", "--out", p(&o)],
+        &["generated block keys", "workload.requests"],
+    );
+}
+
+/// Spawns with stdout a pipe whose reading end is closed at once: the command's first write gets
+/// EPIPE. It must end quietly: exit 0, nothing on stderr about a panic or a broken pipe.
+fn closed_stdout(a: &[&str]) {
+    let mut child = bin().args(a).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{a:?}: {err}");
+    assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{a:?}: {err}");
+}
+
+#[test]
+fn closed_stdout_ends_quietly() {
+    // epipe
+    let sc = scenario("pipe.toml", &[]);
+    let o = dir().join("sweep-pipe");
+    closed_stdout(&args(&replay(&[])));
+    closed_stdout(&args(&replay(&["--json"])));
+    closed_stdout(&["fleet", "run", p(&sc)]);
+    closed_stdout(&["fleet", "sweep", p(&sc), "--param", "alpha", "--values", "1,2", "--out", p(&o)]);
+    closed_stdout(&["fleet", "replay", "--help"]);
+    // The task commands print through the same path.
+    let spec = file("spec.toml", b"id = \"pipe\"\n[[step]]\nmodel = \"hello\"\n");
+    let (db, world) = (dir().join("pipe.sqlite"), dir().join("pipe-world"));
+    closed_stdout(&["task", "run", p(&spec), "--db", p(&db), "--world", p(&world)]);
+    closed_stdout(&["task", "list", "--db", p(&db)]);
+}
+
+#[test]
+fn rates_are_exact_or_rejected() {
+    // rate-below-resolution
+    for v in ["1e-4", "3e-4"] {
+        let sc = scenario("rlow.toml", &[("rate_per_s", v)]);
+        bad(&["fleet", "run", p(&sc)], &["`workload.rate_per_s`", "at least 0.001 (the resolution)"]);
+    }
+    // rate-not-multiple
+    let sc = scenario("rodd.toml", &[("rate_per_s", "0.0015")]);
+    bad(&["fleet", "run", p(&sc)], &["`workload.rate_per_s`", "a multiple of 0.001"]);
+    // The smallest rate accepted is a real rate: 0.001 req/s spreads 3 requests over many
+    // seconds, rate 0 puts them all at t = 0.
+    let makespan = |rate: &str| {
+        let sc = scenario("rmin.toml", &[("rate_per_s", rate), ("requests", "3")]);
+        let (code, out, err) = run(&["fleet", "run", p(&sc), "--json"]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()["makespan_s"].as_f64().unwrap()
+    };
+    assert!(makespan("0.001") > 100.0 * makespan("0.0").max(0.001));
+    // rate-sweep
+    let o = dir().join("sweep-rate");
+    let ok = scenario("ok.toml", &[]);
+    bad(
+        &["fleet", "sweep", p(&ok), "--param", "rate", "--values", "0.0001", "--out", p(&o)],
+        &["--values 0.0001", "the resolution"],
+    );
+}
+
+#[test]
+fn sweep_values_are_never_changed_silently() {
+    let ok = scenario("ok.toml", &[]);
+    let o = dir().join("sweep-bad");
+    let sweep = |extra: &[&str], want: &[&str]| {
+        let mut a = vec!["fleet", "sweep", p(&ok), "--out", p(&o)];
+        a.extend_from_slice(extra);
+        bad(&a, want);
+    };
+    // sweep-zero
+    sweep(&["--param", "capacity", "--values", "1,0"], &["capacity value `0`", "at least 1 block"]);
+    // sweep-hot-0
+    sweep(
+        &["--param", "capacity", "--from", "fit", "--to", "hot/0"],
+        &["capacity value `hot/0`", "K must be at least 1"],
+    );
+    sweep(&["--param", "capacity", "--values", "hot/0"], &["capacity value `hot/0`", "K must be at least 1"]);
+    // sweep-steps
+    for s in ["0", "1", "-3"] {
+        sweep(
+            &["--param", "capacity", "--from", "fit", "--to", "hot/2", "--steps", s],
+            &["--steps", "at least 2 points"],
+        );
+    }
+    // sweep-fraction
+    sweep(&["--param", "pods", "--values", "1.5"], &["--values 1.5", "whole numbers"]);
+    sweep(&["--param", "stale", "--values", "-1"], &["--values -1", "whole numbers"]);
+}
+
+#[test]
+fn service_time_overflow_names_the_scenario_and_key() {
+    // service-overflow
+    let sc = scenario("over.toml", &[("t_prefill_ns", "18446744073709551615")]);
+    bad(&["fleet", "run", p(&sc)], &["over.toml: request 0: service time overflows", "`fleet.t_prefill_ns`"]);
+}
+
+#[test]
+fn wording() {
+    // timestamp-null
+    let t =
+        file("null.jsonl", b"{\"timestamp\": null, \"input_length\": 40, \"output_length\": 2, \"hash_ids\": [1]}\n");
+    let mut a = replay(&[]);
+    a[3] = p(&t).to_string();
+    bad(&args(&a), &["null.jsonl:1: field `timestamp` is null: expected a non-negative integer"]);
+    // bom: a trace and a scenario starting with a UTF-8 byte-order mark are read.
+    let t = file("bom.jsonl", format!("\u{feff}{LINE}").as_bytes());
+    a[3] = p(&t).to_string();
+    let (code, _, err) = run(&args(&a));
+    assert_eq!(code, 0, "{err}");
+    let sc = std::fs::read(scenario("plain.toml", &[])).unwrap();
+    let bom = file("bom.toml", &[&b"\xef\xbb\xbf"[..], &sc].concat());
+    let (code, _, err) = run(&["fleet", "run", p(&bom)]);
+    assert_eq!(code, 0, "{err}");
+    // pods-negative
+    for v in ["-1", "0", "65"] {
+        bad(&args(&replay(&["--pods", v])), &["--pods", "pods must be 1..=64"]);
+    }
+    // huge-float
+    let err = bad(&args(&replay(&["--scale-min", "1", "--scale-startup-s", "1e300"])), &["--scale-startup-s: 1e300"]);
+    assert!(err.len() < 200, "{err}");
+    let sc = scenario("bigrate.toml", &[("rate_per_s", "1e300")]);
+    let err = bad(&["fleet", "run", p(&sc)], &["\"1e300\""]);
+    assert!(err.len() < 300, "{err}");
+}
+
+#[test]
+fn line_length_is_capped() {
+    // line-cap
+    let mut long = String::from("{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 2, \"hash_ids\": [");
+    long += &vec!["7"; 200].join(", ");
+    long += "]}\n";
+    let t = file("long.jsonl", format!("{LINE}{long}").as_bytes());
+    let mut a = replay(&["--max-line-bytes", "300"]);
+    a[3] = p(&t).to_string();
+    bad(&args(&a), &["long.jsonl:2: the line is longer than --max-line-bytes 300 bytes"]);
+    // The same line under the default cap is read.
+    let mut a = replay(&[]);
+    a[3] = p(&t).to_string();
+    let (code, _, err) = run(&args(&a));
+    assert_eq!(code, 0, "{err}");
+}
