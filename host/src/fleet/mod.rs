@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod experiments;
+pub mod input;
 pub mod report;
 pub mod run;
 pub mod scenario;
@@ -266,7 +267,8 @@ impl FleetArgs {
 /// `fleet replay` arguments.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids).
+    /// Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids), plain or
+    /// gzip/zstd-compressed (detected from the first bytes).
     #[arg(long)]
     pub trace: PathBuf,
     /// Tokens per trace hash id S (a multiple of 16).
