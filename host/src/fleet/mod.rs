@@ -284,8 +284,9 @@ pub struct ReplayArgs {
 /// `fleet bench` arguments.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Trace to replay.
-    #[arg(long, default_value = "../shared/traces/conversation_trace.jsonl")]
+    /// Trace to replay (plain, gzip or zstd; the default is the vendored copy, relative to the
+    /// repository root).
+    #[arg(long, default_value = "traces/conversation_trace.jsonl.zst")]
     pub trace: PathBuf,
     /// Tokens per trace hash id S.
     #[arg(long, default_value_t = 512)]
