@@ -1,4 +1,4 @@
-//! Replays of the shared Mooncake traces, checked against an independent computation: a trie of
+//! Replays of the vendored Mooncake traces (`traces/*.jsonl.zst`), checked against an independent computation: a trie of
 //! hash-id prefixes that knows, for each prefix, how many 16-token blocks any earlier request
 //! covered. With capacity large enough that nothing is evicted, a pod's hit blocks must equal the
 //! trie's answer for the requests that pod saw.
@@ -11,7 +11,7 @@ use brokerlab::fleet::trace::TraceReader;
 use brokerlab_core::fleet::{FleetConfig, RouterKind};
 
 fn trace(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces").join(name)
 }
 
 struct Rec {
@@ -20,7 +20,7 @@ struct Rec {
 }
 
 fn load(path: &std::path::Path) -> Vec<Rec> {
-    let mut r = TraceReader::open(path).expect("shared trace present");
+    let mut r = TraceReader::open(path).expect("vendored trace present");
     let mut out = vec![];
     while let Some(rec) = r.next_record().unwrap() {
         out.push(Rec { input: rec.input_length, ids: rec.hash_ids.clone() });
@@ -95,17 +95,17 @@ fn check_trace(name: &str) {
 
 #[test]
 fn conversation_trace_matches_independent_reuse() {
-    check_trace("conversation_trace.jsonl");
+    check_trace("conversation_trace.jsonl.zst");
 }
 
 #[test]
 fn synthetic_trace_matches_independent_reuse() {
-    check_trace("synthetic_trace.jsonl");
+    check_trace("synthetic_trace.jsonl.zst");
 }
 
 #[test]
 fn replay_is_deterministic_and_timing_is_consistent() {
-    let path = trace("synthetic_trace.jsonl");
+    let path = trace("synthetic_trace.jsonl.zst");
     for router in RouterKind::ALL {
         let mut cfg = FleetConfig::new(8, 2048, router);
         cfg.stale_delay = if router == RouterKind::PrefixAware { 3 } else { 0 };
@@ -129,7 +129,7 @@ fn replay_is_deterministic_and_timing_is_consistent() {
 #[test]
 fn global_index_and_pod_tables_give_identical_results() {
     use brokerlab_core::fleet::IndexKind;
-    let path = trace("conversation_trace.jsonl");
+    let path = trace("conversation_trace.jsonl.zst");
     for (stale, alpha, cap) in [(0, 1.0, 4096), (5, 16.0, 4096), (40, 0.5, 1024)] {
         let mut cfg = FleetConfig::new(8, cap, RouterKind::PrefixAware);
         cfg.stale_delay = stale;

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod experiments;
+pub mod input;
 pub mod report;
 pub mod run;
 pub mod scenario;
@@ -342,7 +343,8 @@ impl FleetArgs {
 /// `fleet replay` arguments.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids).
+    /// Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids), plain or
+    /// gzip/zstd-compressed (detected from the first bytes).
     #[arg(long)]
     pub trace: PathBuf,
     /// Tokens per trace hash id S (a multiple of 16).
@@ -364,8 +366,9 @@ pub struct ReplayArgs {
 /// `fleet bench` arguments.
 #[derive(Debug, Args)]
 pub struct BenchArgs {
-    /// Trace to replay.
-    #[arg(long, default_value = "../shared/traces/conversation_trace.jsonl")]
+    /// Trace to replay (plain, gzip or zstd; the default is the vendored copy, relative to the
+    /// repository root).
+    #[arg(long, default_value = "traces/conversation_trace.jsonl.zst")]
     pub trace: PathBuf,
     /// Tokens per trace hash id S.
     #[arg(long, default_value_t = 512)]

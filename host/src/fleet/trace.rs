@@ -1,7 +1,6 @@
 //! Streaming reader of Mooncake JSONL traces, with errors that name the file, line and field.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -186,11 +185,9 @@ pub struct TraceReader {
 }
 
 impl TraceReader {
-    /// Opens `path`.
+    /// Opens `path`: plain, gzip or zstd, detected by its first bytes ([`super::input`]).
     pub fn open(path: &Path) -> CliResult<Self> {
-        let f = File::open(path)
-            .map_err(|e| CliError::bad_input(format!("--trace {}: cannot open: {e}", path.display())))?;
-        Ok(Self::new(path.to_path_buf(), Box::new(BufReader::with_capacity(1 << 20, f))))
+        Ok(Self::new(path.to_path_buf(), super::input::open(path)?))
     }
 
     /// Reads from any buffered reader; `path` is used in messages.
