@@ -5,4 +5,5 @@ pub mod audit;
 pub mod error;
 pub mod fleet;
 pub mod plot;
+pub mod provenance;
 pub mod task;
