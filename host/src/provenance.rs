@@ -80,8 +80,9 @@ impl Provenance {
     /// digest (reading it here would consume it).
     pub fn add_file(&mut self, kind: &str, path: &Path) -> CliResult<()> {
         let sha256 = if std::fs::metadata(path).is_ok_and(|m| m.is_file()) {
-            Some(hex(&sha256_file(path)
-                .map_err(|e| CliError::bad_input(format!("{}: cannot read: {e}", path.display())))?))
+            Some(hex(
+                &sha256_file(path).map_err(|e| CliError::bad_input(format!("{}: cannot read: {e}", path.display())))?
+            ))
         } else {
             None
         };
@@ -115,7 +116,8 @@ impl Provenance {
             v.push(("date".into(), d.clone()));
         }
         for i in &self.inputs {
-            let digest = i.sha256.as_deref().map_or("not hashed (not a regular file)".into(), |h| format!("sha256 {h}"));
+            let digest =
+                i.sha256.as_deref().map_or("not hashed (not a regular file)".into(), |h| format!("sha256 {h}"));
             v.push((i.kind.clone(), format!("{} {digest}", i.path)));
         }
         v
@@ -225,9 +227,7 @@ impl Sha256 {
     /// A fresh hash.
     pub fn new() -> Self {
         Sha256 {
-            state: [
-                0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
-            ],
+            state: [0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19],
             block: [0; 64],
             used: 0,
             len_bytes: 0,

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod experiments;
+pub mod progress;
 pub mod report;
 pub mod run;
 pub mod scenario;
@@ -14,6 +15,8 @@ use brokerlab_core::fleet::{FleetConfig, IndexKind, RouterKind, ScalePolicy, Tou
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult};
+use crate::provenance::Provenance;
+use progress::{OutputArgs, Progress, Tracked, Unit};
 use run::{TraceSource, render_table, simulate};
 
 /// `brokerlab fleet` subcommands.
@@ -45,6 +48,8 @@ pub struct ReportArgs {
     /// Divide every scenario's request count by this (quick look; default 1 = full size).
     #[arg(long, default_value_t = 1)]
     pub shrink: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `fleet run` arguments.
@@ -58,6 +63,8 @@ pub struct RunArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `fleet gen-trace` arguments.
@@ -99,6 +106,8 @@ pub struct SweepArgs {
     /// Output directory.
     #[arg(long, default_value = "out/sweep")]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 fn parse_router(s: &str) -> Result<RouterKind, String> {
@@ -277,6 +286,8 @@ pub struct ReplayArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `fleet bench` arguments.
@@ -316,9 +327,15 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let cfg = a.fleet.config()?;
             cfg.validate().map_err(run::config_error)?;
             let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: a.trace_block_size };
-            let res = simulate(cfg, &mut src, false)?;
+            let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
+            let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
+            let res =
+                simulate(cfg, &mut Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes }, false)?;
+            progress.finish();
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
+                let mut prov = Provenance::of_this_run(a.output.no_date);
+                prov.add_file("trace", &a.trace)?;
+                println!("{}", prov.json_with(&res.summary));
             } else {
                 println!("trace {}", a.trace.display());
                 print!("{}", render_table(&res.summary));
@@ -332,9 +349,13 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 cfg.router = r;
             }
             let g = scenario::Generated::new(sc.workload)?;
-            let res = simulate(cfg, &mut &g, false)?;
+            let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
+            let res = simulate(cfg, &mut Tracked { inner: &mut &g, progress: &progress, unit: Unit::Requests }, false)?;
+            progress.finish();
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
+                let mut prov = Provenance::of_this_run(a.output.no_date);
+                prov.add_file("scenario", &a.scenario)?;
+                println!("{}", prov.json_with(&res.summary));
             } else {
                 println!("scenario {} ({})", sc.name, a.scenario.display());
                 print!("{}", render_table(&res.summary));
@@ -359,13 +380,19 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         }
         FleetCmd::Sweep(a) => sweep_cmd(a),
         FleetCmd::Report(a) => {
-            let ex = experiments::report(&a.out, a.threads, a.shrink)?;
+            let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
+            let prov = Provenance::of_this_run(a.output.no_date);
+            let ex = experiments::report(&a.out, a.threads, a.shrink, &progress, prov)?;
+            progress.finish();
+            if ex.shrink > 1 {
+                println!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
+            }
             println!("{}\n", experiments::the_number(&ex));
             for (k, v) in experiments::headlines(&ex) {
                 println!("{k:<52} {v}");
             }
             println!(
-                "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv, experiments.json",
+                "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv (+ points.provenance.json), experiments.json",
                 a.out.display()
             );
             Ok(0)
@@ -480,12 +507,17 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     let sc = scenario::Scenario::load(&a.scenario)?;
     let (gens, values) = sweep_values(&sc, &a)?;
     let specs = sweep::for_each_router(&values);
-    let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &format!("sweep {}", a.param))?;
+    let progress = Progress::new(a.output.quiet, &format!("sweep {}", a.param), Unit::Points, Some(specs.len() as u64));
+    let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &progress)?;
+    progress.finish();
+    let mut prov = Provenance::of_this_run(a.output.no_date);
+    prov.add_file("scenario", &a.scenario)?;
     sweep::write_file(&a.out, "points.csv", sweep::to_csv(&points).as_bytes())?;
-    let json = serde_json::to_string_pretty(&points).expect("points serialize");
+    sweep::write_file(&a.out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
+    let json = prov.json_with(&serde_json::json!({ "points": points }));
     sweep::write_file(&a.out, "points.json", json.as_bytes())?;
     let written = report::sweep_plots(&a.out, &sc.name, &a.param, &points)?;
     print!("{}", report::sweep_table(&a.param, &points));
-    println!("wrote {}/points.csv, points.json{}", a.out.display(), written);
+    println!("wrote {}/points.csv (+ points.provenance.json), points.json{}", a.out.display(), written);
     Ok(0)
 }

@@ -108,6 +108,7 @@ impl TraceReader {
             if n == 0 {
                 return Ok(false);
             }
+            super::progress::note_trace_bytes(n);
             self.line_no += 1;
             let line = self.buf.trim();
             if line.is_empty() {
