@@ -25,6 +25,7 @@ fn watch(path: PathBuf) {
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-env-changed=GIT_DIR");
     let dir = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
     let commit = git(&dir, &["rev-parse", "--verify", "--quiet", "HEAD"]);
     if commit.is_some() {
