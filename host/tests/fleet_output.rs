@@ -48,13 +48,14 @@ fn repo_file(rel: &str) -> Vec<u8> {
     std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)).unwrap()
 }
 
-/// A small scenario (multi-tenant with 1,500 requests) for sweep and run.
-fn small_scenario() -> PathBuf {
+/// The multi-tenant scenario with `requests` requests, in a directory of the test's own (tests run
+/// in parallel).
+fn small_scenario(test: &str, requests: u64) -> PathBuf {
     let text = String::from_utf8(repo_file("scenarios/multi-tenant.toml"))
         .unwrap()
-        .replace("requests = 24000", "requests = 1500");
-    assert!(text.contains("requests = 1500"));
-    let p = dir("scenario").join("small.toml");
+        .replace("requests = 24000", &format!("requests = {requests}"));
+    assert!(text.contains(&format!("requests = {requests}")));
+    let p = dir(test).join("small.toml");
     std::fs::write(&p, text).unwrap();
     p
 }
@@ -127,6 +128,7 @@ fn report_is_byte_identical_apart_from_the_date_line_and_says_what_it_ran() {
 
     // ... and never claims to be full size.
     assert!(!md.contains("Full size"));
+    let _ = std::fs::remove_dir_all(&d);
 }
 
 #[test]
@@ -146,8 +148,9 @@ fn text(b: &[u8]) -> String {
 
 #[test]
 fn piped_replay_and_run_print_only_json_on_stdout_and_progress_on_stderr() {
-    let sc = small_scenario();
-    let trace = dir("trace").join("t.jsonl");
+    // Long enough (tens of ms) for a status line every millisecond even on a busy machine.
+    let sc = small_scenario("replay", 8000);
+    let trace = sc.with_file_name("t.jsonl");
     let g = bin().args(["fleet", "gen-trace"]).arg(&sc).arg("-o").arg(&trace).output().unwrap();
     assert!(g.status.success(), "{}", text(&g.stderr));
     let replay = |extra: &[&str]| {
@@ -163,7 +166,7 @@ fn piped_replay_and_run_print_only_json_on_stdout_and_progress_on_stderr() {
         assert!(out.status.success(), "{}", text(&out.stderr));
         // stdout is exactly one JSON object: results and provenance, nothing else.
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stdout is one JSON value");
-        assert_eq!(v["requests"], 1500);
+        assert_eq!(v["requests"], 8000);
         let prov = &v["provenance"];
         assert_eq!(prov["inputs"][0]["kind"], kind);
         assert_eq!(prov["inputs"][0]["sha256"].as_str().unwrap(), hex_sha256(&std::fs::read(&path).unwrap()));
@@ -191,7 +194,7 @@ fn piped_replay_and_run_print_only_json_on_stdout_and_progress_on_stderr() {
 
 #[test]
 fn piped_sweep_prints_its_table_on_stdout_and_writes_provenance() {
-    let sc = small_scenario();
+    let sc = small_scenario("sweep-scenario", 1500);
     let d = dir("sweep");
     let args = |quiet: bool| {
         let mut a: Vec<String> =
@@ -223,4 +226,43 @@ fn piped_sweep_prints_its_table_on_stdout_and_writes_provenance() {
     let q = bin().args(args(true)).output().unwrap();
     assert!(q.status.success() && q.stderr.is_empty(), "{}", text(&q.stderr));
     assert_eq!(text(&q.stdout), o);
+}
+
+/// On a terminal (a pseudo-terminal from util-linux `script`), replay draws an indicatif bar on
+/// stderr with bytes, rate, ETA and requests; stdout, redirected, still holds only the JSON.
+#[test]
+fn on_a_terminal_replay_draws_a_bar_and_quiet_draws_nothing() {
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: util-linux `script` is not installed");
+        return;
+    }
+    let sc = small_scenario("tty", 8000);
+    let trace = sc.with_file_name("t.jsonl");
+    let g = bin().args(["fleet", "gen-trace"]).arg(&sc).arg("-o").arg(&trace).output().unwrap();
+    assert!(g.status.success(), "{}", text(&g.stderr));
+    let json = sc.with_file_name("out.json");
+    let q = |p: &Path| brokerlab::provenance::shell_quote(p.to_str().unwrap());
+    let on_tty = |extra: &str| {
+        let cmd = format!(
+            "stty cols 120; {} fleet replay --trace {} --trace-block-size 16 --pods 4 --capacity 512 --router prefix-aware --json {extra} > {}",
+            q(Path::new(env!("CARGO_BIN_EXE_brokerlab"))),
+            q(&trace),
+            q(&json)
+        );
+        let out = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        assert_eq!(v["requests"], 8000);
+        text(&out.stdout)
+    };
+    let tty = on_tty("");
+    assert!(tty.contains("replay [") && tty.contains("MiB") && tty.contains("ETA"), "{tty}");
+    assert!(tty.contains(" requests replayed") && tty.contains('\r'), "{tty}");
+    assert!(!tty.contains("brokerlab: "), "status lines on a terminal: {tty}");
+    let quiet = on_tty("--quiet");
+    assert!(quiet.trim().is_empty(), "{quiet}");
 }
