@@ -223,9 +223,20 @@ fn piped_sweep_prints_its_table_on_stdout_and_writes_provenance() {
     let csv = std::fs::read_to_string(d.join("points.csv")).unwrap();
     assert!(csv.starts_with("param,value,router,") && csv.lines().count() == 7, "{csv}");
 
+    let before = files(&d);
     let q = bin().args(args(true)).output().unwrap();
     assert!(q.status.success() && q.stderr.is_empty(), "{}", text(&q.stderr));
     assert_eq!(text(&q.stdout), o);
+    // Same inputs, same numbers: the CSV and plots are byte-identical, the JSON's points equal
+    // (its provenance names the other command line).
+    let after = files(&d);
+    for name in ["points.csv", "hit_rate.svg", "hit_rate.png", "prefill.svg", "p90.svg", "p90.png"] {
+        assert!(before[name] == after[name], "{name} differs");
+    }
+    let points = |m: &BTreeMap<String, Vec<u8>>| {
+        serde_json::from_slice::<serde_json::Value>(&m["points.json"]).unwrap()["points"].clone()
+    };
+    assert_eq!(points(&before), points(&after));
 }
 
 /// On a terminal (a pseudo-terminal from util-linux `script`), replay draws an indicatif bar on
