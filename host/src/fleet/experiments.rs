@@ -142,6 +142,7 @@ pub fn total_points(caps: usize) -> u64 {
 /// known) and names the experiment running.
 pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Experiments> {
     // 1 + 2: capacity, both layouts, same capacities.
+    progress.set_message("generating workloads");
     let mt = scenario("multi-tenant", shrink)?;
     let stable = Generated::new(mt.workload)?;
     let ts = Generated::new(WorkloadSpec { layout: Layout::TimestampFirst, ..mt.workload })?;

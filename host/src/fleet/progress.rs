@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use brokerlab_core::fleet::{Error as CoreError, Request};
 use clap::Args;
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 use super::run::RequestSource;
 use crate::error::CliResult;
@@ -81,16 +81,22 @@ impl Progress {
             let bar = ProgressBar::with_draw_target(total, ProgressDrawTarget::stderr());
             let tmpl = match unit {
                 Unit::Points => {
-                    "{prefix} [{elapsed_precise}] [{wide_bar}] {pos}/{len} points ({per_sec}, ETA {eta}) {msg}"
+                    "{prefix} [{elapsed_precise}] [{wide_bar}] {pos}/{len} points ({rate}/s, ETA {eta}) {msg}"
                 }
                 Unit::Requests => {
-                    "{prefix} [{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len} requests ({per_sec}, ETA {eta})"
+                    "{prefix} [{elapsed_precise}] [{wide_bar}] {human_pos}/{human_len} requests ({rate}/s, ETA {eta})"
                 }
                 Unit::TraceBytes => {
                     "{prefix} [{elapsed_precise}] [{wide_bar}] {binary_bytes}/{binary_total_bytes} ({binary_bytes_per_sec}, ETA {eta}) {msg}"
                 }
             };
-            bar.set_style(ProgressStyle::with_template(tmpl).expect("valid template").progress_chars("=> "));
+            let style = ProgressStyle::with_template(tmpl)
+                .expect("valid template")
+                .with_key("rate", |st: &ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.1}", st.per_sec());
+                })
+                .progress_chars("=> ");
+            bar.set_style(style);
             bar.set_prefix(label.to_string());
             bar.enable_steady_tick(Duration::from_millis(200));
             return Progress { bar, mode: Mode::Bar, ticker: None };
