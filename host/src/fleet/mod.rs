@@ -514,7 +514,11 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     prov.add_file("scenario", &a.scenario)?;
     sweep::write_file(&a.out, "points.csv", sweep::to_csv(&points).as_bytes())?;
     sweep::write_file(&a.out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
-    let json = prov.json_with(&serde_json::json!({ "points": points }));
+    #[derive(serde::Serialize)]
+    struct Points<'a> {
+        points: &'a [sweep::Point],
+    }
+    let json = prov.json_with(&Points { points: &points });
     sweep::write_file(&a.out, "points.json", json.as_bytes())?;
     let written = report::sweep_plots(&a.out, &sc.name, &a.param, &points)?;
     print!("{}", report::sweep_table(&a.param, &points));
