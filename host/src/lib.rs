@@ -25,6 +25,7 @@ pub mod error;
 pub mod fleet;
 pub mod mem;
 pub mod plot;
+pub mod provenance;
 pub mod sys;
 pub mod task;
 

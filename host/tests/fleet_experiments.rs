@@ -4,6 +4,7 @@
 use std::sync::OnceLock;
 
 use brokerlab::fleet::experiments::{self, Experiments, STALE_KS};
+use brokerlab::fleet::progress::Progress;
 use brokerlab::fleet::run::{TraceSource, simulate};
 use brokerlab::fleet::scenario::{Generated, write_trace};
 use brokerlab::fleet::sweep;
@@ -11,7 +12,7 @@ use brokerlab_core::fleet::RouterKind;
 
 fn ex() -> &'static Experiments {
     static EX: OnceLock<Experiments> = OnceLock::new();
-    EX.get_or_init(|| experiments::run_all(0, 1).expect("experiments run"))
+    EX.get_or_init(|| experiments::run_all(0, 1, &Progress::hidden()).expect("experiments run"))
 }
 
 #[test]
@@ -105,8 +106,8 @@ fn sweeps_do_not_depend_on_thread_count() {
         .map(|&c| (c as f64, 0, brokerlab_core::fleet::FleetConfig { capacity_blocks: c as usize, ..sc.fleet }))
         .collect();
     let specs = sweep::for_each_router(&values);
-    let one = sweep::run_points("capacity", &g, &specs, 1, "t1").unwrap();
-    let two = sweep::run_points("capacity", &g, &specs, 3, "t3").unwrap();
+    let one = sweep::run_points("capacity", &g, &specs, 1, &Progress::hidden()).unwrap();
+    let two = sweep::run_points("capacity", &g, &specs, 3, &Progress::hidden()).unwrap();
     assert_eq!(sweep::to_csv(&one), sweep::to_csv(&two));
 }
 

@@ -16,12 +16,14 @@ use brokerlab_core::fleet::workload::{DocOrder, Layout, WorkloadSpec};
 use brokerlab_core::fleet::{FleetConfig, RouterKind};
 use serde::Serialize;
 
-use super::report::{builtin, sweep_charts, write_chart};
+use super::progress::Progress;
+use super::report::{BUILTIN, builtin, sweep_charts, write_chart};
 use super::run::Summary;
 use super::scenario::{Generated, Scenario};
 use super::sweep::{self, Point, PointSpec};
 use crate::error::CliResult;
 use crate::plot::{Chart, Series};
+use crate::provenance::Provenance;
 
 /// Published TTFT p90 of llm-d's benchmark (8 pods of 2xH100, Qwen3-32B), seconds.
 pub const LLMD_PUBLISHED: [(&str, f64); 4] =
@@ -60,6 +62,35 @@ pub struct Experiments {
     pub autoscale: Vec<Point>,
     /// Routable pods over time for the runs of [`AUTOSCALE_TIMELINES`]: (label, [(s, pods)]).
     pub autoscale_timeline: Vec<Timeline>,
+    /// Every scenario's request count was divided by this (1: full size).
+    pub shrink: u64,
+    /// The request count each scenario actually ran.
+    pub scenarios: Vec<ScenarioRun>,
+}
+
+/// A built-in scenario as it ran.
+#[derive(Debug, Serialize)]
+pub struct ScenarioRun {
+    /// Scenario name (`scenarios/NAME.toml`).
+    pub name: String,
+    /// `requests` in the file.
+    pub requests_in_file: u64,
+    /// Requests run (the file's divided by the shrink factor).
+    pub requests_run: u64,
+}
+
+/// The request counts of every built-in scenario at `shrink`.
+pub fn scenarios_run(shrink: u64) -> CliResult<Vec<ScenarioRun>> {
+    BUILTIN
+        .iter()
+        .map(|(name, _)| {
+            Ok(ScenarioRun {
+                name: name.to_string(),
+                requests_in_file: builtin(name)?.workload.requests,
+                requests_run: scenario(name, shrink)?.workload.requests,
+            })
+        })
+        .collect()
 }
 
 /// A labelled step line: (label, [(time s, routable pods)]).
@@ -94,21 +125,39 @@ fn specs(values: &[(f64, usize, FleetConfig)]) -> Vec<PointSpec> {
     sweep::for_each_router(values)
 }
 
-/// Runs all experiments.
-pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
+/// Points run by [`run_all`] when the capacity sweep has `caps` capacities.
+pub fn total_points(caps: usize) -> u64 {
+    let per_router = RouterKind::ALL.len();
+    (2 * caps * per_router
+        + STALE_KS.len()
+        + 1
+        + CPU_TIERS.len() * per_router
+        + ALPHAS.len() * 3
+        + 4
+        + 2 * per_router
+        + AUTOSCALE_RUNS.len()) as u64
+}
+
+/// Runs all experiments; `progress` counts points (its total is set once the capacities are
+/// known) and names the experiment running.
+pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Experiments> {
     // 1 + 2: capacity, both layouts, same capacities.
+    progress.set_message("generating workloads");
     let mt = scenario("multi-tenant", shrink)?;
     let stable = Generated::new(mt.workload)?;
     let ts = Generated::new(WorkloadSpec { layout: Layout::TimestampFirst, ..mt.workload })?;
     let fit = stable.distinct_blocks();
     let hot = mt.workload.hot_set_blocks();
     let caps = sweep::geometric(fit as f64, (hot / 6) as f64, 12);
+    progress.set_length(total_points(caps.len()));
     let at = |c: u64, w: usize| (c as f64, w, FleetConfig { capacity_blocks: c as usize, ..mt.fleet });
     let wls = [stable, ts];
     let cap_specs: Vec<PointSpec> = specs(&caps.iter().map(|&c| at(c, 0)).collect::<Vec<_>>());
     let ts_specs: Vec<PointSpec> = specs(&caps.iter().map(|&c| at(c, 1)).collect::<Vec<_>>());
-    let capacity = sweep::run_points("capacity", &wls, &cap_specs, threads, "capacity sweep")?;
-    let timestamp_first = sweep::run_points("capacity", &wls, &ts_specs, threads, "timestamp-first")?;
+    progress.set_message("capacity sweep");
+    let capacity = sweep::run_points("capacity", &wls, &cap_specs, threads, progress)?;
+    progress.set_message("timestamp-first");
+    let timestamp_first = sweep::run_points("capacity", &wls, &ts_specs, threads, progress)?;
 
     // 3: stale index at hot/6.
     let small = FleetConfig { capacity_blocks: (hot / 6) as usize, ..mt.fleet };
@@ -121,11 +170,13 @@ pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
         })
         .collect();
     st.push(PointSpec { value: 0.0, workload: 0, cfg: FleetConfig { router: RouterKind::RoundRobin, ..small } });
-    let mut stale = sweep::run_points("stale", &wls, &st, threads, "stale index")?;
+    progress.set_message("stale index");
+    let mut stale = sweep::run_points("stale", &wls, &st, threads, progress)?;
     let stale_baseline = stale.pop().expect("baseline point");
     let tiers: Vec<_> =
         CPU_TIERS.iter().map(|&c| (c as f64, 0, FleetConfig { cpu_capacity_blocks: c, ..small })).collect();
-    let cpu_tier = sweep::run_points("cpu_capacity", &wls, &specs(&tiers), threads, "cpu tier")?;
+    progress.set_message("cpu tier");
+    let cpu_tier = sweep::run_points("cpu_capacity", &wls, &specs(&tiers), threads, progress)?;
 
     // 4: alpha.
     let al = scenario("alpha", shrink)?;
@@ -143,7 +194,8 @@ pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
             a_specs.push(PointSpec { value: a, workload: 0, cfg: FleetConfig { router: r, ..al.fleet } });
         }
     }
-    let alpha = sweep::run_points("alpha", &alw, &a_specs, threads, "alpha")?;
+    progress.set_message("alpha");
+    let alpha = sweep::run_points("alpha", &alw, &a_specs, threads, progress)?;
 
     // 5: llm-d shape.
     let ld = scenario("llm-d", shrink)?;
@@ -154,7 +206,8 @@ pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
         workload: 0,
         cfg: FleetConfig { router: RouterKind::PrefixAware, stale_delay: 64, ..ld.fleet },
     });
-    let llmd = sweep::run_points("stale", &ldw, &l_specs, threads, "llm-d shape")?;
+    progress.set_message("llm-d shape");
+    let llmd = sweep::run_points("stale", &ldw, &l_specs, threads, progress)?;
 
     // 6: RAG.
     let rg = scenario("rag", shrink)?;
@@ -162,10 +215,13 @@ pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
         Generated::new(WorkloadSpec { rag_order: DocOrder::Random, ..rg.workload })?,
         Generated::new(WorkloadSpec { rag_order: DocOrder::Sorted, ..rg.workload })?,
     ];
-    let rag = sweep::run_points("rag_sorted", &rgw, &specs(&[(0.0, 0, rg.fleet), (1.0, 1, rg.fleet)]), threads, "rag")?;
+    progress.set_message("rag");
+    let rag_specs = specs(&[(0.0, 0, rg.fleet), (1.0, 1, rg.fleet)]);
+    let rag = sweep::run_points("rag_sorted", &rgw, &rag_specs, threads, progress)?;
 
     // 8: autoscaling.
-    let (autoscale, autoscale_timeline) = autoscale_runs(shrink)?;
+    progress.set_message("autoscaling");
+    let (autoscale, autoscale_timeline) = autoscale_runs(shrink, progress)?;
 
     Ok(Experiments {
         capacity,
@@ -180,6 +236,8 @@ pub fn run_all(threads: usize, shrink: u64) -> CliResult<Experiments> {
         cpu_tier,
         autoscale,
         autoscale_timeline,
+        shrink: shrink.max(1),
+        scenarios: scenarios_run(shrink)?,
     })
 }
 
@@ -199,7 +257,7 @@ pub fn autoscale_label(i: usize) -> String {
 
 /// Runs of [`AUTOSCALE_RUNS`] once each (small: sequential), keeping the outcomes of those in
 /// [`AUTOSCALE_TIMELINES`] for their step lines.
-fn autoscale_runs(shrink: u64) -> CliResult<(Vec<Point>, Vec<Timeline>)> {
+fn autoscale_runs(shrink: u64, progress: &Progress) -> CliResult<(Vec<Point>, Vec<Timeline>)> {
     let sc = scenario("autoscale", shrink)?;
     let g = Generated::new(sc.workload)?;
     let (mut points, mut timelines) = (Vec::new(), Vec::new());
@@ -211,6 +269,7 @@ fn autoscale_runs(shrink: u64) -> CliResult<(Vec<Point>, Vec<Timeline>)> {
             timelines.push((autoscale_label(i).replace("prefix-aware", "PA"), step_line(&res.outcomes)));
         }
         points.push(Point { param: "alpha".into(), value: alpha, summary: res.summary });
+        progress.inc(1);
     }
     Ok((points, timelines))
 }
@@ -283,9 +342,19 @@ fn plain(name: &str, value: impl std::fmt::Display) -> String {
     format!("| {name} | {value} |\n")
 }
 
-/// Runs the report and writes `out/index.html`, `out/summary.md`, plots, CSV and JSON.
-pub fn report(out: &Path, threads: usize, shrink: u64) -> CliResult<Experiments> {
-    let ex = run_all(threads, shrink)?;
+/// Runs the report and writes `out/index.html`, `out/summary.md`, plots, CSV and JSON, each
+/// with `prov` (plus the digests of the built-in scenarios).
+pub fn report(
+    out: &Path,
+    threads: usize,
+    shrink: u64,
+    progress: &Progress,
+    mut prov: Provenance,
+) -> CliResult<Experiments> {
+    for (name, text) in BUILTIN {
+        prov.add_bytes("scenario", &format!("scenarios/{name}.toml (built in)"), text.as_bytes());
+    }
+    let ex = run_all(threads, shrink, progress)?;
     let mut svgs: Vec<(String, String, String)> = Vec::new(); // (section, caption, svg)
     let mut add = |section: &str, stem: &str, c: &Chart| -> CliResult<()> {
         let svg = write_chart(out, stem, c)?;
@@ -470,9 +539,9 @@ pub fn report(out: &Path, threads: usize, shrink: u64) -> CliResult<Experiments>
             ..Chart::default()
         },
     )?;
-    let html = render_html(&ex, &svgs);
+    let html = render_html(&ex, &svgs, &prov);
     sweep::write_file(out, "index.html", html.as_bytes())?;
-    sweep::write_file(out, "summary.md", render_markdown(&ex).as_bytes())?;
+    sweep::write_file(out, "summary.md", render_markdown(&ex, &prov).as_bytes())?;
     let all: Vec<&Point> =
         [&ex.capacity, &ex.timestamp_first, &ex.stale, &ex.alpha, &ex.llmd, &ex.rag, &ex.cpu_tier, &ex.autoscale]
             .into_iter()
@@ -480,7 +549,8 @@ pub fn report(out: &Path, threads: usize, shrink: u64) -> CliResult<Experiments>
             .collect();
     let owned: Vec<Point> = all.into_iter().cloned().collect();
     sweep::write_file(out, "points.csv", sweep::to_csv(&owned).as_bytes())?;
-    sweep::write_file(out, "experiments.json", serde_json::to_string_pretty(&ex).expect("serializes").as_bytes())?;
+    sweep::write_file(out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
+    sweep::write_file(out, "experiments.json", prov.json_with(&ex).as_bytes())?;
     Ok(ex)
 }
 
@@ -600,10 +670,36 @@ fn points_table(pts: &[Point], value_name: &str) -> String {
     o
 }
 
+/// What ran, in Markdown: the shrink factor and every scenario's request count.
+pub fn scale_note(ex: &Experiments) -> String {
+    if ex.shrink <= 1 {
+        return "Full size: every scenario ran the request count in its file (`--shrink 1`).".into();
+    }
+    let counts: Vec<String> =
+        ex.scenarios.iter().map(|s| format!("{} {} of {}", s.name, s.requests_run, s.requests_in_file)).collect();
+    format!(
+        "**Shrunk run (`--shrink {k}`):** every scenario ran its request count divided by {k} ({} requests). \
+         The headlines, tables and plots below come from these smaller runs and differ from the full-size \
+         report (`brokerlab fleet report`).",
+        counts.join(", "),
+        k = ex.shrink
+    )
+}
+
+fn runs_table(ex: &Experiments) -> String {
+    let mut o = String::from("| scenario | requests in the file | requests run |\n|---|---|---|\n");
+    for s in &ex.scenarios {
+        let _ = writeln!(o, "| scenarios/{}.toml | {} | {} |", s.name, s.requests_in_file, s.requests_run);
+    }
+    o
+}
+
 /// The Markdown summary.
-pub fn render_markdown(ex: &Experiments) -> String {
+pub fn render_markdown(ex: &Experiments, prov: &Provenance) -> String {
     let mut o = String::from("# brokerlab fleet report\n\n");
-    let _ = writeln!(o, "**The one number:** {}\n", the_number(ex));
+    let _ = writeln!(o, "{}\n", scale_note(ex));
+    o += &prov.markdown();
+    let _ = writeln!(o, "\n**The one number:** {}\n", the_number(ex));
     o += "| headline | value |\n|---|---|\n";
     for (k, v) in headlines(ex) {
         o += &plain(&k, v);
@@ -633,6 +729,9 @@ pub fn render_markdown(ex: &Experiments) -> String {
     o += &points_table(&ex.timestamp_first, "capacity");
     o += "\n## Alpha\n\n";
     o += &points_table(&ex.alpha, "alpha");
+    o += "\n## Parameters actually run\n\n";
+    o += &runs_table(ex);
+    o += "\nEverything else as in the scenario files (`scenarios/`); the experiments vary capacity, layout, stale delay, alpha, document order, CPU tier and autoscaling as each section says.\n";
     o
 }
 
@@ -713,14 +812,39 @@ fn figures(svgs: &[(String, String, String)], section: &str) -> String {
     o
 }
 
-fn render_html(ex: &Experiments, svgs: &[(String, String, String)]) -> String {
+/// Markdown emphasis and code of [`scale_note`] as HTML.
+fn md_inline_to_html(md: &str) -> String {
+    let mut o = String::new();
+    let mut code = false;
+    for (i, part) in md.split("**").enumerate() {
+        if i > 0 {
+            o += if i % 2 == 1 { "<b>" } else { "</b>" };
+        }
+        for (j, piece) in part.split('`').enumerate() {
+            if j > 0 {
+                o += if code { "</code>" } else { "<code>" };
+                code = !code;
+            }
+            o += &html_escape(piece);
+        }
+    }
+    o
+}
+
+fn render_html(ex: &Experiments, svgs: &[(String, String, String)], prov: &Provenance) -> String {
     let mut o = String::from(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>brokerlab fleet report</title><style>\
          body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0}\
          td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f3f3f3}pre{background:#f7f7f7;padding:8px;overflow:auto}\
-         .num{font-size:1.3em;background:#fffbe6;padding:12px;border-left:4px solid #e69f00}</style></head><body>\
+         .num{font-size:1.3em;background:#fffbe6;padding:12px;border-left:4px solid #e69f00}\
+         .warn{background:#fdecea;padding:12px;border-left:4px solid #d55e00}.scale{color:#555}\
+         table.prov{font-size:.8em;color:#444;margin:.5em 0}table.prov th,table.prov td{border:none;padding:1px 8px 1px 0}\
+         table.prov th{background:none;font-weight:normal;color:#777}</style></head><body>\
          <h1>brokerlab fleet report</h1>",
     );
+    let class = if ex.shrink > 1 { "warn" } else { "scale" };
+    let _ = write!(o, "<p class=\"{class}\">{}</p>", md_inline_to_html(&scale_note(ex)));
+    o += &prov.html();
     let _ = write!(o, "<p class=\"num\"><b>The one number:</b> {}</p>", html_escape(&the_number(ex)));
     let mut head = String::from("| headline | value |\n|---|---|\n");
     for (k, v) in headlines(ex) {
@@ -771,16 +895,24 @@ fn render_html(ex: &Experiments, svgs: &[(String, String, String)]) -> String {
     o += &figures(svgs, "llmd");
     o += "<h2>6. RAG-shaped tenants</h2><p>Each request retrieves 4 of its tenant's 24 documents. Retrieval order (0) vs sorted by document id (1).</p>";
     o += &figures(svgs, "rag");
+    o += &md_table_to_html(&points_table(&ex.rag, "sorted"));
     o += "<h2>7. A CPU tier</h2><p>Each pod gets a second LRU tier in CPU memory: blocks evicted from the GPU tier are demoted into it, and a request's prefix hit continues there at 5 us per token instead of 50 us of prefill. GPU capacity is held at hot/6. The prefix-aware router still matches on the GPU tier only.</p>";
     o += &figures(svgs, "cpu");
     o += &md_table_to_html(&cpu_table(ex));
     o += "<h2>8. Autoscaling: does the router fight the scaler?</h2><p>The fleet starts with 2 pods and may grow to 8. Every 10 s the scaler looks at the mean queue length of the routable pods: above 2 it boots a pod (routable 30 s later, cold: empty cache and queue), below 0.5 it drops the newest pod and its cache. Base load 10 req/s, 40 req/s from 60 s to 240 s. <i>Added pods' traffic vs fair share</i> is 1 when the router spreads requests onto the new pods like round-robin; below 1 the router keeps traffic on the warm pods. Pod-seconds count each pod from its boot decision to its drop (plus the drain of its queue). The rule: docs/MODEL.md, Autoscaling.</p>";
     o += &figures(svgs, "autoscale");
     o += &md_table_to_html(&autoscale_table(ex));
-    o += &md_table_to_html(&points_table(&ex.rag, "sorted"));
     o += "<h2>Parameters</h2>";
-    for (name, text) in super::report::BUILTIN {
-        let _ = write!(o, "<h3>scenarios/{name}.toml</h3><pre>{}</pre>", html_escape(text));
+    for ((name, text), run) in BUILTIN.iter().zip(&ex.scenarios) {
+        let ran = if run.requests_run == run.requests_in_file {
+            format!("Ran as written: {} requests.", run.requests_run)
+        } else {
+            format!(
+                "Ran <b>{} requests</b>, not the {} below (<code>--shrink {}</code>).",
+                run.requests_run, run.requests_in_file, ex.shrink
+            )
+        };
+        let _ = write!(o, "<h3>scenarios/{name}.toml</h3><p>{ran}</p><pre>{}</pre>", html_escape(text));
     }
     o += "<p>Model: docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds; the latency model is approximate by design (no decode batching, no GPU model).</p></body></html>";
     o

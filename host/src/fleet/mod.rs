@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod experiments;
 pub mod input;
+pub mod progress;
 pub mod report;
 pub mod run;
 pub mod scenario;
@@ -15,6 +16,8 @@ use brokerlab_core::fleet::{FleetConfig, IndexKind, RouterKind, ScalePolicy, Tou
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult};
+use crate::provenance::Provenance;
+use progress::{OutputArgs, Progress, Tracked, Unit};
 use run::{TraceSource, render_table, simulate};
 
 /// `brokerlab fleet` subcommands.
@@ -46,6 +49,8 @@ pub struct ReportArgs {
     /// Divide every scenario's request count by this (quick look; default 1 = full size).
     #[arg(long, default_value_t = 1)]
     pub shrink: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// The memory budget flag (host/src/mem.rs).
@@ -70,6 +75,8 @@ pub struct RunArgs {
     pub json: bool,
     #[command(flatten)]
     pub mem: MemArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `fleet gen-trace` arguments.
@@ -113,6 +120,8 @@ pub struct SweepArgs {
     pub out: PathBuf,
     #[command(flatten)]
     pub mem: MemArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// A whole number of type `T` for a flag; the message says the accepted range (clap names the
@@ -361,6 +370,8 @@ pub struct ReplayArgs {
     pub json: bool,
     #[command(flatten)]
     pub mem: MemArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `fleet bench` arguments.
@@ -405,9 +416,15 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             cfg.validate().map_err(run::config_error)?;
             trace::set_max_line_bytes(a.max_line_bytes);
             let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: a.trace_block_size };
-            let res = simulate(cfg, &mut src, false)?;
+            let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
+            let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
+            let res =
+                simulate(cfg, &mut Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes }, false)?;
+            progress.finish();
             if a.json {
-                say!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
+                let mut prov = Provenance::of_this_run(a.output.no_date);
+                prov.add_file("trace", &a.trace)?;
+                say!("{}", prov.json_with(&res.summary));
             } else {
                 say!("trace {}", a.trace.display());
                 say_raw!("{}", render_table(&res.summary));
@@ -423,9 +440,14 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             }
             // Streamed: the generator is seeded and sequential, so the workload is never held.
             let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
-            let res = simulate(cfg, &mut src, false)?;
+            let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
+            let res =
+                simulate(cfg, &mut Tracked { inner: &mut src, progress: &progress, unit: Unit::Requests }, false)?;
+            progress.finish();
             if a.json {
-                say!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
+                let mut prov = Provenance::of_this_run(a.output.no_date);
+                prov.add_file("scenario", &a.scenario)?;
+                say!("{}", prov.json_with(&res.summary));
             } else {
                 say!("scenario {} ({})", sc.name, a.scenario.display());
                 say_raw!("{}", render_table(&res.summary));
@@ -450,13 +472,20 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         }
         FleetCmd::Sweep(a) => sweep_cmd(a),
         FleetCmd::Report(a) => {
-            let ex = experiments::report(&a.out, a.threads, a.shrink)?;
+            let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
+            let prov = Provenance::of_this_run(a.output.no_date);
+            let ex = experiments::report(&a.out, a.threads, a.shrink, &progress, prov)?;
+            progress.finish();
+            if ex.shrink > 1 {
+                say!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
+            }
             say!("{}\n", experiments::the_number(&ex));
             for (k, v) in experiments::headlines(&ex) {
                 say!("{k:<52} {v}");
             }
             say!(
-                "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv, experiments.json",
+                "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv (+ points.provenance.json), \
+                 experiments.json",
                 a.out.display()
             );
             Ok(0)
@@ -669,12 +698,21 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     let (gens, values) = sweep_values(&sc, &a)?;
     let specs = sweep::for_each_router(&values);
     check_sweep_memory(&gens, &specs, a.threads)?;
-    let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &format!("sweep {}", a.param))?;
+    let progress = Progress::new(a.output.quiet, &format!("sweep {}", a.param), Unit::Points, Some(specs.len() as u64));
+    let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &progress)?;
+    progress.finish();
+    let mut prov = Provenance::of_this_run(a.output.no_date);
+    prov.add_file("scenario", &a.scenario)?;
     sweep::write_file(&a.out, "points.csv", sweep::to_csv(&points).as_bytes())?;
-    let json = serde_json::to_string_pretty(&points).expect("points serialize");
+    sweep::write_file(&a.out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
+    #[derive(serde::Serialize)]
+    struct Points<'a> {
+        points: &'a [sweep::Point],
+    }
+    let json = prov.json_with(&Points { points: &points });
     sweep::write_file(&a.out, "points.json", json.as_bytes())?;
     let written = report::sweep_plots(&a.out, &sc.name, &a.param, &points)?;
     say_raw!("{}", report::sweep_table(&a.param, &points));
-    say!("wrote {}/points.csv, points.json{}", a.out.display(), written);
+    say!("wrote {}/points.csv (+ points.provenance.json), points.json{}", a.out.display(), written);
     Ok(0)
 }

@@ -1,7 +1,6 @@
 //! Sweeps: many fleet configurations over fixed workloads, in parallel on all cores. Results are
 //! stored by point index, so they are identical for any number of threads.
 
-use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -9,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use brokerlab_core::fleet::{FleetConfig, RouterKind};
 use serde::Serialize;
 
+use super::progress::Progress;
 use super::run::{Summary, simulate};
 use super::scenario::Generated;
 use crate::error::{CliError, CliResult};
@@ -36,19 +36,17 @@ pub struct Point {
     pub summary: Summary,
 }
 
-/// Runs every point on `threads` threads (0: all cores), with a progress bar on a terminal.
+/// Runs every point on `threads` threads (0: all cores); `progress` advances by one per point.
 pub fn run_points(
     param: &str,
     workloads: &[Generated],
     specs: &[PointSpec],
     threads: usize,
-    label: &str,
+    progress: &Progress,
 ) -> CliResult<Vec<Point>> {
     let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
     let next = AtomicUsize::new(0);
-    let done = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<CliResult<Summary>>>> = Mutex::new((0..specs.len()).map(|_| None).collect());
-    let tty = std::io::stderr().is_terminal();
     std::thread::scope(|s| {
         for _ in 0..threads.min(specs.len()).max(1) {
             s.spawn(|| {
@@ -58,17 +56,11 @@ pub fn run_points(
                     let mut src = &workloads[p.workload];
                     let r = simulate(p.cfg, &mut src, false).map(|r| r.summary);
                     results.lock().expect("no thread panics while holding the lock")[i] = Some(r);
-                    let d = done.fetch_add(1, Ordering::Relaxed) + 1;
-                    if tty {
-                        progress(label, d, specs.len());
-                    }
+                    progress.inc(1);
                 }
             });
         }
     });
-    if tty {
-        eprintln!();
-    }
     let results = results.into_inner().expect("threads joined");
     specs
         .iter()
@@ -78,12 +70,6 @@ pub fn run_points(
             Ok(Point { param: param.to_string(), value: p.value, summary })
         })
         .collect()
-}
-
-fn progress(label: &str, done: usize, total: usize) {
-    let width = 30;
-    let filled = done * width / total.max(1);
-    eprint!("\r{label:<24} [{}{}] {done}/{total}", "#".repeat(filled), " ".repeat(width - filled));
 }
 
 /// The same fleet configuration for each router, for each parameter value.

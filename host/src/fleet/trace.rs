@@ -235,6 +235,7 @@ impl TraceReader {
             if n == 0 {
                 return Ok(false);
             }
+            super::progress::note_trace_bytes(n);
             self.line_no += 1;
             let body = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
             if body.len() as u64 > self.max_line_bytes {
