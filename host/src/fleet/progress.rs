@@ -255,6 +255,11 @@ impl RequestSource for Tracked<'_> {
         self.inner.restart_error()
     }
 
+    // forwarded: the memory budget counts the latencies of every request the source will feed
+    fn len_hint(&self) -> Option<u64> {
+        self.inner.len_hint()
+    }
+
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
         let (p, unit) = (self.progress, self.unit);
         let start = TRACE_BYTES.load(Ordering::Relaxed);
