@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use brokerlab::fleet::experiments;
 use brokerlab::fleet::progress::Progress;
-use brokerlab::provenance::Sha256;
+use sha2::{Digest, Sha256};
 
 fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_brokerlab"));
