@@ -20,8 +20,9 @@
 //!   [`check_fence`]), the tool side of fencing ([`check_tool_fence`]) and the margin rule for
 //!   tools that cannot check a token ([`may_call`]); the host evaluates them inside its
 //!   transactions.
-//! * [`harness`]: crash injection at every point, simulated tools that count calls, and the
-//!   every-crash-point enumeration ([`harness::enumerate_crash_points`]).
+//! * `harness` (feature `harness`): crash injection at every point, simulated tools that count
+//!   calls, and the every-crash-point enumeration (`harness::enumerate_crash_points`): test
+//!   support, kept out of an application's build.
 //!
 //! # The resume rule
 //!
@@ -32,6 +33,8 @@
 //! human records a [`Decision`].
 //!
 //! # Example
+//!
+//! With the `harness` feature:
 //!
 //! ```
 //! use brokerlab_core::runner::{harness, RamLog, TaskId};
@@ -49,6 +52,7 @@ pub mod drive;
 pub mod error;
 pub mod fork;
 pub mod frame;
+#[cfg(feature = "harness")]
 pub mod harness;
 pub mod lease;
 pub mod limits;
