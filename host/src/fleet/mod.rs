@@ -1,6 +1,7 @@
 //! `brokerlab fleet ...`: the fleet simulator on the host.
 
 pub mod bench;
+pub mod engine;
 pub mod experiments;
 pub mod report;
 pub mod run;
@@ -55,6 +56,8 @@ pub struct RunArgs {
     /// Override the scenario's router.
     #[arg(long, value_parser = parse_router)]
     pub router: Option<RouterKind>,
+    #[command(flatten)]
+    pub engine: engine::EngineArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -274,6 +277,8 @@ pub struct ReplayArgs {
     pub trace_block_size: u32,
     #[command(flatten)]
     pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub engine: engine::EngineArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -316,6 +321,9 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let cfg = a.fleet.config()?;
             cfg.validate().map_err(run::config_error)?;
             let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: a.trace_block_size };
+            if let Some(e) = a.engine.resolve(None)? {
+                return engine_main(cfg, e, &mut src, a.json, &format!("trace {}", a.trace.display()));
+            }
             let res = simulate(cfg, &mut src, false)?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
@@ -332,6 +340,10 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 cfg.router = r;
             }
             let g = scenario::Generated::new(sc.workload)?;
+            if let Some(e) = a.engine.resolve(sc.engine.as_ref())? {
+                let title = format!("scenario {} ({})", sc.name, a.scenario.display());
+                return engine_main(cfg, e, &mut &g, a.json, &title);
+            }
             let res = simulate(cfg, &mut &g, false)?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
@@ -381,6 +393,25 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             Ok(0)
         }
     }
+}
+
+/// Runs and prints the batched engine (`--engine batched`).
+fn engine_main(
+    cfg: FleetConfig,
+    e: brokerlab_core::fleet::EngineConfig,
+    src: &mut dyn run::RequestSource,
+    json: bool,
+    title: &str,
+) -> CliResult<i32> {
+    brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(run::config_error)?;
+    let res = engine::simulate_batched(cfg, e, src, false)?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&res.summary).expect("summary serializes"));
+    } else {
+        println!("{title}");
+        print!("{}", engine::render_batched(&res.summary));
+    }
+    Ok(0)
 }
 
 fn capacity_value(s: &str, fit: usize, hot: u64) -> CliResult<u64> {

@@ -139,6 +139,40 @@ pub struct FleetToml {
     /// Autoscaling.
     #[serde(default)]
     pub autoscale: Option<AutoscaleToml>,
+    /// The batched engine (absent: the FIFO engine).
+    #[serde(default)]
+    pub engine: Option<EngineToml>,
+}
+
+/// `[fleet.engine]`: the batched engine (docs/MODEL.md, "The batched engine"); keys left out take
+/// the profile's and vLLM's defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineToml {
+    /// "batched" (default) or "fifo".
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Step-cost profile.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// S.
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
+    /// M.
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// ns per step.
+    #[serde(default)]
+    pub t_overhead_ns: Option<u64>,
+    /// ns per prefill token.
+    #[serde(default)]
+    pub t_prefill_token_ns: Option<u64>,
+    /// ns per decoding request.
+    #[serde(default)]
+    pub t_decode_seq_ns: Option<u64>,
+    /// ns per context token.
+    #[serde(default)]
+    pub t_kv_token_ns: Option<u64>,
 }
 
 /// A scenario file.
@@ -217,6 +251,8 @@ pub struct Scenario {
     pub workload: WorkloadSpec,
     /// Fleet.
     pub fleet: FleetConfig,
+    /// `[fleet.engine]` when it selects the batched engine (None: FIFO).
+    pub engine: Option<super::engine::EngineSettings>,
 }
 
 impl Scenario {
@@ -340,7 +376,35 @@ impl Scenario {
             }
             other => CliError::bad_input(format!("{origin}: {other}")),
         })?;
+        let engine = match &f.engine {
+            None => None,
+            Some(e) => match e.model.as_deref().unwrap_or("batched") {
+                "fifo" => None,
+                "batched" => {
+                    let s = super::engine::EngineSettings {
+                        profile: e.profile.clone(),
+                        max_num_seqs: e.max_num_seqs,
+                        max_num_batched_tokens: e.max_num_batched_tokens,
+                        t_overhead_ns: e.t_overhead_ns,
+                        t_prefill_token_ns: e.t_prefill_token_ns,
+                        t_decode_seq_ns: e.t_decode_seq_ns,
+                        t_kv_token_ns: e.t_kv_token_ns,
+                    };
+                    let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
+                    let ecfg = s.config(&key)?;
+                    brokerlab_core::fleet::batched::validate(&fleet, &ecfg).map_err(|e| match e {
+                        brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
+                            CliError::bad_input(format!("{origin}: `fleet.{field}`: expected {expected}"))
+                        }
+                        other => CliError::bad_input(format!("{origin}: {other}")),
+                    })?;
+                    Some(s)
+                }
+                other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
+            },
+        };
         Ok(Scenario {
+            engine,
             name: t.name.unwrap_or_else(|| default_name.to_string()),
             description: t.description.unwrap_or_default(),
             workload,
