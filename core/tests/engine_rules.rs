@@ -335,3 +335,73 @@ fn shrinking_capacity_raises_preemptions() {
         assert!(w[1] > w[0], "{pre:?}");
     }
 }
+
+/// Routes everything to pod 0 and records what it was shown.
+#[derive(Default)]
+struct Spy {
+    seen: Vec<(Vec<u32>, Vec<PodLoad>)>,
+}
+
+impl Router for Spy {
+    fn needs_index(&self) -> bool {
+        false
+    }
+    fn route(&mut self, view: &RouteView<'_, '_>, _keys: &[u64]) -> Route {
+        self.seen.push((view.queue_lens.to_vec(), view.loads.expect("batched engines give load signals").to_vec()));
+        Route { pod: 0, believed_match_blocks: 0 }
+    }
+}
+
+#[test]
+fn routers_see_the_load_signals() {
+    // A (L = 100, O = 5) at 0: step 1 runs [0, 2000). B and C (L = 40) at 500; D at 2000 (step 2
+    // starts at 2000, after D is queued) and E at 2001 (step 2 has run: A decodes, B and C are
+    // admitted whole).
+    let cfg = one_pod(64);
+    let e = ecfg(4, 8192);
+    let l = EngineLayout::new(&cfg, &e, 16, 256).unwrap();
+    let mut blocks = vec![KvBlock::default(); l.blocks_per_pod];
+    let mut tables = vec![0u32; l.table_per_pod];
+    let mut rq = vec![ReqSlot::default(); l.requests_per_pod];
+    let mut waiting = vec![0u32; l.requests_per_pod];
+    let mut running = vec![0u32; l.running_per_pod];
+    let mut ks = vec![0u64; l.keys_per_pod];
+    let bufs = EngineBuffers {
+        blocks: &mut blocks,
+        tables: &mut tables,
+        requests: &mut rq,
+        waiting: &mut waiting,
+        running: &mut running,
+        keys: &mut ks,
+    };
+    let mut f = BatchedFleet::with_router(cfg, e, Spy::default(), bufs).unwrap();
+    let mut sink = Sink::default();
+    let ka = keys_of(&[1, 2, 3, 4, 5, 6]);
+    let kb = keys_of(&[7, 8]);
+    let kc = keys_of(&[9, 10]);
+    for (at, k, l) in [(0, &ka, 100), (500, &kb, 40), (500, &kc, 40), (2000, &kc, 40), (2001, &kc, 40)] {
+        let req = Request { arrival_ns: at, input_tokens: l, output_tokens: 5, keys: k };
+        f.dispatch(&req, &mut sink).unwrap();
+    }
+    f.finish(&mut sink).unwrap();
+    assert_eq!(sink.done.len(), 5);
+    let load = |waiting, running, kv_used_blocks, pending_prefill_tokens| PodLoad {
+        waiting,
+        running,
+        kv_used_blocks,
+        kv_capacity_blocks: 64,
+        pending_prefill_tokens,
+    };
+    let seen = &f.router().seen;
+    assert_eq!(seen[0], (vec![0], vec![load(0, 0, 0, 0)]));
+    // A ran its prefill (7 blocks for 100 tokens) and produced its first token.
+    assert_eq!(seen[1], (vec![1], vec![load(0, 1, 7, 0)]));
+    assert_eq!(seen[2], (vec![2], vec![load(1, 1, 7, 40)]));
+    assert_eq!(seen[3], (vec![3], vec![load(2, 1, 7, 80)]));
+    // Step 2 ran at 2000: B, C and D admitted, all prefilled. C's two full blocks were cached
+    // when C was scheduled, so D (same prompt), admitted after C in the same step, hits them
+    // (shared, pinned twice) and takes 1 block: 7 + 3 + 3 + 1.
+    assert_eq!(seen[4], (vec![4], vec![load(0, 4, 14, 0)]));
+    let d = sink.done.iter().find(|c| c.request == 3).unwrap();
+    assert_eq!(d.hit_tokens, 32);
+}

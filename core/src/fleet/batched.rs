@@ -192,6 +192,11 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
         &self.cfg
     }
 
+    /// The router.
+    pub fn router(&self) -> &R {
+        &self.router
+    }
+
     /// The engine configuration.
     pub fn engine_config(&self) -> &EngineConfig {
         &self.engine
