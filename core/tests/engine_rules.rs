@@ -405,3 +405,42 @@ fn routers_see_the_load_signals() {
     let d = sink.done.iter().find(|c| c.request == 3).unwrap();
     assert_eq!(d.hit_tokens, 32);
 }
+
+#[test]
+fn random_small_fleets_keep_the_invariants_and_fast_forward_is_exact() {
+    // Small pods under pressure (preemptions, shared prefixes, chunking, a context cost), every
+    // router: run() checks completions, tokens and fast-forward; debug builds audit every step.
+    let mut x = 2024u64;
+    let mut preempted = 0;
+    for case in 0..300 {
+        let pods = 1 + (lcg(&mut x) % 3) as usize;
+        let cap = 4 + (lcg(&mut x) % 40) as usize;
+        let seqs = 1 + (lcg(&mut x) % 6) as u32;
+        let budget = seqs + (lcg(&mut x) % 120) as u32;
+        let router = RouterKind::ALL[(lcg(&mut x) % 3) as usize];
+        let mut e = ecfg(seqs, budget);
+        e.cost.t_kv_token_ns = lcg(&mut x) % 3;
+        e.cost.t_decode_seq_ns = lcg(&mut x) % 200;
+        let mut at = 0u64;
+        let mut reqs = Vec::new();
+        for _ in 0..(5 + lcg(&mut x) % 40) {
+            at += lcg(&mut x) % 3000;
+            let shared = lcg(&mut x) % 4;
+            let mut blocks: Vec<u64> = (0..lcg(&mut x) % 4).map(|j| shared * 100 + j).collect();
+            blocks.extend((0..lcg(&mut x) % 4).map(|_| 10_000 + lcg(&mut x)));
+            let extra = lcg(&mut x) % 16;
+            let out = lcg(&mut x) % 50;
+            let len = blocks.len() as u64 * 16 + extra;
+            if len == 0 || len + out.max(1) - 1 > cap as u64 * 16 {
+                continue;
+            }
+            reqs.push(r(at, &blocks, extra, out));
+        }
+        let res = run(FleetConfig::new(pods, cap, router), e, &reqs);
+        preempted += res.stats.iter().map(|s| s.preemptions).sum::<u64>();
+        for c in &res.done {
+            assert!(c.hit_tokens < c.input_tokens, "case {case}: a hit leaves at least one token to compute");
+        }
+    }
+    assert!(preempted > 50, "the cases must preempt: {preempted}");
+}
