@@ -237,6 +237,28 @@ fn preemption_and_recompute() {
 }
 
 #[test]
+fn a_request_preempting_itself_waits_for_the_next_step() {
+    // C = 2, S = 2, M = 8; A (8 tokens, O = 7) and B (13 tokens, O = 12) at 0, no full blocks.
+    // Step 1: A's 8 tokens use the budget (1 block). Step 2: A decodes, B gets a 7-token chunk
+    // (the last free block). Step 3: A decodes, B's last 6 prompt tokens: B's first token.
+    // Steps 4-6: both decode. Step 7: A decodes; B (c = 16) needs a second block, none is free:
+    // the victim is the last running request, B itself; it releases its block and, since this
+    // step preempted, nothing is admitted though a block is free now (vLLM). A finishes.
+    // Steps 8-9: B recomputes 17 tokens in chunks of 8, 8; step 10 computes the last one
+    // (need = 1 with g >= 1: a decode) and produces its 5th token; steps 11-17 decode.
+    let res = run(one_pod(2), ecfg(2, 8), &[r(0, &[], 8, 7), r(0, &[], 13, 12)]);
+    let (a, b) = (res.done[0], res.done[1]);
+    let e3 = (O_NS + 8 * P_NS) + (O_NS + 7 * P_NS + D_NS) + (O_NS + 6 * P_NS + D_NS);
+    let e7 = e3 + 3 * (O_NS + 2 * D_NS) + (O_NS + D_NS);
+    assert_eq!((a.ttft_ns(), a.e2e_ns()), (O_NS + 8 * P_NS, e7));
+    assert_eq!(e7, 8110);
+    let e10 = e7 + 2 * (O_NS + 8 * P_NS) + (O_NS + D_NS);
+    assert_eq!((b.ttft_ns(), b.e2e_ns(), b.preemptions), (e3, e10 + 7 * (O_NS + D_NS), 1));
+    assert_eq!(b.prefill_tokens, 7 + 6 + 16);
+    assert_eq!(res.stats[0].steps, 17);
+}
+
+#[test]
 fn fifo_engine_unchanged_by_route_view_loads() {
     // The seed routers ignore the load signals: the FIFO engine's results are those of its own
     // tests (fleet_rules.rs); here the batched engine routes round-robin as i mod N.

@@ -986,9 +986,10 @@ impl<'a> Engine<'a> {
             if q.generated == 0 || q.input + q.generated - q.computed != 1 {
                 return Ok(false);
             }
-            // The step run with c = computed needs a block when c % 16 == 0.
+            // The step run with c = computed + i needs a block when (computed + i) % 16 == 0:
+            // steps i < to_boundary need none. The (output - generated)-th step finishes it.
             let to_boundary = (B - q.computed % B) % B;
-            k_max = k_max.min(to_boundary).min(q.output - q.generated);
+            k_max = k_max.min(to_boundary + 1).min(q.output - q.generated);
             context += q.computed + 1;
         }
         // During the run nothing is allocated or released and the cache map does not change, so
