@@ -199,7 +199,11 @@ impl EngineEvents for Collect {
         }
     }
     fn itl(&mut self, itl_ns: u64, count: u64) {
-        self.itl.push((itl_ns, count));
+        // Requests decoding in one step mostly share a value: merge runs to keep the list short.
+        match self.itl.last_mut() {
+            Some(last) if last.0 == itl_ns => last.1 += count,
+            _ => self.itl.push((itl_ns, count)),
+        }
     }
 }
 
