@@ -215,3 +215,26 @@ fn scenario_engine_table() {
     }
     let _ = std::io::stdout().flush();
 }
+
+#[test]
+fn output_lengths_from_a_list_keep_the_other_draws() {
+    use brokerlab::fleet::scenario::{Generated, Scenario};
+    let base = scenario("");
+    let list = base.replace("output_tokens = [4, 8]", "output_tokens_choices = [1, 100, 1000]");
+    let a = Generated::new(Scenario::parse(&base, "base", "base").unwrap().workload).unwrap();
+    let b = Generated::new(Scenario::parse(&list, "list", "list").unwrap().workload).unwrap();
+    let outs: std::collections::BTreeSet<u64> = b.requests.iter().map(|r| r.2).collect();
+    assert_eq!(outs.into_iter().collect::<Vec<_>>(), vec![1, 100, 1000]);
+    // One draw either way: arrivals, tenants and prompts are the same.
+    assert_eq!(a.keys, b.keys);
+    let strip = |g: &Generated| g.requests.iter().map(|r| (r.0, r.1, r.3)).collect::<Vec<_>>();
+    assert_eq!(strip(&a), strip(&b));
+    for (text, needle) in [
+        (list.replace("output_tokens_choices", "output_tokens = [1, 2]\noutput_tokens_choices"), "both"),
+        (base.replace("output_tokens = [4, 8]", "output_tokens_choices = []"), "1 to 16"),
+    ] {
+        let err = Scenario::parse(&text, "x", "x").unwrap_err();
+        assert_eq!(err.code, 2);
+        assert!(err.msg.contains("workload.output_tokens_choices") && err.msg.contains(needle), "{}", err.msg);
+    }
+}

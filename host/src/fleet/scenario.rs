@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use brokerlab_core::fleet::workload::{DocOrder, Layout, Popularity, Workload, WorkloadSpec};
+use brokerlab_core::fleet::workload::{DocOrder, Layout, MAX_OUTPUT_CHOICES, Popularity, Workload, WorkloadSpec};
 use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, TouchOrder, keys};
 use serde::Deserialize;
 
@@ -29,9 +29,12 @@ pub struct WorkloadToml {
     pub prefix_tokens: u32,
     /// [min, max] user suffix, tokens.
     pub suffix_tokens: [u32; 2],
-    /// [min, max] output, tokens.
+    /// [min, max] output, tokens (default [0, 0]).
     #[serde(default)]
-    pub output_tokens: [u32; 2],
+    pub output_tokens: Option<[u32; 2]>,
+    /// Output lengths drawn uniformly from this list instead (1 to 16 values).
+    #[serde(default)]
+    pub output_tokens_choices: Option<Vec<u32>>,
     /// "uniform" or "zipf:S".
     #[serde(default = "uniform")]
     pub popularity: String,
@@ -313,6 +316,25 @@ impl Scenario {
                 (rate, start, len)
             }
         };
+        let out_range = w.output_tokens.unwrap_or([0, 0]);
+        let mut output_choices = [0u32; MAX_OUTPUT_CHOICES];
+        let output_choices_len = match &w.output_tokens_choices {
+            None => 0,
+            Some(_) if w.output_tokens.is_some() => {
+                return Err(bad(
+                    "workload.output_tokens_choices",
+                    "either output_tokens or output_tokens_choices",
+                    "both",
+                ));
+            }
+            Some(v) if v.is_empty() || v.len() > MAX_OUTPUT_CHOICES => {
+                return Err(bad("workload.output_tokens_choices", "1 to 16 values", &format!("{v:?}")));
+            }
+            Some(v) => {
+                output_choices[..v.len()].copy_from_slice(v);
+                v.len() as u32
+            }
+        };
         let workload = WorkloadSpec {
             seed: w.seed,
             requests: w.requests,
@@ -321,8 +343,10 @@ impl Scenario {
             prefix_tokens: w.prefix_tokens,
             suffix_min_tokens: w.suffix_tokens[0],
             suffix_max_tokens: w.suffix_tokens[1],
-            output_min_tokens: w.output_tokens[0],
-            output_max_tokens: w.output_tokens[1],
+            output_min_tokens: out_range[0],
+            output_max_tokens: out_range[1],
+            output_choices,
+            output_choices_len,
             popularity,
             rate_milli_per_s: (w.rate_per_s * 1000.0).round() as u64,
             layout,
