@@ -238,3 +238,21 @@ fn output_lengths_from_a_list_keep_the_other_draws() {
         assert!(err.msg.contains("workload.output_tokens_choices") && err.msg.contains(needle), "{}", err.msg);
     }
 }
+
+#[test]
+fn a_full_request_ring_is_doubled_and_the_run_repeated() {
+    // 3,000 requests at t = 0 on one pod: more than the 1,024 request slots the run starts with.
+    let line = "{\"timestamp\": 0, \"input_length\": 20, \"output_length\": 2, \"hash_ids\": [7]}\n";
+    let t = tmp("burst.jsonl", &line.repeat(3000));
+    let out = bin()
+        .args(["fleet", "replay", "--trace"])
+        .arg(&t)
+        .args(["--pods", "1", "--capacity", "64", "--router", "round-robin", "--engine", "batched", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["requests"], 3000);
+    assert_eq!(v["output_tokens"], 6000);
+    assert_eq!(v["per_pod_max_queue"][0], 2999);
+}
