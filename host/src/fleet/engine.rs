@@ -56,17 +56,17 @@ pub struct EngineArgs {
 pub struct EngineSettings {
     /// Profile name.
     pub profile: Option<String>,
-    /// S.
+    /// Most running requests per pod S.
     pub max_num_seqs: Option<u32>,
-    /// M.
+    /// Token budget per step M.
     pub max_num_batched_tokens: Option<u32>,
-    /// Coefficients.
+    /// Fixed cost per step, ns.
     pub t_overhead_ns: Option<u64>,
-    /// Coefficients.
+    /// Cost per prefill token, ns.
     pub t_prefill_token_ns: Option<u64>,
-    /// Coefficients.
+    /// Cost per decoding request, ns.
     pub t_decode_seq_ns: Option<u64>,
-    /// Coefficients.
+    /// Cost per context token, ns.
     pub t_kv_token_ns: Option<u64>,
 }
 
