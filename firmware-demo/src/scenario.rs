@@ -68,6 +68,8 @@ pub const WORKLOAD: WorkloadSpec = WorkloadSpec {
     suffix_max_tokens: SUFFIX_MAX_TOKENS,
     output_min_tokens: 16,
     output_max_tokens: 256,
+    output_choices: [0; 16],
+    output_choices_len: 0,
     popularity: Popularity::Zipf { s_milli: 1_000 },
     rate_milli_per_s: 150_000,
     layout: Layout::StablePrefixFirst,

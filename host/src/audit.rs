@@ -259,6 +259,7 @@ fn no_heap_evidence() -> Vec<String> {
 
 /// Runs `cargo fw --json` in the repository (builds the firmware and boots it in QEMU).
 pub fn firmware() -> CliResult<Firmware> {
+    firmware_prerequisites()?;
     let o = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["fw", "--json"])
         .current_dir(workspace_root())
@@ -267,12 +268,44 @@ pub fn firmware() -> CliResult<Firmware> {
     let text = String::from_utf8_lossy(&o.stdout);
     let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).ok_or_else(|| {
         CliError::failure(format!(
-            "cargo fw --json printed no JSON (exit {:?}); needs the thumbv7m-none-eabi target and qemu-system-arm: {}",
+            "cargo fw --json printed no JSON (exit {:?}): {}",
             o.status.code(),
             String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
         ))
     })?;
     serde_json::from_str(line).map_err(|e| CliError::failure(format!("cargo fw --json: unexpected output: {e}")))
+}
+
+/// What `cargo fw` needs, checked one by one so the error names what is missing: the checkout this
+/// binary was built from (the firmware is built from source), `qemu-system-arm` on PATH, and the
+/// thumbv7m-none-eabi target. `--no-firmware` skips the firmware part.
+fn firmware_prerequisites() -> CliResult<()> {
+    let root = workspace_root();
+    if !root.join("firmware-demo").join("Cargo.toml").is_file() {
+        return Err(CliError::failure(format!(
+            "the firmware figures need the brokerlab checkout this binary was built from ({}), which is not \
+             there: run `brokerlab audit` from a checkout, or pass --no-firmware",
+            root.display()
+        )));
+    }
+    let on_path =
+        |exe: &str| std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(exe).is_file()));
+    if !on_path("qemu-system-arm") {
+        return Err(CliError::failure(
+            "the firmware figures need qemu-system-arm on PATH (Debian: apt-get install qemu-system-arm; \
+             scripts/test.sh installs it), or pass --no-firmware",
+        ));
+    }
+    let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    if let Ok(o) = targets
+        && !String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == "thumbv7m-none-eabi")
+    {
+        return Err(CliError::failure(
+            "the firmware figures need the thumbv7m-none-eabi target (rustup target add thumbv7m-none-eabi), or \
+             pass --no-firmware",
+        ));
+    }
+    Ok(())
 }
 
 /// The readable audit.

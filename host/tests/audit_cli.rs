@@ -32,3 +32,17 @@ fn audit_names_a_bad_scenario() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.toml"));
 }
+
+/// Without qemu-system-arm the firmware part says so, naming it (not the thumbv7m target).
+#[test]
+fn a_missing_qemu_is_named() {
+    let out = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+        .args(["audit", "multi-tenant"])
+        .env("PATH", "/nonexistent-for-this-test")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("qemu-system-arm") && err.contains("--no-firmware"), "{err}");
+    assert!(!err.contains("thumbv7m"), "{err}");
+}

@@ -172,6 +172,44 @@ fn replay_numeric_flags() {
     tally.assert_both("replay", 10, 10);
 }
 
+const ENGINE_FLAGS: &[&str] = &[
+    "--pods",
+    "--capacity",
+    "--max-num-seqs",
+    "--max-num-batched-tokens",
+    "--t-overhead-ns",
+    "--t-prefill-token-ns",
+    "--t-decode-seq-ns",
+    "--t-kv-token-ns",
+    "--trace-block-size",
+];
+
+/// The batched engine's numeric flags: exit 0 or 2, never a panic, an abort or a hang (a zero
+/// step cost or budget must be refused, not loop forever).
+#[test]
+fn batched_engine_numeric_flags() {
+    let t = trace();
+    let flags = proptest::sample::subsequence(ENGINE_FLAGS, 1..=2);
+    let tally = Tally::new();
+    let mut r = runner(120, 0xE61);
+    r.run(&(flags, proptest::collection::vec(value(), 3), any::<bool>()), |(flags, vals, router)| {
+        let mut a: Vec<String> = vec!["fleet".into(), "replay".into(), "--trace".into(), t.display().to_string()];
+        a.extend(["--engine".into(), "batched".into(), "--max-memory".into(), MAX_MEMORY.into(), "--json".into()]);
+        a.extend(["--router".into(), if router { "prefix-aware" } else { "round-robin" }.into()]);
+        for (f, v) in [("--pods", "4"), ("--capacity", "64")] {
+            if !flags.contains(&f) {
+                a.extend([f.into(), v.into()]);
+            }
+        }
+        for (f, v) in flags.iter().zip(&vals) {
+            a.push(format!("{f}={v}"));
+        }
+        check(&a, &tally)
+    })
+    .unwrap();
+    tally.assert_both("batched replay", 10, 10);
+}
+
 /// Scenario keys (dotted: table.key) and their defaults in the base scenario.
 const KEYS: &[(&str, &str)] = &[
     ("workload.seed", "3"),

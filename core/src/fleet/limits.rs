@@ -23,3 +23,9 @@ pub const MAX_ALPHA: f64 = 1.0e9;
 pub const LOAD_NUM: usize = 3;
 /// See [`LOAD_NUM`].
 pub const LOAD_DEN: usize = 4;
+/// Largest step token budget `max_num_batched_tokens` of the batched engine.
+pub const MAX_BATCHED_TOKENS: u32 = 1 << 24;
+/// Most running requests per pod (`max_num_seqs`) of the batched engine.
+pub const MAX_NUM_SEQS: u32 = 1 << 16;
+/// Longest output accepted by the batched engine, in tokens.
+pub const MAX_OUTPUT_TOKENS: u64 = 1 << 24;

@@ -6,6 +6,8 @@
 //! storage", as in smoltcp), so the host can run pods of millions of blocks while this crate never
 //! allocates. [`FleetLayout`] says how large each buffer must be.
 
+pub mod batched;
+pub mod engine;
 pub mod fixmath;
 pub mod hash;
 pub mod index;
@@ -20,6 +22,10 @@ pub mod stats;
 mod table;
 pub mod workload;
 
+pub use batched::{BatchedFleet, EngineBuffers, EngineCaches, EngineLayout};
+pub use engine::{
+    Completion, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, PodLoad, Profile, ReqSlot, StepCost,
+};
 pub use index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 pub use pod::{CacheEvents, LruPod, Slot};
 pub use router::{AnyRouter, Holders, Route, RouteView, Router, RouterKind};

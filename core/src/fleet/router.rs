@@ -1,5 +1,7 @@
 //! Routers: round-robin, least-loaded, prefix-aware. One trait, so a user can plug their own.
 
+use super::batched::EngineCaches;
+use super::engine::PodLoad;
 use super::index::{BlockIndex, PendingEvicts};
 use super::limits::MAX_PODS;
 use super::sim::PodCaches;
@@ -12,6 +14,8 @@ pub enum Holders<'v, 'a> {
     Index(&'v BlockIndex<'a>),
     /// The pods' own key tables.
     Pods(PodCaches<'v, 'a>),
+    /// The batched engines' cache maps (cached blocks, pinned or free).
+    Engines(EngineCaches<'v, 'a>),
 }
 
 /// What a router may look at when it routes request `request`.
@@ -24,6 +28,8 @@ pub struct RouteView<'v, 'a> {
     pub held: Holders<'v, 'a>,
     /// Evictions that have not reached the router yet (stale index, delay k > 0).
     pub pending: Option<&'v PendingEvicts<'a>>,
+    /// The batched engine's load signals, one per routable pod (None with the FIFO engine).
+    pub loads: Option<&'v [PodLoad]>,
 }
 
 impl RouteView<'_, '_> {
@@ -34,6 +40,7 @@ impl RouteView<'_, '_> {
             Holders::None => 0,
             Holders::Index(ix) => ix.mask(key) & candidates,
             Holders::Pods(pods) => pods.mask(key, candidates),
+            Holders::Engines(engines) => engines.mask(key, candidates),
         };
         match self.pending {
             Some(p) if !p.is_empty() => {

@@ -638,7 +638,7 @@ impl<'a, R: Router> Fleet<'a, R> {
             Some(ix) => Holders::Index(ix),
             None => Holders::Pods(PodCaches { pods: &self.pods }),
         };
-        let view = RouteView { request: i, queue_lens, held, pending: self.pending.as_ref() };
+        let view = RouteView { request: i, queue_lens, held, pending: self.pending.as_ref(), loads: None };
         let route = self.router.route(&view, req.keys);
         let p = route.pod;
         if p >= self.pods.len() {

@@ -27,6 +27,8 @@ use super::limits::MAX_REQUESTS;
 
 /// Most RAG documents per tenant.
 pub const MAX_RAG_DOCS: usize = 256;
+/// Most values in an output-length list ([`WorkloadSpec::output_choices`]).
+pub const MAX_OUTPUT_CHOICES: usize = 16;
 /// Most tenants.
 pub const MAX_TENANTS: u32 = 1 << 20;
 /// Longest prompt the generator produces, tokens.
@@ -87,6 +89,11 @@ pub struct WorkloadSpec {
     pub output_min_tokens: u32,
     /// Largest output, tokens.
     pub output_max_tokens: u32,
+    /// Output lengths to draw from uniformly instead of [min, max] (the first
+    /// `output_choices_len` entries; 0: use the range). One draw either way.
+    pub output_choices: [u32; MAX_OUTPUT_CHOICES],
+    /// Entries of `output_choices` in use.
+    pub output_choices_len: u32,
     /// Tenant popularity.
     pub popularity: Popularity,
     /// Poisson arrival rate, requests per second x 1000 (0: all arrive at t = 0).
@@ -137,6 +144,9 @@ impl WorkloadSpec {
         }
         if self.output_min_tokens > self.output_max_tokens {
             return bad("workload.output_tokens", "[min, max] with min <= max");
+        }
+        if self.output_choices_len as usize > MAX_OUTPUT_CHOICES {
+            return bad("workload.output_tokens_choices", "at most 16 values");
         }
         if self.rag_docs as usize > MAX_RAG_DOCS || self.rag_per_request > self.rag_docs {
             return bad("workload.rag", "docs <= 256 and per_request <= docs");
@@ -308,7 +318,11 @@ impl<'a> Workload<'a> {
         let tenant = self.pick_tenant();
         let user = self.uniform(0, s.users_per_tenant - 1);
         let suffix = self.uniform(s.suffix_min_tokens, s.suffix_max_tokens) as usize;
-        let output = self.uniform(s.output_min_tokens, s.output_max_tokens);
+        // One draw either way, so the list does not shift later draws.
+        let output = match s.output_choices_len {
+            0 => self.uniform(s.output_min_tokens, s.output_max_tokens),
+            n => s.output_choices[self.uniform(0, n - 1) as usize],
+        };
         let mut at = 0usize;
         if s.layout == Layout::TimestampFirst {
             let h = s.header_tokens as usize;

@@ -6,7 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use brokerlab_core::fleet::{BlockIndex, FleetConfig, IndexEntry, IndexKind, LruPod, Request, RouterKind, Slot, keys};
+use brokerlab_core::fleet::{
+    BlockIndex, EngineConfig, FleetConfig, IndexEntry, IndexKind, LruPod, Profile, Request, RouterKind, Slot, keys,
+};
 use serde::Serialize;
 
 use super::run::OwnedFleet;
@@ -56,6 +58,83 @@ pub struct BenchReport {
     pub index_bytes_per_block: f64,
     /// The pods alone with the shortest accepted key table against the recommended one.
     pub pod_table: TableBench,
+    /// The batched engine's replay of the same trace (default engine parameters).
+    pub batched: Vec<EngineBench>,
+}
+
+/// One batched-engine replay of the whole trace (docs/MODEL.md, "The batched engine").
+#[derive(Debug, Serialize)]
+pub struct EngineBench {
+    /// Router.
+    pub router: String,
+    /// Whether runs of identical decode steps were advanced at once.
+    pub fast_forward: bool,
+    /// Best-of-repeats wall time of the replay (buffers, dispatch, draining, summary), s.
+    pub seconds: f64,
+    /// Simulated requests per wall second.
+    pub requests_per_s: f64,
+    /// Engine steps simulated.
+    pub steps: u64,
+    /// Engine steps per wall second.
+    pub steps_per_s: f64,
+    /// Simulated makespan, s.
+    pub makespan_s: f64,
+    /// Simulated output tokens per simulated second.
+    pub output_tok_per_s: Option<f64>,
+    /// Simulated TTFT p90, s.
+    pub ttft_p90: Option<f64>,
+}
+
+/// The loaded trace as a request source.
+struct LoadedSource<'l>(&'l Loaded);
+
+impl super::run::RequestSource for LoadedSource<'_> {
+    fn feed(
+        &mut self,
+        sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
+    ) -> CliResult<()> {
+        for (i, (arrival_ns, input, output, range)) in self.0.reqs.iter().enumerate() {
+            let req = Request {
+                arrival_ns: *arrival_ns,
+                input_tokens: *input,
+                output_tokens: *output,
+                keys: &self.0.keys[range.clone()],
+            };
+            sink(&req).map_err(|e| CliError::bad_input(format!("request {i}: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> CliResult<Vec<EngineBench>> {
+    let mut out = Vec::new();
+    let runs = [(RouterKind::RoundRobin, true), (RouterKind::PrefixAware, true), (RouterKind::RoundRobin, false)];
+    for (kind, fast_forward) in runs {
+        let cfg = FleetConfig { alpha: 16.0, ..FleetConfig::new(pods, capacity, kind) };
+        let mut e = EngineConfig::new(Profile::Qwen3_32bH100x2);
+        e.fast_forward = fast_forward;
+        let mut best = f64::INFINITY;
+        let mut summary = None;
+        for _ in 0..repeats.max(1) {
+            let t = Instant::now();
+            let r = super::engine::simulate_batched(cfg, e, &mut LoadedSource(l), false)?;
+            best = best.min(t.elapsed().as_secs_f64());
+            summary = Some(r.summary);
+        }
+        let s = summary.expect("at least one repeat");
+        out.push(EngineBench {
+            router: if kind == RouterKind::PrefixAware { "prefix-aware (alpha 16)".into() } else { kind.name().into() },
+            fast_forward,
+            seconds: best,
+            requests_per_s: l.reqs.len() as f64 / best,
+            steps: s.steps,
+            steps_per_s: s.steps as f64 / best,
+            makespan_s: s.makespan_s,
+            output_tok_per_s: s.output_tok_per_s,
+            ttft_p90: s.ttft_p90,
+        });
+    }
+    Ok(out)
 }
 
 /// Why the pods' key tables have the length they have: the same key stream (round-robin, hit
@@ -165,6 +244,7 @@ pub fn run(trace: PathBuf, trace_block: u32, pods: usize, capacity: usize, repea
         });
     }
     let pod_table = table_bench(&l, pods, capacity, repeats)?;
+    let batched = engine_bench(&l, pods, capacity, repeats)?;
     let index_bytes = BlockIndex::table_len(pods * capacity) * std::mem::size_of::<IndexEntry>();
     Ok(BenchReport {
         trace: trace.display().to_string(),
@@ -179,6 +259,7 @@ pub fn run(trace: PathBuf, trace_block: u32, pods: usize, capacity: usize, repea
         pod_bytes_per_block: LruPod::bytes_per_block(capacity),
         index_bytes_per_block: index_bytes as f64 / (pods * capacity) as f64,
         pod_table,
+        batched,
     })
 }
 
@@ -265,5 +346,21 @@ pub fn render(r: &BenchReport) -> String {
         t.touches_per_s / 1e6,
         t.speedup
     );
+    o += "batched engine (profile qwen3-32b-h100x2, S 1024, M 8192), whole replay incl. buffers and summary:\n";
+    o += "router                   fast-forward   wall s   requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
+    for b in &r.batched {
+        o += &format!(
+            "{:<24} {:<12} {:>8.3} {:>12.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
+            b.router,
+            if b.fast_forward { "on" } else { "off" },
+            b.seconds,
+            b.requests_per_s,
+            b.steps,
+            b.steps_per_s,
+            b.makespan_s,
+            b.output_tok_per_s.unwrap_or(f64::NAN),
+            b.ttft_p90.unwrap_or(f64::NAN)
+        );
+    }
     o
 }

@@ -1,6 +1,7 @@
 //! `brokerlab fleet ...`: the fleet simulator on the host.
 
 pub mod bench;
+pub mod engine;
 pub mod experiments;
 pub mod input;
 pub mod progress;
@@ -70,6 +71,8 @@ pub struct RunArgs {
     /// Override the scenario's router.
     #[arg(long, value_parser = parse_router)]
     pub router: Option<RouterKind>,
+    #[command(flatten)]
+    pub engine: engine::EngineArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -365,6 +368,8 @@ pub struct ReplayArgs {
     pub max_line_bytes: u64,
     #[command(flatten)]
     pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub engine: engine::EngineArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -418,12 +423,19 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: a.trace_block_size };
             let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
             let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
-            let res =
-                simulate(cfg, &mut Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes }, false)?;
+            let mut tracked = Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes };
+            let mut prov = Provenance::of_this_run(a.output.no_date);
+            prov.add_file("trace", &a.trace)?;
+            if let Some(e) = a.engine.resolve(None)? {
+                let title = format!("trace {}", a.trace.display());
+                let res = engine_run(cfg, e, &mut tracked);
+                progress.finish();
+                return engine_print(&res?, a.json.then_some(&prov), &title);
+            }
+            let res = simulate(cfg, &mut tracked, false);
             progress.finish();
+            let res = res?;
             if a.json {
-                let mut prov = Provenance::of_this_run(a.output.no_date);
-                prov.add_file("trace", &a.trace)?;
                 say!("{}", prov.json_with(&res.summary));
             } else {
                 say!("trace {}", a.trace.display());
@@ -441,12 +453,19 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             // Streamed: the generator is seeded and sequential, so the workload is never held.
             let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
             let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
-            let res =
-                simulate(cfg, &mut Tracked { inner: &mut src, progress: &progress, unit: Unit::Requests }, false)?;
+            let mut tracked = Tracked { inner: &mut src, progress: &progress, unit: Unit::Requests };
+            let mut prov = Provenance::of_this_run(a.output.no_date);
+            prov.add_file("scenario", &a.scenario)?;
+            if let Some(e) = a.engine.resolve(sc.engine.as_ref())? {
+                let title = format!("scenario {} ({})", sc.name, a.scenario.display());
+                let res = engine_run(cfg, e, &mut tracked);
+                progress.finish();
+                return engine_print(&res?, a.json.then_some(&prov), &title);
+            }
+            let res = simulate(cfg, &mut tracked, false);
             progress.finish();
+            let res = res?;
             if a.json {
-                let mut prov = Provenance::of_this_run(a.output.no_date);
-                prov.add_file("scenario", &a.scenario)?;
                 say!("{}", prov.json_with(&res.summary));
             } else {
                 say!("scenario {} ({})", sc.name, a.scenario.display());
@@ -502,6 +521,28 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             Ok(0)
         }
     }
+}
+
+/// Runs the batched engine (`--engine batched`).
+fn engine_run(
+    cfg: FleetConfig,
+    e: brokerlab_core::fleet::EngineConfig,
+    src: &mut dyn run::RequestSource,
+) -> CliResult<engine::BatchedResult> {
+    brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(run::config_error)?;
+    engine::simulate_batched(cfg, e, src, false)
+}
+
+/// Prints a batched run; `json` carries the provenance.
+fn engine_print(res: &engine::BatchedResult, json: Option<&Provenance>, title: &str) -> CliResult<i32> {
+    match json {
+        Some(prov) => say!("{}", prov.json_with(&res.summary)),
+        None => {
+            say!("{title}");
+            say_raw!("{}", engine::render_batched(&res.summary));
+        }
+    }
+    Ok(0)
 }
 
 fn capacity_value(flag: &str, s: &str, fit: usize, hot: u64) -> CliResult<u64> {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use brokerlab_core::fleet::workload::{DocOrder, Layout, Popularity, Workload, WorkloadSpec};
+use brokerlab_core::fleet::workload::{DocOrder, Layout, MAX_OUTPUT_CHOICES, Popularity, Workload, WorkloadSpec};
 use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, TouchOrder, keys};
 use serde::Deserialize;
 
@@ -30,9 +30,12 @@ pub struct WorkloadToml {
     pub prefix_tokens: u32,
     /// [min, max] user suffix, tokens.
     pub suffix_tokens: [u32; 2],
-    /// [min, max] output, tokens.
+    /// [min, max] output, tokens (default [0, 0]).
     #[serde(default)]
-    pub output_tokens: [u32; 2],
+    pub output_tokens: Option<[u32; 2]>,
+    /// Output lengths drawn uniformly from this list instead (1 to 16 values).
+    #[serde(default)]
+    pub output_tokens_choices: Option<Vec<u32>>,
     /// "uniform" or "zipf:S".
     #[serde(default = "uniform")]
     pub popularity: String,
@@ -140,6 +143,40 @@ pub struct FleetToml {
     /// Autoscaling.
     #[serde(default)]
     pub autoscale: Option<AutoscaleToml>,
+    /// The batched engine (absent: the FIFO engine).
+    #[serde(default)]
+    pub engine: Option<EngineToml>,
+}
+
+/// `[fleet.engine]`: the batched engine (docs/MODEL.md, "The batched engine"); keys left out take
+/// the profile's and vLLM's defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineToml {
+    /// "batched" (default) or "fifo".
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Step-cost profile.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// S.
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
+    /// M.
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// ns per step.
+    #[serde(default)]
+    pub t_overhead_ns: Option<u64>,
+    /// ns per prefill token.
+    #[serde(default)]
+    pub t_prefill_token_ns: Option<u64>,
+    /// ns per decoding request.
+    #[serde(default)]
+    pub t_decode_seq_ns: Option<u64>,
+    /// ns per context token.
+    #[serde(default)]
+    pub t_kv_token_ns: Option<u64>,
 }
 
 /// A scenario file.
@@ -220,6 +257,8 @@ pub struct Scenario {
     pub fleet: FleetConfig,
     /// The file (or built-in name) it came from, for messages.
     pub origin: String,
+    /// `[fleet.engine]` when it selects the batched engine (None: FIFO).
+    pub engine: Option<super::engine::EngineSettings>,
 }
 
 impl Scenario {
@@ -282,6 +321,25 @@ impl Scenario {
                 (rate, start, len)
             }
         };
+        let out_range = w.output_tokens.unwrap_or([0, 0]);
+        let mut output_choices = [0u32; MAX_OUTPUT_CHOICES];
+        let output_choices_len = match &w.output_tokens_choices {
+            None => 0,
+            Some(_) if w.output_tokens.is_some() => {
+                return Err(bad(
+                    "workload.output_tokens_choices",
+                    "either output_tokens or output_tokens_choices",
+                    "both",
+                ));
+            }
+            Some(v) if v.is_empty() || v.len() > MAX_OUTPUT_CHOICES => {
+                return Err(bad("workload.output_tokens_choices", "1 to 16 values", &format!("{v:?}")));
+            }
+            Some(v) => {
+                output_choices[..v.len()].copy_from_slice(v);
+                v.len() as u32
+            }
+        };
         let workload = WorkloadSpec {
             seed: w.seed,
             requests: w.requests,
@@ -290,8 +348,10 @@ impl Scenario {
             prefix_tokens: w.prefix_tokens,
             suffix_min_tokens: w.suffix_tokens[0],
             suffix_max_tokens: w.suffix_tokens[1],
-            output_min_tokens: w.output_tokens[0],
-            output_max_tokens: w.output_tokens[1],
+            output_min_tokens: out_range[0],
+            output_max_tokens: out_range[1],
+            output_choices,
+            output_choices_len,
             popularity,
             rate_milli_per_s,
             layout,
@@ -345,7 +405,35 @@ impl Scenario {
             }
             other => CliError::bad_input(format!("{origin}: {other}")),
         })?;
+        let engine = match &f.engine {
+            None => None,
+            Some(e) => match e.model.as_deref().unwrap_or("batched") {
+                "fifo" => None,
+                "batched" => {
+                    let s = super::engine::EngineSettings {
+                        profile: e.profile.clone(),
+                        max_num_seqs: e.max_num_seqs,
+                        max_num_batched_tokens: e.max_num_batched_tokens,
+                        t_overhead_ns: e.t_overhead_ns,
+                        t_prefill_token_ns: e.t_prefill_token_ns,
+                        t_decode_seq_ns: e.t_decode_seq_ns,
+                        t_kv_token_ns: e.t_kv_token_ns,
+                    };
+                    let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
+                    let ecfg = s.config(&key)?;
+                    brokerlab_core::fleet::batched::validate(&fleet, &ecfg).map_err(|e| match e {
+                        brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
+                            CliError::bad_input(format!("{origin}: `fleet.{field}`: expected {expected}"))
+                        }
+                        other => CliError::bad_input(format!("{origin}: {other}")),
+                    })?;
+                    Some(s)
+                }
+                other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
+            },
+        };
         Ok(Scenario {
+            engine,
             name: t.name.unwrap_or_else(|| default_name.to_string()),
             description: t.description.unwrap_or_default(),
             workload,

@@ -1,0 +1,284 @@
+//! A fleet of batched engines behind a router (docs/MODEL.md, "The batched engine", "Fleet and
+//! time"): before request i is routed at its arrival t, every pod runs the steps that start
+//! before t; the router sees queue lengths, the pods' cache maps and the load signals.
+
+use heapless::Vec as HVec;
+
+use super::Error;
+use super::engine::{Engine, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, PodLoad, ReqSlot};
+use super::limits::{BLOCK_TOKENS, MAX_PODS};
+use super::router::{AnyRouter, Holders, RouteView, Router};
+use super::sim::{FleetConfig, IndexKind};
+
+/// Buffer lengths a batched fleet needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineLayout {
+    /// Pods.
+    pub pods: usize,
+    /// KV blocks per pod (= capacity C).
+    pub blocks_per_pod: usize,
+    /// Cache-map entries per pod.
+    pub table_per_pod: usize,
+    /// Requests tracked at once per pod (request slots; the waiting ring has as many).
+    pub requests_per_pod: usize,
+    /// Running slots per pod (= max_num_seqs).
+    pub running_per_pod: usize,
+    /// Prompt keys kept per pod (of the requests tracked).
+    pub keys_per_pod: usize,
+}
+
+impl EngineLayout {
+    /// Layout for `cfg` and `engine`, tracking `requests_per_pod` requests and
+    /// `keys_per_pod` of their prompt keys per pod at once.
+    pub fn new(
+        cfg: &FleetConfig,
+        engine: &EngineConfig,
+        requests_per_pod: usize,
+        keys_per_pod: usize,
+    ) -> Result<Self, Error> {
+        validate(cfg, engine)?;
+        Ok(EngineLayout {
+            pods: cfg.pods,
+            blocks_per_pod: cfg.capacity_blocks,
+            table_per_pod: Engine::table_len(cfg.capacity_blocks),
+            requests_per_pod: requests_per_pod.max(1),
+            running_per_pod: engine.max_num_seqs as usize,
+            keys_per_pod: keys_per_pod.max(1),
+        })
+    }
+
+    /// Total bytes of the buffers.
+    pub fn bytes(&self) -> usize {
+        use core::mem::size_of;
+        self.pods
+            * (self.blocks_per_pod * size_of::<KvBlock>()
+                + self.table_per_pod * 4
+                + self.requests_per_pod * (size_of::<ReqSlot>() + 4)
+                + self.running_per_pod * 4
+                + self.keys_per_pod * 8)
+    }
+}
+
+/// Checks a fleet configuration for the batched engine.
+pub fn validate(cfg: &FleetConfig, engine: &EngineConfig) -> Result<(), Error> {
+    cfg.validate()?;
+    engine.validate()?;
+    if Engine::table_len(cfg.capacity_blocks) == 0 {
+        return Err(Error::InvalidConfig { field: "capacity", expected: "a block count that fits in memory" });
+    }
+    if cfg.stale_delay > 0 {
+        return Err(Error::InvalidConfig { field: "stale", expected: "0 with --engine batched" });
+    }
+    if cfg.index != IndexKind::PodTables {
+        return Err(Error::InvalidConfig { field: "index", expected: "pod-tables with --engine batched" });
+    }
+    if cfg.cpu_capacity_blocks > 0 {
+        return Err(Error::InvalidConfig { field: "cpu-capacity", expected: "0 with --engine batched" });
+    }
+    if cfg.scale.is_some() {
+        return Err(Error::InvalidConfig { field: "scale-min", expected: "no autoscaling with --engine batched" });
+    }
+    Ok(())
+}
+
+/// Caller-provided storage, lengths from [`EngineLayout`] (each times `pods`).
+pub struct EngineBuffers<'a> {
+    /// `blocks_per_pod` KV blocks per pod.
+    pub blocks: &'a mut [KvBlock],
+    /// `table_per_pod` cache-map entries per pod.
+    pub tables: &'a mut [u32],
+    /// `requests_per_pod` request slots per pod.
+    pub requests: &'a mut [ReqSlot],
+    /// `requests_per_pod` waiting-ring entries per pod.
+    pub waiting: &'a mut [u32],
+    /// `running_per_pod` running slots per pod.
+    pub running: &'a mut [u32],
+    /// `keys_per_pod` prompt keys per pod.
+    pub keys: &'a mut [u64],
+}
+
+/// The engines' cache maps seen as an exact block index.
+pub struct EngineCaches<'v, 'a> {
+    engines: &'v [Engine<'a>],
+}
+
+impl EngineCaches<'_, '_> {
+    /// Bitmask of the `candidates` pods whose cache map holds `key`.
+    #[inline]
+    pub fn mask(&self, key: u64, candidates: u64) -> u64 {
+        let mut out = 0;
+        let mut rest = candidates;
+        while rest != 0 {
+            let p = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if self.engines.get(p).is_some_and(|e| e.contains(key)) {
+                out |= 1 << p;
+            }
+        }
+        out
+    }
+}
+
+/// Where a request went.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dispatched {
+    /// Pod.
+    pub pod: u32,
+    /// queue_len of that pod at arrival.
+    pub queue_len: u32,
+    /// Blocks the router believed the pod held (prefix-aware; 0 otherwise).
+    pub believed_match_blocks: u32,
+}
+
+fn chunks<'a, T>(
+    buf: &'a mut [T],
+    parts: usize,
+    each: usize,
+    name: &'static str,
+) -> Result<core::slice::ChunksExactMut<'a, T>, Error> {
+    if each == 0 || buf.len() != parts * each {
+        return Err(Error::BufferSize { buffer: name, expected: parts * each, got: buf.len() });
+    }
+    Ok(buf.chunks_exact_mut(each))
+}
+
+/// N batched engines behind a router.
+pub struct BatchedFleet<'a, R: Router = AnyRouter> {
+    cfg: FleetConfig,
+    engine: EngineConfig,
+    router: R,
+    engines: HVec<Engine<'a>, MAX_PODS>,
+    next_request: u64,
+    last_arrival_ns: u64,
+    poisoned: bool,
+}
+
+impl<'a> BatchedFleet<'a, AnyRouter> {
+    /// A fleet with the built-in router named by `cfg.router`.
+    pub fn new(cfg: FleetConfig, engine: EngineConfig, buffers: EngineBuffers<'a>) -> Result<Self, Error> {
+        Self::with_router(cfg, engine, AnyRouter::new(cfg.router, cfg.alpha), buffers)
+    }
+}
+
+impl<'a, R: Router> BatchedFleet<'a, R> {
+    /// A fleet with a custom router.
+    pub fn with_router(cfg: FleetConfig, engine: EngineConfig, router: R, b: EngineBuffers<'a>) -> Result<Self, Error> {
+        validate(&cfg, &engine)?;
+        let n = cfg.pods;
+        let per = |len: usize| len / n;
+        let requests_per_pod = per(b.requests.len());
+        let keys_per_pod = per(b.keys.len());
+        let blocks = chunks(b.blocks, n, cfg.capacity_blocks, "engine blocks")?;
+        let tables = chunks(b.tables, n, Engine::table_len(cfg.capacity_blocks), "engine tables")?;
+        let reqs = chunks(b.requests, n, requests_per_pod, "engine requests")?;
+        let waiting = chunks(b.waiting, n, requests_per_pod, "engine waiting")?;
+        let running = chunks(b.running, n, engine.max_num_seqs as usize, "engine running")?;
+        let keys = chunks(b.keys, n, keys_per_pod, "engine keys")?;
+        let mut engines = HVec::new();
+        for (p, (((((bl, t), r), w), ru), k)) in
+            blocks.zip(tables).zip(reqs).zip(waiting).zip(running).zip(keys).enumerate()
+        {
+            let bufs = PodBuffers { blocks: bl, table: t, reqs: r, waiting: w, running: ru, keys: k };
+            let e = Engine::new(engine, p as u32, bufs)?;
+            if engines.push(e).is_err() {
+                return Err(Error::InvalidConfig { field: "pods", expected: "at most 64" });
+            }
+        }
+        Ok(BatchedFleet { cfg, engine, router, engines, next_request: 0, last_arrival_ns: 0, poisoned: false })
+    }
+
+    /// The fleet configuration.
+    pub fn config(&self) -> &FleetConfig {
+        &self.cfg
+    }
+
+    /// The router.
+    pub fn router(&self) -> &R {
+        &self.router
+    }
+
+    /// The engine configuration.
+    pub fn engine_config(&self) -> &EngineConfig {
+        &self.engine
+    }
+
+    /// Counters of pod `p`.
+    pub fn pod_stats(&self, p: usize) -> Option<&EngineStats> {
+        self.engines.get(p).map(Engine::stats)
+    }
+
+    /// The load signals of pod `p` now.
+    pub fn pod_load(&self, p: usize) -> Option<PodLoad> {
+        self.engines.get(p).map(Engine::load)
+    }
+
+    /// Last finish over all pods, ns.
+    pub fn makespan_ns(&self) -> u64 {
+        self.engines.iter().map(|e| e.stats().last_finish_ns).max().unwrap_or(0)
+    }
+
+    /// Runs the pods up to request `req`'s arrival, routes it and queues it. Finished requests
+    /// and inter-token latencies go to `ev`.
+    pub fn dispatch(&mut self, req: &super::Request<'_>, ev: &mut impl EngineEvents) -> Result<Dispatched, Error> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        if req.keys.len() as u64 != req.input_tokens / BLOCK_TOKENS as u64 {
+            return Err(Error::InvalidRequest {
+                field: "keys",
+                expected: "one key per full 16-token block of the prompt",
+            });
+        }
+        if req.arrival_ns < self.last_arrival_ns {
+            return Err(Error::ArrivalOutOfOrder { previous_ns: self.last_arrival_ns, arrival_ns: req.arrival_ns });
+        }
+        let r = self.dispatch_inner(req, ev);
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
+    fn dispatch_inner(&mut self, req: &super::Request<'_>, ev: &mut impl EngineEvents) -> Result<Dispatched, Error> {
+        let t = req.arrival_ns;
+        let i = self.next_request;
+        let mut queue_lens = [0u32; MAX_PODS];
+        let mut loads = [PodLoad::default(); MAX_PODS];
+        for (p, e) in self.engines.iter_mut().enumerate() {
+            e.advance(t, ev)?;
+            queue_lens[p] = e.queue_len_at(t);
+            loads[p] = e.load();
+        }
+        let n = self.engines.len();
+        let view = RouteView {
+            request: i,
+            queue_lens: &queue_lens[..n],
+            held: Holders::Engines(EngineCaches { engines: &self.engines }),
+            pending: None,
+            loads: Some(&loads[..n]),
+        };
+        let route = self.router.route(&view, req.keys);
+        let p = route.pod;
+        if p >= n {
+            return Err(Error::InvalidConfig { field: "router", expected: "a pod index below the number of pods" });
+        }
+        self.engines[p].enqueue(i, t, req.input_tokens, req.output_tokens, req.keys, queue_lens[p])?;
+        self.next_request += 1;
+        self.last_arrival_ns = t;
+        Ok(Dispatched { pod: p as u32, queue_len: queue_lens[p], believed_match_blocks: route.believed_match_blocks })
+    }
+
+    /// Runs every pod until it has no work.
+    pub fn finish(&mut self, ev: &mut impl EngineEvents) -> Result<(), Error> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        for e in self.engines.iter_mut() {
+            if let Err(err) = e.advance(u64::MAX, ev) {
+                self.poisoned = true;
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,580 @@
+//! The batched engine on the host (docs/MODEL.md, "The batched engine"): its flags, owned
+//! buffers with retry on a full buffer, exact percentiles and the summary (text and JSON).
+
+use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
+use brokerlab_core::fleet::{
+    BatchedFleet, Completion, EngineBuffers, EngineConfig, EngineEvents, EngineLayout, Error as CoreError, FleetConfig,
+    KvBlock, Profile, ReqSlot,
+};
+use clap::{Args, ValueEnum};
+use serde::Serialize;
+
+use super::run::{RequestSource, secs};
+use crate::error::{CliError, CliResult};
+use crate::mem::{self, Need};
+
+/// Which engine model each pod runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineKind {
+    /// The seed's FIFO single server (default).
+    Fifo,
+    /// vLLM-style continuous batching (docs/MODEL.md, "The batched engine").
+    Batched,
+}
+
+/// Engine flags shared by `fleet replay` and `fleet run`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct EngineArgs {
+    /// fifo | batched (default fifo; `fleet run`: the scenario's `[fleet.engine]`).
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineKind>,
+    /// Batched: step-cost profile (qwen3-32b-h100x2 | llama-3.1-8b-h100 | seed).
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Batched: most running requests per pod.
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// Batched: token budget of one step.
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// Batched: fixed cost per step, ns (>= 1).
+    #[arg(long)]
+    pub t_overhead_ns: Option<u64>,
+    /// Batched: cost per prefill token, ns.
+    #[arg(long)]
+    pub t_prefill_token_ns: Option<u64>,
+    /// Batched: cost per decoding request in a step, ns.
+    #[arg(long)]
+    pub t_decode_seq_ns: Option<u64>,
+    /// Batched: cost per context token of the step's requests, ns.
+    #[arg(long)]
+    pub t_kv_token_ns: Option<u64>,
+}
+
+/// Engine settings from flags or a scenario: every field optional, the profile's and vLLM's
+/// defaults fill the rest.
+#[derive(Debug, Clone, Default)]
+pub struct EngineSettings {
+    /// Profile name.
+    pub profile: Option<String>,
+    /// Most running requests per pod S.
+    pub max_num_seqs: Option<u32>,
+    /// Token budget per step M.
+    pub max_num_batched_tokens: Option<u32>,
+    /// Fixed cost per step, ns.
+    pub t_overhead_ns: Option<u64>,
+    /// Cost per prefill token, ns.
+    pub t_prefill_token_ns: Option<u64>,
+    /// Cost per decoding request, ns.
+    pub t_decode_seq_ns: Option<u64>,
+    /// Cost per context token, ns.
+    pub t_kv_token_ns: Option<u64>,
+}
+
+impl EngineSettings {
+    /// Field names set, for "only with the batched engine" errors.
+    fn set_names(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let mut add = |set: bool, name| {
+            if set {
+                v.push(name);
+            }
+        };
+        add(self.profile.is_some(), "profile");
+        add(self.max_num_seqs.is_some(), "max-num-seqs");
+        add(self.max_num_batched_tokens.is_some(), "max-num-batched-tokens");
+        add(self.t_overhead_ns.is_some(), "t-overhead-ns");
+        add(self.t_prefill_token_ns.is_some(), "t-prefill-token-ns");
+        add(self.t_decode_seq_ns.is_some(), "t-decode-seq-ns");
+        add(self.t_kv_token_ns.is_some(), "t-kv-token-ns");
+        v
+    }
+
+    /// Overrides the fields set in `o`.
+    pub fn overridden_by(mut self, o: &EngineSettings) -> Self {
+        if o.profile.is_some() {
+            self.profile.clone_from(&o.profile);
+        }
+        self.max_num_seqs = o.max_num_seqs.or(self.max_num_seqs);
+        self.max_num_batched_tokens = o.max_num_batched_tokens.or(self.max_num_batched_tokens);
+        self.t_overhead_ns = o.t_overhead_ns.or(self.t_overhead_ns);
+        self.t_prefill_token_ns = o.t_prefill_token_ns.or(self.t_prefill_token_ns);
+        self.t_decode_seq_ns = o.t_decode_seq_ns.or(self.t_decode_seq_ns);
+        self.t_kv_token_ns = o.t_kv_token_ns.or(self.t_kv_token_ns);
+        self
+    }
+
+    /// The core configuration; errors name the key as `name(key)` gives it (flag or TOML key).
+    pub fn config(&self, name: &dyn Fn(&str) -> String) -> CliResult<EngineConfig> {
+        let profile = match &self.profile {
+            None => Profile::Qwen3_32bH100x2,
+            Some(p) => Profile::parse(p).ok_or_else(|| {
+                CliError::bad_input(format!(
+                    "{} {p:?}: expected one of {}",
+                    name("profile"),
+                    Profile::ALL.map(Profile::name).join(", ")
+                ))
+            })?,
+        };
+        let mut e = EngineConfig::new(profile);
+        if let Some(v) = self.max_num_seqs {
+            e.max_num_seqs = v;
+        }
+        if let Some(v) = self.max_num_batched_tokens {
+            e.max_num_batched_tokens = v;
+        }
+        if let Some(v) = self.t_overhead_ns {
+            e.cost.t_overhead_ns = v;
+        }
+        if let Some(v) = self.t_prefill_token_ns {
+            e.cost.t_prefill_token_ns = v;
+        }
+        if let Some(v) = self.t_decode_seq_ns {
+            e.cost.t_decode_seq_ns = v;
+        }
+        if let Some(v) = self.t_kv_token_ns {
+            e.cost.t_kv_token_ns = v;
+        }
+        e.validate().map_err(|err| match err {
+            CoreError::InvalidConfig { field, expected } => {
+                CliError::bad_input(format!("{}: expected {expected}", name(field)))
+            }
+            other => CliError::bad_input(other.to_string()),
+        })?;
+        Ok(e)
+    }
+}
+
+impl EngineArgs {
+    /// The settings given as flags.
+    pub fn settings(&self) -> EngineSettings {
+        EngineSettings {
+            profile: self.profile.clone(),
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            t_overhead_ns: self.t_overhead_ns,
+            t_prefill_token_ns: self.t_prefill_token_ns,
+            t_decode_seq_ns: self.t_decode_seq_ns,
+            t_kv_token_ns: self.t_kv_token_ns,
+        }
+    }
+
+    /// The engine to run: None for FIFO. `scenario` is a scenario's `[fleet.engine]` (already
+    /// checked), which the flags override.
+    pub fn resolve(&self, scenario: Option<&EngineSettings>) -> CliResult<Option<EngineConfig>> {
+        let flags = self.settings();
+        let kind = self.engine.unwrap_or(if scenario.is_some() { EngineKind::Batched } else { EngineKind::Fifo });
+        match kind {
+            EngineKind::Fifo => {
+                if let Some(n) = flags.set_names().first() {
+                    return Err(CliError::bad_input(format!("--{n}: only with --engine batched")));
+                }
+                Ok(None)
+            }
+            EngineKind::Batched => {
+                let s = scenario.cloned().unwrap_or_default().overridden_by(&flags);
+                Ok(Some(s.config(&|k| format!("--{}", k.replace('_', "-")))?))
+            }
+        }
+    }
+}
+
+/// Collects a run's completions and inter-token latencies.
+#[derive(Default)]
+struct Collect {
+    ttft: Vec<u64>,
+    e2e: Vec<u64>,
+    itl: Vec<(u64, u64)>,
+    hit_tokens: u64,
+    completions: Vec<Completion>,
+    keep: bool,
+}
+
+impl EngineEvents for Collect {
+    fn completed(&mut self, c: &Completion) {
+        self.ttft.push(c.ttft_ns());
+        self.e2e.push(c.e2e_ns());
+        self.hit_tokens += c.hit_tokens;
+        if self.keep {
+            self.completions.push(*c);
+        }
+    }
+    fn itl(&mut self, itl_ns: u64, count: u64) {
+        // Requests decoding in one step mostly share a value: merge runs to keep the list short.
+        match self.itl.last_mut() {
+            Some(last) if last.0 == itl_ns => last.1 += count,
+            _ => self.itl.push((itl_ns, count)),
+        }
+    }
+}
+
+/// The batched engine's summary (docs/MODEL.md, "Metrics of the batched engine").
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BatchedSummary {
+    /// Always "batched".
+    pub engine: String,
+    /// Router.
+    pub router: String,
+    /// Pods N.
+    pub pods: usize,
+    /// Blocks per pod C.
+    pub capacity: usize,
+    /// Load penalty.
+    pub alpha: f64,
+    /// S.
+    pub max_num_seqs: u32,
+    /// M.
+    pub max_num_batched_tokens: u32,
+    /// Profile the coefficients started from.
+    pub profile: String,
+    /// Step overhead, ns.
+    pub t_overhead_ns: u64,
+    /// Per prefill token, ns.
+    pub t_prefill_token_ns: u64,
+    /// Per decoding request, ns.
+    pub t_decode_seq_ns: u64,
+    /// Per context token, ns.
+    pub t_kv_token_ns: u64,
+    /// Requests.
+    pub requests: u64,
+    /// Sum of L.
+    pub input_tokens: u64,
+    /// Sum of O' = max(O, 1).
+    pub output_tokens: u64,
+    /// First-admission hits.
+    pub hit_tokens: u64,
+    /// hit_tokens / input_tokens.
+    pub hit_rate: Option<f64>,
+    /// Prefill tokens computed (recompute included).
+    pub prefill_tokens: u64,
+    /// TTFT p50, s.
+    pub ttft_p50: Option<f64>,
+    /// TTFT p90, s.
+    pub ttft_p90: Option<f64>,
+    /// TTFT p99, s.
+    pub ttft_p99: Option<f64>,
+    /// Mean TTFT, s.
+    pub ttft_mean: Option<f64>,
+    /// TTFT p90, ns.
+    pub ttft_ns_p90: Option<u64>,
+    /// E2E p50, s.
+    pub e2e_p50: Option<f64>,
+    /// E2E p90, s.
+    pub e2e_p90: Option<f64>,
+    /// E2E p99, s.
+    pub e2e_p99: Option<f64>,
+    /// Mean E2E, s.
+    pub e2e_mean: Option<f64>,
+    /// E2E p90, ns.
+    pub e2e_ns_p90: Option<u64>,
+    /// = e2e_p50 (the FIFO key's meaning: finish - arrival).
+    pub latency_p50: Option<f64>,
+    /// = e2e_p90.
+    pub latency_p90: Option<f64>,
+    /// = e2e_p99.
+    pub latency_p99: Option<f64>,
+    /// = e2e_mean.
+    pub latency_mean: Option<f64>,
+    /// = e2e_ns_p90.
+    pub latency_ns_p90: Option<u64>,
+    /// ITL p50, s.
+    pub itl_p50: Option<f64>,
+    /// ITL p90, s.
+    pub itl_p90: Option<f64>,
+    /// ITL p99, s.
+    pub itl_p99: Option<f64>,
+    /// ITL p90, ns.
+    pub itl_ns_p90: Option<u64>,
+    /// ITL samples (one per token after a request's first).
+    pub itl_samples: u64,
+    /// output_tokens / makespan.
+    pub output_tok_per_s: Option<f64>,
+    /// prefill_tokens / makespan.
+    pub prefill_tok_per_s: Option<f64>,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Per pod.
+    pub per_pod_preemptions: Vec<u64>,
+    /// Engine steps.
+    pub steps: u64,
+    /// Per pod.
+    pub per_pod_steps: Vec<u64>,
+    /// Mean of the pods' time-weighted KV utilization.
+    pub kv_util_mean: Option<f64>,
+    /// Max of the pods' peaks.
+    pub kv_util_peak: f64,
+    /// Per pod, time-weighted over [0, makespan].
+    pub per_pod_kv_util_mean: Vec<Option<f64>>,
+    /// Per pod, most pinned blocks / C.
+    pub per_pod_kv_util_peak: Vec<f64>,
+    /// Time-weighted mean waiting-queue length, averaged over pods.
+    pub mean_waiting: Option<f64>,
+    /// Requests per pod.
+    pub per_pod_requests: Vec<u64>,
+    /// Longest queue_len at an arrival, per pod.
+    pub per_pod_max_queue: Vec<u32>,
+    /// Last finish, s.
+    pub makespan_s: f64,
+}
+
+/// A batched run's result.
+pub struct BatchedResult {
+    /// Headline metrics.
+    pub summary: BatchedSummary,
+    /// Completions in completion order (empty unless asked for).
+    pub completions: Vec<Completion>,
+}
+
+/// The memory budget (`--max-memory`, host/src/mem.rs) against the batched engine's buffers, before
+/// allocating them.
+fn check_memory(l: &EngineLayout) -> CliResult<()> {
+    let bytes = |n: usize, per: usize| (n as u64).saturating_mul(l.pods as u64).saturating_mul(per as u64);
+    let pods = "--capacity or --pods (fleet.capacity, fleet.pods)";
+    let need = |what: &str, bytes: u64, by: &str| Need { what: what.into(), bytes, lowered_by: by.into() };
+    let needs = [
+        need("pod KV blocks", bytes(l.blocks_per_pod, std::mem::size_of::<KvBlock>()), pods),
+        need("pod KV key tables", bytes(l.table_per_pod, 4), pods),
+        need(
+            "request slots and queues",
+            bytes(l.requests_per_pod, std::mem::size_of::<ReqSlot>() + 4),
+            "fewer requests in flight per pod",
+        ),
+        need("running sets", bytes(l.running_per_pod, 4), "--max-num-seqs"),
+        need("prompt keys in flight", bytes(l.keys_per_pod, 8), "shorter prompts or fewer in flight"),
+    ];
+    mem::check(&format!("a batched run of {} pods x {} blocks", l.pods, l.blocks_per_pod), &needs)
+}
+
+/// Runs the batched engine over `source`; on a full request or key buffer, doubles it and
+/// starts over (deterministic, so the result is the same).
+pub fn simulate_batched(
+    cfg: FleetConfig,
+    engine: EngineConfig,
+    source: &mut dyn RequestSource,
+    keep: bool,
+) -> CliResult<BatchedResult> {
+    let mut requests_per_pod = 1024usize;
+    // grown by doubling when full (same results): start small so a small --max-memory still fits
+    let mut keys_per_pod = 1usize << 16;
+    loop {
+        let l = EngineLayout::new(&cfg, &engine, requests_per_pod, keys_per_pod).map_err(super::run::config_error)?;
+        check_memory(&l)?;
+        let mut blocks = mem::try_vec(l.pods * l.blocks_per_pod, KvBlock::default(), "the pods' KV blocks")?;
+        let mut tables = mem::try_vec(l.pods * l.table_per_pod, 0u32, "the pods' KV key tables")?;
+        let mut reqs = mem::try_vec(l.pods * l.requests_per_pod, ReqSlot::default(), "the request slots")?;
+        let mut waiting = mem::try_vec(l.pods * l.requests_per_pod, 0u32, "the waiting queues")?;
+        let mut running = mem::try_vec(l.pods * l.running_per_pod, 0u32, "the running sets")?;
+        let mut keys = mem::try_vec(l.pods * l.keys_per_pod, 0u64, "the prompt keys in flight")?;
+        let mut fleet = BatchedFleet::new(
+            cfg,
+            engine,
+            EngineBuffers {
+                blocks: &mut blocks,
+                tables: &mut tables,
+                requests: &mut reqs,
+                waiting: &mut waiting,
+                running: &mut running,
+                keys: &mut keys,
+            },
+        )
+        .map_err(super::run::config_error)?;
+        let mut sink = Collect { keep, ..Collect::default() };
+        let mut full: Option<&'static str> = None;
+        let mut overflow: Option<&'static str> = None;
+        let mut note = |e: &CoreError| match e {
+            CoreError::CapacityExceeded { limit, .. } => full = Some(limit),
+            CoreError::Overflow { what } => overflow = Some(what),
+            _ => {}
+        };
+        let fed = source.feed(&mut |req| fleet.dispatch(req, &mut sink).map(|_| ()).inspect_err(&mut note));
+        let fed = fed.and_then(|()| {
+            fleet.finish(&mut sink).inspect_err(&mut note).map_err(|e| CliError::failure(e.to_string()))
+        });
+        if let Some(what) = overflow {
+            return Err(CliError::bad_input(format!(
+                "the batched engine's {what} overflows 64-bit integer ns: lower the step costs (--t-overhead-ns, \
+                 --t-prefill-token-ns, --t-decode-seq-ns, --t-kv-token-ns, or [fleet.engine] t_*_ns)"
+            )));
+        }
+        if full.is_some()
+            && let Some(msg) = source.restart_error()
+        {
+            return Err(CliError::bad_input(msg));
+        }
+        match (full, fed) {
+            (Some("requests per pod"), _) => requests_per_pod *= 2,
+            (Some("keys per pod"), _) => keys_per_pod *= 2,
+            (Some(limit), _) => return Err(CliError::failure(format!("internal limit `{limit}` exceeded"))),
+            (None, Err(e)) => return Err(e),
+            (None, Ok(())) => {
+                let summary = summarize(&fleet, &mut sink);
+                return Ok(BatchedResult { summary, completions: sink.completions });
+            }
+        }
+    }
+}
+
+/// Nearest-rank percentiles of a sorted slice.
+fn pcts(v: &[u64]) -> [Option<u64>; 3] {
+    REPORTED_PERCENTILES.map(|(num, den)| nearest_rank_index(v.len(), num, den).map(|i| v[i]))
+}
+
+/// Nearest-rank percentiles of (value, count) pairs.
+fn weighted_pcts(pairs: &mut [(u64, u64)]) -> ([Option<u64>; 3], u64) {
+    pairs.sort_unstable();
+    let total: u64 = pairs.iter().map(|p| p.1).sum();
+    let out = REPORTED_PERCENTILES.map(|(num, den)| {
+        let idx = nearest_rank_index(total as usize, num, den)? as u64;
+        let mut seen = 0;
+        pairs
+            .iter()
+            .find(|p| {
+                seen += p.1;
+                seen > idx
+            })
+            .map(|p| p.0)
+    });
+    (out, total)
+}
+
+fn mean(v: &[u64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().map(|&x| x as u128).sum::<u128>() as f64 / v.len() as f64 / 1e9)
+}
+
+fn per_s(n: u64, ns: u64) -> Option<f64> {
+    (ns > 0).then(|| n as f64 / secs(ns))
+}
+
+fn summarize(fleet: &BatchedFleet<'_>, sink: &mut Collect) -> BatchedSummary {
+    let cfg = fleet.config();
+    let e = fleet.engine_config();
+    sink.ttft.sort_unstable();
+    sink.e2e.sort_unstable();
+    let [t50, t90, t99] = pcts(&sink.ttft);
+    let [e50, e90, e99] = pcts(&sink.e2e);
+    let ([i50, i90, i99], itl_samples) = weighted_pcts(&mut sink.itl);
+    let stats: Vec<_> = (0..cfg.pods).filter_map(|p| fleet.pod_stats(p).copied()).collect();
+    let makespan = fleet.makespan_ns();
+    let sum = |f: &dyn Fn(&brokerlab_core::fleet::EngineStats) -> u64| stats.iter().map(f).sum::<u64>();
+    let c = cfg.capacity_blocks as f64;
+    let kv_mean: Vec<Option<f64>> =
+        stats.iter().map(|s| (makespan > 0).then(|| s.kv_pinned_block_ns as f64 / (c * makespan as f64))).collect();
+    let kv_peak: Vec<f64> = stats.iter().map(|s| s.kv_peak_blocks as f64 / c).collect();
+    let waiting = (makespan > 0)
+        .then(|| stats.iter().map(|s| s.waiting_request_ns as f64 / makespan as f64).sum::<f64>() / stats.len() as f64);
+    let input_tokens = sum(&|s| s.input_tokens);
+    let output_tokens = sum(&|s| s.output_tokens);
+    let prefill_tokens = sum(&|s| s.prefill_tokens);
+    let e2e_mean = mean(&sink.e2e);
+    BatchedSummary {
+        engine: "batched".into(),
+        router: cfg.router.name().into(),
+        pods: cfg.pods,
+        capacity: cfg.capacity_blocks,
+        alpha: cfg.alpha,
+        max_num_seqs: e.max_num_seqs,
+        max_num_batched_tokens: e.max_num_batched_tokens,
+        profile: e.profile.name().into(),
+        t_overhead_ns: e.cost.t_overhead_ns,
+        t_prefill_token_ns: e.cost.t_prefill_token_ns,
+        t_decode_seq_ns: e.cost.t_decode_seq_ns,
+        t_kv_token_ns: e.cost.t_kv_token_ns,
+        requests: sum(&|s| s.requests),
+        input_tokens,
+        output_tokens,
+        hit_tokens: sink.hit_tokens,
+        hit_rate: (input_tokens > 0).then(|| sink.hit_tokens as f64 / input_tokens as f64),
+        prefill_tokens,
+        ttft_p50: t50.map(secs),
+        ttft_p90: t90.map(secs),
+        ttft_p99: t99.map(secs),
+        ttft_mean: mean(&sink.ttft),
+        ttft_ns_p90: t90,
+        e2e_p50: e50.map(secs),
+        e2e_p90: e90.map(secs),
+        e2e_p99: e99.map(secs),
+        e2e_mean,
+        e2e_ns_p90: e90,
+        latency_p50: e50.map(secs),
+        latency_p90: e90.map(secs),
+        latency_p99: e99.map(secs),
+        latency_mean: e2e_mean,
+        latency_ns_p90: e90,
+        itl_p50: i50.map(secs),
+        itl_p90: i90.map(secs),
+        itl_p99: i99.map(secs),
+        itl_ns_p90: i90,
+        itl_samples,
+        output_tok_per_s: per_s(output_tokens, makespan),
+        prefill_tok_per_s: per_s(prefill_tokens, makespan),
+        preemptions: sum(&|s| s.preemptions),
+        per_pod_preemptions: stats.iter().map(|s| s.preemptions).collect(),
+        steps: sum(&|s| s.steps),
+        per_pod_steps: stats.iter().map(|s| s.steps).collect(),
+        kv_util_mean: (makespan > 0).then(|| kv_mean.iter().flatten().sum::<f64>() / stats.len() as f64),
+        kv_util_peak: kv_peak.iter().copied().fold(0.0, f64::max),
+        per_pod_kv_util_mean: kv_mean,
+        per_pod_kv_util_peak: kv_peak,
+        mean_waiting: waiting,
+        per_pod_requests: stats.iter().map(|s| s.requests).collect(),
+        per_pod_max_queue: stats.iter().map(|s| s.max_queue_len).collect(),
+        makespan_s: secs(makespan),
+    }
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "n/a".to_string(), |x| format!("{x:.digits$}"))
+}
+
+/// The readable table of a batched run.
+pub fn render_batched(s: &BatchedSummary) -> String {
+    let mut o = String::new();
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
+    line("engine", "batched (vLLM-style continuous batching, simplified: docs/MODEL.md)".into());
+    line("router", s.router.clone());
+    line("pods x capacity", format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * 16));
+    line("alpha", s.alpha.to_string());
+    line("max seqs / tokens", format!("{} / {} per step", s.max_num_seqs, s.max_num_batched_tokens));
+    line(
+        "step cost",
+        format!(
+            "{} ns + {} ns/prefill token + {} ns/decode + {} ns/context token (profile {})",
+            s.t_overhead_ns, s.t_prefill_token_ns, s.t_decode_seq_ns, s.t_kv_token_ns, s.profile
+        ),
+    );
+    line("requests", s.requests.to_string());
+    line("input / output tokens", format!("{} / {}", s.input_tokens, s.output_tokens));
+    line("hit tokens", format!("{} ({} %)", s.hit_tokens, opt(s.hit_rate.map(|h| h * 100.0), 2)));
+    line("prefill tokens", s.prefill_tokens.to_string());
+    line("TTFT p50/p90/p99", format!("{} / {} / {} s", opt(s.ttft_p50, 4), opt(s.ttft_p90, 4), opt(s.ttft_p99, 4)));
+    line("E2E p50/p90/p99", format!("{} / {} / {} s", opt(s.e2e_p50, 4), opt(s.e2e_p90, 4), opt(s.e2e_p99, 4)));
+    line(
+        "ITL p50/p90/p99",
+        format!("{} / {} / {} s ({} samples)", opt(s.itl_p50, 4), opt(s.itl_p90, 4), opt(s.itl_p99, 4), s.itl_samples),
+    );
+    line("output / prefill tok/s", format!("{} / {}", opt(s.output_tok_per_s, 1), opt(s.prefill_tok_per_s, 1)));
+    line(
+        "KV utilization",
+        format!(
+            "mean {} %, peak {} %",
+            opt(s.kv_util_mean.map(|v| v * 100.0), 1),
+            format_args!("{:.1}", s.kv_util_peak * 100.0)
+        ),
+    );
+    line("preemptions", s.preemptions.to_string());
+    line("mean waiting", opt(s.mean_waiting, 2));
+    line("steps", s.steps.to_string());
+    line("makespan", format!("{:.3} s", s.makespan_s));
+    o.push_str("\npod  requests  preempt  KV mean  KV peak  max queue\n");
+    for p in 0..s.pods {
+        o.push_str(&format!(
+            "{p:>3}  {:>8}  {:>7}  {:>7}  {:>7}  {:>9}\n",
+            s.per_pod_requests[p],
+            s.per_pod_preemptions[p],
+            opt(s.per_pod_kv_util_mean[p].map(|v| v * 100.0), 1),
+            format!("{:.1}", s.per_pod_kv_util_peak[p] * 100.0),
+            s.per_pod_max_queue[p]
+        ));
+    }
+    o
+}

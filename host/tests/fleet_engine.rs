@@ -1,0 +1,264 @@
+//! The batched engine on the host: the real trace step by step against fast-forward (and the
+//! core's debug invariants on every step), the CLI's flags, keys and bad input.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::Command;
+
+use brokerlab::fleet::engine::simulate_batched;
+use brokerlab::fleet::run::TraceSource;
+use brokerlab_core::fleet::{EngineConfig, FleetConfig, Profile, RouterKind};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+}
+
+fn tmp(name: &str, text: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("brokerlab-engine-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// The first `n` lines of a vendored trace (traces/NAME.zst), as a file.
+fn head(name: &str, n: usize) -> (PathBuf, u64) {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces").join(format!("{name}.zst"));
+    let f = brokerlab::fleet::input::open(&src).expect("vendored trace");
+    let mut out = String::new();
+    let mut outputs = 0u64;
+    for line in f.lines().take(n) {
+        let line = line.unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        outputs += v["output_length"].as_u64().unwrap().max(1);
+        out.push_str(&line);
+        out.push('\n');
+    }
+    (tmp(&format!("head-{n}-{name}"), &out), outputs)
+}
+
+#[test]
+fn conversation_head_fast_forward_equals_step_by_step() {
+    // 2,000 requests, 8 pods of 8,192 blocks (preemptions happen), both routers. Debug builds
+    // check the invariants after every step.
+    let (path, outputs) = head("conversation_trace.jsonl", 2000);
+    for router in [RouterKind::RoundRobin, RouterKind::PrefixAware] {
+        let mut cfg = FleetConfig::new(8, 8192, router);
+        cfg.alpha = 16.0;
+        let mut e = EngineConfig::new(Profile::Qwen3_32bH100x2);
+        let mut src = TraceSource { path: path.clone(), trace_block_tokens: 512 };
+        e.fast_forward = false;
+        let slow = simulate_batched(cfg, e, &mut src, true).unwrap();
+        e.fast_forward = true;
+        let fast = simulate_batched(cfg, e, &mut src, true).unwrap();
+        assert_eq!(slow.summary, fast.summary, "{router:?}");
+        assert_eq!(slow.completions, fast.completions, "{router:?}");
+        let s = &fast.summary;
+        assert_eq!(s.requests, 2000);
+        assert_eq!(fast.completions.len(), 2000);
+        let mut ids: Vec<u64> = fast.completions.iter().map(|c| c.request).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), 2000, "each request finishes once");
+        assert_eq!(s.output_tokens, outputs, "tokens produced = output lengths");
+        assert_eq!(s.itl_samples, outputs - 2000, "one ITL sample per token after the first");
+        eprintln!("{router:?}: preemptions {} steps {} ttft p90 {:?}", s.preemptions, s.steps, s.ttft_p90);
+        assert!(s.preemptions > 0, "the case must exercise preemption");
+    }
+}
+
+const GOOD: &str = "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 3, \"hash_ids\": [1]}\n";
+
+fn replay(trace: &PathBuf, flags: &[&str]) -> (i32, String, String) {
+    let out = bin()
+        .args(["fleet", "replay", "--trace"])
+        .arg(trace)
+        .args(["--pods", "2", "--capacity", "16", "--router", "prefix-aware"])
+        .args(flags)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn batched_json_has_the_documented_keys() {
+    let t = tmp("good.jsonl", &format!("{GOOD}{GOOD}"));
+    let (code, out, err) = replay(&t, &["--engine", "batched", "--profile", "seed", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for k in [
+        "engine",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "profile",
+        "t_overhead_ns",
+        "t_prefill_token_ns",
+        "t_decode_seq_ns",
+        "t_kv_token_ns",
+        "ttft_p50",
+        "ttft_p90",
+        "ttft_p99",
+        "ttft_mean",
+        "ttft_ns_p90",
+        "e2e_p50",
+        "e2e_p90",
+        "e2e_p99",
+        "e2e_mean",
+        "e2e_ns_p90",
+        "latency_p90",
+        "latency_ns_p90",
+        "itl_p50",
+        "itl_p90",
+        "itl_p99",
+        "itl_ns_p90",
+        "itl_samples",
+        "output_tokens",
+        "output_tok_per_s",
+        "prefill_tokens",
+        "prefill_tok_per_s",
+        "hit_tokens",
+        "hit_rate",
+        "preemptions",
+        "per_pod_preemptions",
+        "steps",
+        "per_pod_steps",
+        "per_pod_kv_util_mean",
+        "per_pod_kv_util_peak",
+        "kv_util_mean",
+        "kv_util_peak",
+        "mean_waiting",
+        "per_pod_requests",
+        "per_pod_max_queue",
+    ] {
+        assert!(v.get(k).is_some(), "missing key {k}");
+    }
+    // Seed profile: 1 ns + 40 x 50 us prefill, then 2 decode steps of 1 ns.
+    assert_eq!(v["engine"], "batched");
+    assert_eq!(v["ttft_ns_p90"], 2_000_001);
+    assert_eq!(v["e2e_ns_p90"], 2_000_003);
+    assert_eq!(v["output_tokens"], 6);
+    assert_eq!(v["itl_samples"], 4);
+}
+
+#[test]
+fn fifo_flag_is_the_default_output() {
+    let t = tmp("good2.jsonl", &format!("{GOOD}{GOOD}"));
+    let (c1, a, _) = replay(&t, &["--json"]);
+    let (c2, b, _) = replay(&t, &["--json", "--engine", "fifo"]);
+    assert_eq!((c1, c2), (0, 0));
+    // the results, apart from the provenance (its command line differs by `--engine fifo`)
+    let results = |s: &str| {
+        let mut v: serde_json::Value = serde_json::from_str(s).unwrap();
+        v.as_object_mut().unwrap().remove("provenance").expect("provenance");
+        v
+    };
+    assert_eq!(results(&a), results(&b));
+    assert!(!a.contains("\"engine\""));
+}
+
+#[test]
+fn bad_engine_input_is_exit_2_naming_the_flag() {
+    let t = tmp("good3.jsonl", GOOD);
+    let big = tmp("big.jsonl", "{\"timestamp\": 0, \"input_length\": 300, \"output_length\": 1, \"hash_ids\": [1]}\n");
+    for (flags, needle) in [
+        (vec!["--engine", "batched", "--max-num-seqs", "0"], "--max-num-seqs"),
+        (vec!["--engine", "batched", "--max-num-seqs", "20000", "--max-num-batched-tokens", "100"], "--max-num-seqs"),
+        (vec!["--engine", "batched", "--max-num-batched-tokens", "0"], "--max-num-batched-tokens"),
+        (vec!["--engine", "batched", "--t-overhead-ns", "0"], "--t-overhead-ns"),
+        (vec!["--engine", "batched", "--profile", "h200"], "--profile"),
+        (vec!["--max-num-seqs", "8"], "--max-num-seqs"),
+        (vec!["--engine", "fifo", "--t-kv-token-ns", "8"], "--t-kv-token-ns"),
+        (vec!["--engine", "batched", "--stale", "2"], "--stale"),
+        (vec!["--engine", "batched", "--index", "global"], "--index"),
+        (vec!["--engine", "batched", "--cpu-capacity", "8"], "--cpu-capacity"),
+        (vec!["--engine", "turbo"], "--engine"),
+    ] {
+        let (code, _, err) = replay(&t, &flags);
+        assert_eq!(code, 2, "{flags:?}: {err}");
+        assert!(err.contains(needle), "{flags:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    // 300 tokens do not fit in 16 blocks = 256 tokens: the line and the field are named.
+    let (code, _, err) = replay(&big, &["--engine", "batched"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("big.jsonl:1:") && err.contains("input_length"), "{err}");
+}
+
+fn scenario(engine: &str) -> String {
+    format!(
+        "[workload]\nrequests = 50\ntenants = 2\nprefix_tokens = 64\nsuffix_tokens = [16, 32]\noutput_tokens = [4, 8]\nrate_per_s = 100.0\n\n[fleet]\npods = 2\ncapacity = 64\nrouter = \"prefix-aware\"\n{engine}"
+    )
+}
+
+#[test]
+fn scenario_engine_table() {
+    let good = tmp("sc-good.toml", &scenario("[fleet.engine]\nprofile = \"llama-3.1-8b-h100\"\nmax_num_seqs = 8\n"));
+    let out = bin().args(["fleet", "run"]).arg(&good).arg("--json").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!((v["engine"].as_str(), v["max_num_seqs"].as_u64()), (Some("batched"), Some(8)));
+    assert_eq!(v["t_overhead_ns"], 5_752_710);
+    // A flag overrides the scenario's key; --engine fifo ignores the table.
+    let out = bin().args(["fleet", "run"]).arg(&good).args(["--json", "--max-num-seqs", "4"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["max_num_seqs"], 4);
+    let out = bin().args(["fleet", "run"]).arg(&good).args(["--json", "--engine", "fifo"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.get("engine").is_none());
+    for (table, needle) in [
+        ("[fleet.engine]\nmax_num_seq = 8\n", "max_num_seq"),
+        ("[fleet.engine]\nmax_num_seqs = 0\n", "fleet.engine.max_num_seqs"),
+        ("[fleet.engine]\nmodel = \"turbo\"\n", "fleet.engine.model"),
+        ("[fleet.engine]\nprofile = \"h200\"\n", "fleet.engine.profile"),
+        ("stale = 3\n[fleet.engine]\n", "fleet.stale"),
+    ] {
+        let p = tmp("sc-bad.toml", &scenario(table));
+        let out = bin().args(["fleet", "run"]).arg(&p).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{table}: {err}");
+        assert!(err.contains(needle), "{table}: {err}");
+    }
+    let _ = std::io::stdout().flush();
+}
+
+#[test]
+fn output_lengths_from_a_list_keep_the_other_draws() {
+    use brokerlab::fleet::scenario::{Generated, Scenario};
+    let base = scenario("");
+    let list = base.replace("output_tokens = [4, 8]", "output_tokens_choices = [1, 100, 1000]");
+    let a = Generated::new(Scenario::parse(&base, "base", "base").unwrap().workload).unwrap();
+    let b = Generated::new(Scenario::parse(&list, "list", "list").unwrap().workload).unwrap();
+    let outs: std::collections::BTreeSet<u64> = b.requests.iter().map(|r| r.2).collect();
+    assert_eq!(outs.into_iter().collect::<Vec<_>>(), vec![1, 100, 1000]);
+    // One draw either way: arrivals, tenants and prompts are the same.
+    assert_eq!(a.keys, b.keys);
+    let strip = |g: &Generated| g.requests.iter().map(|r| (r.0, r.1, r.3)).collect::<Vec<_>>();
+    assert_eq!(strip(&a), strip(&b));
+    for (text, needle) in [
+        (list.replace("output_tokens_choices", "output_tokens = [1, 2]\noutput_tokens_choices"), "both"),
+        (base.replace("output_tokens = [4, 8]", "output_tokens_choices = []"), "1 to 16"),
+    ] {
+        let err = Scenario::parse(&text, "x", "x").unwrap_err();
+        assert_eq!(err.code, 2);
+        assert!(err.msg.contains("workload.output_tokens_choices") && err.msg.contains(needle), "{}", err.msg);
+    }
+}
+
+#[test]
+fn a_full_request_ring_is_doubled_and_the_run_repeated() {
+    // 3,000 requests at t = 0 on one pod: more than the 1,024 request slots the run starts with.
+    let line = "{\"timestamp\": 0, \"input_length\": 20, \"output_length\": 2, \"hash_ids\": [7]}\n";
+    let t = tmp("burst.jsonl", &line.repeat(3000));
+    let out = bin()
+        .args(["fleet", "replay", "--trace"])
+        .arg(&t)
+        .args(["--pods", "1", "--capacity", "64", "--router", "round-robin", "--engine", "batched", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["requests"], 3000);
+    assert_eq!(v["output_tokens"], 6000);
+    assert_eq!(v["per_pod_max_queue"][0], 2999);
+}
