@@ -1,7 +1,8 @@
-//! `brokerlab task ...`: the durable task runner on the host (SQLite log, tools, CLI).
+//! `brokerlab task ...`: the durable task runner on the host (SQLite or PostgreSQL log, tools, CLI).
 //!
 //! The decisions are the core's ([`brokerlab_core::runner`]): this module stores records in SQLite
-//! ([`store`]), answers the runner's model and tool calls ([`exec`], [`world`]) and prints.
+//! ([`store`]) or PostgreSQL ([`pg`]) behind one trait ([`backend`]), answers the runner's model and
+//! tool calls ([`exec`], [`world`]) and prints.
 //! See `docs/RUNNER.md`.
 //!
 //! Exit codes: 0 done or suspended, 3 paused for review, 2 bad input (spec, id, flag, locked or
@@ -10,10 +11,12 @@
 // `say!` (stdout that ends quietly on a closed pipe) comes from the crate root: one path for
 // every command.
 
+pub mod backend;
 pub mod bench;
 pub mod chaos;
 pub mod exec;
 pub mod ident;
+pub mod pg;
 pub mod spec;
 pub mod store;
 pub mod world;
@@ -24,9 +27,9 @@ use brokerlab_core::runner::{Decision, next_action};
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult};
+use backend::{DbTarget, TaskStore};
 use exec::{RunOpts, status_of};
 use ident::now_ms;
-use store::Store;
 
 /// Default log database.
 pub const DEFAULT_DB: &str = "tasks.sqlite";
@@ -34,9 +37,24 @@ pub const DEFAULT_DB: &str = "tasks.sqlite";
 /// The log database option shared by all subcommands.
 #[derive(Debug, Args, Clone)]
 pub struct DbArg {
-    /// The runner's log (SQLite, WAL, synchronous=FULL).
-    #[arg(long, value_name = "FILE", default_value = DEFAULT_DB)]
-    pub db: PathBuf,
+    /// The runner's log: a SQLite file (WAL, synchronous=FULL), or a PostgreSQL database
+    /// `postgres://USER[:PASSWORD]@HOST:PORT/DB` (schema created on first use).
+    /// [default: $BROKERLAB_DB, else tasks.sqlite]
+    #[arg(long, value_name = "FILE|URL")]
+    pub db: Option<PathBuf>,
+}
+
+impl DbArg {
+    /// `--db`, else `$BROKERLAB_DB` (when set and not empty), else [`DEFAULT_DB`].
+    pub fn target(&self) -> DbTarget {
+        match &self.db {
+            Some(p) => DbTarget::parse(p),
+            None => match std::env::var_os("BROKERLAB_DB") {
+                Some(v) if !v.is_empty() => DbTarget::parse(std::path::Path::new(&v)),
+                _ => DbTarget::Sqlite(PathBuf::from(DEFAULT_DB)),
+            },
+        }
+    }
 }
 
 /// Options of the commands that run a task.
@@ -237,20 +255,20 @@ pub enum TaskCmd {
 /// Runs one `task` subcommand; returns the process exit code on success.
 pub fn main(cmd: TaskCmd) -> CliResult<i32> {
     match cmd {
-        TaskCmd::Run { spec, run } => exec::run(&run.db.db, &spec, &run.opts()?),
-        TaskCmd::Resume { id, run } => exec::resume(&run.db.db, &id, &run.opts()?),
-        TaskCmd::Suspend { id, db } => exec::suspend(&db.db, &id, lease_ms(None)?),
+        TaskCmd::Run { spec, run } => exec::run(&run.db.target(), &spec, &run.opts()?),
+        TaskCmd::Resume { id, run } => exec::resume(&run.db.target(), &id, &run.opts()?),
+        TaskCmd::Suspend { id, db } => exec::suspend(&db.target(), &id, lease_ms(None)?),
         TaskCmd::Review { id, step, mark_done, retry, db } => {
             let decision = match (mark_done, retry) {
                 (true, false) => Decision::MarkDone,
                 (false, true) => Decision::Retry,
                 _ => return Err(CliError::bad_input("give exactly one of --mark-done and --retry")),
             };
-            exec::review_cmd(&db.db, &id, step, decision, lease_ms(None)?)
+            exec::review_cmd(&db.target(), &id, step, decision, lease_ms(None)?)
         }
-        TaskCmd::Fork { id, at, spec, run } => exec::fork(&run.db.db, &id, at, spec.as_deref(), &run.opts()?),
-        TaskCmd::Inspect { id, db } => inspect(&db.db, &id),
-        TaskCmd::List { db } => list(&db.db),
+        TaskCmd::Fork { id, at, spec, run } => exec::fork(&run.db.target(), &id, at, spec.as_deref(), &run.opts()?),
+        TaskCmd::Inspect { id, db } => inspect(&db.target(), &id),
+        TaskCmd::List { db } => list(&db.target()),
         TaskCmd::Bench { steps, tasks, json, dir } => bench::bench(&bench::BenchOpts { steps, tasks, json, dir }),
         TaskCmd::Chaos { iterations, seed, steps, json, dir, step_delay_ms, max_kills, verify, lease_ms: ms } => {
             let lease_ms = self::lease_ms(Some(ms))? as u64;
@@ -269,7 +287,7 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
     }
 }
 
-fn lease_text(store: &Store, id: &str) -> CliResult<String> {
+fn lease_text(store: &dyn TaskStore, id: &str) -> CliResult<String> {
     let now = now_ms();
     Ok(match store.lease(id)? {
         None => "-".into(),
@@ -278,18 +296,19 @@ fn lease_text(store: &Store, id: &str) -> CliResult<String> {
     })
 }
 
-fn inspect(db: &std::path::Path, id: &str) -> CliResult<i32> {
-    let store = Store::open(db, false)?;
+fn inspect(db: &DbTarget, id: &str) -> CliResult<i32> {
+    let store = backend::open(db, false)?;
+    let store = &*store;
     let row = store.task_or_err(id)?;
     let recs = store.records(id)?;
-    let st = store::fold(&store.path, id, &recs)?;
+    let st = store::fold_in(&store.name(), id, &recs)?;
     say!("task {id}");
     if let Some(p) = &row.parent {
         say!("forked from: {p}");
     }
     say!("status: {} ({} of {} steps done)", status_of(&st), st.step, st.steps);
     say!("next: {}", next_action(&st));
-    say!("lease: {}", lease_text(&store, id)?);
+    say!("lease: {}", lease_text(store, id)?);
     say!("{:>5}  {:<13} {:<13} payload", "seq", "kind", "status");
     for r in &recs {
         say!("{:>5}  {:<13} {:<13} {}", r.seq, r.kind().name(), r.status.name(), r.event);
@@ -297,8 +316,9 @@ fn inspect(db: &std::path::Path, id: &str) -> CliResult<i32> {
     Ok(0)
 }
 
-fn list(db: &std::path::Path) -> CliResult<i32> {
-    let store = Store::open(db, false)?;
+fn list(db: &DbTarget) -> CliResult<i32> {
+    let store = backend::open(db, false)?;
+    let store = &*store;
     let ids = store.task_ids()?;
     say!("{:<24} {:>7} {:>8}  {:<40} lease", "task", "steps", "records", "status");
     let mut corrupt = Vec::new();
@@ -311,7 +331,7 @@ fn list(db: &std::path::Path) -> CliResult<i32> {
                 st.steps,
                 st.next_seq,
                 status_of(&st),
-                lease_text(&store, &id)?
+                lease_text(store, &id)?
             ),
             Err(e) => {
                 say!("{:<24} {:>7} {:>8}  {:<40} -", id, "?", "?", "CORRUPT (see below)");
