@@ -102,7 +102,12 @@ impl PgServer {
             .args(["-U", "postgres", "--auth=trust", "--no-locale", "-E", "UTF8", "--no-sync"])
             .output()
             .expect("running initdb");
-        assert!(out.status.success(), "initdb failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "initdb failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         // a port found free can be taken before the server binds it: try a few
         for _ in 0..5 {
             let mut s = PgServer { dir: dir.clone(), port: free_port(), child: None, bin: bin.clone() };
