@@ -437,3 +437,31 @@ fn a_server_restart_mid_run_loses_nothing_and_repeats_nothing() {
     p.finish("inv");
     p.assert_exactly_once("inv");
 }
+
+/// Eight runners started together on an empty database: the schema is created once (advisory
+/// lock), the task once (`ON CONFLICT`), one runner holds the lease at a time, and the tools see
+/// each side effect once. The others exit 0 (found it completed) or 1 (a live runner holds it,
+/// or it was created concurrently), never anything else.
+#[test]
+fn eight_runners_started_together_on_an_empty_database() {
+    let s = PgServer::start("eight");
+    let p = PgDir::new(&s, "eight");
+    p.d.write("spec.toml", SPEC);
+    let kids: Vec<Child> = (0..8).map(|_| p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "20"], &[])).collect();
+    let outs: Vec<Out> = kids.into_iter().map(wait_child).collect();
+    let ok = outs.iter().filter(|o| o.code() == 0).count();
+    for o in &outs {
+        assert!(matches!(o.code(), 0 | 1), "{} {}", o.stdout(), o.stderr());
+        if o.code() == 1 {
+            let e = o.stderr();
+            assert!(e.contains("already being run by") || e.contains("created concurrently"), "{e}");
+        }
+    }
+    assert!(ok >= 1, "one of them ran it");
+    if p.kinds("inv").last().map(String::as_str) != Some("completed") {
+        p.finish("inv");
+    }
+    p.assert_exactly_once("inv");
+    assert_eq!(p.count("SELECT count(*) FROM meta"), 1, "the schema was created once");
+    assert_eq!(p.count("SELECT count(*) FROM log WHERE kind = 'created'"), 1);
+}
