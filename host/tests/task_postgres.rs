@@ -465,3 +465,107 @@ fn eight_runners_started_together_on_an_empty_database() {
     assert_eq!(p.count("SELECT count(*) FROM meta"), 1, "the schema was created once");
     assert_eq!(p.count("SELECT count(*) FROM log WHERE kind = 'created'"), 1);
 }
+
+/// SPEC under id `id`.
+fn spec_with_id(id: &str) -> String {
+    SPEC.replace("id = \"inv\"", &format!("id = \"{id}\""))
+}
+
+#[test]
+fn workers_claim_each_submitted_task_once_and_run_it_once() {
+    let s = PgServer::start("workers");
+    let p = PgDir::new(&s, "workers");
+    let ids: Vec<String> = (0..6).map(|i| format!("w{i}")).collect();
+    for id in &ids {
+        p.d.write(&format!("{id}.toml"), &spec_with_id(id));
+        let o = p.run(&["submit", &format!("{id}.toml")]);
+        o.expect(0);
+        assert!(o.stdout().contains("submitted"), "{}", o.stdout());
+    }
+    // submitting again queues, never duplicates
+    assert!(p.run(&["submit", "w0.toml"]).expect(0).stdout().contains("exists, queued again"));
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 6);
+    assert_eq!(p.count("SELECT count(*) FROM log WHERE kind = 'created'"), 6);
+    let args = ["worker", "--concurrency", "2", "--exit-when-idle", "--step-delay-ms", "20"];
+    let workers: Vec<Child> = (0..2).map(|_| p.spawn_env(&args, &[])).collect();
+    for w in workers {
+        let o = wait_child(w);
+        o.expect(0);
+        assert!(o.stdout().contains("worker: stopped"), "{}", o.stdout());
+    }
+    for id in &ids {
+        p.assert_exactly_once(id);
+        // one runner ever held it: a claimed task is not claimed by a second worker
+        let leases = p.kinds(id).iter().filter(|k| *k == "lease").count();
+        assert_eq!(leases, 1, "task {id}: {:?}", p.kinds(id));
+    }
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 0, "every finished task left the queue");
+}
+
+#[test]
+fn sigterm_suspends_the_task_and_another_worker_finishes_it() {
+    let s = PgServer::start("sigterm");
+    let p = PgDir::new(&s, "sigterm");
+    p.d.write("spec.toml", SPEC);
+    p.run(&["submit", "spec.toml"]).expect(0);
+    let w = p.spawn_env(&["worker", "--step-delay-ms", "150"], &[]);
+    wait_for("the first payment", || p.d.calls("payments.sqlite").len() == 1);
+    // SAFETY: sending a signal has no memory effects in this process.
+    assert_eq!(unsafe { libc::kill(w.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let o = wait_child(w);
+    o.expect(0);
+    assert!(o.stdout().contains("suspended before step"), "{}", o.stdout());
+    assert_eq!(p.kinds("inv").last().map(String::as_str), Some("suspended"));
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 1, "a stopped worker's task stays queued");
+    p.run(&["worker", "--exit-when-idle"]).expect(0);
+    p.assert_exactly_once("inv");
+    assert!(p.kinds("inv").contains(&"resumed".to_string()));
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 0);
+}
+
+/// A worker killed with SIGKILL while it holds a task with a 60 s lease: its session ends (the
+/// claim is free at once) and it is provably dead (same host), so another worker takes the task
+/// over without waiting for the lease, and every side effect happens once.
+#[test]
+fn a_killed_workers_task_is_taken_over_at_once() {
+    let s = PgServer::start("killed");
+    let p = PgDir::new(&s, "killed");
+    p.d.write("spec.toml", SPEC);
+    p.run(&["submit", "spec.toml"]).expect(0);
+    let mut w = p.spawn_env(&["worker", "--step-delay-ms", "200", "--lease-ms", "60000"], &[]);
+    wait_for("the first payment", || p.d.calls("payments.sqlite").len() == 1);
+    w.kill().unwrap();
+    let _ = w.wait();
+    let t = Instant::now();
+    p.run(&["worker", "--exit-when-idle", "--lease-ms", "60000"]).expect(0);
+    assert!(t.elapsed() < Duration::from_secs(10), "no waiting for the 60 s lease");
+    if p.kinds("inv").last().map(String::as_str) != Some("completed") {
+        p.finish("inv"); // paused for review if the kill hit the email's window
+    }
+    p.assert_exactly_once("inv");
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 0);
+}
+
+#[test]
+fn submit_and_worker_refuse_bad_input() {
+    let s = PgServer::start("workbad");
+    let p = PgDir::new(&s, "workbad");
+    p.d.write("spec.toml", SPEC);
+    let o = p.d.run(&["submit", "spec.toml", "--db", "tasks.sqlite"]);
+    o.expect(2);
+    assert!(o.stderr().contains("needs a PostgreSQL database"), "{}", o.stderr());
+    p.d.run(&["worker", "--db", "tasks.sqlite", "--exit-when-idle"]).expect(2);
+    assert!(!p.d.path("tasks.sqlite").exists());
+    for bad in [["--concurrency", "0"], ["--concurrency", "65"], ["--poll-ms", "0"]] {
+        let o = p.run(&["worker", bad[0], bad[1], "--exit-when-idle"]);
+        o.expect(2);
+        assert!(o.stderr().contains(bad[0]), "{}", o.stderr());
+    }
+    p.run(&["submit", "spec.toml"]).expect(0);
+    p.d.write("other.toml", &SPEC.replace("All done", "All done!"));
+    let o = p.run(&["submit", "other.toml"]);
+    o.expect(2);
+    assert!(o.stderr().contains("different spec"), "{}", o.stderr());
+    p.run(&["submit", "missing.toml"]).expect(2);
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 1);
+}

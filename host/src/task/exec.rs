@@ -192,6 +192,8 @@ pub struct HostEffects<'a> {
     renewed_at_ms: Rc<Cell<i64>>,
     /// Set when a tool or a renewal found that another runner holds the lease.
     fenced: bool,
+    /// Suspend once SIGTERM arrived (`task worker`).
+    suspend_on_term: bool,
 }
 
 impl HostEffects<'_> {
@@ -268,6 +270,11 @@ impl Effects for HostEffects<'_> {
     }
 
     fn suspend_requested(&mut self, task: &TaskId, _step: u16) -> CliResult<bool> {
+        // a worker told to stop (SIGTERM) suspends its task like `task suspend` would: after
+        // the current atomic step, with the marker, so another worker resumes it
+        if self.suspend_on_term && crate::sys::term_requested() {
+            return Ok(true);
+        }
         self.store.suspend_requested(task)
     }
 }
@@ -283,12 +290,15 @@ pub struct RunOpts {
     pub lease_ms: i64,
     /// Least lease time left, ms, under which a tool is not called before a renewal.
     pub lease_margin_ms: i64,
+    /// Suspend after the current atomic step once SIGTERM arrived (`task worker`).
+    pub suspend_on_term: bool,
 }
 
 /// Default world directory.
 pub const DEFAULT_WORLD: &str = "world";
 
-fn world_dir(opts: &RunOpts, recorded: Option<&str>) -> PathBuf {
+/// The world directory: `--world`, else the one the task was created with, else `./world`.
+pub fn world_dir(opts: &RunOpts, recorded: Option<&str>) -> PathBuf {
     match (&opts.world, recorded) {
         (Some(w), Some(r)) if Path::new(r) != w.as_path() && abs(w) != Path::new(r) => {
             eprintln!("brokerlab: warning: the task was created with --world {r}; using {} as asked", w.display());
@@ -419,6 +429,7 @@ fn execute(
         margin_ms: opts.lease_margin_ms,
         renewed_at_ms: journal.renewed_at_ms.clone(),
         fenced: false,
+        suspend_on_term: opts.suspend_on_term,
     };
     let r = drive(&mut state, &mut journal, &mut fx);
     let fenced = fx.fenced;
@@ -580,19 +591,30 @@ pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> CliResult<i32> {
         return resume_row(store, &id, &stored, row.world.as_deref(), opts);
     }
     let world = world_dir(opts, None);
+    let new = new_task(&spec, &id, &world)?;
+    say!("task {id}: started ({} steps)", spec.steps.len());
+    execute(store, &id, &spec, world, opts, Some(new))
+}
+
+/// A new task's rows: its spec and its `Created` record (seq 0), the world directory made
+/// absolute.
+pub fn new_task(spec: &Spec, id: &str, world: &Path) -> CliResult<NewTask> {
     let digest = spec.digest();
-    let task = TaskId::try_from(id.as_str()).map_err(|_| CliError::bad_input("task id too long"))?;
+    let task = TaskId::try_from(id).map_err(|_| CliError::bad_input("task id too long"))?;
     let created = Record::new(task, 0, Event::Created { spec_digest: digest, steps: spec.steps.len() as u16 });
-    let new = NewTask {
+    Ok(NewTask {
         spec_json: spec.to_json(),
         digest,
         parent: None,
         parent_seq: None,
-        world: Some(abs(&world).display().to_string()),
+        world: Some(abs(world).display().to_string()),
         records: vec![created],
-    };
-    say!("task {id}: started ({} steps)", spec.steps.len());
-    execute(store, &id, &spec, world, opts, Some(new))
+    })
+}
+
+/// The task's id: the spec's, else a fresh one.
+pub fn task_id_of(spec: &Spec) -> String {
+    spec.id.clone().unwrap_or_else(new_id)
 }
 
 /// `task resume ID`.
@@ -605,7 +627,8 @@ pub fn resume(db: &DbTarget, id: &str, opts: &RunOpts) -> CliResult<i32> {
     resume_row(store, id, &spec, row.world.as_deref(), opts)
 }
 
-fn resume_row(store: &dyn TaskStore, id: &str, spec: &Spec, world: Option<&str>, opts: &RunOpts) -> CliResult<i32> {
+/// Resumes a stored task (its spec and recorded world) until it completes, suspends or pauses.
+pub fn resume_row(store: &dyn TaskStore, id: &str, spec: &Spec, world: Option<&str>, opts: &RunOpts) -> CliResult<i32> {
     let st = store.replay(id)?;
     match next_action(&st) {
         Action::Done => {

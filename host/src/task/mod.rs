@@ -19,6 +19,7 @@ pub mod ident;
 pub mod pg;
 pub mod spec;
 pub mod store;
+pub mod worker;
 pub mod world;
 
 use std::path::PathBuf;
@@ -133,7 +134,7 @@ impl RunArgs {
                 )));
             }
         };
-        Ok(RunOpts { world: self.world.clone(), step_delay_ms, lease_ms, lease_margin_ms })
+        Ok(RunOpts { world: self.world.clone(), step_delay_ms, lease_ms, lease_margin_ms, suspend_on_term: false })
     }
 }
 
@@ -190,6 +191,32 @@ pub enum TaskCmd {
         spec: Option<PathBuf>,
         #[command(flatten)]
         run: RunArgs,
+    },
+    /// Queue a task spec for `task worker` (PostgreSQL): creates the task unless its id exists
+    /// with the same spec, and queues it.
+    Submit {
+        /// The spec file.
+        spec: PathBuf,
+        #[command(flatten)]
+        db: DbArg,
+        /// Directory of the tools' own files the task will use [default: ./world].
+        #[arg(long, value_name = "DIR")]
+        world: Option<PathBuf>,
+    },
+    /// Run queued tasks (PostgreSQL) until SIGTERM: claims them with FOR UPDATE SKIP LOCKED,
+    /// runs each under its lease; on SIGTERM suspends after the current atomic step and exits 0.
+    Worker {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Tasks run at once (1 to 64).
+        #[arg(long, value_name = "K", default_value_t = 1)]
+        concurrency: u32,
+        /// Pause between claims when nothing is claimable, ms (1 to 60,000).
+        #[arg(long, value_name = "MS", default_value_t = 200)]
+        poll_ms: u64,
+        /// Exit once a claim finds nothing claimable instead of waiting for more.
+        #[arg(long)]
+        exit_when_idle: bool,
     },
     /// Print a task's log as a table.
     Inspect {
@@ -267,6 +294,19 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
             exec::review_cmd(&db.target(), &id, step, decision, lease_ms(None)?)
         }
         TaskCmd::Fork { id, at, spec, run } => exec::fork(&run.db.target(), &id, at, spec.as_deref(), &run.opts()?),
+        TaskCmd::Submit { spec, db, world } => {
+            worker::submit(&db.target(), &spec, &RunOpts { world, ..RunOpts::default() })
+        }
+        TaskCmd::Worker { run, concurrency, poll_ms, exit_when_idle } => {
+            if !(1..=64).contains(&concurrency) {
+                return Err(CliError::bad_input(format!("--concurrency {concurrency}: expected 1 to 64")));
+            }
+            if !(1..=60_000).contains(&poll_ms) {
+                return Err(CliError::bad_input(format!("--poll-ms {poll_ms}: expected 1 to 60000")));
+            }
+            let opts = worker::WorkerOpts { concurrency, poll_ms, exit_when_idle, run: run.opts()? };
+            worker::worker(&run.db.target(), &opts)
+        }
         TaskCmd::Inspect { id, db } => inspect(&db.target(), &id),
         TaskCmd::List { db } => list(&db.target()),
         TaskCmd::Bench { steps, tasks, json, dir } => bench::bench(&bench::BenchOpts { steps, tasks, json, dir }),

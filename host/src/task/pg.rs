@@ -50,6 +50,7 @@ CREATE TABLE leases(
   task_id TEXT PRIMARY KEY, owner TEXT NOT NULL, epoch BIGINT NOT NULL,
   expires_at_ms BIGINT NOT NULL, host TEXT NOT NULL, pid BIGINT NOT NULL, pid_start BIGINT NOT NULL);
 CREATE TABLE suspend_requests(task_id TEXT PRIMARY KEY, at_ms BIGINT NOT NULL);
+CREATE TABLE queue(task_id TEXT PRIMARY KEY, submitted_at_ms BIGINT NOT NULL);
 ";
 
 /// An open PostgreSQL log.
@@ -120,35 +121,7 @@ impl PgStore {
     /// Connects and checks (with `create`, creates) the schema. Errors name the URL (password
     /// hidden): a malformed URL, a server that does not answer, a missing database: exit 2.
     pub fn open(url: &str, create: bool) -> CliResult<PgStore> {
-        let name = redact(url);
-        let mut cfg = Config::from_str(url)
-            .map_err(|e| CliError::bad_input(format!("--db {name}: not a valid PostgreSQL URL: {e}")))?;
-        if cfg.get_dbname().is_none() {
-            return Err(CliError::bad_input(format!(
-                "--db {name}: the URL names no database (postgres://USER@HOST:PORT/DB)"
-            )));
-        }
-        if cfg.get_hosts().is_empty() {
-            return Err(CliError::bad_input(format!(
-                "--db {name}: the URL names no host (postgres://USER@HOST:PORT/DB)"
-            )));
-        }
-        if cfg.get_user().is_none() {
-            return Err(CliError::bad_input(format!(
-                "--db {name}: the URL names no user (postgres://USER@HOST:PORT/DB)"
-            )));
-        }
-        if cfg.get_connect_timeout().is_none() {
-            cfg.connect_timeout(Duration::from_secs(10));
-        }
-        let busy = busy_ms()?.max(1);
-        let mut client = cfg.connect(NoTls).map_err(|e| match e.as_db_error() {
-            Some(_) => pg_error(&name, "connecting", &e),
-            None => CliError::bad_input(format!("{name}: cannot connect: {e}")),
-        })?;
-        client
-            .batch_execute(&format!("SET synchronous_commit = on; SET lock_timeout = {busy}"))
-            .map_err(|e| pg_error(&name, "setting up the session", &e))?;
+        let (client, name) = connect(url)?;
         let store = PgStore { client: RefCell::new(client), stmts: RefCell::new(HashMap::new()), name };
         match store.check_existing()? {
             Existing::Ours => {}
@@ -348,6 +321,37 @@ impl PgStore {
     }
 }
 
+/// Connects to `url` with the session settings every runner uses (`synchronous_commit = on`,
+/// `lock_timeout` from `BROKERLAB_BUSY_MS`); returns the client and the URL for messages.
+fn connect(url: &str) -> CliResult<(Client, String)> {
+    let name = redact(url);
+    let mut cfg = Config::from_str(url)
+        .map_err(|e| CliError::bad_input(format!("--db {name}: not a valid PostgreSQL URL: {e}")))?;
+    if cfg.get_dbname().is_none() {
+        return Err(CliError::bad_input(format!(
+            "--db {name}: the URL names no database (postgres://USER@HOST:PORT/DB)"
+        )));
+    }
+    if cfg.get_hosts().is_empty() {
+        return Err(CliError::bad_input(format!("--db {name}: the URL names no host (postgres://USER@HOST:PORT/DB)")));
+    }
+    if cfg.get_user().is_none() {
+        return Err(CliError::bad_input(format!("--db {name}: the URL names no user (postgres://USER@HOST:PORT/DB)")));
+    }
+    if cfg.get_connect_timeout().is_none() {
+        cfg.connect_timeout(Duration::from_secs(10));
+    }
+    let busy = busy_ms()?.max(1);
+    let mut client = cfg.connect(NoTls).map_err(|e| match e.as_db_error() {
+        Some(_) => pg_error(&name, "connecting", &e),
+        None => CliError::bad_input(format!("{name}: cannot connect: {e}")),
+    })?;
+    client
+        .batch_execute(&format!("SET synchronous_commit = on; SET lock_timeout = {busy}"))
+        .map_err(|e| pg_error(&name, "setting up the session", &e))?;
+    Ok((client, name))
+}
+
 /// Our log, an empty database, or (inner `Err`) another application's.
 fn look(c: &mut impl GenericClient, name: &str) -> Result<CliResult<Existing>, postgres::Error> {
     let schema: Option<String> = c.query_one("SELECT current_schema()", &[])?.get(0);
@@ -494,5 +498,100 @@ impl TaskStore for PgStore {
             "UPDATE leases SET expires_at_ms=0 WHERE task_id=$1 AND epoch=$2 AND owner=$3",
             &[&lease.task, &(lease.epoch as i64), &lease.owner],
         );
+    }
+}
+
+impl PgStore {
+    /// `task submit`: creates the task (its spec and `Created` record, no lease) unless its id
+    /// exists, and puts it in `queue` for the workers: one transaction, durable on `Ok`, nothing
+    /// of it after a crash during the call. Returns whether the task was created (false: it
+    /// existed, and is queued again).
+    pub fn submit(&self, id: &str, new: &NewTask) -> CliResult<bool> {
+        let r = (|| -> Result<bool, postgres::Error> {
+            let now = now_ms();
+            let mut c = self.client.borrow_mut();
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
+                "INSERT INTO tasks VALUES($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (task_id) DO NOTHING",
+                &[&id, &new.spec_json, &i64::from(new.digest), &new.parent, &new.parent_seq, &new.world, &now],
+            )?;
+            if n == 1 {
+                for rec in &new.records {
+                    self.insert_record(&mut tx, rec, 0, now)?;
+                }
+            }
+            tx.execute("INSERT INTO queue VALUES($1, $2) ON CONFLICT (task_id) DO NOTHING", &[&id, &now])?;
+            tx.commit()?;
+            Ok(n == 1)
+        })();
+        r.map_err(|e| pg_error(&self.name, "submitting the task", &e))
+    }
+
+    /// Tasks in `queue`.
+    pub fn queued(&self) -> CliResult<i64> {
+        let mut c = self.client.borrow_mut();
+        c.query_one("SELECT count(*) FROM queue", &[])
+            .map(|r| r.get(0))
+            .map_err(|e| pg_error(&self.name, "reading the queue", &e))
+    }
+}
+
+/// A worker slot's claim: its own session, holding the claimed `queue` row locked (`FOR UPDATE`,
+/// in an open transaction) for as long as it runs the task, so other workers' `SKIP LOCKED`
+/// claims pass over it. If the worker dies, its session ends and the row is free at once; the
+/// task's lease (and `decide_lease`) still decides who may append.
+pub struct Claimer {
+    client: Client,
+    name: String,
+    held: Option<String>,
+}
+
+impl Claimer {
+    /// A new session on `url`.
+    pub fn connect(url: &str) -> CliResult<Claimer> {
+        let (client, name) = connect(url)?;
+        Ok(Claimer { client, name, held: None })
+    }
+
+    /// Claims the oldest queued task that no other worker holds, passing over `skip`; `None` if
+    /// there is none. The row stays locked until [`Claimer::done`] or [`Claimer::keep`].
+    pub fn claim(&mut self, skip: &[String]) -> CliResult<Option<String>> {
+        let r = (|| -> Result<Option<String>, postgres::Error> {
+            self.client.batch_execute("BEGIN")?;
+            let row = self.client.query_opt(
+                "SELECT task_id FROM queue WHERE NOT (task_id = ANY($1)) ORDER BY submitted_at_ms, task_id LIMIT 1 \
+                 FOR UPDATE SKIP LOCKED",
+                &[&skip],
+            )?;
+            match row {
+                Some(r) => Ok(Some(r.get(0))),
+                None => {
+                    self.client.batch_execute("ROLLBACK")?;
+                    Ok(None)
+                }
+            }
+        })();
+        let id = r.map_err(|e| pg_error(&self.name, "claiming a queued task", &e))?;
+        self.held.clone_from(&id);
+        Ok(id)
+    }
+
+    /// The claimed task needs no more running (finished, failed, waiting for review, suspended by
+    /// a user): removes it from the queue and ends the claim.
+    pub fn done(&mut self) -> CliResult<()> {
+        let Some(id) = self.held.take() else { return Ok(()) };
+        let r = (|| -> Result<(), postgres::Error> {
+            self.client.execute("DELETE FROM queue WHERE task_id=$1", &[&id])?;
+            self.client.batch_execute("COMMIT")
+        })();
+        r.map_err(|e| pg_error(&self.name, "removing the task from the queue", &e))
+    }
+
+    /// The claimed task stays queued (the worker stopped, or the run failed): ends the claim.
+    pub fn keep(&mut self) -> CliResult<()> {
+        if self.held.take().is_none() {
+            return Ok(());
+        }
+        self.client.batch_execute("ROLLBACK").map_err(|e| pg_error(&self.name, "ending the claim", &e))
     }
 }
