@@ -84,11 +84,11 @@ impl PgServer {
     pub fn start(name: &str) -> PgServer {
         let bin = bin_dir();
         let ids = server_ids();
-        let dir = std::env::temp_dir().join(format!(
-            "brokerlab-pg-{}-{name}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
+        // the server's user must reach the directory: as root, /tmp (a $TMPDIR under /root
+        // would not be traversable by `postgres`)
+        let base = if ids.is_some() { PathBuf::from("/tmp") } else { std::env::temp_dir() };
+        let dir =
+            base.join(format!("brokerlab-pg-{}-{name}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         if let Some((uid, gid)) = ids {
