@@ -3,6 +3,30 @@
 
 #![allow(unsafe_code)]
 
+static TERM: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(unix)]
+extern "C" fn on_term(_sig: libc::c_int) {
+    // only an atomic store: async-signal-safe
+    TERM.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// From now on `SIGTERM` (and `SIGINT`) only sets a flag ([`term_requested`]) instead of ending
+/// the process: a worker finishes its current atomic step and stops cleanly.
+pub fn catch_term() {
+    #[cfg(unix)]
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGTERM, on_term as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGINT, on_term as *const () as libc::sighandler_t);
+    }
+}
+
+/// Whether `SIGTERM` or `SIGINT` arrived since [`catch_term`].
+pub fn term_requested() -> bool {
+    TERM.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 /// Ignores `SIGXFSZ`, so a write past the file-size limit (`ulimit -f`) fails with `EFBIG` and
 /// is reported as an error instead of killing the process without a word.
 pub fn ignore_file_size_signal() {

@@ -1,6 +1,7 @@
-//! Running a task on the host: the SQLite journal (one transaction per checkpoint, fenced), the
-//! scripted model and the world's tools as [`Effects`], crash injection, and the commands that
-//! drive them (`run`, `resume`, `fork`, `review`, `suspend`).
+//! Running a task on the host: the journal (SQLite or PostgreSQL behind [`TaskStore`]; one
+//! transaction per checkpoint, fenced), the scripted model and the world's tools as [`Effects`],
+//! crash injection, and the commands that drive them (`run`, `resume`, `fork`, `review`,
+//! `suspend`).
 
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
@@ -13,9 +14,10 @@ use brokerlab_core::runner::{
     review,
 };
 
+use super::backend::{DbTarget, TaskStore, open};
 use super::ident::{Me, now_ms};
 use super::spec::{Spec, check_id};
-use super::store::{AppendError, Lease, LeaseError, NewTask, Store, fold, sql_error};
+use super::store::{AppendError, Lease, LeaseError, NewTask, fold_in};
 use super::world::{CallOutcome, ToolFile, World};
 use crate::error::{CliError, CliResult, EXIT_FAILURE, EXIT_NEEDS_REVIEW};
 
@@ -134,10 +136,10 @@ impl Chaos {
     }
 }
 
-/// The SQLite journal: buffers records and commits them in one transaction at each `sync`
+/// The journal: buffers records and commits them in one transaction at each `sync`
 /// (the core's drive syncs before every side effect), fenced by the lease.
 pub struct HostJournal<'a> {
-    store: &'a Store,
+    store: &'a dyn TaskStore,
     lease: Lease,
     pending: Vec<Record>,
     chaos: &'a Chaos,
@@ -150,19 +152,19 @@ pub struct HostJournal<'a> {
 
 impl<'a> HostJournal<'a> {
     /// A journal appending to `store` under `lease`.
-    pub fn new(store: &'a Store, lease: Lease, chaos: &'a Chaos) -> Self {
+    pub fn new(store: &'a dyn TaskStore, lease: Lease, chaos: &'a Chaos) -> Self {
         let renewed_at_ms = Rc::new(Cell::new(lease.taken_at_ms));
         HostJournal { store, lease, pending: Vec::new(), chaos, renewed_at_ms, commits: 0 }
     }
 }
 
 impl Journal for HostJournal<'_> {
-    type Error = AppendError;
-    fn append(&mut self, rec: &Record) -> Result<(), AppendError> {
+    type Error = AppendError<CliError>;
+    fn append(&mut self, rec: &Record) -> Result<(), AppendError<CliError>> {
         self.pending.push(rec.clone());
         Ok(())
     }
-    fn sync(&mut self) -> Result<(), AppendError> {
+    fn sync(&mut self) -> Result<(), AppendError<CliError>> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -182,7 +184,7 @@ impl Journal for HostJournal<'_> {
 pub struct HostEffects<'a> {
     spec: &'a Spec,
     world: &'a mut World,
-    store: &'a Store,
+    store: &'a dyn TaskStore,
     chaos: &'a Chaos,
     delay: Duration,
     lease: Lease,
@@ -190,6 +192,8 @@ pub struct HostEffects<'a> {
     renewed_at_ms: Rc<Cell<i64>>,
     /// Set when a tool or a renewal found that another runner holds the lease.
     fenced: bool,
+    /// Suspend once SIGTERM arrived (`task worker`).
+    suspend_on_term: bool,
 }
 
 impl HostEffects<'_> {
@@ -217,7 +221,7 @@ impl HostEffects<'_> {
                     self.margin_ms
                 )))
             }
-            Err(AppendError::Sql(e)) => Err(sql_error(&self.store.path, "renewing the lease", e)),
+            Err(AppendError::Sql(e)) => Err(e),
         }
     }
 }
@@ -266,7 +270,12 @@ impl Effects for HostEffects<'_> {
     }
 
     fn suspend_requested(&mut self, task: &TaskId, _step: u16) -> CliResult<bool> {
-        self.store.suspend_requested(task).map_err(|e| sql_error(&self.store.path, "polling suspend requests", e))
+        // a worker told to stop (SIGTERM) suspends its task like `task suspend` would: after
+        // the current atomic step, with the marker, so another worker resumes it
+        if self.suspend_on_term && crate::sys::term_requested() {
+            return Ok(true);
+        }
+        self.store.suspend_requested(task)
     }
 }
 
@@ -281,12 +290,15 @@ pub struct RunOpts {
     pub lease_ms: i64,
     /// Least lease time left, ms, under which a tool is not called before a renewal.
     pub lease_margin_ms: i64,
+    /// Suspend after the current atomic step once SIGTERM arrived (`task worker`).
+    pub suspend_on_term: bool,
 }
 
 /// Default world directory.
 pub const DEFAULT_WORLD: &str = "world";
 
-fn world_dir(opts: &RunOpts, recorded: Option<&str>) -> PathBuf {
+/// The world directory: `--world`, else the one the task was created with, else `./world`.
+pub fn world_dir(opts: &RunOpts, recorded: Option<&str>) -> PathBuf {
     match (&opts.world, recorded) {
         (Some(w), Some(r)) if Path::new(r) != w.as_path() && abs(w) != Path::new(r) => {
             eprintln!("brokerlab: warning: the task was created with --world {r}; using {} as asked", w.display());
@@ -325,7 +337,7 @@ pub fn status_of(st: &TaskState) -> String {
 /// The world as a witness: every call a tool's own file holds for `id` must have its intent in
 /// the log. A call without one means the log lost its tail or was changed: resuming would repeat a
 /// side effect the world has already seen, so this is reported as corruption and nothing runs.
-fn check_witness(store: &Store, world: &mut World, id: &str, recs: &[Record]) -> CliResult<()> {
+fn check_witness(store: &dyn TaskStore, world: &mut World, id: &str, recs: &[Record]) -> CliResult<()> {
     for f in ToolFile::ALL {
         for c in world.calls(f, id)? {
             let has_intent = recs.iter().any(|r| {
@@ -336,7 +348,7 @@ fn check_witness(store: &Store, world: &mut World, id: &str, recs: &[Record]) ->
                     "{}: task {id:?} step {}: log corruption: the {} tool's own file ({}) has a call for this step \
                      (applied {}, token {}) but the log has no intent for it: the log's tail was lost or changed; \
                      nothing was re-sent and nothing was written",
-                    store.path.display(),
+                    store.name(),
                     c.step,
                     f.tool(),
                     world.path(f).display(),
@@ -365,7 +377,7 @@ fn fence_in_flight(world: &mut World, id: &str, st: &TaskState) -> CliResult<()>
 
 /// Runs (or resumes) a task until it completes, suspends or pauses. Returns the exit code.
 fn execute(
-    store: &Store,
+    store: &dyn TaskStore,
     id: &str,
     spec: &Spec,
     world: PathBuf,
@@ -378,11 +390,11 @@ fn execute(
         Some(new) => new.records.clone(),
         None => store.records(id)?,
     };
-    let mut state = fold(&store.path, id, &recs)?;
+    let mut state = fold_in(&store.name(), id, &recs)?;
     if state.created && state.spec_digest != spec.digest() {
         return Err(CliError::bad_input(format!(
             "{}: task {id:?}: the stored spec does not match the log's digest",
-            store.path.display()
+            store.name()
         )));
     }
     let mut world = World::new(&world);
@@ -402,7 +414,7 @@ fn execute(
         Err(LeaseError::Exists) => {
             return Err(CliError::failure(format!("task {id:?} was created concurrently by another runner")));
         }
-        Err(LeaseError::Sql(e)) => return Err(sql_error(&store.path, "taking the lease", e)),
+        Err(LeaseError::Sql(e)) => return Err(e),
     };
     state.apply(&rec).map_err(|e| CliError::failure(format!("lease record: {e}")))?;
     fence_in_flight(&mut world, id, &state)?;
@@ -417,6 +429,7 @@ fn execute(
         margin_ms: opts.lease_margin_ms,
         renewed_at_ms: journal.renewed_at_ms.clone(),
         fenced: false,
+        suspend_on_term: opts.suspend_on_term,
     };
     let r = drive(&mut state, &mut journal, &mut fx);
     let fenced = fx.fenced;
@@ -434,7 +447,7 @@ fn execute(
         }
         Err(DriveError::Journal(AppendError::Sql(e))) => {
             store.release(&lease);
-            Err(sql_error(&store.path, "appending a checkpoint", e))
+            Err(e)
         }
         Err(DriveError::Effects(e)) => {
             if !fenced {
@@ -461,7 +474,7 @@ struct Evidence {
     lines: Vec<String>,
 }
 
-fn evidence(store: &Store, world: &mut World, id: &str, step: u16, tool: &str) -> CliResult<Evidence> {
+fn evidence(store: &dyn TaskStore, world: &mut World, id: &str, step: u16, tool: &str) -> CliResult<Evidence> {
     let f = ToolFile::of_tool(tool);
     let mut ev = Evidence {
         file: f.map_or_else(|| world.dir().to_path_buf(), |f| world.path(f)),
@@ -504,7 +517,7 @@ fn evidence(store: &Store, world: &mut World, id: &str, step: u16, tool: &str) -
     Ok(ev)
 }
 
-fn report(store: &Store, id: &str, st: &TaskState, stop: Stop, world: &mut World) -> CliResult<i32> {
+fn report(store: &dyn TaskStore, id: &str, st: &TaskState, stop: Stop, world: &mut World) -> CliResult<i32> {
     match stop {
         Stop::Completed => {
             say!("task {id}: completed ({} steps, {} records)", st.steps, st.next_seq);
@@ -558,13 +571,14 @@ fn new_id() -> String {
 }
 
 /// `task run SPEC`: starts the task, or resumes it when its id already exists.
-pub fn run(db: &Path, spec_path: &Path, opts: &RunOpts) -> CliResult<i32> {
+pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> CliResult<i32> {
     let spec = Spec::load(spec_path)?;
-    let store = Store::open(db, true)?;
+    let store = open(db, true)?;
+    let store = &*store;
     let id = spec.id.clone().unwrap_or_else(new_id);
     if let Some(row) = store.task(&id)? {
         let stored = Spec::from_json(&row.spec)
-            .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", db.display())))?;
+            .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
         if stored.digest() != spec.digest() {
             return Err(CliError::bad_input(format!(
                 "{}: task {id:?} already exists with a different spec; run it with `task resume {id}`, or start a \
@@ -574,34 +588,47 @@ pub fn run(db: &Path, spec_path: &Path, opts: &RunOpts) -> CliResult<i32> {
             )));
         }
         say!("task {id}: exists, resuming");
-        return resume_row(&store, &id, &stored, row.world.as_deref(), opts);
+        return resume_row(store, &id, &stored, row.world.as_deref(), opts);
     }
     let world = world_dir(opts, None);
+    let new = new_task(&spec, &id, &world)?;
+    say!("task {id}: started ({} steps)", spec.steps.len());
+    execute(store, &id, &spec, world, opts, Some(new))
+}
+
+/// A new task's rows: its spec and its `Created` record (seq 0), the world directory made
+/// absolute.
+pub fn new_task(spec: &Spec, id: &str, world: &Path) -> CliResult<NewTask> {
     let digest = spec.digest();
-    let task = TaskId::try_from(id.as_str()).map_err(|_| CliError::bad_input("task id too long"))?;
+    let task = TaskId::try_from(id).map_err(|_| CliError::bad_input("task id too long"))?;
     let created = Record::new(task, 0, Event::Created { spec_digest: digest, steps: spec.steps.len() as u16 });
-    let new = NewTask {
+    Ok(NewTask {
         spec_json: spec.to_json(),
         digest,
         parent: None,
         parent_seq: None,
-        world: Some(abs(&world).display().to_string()),
+        world: Some(abs(world).display().to_string()),
         records: vec![created],
-    };
-    say!("task {id}: started ({} steps)", spec.steps.len());
-    execute(&store, &id, &spec, world, opts, Some(new))
+    })
+}
+
+/// The task's id: the spec's, else a fresh one.
+pub fn task_id_of(spec: &Spec) -> String {
+    spec.id.clone().unwrap_or_else(new_id)
 }
 
 /// `task resume ID`.
-pub fn resume(db: &Path, id: &str, opts: &RunOpts) -> CliResult<i32> {
-    let store = Store::open(db, false)?;
+pub fn resume(db: &DbTarget, id: &str, opts: &RunOpts) -> CliResult<i32> {
+    let store = open(db, false)?;
+    let store = &*store;
     let row = store.task_or_err(id)?;
     let spec = Spec::from_json(&row.spec)
-        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", db.display())))?;
-    resume_row(&store, id, &spec, row.world.as_deref(), opts)
+        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+    resume_row(store, id, &spec, row.world.as_deref(), opts)
 }
 
-fn resume_row(store: &Store, id: &str, spec: &Spec, world: Option<&str>, opts: &RunOpts) -> CliResult<i32> {
+/// Resumes a stored task (its spec and recorded world) until it completes, suspends or pauses.
+pub fn resume_row(store: &dyn TaskStore, id: &str, spec: &Spec, world: Option<&str>, opts: &RunOpts) -> CliResult<i32> {
     let st = store.replay(id)?;
     match next_action(&st) {
         Action::Done => {
@@ -622,8 +649,9 @@ fn resume_row(store: &Store, id: &str, spec: &Spec, world: Option<&str>, opts: &
 }
 
 /// `task review ID --step N --mark-done|--retry`.
-pub fn review_cmd(db: &Path, id: &str, step: u16, decision: Decision, lease_ms: i64) -> CliResult<i32> {
-    let store = Store::open(db, false)?;
+pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_ms: i64) -> CliResult<i32> {
+    let store = open(db, false)?;
+    let store = &*store;
     store.task_or_err(id)?;
     let mut st = store.replay(id)?;
     match &st.phase {
@@ -641,7 +669,7 @@ pub fn review_cmd(db: &Path, id: &str, step: u16, decision: Decision, lease_ms: 
         Err(LeaseError::Held { owner, .. }) => {
             return Err(CliError::failure(format!("task {id:?} is held by a running runner ({owner}); try later")));
         }
-        Err(LeaseError::Sql(e)) => return Err(sql_error(&store.path, "taking the lease", e)),
+        Err(LeaseError::Sql(e)) => return Err(e),
         Err(LeaseError::Exists) => return Err(CliError::failure("unexpected create")),
     };
     st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
@@ -653,7 +681,7 @@ pub fn review_cmd(db: &Path, id: &str, step: u16, decision: Decision, lease_ms: 
         return Err(e);
     }
     let chaos = Chaos::none();
-    let mut journal = HostJournal::new(&store, lease.clone(), &chaos);
+    let mut journal = HostJournal::new(store, lease.clone(), &chaos);
     let r = review(&mut st, &mut journal, step, decision);
     store.release(&lease);
     match r {
@@ -670,8 +698,9 @@ pub fn review_cmd(db: &Path, id: &str, step: u16, decision: Decision, lease_ms: 
 }
 
 /// `task suspend ID`.
-pub fn suspend(db: &Path, id: &str, lease_ms: i64) -> CliResult<i32> {
-    let store = Store::open(db, false)?;
+pub fn suspend(db: &DbTarget, id: &str, lease_ms: i64) -> CliResult<i32> {
+    let store = open(db, false)?;
+    let store = &*store;
     store.task_or_err(id)?;
     let mut st = store.replay(id)?;
     if st.end.is_some() {
@@ -715,7 +744,7 @@ pub fn suspend(db: &Path, id: &str, lease_ms: i64) -> CliResult<i32> {
             say!("task {id}: suspend requested (a runner just started)");
             return Ok(0);
         }
-        Err(LeaseError::Sql(e)) => return Err(sql_error(&store.path, "taking the lease", e)),
+        Err(LeaseError::Sql(e)) => return Err(e),
         Err(LeaseError::Exists) => return Err(CliError::failure("unexpected create")),
     };
     st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
@@ -728,14 +757,15 @@ pub fn suspend(db: &Path, id: &str, lease_ms: i64) -> CliResult<i32> {
             say!("task {id}: suspended before step {} (no runner was active)", st.step);
             Ok(0)
         }
-        Err(AppendError::Sql(e)) => Err(sql_error(&store.path, "writing the suspended marker", e)),
+        Err(AppendError::Sql(e)) => Err(e),
         Err(AppendError::Fenced { .. }) => Err(CliError::failure(format!("task {id:?}: a runner took over"))),
     }
 }
 
 /// `task fork ID --at SEQ [--spec NEW]`.
-pub fn fork(db: &Path, id: &str, at: u32, spec_path: Option<&Path>, opts: &RunOpts) -> CliResult<i32> {
-    let store = Store::open(db, false)?;
+pub fn fork(db: &DbTarget, id: &str, at: u32, spec_path: Option<&Path>, opts: &RunOpts) -> CliResult<i32> {
+    let store = open(db, false)?;
+    let store = &*store;
     let row = store.task_or_err(id)?;
     let parent = store.records(id)?;
     if at as usize >= parent.len() {
@@ -773,7 +803,7 @@ pub fn fork(db: &Path, id: &str, at: u32, spec_path: Option<&Path>, opts: &RunOp
         Record::new(task.clone(), 0, Event::Created { spec_digest: digest, steps: spec.steps.len() as u16 }),
         Record::new(task.clone(), 1, Event::ForkedFrom { task: parent_id, seq: at }),
     ];
-    let mut st = fold(&store.path, &new_id, &recs)?;
+    let mut st = fold_in(&store.name(), &new_id, &recs)?;
     // The fork rule (core::runner::fork): copy what happened in the steps, never shorten the
     // prefix: a call whose intent precedes the cut is the parent's and is never made anew.
     for r in parent.iter().take(at as usize + 1).filter(|r| copied_by_fork(&r.event)) {
@@ -808,7 +838,7 @@ pub fn fork(db: &Path, id: &str, at: u32, spec_path: Option<&Path>, opts: &RunOp
         records: recs,
     };
     say!("task {new_id}: forked from {id} at seq {at} ({} records copied){start}", new.records.len() - 2);
-    execute(&store, &new_id, &spec, world, opts, Some(new))
+    execute(store, &new_id, &spec, world, opts, Some(new))
 }
 
 /// The tool class of a call, for tables.

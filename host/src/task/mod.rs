@@ -1,7 +1,8 @@
-//! `brokerlab task ...`: the durable task runner on the host (SQLite log, tools, CLI).
+//! `brokerlab task ...`: the durable task runner on the host (SQLite or PostgreSQL log, tools, CLI).
 //!
 //! The decisions are the core's ([`brokerlab_core::runner`]): this module stores records in SQLite
-//! ([`store`]), answers the runner's model and tool calls ([`exec`], [`world`]) and prints.
+//! ([`store`]) or PostgreSQL ([`pg`]) behind one trait ([`backend`]), answers the runner's model and
+//! tool calls ([`exec`], [`world`]) and prints.
 //! See `docs/RUNNER.md`.
 //!
 //! Exit codes: 0 done or suspended, 3 paused for review, 2 bad input (spec, id, flag, locked or
@@ -10,12 +11,15 @@
 // `say!` (stdout that ends quietly on a closed pipe) comes from the crate root: one path for
 // every command.
 
+pub mod backend;
 pub mod bench;
 pub mod chaos;
 pub mod exec;
 pub mod ident;
+pub mod pg;
 pub mod spec;
 pub mod store;
+pub mod worker;
 pub mod world;
 
 use std::path::PathBuf;
@@ -24,9 +28,9 @@ use brokerlab_core::runner::{Decision, next_action};
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult};
+use backend::{DbTarget, TaskStore};
 use exec::{RunOpts, status_of};
 use ident::now_ms;
-use store::Store;
 
 /// Default log database.
 pub const DEFAULT_DB: &str = "tasks.sqlite";
@@ -34,9 +38,24 @@ pub const DEFAULT_DB: &str = "tasks.sqlite";
 /// The log database option shared by all subcommands.
 #[derive(Debug, Args, Clone)]
 pub struct DbArg {
-    /// The runner's log (SQLite, WAL, synchronous=FULL).
-    #[arg(long, value_name = "FILE", default_value = DEFAULT_DB)]
-    pub db: PathBuf,
+    /// The runner's log: a SQLite file (WAL, synchronous=FULL), or a PostgreSQL database
+    /// `postgres://USER[:PASSWORD]@HOST:PORT/DB` (schema created on first use).
+    /// [default: $BROKERLAB_DB, else tasks.sqlite]
+    #[arg(long, value_name = "FILE|URL")]
+    pub db: Option<PathBuf>,
+}
+
+impl DbArg {
+    /// `--db`, else `$BROKERLAB_DB` (when set and not empty), else [`DEFAULT_DB`].
+    pub fn target(&self) -> DbTarget {
+        match &self.db {
+            Some(p) => DbTarget::parse(p),
+            None => match std::env::var_os("BROKERLAB_DB") {
+                Some(v) if !v.is_empty() => DbTarget::parse(std::path::Path::new(&v)),
+                _ => DbTarget::Sqlite(PathBuf::from(DEFAULT_DB)),
+            },
+        }
+    }
 }
 
 /// Options of the commands that run a task.
@@ -115,7 +134,7 @@ impl RunArgs {
                 )));
             }
         };
-        Ok(RunOpts { world: self.world.clone(), step_delay_ms, lease_ms, lease_margin_ms })
+        Ok(RunOpts { world: self.world.clone(), step_delay_ms, lease_ms, lease_margin_ms, suspend_on_term: false })
     }
 }
 
@@ -172,6 +191,32 @@ pub enum TaskCmd {
         spec: Option<PathBuf>,
         #[command(flatten)]
         run: RunArgs,
+    },
+    /// Queue a task spec for `task worker` (PostgreSQL): creates the task unless its id exists
+    /// with the same spec, and queues it.
+    Submit {
+        /// The spec file.
+        spec: PathBuf,
+        #[command(flatten)]
+        db: DbArg,
+        /// Directory of the tools' own files the task will use [default: ./world].
+        #[arg(long, value_name = "DIR")]
+        world: Option<PathBuf>,
+    },
+    /// Run queued tasks (PostgreSQL) until SIGTERM: claims them with FOR UPDATE SKIP LOCKED,
+    /// runs each under its lease; on SIGTERM suspends after the current atomic step and exits 0.
+    Worker {
+        #[command(flatten)]
+        run: RunArgs,
+        /// Tasks run at once (1 to 64).
+        #[arg(long, value_name = "K", default_value_t = 1)]
+        concurrency: u32,
+        /// Pause between claims when nothing is claimable, ms (1 to 60,000).
+        #[arg(long, value_name = "MS", default_value_t = 200)]
+        poll_ms: u64,
+        /// Exit once a claim finds nothing claimable instead of waiting for more.
+        #[arg(long)]
+        exit_when_idle: bool,
     },
     /// Print a task's log as a table.
     Inspect {
@@ -237,20 +282,33 @@ pub enum TaskCmd {
 /// Runs one `task` subcommand; returns the process exit code on success.
 pub fn main(cmd: TaskCmd) -> CliResult<i32> {
     match cmd {
-        TaskCmd::Run { spec, run } => exec::run(&run.db.db, &spec, &run.opts()?),
-        TaskCmd::Resume { id, run } => exec::resume(&run.db.db, &id, &run.opts()?),
-        TaskCmd::Suspend { id, db } => exec::suspend(&db.db, &id, lease_ms(None)?),
+        TaskCmd::Run { spec, run } => exec::run(&run.db.target(), &spec, &run.opts()?),
+        TaskCmd::Resume { id, run } => exec::resume(&run.db.target(), &id, &run.opts()?),
+        TaskCmd::Suspend { id, db } => exec::suspend(&db.target(), &id, lease_ms(None)?),
         TaskCmd::Review { id, step, mark_done, retry, db } => {
             let decision = match (mark_done, retry) {
                 (true, false) => Decision::MarkDone,
                 (false, true) => Decision::Retry,
                 _ => return Err(CliError::bad_input("give exactly one of --mark-done and --retry")),
             };
-            exec::review_cmd(&db.db, &id, step, decision, lease_ms(None)?)
+            exec::review_cmd(&db.target(), &id, step, decision, lease_ms(None)?)
         }
-        TaskCmd::Fork { id, at, spec, run } => exec::fork(&run.db.db, &id, at, spec.as_deref(), &run.opts()?),
-        TaskCmd::Inspect { id, db } => inspect(&db.db, &id),
-        TaskCmd::List { db } => list(&db.db),
+        TaskCmd::Fork { id, at, spec, run } => exec::fork(&run.db.target(), &id, at, spec.as_deref(), &run.opts()?),
+        TaskCmd::Submit { spec, db, world } => {
+            worker::submit(&db.target(), &spec, &RunOpts { world, ..RunOpts::default() })
+        }
+        TaskCmd::Worker { run, concurrency, poll_ms, exit_when_idle } => {
+            if !(1..=64).contains(&concurrency) {
+                return Err(CliError::bad_input(format!("--concurrency {concurrency}: expected 1 to 64")));
+            }
+            if !(1..=60_000).contains(&poll_ms) {
+                return Err(CliError::bad_input(format!("--poll-ms {poll_ms}: expected 1 to 60000")));
+            }
+            let opts = worker::WorkerOpts { concurrency, poll_ms, exit_when_idle, run: run.opts()? };
+            worker::worker(&run.db.target(), &opts)
+        }
+        TaskCmd::Inspect { id, db } => inspect(&db.target(), &id),
+        TaskCmd::List { db } => list(&db.target()),
         TaskCmd::Bench { steps, tasks, json, dir } => bench::bench(&bench::BenchOpts { steps, tasks, json, dir }),
         TaskCmd::Chaos { iterations, seed, steps, json, dir, step_delay_ms, max_kills, verify, lease_ms: ms } => {
             let lease_ms = self::lease_ms(Some(ms))? as u64;
@@ -269,7 +327,7 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
     }
 }
 
-fn lease_text(store: &Store, id: &str) -> CliResult<String> {
+fn lease_text(store: &dyn TaskStore, id: &str) -> CliResult<String> {
     let now = now_ms();
     Ok(match store.lease(id)? {
         None => "-".into(),
@@ -278,18 +336,19 @@ fn lease_text(store: &Store, id: &str) -> CliResult<String> {
     })
 }
 
-fn inspect(db: &std::path::Path, id: &str) -> CliResult<i32> {
-    let store = Store::open(db, false)?;
+fn inspect(db: &DbTarget, id: &str) -> CliResult<i32> {
+    let store = backend::open(db, false)?;
+    let store = &*store;
     let row = store.task_or_err(id)?;
     let recs = store.records(id)?;
-    let st = store::fold(&store.path, id, &recs)?;
+    let st = store::fold_in(&store.name(), id, &recs)?;
     say!("task {id}");
     if let Some(p) = &row.parent {
         say!("forked from: {p}");
     }
     say!("status: {} ({} of {} steps done)", status_of(&st), st.step, st.steps);
     say!("next: {}", next_action(&st));
-    say!("lease: {}", lease_text(&store, id)?);
+    say!("lease: {}", lease_text(store, id)?);
     say!("{:>5}  {:<13} {:<13} payload", "seq", "kind", "status");
     for r in &recs {
         say!("{:>5}  {:<13} {:<13} {}", r.seq, r.kind().name(), r.status.name(), r.event);
@@ -297,8 +356,9 @@ fn inspect(db: &std::path::Path, id: &str) -> CliResult<i32> {
     Ok(0)
 }
 
-fn list(db: &std::path::Path) -> CliResult<i32> {
-    let store = Store::open(db, false)?;
+fn list(db: &DbTarget) -> CliResult<i32> {
+    let store = backend::open(db, false)?;
+    let store = &*store;
     let ids = store.task_ids()?;
     say!("{:<24} {:>7} {:>8}  {:<40} lease", "task", "steps", "records", "status");
     let mut corrupt = Vec::new();
@@ -311,7 +371,7 @@ fn list(db: &std::path::Path) -> CliResult<i32> {
                 st.steps,
                 st.next_seq,
                 status_of(&st),
-                lease_text(&store, &id)?
+                lease_text(store, &id)?
             ),
             Err(e) => {
                 say!("{:<24} {:>7} {:>8}  {:<40} -", id, "?", "?", "CORRUPT (see below)");

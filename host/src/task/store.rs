@@ -49,9 +49,10 @@ pub struct Lease {
     pub taken_at_ms: i64,
 }
 
-/// Why an append was refused.
+/// Why an append was refused. `E` is the database's error (SQLite's here; a [`CliError`] that
+/// names the database behind the [`super::backend::TaskStore`] trait).
 #[derive(Debug)]
-pub enum AppendError {
+pub enum AppendError<E = rusqlite::Error> {
     /// The lease is no longer ours (another runner took over): fencing.
     Fenced {
         /// Our epoch.
@@ -59,8 +60,8 @@ pub enum AppendError {
         /// The holder now, if any.
         holder: Option<(String, u64)>,
     },
-    /// SQLite failed.
-    Sql(rusqlite::Error),
+    /// The database failed.
+    Sql(E),
 }
 
 impl From<rusqlite::Error> for AppendError {
@@ -69,9 +70,9 @@ impl From<rusqlite::Error> for AppendError {
     }
 }
 
-/// Why a lease could not be taken.
+/// Why a lease could not be taken. `E` as for [`AppendError`].
 #[derive(Debug)]
-pub enum LeaseError {
+pub enum LeaseError<E = rusqlite::Error> {
     /// A live runner holds it.
     Held {
         /// Its owner string.
@@ -83,8 +84,8 @@ pub enum LeaseError {
     },
     /// The task id already exists (create raced with another `run`).
     Exists,
-    /// SQLite failed.
-    Sql(rusqlite::Error),
+    /// The database failed.
+    Sql(E),
 }
 
 impl From<rusqlite::Error> for LeaseError {
@@ -362,16 +363,7 @@ impl Store {
                      was changed outside brokerlab"
                 )));
             };
-            let (rec, n) = frame::parse(&payload)
-                .map_err(|e| CliError::bad_input(format!("{p}: task {id:?} seq {seq}: corrupt record: {e}")))?;
-            if n != payload.len() || rec.seq as i64 != seq || rec.task_id.as_str() != id {
-                return Err(CliError::bad_input(format!(
-                    "{p}: task {id:?} seq {seq}: record does not match its row (seq {}, task {:?})",
-                    rec.seq,
-                    rec.task_id.as_str()
-                )));
-            }
-            out.push(rec);
+            out.push(decode_row(&p, id, seq, &payload)?);
         }
         Ok(out)
     }
@@ -580,13 +572,32 @@ fn insert_record(conn: &Connection, rec: &Record, epoch: u64, now: i64) -> Resul
 
 /// Folds records into a state; an inconsistent log is a clear error naming the file and seq.
 pub fn fold(path: &Path, id: &str, recs: &[Record]) -> CliResult<TaskState> {
+    fold_in(&path.display(), id, recs)
+}
+
+/// [`fold`] for any database (`db`: the file or the URL, for the message).
+pub fn fold_in(db: &dyn std::fmt::Display, id: &str, recs: &[Record]) -> CliResult<TaskState> {
     let task = TaskId::try_from(id).map_err(|_| CliError::bad_input(format!("task id {id:?} too long")))?;
     let mut st = TaskState::new(task);
     for rec in recs {
-        st.apply(rec)
-            .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: inconsistent log: {e}", path.display())))?;
+        st.apply(rec).map_err(|e| CliError::bad_input(format!("{db}: task {id:?}: inconsistent log: {e}")))?;
     }
     Ok(st)
+}
+
+/// Decodes one log row's payload (the core's frame) and checks it against its row (task, seq):
+/// a CRC failure or a mismatch is exit 2 naming the database (`db`), the task and the seq.
+pub fn decode_row(db: &dyn std::fmt::Display, id: &str, seq: i64, payload: &[u8]) -> CliResult<Record> {
+    let (rec, n) = frame::parse(payload)
+        .map_err(|e| CliError::bad_input(format!("{db}: task {id:?} seq {seq}: corrupt record: {e}")))?;
+    if n != payload.len() || rec.seq as i64 != seq || rec.task_id.as_str() != id {
+        return Err(CliError::bad_input(format!(
+            "{db}: task {id:?} seq {seq}: record does not match its row (seq {}, task {:?})",
+            rec.seq,
+            rec.task_id.as_str()
+        )));
+    }
+    Ok(rec)
 }
 
 /// `BEGIN IMMEDIATE` on a shared connection (rolled back on drop unless committed): the write

@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 
+pub mod pg;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_brokerlab");
 
 pub struct Dir(pub PathBuf);
@@ -32,6 +34,7 @@ impl Dir {
         c.current_dir(&self.0).args(["task"]).args(args);
         c.env_remove("BROKERLAB_CRASH_AT").env_remove("BROKERLAB_STEP_DELAY_MS").env_remove("BROKERLAB_LEASE_MS");
         c.env_remove("BROKERLAB_PAUSE_AT").env_remove("BROKERLAB_UNFENCED_TOOLS").env_remove("BROKERLAB_BUSY_MS");
+        c.env_remove("BROKERLAB_DB");
         c
     }
     pub fn run(&self, args: &[&str]) -> Out {

@@ -1,0 +1,174 @@
+//! The journal's storage as the runner sees it: one trait ([`TaskStore`]), two bindings, the
+//! SQLite file ([`super::store::Store`], the embedded default) and PostgreSQL
+//! ([`super::pg::PgStore`], `--db postgres://USER@HOST:PORT/DB`). `exec.rs` and the `task`
+//! commands speak only to the trait; the lease and fencing decisions are the core's
+//! (`decide_lease`, `check_fence`), evaluated by each binding inside its own transactions.
+
+use std::path::{Path, PathBuf};
+
+use brokerlab_core::runner::{Record, TaskState};
+
+use super::ident::Me;
+use super::store::{AppendError, Lease, LeaseError, LeaseRow, NewTask, Store, TaskRow, fold_in, sql_error};
+use crate::error::{CliError, CliResult};
+
+/// Where the log lives: `--db` or `$BROKERLAB_DB`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DbTarget {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, by URL (`postgres://` or `postgresql://`).
+    Postgres(String),
+}
+
+impl DbTarget {
+    /// Reads a `--db` value: a `postgres://` or `postgresql://` URL, else a file path.
+    pub fn parse(v: &Path) -> DbTarget {
+        match v.to_str() {
+            Some(s) if s.starts_with("postgres://") || s.starts_with("postgresql://") => {
+                DbTarget::Postgres(s.to_string())
+            }
+            _ => DbTarget::Sqlite(v.to_path_buf()),
+        }
+    }
+}
+
+/// Opens the log (with `create`, creating its schema if the database has none). Errors name the
+/// file or the URL (its password hidden).
+pub fn open(db: &DbTarget, create: bool) -> CliResult<Box<dyn TaskStore>> {
+    Ok(match db {
+        DbTarget::Sqlite(p) => Box::new(Store::open(p, create)?),
+        DbTarget::Postgres(url) => Box::new(super::pg::PgStore::open(url, create)?),
+    })
+}
+
+/// The operations the runner needs from its journal. Each says what is durable when it returns
+/// `Ok` and what a crash (of the process, the host or the database server) during it leaves.
+/// Errors are [`CliError`]s that name the database.
+pub trait TaskStore {
+    /// The database, for messages: the file, or the URL without its password.
+    fn name(&self) -> String;
+
+    /// The task's row (spec, parent, world), if it exists. Reads only.
+    fn task(&self, id: &str) -> CliResult<Option<TaskRow>>;
+
+    /// All task ids, oldest first. Reads only.
+    fn task_ids(&self) -> CliResult<Vec<String>>;
+
+    /// The task's committed records in order, decoded and checked (seq dense from 0, task id,
+    /// CRC): exactly what earlier `Ok` appends made durable. Reads only.
+    fn records(&self, id: &str) -> CliResult<Vec<Record>>;
+
+    /// The lease row, if any runner ever held the task. Reads only.
+    fn lease(&self, id: &str) -> CliResult<Option<LeaseRow>>;
+
+    /// Whether `task suspend` asked the task to stop. Reads only.
+    fn suspend_requested(&self, id: &str) -> CliResult<bool>;
+
+    /// Records a suspend request: durable on `Ok`; after a crash during the call it is there or
+    /// not (a single-statement transaction).
+    fn request_suspend(&self, id: &str) -> CliResult<()>;
+
+    /// Takes the lease (the core's `decide_lease` on the row read under the transaction's lock;
+    /// epoch + 1) and appends the `LeaseAcquired` record, creating the task with its first records
+    /// first when `create` is given, and with `clear_suspend` deleting a pending suspend request:
+    /// one transaction. On `Ok` all of it is durable; after a crash during the call none of it
+    /// is (the previous holder's lease and the log are as they were).
+    fn acquire(
+        &self,
+        id: &str,
+        me: &Me,
+        ttl_ms: i64,
+        state: &TaskState,
+        create: Option<&NewTask>,
+        clear_suspend: bool,
+    ) -> Result<(Lease, Record), LeaseError<CliError>>;
+
+    /// A checkpoint: appends `recs` under `lease` in one transaction that first checks the lease
+    /// row (the core's `check_fence`: owner and epoch still ours, else `Fenced` and nothing is
+    /// written), deletes the suspend request when a `Suspended` marker is among them, and renews
+    /// the lease. Durable on `Ok`; after a crash during the call none of it is written, except
+    /// that a crash during the commit itself leaves it unknown to the caller whether it was, and
+    /// the next runner reads the log to find out (never the caller's memory).
+    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<CliError>>;
+
+    /// Renews the lease: a fenced checkpoint that appends nothing (refused when another runner
+    /// took over). Durable on `Ok` like [`TaskStore::append`].
+    fn renew(&self, lease: &Lease) -> Result<(), AppendError<CliError>>;
+
+    /// Gives the lease up (expires it now) if it is still ours; best effort: a crash before it
+    /// leaves the lease to expire on its own (or to be taken at once from a provably dead holder).
+    fn release(&self, lease: &Lease);
+
+    /// The task row, or exit 2 naming the database and the id.
+    fn task_or_err(&self, id: &str) -> CliResult<TaskRow> {
+        self.task(id)?.ok_or_else(|| {
+            CliError::bad_input(format!("{}: no task with id {id:?} (see `brokerlab task list`)", self.name()))
+        })
+    }
+
+    /// The task's state: the fold of its records.
+    fn replay(&self, id: &str) -> CliResult<TaskState> {
+        let recs = self.records(id)?;
+        fold_in(&self.name(), id, &recs)
+    }
+}
+
+fn map_lease(path: &Path, e: LeaseError) -> LeaseError<CliError> {
+    match e {
+        LeaseError::Held { owner, epoch, expires_in_ms } => LeaseError::Held { owner, epoch, expires_in_ms },
+        LeaseError::Exists => LeaseError::Exists,
+        LeaseError::Sql(e) => LeaseError::Sql(sql_error(path, "taking the lease", e)),
+    }
+}
+
+fn map_append(path: &Path, what: &str, e: AppendError) -> AppendError<CliError> {
+    match e {
+        AppendError::Fenced { epoch, holder } => AppendError::Fenced { epoch, holder },
+        AppendError::Sql(e) => AppendError::Sql(sql_error(path, what, e)),
+    }
+}
+
+impl TaskStore for Store {
+    fn name(&self) -> String {
+        self.path.display().to_string()
+    }
+    fn task(&self, id: &str) -> CliResult<Option<TaskRow>> {
+        Store::task(self, id)
+    }
+    fn task_ids(&self) -> CliResult<Vec<String>> {
+        Store::task_ids(self)
+    }
+    fn records(&self, id: &str) -> CliResult<Vec<Record>> {
+        Store::records(self, id)
+    }
+    fn lease(&self, id: &str) -> CliResult<Option<LeaseRow>> {
+        Store::lease(self, id)
+    }
+    fn suspend_requested(&self, id: &str) -> CliResult<bool> {
+        Store::suspend_requested(self, id).map_err(|e| sql_error(&self.path, "polling suspend requests", e))
+    }
+    fn request_suspend(&self, id: &str) -> CliResult<()> {
+        Store::request_suspend(self, id)
+    }
+    fn acquire(
+        &self,
+        id: &str,
+        me: &Me,
+        ttl_ms: i64,
+        state: &TaskState,
+        create: Option<&NewTask>,
+        clear_suspend: bool,
+    ) -> Result<(Lease, Record), LeaseError<CliError>> {
+        Store::acquire(self, id, me, ttl_ms, state, create, clear_suspend).map_err(|e| map_lease(&self.path, e))
+    }
+    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<CliError>> {
+        Store::append(self, lease, recs).map_err(|e| map_append(&self.path, "appending a checkpoint", e))
+    }
+    fn renew(&self, lease: &Lease) -> Result<(), AppendError<CliError>> {
+        Store::renew(self, lease).map_err(|e| map_append(&self.path, "renewing the lease", e))
+    }
+    fn release(&self, lease: &Lease) {
+        Store::release(self, lease)
+    }
+}

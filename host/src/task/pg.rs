@@ -1,0 +1,597 @@
+//! The PostgreSQL binding of the runner log (`--db postgres://USER@HOST:PORT/DB`): the same
+//! journal contract as the SQLite one ([`super::store`]), on the synchronous `postgres` client.
+//!
+//! * Tables (in the connection's current schema, `public` by default): `meta(key, value)` with the
+//!   format tag [`PG_FORMAT`]; `tasks`, `log`, `leases`, `suspend_requests` with the SQLite
+//!   binding's columns (`payload` is `bytea`: the core's frame, authoritative). Created on first
+//!   use by a command that may create (`task run`), in one transaction under an advisory lock, so
+//!   runners starting together on an empty database create it once. A database that has tables
+//!   but no `meta` with our tag is refused (exit 2) and left as it was: the check only reads.
+//! * Every session sets `synchronous_commit = on` (an `Ok` commit is on the server's disk, whatever
+//!   the server's default) and `lock_timeout` = `BROKERLAB_BUSY_MS`.
+//! * Every checkpoint is one transaction: `SELECT owner, epoch FROM leases WHERE task_id = $1 FOR
+//!   UPDATE` (the row lock orders it after any takeover that committed), the core's `check_fence`,
+//!   the inserts, the lease renewal, `COMMIT`. Taking a lease locks the same row (inserting an
+//!   empty placeholder first if the task never had one, so two first takers also serialize) and
+//!   decides with the core's `decide_lease`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::time::Duration;
+
+use brokerlab_core::runner::{
+    Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Owner, Record, TaskId, TaskState, check_fence, decide_lease, emit,
+};
+use postgres::error::SqlState;
+use postgres::{Client, Config, GenericClient, NoTls, Statement};
+
+use super::backend::TaskStore;
+use super::ident::{Me, now_ms, provably_dead};
+use super::store::{AppendError, Lease, LeaseError, LeaseRow, NewTask, TaskRow, busy_ms, decode_row};
+use crate::error::{CliError, CliResult};
+
+/// Format tag stored in `meta` (the PostgreSQL layout, version 1).
+pub const PG_FORMAT: &str = "brokerlab-task-log-pg/1";
+
+/// Key of the advisory lock taken while creating the schema (any constant; "brokerlab" in ASCII).
+const SCHEMA_LOCK: i64 = 0x62726f6b65726c;
+
+const SCHEMA: &str = "
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE tasks(
+  task_id TEXT PRIMARY KEY, spec TEXT NOT NULL, digest BIGINT NOT NULL,
+  parent TEXT, parent_seq BIGINT, world TEXT, created_at_ms BIGINT NOT NULL);
+CREATE TABLE log(
+  task_id TEXT NOT NULL, seq BIGINT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL,
+  payload BYTEA NOT NULL, summary TEXT NOT NULL, epoch BIGINT NOT NULL, at_ms BIGINT NOT NULL,
+  PRIMARY KEY(task_id, seq));
+CREATE TABLE leases(
+  task_id TEXT PRIMARY KEY, owner TEXT NOT NULL, epoch BIGINT NOT NULL,
+  expires_at_ms BIGINT NOT NULL, host TEXT NOT NULL, pid BIGINT NOT NULL, pid_start BIGINT NOT NULL);
+CREATE TABLE suspend_requests(task_id TEXT PRIMARY KEY, at_ms BIGINT NOT NULL);
+CREATE TABLE queue(task_id TEXT PRIMARY KEY, submitted_at_ms BIGINT NOT NULL);
+";
+
+/// An open PostgreSQL log.
+pub struct PgStore {
+    client: RefCell<Client>,
+    /// Prepared statements by their text (one parse per session, not per call).
+    stmts: RefCell<HashMap<&'static str, Statement>>,
+    name: String,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// The URL with its password (if any) replaced by `***`, for messages.
+pub fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (auth, tail) = match rest.find('@') {
+        Some(i) if !rest[..i].contains('/') => (&rest[..i], &rest[i..]),
+        _ => return url.to_string(),
+    };
+    match auth.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:***{tail}"),
+        None => url.to_string(),
+    }
+}
+
+/// Maps a PostgreSQL error to a CLI error naming the database: a lock wait past
+/// `BROKERLAB_BUSY_MS`, a missing database, a refused login are bad input (exit 2); a lost
+/// connection (the server restarted or went away) and the rest are failures (exit 1).
+pub fn pg_error(name: &str, what: &str, e: &postgres::Error) -> CliError {
+    if e.is_closed() || (e.code().is_none() && e.as_db_error().is_none()) {
+        return CliError::failure(format!(
+            "{name}: {what}: {e} (the connection to the server is gone: it restarted or stopped); the transaction \
+             was rolled back by the server unless its commit had already reached it: `resume` reads the log to \
+             find out and continues from what it holds"
+        ));
+    }
+    let code = e.code();
+    if code == Some(&SqlState::LOCK_NOT_AVAILABLE) {
+        return CliError::bad_input(format!(
+            "{name}: the task's rows are locked by another runner ({what}; waited BROKERLAB_BUSY_MS); nothing was \
+             written"
+        ));
+    }
+    if matches!(
+        code,
+        Some(&SqlState::INVALID_CATALOG_NAME)
+            | Some(&SqlState::INVALID_PASSWORD)
+            | Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
+            | Some(&SqlState::INSUFFICIENT_PRIVILEGE)
+    ) {
+        return CliError::bad_input(format!("{name}: {what}: {e}"));
+    }
+    let detail = e.as_db_error().map_or_else(|| e.to_string(), |d| format!("{}: {}", d.severity(), d.message()));
+    CliError::failure(format!("{name}: {what}: {detail}"))
+}
+
+/// What a database holds, read without changing anything.
+enum Existing {
+    Ours,
+    Empty,
+}
+
+impl PgStore {
+    /// Connects and checks (with `create`, creates) the schema. Errors name the URL (password
+    /// hidden): a malformed URL, a server that does not answer, a missing database: exit 2.
+    pub fn open(url: &str, create: bool) -> CliResult<PgStore> {
+        let (client, name) = connect(url)?;
+        let store = PgStore { client: RefCell::new(client), stmts: RefCell::new(HashMap::new()), name };
+        match store.check_existing()? {
+            Existing::Ours => {}
+            Existing::Empty if create => store.create_schema()?,
+            Existing::Empty => {
+                return Err(CliError::bad_input(format!(
+                    "{}: no brokerlab task log in this database (it has no tables; `task run` creates one)",
+                    store.name
+                )));
+            }
+        }
+        Ok(store)
+    }
+
+    /// Reads the catalog (and `meta` if present): ours, empty, or refused.
+    fn check_existing(&self) -> CliResult<Existing> {
+        let mut c = self.client.borrow_mut();
+        let what = "checking the database before using it";
+        look(&mut *c, &self.name).map_err(|e| pg_error(&self.name, what, &e))?
+    }
+
+    fn create_schema(&self) -> CliResult<()> {
+        let mut c = self.client.borrow_mut();
+        let r = (|| -> Result<CliResult<()>, postgres::Error> {
+            let mut tx = c.transaction()?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
+            // another runner may have created it between our look and our lock
+            match look(&mut tx, &self.name)? {
+                Ok(Existing::Ours) => return Ok(Ok(())),
+                Ok(Existing::Empty) => {}
+                Err(e) => return Ok(Err(e)),
+            }
+            tx.batch_execute(SCHEMA)?;
+            tx.execute("INSERT INTO meta VALUES('format', $1)", &[&PG_FORMAT])?;
+            tx.commit()?;
+            Ok(Ok(()))
+        })();
+        r.map_err(|e| pg_error(&self.name, "creating the schema", &e))?
+    }
+
+    /// A prepared statement for `sql` on `c` (the session's; cached).
+    fn stmt(&self, c: &mut impl GenericClient, sql: &'static str) -> Result<Statement, postgres::Error> {
+        if let Some(s) = self.stmts.borrow().get(sql) {
+            return Ok(s.clone());
+        }
+        let s = c.prepare(sql)?;
+        self.stmts.borrow_mut().insert(sql, s.clone());
+        Ok(s)
+    }
+
+    fn read_lease(
+        &self,
+        c: &mut impl GenericClient,
+        id: &str,
+        lock: bool,
+    ) -> Result<Option<LeaseRow>, postgres::Error> {
+        let sql = if lock {
+            "SELECT owner, epoch, expires_at_ms, host, pid, pid_start FROM leases WHERE task_id=$1 FOR UPDATE"
+        } else {
+            "SELECT owner, epoch, expires_at_ms, host, pid, pid_start FROM leases WHERE task_id=$1"
+        };
+        let st = self.stmt(c, sql)?;
+        Ok(c.query_opt(&st, &[&id])?.and_then(|r| {
+            let owner: String = r.get(0);
+            // the placeholder a first taker inserts to have a row to lock: no lease yet
+            (!owner.is_empty()).then(|| LeaseRow {
+                owner,
+                epoch: r.get::<_, i64>(1) as u64,
+                expires_at_ms: r.get(2),
+                host: r.get(3),
+                pid: r.get::<_, i64>(4) as u32,
+                pid_start: r.get::<_, i64>(5) as u64,
+            })
+        }))
+    }
+
+    fn insert_record(
+        &self,
+        c: &mut impl GenericClient,
+        rec: &Record,
+        epoch: u64,
+        now: i64,
+    ) -> Result<(), postgres::Error> {
+        let mut buf = [0u8; MAX_FRAME_LEN];
+        // a record the core built always fits a frame (limits are checked when it is made)
+        let n = emit(rec, &mut buf).unwrap_or(0);
+        let st = self.stmt(c, "INSERT INTO log VALUES($1, $2, $3, $4, $5, $6, $7, $8)")?;
+        c.execute(
+            &st,
+            &[
+                &rec.task_id.as_str(),
+                &i64::from(rec.seq),
+                &rec.kind().name(),
+                &rec.status.name(),
+                &&buf[..n],
+                &rec.event.to_string(),
+                &(epoch as i64),
+                &now,
+            ],
+        )?;
+        Ok(())
+    }
+
+    fn append_tx(&self, lease: &Lease, recs: &[Record]) -> Result<Result<(), AppendError<CliError>>, postgres::Error> {
+        let now = now_ms();
+        let Some(expires) = now.checked_add(lease.ttl_ms) else {
+            return Ok(Err(AppendError::Sql(CliError::failure(format!(
+                "lease expiry {now} + {} ms overflows",
+                lease.ttl_ms
+            )))));
+        };
+        let mut c = self.client.borrow_mut();
+        let mut tx = c.transaction()?;
+        let st = self.stmt(&mut tx, "SELECT owner, epoch FROM leases WHERE task_id=$1 FOR UPDATE")?;
+        let cur: Option<(String, i64)> = tx.query_opt(&st, &[&lease.task])?.map(|r| (r.get(0), r.get(1)));
+        let cur = cur.filter(|(o, _)| !o.is_empty());
+        if check_fence(cur.as_ref().map(|(o, e)| (*e as u64, *o == lease.owner)), lease.epoch).is_err() {
+            return Ok(Err(AppendError::Fenced { epoch: lease.epoch, holder: cur.map(|(o, e)| (o, e as u64)) }));
+        }
+        for rec in recs {
+            self.insert_record(&mut tx, rec, lease.epoch, now)?;
+            if matches!(rec.event, Event::Suspended { .. }) {
+                let st = self.stmt(&mut tx, "DELETE FROM suspend_requests WHERE task_id=$1")?;
+                tx.execute(&st, &[&lease.task])?;
+            }
+        }
+        let st = self.stmt(&mut tx, "UPDATE leases SET expires_at_ms=$1 WHERE task_id=$2 AND epoch=$3")?;
+        tx.execute(&st, &[&expires, &lease.task, &(lease.epoch as i64)])?;
+        tx.commit()?;
+        Ok(Ok(()))
+    }
+
+    fn acquire_tx(
+        &self,
+        id: &str,
+        me: &Me,
+        ttl_ms: i64,
+        state: &TaskState,
+        create: Option<&NewTask>,
+        clear_suspend: bool,
+    ) -> Result<Result<(Lease, Record), LeaseError<CliError>>, postgres::Error> {
+        let now = now_ms();
+        let Some(expires) = now.checked_add(ttl_ms) else {
+            return Ok(Err(LeaseError::Sql(CliError::failure(format!("lease expiry {now} + {ttl_ms} ms overflows")))));
+        };
+        let owner = me.owner();
+        let (Ok(task), Ok(owner_h)) = (TaskId::try_from(id), Owner::try_from(owner.as_str())) else {
+            return Ok(Err(LeaseError::Sql(CliError::bad_input(format!(
+                "task id {id:?} or owner {owner:?} too long"
+            )))));
+        };
+        let mut c = self.client.borrow_mut();
+        let mut tx = c.transaction()?;
+        if let Some(new) = create {
+            let n = tx.execute(
+                "INSERT INTO tasks VALUES($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (task_id) DO NOTHING",
+                &[&id, &new.spec_json, &i64::from(new.digest), &new.parent, &new.parent_seq, &new.world, &now],
+            )?;
+            if n == 0 {
+                return Ok(Err(LeaseError::Exists));
+            }
+            for rec in &new.records {
+                self.insert_record(&mut tx, rec, 0, now)?;
+            }
+        }
+        // a row to lock even for a task nobody held yet (two first takers wait for each other)
+        let st =
+            self.stmt(&mut tx, "INSERT INTO leases VALUES($1, '', 0, 0, '', 0, 0) ON CONFLICT (task_id) DO NOTHING")?;
+        tx.execute(&st, &[&id])?;
+        let row = self.read_lease(&mut tx, id, true)?;
+        let view = row.as_ref().map(|r| LeaseView {
+            epoch: r.epoch,
+            expires_at_ms: r.expires_at_ms,
+            ours: r.owner == owner,
+            holder_dead: r.owner != owner && r.expires_at_ms > now && provably_dead(&r.host, r.pid, r.pid_start),
+        });
+        let epoch = match decide_lease(view, state.epoch(), now) {
+            LeaseDecision::Take { epoch, .. } => epoch,
+            LeaseDecision::Refuse { epoch, expires_in_ms } => {
+                let holder = row.map(|r| r.owner).unwrap_or_default();
+                return Ok(Err(LeaseError::Held { owner: holder, epoch, expires_in_ms }));
+            }
+        };
+        let st = self.stmt(
+            &mut tx,
+            "UPDATE leases SET owner=$2, epoch=$3, expires_at_ms=$4, host=$5, pid=$6, pid_start=$7 WHERE task_id=$1",
+        )?;
+        tx.execute(&st, &[&id, &owner, &(epoch as i64), &expires, &me.host, &i64::from(me.pid), &(me.start as i64)])?;
+        if clear_suspend {
+            let st = self.stmt(&mut tx, "DELETE FROM suspend_requests WHERE task_id=$1")?;
+            tx.execute(&st, &[&id])?;
+        }
+        let rec = Record::new(task, state.next_seq, Event::LeaseAcquired { owner: owner_h, epoch });
+        self.insert_record(&mut tx, &rec, epoch, now)?;
+        tx.commit()?;
+        Ok(Ok((Lease { task: id.to_string(), owner, epoch, ttl_ms, taken_at_ms: now }, rec)))
+    }
+}
+
+/// Connects to `url` with the session settings every runner uses (`synchronous_commit = on`,
+/// `lock_timeout` from `BROKERLAB_BUSY_MS`); returns the client and the URL for messages.
+fn connect(url: &str) -> CliResult<(Client, String)> {
+    let name = redact(url);
+    let mut cfg = Config::from_str(url)
+        .map_err(|e| CliError::bad_input(format!("--db {name}: not a valid PostgreSQL URL: {e}")))?;
+    if cfg.get_dbname().is_none() {
+        return Err(CliError::bad_input(format!(
+            "--db {name}: the URL names no database (postgres://USER@HOST:PORT/DB)"
+        )));
+    }
+    if cfg.get_hosts().is_empty() {
+        return Err(CliError::bad_input(format!("--db {name}: the URL names no host (postgres://USER@HOST:PORT/DB)")));
+    }
+    if cfg.get_user().is_none() {
+        return Err(CliError::bad_input(format!("--db {name}: the URL names no user (postgres://USER@HOST:PORT/DB)")));
+    }
+    if cfg.get_connect_timeout().is_none() {
+        cfg.connect_timeout(Duration::from_secs(10));
+    }
+    let busy = busy_ms()?.max(1);
+    let mut client = cfg.connect(NoTls).map_err(|e| match e.as_db_error() {
+        Some(_) => pg_error(&name, "connecting", &e),
+        None => CliError::bad_input(format!("{name}: cannot connect: {e}")),
+    })?;
+    client
+        .batch_execute(&format!("SET synchronous_commit = on; SET lock_timeout = {busy}"))
+        .map_err(|e| pg_error(&name, "setting up the session", &e))?;
+    Ok((client, name))
+}
+
+/// Our log, an empty database, or (inner `Err`) another application's.
+fn look(c: &mut impl GenericClient, name: &str) -> Result<CliResult<Existing>, postgres::Error> {
+    let schema: Option<String> = c.query_one("SELECT current_schema()", &[])?.get(0);
+    let Some(schema) = schema else {
+        return Ok(Err(CliError::bad_input(format!(
+            "{name}: the session has no current schema (search_path); nothing was written"
+        ))));
+    };
+    let tables: Vec<(String, String)> = c
+        .query(
+            "SELECT schemaname::text, tablename::text FROM pg_catalog.pg_tables WHERE schemaname NOT IN \
+             ('pg_catalog', 'information_schema') ORDER BY 1, 2",
+            &[],
+        )?
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    if tables.is_empty() {
+        return Ok(Ok(Existing::Empty));
+    }
+    if !tables.iter().any(|(s, t)| *s == schema && t == "meta") {
+        let some: Vec<String> = tables.iter().take(5).map(|(s, t)| format!("{s}.{t}")).collect();
+        return Ok(Err(CliError::bad_input(format!(
+            "{name}: a database with tables ({}{}) but not a brokerlab task log (no meta table in schema {schema}); \
+             it was left as it was",
+            some.join(", "),
+            if tables.len() > 5 { ", ..." } else { "" }
+        ))));
+    }
+    // another application's `meta` may have other columns: read it as text, whatever it holds
+    let fmt = c.query_opt("SELECT value::text FROM meta WHERE key::text = 'format'", &[]);
+    let fmt: Option<String> = match fmt {
+        Ok(r) => r.map(|r| r.get(0)),
+        Err(e) if e.as_db_error().is_some() => None,
+        Err(e) => return Err(e),
+    };
+    if fmt.as_deref() != Some(PG_FORMAT) {
+        return Ok(Err(CliError::bad_input(format!(
+            "{name}: not a brokerlab task log (meta format {fmt:?}, expected {PG_FORMAT:?}); it was left as it was"
+        ))));
+    }
+    Ok(Ok(Existing::Ours))
+}
+
+impl TaskStore for PgStore {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn task(&self, id: &str) -> CliResult<Option<TaskRow>> {
+        let mut c = self.client.borrow_mut();
+        let r = (|| {
+            let st =
+                self.stmt(&mut *c, "SELECT task_id, spec, parent, world, parent_seq FROM tasks WHERE task_id=$1")?;
+            c.query_opt(&st, &[&id])
+        })();
+        r.map(|row| {
+            row.map(|r| TaskRow {
+                id: r.get(0),
+                spec: r.get(1),
+                parent: r.get(2),
+                world: r.get(3),
+                parent_seq: r.get(4),
+            })
+        })
+        .map_err(|e| pg_error(&self.name, "reading tasks", &e))
+    }
+
+    fn task_ids(&self) -> CliResult<Vec<String>> {
+        let mut c = self.client.borrow_mut();
+        c.query("SELECT task_id FROM tasks ORDER BY created_at_ms, task_id", &[])
+            .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+            .map_err(|e| pg_error(&self.name, "listing tasks", &e))
+    }
+
+    fn records(&self, id: &str) -> CliResult<Vec<Record>> {
+        let rows = {
+            let mut c = self.client.borrow_mut();
+            let r = (|| {
+                let st = self.stmt(&mut *c, "SELECT seq, payload FROM log WHERE task_id=$1 ORDER BY seq")?;
+                c.query(&st, &[&id])
+            })();
+            r.map_err(|e| pg_error(&self.name, "reading the log", &e))?
+        };
+        rows.iter().map(|r| decode_row(&self.name, id, r.get(0), r.get::<_, &[u8]>(1))).collect()
+    }
+
+    fn lease(&self, id: &str) -> CliResult<Option<LeaseRow>> {
+        let mut c = self.client.borrow_mut();
+        self.read_lease(&mut *c, id, false).map_err(|e| pg_error(&self.name, "reading leases", &e))
+    }
+
+    fn suspend_requested(&self, id: &str) -> CliResult<bool> {
+        let mut c = self.client.borrow_mut();
+        let r = (|| {
+            let st = self.stmt(&mut *c, "SELECT count(*) FROM suspend_requests WHERE task_id=$1")?;
+            c.query_one(&st, &[&id])
+        })();
+        r.map(|row| row.get::<_, i64>(0) > 0).map_err(|e| pg_error(&self.name, "polling suspend requests", &e))
+    }
+
+    fn request_suspend(&self, id: &str) -> CliResult<()> {
+        let mut c = self.client.borrow_mut();
+        c.execute(
+            "INSERT INTO suspend_requests VALUES($1, $2) ON CONFLICT (task_id) DO UPDATE SET at_ms = EXCLUDED.at_ms",
+            &[&id, &now_ms()],
+        )
+        .map(|_| ())
+        .map_err(|e| pg_error(&self.name, "writing the suspend request", &e))
+    }
+
+    fn acquire(
+        &self,
+        id: &str,
+        me: &Me,
+        ttl_ms: i64,
+        state: &TaskState,
+        create: Option<&NewTask>,
+        clear_suspend: bool,
+    ) -> Result<(Lease, Record), LeaseError<CliError>> {
+        match self.acquire_tx(id, me, ttl_ms, state, create, clear_suspend) {
+            Ok(r) => r,
+            Err(e) => Err(LeaseError::Sql(pg_error(&self.name, "taking the lease", &e))),
+        }
+    }
+
+    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<CliError>> {
+        match self.append_tx(lease, recs) {
+            Ok(r) => r,
+            Err(e) => Err(AppendError::Sql(pg_error(&self.name, "appending a checkpoint", &e))),
+        }
+    }
+
+    fn renew(&self, lease: &Lease) -> Result<(), AppendError<CliError>> {
+        match self.append_tx(lease, &[]) {
+            Ok(r) => r,
+            Err(e) => Err(AppendError::Sql(pg_error(&self.name, "renewing the lease", &e))),
+        }
+    }
+
+    fn release(&self, lease: &Lease) {
+        let mut c = self.client.borrow_mut();
+        let _ = c.execute(
+            "UPDATE leases SET expires_at_ms=0 WHERE task_id=$1 AND epoch=$2 AND owner=$3",
+            &[&lease.task, &(lease.epoch as i64), &lease.owner],
+        );
+    }
+}
+
+impl PgStore {
+    /// `task submit`: creates the task (its spec and `Created` record, no lease) unless its id
+    /// exists, and puts it in `queue` for the workers: one transaction, durable on `Ok`, nothing
+    /// of it after a crash during the call. Returns whether the task was created (false: it
+    /// existed, and is queued again).
+    pub fn submit(&self, id: &str, new: &NewTask) -> CliResult<bool> {
+        let r = (|| -> Result<bool, postgres::Error> {
+            let now = now_ms();
+            let mut c = self.client.borrow_mut();
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
+                "INSERT INTO tasks VALUES($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (task_id) DO NOTHING",
+                &[&id, &new.spec_json, &i64::from(new.digest), &new.parent, &new.parent_seq, &new.world, &now],
+            )?;
+            if n == 1 {
+                for rec in &new.records {
+                    self.insert_record(&mut tx, rec, 0, now)?;
+                }
+            }
+            tx.execute("INSERT INTO queue VALUES($1, $2) ON CONFLICT (task_id) DO NOTHING", &[&id, &now])?;
+            tx.commit()?;
+            Ok(n == 1)
+        })();
+        r.map_err(|e| pg_error(&self.name, "submitting the task", &e))
+    }
+
+    /// Tasks in `queue`.
+    pub fn queued(&self) -> CliResult<i64> {
+        let mut c = self.client.borrow_mut();
+        c.query_one("SELECT count(*) FROM queue", &[])
+            .map(|r| r.get(0))
+            .map_err(|e| pg_error(&self.name, "reading the queue", &e))
+    }
+}
+
+/// A worker slot's claim: its own session, holding the claimed `queue` row locked (`FOR UPDATE`,
+/// in an open transaction) for as long as it runs the task, so other workers' `SKIP LOCKED`
+/// claims pass over it. If the worker dies, its session ends and the row is free at once; the
+/// task's lease (and `decide_lease`) still decides who may append.
+pub struct Claimer {
+    client: Client,
+    name: String,
+    held: Option<String>,
+}
+
+impl Claimer {
+    /// A new session on `url`.
+    pub fn connect(url: &str) -> CliResult<Claimer> {
+        let (client, name) = connect(url)?;
+        Ok(Claimer { client, name, held: None })
+    }
+
+    /// Claims the oldest queued task that no other worker holds, passing over `skip`; `None` if
+    /// there is none. The row stays locked until [`Claimer::done`] or [`Claimer::keep`].
+    pub fn claim(&mut self, skip: &[String]) -> CliResult<Option<String>> {
+        let r = (|| -> Result<Option<String>, postgres::Error> {
+            self.client.batch_execute("BEGIN")?;
+            let row = self.client.query_opt(
+                "SELECT task_id FROM queue WHERE NOT (task_id = ANY($1)) ORDER BY submitted_at_ms, task_id LIMIT 1 \
+                 FOR UPDATE SKIP LOCKED",
+                &[&skip],
+            )?;
+            match row {
+                Some(r) => Ok(Some(r.get(0))),
+                None => {
+                    self.client.batch_execute("ROLLBACK")?;
+                    Ok(None)
+                }
+            }
+        })();
+        let id = r.map_err(|e| pg_error(&self.name, "claiming a queued task", &e))?;
+        self.held.clone_from(&id);
+        Ok(id)
+    }
+
+    /// The claimed task needs no more running (finished, failed, waiting for review, suspended by
+    /// a user): removes it from the queue and ends the claim.
+    pub fn done(&mut self) -> CliResult<()> {
+        let Some(id) = self.held.take() else { return Ok(()) };
+        let r = (|| -> Result<(), postgres::Error> {
+            self.client.execute("DELETE FROM queue WHERE task_id=$1", &[&id])?;
+            self.client.batch_execute("COMMIT")
+        })();
+        r.map_err(|e| pg_error(&self.name, "removing the task from the queue", &e))
+    }
+
+    /// The claimed task stays queued (the worker stopped, or the run failed): ends the claim.
+    pub fn keep(&mut self) -> CliResult<()> {
+        if self.held.take().is_none() {
+            return Ok(());
+        }
+        self.client.batch_execute("ROLLBACK").map_err(|e| pg_error(&self.name, "ending the claim", &e))
+    }
+}

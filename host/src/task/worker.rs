@@ -1,0 +1,147 @@
+//! `task submit` and `task worker` (PostgreSQL only): a queue of tasks that long-running workers
+//! claim with `SELECT ... FOR UPDATE SKIP LOCKED` and run under the usual lease and fencing.
+//!
+//! The claim only keeps workers from picking the same task at once; what makes one runner at a
+//! time a guarantee is the lease, taken in its own fenced transaction as for `task run`. A worker
+//! that claims a task another runner holds is refused the lease, leaves the task queued and
+//! tries another. SIGTERM (or SIGINT): each slot finishes its current atomic step, records the
+//! `suspended` marker (the suspend rule), leaves the task queued for another worker, and the
+//! worker exits 0.
+
+use std::path::Path;
+use std::time::Duration;
+
+use brokerlab_core::runner::Phase;
+
+use super::backend::{DbTarget, TaskStore};
+use super::exec::{RunOpts, new_task, resume_row, task_id_of, world_dir};
+use super::pg::{Claimer, PgStore};
+use super::spec::Spec;
+use crate::error::{CliError, CliResult};
+
+fn url_of(db: &DbTarget, cmd: &str) -> CliResult<String> {
+    match db {
+        DbTarget::Postgres(u) => Ok(u.clone()),
+        DbTarget::Sqlite(p) => Err(CliError::bad_input(format!(
+            "--db {}: `task {cmd}` needs a PostgreSQL database (--db postgres://USER@HOST:PORT/DB or $BROKERLAB_DB); \
+             a SQLite file serves one runner at a time, use `task run`",
+            p.display()
+        ))),
+    }
+}
+
+/// `task submit SPEC`: creates the task (unless its id exists with the same spec) and queues it.
+pub fn submit(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> CliResult<i32> {
+    let url = url_of(db, "submit")?;
+    let spec = Spec::load(spec_path)?;
+    let store = PgStore::open(&url, true)?;
+    let id = task_id_of(&spec);
+    if let Some(row) = store.task(&id)? {
+        let stored = Spec::from_json(&row.spec)
+            .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+        if stored.digest() != spec.digest() {
+            return Err(CliError::bad_input(format!(
+                "{}: task {id:?} already exists with a different spec; nothing was queued",
+                spec_path.display()
+            )));
+        }
+    }
+    let new = new_task(&spec, &id, &world_dir(opts, None))?;
+    if store.submit(&id, &new)? {
+        say!("task {id}: submitted ({} steps)", spec.steps.len());
+    } else {
+        say!("task {id}: exists, queued again");
+    }
+    Ok(0)
+}
+
+/// Options of `task worker`.
+#[derive(Debug, Clone)]
+pub struct WorkerOpts {
+    /// Tasks run at once (one thread and two sessions each).
+    pub concurrency: u32,
+    /// Pause between claims when nothing is claimable, ms.
+    pub poll_ms: u64,
+    /// Exit once a claim finds nothing (instead of waiting for more).
+    pub exit_when_idle: bool,
+    /// The runners' options.
+    pub run: RunOpts,
+}
+
+/// `task worker`: runs queued tasks until SIGTERM (or, with `--exit-when-idle`, until the queue
+/// has nothing claimable). Exit 0 after a clean stop.
+pub fn worker(db: &DbTarget, opts: &WorkerOpts) -> CliResult<i32> {
+    let url = url_of(db, "worker")?;
+    crate::sys::catch_term();
+    // the schema, once, before the slots start (a worker may be the first user of the database)
+    drop(PgStore::open(&url, true)?);
+    let mut run = opts.run.clone();
+    run.suspend_on_term = true;
+    let slots: Vec<_> = (0..opts.concurrency)
+        .map(|slot| {
+            let (url, run, o) = (url.clone(), run.clone(), opts.clone());
+            std::thread::spawn(move || slot_loop(slot, &url, &run, &o))
+        })
+        .collect();
+    let mut ran = 0;
+    let mut failed = None;
+    for h in slots {
+        match h.join() {
+            Ok(Ok(n)) => ran += n,
+            Ok(Err(e)) => failed = Some(e),
+            Err(_) => failed = Some(CliError::failure("a worker slot panicked")),
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    say!("worker: stopped ({ran} task runs)");
+    Ok(0)
+}
+
+/// One slot: claim, run, settle the claim; until SIGTERM or (with `exit_when_idle`) nothing is
+/// claimable. A task whose run failed (held by another runner, lost lease, a tool error) stays
+/// queued and is passed over by this slot until the queue next looks empty to it.
+fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> CliResult<u64> {
+    let store = PgStore::open(url, false)?;
+    let mut claimer = Claimer::connect(url)?;
+    let mut skip: Vec<String> = Vec::new();
+    let mut ran = 0;
+    while !crate::sys::term_requested() {
+        let Some(id) = claimer.claim(&skip)? else {
+            if opts.exit_when_idle {
+                break;
+            }
+            skip.clear();
+            std::thread::sleep(Duration::from_millis(opts.poll_ms));
+            continue;
+        };
+        let r = run_one(&store, &id, run);
+        ran += 1;
+        let settled = match store.replay(&id) {
+            Ok(st) => {
+                st.end.is_some()
+                    || matches!(st.phase, Phase::Review { .. })
+                    || (st.suspended && !crate::sys::term_requested())
+            }
+            Err(_) => false,
+        };
+        if settled {
+            claimer.done()?;
+        } else {
+            claimer.keep()?;
+            skip.push(id.clone());
+        }
+        if let Err(e) = r {
+            eprintln!("brokerlab: worker slot {slot}: task {id}: {e}");
+        }
+    }
+    Ok(ran)
+}
+
+fn run_one(store: &PgStore, id: &str, run: &RunOpts) -> CliResult<i32> {
+    let row = store.task_or_err(id)?;
+    let spec = Spec::from_json(&row.spec)
+        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+    resume_row(store, id, &spec, row.world.as_deref(), run)
+}

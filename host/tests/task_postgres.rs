@@ -1,0 +1,571 @@
+//! The runner on PostgreSQL (issue 17), end to end through the real binary against a real server
+//! that each test starts (support/pg.rs: initdb in a temp dir, postgres on a loopback port, fsync
+//! on), each scenario in its own database. The tools' own files stay SQLite in the test's
+//! directory: exactly-once is counted there, from outside the log.
+
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use brokerlab::sys::stop_or_continue;
+
+mod support;
+use support::pg::PgServer;
+use support::{Dir, Out, is_stopped, wait_child, wait_for};
+
+const SPEC: &str = r#"
+id = "inv"
+[[step]]
+model = "Look up the customer"
+tool = "lookup"
+args = { q = "acct-1" }
+[[step]]
+model = "Pay the first invoice"
+tool = "payment"
+args = { amount = 10, to = "acct-1" }
+[[step]]
+model = "Tell the customer"
+tool = "send_email"
+args = { to = "a@example.com" }
+[[step]]
+model = "Pay the second invoice"
+tool = "payment"
+args = { amount = 20, to = "acct-1" }
+[[step]]
+model = "All done"
+"#;
+
+const PAY_STEPS: [i64; 2] = [1, 3];
+const MAIL_STEP: i64 = 2;
+
+/// A scratch directory (spec, the tools' files) and a database on the server, selected through
+/// `$BROKERLAB_DB` (the `--db` flag is tested on its own).
+struct PgDir<'a> {
+    d: Dir,
+    url: String,
+    db: String,
+    server: &'a PgServer,
+}
+
+impl<'a> PgDir<'a> {
+    fn new(server: &'a PgServer, name: &str) -> PgDir<'a> {
+        let db = name.replace('-', "_");
+        let url = server.create_db(&db);
+        PgDir { d: Dir::new(&format!("pg-{name}")), url, db, server }
+    }
+    fn env<'b>(&'b self, extra: &[(&'b str, &'b str)]) -> Vec<(&'b str, &'b str)> {
+        let mut e = vec![("BROKERLAB_DB", self.url.as_str())];
+        e.extend_from_slice(extra);
+        e
+    }
+    fn run(&self, args: &[&str]) -> Out {
+        self.d.run_env(args, &self.env(&[]))
+    }
+    fn run_env(&self, args: &[&str], extra: &[(&str, &str)]) -> Out {
+        self.d.run_env(args, &self.env(extra))
+    }
+    fn spawn_env(&self, args: &[&str], extra: &[(&str, &str)]) -> Child {
+        self.d.spawn_env(args, &self.env(extra))
+    }
+    fn client(&self) -> postgres::Client {
+        self.server.client(&self.db)
+    }
+    fn kinds(&self, id: &str) -> Vec<String> {
+        let mut c = self.client();
+        match c.query("SELECT kind FROM log WHERE task_id=$1 ORDER BY seq", &[&id]) {
+            Ok(rows) => rows.iter().map(|r| r.get(0)).collect(),
+            Err(_) => vec![], // no schema yet
+        }
+    }
+    fn count(&self, sql: &str) -> i64 {
+        self.client().query_one(sql, &[]).unwrap().get(0)
+    }
+
+    #[track_caller]
+    fn assert_exactly_once(&self, id: &str) {
+        let pays = self.d.calls("payments.sqlite");
+        for step in PAY_STEPS {
+            let applied = pays.iter().filter(|c| c.1 == id && c.2 == step && c.3 == 1).count();
+            assert_eq!(applied, 1, "payment step {step} applied {applied} times: {pays:?}");
+            let keys: std::collections::BTreeSet<_> =
+                pays.iter().filter(|c| c.1 == id && c.2 == step).map(|c| &c.0).collect();
+            assert_eq!(keys.len(), 1, "{pays:?}");
+        }
+        let mails = self.d.calls("emails.sqlite");
+        let sent = mails.iter().filter(|c| c.1 == id && c.2 == MAIL_STEP && c.3 == 1).count();
+        assert_eq!(sent, 1, "email sent {sent} times: {mails:?}");
+        assert_eq!(self.kinds(id).last().map(String::as_str), Some("completed"));
+        assert!(!self.d.path("tasks.sqlite").exists(), "the log went to PostgreSQL, not the SQLite default");
+    }
+
+    /// Resumes until done, reviewing a paused email step honestly from emails.sqlite.
+    fn finish(&self, id: &str) {
+        for _ in 0..5 {
+            let o = self.run(&["resume", id]);
+            match o.code() {
+                0 => return,
+                3 => {
+                    let sent = self.d.calls("emails.sqlite").iter().any(|c| c.1 == id && c.2 == MAIL_STEP && c.3 == 1);
+                    let decision = if sent { "--mark-done" } else { "--retry" };
+                    self.run(&["review", id, "--step", &MAIL_STEP.to_string(), decision]).expect(0);
+                }
+                _ => panic!("resume failed: {} {}", o.stdout(), o.stderr()),
+            }
+        }
+        panic!("task {id} did not finish");
+    }
+}
+
+#[test]
+fn the_fixture_starts_a_real_server_and_stops_it() {
+    let mut s = PgServer::start("fixture");
+    let url = s.create_db("fx");
+    let mut c = s.client("fx");
+    let v: String = c.query_one("SHOW server_version", &[]).unwrap().get(0);
+    assert!(v.starts_with(char::is_numeric), "{v}");
+    let fsync: String = c.query_one("SHOW fsync", &[]).unwrap().get(0);
+    assert_eq!(fsync, "on");
+    let listen: String = c.query_one("SHOW listen_addresses", &[]).unwrap().get(0);
+    assert_eq!(listen, "127.0.0.1");
+    drop(c);
+    let pid = s.pid();
+    s.stop();
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the server process is gone");
+    assert!(postgres::Client::connect(&url, postgres::NoTls).is_err(), "nothing listens any more");
+}
+
+#[test]
+fn run_resume_inspect_and_list_on_postgres() {
+    let s = PgServer::start("run");
+    let p = PgDir::new(&s, "run");
+    p.d.write("spec.toml", SPEC);
+    // the flag (no $BROKERLAB_DB): the schema is created on first use
+    let o = p.d.run(&["run", "spec.toml", "--db", &p.url]);
+    o.expect(0);
+    assert!(o.stdout().contains("task inv: completed"), "{}", o.stdout());
+    assert!(!p.d.path("tasks.sqlite").exists(), "nothing went to the SQLite default");
+    p.assert_exactly_once("inv");
+    let fmt: String = p.client().query_one("SELECT value FROM meta WHERE key='format'", &[]).unwrap().get(0);
+    assert_eq!(fmt, "brokerlab-task-log-pg/1");
+    // every record committed under epoch 1, in order, from seq 0
+    assert_eq!(p.count("SELECT count(*) FROM log WHERE task_id='inv' AND epoch NOT IN (0, 1)"), 0);
+    assert_eq!(p.count("SELECT max(seq) + 1 - count(*) FROM log WHERE task_id='inv'"), 0);
+    let o = p.run(&["run", "spec.toml"]);
+    o.expect(0);
+    assert!(o.stdout().contains("already completed"), "{}", o.stdout());
+    assert_eq!(p.d.calls("payments.sqlite").len(), 2, "no second copy ran");
+    let o = p.run(&["inspect", "inv"]);
+    o.expect(0);
+    for k in ["created", "lease", "model", "tool-intent", "tool-result", "completed", "free (last epoch 1)"] {
+        assert!(o.stdout().contains(k), "{k}: {}", o.stdout());
+    }
+    let o = p.run(&["list"]);
+    o.expect(0);
+    assert!(o.stdout().contains("inv") && o.stdout().contains("completed"), "{}", o.stdout());
+    // a different spec under the same id is refused, nothing changes
+    p.d.write("other.toml", &SPEC.replace("All done", "All done!"));
+    let before = p.kinds("inv");
+    p.run(&["run", "other.toml"]).expect(2);
+    assert_eq!(p.kinds("inv"), before);
+    let o = p.run(&["resume", "nope"]);
+    o.expect(2);
+    assert!(o.stderr().contains("\"nope\"") && o.stderr().contains(&p.url), "{}", o.stderr());
+}
+
+#[test]
+fn bad_urls_and_foreign_databases_exit_2_and_change_nothing() {
+    let s = PgServer::start("bad");
+    let port = s.port().to_string();
+    let d = Dir::new("pg-bad");
+    d.write("spec.toml", SPEC);
+    let nobody = format!("postgres://postgres@127.0.0.1:{}/x", support::pg::unused_port());
+    let missing = s.url("no_such_db");
+    let secret = format!("postgres://postgres:hunter2@127.0.0.1:{port}/no_such_db");
+    for (url, says) in [
+        ("postgres://postgres@127.0.0.1:notaport/x", "not a valid PostgreSQL URL"),
+        ("postgres://postgres@127.0.0.1:1/", "names no database"),
+        (nobody.as_str(), "cannot connect"),
+        (missing.as_str(), "no_such_db"),
+        (secret.as_str(), "postgres:***@"),
+    ] {
+        for args in [vec!["run", "spec.toml"], vec!["list"], vec!["resume", "inv"]] {
+            let mut a = args.clone();
+            a.extend(["--db", url]);
+            let o = d.run(&a);
+            o.expect(2);
+            assert!(o.stderr().contains(says), "{url} {args:?}: {}", o.stderr());
+            assert!(!o.stderr().contains("hunter2"), "the password is never printed: {}", o.stderr());
+            assert!(!o.stderr().contains("panicked"), "{}", o.stderr());
+        }
+    }
+    assert!(!d.path("tasks.sqlite").exists());
+    // an empty database is not a log for a command that only reads
+    let empty = s.create_db("empty");
+    let o = d.run(&["list", "--db", &empty]);
+    o.expect(2);
+    assert!(o.stderr().contains("no brokerlab task log"), "{}", o.stderr());
+    // another application's database: refused, left as it was (no meta, no table added)
+    let other = s.create_db("other");
+    s.client("other")
+        .batch_execute("CREATE TABLE accounts(id INT PRIMARY KEY); INSERT INTO accounts VALUES (1)")
+        .unwrap();
+    for args in [vec!["run", "spec.toml"], vec!["list"], vec!["inspect", "inv"]] {
+        let mut a = args.clone();
+        a.extend(["--db", other.as_str()]);
+        let o = d.run(&a);
+        o.expect(2);
+        assert!(
+            o.stderr().contains("not a brokerlab task log") && o.stderr().contains("public.accounts"),
+            "{}",
+            o.stderr()
+        );
+    }
+    let tables: i64 =
+        s.client("other").query_one("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", &[]).unwrap().get(0);
+    assert_eq!(tables, 1, "nothing was created in another application's database");
+    assert!(d.calls("payments.sqlite").is_empty() && d.calls("emails.sqlite").is_empty(), "no tool was called");
+}
+
+/// Crash (exit 137, no cleanup) at every crash point of the task, each run in a fresh database,
+/// resume, and count from the tools' own files: each payment key applied once, the email once.
+#[test]
+fn crash_at_every_point_then_resume_exactly_once_on_postgres() {
+    let s = PgServer::start("crash");
+    let (mut covered, mut window, mut reviews) = (0, 0, 0);
+    for n in 1.. {
+        let p = PgDir::new(&s, &format!("crash{n}"));
+        p.d.write("spec.toml", SPEC);
+        let o = p.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", &n.to_string())]);
+        if o.code() == 0 {
+            assert!(n >= 20, "only {n} crash points?");
+            break;
+        }
+        assert_eq!(o.code(), 137, "{} {}", o.stdout(), o.stderr());
+        covered += 1;
+        if o.stderr().contains("tool-applied") {
+            window += 1;
+        }
+        if p.run(&["resume", "inv"]).code() == 3 {
+            reviews += 1;
+        }
+        p.finish("inv");
+        p.assert_exactly_once("inv");
+    }
+    eprintln!("postgres: covered {covered} crash points, {window} in the tool window, {reviews} went to review");
+    assert!(window >= 4, "every tool call has a window point");
+    assert!(reviews >= 2, "a crash around the email sends it to review");
+}
+
+#[test]
+fn needs_review_flow_on_postgres() {
+    let s = PgServer::start("review");
+    let p = PgDir::new(&s, "review");
+    p.d.write("spec.toml", SPEC);
+    p.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", "tool-applied:3")]).expect(137);
+    let o = p.run(&["resume", "inv"]);
+    o.expect(3);
+    assert!(o.stdout().contains("--step 2") && o.stdout().contains("emails.sqlite"), "{}", o.stdout());
+    p.run(&["resume", "inv"]).expect(3);
+    assert_eq!(p.d.calls("emails.sqlite").len(), 1, "resume never re-sends");
+    assert!(p.run(&["inspect", "inv"]).stdout().contains("needs-review"));
+    p.run(&["review", "inv", "--step", "2", "--mark-done"]).expect(0);
+    p.run(&["resume", "inv"]).expect(0);
+    p.assert_exactly_once("inv");
+
+    let p = PgDir::new(&s, "review-retry");
+    p.d.write("spec.toml", SPEC);
+    p.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", "before-tool:3")]).expect(137);
+    p.run(&["resume", "inv"]).expect(3);
+    assert!(p.d.calls("emails.sqlite").is_empty());
+    p.run(&["review", "inv", "--step", "2", "--retry"]).expect(0);
+    p.run(&["resume", "inv"]).expect(0);
+    p.assert_exactly_once("inv");
+}
+
+#[test]
+fn a_second_runner_is_refused_and_a_stale_epoch_is_fenced_on_postgres() {
+    let s = PgServer::start("lease");
+    let p = PgDir::new(&s, "lease");
+    p.d.write("spec.toml", SPEC);
+    let child = p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "150"], &[]);
+    wait_for("the first runner's lease", || p.kinds("inv").len() >= 2);
+    let o = p.run(&["resume", "inv"]);
+    o.expect(1);
+    assert!(o.stderr().contains("already being run by"), "{}", o.stderr());
+    p.run(&["run", "spec.toml"]).expect(1);
+    wait_child(child).expect(0);
+    p.assert_exactly_once("inv");
+
+    // another host takes the lease (a new epoch): the old runner's next checkpoint is refused
+    // inside its transaction (the FOR UPDATE read of the lease row), and it writes nothing more
+    let p = PgDir::new(&s, "fence");
+    p.d.write("spec.toml", SPEC);
+    let child = p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "300"], &[]);
+    wait_for("the first payment", || p.d.calls("payments.sqlite").len() == 1);
+    p.client()
+        .execute(
+            "UPDATE leases SET epoch = epoch + 1, owner = 'otherhost/x:1:1', host = 'otherhost/x' WHERE task_id='inv'",
+            &[],
+        )
+        .unwrap();
+    let rows = p.count("SELECT count(*) FROM log WHERE task_id='inv'");
+    let o = wait_child(child);
+    o.expect(1);
+    assert!(o.stderr().contains("lost the lease"), "{}", o.stderr());
+    assert_eq!(p.count("SELECT count(*) FROM log WHERE task_id='inv'"), rows, "the fenced runner wrote nothing");
+    p.run(&["resume", "inv"]).expect(1); // the other host's lease is live
+    p.client().execute("UPDATE leases SET expires_at_ms = 0 WHERE task_id='inv'", &[]).unwrap();
+    p.run(&["resume", "inv"]).expect(0);
+    p.assert_exactly_once("inv");
+
+    // a killed holder with a 60 s lease: taken over at once (same host, its pid is gone)
+    let p = PgDir::new(&s, "dead");
+    p.d.write("spec.toml", SPEC);
+    p.run_env(&["run", "spec.toml", "--lease-ms", "60000"], &[("BROKERLAB_CRASH_AT", "tool-applied:2")]).expect(137);
+    let t = Instant::now();
+    let o = p.run(&["resume", "inv", "--lease-ms", "60000"]);
+    assert!(o.code() == 0 || o.code() == 3, "{}", o.stderr());
+    assert!(t.elapsed() < Duration::from_secs(10), "no waiting for the 60 s lease");
+    p.finish("inv");
+    p.assert_exactly_once("inv");
+}
+
+/// Issue 10's reproduction (host/tests/task_fencing.rs) on PostgreSQL: step 0 sends an email.
+const WW: &str = r#"
+id = "ww"
+[[step]]
+model = "Tell the customer"
+tool = "send_email"
+args = { to = "a@example.com" }
+[[step]]
+model = "Pay"
+tool = "payment"
+args = { amount = 5, to = "acct-1" }
+"#;
+
+/// Runner 1 parks at `point` of step 0 with a 300 ms lease; once its lease has expired runner 2
+/// takes over, pauses for review, the reviewer retries from the tool's file, `resume` finishes;
+/// then runner 1 continues. Returns runner 1's output; checks it wrote nothing more.
+fn pause_takeover_continue(p: &PgDir, point: &str, env: &[(&str, &str)]) -> Out {
+    p.d.write("spec.toml", WW);
+    let mut env1 = env.to_vec();
+    env1.push(("BROKERLAB_PAUSE_AT", point));
+    let first = p.spawn_env(&["run", "spec.toml", "--lease-ms", "300"], &env1);
+    let pid = first.id();
+    wait_for("runner 1 to park", || is_stopped(pid));
+    std::thread::sleep(Duration::from_millis(400)); // past its lease
+    let o = p.run_env(&["run", "spec.toml", "--lease-ms", "300"], env);
+    o.expect(3);
+    assert!(o.stdout().contains("0 applied"), "{}", o.stdout());
+    p.run_env(&["review", "ww", "--step", "0", "--retry"], env).expect(0);
+    p.run_env(&["resume", "ww"], env).expect(0);
+    assert_eq!(p.d.applied("emails.sqlite", "ww", 0), 1);
+    let epoch1 = "SELECT count(*) FROM log WHERE epoch = 1";
+    let before = p.count(epoch1);
+    assert!(stop_or_continue(pid, false), "SIGCONT");
+    let out = wait_child(first);
+    assert_eq!(p.count(epoch1), before, "the fenced runner wrote nothing more");
+    assert_eq!(p.d.applied("payments.sqlite", "ww", 1), 1);
+    out
+}
+
+#[test]
+fn a_paused_runner_is_refused_by_the_tool_after_a_takeover_on_postgres() {
+    let s = PgServer::start("fencing");
+    let p = PgDir::new(&s, "fencing");
+    let o = pause_takeover_continue(&p, "calling:1", &[]);
+    o.expect(1);
+    assert!(o.stderr().contains("fenced") && o.stderr().contains("send_email"), "{}", o.stderr());
+    let mails = p.d.calls_full("emails.sqlite");
+    assert_eq!(p.d.applied("emails.sqlite", "ww", 0), 1, "sent exactly once: {mails:?}");
+    let refused: Vec<_> = mails.iter().filter(|c| c.2 == 0).collect();
+    assert_eq!(refused.len(), 1, "{mails:?}");
+    assert_eq!(refused[0].3, 1, "the refused call carried the first runner's token");
+}
+
+/// The margin rule on PostgreSQL: the email tool ignores tokens; runner 1 parks after its intent
+/// commit, before the margin check; on waking, its renewal (a fenced transaction: the FOR UPDATE
+/// read of the lease row sees runner 2's epoch) is refused and the call is never sent.
+#[test]
+fn the_margin_rule_stops_a_paused_runner_on_postgres() {
+    let s = PgServer::start("margin");
+    let p = PgDir::new(&s, "margin");
+    let o = pause_takeover_continue(&p, "before-tool:1", &[("BROKERLAB_UNFENCED_TOOLS", "send_email")]);
+    o.expect(1);
+    assert!(o.stderr().contains("fenced") && o.stderr().contains("was not sent"), "{}", o.stderr());
+    let mails = p.d.calls_full("emails.sqlite");
+    assert_eq!(mails.len(), 1, "the paused runner never reached the tool: {mails:?}");
+}
+
+#[test]
+fn suspend_then_resume_on_postgres() {
+    let s = PgServer::start("suspend");
+    let p = PgDir::new(&s, "suspend");
+    p.d.write("spec.toml", SPEC);
+    let child = p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "150"], &[]);
+    wait_for("the first payment", || p.d.calls("payments.sqlite").len() == 1);
+    let o = p.run(&["suspend", "inv"]);
+    o.expect(0);
+    assert!(o.stdout().contains("suspend requested"), "{}", o.stdout());
+    let o = wait_child(child);
+    o.expect(0);
+    assert!(o.stdout().contains("suspended before step"), "{}", o.stdout());
+    assert_eq!(p.kinds("inv").last().map(String::as_str), Some("suspended"));
+    assert_eq!(p.count("SELECT count(*) FROM suspend_requests"), 0, "the marker's transaction deleted the request");
+    p.run(&["suspend", "inv"]).expect(0); // idle: already suspended
+    p.run(&["resume", "inv"]).expect(0);
+    p.assert_exactly_once("inv");
+}
+
+/// The server goes away under a running runner (fast shutdown: its session is ended, an open
+/// transaction rolled back): the runner exits 1 naming the database; after the restart, `resume`
+/// continues from what the log holds, exactly once.
+#[test]
+fn a_server_restart_mid_run_loses_nothing_and_repeats_nothing() {
+    let mut s = PgServer::start("restart");
+    let url = s.create_db("restart");
+    let d = Dir::new("pg-restart");
+    d.write("spec.toml", SPEC);
+    let env = [("BROKERLAB_DB", url.as_str())];
+    let child = d.spawn_env(&["run", "spec.toml", "--step-delay-ms", "300"], &env);
+    wait_for("the first payment", || d.calls("payments.sqlite").len() == 1);
+    s.stop();
+    let o = wait_child(child);
+    o.expect(1);
+    assert!(o.stderr().contains(&url) && o.stderr().contains("connection"), "{}", o.stderr());
+    s.restart();
+    let p = PgDir { d, url, db: "restart".into(), server: &s };
+    p.finish("inv");
+    p.assert_exactly_once("inv");
+}
+
+/// Eight runners started together on an empty database: the schema is created once (advisory
+/// lock), the task once (`ON CONFLICT`), one runner holds the lease at a time, and the tools see
+/// each side effect once. The others exit 0 (found it completed) or 1 (a live runner holds it,
+/// or it was created concurrently), never anything else.
+#[test]
+fn eight_runners_started_together_on_an_empty_database() {
+    let s = PgServer::start("eight");
+    let p = PgDir::new(&s, "eight");
+    p.d.write("spec.toml", SPEC);
+    let kids: Vec<Child> = (0..8).map(|_| p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "20"], &[])).collect();
+    let outs: Vec<Out> = kids.into_iter().map(wait_child).collect();
+    let ok = outs.iter().filter(|o| o.code() == 0).count();
+    for o in &outs {
+        assert!(matches!(o.code(), 0 | 1), "{} {}", o.stdout(), o.stderr());
+        if o.code() == 1 {
+            let e = o.stderr();
+            assert!(e.contains("already being run by") || e.contains("created concurrently"), "{e}");
+        }
+    }
+    assert!(ok >= 1, "one of them ran it");
+    if p.kinds("inv").last().map(String::as_str) != Some("completed") {
+        p.finish("inv");
+    }
+    p.assert_exactly_once("inv");
+    assert_eq!(p.count("SELECT count(*) FROM meta"), 1, "the schema was created once");
+    assert_eq!(p.count("SELECT count(*) FROM log WHERE kind = 'created'"), 1);
+}
+
+/// SPEC under id `id`.
+fn spec_with_id(id: &str) -> String {
+    SPEC.replace("id = \"inv\"", &format!("id = \"{id}\""))
+}
+
+#[test]
+fn workers_claim_each_submitted_task_once_and_run_it_once() {
+    let s = PgServer::start("workers");
+    let p = PgDir::new(&s, "workers");
+    let ids: Vec<String> = (0..6).map(|i| format!("w{i}")).collect();
+    for id in &ids {
+        p.d.write(&format!("{id}.toml"), &spec_with_id(id));
+        let o = p.run(&["submit", &format!("{id}.toml")]);
+        o.expect(0);
+        assert!(o.stdout().contains("submitted"), "{}", o.stdout());
+    }
+    // submitting again queues, never duplicates
+    assert!(p.run(&["submit", "w0.toml"]).expect(0).stdout().contains("exists, queued again"));
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 6);
+    assert_eq!(p.count("SELECT count(*) FROM log WHERE kind = 'created'"), 6);
+    let args = ["worker", "--concurrency", "2", "--exit-when-idle", "--step-delay-ms", "20"];
+    let workers: Vec<Child> = (0..2).map(|_| p.spawn_env(&args, &[])).collect();
+    for w in workers {
+        let o = wait_child(w);
+        o.expect(0);
+        assert!(o.stdout().contains("worker: stopped"), "{}", o.stdout());
+    }
+    for id in &ids {
+        p.assert_exactly_once(id);
+        // one runner ever held it: a claimed task is not claimed by a second worker
+        let leases = p.kinds(id).iter().filter(|k| *k == "lease").count();
+        assert_eq!(leases, 1, "task {id}: {:?}", p.kinds(id));
+    }
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 0, "every finished task left the queue");
+}
+
+#[test]
+fn sigterm_suspends_the_task_and_another_worker_finishes_it() {
+    let s = PgServer::start("sigterm");
+    let p = PgDir::new(&s, "sigterm");
+    p.d.write("spec.toml", SPEC);
+    p.run(&["submit", "spec.toml"]).expect(0);
+    let w = p.spawn_env(&["worker", "--step-delay-ms", "150"], &[]);
+    wait_for("the first payment", || p.d.calls("payments.sqlite").len() == 1);
+    // SAFETY: sending a signal has no memory effects in this process.
+    assert_eq!(unsafe { libc::kill(w.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let o = wait_child(w);
+    o.expect(0);
+    assert!(o.stdout().contains("suspended before step"), "{}", o.stdout());
+    assert_eq!(p.kinds("inv").last().map(String::as_str), Some("suspended"));
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 1, "a stopped worker's task stays queued");
+    p.run(&["worker", "--exit-when-idle"]).expect(0);
+    p.assert_exactly_once("inv");
+    assert!(p.kinds("inv").contains(&"resumed".to_string()));
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 0);
+}
+
+/// A worker killed with SIGKILL while it holds a task with a 60 s lease: its session ends (the
+/// claim is free at once) and it is provably dead (same host), so another worker takes the task
+/// over without waiting for the lease, and every side effect happens once.
+#[test]
+fn a_killed_workers_task_is_taken_over_at_once() {
+    let s = PgServer::start("killed");
+    let p = PgDir::new(&s, "killed");
+    p.d.write("spec.toml", SPEC);
+    p.run(&["submit", "spec.toml"]).expect(0);
+    let mut w = p.spawn_env(&["worker", "--step-delay-ms", "200", "--lease-ms", "60000"], &[]);
+    wait_for("the first payment", || p.d.calls("payments.sqlite").len() == 1);
+    w.kill().unwrap();
+    let _ = w.wait();
+    let t = Instant::now();
+    p.run(&["worker", "--exit-when-idle", "--lease-ms", "60000"]).expect(0);
+    assert!(t.elapsed() < Duration::from_secs(10), "no waiting for the 60 s lease");
+    if p.kinds("inv").last().map(String::as_str) != Some("completed") {
+        p.finish("inv"); // paused for review if the kill hit the email's window
+    }
+    p.assert_exactly_once("inv");
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 0);
+}
+
+#[test]
+fn submit_and_worker_refuse_bad_input() {
+    let s = PgServer::start("workbad");
+    let p = PgDir::new(&s, "workbad");
+    p.d.write("spec.toml", SPEC);
+    let o = p.d.run(&["submit", "spec.toml", "--db", "tasks.sqlite"]);
+    o.expect(2);
+    assert!(o.stderr().contains("needs a PostgreSQL database"), "{}", o.stderr());
+    p.d.run(&["worker", "--db", "tasks.sqlite", "--exit-when-idle"]).expect(2);
+    assert!(!p.d.path("tasks.sqlite").exists());
+    for bad in [["--concurrency", "0"], ["--concurrency", "65"], ["--poll-ms", "0"]] {
+        let o = p.run(&["worker", bad[0], bad[1], "--exit-when-idle"]);
+        o.expect(2);
+        assert!(o.stderr().contains(bad[0]), "{}", o.stderr());
+    }
+    p.run(&["submit", "spec.toml"]).expect(0);
+    p.d.write("other.toml", &SPEC.replace("All done", "All done!"));
+    let o = p.run(&["submit", "other.toml"]);
+    o.expect(2);
+    assert!(o.stderr().contains("different spec"), "{}", o.stderr());
+    p.run(&["submit", "missing.toml"]).expect(2);
+    assert_eq!(p.count("SELECT count(*) FROM queue"), 1);
+}
