@@ -18,6 +18,7 @@ pub mod server;
 pub mod sim;
 pub mod stats;
 mod table;
+pub mod vllm;
 pub mod workload;
 
 pub use index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};

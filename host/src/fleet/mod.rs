@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod experiments;
+pub mod formats;
 pub mod input;
 pub mod progress;
 pub mod report;
@@ -35,6 +36,9 @@ pub enum FleetCmd {
     Sweep(SweepArgs),
     /// Run the standard experiments on built-in scenarios; write an HTML report and a summary.
     Report(ReportArgs),
+    /// Print each request's block keys (decimal u64, space-separated, one line per request) of a
+    /// trace of token ids, e.g. to check them against a vLLM fleet's KV events.
+    Keys(formats::KeysArgs),
 }
 
 /// `fleet report` arguments.
@@ -471,6 +475,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             Ok(0)
         }
         FleetCmd::Sweep(a) => sweep_cmd(a),
+        FleetCmd::Keys(a) => formats::keys_cmd(a),
         FleetCmd::Report(a) => {
             let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
             let prov = Provenance::of_this_run(a.output.no_date);
