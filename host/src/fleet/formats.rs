@@ -118,6 +118,11 @@ impl Lines {
         Lines { path, reader, line_no: 0, buf: Vec::new(), max_line_bytes: super::trace::max_line_bytes() }
     }
 
+    /// 1-based physical line number of the last line returned.
+    pub fn line_no(&self) -> usize {
+        self.line_no
+    }
+
     /// "FILE:LINE" of the last line returned.
     pub fn location(&self) -> String {
         format!("{}:{}", self.path.display(), self.line_no)
@@ -343,6 +348,421 @@ pub fn keys_cmd(a: KeysArgs) -> CliResult<i32> {
         say!("{out}");
     }
     Ok(0)
+}
+
+/// Trace formats (`--format`; docs/MODEL.md, "Trace formats").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// Mooncake FAST'25: `timestamp` ms, `input_length`, `output_length`, `hash_ids` per S = 512 tokens.
+    Mooncake,
+    /// Alibaba Qwen-Bailian: `chat_id`, `parent_chat_id`, `timestamp` s (float), `input_length`,
+    /// `output_length`, `type`, `turn`, `hash_ids` per 16 tokens.
+    Bailian,
+    /// NVIDIA Dynamo's session replay: `session_id`, `timestamp`/`created_time` or
+    /// `delay`/`delay_ms` (ms, from the previous turn's completion), `hash_ids` per S tokens.
+    Dynamo,
+    /// Token ids: `timestamp` ms, `token_ids`, `output_length`; keys by `--hash`.
+    Tokens,
+}
+
+impl Format {
+    /// The name `--format` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Mooncake => "mooncake",
+            Format::Bailian => "bailian",
+            Format::Dynamo => "dynamo",
+            Format::Tokens => "tokens",
+        }
+    }
+
+    /// The format a line with these fields is in, if it tells.
+    pub fn of_fields(f: &Fields<'_>) -> Option<Format> {
+        let has = |k: &str| f.contains_key(k);
+        if has("token_ids") {
+            Some(Format::Tokens)
+        } else if has("chat_id") || has("parent_chat_id") || has("turn") {
+            Some(Format::Bailian)
+        } else if has("session_id") || has("delay") || has("delay_ms") || has("created_time") {
+            Some(Format::Dynamo)
+        } else if has("hash_ids") {
+            Some(Format::Mooncake)
+        } else {
+            None
+        }
+    }
+}
+
+/// `--format`, or the format of the trace's first non-blank line when omitted.
+pub fn resolve_format(given: Option<Format>, path: &Path) -> CliResult<Format> {
+    if let Some(f) = given {
+        return Ok(f);
+    }
+    match std::fs::metadata(path) {
+        // The reader says why it cannot be opened.
+        Err(_) => drop(Lines::open(path)?),
+        // A pipe cannot be read twice: without --format it is read as Mooncake, as always.
+        Ok(m) if !m.is_file() => return Ok(Format::Mooncake),
+        Ok(_) => {}
+    }
+    let mut lines = Lines::open(path)?;
+    let Some(line) = lines.next_line()? else {
+        return Ok(Format::Mooncake); // an empty trace replays as no requests in any format
+    };
+    let f = fields(&line, "{\"timestamp\": 0, \"input_length\": 100, \"output_length\": 10, \"hash_ids\": [0]}")
+        .map_err(|m| lines.error(m))?;
+    Format::of_fields(&f).ok_or_else(|| {
+        lines.error(
+            "cannot tell the trace format from this first line (no `token_ids`, `chat_id`/`parent_chat_id`/`turn`, `session_id`/`delay`/`created_time` or `hash_ids` field): pass --format mooncake|bailian|dynamo|tokens",
+        )
+    })
+}
+
+/// Converts a JSON number literal (non-negative; decimal point and exponent allowed) of a unit
+/// worth 10^`unit_exp` ns into integer ns, exactly from its decimal digits, rounding half up:
+/// ns = floor(v * 10^unit_exp + 1/2). `None` when negative, not a number or beyond u64.
+pub fn decimal_to_ns(text: &str, unit_exp: i64) -> Option<u64> {
+    let (mant, exp) = match text.find(['e', 'E']) {
+        Some(i) => (&text[..i], text[i + 1..].parse::<i64>().ok()?),
+        None => (text, 0),
+    };
+    let (int, frac) = mant.split_once('.').unwrap_or((mant, ""));
+    if int.is_empty() || !int.bytes().all(|b| b.is_ascii_digit()) || !frac.bytes().all(|b| b.is_ascii_digit()) {
+        return None; // also a sign: timestamps are not negative
+    }
+    if mant.ends_with('.') || !(-1_000_000..=1_000_000).contains(&exp) {
+        return None;
+    }
+    let digits: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').skip_while(|&d| d == 0).collect();
+    // value = D * 10^e ns, D the digits as an integer.
+    let e = exp - frac.len() as i64 + unit_exp;
+    let int_of = |ds: &[u8]| -> Option<u64> {
+        ds.iter().try_fold(0u64, |acc, &d| acc.checked_mul(10)?.checked_add(u64::from(d)))
+    };
+    if e >= 0 {
+        if digits.is_empty() {
+            return Some(0);
+        }
+        let d = int_of(&digits)?;
+        return d.checked_mul(10u64.checked_pow(u32::try_from(e).ok()?)?);
+    }
+    let drop = usize::try_from(-e).ok()?;
+    if drop > digits.len() {
+        return Some(0); // below 0.1 ns
+    }
+    let keep = digits.len() - drop;
+    let q = int_of(&digits[..keep])?;
+    if digits[keep] >= 5 { q.checked_add(1) } else { Some(q) }
+}
+
+/// A number field converted by [`decimal_to_ns`].
+pub fn ns_field(f: &Fields<'_>, name: &str, unit_exp: i64, expected: &str) -> Result<u64, String> {
+    let t = raw(f, name, expected)?;
+    decimal_to_ns(t, unit_exp).ok_or_else(|| format!("field `{name}`: expected {expected}, got {t}"))
+}
+
+/// One Bailian line (alibaba-edu/qwen-bailian-usagetraces-anon).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BailianRecord {
+    /// `chat_id`.
+    pub chat_id: i64,
+    /// `parent_chat_id` (-1 for a conversation's first request).
+    pub parent_chat_id: i64,
+    /// `timestamp` (seconds) in ns, rounded half up.
+    pub arrival_ns: u64,
+    /// `input_length`.
+    pub input_length: u64,
+    /// `output_length`.
+    pub output_length: u64,
+    /// `type` (text, search, image, file).
+    pub kind: String,
+    /// `turn`.
+    pub turn: u64,
+    /// `hash_ids`, one per 16 tokens.
+    pub hash_ids: Vec<u64>,
+}
+
+/// Example of a Bailian line, for messages.
+pub const BAILIAN_EXAMPLE: &str = "{\"chat_id\": 1, \"parent_chat_id\": -1, \"timestamp\": 61.114, \"input_length\": 40, \"output_length\": 10, \"type\": \"text\", \"turn\": 1, \"hash_ids\": [0, 1, 2]}";
+
+/// Parses a Bailian line into `rec`.
+pub fn parse_bailian(line: &str, rec: &mut BailianRecord) -> Result<(), String> {
+    let f = fields(line, BAILIAN_EXAMPLE)?;
+    rec.chat_id = i64_field(&f, "chat_id", "an integer")?;
+    rec.parent_chat_id = i64_field(&f, "parent_chat_id", "an integer, -1 for a first request")?;
+    if rec.parent_chat_id < -1 {
+        return Err(format!(
+            "field `parent_chat_id`: expected an integer, -1 for a first request, got {}",
+            rec.parent_chat_id
+        ));
+    }
+    rec.arrival_ns = ns_field(&f, "timestamp", 9, "a non-negative number of seconds from trace start")?;
+    rec.input_length = u64_field(&f, "input_length", "a non-negative integer (prompt tokens)")?;
+    rec.output_length = u64_field(&f, "output_length", "a non-negative integer (output tokens)")?;
+    rec.kind = str_field(&f, "type", "a string (text, search, image, file)")?;
+    rec.turn = u64_field(&f, "turn", "a non-negative integer (the conversation turn)")?;
+    int_array(&f, "hash_ids", "18446744073709551615", &mut rec.hash_ids)?;
+    Ok(())
+}
+
+/// Hit tokens of a group of requests (a Bailian `type` or `turn`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Group {
+    /// Requests.
+    pub requests: u64,
+    /// Sum of L.
+    pub input_tokens: u64,
+    /// Sum of hit tokens.
+    pub hit_tokens: u64,
+    /// hit_tokens / input_tokens (null without input).
+    pub hit_rate: Option<f64>,
+}
+
+/// Bailian breakdowns: hit rate by `type` and by `turn`.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Breakdown {
+    /// By `type`, in name order.
+    pub by_type: BTreeMap<String, Group>,
+    /// By `turn`, in turn order.
+    pub by_turn: BTreeMap<u64, Group>,
+}
+
+/// A Bailian, tokens or Dynamo-free trace as a request source for [`super::run::simulate`].
+pub struct FormatSource {
+    /// The file.
+    pub path: PathBuf,
+    /// [`Format::Bailian`] or [`Format::Tokens`].
+    pub format: Format,
+    /// Keys of token ids (tokens).
+    pub keyer: Keyer,
+    /// Tokens per hash id (bailian; 16 by default).
+    pub trace_block_tokens: u32,
+    /// Per request, in order (bailian): index into `types`, and the turn.
+    pub labels: Vec<(u32, u64)>,
+    /// Distinct `type` values in order of first appearance (bailian).
+    pub types: Vec<String>,
+}
+
+impl FormatSource {
+    /// The per-type and per-turn hit rates, from the run's outcomes (bailian).
+    pub fn breakdown(&self, outcomes: &[brokerlab_core::fleet::Outcome]) -> Breakdown {
+        let mut b = Breakdown::default();
+        for o in outcomes {
+            let (t, turn) = self.labels[o.request as usize];
+            let input = o.hit_tokens + o.prefill_tokens;
+            for g in [b.by_type.entry(self.types[t as usize].clone()).or_default(), b.by_turn.entry(turn).or_default()]
+            {
+                g.requests += 1;
+                g.input_tokens += input;
+                g.hit_tokens += o.hit_tokens;
+            }
+        }
+        for g in b.by_type.values_mut().chain(b.by_turn.values_mut()) {
+            g.hit_rate = (g.input_tokens > 0).then(|| g.hit_tokens as f64 / g.input_tokens as f64);
+        }
+        b
+    }
+}
+
+impl super::run::RequestSource for FormatSource {
+    fn restart_error(&self) -> Option<String> {
+        let regular = std::fs::metadata(&self.path).is_ok_and(|m| m.is_file());
+        (!regular).then(|| {
+            format!(
+                "--trace {}: the run must read the trace a second time (an internal buffer filled up), but it is not a regular file (a pipe?); write it to a file first",
+                self.path.display()
+            )
+        })
+    }
+
+    fn feed(
+        &mut self,
+        sink: &mut dyn FnMut(&brokerlab_core::fleet::Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
+    ) -> CliResult<()> {
+        let mut lines = Lines::open(&self.path)?;
+        let mut keys_buf: Vec<u64> = Vec::new();
+        let (mut tok, mut bai) = (TokensRecord::default(), BailianRecord::default());
+        let mut last = None;
+        self.labels.clear();
+        while let Some(line) = lines.next_line()? {
+            let (arrival_ns, input, output) = match self.format {
+                Format::Tokens => {
+                    parse_tokens(&line, &mut tok).map_err(|m| lines.error(m))?;
+                    let ns = tok.timestamp_ms.checked_mul(1_000_000).ok_or_else(|| {
+                        lines.error(format_args!(
+                            "field `timestamp`: {} ms overflows 64-bit nanoseconds",
+                            tok.timestamp_ms
+                        ))
+                    })?;
+                    self.keyer.keys(&tok.token_ids, &mut keys_buf);
+                    (ns, tok.token_ids.len() as u64, tok.output_length)
+                }
+                _ => {
+                    parse_bailian(&line, &mut bai).map_err(|m| lines.error(m))?;
+                    if bai.input_length > MAX_PROMPT_TOKENS {
+                        return Err(lines.error(format_args!(
+                            "field `input_length`: {} exceeds the limit of {MAX_PROMPT_TOKENS} tokens",
+                            bai.input_length
+                        )));
+                    }
+                    keys_buf.resize((bai.input_length / BLOCK_TOKENS as u64) as usize, 0);
+                    keys::trace_keys(&bai.hash_ids, bai.input_length, self.trace_block_tokens, &mut keys_buf)
+                        .map_err(|e| lines.error(e))?;
+                    let t = match self.types.iter().position(|t| *t == bai.kind) {
+                        Some(t) => t,
+                        None => {
+                            self.types.push(bai.kind.clone());
+                            self.types.len() - 1
+                        }
+                    };
+                    self.labels.push((t as u32, bai.turn));
+                    (bai.arrival_ns, bai.input_length, bai.output_length)
+                }
+            };
+            if let Some(prev) = last
+                && arrival_ns < prev
+            {
+                return Err(lines.error(format_args!(
+                    "field `timestamp`: {} is before the previous line's {}; requests must be in non-decreasing time order",
+                    show_ns(arrival_ns, self.format),
+                    show_ns(prev, self.format)
+                )));
+            }
+            last = Some(arrival_ns);
+            let req = brokerlab_core::fleet::Request {
+                arrival_ns,
+                input_tokens: input,
+                output_tokens: output,
+                keys: &keys_buf,
+            };
+            sink(&req).map_err(|e| lines.error(e))?;
+        }
+        Ok(())
+    }
+}
+
+/// A time in the unit of the format's `timestamp`, for messages.
+fn show_ns(ns: u64, f: Format) -> String {
+    match f {
+        Format::Bailian => format!("{} s ({ns} ns)", ns as f64 / 1e9),
+        _ => format!("{} ms", ns / 1_000_000),
+    }
+}
+
+/// `--hash`, `--hash-seed` and `--block-size` are for token ids: an error for other formats.
+pub fn only_token_hash(h: &HashArgs, format: Format) -> CliResult<()> {
+    if format == Format::Tokens {
+        return Ok(());
+    }
+    let flag = if h.hash != HashKind::Brokerlab {
+        "--hash"
+    } else if h.hash_seed.is_some() {
+        "--hash-seed"
+    } else if h.block_size.is_some() {
+        "--block-size"
+    } else {
+        return Ok(());
+    };
+    Err(CliError::bad_input(format!(
+        "{flag}: applies to token ids (--format tokens); a {} trace carries hash ids, keyed by the model's hash (--trace-block-size sets their size)",
+        format.name()
+    )))
+}
+
+/// The JSON of `fleet replay --json` for a format other than Mooncake.
+#[derive(serde::Serialize)]
+struct ReplayJson<'a> {
+    format: &'static str,
+    #[serde(flatten)]
+    summary: &'a super::run::Summary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    breakdown: Option<&'a Breakdown>,
+}
+
+/// `fleet replay` of a bailian, dynamo or tokens trace (`cfg` already checked).
+pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::FleetConfig) -> CliResult<i32> {
+    use super::progress::{Progress, Tracked, Unit};
+    use super::run::simulate;
+    only_token_hash(&a.hash, format)?;
+    let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
+    let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
+    let mut breakdown = None;
+    let res = match format {
+        Format::Tokens | Format::Bailian => {
+            let keyer = Keyer::new(&a.hash)?;
+            if keyer.block_tokens() != BLOCK_TOKENS {
+                return Err(CliError::bad_input(format!(
+                    "--block-size {}: fleet replay caches 16-token blocks (the model's B), so it replays vLLM keys of 16-token blocks only; other sizes are for `fleet keys`",
+                    keyer.block_tokens()
+                )));
+            }
+            if format == Format::Tokens && a.trace_block_size.is_some() {
+                return Err(CliError::bad_input(
+                    "--trace-block-size: a tokens trace has no hash ids (its keys' block size is --block-size)",
+                ));
+            }
+            let mut src = FormatSource {
+                path: a.trace.clone(),
+                format,
+                keyer,
+                trace_block_tokens: a.trace_block_size.unwrap_or(BLOCK_TOKENS as u32),
+                labels: Vec::new(),
+                types: Vec::new(),
+            };
+            let bailian = format == Format::Bailian;
+            let res =
+                simulate(cfg, &mut Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes }, bailian)?;
+            if bailian {
+                breakdown = Some(src.breakdown(&res.outcomes));
+            }
+            res
+        }
+        Format::Dynamo | Format::Mooncake => {
+            let s = a.trace_block_size.unwrap_or(512);
+            let trace = super::dynamo::load(&a.trace, s)?;
+            super::dynamo::simulate(cfg, &trace, &a.trace, s, false)?
+        }
+    };
+    progress.finish();
+    if a.json {
+        let mut prov = crate::provenance::Provenance::of_this_run(a.output.no_date);
+        prov.add_file("trace", &a.trace)?;
+        let out = ReplayJson { format: format.name(), summary: &res.summary, breakdown: breakdown.as_ref() };
+        say!("{}", prov.json_with(&out));
+    } else {
+        say!("trace {} (format {})", a.trace.display(), format.name());
+        say_raw!("{}", super::run::render_table(&res.summary));
+        if let Some(b) = &breakdown {
+            say_raw!("{}", render_breakdown(b));
+        }
+    }
+    Ok(0)
+}
+
+/// The per-type and per-turn table of a Bailian replay.
+pub fn render_breakdown(b: &Breakdown) -> String {
+    let pct = |g: &Group| g.hit_rate.map_or_else(|| "n/a".to_string(), |h| format!("{:.2}", h * 100.0));
+    let mut o = String::from("\ntype          requests  input tokens  hit tokens  hit rate %\n");
+    for (k, g) in &b.by_type {
+        o.push_str(&format!(
+            "{k:<12}  {:>8}  {:>12}  {:>10}  {:>10}\n",
+            g.requests,
+            g.input_tokens,
+            g.hit_tokens,
+            pct(g)
+        ));
+    }
+    o.push_str("\nturn          requests  input tokens  hit tokens  hit rate %\n");
+    for (k, g) in &b.by_turn {
+        o.push_str(&format!(
+            "{k:<12}  {:>8}  {:>12}  {:>10}  {:>10}\n",
+            g.requests,
+            g.input_tokens,
+            g.hit_tokens,
+            pct(g)
+        ));
+    }
+    o
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! `brokerlab fleet ...`: the fleet simulator on the host.
 
 pub mod bench;
+pub mod dynamo;
 pub mod experiments;
 pub mod formats;
 pub mod input;
@@ -24,7 +25,8 @@ use run::{TraceSource, render_table, simulate};
 /// `brokerlab fleet` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum FleetCmd {
-    /// Replay a Mooncake JSONL trace through N pods and a router; print the metrics.
+    /// Replay a trace (Mooncake, Bailian, Dynamo sessions or token ids) through N pods and a
+    /// router; print the metrics.
     Replay(ReplayArgs),
     /// Measure core throughput (requests/s, block touches/s) and memory per cached block.
     Bench(BenchArgs),
@@ -356,13 +358,17 @@ impl FleetArgs {
 /// `fleet replay` arguments.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids), plain or
-    /// gzip/zstd-compressed (detected from the first bytes).
+    /// JSONL trace, plain or gzip/zstd-compressed (detected from the first bytes).
     #[arg(long)]
     pub trace: PathBuf,
-    /// Tokens per trace hash id S (a multiple of 16).
-    #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = whole::<u32>)]
-    pub trace_block_size: u32,
+    /// Trace format (docs/MODEL.md, "Trace formats"); detected from the first line when omitted.
+    #[arg(long, value_enum)]
+    pub format: Option<formats::Format>,
+    /// Tokens per trace hash id S (a multiple of 16; default 512, bailian 16).
+    #[arg(long, allow_negative_numbers = true, value_parser = whole::<u32>)]
+    pub trace_block_size: Option<u32>,
+    #[command(flatten)]
+    pub hash: formats::HashArgs,
     /// Longest trace line accepted, bytes (the longest valid line is about 23 MB: 1,048,576 ids
     /// of up to 20 digits).
     #[arg(long, value_name = "BYTES", default_value = "32M", value_parser = crate::mem::parse_size)]
@@ -404,7 +410,7 @@ pub struct BenchArgs {
     pub mem: MemArgs,
 }
 
-fn check_trace_block(s: u32) -> CliResult<()> {
+pub(crate) fn check_trace_block(s: u32) -> CliResult<()> {
     brokerlab_core::fleet::keys::check_trace_block_tokens(s).map_err(|_| {
         CliError::bad_input(format!("--trace-block-size {s}: expected a non-zero multiple of 16, at most 1048576"))
     })
@@ -415,11 +421,19 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     match cmd {
         FleetCmd::Replay(a) => {
             crate::mem::set_budget(a.mem.max_memory);
-            check_trace_block(a.trace_block_size)?;
+            trace::set_max_line_bytes(a.max_line_bytes);
+            if let Some(s) = a.trace_block_size {
+                check_trace_block(s)?;
+            }
             let cfg = a.fleet.config()?;
             cfg.validate().map_err(run::config_error)?;
-            trace::set_max_line_bytes(a.max_line_bytes);
-            let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: a.trace_block_size };
+            let format = formats::resolve_format(a.format, &a.trace)?;
+            if format != formats::Format::Mooncake {
+                return formats::replay(a, format, cfg);
+            }
+            formats::only_token_hash(&a.hash, format)?;
+            let trace_block_size = a.trace_block_size.unwrap_or(512);
+            let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: trace_block_size };
             let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
             let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
             let res =
