@@ -329,3 +329,16 @@ fn seconds_become_ns_exactly_rounding_half_up() {
         assert_eq!(decimal_to_ns(bad, 9), None, "{bad}");
     }
 }
+
+#[test]
+fn a_dynamo_trace_beyond_the_memory_budget_is_refused_while_reading() {
+    let ids: Vec<String> = (0..200).map(|i| i.to_string()).collect();
+    let line = format!("{{\"session_id\": \"s\", \"output_length\": 1, \"hash_ids\": [{}]}}\n", ids.join(", "));
+    let t = write("dynamo-big.jsonl", &line.repeat(2000)); // 2000 turns x 200 ids: 3.2 MB held
+    let (code, _, err) = replay(&t, &["--max-memory", "2M"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("reading the Dynamo trace") && err.contains("--max-memory"), "{err}");
+    // Under a budget that fits, it runs: every turn after the first hits its 200 x 32 blocks.
+    let v = replay_ok(&t, &["--max-memory", "64M", "--capacity", "8000"]);
+    assert_eq!(v["hit_tokens"], 1999 * 200 * 512);
+}

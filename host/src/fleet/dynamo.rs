@@ -61,6 +61,9 @@ pub fn load(path: &Path, s: u32) -> CliResult<Trace> {
     let mut index: HashMap<String, usize> = HashMap::new();
     // Per session: the last timestamp seen (ns), for delays inferred from timestamps.
     let mut last_ts: Vec<Option<u64>> = Vec::new();
+    // Bytes held so far (ids, turns, session names; approximate), checked against the memory
+    // budget whenever they double, so a huge trace is refused before it exhausts memory.
+    let (mut held, mut next_check) = (0u64, 1u64 << 20);
     while let Some(line) = lines.next_line()? {
         let f = fields(&line, EXAMPLE).map_err(|m| lines.error(m))?;
         let e = |m: String| lines.error(m);
@@ -136,6 +139,20 @@ pub fn load(path: &Path, s: u32) -> CliResult<Trace> {
         if ts.is_some() {
             last_ts[si] = ts;
         }
+        held += 8 * hash_ids.len() as u64
+            + std::mem::size_of::<Turn>() as u64
+            + if si == next { 64 + session.len() as u64 } else { 0 };
+        if held >= next_check {
+            next_check = held.saturating_mul(2);
+            crate::mem::check(
+                &format!("reading the Dynamo trace {} (held in memory: arrivals depend on the run)", path.display()),
+                &[crate::mem::Need {
+                    what: format!("the sessions' turns, {} lines so far", lines.line_no()),
+                    bytes: held,
+                    lowered_by: "a shorter trace".into(),
+                }],
+            )?;
+        }
         trace.sessions[si].push(Turn { line: lines.line_no(), input_length, output_length, hash_ids, at_ns });
     }
     Ok(trace)
@@ -154,7 +171,8 @@ pub fn simulate(cfg: FleetConfig, trace: &Trace, path: &Path, s: u32, keep_outco
         check_memory(&cfg, queue_per_pod, pending, Some(n), keep_outcomes)?;
         let mut owned = OwnedFleet::new(cfg, queue_per_pod, pending)?;
         let mut fleet = owned.fleet().map_err(config_error)?;
-        let mut latencies = Vec::with_capacity(n as usize);
+        let mut latencies = Vec::new();
+        crate::mem::try_grow(&mut latencies, n as usize, "the latencies (8 bytes per request)")?;
         let mut outcomes = Vec::new();
         let mut ready: BinaryHeap<Reverse<(u64, usize, usize)>> =
             trace.sessions.iter().enumerate().map(|(si, turns)| Reverse((turns[0].at_ns, si, 0))).collect();
@@ -177,6 +195,10 @@ pub fn simulate(cfg: FleetConfig, trace: &Trace, path: &Path, s: u32, keep_outco
             };
             latencies.push(out.latency_ns());
             if keep_outcomes {
+                if outcomes.len() == outcomes.capacity() {
+                    let extra = outcomes.len().max(1024);
+                    crate::mem::try_grow(&mut outcomes, extra, "the per-request outcomes")?;
+                }
                 outcomes.push(out);
             }
             if let Some(next) = trace.sessions[si].get(ti + 1) {
