@@ -15,6 +15,8 @@ pub const MAX_PROMPT_TOKENS: u64 = 1 << 24;
 pub const MAX_REQUEST_BLOCKS: usize = (MAX_PROMPT_TOKENS as usize) / BLOCK_TOKENS;
 /// Largest trace block size S accepted (tokens per trace hash id); must be a multiple of 16.
 pub const MAX_TRACE_BLOCK_TOKENS: u32 = 1 << 20;
+/// Largest vLLM block size accepted by `fleet::vllm` (`--block-size`), tokens.
+pub const MAX_VLLM_BLOCK_TOKENS: usize = 1 << 20;
 /// Largest stale-evict delay k, in requests.
 pub const MAX_STALE_DELAY: u32 = 1 << 24;
 /// Largest load penalty alpha accepted.

@@ -20,6 +20,7 @@ pub mod server;
 pub mod sim;
 pub mod stats;
 mod table;
+pub mod vllm;
 pub mod workload;
 
 pub use batched::{BatchedFleet, EngineBuffers, EngineCaches, EngineLayout};

@@ -1,8 +1,10 @@
 //! `brokerlab fleet ...`: the fleet simulator on the host.
 
 pub mod bench;
+pub mod dynamo;
 pub mod engine;
 pub mod experiments;
+pub mod formats;
 pub mod input;
 pub mod progress;
 pub mod report;
@@ -24,7 +26,8 @@ use run::{TraceSource, render_table, simulate};
 /// `brokerlab fleet` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum FleetCmd {
-    /// Replay a Mooncake JSONL trace through N pods and a router; print the metrics.
+    /// Replay a trace (Mooncake, Bailian, Dynamo sessions or token ids) through N pods and a
+    /// router; print the metrics.
     Replay(ReplayArgs),
     /// Measure core throughput (requests/s, block touches/s) and memory per cached block.
     Bench(BenchArgs),
@@ -36,6 +39,9 @@ pub enum FleetCmd {
     Sweep(SweepArgs),
     /// Run the standard experiments on built-in scenarios; write an HTML report and a summary.
     Report(ReportArgs),
+    /// Print each request's block keys (decimal u64, space-separated, one line per request) of a
+    /// trace of token ids, e.g. to check them against a vLLM fleet's KV events.
+    Keys(formats::KeysArgs),
 }
 
 /// `fleet report` arguments.
@@ -355,13 +361,17 @@ impl FleetArgs {
 /// `fleet replay` arguments.
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    /// Mooncake JSONL trace (timestamp ms, input_length, output_length, hash_ids), plain or
-    /// gzip/zstd-compressed (detected from the first bytes).
+    /// JSONL trace, plain or gzip/zstd-compressed (detected from the first bytes).
     #[arg(long)]
     pub trace: PathBuf,
-    /// Tokens per trace hash id S (a multiple of 16).
-    #[arg(long, default_value_t = 512, allow_negative_numbers = true, value_parser = whole::<u32>)]
-    pub trace_block_size: u32,
+    /// Trace format (docs/MODEL.md, "Trace formats"); detected from the first line when omitted.
+    #[arg(long, value_enum)]
+    pub format: Option<formats::Format>,
+    /// Tokens per trace hash id S (a multiple of 16; default 512, bailian 16).
+    #[arg(long, allow_negative_numbers = true, value_parser = whole::<u32>)]
+    pub trace_block_size: Option<u32>,
+    #[command(flatten)]
+    pub hash: formats::HashArgs,
     /// Longest trace line accepted, bytes (the longest valid line is about 23 MB: 1,048,576 ids
     /// of up to 20 digits).
     #[arg(long, value_name = "BYTES", default_value = "32M", value_parser = crate::mem::parse_size)]
@@ -405,7 +415,7 @@ pub struct BenchArgs {
     pub mem: MemArgs,
 }
 
-fn check_trace_block(s: u32) -> CliResult<()> {
+pub(crate) fn check_trace_block(s: u32) -> CliResult<()> {
     brokerlab_core::fleet::keys::check_trace_block_tokens(s).map_err(|_| {
         CliError::bad_input(format!("--trace-block-size {s}: expected a non-zero multiple of 16, at most 1048576"))
     })
@@ -416,11 +426,27 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     match cmd {
         FleetCmd::Replay(a) => {
             crate::mem::set_budget(a.mem.max_memory);
-            check_trace_block(a.trace_block_size)?;
+            trace::set_max_line_bytes(a.max_line_bytes);
+            if let Some(s) = a.trace_block_size {
+                check_trace_block(s)?;
+            }
             let cfg = a.fleet.config()?;
             cfg.validate().map_err(run::config_error)?;
-            trace::set_max_line_bytes(a.max_line_bytes);
-            let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: a.trace_block_size };
+            let format = formats::resolve_format(a.format, &a.trace)?;
+            if format != formats::Format::Mooncake {
+                if a.engine.resolve(None)?.is_some() {
+                    return Err(CliError::bad_input(format!(
+                        "--engine batched replays Mooncake traces only so far; {} is a {} trace (use the FIFO \
+                         engine, or convert it to Mooncake lines)",
+                        a.trace.display(),
+                        format.name()
+                    )));
+                }
+                return formats::replay(a, format, cfg);
+            }
+            formats::only_token_hash(&a.hash, format)?;
+            let trace_block_size = a.trace_block_size.unwrap_or(512);
+            let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: trace_block_size };
             let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
             let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
             let mut tracked = Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes };
@@ -490,6 +516,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             Ok(0)
         }
         FleetCmd::Sweep(a) => sweep_cmd(a),
+        FleetCmd::Keys(a) => formats::keys_cmd(a),
         FleetCmd::Report(a) => {
             let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
             let prov = Provenance::of_this_run(a.output.no_date);

@@ -32,6 +32,11 @@ pub fn set_max_line_bytes(n: u64) {
     MAX_LINE_BYTES.store(n, Ordering::Relaxed);
 }
 
+/// The longest line readers created now accept.
+pub fn max_line_bytes() -> u64 {
+    MAX_LINE_BYTES.load(Ordering::Relaxed)
+}
+
 /// The keys of a trace line the model reads; others are skipped without being stored.
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
