@@ -9,6 +9,9 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 use super::style::{self, AXIS, FONT, GRID, GRID_MINOR, INK, NOTE, SHADE, SHADE_ALPHA, Shape, Sizes};
 use super::{Chart, Series};
 
+/// A pixel offset.
+type Px = (i32, i32);
+
 type DrawResult<DB> = Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
 fn font(size: f64, color: RGBColor) -> TextStyle<'static> {
@@ -452,31 +455,35 @@ impl Frame<'_> {
             };
         }
         let r = sz.marker * st.marker_scale;
-        // Markers: a filled shape with a thin white outline, so that overlapping markers stay apart.
-        let (fill, edge) = (st.color.filled(), WHITE.stroke_width(1));
-        let points = runs.iter().flatten().copied();
-        if st.shape == Shape::Circle {
-            let ri = r.round() as i32;
-            cc.draw_series(
-                points.map(|p| EmptyElement::at(p) + Circle::new((0, 0), ri, fill) + Circle::new((0, 0), ri, edge)),
-            )?;
-        } else {
-            let pts = shape_points(st.shape, r);
-            let mut outline = pts.clone();
-            outline.push(pts[0]);
-            cc.draw_series(points.map(|p| {
-                EmptyElement::at(p) + Polygon::new(pts.clone(), fill) + PathElement::new(outline.clone(), edge)
-            }))?;
-        }
+        cc.draw_series(runs.iter().flatten().map(|&p| {
+            let (fill, edge) = marker(&st, r);
+            EmptyElement::at(p) + fill + edge
+        }))?;
         Ok(())
     }
 }
 
-/// The outline of a marker shape around (0, 0), radius about `r` pixels (circles are drawn as circles).
-fn shape_points(shape: Shape, r: f64) -> Vec<(i32, i32)> {
+/// A marker around (0, 0) in pixels: its filled shape and its outline. Filled markers get a thin white
+/// outline (so that overlapping markers stay apart); hollow ones a coloured outline only, so that
+/// smaller markers of equal points show inside them.
+fn marker(st: &style::SeriesStyle, r: f64) -> (Polygon<Px>, PathElement<Px>) {
+    let pts = shape_points(st.shape, r);
+    let mut outline = pts.clone();
+    outline.push(pts[0]);
+    if st.hollow {
+        (Polygon::new(pts, WHITE.filled()), PathElement::new(outline, st.color.stroke_width(2)))
+    } else {
+        (Polygon::new(pts, st.color.filled()), PathElement::new(outline, WHITE.stroke_width(1)))
+    }
+}
+
+/// The outline of a marker shape around (0, 0), radius about `r` pixels.
+fn shape_points(shape: Shape, r: f64) -> Vec<Px> {
     let s3 = 0.866_025_403_784_438_6;
     let pts: Vec<(f64, f64)> = match shape {
-        Shape::Circle => vec![(0.0, 0.0)],
+        Shape::Circle => {
+            (0..20).map(|k| f64::from(k) * std::f64::consts::TAU / 20.0).map(|a| (r * a.cos(), r * a.sin())).collect()
+        }
         Shape::Square => {
             let a = r * 0.85;
             vec![(-a, -a), (a, -a), (a, a), (-a, a)]
@@ -488,7 +495,7 @@ fn shape_points(shape: Shape, r: f64) -> Vec<(i32, i32)> {
         Shape::TriangleUp => vec![(0.0, -r * 1.25), (s3 * r * 1.25, r * 0.7), (-s3 * r * 1.25, r * 0.7)],
         Shape::TriangleDown => vec![(0.0, r * 1.25), (s3 * r * 1.25, -r * 0.7), (-s3 * r * 1.25, -r * 0.7)],
         Shape::Cross => {
-            let (l, t) = (r * 1.15, r * 0.4);
+            let (l, t) = (r * 1.15, r * 0.32);
             vec![
                 (-t, -l),
                 (t, -l),
@@ -533,17 +540,8 @@ fn draw_legend<DB: DrawingBackend>(
                         area.draw(&DashedPathElement::new(vec![(x0, y), (x1, y)], on * lw, off * lw, line))?
                     }
                 }
-                let r = sz.marker * st.marker_scale;
-                let m = shape_points(st.shape, r);
-                let c = ((x0 + x1) / 2, y);
-                if st.shape == Shape::Circle {
-                    area.draw(&Circle::new(c, r.round() as i32, st.color.filled()))?;
-                } else {
-                    area.draw(&Polygon::new(
-                        m.iter().map(|p| (p.0 + c.0, p.1 + c.1)).collect::<Vec<_>>(),
-                        st.color.filled(),
-                    ))?;
-                }
+                let (fill, edge) = marker(&st, sz.marker * st.marker_scale);
+                area.draw(&(EmptyElement::at(((x0 + x1) / 2, y)) + fill + edge))?;
             }
             Key::Bar(i) => {
                 let h = (sz.tick * 0.45).round() as i32;

@@ -51,6 +51,8 @@ pub(crate) struct SeriesStyle {
     pub(crate) shape: Shape,
     pub(crate) dash: Option<(f64, f64)>,
     pub(crate) marker_scale: f64,
+    /// Outlined markers for the second three series (e.g. the same routers in another condition).
+    pub(crate) hollow: bool,
 }
 
 pub(crate) fn series_style(i: usize) -> SeriesStyle {
@@ -58,7 +60,8 @@ pub(crate) fn series_style(i: usize) -> SeriesStyle {
         color: PALETTE[i % PALETTE.len()],
         shape: SHAPES[i % SHAPES.len()],
         dash: DASHES[i % DASHES.len()],
-        marker_scale: 1.0 - 0.2 * (i % 3) as f64,
+        marker_scale: 1.0 - 0.25 * (i % 3) as f64,
+        hollow: (i / 3) % 2 == 1,
     }
 }
 
