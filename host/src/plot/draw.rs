@@ -18,19 +18,19 @@ fn font(size: f64, color: RGBColor) -> TextStyle<'static> {
     TextStyle { font: (FONT, size).into_font(), color: color.to_backend_color(), pos: Pos::default() }
 }
 
-/// A compact tick label: `0`, `0.25`, `1.5k`, `2M`.
-pub fn format_tick(v: f64) -> String {
-    let a = v.abs();
+/// A compact tick label for `v` on an axis whose largest magnitude is `mag`: one unit per axis
+/// (`0`, `0.25`, `1500`; `10k`, `15k`; `1.5M`).
+pub fn format_tick(v: f64, mag: f64) -> String {
     let trim = |s: String| -> String {
         if s.contains('.') { s.trim_end_matches('0').trim_end_matches('.').to_string() } else { s }
     };
-    if a < 1e-12 {
+    if v.abs() < 1e-12 {
         "0".into()
-    } else if a >= 1e6 {
+    } else if mag >= 1e6 {
         trim(format!("{:.2}", v / 1e6)) + "M"
-    } else if a >= 1e4 || (a >= 1e3 && (v / 1e3).fract().abs() < 1e-9) {
+    } else if mag >= 1e4 {
         trim(format!("{:.2}", v / 1e3)) + "k"
-    } else if a < 1e-3 {
+    } else if mag < 1e-3 {
         format!("{v:.1e}")
     } else {
         trim(format!("{v:.3}"))
@@ -115,8 +115,10 @@ struct Axis {
 
 impl Axis {
     /// A linear axis labelled at about `target` 1-2-5 steps (or at `at`, when given).
-    fn linear(lo: f64, hi: f64, target: usize, at: Option<Vec<f64>>) -> Axis {
-        let labelled = at.unwrap_or_else(|| multiples(lo, hi, nice_step((hi - lo) / target as f64)));
+    /// `whole`: steps of at least 1 (for counts).
+    fn linear(lo: f64, hi: f64, target: usize, whole: bool, at: Option<Vec<f64>>) -> Axis {
+        let step = nice_step((hi - lo) / target as f64);
+        let labelled = at.unwrap_or_else(|| multiples(lo, hi, if whole { step.max(1.0) } else { step }));
         Axis { lo, hi, log: false, labelled, light: Vec::new() }
     }
 
@@ -141,6 +143,11 @@ impl Axis {
         } else {
             (v - self.lo) / (self.hi - self.lo)
         }
+    }
+
+    /// The largest magnitude labelled.
+    fn magnitude(&self) -> f64 {
+        self.labelled.iter().fold(0.0, |m: f64, v| m.max(v.abs()))
     }
 
     /// The middle of the axis (geometric on a log axis).
@@ -227,13 +234,16 @@ pub(crate) fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Ch
     let ys = chart.series.iter().flat_map(|s| &s.points).filter(|p| usable(p.0, p.1, x_log, y_log)).map(|p| p.1);
     let ys = ys.chain(chart.annotations.iter().map(|a| a.1).filter(|y| y.is_finite() && (!y_log || *y > 0.0)));
     let ys = ys.chain(chart.bars.then_some(0.0));
-    let (mut ylo, mut yhi) = extent(ys, y_log);
+    let (mut ylo, mut yhi) = extent(ys.clone(), y_log);
+    // Counts (e.g. pods) get whole-number ticks.
+    let whole_y = ys.clone().count() > 0 && ys.clone().all(|y| y.fract() == 0.0);
     if y_log {
         // Whole decades, so that the axis is labelled at both ends.
         (ylo, yhi) = (10f64.powf(ylo.log10().floor()), 10f64.powf(yhi.log10().ceil()));
     } else {
         // Out to whole ticks, then a little more so that markers on the ends are not cut.
         let step = nice_step((yhi - ylo) / 6.0);
+        let step = if whole_y { step.max(1.0) } else { step };
         let (rlo, rhi) = ((ylo / step).floor() * step, (yhi / step).ceil() * step);
         let (plo, phi) = pad(rlo, rhi, false, 0.025);
         ylo = if chart.bars && ylo >= 0.0 { rlo } else { plo };
@@ -251,13 +261,13 @@ pub(crate) fn draw<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, chart: &Ch
 
     let frame = Frame { chart, sz: &sz, categories: &categories };
     let x = if chart.bars {
-        Axis::linear(xlo, xhi, 1, Some((0..categories.len()).map(|i| i as f64).collect()))
+        Axis::linear(xlo, xhi, 1, false, Some((0..categories.len()).map(|i| i as f64).collect()))
     } else if x_log {
         Axis::log(xlo, xhi)
     } else {
-        Axis::linear(xlo, xhi, 7, None)
+        Axis::linear(xlo, xhi, 7, false, None)
     };
-    let y = if y_log { Axis::log(ylo, yhi) } else { Axis::linear(ylo, yhi, 6, None) };
+    let y = if y_log { Axis::log(ylo, yhi) } else { Axis::linear(ylo, yhi, 6, whole_y, None) };
     frame.plot(&plot, x, y)?;
     draw_legend(&legend, &rows, &sz, &label_font, swatch)
 }
@@ -292,10 +302,12 @@ impl Frame<'_> {
             .x_label_area_size((sz.tick + sz.label * 1.9).round() as i32)
             .y_label_area_size(y_ticks_w + (sz.label * 1.6).round() as i32)
             .build_cartesian_2d(x, y)?;
+        let (x_mag, y_mag) = (cc.as_coord_spec().x_spec().magnitude(), cc.as_coord_spec().y_spec().magnitude());
         let cats: Vec<String> = if self.chart.x_categories.len() == self.categories.len() {
             chart.x_categories.clone()
         } else {
-            self.categories.iter().map(|v| format_tick(*v)).collect()
+            let mag = self.categories.iter().fold(0.0, |m: f64, v| m.max(v.abs()));
+            self.categories.iter().map(|v| format_tick(*v, mag)).collect()
         };
         let x_fmt = |v: &f64| {
             if chart.bars {
@@ -306,10 +318,10 @@ impl Frame<'_> {
                     String::new()
                 }
             } else {
-                format_tick(*v)
+                format_tick(*v, x_mag)
             }
         };
-        let y_fmt = |v: &f64| format_tick(*v);
+        let y_fmt = |v: &f64| format_tick(*v, y_mag);
         let desc_font = font(sz.label, INK);
         let (pw, ph) = cc.plotting_area().dim_in_pixel();
         let x_desc = fit(area, &chart.x_label, &desc_font, f64::from(pw));

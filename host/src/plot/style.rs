@@ -60,7 +60,7 @@ pub(crate) fn series_style(i: usize) -> SeriesStyle {
         color: PALETTE[i % PALETTE.len()],
         shape: SHAPES[i % SHAPES.len()],
         dash: DASHES[i % DASHES.len()],
-        marker_scale: 1.0 - 0.25 * (i % 3) as f64,
+        marker_scale: 1.0 - 0.2 * (i % 3) as f64,
         hollow: (i / 3) % 2 == 1,
     }
 }

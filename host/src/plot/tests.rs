@@ -212,9 +212,9 @@ fn gaps_split_lines_and_every_point_has_a_marker() {
     let lines = s.lines().filter(|l| l.starts_with("<polyline") && l.contains(&col)).count();
     // Two runs around the gap, plus the legend's stretch of line.
     assert_eq!(lines, 3);
-    // A circle marker (fill, then outline) at each of the 10 finite points, and one in the legend.
+    // A marker (a filled polygon, then its outline) at each of the 10 finite points, and one in the legend.
     let fill = format!("fill=\"{}\"", hex(style::series_style(0).color));
-    assert_eq!(s.lines().filter(|l| l.starts_with("<circle") && l.contains(&fill)).count(), 11);
+    assert_eq!(s.lines().filter(|l| l.starts_with("<polygon") && l.contains(&fill)).count(), 11);
 }
 
 /// Writes sample charts to `target/plot-samples/` for eyeballing.
