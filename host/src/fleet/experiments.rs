@@ -367,6 +367,13 @@ pub fn report(
     let ts_hit = sweep_charts("timestamp first", "capacity", &ex.timestamp_first).remove(0).1;
     let mut both = sweep_charts("layout", "capacity", &ex.capacity).remove(0).1;
     both.title = "prompt layout: hit rate vs capacity; (ts) = timestamp on line one".into();
+    // Lines that lie on one another (the timestamp-first runs all hit 0%) are drawn with nested
+    // markers; the legend says so, with the value read from the data.
+    let flat: Vec<f64> = ts_hit.series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).collect();
+    if let Some(v) = flat.first().filter(|_| ts_hit.series.len() > 1 && flat.windows(2).all(|w| w[0] == w[1])) {
+        both.notes.push(format!("the {} (ts) lines all lie at {v}%,", ts_hit.series.len()));
+        both.notes.push("drawn on top of one another".into());
+    }
     for s in ts_hit.series {
         both.series.push(Series { label: format!("{} (ts)", s.label), points: s.points });
     }
@@ -377,20 +384,30 @@ pub fn report(
         .iter()
         .map(|p| (p.value.max(0.5), 100.0 * p.summary.chased_requests as f64 / p.summary.requests.max(1) as f64))
         .collect();
+    let k_label = "stale delay k (requests, log; k = 0 at 0.5)";
     add(
         "stale",
         "stale_gain",
         &Chart {
             title: "stale index: share of prefix-aware's gain over round-robin that survives".into(),
-            x_label: "stale delay k (requests, log; k = 0 at 0.5)".into(),
-            y_label: "gain kept / chased requests (%)".into(),
-            series: vec![
-                Series {
-                    label: "gain kept".into(),
-                    points: gain.iter().map(|(k, g)| ((*k as f64).max(0.5), g * 100.0)).collect(),
-                },
-                Series { label: "chased requests".into(), points: chased },
-            ],
+            x_label: k_label.into(),
+            y_label: "gain kept (%)".into(),
+            series: vec![Series {
+                label: "gain kept".into(),
+                points: gain.iter().map(|(k, g)| ((*k as f64).max(0.5), g * 100.0)).collect(),
+            }],
+            x_log: true,
+            ..Chart::default()
+        },
+    )?;
+    add(
+        "stale",
+        "stale_chased",
+        &Chart {
+            title: "stale index: requests routed to a pod for blocks it had evicted".into(),
+            x_label: k_label.into(),
+            y_label: "chased requests (% of requests)".into(),
+            series: vec![Series { label: "chased requests".into(), points: chased }],
             x_log: true,
             ..Chart::default()
         },
@@ -418,6 +435,7 @@ pub fn report(
             y_label: "p90 latency (s)".into(),
             series: alpha_series,
             x_log: true,
+            y_log: true,
             annotations: vec![(best_a, best_p90, format!("sweet spot alpha = {best_a}"))],
             ..Chart::default()
         },
@@ -525,17 +543,24 @@ pub fn report(
             ..Chart::default()
         },
     )?;
-    let mut steps: Vec<Series> =
+    let steps: Vec<Series> =
         ex.autoscale_timeline.iter().map(|(label, pts)| Series { label: label.clone(), points: pts.clone() }).collect();
-    steps.push(Series { label: "burst window".into(), points: vec![(60.0, 8.5), (240.0, 8.5)] });
+    let w = builtin("autoscale")?.workload;
+    let (from_s, to_s) = (w.burst_start_ms as f64 / 1e3, (w.burst_start_ms + w.burst_ms) as f64 / 1e3);
+    let shades = if w.burst_ms > 0 {
+        vec![(from_s, to_s, format!("burst, {} req/s", w.burst_rate_milli_per_s as f64 / 1e3))]
+    } else {
+        Vec::new()
+    };
     add(
         "autoscale",
         "autoscale_pods",
         &Chart {
-            title: "autoscaling: routable pods over time (burst from 60 s to 240 s, 30 s boot)".into(),
+            title: format!("autoscaling: routable pods over time (burst from {from_s} s to {to_s} s, 30 s boot)"),
             x_label: "time (s)".into(),
             y_label: "routable pods".into(),
             series: steps,
+            shades,
             ..Chart::default()
         },
     )?;
@@ -806,7 +831,10 @@ fn figures(svgs: &[(String, String, String)], section: &str) -> String {
     let mut o = String::new();
     for (sec, stem, svg) in svgs {
         if sec == section {
-            let _ = write!(o, "<figure>{svg}<figcaption>{stem}.svg / {stem}.png</figcaption></figure>");
+            let _ = write!(
+                o,
+                "<figure>{svg}<figcaption><a href=\"{stem}.svg\">{stem}.svg</a> / <a href=\"{stem}.png\">{stem}.png</a></figcaption></figure>"
+            );
         }
     }
     o

@@ -1,47 +1,18 @@
 use super::*;
 
-fn be32(b: &[u8]) -> u32 {
-    u32::from_be_bytes([b[0], b[1], b[2], b[3]])
+/// Decodes a PNG with the `png` crate (which checks every chunk CRC and the zlib stream); returns
+/// (width, height, RGB bytes).
+fn decode(bytes: &[u8]) -> (u32, u32, Vec<u8>) {
+    let mut reader = ::png::Decoder::new(std::io::Cursor::new(bytes)).read_info().expect("PNG header");
+    let mut rgb = vec![0; reader.output_buffer_size().expect("size")];
+    let info = reader.next_frame(&mut rgb).expect("PNG data");
+    assert_eq!((info.color_type, info.bit_depth), (::png::ColorType::Rgb, ::png::BitDepth::Eight));
+    rgb.truncate(info.buffer_size());
+    (info.width, info.height, rgb)
 }
 
-/// Parses a PNG, checking signature and every chunk CRC; returns (width, height, decoded RGB rows).
-fn decode(png: &[u8]) -> (u32, u32, Vec<u8>) {
-    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "signature");
-    let mut pos = 8;
-    let (mut w, mut h) = (0, 0);
-    let mut idat = Vec::new();
-    let mut kinds = Vec::new();
-    while pos < png.len() {
-        let len = be32(&png[pos..]) as usize;
-        let kind = &png[pos + 4..pos + 8];
-        let body = &png[pos + 8..pos + 8 + len];
-        let crc = be32(&png[pos + 8 + len..]);
-        assert_eq!(crc, super::png::crc32(&png[pos + 4..pos + 8 + len]), "CRC of {:?}", String::from_utf8_lossy(kind));
-        kinds.push(String::from_utf8_lossy(kind).to_string());
-        match kind {
-            b"IHDR" => {
-                w = be32(body);
-                h = be32(&body[4..]);
-                assert_eq!(&body[8..], &[8, 2, 0, 0, 0]);
-            }
-            b"IDAT" => idat.extend_from_slice(body),
-            _ => {}
-        }
-        pos += 12 + len;
-    }
-    assert_eq!(pos, png.len());
-    assert_eq!(kinds.first().map(String::as_str), Some("IHDR"));
-    assert_eq!(kinds.last().map(String::as_str), Some("IEND"));
-    assert_eq!((idat[0] as u32 * 256 + idat[1] as u32) % 31, 0, "zlib header check");
-    let raw = super::png::inflate(&idat[2..idat.len() - 4]).expect("inflate");
-    assert_eq!(be32(&idat[idat.len() - 4..]), super::png::adler32(&raw), "adler32");
-    assert_eq!(raw.len(), (w as usize * 3 + 1) * h as usize);
-    let mut rgb = Vec::new();
-    for row in raw.chunks(w as usize * 3 + 1) {
-        assert_eq!(row[0], 0, "filter type");
-        rgb.extend_from_slice(&row[1..]);
-    }
-    (w, h, rgb)
+fn hex(c: plotters::style::RGBColor) -> String {
+    format!("#{:02X}{:02X}{:02X}", c.0, c.1, c.2)
 }
 
 fn hit_rate_chart() -> Chart {
@@ -110,7 +81,7 @@ fn png_is_valid_and_has_the_requested_size() {
         let white = rgb.chunks(3).filter(|p| p == &[255, 255, 255]).count();
         assert!(white > (w * h) as usize / 2, "mostly background");
         assert!(white < (w * h) as usize, "something drawn");
-        let c = scene::PALETTE[0];
+        let c = style::PALETTE[0];
         assert!(rgb.chunks(3).any(|p| p == [c.0, c.1, c.2]), "series colour present");
     }
 }
@@ -119,25 +90,39 @@ fn png_is_valid_and_has_the_requested_size() {
 fn svg_is_well_formed_enough() {
     let chart = hit_rate_chart();
     let s = svg(&chart, 900, 540);
-    assert!(s.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\""));
+    assert!(s.starts_with("<svg ") && s.contains("xmlns=\"http://www.w3.org/2000/svg\""));
     assert!(s.contains("viewBox=\"0 0 900 540\""));
     assert!(s.trim_end().ends_with("</svg>"));
-    assert!(s.contains(">hit rate (%)</text>"));
-    assert!(s.contains(">capacity per pod (KV blocks, log scale)</text>"));
-    assert!(s.contains(">prefix-aware</text>"));
-    assert!(s.contains(">1k</text>") && s.contains(">10k</text>"));
+    // One font family in every text, with a generic fallback.
+    assert!(s.matches("<text").count() > 10);
+    assert_eq!(s.matches("<text").count(), s.matches("font-family=\"DejaVu Sans, sans-serif\"").count());
+    for text in
+        ["hit rate (%)", "capacity per pod (KV blocks, log scale)", "prefix-aware", "1k", "10k", "hot set = 1 pod"]
+    {
+        assert!(s.contains(&format!("\n{text}\n</text>")), "{text}");
+    }
     // Every series colour draws at least one polyline.
     for i in 0..3 {
-        let col = scene::style(i).0.hex();
+        let col = hex(style::series_style(i).color);
         assert!(s.lines().any(|l| l.starts_with("<polyline") && l.contains(&format!("stroke=\"{col}\""))), "{col}");
     }
     assert_eq!(s.matches('<').count(), s.matches('>').count(), "angle brackets balance");
     assert_eq!(s.matches("<text").count(), s.matches("</text>").count());
-    assert!(s.lines().all(|l| l.starts_with('<') && l.ends_with('>')));
     assert!(!s.contains("NaN") && !s.contains("inf"));
     // Labels are escaped.
     let tricky = Chart { title: "a < b & \"c\"".into(), ..hit_rate_chart() };
     assert!(svg(&tricky, 600, 400).contains("a &lt; b &amp; &quot;c&quot;"));
+}
+
+#[test]
+fn the_embedded_font_is_used_for_png_text() {
+    // With the font registered, a title changes pixels; without a usable font plotters would fail.
+    let plain = Chart { title: String::new(), ..hit_rate_chart() };
+    let (_, _, a) = decode(&png(&plain, 600, 400));
+    let (_, _, b) = decode(&png(&hit_rate_chart(), 600, 400));
+    assert_ne!(a, b);
+    // Anti-aliased glyphs: grey levels between ink and white appear.
+    assert!(b.chunks(3).any(|p| p[0] == p[1] && p[1] == p[2] && p[0] > 0x40 && p[0] < 0xC0));
 }
 
 #[test]
@@ -211,19 +196,25 @@ fn edge_cases_do_not_panic() {
     }
     // Long labels are truncated to fit.
     let s = svg(&cases[7], 800, 480);
+    assert!(!s.contains(&"x".repeat(120)));
     assert!(s.contains("..."));
     assert!(!s.contains(&long));
 }
 
 #[test]
-fn one_polyline_per_series_and_gaps_split_lines() {
-    let chart = alpha_chart();
+fn gaps_split_lines_and_every_point_has_a_marker() {
+    let mut chart = alpha_chart();
+    chart.series.truncate(1);
+    chart.series[0].points[4].1 = f64::NAN;
+    chart.annotations.clear();
     let s = svg(&chart, 800, 480);
-    let col = |i: usize| format!("stroke=\"{}\" stroke-width", scene::style(i).0.hex());
-    let lines = |i: usize| s.lines().filter(|l| l.starts_with("<polyline") && l.contains(&col(i))).count();
-    // Series 0: its line plus the legend swatch; series 1 has a gap, so two runs plus the swatch.
-    assert_eq!(lines(0), 2);
-    assert_eq!(lines(1), 3);
+    let col = format!("stroke=\"{}\" stroke-width=\"2\"", hex(style::series_style(0).color));
+    let lines = s.lines().filter(|l| l.starts_with("<polyline") && l.contains(&col)).count();
+    // Two runs around the gap, plus the legend's stretch of line.
+    assert_eq!(lines, 3);
+    // A marker (a filled polygon, then its outline) at each of the 10 finite points, and one in the legend.
+    let fill = format!("fill=\"{}\"", hex(style::series_style(0).color));
+    assert_eq!(s.lines().filter(|l| l.starts_with("<polygon") && l.contains(&fill)).count(), 11);
 }
 
 /// Writes sample charts to `target/plot-samples/` for eyeballing.
