@@ -808,3 +808,15 @@ fn fork_rule_copies_intents_and_starts_from_them() {
         }
     }
 }
+
+/// The core's error types are `core::error::Error`s (a host can box them, `?` them, chain them).
+#[test]
+fn errors_implement_core_error() {
+    fn is_error<E: core::error::Error>() {}
+    is_error::<RunnerError>();
+    is_error::<FrameError>();
+    is_error::<StorageError<RamError>>();
+    is_error::<DriveError<RamError, ()>>();
+    is_error::<CommitError<RamError>>();
+    is_error::<brokerlab_core::fleet::Error>();
+}

@@ -290,6 +290,8 @@ impl<J: core::fmt::Debug, E: core::fmt::Debug> core::fmt::Display for DriveError
     }
 }
 
+impl<J: core::fmt::Debug, E: core::fmt::Debug> core::error::Error for DriveError<J, E> {}
+
 impl<J: core::fmt::Debug> core::fmt::Display for CommitError<J> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
@@ -298,3 +300,5 @@ impl<J: core::fmt::Debug> core::fmt::Display for CommitError<J> {
         }
     }
 }
+
+impl<J: core::fmt::Debug> core::error::Error for CommitError<J> {}

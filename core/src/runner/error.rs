@@ -66,6 +66,8 @@ impl fmt::Display for RunnerError {
     }
 }
 
+impl core::error::Error for RunnerError {}
+
 /// An error of a [`crate::runner::LogStorage`] backend or of the log on top of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -104,6 +106,8 @@ impl<E: fmt::Debug> fmt::Display for StorageError<E> {
         }
     }
 }
+
+impl<E: fmt::Debug> core::error::Error for StorageError<E> {}
 
 impl<E> From<FrameError> for StorageError<E> {
     fn from(e: FrameError) -> Self {

@@ -84,6 +84,8 @@ impl fmt::Display for FrameError {
     }
 }
 
+impl core::error::Error for FrameError {}
+
 /// A decoded header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Header {
