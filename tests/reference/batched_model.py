@@ -12,8 +12,12 @@ Usage:
   batched_model.py --trace F [--trace-block-size 512] --pods N --capacity C --router R [--alpha A]
       [--max-num-seqs 1024] [--max-num-batched-tokens 8192] [--profile P]
       [--t-overhead-ns X] [--t-prefill-token-ns X] [--t-decode-seq-ns X] [--t-kv-token-ns X]
-Prints one JSON object {"requests": [per request], "totals": {...}}, or an error line
-"ERROR line=<n>: msg" (or "ERROR: msg") with exit code 2.
+Prints one JSON object {"requests": [...], "totals": {...}}, or an error line
+"ERROR line=<n>: msg" (or "ERROR: msg") with exit code 2. A request is {index, pod, arrival_ns,
+queue_len (of its pod when routed), hit_tokens (first admission), prefill_tokens (recompute
+included), ttft_ns, e2e_ns, preemptions}, the fields of `--outcomes`; totals carry the run's
+counters, makespan_ns, per-pod KV utilization (mean, peak) and mean_waiting.
+Reading choices where docs/MODEL.md was ambiguous: MODEL.md, "Ambiguities found by the reference".
 """
 import argparse
 import json
@@ -109,6 +113,8 @@ class Req:
         self.finish = None
         self.preemptions = 0
         self.pod = None
+        self.queue_len = None  # of its pod when it was routed
+        self.prefill_tokens = 0  # computed for it, recompute included
         self.memo = None  # (pod version, h, hit blocks, hit blocks with count 0)
 
     def n_tok(self):
@@ -132,7 +138,15 @@ class Pod:
         self.prefill_tokens = 0
         self.peak_pinned = 0
         self.pinned_time = 0  # sum of pinned * t_step
+        self.w_area = 0  # integral of |W| dt
+        self.w_since = 0  # time of the last change of W
         self.version = 0  # bumped by every change of the cache map or of a reference count
+
+    def w_changes_at(self, t):
+        """Called just before W may change at t (an arrival or a step start)."""
+        assert t >= self.w_since
+        self.w_area += len(self.W) * (t - self.w_since)
+        self.w_since = t
 
     def has_work(self):
         return bool(self.W) or bool(self.R)
@@ -193,6 +207,7 @@ class Pod:
     def step(self):
         cfg = self.cfg
         s = self.t_next
+        self.w_changes_at(s)
         b = cfg["M"]
         preempted = False
         sched = []  # (req, n, c before, need before)
@@ -276,6 +291,7 @@ class Pod:
                 D += 1
             else:
                 P += n
+                X.prefill_tokens += n
             K += c0 + n
         t_step = cfg["t_overhead"] + cfg["t_prefill"] * P + cfg["t_decode"] * D + cfg["t_kv"] * K
         e = s + t_step
@@ -341,7 +357,9 @@ def simulate(trace, N, C, router, alpha, cfg):
         pod = pods[p]
         if not pod.has_work():
             pod.t_next = max(t, pod.t_next)
+        pod.w_changes_at(t)
         r.pod = p
+        r.queue_len = q[p]
         pod.W.append(r)
         pod.dispatched.append(r)
         per_pod[p] += 1
@@ -355,7 +373,10 @@ def simulate(trace, N, C, router, alpha, cfg):
             {
                 "index": r.idx,
                 "pod": r.pod,
+                "arrival_ns": r.arrival,
+                "queue_len": r.queue_len,
                 "hit_tokens": r.hit_tokens,
+                "prefill_tokens": r.prefill_tokens,
                 "ttft_ns": r.first - r.arrival,
                 "e2e_ns": r.finish - r.arrival,
                 "preemptions": r.preemptions,
@@ -373,6 +394,7 @@ def simulate(trace, N, C, router, alpha, cfg):
         "per_pod_steps": [p.steps for p in pods],
         "per_pod_requests": per_pod,
         "makespan_ns": makespan,
+        "mean_waiting": (sum(p.w_area for p in pods) / N / makespan) if makespan else None,
         "per_pod_kv_util_peak": [p.peak_pinned / C for p in pods],
         "per_pod_kv_util_mean": [(p.pinned_time / (C * makespan)) if makespan else None for p in pods],
     }
