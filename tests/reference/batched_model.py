@@ -156,12 +156,20 @@ class Pod:
         return len(self.dispatched)
 
     def lookup(self, r):
-        """Prefix hit of a request with c = 0: changes nothing."""
+        """Prefix hit of a request with c = 0: changes nothing. Returns the hit blocks (h of
+        them) and how many of them have reference count 0 (in the free queue)."""
         h_max = min(r.m, (r.n_tok() - 1) // B)
-        h = 0
-        while h < h_max and r.keys[h] in self.cache:
-            h += 1
-        return h
+        cache, refcnt, keys = self.cache, self.refcnt, r.keys
+        hits = []
+        zero = 0
+        for j in range(h_max):
+            blk = cache.get(keys[j])
+            if blk is None:
+                break
+            hits.append(blk)
+            if refcnt[blk] == 0:
+                zero += 1
+        return hits, zero
 
     def allocate(self, r, new):
         if new > 0:
@@ -250,9 +258,8 @@ class Pod:
                 if Y.memo is not None and Y.memo[0] == self.version:
                     _, h, hits, zero = Y.memo
                 else:
-                    h = self.lookup(Y)
-                    hits = [self.cache[k] for k in Y.keys[:h]]
-                    zero = sum(1 for blk in hits if self.refcnt[blk] == 0)
+                    hits, zero = self.lookup(Y)
+                    h = len(hits)
                     Y.memo = (self.version, h, hits, zero)
                 c = B * h
                 need = Y.n_tok() - c
