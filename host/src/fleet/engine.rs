@@ -49,6 +49,11 @@ pub struct EngineArgs {
     /// Batched: cost per context token of the step's requests, ns.
     #[arg(long)]
     pub t_kv_token_ns: Option<u64>,
+    /// Batched: also write one JSON line per request to FILE, in request order: index, pod,
+    /// arrival_ns, queue_len, hit_tokens, prefill_tokens, ttft_ns, e2e_ns, preemptions (compared
+    /// with tests/reference/batched_model.py by host/tests/reference_batched.rs).
+    #[arg(long, value_name = "FILE")]
+    pub outcomes: Option<std::path::PathBuf>,
 }
 
 /// Engine settings from flags or a scenario: every field optional, the profile's and vLLM's
@@ -168,6 +173,9 @@ impl EngineArgs {
             EngineKind::Fifo => {
                 if let Some(n) = flags.set_names().first() {
                     return Err(CliError::bad_input(format!("--{n}: only with --engine batched")));
+                }
+                if self.outcomes.is_some() {
+                    return Err(CliError::bad_input("--outcomes: only with --engine batched"));
                 }
                 Ok(None)
             }
@@ -412,6 +420,31 @@ pub fn simulate_batched(
             }
         }
     }
+}
+
+/// Writes a run's completions (kept with `keep`) as JSON lines in request order (`--outcomes`).
+pub fn write_outcomes(path: &std::path::Path, completions: &[Completion]) -> CliResult<()> {
+    use std::fmt::Write as _;
+    let mut sorted: Vec<&Completion> = completions.iter().collect();
+    sorted.sort_unstable_by_key(|c| c.request);
+    let mut text = String::with_capacity(160 * sorted.len());
+    for c in sorted {
+        let _ = writeln!(
+            text,
+            "{{\"index\":{},\"pod\":{},\"arrival_ns\":{},\"queue_len\":{},\"hit_tokens\":{},\"prefill_tokens\":{},\
+             \"ttft_ns\":{},\"e2e_ns\":{},\"preemptions\":{}}}",
+            c.request,
+            c.pod,
+            c.arrival_ns,
+            c.queue_len,
+            c.hit_tokens,
+            c.prefill_tokens,
+            c.ttft_ns(),
+            c.e2e_ns(),
+            c.preemptions
+        );
+    }
+    std::fs::write(path, text).map_err(|e| CliError::failure(format!("--outcomes {}: {e}", path.display())))
 }
 
 /// Nearest-rank percentiles of a sorted slice.

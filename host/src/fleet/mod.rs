@@ -13,7 +13,7 @@ pub mod scenario;
 pub mod sweep;
 pub mod trace;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use brokerlab_core::fleet::{FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder};
 use clap::{Args, Subcommand};
@@ -454,7 +454,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             prov.add_file("trace", &a.trace)?;
             if let Some(e) = a.engine.resolve(None)? {
                 let title = format!("trace {}", a.trace.display());
-                let res = engine_run(cfg, e, &mut tracked);
+                let res = engine_run(cfg, e, &mut tracked, a.engine.outcomes.as_deref());
                 progress.finish();
                 return engine_print(&res?, a.json.then_some(&prov), &title);
             }
@@ -484,7 +484,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             prov.add_file("scenario", &a.scenario)?;
             if let Some(e) = a.engine.resolve(sc.engine.as_ref())? {
                 let title = format!("scenario {} ({})", sc.name, a.scenario.display());
-                let res = engine_run(cfg, e, &mut tracked);
+                let res = engine_run(cfg, e, &mut tracked, a.engine.outcomes.as_deref());
                 progress.finish();
                 return engine_print(&res?, a.json.then_some(&prov), &title);
             }
@@ -550,14 +550,19 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     }
 }
 
-/// Runs the batched engine (`--engine batched`).
+/// Runs the batched engine (`--engine batched`); with `outcomes`, writes the per-request lines.
 fn engine_run(
     cfg: FleetConfig,
     e: brokerlab_core::fleet::EngineConfig,
     src: &mut dyn run::RequestSource,
+    outcomes: Option<&Path>,
 ) -> CliResult<engine::BatchedResult> {
     brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(run::config_error)?;
-    engine::simulate_batched(cfg, e, src, false)
+    let res = engine::simulate_batched(cfg, e, src, outcomes.is_some())?;
+    if let Some(path) = outcomes {
+        engine::write_outcomes(path, &res.completions)?;
+    }
+    Ok(res)
 }
 
 /// Prints a batched run; `json` carries the provenance.
