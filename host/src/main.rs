@@ -13,6 +13,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// parsed once per process: the size of the largest variant does not matter
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// The fleet simulator: replay traces, benchmarks.
