@@ -262,3 +262,39 @@ fn a_full_request_ring_is_doubled_and_the_run_repeated() {
     assert_eq!(v["output_tokens"], 6000);
     assert_eq!(v["per_pod_max_queue"][0], 2999);
 }
+
+/// `fleet sweep --engine batched`: every router at every value, the batched metrics in the CSV,
+/// the same files for any thread count, and output tokens/s that follows the arrival rate while
+/// the fleet keeps up.
+#[test]
+fn batched_sweep_over_the_rate() {
+    let sc = tmp("sweep-batched.toml", &scenario(""));
+    let run = |threads: &str, out: &str| {
+        let out_dir = sc.with_file_name(out);
+        let o = bin()
+            .args(["fleet", "sweep"])
+            .arg(&sc)
+            .args(["--param", "rate", "--values", "5,10,20", "--engine", "batched", "--quiet", "--no-date"])
+            .args(["--threads", threads, "--out"])
+            .arg(&out_dir)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        std::fs::read_to_string(out_dir.join("points.csv")).unwrap()
+    };
+    let csv = run("1", "sweep-b1");
+    assert_eq!(csv, run("2", "sweep-b2"), "independent of the thread count");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap_or_else(|| panic!("no {name}"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 9, "3 routers x 3 rates");
+    let rr: Vec<f64> = rows
+        .iter()
+        .filter(|r| r[col("router")] == "round-robin")
+        .map(|r| r[col("output_tok_per_s")].parse().unwrap())
+        .collect();
+    assert_eq!(rr.len(), 3);
+    assert!(rr[0] < rr[1] && rr[1] < rr[2], "output tok/s rises with the rate: {rr:?}");
+    assert!(rows.iter().all(|r| !r[col("ttft_p90_s")].is_empty()), "{csv}");
+}

@@ -11,6 +11,7 @@ pub mod report;
 pub mod run;
 pub mod scenario;
 pub mod sweep;
+pub mod sweep_batched;
 pub mod trace;
 
 use std::path::{Path, PathBuf};
@@ -127,6 +128,8 @@ pub struct SweepArgs {
     /// Output directory.
     #[arg(long, default_value = "out/sweep")]
     pub out: PathBuf,
+    #[command(flatten)]
+    pub engine: engine::EngineArgs,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]
@@ -772,10 +775,26 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     let specs = sweep::for_each_router(&values);
     check_sweep_memory(&gens, &specs, a.threads)?;
     let progress = Progress::new(a.output.quiet, &format!("sweep {}", a.param), Unit::Points, Some(specs.len() as u64));
-    let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &progress)?;
-    progress.finish();
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file("scenario", &a.scenario)?;
+    if let Some(e) = a.engine.resolve(sc.engine.as_ref())? {
+        let points = sweep_batched::run_points(&a.param, &gens, &specs, e, a.threads, &progress);
+        progress.finish();
+        let points = points?;
+        sweep::write_file(&a.out, "points.csv", sweep_batched::to_csv(&points).as_bytes())?;
+        sweep::write_file(&a.out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
+        #[derive(serde::Serialize)]
+        struct Points<'a> {
+            points: &'a [sweep_batched::BatchedPoint],
+        }
+        sweep::write_file(&a.out, "points.json", prov.json_with(&Points { points: &points }).as_bytes())?;
+        let written = sweep_batched::plots(&a.out, &sc.name, &a.param, &points)?;
+        say_raw!("{}", sweep_batched::table(&a.param, &points));
+        say!("wrote {}/points.csv (+ points.provenance.json), points.json{}", a.out.display(), written);
+        return Ok(0);
+    }
+    let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &progress)?;
+    progress.finish();
     sweep::write_file(&a.out, "points.csv", sweep::to_csv(&points).as_bytes())?;
     sweep::write_file(&a.out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
     #[derive(serde::Serialize)]

@@ -1,0 +1,206 @@
+//! `fleet sweep ... --engine batched` (or a scenario with `[fleet.engine]`): the same points as a
+//! FIFO sweep (every router over a parameter), run through the batched engine, with its metrics:
+//! TTFT, E2E and inter-token latency percentiles, output and prefill tokens/s, KV utilization and
+//! preemptions. Results are stored by point index, so they do not depend on the thread count.
+
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use brokerlab_core::fleet::{EngineConfig, RouterKind};
+use serde::Serialize;
+
+use super::engine::{BatchedSummary, simulate_batched};
+use super::progress::Progress;
+use super::report::write_chart;
+use super::scenario::Generated;
+use super::sweep::PointSpec;
+use crate::error::{CliError, CliResult};
+use crate::plot::{Chart, Series};
+
+/// One measured point of a batched sweep.
+#[derive(Debug, Clone, Serialize)]
+pub struct BatchedPoint {
+    /// Swept parameter.
+    pub param: String,
+    /// Its value.
+    pub value: f64,
+    /// The batched engine's metrics.
+    #[serde(flatten)]
+    pub summary: BatchedSummary,
+}
+
+/// Runs every point through the batched engine on `threads` threads (0: all cores).
+pub fn run_points(
+    param: &str,
+    workloads: &[Generated],
+    specs: &[PointSpec],
+    engine: EngineConfig,
+    threads: usize,
+    progress: &Progress,
+) -> CliResult<Vec<BatchedPoint>> {
+    for p in specs {
+        brokerlab_core::fleet::batched::validate(&p.cfg, &engine).map_err(super::run::config_error)?;
+    }
+    let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<CliResult<BatchedSummary>>>> = Mutex::new((0..specs.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..threads.min(specs.len()).max(1) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(p) = specs.get(i) else { break };
+                    let mut src = &workloads[p.workload];
+                    let r = simulate_batched(p.cfg, engine, &mut src, false).map(|r| r.summary);
+                    results.lock().expect("no thread panics while holding the lock")[i] = Some(r);
+                    progress.inc(1);
+                }
+            });
+        }
+    });
+    let results = results.into_inner().expect("threads joined");
+    specs
+        .iter()
+        .zip(results)
+        .map(|(p, r)| {
+            let summary = r.unwrap_or_else(|| Err(CliError::failure("a sweep point did not run")))?;
+            Ok(BatchedPoint { param: param.to_string(), value: p.value, summary })
+        })
+        .collect()
+}
+
+/// The CSV columns (one row per point): the configuration, then the batched metrics.
+const CSV_HEADER: &str = "param,value,router,pods,capacity,alpha,max_num_seqs,max_num_batched_tokens,profile,\
+requests,hit_rate,ttft_p50_s,ttft_p90_s,ttft_p99_s,e2e_p50_s,e2e_p90_s,e2e_p99_s,itl_p50_s,itl_p90_s,itl_p99_s,\
+output_tok_per_s,prefill_tok_per_s,kv_util_mean,kv_util_peak,preemptions,steps,mean_waiting,makespan_s";
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(String::new, |x| format!("{x}"))
+}
+
+/// CSV of all points.
+pub fn to_csv(points: &[BatchedPoint]) -> String {
+    let mut o = format!("{CSV_HEADER}\n");
+    for p in points {
+        let s = &p.summary;
+        let _ = writeln!(
+            o,
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            p.param,
+            p.value,
+            s.router,
+            s.pods,
+            s.capacity,
+            s.alpha,
+            s.max_num_seqs,
+            s.max_num_batched_tokens,
+            s.profile,
+            s.requests,
+            opt(s.hit_rate),
+            opt(s.ttft_p50),
+            opt(s.ttft_p90),
+            opt(s.ttft_p99),
+            opt(s.e2e_p50),
+            opt(s.e2e_p90),
+            opt(s.e2e_p99),
+            opt(s.itl_p50),
+            opt(s.itl_p90),
+            opt(s.itl_p99),
+            opt(s.output_tok_per_s),
+            opt(s.prefill_tok_per_s),
+            opt(s.kv_util_mean),
+            s.kv_util_peak,
+            s.preemptions,
+            s.steps,
+            opt(s.mean_waiting),
+            s.makespan_s
+        );
+    }
+    o
+}
+
+fn series_by_router(points: &[BatchedPoint], y: impl Fn(&BatchedSummary) -> Option<f64>) -> Vec<Series> {
+    RouterKind::ALL
+        .iter()
+        .map(|r| Series {
+            label: r.name().to_string(),
+            points: points
+                .iter()
+                .filter(|p| p.summary.router == r.name())
+                .map(|p| (p.value, y(&p.summary).unwrap_or(f64::NAN)))
+                .collect(),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect()
+}
+
+/// Writes the batched sweep's plots (TTFT p90, output tok/s, preemptions vs the parameter);
+/// returns a note listing them.
+pub fn plots(dir: &std::path::Path, name: &str, param: &str, points: &[BatchedPoint]) -> CliResult<String> {
+    let x_log = param == "capacity";
+    let chart = |stem: &str, title: String, y: &str, series: Vec<Series>| {
+        // TTFT spans milliseconds to minutes once a router falls behind: a log axis keeps both
+        let y_log = stem == "ttft_p90";
+        let c =
+            Chart { title, x_label: param.to_string(), y_label: y.into(), series, x_log, y_log, ..Chart::default() };
+        (stem.to_string(), c)
+    };
+    let charts = [
+        chart(
+            "ttft_p90",
+            format!("{name} (batched): TTFT p90 vs {param}"),
+            "TTFT p90 (s)",
+            series_by_router(points, |s| s.ttft_p90),
+        ),
+        chart(
+            "output_tok_per_s",
+            format!("{name} (batched): output tokens/s vs {param}"),
+            "output tokens/s",
+            series_by_router(points, |s| s.output_tok_per_s),
+        ),
+        chart(
+            "preemptions",
+            format!("{name} (batched): preemptions vs {param}"),
+            "preemptions",
+            series_by_router(points, |s| Some(s.preemptions as f64)),
+        ),
+    ];
+    let mut names = String::new();
+    for (stem, c) in charts {
+        write_chart(dir, &stem, &c)?;
+        let _ = write!(names, ", {stem}.svg/.png");
+    }
+    Ok(names)
+}
+
+/// A readable table: one row per value, TTFT p90 and output tok/s per router.
+pub fn table(param: &str, points: &[BatchedPoint]) -> String {
+    let mut values: Vec<f64> = Vec::new();
+    for p in points {
+        if !values.contains(&p.value) {
+            values.push(p.value);
+        }
+    }
+    let mut o = format!("{param:>12}");
+    for r in RouterKind::ALL {
+        let _ = write!(o, " | {:>12} TTFT p90 s  out tok/s  preempt", r.name());
+    }
+    o.push('\n');
+    for v in values {
+        let _ = write!(o, "{v:>12}");
+        for r in RouterKind::ALL {
+            match points.iter().find(|p| p.value == v && p.summary.router == r.name()) {
+                Some(p) => {
+                    let s = &p.summary;
+                    let ttft = s.ttft_p90.map_or("n/a".into(), |t| format!("{t:.3}"));
+                    let tok = s.output_tok_per_s.map_or("n/a".into(), |t| format!("{t:.1}"));
+                    let _ = write!(o, " | {:>23} {:>10} {:>8}", ttft, tok, s.preemptions);
+                }
+                None => o.push_str(" |                                             "),
+            }
+        }
+        o.push('\n');
+    }
+    o
+}
