@@ -28,14 +28,25 @@ pub fn builtin(name: &str) -> CliResult<Scenario> {
 }
 
 fn series_by_router(points: &[Point], y: impl Fn(&Summary) -> Option<f64>) -> Vec<Series> {
+    series_per_router(points, |p| (&p.summary.router, p.value), |p| y(&p.summary))
+}
+
+/// One series per router (in [`RouterKind::ALL`] order, routers without points left out) from any
+/// kind of sweep point: `key` gives a point's router name and x value, `y` its y value (a missing
+/// value is drawn as a gap).
+pub fn series_per_router<P>(
+    points: &[P],
+    key: impl Fn(&P) -> (&str, f64),
+    y: impl Fn(&P) -> Option<f64>,
+) -> Vec<Series> {
     RouterKind::ALL
         .iter()
         .map(|r| Series {
             label: r.name().to_string(),
             points: points
                 .iter()
-                .filter(|p| p.summary.router == r.name())
-                .map(|p| (p.value, y(&p.summary).unwrap_or(f64::NAN)))
+                .filter(|p| key(p).0 == r.name())
+                .map(|p| (key(p).1, y(p).unwrap_or(f64::NAN)))
                 .collect(),
         })
         .filter(|s| !s.points.is_empty())

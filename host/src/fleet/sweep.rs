@@ -2,8 +2,6 @@
 //! stored by point index, so they are identical for any number of threads.
 
 use std::path::Path;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use brokerlab_core::fleet::{FleetConfig, RouterKind};
 use serde::Serialize;
@@ -36,7 +34,33 @@ pub struct Point {
     pub summary: Summary,
 }
 
-/// Runs every point on `threads` threads (0: all cores); `progress` advances by one per point.
+/// Runs `f` on every point on a work-stealing pool of `threads` threads (0: all cores); results
+/// come back in point order, so they do not depend on the thread count. `progress` advances by
+/// one per point.
+pub fn par_points<T: Send>(
+    specs: &[PointSpec],
+    threads: usize,
+    progress: &Progress,
+    f: impl Fn(&PointSpec) -> CliResult<T> + Sync,
+) -> CliResult<Vec<T>> {
+    use rayon::prelude::*;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| CliError::failure(format!("cannot start the sweep's threads: {e}")))?;
+    pool.install(|| {
+        specs
+            .par_iter()
+            .map(|p| {
+                let r = f(p);
+                progress.inc(1);
+                r
+            })
+            .collect()
+    })
+}
+
+/// Runs every point (the FIFO engine) on `threads` threads (0: all cores).
 pub fn run_points(
     param: &str,
     workloads: &[Generated],
@@ -44,32 +68,11 @@ pub fn run_points(
     threads: usize,
     progress: &Progress,
 ) -> CliResult<Vec<Point>> {
-    let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<CliResult<Summary>>>> = Mutex::new((0..specs.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..threads.min(specs.len()).max(1) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(p) = specs.get(i) else { break };
-                    let mut src = &workloads[p.workload];
-                    let r = simulate(p.cfg, &mut src, false).map(|r| r.summary);
-                    results.lock().expect("no thread panics while holding the lock")[i] = Some(r);
-                    progress.inc(1);
-                }
-            });
-        }
-    });
-    let results = results.into_inner().expect("threads joined");
-    specs
-        .iter()
-        .zip(results)
-        .map(|(p, r)| {
-            let summary = r.unwrap_or_else(|| Err(CliError::failure("a sweep point did not run")))?;
-            Ok(Point { param: param.to_string(), value: p.value, summary })
-        })
-        .collect()
+    par_points(specs, threads, progress, |p| {
+        let mut src = &workloads[p.workload];
+        let summary = simulate(p.cfg, &mut src, false)?.summary;
+        Ok(Point { param: param.to_string(), value: p.value, summary })
+    })
 }
 
 /// The same fleet configuration for each router, for each parameter value.

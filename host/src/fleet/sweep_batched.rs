@@ -4,18 +4,16 @@
 //! preemptions. Results are stored by point index, so they do not depend on the thread count.
 
 use std::fmt::Write as _;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use brokerlab_core::fleet::{EngineConfig, RouterKind};
 use serde::Serialize;
 
 use super::engine::{BatchedSummary, simulate_batched};
 use super::progress::Progress;
-use super::report::write_chart;
+use super::report::{series_per_router, write_chart};
 use super::scenario::Generated;
-use super::sweep::PointSpec;
-use crate::error::{CliError, CliResult};
+use super::sweep::{PointSpec, par_points};
+use crate::error::CliResult;
 use crate::plot::{Chart, Series};
 
 /// One measured point of a batched sweep.
@@ -42,32 +40,11 @@ pub fn run_points(
     for p in specs {
         brokerlab_core::fleet::batched::validate(&p.cfg, &engine).map_err(super::run::config_error)?;
     }
-    let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<CliResult<BatchedSummary>>>> = Mutex::new((0..specs.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..threads.min(specs.len()).max(1) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(p) = specs.get(i) else { break };
-                    let mut src = &workloads[p.workload];
-                    let r = simulate_batched(p.cfg, engine, &mut src, false).map(|r| r.summary);
-                    results.lock().expect("no thread panics while holding the lock")[i] = Some(r);
-                    progress.inc(1);
-                }
-            });
-        }
-    });
-    let results = results.into_inner().expect("threads joined");
-    specs
-        .iter()
-        .zip(results)
-        .map(|(p, r)| {
-            let summary = r.unwrap_or_else(|| Err(CliError::failure("a sweep point did not run")))?;
-            Ok(BatchedPoint { param: param.to_string(), value: p.value, summary })
-        })
-        .collect()
+    par_points(specs, threads, progress, |p| {
+        let mut src = &workloads[p.workload];
+        let summary = simulate_batched(p.cfg, engine, &mut src, false)?.summary;
+        Ok(BatchedPoint { param: param.to_string(), value: p.value, summary })
+    })
 }
 
 /// The CSV columns (one row per point): the configuration, then the batched metrics.
@@ -121,18 +98,7 @@ pub fn to_csv(points: &[BatchedPoint]) -> String {
 }
 
 fn series_by_router(points: &[BatchedPoint], y: impl Fn(&BatchedSummary) -> Option<f64>) -> Vec<Series> {
-    RouterKind::ALL
-        .iter()
-        .map(|r| Series {
-            label: r.name().to_string(),
-            points: points
-                .iter()
-                .filter(|p| p.summary.router == r.name())
-                .map(|p| (p.value, y(&p.summary).unwrap_or(f64::NAN)))
-                .collect(),
-        })
-        .filter(|s| !s.points.is_empty())
-        .collect()
+    series_per_router(points, |p| (&p.summary.router, p.value), |p| y(&p.summary))
 }
 
 /// Writes the batched sweep's plots (TTFT p90, output tok/s, preemptions vs the parameter);
