@@ -38,7 +38,7 @@ pub struct Provenance {
 }
 
 /// One input file (or built-in scenario).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Input {
     /// "scenario" or "trace".
     pub kind: String,

@@ -217,7 +217,7 @@ impl EngineEvents for Collect {
 }
 
 /// The batched engine's summary (docs/MODEL.md, "Metrics of the batched engine").
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct BatchedSummary {
     /// Always "batched".
     pub engine: String,

@@ -10,6 +10,7 @@ pub mod progress;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod shard;
 pub mod sweep;
 pub mod sweep_batched;
 pub mod trace;
@@ -38,6 +39,9 @@ pub enum FleetCmd {
     GenTrace(GenTraceArgs),
     /// Sweep one parameter of a scenario for every router; write CSV, JSON and plots.
     Sweep(SweepArgs),
+    /// Combine the partial results of `fleet sweep --shard I/N` runs into the files one sweep
+    /// writes.
+    Merge(MergeArgs),
     /// Run the standard experiments on built-in scenarios; write an HTML report and a summary.
     Report(ReportArgs),
     /// Print each request's block keys (decimal u64, space-separated, one line per request) of a
@@ -128,12 +132,27 @@ pub struct SweepArgs {
     /// Output directory.
     #[arg(long, default_value = "out/sweep")]
     pub out: PathBuf,
+    /// Run only the I-th of N disjoint slices of the points (0-based, e.g. $JOB_COMPLETION_INDEX)
+    /// and write `partial.json` to --out; combine the N results with `fleet merge`.
+    #[arg(long, value_name = "I/N", value_parser = shard::parse_shard)]
+    pub shard: Option<shard::Shard>,
     #[command(flatten)]
     pub engine: engine::EngineArgs,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]
     pub output: OutputArgs,
+}
+
+/// `fleet merge` arguments.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The shards' output directories (each holds a `partial.json`), in any order.
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Output directory: the files a one-machine sweep with this `--out` writes.
+    #[arg(long, default_value = "out/sweep")]
+    pub out: PathBuf,
 }
 
 /// A whole number of type `T` for a flag; the message says the accepted range (clap names the
@@ -519,6 +538,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             Ok(0)
         }
         FleetCmd::Sweep(a) => sweep_cmd(a),
+        FleetCmd::Merge(a) => merge_cmd(a),
         FleetCmd::Keys(a) => formats::keys_cmd(a),
         FleetCmd::Report(a) => {
             let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
@@ -768,43 +788,77 @@ fn check_sweep_memory(gens: &[scenario::Generated], specs: &[sweep::PointSpec], 
     crate::mem::check("the sweep", &needs)
 }
 
+fn merge_cmd(a: MergeArgs) -> CliResult<i32> {
+    let parts = shard::read_all(&a.dirs)?;
+    let text = if parts[0].1.engine == "batched" {
+        let m = shard::merge::<sweep_batched::BatchedPoint>(parts, &a.out)?;
+        shard::write_batched(&a.out, &m.scenario_name, &m.param, &m.points, &m.provenance)?
+    } else {
+        let m = shard::merge::<sweep::Point>(parts, &a.out)?;
+        shard::write_fifo(&a.out, &m.scenario_name, &m.param, &m.points, &m.provenance)?
+    };
+    say_raw!("{text}");
+    Ok(0)
+}
+
 fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     crate::mem::set_budget(a.mem.max_memory);
     let sc = scenario::Scenario::load(&a.scenario)?;
     let (gens, values) = sweep_values(&sc, &a)?;
     let specs = sweep::for_each_router(&values);
     check_sweep_memory(&gens, &specs, a.threads)?;
-    let progress = Progress::new(a.output.quiet, &format!("sweep {}", a.param), Unit::Points, Some(specs.len() as u64));
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file("scenario", &a.scenario)?;
-    if let Some(e) = a.engine.resolve(sc.engine.as_ref())? {
-        let points = sweep_batched::run_points(&a.param, &gens, &specs, e, a.threads, &progress);
-        progress.finish();
-        let points = points?;
-        sweep::write_file(&a.out, "points.csv", sweep_batched::to_csv(&points).as_bytes())?;
-        sweep::write_file(&a.out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
-        #[derive(serde::Serialize)]
-        struct Points<'a> {
-            points: &'a [sweep_batched::BatchedPoint],
+    let engine = a.engine.resolve(sc.engine.as_ref())?;
+    if let Some(sh) = a.shard {
+        // this shard's points, with their indices in the whole sweep
+        let idx: Vec<usize> = (0..specs.len()).filter(|k| sh.owns(*k)).collect();
+        let mine: Vec<sweep::PointSpec> = idx.iter().map(|&k| specs[k].clone()).collect();
+        let p = Progress::new(
+            a.output.quiet,
+            &format!("sweep {} shard {}", a.param, sh.index),
+            Unit::Points,
+            Some(mine.len() as u64),
+        );
+        let kind = if engine.is_some() { "batched" } else { "fifo" };
+        match engine {
+            Some(e) => {
+                let points = sweep_batched::run_points(&a.param, &gens, &mine, e, a.threads, &p);
+                p.finish();
+                let points: Vec<_> = idx.into_iter().zip(points?).collect();
+                shard::write_partial(&a.out, sh, specs.len(), &prov, &sc.name, &a.param, kind, &points)?;
+            }
+            None => {
+                let points = sweep::run_points(&a.param, &gens, &mine, a.threads, &p);
+                p.finish();
+                let points: Vec<_> = idx.into_iter().zip(points?).collect();
+                shard::write_partial(&a.out, sh, specs.len(), &prov, &sc.name, &a.param, kind, &points)?;
+            }
         }
-        sweep::write_file(&a.out, "points.json", prov.json_with(&Points { points: &points }).as_bytes())?;
-        let written = sweep_batched::plots(&a.out, &sc.name, &a.param, &points)?;
-        say_raw!("{}", sweep_batched::table(&a.param, &points));
-        say!("wrote {}/points.csv (+ points.provenance.json), points.json{}", a.out.display(), written);
+        say!(
+            "wrote {}/{} (shard {}/{}: {} of {} points); combine all shards with `brokerlab fleet merge DIR... --out OUT`",
+            a.out.display(),
+            shard::FILE,
+            sh.index,
+            sh.count,
+            mine.len(),
+            specs.len()
+        );
         return Ok(0);
     }
-    let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &progress)?;
-    progress.finish();
-    sweep::write_file(&a.out, "points.csv", sweep::to_csv(&points).as_bytes())?;
-    sweep::write_file(&a.out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
-    #[derive(serde::Serialize)]
-    struct Points<'a> {
-        points: &'a [sweep::Point],
-    }
-    let json = prov.json_with(&Points { points: &points });
-    sweep::write_file(&a.out, "points.json", json.as_bytes())?;
-    let written = report::sweep_plots(&a.out, &sc.name, &a.param, &points)?;
-    say_raw!("{}", report::sweep_table(&a.param, &points));
-    say!("wrote {}/points.csv (+ points.provenance.json), points.json{}", a.out.display(), written);
+    let progress = Progress::new(a.output.quiet, &format!("sweep {}", a.param), Unit::Points, Some(specs.len() as u64));
+    let text = match engine {
+        Some(e) => {
+            let points = sweep_batched::run_points(&a.param, &gens, &specs, e, a.threads, &progress);
+            progress.finish();
+            shard::write_batched(&a.out, &sc.name, &a.param, &points?, &prov)?
+        }
+        None => {
+            let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &progress);
+            progress.finish();
+            shard::write_fifo(&a.out, &sc.name, &a.param, &points?, &prov)?
+        }
+    };
+    say_raw!("{text}");
     Ok(0)
 }

@@ -148,7 +148,7 @@ impl RequestSource for TraceSource {
 }
 
 /// Headline metrics of one run (the JSON object of `fleet replay --json`).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Summary {
     /// Router name.
     pub router: String,
@@ -211,7 +211,7 @@ pub struct Summary {
 }
 
 /// What the autoscaler did (docs/MODEL.md, "Autoscaling").
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct AutoscaleSummary {
     /// Fewest routable pods.
     pub min_pods: u32,

@@ -23,7 +23,7 @@ pub struct PointSpec {
 }
 
 /// One measured point.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Point {
     /// Swept parameter.
     pub param: String,

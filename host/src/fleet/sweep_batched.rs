@@ -17,7 +17,7 @@ use crate::error::CliResult;
 use crate::plot::{Chart, Series};
 
 /// One measured point of a batched sweep.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct BatchedPoint {
     /// Swept parameter.
     pub param: String,
