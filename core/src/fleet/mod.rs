@@ -33,7 +33,7 @@ pub use router::{AnyRouter, Holders, Route, RouteView, Router, RouterKind};
 pub use scale::{ScaleAction, ScalePolicy, ScaleState};
 pub use server::FifoServer;
 pub use sim::{
-    Fleet, FleetBuffers, FleetConfig, FleetLayout, FleetTotals, IndexKind, Outcome, Pod, PodCaches, PodStats, Request,
+    CacheMode, Fleet, FleetBuffers, FleetConfig, FleetLayout, FleetTotals, IndexKind, Outcome, Pod, PodCaches, PodStats, Request,
     TouchOrder,
 };
 
