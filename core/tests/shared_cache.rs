@@ -88,7 +88,11 @@ fn prefix_aware_sees_the_pool_on_every_pod() {
         let mut f = bufs.fleet();
         assert_eq!(f.dispatch(&req(0, &a, 0)).unwrap().pod, 0);
         let o = f.dispatch(&req(0, &a, 0)).unwrap();
-        assert_eq!((o.pod, o.believed_match_blocks, o.hit_blocks, o.queue_len), (want_pod, 2, 2, want_queue), "{mode:?}");
+        assert_eq!(
+            (o.pod, o.believed_match_blocks, o.hit_blocks, o.queue_len),
+            (want_pod, 2, 2, want_queue),
+            "{mode:?}"
+        );
     }
 }
 

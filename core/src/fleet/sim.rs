@@ -206,7 +206,10 @@ impl FleetConfig {
                 return Err(Error::InvalidConfig { field: "index", expected: "pod-tables with --cache global" });
             }
             if self.scale.is_some() {
-                return Err(Error::InvalidConfig { field: "scale-min", expected: "no autoscaling with --cache global" });
+                return Err(Error::InvalidConfig {
+                    field: "scale-min",
+                    expected: "no autoscaling with --cache global",
+                });
             }
         }
         Ok(())
@@ -277,11 +280,11 @@ impl FleetLayout {
         use core::mem::size_of;
         self.shared_table * 4
             + self.pods
-            * (self.slots_per_pod * size_of::<Slot>()
-                + self.table_per_pod * 4
-                + self.queue_per_pod * 8
-                + self.cpu_slots_per_pod * size_of::<Slot>()
-                + self.cpu_table_per_pod * 4)
+                * (self.slots_per_pod * size_of::<Slot>()
+                    + self.table_per_pod * 4
+                    + self.queue_per_pod * 8
+                    + self.cpu_slots_per_pod * size_of::<Slot>()
+                    + self.cpu_table_per_pod * 4)
             + self.index * size_of::<IndexEntry>()
             + self.pending * size_of::<PendingRecord>()
             + self.pending_table * size_of::<PendingEntry>()

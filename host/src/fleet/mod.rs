@@ -6,6 +6,7 @@ pub mod engine;
 pub mod experiments;
 pub mod formats;
 pub mod input;
+pub mod mooncake;
 pub mod progress;
 pub mod report;
 pub mod run;

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::{
-    CacheMode, Error as CoreError, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome, PendingEntry,
-    PendingRecord, Request, Slot, keys,
+    CacheMode, Error as CoreError, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome,
+    PendingEntry, PendingRecord, Request, Slot, keys,
 };
 use serde::Serialize;
 
