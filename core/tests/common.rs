@@ -21,7 +21,7 @@ impl Bufs {
         Bufs {
             cfg,
             slots: vec![Slot::default(); l.pods * l.slots_per_pod],
-            tables: vec![0; l.pods * l.table_per_pod],
+            tables: vec![0; l.tables_len()],
             queues: vec![0; l.pods * l.queue_per_pod],
             index: vec![IndexEntry::default(); l.index],
             pending: vec![PendingRecord::default(); l.pending],

@@ -112,7 +112,7 @@ pub fn fleet_rows(cfg: &FleetConfig, l: &FleetLayout) -> Vec<Row> {
             format!("N x smallest pow2 > 2C = {n} x {}", LruPod::table_len(c)),
             "u32 (tag | slot+1)",
             4,
-            n * l.table_per_pod,
+            l.tables_len(),
         ),
         row(
             "CPU-tier slots",

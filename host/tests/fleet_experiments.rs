@@ -172,3 +172,48 @@ fn a_burst_raises_the_arrival_rate_in_its_window_only() {
         assert!((n - mean).abs() < 5.0 * mean.sqrt(), "{n} arrivals in [{from}, {to}) s, expected about {mean}");
     }
 }
+
+#[test]
+fn mooncake_global_beats_local_on_both_traces() {
+    use brokerlab::fleet::mooncake;
+    let mc = &ex().mooncake;
+    assert_eq!(mc.iter().map(|t| t.trace.as_str()).collect::<Vec<_>>(), ["conversation", "synthetic"]);
+    for t in mc {
+        // The same total capacity: one pool of 10 x 187,500 blocks vs 10 pods of 187,500.
+        assert_eq!((t.global.summary.pods, t.global.summary.capacity), (10, 187_500));
+        assert_eq!(t.global.summary.cache.as_deref(), Some("global"));
+        for l in &t.local {
+            assert_eq!((l.summary.pods, l.summary.capacity, l.summary.cache.as_deref()), (10, 187_500, None));
+            assert!(t.global.hit_rate() >= l.hit_rate(), "{}: global < {}", t.trace, l.label());
+            assert_eq!(l.summary.input_tokens, t.global.summary.input_tokens);
+        }
+        // The report's ratios, against Mooncake's own local routing and against round-robin.
+        let (pa, rr) = (t.prefix_aware_ratio().unwrap(), t.round_robin_ratio().unwrap());
+        assert!(pa > 1.0 && rr > 1.0, "{}: {pa} {rr}", t.trace);
+        assert!(rr >= pa, "{}: prefix-aware loses more than round-robin", t.trace);
+    }
+    let md = mooncake::markdown(mc);
+    for t in mc {
+        assert!(md.contains(&format!("{:.2}x", t.prefix_aware_ratio().unwrap())), "{md}");
+        assert!(md.contains(&format!("{:.2}x", t.round_robin_ratio().unwrap())), "{md}");
+        assert!(md.contains(&format!("{:.2}x", t.published_ratio)), "{md}");
+    }
+}
+
+#[test]
+fn the_global_pools_hit_rate_does_not_depend_on_the_router() {
+    use brokerlab::fleet::mooncake::{BLOCKS_PER_POD, PODS, traces_dir};
+    use brokerlab_core::fleet::{CacheMode, FleetConfig};
+    let path = traces_dir().join("synthetic_trace.jsonl.zst");
+    let hits: Vec<u64> =
+        [(RouterKind::RoundRobin, 1.0), (RouterKind::LeastLoaded, 1.0), (RouterKind::PrefixAware, 16.0)]
+            .into_iter()
+            .map(|(router, alpha)| {
+                let cfg =
+                    FleetConfig { alpha, cache: CacheMode::Global, ..FleetConfig::new(PODS, BLOCKS_PER_POD, router) };
+                let mut src = TraceSource { path: path.clone(), trace_block_tokens: 512 };
+                simulate(cfg, &mut src, false).unwrap().summary.hit_tokens
+            })
+            .collect();
+    assert!(hits.iter().all(|&h| h == hits[0] && h > 0), "{hits:?}");
+}

@@ -115,7 +115,12 @@ fn report_is_byte_identical_apart_from_the_date_line_and_says_what_it_ran() {
     let ex: serde_json::Value = serde_json::from_slice(&c["experiments.json"]).unwrap();
     assert_eq!(ex["shrink"], 20);
     assert_eq!(ex["scenarios"][0]["requests_run"], 1200);
-    assert_eq!(ex["provenance"]["inputs"].as_array().unwrap().len(), 5);
+    // The 5 built-in scenarios and the 2 vendored Mooncake traces (the local-vs-global section).
+    assert_eq!(ex["provenance"]["inputs"].as_array().unwrap().len(), 7);
+    for t in ["conversation", "synthetic"] {
+        let digest = hex_sha256(&repo_file(&format!("traces/{t}_trace.jsonl.zst")));
+        assert!(md.contains(&digest) && html.contains(&digest), "no sha256 of the {t} trace");
+    }
     assert!(ex["provenance"]["command"].as_str().unwrap().contains("--shrink 20"));
     let side: serde_json::Value = serde_json::from_slice(&c["points.provenance.json"]).unwrap();
     assert_eq!(side["provenance"], ex["provenance"]);

@@ -8,7 +8,7 @@ use super::Error;
 use super::engine::{Engine, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, PodLoad, ReqSlot};
 use super::limits::{BLOCK_TOKENS, MAX_PODS};
 use super::router::{AnyRouter, Holders, RouteView, Router};
-use super::sim::{FleetConfig, IndexKind};
+use super::sim::{CacheMode, FleetConfig, IndexKind};
 
 /// Buffer lengths a batched fleet needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +77,9 @@ pub fn validate(cfg: &FleetConfig, engine: &EngineConfig) -> Result<(), Error> {
     }
     if cfg.scale.is_some() {
         return Err(Error::InvalidConfig { field: "scale-min", expected: "no autoscaling with --engine batched" });
+    }
+    if cfg.cache != CacheMode::Local {
+        return Err(Error::InvalidConfig { field: "cache", expected: "local with --engine batched" });
     }
     Ok(())
 }

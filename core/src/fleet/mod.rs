@@ -33,8 +33,8 @@ pub use router::{AnyRouter, Holders, Route, RouteView, Router, RouterKind};
 pub use scale::{ScaleAction, ScalePolicy, ScaleState};
 pub use server::FifoServer;
 pub use sim::{
-    Fleet, FleetBuffers, FleetConfig, FleetLayout, FleetTotals, IndexKind, Outcome, Pod, PodCaches, PodStats, Request,
-    TouchOrder,
+    CacheMode, Fleet, FleetBuffers, FleetConfig, FleetLayout, FleetTotals, IndexKind, Outcome, Pod, PodCaches,
+    PodStats, Request, TouchOrder,
 };
 
 use core::fmt;

@@ -67,6 +67,39 @@ impl IndexKind {
     }
 }
 
+/// Whose cache a request reads and fills (docs/MODEL.md, "Shared (global) cache").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub enum CacheMode {
+    /// Every pod has its own LRU of C blocks (the default).
+    #[default]
+    Local,
+    /// One fleet-wide LRU of N x C blocks that every pod reads and fills (Mooncake's global
+    /// cache); the routed pod still does the prefill.
+    Global,
+}
+
+impl CacheMode {
+    /// The CLI name.
+    pub const fn name(self) -> &'static str {
+        match self {
+            CacheMode::Local => "local",
+            CacheMode::Global => "global",
+        }
+    }
+
+    /// Parses a CLI name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [CacheMode::Local, CacheMode::Global].into_iter().find(|c| c.name() == s)
+    }
+
+    /// True for [`CacheMode::Local`] (serde: the default is not written).
+    pub fn is_local(&self) -> bool {
+        *self == CacheMode::Local
+    }
+}
+
 /// A fleet's configuration.
 #[derive(Clone, Copy, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -96,6 +129,9 @@ pub struct FleetConfig {
     pub t_cpu_ns: u64,
     /// Autoscaling (None: all `pods` routable all the time). `pods` is then the most pods.
     pub scale: Option<ScalePolicy>,
+    /// Per-pod caches, or one shared pool of `pods * capacity_blocks` blocks.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "CacheMode::is_local"))]
+    pub cache: CacheMode,
 }
 
 impl FleetConfig {
@@ -114,6 +150,7 @@ impl FleetConfig {
             cpu_capacity_blocks: 0,
             t_cpu_ns: 5_000,
             scale: None,
+            cache: CacheMode::Local,
         }
     }
 
@@ -151,6 +188,30 @@ impl FleetConfig {
         if let Some(policy) = self.scale {
             policy.validate(self.pods)?;
         }
+        if self.cache == CacheMode::Global {
+            let total = self.pods.saturating_mul(self.capacity_blocks);
+            if total > MAX_POD_BLOCKS || LruPod::table_len(total) == 0 {
+                return Err(Error::InvalidConfig {
+                    field: "capacity",
+                    expected: "pods x capacity at most 4294967294 blocks with --cache global (one pool)",
+                });
+            }
+            if self.cpu_capacity_blocks > 0 {
+                return Err(Error::InvalidConfig { field: "cpu-capacity", expected: "0 with --cache global" });
+            }
+            if self.stale_delay > 0 {
+                return Err(Error::InvalidConfig { field: "stale", expected: "0 with --cache global" });
+            }
+            if self.index != IndexKind::PodTables {
+                return Err(Error::InvalidConfig { field: "index", expected: "pod-tables with --cache global" });
+            }
+            if self.scale.is_some() {
+                return Err(Error::InvalidConfig {
+                    field: "scale-min",
+                    expected: "no autoscaling with --cache global",
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -162,8 +223,11 @@ pub struct FleetLayout {
     pub pods: usize,
     /// Slots per pod (= capacity).
     pub slots_per_pod: usize,
-    /// Key-table entries per pod.
+    /// Key-table entries per pod (0 with a shared cache).
     pub table_per_pod: usize,
+    /// Key-table entries of the shared pool (0 with per-pod caches). The `tables` buffer holds
+    /// [`Self::tables_len`] entries.
+    pub shared_table: usize,
     /// Queued requests tracked per pod.
     pub queue_per_pod: usize,
     /// Block index entries (0 when the router does not use the index).
@@ -191,10 +255,12 @@ impl FleetLayout {
             0
         };
         let pending = if uses_index && cfg.stale_delay > 0 { pending.max(1) } else { 0 };
+        let global = cfg.cache == CacheMode::Global;
         Ok(FleetLayout {
             pods: cfg.pods,
             slots_per_pod: cfg.capacity_blocks,
-            table_per_pod: LruPod::table_len(cfg.capacity_blocks),
+            table_per_pod: if global { 0 } else { LruPod::table_len(cfg.capacity_blocks) },
+            shared_table: if global { LruPod::table_len(cfg.pods * cfg.capacity_blocks) } else { 0 },
             queue_per_pod: queue_per_pod.max(1),
             index,
             pending,
@@ -204,15 +270,21 @@ impl FleetLayout {
         })
     }
 
+    /// Length of the `tables` buffer: `pods * table_per_pod + shared_table`.
+    pub fn tables_len(&self) -> usize {
+        self.pods * self.table_per_pod + self.shared_table
+    }
+
     /// Total bytes of the buffers.
     pub fn bytes(&self) -> usize {
         use core::mem::size_of;
-        self.pods
-            * (self.slots_per_pod * size_of::<Slot>()
-                + self.table_per_pod * 4
-                + self.queue_per_pod * 8
-                + self.cpu_slots_per_pod * size_of::<Slot>()
-                + self.cpu_table_per_pod * 4)
+        self.shared_table * 4
+            + self.pods
+                * (self.slots_per_pod * size_of::<Slot>()
+                    + self.table_per_pod * 4
+                    + self.queue_per_pod * 8
+                    + self.cpu_slots_per_pod * size_of::<Slot>()
+                    + self.cpu_table_per_pod * 4)
             + self.index * size_of::<IndexEntry>()
             + self.pending * size_of::<PendingRecord>()
             + self.pending_table * size_of::<PendingEntry>()
@@ -223,7 +295,8 @@ impl FleetLayout {
 pub struct FleetBuffers<'a> {
     /// `pods * slots_per_pod` slots.
     pub slots: &'a mut [Slot],
-    /// `pods * table_per_pod` key-table entries.
+    /// [`FleetLayout::tables_len`] key-table entries (`pods * table_per_pod`, or the shared
+    /// pool's table).
     pub tables: &'a mut [u32],
     /// `pods * queue_per_pod` finish times.
     pub queues: &'a mut [u64],
@@ -352,7 +425,9 @@ pub struct FleetTotals {
 
 /// One pod: its cache (and CPU tier), its server and its counters.
 pub struct Pod<'a> {
-    cache: LruPod<'a>,
+    /// The pod's own cache; with [`CacheMode::Global`], pod 0 holds the shared pool and the
+    /// others none (so a `Fleet` is no larger than before: `Option<LruPod>` costs no byte).
+    cache: Option<LruPod<'a>>,
     cpu: Option<LruPod<'a>>,
     server: FifoServer<'a>,
     stats: PodStats,
@@ -361,18 +436,25 @@ pub struct Pod<'a> {
 /// The pods' own caches, seen as an exact block index ([`IndexKind::PodTables`]).
 pub struct PodCaches<'v, 'a> {
     pods: &'v [Pod<'a>],
+    /// [`CacheMode::Global`]: pod 0's cache is the pool every pod reads.
+    global: bool,
 }
 
 impl PodCaches<'_, '_> {
     /// Bitmask of the `candidates` pods whose cache holds `key`.
     #[inline]
     pub fn mask(&self, key: u64, candidates: u64) -> u64 {
+        if self.global {
+            // Every pod reads the pool: all of them hold what it holds.
+            let held = self.pods.first().and_then(|p| p.cache.as_ref()).is_some_and(|c| c.contains(key));
+            return if held { candidates } else { 0 };
+        }
         let mut out = 0;
         let mut rest = candidates;
         while rest != 0 {
             let p = rest.trailing_zeros() as usize;
             rest &= rest - 1;
-            if self.pods.get(p).is_some_and(|pod| pod.cache.contains(key)) {
+            if self.pods.get(p).and_then(|pod| pod.cache.as_ref()).is_some_and(|c| c.contains(key)) {
                 out |= 1 << p;
             }
         }
@@ -470,8 +552,24 @@ impl<'a, R: Router> Fleet<'a, R> {
     pub fn with_router(cfg: FleetConfig, router: R, b: FleetBuffers<'a>) -> Result<Self, Error> {
         cfg.validate()?;
         let queue_per_pod = b.queues.len() / cfg.pods;
-        let slots = split(b.slots, cfg.pods, cfg.capacity_blocks, "slots")?;
-        let tables = split(b.tables, cfg.pods, LruPod::table_len(cfg.capacity_blocks), "tables")?;
+        let global = cfg.cache == CacheMode::Global;
+        // With a shared cache, the whole slot and table buffers are the pool (held by pod 0).
+        let (mut pool, slots, tables) = if global {
+            let total = cfg.pods * cfg.capacity_blocks;
+            if b.slots.len() != total {
+                return Err(Error::BufferSize { buffer: "slots", expected: total, got: b.slots.len() });
+            }
+            let want = LruPod::table_len(total);
+            if b.tables.len() != want {
+                return Err(Error::BufferSize { buffer: "tables", expected: want, got: b.tables.len() });
+            }
+            (Some(LruPod::new(b.slots, b.tables)?), None, None)
+        } else {
+            let slots = split(b.slots, cfg.pods, cfg.capacity_blocks, "slots")?;
+            let tables = split(b.tables, cfg.pods, LruPod::table_len(cfg.capacity_blocks), "tables")?;
+            (None, Some(slots), Some(tables))
+        };
+        let mut own = slots.zip(tables).map(|(s, t)| s.zip(t));
         let queues = split(b.queues, cfg.pods, queue_per_pod, "queues")?;
         let cpu_cap = cfg.cpu_capacity_blocks;
         let mut cpu_tiers = if cpu_cap > 0 {
@@ -482,12 +580,16 @@ impl<'a, R: Router> Fleet<'a, R> {
             None
         };
         let mut pods = HVec::new();
-        for ((s, t), q) in slots.zip(tables).zip(queues) {
+        for q in queues {
             let cpu = match cpu_tiers.as_mut().and_then(Iterator::next) {
                 Some((cs, ct)) => Some(LruPod::new(cs, ct)?),
                 None => None,
             };
-            let pod = Pod { cache: LruPod::new(s, t)?, cpu, server: FifoServer::new(q)?, stats: PodStats::default() };
+            let cache = match own.as_mut().and_then(Iterator::next) {
+                Some((s, t)) => Some(LruPod::new(s, t)?),
+                None => pool.take(),
+            };
+            let pod = Pod { cache, cpu, server: FifoServer::new(q)?, stats: PodStats::default() };
             if pods.push(pod).is_err() {
                 return Err(Error::InvalidConfig { field: "pods", expected: "at most 64" });
             }
@@ -551,9 +653,20 @@ impl<'a, R: Router> Fleet<'a, R> {
         }
     }
 
-    /// The cache of pod `p` (read-only).
+    /// The cache of pod `p` (read-only); None with a shared cache (see [`Self::shared_cache`]).
     pub fn pod_cache(&self, p: usize) -> Option<&LruPod<'a>> {
-        self.pods.get(p).map(|pod| &pod.cache)
+        match self.cfg.cache {
+            CacheMode::Local => self.pods.get(p).and_then(|pod| pod.cache.as_ref()),
+            CacheMode::Global => None,
+        }
+    }
+
+    /// The shared pool of [`CacheMode::Global`] (read-only); None with per-pod caches.
+    pub fn shared_cache(&self) -> Option<&LruPod<'a>> {
+        match self.cfg.cache {
+            CacheMode::Local => None,
+            CacheMode::Global => self.pods.first().and_then(|pod| pod.cache.as_ref()),
+        }
     }
 
     /// Routes and serves one request.
@@ -602,7 +715,9 @@ impl<'a, R: Router> Fleet<'a, R> {
                     dispatch: i,
                     error: None,
                 };
-                cache.clear(&mut feed);
+                if let Some(c) = cache.as_mut() {
+                    c.clear(&mut feed);
+                }
                 if let Some(e) = feed.error {
                     return Err(e);
                 }
@@ -636,7 +751,7 @@ impl<'a, R: Router> Fleet<'a, R> {
         // 4. Route.
         let held = match self.index.as_ref() {
             Some(ix) => Holders::Index(ix),
-            None => Holders::Pods(PodCaches { pods: &self.pods }),
+            None => Holders::Pods(PodCaches { pods: &self.pods, global: self.cfg.cache == CacheMode::Global }),
         };
         let view = RouteView { request: i, queue_lens, held, pending: self.pending.as_ref(), loads: None };
         let route = self.router.route(&view, req.keys);
@@ -644,8 +759,14 @@ impl<'a, R: Router> Fleet<'a, R> {
         if p >= self.pods.len() {
             return Err(Error::InvalidConfig { field: "router", expected: "a pod index below the number of pods" });
         }
-        // 5. Serve from the pod's cache, feeding its events to the index.
-        let Pod { cache, cpu, server, stats } = &mut self.pods[p];
+        // 5. Serve from the pod's cache (or the shared pool, held by pod 0), feeding its events
+        // to the index.
+        let cache_pod = match self.cfg.cache {
+            CacheMode::Local => p,
+            CacheMode::Global => 0,
+        };
+        let Pod { cache, cpu, .. } = &mut self.pods[cache_pod];
+        let cache = cache.as_mut().ok_or(Error::InvalidConfig { field: "cache", expected: "local or global" })?;
         let hit_blocks = cache.hit_blocks(req.keys);
         // The prefix continues in the CPU tier, measured before any update too.
         let cpu_hit_blocks = cpu.as_ref().map_or(0, |c| c.hit_blocks(&req.keys[hit_blocks..]));
@@ -668,7 +789,8 @@ impl<'a, R: Router> Fleet<'a, R> {
         if let Some(e) = feed.error {
             return Err(e);
         }
-        // 6. Timing.
+        // 6. Timing, on the routed pod.
+        let Pod { server, stats, .. } = &mut self.pods[p];
         let hit_tokens = hit_blocks as u64 * BLOCK_TOKENS as u64;
         let cpu_hit_tokens = cpu_hit_blocks as u64 * BLOCK_TOKENS as u64;
         let prefill_tokens = req.input_tokens - hit_tokens - cpu_hit_tokens;

@@ -7,7 +7,8 @@
 //! 5. the llm-d benchmark's shape beside the published figures;
 //! 6. RAG-shaped tenants: documents in retrieval order vs sorted by id;
 //! 7. a CPU tier under the GPU cache;
-//! 8. autoscaling: a burst, a scaler, and whether the router fights it.
+//! 8. autoscaling: a burst, a scaler, and whether the router fights it;
+//! 9. Mooncake's local-vs-global cache result on the vendored traces ([`super::mooncake`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -62,6 +63,8 @@ pub struct Experiments {
     pub autoscale: Vec<Point>,
     /// Routable pods over time for the runs of [`AUTOSCALE_TIMELINES`]: (label, [(s, pods)]).
     pub autoscale_timeline: Vec<Timeline>,
+    /// Mooncake: local vs global cache on the vendored traces (always full size).
+    pub mooncake: Vec<super::mooncake::MooncakeTrace>,
     /// Every scenario's request count was divided by this (1: full size).
     pub shrink: u64,
     /// The request count each scenario actually ran.
@@ -236,6 +239,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         cpu_tier,
         autoscale,
         autoscale_timeline,
+        mooncake: super::mooncake::run(&super::mooncake::traces_dir())?,
         shrink: shrink.max(1),
         scenarios: scenarios_run(shrink)?,
     })
@@ -354,6 +358,7 @@ pub fn report(
     for (name, text) in BUILTIN {
         prov.add_bytes("scenario", &format!("scenarios/{name}.toml (built in)"), text.as_bytes());
     }
+    super::mooncake::add_provenance(&mut prov, &super::mooncake::traces_dir())?;
     let ex = run_all(threads, shrink, progress)?;
     let mut svgs: Vec<(String, String, String)> = Vec::new(); // (section, caption, svg)
     let mut add = |section: &str, stem: &str, c: &Chart| -> CliResult<()> {
@@ -748,6 +753,8 @@ pub fn render_markdown(ex: &Experiments, prov: &Provenance) -> String {
     o += &cpu_table(ex);
     o += "\n## Autoscaling (scenarios/autoscale.toml)\n\n";
     o += &autoscale_table(ex);
+    o += "\n";
+    o += &super::mooncake::markdown(&ex.mooncake);
     o += "\n## Capacity sweep (stable prefix first)\n\n";
     o += &points_table(&ex.capacity, "capacity");
     o += "\n## Capacity sweep (timestamp first)\n\n";
@@ -930,6 +937,14 @@ fn render_html(ex: &Experiments, svgs: &[(String, String, String)], prov: &Prove
     o += "<h2>8. Autoscaling: does the router fight the scaler?</h2><p>The fleet starts with 2 pods and may grow to 8. Every 10 s the scaler looks at the mean queue length of the routable pods: above 2 it boots a pod (routable 30 s later, cold: empty cache and queue), below 0.5 it drops the newest pod and its cache. Base load 10 req/s, 40 req/s from 60 s to 240 s. <i>Added pods' traffic vs fair share</i> is 1 when the router spreads requests onto the new pods like round-robin; below 1 the router keeps traffic on the warm pods. Pod-seconds count each pod from its boot decision to its drop (plus the drain of its queue). The rule: docs/MODEL.md, Autoscaling.</p>";
     o += &figures(svgs, "autoscale");
     o += &md_table_to_html(&autoscale_table(ex));
+    {
+        use super::mooncake as mc;
+        let _ = write!(o, "<h2>9. {}</h2><p>{}</p>", html_escape(mc::TITLE), md_inline_to_html(&mc::intro()));
+        o += &md_table_to_html(&mc::ratio_table(&ex.mooncake));
+        o += &md_table_to_html(&mc::runs_table(&ex.mooncake));
+        let _ =
+            write!(o, "<p>{}</p><p>{}</p>", md_inline_to_html(&mc::verdict(&ex.mooncake)), md_inline_to_html(mc::WHY));
+    }
     o += "<h2>Parameters</h2>";
     for ((name, text), run) in BUILTIN.iter().zip(&ex.scenarios) {
         let ran = if run.requests_run == run.requests_in_file {

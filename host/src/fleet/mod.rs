@@ -6,6 +6,7 @@ pub mod engine;
 pub mod experiments;
 pub mod formats;
 pub mod input;
+pub mod mooncake;
 pub mod progress;
 pub mod report;
 pub mod run;
@@ -17,7 +18,7 @@ pub mod trace;
 
 use std::path::{Path, PathBuf};
 
-use brokerlab_core::fleet::{FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder};
+use brokerlab_core::fleet::{CacheMode, FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder};
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult};
@@ -226,6 +227,10 @@ fn parse_index(s: &str) -> Result<IndexKind, String> {
     IndexKind::parse(s).ok_or_else(|| "expected global or pod-tables".to_string())
 }
 
+fn parse_cache(s: &str) -> Result<CacheMode, String> {
+    CacheMode::parse(s).ok_or_else(|| "expected local or global".to_string())
+}
+
 fn parse_order(s: &str) -> Result<TouchOrder, String> {
     TouchOrder::parse(s).ok_or_else(|| "expected tail-first or in-order".to_string())
 }
@@ -267,6 +272,10 @@ pub struct FleetArgs {
     /// Cost of loading a CPU-tier block, ns per token.
     #[arg(long, default_value_t = 5_000, allow_negative_numbers = true, value_parser = whole::<u64>)]
     pub t_cpu_ns: u64,
+    /// local (each pod its own LRU of --capacity blocks) | global (one fleet-wide LRU of
+    /// pods x capacity blocks every pod reads: Mooncake's global cache; docs/MODEL.md).
+    #[arg(long, default_value = "local", value_parser = parse_cache)]
+    pub cache: CacheMode,
     #[command(flatten)]
     pub scale: ScaleArgs,
 }
@@ -376,6 +385,7 @@ impl FleetArgs {
             cpu_capacity_blocks: self.cpu_capacity,
             t_cpu_ns: self.t_cpu_ns,
             scale: self.scale.policy(self.pods)?,
+            cache: self.cache,
         })
     }
 }

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::{
-    Error as CoreError, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome, PendingEntry,
-    PendingRecord, Request, Slot, keys,
+    CacheMode, Error as CoreError, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome,
+    PendingEntry, PendingRecord, Request, Slot, keys,
 };
 use serde::Serialize;
 
@@ -38,7 +38,7 @@ impl OwnedFleet {
             cfg,
             layout: l,
             slots: try_vec(n(l.slots_per_pod), Slot::default(), "the pods' LRU slots")?,
-            tables: try_vec(n(l.table_per_pod), 0, "the pods' key tables")?,
+            tables: try_vec(l.tables_len(), 0, "the pods' key tables")?,
             queues: try_vec(n(l.queue_per_pod), 0, "the pods' queues")?,
             index: try_vec(l.index, IndexEntry::default(), "the block index")?,
             pending: try_vec(l.pending, PendingRecord::default(), "the stale-evict FIFO")?,
@@ -208,6 +208,10 @@ pub struct Summary {
     pub makespan_s: f64,
     /// Autoscaling figures (null without autoscaling).
     pub autoscale: Option<AutoscaleSummary>,
+    /// `"global"` with `--cache global` (one shared pool of pods x capacity blocks); absent for
+    /// per-pod caches, so the default output is unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
 }
 
 /// What the autoscaler did (docs/MODEL.md, "Autoscaling").
@@ -395,6 +399,7 @@ pub fn summarize(fleet: &Fleet<'_>, mut latencies: Vec<u64>) -> Summary {
             new_pod_requests: t.new_pod_requests,
             new_pod_traffic_ratio: ratio(t.new_pod_requests * 1000, t.fair_new_pod_milli),
         }),
+        cache: (cfg.cache != CacheMode::Local).then(|| cfg.cache.name().to_string()),
     }
 }
 
@@ -413,6 +418,9 @@ pub fn render_table(s: &Summary) -> String {
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
     line("router", s.router.clone());
     line("pods x capacity", format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * 16));
+    if let Some(c) = &s.cache {
+        line("cache", format!("{c}: one pool of {} blocks every pod reads", s.pods * s.capacity));
+    }
     line("alpha / stale / order", format!("{} / {} / {}", s.alpha, s.stale, s.order));
     line("t_prefill / t_decode", format!("{} ns / {} ns per token", s.t_prefill_ns, s.t_decode_ns));
     line("requests", s.requests.to_string());

@@ -383,6 +383,7 @@ impl Scenario {
             index,
             cpu_capacity_blocks: f.cpu_capacity,
             t_cpu_ns: f.t_cpu_ns,
+            cache: brokerlab_core::fleet::CacheMode::Local,
             scale: match &f.autoscale {
                 None => None,
                 Some(a) => Some(
