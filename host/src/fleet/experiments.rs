@@ -7,7 +7,8 @@
 //! 5. the llm-d benchmark's shape beside the published figures;
 //! 6. RAG-shaped tenants: documents in retrieval order vs sorted by id;
 //! 7. a CPU tier under the GPU cache;
-//! 8. autoscaling: a burst, a scaler, and whether the router fights it.
+//! 8. autoscaling: a burst, a scaler, and whether the router fights it;
+//! 9. the batched engine: the llm-d shape and the conversation trace, beside the FIFO engine.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -16,6 +17,7 @@ use brokerlab_core::fleet::workload::{DocOrder, Layout, WorkloadSpec};
 use brokerlab_core::fleet::{FleetConfig, RouterKind};
 use serde::Serialize;
 
+use super::engine_report::{self, EngineComparison};
 use super::progress::Progress;
 use super::report::{BUILTIN, builtin, sweep_charts, write_chart};
 use super::run::Summary;
@@ -66,6 +68,8 @@ pub struct Experiments {
     pub shrink: u64,
     /// The request count each scenario actually ran.
     pub scenarios: Vec<ScenarioRun>,
+    /// The batched engine beside the FIFO engine (section 9).
+    pub engines: EngineComparison,
 }
 
 /// A built-in scenario as it ran.
@@ -136,6 +140,7 @@ pub fn total_points(caps: usize) -> u64 {
         + 4
         + 2 * per_router
         + AUTOSCALE_RUNS.len()) as u64
+        + engine_report::ENGINE_POINTS
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -223,6 +228,11 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     progress.set_message("autoscaling");
     let (autoscale, autoscale_timeline) = autoscale_runs(shrink, progress)?;
 
+    // 9: the batched engine beside the FIFO engine (FIFO on the llm-d shape: the runs of 5).
+    progress.set_message("batched engine");
+    let llmd_fifo = |r: RouterKind| find(&llmd, r, 0.0).map(|p| p.summary.clone());
+    let engines = engine_report::run(&ld, &llmd_fifo, shrink, &|| progress.inc(1))?;
+
     Ok(Experiments {
         capacity,
         timestamp_first,
@@ -238,6 +248,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         autoscale_timeline,
         shrink: shrink.max(1),
         scenarios: scenarios_run(shrink)?,
+        engines,
     })
 }
 
@@ -354,6 +365,7 @@ pub fn report(
     for (name, text) in BUILTIN {
         prov.add_bytes("scenario", &format!("scenarios/{name}.toml (built in)"), text.as_bytes());
     }
+    prov.add_bytes("trace", engine_report::CONVERSATION_TRACE_NAME, engine_report::CONVERSATION_TRACE);
     let ex = run_all(threads, shrink, progress)?;
     let mut svgs: Vec<(String, String, String)> = Vec::new(); // (section, caption, svg)
     let mut add = |section: &str, stem: &str, c: &Chart| -> CliResult<()> {
@@ -748,6 +760,13 @@ pub fn render_markdown(ex: &Experiments, prov: &Provenance) -> String {
     o += &cpu_table(ex);
     o += "\n## Autoscaling (scenarios/autoscale.toml)\n\n";
     o += &autoscale_table(ex);
+    o += "\n## The batched engine: llm-d shape and conversation trace, beside the FIFO engine\n\n";
+    o += &engines_intro(ex);
+    o += "\n\n";
+    o += &engine_report::table(&ex.engines);
+    for p in engine_report::prose(&ex.engines, &llmd_scenario(ex)) {
+        let _ = write!(o, "\n{p}\n");
+    }
     o += "\n## Capacity sweep (stable prefix first)\n\n";
     o += &points_table(&ex.capacity, "capacity");
     o += "\n## Capacity sweep (timestamp first)\n\n";
@@ -930,6 +949,15 @@ fn render_html(ex: &Experiments, svgs: &[(String, String, String)], prov: &Prove
     o += "<h2>8. Autoscaling: does the router fight the scaler?</h2><p>The fleet starts with 2 pods and may grow to 8. Every 10 s the scaler looks at the mean queue length of the routable pods: above 2 it boots a pod (routable 30 s later, cold: empty cache and queue), below 0.5 it drops the newest pod and its cache. Base load 10 req/s, 40 req/s from 60 s to 240 s. <i>Added pods' traffic vs fair share</i> is 1 when the router spreads requests onto the new pods like round-robin; below 1 the router keeps traffic on the warm pods. Pod-seconds count each pod from its boot decision to its drop (plus the drain of its queue). The rule: docs/MODEL.md, Autoscaling.</p>";
     o += &figures(svgs, "autoscale");
     o += &md_table_to_html(&autoscale_table(ex));
+    let _ = write!(
+        o,
+        "<h2>9. The batched engine: llm-d shape and conversation trace</h2><p>{}</p>",
+        md_inline_to_html(&engines_intro(ex))
+    );
+    o += &md_table_to_html(&engine_report::table(&ex.engines));
+    for p in engine_report::prose(&ex.engines, &llmd_scenario(ex)) {
+        let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
+    }
     o += "<h2>Parameters</h2>";
     for ((name, text), run) in BUILTIN.iter().zip(&ex.scenarios) {
         let ran = if run.requests_run == run.requests_in_file {
@@ -943,5 +971,40 @@ fn render_html(ex: &Experiments, svgs: &[(String, String, String)], prov: &Prove
         let _ = write!(o, "<h3>scenarios/{name}.toml</h3><p>{ran}</p><pre>{}</pre>", html_escape(text));
     }
     o += "<p>Model: docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds; the latency model is approximate by design (no decode batching, no GPU model).</p></body></html>";
+    o
+}
+
+/// The llm-d scenario as section 9 ran it.
+fn llmd_scenario(ex: &Experiments) -> Scenario {
+    let mut sc = builtin("llm-d").expect("built-in scenario");
+    sc.workload.requests = ex.engines.llmd_requests_run;
+    sc
+}
+
+/// Section 9's first paragraph (Markdown).
+fn engines_intro(ex: &Experiments) -> String {
+    let c = &ex.engines;
+    let e = engine_report::engine_config();
+    let mut o = format!(
+        "The same runs under both engine models: the FIFO engine (prefill tokens x {} us, FIFO queueing, no decode) \
+         and the batched engine (vLLM-style continuous batching, docs/MODEL.md \"The batched engine\": profile `{}`, \
+         max_num_seqs {}, max_num_batched_tokens {}). Workloads: `scenarios/llm-d.toml` ({} requests) and the \
+         Mooncake conversation trace (`traces/conversation_trace.jsonl.zst`, built in; {} of its {} requests) on {} \
+         pods x {} blocks. FIFO's p90 latency is finish - arrival; the batched engine reports TTFT and E2E apart. \
+         Output tok/s = output tokens / makespan; KV utilization = pinned blocks / capacity, time-weighted mean of \
+         the pods and the highest pod's peak.",
+        c.runs.first().map_or(f64::NAN, |r| r.fifo.t_prefill_ns as f64 / 1e3),
+        e.profile.name(),
+        e.max_num_seqs,
+        e.max_num_batched_tokens,
+        engine_report::thousands(c.llmd_requests_run),
+        engine_report::thousands(c.conversation_requests_run),
+        engine_report::thousands(c.conversation_requests_in_trace),
+        engine_report::CONVERSATION_PODS,
+        engine_report::thousands(engine_report::CONVERSATION_CAPACITY as u64),
+    );
+    if let Some(n) = engine_report::cut_note(c) {
+        let _ = write!(o, " {n}");
+    }
     o
 }
