@@ -237,7 +237,7 @@ pub fn thousands(n: u64) -> String {
     let d = n.to_string();
     let mut o = String::new();
     for (i, ch) in d.chars().enumerate() {
-        if i > 0 && (d.len() - i) % 3 == 0 {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
             o.push(',');
         }
         o.push(ch);
@@ -343,6 +343,21 @@ pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
     let (tr, tp) = (crr.batched.ttft_p90.unwrap_or(f64::NAN), cpa.batched.ttft_p90.unwrap_or(f64::NAN));
     let (fr, fp) = (crr.fifo.latency_p90.unwrap_or(f64::NAN), cpa.fifo.latency_p90.unwrap_or(f64::NAN));
     let makespan_diff = (cpa.batched.makespan_s / crr.batched.makespan_s - 1.0).abs() * 100.0;
+    let why = format!(
+        "prefix-aware keeps each conversation on the pods that hold it, so its pods serve between {} and {} \
+             requests (round-robin: {} to {}) and its mean waiting queue is {:.3} requests against {:.3}; {}",
+        spread(&cpa.batched.per_pod_requests).0,
+        spread(&cpa.batched.per_pod_requests).1,
+        spread(&crr.batched.per_pod_requests).0,
+        spread(&crr.batched.per_pod_requests).1,
+        cpa.batched.mean_waiting.unwrap_or(f64::NAN),
+        crr.batched.mean_waiting.unwrap_or(f64::NAN),
+        if tp > tr {
+            "at the tail that queueing costs more TTFT than the few hits save."
+        } else {
+            "the prefill its hits save outweighs that queueing."
+        }
+    );
     out.push(format!(
         "**Conversation trace** ({} of its {} requests, {} pods x {} blocks, the trace's own output lengths: {} output \
          tokens). Prefix-aware (alpha {}) raises the batched hit rate from {} to {} (FIFO: {} to {}; the engines count a hit at \
@@ -375,21 +390,7 @@ pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
         s3(Some(fp)),
         rel(fp, fr),
         s3(Some(fr)),
-        format!(
-            "prefix-aware keeps each conversation on the pods that hold it, so its pods serve between {} and {} \
-             requests (round-robin: {} to {}) and its mean waiting queue is {:.3} requests against {:.3}; {}",
-            spread(&cpa.batched.per_pod_requests).0,
-            spread(&cpa.batched.per_pod_requests).1,
-            spread(&crr.batched.per_pod_requests).0,
-            spread(&crr.batched.per_pod_requests).1,
-            cpa.batched.mean_waiting.unwrap_or(f64::NAN),
-            crr.batched.mean_waiting.unwrap_or(f64::NAN),
-            if tp > tr {
-                "at the tail that queueing costs more TTFT than the few hits save."
-            } else {
-                "the prefill its hits save outweighs that queueing."
-            }
-        ),
+        why,
         tok_s(cpa.batched.output_tok_per_s),
         tok_s(crr.batched.output_tok_per_s),
         makespan_diff,
