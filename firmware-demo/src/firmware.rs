@@ -5,7 +5,7 @@ use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 
 use brokerlab_core::fleet::stats::LogHistogram;
-use brokerlab_core::fleet::{IndexEntry, PendingEntry, PendingRecord, Slot};
+use brokerlab_core::fleet::{IndexEntry, KvBlock, PendingEntry, PendingRecord, ReqSlot, Slot};
 use brokerlab_core::runner::harness::SimWorld;
 use brokerlab_firmware::FW_MEASUREMENTS;
 use brokerlab_firmware::scenario::{self, Storage};
@@ -42,6 +42,12 @@ struct Buffers {
     histograms: [LogHistogram; scenario::HISTOGRAMS_LEN],
     runner_log: [u8; scenario::RUNNER_LOG_BYTES],
     flash: [u8; scenario::FLASH_LOG_BYTES],
+    kv_blocks: [KvBlock; scenario::KV_BLOCKS_LEN],
+    kv_tables: [u32; scenario::KV_TABLES_LEN],
+    engine_requests: [ReqSlot; scenario::ENGINE_REQUESTS_LEN],
+    engine_waiting: [u32; scenario::ENGINE_REQUESTS_LEN],
+    engine_running: [u32; scenario::ENGINE_RUNNING_LEN],
+    engine_keys: [u64; scenario::ENGINE_KEYS_LEN],
 }
 
 /// Zeroed at reset with the rest of .bss. Every field is an array of structs of plain integers,
@@ -111,6 +117,14 @@ fn fleet_phase(storage: &mut Storage<'_>, sink: &mut impl brokerlab_firmware::Si
 }
 
 #[inline(never)]
+fn batched_phase(
+    storage: &mut Storage<'_>,
+    sink: &mut impl brokerlab_firmware::Sink,
+) -> Result<(), scenario::RunError> {
+    scenario::run_batched(storage, sink)
+}
+
+#[inline(never)]
 fn runner_phase(
     log: &mut [u8],
     world: &mut SimWorld<{ scenario::WORLD_CALLS }>,
@@ -149,6 +163,12 @@ fn main() -> ! {
         runner_log: &mut b.runner_log,
         world,
         flash: &mut b.flash,
+        kv_blocks: &mut b.kv_blocks,
+        kv_tables: &mut b.kv_tables,
+        engine_requests: &mut b.engine_requests,
+        engine_waiting: &mut b.engine_waiting,
+        engine_running: &mut b.engine_running,
+        engine_keys: &mut b.engine_keys,
     };
     let mut sink = |group: &'static str, name: &'static str, index: u32, value: u64| {
         defmt::println!("BL m {=str} {=str} {=u32} {=u64}", group, name, index, value);
@@ -169,6 +189,12 @@ fn main() -> ! {
     }
     let peak_fleet = stack_peak(stack_end, stack_start);
     repaint_stack(stack_end);
+    if let Err(e) = batched_phase(&mut storage, &mut sink) {
+        report(e);
+        ok = false;
+    }
+    let peak_batched = stack_peak(stack_end, stack_start);
+    repaint_stack(stack_end);
     if let Err(e) = runner_phase(storage.runner_log, storage.world, &mut sink) {
         report(e);
         ok = false;
@@ -180,10 +206,11 @@ fn main() -> ! {
         ok = false;
     }
     let peak_flash = stack_peak(stack_end, stack_start);
-    let peak = peak_fleet.max(peak_runner).max(peak_flash);
+    let peak = peak_fleet.max(peak_batched).max(peak_runner).max(peak_flash);
     let values = [
         peak,
         peak_fleet,
+        peak_batched,
         peak_runner,
         peak_flash,
         stack_start - stack_end,
@@ -191,6 +218,7 @@ fn main() -> ! {
         ram_end - ram_start,
         scenario::storage_bytes(),
         core::mem::size_of::<brokerlab_core::fleet::Fleet<'static>>(),
+        core::mem::size_of::<brokerlab_core::fleet::BatchedFleet<'static>>(),
     ];
     for (name, value) in FW_MEASUREMENTS.iter().zip(values) {
         defmt::println!("BL fw {=str} {=u64}", name, value as u64);

@@ -15,13 +15,15 @@
 pub mod scenario;
 
 /// The firmware-only measurements, in the order the firmware sends them: peak stack (painting)
-/// overall, during the fleet runs, the runner's crash enumeration and the flash power-cut sweep
-/// (the stack is repainted between phases), the painted stack region, static RAM (.data + .bss + .uninit, from the linker
-/// symbols), the machine's RAM, the scenario's buffers (`scenario::storage_bytes`) and
-/// `size_of::<Fleet>()` on the target (the fleet value lives on the stack).
-pub const FW_MEASUREMENTS: [&str; 9] = [
+/// overall, during the fleet runs, the batched-engine runs, the runner's crash enumeration and the
+/// flash power-cut sweep (the stack is repainted between phases), the painted stack region, static
+/// RAM (.data + .bss + .uninit, from the linker symbols), the machine's RAM, the scenario's buffers
+/// (`scenario::storage_bytes`), `size_of::<Fleet>()` and `size_of::<BatchedFleet>()` on the target
+/// (the fleet values live on the stack).
+pub const FW_MEASUREMENTS: [&str; 11] = [
     "stack_peak_bytes",
     "stack_peak_fleet_bytes",
+    "stack_peak_batched_bytes",
     "stack_peak_runner_bytes",
     "stack_peak_flash_bytes",
     "stack_region_bytes",
@@ -29,6 +31,7 @@ pub const FW_MEASUREMENTS: [&str; 9] = [
     "ram_bytes",
     "storage_bytes",
     "fleet_struct_bytes",
+    "batched_fleet_struct_bytes",
 ];
 
 /// Receives the scenario's metrics: (group, name, index, value). The firmware sends each one as a

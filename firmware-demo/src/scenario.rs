@@ -8,6 +8,12 @@
 //! the fleet reports is sent, plus exact latency percentiles, the core's `LogHistogram`
 //! percentiles and a digest of every per-request `Outcome`.
 //!
+//! **Batched engine.** Then the core's `BatchedFleet` (vLLM-style continuous batching) serves the
+//! first [`BATCHED_REQUESTS`] requests of the workload on [`PODS`] pods of
+//! [`BATCHED_CAPACITY_BLOCKS`] KV blocks, round-robin and prefix-aware ([`run_batched`]): every
+//! engine counter, exact TTFT and E2E percentiles and digests of every dispatch, inter-token
+//! latency report and completion; the KV pool is small, so both runs preempt.
+//!
 //! **Runner.** Then the durable task runner: [`run_runner`] crashes the core's 20-step demo task
 //! at every crash point (`runner::harness::enumerate_crash_points`), unbuffered and batched, and
 //! checks every guarantee (each side effect exactly once, reads answered, replay equals the live
@@ -16,13 +22,15 @@
 //! **Flash log.** Last, [`run_power_cuts`] puts that run's records through the core's
 //! `runner::harness::power_cut_sweep` on a mock NOR flash: a power cut at every byte.
 
+use brokerlab_core::fleet::engine::Engine;
 use brokerlab_core::fleet::hash::fmix64;
 use brokerlab_core::fleet::keys::token_keys;
 use brokerlab_core::fleet::stats::{LogHistogram, REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::workload::{DocOrder, Layout, Popularity, Workload, WorkloadSpec};
 use brokerlab_core::fleet::{
-    BlockIndex, Error, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome, PendingEntry,
-    PendingEvicts, PendingRecord, Request, RouterKind, ScalePolicy, Slot,
+    BatchedFleet, BlockIndex, Completion, EngineBuffers, EngineConfig, EngineEvents, EngineLayout, Error, Fleet,
+    FleetBuffers, FleetConfig, FleetLayout, IndexEntry, KvBlock, LruPod, Outcome, PendingEntry, PendingEvicts,
+    PendingRecord, Profile, ReqSlot, Request, RouterKind, ScalePolicy, Slot,
 };
 
 use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, PowerCutViolation, SimWorld, Violation};
@@ -112,6 +120,27 @@ pub const RUNS: [(&str, RouterKind, u32, Option<ScalePolicy>); 5] = [
     ("prefix-aware-autoscale", RouterKind::PrefixAware, 0, Some(SCALE)),
 ];
 
+/// Requests of each batched-engine run (the first requests of [`WORKLOAD`]'s stream, whose
+/// arrivals do not depend on the request count).
+pub const BATCHED_REQUESTS: u32 = 400;
+/// The batched runs' workload: [`WORKLOAD`], cut to [`BATCHED_REQUESTS`] requests.
+pub const BATCHED_WORKLOAD: WorkloadSpec =
+    WorkloadSpec { requests: BATCHED_REQUESTS as u64, rate_milli_per_s: 40_000, ..WORKLOAD };
+/// KV blocks per pod of the batched runs (small, so that running requests preempt one another).
+pub const BATCHED_CAPACITY_BLOCKS: usize = 256;
+/// The batched engine: BLIS's llama-3.1-8b H100 step cost, at most 32 running requests and 1,024
+/// tokens per step (chunked prefill: the longest prompt, 896 tokens, fits one chunk).
+pub const BATCHED_ENGINE: EngineConfig =
+    EngineConfig { max_num_seqs: 32, max_num_batched_tokens: 1_024, ..EngineConfig::new(Profile::Llama31_8bH100) };
+/// Requests tracked at once per pod (waiting, running, or finished behind an unfinished one);
+/// a run fails with `CapacityExceeded` past this.
+pub const BATCHED_REQUESTS_PER_POD: usize = 128;
+/// Prompt keys of the tracked requests, per pod (`CapacityExceeded` past this).
+pub const BATCHED_KEYS_PER_POD: usize = 4_096;
+/// The batched runs, in report order: (group name, router).
+pub const BATCHED_RUNS: [(&str, RouterKind); 2] =
+    [("batched-round-robin", RouterKind::RoundRobin), ("batched-prefix-aware", RouterKind::PrefixAware)];
+
 /// Length of [`Storage::slots`].
 pub const SLOTS_LEN: usize = PODS * CAPACITY_BLOCKS;
 /// Length of [`Storage::tables`].
@@ -132,6 +161,18 @@ pub const ZIPF_CDF_LEN: usize = TENANTS as usize;
 pub const LATENCIES_LEN: usize = REQUESTS as usize;
 /// Length of [`Storage::histograms`].
 pub const HISTOGRAMS_LEN: usize = RUNS.len();
+/// Length of [`Storage::kv_blocks`].
+pub const KV_BLOCKS_LEN: usize = PODS * BATCHED_CAPACITY_BLOCKS;
+/// Length of [`Storage::kv_tables`].
+pub const KV_TABLES_LEN: usize = PODS * Engine::table_len(BATCHED_CAPACITY_BLOCKS);
+/// Length of [`Storage::engine_requests`] and [`Storage::engine_waiting`].
+pub const ENGINE_REQUESTS_LEN: usize = PODS * BATCHED_REQUESTS_PER_POD;
+/// Length of [`Storage::engine_running`].
+pub const ENGINE_RUNNING_LEN: usize = PODS * BATCHED_ENGINE.max_num_seqs as usize;
+/// Length of [`Storage::engine_keys`].
+pub const ENGINE_KEYS_LEN: usize = PODS * BATCHED_KEYS_PER_POD;
+// The batched runs keep TTFT and E2E per request in the two halves of `latencies`.
+const _: () = assert!(2 * BATCHED_REQUESTS as usize <= LATENCIES_LEN);
 
 /// Every buffer the scenario uses, provided by the caller (statics on the firmware, vectors on
 /// the host), each of the `*_LEN` length above.
@@ -164,6 +205,18 @@ pub struct Storage<'a> {
     pub world: &'a mut SimWorld<WORLD_CALLS>,
     /// Memory of the mock NOR flash, [`FLASH_LOG_BYTES`] long.
     pub flash: &'a mut [u8],
+    /// The batched engines' KV blocks.
+    pub kv_blocks: &'a mut [KvBlock],
+    /// The batched engines' cache maps.
+    pub kv_tables: &'a mut [u32],
+    /// The batched engines' request slots.
+    pub engine_requests: &'a mut [ReqSlot],
+    /// The batched engines' waiting rings.
+    pub engine_waiting: &'a mut [u32],
+    /// The batched engines' running sets.
+    pub engine_running: &'a mut [u32],
+    /// The batched engines' prompt keys in flight.
+    pub engine_keys: &'a mut [u64],
 }
 
 /// Total bytes of the [`Storage`] buffers.
@@ -182,6 +235,11 @@ pub const fn storage_bytes() -> usize {
         + RUNNER_LOG_BYTES
         + size_of::<SimWorld<WORLD_CALLS>>()
         + FLASH_LOG_BYTES
+        + KV_BLOCKS_LEN * size_of::<KvBlock>()
+        + KV_TABLES_LEN * size_of::<u32>()
+        + ENGINE_REQUESTS_LEN * (size_of::<ReqSlot>() + size_of::<u32>())
+        + ENGINE_RUNNING_LEN * size_of::<u32>()
+        + ENGINE_KEYS_LEN * size_of::<u64>()
 }
 
 /// Why a run failed.
@@ -249,11 +307,42 @@ fn mix_outcome(mut d: u64, o: &Outcome) -> u64 {
     d
 }
 
-/// A generator at request 0 over the storage's Zipf table.
+/// Where a batched run's completion digest starts.
+pub fn completion_digest_seed() -> u64 {
+    mix(SEED, 0xba7c)
+}
+
+/// Folds every field of a batched engine's completion into a digest (the host test folds the host
+/// CLI's completions with it too).
+pub fn mix_completion(mut d: u64, c: &Completion) -> u64 {
+    for v in [
+        c.request,
+        u64::from(c.pod),
+        c.arrival_ns,
+        c.first_token_ns,
+        c.finish_ns,
+        c.input_tokens,
+        c.output_tokens,
+        c.hit_tokens,
+        c.prefill_tokens,
+        u64::from(c.preemptions),
+        u64::from(c.queue_len),
+    ] {
+        d = mix(d, v);
+    }
+    d
+}
+
+/// A generator at request 0 of [`WORKLOAD`] over the storage's Zipf table.
 fn workload<'b>(cdf: &'b mut [u64]) -> Result<Workload<'b>, Error> {
-    let len = Workload::cdf_len(&WORKLOAD);
+    workload_of(WORKLOAD, cdf)
+}
+
+/// A generator at request 0 of `spec` over the storage's Zipf table.
+fn workload_of(spec: WorkloadSpec, cdf: &mut [u64]) -> Result<Workload<'_>, Error> {
+    let len = Workload::cdf_len(&spec);
     let got = cdf.len();
-    Workload::new(WORKLOAD, cdf.get_mut(..len).ok_or(Error::BufferSize { buffer: "zipf cdf", expected: len, got })?)
+    Workload::new(spec, cdf.get_mut(..len).ok_or(Error::BufferSize { buffer: "zipf cdf", expected: len, got })?)
 }
 
 /// Sends the workload's own figures (independent of the fleet): request, token and block totals,
@@ -410,6 +499,222 @@ fn run_fleet(
     Ok(())
 }
 
+/// What a batched run's engines report, folded as it arrives (no buffer but TTFT and E2E).
+struct BatchedEvents<'b> {
+    /// TTFT per request (by request index), 0 until it finishes.
+    ttft: &'b mut [u64],
+    /// E2E per request.
+    e2e: &'b mut [u64],
+    /// Digest of every completion, in completion order.
+    digest: u64,
+    completed: u64,
+    output_tokens: u64,
+    hit_tokens: u64,
+    prefill_tokens: u64,
+    /// Digest of the inter-token latency reports (value, count), in order.
+    itl_digest: u64,
+    itl_samples: u64,
+    itl_ns_sum: u64,
+    itl_ns_max: u64,
+    /// A request finished twice, out of range, or a sum overflowed.
+    broken: bool,
+}
+
+impl EngineEvents for BatchedEvents<'_> {
+    fn completed(&mut self, c: &Completion) {
+        self.digest = mix_completion(self.digest, c);
+        self.completed += 1;
+        self.output_tokens += c.output_tokens;
+        self.hit_tokens += c.hit_tokens;
+        self.prefill_tokens += c.prefill_tokens;
+        match (self.ttft.get_mut(c.request as usize), self.e2e.get_mut(c.request as usize)) {
+            // TTFT >= one step >= 1 ns: 0 means "not finished yet".
+            (Some(t), Some(e)) if *t == 0 && c.ttft_ns() > 0 => {
+                *t = c.ttft_ns();
+                *e = c.e2e_ns();
+            }
+            _ => self.broken = true,
+        }
+    }
+
+    fn itl(&mut self, itl_ns: u64, count: u64) {
+        self.itl_digest = mix(mix(self.itl_digest, itl_ns), count);
+        self.itl_samples += count;
+        match itl_ns.checked_mul(count).and_then(|v| v.checked_add(self.itl_ns_sum)) {
+            Some(sum) => self.itl_ns_sum = sum,
+            None => self.broken = true,
+        }
+        if count > 0 {
+            self.itl_ns_max = self.itl_ns_max.max(itl_ns);
+        }
+    }
+}
+
+/// One run of the batched engine (docs/MODEL.md, "The batched engine") with `router` over the
+/// first [`BATCHED_REQUESTS`] requests of the workload: every counter of every pod's engine,
+/// exact TTFT and E2E percentiles (ns), the inter-token latencies' count, sum, maximum and digest,
+/// and digests of every dispatch and every completion. Checks that every request finishes
+/// exactly once and that the tokens produced are the output tokens asked for (O' = max(O, 1)).
+fn run_batched_one(
+    group: &'static str,
+    router: RouterKind,
+    st: &mut Storage<'_>,
+    sink: &mut impl Sink,
+) -> Result<(), RunError> {
+    let setup = |e: Error| RunError { run: group, request: u32::MAX, error: e.into() };
+    let cfg = FleetConfig::new(PODS, BATCHED_CAPACITY_BLOCKS, router);
+    let l = EngineLayout::new(&cfg, &BATCHED_ENGINE, BATCHED_REQUESTS_PER_POD, BATCHED_KEYS_PER_POD).map_err(setup)?;
+    let buffers = EngineBuffers {
+        blocks: take(st.kv_blocks, l.pods * l.blocks_per_pod, "kv_blocks").map_err(setup)?,
+        tables: take(st.kv_tables, l.pods * l.table_per_pod, "kv_tables").map_err(setup)?,
+        requests: take(st.engine_requests, l.pods * l.requests_per_pod, "engine_requests").map_err(setup)?,
+        waiting: take(st.engine_waiting, l.pods * l.requests_per_pod, "engine_waiting").map_err(setup)?,
+        running: take(st.engine_running, l.pods * l.running_per_pod, "engine_running").map_err(setup)?,
+        keys: take(st.engine_keys, l.pods * l.keys_per_pod, "engine_keys").map_err(setup)?,
+    };
+    let mut fleet = BatchedFleet::new(cfg, BATCHED_ENGINE, buffers).map_err(setup)?;
+    let n = BATCHED_REQUESTS as usize;
+    let (ttft, rest) = st.latencies.split_at_mut(n.min(st.latencies.len()));
+    let e2e = take(rest, n, "latencies").map_err(setup)?;
+    ttft.fill(0);
+    e2e.fill(0);
+    let mut ev = BatchedEvents {
+        ttft,
+        e2e,
+        digest: completion_digest_seed(),
+        completed: 0,
+        output_tokens: 0,
+        hit_tokens: 0,
+        prefill_tokens: 0,
+        itl_digest: mix(SEED, 0x171),
+        itl_samples: 0,
+        itl_ns_sum: 0,
+        itl_ns_max: 0,
+        broken: false,
+    };
+
+    let mut generator = workload_of(BATCHED_WORKLOAD, st.zipf_cdf).map_err(setup)?;
+    let mut keys = [0u64; MAX_REQUEST_BLOCKS];
+    let mut dispatch_digest = mix(SEED, 0xd15);
+    let (mut asked_output, mut max_queue, mut believed) = (0u64, 0u32, 0u64);
+    for i in 0..BATCHED_REQUESTS {
+        let fail = |e: Error| RunError { run: group, request: i, error: e.into() };
+        let Some(req) = generator.next_request(st.tokens).map_err(fail)? else {
+            return Err(fail(Error::InvalidConfig {
+                field: "workload.requests",
+                expected: "BATCHED_REQUESTS requests",
+            }));
+        };
+        let prompt = st.tokens.get(..req.input_tokens as usize).unwrap_or_default();
+        let k = token_keys(prompt, &mut keys).map_err(fail)?;
+        let d = fleet
+            .dispatch(
+                &Request {
+                    arrival_ns: req.arrival_ns,
+                    input_tokens: req.input_tokens,
+                    output_tokens: req.output_tokens,
+                    keys: &keys[..k],
+                },
+                &mut ev,
+            )
+            .map_err(fail)?;
+        dispatch_digest = mix(
+            mix(mix(dispatch_digest, u64::from(d.pod)), u64::from(d.queue_len)),
+            u64::from(d.believed_match_blocks),
+        );
+        asked_output += req.output_tokens.max(1);
+        max_queue = max_queue.max(d.queue_len);
+        believed += u64::from(d.believed_match_blocks);
+    }
+    fleet.finish(&mut ev).map_err(|e| RunError { run: group, request: BATCHED_REQUESTS, error: e.into() })?;
+
+    let broken = |what: &'static str| RunError {
+        run: group,
+        request: u32::MAX,
+        error: Error::InvalidConfig { field: what, expected: "an engine run that keeps its invariants" }.into(),
+    };
+    if ev.broken || ev.completed != u64::from(BATCHED_REQUESTS) {
+        return Err(broken("completions: every request finishes exactly once"));
+    }
+    if ev.output_tokens != asked_output {
+        return Err(broken("output tokens: tokens produced = max(output_length, 1) summed"));
+    }
+    let mut total = brokerlab_core::fleet::EngineStats::default();
+    let mut per_pod = [brokerlab_core::fleet::EngineStats::default(); PODS];
+    for (p, s) in per_pod.iter_mut().enumerate() {
+        *s = fleet.pod_stats(p).copied().unwrap_or_default();
+        total.requests += s.requests;
+        total.finished += s.finished;
+        total.input_tokens += s.input_tokens;
+        total.hit_tokens += s.hit_tokens;
+        total.prefill_tokens += s.prefill_tokens;
+        total.output_tokens += s.output_tokens;
+        total.steps += s.steps;
+        total.preemptions += s.preemptions;
+        total.kv_peak_blocks = total.kv_peak_blocks.max(s.kv_peak_blocks);
+    }
+    if total.output_tokens != ev.output_tokens
+        || total.finished != ev.completed
+        || total.hit_tokens != ev.hit_tokens
+        || total.prefill_tokens != ev.prefill_tokens
+    {
+        return Err(broken("engine counters vs completions"));
+    }
+    let u64_of = |v: u128, what: &'static str| u64::try_from(v).map_err(|_| broken(what));
+    for (name, v) in [
+        ("requests", total.requests),
+        ("finished", total.finished),
+        ("input_tokens", total.input_tokens),
+        ("output_tokens", total.output_tokens),
+        ("hit_tokens", total.hit_tokens),
+        ("prefill_tokens", total.prefill_tokens),
+        ("steps", total.steps),
+        ("preemptions", total.preemptions),
+        ("kv_peak_blocks", u64::from(total.kv_peak_blocks)),
+        ("makespan_ns", fleet.makespan_ns()),
+        ("max_queue_len", u64::from(max_queue)),
+        ("believed_match_blocks", believed),
+        ("itl_samples", ev.itl_samples),
+        ("itl_ns_sum", ev.itl_ns_sum),
+        ("itl_ns_max", ev.itl_ns_max),
+    ] {
+        sink.metric(group, name, 0, v);
+    }
+    for (p, s) in per_pod.iter().enumerate() {
+        let idx = p as u32;
+        sink.metric(group, "pod_requests", idx, s.requests);
+        sink.metric(group, "pod_hit_tokens", idx, s.hit_tokens);
+        sink.metric(group, "pod_prefill_tokens", idx, s.prefill_tokens);
+        sink.metric(group, "pod_output_tokens", idx, s.output_tokens);
+        sink.metric(group, "pod_steps", idx, s.steps);
+        sink.metric(group, "pod_preemptions", idx, s.preemptions);
+        sink.metric(group, "pod_kv_peak_blocks", idx, u64::from(s.kv_peak_blocks));
+        sink.metric(group, "pod_kv_pinned_block_ns", idx, u64_of(s.kv_pinned_block_ns, "kv_pinned_block_ns")?);
+        sink.metric(group, "pod_waiting_request_ns", idx, u64_of(s.waiting_request_ns, "waiting_request_ns")?);
+        sink.metric(group, "pod_max_queue_len", idx, u64::from(s.max_queue_len));
+        sink.metric(group, "pod_last_finish_ns", idx, s.last_finish_ns);
+    }
+    ev.ttft.sort_unstable();
+    ev.e2e.sort_unstable();
+    for (num, den) in REPORTED_PERCENTILES {
+        let at = |v: &[u64]| nearest_rank_index(v.len(), num, den).map_or(0, |k| v[k]);
+        sink.metric(group, "ttft_ns_pct", num as u32, at(ev.ttft));
+        sink.metric(group, "e2e_ns_pct", num as u32, at(ev.e2e));
+    }
+    sink.metric(group, "itl_digest", 0, ev.itl_digest);
+    sink.metric(group, "dispatch_digest", 0, dispatch_digest);
+    sink.metric(group, "completion_digest", 0, ev.digest);
+    Ok(())
+}
+
+/// The batched-engine part: every run of [`BATCHED_RUNS`].
+pub fn run_batched(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
+    for (group, router) in BATCHED_RUNS {
+        run_batched_one(group, router, storage, sink)?;
+    }
+    Ok(())
+}
+
 /// Calls the runner harness may record per run (world capacity).
 pub const WORLD_CALLS: usize = 128;
 /// Bytes of the runner's in-RAM flash-style log.
@@ -533,10 +838,11 @@ pub fn run_fleets(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(),
     Ok(())
 }
 
-/// Runs the whole scenario, sending every metric to `sink`: [`run_fleets`], [`run_runner`], then
+/// Runs the whole scenario, sending every metric to `sink`: [`run_fleets`], [`run_batched`], [`run_runner`], then
 /// [`run_power_cuts`] (the firmware calls them itself, to measure the stack of each).
 pub fn run(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
     run_fleets(storage, sink)?;
+    run_batched(storage, sink)?;
     run_runner(storage.runner_log, storage.world, sink)?;
     run_power_cuts(storage.runner_log, storage.flash, storage.world, sink)
 }

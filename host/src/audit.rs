@@ -342,9 +342,11 @@ pub fn render(a: &Audit) -> String {
         o += &format!("\nfirmware (cargo fw, QEMU {}), its own scenario (firmware-demo/src/scenario.rs):\n", f.machine);
         o += &format!("  .text {} B, .data {} B, .bss {} B\n", f.text, f.data, f.bss);
         o += &format!(
-            "  peak stack (painted, measured in QEMU) {} B (fleet phase {}, runner phase {}, flash phase {})\n",
+            "  peak stack (painted, measured in QEMU) {} B (fleet phase {}, batched-engine phase {}, runner phase {}, \
+             flash phase {})\n",
             peak,
             m("stack_peak_fleet_bytes"),
+            m("stack_peak_batched_bytes"),
             m("stack_peak_runner_bytes"),
             m("stack_peak_flash_bytes")
         );

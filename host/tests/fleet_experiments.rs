@@ -217,3 +217,50 @@ fn the_global_pools_hit_rate_does_not_depend_on_the_router() {
             .collect();
     assert!(hits.iter().all(|&h| h == hits[0] && h > 0), "{hits:?}");
 }
+
+#[test]
+fn batched_engine_section_what_to_look_for() {
+    use brokerlab::fleet::engine_report::{ENGINE_ROUTERS, MemTrace};
+    let c = &ex().engines;
+    assert_eq!(c.runs.len(), 2 * ENGINE_ROUTERS.len());
+    // The full trace ran (the report at full size cuts nothing).
+    assert_eq!(c.conversation_requests_run, c.conversation_requests_in_trace);
+    let trace = MemTrace::conversation(None).unwrap();
+    assert_eq!(c.conversation_output_tokens_asked, trace.output_tokens());
+    let ld = |r| c.get("llm-d", r).unwrap();
+    let cv = |r| c.get("conversation", r).unwrap();
+    let (rr, pa) = (ld(RouterKind::RoundRobin), ld(RouterKind::PrefixAware));
+    // llm-d shape: prefix-aware's TTFT p90 below round-robin's, under both engines, and its hit
+    // rate above.
+    assert!(pa.batched.ttft_p90.unwrap() < rr.batched.ttft_p90.unwrap(), "{:?} {:?}", pa.batched, rr.batched);
+    assert!(pa.fifo.latency_p90.unwrap() < rr.fifo.latency_p90.unwrap());
+    assert!(pa.batched.hit_rate.unwrap() > rr.batched.hit_rate.unwrap());
+    // The FIFO figures are the llm-d section's own runs.
+    for r in ENGINE_ROUTERS {
+        let p = ex().llmd.iter().find(|p| p.summary.router == r.name() && p.value == 0.0).unwrap();
+        assert_eq!(ld(r).fifo, p.summary, "{r:?}");
+    }
+    for run in &c.runs {
+        let b = &run.batched;
+        // Tokens produced = output tokens: every request finishes and produces max(O, 1)
+        // tokens, the first without an inter-token sample and every later one with one.
+        assert_eq!(b.requests, run.fifo.requests, "{} {}", run.workload, run.router);
+        let asked = if run.workload == "llm-d" { b.requests } else { c.conversation_output_tokens_asked };
+        assert_eq!(b.output_tokens, asked, "{} {}", run.workload, run.router);
+        assert_eq!(b.itl_samples, b.output_tokens - b.requests, "{} {}", run.workload, run.router);
+        // Same workload, same prompts, under both engines.
+        assert_eq!(b.input_tokens, run.fifo.input_tokens);
+        assert!(b.kv_util_peak <= 1.0 && b.kv_util_mean.unwrap() <= b.kv_util_peak);
+    }
+    // llm-d: one output token each, so no request outlives its prefill: nothing is preempted.
+    assert_eq!(rr.batched.preemptions + pa.batched.preemptions, 0);
+    // Conversation trace: prefix-aware hits more and preempts less than round-robin.
+    let (crr, cpa) = (cv(RouterKind::RoundRobin), cv(RouterKind::PrefixAware));
+    assert!(cpa.batched.hit_rate.unwrap() > crr.batched.hit_rate.unwrap());
+    assert!(
+        cpa.batched.preemptions < crr.batched.preemptions,
+        "{} vs {}",
+        cpa.batched.preemptions,
+        crr.batched.preemptions
+    );
+}

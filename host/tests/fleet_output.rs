@@ -110,17 +110,22 @@ fn report_is_byte_identical_apart_from_the_date_line_and_says_what_it_ran() {
             let digest = hex_sha256(&repo_file(&format!("scenarios/{name}.toml")));
             assert!(page.contains(&digest), "no sha256 of {name}");
         }
+        // Section 9 replays the built-in conversation trace, cut by the shrink factor.
+        assert!(page.contains(&hex_sha256(&repo_file("traces/conversation_trace.jsonl.zst"))), "no trace sha256");
+        assert!(page.contains("first 601 of 12031 requests"), "no note on the cut trace");
     }
     assert!(html.contains("Ran <b>1200 requests</b>, not the 24000 below"), "parameters section");
     let ex: serde_json::Value = serde_json::from_slice(&c["experiments.json"]).unwrap();
     assert_eq!(ex["shrink"], 20);
     assert_eq!(ex["scenarios"][0]["requests_run"], 1200);
-    // The 5 built-in scenarios and the 2 vendored Mooncake traces (the local-vs-global section).
+    // The 5 built-in scenarios and the 2 built-in Mooncake traces (the batched engine's section
+    // and the local-vs-global section; the conversation trace listed once).
     assert_eq!(ex["provenance"]["inputs"].as_array().unwrap().len(), 7);
     for t in ["conversation", "synthetic"] {
         let digest = hex_sha256(&repo_file(&format!("traces/{t}_trace.jsonl.zst")));
         assert!(md.contains(&digest) && html.contains(&digest), "no sha256 of the {t} trace");
     }
+    assert_eq!(ex["engines"]["conversation_requests_run"], 601);
     assert!(ex["provenance"]["command"].as_str().unwrap().contains("--shrink 20"));
     let side: serde_json::Value = serde_json::from_slice(&c["points.provenance.json"]).unwrap();
     assert_eq!(side["provenance"], ex["provenance"]);

@@ -8,8 +8,10 @@ use brokerlab_fw_tools as firmware;
 
 use std::sync::OnceLock;
 
-use brokerlab_core::fleet::stats::LogHistogram;
-use brokerlab_core::fleet::{IndexEntry, PendingEntry, PendingRecord, Slot};
+use brokerlab::fleet::engine::simulate_batched;
+use brokerlab::fleet::scenario::Generated;
+use brokerlab_core::fleet::stats::{LogHistogram, REPORTED_PERCENTILES, nearest_rank_index};
+use brokerlab_core::fleet::{FleetConfig, IndexEntry, KvBlock, PendingEntry, PendingRecord, ReqSlot, Slot};
 use brokerlab_core::runner::harness::SimWorld;
 use brokerlab_firmware::FW_MEASUREMENTS;
 use brokerlab_firmware::scenario::{self, Storage};
@@ -41,6 +43,12 @@ fn host_metrics() -> Vec<Metric> {
     let mut runner_log = vec![0u8; scenario::RUNNER_LOG_BYTES];
     let mut world = Box::new(SimWorld::new());
     let mut flash = vec![0u8; scenario::FLASH_LOG_BYTES];
+    let mut kv_blocks = vec![KvBlock::default(); scenario::KV_BLOCKS_LEN];
+    let mut kv_tables = vec![0u32; scenario::KV_TABLES_LEN];
+    let mut engine_requests = vec![ReqSlot::default(); scenario::ENGINE_REQUESTS_LEN];
+    let mut engine_waiting = vec![0u32; scenario::ENGINE_REQUESTS_LEN];
+    let mut engine_running = vec![0u32; scenario::ENGINE_RUNNING_LEN];
+    let mut engine_keys = vec![0u64; scenario::ENGINE_KEYS_LEN];
     let mut storage = Storage {
         slots: &mut slots,
         tables: &mut tables,
@@ -55,6 +63,12 @@ fn host_metrics() -> Vec<Metric> {
         runner_log: &mut runner_log,
         world: &mut world,
         flash: &mut flash,
+        kv_blocks: &mut kv_blocks,
+        kv_tables: &mut kv_tables,
+        engine_requests: &mut engine_requests,
+        engine_waiting: &mut engine_waiting,
+        engine_running: &mut engine_running,
+        engine_keys: &mut engine_keys,
     };
     let mut out = Vec::new();
     let mut sink = |g: &'static str, n: &'static str, i: u32, v: u64| out.push((g.to_string(), n.to_string(), i, v));
@@ -62,6 +76,12 @@ fn host_metrics() -> Vec<Metric> {
         panic!("host scenario failed: run {}, request {}: {}", e.run, e.request, e.error);
     }
     out
+}
+
+/// The host's scenario metrics, computed once.
+fn host() -> &'static [Metric] {
+    static HOST: OnceLock<Vec<Metric>> = OnceLock::new();
+    HOST.get_or_init(host_metrics)
 }
 
 /// One build and one QEMU run shared by every test of this file.
@@ -94,9 +114,9 @@ fn firmware_metrics_are_bit_identical_with_the_host() {
         return;
     }
     let run = run();
-    let host = host_metrics();
+    let host = host();
     assert!(host.len() > 100, "the scenario reports every run's metrics");
-    for (f, h) in run.metrics.iter().zip(&host) {
+    for (f, h) in run.metrics.iter().zip(host) {
         assert_eq!(f, h, "firmware (left) vs host (right)");
     }
     assert_eq!(run.metrics.len(), host.len(), "metric count, firmware vs host");
@@ -113,7 +133,68 @@ fn firmware_metrics_are_bit_identical_with_the_host() {
         assert!(get("crash_points").is_some_and(|p| p > 0), "{group}: crash points");
         assert_eq!(get("violations"), Some(0), "{group}: violations");
     }
+    // The batched runs reached the engine's interesting paths: chunked prefill is not needed for
+    // these prompts, but preemption is (both routers), and prefix hits are (prefix-aware).
+    for (group, _) in scenario::BATCHED_RUNS {
+        let get = |name: &str| host.iter().find(|m| m.0 == group && m.1 == name).map(|m| m.3);
+        assert_eq!(get("finished"), Some(u64::from(scenario::BATCHED_REQUESTS)), "{group}: finished");
+        assert!(get("preemptions").is_some_and(|p| p > 0), "{group}: preemptions {:?}", get("preemptions"));
+        assert!(get("hit_tokens").is_some_and(|h| h > 0), "{group}: hit tokens {:?}", get("hit_tokens"));
+        assert_eq!(get("kv_peak_blocks"), Some(scenario::BATCHED_CAPACITY_BLOCKS as u64), "{group}: KV full at peak");
+    }
     assert_eq!(run.end.map(|(n, _)| n), Some(host.len() as u64), "metric count in the end frame");
+}
+
+/// The shared scenario's batched runs (the code the firmware runs, built for the host) agree with
+/// the host CLI's own batched engine (`brokerlab fleet run --engine batched`'s path, with its
+/// buffers grown on demand and its summary): the same completions, percentiles and counters.
+/// Needs no QEMU.
+#[test]
+fn batched_runs_equal_the_host_cli() {
+    let host = host();
+    let workload = Generated::new(scenario::BATCHED_WORKLOAD).expect("batched workload");
+    for (group, router) in scenario::BATCHED_RUNS {
+        let get = |name: &str, index: u32| {
+            host.iter()
+                .find(|m| m.0 == group && m.1 == name && m.2 == index)
+                .map(|m| m.3)
+                .unwrap_or_else(|| panic!("{group}: no metric {name} {index}"))
+        };
+        let cfg = FleetConfig::new(scenario::PODS, scenario::BATCHED_CAPACITY_BLOCKS, router);
+        let cli = simulate_batched(cfg, scenario::BATCHED_ENGINE, &mut &workload, true).expect("host CLI batched run");
+        let s = &cli.summary;
+        let digest = cli.completions.iter().fold(scenario::completion_digest_seed(), scenario::mix_completion);
+        assert_eq!(digest, get("completion_digest", 0), "{group}: completions (every field, completion order)");
+        assert_eq!(s.requests, get("requests", 0), "{group}");
+        assert_eq!(s.input_tokens, get("input_tokens", 0), "{group}");
+        assert_eq!(s.output_tokens, get("output_tokens", 0), "{group}");
+        assert_eq!(s.hit_tokens, get("hit_tokens", 0), "{group}");
+        assert_eq!(s.prefill_tokens, get("prefill_tokens", 0), "{group}");
+        assert_eq!(s.steps, get("steps", 0), "{group}");
+        assert_eq!(s.preemptions, get("preemptions", 0), "{group}");
+        assert_eq!(s.itl_samples, get("itl_samples", 0), "{group}");
+        assert_eq!(s.ttft_ns_p90, Some(get("ttft_ns_pct", 90)), "{group}");
+        assert_eq!(s.e2e_ns_p90, Some(get("e2e_ns_pct", 90)), "{group}");
+        assert_eq!(s.makespan_s, get("makespan_ns", 0) as f64 / 1e9, "{group}");
+        let mut ttft: Vec<u64> = cli.completions.iter().map(|c| c.ttft_ns()).collect();
+        let mut e2e: Vec<u64> = cli.completions.iter().map(|c| c.e2e_ns()).collect();
+        ttft.sort_unstable();
+        e2e.sort_unstable();
+        for (num, den) in REPORTED_PERCENTILES {
+            let at = |v: &[u64]| nearest_rank_index(v.len(), num, den).map(|k| v[k]);
+            assert_eq!(at(&ttft), Some(get("ttft_ns_pct", num as u32)), "{group}: TTFT p{num}");
+            assert_eq!(at(&e2e), Some(get("e2e_ns_pct", num as u32)), "{group}: E2E p{num}");
+        }
+        let c = scenario::BATCHED_CAPACITY_BLOCKS as f64;
+        for p in 0..scenario::PODS {
+            let i = p as u32;
+            assert_eq!(s.per_pod_requests[p], get("pod_requests", i), "{group} pod {p}");
+            assert_eq!(s.per_pod_steps[p], get("pod_steps", i), "{group} pod {p}");
+            assert_eq!(s.per_pod_preemptions[p], get("pod_preemptions", i), "{group} pod {p}");
+            assert_eq!(s.per_pod_kv_util_peak[p], get("pod_kv_peak_blocks", i) as f64 / c, "{group} pod {p}");
+            assert_eq!(u64::from(s.per_pod_max_queue[p]), get("pod_max_queue_len", i), "{group} pod {p}");
+        }
+    }
 }
 
 #[test]

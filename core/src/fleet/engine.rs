@@ -352,9 +352,13 @@ fn blocks_for(tokens: u64) -> u64 {
 }
 
 impl<'a> Engine<'a> {
-    /// Key-table length for a pod of `capacity` blocks (0 when it does not fit).
-    pub fn table_len(capacity: usize) -> usize {
-        table::table_len_for(capacity).unwrap_or(0)
+    /// Key-table length for a pod of `capacity` blocks (0 when it does not fit). A `const fn`, so
+    /// that callers without a heap can size their statics with it.
+    pub const fn table_len(capacity: usize) -> usize {
+        match table::table_len_for(capacity) {
+            Some(n) => n,
+            None => 0,
+        }
     }
 
     /// An idle engine with `blocks.len()` KV blocks, all free. `reqs` and `waiting` have the same

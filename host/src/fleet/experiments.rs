@@ -8,7 +8,8 @@
 //! 6. RAG-shaped tenants: documents in retrieval order vs sorted by id;
 //! 7. a CPU tier under the GPU cache;
 //! 8. autoscaling: a burst, a scaler, and whether the router fights it;
-//! 9. Mooncake's local-vs-global cache result on the vendored traces ([`super::mooncake`]).
+//! 9. the batched engine: the llm-d shape and the conversation trace, beside the FIFO engine.
+//! 10. Mooncake's local-vs-global cache result on the vendored traces ([`super::mooncake`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -17,6 +18,7 @@ use brokerlab_core::fleet::workload::{DocOrder, Layout, WorkloadSpec};
 use brokerlab_core::fleet::{FleetConfig, RouterKind};
 use serde::Serialize;
 
+use super::engine_report::{self, EngineComparison};
 use super::progress::Progress;
 use super::report::{BUILTIN, builtin, sweep_charts, write_chart};
 use super::run::Summary;
@@ -69,6 +71,8 @@ pub struct Experiments {
     pub shrink: u64,
     /// The request count each scenario actually ran.
     pub scenarios: Vec<ScenarioRun>,
+    /// The batched engine beside the FIFO engine (section 9).
+    pub engines: EngineComparison,
 }
 
 /// A built-in scenario as it ran.
@@ -139,6 +143,7 @@ pub fn total_points(caps: usize) -> u64 {
         + 4
         + 2 * per_router
         + AUTOSCALE_RUNS.len()) as u64
+        + engine_report::ENGINE_POINTS
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -226,6 +231,11 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     progress.set_message("autoscaling");
     let (autoscale, autoscale_timeline) = autoscale_runs(shrink, progress)?;
 
+    // 9: the batched engine beside the FIFO engine (FIFO on the llm-d shape: the runs of 5).
+    progress.set_message("batched engine");
+    let llmd_fifo = |r: RouterKind| find(&llmd, r, 0.0).map(|p| p.summary.clone());
+    let engines = engine_report::run(&ld, &llmd_fifo, shrink, &|| progress.inc(1))?;
+
     Ok(Experiments {
         capacity,
         timestamp_first,
@@ -239,9 +249,10 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         cpu_tier,
         autoscale,
         autoscale_timeline,
-        mooncake: super::mooncake::run(&super::mooncake::traces_dir())?,
+        mooncake: super::mooncake::run()?,
         shrink: shrink.max(1),
         scenarios: scenarios_run(shrink)?,
+        engines,
     })
 }
 
@@ -358,7 +369,8 @@ pub fn report(
     for (name, text) in BUILTIN {
         prov.add_bytes("scenario", &format!("scenarios/{name}.toml (built in)"), text.as_bytes());
     }
-    super::mooncake::add_provenance(&mut prov, &super::mooncake::traces_dir())?;
+    prov.add_bytes("trace", engine_report::CONVERSATION_TRACE_NAME, engine_report::CONVERSATION_TRACE);
+    super::mooncake::add_provenance(&mut prov);
     let ex = run_all(threads, shrink, progress)?;
     let mut svgs: Vec<(String, String, String)> = Vec::new(); // (section, caption, svg)
     let mut add = |section: &str, stem: &str, c: &Chart| -> CliResult<()> {
@@ -753,6 +765,13 @@ pub fn render_markdown(ex: &Experiments, prov: &Provenance) -> String {
     o += &cpu_table(ex);
     o += "\n## Autoscaling (scenarios/autoscale.toml)\n\n";
     o += &autoscale_table(ex);
+    o += "\n## The batched engine: llm-d shape and conversation trace, beside the FIFO engine\n\n";
+    o += &engines_intro(ex);
+    o += "\n\n";
+    o += &engine_report::table(&ex.engines);
+    for p in engine_report::prose(&ex.engines, &llmd_scenario(ex)) {
+        let _ = write!(o, "\n{p}\n");
+    }
     o += "\n";
     o += &super::mooncake::markdown(&ex.mooncake);
     o += "\n## Capacity sweep (stable prefix first)\n\n";
@@ -937,9 +956,18 @@ fn render_html(ex: &Experiments, svgs: &[(String, String, String)], prov: &Prove
     o += "<h2>8. Autoscaling: does the router fight the scaler?</h2><p>The fleet starts with 2 pods and may grow to 8. Every 10 s the scaler looks at the mean queue length of the routable pods: above 2 it boots a pod (routable 30 s later, cold: empty cache and queue), below 0.5 it drops the newest pod and its cache. Base load 10 req/s, 40 req/s from 60 s to 240 s. <i>Added pods' traffic vs fair share</i> is 1 when the router spreads requests onto the new pods like round-robin; below 1 the router keeps traffic on the warm pods. Pod-seconds count each pod from its boot decision to its drop (plus the drain of its queue). The rule: docs/MODEL.md, Autoscaling.</p>";
     o += &figures(svgs, "autoscale");
     o += &md_table_to_html(&autoscale_table(ex));
+    let _ = write!(
+        o,
+        "<h2>9. The batched engine: llm-d shape and conversation trace</h2><p>{}</p>",
+        md_inline_to_html(&engines_intro(ex))
+    );
+    o += &md_table_to_html(&engine_report::table(&ex.engines));
+    for p in engine_report::prose(&ex.engines, &llmd_scenario(ex)) {
+        let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
+    }
     {
         use super::mooncake as mc;
-        let _ = write!(o, "<h2>9. {}</h2><p>{}</p>", html_escape(mc::TITLE), md_inline_to_html(&mc::intro()));
+        let _ = write!(o, "<h2>10. {}</h2><p>{}</p>", html_escape(mc::TITLE), md_inline_to_html(&mc::intro()));
         o += &md_table_to_html(&mc::ratio_table(&ex.mooncake));
         o += &md_table_to_html(&mc::runs_table(&ex.mooncake));
         let _ =
@@ -958,5 +986,40 @@ fn render_html(ex: &Experiments, svgs: &[(String, String, String)], prov: &Prove
         let _ = write!(o, "<h3>scenarios/{name}.toml</h3><p>{ran}</p><pre>{}</pre>", html_escape(text));
     }
     o += "<p>Model: docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds; the latency model is approximate by design (no decode batching, no GPU model).</p></body></html>";
+    o
+}
+
+/// The llm-d scenario as section 9 ran it.
+fn llmd_scenario(ex: &Experiments) -> Scenario {
+    let mut sc = builtin("llm-d").expect("built-in scenario");
+    sc.workload.requests = ex.engines.llmd_requests_run;
+    sc
+}
+
+/// Section 9's first paragraph (Markdown).
+fn engines_intro(ex: &Experiments) -> String {
+    let c = &ex.engines;
+    let e = engine_report::engine_config();
+    let mut o = format!(
+        "The same runs under both engine models: the FIFO engine (prefill tokens x {} us, FIFO queueing, no decode) \
+         and the batched engine (vLLM-style continuous batching, docs/MODEL.md \"The batched engine\": profile `{}`, \
+         max_num_seqs {}, max_num_batched_tokens {}). Workloads: `scenarios/llm-d.toml` ({} requests) and the \
+         Mooncake conversation trace (`traces/conversation_trace.jsonl.zst`, built in; {} of its {} requests) on {} \
+         pods x {} blocks. FIFO's p90 latency is finish - arrival; the batched engine reports TTFT and E2E apart. \
+         Output tok/s = output tokens / makespan; KV utilization = pinned blocks / capacity, time-weighted mean of \
+         the pods and the highest pod's peak.",
+        c.runs.first().map_or(f64::NAN, |r| r.fifo.t_prefill_ns as f64 / 1e3),
+        e.profile.name(),
+        e.max_num_seqs,
+        e.max_num_batched_tokens,
+        engine_report::thousands(c.llmd_requests_run),
+        engine_report::thousands(c.conversation_requests_run),
+        engine_report::thousands(c.conversation_requests_in_trace),
+        engine_report::CONVERSATION_PODS,
+        engine_report::thousands(engine_report::CONVERSATION_CAPACITY as u64),
+    );
+    if let Some(n) = engine_report::cut_note(c) {
+        let _ = write!(o, " {n}");
+    }
     o
 }

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod dynamo;
 pub mod engine;
+pub mod engine_report;
 pub mod experiments;
 pub mod formats;
 pub mod input;

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use brokerlab_core::fleet::{CacheMode, FleetConfig, RouterKind};
 use serde::Serialize;
 
-use super::run::{Summary, TraceSource, simulate};
-use crate::error::{CliError, CliResult};
+use super::run::{EmbeddedTrace, Summary, simulate};
+use crate::error::CliResult;
 use crate::provenance::Provenance;
 
 /// Prefill nodes in Mooncake's experiment.
@@ -26,6 +26,14 @@ pub const TRACE_BLOCK_TOKENS: u32 = 512;
 /// The traces and Mooncake's published global/local hit-rate ratio on each (Fig. 10).
 pub const TRACES: [(&str, &str, f64); 2] =
     [("conversation", "conversation_trace.jsonl.zst", 2.22), ("synthetic", "synthetic_trace.jsonl.zst", 2.36)];
+
+/// The vendored traces, compiled in (the report needs nothing outside the binary).
+const TRACE_BYTES: [&[u8]; 2] =
+    [super::engine_report::CONVERSATION_TRACE, include_bytes!("../../../traces/synthetic_trace.jsonl.zst")];
+
+/// The names the report uses for them (messages, provenance).
+const TRACE_NAMES: [&str; 2] =
+    ["traces/conversation_trace.jsonl.zst (built in)", "traces/synthetic_trace.jsonl.zst (built in)"];
 
 /// The local runs: (router, alpha). Mooncake's local case routes "to nodes with higher prefix
 /// match ratios" (prefix-aware); round-robin is the cache-blind bound.
@@ -112,37 +120,35 @@ fn cfg(router: RouterKind, alpha: f64, cache: CacheMode) -> FleetConfig {
     FleetConfig { alpha, cache, ..FleetConfig::new(PODS, BLOCKS_PER_POD, router) }
 }
 
-fn one(path: &Path, router: RouterKind, alpha: f64, cache: CacheMode) -> CliResult<MooncakeRun> {
-    let mut src = TraceSource { path: path.to_path_buf(), trace_block_tokens: TRACE_BLOCK_TOKENS };
+fn one(trace: usize, router: RouterKind, alpha: f64, cache: CacheMode) -> CliResult<MooncakeRun> {
+    let mut src =
+        EmbeddedTrace { name: TRACE_NAMES[trace], bytes: TRACE_BYTES[trace], trace_block_tokens: TRACE_BLOCK_TOKENS };
     let summary = simulate(cfg(router, alpha, cache), &mut src, false)?.summary;
     Ok(MooncakeRun { cache: cache.name().into(), router: router.name().into(), alpha, summary })
 }
 
-/// Runs every trace found in `dir` (full size: the traces replay in about a second each).
-pub fn run(dir: &Path) -> CliResult<Vec<MooncakeTrace>> {
+/// Runs both built-in traces (full size: they replay in about a second each).
+pub fn run() -> CliResult<Vec<MooncakeTrace>> {
     TRACES
         .iter()
-        .map(|&(name, file, published_ratio)| {
-            let path = dir.join(file);
-            if !path.is_file() {
-                return Err(CliError::bad_input(format!("{}: vendored Mooncake trace not found", path.display())));
-            }
+        .enumerate()
+        .map(|(t, &(name, _, published_ratio))| {
             let local =
-                LOCAL_RUNS.iter().map(|&(r, a)| one(&path, r, a, CacheMode::Local)).collect::<CliResult<Vec<_>>>()?;
-            let global = one(&path, RouterKind::RoundRobin, 0.0, CacheMode::Global)?;
+                LOCAL_RUNS.iter().map(|&(r, a)| one(t, r, a, CacheMode::Local)).collect::<CliResult<Vec<_>>>()?;
+            let global = one(t, RouterKind::RoundRobin, 0.0, CacheMode::Global)?;
             Ok(MooncakeTrace { trace: name.into(), published_ratio, local, global })
         })
         .collect()
 }
 
 /// Adds the traces' digests to the report's provenance.
-pub fn add_provenance(prov: &mut Provenance, dir: &Path) -> CliResult<()> {
-    for (_, file, _) in TRACES {
-        let bytes = std::fs::read(dir.join(file))
-            .map_err(|e| CliError::bad_input(format!("{}: cannot read: {e}", dir.join(file).display())))?;
-        prov.add_bytes("trace", &format!("traces/{file} (vendored)"), &bytes);
+pub fn add_provenance(prov: &mut Provenance) {
+    for (name, bytes) in TRACE_NAMES.iter().zip(TRACE_BYTES) {
+        // the batched engine's section lists the conversation trace already
+        if !prov.inputs.iter().any(|i| i.path == *name) {
+            prov.add_bytes("trace", name, bytes);
+        }
     }
-    Ok(())
 }
 
 fn pct(x: f64) -> String {

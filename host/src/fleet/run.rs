@@ -111,40 +111,67 @@ impl RequestSource for TraceSource {
     }
 
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
-        let mut reader = TraceReader::open(&self.path)?;
-        let mut keys_buf: Vec<u64> = Vec::new();
-        while reader.advance()? {
-            let rec = reader.record();
-            let m = (rec.input_length / 16) as usize;
-            let located = |e: CoreError, r: &TraceReader| CliError::bad_input(format!("{}: {e}", r.location()));
-            if rec.input_length > brokerlab_core::fleet::limits::MAX_PROMPT_TOKENS {
-                return Err(CliError::bad_input(format!(
-                    "{}: field `input_length`: {} exceeds the limit of {} tokens",
-                    reader.location(),
-                    rec.input_length,
-                    brokerlab_core::fleet::limits::MAX_PROMPT_TOKENS
-                )));
-            }
-            keys_buf.resize(m, 0);
-            let n = keys::trace_keys(&rec.hash_ids, rec.input_length, self.trace_block_tokens, &mut keys_buf)
-                .map_err(|e| located(e, &reader))?;
-            let arrival_ns = rec.timestamp_ms.checked_mul(1_000_000).ok_or_else(|| {
-                CliError::bad_input(format!(
-                    "{}: field `timestamp`: {} ms overflows 64-bit nanoseconds",
-                    reader.location(),
-                    rec.timestamp_ms
-                ))
-            })?;
-            let req = Request {
-                arrival_ns,
-                input_tokens: rec.input_length,
-                output_tokens: rec.output_length,
-                keys: &keys_buf[..n],
-            };
-            sink(&req).map_err(|e| located(e, &reader))?;
-        }
-        Ok(())
+        feed_trace(TraceReader::open(&self.path)?, self.trace_block_tokens, sink)
     }
+}
+
+/// A Mooncake trace compiled into the binary (the report's built-in traces): replayed like a file,
+/// re-decompressed on every pass.
+pub struct EmbeddedTrace {
+    /// Its name in messages.
+    pub name: &'static str,
+    /// The compressed (or plain) JSONL bytes.
+    pub bytes: &'static [u8],
+    /// Tokens per trace block id.
+    pub trace_block_tokens: u32,
+}
+
+impl RequestSource for EmbeddedTrace {
+    fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
+        let (_, r) = super::input::reader(std::io::Cursor::new(self.bytes))
+            .map_err(|e| CliError::failure(format!("{}: {e}", self.name)))?;
+        feed_trace(TraceReader::new(PathBuf::from(self.name), r), self.trace_block_tokens, sink)
+    }
+}
+
+/// Feeds every line of `reader` as a request (keys from its hash ids).
+fn feed_trace(
+    mut reader: TraceReader,
+    trace_block_tokens: u32,
+    sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>,
+) -> CliResult<()> {
+    let mut keys_buf: Vec<u64> = Vec::new();
+    while reader.advance()? {
+        let rec = reader.record();
+        let m = (rec.input_length / 16) as usize;
+        let located = |e: CoreError, r: &TraceReader| CliError::bad_input(format!("{}: {e}", r.location()));
+        if rec.input_length > brokerlab_core::fleet::limits::MAX_PROMPT_TOKENS {
+            return Err(CliError::bad_input(format!(
+                "{}: field `input_length`: {} exceeds the limit of {} tokens",
+                reader.location(),
+                rec.input_length,
+                brokerlab_core::fleet::limits::MAX_PROMPT_TOKENS
+            )));
+        }
+        keys_buf.resize(m, 0);
+        let n = keys::trace_keys(&rec.hash_ids, rec.input_length, trace_block_tokens, &mut keys_buf)
+            .map_err(|e| located(e, &reader))?;
+        let arrival_ns = rec.timestamp_ms.checked_mul(1_000_000).ok_or_else(|| {
+            CliError::bad_input(format!(
+                "{}: field `timestamp`: {} ms overflows 64-bit nanoseconds",
+                reader.location(),
+                rec.timestamp_ms
+            ))
+        })?;
+        let req = Request {
+            arrival_ns,
+            input_tokens: rec.input_length,
+            output_tokens: rec.output_length,
+            keys: &keys_buf[..n],
+        };
+        sink(&req).map_err(|e| located(e, &reader))?;
+    }
+    Ok(())
 }
 
 /// Headline metrics of one run (the JSON object of `fleet replay --json`).
