@@ -276,6 +276,18 @@ pub enum TaskCmd {
         /// The runners' lease (a runner paused past it is taken over).
         #[arg(long, value_name = "MS", default_value_t = 300)]
         lease_ms: u64,
+        /// The log on this PostgreSQL database (postgres://USER@HOST:PORT/DB, with no tasks yet)
+        /// instead of DIR/tasks.sqlite; the tools' files stay in DIR.
+        #[arg(long, value_name = "URL")]
+        db: Option<String>,
+        /// Shell command that stops the PostgreSQL server (e.g. `pg_ctl -D DATA -m fast stop`):
+        /// with --pg-start-cmd, the server is restarted every 5 to 20 s, down 0 to 5 s.
+        #[arg(long, value_name = "CMD", requires = "pg_start_cmd")]
+        pg_stop_cmd: Option<String>,
+        /// Shell command that starts it again and returns once it accepts connections (e.g.
+        /// `pg_ctl -D DATA -l LOG -w start`).
+        #[arg(long, value_name = "CMD", requires = "pg_stop_cmd")]
+        pg_start_cmd: Option<String>,
     },
 }
 
@@ -310,8 +322,28 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
         TaskCmd::Inspect { id, db } => inspect(&db.target(), &id),
         TaskCmd::List { db } => list(&db.target()),
         TaskCmd::Bench { steps, tasks, json, dir } => bench::bench(&bench::BenchOpts { steps, tasks, json, dir }),
-        TaskCmd::Chaos { iterations, seed, steps, json, dir, step_delay_ms, max_kills, verify, lease_ms: ms } => {
+        TaskCmd::Chaos {
+            iterations,
+            seed,
+            steps,
+            json,
+            dir,
+            step_delay_ms,
+            max_kills,
+            verify,
+            lease_ms: ms,
+            db,
+            pg_stop_cmd,
+            pg_start_cmd,
+        } => {
             let lease_ms = self::lease_ms(Some(ms))? as u64;
+            if let Some(u) = &db
+                && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
+            {
+                return Err(CliError::bad_input(format!(
+                    "chaos --db {u}: expected a postgres:// URL (the SQLite log is DIR/tasks.sqlite)"
+                )));
+            }
             chaos::chaos(&chaos::ChaosOpts {
                 iterations,
                 seed,
@@ -322,6 +354,9 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
                 max_kills,
                 verify,
                 lease_ms,
+                db,
+                pg_stop_cmd,
+                pg_start_cmd,
             })
         }
     }
