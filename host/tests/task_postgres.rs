@@ -625,3 +625,43 @@ fn chaos_on_postgres_with_kills_pauses_and_server_restarts() {
     assert!(n("pg_restarts") >= 1, "{v}");
     server.stop();
 }
+
+/// The cross-host takeover rule: a holder whose PostgreSQL session is gone (its process was
+/// killed) is taken over at once, without waiting for its 60 s lease, even where its death cannot
+/// be proven from /proc (`BROKERLAB_AS_HOST` makes every runner look like one on a host without a
+/// boot id). A holder that is stopped but whose session lives is not: the second runner is refused.
+#[test]
+fn a_holder_whose_session_is_gone_is_taken_over_at_once_and_a_live_session_is_not() {
+    let s = PgServer::start("session");
+    let p = PgDir::new(&s, "session");
+    p.d.write("spec.toml", SPEC);
+    let other = [("BROKERLAB_AS_HOST", "elsewhere/")];
+    let lease = ["--lease-ms", "60000"];
+    let first = p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "300", lease[0], lease[1]], &other);
+    wait_for("the first runner's lease", || p.kinds("inv").len() >= 3);
+    // stopped, session alive: refused
+    assert!(stop_or_continue(first.id(), true));
+    wait_for("the runner stopped", || is_stopped(first.id()));
+    let o = p.run_env(&["resume", "inv", lease[0], lease[1]], &other);
+    o.expect(1);
+    assert!(o.stderr().contains("already being run by"), "{}", o.stderr());
+    // killed: its session ends, the lease is taken at once
+    let mut first = first;
+    first.kill().unwrap();
+    let _ = first.wait();
+    let t = Instant::now();
+    loop {
+        let o = p.run_env(&["resume", "inv", lease[0], lease[1]], &other);
+        match o.code() {
+            0 | 3 => break,
+            // the server notices the closed connection within moments
+            1 if o.stderr().contains("already being run by") && t.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => panic!("resume: {} {}", o.code(), o.stderr()),
+        }
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "no waiting for the 60 s lease");
+    p.finish("inv");
+    p.assert_exactly_once("inv");
+}

@@ -17,6 +17,7 @@ pub mod chaos;
 pub mod exec;
 pub mod ident;
 pub mod pg;
+pub mod pgbench;
 pub mod spec;
 pub mod store;
 pub mod worker;
@@ -230,7 +231,7 @@ pub enum TaskCmd {
         #[command(flatten)]
         db: DbArg,
     },
-    /// Measure durable steps/s against the raw SQLite commit rate.
+    /// Measure durable steps/s against the raw SQLite commit rate (with --db, PostgreSQL's too).
     Bench {
         /// Model+tool steps per task.
         #[arg(long, default_value_t = 2000)]
@@ -244,6 +245,13 @@ pub enum TaskCmd {
         /// Directory for the benchmark databases (default: a fresh temp dir).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// Also measure PostgreSQL on this database (postgres://USER@HOST:PORT/DB): its raw commit
+        /// rate and 1, 4 and 16 runners at once.
+        #[arg(long, value_name = "URL")]
+        db: Option<String>,
+        /// With --db: SIGKILL this many workers holding a task and time each takeover.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        takeover_kills: u32,
     },
     /// kill -9 in real processes: run tasks as child processes, SIGKILL them at random times,
     /// restart, review, and check exactly-once from the tools' own files.
@@ -321,7 +329,14 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
         }
         TaskCmd::Inspect { id, db } => inspect(&db.target(), &id),
         TaskCmd::List { db } => list(&db.target()),
-        TaskCmd::Bench { steps, tasks, json, dir } => bench::bench(&bench::BenchOpts { steps, tasks, json, dir }),
+        TaskCmd::Bench { steps, tasks, json, dir, db, takeover_kills } => {
+            if let Some(u) = &db
+                && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
+            {
+                return Err(CliError::bad_input(format!("bench --db {u}: expected a postgres:// URL")));
+            }
+            bench::bench(&bench::BenchOpts { steps, tasks, json, dir, db, takeover_kills })
+        }
         TaskCmd::Chaos {
             iterations,
             seed,

@@ -292,11 +292,30 @@ impl PgStore {
             self.stmt(&mut tx, "INSERT INTO leases VALUES($1, '', 0, 0, '', 0, 0) ON CONFLICT (task_id) DO NOTHING")?;
         tx.execute(&st, &[&id])?;
         let row = self.read_lease(&mut tx, id, true)?;
+        // this session holds the session lock of at most the lease it takes now
+        tx.execute("SELECT pg_advisory_unlock_all()", &[])?;
+        let mut holder_dead = false;
+        if let Some(r) = &row
+            && r.owner != owner
+            && r.expires_at_ms > now
+        {
+            holder_dead = provably_dead(&r.host, r.pid, r.pid_start);
+            if !holder_dead {
+                // the holder's session holds this lock from its acquire on: free means the
+                // session is gone (its process died, or the server restarted)
+                let key = session_key(id, r.epoch);
+                let got: bool = tx.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
+                if got {
+                    tx.execute("SELECT pg_advisory_unlock($1)", &[&key])?;
+                    holder_dead = true;
+                }
+            }
+        }
         let view = row.as_ref().map(|r| LeaseView {
             epoch: r.epoch,
             expires_at_ms: r.expires_at_ms,
             ours: r.owner == owner,
-            holder_dead: r.owner != owner && r.expires_at_ms > now && provably_dead(&r.host, r.pid, r.pid_start),
+            holder_dead,
         });
         let epoch = match decide_lease(view, state.epoch(), now) {
             LeaseDecision::Take { epoch, .. } => epoch,
@@ -305,6 +324,11 @@ impl PgStore {
                 return Ok(Err(LeaseError::Held { owner: holder, epoch, expires_in_ms }));
             }
         };
+        // ours for as long as this session lives (taken before the commit, so a committed lease
+        // always had it); if another session holds the key (a hash collision, or a taker of the
+        // same epoch whose commit failed), the lease is taken without it and others wait for
+        // its expiry, the conservative side
+        tx.query_one("SELECT pg_try_advisory_lock($1)", &[&session_key(id, epoch)])?;
         let st = self.stmt(
             &mut tx,
             "UPDATE leases SET owner=$2, epoch=$3, expires_at_ms=$4, host=$5, pid=$6, pid_start=$7 WHERE task_id=$1",
@@ -319,6 +343,18 @@ impl PgStore {
         tx.commit()?;
         Ok(Ok((Lease { task: id.to_string(), owner, epoch, ttl_ms, taken_at_ms: now }, rec)))
     }
+}
+
+/// The session-level advisory lock a lease holder keeps for (task, epoch) while its session lives
+/// (FNV-1a 64 over the task id and the epoch). Another runner that gets it with
+/// `pg_try_advisory_lock` knows the holder's session is gone, and takes the lease at once.
+pub fn session_key(task: &str, epoch: u64) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in task.bytes().chain([0xff]).chain(epoch.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h as i64
 }
 
 /// Connects to `url` with the session settings every runner uses (`synchronous_commit = on`,
@@ -498,6 +534,7 @@ impl TaskStore for PgStore {
             "UPDATE leases SET expires_at_ms=0 WHERE task_id=$1 AND epoch=$2 AND owner=$3",
             &[&lease.task, &(lease.epoch as i64), &lease.owner],
         );
+        let _ = c.execute("SELECT pg_advisory_unlock($1)", &[&session_key(&lease.task, lease.epoch)]);
     }
 }
 
