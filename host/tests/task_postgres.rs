@@ -7,6 +7,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use brokerlab::sys::stop_or_continue;
+use brokerlab::task::pg::session_key;
 
 mod support;
 use support::pg::PgServer;
@@ -301,7 +302,12 @@ fn a_second_runner_is_refused_and_a_stale_epoch_is_fenced_on_postgres() {
     p.d.write("spec.toml", SPEC);
     let child = p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "300"], &[]);
     wait_for("the first payment", || p.d.calls("payments.sqlite").len() == 1);
-    p.client()
+    // the other host's runner is alive: its session holds the lease's advisory lock (the session
+    // rule), taken before its lease commits
+    let mut holder = p.client();
+    let epoch: i64 = holder.query_one("SELECT epoch FROM leases WHERE task_id='inv'", &[]).unwrap().get(0);
+    holder.execute("SELECT pg_advisory_lock($1)", &[&session_key("inv", epoch as u64 + 1)]).unwrap();
+    holder
         .execute(
             "UPDATE leases SET epoch = epoch + 1, owner = 'otherhost/x:1:1', host = 'otherhost/x' WHERE task_id='inv'",
             &[],
@@ -312,8 +318,10 @@ fn a_second_runner_is_refused_and_a_stale_epoch_is_fenced_on_postgres() {
     o.expect(1);
     assert!(o.stderr().contains("lost the lease"), "{}", o.stderr());
     assert_eq!(p.count("SELECT count(*) FROM log WHERE task_id='inv'"), rows, "the fenced runner wrote nothing");
-    p.run(&["resume", "inv"]).expect(1); // the other host's lease is live
-    p.client().execute("UPDATE leases SET expires_at_ms = 0 WHERE task_id='inv'", &[]).unwrap();
+    p.run(&["resume", "inv"]).expect(1); // the other host's lease is live, and so is its session
+    // its session ends (the process died): the lease is taken at once, long before it expires
+    drop(holder);
+    wait_for("the holder's session gone", || p.count("SELECT count(*) FROM pg_locks WHERE locktype='advisory'") == 0);
     p.run(&["resume", "inv"]).expect(0);
     p.assert_exactly_once("inv");
 

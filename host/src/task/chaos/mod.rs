@@ -37,6 +37,12 @@
 //! lock blocks every other writer of that file for as long as it is stopped (SQLite has one
 //! writer), which is a liveness matter, not a safety one.
 //!
+//! **PostgreSQL** (`--db postgres://...`): the same run with the log in that database; with
+//! `--pg-stop-cmd`/`--pg-start-cmd` a thread restarts the server every 5 to 20 s (down 0 to 5 s).
+//! Runs cut by a restart (the runner names the lost connection, or cannot connect) are counted in
+//! `server_aborts` and started again once the server accepts sessions; the parent's reads
+//! reconnect.
+//!
 //! Modules: [`spec`] (the task specs), [`check`] (the exactly-once checker); the tools' files are
 //! read through [`World`], their one owner.
 //!
