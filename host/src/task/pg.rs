@@ -9,9 +9,11 @@
 //!   but no `meta` with our tag is refused (exit 2) and left as it was: the check only reads.
 //! * Every session sets `synchronous_commit = on` (an `Ok` commit is on the server's disk, whatever
 //!   the server's default) and `lock_timeout` = `BROKERLAB_BUSY_MS`.
-//! * Every checkpoint is one transaction: `SELECT owner, epoch FROM leases WHERE task_id = $1 FOR
-//!   UPDATE` (the row lock orders it after any takeover that committed), the core's `check_fence`,
-//!   the inserts, the lease renewal, `COMMIT`. Taking a lease locks the same row (inserting an
+//! * Every checkpoint is one transaction of four round trips: `BEGIN`, an `UPDATE leases ...
+//!   RETURNING owner, epoch` that locks the row (ordering it after any takeover that committed)
+//!   and renews the expiry only if owner and epoch are still ours, the core's `check_fence` on what
+//!   it returned (refused: rollback), one `INSERT ... SELECT * FROM unnest(...)` for the records,
+//!   `COMMIT`. Taking a lease locks the same row (inserting an
 //!   empty placeholder first if the task never had one, so two first takers also serialize) and
 //!   decides with the core's `decide_lease`.
 
@@ -235,23 +237,62 @@ impl PgStore {
         };
         let mut c = self.client.borrow_mut();
         let mut tx = c.transaction()?;
-        let st = self.stmt(&mut tx, "SELECT owner, epoch FROM leases WHERE task_id=$1 FOR UPDATE")?;
-        let cur: Option<(String, i64)> = tx.query_opt(&st, &[&lease.task])?.map(|r| (r.get(0), r.get(1)));
+        // one statement locks the lease row (as `SELECT ... FOR UPDATE` would: the lock orders
+        // this transaction after any takeover that committed), reads owner and epoch, and renews
+        // the expiry only if they are still ours; the core's `check_fence` then decides on what it
+        // read, and a refusal rolls the whole transaction back (dropping `tx`)
+        let st = self.stmt(
+            &mut tx,
+            "UPDATE leases SET expires_at_ms = CASE WHEN owner=$2 AND epoch=$3 THEN $4 ELSE expires_at_ms END \
+             WHERE task_id=$1 RETURNING owner, epoch",
+        )?;
+        let cur: Option<(String, i64)> = tx
+            .query_opt(&st, &[&lease.task, &lease.owner, &(lease.epoch as i64), &expires])?
+            .map(|r| (r.get(0), r.get(1)));
         let cur = cur.filter(|(o, _)| !o.is_empty());
         if check_fence(cur.as_ref().map(|(o, e)| (*e as u64, *o == lease.owner)), lease.epoch).is_err() {
             return Ok(Err(AppendError::Fenced { epoch: lease.epoch, holder: cur.map(|(o, e)| (o, e as u64)) }));
         }
-        for rec in recs {
-            self.insert_record(&mut tx, rec, lease.epoch, now)?;
-            if matches!(rec.event, Event::Suspended { .. }) {
-                let st = self.stmt(&mut tx, "DELETE FROM suspend_requests WHERE task_id=$1")?;
-                tx.execute(&st, &[&lease.task])?;
-            }
+        if !recs.is_empty() {
+            self.insert_records(&mut tx, recs, lease.epoch, now)?;
         }
-        let st = self.stmt(&mut tx, "UPDATE leases SET expires_at_ms=$1 WHERE task_id=$2 AND epoch=$3")?;
-        tx.execute(&st, &[&expires, &lease.task, &(lease.epoch as i64)])?;
+        if recs.iter().any(|r| matches!(r.event, Event::Suspended { .. })) {
+            let st = self.stmt(&mut tx, "DELETE FROM suspend_requests WHERE task_id=$1")?;
+            tx.execute(&st, &[&lease.task])?;
+        }
         tx.commit()?;
         Ok(Ok(()))
+    }
+
+    /// The checkpoint's records in one statement (one round trip, whatever their number).
+    fn insert_records(
+        &self,
+        c: &mut impl GenericClient,
+        recs: &[Record],
+        epoch: u64,
+        now: i64,
+    ) -> Result<(), postgres::Error> {
+        let mut frames = Vec::with_capacity(recs.len());
+        for rec in recs {
+            let mut buf = [0u8; MAX_FRAME_LEN];
+            // a record the core built always fits a frame (limits are checked when it is made)
+            let n = emit(rec, &mut buf).unwrap_or(0);
+            frames.push(buf[..n].to_vec());
+        }
+        let tasks: Vec<&str> = recs.iter().map(|r| r.task_id.as_str()).collect();
+        let seqs: Vec<i64> = recs.iter().map(|r| i64::from(r.seq)).collect();
+        let kinds: Vec<&str> = recs.iter().map(|r| r.kind().name()).collect();
+        let statuses: Vec<&str> = recs.iter().map(|r| r.status.name()).collect();
+        let summaries: Vec<String> = recs.iter().map(|r| r.event.to_string()).collect();
+        let epochs: Vec<i64> = vec![epoch as i64; recs.len()];
+        let ats: Vec<i64> = vec![now; recs.len()];
+        let st = self.stmt(
+            c,
+            "INSERT INTO log SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], \
+             $6::text[], $7::bigint[], $8::bigint[])",
+        )?;
+        c.execute(&st, &[&tasks, &seqs, &kinds, &statuses, &frames, &summaries, &epochs, &ats])?;
+        Ok(())
     }
 
     fn acquire_tx(
