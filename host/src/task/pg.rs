@@ -333,6 +333,16 @@ impl PgStore {
             self.stmt(&mut tx, "INSERT INTO leases VALUES($1, '', 0, 0, '', 0, 0) ON CONFLICT (task_id) DO NOTHING")?;
         tx.execute(&st, &[&id])?;
         let row = self.read_lease(&mut tx, id, true)?;
+        if create.is_none() {
+            // under the row lock no holder can commit any more; a killed holder's last commit may
+            // have landed (the server finishes a COMMIT its client sent) after the caller read the
+            // log: then the caller's state is stale
+            let st = self.stmt(&mut tx, "SELECT count(*) FROM log WHERE task_id=$1 AND seq >= $2")?;
+            let newer: i64 = tx.query_one(&st, &[&id, &i64::from(state.next_seq)])?.get(0);
+            if newer > 0 {
+                return Ok(Err(LeaseError::Stale));
+            }
+        }
         // this session holds the session lock of at most the lease it takes now
         tx.execute("SELECT pg_advisory_unlock_all()", &[])?;
         let mut holder_dead = false;
