@@ -7,6 +7,7 @@ use std::process::Child;
 use std::time::{Duration, Instant};
 
 use brokerlab::sys::stop_or_continue;
+use brokerlab::task::pg::session_key;
 
 mod support;
 use support::pg::PgServer;
@@ -301,7 +302,12 @@ fn a_second_runner_is_refused_and_a_stale_epoch_is_fenced_on_postgres() {
     p.d.write("spec.toml", SPEC);
     let child = p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "300"], &[]);
     wait_for("the first payment", || p.d.calls("payments.sqlite").len() == 1);
-    p.client()
+    // the other host's runner is alive: its session holds the lease's advisory lock (the session
+    // rule), taken before its lease commits
+    let mut holder = p.client();
+    let epoch: i64 = holder.query_one("SELECT epoch FROM leases WHERE task_id='inv'", &[]).unwrap().get(0);
+    holder.execute("SELECT pg_advisory_lock($1)", &[&session_key("inv", epoch as u64 + 1)]).unwrap();
+    holder
         .execute(
             "UPDATE leases SET epoch = epoch + 1, owner = 'otherhost/x:1:1', host = 'otherhost/x' WHERE task_id='inv'",
             &[],
@@ -312,8 +318,10 @@ fn a_second_runner_is_refused_and_a_stale_epoch_is_fenced_on_postgres() {
     o.expect(1);
     assert!(o.stderr().contains("lost the lease"), "{}", o.stderr());
     assert_eq!(p.count("SELECT count(*) FROM log WHERE task_id='inv'"), rows, "the fenced runner wrote nothing");
-    p.run(&["resume", "inv"]).expect(1); // the other host's lease is live
-    p.client().execute("UPDATE leases SET expires_at_ms = 0 WHERE task_id='inv'", &[]).unwrap();
+    p.run(&["resume", "inv"]).expect(1); // the other host's lease is live, and so is its session
+    // its session ends (the process died): the lease is taken at once, long before it expires
+    drop(holder);
+    wait_for("the holder's session gone", || p.count("SELECT count(*) FROM pg_locks WHERE locktype='advisory'") == 0);
     p.run(&["resume", "inv"]).expect(0);
     p.assert_exactly_once("inv");
 
@@ -568,4 +576,100 @@ fn submit_and_worker_refuse_bad_input() {
     assert!(o.stderr().contains("different spec"), "{}", o.stderr());
     p.run(&["submit", "missing.toml"]).expect(2);
     assert_eq!(p.count("SELECT count(*) FROM queue"), 1);
+}
+
+/// Issue 17's chaos run on PostgreSQL, at CI size: runners killed with SIGKILL (half aimed at the
+/// tool window), runners parked with SIGSTOP past their lease and woken after a takeover, and the
+/// server itself restarted every 5 to 20 s (down 0 to 5 s) through `pg_ctl`, by the chaos command
+/// (`--pg-stop-cmd`/`--pg-start-cmd`). Exactly once, checked from the tools' own files.
+#[test]
+fn chaos_on_postgres_with_kills_pauses_and_server_restarts() {
+    let mut server = PgServer::start("chaos");
+    let url = server.create_db("chaos");
+    let d = Dir::new("pg-chaos");
+    let (stop, start) = server.ctl_cmds();
+    let t = Instant::now();
+    let out = Out(d
+        .cmd(&[
+            "chaos",
+            "--db",
+            &url,
+            "--dir",
+            d.0.to_str().unwrap(),
+            "--iterations",
+            "40",
+            "--steps",
+            "8",
+            "--seed",
+            "17",
+            "--json",
+            "--pg-stop-cmd",
+            &stop,
+            "--pg-start-cmd",
+            &start,
+        ])
+        .output()
+        .unwrap());
+    let secs = t.elapsed().as_secs_f64();
+    let s = out.stdout();
+    let v: serde_json::Value = serde_json::from_str(s.trim()).unwrap_or_else(|e| {
+        panic!("not one JSON object ({e}):\n{s}\nstderr: {}\nserver: {}", out.stderr(), server.log())
+    });
+    eprintln!("{v}\n({secs:.1} s)");
+    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("no {k} in {v}"));
+    assert_eq!(v["backend"], "postgres");
+    assert_eq!(n("duplicates"), 0, "{v}");
+    assert_eq!(n("lost"), 0, "{v}");
+    assert_eq!(n("errors"), 0, "{v}");
+    assert!(v["ok"].as_bool().unwrap(), "{v}");
+    assert_eq!(out.code(), 0);
+    assert!(n("kills") >= 40, "{v}");
+    assert!(n("window_kills") > 0, "{v}");
+    // not `==` as on SQLite: the server finishes a COMMIT its killed client had sent, possibly
+    // after the chaos parent read the log and counted the kill in the window
+    assert!(n("deduplicated") <= n("window_kills_payment") && n("deduplicated") > 0, "{v}");
+    assert!(n("pauses") >= 1, "{v}");
+    assert_eq!(n("pauses"), n("paused_fenced") + n("paused_idle") + n("paused_conn_lost"), "{v}");
+    assert!(n("pg_restarts") >= 1, "{v}");
+    server.stop();
+}
+
+/// The cross-host takeover rule: a holder whose PostgreSQL session is gone (its process was
+/// killed) is taken over at once, without waiting for its 60 s lease, even where its death cannot
+/// be proven from /proc (`BROKERLAB_AS_HOST` makes every runner look like one on a host without a
+/// boot id). A holder that is stopped but whose session lives is not: the second runner is refused.
+#[test]
+fn a_holder_whose_session_is_gone_is_taken_over_at_once_and_a_live_session_is_not() {
+    let s = PgServer::start("session");
+    let p = PgDir::new(&s, "session");
+    p.d.write("spec.toml", SPEC);
+    let other = [("BROKERLAB_AS_HOST", "elsewhere/")];
+    let lease = ["--lease-ms", "60000"];
+    let first = p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "300", lease[0], lease[1]], &other);
+    wait_for("the first runner's lease", || p.kinds("inv").len() >= 3);
+    // stopped, session alive: refused
+    assert!(stop_or_continue(first.id(), true));
+    wait_for("the runner stopped", || is_stopped(first.id()));
+    let o = p.run_env(&["resume", "inv", lease[0], lease[1]], &other);
+    o.expect(1);
+    assert!(o.stderr().contains("already being run by"), "{}", o.stderr());
+    // killed: its session ends, the lease is taken at once
+    let mut first = first;
+    first.kill().unwrap();
+    let _ = first.wait();
+    let t = Instant::now();
+    loop {
+        let o = p.run_env(&["resume", "inv", lease[0], lease[1]], &other);
+        match o.code() {
+            0 | 3 => break,
+            // the server notices the closed connection within moments
+            1 if o.stderr().contains("already being run by") && t.elapsed() < Duration::from_secs(5) => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            _ => panic!("resume: {} {}", o.code(), o.stderr()),
+        }
+    }
+    assert!(t.elapsed() < Duration::from_secs(5), "no waiting for the 60 s lease");
+    p.finish("inv");
+    p.assert_exactly_once("inv");
 }

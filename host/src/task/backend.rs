@@ -118,6 +118,7 @@ fn map_lease(path: &Path, e: LeaseError) -> LeaseError<CliError> {
     match e {
         LeaseError::Held { owner, epoch, expires_in_ms } => LeaseError::Held { owner, epoch, expires_in_ms },
         LeaseError::Exists => LeaseError::Exists,
+        LeaseError::Stale => LeaseError::Stale,
         LeaseError::Sql(e) => LeaseError::Sql(sql_error(path, "taking the lease", e)),
     }
 }

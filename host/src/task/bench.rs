@@ -19,9 +19,10 @@ use brokerlab_core::runner::{
     ToolCall, ToolClass, ToolName, ToolOutput, drive,
 };
 
+use super::backend::TaskStore;
 use super::exec::{Chaos, HostJournal};
 use super::ident::Me;
-use super::store::{Lease, NewTask, Store, fold, open_sqlite, sql_error};
+use super::store::{Lease, NewTask, Store, fold_in, open_sqlite, sql_error};
 use crate::error::{CliError, CliResult};
 
 /// Options of `task bench`.
@@ -35,9 +36,13 @@ pub struct BenchOpts {
     pub json: bool,
     /// Directory for the benchmark databases (default: a fresh one under the temp dir).
     pub dir: Option<PathBuf>,
+    /// Also measure PostgreSQL (raw commit rate, 1/4/16 runners) on this database.
+    pub db: Option<String>,
+    /// With `db`: SIGKILL this many workers holding a task and time the takeovers.
+    pub takeover_kills: u32,
 }
 
-struct BenchFx;
+pub(crate) struct BenchFx;
 
 impl Effects for BenchFx {
     type Error = CliError;
@@ -76,7 +81,7 @@ fn raw_commit_rate(dir: &Path, n: u32) -> CliResult<f64> {
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
-fn create_task(store: &Store, id: &str, steps: u32) -> CliResult<(TaskState, Lease)> {
+pub(crate) fn create_task(store: &dyn TaskStore, id: &str, steps: u32) -> CliResult<(TaskState, Lease)> {
     let task = TaskId::try_from(id).map_err(|_| CliError::failure("id"))?;
     let created = Record::new(task, 0, Event::Created { spec_digest: 0, steps: steps as u16 });
     let new = NewTask {
@@ -87,7 +92,7 @@ fn create_task(store: &Store, id: &str, steps: u32) -> CliResult<(TaskState, Lea
         world: None,
         records: vec![created],
     };
-    let mut st = fold(&store.path, id, &new.records)?;
+    let mut st = fold_in(&store.name(), id, &new.records)?;
     let me = Me::current();
     let (lease, rec) = store
         .acquire(id, &me, 60_000, &st, Some(&new), true)
@@ -96,7 +101,7 @@ fn create_task(store: &Store, id: &str, steps: u32) -> CliResult<(TaskState, Lea
     Ok((st, lease))
 }
 
-fn check_done<E: std::fmt::Debug, F: std::fmt::Debug>(r: Result<Stop, DriveError<E, F>>) -> CliResult<()> {
+pub(crate) fn check_done<E: std::fmt::Debug, F: std::fmt::Debug>(r: Result<Stop, DriveError<E, F>>) -> CliResult<()> {
     match r {
         Ok(Stop::Completed) => Ok(()),
         other => Err(CliError::failure(format!("bench task did not complete: {other:?}"))),
@@ -253,6 +258,9 @@ pub fn bench(opts: &BenchOpts) -> CliResult<i32> {
             brokerlab_core::runner::MAX_STEPS
         )));
     }
+    if opts.takeover_kills > 0 && opts.db.is_none() {
+        return Err(CliError::bad_input("--takeover-kills needs --db postgres://..."));
+    }
     if opts.tasks == 0 || opts.tasks > 256 {
         return Err(CliError::bad_input(format!("--tasks {}: expected 1..=256", opts.tasks)));
     }
@@ -307,6 +315,12 @@ pub fn bench(opts: &BenchOpts) -> CliResult<i32> {
             v["group_checkpoints"] = g.checkpoints.into();
             v["checkpoints_per_commit"] = round3(g.checkpoints as f64 / g.commits.max(1) as f64).into();
         }
+        if let Some(url) = &opts.db {
+            v["postgres"] = super::pgbench::throughput(url, opts.steps)?;
+            if opts.takeover_kills > 0 {
+                v["takeover"] = super::pgbench::takeover(url, opts.takeover_kills, &dir)?;
+            }
+        }
         Ok(v)
     })();
     if cleanup {
@@ -348,13 +362,40 @@ pub fn bench(opts: &BenchOpts) -> CliResult<i32> {
             );
         }
     }
+    if let Some(p) = v.get("postgres") {
+        let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
+        say!(
+            "raw PostgreSQL (synchronous_commit=on, 1 INSERT/commit): {:>9.0} commits/s  (best of {} before, {} after)",
+            f("raw_commits_per_s"),
+            p["raw_commits_per_s_before"],
+            p["raw_commits_per_s_after"]
+        );
+        for k in [1, 4, 16] {
+            say!(
+                "PostgreSQL, {k:>2} runner(s), one session each:  {:>9.0} steps/s  ({:.2}x raw)",
+                f(&format!("steps_per_s_{k}")),
+                f(&format!("ratio_{k}"))
+            );
+        }
+        say!("PostgreSQL, 16 runners over 1: {:.2}x (group commit)", f("gain_16_over_1"));
+    }
+    if let Some(t) = v.get("takeover") {
+        let f = |k: &str| t[k].as_f64().unwrap_or(0.0);
+        say!(
+            "takeover after SIGKILL ({} kills, lease 5000 ms, poll 200 ms): p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
+            t["kills"],
+            f("takeover_ms_p50"),
+            f("takeover_ms_p99"),
+            f("takeover_ms_max")
+        );
+    }
     Ok(0)
 }
 
-fn round(x: f64) -> f64 {
+pub(crate) fn round(x: f64) -> f64 {
     x.round()
 }
 
-fn round3(x: f64) -> f64 {
+pub(crate) fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }

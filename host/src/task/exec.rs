@@ -414,6 +414,11 @@ fn execute(
         Err(LeaseError::Exists) => {
             return Err(CliError::failure(format!("task {id:?} was created concurrently by another runner")));
         }
+        // a dead holder's last commit landed after we read the log: read it again
+        Err(LeaseError::Stale) if create.is_none() => {
+            return execute(store, id, spec, world.dir().to_path_buf(), opts, None);
+        }
+        Err(LeaseError::Stale) => return Err(CliError::failure(format!("task {id:?}: the log changed; try again"))),
         Err(LeaseError::Sql(e)) => return Err(e),
     };
     state.apply(&rec).map_err(|e| CliError::failure(format!("lease record: {e}")))?;
@@ -671,6 +676,7 @@ pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_
         }
         Err(LeaseError::Sql(e)) => return Err(e),
         Err(LeaseError::Exists) => return Err(CliError::failure("unexpected create")),
+        Err(LeaseError::Stale) => return Err(CliError::failure(format!("task {id:?}: the log changed; try again"))),
     };
     st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
     // the reviewer read the tool's file: from now on no older lease holder may add to it
@@ -746,6 +752,7 @@ pub fn suspend(db: &DbTarget, id: &str, lease_ms: i64) -> CliResult<i32> {
         }
         Err(LeaseError::Sql(e)) => return Err(e),
         Err(LeaseError::Exists) => return Err(CliError::failure("unexpected create")),
+        Err(LeaseError::Stale) => return Err(CliError::failure(format!("task {id:?}: the log changed; try again"))),
     };
     st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
     let marker = Record::new(st.task_id.clone(), st.next_seq, Event::Suspended { next_step: st.step });

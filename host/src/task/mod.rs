@@ -17,6 +17,7 @@ pub mod chaos;
 pub mod exec;
 pub mod ident;
 pub mod pg;
+pub mod pgbench;
 pub mod spec;
 pub mod store;
 pub mod worker;
@@ -230,7 +231,7 @@ pub enum TaskCmd {
         #[command(flatten)]
         db: DbArg,
     },
-    /// Measure durable steps/s against the raw SQLite commit rate.
+    /// Measure durable steps/s against the raw SQLite commit rate (with --db, PostgreSQL's too).
     Bench {
         /// Model+tool steps per task.
         #[arg(long, default_value_t = 2000)]
@@ -244,6 +245,13 @@ pub enum TaskCmd {
         /// Directory for the benchmark databases (default: a fresh temp dir).
         #[arg(long, value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// Also measure PostgreSQL on this database (postgres://USER@HOST:PORT/DB): its raw commit
+        /// rate and 1, 4 and 16 runners at once.
+        #[arg(long, value_name = "URL")]
+        db: Option<String>,
+        /// With --db: SIGKILL this many workers holding a task and time each takeover.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        takeover_kills: u32,
     },
     /// kill -9 in real processes: run tasks as child processes, SIGKILL them at random times,
     /// restart, review, and check exactly-once from the tools' own files.
@@ -276,6 +284,18 @@ pub enum TaskCmd {
         /// The runners' lease (a runner paused past it is taken over).
         #[arg(long, value_name = "MS", default_value_t = 300)]
         lease_ms: u64,
+        /// The log on this PostgreSQL database (postgres://USER@HOST:PORT/DB, with no tasks yet)
+        /// instead of DIR/tasks.sqlite; the tools' files stay in DIR.
+        #[arg(long, value_name = "URL")]
+        db: Option<String>,
+        /// Shell command that stops the PostgreSQL server (e.g. `pg_ctl -D DATA -m fast stop`):
+        /// with --pg-start-cmd, the server is restarted every 5 to 20 s, down 0 to 5 s.
+        #[arg(long, value_name = "CMD", requires = "pg_start_cmd")]
+        pg_stop_cmd: Option<String>,
+        /// Shell command that starts it again and returns once it accepts connections (e.g.
+        /// `pg_ctl -D DATA -l LOG -w start`).
+        #[arg(long, value_name = "CMD", requires = "pg_stop_cmd")]
+        pg_start_cmd: Option<String>,
     },
 }
 
@@ -309,9 +329,36 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
         }
         TaskCmd::Inspect { id, db } => inspect(&db.target(), &id),
         TaskCmd::List { db } => list(&db.target()),
-        TaskCmd::Bench { steps, tasks, json, dir } => bench::bench(&bench::BenchOpts { steps, tasks, json, dir }),
-        TaskCmd::Chaos { iterations, seed, steps, json, dir, step_delay_ms, max_kills, verify, lease_ms: ms } => {
+        TaskCmd::Bench { steps, tasks, json, dir, db, takeover_kills } => {
+            if let Some(u) = &db
+                && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
+            {
+                return Err(CliError::bad_input(format!("bench --db {u}: expected a postgres:// URL")));
+            }
+            bench::bench(&bench::BenchOpts { steps, tasks, json, dir, db, takeover_kills })
+        }
+        TaskCmd::Chaos {
+            iterations,
+            seed,
+            steps,
+            json,
+            dir,
+            step_delay_ms,
+            max_kills,
+            verify,
+            lease_ms: ms,
+            db,
+            pg_stop_cmd,
+            pg_start_cmd,
+        } => {
             let lease_ms = self::lease_ms(Some(ms))? as u64;
+            if let Some(u) = &db
+                && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
+            {
+                return Err(CliError::bad_input(format!(
+                    "chaos --db {u}: expected a postgres:// URL (the SQLite log is DIR/tasks.sqlite)"
+                )));
+            }
             chaos::chaos(&chaos::ChaosOpts {
                 iterations,
                 seed,
@@ -322,6 +369,9 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
                 max_kills,
                 verify,
                 lease_ms,
+                db,
+                pg_stop_cmd,
+                pg_start_cmd,
             })
         }
     }

@@ -9,9 +9,11 @@
 //!   but no `meta` with our tag is refused (exit 2) and left as it was: the check only reads.
 //! * Every session sets `synchronous_commit = on` (an `Ok` commit is on the server's disk, whatever
 //!   the server's default) and `lock_timeout` = `BROKERLAB_BUSY_MS`.
-//! * Every checkpoint is one transaction: `SELECT owner, epoch FROM leases WHERE task_id = $1 FOR
-//!   UPDATE` (the row lock orders it after any takeover that committed), the core's `check_fence`,
-//!   the inserts, the lease renewal, `COMMIT`. Taking a lease locks the same row (inserting an
+//! * Every checkpoint is one transaction of four round trips: `BEGIN`, an `UPDATE leases ...
+//!   RETURNING owner, epoch` that locks the row (ordering it after any takeover that committed)
+//!   and renews the expiry only if owner and epoch are still ours, the core's `check_fence` on what
+//!   it returned (refused: rollback), one `INSERT ... SELECT * FROM unnest(...)` for the records,
+//!   `COMMIT`. Taking a lease locks the same row (inserting an
 //!   empty placeholder first if the task never had one, so two first takers also serialize) and
 //!   decides with the core's `decide_lease`.
 
@@ -235,23 +237,62 @@ impl PgStore {
         };
         let mut c = self.client.borrow_mut();
         let mut tx = c.transaction()?;
-        let st = self.stmt(&mut tx, "SELECT owner, epoch FROM leases WHERE task_id=$1 FOR UPDATE")?;
-        let cur: Option<(String, i64)> = tx.query_opt(&st, &[&lease.task])?.map(|r| (r.get(0), r.get(1)));
+        // one statement locks the lease row (as `SELECT ... FOR UPDATE` would: the lock orders
+        // this transaction after any takeover that committed), reads owner and epoch, and renews
+        // the expiry only if they are still ours; the core's `check_fence` then decides on what it
+        // read, and a refusal rolls the whole transaction back (dropping `tx`)
+        let st = self.stmt(
+            &mut tx,
+            "UPDATE leases SET expires_at_ms = CASE WHEN owner=$2 AND epoch=$3 THEN $4 ELSE expires_at_ms END \
+             WHERE task_id=$1 RETURNING owner, epoch",
+        )?;
+        let cur: Option<(String, i64)> = tx
+            .query_opt(&st, &[&lease.task, &lease.owner, &(lease.epoch as i64), &expires])?
+            .map(|r| (r.get(0), r.get(1)));
         let cur = cur.filter(|(o, _)| !o.is_empty());
         if check_fence(cur.as_ref().map(|(o, e)| (*e as u64, *o == lease.owner)), lease.epoch).is_err() {
             return Ok(Err(AppendError::Fenced { epoch: lease.epoch, holder: cur.map(|(o, e)| (o, e as u64)) }));
         }
-        for rec in recs {
-            self.insert_record(&mut tx, rec, lease.epoch, now)?;
-            if matches!(rec.event, Event::Suspended { .. }) {
-                let st = self.stmt(&mut tx, "DELETE FROM suspend_requests WHERE task_id=$1")?;
-                tx.execute(&st, &[&lease.task])?;
-            }
+        if !recs.is_empty() {
+            self.insert_records(&mut tx, recs, lease.epoch, now)?;
         }
-        let st = self.stmt(&mut tx, "UPDATE leases SET expires_at_ms=$1 WHERE task_id=$2 AND epoch=$3")?;
-        tx.execute(&st, &[&expires, &lease.task, &(lease.epoch as i64)])?;
+        if recs.iter().any(|r| matches!(r.event, Event::Suspended { .. })) {
+            let st = self.stmt(&mut tx, "DELETE FROM suspend_requests WHERE task_id=$1")?;
+            tx.execute(&st, &[&lease.task])?;
+        }
         tx.commit()?;
         Ok(Ok(()))
+    }
+
+    /// The checkpoint's records in one statement (one round trip, whatever their number).
+    fn insert_records(
+        &self,
+        c: &mut impl GenericClient,
+        recs: &[Record],
+        epoch: u64,
+        now: i64,
+    ) -> Result<(), postgres::Error> {
+        let mut frames = Vec::with_capacity(recs.len());
+        for rec in recs {
+            let mut buf = [0u8; MAX_FRAME_LEN];
+            // a record the core built always fits a frame (limits are checked when it is made)
+            let n = emit(rec, &mut buf).unwrap_or(0);
+            frames.push(buf[..n].to_vec());
+        }
+        let tasks: Vec<&str> = recs.iter().map(|r| r.task_id.as_str()).collect();
+        let seqs: Vec<i64> = recs.iter().map(|r| i64::from(r.seq)).collect();
+        let kinds: Vec<&str> = recs.iter().map(|r| r.kind().name()).collect();
+        let statuses: Vec<&str> = recs.iter().map(|r| r.status.name()).collect();
+        let summaries: Vec<String> = recs.iter().map(|r| r.event.to_string()).collect();
+        let epochs: Vec<i64> = vec![epoch as i64; recs.len()];
+        let ats: Vec<i64> = vec![now; recs.len()];
+        let st = self.stmt(
+            c,
+            "INSERT INTO log SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], \
+             $6::text[], $7::bigint[], $8::bigint[])",
+        )?;
+        c.execute(&st, &[&tasks, &seqs, &kinds, &statuses, &frames, &summaries, &epochs, &ats])?;
+        Ok(())
     }
 
     fn acquire_tx(
@@ -292,11 +333,40 @@ impl PgStore {
             self.stmt(&mut tx, "INSERT INTO leases VALUES($1, '', 0, 0, '', 0, 0) ON CONFLICT (task_id) DO NOTHING")?;
         tx.execute(&st, &[&id])?;
         let row = self.read_lease(&mut tx, id, true)?;
+        if create.is_none() {
+            // under the row lock no holder can commit any more; a killed holder's last commit may
+            // have landed (the server finishes a COMMIT its client sent) after the caller read the
+            // log: then the caller's state is stale
+            let st = self.stmt(&mut tx, "SELECT count(*) FROM log WHERE task_id=$1 AND seq >= $2")?;
+            let newer: i64 = tx.query_one(&st, &[&id, &i64::from(state.next_seq)])?.get(0);
+            if newer > 0 {
+                return Ok(Err(LeaseError::Stale));
+            }
+        }
+        // this session holds the session lock of at most the lease it takes now
+        tx.execute("SELECT pg_advisory_unlock_all()", &[])?;
+        let mut holder_dead = false;
+        if let Some(r) = &row
+            && r.owner != owner
+            && r.expires_at_ms > now
+        {
+            holder_dead = provably_dead(&r.host, r.pid, r.pid_start);
+            if !holder_dead {
+                // the holder's session holds this lock from its acquire on: free means the
+                // session is gone (its process died, or the server restarted)
+                let key = session_key(id, r.epoch);
+                let got: bool = tx.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
+                if got {
+                    tx.execute("SELECT pg_advisory_unlock($1)", &[&key])?;
+                    holder_dead = true;
+                }
+            }
+        }
         let view = row.as_ref().map(|r| LeaseView {
             epoch: r.epoch,
             expires_at_ms: r.expires_at_ms,
             ours: r.owner == owner,
-            holder_dead: r.owner != owner && r.expires_at_ms > now && provably_dead(&r.host, r.pid, r.pid_start),
+            holder_dead,
         });
         let epoch = match decide_lease(view, state.epoch(), now) {
             LeaseDecision::Take { epoch, .. } => epoch,
@@ -305,6 +375,11 @@ impl PgStore {
                 return Ok(Err(LeaseError::Held { owner: holder, epoch, expires_in_ms }));
             }
         };
+        // ours for as long as this session lives (taken before the commit, so a committed lease
+        // always had it); if another session holds the key (a hash collision, or a taker of the
+        // same epoch whose commit failed), the lease is taken without it and others wait for
+        // its expiry, the conservative side
+        tx.query_one("SELECT pg_try_advisory_lock($1)", &[&session_key(id, epoch)])?;
         let st = self.stmt(
             &mut tx,
             "UPDATE leases SET owner=$2, epoch=$3, expires_at_ms=$4, host=$5, pid=$6, pid_start=$7 WHERE task_id=$1",
@@ -319,6 +394,18 @@ impl PgStore {
         tx.commit()?;
         Ok(Ok((Lease { task: id.to_string(), owner, epoch, ttl_ms, taken_at_ms: now }, rec)))
     }
+}
+
+/// The session-level advisory lock a lease holder keeps for (task, epoch) while its session lives
+/// (FNV-1a 64 over the task id and the epoch). Another runner that gets it with
+/// `pg_try_advisory_lock` knows the holder's session is gone, and takes the lease at once.
+pub fn session_key(task: &str, epoch: u64) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in task.bytes().chain([0xff]).chain(epoch.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h as i64
 }
 
 /// Connects to `url` with the session settings every runner uses (`synchronous_commit = on`,
@@ -498,6 +585,7 @@ impl TaskStore for PgStore {
             "UPDATE leases SET expires_at_ms=0 WHERE task_id=$1 AND epoch=$2 AND owner=$3",
             &[&lease.task, &(lease.epoch as i64), &lease.owner],
         );
+        let _ = c.execute("SELECT pg_advisory_unlock($1)", &[&session_key(&lease.task, lease.epoch)]);
     }
 }
 

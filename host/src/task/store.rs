@@ -84,6 +84,10 @@ pub enum LeaseError<E = rusqlite::Error> {
     },
     /// The task id already exists (create raced with another `run`).
     Exists,
+    /// The log has records the caller's state does not (PostgreSQL: a commit that a killed
+    /// holder had sent landed after the caller read the log); nothing was written: read the log
+    /// again and retry.
+    Stale,
     /// The database failed.
     Sql(E),
 }

@@ -210,9 +210,40 @@ impl PgServer {
         self.url(db)
     }
 
+    /// Shell commands that stop (fast shutdown) and start this server with `pg_ctl`, as the
+    /// server's user (`runuser -u postgres --` when we are root): what `task chaos
+    /// --pg-stop-cmd/--pg-start-cmd` runs to restart it. A server started by them is not our
+    /// child; [`PgServer::stop`] stops it too (through `pg_ctl`).
+    pub fn ctl_cmds(&self) -> (String, String) {
+        let pre = if server_ids().is_some() { "runuser -u postgres -- " } else { "" };
+        let (bin, dir) = (self.bin.display(), self.dir.display());
+        let stop = format!("{pre}{bin}/pg_ctl -D {dir}/data -m fast -w -t 30 stop");
+        let start = format!(
+            "{pre}{bin}/pg_ctl -D {dir}/data -l {dir}/server.log -w -t 30 -o '-p {} -c listen_addresses=127.0.0.1 \
+             -k {dir} -c fsync=on -c synchronous_commit=on -c max_connections=60' start",
+            self.port
+        );
+        (stop, start)
+    }
+
     /// Fast shutdown (SIGINT: open sessions are ended, their transactions rolled back); SIGKILL
-    /// after 20 s.
+    /// after 20 s. A server started by [`PgServer::ctl_cmds`]' start command is stopped with
+    /// `pg_ctl`.
     pub fn stop(&mut self) {
+        self.stop_child();
+        if self.dir.join("data/postmaster.pid").exists() {
+            let mut c = Command::new(self.bin.join("pg_ctl"));
+            as_server_user(&mut c, server_ids())
+                .arg("-D")
+                .arg(self.dir.join("data"))
+                .args(["-m", "fast", "-w", "-t", "30", "stop"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let _ = c.status();
+        }
+    }
+
+    fn stop_child(&mut self) {
         let Some(mut c) = self.child.take() else { return };
         // SAFETY: sending a signal has no memory effects in this process.
         unsafe {

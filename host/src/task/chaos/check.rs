@@ -3,8 +3,9 @@
 use brokerlab_core::runner::{Decision, End, Event, idempotency_key};
 use serde::Serialize;
 
+use super::super::backend::TaskStore;
 use super::super::spec::Spec;
-use super::super::store::{Store, fold};
+use super::super::store::fold_in;
 use super::super::world::{ToolFile, World};
 use crate::error::{CliError, CliResult};
 
@@ -36,13 +37,13 @@ pub struct TaskCheck {
 /// email step applied exactly once, each step has a model response and a result (or a
 /// `mark-done` review of the email), the task completed, and no call outside the spec's tool
 /// steps.
-pub fn check_task(store: &Store, world: &mut World, id: &str) -> CliResult<TaskCheck> {
+pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> CliResult<TaskCheck> {
     let mut c = TaskCheck::default();
     let row = store.task_or_err(id)?;
     let spec = Spec::from_json(&row.spec)
-        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec: {e}", store.path.display())))?;
+        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec: {e}", store.name())))?;
     let recs = store.records(id)?;
-    let st = fold(&store.path, id, &recs)?;
+    let st = fold_in(&store.name(), id, &recs)?;
     let n = spec.steps.len();
     c.completed = st.end == Some(End::Completed) && st.step as usize == n;
     if !c.completed {

@@ -37,6 +37,12 @@
 //! lock blocks every other writer of that file for as long as it is stopped (SQLite has one
 //! writer), which is a liveness matter, not a safety one.
 //!
+//! **PostgreSQL** (`--db postgres://...`): the same run with the log in that database; with
+//! `--pg-stop-cmd`/`--pg-start-cmd` a thread restarts the server every 5 to 20 s (down 0 to 5 s).
+//! Runs cut by a restart (the runner names the lost connection, or cannot connect) are counted in
+//! `server_aborts` and started again once the server accepts sessions; the parent's reads
+//! reconnect.
+//!
 //! Modules: [`spec`] (the task specs), [`check`] (the exactly-once checker); the tools' files are
 //! read through [`World`], their one owner.
 //!
@@ -47,11 +53,15 @@ use std::collections::HashMap;
 use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use brokerlab_core::runner::{Phase, TaskState};
 use serde::Serialize;
 
+use super::backend::TaskStore;
+use super::pg::PgStore;
 use super::spec::Spec;
 use super::store::Store;
 use super::world::{ToolFile, World};
@@ -79,6 +89,94 @@ pub struct ChaosOpts {
     pub verify: Option<PathBuf>,
     /// The children's lease, ms (a paused runner is taken over once it expires).
     pub lease_ms: u64,
+    /// The log on a PostgreSQL database (`postgres://...`) instead of `DIR/tasks.sqlite`.
+    pub db: Option<String>,
+    /// Shell command that stops the PostgreSQL server (run with `sh -c`); with `pg_start_cmd`,
+    /// restarts the server mid-run every 5 to 20 s, down for 0 to 5 s.
+    pub pg_stop_cmd: Option<String>,
+    /// Shell command that starts it again and returns once it accepts connections.
+    pub pg_start_cmd: Option<String>,
+}
+
+/// The log store the chaos parent reads (the children open their own).
+type Slot = Option<Box<dyn TaskStore>>;
+
+/// A runner's stderr that says the database server went away or is not (yet) accepting
+/// connections: a server restart, not a runner error.
+fn server_down(err: &str) -> bool {
+    [
+        "the connection to the server is gone",
+        "cannot connect",
+        "shutting down",
+        "starting up",
+        "administrator command",
+        "Connection refused",
+        "connection closed",
+        "in recovery",
+    ]
+    .iter()
+    .any(|m| err.contains(m))
+}
+
+/// Waits (up to 60 s) until the database accepts a session again.
+fn wait_for_server(ctx: &Ctx) {
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(60) {
+        if PgStore::open(&ctx.db.to_string_lossy(), false).is_ok() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Restarts of the PostgreSQL server, driven by a thread for the whole run.
+#[derive(Debug, Default)]
+struct Restarts {
+    n: u64,
+    down_ms: u64,
+    problems: Vec<String>,
+}
+
+fn sh(cmd: &str) -> Result<(), String> {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run `{cmd}`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!("`{cmd}` exited with {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
+    }
+}
+
+/// Every 5 to 20 s (drawn): the stop command, 0 to 5 s down (drawn), the start command; until
+/// `stop` is set (a cycle under way is completed, so the server is up at the end).
+fn restarter(stop_cmd: &str, start_cmd: &str, seed: u64, stop: &AtomicBool) -> Restarts {
+    let mut r = Restarts::default();
+    let mut rng = Draws::new(seed ^ 0x5E57_A127);
+    loop {
+        let until = Instant::now() + Duration::from_millis(5000 + rng.below(15_001));
+        while Instant::now() < until {
+            if stop.load(Ordering::Relaxed) {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let down = rng.below(5001);
+        let t = Instant::now();
+        if let Err(e) = sh(stop_cmd) {
+            r.problems.push(format!("stopping the server: {e}"));
+        }
+        std::thread::sleep(Duration::from_millis(down));
+        if let Err(e) = sh(start_cmd) {
+            r.problems.push(format!("starting the server: {e}"));
+            return r;
+        }
+        r.n += 1;
+        r.down_ms += t.elapsed().as_millis() as u64;
+    }
 }
 
 pub mod check;
@@ -163,6 +261,18 @@ pub struct ChaosReport {
     pub lost: u64,
     /// Runner processes that failed otherwise (exit status other than 0, 3 or SIGKILL; must be 0).
     pub errors: u64,
+    /// The log's database: `sqlite` or `postgres`.
+    pub backend: String,
+    /// PostgreSQL server restarts during the run (stop, 0 to 5 s down, start).
+    pub pg_restarts: u64,
+    /// Total time from each stop command to the end of its start command, ms.
+    pub pg_down_ms: u64,
+    /// Runner (and review) processes that ended because the server was restarting (their
+    /// session was cut, or they could not connect); each is started again.
+    pub server_aborts: u64,
+    /// Paused runners whose session was cut by a restart while they were parked: on waking
+    /// they stopped at their first statement (their tool calls, if any, were fenced by the tools).
+    pub paused_conn_lost: u64,
     /// The children's step delay.
     pub step_delay_ms: u64,
     /// Wall time, seconds.
@@ -196,7 +306,9 @@ impl ChaosReport {
 /// The runner binary and where it works.
 struct Ctx {
     exe: PathBuf,
+    /// `DIR/tasks.sqlite`, or the PostgreSQL URL.
     db: PathBuf,
+    pg: bool,
     world: PathBuf,
     specs: PathBuf,
     step_delay_ms: u64,
@@ -334,19 +446,63 @@ fn classify_kill(
     Ok(())
 }
 
-/// The task's state from the log, if the database and the task exist.
-fn task_state(store: &mut Option<Store>, ctx: &Ctx, id: &str) -> CliResult<Option<brokerlab_core::runner::TaskState>> {
-    if store.is_none() {
-        if !ctx.db.exists() {
-            return Ok(None);
-        }
-        // a runner killed while creating the file leaves it without the schema: not ours yet
-        match Store::open(&ctx.db, false) {
-            Ok(s) => *store = Some(s),
-            Err(_) => return Ok(None),
+/// The task's state from the log, if the database and the task exist. On PostgreSQL a failure
+/// (the server restarting) reconnects and tries again, for up to 60 s.
+fn task_state(store: &mut Slot, ctx: &Ctx, id: &str) -> CliResult<Option<TaskState>> {
+    let t = Instant::now();
+    loop {
+        match task_state_once(store, ctx, id) {
+            Err(_) if ctx.pg && t.elapsed() < Duration::from_secs(60) => {
+                *store = None;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return r,
         }
     }
-    let Some(s) = store.as_ref() else { return Ok(None) };
+}
+
+/// [`check_task`], reconnecting as [`task_state`] does.
+fn check_with_retry(store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) -> CliResult<TaskCheck> {
+    let t = Instant::now();
+    loop {
+        if store.is_none() && ctx.pg {
+            match PgStore::open(&ctx.db.to_string_lossy(), false) {
+                Ok(s) => *store = Some(Box::new(s)),
+                Err(_) if t.elapsed() < Duration::from_secs(60) => {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(s) = store.as_deref() else { return Err(CliError::failure("no log store")) };
+        match check_task(s, world, id) {
+            Err(_) if ctx.pg && t.elapsed() < Duration::from_secs(60) => {
+                *store = None;
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
+}
+
+fn task_state_once(store: &mut Slot, ctx: &Ctx, id: &str) -> CliResult<Option<TaskState>> {
+    if store.is_none() {
+        if ctx.pg {
+            // the schema was created before the first runner started
+            *store = Some(Box::new(PgStore::open(&ctx.db.to_string_lossy(), false)?));
+        } else {
+            if !ctx.db.exists() {
+                return Ok(None);
+            }
+            // a runner killed while creating the file leaves it without the schema: not ours yet
+            match Store::open(&ctx.db, false) {
+                Ok(s) => *store = Some(Box::new(s)),
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+    let Some(s) = store.as_deref() else { return Ok(None) };
     if s.task(id)?.is_none() {
         return Ok(None);
     }
@@ -380,7 +536,7 @@ impl Pace {
 #[allow(clippy::too_many_arguments)]
 fn iteration(
     rep: &mut ChaosReport,
-    store: &mut Option<Store>,
+    store: &mut Slot,
     ctx: &Ctx,
     world: &mut World,
     opts: &ChaosOpts,
@@ -450,6 +606,10 @@ fn iteration(
         match status.code() {
             Some(0) => return Ok(()),
             Some(EXIT_NEEDS_REVIEW) => review(rep, store, ctx, world, &id)?,
+            _ if ctx.pg && server_down(&err) => {
+                rep.server_aborts += 1;
+                wait_for_server(ctx);
+            }
             _ => {
                 rep.errors += 1;
                 rep.problem(format!("{id}: runner exited with {status}: {err}"));
@@ -469,7 +629,7 @@ fn iteration(
 #[allow(clippy::too_many_arguments)]
 fn pause_then_takeover(
     rep: &mut ChaosReport,
-    store: &mut Option<Store>,
+    store: &mut Slot,
     ctx: &Ctx,
     world: &mut World,
     id: &str,
@@ -488,6 +648,11 @@ fn pause_then_takeover(
                 Some(0) => Ok(true),
                 Some(EXIT_NEEDS_REVIEW) => {
                     review(rep, store, ctx, world, id)?;
+                    Ok(false)
+                }
+                _ if ctx.pg && server_down(&err) => {
+                    rep.server_aborts += 1;
+                    wait_for_server(ctx);
                     Ok(false)
                 }
                 _ => {
@@ -523,6 +688,10 @@ fn pause_then_takeover(
             }
             Some(EXIT_NEEDS_REVIEW) => review(rep, store, ctx, world, id)?,
             Some(1) if err.contains("already being run") => std::thread::sleep(Duration::from_millis(50)),
+            _ if ctx.pg && server_down(&err) => {
+                rep.server_aborts += 1;
+                wait_for_server(ctx);
+            }
             _ => {
                 rep.errors += 1;
                 rep.problem(format!("{id}: takeover runner exited with {status}: {err}"));
@@ -542,6 +711,7 @@ fn pause_then_takeover(
     match status.code() {
         Some(1) if err.contains("fenced") => rep.paused_fenced += 1,
         Some(0 | EXIT_NEEDS_REVIEW) => rep.paused_idle += 1,
+        _ if ctx.pg && server_down(&err) => rep.paused_conn_lost += 1,
         _ => {
             rep.errors += 1;
             rep.problem(format!("{id}: the paused runner (at {at}) exited with {status} on waking: {err}"));
@@ -551,7 +721,7 @@ fn pause_then_takeover(
 }
 
 /// Reviews the paused step as a human would, from the email tool's own file.
-fn review(rep: &mut ChaosReport, store: &mut Option<Store>, ctx: &Ctx, world: &mut World, id: &str) -> CliResult<()> {
+fn review(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) -> CliResult<()> {
     let Some(st) = task_state(store, ctx, id)? else {
         return Err(CliError::failure(format!("{id}: paused for review but has no log")));
     };
@@ -565,9 +735,20 @@ fn review(rep: &mut ChaosReport, store: &mut Option<Store>, ctx: &Ctx, world: &m
     } else {
         rep.reviews_retry += 1;
     }
-    let mut c = ctx.cmd();
-    c.arg("task").arg("review").arg(id).arg("--step").arg(st.step.to_string()).arg(decision).arg("--db").arg(&ctx.db);
-    let out = c.output().map_err(|e| CliError::failure(format!("cannot start `task review`: {e}")))?;
+    let mut out;
+    let mut tries = 0;
+    loop {
+        let mut c = ctx.cmd();
+        c.arg("task").arg("review").arg(id).arg("--step").arg(st.step.to_string()).arg(decision);
+        c.arg("--db").arg(&ctx.db);
+        out = c.output().map_err(|e| CliError::failure(format!("cannot start `task review`: {e}")))?;
+        tries += 1;
+        if out.status.success() || !ctx.pg || tries > 20 || !server_down(&String::from_utf8_lossy(&out.stderr)) {
+            break;
+        }
+        rep.server_aborts += 1;
+        wait_for_server(ctx);
+    }
     if !out.status.success() {
         rep.errors += 1;
         rep.problem(format!(
@@ -651,6 +832,15 @@ fn print_text(rep: &ChaosReport) {
     say!("  duplicates                   {}", rep.duplicates);
     say!("  lost steps                   {}", rep.lost);
     say!("  runner errors                {}", rep.errors);
+    if rep.backend == "postgres" {
+        say!(
+            "  PostgreSQL restarts          {} ({:.1} s down in all); runs cut by them {}, paused runners cut {}",
+            rep.pg_restarts,
+            rep.pg_down_ms as f64 / 1000.0,
+            rep.server_aborts,
+            rep.paused_conn_lost
+        );
+    }
     say!("  wall time                    {:.1} s", rep.wall_s);
     if rep.window_kills == 0 && rep.iterations > 0 {
         say!("  WARNING: no kill landed in the window between \"tool call sent\" and \"result recorded\"");
@@ -673,7 +863,7 @@ fn finish(rep: &ChaosReport, json: bool) -> i32 {
 /// `task chaos`.
 pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     if let Some(dir) = &opts.verify {
-        return verify(dir, opts.json);
+        return verify(dir, opts.db.as_deref(), opts.json);
     }
     if opts.iterations == 0 {
         return Err(CliError::bad_input("--iterations must be at least 1"));
@@ -681,20 +871,42 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     if !(3..=1000).contains(&opts.steps) {
         return Err(CliError::bad_input(format!("--steps {}: expected 3 to 1000", opts.steps)));
     }
+    if opts.pg_stop_cmd.is_some() != opts.pg_start_cmd.is_some() {
+        return Err(CliError::bad_input("give both --pg-stop-cmd and --pg-start-cmd, or neither"));
+    }
+    if opts.pg_stop_cmd.is_some() && opts.db.is_none() {
+        return Err(CliError::bad_input("--pg-stop-cmd and --pg-start-cmd need --db postgres://..."));
+    }
     let (dir, temp) = match &opts.dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("brokerlab-chaos-{}", std::process::id())), true),
     };
-    if dir.join("tasks.sqlite").exists() {
+    if opts.db.is_none() && dir.join("tasks.sqlite").exists() {
         return Err(CliError::bad_input(format!(
             "{}: already holds a tasks.sqlite; give an empty --dir (or check it with --verify)",
             dir.display()
         )));
     }
     let dir = std::path::absolute(&dir).unwrap_or(dir);
+    if let Some(url) = &opts.db {
+        // the schema before the first runner, and a database without tasks: the chaos tasks'
+        // ids repeat from run to run
+        let s = PgStore::open(url, true)?;
+        let n = s.task_ids()?.len();
+        if n > 0 {
+            return Err(CliError::bad_input(format!(
+                "{}: already holds {n} task(s); give an empty database (or check it with --verify DIR --db URL)",
+                s.name()
+            )));
+        }
+    }
     let ctx = Ctx {
         exe: std::env::current_exe().map_err(|e| CliError::failure(format!("cannot find this binary: {e}")))?,
-        db: dir.join("tasks.sqlite"),
+        db: match &opts.db {
+            Some(url) => PathBuf::from(url),
+            None => dir.join("tasks.sqlite"),
+        },
+        pg: opts.db.is_some(),
         world: dir.join("world"),
         specs: dir.join("specs"),
         step_delay_ms: opts.step_delay_ms,
@@ -708,10 +920,11 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
         seed: opts.seed,
         step_delay_ms: opts.step_delay_ms,
         dir: dir.display().to_string(),
+        backend: if ctx.pg { "postgres" } else { "sqlite" }.into(),
         ..ChaosReport::default()
     };
     let t = Instant::now();
-    let mut store: Option<Store> = None;
+    let mut store: Slot = None;
     let mut world = World::new(&ctx.world);
     // Calibration: one task without kills, to scale the kill delays (not counted).
     let calib = format!("chaos-{}-calibration", opts.seed);
@@ -728,20 +941,49 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
             stderr_of(&mut child)
         )));
     }
+    let stop = Arc::new(AtomicBool::new(false));
+    let restarts = match (&opts.pg_stop_cmd, &opts.pg_start_cmd) {
+        (Some(a), Some(b)) => {
+            let (a, b, seed, stop) = (a.clone(), b.clone(), opts.seed, stop.clone());
+            Some(std::thread::spawn(move || restarter(&a, &b, seed, &stop)))
+        }
+        _ => None,
+    };
     let tty = std::io::stderr().is_terminal();
+    let mut failed = None;
     for i in 0..opts.iterations {
-        iteration(&mut rep, &mut store, &ctx, &mut world, opts, i, &mut pace)?;
+        if let Err(e) = iteration(&mut rep, &mut store, &ctx, &mut world, opts, i, &mut pace) {
+            failed = Some(e);
+            break;
+        }
         let id = format!("chaos-{}-{i}", opts.seed);
-        if task_state(&mut store, &ctx, &id)?.is_some()
-            && let Some(s) = store.as_ref()
-        {
-            let c = check_task(s, &mut world, &id)?;
-            rep.add_check(c);
-        } else {
-            rep.lost += u64::from(opts.steps);
-            rep.problem(format!("{id}: no task in the log"));
+        let r = task_state(&mut store, &ctx, &id)
+            .and_then(|st| st.map(|_| check_with_retry(&mut store, &ctx, &mut world, &id)).transpose());
+        match r {
+            Ok(Some(c)) => rep.add_check(c),
+            Ok(None) => {
+                rep.lost += u64::from(opts.steps);
+                rep.problem(format!("{id}: no task in the log"));
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
         }
         progress(tty, i + 1, &rep, t);
+    }
+    stop.store(true, Ordering::Relaxed);
+    if let Some(h) = restarts {
+        let r = h.join().unwrap_or_default();
+        rep.pg_restarts = r.n;
+        rep.pg_down_ms = r.down_ms;
+        for p in r.problems {
+            rep.errors += 1;
+            rep.problem(p);
+        }
+    }
+    if let Some(e) = failed {
+        return Err(e);
     }
     rep.wall_s = t.elapsed().as_secs_f64();
     rep.ok = rep.duplicates == 0 && rep.lost == 0 && rep.errors == 0;
@@ -756,15 +998,18 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     Ok(code)
 }
 
-/// `task chaos --verify DIR`: re-checks every task of an existing chaos directory.
-fn verify(dir: &Path, json: bool) -> CliResult<i32> {
-    let db = dir.join("tasks.sqlite");
-    let store = Store::open(&db, false)?;
+/// `task chaos --verify DIR [--db URL]`: re-checks every task of an existing chaos directory.
+fn verify(dir: &Path, url: Option<&str>, json: bool) -> CliResult<i32> {
+    let store: Box<dyn TaskStore> = match url {
+        Some(u) => Box::new(PgStore::open(u, false)?),
+        None => Box::new(Store::open(&dir.join("tasks.sqlite"), false)?),
+    };
+    let store = &*store;
     let mut world = World::new(&dir.join("world"));
     let ids = store.task_ids()?;
     let mut rep = ChaosReport { dir: dir.display().to_string(), ..ChaosReport::default() };
     for id in &ids {
-        let c = check_task(&store, &mut world, id)?;
+        let c = check_task(store, &mut world, id)?;
         rep.iterations += 1;
         rep.reviews_mark_done += c.reviews_mark_done;
         rep.reviews_retry += c.reviews_retry;

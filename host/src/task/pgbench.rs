@@ -1,0 +1,267 @@
+//! `task bench --db postgres://...`: the PostgreSQL figures of issue 17, next to the SQLite ones.
+//!
+//! * **Throughput**: the raw commit rate (one `INSERT` of a 120-byte row + `COMMIT` per
+//!   transaction, `synchronous_commit = on`, one session) and durable model+tool steps/s with 1,
+//!   4 and 16 runners at once (threads, one session each, one task each: the same `drive` loop and
+//!   journal as `task run`, every checkpoint one fenced transaction), in the same run. PostgreSQL
+//!   flushes the WAL of concurrent commits together (group commit), which is what 16 sessions gain.
+//! * **Takeover** (`--takeover-kills N`): two `task worker` processes; a task is submitted, once
+//!   its holder has made a few durable steps the holder gets `SIGKILL`, and the time from the
+//!   kill to the first durable step of another worker on that task (the `at_ms` of the first log
+//!   row with a higher epoch that is not the `lease` record) is recorded. The workers run with
+//!   `BROKERLAB_AS_HOST` set to a host id without a boot id, so the same-host rule (pid gone) can
+//!   never apply: what is measured is the cross-host path, the holder's session found gone
+//!   through its advisory lock, plus the idle worker's claim poll (`--poll-ms`, default 200).
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use brokerlab_core::runner::drive;
+use postgres::Client;
+
+use super::bench::{BenchFx, check_done, create_task, round, round3};
+use super::exec::{Chaos, HostJournal};
+use super::ident::now_ms;
+use super::pg::{PgStore, pg_error, redact};
+use crate::error::{CliError, CliResult};
+
+fn client(url: &str) -> CliResult<Client> {
+    let mut c = Client::connect(url, postgres::NoTls)
+        .map_err(|e| CliError::bad_input(format!("{}: cannot connect: {e}", redact(url))))?;
+    c.batch_execute("SET synchronous_commit = on").map_err(|e| pg_error(&redact(url), "session", &e))?;
+    Ok(c)
+}
+
+/// Raw commits/s: `n` single-row autocommit INSERTs on one session.
+fn raw_commit_rate(url: &str, n: u32) -> CliResult<f64> {
+    let name = redact(url);
+    let mut c = client(url)?;
+    let e = |e: postgres::Error| pg_error(&name, "raw commit rate", &e);
+    c.batch_execute("CREATE TABLE IF NOT EXISTS bench_raw(id BIGSERIAL PRIMARY KEY, v BYTEA NOT NULL)").map_err(e)?;
+    let st = c.prepare("INSERT INTO bench_raw(v) VALUES($1)").map_err(e)?;
+    let payload = vec![0x5Au8; 120];
+    let t = Instant::now();
+    for _ in 0..n {
+        c.execute(&st, &[&payload]).map_err(e)?;
+    }
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    c.batch_execute("DROP TABLE bench_raw").map_err(e)?;
+    Ok(rate)
+}
+
+/// K runners at once, `steps` steps each; returns steps/s over all.
+fn runners(url: &str, k: u32, steps: u32, tag: &str) -> CliResult<f64> {
+    let mut prepared = Vec::new();
+    for i in 0..k {
+        let store = PgStore::open(url, true)?;
+        let (st, lease) = create_task(&store, &format!("bench-{tag}-{k}-{i}"), steps)?;
+        prepared.push((store, st, lease));
+    }
+    let t = Instant::now();
+    let results: Vec<CliResult<()>> = std::thread::scope(|s| {
+        let hs: Vec<_> = prepared
+            .into_iter()
+            .map(|(store, mut st, lease)| {
+                s.spawn(move || -> CliResult<()> {
+                    let chaos = Chaos::none();
+                    let mut j = HostJournal::new(&store, lease, &chaos);
+                    check_done(drive(&mut st, &mut j, &mut BenchFx))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(CliError::failure("bench thread panicked")))).collect()
+    });
+    let el = t.elapsed();
+    for r in results {
+        r?;
+    }
+    Ok(f64::from(steps * k) / el.as_secs_f64())
+}
+
+/// The throughput figures, as a JSON object.
+pub fn throughput(url: &str, steps: u32) -> CliResult<serde_json::Value> {
+    let tag = format!("{}-{}", std::process::id(), now_ms());
+    let raw_n = steps.max(500);
+    let raw_before = raw_commit_rate(url, raw_n)?;
+    let one = runners(url, 1, steps, &tag)?;
+    let raw_after = raw_commit_rate(url, raw_n)?;
+    let four = runners(url, 4, steps, &tag)?;
+    let sixteen = runners(url, 16, steps, &tag)?;
+    let raw = raw_before.max(raw_after);
+    Ok(serde_json::json!({
+        "db": redact(url),
+        "raw_commits_per_s": round(raw),
+        "raw_commits_per_s_before": round(raw_before),
+        "raw_commits_per_s_after": round(raw_after),
+        "steps_per_runner": steps,
+        "steps_per_s_1": round(one),
+        "steps_per_s_4": round(four),
+        "steps_per_s_16": round(sixteen),
+        "ratio_1": round3(one / raw),
+        "ratio_4": round3(four / raw),
+        "ratio_16": round3(sixteen / raw),
+        "gain_16_over_1": round3(sixteen / one),
+    }))
+}
+
+const TAKEOVER_STEPS: usize = 8;
+
+fn takeover_spec(id: &str) -> String {
+    let mut s = format!("id = \"{id}\"\n");
+    for i in 0..TAKEOVER_STEPS {
+        s.push_str(&format!("[[step]]\nmodel = \"look up {i}\"\ntool = \"lookup\"\nargs = {{ q = \"acct-{i}\" }}\n"));
+    }
+    s
+}
+
+struct Workers {
+    exe: std::path::PathBuf,
+    url: String,
+    world: std::path::PathBuf,
+    kids: Vec<Child>,
+}
+
+impl Workers {
+    fn spawn(&mut self) -> CliResult<()> {
+        let mut c = Command::new(&self.exe);
+        c.args(["task", "worker", "--db", &self.url, "--world"]).arg(&self.world);
+        c.args(["--step-delay-ms", "20"]);
+        c.env("BROKERLAB_AS_HOST", "takeover-bench/").env_remove("BROKERLAB_LEASE_MS");
+        c.env_remove("BROKERLAB_CRASH_AT").env_remove("BROKERLAB_PAUSE_AT");
+        c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+        let k = c.spawn().map_err(|e| CliError::failure(format!("cannot start a worker: {e}")))?;
+        self.kids.push(k);
+        Ok(())
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for k in &mut self.kids {
+            let _ = k.kill();
+            let _ = k.wait();
+        }
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// `kills` takeovers; the figures as a JSON object.
+pub fn takeover(url: &str, kills: u32, dir: &Path) -> CliResult<serde_json::Value> {
+    let name = redact(url);
+    let name = &name;
+    let e = |what: &'static str| move |err: postgres::Error| pg_error(name, what, &err);
+    drop(PgStore::open(url, true)?);
+    let mut c = client(url)?;
+    let specs = dir.join("takeover-specs");
+    std::fs::create_dir_all(&specs).map_err(|er| CliError::failure(format!("{}: {er}", specs.display())))?;
+    let mut w = Workers {
+        exe: std::env::current_exe().map_err(|er| CliError::failure(format!("cannot find this binary: {er}")))?,
+        url: url.to_string(),
+        world: dir.join("takeover-world"),
+        kids: Vec::new(),
+    };
+    w.spawn()?;
+    w.spawn()?;
+    let tag = format!("{}-{}", std::process::id(), now_ms());
+    let mut ms = Vec::new();
+    for k in 0..kills {
+        let id = format!("takeover-{tag}-{k}");
+        let spec = specs.join(format!("{id}.toml"));
+        std::fs::write(&spec, takeover_spec(&id))
+            .map_err(|er| CliError::failure(format!("{}: {er}", spec.display())))?;
+        let out = Command::new(&w.exe)
+            .args(["task", "submit"])
+            .arg(&spec)
+            .args(["--db", url, "--world"])
+            .arg(&w.world)
+            .output()
+            .map_err(|er| CliError::failure(format!("cannot run `task submit`: {er}")))?;
+        if !out.status.success() {
+            return Err(CliError::failure(format!("task submit: {}", String::from_utf8_lossy(&out.stderr))));
+        }
+        // the holder has made two durable model steps
+        let t = Instant::now();
+        let (pid, epoch) = loop {
+            let n: i64 = c
+                .query_one("SELECT count(*) FROM log WHERE task_id=$1 AND kind='model'", &[&id])
+                .map_err(e("reading the log"))?
+                .get(0);
+            if n >= 2 {
+                let r = c
+                    .query_one("SELECT pid, epoch FROM leases WHERE task_id=$1", &[&id])
+                    .map_err(e("reading the lease"))?;
+                break (r.get::<_, i64>(0) as u32, r.get::<_, i64>(1));
+            }
+            if t.elapsed() > Duration::from_secs(30) {
+                return Err(CliError::failure(format!("{id}: no worker ran it within 30 s")));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        let Some(i) = w.kids.iter().position(|k| k.id() == pid) else {
+            return Err(CliError::failure(format!("{id}: held by pid {pid}, not one of our workers")));
+        };
+        let mut victim = w.kids.swap_remove(i);
+        let t_kill = now_ms();
+        let _ = victim.kill();
+        let _ = victim.wait();
+        // the first durable step of the next holder
+        let t = Instant::now();
+        let at: i64 = loop {
+            let r = c
+                .query_opt(
+                    "SELECT at_ms FROM log WHERE task_id=$1 AND epoch > $2 AND kind <> 'lease' ORDER BY seq LIMIT 1",
+                    &[&id, &epoch],
+                )
+                .map_err(e("reading the log"))?;
+            if let Some(r) = r {
+                break r.get(0);
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                return Err(CliError::failure(format!("{id}: not taken over within 60 s")));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        };
+        ms.push((at - t_kill) as f64);
+        // the replacement only now: started earlier, its first claim would race the idle worker's
+        // poll and flatter the figure
+        w.spawn()?;
+        // wait for it to finish, so an idle worker is there for the next task
+        let t = Instant::now();
+        loop {
+            let n: i64 = c
+                .query_one("SELECT count(*) FROM log WHERE task_id=$1 AND kind='completed'", &[&id])
+                .map_err(e("reading the log"))?
+                .get(0);
+            if n > 0 {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(60) {
+                return Err(CliError::failure(format!("{id}: not completed within 60 s")));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    drop(w);
+    let mut sorted = ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let mean = sorted.iter().sum::<f64>() / sorted.len().max(1) as f64;
+    Ok(serde_json::json!({
+        "kills": kills,
+        "lease_ms": 5000,
+        "poll_ms": 200,
+        "case": "cross-host rule (holder's PostgreSQL session gone, advisory lock), same-host pid rule disabled",
+        "takeover_ms_p50": percentile(&sorted, 50.0),
+        "takeover_ms_p99": percentile(&sorted, 99.0),
+        "takeover_ms_max": sorted.last().copied().unwrap_or(0.0),
+        "takeover_ms_min": sorted.first().copied().unwrap_or(0.0),
+        "takeover_ms_mean": round(mean),
+    }))
+}
