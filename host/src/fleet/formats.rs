@@ -6,7 +6,6 @@
 //! format needs is converted with a message that names it; the reader adds "FILE:LINE: ".
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 
 use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
@@ -98,76 +97,7 @@ impl Keyer {
     }
 }
 
-/// Reads the non-blank lines of a trace (plain, gzip or zstd), with bounded memory.
-pub struct Lines {
-    path: PathBuf,
-    reader: Box<dyn BufRead>,
-    line_no: usize,
-    buf: Vec<u8>,
-    max_line_bytes: u64,
-}
-
-impl Lines {
-    /// Opens `path` ([`super::input::open`]).
-    pub fn open(path: &Path) -> CliResult<Self> {
-        Ok(Self::new(path.to_path_buf(), super::input::open(path)?))
-    }
-
-    /// Reads from any buffered reader; `path` is used in messages.
-    pub fn new(path: PathBuf, reader: Box<dyn BufRead>) -> Self {
-        Lines { path, reader, line_no: 0, buf: Vec::new(), max_line_bytes: super::trace::max_line_bytes() }
-    }
-
-    /// 1-based physical line number of the last line returned.
-    pub fn line_no(&self) -> usize {
-        self.line_no
-    }
-
-    /// "FILE:LINE" of the last line returned.
-    pub fn location(&self) -> String {
-        format!("{}:{}", self.path.display(), self.line_no)
-    }
-
-    /// An input error at the last line returned: "FILE:LINE: msg", exit 2.
-    pub fn error(&self, msg: impl std::fmt::Display) -> CliError {
-        CliError::bad_input(format!("{}: {msg}", self.location()))
-    }
-
-    /// The next non-blank line, trimmed, or `None` at the end.
-    pub fn next_line(&mut self) -> CliResult<Option<String>> {
-        loop {
-            self.buf.clear();
-            let n = (&mut self.reader).take(self.max_line_bytes.saturating_add(1)).read_until(b'\n', &mut self.buf);
-            let n = n.map_err(|e| {
-                CliError::bad_input(format!("{}:{}: cannot read: {e}", self.path.display(), self.line_no + 1))
-            })?;
-            if n == 0 {
-                return Ok(None);
-            }
-            super::progress::note_trace_bytes(n);
-            self.line_no += 1;
-            let body = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
-            if body.len() as u64 > self.max_line_bytes {
-                return Err(self.error(format_args!(
-                    "the line is longer than --max-line-bytes {} bytes; raise --max-line-bytes if the file is right",
-                    self.max_line_bytes
-                )));
-            }
-            let text = std::str::from_utf8(body).map_err(|e| {
-                CliError::bad_input(format!(
-                    "{}: not UTF-8 (byte {}): expected a JSON line",
-                    self.location(),
-                    e.valid_up_to()
-                ))
-            })?;
-            let text = if self.line_no == 1 { text.strip_prefix('\u{feff}').unwrap_or(text) } else { text };
-            let line = text.trim();
-            if !line.is_empty() {
-                return Ok(Some(line.to_string()));
-            }
-        }
-    }
-}
+pub use super::trace::Lines;
 
 /// A line's fields: name -> raw JSON text. Unknown fields are kept and ignored by the formats.
 pub type Fields<'a> = BTreeMap<String, &'a RawValue>;

@@ -178,15 +178,95 @@ fn int_field(name: &str, v: Field, expected: &str) -> Result<u64, String> {
     }
 }
 
-/// Reads a trace line by line (bounded memory), checking that timestamps never decrease.
-pub struct TraceReader {
+/// Reads the non-blank lines of a trace (plain, gzip or zstd) with bounded memory: a line longer
+/// than `--max-line-bytes` is an error, never a huge buffer; a UTF-8 byte-order mark at the start
+/// is accepted. Every format's reader sits on it.
+pub struct Lines {
     path: PathBuf,
     reader: Box<dyn BufRead>,
     line_no: usize,
     buf: Vec<u8>,
+    max_line_bytes: u64,
+}
+
+impl Lines {
+    /// Opens `path` ([`super::input::open`]).
+    pub fn open(path: &Path) -> CliResult<Self> {
+        Ok(Self::new(path.to_path_buf(), super::input::open(path)?))
+    }
+
+    /// Reads from any buffered reader; `path` is used in messages.
+    pub fn new(path: PathBuf, reader: Box<dyn BufRead>) -> Self {
+        Lines { path, reader, line_no: 0, buf: Vec::new(), max_line_bytes: max_line_bytes() }
+    }
+
+    /// 1-based physical line number of the last line returned.
+    pub fn line_no(&self) -> usize {
+        self.line_no
+    }
+
+    /// "FILE:LINE" of the last line returned.
+    pub fn location(&self) -> String {
+        format!("{}:{}", self.path.display(), self.line_no)
+    }
+
+    /// An input error at the last line returned: "FILE:LINE: msg", exit 2.
+    pub fn error(&self, msg: impl std::fmt::Display) -> CliError {
+        CliError::bad_input(format!("{}: {msg}", self.location()))
+    }
+
+    /// The next non-blank line, trimmed, borrowed from the reader's buffer; `None` at the end.
+    pub fn next_str(&mut self) -> CliResult<Option<&str>> {
+        let (start, end) = loop {
+            self.buf.clear();
+            // At most one byte more than the cap: a longer line is an error, never a huge buffer.
+            let n = (&mut self.reader).take(self.max_line_bytes.saturating_add(1)).read_until(b'\n', &mut self.buf);
+            let n = n.map_err(|e| {
+                CliError::bad_input(format!("{}:{}: cannot read: {e}", self.path.display(), self.line_no + 1))
+            })?;
+            if n == 0 {
+                return Ok(None);
+            }
+            super::progress::note_trace_bytes(n);
+            self.line_no += 1;
+            let body = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
+            if body.len() as u64 > self.max_line_bytes {
+                return Err(self.error(format_args!(
+                    "the line is longer than --max-line-bytes {} bytes (a valid Mooncake line is at most about 23 MB: \
+                     1,048,576 ids); raise --max-line-bytes if the file is right",
+                    self.max_line_bytes
+                )));
+            }
+            let text = match std::str::from_utf8(body) {
+                Ok(t) => t,
+                Err(e) => {
+                    return Err(self.error(format_args!("not UTF-8 (byte {}): expected a JSON line", e.valid_up_to())));
+                }
+            };
+            // A UTF-8 byte-order mark at the start of the file is accepted.
+            let bom = if self.line_no == 1 && text.starts_with('\u{feff}') { '\u{feff}'.len_utf8() } else { 0 };
+            let rest = &text[bom..];
+            let trimmed = rest.trim();
+            if !trimmed.is_empty() {
+                let start = bom + (rest.len() - rest.trim_start().len());
+                break (start, start + trimmed.len());
+            }
+        };
+        // validated above; the offsets are on char boundaries of that same text
+        Ok(Some(std::str::from_utf8(&self.buf[start..end]).unwrap_or_default()))
+    }
+
+    /// The next non-blank line, trimmed and owned; `None` at the end.
+    pub fn next_line(&mut self) -> CliResult<Option<String>> {
+        Ok(self.next_str()?.map(str::to_owned))
+    }
+}
+
+/// Reads a Mooncake trace line by line (bounded memory), checking that timestamps never decrease.
+pub struct TraceReader {
+    lines: Lines,
     last_ts: Option<u64>,
     rec: TraceRecord,
-    max_line_bytes: u64,
 }
 
 impl TraceReader {
@@ -197,25 +277,17 @@ impl TraceReader {
 
     /// Reads from any buffered reader; `path` is used in messages.
     pub fn new(path: PathBuf, reader: Box<dyn BufRead>) -> Self {
-        TraceReader {
-            path,
-            reader,
-            line_no: 0,
-            buf: Vec::new(),
-            last_ts: None,
-            rec: TraceRecord::default(),
-            max_line_bytes: MAX_LINE_BYTES.load(Ordering::Relaxed),
-        }
+        TraceReader { lines: Lines::new(path, reader), last_ts: None, rec: TraceRecord::default() }
     }
 
     /// 1-based physical line number of the last record returned.
     pub fn line_no(&self) -> usize {
-        self.line_no
+        self.lines.line_no()
     }
 
     /// "FILE:LINE" of the last record returned, for messages.
     pub fn location(&self) -> String {
-        format!("{}:{}", self.path.display(), self.line_no)
+        self.lines.location()
     }
 
     /// The next record, or `None` at the end of the file.
@@ -230,52 +302,20 @@ impl TraceReader {
 
     /// Reads the next record; `false` at the end of the file.
     pub fn advance(&mut self) -> CliResult<bool> {
-        loop {
-            self.buf.clear();
-            // At most one byte more than the cap: a longer line is an error, never a huge buffer.
-            let n = (&mut self.reader).take(self.max_line_bytes.saturating_add(1)).read_until(b'\n', &mut self.buf);
-            let n = n.map_err(|e| {
-                CliError::bad_input(format!("{}:{}: cannot read: {e}", self.path.display(), self.line_no + 1))
-            })?;
-            if n == 0 {
-                return Ok(false);
-            }
-            super::progress::note_trace_bytes(n);
-            self.line_no += 1;
-            let body = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
-            if body.len() as u64 > self.max_line_bytes {
-                return Err(CliError::bad_input(format!(
-                    "{}: the line is longer than --max-line-bytes {} bytes (a valid line is at most about 23 MB: 1,048,576 ids); raise --max-line-bytes if the file is right",
-                    self.location(),
-                    self.max_line_bytes
-                )));
-            }
-            let text = std::str::from_utf8(body).map_err(|e| {
-                CliError::bad_input(format!(
-                    "{}: not UTF-8 (byte {}): expected a JSON line",
-                    self.location(),
-                    e.valid_up_to()
-                ))
-            })?;
-            // A UTF-8 byte-order mark at the start of the file is accepted.
-            let text = if self.line_no == 1 { text.strip_prefix('\u{feff}').unwrap_or(text) } else { text };
-            let line = text.trim();
-            if line.is_empty() {
-                continue;
-            }
-            parse_line(line, &mut self.rec).map_err(|m| CliError::bad_input(format!("{}: {m}", self.location())))?;
-            if let Some(prev) = self.last_ts
-                && self.rec.timestamp_ms < prev
-            {
-                return Err(CliError::bad_input(format!(
-                    "{}: field `timestamp`: {} is smaller than the previous line's {prev}; requests must be in non-decreasing time order",
-                    self.location(),
-                    self.rec.timestamp_ms
-                )));
-            }
-            self.last_ts = Some(self.rec.timestamp_ms);
-            return Ok(true);
+        let Some(line) = self.lines.next_str()? else { return Ok(false) };
+        let parsed = parse_line(line, &mut self.rec);
+        parsed.map_err(|m| self.lines.error(m))?;
+        if let Some(prev) = self.last_ts
+            && self.rec.timestamp_ms < prev
+        {
+            return Err(self.lines.error(format_args!(
+                "field `timestamp`: {} is smaller than the previous line's {prev}; requests must be in \
+                 non-decreasing time order",
+                self.rec.timestamp_ms
+            )));
         }
+        self.last_ts = Some(self.rec.timestamp_ms);
+        Ok(true)
     }
 }
 
