@@ -626,8 +626,10 @@ fn chaos_on_postgres_with_kills_pauses_and_server_restarts() {
     assert!(n("kills") >= 40, "{v}");
     assert!(n("window_kills") > 0, "{v}");
     // not `==` as on SQLite: the server finishes a COMMIT its killed client had sent, possibly
-    // after the chaos parent read the log and counted the kill in the window
-    assert!(n("deduplicated") <= n("window_kills_payment") && n("deduplicated") > 0, "{v}");
+    // after the chaos parent read the log and counted the kill in the window; and a server restart
+    // that aborts a runner between the payment and its result leaves one more replay (at most one
+    // per aborted run), which no kill count sees
+    assert!(n("deduplicated") <= n("window_kills_payment") + n("server_aborts") && n("deduplicated") > 0, "{v}");
     assert!(n("pauses") >= 1, "{v}");
     assert_eq!(n("pauses"), n("paused_fenced") + n("paused_idle") + n("paused_conn_lost"), "{v}");
     assert!(n("pg_restarts") >= 1, "{v}");
