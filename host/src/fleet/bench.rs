@@ -364,3 +364,97 @@ pub fn render(r: &BenchReport) -> String {
     }
     o
 }
+
+/// `fleet bench --sweep`: where a sweep's time goes and how it scales with threads, measured in
+/// one run: generating the workload (serial), the points on 1 thread and on `threads`, best of
+/// `repeats` each, interleaved.
+#[derive(Debug, Serialize)]
+pub struct SweepBench {
+    /// Scenario (built in).
+    pub scenario: String,
+    /// Points (routers x capacities).
+    pub points: usize,
+    /// Threads of the parallel run.
+    pub threads: usize,
+    /// Generating the workload once, s (serial: every point replays it).
+    pub generate_s: f64,
+    /// The points on one thread, s.
+    pub points_1_thread_s: f64,
+    /// The points on `threads` threads, s.
+    pub points_n_threads_s: f64,
+    /// points_1_thread_s / points_n_threads_s.
+    pub points_speedup: f64,
+    /// (generate + points on 1) / (generate + points on n): what a whole sweep gains.
+    pub sweep_speedup: f64,
+    /// The longest single point, s: no schedule finishes before it.
+    pub longest_point_s: f64,
+}
+
+/// Measures [`SweepBench`] on the built-in multi-tenant scenario's capacity sweep.
+pub fn sweep_bench(repeats: usize) -> CliResult<SweepBench> {
+    use super::progress::{Progress, Unit};
+    use super::sweep::{PointSpec, par_points};
+    let sc = super::report::builtin("multi-tenant")?;
+    let t = Instant::now();
+    let g = super::scenario::Generated::new(sc.workload)?;
+    let generate_s = t.elapsed().as_secs_f64();
+    let capacities = [1024usize, 1448, 2048, 2896, 4096, 5793, 8192, 11585, 16384, 23170, 32768, 46341];
+    let specs: Vec<PointSpec> = RouterKind::ALL
+        .iter()
+        .flat_map(|&r| {
+            capacities.iter().map(move |&c| PointSpec {
+                value: c as f64,
+                workload: 0,
+                cfg: FleetConfig { capacity_blocks: c, router: r, ..sc.fleet },
+            })
+        })
+        .collect();
+    let workloads = [g];
+    let quiet = Progress::new(true, "bench", Unit::Points, None);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let point_s = |p: &PointSpec| -> CliResult<f64> {
+        let t = Instant::now();
+        let mut src = &workloads[p.workload];
+        super::run::simulate(p.cfg, &mut src, false)?;
+        Ok(t.elapsed().as_secs_f64())
+    };
+    let (mut one, mut many, mut longest) = (f64::INFINITY, f64::INFINITY, 0.0f64);
+    for _ in 0..repeats.max(1) {
+        let t = Instant::now();
+        let each = par_points(&specs, 1, &quiet, point_s)?;
+        one = one.min(t.elapsed().as_secs_f64());
+        longest = longest.max(each.iter().copied().fold(0.0, f64::max));
+        let t = Instant::now();
+        par_points(&specs, threads, &quiet, point_s)?;
+        many = many.min(t.elapsed().as_secs_f64());
+    }
+    Ok(SweepBench {
+        scenario: sc.name,
+        points: specs.len(),
+        threads,
+        generate_s,
+        points_1_thread_s: one,
+        points_n_threads_s: many,
+        points_speedup: one / many,
+        sweep_speedup: (generate_s + one) / (generate_s + many),
+        longest_point_s: longest,
+    })
+}
+
+/// The sweep measurement, readable.
+pub fn render_sweep(s: &SweepBench) -> String {
+    format!(
+        "sweep ({} scenario, {} points: 3 routers x 12 capacities, best of the runs):\n  generate the workload \
+         (serial)   {:.3} s\n  points on 1 thread               {:.3} s\n  points on {} threads              \
+         {:.3} s  ({:.2}x)\n  whole sweep                      {:.2}x  (longest single point {:.3} s)\n",
+        s.scenario,
+        s.points,
+        s.generate_s,
+        s.points_1_thread_s,
+        s.threads,
+        s.points_n_threads_s,
+        s.points_speedup,
+        s.sweep_speedup,
+        s.longest_point_s
+    )
+}

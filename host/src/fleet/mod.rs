@@ -442,6 +442,9 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
     /// Print one JSON object.
+    /// Measure a sweep instead: workload generation, the points on 1 thread and on every core.
+    #[arg(long)]
+    pub sweep: bool,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -573,6 +576,15 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::Bench(a) => {
             crate::mem::set_budget(a.mem.max_memory);
             check_trace_block(a.trace_block_size)?;
+            if a.sweep {
+                let s = bench::sweep_bench(a.repeats)?;
+                if a.json {
+                    say!("{}", serde_json::to_string_pretty(&s).expect("report serializes"));
+                } else {
+                    say_raw!("{}", bench::render_sweep(&s));
+                }
+                return Ok(0);
+            }
             let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats)?;
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
