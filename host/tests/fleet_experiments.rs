@@ -115,7 +115,7 @@ fn sweeps_do_not_depend_on_thread_count() {
 fn a_bigger_cpu_tier_never_costs_round_robin_prefill() {
     // Round-robin's routing does not depend on cache state, and an LRU tier of C blocks holds a
     // subset of what a tier of C' > C holds (the LRU stack property): prefill can only fall.
-    let pts: Vec<_> = ex().cpu_tier.iter().filter(|p| p.summary.router == "round-robin").collect();
+    let pts: Vec<_> = ex().cpu_tier.iter().filter(|p| p.summary.router == RouterKind::RoundRobin).collect();
     assert_eq!(pts.len(), experiments::CPU_TIERS.len());
     for w in pts.windows(2) {
         assert!(w[1].value > w[0].value);
@@ -237,7 +237,7 @@ fn batched_engine_section_what_to_look_for() {
     assert!(pa.batched.hit_rate.unwrap() > rr.batched.hit_rate.unwrap());
     // The FIFO figures are the llm-d section's own runs.
     for r in ENGINE_ROUTERS {
-        let p = ex().llmd.iter().find(|p| p.summary.router == r.name() && p.value == 0.0).unwrap();
+        let p = ex().llmd.iter().find(|p| p.summary.router == r && p.value == 0.0).unwrap();
         assert_eq!(ld(r).fifo, p.summary, "{r:?}");
     }
     for run in &c.runs {

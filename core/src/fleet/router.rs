@@ -161,6 +161,7 @@ impl Router for PrefixAware {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum RouterKind {
     /// [`RoundRobin`].
     RoundRobin,
@@ -168,6 +169,13 @@ pub enum RouterKind {
     LeastLoaded,
     /// [`PrefixAware`].
     PrefixAware,
+}
+
+impl core::fmt::Display for RouterKind {
+    /// Its CLI name (`round-robin`, `least-loaded`, `prefix-aware`).
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl RouterKind {

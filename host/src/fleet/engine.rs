@@ -222,7 +222,7 @@ pub struct BatchedSummary {
     /// Always "batched".
     pub engine: String,
     /// Router.
-    pub router: String,
+    pub router: brokerlab_core::fleet::RouterKind,
     /// Pods N.
     pub pods: usize,
     /// Blocks per pod C.
@@ -501,7 +501,7 @@ fn summarize(fleet: &BatchedFleet<'_>, sink: &mut Collect) -> BatchedSummary {
     let e2e_mean = mean(&sink.e2e);
     BatchedSummary {
         engine: "batched".into(),
-        router: cfg.router.name().into(),
+        router: cfg.router,
         pods: cfg.pods,
         capacity: cfg.capacity_blocks,
         alpha: cfg.alpha,
@@ -564,7 +564,7 @@ pub fn render_batched(s: &BatchedSummary) -> String {
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
     line("engine", "batched (vLLM-style continuous batching, simplified: docs/MODEL.md)".into());
-    line("router", s.router.clone());
+    line("router", s.router.to_string());
     line("pods x capacity", format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * 16));
     line("alpha", s.alpha.to_string());
     line("max seqs / tokens", format!("{} / {} per step", s.max_num_seqs, s.max_num_batched_tokens));

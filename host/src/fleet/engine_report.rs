@@ -107,7 +107,7 @@ pub struct EngineRun {
     /// `llm-d` (scenarios/llm-d.toml) or `conversation` (the Mooncake conversation trace).
     pub workload: String,
     /// Router.
-    pub router: String,
+    pub router: brokerlab_core::fleet::RouterKind,
     /// Load penalty.
     pub alpha: f64,
     /// The FIFO engine.
@@ -134,7 +134,7 @@ pub struct EngineComparison {
 impl EngineComparison {
     /// The run of `workload` with `router`.
     pub fn get(&self, workload: &str, router: RouterKind) -> Option<&EngineRun> {
-        self.runs.iter().find(|r| r.workload == workload && r.router == router.name())
+        self.runs.iter().find(|r| r.workload == workload && r.router == router)
     }
 }
 
@@ -157,7 +157,7 @@ pub fn run(
         };
         let batched = simulate_batched(cfg, e, &mut &g, false)?.summary;
         inc();
-        runs.push(EngineRun { workload: "llm-d".into(), router: r.name().into(), alpha: cfg.alpha, fifo, batched });
+        runs.push(EngineRun { workload: "llm-d".into(), router: r, alpha: cfg.alpha, fifo, batched });
     }
     let shrink = shrink.max(1);
     let full = MemTrace::conversation(None)?;
@@ -169,13 +169,7 @@ pub fn run(
         inc();
         let batched = simulate_batched(cfg, e, &mut &trace, false)?.summary;
         inc();
-        runs.push(EngineRun {
-            workload: "conversation".into(),
-            router: r.name().into(),
-            alpha: cfg.alpha,
-            fifo,
-            batched,
-        });
+        runs.push(EngineRun { workload: "conversation".into(), router: r, alpha: cfg.alpha, fifo, batched });
     }
     Ok(EngineComparison {
         conversation_requests_run: trace.requests.len() as u64,
@@ -199,11 +193,7 @@ fn label(w: &str) -> &'static str {
 }
 
 fn router_label(r: &EngineRun) -> String {
-    if r.router == RouterKind::PrefixAware.name() {
-        format!("prefix-aware, alpha {}", r.alpha)
-    } else {
-        r.router.clone()
-    }
+    if r.router == RouterKind::PrefixAware { format!("prefix-aware, alpha {}", r.alpha) } else { r.router.to_string() }
 }
 
 /// The section's table, Markdown.

@@ -315,7 +315,7 @@ fn hit(p: &Point) -> f64 {
 }
 
 fn find(pts: &[Point], router: RouterKind, value: f64) -> Option<&Point> {
-    pts.iter().find(|p| p.summary.router == router.name() && p.value == value)
+    pts.iter().find(|p| p.summary.router == router && p.value == value)
 }
 
 impl Experiments {
@@ -342,7 +342,7 @@ impl Experiments {
     pub fn alpha_p90(&self) -> Vec<(f64, f64)> {
         self.alpha
             .iter()
-            .filter(|p| p.summary.router == RouterKind::PrefixAware.name())
+            .filter(|p| p.summary.router == RouterKind::PrefixAware)
             .map(|p| (p.value, p.summary.latency_p90.unwrap_or(f64::NAN)))
             .collect()
     }
@@ -436,7 +436,7 @@ pub fn report(
             points: ex
                 .alpha
                 .iter()
-                .filter(|p| p.summary.router == r.name())
+                .filter(|p| p.summary.router == *r)
                 .map(|p| (p.value, p.summary.latency_p90.unwrap_or(f64::NAN)))
                 .collect(),
         })
@@ -457,7 +457,7 @@ pub fn report(
             ..Chart::default()
         },
     )?;
-    let pa: Vec<&Point> = ex.alpha.iter().filter(|p| p.summary.router == "prefix-aware").collect();
+    let pa: Vec<&Point> = ex.alpha.iter().filter(|p| p.summary.router == RouterKind::PrefixAware).collect();
     let pick = [pa.first().copied(), pa.iter().find(|p| p.value == best_a).copied(), pa.last().copied()];
     let load_series: Vec<Series> = pick
         .iter()
@@ -532,7 +532,7 @@ pub fn report(
                 points: ex
                     .cpu_tier
                     .iter()
-                    .filter(|p| p.summary.router == r.name())
+                    .filter(|p| p.summary.router == *r)
                     .map(|p| (p.value, y(&p.summary)))
                     .collect(),
             })
@@ -602,7 +602,7 @@ pub fn headlines(ex: &Experiments) -> Vec<(String, String)> {
     let rr_small = ex.hit_at(RouterKind::RoundRobin, cmin);
     let pa_small = ex.hit_at(RouterKind::PrefixAware, cmin);
     let ts_max = ex.timestamp_first.iter().map(hit).fold(0.0, f64::max);
-    let ld = |r: RouterKind| ex.llmd.iter().find(|p| p.summary.router == r.name() && p.value == 0.0);
+    let ld = |r: RouterKind| ex.llmd.iter().find(|p| p.summary.router == r && p.value == 0.0);
     let (pa, rr) = (ld(RouterKind::PrefixAware), ld(RouterKind::RoundRobin));
     let kept = ex.stale_gain_kept();
     let k64 = kept.iter().find(|(k, _)| *k == 64).map_or(f64::NAN, |x| x.1);

@@ -55,7 +55,7 @@ pub struct MooncakeRun {
     /// `local` or `global`.
     pub cache: String,
     /// Router name.
-    pub router: String,
+    pub router: brokerlab_core::fleet::RouterKind,
     /// Load penalty (prefix-aware).
     pub alpha: f64,
     /// The run's summary.
@@ -65,10 +65,10 @@ pub struct MooncakeRun {
 impl MooncakeRun {
     /// Human label.
     pub fn label(&self) -> String {
-        let r = if self.router == RouterKind::PrefixAware.name() {
+        let r = if self.router == RouterKind::PrefixAware {
             format!("prefix-aware, alpha {}", self.alpha)
         } else {
-            self.router.clone()
+            self.router.to_string()
         };
         format!("{}, {r}", self.cache)
     }
@@ -103,16 +103,14 @@ impl MooncakeTrace {
     /// the higher local hit rate, i.e. the smaller ratio).
     pub fn prefix_aware_ratio(&self) -> Option<f64> {
         (0..self.local.len())
-            .filter(|&i| self.local[i].router == RouterKind::PrefixAware.name())
+            .filter(|&i| self.local[i].router == RouterKind::PrefixAware)
             .filter_map(|i| self.ratio(i))
             .reduce(f64::min)
     }
 
     /// The ratio against round-robin (cache-blind local routing).
     pub fn round_robin_ratio(&self) -> Option<f64> {
-        (0..self.local.len())
-            .find(|&i| self.local[i].router == RouterKind::RoundRobin.name())
-            .and_then(|i| self.ratio(i))
+        (0..self.local.len()).find(|&i| self.local[i].router == RouterKind::RoundRobin).and_then(|i| self.ratio(i))
     }
 }
 
@@ -124,7 +122,7 @@ fn one(trace: usize, router: RouterKind, alpha: f64, cache: CacheMode) -> CliRes
     let mut src =
         EmbeddedTrace { name: TRACE_NAMES[trace], bytes: TRACE_BYTES[trace], trace_block_tokens: TRACE_BLOCK_TOKENS };
     let summary = simulate(cfg(router, alpha, cache), &mut src, false)?.summary;
-    Ok(MooncakeRun { cache: cache.name().into(), router: router.name().into(), alpha, summary })
+    Ok(MooncakeRun { cache: cache.name().into(), router, alpha, summary })
 }
 
 /// Runs both built-in traces (full size: they replay in about a second each).
@@ -179,11 +177,11 @@ pub fn ratio_table(traces: &[MooncakeTrace]) -> String {
         let best_pa = t
             .local
             .iter()
-            .filter(|r| r.router == RouterKind::PrefixAware.name())
+            .filter(|r| r.router == RouterKind::PrefixAware)
             .map(MooncakeRun::hit_rate)
             .reduce(f64::max)
             .unwrap_or(0.0);
-        let rr = t.local.iter().find(|r| r.router == RouterKind::RoundRobin.name()).map_or(0.0, MooncakeRun::hit_rate);
+        let rr = t.local.iter().find(|r| r.router == RouterKind::RoundRobin).map_or(0.0, MooncakeRun::hit_rate);
         let _ = writeln!(
             o,
             "| {} | {} | {} | {} | {} | {} | {:.2}x |",

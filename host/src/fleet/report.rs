@@ -28,7 +28,7 @@ pub fn builtin(name: &str) -> CliResult<Scenario> {
 }
 
 fn series_by_router(points: &[Point], y: impl Fn(&Summary) -> Option<f64>) -> Vec<Series> {
-    series_per_router(points, |p| (&p.summary.router, p.value), |p| y(&p.summary))
+    series_per_router(points, |p| (p.summary.router, p.value), |p| y(&p.summary))
 }
 
 /// One series per router (in [`RouterKind::ALL`] order, routers without points left out) from any
@@ -36,18 +36,14 @@ fn series_by_router(points: &[Point], y: impl Fn(&Summary) -> Option<f64>) -> Ve
 /// value is drawn as a gap).
 pub fn series_per_router<P>(
     points: &[P],
-    key: impl Fn(&P) -> (&str, f64),
+    key: impl Fn(&P) -> (RouterKind, f64),
     y: impl Fn(&P) -> Option<f64>,
 ) -> Vec<Series> {
     RouterKind::ALL
         .iter()
         .map(|r| Series {
             label: r.name().to_string(),
-            points: points
-                .iter()
-                .filter(|p| key(p).0 == r.name())
-                .map(|p| (key(p).1, y(p).unwrap_or(f64::NAN)))
-                .collect(),
+            points: points.iter().filter(|p| key(p).0 == *r).map(|p| (key(p).1, y(p).unwrap_or(f64::NAN))).collect(),
         })
         .filter(|s| !s.points.is_empty())
         .collect()
@@ -150,7 +146,7 @@ pub fn sweep_table(param: &str, points: &[Point]) -> String {
     for v in values {
         let _ = write!(o, "{v:>12}");
         for r in RouterKind::ALL {
-            match points.iter().find(|p| p.value == v && p.summary.router == r.name()) {
+            match points.iter().find(|p| p.value == v && p.summary.router == r) {
                 Some(p) => {
                     let _ = write!(o, " | {:>16} {:>7}", pct(p.summary.hit_rate), secs(p.summary.latency_p90));
                 }

@@ -178,7 +178,7 @@ fn feed_trace(
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Summary {
     /// Router name.
-    pub router: String,
+    pub router: brokerlab_core::fleet::RouterKind,
     /// Pods N.
     pub pods: usize,
     /// Blocks per pod C.
@@ -386,7 +386,7 @@ pub fn summarize(fleet: &Fleet<'_>, mut latencies: Vec<u64>) -> Summary {
     let [p50, p90, p99] = REPORTED_PERCENTILES.map(pct);
     let pods: Vec<_> = (0..cfg.pods).filter_map(|p| fleet.pod_stats(p).copied()).collect();
     Summary {
-        router: cfg.router.name().to_string(),
+        router: cfg.router,
         pods: cfg.pods,
         capacity: cfg.capacity_blocks,
         alpha: cfg.alpha,
@@ -443,7 +443,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 pub fn render_table(s: &Summary) -> String {
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
-    line("router", s.router.clone());
+    line("router", s.router.to_string());
     line("pods x capacity", format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * 16));
     if let Some(c) = &s.cache {
         line("cache", format!("{c}: one pool of {} blocks every pod reads", s.pods * s.capacity));

@@ -98,7 +98,7 @@ pub fn to_csv(points: &[BatchedPoint]) -> String {
 }
 
 fn series_by_router(points: &[BatchedPoint], y: impl Fn(&BatchedSummary) -> Option<f64>) -> Vec<Series> {
-    series_per_router(points, |p| (&p.summary.router, p.value), |p| y(&p.summary))
+    series_per_router(points, |p| (p.summary.router, p.value), |p| y(&p.summary))
 }
 
 /// Writes the batched sweep's plots (TTFT p90, output tok/s, preemptions vs the parameter);
@@ -156,7 +156,7 @@ pub fn table(param: &str, points: &[BatchedPoint]) -> String {
     for v in values {
         let _ = write!(o, "{v:>12}");
         for r in RouterKind::ALL {
-            match points.iter().find(|p| p.value == v && p.summary.router == r.name()) {
+            match points.iter().find(|p| p.value == v && p.summary.router == r) {
                 Some(p) => {
                     let s = &p.summary;
                     let ttft = s.ttft_p90.map_or("n/a".into(), |t| format!("{t:.3}"));
