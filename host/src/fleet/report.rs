@@ -130,27 +130,46 @@ fn secs(v: Option<f64>) -> String {
 
 /// A readable table of a sweep: one row per value, hit rate and p90 per router.
 pub fn sweep_table(param: &str, points: &[Point]) -> String {
-    let mut values: Vec<f64> = points.iter().map(|p| p.value).collect();
-    values.dedup();
-    let mut seen = Vec::new();
-    values.retain(|v| {
-        let new = !seen.contains(v);
-        seen.push(*v);
-        new
-    });
+    router_table(
+        param,
+        points,
+        |p| (p.summary.router, p.value),
+        "hit  p90 s",
+        |p| format!("{:>16} {:>7}", pct(p.summary.hit_rate), secs(p.summary.latency_p90)),
+    )
+}
+
+/// One row per swept value (first-seen order), one column group per router: `head` after each
+/// router's name, `cell` for a point, blanks as wide as a cell where a router has no point.
+pub fn router_table<P>(
+    param: &str,
+    points: &[P],
+    key: impl Fn(&P) -> (RouterKind, f64),
+    head: &str,
+    cell: impl Fn(&P) -> String,
+) -> String {
+    let mut values: Vec<f64> = Vec::new();
+    for p in points {
+        if !values.contains(&key(p).1) {
+            values.push(key(p).1);
+        }
+    }
+    let blank = points.first().map_or(0, |p| cell(p).chars().count());
     let mut o = format!("{param:>12}");
     for r in RouterKind::ALL {
-        let _ = write!(o, " | {:>12} hit  p90 s", r.name());
+        let _ = write!(o, " | {:>12} {head}", r.name());
     }
     o.push('\n');
     for v in values {
         let _ = write!(o, "{v:>12}");
         for r in RouterKind::ALL {
-            match points.iter().find(|p| p.value == v && p.summary.router == r) {
+            match points.iter().find(|p| key(p) == (r, v)) {
                 Some(p) => {
-                    let _ = write!(o, " | {:>16} {:>7}", pct(p.summary.hit_rate), secs(p.summary.latency_p90));
+                    let _ = write!(o, " | {}", cell(p));
                 }
-                None => o.push_str(" |                         "),
+                None => {
+                    let _ = write!(o, " | {:blank$}", "");
+                }
             }
         }
         o.push('\n');

@@ -5,12 +5,12 @@
 
 use std::fmt::Write as _;
 
-use brokerlab_core::fleet::{EngineConfig, RouterKind};
+use brokerlab_core::fleet::EngineConfig;
 use serde::Serialize;
 
 use super::engine::{BatchedSummary, simulate_batched};
 use super::progress::Progress;
-use super::report::{series_per_router, write_chart};
+use super::report::{router_table, series_per_router, write_chart};
 use super::scenario::Generated;
 use super::sweep::{PointSpec, par_points};
 use crate::error::CliResult;
@@ -140,33 +140,18 @@ pub fn plots(dir: &std::path::Path, name: &str, param: &str, points: &[BatchedPo
     Ok(names)
 }
 
-/// A readable table: one row per value, TTFT p90 and output tok/s per router.
+/// A readable table: one row per value, TTFT p90, output tok/s and preemptions per router.
 pub fn table(param: &str, points: &[BatchedPoint]) -> String {
-    let mut values: Vec<f64> = Vec::new();
-    for p in points {
-        if !values.contains(&p.value) {
-            values.push(p.value);
-        }
-    }
-    let mut o = format!("{param:>12}");
-    for r in RouterKind::ALL {
-        let _ = write!(o, " | {:>12} TTFT p90 s  out tok/s  preempt", r.name());
-    }
-    o.push('\n');
-    for v in values {
-        let _ = write!(o, "{v:>12}");
-        for r in RouterKind::ALL {
-            match points.iter().find(|p| p.value == v && p.summary.router == r) {
-                Some(p) => {
-                    let s = &p.summary;
-                    let ttft = s.ttft_p90.map_or("n/a".into(), |t| format!("{t:.3}"));
-                    let tok = s.output_tok_per_s.map_or("n/a".into(), |t| format!("{t:.1}"));
-                    let _ = write!(o, " | {:>23} {:>10} {:>8}", ttft, tok, s.preemptions);
-                }
-                None => o.push_str(" |                                             "),
-            }
-        }
-        o.push('\n');
-    }
-    o
+    router_table(
+        param,
+        points,
+        |p| (p.summary.router, p.value),
+        "TTFT p90 s  out tok/s  preempt",
+        |p| {
+            let s = &p.summary;
+            let ttft = s.ttft_p90.map_or("n/a".into(), |t| format!("{t:.3}"));
+            let tok = s.output_tok_per_s.map_or("n/a".into(), |t| format!("{t:.1}"));
+            format!("{:>23} {:>10} {:>8}", ttft, tok, s.preemptions)
+        },
+    )
 }
