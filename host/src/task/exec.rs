@@ -250,14 +250,13 @@ impl Effects for HostEffects<'_> {
         self.chaos.point(Point::Calling, &what);
         let out = match self.world.call(task, step, call, key, fence)? {
             CallOutcome::Done(out) => out,
-            CallOutcome::Fenced { file, highest } => {
+            CallOutcome::Fenced { place, highest } => {
                 self.fenced = true;
                 return Err(CliError::failure(format!(
                     "task {task:?} step {step}: fenced: the {} tool refused the call ({}): it carried fencing token \
                      {fence} (this runner's lease epoch) but the tool has seen token {highest} for this task, so \
                      another runner took the lease over; this runner stopped and wrote nothing more",
-                    call.tool,
-                    file.display()
+                    call.tool, place
                 )));
             }
         };
@@ -310,7 +309,11 @@ pub fn world_dir(opts: &RunOpts, recorded: Option<&str>) -> PathBuf {
     }
 }
 
+/// `p` made absolute; a `postgres://` world is kept as given.
 fn abs(p: &Path) -> PathBuf {
+    if let DbTarget::Postgres(_) = DbTarget::parse(p) {
+        return p.to_path_buf();
+    }
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
@@ -351,7 +354,7 @@ fn check_witness(store: &dyn TaskStore, world: &mut World, id: &str, recs: &[Rec
                     store.name(),
                     c.step,
                     f.tool(),
-                    world.path(f).display(),
+                    world.place(f),
                     u8::from(c.applied),
                     c.epoch
                 )));
@@ -473,7 +476,7 @@ fn execute(
 /// it (made by the task, or by the ancestors its in-flight intent was copied from) and, for a
 /// fork, the parents' records for that step after the cut.
 struct Evidence {
-    file: PathBuf,
+    file: String,
     received: usize,
     applied: usize,
     lines: Vec<String>,
@@ -482,7 +485,7 @@ struct Evidence {
 fn evidence(store: &dyn TaskStore, world: &mut World, id: &str, step: u16, tool: &str) -> CliResult<Evidence> {
     let f = ToolFile::of_tool(tool);
     let mut ev = Evidence {
-        file: f.map_or_else(|| world.dir().to_path_buf(), |f| world.path(f)),
+        file: f.map_or_else(|| world.name(), |f| world.place(f)),
         received: 0,
         applied: 0,
         lines: Vec::new(),
@@ -548,7 +551,7 @@ fn report(store: &dyn TaskStore, id: &str, st: &TaskState, stop: Stop, world: &m
                 "task {id}: paused: step {step} ({tool}) has an intent in the log but no result: it may or may not \
                  have been sent, and it is not idempotent, so the runner will not repeat it on its own.\n  the \
                  tool's own file ({}) shows {} call(s) received and {} applied for this step: {reading}.",
-                ev.file.display(),
+                ev.file,
                 ev.received,
                 ev.applied
             );

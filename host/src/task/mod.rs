@@ -64,9 +64,10 @@ impl DbArg {
 pub struct RunArgs {
     #[command(flatten)]
     pub db: DbArg,
-    /// Directory of the tools' own files (payments.sqlite, emails.sqlite); default ./world, or
-    /// the one the task was created with.
-    #[arg(long, value_name = "DIR")]
+    /// Directory of the tools' own files (payments.sqlite, emails.sqlite), or a PostgreSQL
+    /// database for them (postgres://..., tables world_calls and world_fences; may be the log's);
+    /// default ./world, or the one the task was created with.
+    #[arg(long, value_name = "DIR|URL")]
     pub world: Option<PathBuf>,
     /// Lease time to live in ms (10 to 86,400,000): how long another host waits before taking
     /// over a runner that stopped renewing (a dead runner on this host is taken over at once).
@@ -200,8 +201,9 @@ pub enum TaskCmd {
         spec: PathBuf,
         #[command(flatten)]
         db: DbArg,
-        /// Directory of the tools' own files the task will use [default: ./world].
-        #[arg(long, value_name = "DIR")]
+        /// Directory of the tools' own files the task will use, or a postgres:// URL for them
+        /// [default: ./world].
+        #[arg(long, value_name = "DIR|URL")]
         world: Option<PathBuf>,
     },
     /// Run queued tasks (PostgreSQL) until SIGTERM: claims them with FOR UPDATE SKIP LOCKED,
@@ -296,6 +298,14 @@ pub enum TaskCmd {
         /// `pg_ctl -D DATA -l LOG -w start`).
         #[arg(long, value_name = "CMD", requires = "pg_stop_cmd")]
         pg_start_cmd: Option<String>,
+        /// With --db: run the tasks with K `task worker` processes (submitted up front; workers
+        /// killed, parked past their lease and woken at random) instead of one `task run` each.
+        #[arg(long, value_name = "K", default_value_t = 0)]
+        workers: u32,
+        /// Keep the tools' records in this PostgreSQL database (postgres://..., may be the log's)
+        /// instead of DIR/world.
+        #[arg(long, value_name = "URL")]
+        world: Option<String>,
     },
 }
 
@@ -350,8 +360,20 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
             db,
             pg_stop_cmd,
             pg_start_cmd,
+            workers,
+            world,
         } => {
             let lease_ms = self::lease_ms(Some(ms))? as u64;
+            if workers > 64 {
+                return Err(CliError::bad_input(format!("chaos --workers {workers}: expected 0 to 64")));
+            }
+            if let Some(u) = &world
+                && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
+            {
+                return Err(CliError::bad_input(format!(
+                    "chaos --world {u}: expected a postgres:// URL (the default is DIR/world)"
+                )));
+            }
             if let Some(u) = &db
                 && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
             {
@@ -372,6 +394,8 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
                 db,
                 pg_stop_cmd,
                 pg_start_cmd,
+                workers,
+                world,
             })
         }
     }

@@ -9,11 +9,16 @@
 //!   but no `meta` with our tag is refused (exit 2) and left as it was: the check only reads.
 //! * Every session sets `synchronous_commit = on` (an `Ok` commit is on the server's disk, whatever
 //!   the server's default) and `lock_timeout` = `BROKERLAB_BUSY_MS`.
-//! * Every checkpoint is one transaction of four round trips: `BEGIN`, an `UPDATE leases ...
-//!   RETURNING owner, epoch` that locks the row (ordering it after any takeover that committed)
-//!   and renews the expiry only if owner and epoch are still ours, the core's `check_fence` on what
-//!   it returned (refused: rollback), one `INSERT ... SELECT * FROM unnest(...)` for the records,
-//!   `COMMIT`. Taking a lease locks the same row (inserting an
+//! * Every checkpoint is one statement in autocommit ([`APPEND_SQL`], prepared once per session):
+//!   one round trip and one commit. Its CTEs, in the statement's one transaction: an `UPDATE
+//!   leases ... RETURNING owner, epoch` that locks the row (ordering it after any takeover that
+//!   committed) and renews the expiry only if owner and epoch are still ours, an `INSERT ...
+//!   SELECT ... FROM unnest(...)` of the records under the same condition, and the suspend
+//!   request's removal when the records hold the `Suspended` marker. The core's `check_fence`
+//!   decides on the owner and epoch returned; the SQL condition is the same rule, so a refusal
+//!   has written nothing. The statement also returns whether a suspend request is pending, which
+//!   the runner's next suspend polls use (for [`SUSPEND_ANSWER_MS`]) instead of a SELECT per
+//!   step. Taking a lease locks the same row (inserting an
 //!   empty placeholder first if the task never had one, so two first takers also serialize) and
 //!   decides with the core's `decide_lease`.
 
@@ -55,9 +60,32 @@ CREATE TABLE suspend_requests(task_id TEXT PRIMARY KEY, at_ms BIGINT NOT NULL);
 CREATE TABLE queue(task_id TEXT PRIMARY KEY, submitted_at_ms BIGINT NOT NULL);
 ";
 
+/// A checkpoint: the fenced lease renewal, the records, the suspend request's removal (when a
+/// `Suspended` marker is among them), in one statement (see [`PgStore::append_tx`]). `$1` task,
+/// `$2` owner, `$3` epoch, `$4` new expiry, `$5..$9` the records' seq, kind, status, frame and
+/// summary, `$10` now, `$11` whether a `Suspended` marker is among them.
+const APPEND_SQL: &str = "WITH l AS (
+  UPDATE leases SET expires_at_ms = CASE WHEN owner=$2::text AND epoch=$3::bigint THEN $4::bigint ELSE expires_at_ms END
+  WHERE task_id=$1::text RETURNING owner, epoch),
+ok AS (SELECT 1 FROM l WHERE owner=$2::text AND epoch=$3::bigint),
+ins AS (
+  INSERT INTO log SELECT $1::text, u.seq, u.kind, u.status, u.payload, u.summary, $3::bigint, $10::bigint
+  FROM unnest($5::bigint[], $6::text[], $7::text[], $8::bytea[], $9::text[]) AS u(seq, kind, status, payload, summary)
+  WHERE EXISTS (SELECT 1 FROM ok) RETURNING 1),
+del AS (DELETE FROM suspend_requests WHERE $11::boolean AND task_id=$1 AND EXISTS (SELECT 1 FROM ok) RETURNING 1)
+SELECT l.owner, l.epoch, (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM suspend_requests WHERE task_id=$1)
+FROM l";
+
+/// How long the suspend-request answer a checkpoint brought back is used by the runner's polls
+/// before they ask the database again (ms): a request is seen at most this much later than a
+/// poll per step would see it, and a step that commits needs no extra round trip for it.
+const SUSPEND_ANSWER_MS: i64 = 50;
+
 /// An open PostgreSQL log.
 pub struct PgStore {
     client: RefCell<Client>,
+    /// The suspend-request flag the last checkpoint read: its task, the flag, when (ms).
+    suspend_seen: RefCell<Option<(String, bool, i64)>>,
     /// Prepared statements by their text (one parse per session, not per call).
     stmts: RefCell<HashMap<&'static str, Statement>>,
     name: String,
@@ -124,7 +152,12 @@ impl PgStore {
     /// hidden): a malformed URL, a server that does not answer, a missing database: exit 2.
     pub fn open(url: &str, create: bool) -> CliResult<PgStore> {
         let (client, name) = connect(url)?;
-        let store = PgStore { client: RefCell::new(client), stmts: RefCell::new(HashMap::new()), name };
+        let store = PgStore {
+            client: RefCell::new(client),
+            suspend_seen: RefCell::new(None),
+            stmts: RefCell::new(HashMap::new()),
+            name,
+        };
         match store.check_existing()? {
             Existing::Ours => {}
             Existing::Empty if create => store.create_schema()?,
@@ -227,6 +260,15 @@ impl PgStore {
         Ok(())
     }
 
+    /// One checkpoint as one statement in autocommit: one round trip and one commit (the
+    /// statement's implicit transaction), whatever the number of records. Its CTEs run in that
+    /// transaction: `l` locks the lease row (as `SELECT ... FOR UPDATE` would; under READ
+    /// COMMITTED a takeover that committed meanwhile is seen, the row re-read) and renews the
+    /// expiry only if owner and epoch are still ours; `ins` appends the records only under the
+    /// same condition; `del` drops the suspend request when a `Suspended` marker is appended. The
+    /// statement returns what `l` read, how many records went in, and whether a suspend request
+    /// is pending (so the runner's next poll needs no SELECT). The core's `check_fence` decides
+    /// on what `l` read; the SQL condition is the same rule, so a refusal has written nothing.
     fn append_tx(&self, lease: &Lease, recs: &[Record]) -> Result<Result<(), AppendError<CliError>>, postgres::Error> {
         let now = now_ms();
         let Some(expires) = now.checked_add(lease.ttl_ms) else {
@@ -235,43 +277,7 @@ impl PgStore {
                 lease.ttl_ms
             )))));
         };
-        let mut c = self.client.borrow_mut();
-        let mut tx = c.transaction()?;
-        // one statement locks the lease row (as `SELECT ... FOR UPDATE` would: the lock orders
-        // this transaction after any takeover that committed), reads owner and epoch, and renews
-        // the expiry only if they are still ours; the core's `check_fence` then decides on what it
-        // read, and a refusal rolls the whole transaction back (dropping `tx`)
-        let st = self.stmt(
-            &mut tx,
-            "UPDATE leases SET expires_at_ms = CASE WHEN owner=$2 AND epoch=$3 THEN $4 ELSE expires_at_ms END \
-             WHERE task_id=$1 RETURNING owner, epoch",
-        )?;
-        let cur: Option<(String, i64)> = tx
-            .query_opt(&st, &[&lease.task, &lease.owner, &(lease.epoch as i64), &expires])?
-            .map(|r| (r.get(0), r.get(1)));
-        let cur = cur.filter(|(o, _)| !o.is_empty());
-        if check_fence(cur.as_ref().map(|(o, e)| (*e as u64, *o == lease.owner)), lease.epoch).is_err() {
-            return Ok(Err(AppendError::Fenced { epoch: lease.epoch, holder: cur.map(|(o, e)| (o, e as u64)) }));
-        }
-        if !recs.is_empty() {
-            self.insert_records(&mut tx, recs, lease.epoch, now)?;
-        }
-        if recs.iter().any(|r| matches!(r.event, Event::Suspended { .. })) {
-            let st = self.stmt(&mut tx, "DELETE FROM suspend_requests WHERE task_id=$1")?;
-            tx.execute(&st, &[&lease.task])?;
-        }
-        tx.commit()?;
-        Ok(Ok(()))
-    }
-
-    /// The checkpoint's records in one statement (one round trip, whatever their number).
-    fn insert_records(
-        &self,
-        c: &mut impl GenericClient,
-        recs: &[Record],
-        epoch: u64,
-        now: i64,
-    ) -> Result<(), postgres::Error> {
+        debug_assert!(recs.iter().all(|r| r.task_id.as_str() == lease.task), "a checkpoint holds one task's records");
         let mut frames = Vec::with_capacity(recs.len());
         for rec in recs {
             let mut buf = [0u8; MAX_FRAME_LEN];
@@ -279,20 +285,42 @@ impl PgStore {
             let n = emit(rec, &mut buf).unwrap_or(0);
             frames.push(buf[..n].to_vec());
         }
-        let tasks: Vec<&str> = recs.iter().map(|r| r.task_id.as_str()).collect();
         let seqs: Vec<i64> = recs.iter().map(|r| i64::from(r.seq)).collect();
         let kinds: Vec<&str> = recs.iter().map(|r| r.kind().name()).collect();
         let statuses: Vec<&str> = recs.iter().map(|r| r.status.name()).collect();
         let summaries: Vec<String> = recs.iter().map(|r| r.event.to_string()).collect();
-        let epochs: Vec<i64> = vec![epoch as i64; recs.len()];
-        let ats: Vec<i64> = vec![now; recs.len()];
-        let st = self.stmt(
-            c,
-            "INSERT INTO log SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::bytea[], \
-             $6::text[], $7::bigint[], $8::bigint[])",
+        let suspending = recs.iter().any(|r| matches!(r.event, Event::Suspended { .. }));
+        let epoch = lease.epoch as i64;
+        let mut c = self.client.borrow_mut();
+        let st = self.stmt(&mut *c, APPEND_SQL)?;
+        let row = c.query_opt(
+            &st,
+            &[&lease.task, &lease.owner, &epoch, &expires, &seqs, &kinds, &statuses, &frames, &summaries, &now, &suspending],
         )?;
-        c.execute(&st, &[&tasks, &seqs, &kinds, &statuses, &frames, &summaries, &epochs, &ats])?;
-        Ok(())
+        let cur: Option<(String, i64)> = row.as_ref().map(|r| (r.get(0), r.get(1)));
+        let inserted: i64 = row.as_ref().map_or(0, |r| r.get(2));
+        let cur = cur.filter(|(o, _)| !o.is_empty());
+        if check_fence(cur.as_ref().map(|(o, e)| (*e as u64, *o == lease.owner)), lease.epoch).is_err() {
+            debug_assert_eq!(inserted, 0, "the SQL condition and check_fence agree");
+            if inserted != 0 {
+                return Ok(Err(AppendError::Sql(CliError::failure(format!(
+                    "{}: task {:?}: the append's fencing condition and the core's check_fence disagree",
+                    self.name, lease.task
+                )))));
+            }
+            return Ok(Err(AppendError::Fenced { epoch: lease.epoch, holder: cur.map(|(o, e)| (o, e as u64)) }));
+        }
+        if inserted != recs.len() as i64 {
+            return Ok(Err(AppendError::Sql(CliError::failure(format!(
+                "{}: task {:?}: appended {inserted} of {} records",
+                self.name,
+                lease.task,
+                recs.len()
+            )))));
+        }
+        let pending: bool = row.as_ref().is_some_and(|r| r.get(3));
+        *self.suspend_seen.borrow_mut() = Some((lease.task.clone(), pending && !suspending, now));
+        Ok(Ok(()))
     }
 
     fn acquire_tx(
@@ -410,7 +438,7 @@ pub fn session_key(task: &str, epoch: u64) -> i64 {
 
 /// Connects to `url` with the session settings every runner uses (`synchronous_commit = on`,
 /// `lock_timeout` from `BROKERLAB_BUSY_MS`); returns the client and the URL for messages.
-fn connect(url: &str) -> CliResult<(Client, String)> {
+pub(crate) fn connect(url: &str) -> CliResult<(Client, String)> {
     let name = redact(url);
     let mut cfg = Config::from_str(url)
         .map_err(|e| CliError::bad_input(format!("--db {name}: not a valid PostgreSQL URL: {e}")))?;
@@ -532,6 +560,12 @@ impl TaskStore for PgStore {
     }
 
     fn suspend_requested(&self, id: &str) -> CliResult<bool> {
+        if let Some((task, seen, at)) = &*self.suspend_seen.borrow()
+            && task == id
+            && now_ms().saturating_sub(*at) <= SUSPEND_ANSWER_MS
+        {
+            return Ok(*seen);
+        }
         let mut c = self.client.borrow_mut();
         let r = (|| {
             let st = self.stmt(&mut *c, "SELECT count(*) FROM suspend_requests WHERE task_id=$1")?;
@@ -615,6 +649,24 @@ impl PgStore {
         r.map_err(|e| pg_error(&self.name, "submitting the task", &e))
     }
 
+    /// The ids in `queue`.
+    pub fn queued_ids(&self) -> CliResult<Vec<String>> {
+        let mut c = self.client.borrow_mut();
+        c.query("SELECT task_id FROM queue", &[])
+            .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+            .map_err(|e| pg_error(&self.name, "reading the queue", &e))
+    }
+
+    /// The leases live now: task, epoch, holder's host and pid.
+    pub fn live_leases(&self) -> CliResult<Vec<(String, u64, String, u32)>> {
+        let mut c = self.client.borrow_mut();
+        c.query("SELECT task_id, epoch, host, pid FROM leases WHERE owner <> '' AND expires_at_ms > $1", &[&now_ms()])
+            .map(|rows| {
+                rows.iter().map(|r| (r.get(0), r.get::<_, i64>(1) as u64, r.get(2), r.get::<_, i64>(3) as u32)).collect()
+            })
+            .map_err(|e| pg_error(&self.name, "reading leases", &e))
+    }
+
     /// Tasks in `queue`.
     pub fn queued(&self) -> CliResult<i64> {
         let mut c = self.client.borrow_mut();
@@ -624,15 +676,42 @@ impl PgStore {
     }
 }
 
-/// A worker slot's claim: its own session, holding the claimed `queue` row locked (`FOR UPDATE`,
-/// in an open transaction) for as long as it runs the task, so other workers' `SKIP LOCKED`
-/// claims pass over it. If the worker dies, its session ends and the row is free at once; the
-/// task's lease (and `decide_lease`) still decides who may append.
+/// A worker slot's claim session. A claim picks the oldest queued task whose lease is free (never
+/// taken, released, expired) with `SELECT ... FOR UPDATE OF queue SKIP LOCKED`, so claimers
+/// running at the same moment pick different rows, and marks it with a session advisory lock
+/// (the claim lock, [`claim_key`]) held until the slot is done with the task: other slots (of
+/// this worker or another) pass over a task whose claim lock is held. The claim lock is not the
+/// guarantee: the task's lease (taken next, in its own fenced transaction, by the core's
+/// `decide_lease`) is. A claim lock whose holder is stuck (SIGSTOP, a VM pause) is ignored once
+/// the task's lease has expired, so the task is taken over then: holding the queue row for the
+/// whole run instead (as a first version did) let a stopped worker keep its task from every
+/// other worker for as long as it was stopped. When no task has a free lease, the live leases
+/// are checked for holders whose session is gone (their session advisory lock is free) or that
+/// are provably dead on this host: those tasks are claimable at once.
 pub struct Claimer {
     client: Client,
     name: String,
-    held: Option<String>,
+    /// The claim lock this session holds, if any.
+    held: Option<i64>,
 }
+
+/// The claim lock of a task (the session-key hash in a namespace no lease epoch reaches).
+pub fn claim_key(task: &str) -> i64 {
+    session_key(task, u64::MAX)
+}
+
+/// Queued tasks with a free lease, oldest first, and whether the lease expired by time (a holder
+/// that stopped renewing; its claim lock is ignored).
+const CLAIM_FREE_SQL: &str = "SELECT q.task_id, coalesce(l.owner <> '' AND l.expires_at_ms > 0, false)
+FROM queue q LEFT JOIN leases l ON l.task_id = q.task_id
+WHERE NOT (q.task_id = ANY($1)) AND (l.task_id IS NULL OR l.owner = '' OR l.expires_at_ms <= $2)
+ORDER BY q.submitted_at_ms, q.task_id LIMIT 16 FOR UPDATE OF q SKIP LOCKED";
+
+/// Queued tasks whose lease is live: candidates if their holder is gone.
+const CLAIM_LIVE_SQL: &str = "SELECT q.task_id, l.epoch, l.host, l.pid, l.pid_start FROM queue q
+JOIN leases l ON l.task_id = q.task_id
+WHERE NOT (q.task_id = ANY($1)) AND l.owner <> '' AND l.expires_at_ms > $2
+ORDER BY q.submitted_at_ms, q.task_id LIMIT 64";
 
 impl Claimer {
     /// A new session on `url`.
@@ -641,45 +720,82 @@ impl Claimer {
         Ok(Claimer { client, name, held: None })
     }
 
-    /// Claims the oldest queued task that no other worker holds, passing over `skip`; `None` if
-    /// there is none. The row stays locked until [`Claimer::done`] or [`Claimer::keep`].
-    pub fn claim(&mut self, skip: &[String]) -> CliResult<Option<String>> {
-        let r = (|| -> Result<Option<String>, postgres::Error> {
-            self.client.batch_execute("BEGIN")?;
-            let row = self.client.query_opt(
-                "SELECT task_id FROM queue WHERE NOT (task_id = ANY($1)) ORDER BY submitted_at_ms, task_id LIMIT 1 \
-                 FOR UPDATE SKIP LOCKED",
-                &[&skip],
-            )?;
-            match row {
-                Some(r) => Ok(Some(r.get(0))),
-                None => {
-                    self.client.batch_execute("ROLLBACK")?;
-                    Ok(None)
-                }
-            }
-        })();
-        let id = r.map_err(|e| pg_error(&self.name, "claiming a queued task", &e))?;
-        self.held.clone_from(&id);
-        Ok(id)
+    /// Takes the claim lock of `id` if free (then this session holds it).
+    fn try_claim(&mut self, id: &str) -> Result<bool, postgres::Error> {
+        let key = claim_key(id);
+        let got: bool = self.client.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
+        if got {
+            self.held = Some(key);
+        }
+        Ok(got)
     }
 
-    /// The claimed task needs no more running (finished, failed, waiting for review, suspended by
-    /// a user): removes it from the queue and ends the claim.
-    pub fn done(&mut self) -> CliResult<()> {
-        let Some(id) = self.held.take() else { return Ok(()) };
-        let r = (|| -> Result<(), postgres::Error> {
+    /// Picks a queued task to run, passing over `skip`: the oldest with a free lease that no
+    /// other slot has claimed (or whose lease expired by time), else the oldest whose holder is
+    /// gone; `None` if there is none. Until [`Claimer::done`] or [`Claimer::keep`] this session
+    /// holds the task's claim lock (unless the task was taken from a stuck claimer).
+    pub fn claim(&mut self, skip: &[String]) -> CliResult<Option<String>> {
+        let r = (|| -> Result<Option<String>, postgres::Error> {
+            self.release()?;
+            let now = now_ms();
+            let mut tx = self.client.transaction()?;
+            let rows: Vec<(String, bool)> =
+                tx.query(CLAIM_FREE_SQL, &[&skip, &now])?.iter().map(|r| (r.get(0), r.get(1))).collect();
+            let mut pick = None;
+            for (id, expired) in rows {
+                let key = claim_key(&id);
+                let got: bool = tx.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
+                if got || expired {
+                    if got {
+                        self.held = Some(key);
+                    }
+                    pick = Some(id);
+                    break;
+                }
+            }
+            tx.commit()?;
+            if pick.is_some() {
+                return Ok(pick);
+            }
+            for r in self.client.query(CLAIM_LIVE_SQL, &[&skip, &now])? {
+                let (id, epoch): (String, i64) = (r.get(0), r.get(1));
+                let (host, pid, start): (String, i64, i64) = (r.get(2), r.get(3), r.get(4));
+                let gone = provably_dead(&host, pid as u32, start as u64) || {
+                    let key = session_key(&id, epoch as u64);
+                    let got: bool = self.client.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
+                    if got {
+                        self.client.execute("SELECT pg_advisory_unlock($1)", &[&key])?;
+                    }
+                    got
+                };
+                if gone && self.try_claim(&id)? {
+                    return Ok(Some(id));
+                }
+            }
+            Ok(None)
+        })();
+        r.map_err(|e| pg_error(&self.name, "claiming a queued task", &e))
+    }
+
+    fn release(&mut self) -> Result<(), postgres::Error> {
+        if let Some(key) = self.held.take() {
+            self.client.execute("SELECT pg_advisory_unlock($1)", &[&key])?;
+        }
+        Ok(())
+    }
+
+    /// Task `id` needs no more running (finished, failed, waiting for review, suspended by a
+    /// user): removes it from the queue (durable on `Ok`) and drops the claim lock.
+    pub fn done(&mut self, id: &str) -> CliResult<()> {
+        let r = (|| {
             self.client.execute("DELETE FROM queue WHERE task_id=$1", &[&id])?;
-            self.client.batch_execute("COMMIT")
+            self.release()
         })();
         r.map_err(|e| pg_error(&self.name, "removing the task from the queue", &e))
     }
 
-    /// The claimed task stays queued (the worker stopped, or the run failed): ends the claim.
+    /// Task `id` stays queued (the worker stops, the run failed): drops the claim lock.
     pub fn keep(&mut self) -> CliResult<()> {
-        if self.held.take().is_none() {
-            return Ok(());
-        }
-        self.client.batch_execute("ROLLBACK").map_err(|e| pg_error(&self.name, "ending the claim", &e))
+        self.release().map_err(|e| pg_error(&self.name, "ending the claim", &e))
     }
 }

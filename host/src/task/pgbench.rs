@@ -17,14 +17,32 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use brokerlab_core::runner::drive;
+use brokerlab_core::runner::{Effects, Key, ModelReply, TaskId, ToolCall, ToolOutput, drive};
 use postgres::Client;
 
+use super::backend::TaskStore;
 use super::bench::{BenchFx, check_done, create_task, round, round3};
 use super::exec::{Chaos, HostJournal};
 use super::ident::now_ms;
 use super::pg::{PgStore, pg_error, redact};
 use crate::error::{CliError, CliResult};
+
+/// The bench's model and tool, with the suspend poll a real runner makes before every step (on
+/// PostgreSQL answered by the last checkpoint, or by a SELECT when that answer is old).
+struct PgBenchFx<'a>(&'a PgStore);
+
+impl Effects for PgBenchFx<'_> {
+    type Error = CliError;
+    fn model(&mut self, task: &TaskId, step: u16) -> CliResult<ModelReply> {
+        BenchFx.model(task, step)
+    }
+    fn tool(&mut self, t: &TaskId, s: u16, c: &ToolCall, key: Option<&Key>, f: u64) -> CliResult<ToolOutput> {
+        BenchFx.tool(t, s, c, key, f)
+    }
+    fn suspend_requested(&mut self, task: &TaskId, _step: u16) -> CliResult<bool> {
+        self.0.suspend_requested(task)
+    }
+}
 
 fn client(url: &str) -> CliResult<Client> {
     let mut c = Client::connect(url, postgres::NoTls)
@@ -66,7 +84,7 @@ fn runners(url: &str, k: u32, steps: u32, tag: &str) -> CliResult<f64> {
                 s.spawn(move || -> CliResult<()> {
                     let chaos = Chaos::none();
                     let mut j = HostJournal::new(&store, lease, &chaos);
-                    check_done(drive(&mut st, &mut j, &mut BenchFx))
+                    check_done(drive(&mut st, &mut j, &mut PgBenchFx(&store)))
                 })
             })
             .collect();

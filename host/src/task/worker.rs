@@ -73,8 +73,19 @@ pub struct WorkerOpts {
 pub fn worker(db: &DbTarget, opts: &WorkerOpts) -> CliResult<i32> {
     let url = url_of(db, "worker")?;
     crate::sys::catch_term();
-    // the schema, once, before the slots start (a worker may be the first user of the database)
-    drop(PgStore::open(&url, true)?);
+    // the schema, once, before the slots start (a worker may be the first user of the database);
+    // a server that is restarting is waited for as the slots would wait
+    let mut pause = RECONNECT_FIRST_MS;
+    loop {
+        match PgStore::open(&url, true) {
+            Ok(_) => break,
+            Err(e) if server_gone(&e.msg) && !crate::sys::term_requested() => {
+                std::thread::sleep(Duration::from_millis(pause));
+                pause = (pause * 2).min(RECONNECT_MAX_MS);
+            }
+            Err(e) => return Err(e),
+        }
+    }
     let mut run = opts.run.clone();
     run.suspend_on_term = true;
     let slots: Vec<_> = (0..opts.concurrency)
@@ -99,26 +110,108 @@ pub fn worker(db: &DbTarget, opts: &WorkerOpts) -> CliResult<i32> {
     Ok(0)
 }
 
-/// One slot: claim, run, settle the claim; until SIGTERM or (with `exit_when_idle`) nothing is
-/// claimable. A task whose run failed (held by another runner, lost lease, a tool error) stays
-/// queued and is passed over by this slot until the queue next looks empty to it.
+/// First pause before reconnecting after the database went away, ms; doubled after each failed
+/// attempt up to [`RECONNECT_MAX_MS`].
+pub const RECONNECT_FIRST_MS: u64 = 100;
+/// Longest pause between reconnection attempts, ms.
+pub const RECONNECT_MAX_MS: u64 = 5000;
+
+/// A slot's two sessions: the runner's log and the claims.
+struct Sessions {
+    store: PgStore,
+    claimer: Claimer,
+}
+
+impl Sessions {
+    fn open(url: &str) -> CliResult<Sessions> {
+        Ok(Sessions { store: PgStore::open(url, false)?, claimer: Claimer::connect(url)? })
+    }
+}
+
+/// Opens the slot's sessions, retrying with exponential backoff (from [`RECONNECT_FIRST_MS`] to
+/// [`RECONNECT_MAX_MS`]) while the server does not answer (restarting, or down); `None` once
+/// SIGTERM arrives. Bad input (a refused login, a missing database) is not retried.
+fn reconnect(slot: u32, url: &str) -> CliResult<Option<Sessions>> {
+    let mut pause = RECONNECT_FIRST_MS;
+    let mut said = false;
+    loop {
+        if crate::sys::term_requested() {
+            return Ok(None);
+        }
+        match Sessions::open(url) {
+            Ok(s) => {
+                if said {
+                    eprintln!("brokerlab: worker slot {slot}: reconnected");
+                }
+                return Ok(Some(s));
+            }
+            Err(e) if !server_gone(&e.msg) => return Err(e),
+            Err(e) => {
+                if !said {
+                    eprintln!("brokerlab: worker slot {slot}: the database is unreachable, retrying: {e}");
+                    said = true;
+                }
+                std::thread::sleep(Duration::from_millis(pause));
+                pause = (pause * 2).min(RECONNECT_MAX_MS);
+            }
+        }
+    }
+}
+
+/// An error that says the server went away or is not accepting sessions (yet): a restart, to be
+/// waited out, not a reason to stop the worker.
+pub fn server_gone(msg: &str) -> bool {
+    [
+        "the connection to the server is gone",
+        "cannot connect",
+        "shutting down",
+        "starting up",
+        "administrator command",
+        "Connection refused",
+        "connection closed",
+        "in recovery",
+    ]
+    .iter()
+    .any(|m| msg.contains(m))
+}
+
+/// One slot: claim, run, settle; until SIGTERM or (with `exit_when_idle`) nothing is claimable.
+/// A task whose run failed (held by another runner, lost lease, a tool error) stays queued and is
+/// passed over by this slot until the queue next looks empty to it. When the server goes away
+/// (a restart), the run in progress is abandoned as a crash would leave it (what its last commit
+/// made durable is the task's state; its session advisory lock is gone, so any worker takes the
+/// task over at once) and the slot reconnects with backoff.
 fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> CliResult<u64> {
-    let store = PgStore::open(url, false)?;
-    let mut claimer = Claimer::connect(url)?;
     let mut skip: Vec<String> = Vec::new();
     let mut ran = 0;
+    let mut s: Option<Sessions> = None;
     while !crate::sys::term_requested() {
-        let Some(id) = claimer.claim(&skip)? else {
-            if opts.exit_when_idle {
-                break;
+        if s.is_none() {
+            match reconnect(slot, url)? {
+                Some(x) => s = Some(x),
+                None => break,
             }
-            skip.clear();
-            std::thread::sleep(Duration::from_millis(opts.poll_ms));
-            continue;
+        }
+        let Some(sess) = s.as_mut() else { break };
+        let id = match sess.claimer.claim(&skip) {
+            Ok(Some(id)) => id,
+            Ok(None) => {
+                if opts.exit_when_idle {
+                    break;
+                }
+                skip.clear();
+                std::thread::sleep(Duration::from_millis(opts.poll_ms));
+                continue;
+            }
+            Err(e) if server_gone(&e.msg) => {
+                s = None;
+                continue;
+            }
+            Err(e) => return Err(e),
         };
-        let r = run_one(&store, &id, run);
+        let r = run_one(&sess.store, &id, run);
         ran += 1;
-        let settled = match store.replay(&id) {
+        let settled = match sess.store.replay(&id) {
             Ok(st) => {
                 st.end.is_some()
                     || matches!(st.phase, Phase::Review { .. })
@@ -126,14 +219,18 @@ fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> CliResul
             }
             Err(_) => false,
         };
-        if settled {
-            claimer.done()?;
-        } else {
-            claimer.keep()?;
+        let done = if settled { sess.claimer.done(&id) } else { sess.claimer.keep() };
+        if !settled {
             skip.push(id.clone());
         }
+        let lost = [r.as_ref().err(), done.as_ref().err()].into_iter().flatten().any(|e| server_gone(&e.msg));
         if let Err(e) = r {
             eprintln!("brokerlab: worker slot {slot}: task {id}: {e}");
+        }
+        if lost {
+            s = None;
+        } else {
+            done?;
         }
     }
     Ok(ran)

@@ -10,6 +10,13 @@
 //!   `fenced: token E < F`, and refused ([`check_tool_fence`]): a runner that lost its lease
 //!   cannot act through these tools.
 //!
+//! With `--world postgres://USER@HOST:PORT/DB` the same records live in that PostgreSQL database
+//! (it may be the log's): `world_calls` (the columns above plus `tool`) and `world_fences(tool,
+//! task_id, epoch)`, created on first use. A call is one transaction that locks the task's
+//! `world_fences` row for that tool (so two runners' calls for one task are ordered, as SQLite's
+//! single writer orders them) and commits before the tool answers: the same rules, checkable from
+//! any host that reaches the database.
+//!
 //! `lookup` is read-only and keeps no file. A tool named in `$BROKERLAB_UNFENCED_TOOLS`
 //! (comma-separated) records tokens but does not check them: it stands for a real API that
 //! cannot (the runner's margin rule is then the only guard; docs/RUNNER.md).
@@ -19,7 +26,9 @@ use std::path::{Path, PathBuf};
 use brokerlab_core::runner::{Key, ResultText, ToolCall, ToolFence, ToolOutput, check_tool_fence};
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 
+use super::backend::DbTarget;
 use super::ident::now_ms;
+use super::pg::pg_error;
 use super::store::{open_sqlite, sql_error};
 use crate::error::{CliError, CliResult};
 
@@ -29,6 +38,19 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS calls(
   epoch INTEGER NOT NULL DEFAULT 0, reason TEXT);
 CREATE INDEX IF NOT EXISTS calls_key ON calls(key);
 CREATE TABLE IF NOT EXISTS fences(task_id TEXT PRIMARY KEY, epoch INTEGER NOT NULL);";
+
+/// The world's tables on PostgreSQL (created under an advisory lock, in one transaction, so
+/// runners starting together create them once).
+const PG_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS world_calls(
+  id BIGSERIAL PRIMARY KEY, tool TEXT NOT NULL, key TEXT, task_id TEXT NOT NULL, step INTEGER NOT NULL,
+  applied BOOLEAN NOT NULL, args TEXT NOT NULL, at_ms BIGINT NOT NULL, epoch BIGINT NOT NULL, reason TEXT);
+CREATE INDEX IF NOT EXISTS world_calls_task ON world_calls(tool, task_id);
+CREATE INDEX IF NOT EXISTS world_calls_key ON world_calls(tool, key);
+CREATE TABLE IF NOT EXISTS world_fences(
+  tool TEXT NOT NULL, task_id TEXT NOT NULL, epoch BIGINT NOT NULL, PRIMARY KEY(tool, task_id));";
+
+/// Key of the advisory lock taken while creating the world's tables ("world" in ASCII).
+const PG_WORLD_LOCK: i64 = 0x776f726c64;
 
 /// A tool that keeps its own file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -91,8 +113,8 @@ pub enum CallOutcome {
     Done(ToolOutput),
     /// It refused the call without applying it: its file has seen a newer fencing token.
     Fenced {
-        /// The tool's file (the refusal is recorded there).
-        file: PathBuf,
+        /// The tool's file or table (the refusal is recorded there), for messages.
+        place: String,
         /// The highest token it has seen for the task.
         highest: u64,
     },
@@ -105,12 +127,26 @@ impl Call {
     }
 }
 
-/// The world files, opened lazily.
-#[derive(Debug)]
+/// Where the tools keep their records.
+enum Backing {
+    /// One SQLite file per tool in a directory, opened lazily.
+    Files { dir: PathBuf, conns: [Option<Connection>; 2] },
+    /// Tables in a PostgreSQL database, connected lazily.
+    Pg { url: String, client: Option<postgres::Client> },
+}
+
+/// The world: the tools' files (or tables), opened lazily.
 pub struct World {
-    dir: PathBuf,
-    conns: [Option<Connection>; 2],
+    /// `--world` as given: a directory, or a `postgres://` URL.
+    at: PathBuf,
+    backing: Backing,
     unfenced: Vec<String>,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World").field("at", &self.name()).finish_non_exhaustive()
+    }
 }
 
 fn text(s: &str) -> ResultText {
@@ -136,30 +172,54 @@ fn migrate(c: &Connection) -> Result<(), rusqlite::Error> {
 }
 
 impl World {
-    /// A world in `dir` (created on the first side effect).
-    pub fn new(dir: &Path) -> World {
+    /// A world in directory `at`, or in the PostgreSQL database `at` names (`postgres://...`);
+    /// created on the first side effect.
+    pub fn new(at: &Path) -> World {
         let unfenced = std::env::var("BROKERLAB_UNFENCED_TOOLS")
             .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
             .unwrap_or_default();
-        World { dir: dir.to_path_buf(), conns: [None, None], unfenced }
+        let backing = match DbTarget::parse(at) {
+            DbTarget::Postgres(url) => Backing::Pg { url, client: None },
+            DbTarget::Sqlite(dir) => Backing::Files { dir, conns: [None, None] },
+        };
+        World { at: at.to_path_buf(), backing, unfenced }
     }
 
-    /// The directory.
+    /// `--world` as given (a directory or a URL).
     pub fn dir(&self) -> &Path {
-        &self.dir
+        &self.at
     }
 
-    /// The path of a tool's file.
-    pub fn path(&self, f: ToolFile) -> PathBuf {
-        self.dir.join(f.file())
+    /// Whether the world is in PostgreSQL.
+    pub fn is_pg(&self) -> bool {
+        matches!(self.backing, Backing::Pg { .. })
+    }
+
+    /// The world for messages: the directory, or the URL without its password.
+    pub fn name(&self) -> String {
+        match &self.backing {
+            Backing::Files { dir, .. } => dir.display().to_string(),
+            Backing::Pg { url, .. } => super::pg::redact(url),
+        }
+    }
+
+    /// Where a tool keeps its records, for messages: its file, or the table and the tool.
+    pub fn place(&self, f: ToolFile) -> String {
+        match &self.backing {
+            Backing::Files { dir, .. } => dir.join(f.file()).display().to_string(),
+            Backing::Pg { url, .. } => format!("{} table world_calls, tool {}", super::pg::redact(url), f.tool()),
+        }
     }
 
     fn conn(&mut self, f: ToolFile) -> CliResult<&mut Connection> {
-        let path = self.path(f);
-        let slot = &mut self.conns[f as usize];
+        let Backing::Files { dir, conns } = &mut self.backing else {
+            return Err(CliError::failure("world: not a directory"));
+        };
+        let path = dir.join(f.file());
+        let slot = &mut conns[f as usize];
         if slot.is_none() {
-            std::fs::create_dir_all(&self.dir).map_err(|e| {
-                CliError::bad_input(format!("{}: cannot create the world directory: {e}", self.dir.display()))
+            std::fs::create_dir_all(&*dir).map_err(|e| {
+                CliError::bad_input(format!("{}: cannot create the world directory: {e}", dir.display()))
             })?;
             let c = open_sqlite(&path, true)?;
             c.execute_batch(SCHEMA).map_err(|e| sql_error(&path, "creating the tool's tables", e))?;
@@ -169,8 +229,35 @@ impl World {
         slot.as_mut().ok_or_else(|| CliError::failure("world connection"))
     }
 
+    /// The PostgreSQL session, connected (and the tables created) on first use; a session the
+    /// server closed (a restart) is replaced.
+    fn pg(&mut self) -> CliResult<(&mut postgres::Client, String)> {
+        let Backing::Pg { url, client } = &mut self.backing else {
+            return Err(CliError::failure("world: not a database"));
+        };
+        let name = super::pg::redact(url);
+        if client.as_ref().is_some_and(|c| c.is_closed()) {
+            *client = None;
+        }
+        if client.is_none() {
+            let (mut c, _) = super::pg::connect(url)?;
+            let r = (|| -> Result<(), postgres::Error> {
+                let mut tx = c.transaction()?;
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PG_WORLD_LOCK])?;
+                tx.batch_execute(PG_SCHEMA)?;
+                tx.commit()
+            })();
+            r.map_err(|e| pg_error(&name, "creating the world's tables", &e))?;
+            *client = Some(c);
+        }
+        match client.as_mut() {
+            Some(c) => Ok((c, name)),
+            None => Err(CliError::failure("world connection")),
+        }
+    }
+
     /// Performs `call` carrying fencing token `fence`. The side effect (or its refusal) is
-    /// committed in the tool's own file before this returns.
+    /// committed in the tool's own file (or table) before this returns.
     pub fn call(
         &mut self,
         task: &str,
@@ -190,10 +277,16 @@ impl World {
             return Err(CliError::failure("payment called without an idempotency key"));
         }
         let checks = !self.unfenced.iter().any(|t| t == f.tool());
-        let path = self.path(f);
-        let c = self.conn(f)?;
-        let outcome =
-            apply(c, f, task, step, key, &args, fence, checks).map_err(|e| sql_error(&path, "recording a call", e))?;
+        let place = self.place(f);
+        let outcome = if self.is_pg() {
+            let (c, name) = self.pg()?;
+            apply_pg(c, f, task, step, key, &args, fence, checks)
+                .map_err(|e| pg_error(&name, &format!("recording a {} call", f.tool()), &e))?
+        } else {
+            let c = self.conn(f)?;
+            apply(c, f, task, step, key, &args, fence, checks)
+                .map_err(|e| sql_error(Path::new(&place), "recording a call", e))?
+        };
         match outcome {
             Applied::Yes => {
                 let out = match key {
@@ -209,7 +302,7 @@ impl World {
                     output: text(&format!("duplicate of key {k}, not applied")),
                 }))
             }
-            Applied::Fenced { highest } => Ok(CallOutcome::Fenced { file: path, highest }),
+            Applied::Fenced { highest } => Ok(CallOutcome::Fenced { place, highest }),
         }
     }
 
@@ -217,19 +310,52 @@ impl World {
     /// over a call in flight does this before it reads the file or decides, so a call from an
     /// older lease holder arriving later is refused.
     pub fn raise_fence(&mut self, f: ToolFile, task: &str, epoch: u64) -> CliResult<()> {
-        let path = self.path(f);
+        if self.is_pg() {
+            let (c, name) = self.pg()?;
+            return c
+                .execute(
+                    "INSERT INTO world_fences VALUES($1, $2, $3) ON CONFLICT (tool, task_id) DO UPDATE SET \
+                     epoch = greatest(world_fences.epoch, excluded.epoch)",
+                    &[&f.tool(), &task, &(epoch as i64)],
+                )
+                .map(|_| ())
+                .map_err(|e| pg_error(&name, "raising the fence", &e));
+        }
+        let place = self.place(f);
         let c = self.conn(f)?;
         c.execute(
             "INSERT INTO fences VALUES(?1, ?2) ON CONFLICT(task_id) DO UPDATE SET epoch=max(epoch, excluded.epoch)",
             params![task, epoch as i64],
         )
         .map(|_| ())
-        .map_err(|e| sql_error(&path, "raising the fence", e))
+        .map_err(|e| sql_error(Path::new(&place), "raising the fence", e))
     }
 
     /// Every call `task` made to the tool of `f`, in order (none if the file does not exist).
     pub fn calls(&mut self, f: ToolFile, task: &str) -> CliResult<Vec<Call>> {
-        let path = self.path(f);
+        if self.is_pg() {
+            let (c, name) = self.pg()?;
+            let rows = c
+                .query(
+                    "SELECT task_id, key, step, applied, epoch, reason FROM world_calls WHERE tool=$1 AND task_id=$2 \
+                     ORDER BY id",
+                    &[&f.tool(), &task],
+                )
+                .map_err(|e| pg_error(&name, "reading calls", &e))?;
+            return Ok(rows
+                .iter()
+                .map(|r| Call {
+                    task: r.get(0),
+                    key: r.get(1),
+                    step: r.get::<_, i32>(2).clamp(0, i32::from(u16::MAX)) as u16,
+                    applied: r.get(3),
+                    epoch: r.get::<_, i64>(4).max(0) as u64,
+                    reason: r.get(5),
+                })
+                .collect());
+        }
+        let place = self.place(f);
+        let path = PathBuf::from(&place);
         if !path.exists() {
             return Ok(Vec::new());
         }
@@ -315,6 +441,61 @@ fn apply(
         fence as i64,
         reason
     ])?;
+    tx.commit()?;
+    Ok(outcome)
+}
+
+/// [`apply`] on PostgreSQL: one transaction that locks the task's fence row for the tool (created
+/// at token 0 if missing), so calls for one task are ordered; the same checks and row.
+#[allow(clippy::too_many_arguments)]
+fn apply_pg(
+    c: &mut postgres::Client,
+    f: ToolFile,
+    task: &str,
+    step: u16,
+    key: Option<&Key>,
+    args: &str,
+    fence: u64,
+    checks_fence: bool,
+) -> Result<Applied, postgres::Error> {
+    let tool = f.tool();
+    let mut tx = c.transaction()?;
+    tx.execute("INSERT INTO world_fences VALUES($1, $2, 0) ON CONFLICT DO NOTHING", &[&tool, &task])?;
+    let seen: i64 =
+        tx.query_one("SELECT epoch FROM world_fences WHERE tool=$1 AND task_id=$2 FOR UPDATE", &[&tool, &task])?.get(0);
+    // token 0 is the placeholder's: no call seen yet
+    let seen = (seen > 0).then_some(seen as u64);
+    let verdict = check_tool_fence(seen, fence);
+    let (outcome, reason) = match verdict {
+        ToolFence::Refuse { highest } if checks_fence => {
+            (Applied::Fenced { highest }, Some(format!("fenced: token {fence} < {highest}")))
+        }
+        ToolFence::Refuse { highest } | ToolFence::Accept { highest } => {
+            tx.execute(
+                "UPDATE world_fences SET epoch = greatest(epoch, $3) WHERE tool=$1 AND task_id=$2",
+                &[&tool, &task, &(highest as i64)],
+            )?;
+            let dup = match (f, key) {
+                (ToolFile::Payments, Some(k)) => {
+                    let n: i64 = tx
+                        .query_one(
+                            "SELECT count(*) FROM world_calls WHERE tool=$1 AND key=$2 AND applied",
+                            &[&tool, &k.as_str()],
+                        )?
+                        .get(0);
+                    n > 0
+                }
+                _ => false,
+            };
+            if dup { (Applied::Duplicate, Some("duplicate key".to_string())) } else { (Applied::Yes, None) }
+        }
+    };
+    let applied = matches!(outcome, Applied::Yes);
+    tx.execute(
+        "INSERT INTO world_calls(tool, key, task_id, step, applied, args, at_ms, epoch, reason) \
+         VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        &[&tool, &key.map(|k| k.as_str()), &task, &i32::from(step), &applied, &args, &now_ms(), &(fence as i64), &reason],
+    )?;
     tx.commit()?;
     Ok(outcome)
 }

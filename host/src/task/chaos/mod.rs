@@ -96,6 +96,11 @@ pub struct ChaosOpts {
     pub pg_stop_cmd: Option<String>,
     /// Shell command that starts it again and returns once it accepts connections.
     pub pg_start_cmd: Option<String>,
+    /// With `db`: run the tasks with this many `task worker` processes (0: one `task run` per
+    /// task, the single-runner mode).
+    pub workers: u32,
+    /// The tools' records in this PostgreSQL database (`postgres://...`) instead of `DIR/world`.
+    pub world: Option<String>,
 }
 
 /// The log store the chaos parent reads (the children open their own).
@@ -181,6 +186,7 @@ fn restarter(stop_cmd: &str, start_cmd: &str, seed: u64, stop: &AtomicBool) -> R
 
 pub mod check;
 pub mod spec;
+mod workers;
 
 pub use check::{TaskCheck, check_task};
 pub use spec::{Draws, chaos_spec};
@@ -273,6 +279,15 @@ pub struct ChaosReport {
     /// Paused runners whose session was cut by a restart while they were parked: on waking
     /// they stopped at their first statement (their tool calls, if any, were fenced by the tools).
     pub paused_conn_lost: u64,
+    /// `task worker` processes (0: one `task run` per task).
+    pub workers: u32,
+    /// Lines in the workers' stderr saying a run stopped fenced (a parked worker woke after a
+    /// takeover, or a killed holder's successor was refused nothing: fenced stops only).
+    pub worker_fenced_stops: u64,
+    /// Lines in the workers' stderr saying a slot reconnected after the server went away.
+    pub worker_reconnects: u64,
+    /// Where the tools' records were: `files` (DIR/world) or `postgres`.
+    pub world: String,
     /// The children's step delay.
     pub step_delay_ms: u64,
     /// Wall time, seconds.
@@ -507,6 +522,20 @@ fn task_state_once(store: &mut Slot, ctx: &Ctx, id: &str) -> CliResult<Option<Ta
         return Ok(None);
     }
     s.replay(id).map(Some)
+}
+
+/// Checks task `id` (exactly once) into `rep`; a task missing from the log counts all its steps
+/// lost.
+fn check_one(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str, steps: u16) -> CliResult<()> {
+    let st = task_state(store, ctx, id)?;
+    match st.map(|_| check_with_retry(store, ctx, world, id)).transpose()? {
+        Some(c) => rep.add_check(c),
+        None => {
+            rep.lost += u64::from(steps);
+            rep.problem(format!("{id}: no task in the log"));
+        }
+    }
+    Ok(())
 }
 
 /// Payment and email steps from `from` on (the calls a run still makes, at least).
@@ -863,7 +892,7 @@ fn finish(rep: &ChaosReport, json: bool) -> i32 {
 /// `task chaos`.
 pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     if let Some(dir) = &opts.verify {
-        return verify(dir, opts.db.as_deref(), opts.json);
+        return verify(dir, opts.db.as_deref(), opts.world.as_deref(), opts.json);
     }
     if opts.iterations == 0 {
         return Err(CliError::bad_input("--iterations must be at least 1"));
@@ -873,6 +902,9 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     }
     if opts.pg_stop_cmd.is_some() != opts.pg_start_cmd.is_some() {
         return Err(CliError::bad_input("give both --pg-stop-cmd and --pg-start-cmd, or neither"));
+    }
+    if opts.workers > 0 && opts.db.is_none() {
+        return Err(CliError::bad_input("--workers needs --db postgres://... (the workers share the log)"));
     }
     if opts.pg_stop_cmd.is_some() && opts.db.is_none() {
         return Err(CliError::bad_input("--pg-stop-cmd and --pg-start-cmd need --db postgres://..."));
@@ -907,7 +939,10 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
             None => dir.join("tasks.sqlite"),
         },
         pg: opts.db.is_some(),
-        world: dir.join("world"),
+        world: match &opts.world {
+            Some(url) => PathBuf::from(url),
+            None => dir.join("world"),
+        },
         specs: dir.join("specs"),
         step_delay_ms: opts.step_delay_ms,
         lease_ms: opts.lease_ms,
@@ -921,25 +956,31 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
         step_delay_ms: opts.step_delay_ms,
         dir: dir.display().to_string(),
         backend: if ctx.pg { "postgres" } else { "sqlite" }.into(),
+        workers: opts.workers,
+        world: if opts.world.is_some() { "postgres" } else { "files" }.into(),
         ..ChaosReport::default()
     };
     let t = Instant::now();
     let mut store: Slot = None;
     let mut world = World::new(&ctx.world);
-    // Calibration: one task without kills, to scale the kill delays (not counted).
-    let calib = format!("chaos-{}-calibration", opts.seed);
-    let calib_spec = ctx.specs.join(format!("{calib}.toml"));
-    let text = chaos_spec(&calib, opts.steps, &mut Draws::new(opts.seed ^ 0xCA11));
-    std::fs::write(&calib_spec, text).map_err(|e| CliError::failure(format!("{}: {e}", calib_spec.display())))?;
-    let t0 = Instant::now();
-    let mut child = ctx.spawn_run(&calib_spec, None)?;
-    let status = wait_or_kill(&mut child, t0, KillPlan::Never, &mut world, &calib, 0)?;
-    let mut pace = Pace { ms: t0.elapsed().as_secs_f64() * 1000.0, steps: f64::from(opts.steps) };
-    if !status.success() {
-        return Err(CliError::failure(format!(
-            "the calibration run (no kill) failed with {status}: {}",
-            stderr_of(&mut child)
-        )));
+    // Calibration: one task without kills, to scale the kill delays (not counted; the workers
+    // mode spaces its actions by the step delay instead).
+    let mut pace = Pace { ms: 0.0, steps: 1.0 };
+    if opts.workers == 0 {
+        let calib = format!("chaos-{}-calibration", opts.seed);
+        let calib_spec = ctx.specs.join(format!("{calib}.toml"));
+        let text = chaos_spec(&calib, opts.steps, &mut Draws::new(opts.seed ^ 0xCA11));
+        std::fs::write(&calib_spec, text).map_err(|e| CliError::failure(format!("{}: {e}", calib_spec.display())))?;
+        let t0 = Instant::now();
+        let mut child = ctx.spawn_run(&calib_spec, None)?;
+        let status = wait_or_kill(&mut child, t0, KillPlan::Never, &mut world, &calib, 0)?;
+        pace = Pace { ms: t0.elapsed().as_secs_f64() * 1000.0, steps: f64::from(opts.steps) };
+        if !status.success() {
+            return Err(CliError::failure(format!(
+                "the calibration run (no kill) failed with {status}: {}",
+                stderr_of(&mut child)
+            )));
+        }
     }
     let stop = Arc::new(AtomicBool::new(false));
     let restarts = match (&opts.pg_stop_cmd, &opts.pg_start_cmd) {
@@ -951,24 +992,29 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     };
     let tty = std::io::stderr().is_terminal();
     let mut failed = None;
-    for i in 0..opts.iterations {
+    if opts.workers > 0 {
+        match workers::run(&mut rep, &mut store, &ctx, &mut world, opts, opts.workers) {
+            Ok(ids) => {
+                for (n, id) in ids.iter().enumerate() {
+                    if let Err(e) = check_one(&mut rep, &mut store, &ctx, &mut world, id, opts.steps) {
+                        failed = Some(e);
+                        break;
+                    }
+                    progress(tty, n as u32 + 1, &rep, t);
+                }
+            }
+            Err(e) => failed = Some(e),
+        }
+    }
+    for i in (0..opts.iterations).filter(|_| opts.workers == 0) {
         if let Err(e) = iteration(&mut rep, &mut store, &ctx, &mut world, opts, i, &mut pace) {
             failed = Some(e);
             break;
         }
         let id = format!("chaos-{}-{i}", opts.seed);
-        let r = task_state(&mut store, &ctx, &id)
-            .and_then(|st| st.map(|_| check_with_retry(&mut store, &ctx, &mut world, &id)).transpose());
-        match r {
-            Ok(Some(c)) => rep.add_check(c),
-            Ok(None) => {
-                rep.lost += u64::from(opts.steps);
-                rep.problem(format!("{id}: no task in the log"));
-            }
-            Err(e) => {
-                failed = Some(e);
-                break;
-            }
+        if let Err(e) = check_one(&mut rep, &mut store, &ctx, &mut world, &id, opts.steps) {
+            failed = Some(e);
+            break;
         }
         progress(tty, i + 1, &rep, t);
     }
@@ -998,14 +1044,14 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
     Ok(code)
 }
 
-/// `task chaos --verify DIR [--db URL]`: re-checks every task of an existing chaos directory.
-fn verify(dir: &Path, url: Option<&str>, json: bool) -> CliResult<i32> {
+/// `task chaos --verify DIR [--db URL] [--world URL]`: re-checks every task of an existing chaos directory.
+fn verify(dir: &Path, url: Option<&str>, world_url: Option<&str>, json: bool) -> CliResult<i32> {
     let store: Box<dyn TaskStore> = match url {
         Some(u) => Box::new(PgStore::open(u, false)?),
         None => Box::new(Store::open(&dir.join("tasks.sqlite"), false)?),
     };
     let store = &*store;
-    let mut world = World::new(&dir.join("world"));
+    let mut world = World::new(&world_url.map_or_else(|| dir.join("world"), PathBuf::from));
     let ids = store.task_ids()?;
     let mut rep = ChaosReport { dir: dir.display().to_string(), ..ChaosReport::default() };
     for id in &ids {
