@@ -2,8 +2,10 @@
 //!
 //! * **Throughput**: the raw commit rate (one `INSERT` of a 120-byte row + `COMMIT` per
 //!   transaction, `synchronous_commit = on`, one session) and durable model+tool steps/s with 1,
-//!   4 and 16 runners at once (threads, one session each, one task each: the same `drive` loop and
-//!   journal as `task run`, every checkpoint one fenced transaction), in the same run. PostgreSQL
+//!   4 and 16 runners at once (threads, one session each, one task each: the same `drive` loop,
+//!   journal and suspend poll as `task run`, every checkpoint one fenced statement), in the same
+//!   run, interleaved in [`ROUNDS`] rounds (raw, 1, 4, 16, raw, 1, ...) so the disk's drift
+//!   weighs on all of them alike. PostgreSQL
 //!   flushes the WAL of concurrent commits together (group commit), which is what 16 sessions gain.
 //! * **Takeover** (`--takeover-kills N`): two `task worker` processes; a task is submitted, once
 //!   its holder has made a few durable steps the holder gets `SIGKILL`, and the time from the
@@ -51,8 +53,8 @@ fn client(url: &str) -> CliResult<Client> {
     Ok(c)
 }
 
-/// Raw commits/s: `n` single-row autocommit INSERTs on one session.
-fn raw_commit_rate(url: &str, n: u32) -> CliResult<f64> {
+/// Raw commits: `n` single-row autocommit INSERTs on one session; returns the seconds taken.
+fn raw_commits(url: &str, n: u32) -> CliResult<f64> {
     let name = redact(url);
     let mut c = client(url)?;
     let e = |e: postgres::Error| pg_error(&name, "raw commit rate", &e);
@@ -63,12 +65,13 @@ fn raw_commit_rate(url: &str, n: u32) -> CliResult<f64> {
     for _ in 0..n {
         c.execute(&st, &[&payload]).map_err(e)?;
     }
-    let rate = n as f64 / t.elapsed().as_secs_f64();
+    let secs = t.elapsed().as_secs_f64();
     c.batch_execute("DROP TABLE bench_raw").map_err(e)?;
-    Ok(rate)
+    Ok(secs)
 }
 
-/// K runners at once, `steps` steps each; returns steps/s over all.
+/// K runners at once, `steps` steps each; returns the seconds taken (from the first step to the
+/// last runner's end; creating the tasks and taking their leases is not counted).
 fn runners(url: &str, k: u32, steps: u32, tag: &str) -> CliResult<f64> {
     let mut prepared = Vec::new();
     for i in 0..k {
@@ -94,25 +97,39 @@ fn runners(url: &str, k: u32, steps: u32, tag: &str) -> CliResult<f64> {
     for r in results {
         r?;
     }
-    Ok(f64::from(steps * k) / el.as_secs_f64())
+    Ok(el.as_secs_f64())
 }
 
-/// The throughput figures, as a JSON object.
+/// Rounds of the throughput run: each measures the raw rate, then 1, 4 and 16 runners, so a disk
+/// whose speed drifts (a shared VM's does, by 2x within a minute) weighs on all of them alike.
+const ROUNDS: u32 = 5;
+
+/// The throughput figures, as a JSON object: `steps` steps per runner in all, in [`ROUNDS`]
+/// rounds; the raw rate over as many commits as one runner's steps (at least 500).
 pub fn throughput(url: &str, steps: u32) -> CliResult<serde_json::Value> {
     let tag = format!("{}-{}", std::process::id(), now_ms());
-    let raw_n = steps.max(500);
-    let raw_before = raw_commit_rate(url, raw_n)?;
-    let one = runners(url, 1, steps, &tag)?;
-    let raw_after = raw_commit_rate(url, raw_n)?;
-    let four = runners(url, 4, steps, &tag)?;
-    let sixteen = runners(url, 16, steps, &tag)?;
-    let raw = raw_before.max(raw_after);
+    let per = steps.div_ceil(ROUNDS).max(1);
+    let raw_per = per.max(100);
+    let (mut raw_s, mut s1, mut s4, mut s16) = (0.0, 0.0, 0.0, 0.0);
+    let mut raw_rounds = Vec::new();
+    for r in 0..ROUNDS {
+        let t = raw_commits(url, raw_per)?;
+        raw_s += t;
+        raw_rounds.push(round(f64::from(raw_per) / t));
+        s1 += runners(url, 1, per, &format!("{tag}-{r}"))?;
+        s4 += runners(url, 4, per, &format!("{tag}-{r}"))?;
+        s16 += runners(url, 16, per, &format!("{tag}-{r}"))?;
+    }
+    let raw = f64::from(raw_per * ROUNDS) / raw_s;
+    let rate = |k: u32, secs: f64| f64::from(per * ROUNDS * k) / secs;
+    let (one, four, sixteen) = (rate(1, s1), rate(4, s4), rate(16, s16));
     Ok(serde_json::json!({
         "db": redact(url),
+        "rounds": ROUNDS,
+        "raw_commits": raw_per * ROUNDS,
         "raw_commits_per_s": round(raw),
-        "raw_commits_per_s_before": round(raw_before),
-        "raw_commits_per_s_after": round(raw_after),
-        "steps_per_runner": steps,
+        "raw_commits_per_s_rounds": raw_rounds,
+        "steps_per_runner": per * ROUNDS,
         "steps_per_s_1": round(one),
         "steps_per_s_4": round(four),
         "steps_per_s_16": round(sixteen),

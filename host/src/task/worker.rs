@@ -80,6 +80,9 @@ pub fn worker(db: &DbTarget, opts: &WorkerOpts) -> CliResult<i32> {
         match PgStore::open(&url, true) {
             Ok(_) => break,
             Err(e) if server_gone(&e.msg) && !crate::sys::term_requested() => {
+                if pause == RECONNECT_FIRST_MS {
+                    eprintln!("brokerlab: worker: the database is unreachable, retrying (SIGTERM stops): {e}");
+                }
                 std::thread::sleep(Duration::from_millis(pause));
                 pause = (pause * 2).min(RECONNECT_MAX_MS);
             }
