@@ -742,7 +742,8 @@ fn the_world_in_postgres_counts_exactly_once_and_fences() {
     assert!(out.stderr().contains("fenced") && out.stderr().contains("world_calls"), "{}", out.stderr());
     let mails: Vec<PgCall> = pg_calls(&p, "ww").into_iter().filter(|c| c.0 == "send_email").collect();
     assert_eq!(mails.iter().filter(|c| c.4).count(), 1, "sent exactly once: {mails:?}");
-    let refused: Vec<&PgCall> = mails.iter().filter(|c| c.6.as_deref().is_some_and(|r| r.starts_with("fenced"))).collect();
+    let refused: Vec<&PgCall> =
+        mails.iter().filter(|c| c.6.as_deref().is_some_and(|r| r.starts_with("fenced"))).collect();
     assert_eq!(refused.len(), 1, "{mails:?}");
     assert_eq!(refused[0].5, 1, "the refused call carried runner 1's token");
 }
@@ -791,9 +792,28 @@ fn chaos_with_workers_on_postgres() {
     let t = Instant::now();
     let out = Out(d
         .cmd(&[
-            "chaos", "--db", &url, "--world", &url, "--workers", "3", "--dir", d.0.to_str().unwrap(),
-            "--iterations", "40", "--steps", "8", "--seed", WORKER_CHAOS_SEED, "--step-delay-ms", "20", "--json",
-            "--pg-stop-cmd", &stop, "--pg-start-cmd", &start,
+            "chaos",
+            "--db",
+            &url,
+            "--world",
+            &url,
+            "--workers",
+            "3",
+            "--dir",
+            d.0.to_str().unwrap(),
+            "--iterations",
+            "40",
+            "--steps",
+            "8",
+            "--seed",
+            WORKER_CHAOS_SEED,
+            "--step-delay-ms",
+            "20",
+            "--json",
+            "--pg-stop-cmd",
+            &stop,
+            "--pg-start-cmd",
+            &start,
         ])
         .output()
         .unwrap());

@@ -295,7 +295,19 @@ impl PgStore {
         let st = self.stmt(&mut *c, APPEND_SQL)?;
         let row = c.query_opt(
             &st,
-            &[&lease.task, &lease.owner, &epoch, &expires, &seqs, &kinds, &statuses, &frames, &summaries, &now, &suspending],
+            &[
+                &lease.task,
+                &lease.owner,
+                &epoch,
+                &expires,
+                &seqs,
+                &kinds,
+                &statuses,
+                &frames,
+                &summaries,
+                &now,
+                &suspending,
+            ],
         )?;
         let cur: Option<(String, i64)> = row.as_ref().map(|r| (r.get(0), r.get(1)));
         let inserted: i64 = row.as_ref().map_or(0, |r| r.get(2));
@@ -662,7 +674,9 @@ impl PgStore {
         let mut c = self.client.borrow_mut();
         c.query("SELECT task_id, epoch, host, pid FROM leases WHERE owner <> '' AND expires_at_ms > $1", &[&now_ms()])
             .map(|rows| {
-                rows.iter().map(|r| (r.get(0), r.get::<_, i64>(1) as u64, r.get(2), r.get::<_, i64>(3) as u32)).collect()
+                rows.iter()
+                    .map(|r| (r.get(0), r.get::<_, i64>(1) as u64, r.get(2), r.get::<_, i64>(3) as u32))
+                    .collect()
             })
             .map_err(|e| pg_error(&self.name, "reading leases", &e))
     }

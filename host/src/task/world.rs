@@ -494,7 +494,17 @@ fn apply_pg(
     tx.execute(
         "INSERT INTO world_calls(tool, key, task_id, step, applied, args, at_ms, epoch, reason) \
          VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        &[&tool, &key.map(|k| k.as_str()), &task, &i32::from(step), &applied, &args, &now_ms(), &(fence as i64), &reason],
+        &[
+            &tool,
+            &key.map(|k| k.as_str()),
+            &task,
+            &i32::from(step),
+            &applied,
+            &args,
+            &now_ms(),
+            &(fence as i64),
+            &reason,
+        ],
     )?;
     tx.commit()?;
     Ok(outcome)

@@ -526,7 +526,14 @@ fn task_state_once(store: &mut Slot, ctx: &Ctx, id: &str) -> CliResult<Option<Ta
 
 /// Checks task `id` (exactly once) into `rep`; a task missing from the log counts all its steps
 /// lost.
-fn check_one(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str, steps: u16) -> CliResult<()> {
+fn check_one(
+    rep: &mut ChaosReport,
+    store: &mut Slot,
+    ctx: &Ctx,
+    world: &mut World,
+    id: &str,
+    steps: u16,
+) -> CliResult<()> {
     let st = task_state(store, ctx, id)?;
     match st.map(|_| check_with_retry(store, ctx, world, id)).transpose()? {
         Some(c) => rep.add_check(c),

@@ -32,8 +32,8 @@ use super::super::ident::host_id;
 use super::super::pg::PgStore;
 use super::super::spec::Spec;
 use super::super::store::NewTask;
-use super::super::world::{ToolFile, World};
 use super::super::worker::server_gone;
+use super::super::world::{ToolFile, World};
 use super::{ChaosOpts, ChaosReport, Ctx, Draws, Slot, calls_made, chaos_spec, review, task_state, wait_for_server};
 use crate::error::{CliError, CliResult};
 
@@ -232,10 +232,10 @@ pub(super) fn run(
                         done.insert(id.clone());
                     } else if let Phase::Review { .. } = st.phase {
                         review(rep, store, ctx, world, id)?;
-                        if let Some(s) = pg(&mut parent, &url) {
-                            if s.submit(id, new).is_err() {
-                                parent = None;
-                            }
+                        if let Some(s) = pg(&mut parent, &url)
+                            && s.submit(id, new).is_err()
+                        {
+                            parent = None;
                         }
                     } else if let Some(s) = pg(&mut parent, &url) {
                         // left the queue otherwise (suspended by SIGTERM is kept queued): queue again
