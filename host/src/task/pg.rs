@@ -692,16 +692,18 @@ impl PgStore {
 
 /// A worker slot's claim session. A claim picks the oldest queued task whose lease is free (never
 /// taken, released, expired) with `SELECT ... FOR UPDATE OF queue SKIP LOCKED`, so claimers
-/// running at the same moment pick different rows, and marks it with a session advisory lock
-/// (the claim lock, [`claim_key`]) held until the slot is done with the task: other slots (of
-/// this worker or another) pass over a task whose claim lock is held. The claim lock is not the
-/// guarantee: the task's lease (taken next, in its own fenced transaction, by the core's
-/// `decide_lease`) is. A claim lock whose holder is stuck (SIGSTOP, a VM pause) is ignored once
-/// the task's lease has expired, so the task is taken over then: holding the queue row for the
-/// whole run instead (as a first version did) let a stopped worker keep its task from every
-/// other worker for as long as it was stopped. When no task has a free lease, the live leases
-/// are checked for holders whose session is gone (their session advisory lock is free) or that
-/// are provably dead on this host: those tasks are claimable at once.
+/// running at the same moment see different rows, and marks it with a session advisory lock, the
+/// claim lock ([`claim_key`] of the task and the epoch its lease row holds), kept until the slot
+/// is done with the task: other slots (of this worker or another) pass over a task whose claim
+/// lock for the current epoch is held. The claim lock is not the guarantee: the task's lease
+/// (taken next, in its own fenced transaction, by the core's `decide_lease`) is. Because the
+/// lock is keyed by the epoch, a claimer that is stuck (SIGSTOP, a VM pause) holds the lock of an
+/// epoch that its own lease has since replaced: once that lease expires the task is claimable
+/// again (holding the queue row for the whole run instead, as a first version did, let a stopped
+/// worker keep its task from every other worker for as long as it was stopped). When no task has
+/// a free lease, the live leases are checked for holders whose session is gone (their session
+/// advisory lock is free) or that are provably dead on this host: those tasks are claimable at
+/// once.
 pub struct Claimer {
     client: Client,
     name: String,
@@ -709,14 +711,21 @@ pub struct Claimer {
     held: Option<i64>,
 }
 
-/// The claim lock of a task (the session-key hash in a namespace no lease epoch reaches).
-pub fn claim_key(task: &str) -> i64 {
-    session_key(task, u64::MAX)
+/// The claim lock of a task whose lease row holds `epoch` (FNV-1a 64 as [`session_key`], with
+/// another separator byte: a namespace of its own). Keyed by the epoch, so a worker stuck with
+/// an older claim (its lease since expired) does not keep the next claimer out, while two
+/// claimers of the same lease state exclude each other.
+pub fn claim_key(task: &str, epoch: u64) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in task.bytes().chain([0xfe]).chain(epoch.to_le_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h as i64
 }
 
-/// Queued tasks with a free lease, oldest first, and whether the lease expired by time (a holder
-/// that stopped renewing; its claim lock is ignored).
-const CLAIM_FREE_SQL: &str = "SELECT q.task_id, coalesce(l.owner <> '' AND l.expires_at_ms > 0, false)
+/// Queued tasks with a free lease, oldest first, with the lease row's epoch (0 if none).
+const CLAIM_FREE_SQL: &str = "SELECT q.task_id, coalesce(l.epoch, 0)
 FROM queue q LEFT JOIN leases l ON l.task_id = q.task_id
 WHERE NOT (q.task_id = ANY($1)) AND (l.task_id IS NULL OR l.owner = '' OR l.expires_at_ms <= $2)
 ORDER BY q.submitted_at_ms, q.task_id LIMIT 16 FOR UPDATE OF q SKIP LOCKED";
@@ -734,9 +743,9 @@ impl Claimer {
         Ok(Claimer { client, name, held: None })
     }
 
-    /// Takes the claim lock of `id` if free (then this session holds it).
-    fn try_claim(&mut self, id: &str) -> Result<bool, postgres::Error> {
-        let key = claim_key(id);
+    /// Takes the claim lock of `id` at lease epoch `epoch` if free (then this session holds it).
+    fn try_claim(&mut self, id: &str, epoch: u64) -> Result<bool, postgres::Error> {
+        let key = claim_key(id, epoch);
         let got: bool = self.client.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
         if got {
             self.held = Some(key);
@@ -753,16 +762,14 @@ impl Claimer {
             self.release()?;
             let now = now_ms();
             let mut tx = self.client.transaction()?;
-            let rows: Vec<(String, bool)> =
+            let rows: Vec<(String, i64)> =
                 tx.query(CLAIM_FREE_SQL, &[&skip, &now])?.iter().map(|r| (r.get(0), r.get(1))).collect();
             let mut pick = None;
-            for (id, expired) in rows {
-                let key = claim_key(&id);
+            for (id, epoch) in rows {
+                let key = claim_key(&id, epoch as u64);
                 let got: bool = tx.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
-                if got || expired {
-                    if got {
-                        self.held = Some(key);
-                    }
+                if got {
+                    self.held = Some(key);
                     pick = Some(id);
                     break;
                 }
@@ -782,7 +789,7 @@ impl Claimer {
                     }
                     got
                 };
-                if gone && self.try_claim(&id)? {
+                if gone && self.try_claim(&id, epoch as u64)? {
                     return Ok(Some(id));
                 }
             }

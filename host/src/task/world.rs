@@ -242,6 +242,17 @@ impl World {
         if client.is_none() {
             let (mut c, _) = super::pg::connect(url)?;
             let r = (|| -> Result<(), postgres::Error> {
+                // created already (the usual case): no lock taken, so a session stopped inside a
+                // call's transaction cannot hold a newcomer up here
+                let have: bool = c
+                    .query_one(
+                        "SELECT to_regclass('world_calls') IS NOT NULL AND to_regclass('world_fences') IS NOT NULL",
+                        &[],
+                    )?
+                    .get(0);
+                if have {
+                    return Ok(());
+                }
                 let mut tx = c.transaction()?;
                 tx.execute("SELECT pg_advisory_xact_lock($1)", &[&PG_WORLD_LOCK])?;
                 tx.batch_execute(PG_SCHEMA)?;

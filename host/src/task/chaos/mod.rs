@@ -779,7 +779,14 @@ fn review(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut World,
         c.arg("--db").arg(&ctx.db);
         out = c.output().map_err(|e| CliError::failure(format!("cannot start `task review`: {e}")))?;
         tries += 1;
-        if out.status.success() || !ctx.pg || tries > 20 || !server_down(&String::from_utf8_lossy(&out.stderr)) {
+        let err = String::from_utf8_lossy(&out.stderr);
+        // a runner woke (or was taken over) under the reviewer: the log moved on, or a row is
+        // locked for a moment; try again
+        if !out.status.success() && tries <= 20 && (err.contains("the log changed") || err.contains("locked by")) {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        if out.status.success() || !ctx.pg || tries > 20 || !server_down(&err) {
             break;
         }
         rep.server_aborts += 1;

@@ -333,7 +333,9 @@ pub(super) fn run(
 
 /// What the workers wrote to stderr: fenced stops and reconnections are counted; any other
 /// complaint about a task is an error, except the expected ones (another runner holds the
-/// task, the log moved on under a dead holder's last commit, the server went away).
+/// task, the log moved on under a dead holder's last commit, the server went away, a row lock
+/// held past `BROKERLAB_BUSY_MS` by a worker parked with SIGSTOP inside a transaction: its task
+/// stays queued and is run once the lock is free).
 fn scan_logs(rep: &mut ChaosReport, dir: &std::path::Path) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for e in rd.flatten() {
@@ -344,6 +346,7 @@ fn scan_logs(rep: &mut ChaosReport, dir: &std::path::Path) {
             } else if line.contains("reconnected") {
                 rep.worker_reconnects += 1;
             } else if line.contains("already being run by")
+                || line.contains("locked by another runner")
                 || line.contains("the log changed")
                 || line.contains("unreachable, retrying")
                 || server_gone(line)
