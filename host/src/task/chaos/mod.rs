@@ -193,22 +193,26 @@ pub use spec::{Draws, chaos_spec};
 
 /// Calls the task made to the tools that keep files, so far.
 fn calls_made(world: &mut World, task: &str) -> CliResult<usize> {
-    let mut n = 0;
-    for f in ToolFile::ALL {
-        n += world.calls(f, task)?.len();
-    }
-    Ok(n)
+    world_retry(world, |w| {
+        let mut n = 0;
+        for f in ToolFile::ALL {
+            n += w.calls(f, task)?.len();
+        }
+        Ok(n)
+    })
 }
 
 /// Calls received per (tool, step), for the window count.
 fn per_step(world: &mut World, task: &str) -> CliResult<HashMap<(ToolFile, u16), usize>> {
-    let mut m = HashMap::new();
-    for f in ToolFile::ALL {
-        for c in world.calls(f, task)? {
-            *m.entry((f, c.step)).or_insert(0) += 1;
+    world_retry(world, |w| {
+        let mut m = HashMap::new();
+        for f in ToolFile::ALL {
+            for c in w.calls(f, task)? {
+                *m.entry((f, c.step)).or_insert(0) += 1;
+            }
         }
-    }
-    Ok(m)
+        Ok(m)
+    })
 }
 
 /// Totals of a chaos run (the `--json` object).
@@ -756,6 +760,20 @@ fn pause_then_takeover(
     Ok(true)
 }
 
+/// `read` on the tools' records; with the records in PostgreSQL, a failure (the server
+/// restarting) is retried for up to 60 s, as the log's reads are.
+fn world_retry<T>(world: &mut World, mut read: impl FnMut(&mut World) -> CliResult<T>) -> CliResult<T> {
+    let t = Instant::now();
+    loop {
+        match read(world) {
+            Err(_) if world.is_pg() && t.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Reviews the paused step as a human would, from the email tool's own file.
 fn review(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) -> CliResult<()> {
     let Some(st) = task_state(store, ctx, id)? else {
@@ -764,7 +782,7 @@ fn review(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut World,
     let Phase::Review { .. } = st.phase else {
         return Err(CliError::failure(format!("{id}: exit 3 but no step waits for review")));
     };
-    let sent = world.calls(ToolFile::Emails, id)?.iter().any(|c| c.step == st.step && c.applied);
+    let sent = world_retry(world, |w| w.calls(ToolFile::Emails, id))?.iter().any(|c| c.step == st.step && c.applied);
     let decision = if sent { "--mark-done" } else { "--retry" };
     if sent {
         rep.reviews_mark_done += 1;
