@@ -71,6 +71,20 @@ impl Pool {
     }
 }
 
+impl Drop for Pool {
+    /// Workers still running when the run stops on an error are woken and killed, not left
+    /// behind (after a clean run they have all exited).
+    fn drop(&mut self) {
+        for w in &mut self.ws {
+            if let Ok(None) = w.child.try_wait() {
+                crate::sys::stop_or_continue(w.child.id(), false);
+                let _ = w.child.kill();
+                let _ = w.child.wait();
+            }
+        }
+    }
+}
+
 /// A live lease held by one of our running (not parked) workers: (worker index, task, epoch).
 fn held(pool: &Pool, leases: &[(String, u64, String, u32)], me: &str) -> Vec<(usize, String, u64)> {
     leases
