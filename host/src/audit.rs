@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::workload::Workload;
 use brokerlab_core::fleet::{Fleet, FleetConfig, FleetLayout, IndexEntry, LruPod, PendingEntry, PendingRecord, Slot};
 use serde::Serialize;
@@ -178,10 +179,10 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
         ),
         row(
             "block keys buffer",
-            format!("max prompt / 16 = {}", w.max_prompt_tokens() / 16),
+            format!("max prompt / {BLOCK_TOKENS} = {}", w.max_prompt_tokens() / BLOCK_TOKENS as u64),
             "u64",
             8,
-            w.max_prompt_tokens() as usize / 16,
+            w.max_prompt_tokens() as usize / BLOCK_TOKENS,
         ),
     ]);
     rows.push(row(

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use brokerlab::error::{CliError, EXIT_BAD_INPUT};
+use brokerlab::error::EXIT_BAD_INPUT;
 use clap::{Parser, Subcommand};
 
 /// brokerlab: a fleet simulator for prefix-aware routing and a durable task runner.
@@ -84,7 +84,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),
-        Err(CliError { code, msg }) => {
+        Err(e) => {
+            let (code, msg) = (e.code(), e.to_string());
             brokerlab::print_stderr(&format!("brokerlab: error: {msg}"));
             ExitCode::from(code as u8)
         }

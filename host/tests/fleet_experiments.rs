@@ -108,7 +108,7 @@ fn sweeps_do_not_depend_on_thread_count() {
     let specs = sweep::for_each_router(&values);
     let one = sweep::run_points("capacity", &g, &specs, 1, &Progress::hidden()).unwrap();
     let two = sweep::run_points("capacity", &g, &specs, 3, &Progress::hidden()).unwrap();
-    assert_eq!(sweep::to_csv(&one), sweep::to_csv(&two));
+    assert_eq!(sweep::to_csv(&one).unwrap(), sweep::to_csv(&two).unwrap());
 }
 
 #[test]

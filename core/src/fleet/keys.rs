@@ -1,14 +1,14 @@
 //! Turning a prompt into its chained block keys.
 
-use super::Error;
 use super::hash::{ROOT_KEY, chain_tokens, chain_trace};
 use super::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS, MAX_TRACE_BLOCK_TOKENS};
+use super::{Error, Field};
 
 /// Checks a trace block size S: a non-zero multiple of 16, at most [`MAX_TRACE_BLOCK_TOKENS`].
 pub fn check_trace_block_tokens(s: u32) -> Result<(), Error> {
     if s == 0 || !(s as usize).is_multiple_of(BLOCK_TOKENS) || s > MAX_TRACE_BLOCK_TOKENS {
         return Err(Error::InvalidConfig {
-            field: "trace-block-size",
+            field: Field::TraceBlockSize,
             expected: "a non-zero multiple of 16, at most 1048576",
         });
     }
