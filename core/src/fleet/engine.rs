@@ -5,7 +5,7 @@
 //! docs/MODEL.md, "The batched engine", is the specification; this file follows it rule by rule.
 //! Every buffer is the caller's ([`super::batched::EngineLayout`] gives the lengths).
 
-use super::limits::{BLOCK_TOKENS, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_OUTPUT_TOKENS};
+use super::limits::{BLOCK_TOKENS, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_OUTPUT_TOKENS, MAX_POD_BLOCKS, quoting};
 use super::table::{self, Probe};
 use super::{Error, Field, Limit, Quantity};
 
@@ -113,10 +113,16 @@ impl EngineConfig {
     /// Checks every field against the model's limits.
     pub fn validate(&self) -> Result<(), Error> {
         if self.max_num_batched_tokens == 0 || self.max_num_batched_tokens > MAX_BATCHED_TOKENS {
-            return Err(Error::InvalidConfig { field: Field::MaxNumBatchedTokens, expected: "between 1 and 16777216" });
+            return Err(Error::InvalidConfig {
+                field: Field::MaxNumBatchedTokens,
+                expected: quoting!("between 1 and 16777216", MAX_BATCHED_TOKENS),
+            });
         }
         if self.max_num_seqs == 0 || self.max_num_seqs > MAX_NUM_SEQS {
-            return Err(Error::InvalidConfig { field: Field::MaxNumSeqs, expected: "between 1 and 65536" });
+            return Err(Error::InvalidConfig {
+                field: Field::MaxNumSeqs,
+                expected: quoting!("between 1 and 65536", MAX_NUM_SEQS),
+            });
         }
         if self.max_num_seqs > self.max_num_batched_tokens {
             return Err(Error::InvalidConfig {
@@ -368,7 +374,10 @@ impl<'a> Engine<'a> {
         let PodBuffers { blocks, table, reqs, waiting, running, keys } = bufs;
         let c = blocks.len();
         if c == 0 || c > super::limits::MAX_POD_BLOCKS {
-            return Err(Error::InvalidConfig { field: Field::Capacity, expected: "between 1 and 4294967294 blocks" });
+            return Err(Error::InvalidConfig {
+                field: Field::Capacity,
+                expected: quoting!("between 1 and 4294967294 blocks", MAX_POD_BLOCKS),
+            });
         }
         let tl = Self::table_len(c);
         if tl == 0 || table.len() != tl {
@@ -699,7 +708,10 @@ impl<'a> Engine<'a> {
         }
         let output = output_tokens.max(1);
         if output > MAX_OUTPUT_TOKENS {
-            return Err(Error::InvalidRequest { field: "output_length", expected: "at most 16777216 tokens" });
+            return Err(Error::InvalidRequest {
+                field: "output_length",
+                expected: quoting!("at most 16777216 tokens", MAX_OUTPUT_TOKENS),
+            });
         }
         let need_blocks = blocks_for(input_tokens + output - 1);
         if need_blocks > self.blocks.len() as u64 {

@@ -12,7 +12,7 @@
 
 use sha2::{Digest as _, Sha256};
 
-use super::limits::MAX_VLLM_BLOCK_TOKENS;
+use super::limits::{MAX_VLLM_BLOCK_TOKENS, quoting};
 use super::{Error, Field};
 
 /// A SHA-256 digest (vLLM's `BlockHash`, 32 bytes).
@@ -130,7 +130,7 @@ pub fn check_block_tokens(b: usize) -> Result<(), Error> {
     if b == 0 || b > MAX_VLLM_BLOCK_TOKENS {
         return Err(Error::InvalidConfig {
             field: Field::BlockSize,
-            expected: "a whole number of tokens from 1 to 1048576",
+            expected: quoting!("a whole number of tokens from 1 to 1048576", MAX_VLLM_BLOCK_TOKENS),
         });
     }
     Ok(())

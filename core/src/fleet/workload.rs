@@ -22,7 +22,7 @@ use rand_core::{Rng, SeedableRng};
 
 use super::fixmath::{exp2_neg_q32, log2_q32, neg_ln_uniform_q32};
 use super::hash::fmix64;
-use super::limits::MAX_REQUESTS;
+use super::limits::{MAX_REQUESTS, quoting};
 use super::{Error, Field};
 
 /// Most RAG documents per tenant.
@@ -131,10 +131,10 @@ impl WorkloadSpec {
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |field, expected| Err(Error::InvalidConfig { field, expected });
         if self.requests > MAX_REQUESTS {
-            return bad(Field::WorkloadRequests, "at most 4294967296 (MAX_REQUESTS)");
+            return bad(Field::WorkloadRequests, quoting!("at most 4294967296 (MAX_REQUESTS)", MAX_REQUESTS));
         }
         if self.tenants == 0 || self.tenants > MAX_TENANTS {
-            return bad(Field::WorkloadTenants, "between 1 and 1048576");
+            return bad(Field::WorkloadTenants, quoting!("between 1 and 1048576", MAX_TENANTS));
         }
         if self.users_per_tenant == 0 {
             return bad(Field::WorkloadUsersPerTenant, "at least 1");
@@ -146,10 +146,10 @@ impl WorkloadSpec {
             return bad(Field::WorkloadOutputTokens, "[min, max] with min <= max");
         }
         if self.output_choices_len as usize > MAX_OUTPUT_CHOICES {
-            return bad(Field::WorkloadOutputTokensChoices, "at most 16 values");
+            return bad(Field::WorkloadOutputTokensChoices, quoting!("at most 16 values", MAX_OUTPUT_CHOICES));
         }
         if self.rag_docs as usize > MAX_RAG_DOCS || self.rag_per_request > self.rag_docs {
-            return bad(Field::WorkloadRag, "docs <= 256 and per_request <= docs");
+            return bad(Field::WorkloadRag, quoting!("docs <= 256 and per_request <= docs", MAX_RAG_DOCS));
         }
         if self.burst_rate_milli_per_s > 0 && (self.rate_milli_per_s == 0 || self.burst_ms == 0) {
             return bad(Field::WorkloadBurst, "a positive base rate_per_s and a positive duration");
@@ -158,7 +158,7 @@ impl WorkloadSpec {
             return bad(Field::WorkloadBurst, "start + duration below 1.8e13 ms");
         }
         if self.max_prompt_tokens() > MAX_GEN_PROMPT_TOKENS {
-            return bad(Field::Workload, "prompts of at most 4194304 tokens");
+            return bad(Field::Workload, quoting!("prompts of at most 4194304 tokens", MAX_GEN_PROMPT_TOKENS));
         }
         Ok(())
     }

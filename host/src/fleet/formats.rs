@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
+use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS, MAX_VLLM_BLOCK_TOKENS};
 use brokerlab_core::fleet::{keys, vllm};
 use clap::Args;
 use serde_json::value::RawValue;
@@ -73,8 +73,9 @@ impl Keyer {
             }
             HashKind::VllmSha256Cbor => {
                 let b = a.block_size.unwrap_or(BLOCK_TOKENS);
-                vllm::check_block_tokens(b)
-                    .map_err(|_| CliError::bad_input(format!("--block-size {b}: expected 1 to 1048576 tokens")))?;
+                vllm::check_block_tokens(b).map_err(|_| {
+                    CliError::bad_input(format!("--block-size {b}: expected 1 to {MAX_VLLM_BLOCK_TOKENS} tokens"))
+                })?;
                 let seed = vllm::seed_digest(a.hash_seed.as_deref().unwrap_or(VLLM_DEFAULT_SEED));
                 Ok(Keyer { kind: a.hash, seed, block_tokens: b })
             }
