@@ -248,7 +248,7 @@ pub struct KeysArgs {
     #[command(flatten)]
     pub hash: HashArgs,
     /// Longest trace line accepted, bytes.
-    #[arg(long, value_name = "BYTES", default_value = "32M", value_parser = crate::mem::parse_size)]
+    #[arg(long, value_name = "BYTES", default_value_t = super::trace::DEFAULT_MAX_LINE_BYTES, value_parser = crate::mem::parse_size)]
     pub max_line_bytes: u64,
 }
 
@@ -497,13 +497,7 @@ impl FormatSource {
 
 impl super::run::RequestSource for FormatSource {
     fn restart_error(&self) -> Option<String> {
-        let regular = std::fs::metadata(&self.path).is_ok_and(|m| m.is_file());
-        (!regular).then(|| {
-            format!(
-                "--trace {}: the run must read the trace a second time (an internal buffer filled up), but it is not a regular file (a pipe?); write it to a file first",
-                self.path.display()
-            )
-        })
+        super::run::restart_error_for(&self.path)
     }
 
     fn feed(

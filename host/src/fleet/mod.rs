@@ -407,7 +407,7 @@ pub struct ReplayArgs {
     pub hash: formats::HashArgs,
     /// Longest trace line accepted, bytes (the longest valid line is about 23 MB: 1,048,576 ids
     /// of up to 20 digits).
-    #[arg(long, value_name = "BYTES", default_value = "32M", value_parser = crate::mem::parse_size)]
+    #[arg(long, value_name = "BYTES", default_value_t = trace::DEFAULT_MAX_LINE_BYTES, value_parser = crate::mem::parse_size)]
     pub max_line_bytes: u64,
     #[command(flatten)]
     pub fleet: FleetArgs,

@@ -1,7 +1,7 @@
 //! Running a fleet over a stream of requests on the host: owned buffers, retry on a full buffer,
 //! exact percentiles and the summary every command prints.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
@@ -98,17 +98,22 @@ pub struct TraceSource {
     pub trace_block_tokens: u32,
 }
 
+/// Why a trace at `path` cannot be read a second time, if it cannot: reopening a pipe
+/// (`/dev/stdin`, `<(zcat ...)`) continues where the first pass stopped, and the run would
+/// silently replay a truncated trace.
+pub fn restart_error_for(path: &Path) -> Option<String> {
+    let regular = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+    (!regular).then(|| {
+        format!(
+            "--trace {}: the run must read the trace a second time (an internal buffer filled up), but it is not a regular file (a pipe?); write it to a file first",
+            path.display()
+        )
+    })
+}
+
 impl RequestSource for TraceSource {
     fn restart_error(&self) -> Option<String> {
-        // Reopening a pipe (`/dev/stdin`, `<(zcat ...)`) continues where the first pass stopped:
-        // the run would silently replay a truncated trace.
-        let regular = std::fs::metadata(&self.path).is_ok_and(|m| m.is_file());
-        (!regular).then(|| {
-            format!(
-                "--trace {}: the run must read the trace a second time (an internal buffer filled up), but it is not a regular file (a pipe?); write it to a file first",
-                self.path.display()
-            )
-        })
+        restart_error_for(&self.path)
     }
 
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
