@@ -123,7 +123,7 @@ fn global_layout_and_rejected_combinations() {
     );
     assert!(matches!(r, Err(Error::BufferSize { buffer: "tables", expected: 32, .. })));
     let bad = |c: FleetConfig, field: &str| {
-        assert!(matches!(c.validate(), Err(Error::InvalidConfig { field: f, .. }) if f == field), "{field}");
+        assert!(matches!(c.validate(), Err(Error::InvalidConfig { field: f, .. }) if f.name() == field), "{field}");
     };
     bad(FleetConfig { cpu_capacity_blocks: 4, ..c }, "cpu-capacity");
     bad(FleetConfig { stale_delay: 1, ..global(3, 5, RouterKind::PrefixAware) }, "stale");

@@ -263,6 +263,8 @@ pub enum Cause {
     Runner(Violation),
     /// The flash log broke a guarantee across a power cut.
     PowerCut(PowerCutViolation),
+    /// The scenario itself did not hold (a workload ran short, an engine run broke an invariant).
+    Scenario(&'static str),
 }
 
 impl From<Error> for Cause {
@@ -277,6 +279,7 @@ impl core::fmt::Display for Cause {
             Cause::Fleet(e) => write!(f, "fleet: {e}"),
             Cause::Runner(v) => write!(f, "runner guarantee broken: {v:?}"),
             Cause::PowerCut(v) => write!(f, "flash log after a power cut: {v:?}"),
+            Cause::Scenario(what) => write!(f, "scenario: {what}"),
         }
     }
 }
@@ -385,7 +388,11 @@ fn workload_summary(st: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), Ru
     }
     sink.metric(g, "digest", 0, digest);
     if i != REQUESTS {
-        return Err(fail(i, Error::InvalidConfig { field: "workload.requests", expected: "REQUESTS requests" }));
+        return Err(RunError {
+            run: g,
+            request: i,
+            error: Cause::Scenario("the workload has fewer than REQUESTS requests"),
+        });
     }
     Ok(())
 }
@@ -425,7 +432,11 @@ fn run_fleet(
     };
     let mut fleet = Fleet::new(cfg, buffers).map_err(setup)?;
     if !histogram.is_empty() {
-        return Err(setup(Error::InvalidConfig { field: "histogram", expected: "an empty histogram" }));
+        return Err(RunError {
+            run: group,
+            request: u32::MAX,
+            error: Cause::Scenario("the histogram must start empty"),
+        });
     }
     let latencies = take(st.latencies, REQUESTS as usize, "latencies").map_err(setup)?;
 
@@ -436,7 +447,11 @@ fn run_fleet(
     for (i, latency) in (0..REQUESTS).zip(latencies.iter_mut()) {
         let fail = |e: Error| RunError { run: group, request: i, error: e.into() };
         let Some(req) = generator.next_request(st.tokens).map_err(fail)? else {
-            return Err(fail(Error::InvalidConfig { field: "workload.requests", expected: "REQUESTS requests" }));
+            return Err(RunError {
+                run: group,
+                request: i,
+                error: Cause::Scenario("the workload has fewer than REQUESTS requests"),
+            });
         };
         let prompt = st.tokens.get(..req.input_tokens as usize).unwrap_or_default();
         let n = token_keys(prompt, &mut keys).map_err(fail)?;
@@ -600,10 +615,11 @@ fn run_batched_one(
     for i in 0..BATCHED_REQUESTS {
         let fail = |e: Error| RunError { run: group, request: i, error: e.into() };
         let Some(req) = generator.next_request(st.tokens).map_err(fail)? else {
-            return Err(fail(Error::InvalidConfig {
-                field: "workload.requests",
-                expected: "BATCHED_REQUESTS requests",
-            }));
+            return Err(RunError {
+                run: group,
+                request: i,
+                error: Cause::Scenario("the workload has fewer than BATCHED_REQUESTS requests"),
+            });
         };
         let prompt = st.tokens.get(..req.input_tokens as usize).unwrap_or_default();
         let k = token_keys(prompt, &mut keys).map_err(fail)?;
@@ -628,11 +644,7 @@ fn run_batched_one(
     }
     fleet.finish(&mut ev).map_err(|e| RunError { run: group, request: BATCHED_REQUESTS, error: e.into() })?;
 
-    let broken = |what: &'static str| RunError {
-        run: group,
-        request: u32::MAX,
-        error: Error::InvalidConfig { field: what, expected: "an engine run that keeps its invariants" }.into(),
-    };
+    let broken = |what: &'static str| RunError { run: group, request: u32::MAX, error: Cause::Scenario(what) };
     if ev.broken || ev.completed != u64::from(BATCHED_REQUESTS) {
         return Err(broken("completions: every request finishes exactly once"));
     }

@@ -5,11 +5,12 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::workload::Workload;
 use brokerlab_core::fleet::{Fleet, FleetConfig, FleetLayout, IndexEntry, LruPod, PendingEntry, PendingRecord, Slot};
 use serde::Serialize;
 
-use crate::error::{CliError, CliResult};
+use crate::error::{AuditError, CliResult};
 use crate::fleet::scenario::Scenario;
 
 /// One core structure of the audited configuration.
@@ -32,7 +33,7 @@ pub struct Row {
     pub lowered_by: &'static str,
 }
 
-/// What the firmware measured (from `cargo fw --json`).
+/// What the firmware measured (the figures `cargo xtask fw` writes).
 #[derive(Debug, Serialize, serde::Deserialize)]
 pub struct Firmware {
     /// QEMU machine.
@@ -178,10 +179,10 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
         ),
         row(
             "block keys buffer",
-            format!("max prompt / 16 = {}", w.max_prompt_tokens() / 16),
+            format!("max prompt / {BLOCK_TOKENS} = {}", w.max_prompt_tokens() / BLOCK_TOKENS as u64),
             "u64",
             8,
-            w.max_prompt_tokens() as usize / 16,
+            w.max_prompt_tokens() as usize / BLOCK_TOKENS,
         ),
     ]);
     rows.push(row(
@@ -209,10 +210,6 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
     })
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 /// How we know the core has no heap.
 fn no_heap_evidence() -> Vec<String> {
     let lib = include_str!("../../core/src/lib.rs");
@@ -236,7 +233,6 @@ fn no_heap_evidence() -> Vec<String> {
             "--prefix",
             "none",
         ])
-        .current_dir(workspace_root())
         .output();
     match tree {
         Ok(o) if o.status.success() => {
@@ -252,60 +248,28 @@ fn no_heap_evidence() -> Vec<String> {
                 if alloc_lines.is_empty() { "none".to_string() } else { alloc_lines.join("; ") }
             ));
         }
-        _ => out.push("cargo tree: not available here (run from the repository with cargo on PATH)".into()),
+        _ => out.push("cargo tree: not available here (run from a brokerlab checkout with cargo on PATH)".into()),
     }
     out
 }
 
-/// Runs `cargo fw --json` in the repository (builds the firmware and boots it in QEMU).
-pub fn firmware() -> CliResult<Firmware> {
-    firmware_prerequisites()?;
-    let o = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["fw", "--json"])
-        .current_dir(workspace_root())
-        .output()
-        .map_err(|e| CliError::failure(format!("cargo fw --json: cannot start: {e}")))?;
-    let text = String::from_utf8_lossy(&o.stdout);
-    let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).ok_or_else(|| {
-        CliError::failure(format!(
-            "cargo fw --json printed no JSON (exit {:?}): {}",
-            o.status.code(),
-            String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
-        ))
-    })?;
-    serde_json::from_str(line).map_err(|e| CliError::failure(format!("cargo fw --json: unexpected output: {e}")))
+/// Where `cargo xtask fw` writes the firmware's figures when run from the current directory:
+/// `$CARGO_TARGET_DIR/firmware/figures.json`, else `target/firmware/figures.json`.
+pub fn default_figures_path() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => PathBuf::from(dir).join("firmware").join("figures.json"),
+        None => Path::new("target").join("firmware").join("figures.json"),
+    }
 }
 
-/// What `cargo fw` needs, checked one by one so the error names what is missing: the checkout this
-/// binary was built from (the firmware is built from source), `qemu-system-arm` on PATH, and the
-/// thumbv7m-none-eabi target. `--no-firmware` skips the firmware part.
-fn firmware_prerequisites() -> CliResult<()> {
-    let root = workspace_root();
-    if !root.join("firmware-demo").join("Cargo.toml").is_file() {
-        return Err(CliError::failure(format!(
-            "the firmware figures need the brokerlab checkout this binary was built from ({}), which is not \
-             there: run `brokerlab audit` from a checkout, or pass --no-firmware",
-            root.display()
-        )));
-    }
-    let on_path =
-        |exe: &str| std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(exe).is_file()));
-    if !on_path("qemu-system-arm") {
-        return Err(CliError::failure(
-            "the firmware figures need qemu-system-arm on PATH (Debian: apt-get install qemu-system-arm; \
-             scripts/test.sh installs it), or pass --no-firmware",
-        ));
-    }
-    let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
-    if let Ok(o) = targets
-        && !String::from_utf8_lossy(&o.stdout).lines().any(|l| l.trim() == "thumbv7m-none-eabi")
-    {
-        return Err(CliError::failure(
-            "the firmware figures need the thumbv7m-none-eabi target (rustup target add thumbv7m-none-eabi), or \
-             pass --no-firmware",
-        ));
-    }
-    Ok(())
+/// The firmware's figures from the file `cargo xtask fw` writes. The binary neither builds the
+/// firmware nor knows where a checkout is: the figures are as fresh as the last `cargo xtask fw`.
+pub fn firmware(path: &Path) -> CliResult<Firmware> {
+    let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => AuditError::FiguresMissing { path: path.to_path_buf() },
+        _ => AuditError::FiguresUnreadable { path: path.to_path_buf(), source },
+    })?;
+    Ok(serde_json::from_str(&text).map_err(|source| AuditError::FiguresInvalid { path: path.to_path_buf(), source })?)
 }
 
 /// The readable audit.
@@ -339,7 +303,10 @@ pub fn render(a: &Audit) -> String {
         let ram = m("ram_bytes");
         let peak = m("stack_peak_bytes");
         let used = f.data + f.bss + peak;
-        o += &format!("\nfirmware (cargo fw, QEMU {}), its own scenario (firmware-demo/src/scenario.rs):\n", f.machine);
+        o += &format!(
+            "\nfirmware (cargo xtask fw, QEMU {}), its own scenario (firmware-demo/src/scenario.rs):\n",
+            f.machine
+        );
         o += &format!("  .text {} B, .data {} B, .bss {} B\n", f.text, f.data, f.bss);
         o += &format!(
             "  peak stack (painted, measured in QEMU) {} B (fleet phase {}, batched-engine phase {}, runner phase {}, \

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use brokerlab::error::{CliError, EXIT_BAD_INPUT};
+use brokerlab::error::EXIT_BAD_INPUT;
 use clap::{Parser, Subcommand};
 
 /// brokerlab: a fleet simulator for prefix-aware routing and a durable task runner.
@@ -38,9 +38,13 @@ struct AuditArgs {
     /// Evictions in flight tracked for a stale index.
     #[arg(long, default_value_t = 4096)]
     pending: usize,
-    /// Skip building and booting the firmware (cargo fw --json).
+    /// Leave the firmware's figures out.
     #[arg(long)]
     no_firmware: bool,
+    /// The firmware's figures, as `cargo xtask fw` writes them in a checkout (default:
+    /// $CARGO_TARGET_DIR/firmware/figures.json, else target/firmware/figures.json).
+    #[arg(long, value_name = "FILE", conflicts_with = "no_firmware")]
+    firmware_figures: Option<std::path::PathBuf>,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -55,7 +59,8 @@ fn audit(a: AuditArgs) -> brokerlab::error::CliResult<i32> {
     };
     let mut au = brokerlab::audit::audit(&sc, a.queue_per_pod, a.pending)?;
     if !a.no_firmware {
-        au.firmware = Some(brokerlab::audit::firmware()?);
+        let path = a.firmware_figures.unwrap_or_else(brokerlab::audit::default_figures_path);
+        au.firmware = Some(brokerlab::audit::firmware(&path)?);
     }
     if a.json {
         brokerlab::print_stdout(&format!("{}\n", serde_json::to_string_pretty(&au).expect("audit serializes")));
@@ -84,7 +89,8 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => ExitCode::from(code as u8),
-        Err(CliError { code, msg }) => {
+        Err(e) => {
+            let (code, msg) = (e.code(), e.to_string());
             brokerlab::print_stderr(&format!("brokerlab: error: {msg}"));
             ExitCode::from(code as u8)
         }

@@ -33,16 +33,48 @@ fn audit_names_a_bad_scenario() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent.toml"));
 }
 
-/// Without qemu-system-arm the firmware part says so, naming it (not the thumbv7m target).
+/// The binary does not build the firmware: without the figures file `cargo xtask fw` writes, the
+/// firmware part says where it looked and how to get one (exit 1), and never blames a target.
 #[test]
-fn a_missing_qemu_is_named() {
+fn missing_firmware_figures_are_named() {
     let out = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
-        .args(["audit", "multi-tenant"])
-        .env("PATH", "/nonexistent-for-this-test")
+        .args(["audit", "multi-tenant", "--firmware-figures", "/nonexistent/figures.json"])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("qemu-system-arm") && err.contains("--no-firmware"), "{err}");
-    assert!(!err.contains("thumbv7m"), "{err}");
+    assert!(err.contains("/nonexistent/figures.json") && err.contains("cargo xtask fw"), "{err}");
+    assert!(err.contains("--no-firmware"), "{err}");
+}
+
+/// A figures file is read as it is, and one that is not figures is bad input naming the file.
+#[test]
+fn firmware_figures_are_read_from_the_file() {
+    let dir = std::env::temp_dir().join(format!("brokerlab-audit-figures-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("figures.json");
+    std::fs::write(
+        &good,
+        r#"{"elf":"x","machine":"mps2-an385","text":1000,"data":8,"bss":2000,"measurements":{"stack_peak_bytes":512,"ram_bytes":4194304},"allocator_symbols":[],"exit_code":0}"#,
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+        .args(["audit", "multi-tenant", "--json", "--firmware-figures"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["firmware"]["text"], 1000);
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{}").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+        .args(["audit", "multi-tenant", "--firmware-figures"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("bad.json") && err.contains("cargo xtask fw"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -240,8 +240,9 @@ fn output_lengths_from_a_list_keep_the_other_draws() {
         (base.replace("output_tokens = [4, 8]", "output_tokens_choices = []"), "1 to 16"),
     ] {
         let err = Scenario::parse(&text, "x", "x").unwrap_err();
-        assert_eq!(err.code, 2);
-        assert!(err.msg.contains("workload.output_tokens_choices") && err.msg.contains(needle), "{}", err.msg);
+        let msg = err.to_string();
+        assert_eq!(err.code(), 2);
+        assert!(msg.contains("workload.output_tokens_choices") && msg.contains(needle), "{msg}");
     }
 }
 

@@ -8,6 +8,7 @@ use brokerlab::fleet::progress::Progress;
 use brokerlab::fleet::run::{TraceSource, simulate};
 use brokerlab::fleet::scenario::{Generated, write_trace};
 use brokerlab::fleet::sweep;
+use brokerlab_core::fleet::CacheMode;
 use brokerlab_core::fleet::RouterKind;
 
 fn ex() -> &'static Experiments {
@@ -108,7 +109,7 @@ fn sweeps_do_not_depend_on_thread_count() {
     let specs = sweep::for_each_router(&values);
     let one = sweep::run_points("capacity", &g, &specs, 1, &Progress::hidden()).unwrap();
     let two = sweep::run_points("capacity", &g, &specs, 3, &Progress::hidden()).unwrap();
-    assert_eq!(sweep::to_csv(&one), sweep::to_csv(&two));
+    assert_eq!(sweep::to_csv(&one).unwrap(), sweep::to_csv(&two).unwrap());
 }
 
 #[test]
@@ -137,7 +138,7 @@ fn autoscaling_what_to_look_for() {
     let a = |i: usize| runs[i].summary.autoscale.clone().expect("autoscaled run");
     let (rr, pa1, pa64) = (a(0), a(3), a(5));
     for (i, s) in [(0, &rr), (3, &pa1), (5, &pa64)] {
-        assert!(s.scale_outs >= 1 && s.scale_ins >= 1, "{}: {s:?}", experiments::autoscale_label(i));
+        assert!(s.scale_outs >= 1 && s.scale_ins >= 1, "{}: {s:?}", experiments::autoscale_label(i, 8, false));
     }
     let ratio = |s: &brokerlab::fleet::run::AutoscaleSummary| s.new_pod_traffic_ratio.unwrap();
     assert!((ratio(&rr) - 1.0).abs() < 0.02, "round-robin spreads evenly: {rr:?}");
@@ -181,9 +182,9 @@ fn mooncake_global_beats_local_on_both_traces() {
     for t in mc {
         // The same total capacity: one pool of 10 x 187,500 blocks vs 10 pods of 187,500.
         assert_eq!((t.global.summary.pods, t.global.summary.capacity), (10, 187_500));
-        assert_eq!(t.global.summary.cache.as_deref(), Some("global"));
+        assert_eq!(t.global.summary.cache, Some(CacheMode::Global));
         for l in &t.local {
-            assert_eq!((l.summary.pods, l.summary.capacity, l.summary.cache.as_deref()), (10, 187_500, None));
+            assert_eq!((l.summary.pods, l.summary.capacity, l.summary.cache), (10, 187_500, None));
             assert!(t.global.hit_rate() >= l.hit_rate(), "{}: global < {}", t.trace, l.label());
             assert_eq!(l.summary.input_tokens, t.global.summary.input_tokens);
         }

@@ -165,8 +165,9 @@ fn formats_are_detected_from_the_first_line() {
     }
     let p = write("detect-none.jsonl", "{\"timestamp\": 0}\n");
     let err = brokerlab::fleet::formats::resolve_format(None, &p).unwrap_err();
-    assert_eq!(err.code, 2);
-    assert!(err.msg.contains("detect-none.jsonl:1: cannot tell the trace format"), "{}", err.msg);
+    let msg = err.to_string();
+    assert_eq!(err.code(), 2);
+    assert!(msg.contains("detect-none.jsonl:1: cannot tell the trace format"), "{msg}");
 }
 
 #[test]

@@ -4,11 +4,11 @@
 
 use heapless::Vec as HVec;
 
-use super::Error;
 use super::engine::{Engine, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, PodLoad, ReqSlot};
 use super::limits::{BLOCK_TOKENS, MAX_PODS};
 use super::router::{AnyRouter, Holders, RouteView, Router};
 use super::sim::{CacheMode, FleetConfig, IndexKind};
+use super::{Error, Field};
 
 /// Buffer lengths a batched fleet needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,22 +64,22 @@ pub fn validate(cfg: &FleetConfig, engine: &EngineConfig) -> Result<(), Error> {
     cfg.validate()?;
     engine.validate()?;
     if Engine::table_len(cfg.capacity_blocks) == 0 {
-        return Err(Error::InvalidConfig { field: "capacity", expected: "a block count that fits in memory" });
+        return Err(Error::InvalidConfig { field: Field::Capacity, expected: "a block count that fits in memory" });
     }
     if cfg.stale_delay > 0 {
-        return Err(Error::InvalidConfig { field: "stale", expected: "0 with --engine batched" });
+        return Err(Error::InvalidConfig { field: Field::Stale, expected: "0 with --engine batched" });
     }
     if cfg.index != IndexKind::PodTables {
-        return Err(Error::InvalidConfig { field: "index", expected: "pod-tables with --engine batched" });
+        return Err(Error::InvalidConfig { field: Field::Index, expected: "pod-tables with --engine batched" });
     }
     if cfg.cpu_capacity_blocks > 0 {
-        return Err(Error::InvalidConfig { field: "cpu-capacity", expected: "0 with --engine batched" });
+        return Err(Error::InvalidConfig { field: Field::CpuCapacity, expected: "0 with --engine batched" });
     }
     if cfg.scale.is_some() {
-        return Err(Error::InvalidConfig { field: "scale-min", expected: "no autoscaling with --engine batched" });
+        return Err(Error::InvalidConfig { field: Field::ScaleMin, expected: "no autoscaling with --engine batched" });
     }
     if cfg.cache != CacheMode::Local {
-        return Err(Error::InvalidConfig { field: "cache", expected: "local with --engine batched" });
+        return Err(Error::InvalidConfig { field: Field::Cache, expected: "local with --engine batched" });
     }
     Ok(())
 }
@@ -184,7 +184,7 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
             let bufs = PodBuffers { blocks: bl, table: t, reqs: r, waiting: w, running: ru, keys: k };
             let e = Engine::new(engine, p as u32, bufs)?;
             if engines.push(e).is_err() {
-                return Err(Error::InvalidConfig { field: "pods", expected: "at most 64" });
+                return Err(Error::InvalidConfig { field: Field::Pods, expected: "at most 64" });
             }
         }
         Ok(BatchedFleet { cfg, engine, router, engines, next_request: 0, last_arrival_ns: 0, poisoned: false })
@@ -245,6 +245,7 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
     fn dispatch_inner(&mut self, req: &super::Request<'_>, ev: &mut impl EngineEvents) -> Result<Dispatched, Error> {
         let t = req.arrival_ns;
         let i = self.next_request;
+        debug_assert!(t >= self.last_arrival_ns, "arrivals are checked to be in order before dispatch");
         let mut queue_lens = [0u32; MAX_PODS];
         let mut loads = [PodLoad::default(); MAX_PODS];
         for (p, e) in self.engines.iter_mut().enumerate() {
@@ -263,7 +264,10 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
         let route = self.router.route(&view, req.keys);
         let p = route.pod;
         if p >= n {
-            return Err(Error::InvalidConfig { field: "router", expected: "a pod index below the number of pods" });
+            return Err(Error::InvalidConfig {
+                field: Field::Router,
+                expected: "a pod index below the number of pods",
+            });
         }
         self.engines[p].enqueue(i, t, req.input_tokens, req.output_tokens, req.keys, queue_lens[p])?;
         self.next_request += 1;
@@ -281,6 +285,7 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
                 self.poisoned = true;
                 return Err(err);
             }
+            debug_assert!(e.is_idle(), "a pod advanced to the end of time has no work left");
         }
         Ok(())
     }

@@ -5,9 +5,9 @@
 //! docs/MODEL.md, "The batched engine", is the specification; this file follows it rule by rule.
 //! Every buffer is the caller's ([`super::batched::EngineLayout`] gives the lengths).
 
-use super::Error;
-use super::limits::{BLOCK_TOKENS, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_OUTPUT_TOKENS};
+use super::limits::{BLOCK_TOKENS, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_OUTPUT_TOKENS, MAX_POD_BLOCKS, quoting};
 use super::table::{self, Probe};
+use super::{Error, Field, Limit, Quantity};
 
 /// "No block / no request" in links.
 const NIL: u32 = u32::MAX;
@@ -113,19 +113,25 @@ impl EngineConfig {
     /// Checks every field against the model's limits.
     pub fn validate(&self) -> Result<(), Error> {
         if self.max_num_batched_tokens == 0 || self.max_num_batched_tokens > MAX_BATCHED_TOKENS {
-            return Err(Error::InvalidConfig { field: "max-num-batched-tokens", expected: "between 1 and 16777216" });
+            return Err(Error::InvalidConfig {
+                field: Field::MaxNumBatchedTokens,
+                expected: quoting!("between 1 and 16777216", MAX_BATCHED_TOKENS),
+            });
         }
         if self.max_num_seqs == 0 || self.max_num_seqs > MAX_NUM_SEQS {
-            return Err(Error::InvalidConfig { field: "max-num-seqs", expected: "between 1 and 65536" });
+            return Err(Error::InvalidConfig {
+                field: Field::MaxNumSeqs,
+                expected: quoting!("between 1 and 65536", MAX_NUM_SEQS),
+            });
         }
         if self.max_num_seqs > self.max_num_batched_tokens {
             return Err(Error::InvalidConfig {
-                field: "max-num-seqs",
+                field: Field::MaxNumSeqs,
                 expected: "at most max-num-batched-tokens (each running request needs a token per step)",
             });
         }
         if self.cost.t_overhead_ns == 0 {
-            return Err(Error::InvalidConfig { field: "t-overhead-ns", expected: "at least 1 ns" });
+            return Err(Error::InvalidConfig { field: Field::TOverheadNs, expected: "at least 1 ns" });
         }
         Ok(())
     }
@@ -368,7 +374,10 @@ impl<'a> Engine<'a> {
         let PodBuffers { blocks, table, reqs, waiting, running, keys } = bufs;
         let c = blocks.len();
         if c == 0 || c > super::limits::MAX_POD_BLOCKS {
-            return Err(Error::InvalidConfig { field: "capacity", expected: "between 1 and 4294967294 blocks" });
+            return Err(Error::InvalidConfig {
+                field: Field::Capacity,
+                expected: quoting!("between 1 and 4294967294 blocks", MAX_POD_BLOCKS),
+            });
         }
         let tl = Self::table_len(c);
         if tl == 0 || table.len() != tl {
@@ -520,6 +529,8 @@ impl<'a> Engine<'a> {
     // ----- free queue -----
 
     fn fq_push_tail(&mut self, b: u32) {
+        debug_assert!(self.blocks[b as usize].refs == 0, "only an unreferenced block is freed");
+        debug_assert!(b != self.free_tail && (self.free_len as usize) < self.blocks.len(), "not already free");
         let old = self.free_tail;
         self.blocks[b as usize].prev = old;
         self.blocks[b as usize].next = NIL;
@@ -534,6 +545,10 @@ impl<'a> Engine<'a> {
 
     fn fq_unlink(&mut self, b: u32) {
         let KvBlock { prev, next, .. } = self.blocks[b as usize];
+        debug_assert!(self.free_len > 0, "unlinks from a non-empty free queue");
+        // LRU links: b's neighbours point back at it (or b is the queue's end).
+        debug_assert!(if prev == NIL { self.free_head == b } else { self.blocks[prev as usize].next == b });
+        debug_assert!(if next == NIL { self.free_tail == b } else { self.blocks[next as usize].prev == b });
         if prev == NIL {
             self.free_head = next;
         } else {
@@ -650,18 +665,21 @@ impl<'a> Engine<'a> {
 
     fn w_push_back(&mut self, r: u32) {
         let cap = self.waiting.len() as u32;
+        debug_assert!(self.w_len < cap, "the waiting ring has room (enqueue checks it)");
         self.waiting[((self.w_head + self.w_len) % cap) as usize] = r;
         self.w_len += 1;
     }
 
     fn w_push_front(&mut self, r: u32) {
         let cap = self.waiting.len() as u32;
+        debug_assert!(self.w_len < cap, "a preempted request's slot was taken from the running set");
         self.w_head = (self.w_head + cap - 1) % cap;
         self.waiting[self.w_head as usize] = r;
         self.w_len += 1;
     }
 
     fn w_pop_front(&mut self) -> u32 {
+        debug_assert!(self.w_len > 0, "pops a non-empty waiting queue");
         let r = self.waiting[self.w_head as usize];
         self.w_head = (self.w_head + 1) % self.waiting.len() as u32;
         self.w_len -= 1;
@@ -690,7 +708,10 @@ impl<'a> Engine<'a> {
         }
         let output = output_tokens.max(1);
         if output > MAX_OUTPUT_TOKENS {
-            return Err(Error::InvalidRequest { field: "output_length", expected: "at most 16777216 tokens" });
+            return Err(Error::InvalidRequest {
+                field: "output_length",
+                expected: quoting!("at most 16777216 tokens", MAX_OUTPUT_TOKENS),
+            });
         }
         let need_blocks = blocks_for(input_tokens + output - 1);
         if need_blocks > self.blocks.len() as u64 {
@@ -701,7 +722,7 @@ impl<'a> Engine<'a> {
         }
         let cap = self.reqs.len() as u64;
         if self.req_head - self.req_tail == cap {
-            return Err(Error::CapacityExceeded { limit: "requests per pod", capacity: cap as usize });
+            return Err(Error::CapacityExceeded { limit: Limit::RequestsPerPod, capacity: cap as usize });
         }
         // Keys: a contiguous range of the key ring.
         let klen = self.keys.len() as u64;
@@ -715,7 +736,7 @@ impl<'a> Engine<'a> {
             start = start.div_ceil(klen) * klen;
         }
         if start + m - self.key_tail > klen {
-            return Err(Error::CapacityExceeded { limit: "keys per pod", capacity: klen as usize });
+            return Err(Error::CapacityExceeded { limit: Limit::KeysPerPod, capacity: klen as usize });
         }
         let at = (start % klen) as usize;
         self.keys[at..at + keys.len()].copy_from_slice(keys);
@@ -880,7 +901,7 @@ impl<'a> Engine<'a> {
         }
         debug_assert!(prefill + decodes > 0, "a step with work schedules a token");
         let d = self.step_ns(prefill, decodes, context)?;
-        let e = s.checked_add(d).ok_or(Error::Overflow { what: "step end time" })?;
+        let e = s.checked_add(d).ok_or(Error::Overflow { what: Quantity::StepEndTime })?;
         let st = &mut self.stats;
         st.steps += 1;
         st.prefill_tokens += prefill;
@@ -931,7 +952,7 @@ impl<'a> Engine<'a> {
 
     fn step_ns(&self, prefill: u64, decodes: u64, context: u64) -> Result<u64, Error> {
         let c = &self.cfg.cost;
-        let over = Error::Overflow { what: "step time" };
+        let over = Error::Overflow { what: Quantity::StepTime };
         let a = c.t_prefill_token_ns.checked_mul(prefill).ok_or(over)?;
         let b = c.t_decode_seq_ns.checked_mul(decodes).ok_or(over)?;
         let k = c.t_kv_token_ns.checked_mul(context).ok_or(over)?;
@@ -1021,7 +1042,7 @@ impl<'a> Engine<'a> {
         let mut done = 0u64;
         while done < run && s < t_ns {
             let d = self.step_ns(0, rl, context + done * rl)?;
-            let e = s.checked_add(d).ok_or(Error::Overflow { what: "step end time" })?;
+            let e = s.checked_add(d).ok_or(Error::Overflow { what: Quantity::StepEndTime })?;
             if done == 0 {
                 // A request skipped by an earlier step (budget) produced its last token earlier.
                 for k in 0..r_len {

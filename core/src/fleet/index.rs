@@ -12,8 +12,8 @@
 //! the index just before request i+k+1 is routed, and is dropped if the same pod re-inserted that
 //! key after the eviction"): the proof is in MODEL.md, "Stale index".
 
-use super::Error;
 use super::table::{self, Probe};
+use super::{Error, Limit};
 
 /// One index entry: a key and the bitmask of pods that hold it (`mask == 0` marks an empty entry).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -110,7 +110,7 @@ impl<'a> BlockIndex<'a> {
             Ok(i) => self.entries[i].mask |= 1 << pod,
             Err(i) => {
                 if self.len == self.max_len {
-                    return Err(Error::CapacityExceeded { limit: "index keys", capacity: self.max_len });
+                    return Err(Error::CapacityExceeded { limit: Limit::IndexKeys, capacity: self.max_len });
                 }
                 self.entries[i] = IndexEntry { key, mask: 1 << pod };
                 self.len += 1;
@@ -242,14 +242,14 @@ impl<'a> PendingEvicts<'a> {
     pub fn record(&mut self, key: u64, pod: usize, dispatch: u64) -> Result<(), Error> {
         let pod = pod as u32;
         if self.len == self.ring.len() {
-            return Err(Error::CapacityExceeded { limit: "pending evictions", capacity: self.ring.len() });
+            return Err(Error::CapacityExceeded { limit: Limit::PendingEvictions, capacity: self.ring.len() });
         }
         let t = &mut self.table;
         match t.find(key, pod) {
             Ok(i) => t.entries[i].latest = dispatch,
             Err(i) => {
                 if t.len == t.max_len {
-                    return Err(Error::CapacityExceeded { limit: "pending evictions", capacity: t.max_len });
+                    return Err(Error::CapacityExceeded { limit: Limit::PendingEvictions, capacity: t.max_len });
                 }
                 t.entries[i] = PendingEntry { key, latest: dispatch, pod_plus1: pod + 1 };
                 t.len += 1;

@@ -1,15 +1,15 @@
 //! Turning a prompt into its chained block keys.
 
-use super::Error;
 use super::hash::{ROOT_KEY, chain_tokens, chain_trace};
-use super::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS, MAX_TRACE_BLOCK_TOKENS};
+use super::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS, MAX_TRACE_BLOCK_TOKENS, quoting};
+use super::{Error, Field};
 
 /// Checks a trace block size S: a non-zero multiple of 16, at most [`MAX_TRACE_BLOCK_TOKENS`].
 pub fn check_trace_block_tokens(s: u32) -> Result<(), Error> {
     if s == 0 || !(s as usize).is_multiple_of(BLOCK_TOKENS) || s > MAX_TRACE_BLOCK_TOKENS {
         return Err(Error::InvalidConfig {
-            field: "trace-block-size",
-            expected: "a non-zero multiple of 16, at most 1048576",
+            field: Field::TraceBlockSize,
+            expected: quoting!("a non-zero multiple of 16, at most 1048576", BLOCK_TOKENS, MAX_TRACE_BLOCK_TOKENS),
         });
     }
     Ok(())
@@ -18,7 +18,10 @@ pub fn check_trace_block_tokens(s: u32) -> Result<(), Error> {
 /// Number of full 16-token blocks of a prompt of `input_tokens` tokens.
 pub fn full_blocks(input_tokens: u64) -> Result<usize, Error> {
     if input_tokens > MAX_PROMPT_TOKENS {
-        return Err(Error::InvalidRequest { field: "input_length", expected: "at most 16777216 tokens" });
+        return Err(Error::InvalidRequest {
+            field: "input_length",
+            expected: quoting!("at most 16777216 tokens", MAX_PROMPT_TOKENS),
+        });
     }
     Ok((input_tokens / BLOCK_TOKENS as u64) as usize)
 }

@@ -31,3 +31,60 @@ pub const MAX_BATCHED_TOKENS: u32 = 1 << 24;
 pub const MAX_NUM_SEQS: u32 = 1 << 16;
 /// Longest output accepted by the batched engine, in tokens.
 pub const MAX_OUTPUT_TOKENS: u64 = 1 << 24;
+
+/// Whether `text` quotes `n` in decimal as a whole number (not inside a longer one). The core's
+/// error messages are `&'static str` (it cannot format), so each one that quotes a limit is
+/// checked against the limit at compile time with [`quoting!`]: change a limit and the build
+/// names the message to change with it.
+pub const fn mentions(text: &str, n: u64) -> bool {
+    let mut digits = [0u8; 20];
+    let (mut len, mut v) = (0, n);
+    loop {
+        digits[19 - len] = b'0' + (v % 10) as u8;
+        len += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let t = text.as_bytes();
+    let mut i = 0;
+    while i + len <= t.len() {
+        let mut j = 0;
+        while j < len && t[i + j] == digits[20 - len + j] {
+            j += 1;
+        }
+        let before = i == 0 || !t[i - 1].is_ascii_digit();
+        let after = i + len == t.len() || !t[i + len].is_ascii_digit();
+        if j == len && before && after {
+            return true;
+        }
+        i += 1;
+    }
+    false
+}
+
+/// A message literal that quotes the values of the given constants, checked at compile time
+/// ([`mentions`]).
+macro_rules! quoting {
+    ($text:literal, $($n:expr),+ $(,)?) => {{
+        const TEXT: &str = $text;
+        $(const _: () = assert!($crate::fleet::limits::mentions(TEXT, $n as u64), "message does not quote the limit");)+
+        TEXT
+    }};
+}
+pub(crate) use quoting;
+
+#[cfg(test)]
+mod tests {
+    use super::mentions;
+
+    #[test]
+    fn mentions_finds_whole_numbers_only() {
+        assert!(mentions("between 1 and 65536", 65536));
+        assert!(mentions("16 values", 16));
+        assert!(!mentions("between 1 and 165536", 65536));
+        assert!(!mentions("at most 160", 16));
+        assert!(mentions("0", 0));
+    }
+}

@@ -7,6 +7,7 @@
 //! allocates. [`FleetLayout`] says how large each buffer must be.
 
 pub mod batched;
+pub mod defaults;
 pub mod engine;
 pub mod fixmath;
 pub mod hash;
@@ -47,8 +48,8 @@ use core::fmt;
 pub enum Error {
     /// A configuration value is out of range.
     InvalidConfig {
-        /// The configuration field (CLI flag / scenario key).
-        field: &'static str,
+        /// The configuration field (the host maps it to its flag and scenario key).
+        field: Field,
         /// What is accepted.
         expected: &'static str,
     },
@@ -64,7 +65,7 @@ pub enum Error {
     /// A fixed capacity was exhausted while running (the caller may retry with a larger buffer).
     CapacityExceeded {
         /// The named limit that was hit.
-        limit: &'static str,
+        limit: Limit,
         /// Its capacity.
         capacity: usize,
     },
@@ -92,7 +93,7 @@ pub enum Error {
     /// An integer computation would overflow `u64` (absurd lengths or times).
     Overflow {
         /// The quantity that overflowed.
-        what: &'static str,
+        what: Quantity,
     },
     /// A previous call failed half-way; this fleet's state is no longer meaningful.
     Poisoned,
@@ -124,3 +125,132 @@ impl fmt::Display for Error {
 }
 
 impl core::error::Error for Error {}
+
+/// Declares a fieldless enum with a `name()` (its spelling in messages), `ALL` and `Display`.
+macro_rules! named_enum {
+    ($(#[$m:meta])* $vis:vis enum $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+        $vis enum $name { $($(#[$vm])* $v,)* }
+
+        impl $name {
+            /// Every variant, in declaration order.
+            pub const ALL: &'static [$name] = &[$($name::$v,)*];
+
+            /// Its spelling in messages (the CLI's for configuration fields).
+            pub const fn name(self) -> &'static str {
+                match self { $($name::$v => $s,)* }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+named_enum! {
+    /// A configuration field the core checks ([`Error::InvalidConfig`]). The host maps each one to
+    /// its CLI flag and its scenario key in one table (`host/src/fleet/fields.rs`); the name here is
+    /// the flag without its dashes, as the core's own messages print it.
+    pub enum Field {
+        /// N, [`FleetConfig::pods`].
+        Pods => "pods",
+        /// C, [`FleetConfig::capacity_blocks`].
+        Capacity => "capacity",
+        /// [`FleetConfig::alpha`].
+        Alpha => "alpha",
+        /// [`FleetConfig::cpu_capacity_blocks`].
+        CpuCapacity => "cpu-capacity",
+        /// [`FleetConfig::stale_delay`].
+        Stale => "stale",
+        /// [`FleetConfig::index`].
+        Index => "index",
+        /// [`FleetConfig::cache`].
+        Cache => "cache",
+        /// The router's choice (a custom router picked a pod that does not exist).
+        Router => "router",
+        /// [`ScalePolicy::min_pods`].
+        ScaleMin => "scale-min",
+        /// [`ScalePolicy::initial_pods`].
+        ScaleInitial => "scale-initial",
+        /// [`ScalePolicy::interval_ns`].
+        ScaleInterval => "scale-interval",
+        /// [`ScalePolicy::up_milli`].
+        ScaleUpQueue => "scale-up-queue",
+        /// [`ScalePolicy::down_milli`] (must be below `up_milli`).
+        ScaleDownQueue => "scale-down-queue",
+        /// [`ScalePolicy::startup_ns`].
+        ScaleStartup => "scale-startup",
+        /// The vLLM block size (tokens per hashed block).
+        BlockSize => "block-size",
+        /// S, tokens per trace hash id.
+        TraceBlockSize => "trace-block-size",
+        /// [`EngineConfig::max_num_batched_tokens`].
+        MaxNumBatchedTokens => "max-num-batched-tokens",
+        /// [`EngineConfig::max_num_seqs`].
+        MaxNumSeqs => "max-num-seqs",
+        /// The batched engine's fixed step cost.
+        TOverheadNs => "t-overhead-ns",
+        /// The generated workload as a whole.
+        Workload => "workload",
+        /// [`workload::WorkloadSpec::requests`].
+        WorkloadRequests => "workload.requests",
+        /// [`workload::WorkloadSpec::tenants`].
+        WorkloadTenants => "workload.tenants",
+        /// [`workload::WorkloadSpec::users_per_tenant`].
+        WorkloadUsersPerTenant => "workload.users_per_tenant",
+        /// The suffix length range.
+        WorkloadSuffixTokens => "workload.suffix_tokens",
+        /// The output length range.
+        WorkloadOutputTokens => "workload.output_tokens",
+        /// The output length choices.
+        WorkloadOutputTokensChoices => "workload.output_tokens_choices",
+        /// The RAG documents.
+        WorkloadRag => "workload.rag",
+        /// The burst.
+        WorkloadBurst => "workload.burst",
+    }
+}
+
+named_enum! {
+    /// A fixed capacity a run can exhaust ([`Error::CapacityExceeded`]); the host grows the
+    /// buffer behind it and retries, or reports it.
+    pub enum Limit {
+        /// Queued requests tracked per pod ([`FifoServer`]).
+        QueuePerPod => "queue per pod",
+        /// Evictions waiting out the stale delay ([`PendingEvicts`]).
+        PendingEvictions => "pending evictions",
+        /// Distinct keys of the global block index ([`BlockIndex`]).
+        IndexKeys => "index keys",
+        /// Running requests per pod of the batched engine.
+        RequestsPerPod => "requests per pod",
+        /// Prompt keys of the tracked requests per pod of the batched engine.
+        KeysPerPod => "keys per pod",
+        /// The caller's own storage (a sink that cannot grow its vectors).
+        CallerMemory => "host memory",
+    }
+}
+
+named_enum! {
+    /// A quantity whose computation would overflow `u64` ([`Error::Overflow`]).
+    pub enum Quantity {
+        /// A FIFO request's service time (prefill, CPU-tier loads and decode).
+        ServiceTime => "service time",
+        /// A FIFO request's finish time.
+        FinishTime => "finish time",
+        /// A batched step's duration.
+        StepTime => "step time",
+        /// A batched step's end time.
+        StepEndTime => "step end time",
+        /// The autoscaler's next evaluation.
+        AutoscalerEvaluationTime => "autoscaler evaluation time",
+        /// A booting pod's ready time.
+        PodReadyTime => "pod ready time",
+        /// The global index's key count (pods x capacity).
+        IndexSize => "index size",
+    }
+}

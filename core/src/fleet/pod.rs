@@ -12,9 +12,9 @@
 //! `16 + 4 * table_len / C`, i.e. more than 24 and at most 32 (exactly 32 when C is a power
 //! of two); a caller short of memory may pass a table half that long (24 to 32 bytes, slower).
 
-use super::Error;
 use super::limits::MAX_POD_BLOCKS;
 use super::table::{self, Probe};
+use super::{Error, Field};
 
 /// "No slot" in the recency links.
 const NIL: u32 = u32::MAX;
@@ -140,7 +140,7 @@ impl<'a> LruPod<'a> {
     pub fn new(slots: &'a mut [Slot], table: &'a mut [u32]) -> Result<Self, Error> {
         let capacity = slots.len();
         if capacity == 0 || capacity > MAX_POD_BLOCKS {
-            return Err(Error::InvalidConfig { field: "capacity", expected: "between 1 and 4294967294 blocks" });
+            return Err(Error::InvalidConfig { field: Field::Capacity, expected: "between 1 and 4294967294 blocks" });
         }
         let required = Self::min_table_len(capacity);
         if required == 0 || !table::check_len(table.len(), required) {

@@ -19,8 +19,8 @@
 //!   the drain of the requests queued on it, and the pods still provisioned at the end until the
 //!   end. [`ScaleState::pod_ns`] is that integral, in pod-nanoseconds.
 
-use super::Error;
 use super::limits::MAX_PODS;
+use super::{Error, Field, Quantity};
 
 /// An autoscaling policy (see the module doc for the rule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,16 +45,16 @@ impl ScalePolicy {
     pub fn validate(&self, pods: usize) -> Result<(), Error> {
         let bad = |field, expected| Err(Error::InvalidConfig { field, expected });
         if self.min_pods == 0 || self.min_pods as usize > pods {
-            return bad("scale-min", "between 1 and the number of pods");
+            return bad(Field::ScaleMin, "between 1 and the number of pods");
         }
         if self.initial_pods < self.min_pods || self.initial_pods as usize > pods {
-            return bad("scale-initial", "between scale-min and the number of pods");
+            return bad(Field::ScaleInitial, "between scale-min and the number of pods");
         }
         if self.interval_ns == 0 {
-            return bad("scale-interval", "a positive time");
+            return bad(Field::ScaleInterval, "a positive time");
         }
         if self.down_milli >= self.up_milli {
-            return bad("scale-down-queue", "a mean queue length below scale-up-queue");
+            return bad(Field::ScaleDownQueue, "a mean queue length below scale-up-queue");
         }
         Ok(())
     }
@@ -139,7 +139,7 @@ impl ScaleState {
         self.next_eval_ns = (now_ns / interval)
             .checked_add(1)
             .and_then(|k| k.checked_mul(interval))
-            .ok_or(Error::Overflow { what: "autoscaler evaluation time" })?;
+            .ok_or(Error::Overflow { what: Quantity::AutoscalerEvaluationTime })?;
         if self.booting.is_some() {
             return Ok(ScaleAction::Hold);
         }
@@ -148,7 +148,7 @@ impl ScaleState {
         if sum * 1000 > u64::from(self.policy.up_milli) * n && self.active < self.pods {
             let pod = self.active;
             let ready_ns =
-                now_ns.checked_add(self.policy.startup_ns).ok_or(Error::Overflow { what: "pod ready time" })?;
+                now_ns.checked_add(self.policy.startup_ns).ok_or(Error::Overflow { what: Quantity::PodReadyTime })?;
             self.booting = Some((pod, ready_ns));
             self.since_ns[pod] = Some(now_ns);
             return Ok(ScaleAction::Out { pod, ready_ns });

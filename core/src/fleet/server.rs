@@ -1,6 +1,6 @@
 //! The per-pod FIFO single server: start, finish and queue length, in integer nanoseconds.
 
-use super::Error;
+use super::{Error, Limit, Quantity};
 
 /// A pod's server: the finish times of requests not yet finished, oldest first, in a ring.
 #[derive(Debug)]
@@ -28,23 +28,42 @@ impl<'a> FifoServer<'a> {
             self.head = (self.head + 1) % self.finishes.len();
             self.len -= 1;
         }
+        self.debug_check();
         self.len as u32
     }
 
     /// Queues a request arriving at `arrival_ns` needing `service_ns`; returns (start, finish).
     pub fn admit(&mut self, arrival_ns: u64, service_ns: u64) -> Result<(u64, u64), Error> {
         let start = arrival_ns.max(self.last_finish_ns);
-        let finish = start.checked_add(service_ns).ok_or(Error::Overflow { what: "finish time" })?;
+        let finish = start.checked_add(service_ns).ok_or(Error::Overflow { what: Quantity::FinishTime })?;
         if finish > arrival_ns {
             if self.len == self.finishes.len() {
-                return Err(Error::CapacityExceeded { limit: "queue per pod", capacity: self.finishes.len() });
+                return Err(Error::CapacityExceeded { limit: Limit::QueuePerPod, capacity: self.finishes.len() });
             }
             let tail = (self.head + self.len) % self.finishes.len();
             self.finishes[tail] = finish;
             self.len += 1;
         }
+        debug_assert!(finish >= self.last_finish_ns, "FIFO: finishes never go back in time");
         self.last_finish_ns = finish;
+        self.debug_check();
         Ok((start, finish))
+    }
+
+    /// Debug builds: the ring's invariants. At most `finishes.len()` queued, the head inside the
+    /// ring, and the queued finish times in order (FIFO service), the last one the latest.
+    fn debug_check(&self) {
+        if cfg!(debug_assertions) {
+            let n = self.finishes.len();
+            debug_assert!(self.len <= n && self.head < n, "ring bounds");
+            let mut prev = 0;
+            for i in 0..self.len {
+                let f = self.finishes[(self.head + i) % n];
+                debug_assert!(f >= prev, "queued finish times are in FIFO order");
+                prev = f;
+            }
+            debug_assert!(self.len == 0 || prev == self.last_finish_ns, "the newest queued finish is the last");
+        }
     }
 
     /// Forgets everything: an idle server, as new.

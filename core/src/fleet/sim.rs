@@ -3,18 +3,20 @@
 
 use heapless::Vec as HVec;
 
-use super::Error;
+use super::defaults;
 use super::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 use super::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_POD_BLOCKS, MAX_PODS, MAX_STALE_DELAY};
 use super::pod::{CacheEvents, LruPod, Slot};
 use super::router::{AnyRouter, Holders, RouteView, Router, RouterKind};
 use super::scale::{ScaleAction, ScalePolicy, ScaleState};
 use super::server::FifoServer;
+use super::{Error, Field, Quantity};
 
 /// Order in which a request's keys are touched after the hit test.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum TouchOrder {
     /// k_{m-1} first, k_0 last: the prefix ends up most recent (default, as vLLM frees blocks).
     TailFirst,
@@ -22,7 +24,17 @@ pub enum TouchOrder {
     InOrder,
 }
 
+impl core::fmt::Display for TouchOrder {
+    /// Its CLI name.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl TouchOrder {
+    /// Both orders.
+    pub const ALL: [TouchOrder; 2] = [TouchOrder::TailFirst, TouchOrder::InOrder];
+
     /// The CLI name.
     pub const fn name(self) -> &'static str {
         match self {
@@ -33,7 +45,7 @@ impl TouchOrder {
 
     /// Parses a CLI name.
     pub fn parse(s: &str) -> Option<Self> {
-        [TouchOrder::TailFirst, TouchOrder::InOrder].into_iter().find(|o| o.name() == s)
+        Self::ALL.into_iter().find(|o| o.name() == s)
     }
 }
 
@@ -41,6 +53,7 @@ impl TouchOrder {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum IndexKind {
     /// A global key -> pod-mask table ([`BlockIndex`]) fed by the pods' insert and evict events,
     /// as llm-d's KV-cache indexer does. Costs 21..43 bytes per indexed key and two table updates
@@ -52,7 +65,17 @@ pub enum IndexKind {
     PodTables,
 }
 
+impl core::fmt::Display for IndexKind {
+    /// Its CLI name.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl IndexKind {
+    /// Both kinds.
+    pub const ALL: [IndexKind; 2] = [IndexKind::Global, IndexKind::PodTables];
+
     /// The CLI name.
     pub const fn name(self) -> &'static str {
         match self {
@@ -63,7 +86,7 @@ impl IndexKind {
 
     /// Parses a CLI name.
     pub fn parse(s: &str) -> Option<Self> {
-        [IndexKind::Global, IndexKind::PodTables].into_iter().find(|k| k.name() == s)
+        Self::ALL.into_iter().find(|k| k.name() == s)
     }
 }
 
@@ -71,6 +94,7 @@ impl IndexKind {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
 pub enum CacheMode {
     /// Every pod has its own LRU of C blocks (the default).
     #[default]
@@ -80,7 +104,17 @@ pub enum CacheMode {
     Global,
 }
 
+impl core::fmt::Display for CacheMode {
+    /// Its CLI name.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl CacheMode {
+    /// Both modes.
+    pub const ALL: [CacheMode; 2] = [CacheMode::Local, CacheMode::Global];
+
     /// The CLI name.
     pub const fn name(self) -> &'static str {
         match self {
@@ -91,7 +125,7 @@ impl CacheMode {
 
     /// Parses a CLI name.
     pub fn parse(s: &str) -> Option<Self> {
-        [CacheMode::Local, CacheMode::Global].into_iter().find(|c| c.name() == s)
+        Self::ALL.into_iter().find(|c| c.name() == s)
     }
 
     /// True for [`CacheMode::Local`] (serde: the default is not written).
@@ -141,16 +175,16 @@ impl FleetConfig {
             pods,
             capacity_blocks,
             router,
-            alpha: 1.0,
-            stale_delay: 0,
-            order: TouchOrder::TailFirst,
-            t_prefill_ns: 50_000,
-            t_decode_ns: 0,
-            index: IndexKind::PodTables,
-            cpu_capacity_blocks: 0,
-            t_cpu_ns: 5_000,
+            alpha: defaults::ALPHA,
+            stale_delay: defaults::STALE_DELAY,
+            order: defaults::ORDER,
+            t_prefill_ns: defaults::T_PREFILL_NS,
+            t_decode_ns: defaults::T_DECODE_NS,
+            index: defaults::INDEX,
+            cpu_capacity_blocks: defaults::CPU_CAPACITY_BLOCKS,
+            t_cpu_ns: defaults::T_CPU_NS,
             scale: None,
-            cache: CacheMode::Local,
+            cache: defaults::CACHE,
         }
     }
 
@@ -158,7 +192,7 @@ impl FleetConfig {
     pub fn validate(&self) -> Result<(), Error> {
         if self.pods == 0 || self.pods > MAX_PODS {
             return Err(Error::InvalidConfig {
-                field: "pods",
+                field: Field::Pods,
                 expected: "between 1 and 64 (the index stores pods as a 64-bit mask)",
             });
         }
@@ -167,23 +201,23 @@ impl FleetConfig {
             || LruPod::table_len(self.capacity_blocks) == 0
         {
             return Err(Error::InvalidConfig {
-                field: "capacity",
+                field: Field::Capacity,
                 expected: "between 1 and 4294967294 blocks (MAX_POD_BLOCKS: slot indices are u32)",
             });
         }
         if !(self.alpha >= 0.0 && self.alpha <= MAX_ALPHA) {
-            return Err(Error::InvalidConfig { field: "alpha", expected: "a number between 0 and 1e9" });
+            return Err(Error::InvalidConfig { field: Field::Alpha, expected: "a number between 0 and 1e9" });
         }
         if self.cpu_capacity_blocks > MAX_POD_BLOCKS
             || (self.cpu_capacity_blocks > 0 && LruPod::table_len(self.cpu_capacity_blocks) == 0)
         {
             return Err(Error::InvalidConfig {
-                field: "cpu-capacity",
+                field: Field::CpuCapacity,
                 expected: "between 0 and 4294967294 blocks (MAX_POD_BLOCKS: slot indices are u32)",
             });
         }
         if self.stale_delay > MAX_STALE_DELAY {
-            return Err(Error::InvalidConfig { field: "stale", expected: "at most 16777216 requests" });
+            return Err(Error::InvalidConfig { field: Field::Stale, expected: "at most 16777216 requests" });
         }
         if let Some(policy) = self.scale {
             policy.validate(self.pods)?;
@@ -192,22 +226,22 @@ impl FleetConfig {
             let total = self.pods.saturating_mul(self.capacity_blocks);
             if total > MAX_POD_BLOCKS || LruPod::table_len(total) == 0 {
                 return Err(Error::InvalidConfig {
-                    field: "capacity",
+                    field: Field::Capacity,
                     expected: "pods x capacity at most 4294967294 blocks with --cache global (one pool)",
                 });
             }
             if self.cpu_capacity_blocks > 0 {
-                return Err(Error::InvalidConfig { field: "cpu-capacity", expected: "0 with --cache global" });
+                return Err(Error::InvalidConfig { field: Field::CpuCapacity, expected: "0 with --cache global" });
             }
             if self.stale_delay > 0 {
-                return Err(Error::InvalidConfig { field: "stale", expected: "0 with --cache global" });
+                return Err(Error::InvalidConfig { field: Field::Stale, expected: "0 with --cache global" });
             }
             if self.index != IndexKind::PodTables {
-                return Err(Error::InvalidConfig { field: "index", expected: "pod-tables with --cache global" });
+                return Err(Error::InvalidConfig { field: Field::Index, expected: "pod-tables with --cache global" });
             }
             if self.scale.is_some() {
                 return Err(Error::InvalidConfig {
-                    field: "scale-min",
+                    field: Field::ScaleMin,
                     expected: "no autoscaling with --cache global",
                 });
             }
@@ -249,7 +283,8 @@ impl FleetLayout {
         cfg.validate()?;
         let uses_index = cfg.router == RouterKind::PrefixAware;
         let index = if uses_index && cfg.index == IndexKind::Global {
-            let keys = cfg.pods.checked_mul(cfg.capacity_blocks).ok_or(Error::Overflow { what: "index size" })?;
+            let keys =
+                cfg.pods.checked_mul(cfg.capacity_blocks).ok_or(Error::Overflow { what: Quantity::IndexSize })?;
             BlockIndex::table_len(keys)
         } else {
             0
@@ -591,7 +626,7 @@ impl<'a, R: Router> Fleet<'a, R> {
             };
             let pod = Pod { cache, cpu, server: FifoServer::new(q)?, stats: PodStats::default() };
             if pods.push(pod).is_err() {
-                return Err(Error::InvalidConfig { field: "pods", expected: "at most 64" });
+                return Err(Error::InvalidConfig { field: Field::Pods, expected: "at most 64" });
             }
         }
         let index = if router.needs_index() && cfg.index == IndexKind::Global {
@@ -757,7 +792,10 @@ impl<'a, R: Router> Fleet<'a, R> {
         let route = self.router.route(&view, req.keys);
         let p = route.pod;
         if p >= self.pods.len() {
-            return Err(Error::InvalidConfig { field: "router", expected: "a pod index below the number of pods" });
+            return Err(Error::InvalidConfig {
+                field: Field::Router,
+                expected: "a pod index below the number of pods",
+            });
         }
         // 5. Serve from the pod's cache (or the shared pool, held by pod 0), feeding its events
         // to the index.
@@ -766,7 +804,7 @@ impl<'a, R: Router> Fleet<'a, R> {
             CacheMode::Global => 0,
         };
         let Pod { cache, cpu, .. } = &mut self.pods[cache_pod];
-        let cache = cache.as_mut().ok_or(Error::InvalidConfig { field: "cache", expected: "local or global" })?;
+        let cache = cache.as_mut().ok_or(Error::InvalidConfig { field: Field::Cache, expected: "local or global" })?;
         let hit_blocks = cache.hit_blocks(req.keys);
         // The prefix continues in the CPU tier, measured before any update too.
         let cpu_hit_blocks = cpu.as_ref().map_or(0, |c| c.hit_blocks(&req.keys[hit_blocks..]));
@@ -798,7 +836,7 @@ impl<'a, R: Router> Fleet<'a, R> {
             .checked_mul(self.cfg.t_prefill_ns)
             .and_then(|a| cpu_hit_tokens.checked_mul(self.cfg.t_cpu_ns).and_then(|c| a.checked_add(c)))
             .and_then(|a| req.output_tokens.checked_mul(self.cfg.t_decode_ns).and_then(|b| a.checked_add(b)))
-            .ok_or(Error::Overflow { what: "service time" })?;
+            .ok_or(Error::Overflow { what: Quantity::ServiceTime })?;
         let (start_ns, finish_ns) = server.admit(req.arrival_ns, service)?;
         let out = Outcome {
             request: i,

@@ -42,6 +42,8 @@ pub(crate) trait Probe {
 /// remaining key stays reachable from its home slot. Returns the empty slot that ended the run
 /// (as it was before the removal): a probe path that ended at another empty slot is unchanged.
 pub(crate) fn remove_at<P: Probe>(t: &mut P, mut hole: usize) -> usize {
+    debug_assert!(t.slots().is_power_of_two(), "tables are a power of two long");
+    debug_assert!(hole < t.slots(), "the hole lies in the table");
     let mask = t.slots() - 1;
     let mut i = hole;
     loop {
@@ -50,6 +52,7 @@ pub(crate) fn remove_at<P: Probe>(t: &mut P, mut hole: usize) -> usize {
             break;
         }
         let h = t.home_of(i);
+        debug_assert!(h < t.slots(), "a home slot lies in the table");
         // The entry may fill the hole when the hole lies on its probe path from `h` to `i`.
         if (i.wrapping_sub(h) & mask) >= (i.wrapping_sub(hole) & mask) {
             t.move_entry(i, hole);
@@ -57,6 +60,7 @@ pub(crate) fn remove_at<P: Probe>(t: &mut P, mut hole: usize) -> usize {
         }
     }
     t.clear(hole);
+    debug_assert!(t.is_empty(hole) && t.is_empty(i), "the run ends at an empty slot; the hole is empty");
     i
 }
 

@@ -12,8 +12,8 @@
 
 use sha2::{Digest as _, Sha256};
 
-use super::Error;
-use super::limits::MAX_VLLM_BLOCK_TOKENS;
+use super::limits::{MAX_VLLM_BLOCK_TOKENS, quoting};
+use super::{Error, Field};
 
 /// A SHA-256 digest (vLLM's `BlockHash`, 32 bytes).
 pub type Digest = [u8; 32];
@@ -129,8 +129,8 @@ pub fn digest_key(d: &Digest) -> u64 {
 pub fn check_block_tokens(b: usize) -> Result<(), Error> {
     if b == 0 || b > MAX_VLLM_BLOCK_TOKENS {
         return Err(Error::InvalidConfig {
-            field: "block-size",
-            expected: "a whole number of tokens from 1 to 1048576",
+            field: Field::BlockSize,
+            expected: quoting!("a whole number of tokens from 1 to 1048576", MAX_VLLM_BLOCK_TOKENS),
         });
     }
     Ok(())

@@ -20,10 +20,10 @@
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
 
-use super::Error;
 use super::fixmath::{exp2_neg_q32, log2_q32, neg_ln_uniform_q32};
 use super::hash::fmix64;
-use super::limits::MAX_REQUESTS;
+use super::limits::{MAX_REQUESTS, quoting};
+use super::{Error, Field};
 
 /// Most RAG documents per tenant.
 pub const MAX_RAG_DOCS: usize = 256;
@@ -131,34 +131,34 @@ impl WorkloadSpec {
     pub fn validate(&self) -> Result<(), Error> {
         let bad = |field, expected| Err(Error::InvalidConfig { field, expected });
         if self.requests > MAX_REQUESTS {
-            return bad("workload.requests", "at most 4294967296 (MAX_REQUESTS)");
+            return bad(Field::WorkloadRequests, quoting!("at most 4294967296 (MAX_REQUESTS)", MAX_REQUESTS));
         }
         if self.tenants == 0 || self.tenants > MAX_TENANTS {
-            return bad("workload.tenants", "between 1 and 1048576");
+            return bad(Field::WorkloadTenants, quoting!("between 1 and 1048576", MAX_TENANTS));
         }
         if self.users_per_tenant == 0 {
-            return bad("workload.users_per_tenant", "at least 1");
+            return bad(Field::WorkloadUsersPerTenant, "at least 1");
         }
         if self.suffix_min_tokens > self.suffix_max_tokens {
-            return bad("workload.suffix_tokens", "[min, max] with min <= max");
+            return bad(Field::WorkloadSuffixTokens, "[min, max] with min <= max");
         }
         if self.output_min_tokens > self.output_max_tokens {
-            return bad("workload.output_tokens", "[min, max] with min <= max");
+            return bad(Field::WorkloadOutputTokens, "[min, max] with min <= max");
         }
         if self.output_choices_len as usize > MAX_OUTPUT_CHOICES {
-            return bad("workload.output_tokens_choices", "at most 16 values");
+            return bad(Field::WorkloadOutputTokensChoices, quoting!("at most 16 values", MAX_OUTPUT_CHOICES));
         }
         if self.rag_docs as usize > MAX_RAG_DOCS || self.rag_per_request > self.rag_docs {
-            return bad("workload.rag", "docs <= 256 and per_request <= docs");
+            return bad(Field::WorkloadRag, quoting!("docs <= 256 and per_request <= docs", MAX_RAG_DOCS));
         }
         if self.burst_rate_milli_per_s > 0 && (self.rate_milli_per_s == 0 || self.burst_ms == 0) {
-            return bad("workload.burst", "a positive base rate_per_s and a positive duration");
+            return bad(Field::WorkloadBurst, "a positive base rate_per_s and a positive duration");
         }
         if self.burst_start_ms.checked_add(self.burst_ms).and_then(|e| e.checked_mul(1_000_000)).is_none() {
-            return bad("workload.burst", "start + duration below 1.8e13 ms");
+            return bad(Field::WorkloadBurst, "start + duration below 1.8e13 ms");
         }
         if self.max_prompt_tokens() > MAX_GEN_PROMPT_TOKENS {
-            return bad("workload", "prompts of at most 4194304 tokens");
+            return bad(Field::Workload, quoting!("prompts of at most 4194304 tokens", MAX_GEN_PROMPT_TOKENS));
         }
         Ok(())
     }

@@ -185,6 +185,7 @@ impl LogStorage for RamLog<'_> {
             Some(dst) => {
                 dst.copy_from_slice(f);
                 self.end += f.len();
+                debug_assert!(self.end <= self.buf.len(), "the log's end stays inside its buffer");
                 Ok(())
             }
             None => Err(StorageError::Full { needed: f.len(), free }),
@@ -376,6 +377,8 @@ impl<F: NorFlash> LogStorage for FlashLog<F> {
             return Err(StorageError::Backend(e));
         }
         self.end += padded;
+        // Frames are written whole, inside [base, limit).
+        debug_assert!(self.base <= self.end && self.end <= self.limit, "the log's end stays in its region");
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::{
     BlockIndex, EngineConfig, FleetConfig, IndexEntry, IndexKind, LruPod, Profile, Request, RouterKind, Slot, keys,
 };
@@ -180,7 +181,7 @@ fn load(path: &Path, trace_block: u32) -> CliResult<(Loaded, f64, f64)> {
     let mut l = Loaded { reqs: Vec::with_capacity(raw.len()), keys: Vec::new() };
     let mut buf = Vec::new();
     for (i, r) in raw.iter().enumerate() {
-        buf.resize((r.input_length / 16) as usize, 0);
+        buf.resize((r.input_length / BLOCK_TOKENS as u64) as usize, 0);
         let n = keys::trace_keys(&r.hash_ids, r.input_length, trace_block, &mut buf)
             .map_err(|e| CliError::bad_input(format!("{}: request {i}: {e}", path.display())))?;
         let start = l.keys.len();

@@ -10,7 +10,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::path::{Path, PathBuf};
 
 use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
-use brokerlab_core::fleet::{Error as CoreError, FleetConfig, Request, keys};
+use brokerlab_core::fleet::{Error as CoreError, FleetConfig, Limit, Request, keys};
 
 use super::formats::{Fields, Lines, fields, int_array, ns_field, u64_field};
 use super::run::{OwnedFleet, RunResult, check_memory, config_error, summarize};
@@ -209,9 +209,9 @@ pub fn simulate(cfg: FleetConfig, trace: &Trace, path: &Path, s: u32, keep_outco
             }
         }
         match full {
-            Some("queue per pod") => queue_per_pod *= 2,
-            Some("pending evictions") => pending = (pending * 2).max(1024),
-            Some(limit) => return Err(CliError::failure(format!("internal limit `{limit}` exceeded"))),
+            Some(Limit::QueuePerPod) => queue_per_pod *= 2,
+            Some(Limit::PendingEvictions) => pending = (pending * 2).max(1024),
+            Some(limit) => return Err(crate::error::FleetError::Limit(limit).into()),
             None => return Ok(RunResult { summary: summarize(&fleet, latencies), outcomes }),
         }
     }

@@ -1,16 +1,17 @@
 //! The batched engine on the host (docs/MODEL.md, "The batched engine"): its flags, owned
 //! buffers with retry on a full buffer, exact percentiles and the summary (text and JSON).
 
+use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::{
     BatchedFleet, Completion, EngineBuffers, EngineConfig, EngineEvents, EngineLayout, Error as CoreError, FleetConfig,
-    KvBlock, Profile, ReqSlot,
+    KvBlock, Limit, Profile, Quantity, ReqSlot,
 };
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
 use super::run::{RequestSource, secs};
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, FleetError};
 use crate::mem::{self, Need};
 
 /// Which engine model each pod runs.
@@ -142,7 +143,7 @@ impl EngineSettings {
         }
         e.validate().map_err(|err| match err {
             CoreError::InvalidConfig { field, expected } => {
-                CliError::bad_input(format!("{}: expected {expected}", name(field)))
+                CliError::bad_input(format!("{}: expected {expected}", name(field.name())))
             }
             other => CliError::bad_input(other.to_string()),
         })?;
@@ -387,11 +388,11 @@ pub fn simulate_batched(
         )
         .map_err(super::run::config_error)?;
         let mut sink = Collect { keep, ..Collect::default() };
-        let mut full: Option<&'static str> = None;
-        let mut overflow: Option<&'static str> = None;
+        let mut full: Option<Limit> = None;
+        let mut overflow: Option<Quantity> = None;
         let mut note = |e: &CoreError| match e {
-            CoreError::CapacityExceeded { limit, .. } => full = Some(limit),
-            CoreError::Overflow { what } => overflow = Some(what),
+            CoreError::CapacityExceeded { limit, .. } => full = Some(*limit),
+            CoreError::Overflow { what } => overflow = Some(*what),
             _ => {}
         };
         let fed = source.feed(&mut |req| fleet.dispatch(req, &mut sink).map(|_| ()).inspect_err(&mut note));
@@ -399,10 +400,7 @@ pub fn simulate_batched(
             fleet.finish(&mut sink).inspect_err(&mut note).map_err(|e| CliError::failure(e.to_string()))
         });
         if let Some(what) = overflow {
-            return Err(CliError::bad_input(format!(
-                "the batched engine's {what} overflows 64-bit integer ns: lower the step costs (--t-overhead-ns, \
-                 --t-prefill-token-ns, --t-decode-seq-ns, --t-kv-token-ns, or [fleet.engine] t_*_ns)"
-            )));
+            return Err(FleetError::EngineOverflow(what).into());
         }
         if full.is_some()
             && let Some(msg) = source.restart_error()
@@ -410,9 +408,9 @@ pub fn simulate_batched(
             return Err(CliError::bad_input(msg));
         }
         match (full, fed) {
-            (Some("requests per pod"), _) => requests_per_pod *= 2,
-            (Some("keys per pod"), _) => keys_per_pod *= 2,
-            (Some(limit), _) => return Err(CliError::failure(format!("internal limit `{limit}` exceeded"))),
+            (Some(Limit::RequestsPerPod), _) => requests_per_pod *= 2,
+            (Some(Limit::KeysPerPod), _) => keys_per_pod *= 2,
+            (Some(limit), _) => return Err(FleetError::Limit(limit).into()),
             (None, Err(e)) => return Err(e),
             (None, Ok(())) => {
                 let summary = summarize(&fleet, &mut sink);
@@ -565,7 +563,10 @@ pub fn render_batched(s: &BatchedSummary) -> String {
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
     line("engine", "batched (vLLM-style continuous batching, simplified: docs/MODEL.md)".into());
     line("router", s.router.to_string());
-    line("pods x capacity", format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * 16));
+    line(
+        "pods x capacity",
+        format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * BLOCK_TOKENS),
+    );
     line("alpha", s.alpha.to_string());
     line("max seqs / tokens", format!("{} / {} per step", s.max_num_seqs, s.max_num_batched_tokens));
     line(

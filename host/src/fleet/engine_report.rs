@@ -8,6 +8,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::{EngineConfig, Error as CoreError, FleetConfig, Profile, Request, RouterKind, keys};
 use serde::Serialize;
 
@@ -66,7 +67,7 @@ impl MemTrace {
                 continue;
             }
             let rec = r.record();
-            buf.resize((rec.input_length / 16) as usize, 0);
+            buf.resize((rec.input_length / BLOCK_TOKENS as u64) as usize, 0);
             let n = keys::trace_keys(&rec.hash_ids, rec.input_length, MOONCAKE_BLOCK_TOKENS, &mut buf)
                 .map_err(|e| CliError::failure(format!("{}: {e}", r.location())))?;
             let at = all.len();

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
+use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS, MAX_VLLM_BLOCK_TOKENS};
 use brokerlab_core::fleet::{keys, vllm};
 use clap::Args;
 use serde_json::value::RawValue;
@@ -73,8 +73,9 @@ impl Keyer {
             }
             HashKind::VllmSha256Cbor => {
                 let b = a.block_size.unwrap_or(BLOCK_TOKENS);
-                vllm::check_block_tokens(b)
-                    .map_err(|_| CliError::bad_input(format!("--block-size {b}: expected 1 to 1048576 tokens")))?;
+                vllm::check_block_tokens(b).map_err(|_| {
+                    CliError::bad_input(format!("--block-size {b}: expected 1 to {MAX_VLLM_BLOCK_TOKENS} tokens"))
+                })?;
                 let seed = vllm::seed_digest(a.hash_seed.as_deref().unwrap_or(VLLM_DEFAULT_SEED));
                 Ok(Keyer { kind: a.hash, seed, block_tokens: b })
             }
@@ -247,7 +248,7 @@ pub struct KeysArgs {
     #[command(flatten)]
     pub hash: HashArgs,
     /// Longest trace line accepted, bytes.
-    #[arg(long, value_name = "BYTES", default_value = "32M", value_parser = crate::mem::parse_size)]
+    #[arg(long, value_name = "BYTES", default_value_t = super::trace::DEFAULT_MAX_LINE_BYTES, value_parser = crate::mem::parse_size)]
     pub max_line_bytes: u64,
 }
 
@@ -496,13 +497,7 @@ impl FormatSource {
 
 impl super::run::RequestSource for FormatSource {
     fn restart_error(&self) -> Option<String> {
-        let regular = std::fs::metadata(&self.path).is_ok_and(|m| m.is_file());
-        (!regular).then(|| {
-            format!(
-                "--trace {}: the run must read the trace a second time (an internal buffer filled up), but it is not a regular file (a pipe?); write it to a file first",
-                self.path.display()
-            )
-        })
+        super::run::restart_error_for(&self.path)
     }
 
     fn feed(

@@ -5,6 +5,7 @@ pub mod dynamo;
 pub mod engine;
 pub mod engine_report;
 pub mod experiments;
+pub mod fields;
 pub mod formats;
 pub mod input;
 pub mod mooncake;
@@ -19,7 +20,8 @@ pub mod trace;
 
 use std::path::{Path, PathBuf};
 
-use brokerlab_core::fleet::{CacheMode, FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder};
+use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_TRACE_BLOCK_TOKENS};
+use brokerlab_core::fleet::{CacheMode, Field, FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder, defaults};
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult};
@@ -82,7 +84,7 @@ pub struct RunArgs {
     /// Scenario TOML file.
     pub scenario: PathBuf,
     /// Override the scenario's router.
-    #[arg(long, value_parser = parse_router)]
+    #[arg(long, value_parser = kind(&RouterKind::ALL, RouterKind::name, RouterKind::parse))]
     pub router: Option<RouterKind>,
     #[command(flatten)]
     pub engine: engine::EngineArgs,
@@ -220,20 +222,17 @@ fn parse_steps(s: &str) -> Result<usize, String> {
     }
 }
 
-fn parse_router(s: &str) -> Result<RouterKind, String> {
-    RouterKind::parse(s).ok_or_else(|| "expected one of round-robin, least-loaded, prefix-aware".to_string())
-}
-
-fn parse_index(s: &str) -> Result<IndexKind, String> {
-    IndexKind::parse(s).ok_or_else(|| "expected global or pod-tables".to_string())
-}
-
-fn parse_cache(s: &str) -> Result<CacheMode, String> {
-    CacheMode::parse(s).ok_or_else(|| "expected local or global".to_string())
-}
-
-fn parse_order(s: &str) -> Result<TouchOrder, String> {
-    TouchOrder::parse(s).ok_or_else(|| "expected tail-first or in-order".to_string())
+/// A clap parser for one of the core's kinds (router, index, cache, order): the core's names are
+/// the possible values (listed in `--help` and in the error), the core's `parse` turns one into
+/// the enum. One place parses each kind; no name is compared here.
+fn kind<T: Copy + Send + Sync + 'static>(
+    all: &'static [T],
+    name: fn(T) -> &'static str,
+    parse: fn(&str) -> Option<T>,
+) -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(all.iter().map(|&k| name(k)))
+        .try_map(move |s| parse(&s).ok_or("a possible value the core does not parse"))
 }
 
 /// The fleet and model parameters shared by replay and the scenario commands.
@@ -246,36 +245,36 @@ pub struct FleetArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
     pub capacity: usize,
     /// round-robin | least-loaded | prefix-aware
-    #[arg(long, value_parser = parse_router)]
+    #[arg(long, value_parser = kind(&RouterKind::ALL, RouterKind::name, RouterKind::parse))]
     pub router: RouterKind,
     /// Load penalty of prefix-aware: blocks per queued request.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = defaults::ALPHA, allow_negative_numbers = true)]
     pub alpha: f64,
     /// Stale-evict delay k, in requests (0 = exact index).
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u32>)]
+    #[arg(long, default_value_t = defaults::STALE_DELAY, allow_negative_numbers = true, value_parser = whole::<u32>)]
     pub stale: u32,
     /// tail-first | in-order
-    #[arg(long, default_value = "tail-first", value_parser = parse_order)]
+    #[arg(long, default_value = defaults::ORDER.name(), value_parser = kind(&TouchOrder::ALL, TouchOrder::name, TouchOrder::parse))]
     pub order: TouchOrder,
     /// Prefill cost, ns per uncached prompt token.
-    #[arg(long, default_value_t = 50_000, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    #[arg(long, default_value_t = defaults::T_PREFILL_NS, allow_negative_numbers = true, value_parser = whole::<u64>)]
     pub t_prefill_ns: u64,
     /// Decode cost, ns per output token.
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    #[arg(long, default_value_t = defaults::T_DECODE_NS, allow_negative_numbers = true, value_parser = whole::<u64>)]
     pub t_decode_ns: u64,
     /// Prefix-aware index: pod-tables (ask the pods' own tables) | global (a key -> pod-mask
     /// table fed by insert/evict events). Same results; pod-tables is faster and smaller.
-    #[arg(long, default_value = "pod-tables", value_parser = parse_index)]
+    #[arg(long, default_value = defaults::INDEX.name(), value_parser = kind(&IndexKind::ALL, IndexKind::name, IndexKind::parse))]
     pub index: IndexKind,
     /// Blocks per pod in a second (CPU memory) tier; 0 = none (at most 4294967294).
-    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = parse_cpu_capacity)]
+    #[arg(long, default_value_t = defaults::CPU_CAPACITY_BLOCKS, allow_negative_numbers = true, value_parser = parse_cpu_capacity)]
     pub cpu_capacity: usize,
     /// Cost of loading a CPU-tier block, ns per token.
-    #[arg(long, default_value_t = 5_000, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    #[arg(long, default_value_t = defaults::T_CPU_NS, allow_negative_numbers = true, value_parser = whole::<u64>)]
     pub t_cpu_ns: u64,
     /// local (each pod its own LRU of --capacity blocks) | global (one fleet-wide LRU of
     /// pods x capacity blocks every pod reads: Mooncake's global cache; docs/MODEL.md).
-    #[arg(long, default_value = "local", value_parser = parse_cache)]
+    #[arg(long, default_value = defaults::CACHE.name(), value_parser = kind(&CacheMode::ALL, CacheMode::name, CacheMode::parse))]
     pub cache: CacheMode,
     #[command(flatten)]
     pub scale: ScaleArgs,
@@ -292,16 +291,16 @@ pub struct ScaleArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = whole::<u32>)]
     pub scale_initial: Option<u32>,
     /// Seconds between autoscaler evaluations.
-    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = defaults::SCALE_INTERVAL_NS as f64 / 1e9, allow_negative_numbers = true)]
     pub scale_interval_s: f64,
     /// Scale out when the mean queue length of the routable pods exceeds this.
-    #[arg(long, default_value_t = 4.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = defaults::SCALE_UP_MILLI as f64 / 1e3, allow_negative_numbers = true)]
     pub scale_up_queue: f64,
     /// Scale in when the mean queue length is below this.
-    #[arg(long, default_value_t = 0.5, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = defaults::SCALE_DOWN_MILLI as f64 / 1e3, allow_negative_numbers = true)]
     pub scale_down_queue: f64,
     /// Seconds from a scale-out decision until the new pod takes requests.
-    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = defaults::SCALE_STARTUP_NS as f64 / 1e9, allow_negative_numbers = true)]
     pub scale_startup_s: f64,
 }
 
@@ -321,14 +320,13 @@ impl ScaleArgs {
             self.scale_startup_s,
         )
         .map_err(|(field, expected, got)| {
-            CliError::bad_input(format!("--scale-{}: {got}: expected {expected}", field.replace('_', "-")))
+            CliError::bad_input(format!("{}: {got}: expected {expected}", fields::flag(field)))
         })?;
         Ok(Some(p))
     }
 
     /// Builds and checks a policy for `pods` pods from flag or scenario values; errors are
-    /// (field, expected, got) with the scenario key's name (`interval_s`; the flag is
-    /// `--scale-interval-s`).
+    /// (field, expected, got), named by the caller through [`fields`].
     pub fn policy_from(
         pods: usize,
         min: u32,
@@ -337,7 +335,7 @@ impl ScaleArgs {
         up_queue: f64,
         down_queue: f64,
         startup_s: f64,
-    ) -> Result<ScalePolicy, (&'static str, &'static str, String)> {
+    ) -> Result<ScalePolicy, (Field, &'static str, String)> {
         let ns = |v: f64, field| match v {
             v if (0.0..=1e9).contains(&v) => Ok((v * 1e9).round() as u64),
             v => Err((field, "seconds between 0 and 1e9", scenario::num(v))),
@@ -349,22 +347,24 @@ impl ScaleArgs {
         let p = ScalePolicy {
             min_pods: min,
             initial_pods: initial.unwrap_or(min),
-            interval_ns: ns(interval_s, "interval_s")?,
-            up_milli: milli(up_queue, "up_queue")?,
-            down_milli: milli(down_queue, "down_queue")?,
-            startup_ns: ns(startup_s, "startup_s")?,
+            interval_ns: ns(interval_s, Field::ScaleInterval)?,
+            up_milli: milli(up_queue, Field::ScaleUpQueue)?,
+            down_milli: milli(down_queue, Field::ScaleDownQueue)?,
+            startup_ns: ns(startup_s, Field::ScaleStartup)?,
         };
         p.validate(pods).map_err(|e| match e {
             brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
-                let (name, got) = match field {
-                    "scale-min" => ("min", min.to_string()),
-                    "scale-initial" => ("initial", p.initial_pods.to_string()),
-                    "scale-interval" => ("interval_s", scenario::num(interval_s)),
-                    _ => ("down_queue", scenario::num(down_queue)),
+                let got = match field {
+                    Field::ScaleMin => min.to_string(),
+                    Field::ScaleInitial => p.initial_pods.to_string(),
+                    Field::ScaleInterval => scenario::num(interval_s),
+                    Field::ScaleUpQueue => scenario::num(up_queue),
+                    Field::ScaleStartup => scenario::num(startup_s),
+                    _ => scenario::num(down_queue),
                 };
-                (name, expected, got)
+                (field, expected, got)
             }
-            other => ("min", "a valid policy", other.to_string()),
+            other => (Field::ScaleMin, "a valid policy", other.to_string()),
         })?;
         Ok(p)
     }
@@ -407,7 +407,7 @@ pub struct ReplayArgs {
     pub hash: formats::HashArgs,
     /// Longest trace line accepted, bytes (the longest valid line is about 23 MB: 1,048,576 ids
     /// of up to 20 digits).
-    #[arg(long, value_name = "BYTES", default_value = "32M", value_parser = crate::mem::parse_size)]
+    #[arg(long, value_name = "BYTES", default_value_t = trace::DEFAULT_MAX_LINE_BYTES, value_parser = crate::mem::parse_size)]
     pub max_line_bytes: u64,
     #[command(flatten)]
     pub fleet: FleetArgs,
@@ -453,7 +453,9 @@ pub struct BenchArgs {
 
 pub(crate) fn check_trace_block(s: u32) -> CliResult<()> {
     brokerlab_core::fleet::keys::check_trace_block_tokens(s).map_err(|_| {
-        CliError::bad_input(format!("--trace-block-size {s}: expected a non-zero multiple of 16, at most 1048576"))
+        CliError::bad_input(format!(
+            "--trace-block-size {s}: expected a non-zero multiple of {BLOCK_TOKENS}, at most {MAX_TRACE_BLOCK_TOKENS}"
+        ))
     })
 }
 

@@ -7,6 +7,7 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::{CacheMode, FleetConfig, RouterKind};
 use serde::Serialize;
 
@@ -19,7 +20,7 @@ pub const PODS: usize = 10;
 /// Tokens of local cache per node in Mooncake's experiment (~1 TB of DRAM for LLaMA3-70B).
 pub const TOKENS_PER_POD: usize = 3_000_000;
 /// The same in 16-token blocks: 187,500.
-pub const BLOCKS_PER_POD: usize = TOKENS_PER_POD / 16;
+pub const BLOCKS_PER_POD: usize = TOKENS_PER_POD / BLOCK_TOKENS;
 /// Tokens per `hash_ids` entry in the Mooncake traces.
 pub const TRACE_BLOCK_TOKENS: u32 = 512;
 

@@ -1,17 +1,18 @@
 //! Running a fleet over a stream of requests on the host: owned buffers, retry on a full buffer,
 //! exact percentiles and the summary every command prints.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::{
-    CacheMode, Error as CoreError, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome,
+    CacheMode, Error as CoreError, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, Limit, LruPod, Outcome,
     PendingEntry, PendingRecord, Request, Slot, keys,
 };
 use serde::Serialize;
 
 use super::trace::TraceReader;
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, FleetError};
 use crate::mem::{self, Need, try_grow, try_vec};
 
 /// Heap buffers for one fleet (the core borrows them).
@@ -97,17 +98,22 @@ pub struct TraceSource {
     pub trace_block_tokens: u32,
 }
 
+/// Why a trace at `path` cannot be read a second time, if it cannot: reopening a pipe
+/// (`/dev/stdin`, `<(zcat ...)`) continues where the first pass stopped, and the run would
+/// silently replay a truncated trace.
+pub fn restart_error_for(path: &Path) -> Option<String> {
+    let regular = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+    (!regular).then(|| {
+        format!(
+            "--trace {}: the run must read the trace a second time (an internal buffer filled up), but it is not a regular file (a pipe?); write it to a file first",
+            path.display()
+        )
+    })
+}
+
 impl RequestSource for TraceSource {
     fn restart_error(&self) -> Option<String> {
-        // Reopening a pipe (`/dev/stdin`, `<(zcat ...)`) continues where the first pass stopped:
-        // the run would silently replay a truncated trace.
-        let regular = std::fs::metadata(&self.path).is_ok_and(|m| m.is_file());
-        (!regular).then(|| {
-            format!(
-                "--trace {}: the run must read the trace a second time (an internal buffer filled up), but it is not a regular file (a pipe?); write it to a file first",
-                self.path.display()
-            )
-        })
+        restart_error_for(&self.path)
     }
 
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
@@ -143,7 +149,7 @@ fn feed_trace(
     let mut keys_buf: Vec<u64> = Vec::new();
     while reader.advance()? {
         let rec = reader.record();
-        let m = (rec.input_length / 16) as usize;
+        let m = (rec.input_length / BLOCK_TOKENS as u64) as usize;
         let located = |e: CoreError, r: &TraceReader| CliError::bad_input(format!("{}: {e}", r.location()));
         if rec.input_length > brokerlab_core::fleet::limits::MAX_PROMPT_TOKENS {
             return Err(CliError::bad_input(format!(
@@ -188,7 +194,7 @@ pub struct Summary {
     /// Stale-evict delay k.
     pub stale: u32,
     /// Touch order.
-    pub order: String,
+    pub order: brokerlab_core::fleet::TouchOrder,
     /// ns per prefill token.
     pub t_prefill_ns: u64,
     /// ns per output token.
@@ -238,7 +244,7 @@ pub struct Summary {
     /// `"global"` with `--cache global` (one shared pool of pods x capacity blocks); absent for
     /// per-pod caches, so the default output is unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cache: Option<String>,
+    pub cache: Option<CacheMode>,
 }
 
 /// What the autoscaler did (docs/MODEL.md, "Autoscaling").
@@ -298,12 +304,12 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
             try_grow(&mut latencies, n as usize, "the latencies (8 bytes per request)")?;
         }
         let mut outcomes = Vec::new();
-        let mut full: Option<&'static str> = None;
+        let mut full: Option<Limit> = None;
         let mut oom: Option<CliError> = None;
         let fed = source.feed(&mut |req| {
             let out = fleet.dispatch(req).inspect_err(|e| {
                 if let CoreError::CapacityExceeded { limit, .. } = e {
-                    full = Some(limit);
+                    full = Some(*limit);
                 }
             })?;
             let (nl, no) = (latencies.len(), outcomes.len());
@@ -318,7 +324,7 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
             });
             if let Err(e) = grown {
                 oom = Some(e);
-                return Err(CoreError::CapacityExceeded { limit: HOST_MEMORY, capacity: latencies.len() });
+                return Err(CoreError::CapacityExceeded { limit: Limit::CallerMemory, capacity: latencies.len() });
             }
             latencies.push(out.latency_ns());
             if keep_outcomes {
@@ -329,23 +335,20 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
         if let Some(e) = oom {
             return Err(e);
         }
-        if matches!(full, Some("queue per pod" | "pending evictions"))
+        if matches!(full, Some(Limit::QueuePerPod | Limit::PendingEvictions))
             && let Some(msg) = source.restart_error()
         {
             return Err(CliError::bad_input(msg));
         }
         match (full, fed) {
-            (Some("queue per pod"), _) => queue_per_pod *= 2,
-            (Some("pending evictions"), _) => pending = (pending * 2).max(1024),
-            (Some(limit), _) => return Err(CliError::failure(format!("internal limit `{limit}` exceeded"))),
+            (Some(Limit::QueuePerPod), _) => queue_per_pod *= 2,
+            (Some(Limit::PendingEvictions), _) => pending = (pending * 2).max(1024),
+            (Some(limit), _) => return Err(FleetError::Limit(limit).into()),
             (None, Err(e)) => return Err(e),
             (None, Ok(())) => return Ok(RunResult { summary: summarize(&fleet, latencies), outcomes }),
         }
     }
 }
-
-/// The `limit` of the error a sink returns when the host cannot grow its own vectors.
-const HOST_MEMORY: &str = "host memory";
 
 /// Checks the memory budget for a run of `cfg` with these bounds over `requests` requests (when
 /// known): the fleet's buffers (the audit's formulas) and the per-request vectors.
@@ -372,7 +375,7 @@ pub fn check_memory(
 /// Turns a configuration error from the core into a message naming the CLI flag.
 pub fn config_error(e: CoreError) -> CliError {
     match e {
-        CoreError::InvalidConfig { field, expected } => CliError::bad_input(format!("--{field}: expected {expected}")),
+        CoreError::InvalidConfig { field, expected } => FleetError::Flag { field, expected }.into(),
         other => CliError::failure(other.to_string()),
     }
 }
@@ -391,7 +394,7 @@ pub fn summarize(fleet: &Fleet<'_>, mut latencies: Vec<u64>) -> Summary {
         capacity: cfg.capacity_blocks,
         alpha: cfg.alpha,
         stale: cfg.stale_delay,
-        order: cfg.order.name().to_string(),
+        order: cfg.order,
         t_prefill_ns: cfg.t_prefill_ns,
         t_decode_ns: cfg.t_decode_ns,
         requests: t.requests,
@@ -426,7 +429,7 @@ pub fn summarize(fleet: &Fleet<'_>, mut latencies: Vec<u64>) -> Summary {
             new_pod_requests: t.new_pod_requests,
             new_pod_traffic_ratio: ratio(t.new_pod_requests * 1000, t.fair_new_pod_milli),
         }),
-        cache: (cfg.cache != CacheMode::Local).then(|| cfg.cache.name().to_string()),
+        cache: (cfg.cache != CacheMode::Local).then_some(cfg.cache),
     }
 }
 
@@ -444,7 +447,10 @@ pub fn render_table(s: &Summary) -> String {
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
     line("router", s.router.to_string());
-    line("pods x capacity", format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * 16));
+    line(
+        "pods x capacity",
+        format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * BLOCK_TOKENS),
+    );
     if let Some(c) = &s.cache {
         line("cache", format!("{c}: one pool of {} blocks every pod reads", s.pods * s.capacity));
     }

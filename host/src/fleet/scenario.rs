@@ -3,13 +3,14 @@
 
 use std::path::Path;
 
+use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::workload::{DocOrder, Layout, MAX_OUTPUT_CHOICES, Popularity, Workload, WorkloadSpec};
-use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, TouchOrder, keys};
-use serde::Deserialize;
+use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, TouchOrder, defaults, keys};
+use serde::{Deserialize, Serialize};
 
 use super::ScaleArgs;
 use super::run::RequestSource;
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, FleetError};
 use crate::mem::{Need, try_grow, try_vec};
 
 /// `[workload]` of a scenario file.
@@ -17,14 +18,14 @@ use crate::mem::{Need, try_grow, try_vec};
 #[serde(deny_unknown_fields)]
 pub struct WorkloadToml {
     /// Seed.
-    #[serde(default = "one")]
+    #[serde(default = "seed")]
     pub seed: u64,
     /// Requests.
     pub requests: u64,
     /// Tenants T.
     pub tenants: u32,
     /// Users per tenant.
-    #[serde(default = "one32")]
+    #[serde(default = "users_per_tenant")]
     pub users_per_tenant: u32,
     /// Shared prefix P, tokens.
     pub prefix_tokens: u32,
@@ -45,7 +46,7 @@ pub struct WorkloadToml {
     #[serde(default = "stable")]
     pub layout: String,
     /// Header tokens in the timestamp-first layout.
-    #[serde(default = "sixteen")]
+    #[serde(default = "header_tokens")]
     pub header_tokens: u32,
     /// RAG section.
     #[serde(default)]
@@ -77,16 +78,16 @@ pub struct AutoscaleToml {
     #[serde(default)]
     pub initial: Option<u32>,
     /// Evaluation period, s.
-    #[serde(default = "ten")]
+    #[serde(default = "interval_s")]
     pub interval_s: f64,
     /// Scale out above this mean queue length.
-    #[serde(default = "four")]
+    #[serde(default = "up_queue")]
     pub up_queue: f64,
     /// Scale in below this mean queue length.
-    #[serde(default = "half")]
+    #[serde(default = "down_queue")]
     pub down_queue: f64,
     /// Boot time of a new pod, s.
-    #[serde(default = "thirty")]
+    #[serde(default = "startup_s")]
     pub startup_s: f64,
 }
 
@@ -114,31 +115,31 @@ pub struct FleetToml {
     /// Blocks per pod C.
     pub capacity: usize,
     /// Router.
-    #[serde(default = "prefix_aware")]
-    pub router: String,
+    #[serde(default = "router")]
+    pub router: RouterKind,
     /// Load penalty.
-    #[serde(default = "alpha1")]
+    #[serde(default = "alpha")]
     pub alpha: f64,
     /// Stale delay k.
     #[serde(default)]
     pub stale: u32,
     /// Touch order.
-    #[serde(default = "tail_first")]
-    pub order: String,
+    #[serde(default = "order")]
+    pub order: TouchOrder,
     /// ns per prefill token.
-    #[serde(default = "t_prefill")]
+    #[serde(default = "t_prefill_ns")]
     pub t_prefill_ns: u64,
     /// ns per output token.
     #[serde(default)]
     pub t_decode_ns: u64,
     /// Prefix-aware index: "pod-tables" (default) or "global".
-    #[serde(default = "pod_tables")]
-    pub index: String,
+    #[serde(default = "index")]
+    pub index: IndexKind,
     /// CPU-tier blocks per pod (0: none).
     #[serde(default)]
     pub cpu_capacity: usize,
     /// ns per token loaded from the CPU tier.
-    #[serde(default = "t_cpu")]
+    #[serde(default = "t_cpu_ns")]
     pub t_cpu_ns: u64,
     /// Autoscaling.
     #[serde(default)]
@@ -195,26 +196,45 @@ pub struct ScenarioToml {
     pub fleet: FleetToml,
 }
 
-fn one() -> u64 {
-    1
+// serde's `default` takes a function: each reads the core's one default (core::fleet::defaults).
+fn seed() -> u64 {
+    defaults::WORKLOAD_SEED
 }
-fn ten() -> f64 {
-    10.0
+fn users_per_tenant() -> u32 {
+    defaults::USERS_PER_TENANT
 }
-fn four() -> f64 {
-    4.0
+fn header_tokens() -> u32 {
+    defaults::HEADER_TOKENS
 }
-fn half() -> f64 {
-    0.5
+fn interval_s() -> f64 {
+    defaults::SCALE_INTERVAL_NS as f64 / 1e9
 }
-fn thirty() -> f64 {
-    30.0
+fn up_queue() -> f64 {
+    defaults::SCALE_UP_MILLI as f64 / 1e3
 }
-fn one32() -> u32 {
-    1
+fn down_queue() -> f64 {
+    defaults::SCALE_DOWN_MILLI as f64 / 1e3
 }
-fn sixteen() -> u32 {
-    16
+fn startup_s() -> f64 {
+    defaults::SCALE_STARTUP_NS as f64 / 1e9
+}
+fn router() -> RouterKind {
+    defaults::ROUTER
+}
+fn alpha() -> f64 {
+    defaults::ALPHA
+}
+fn order() -> TouchOrder {
+    defaults::ORDER
+}
+fn t_prefill_ns() -> u64 {
+    defaults::T_PREFILL_NS
+}
+fn index() -> IndexKind {
+    defaults::INDEX
+}
+fn t_cpu_ns() -> u64 {
+    defaults::T_CPU_NS
 }
 fn uniform() -> String {
     "uniform".into()
@@ -224,24 +244,6 @@ fn stable() -> String {
 }
 fn random() -> String {
     "random".into()
-}
-fn prefix_aware() -> String {
-    "prefix-aware".into()
-}
-fn t_cpu() -> u64 {
-    5_000
-}
-fn pod_tables() -> String {
-    "pod-tables".into()
-}
-fn tail_first() -> String {
-    "tail-first".into()
-}
-fn alpha1() -> f64 {
-    1.0
-}
-fn t_prefill() -> u64 {
-    50_000
 }
 
 /// A parsed, checked scenario.
@@ -333,7 +335,11 @@ impl Scenario {
                 ));
             }
             Some(v) if v.is_empty() || v.len() > MAX_OUTPUT_CHOICES => {
-                return Err(bad("workload.output_tokens_choices", "1 to 16 values", &format!("{v:?}")));
+                return Err(bad(
+                    "workload.output_tokens_choices",
+                    &format!("1 to {MAX_OUTPUT_CHOICES} values"),
+                    &format!("{v:?}"),
+                ));
             }
             Some(v) => {
                 output_choices[..v.len()].copy_from_slice(v);
@@ -366,24 +372,19 @@ impl Scenario {
         };
         workload.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
         let f = &t.fleet;
-        let router = RouterKind::parse(&f.router)
-            .ok_or_else(|| bad("fleet.router", "round-robin, least-loaded or prefix-aware", &f.router))?;
-        let order =
-            TouchOrder::parse(&f.order).ok_or_else(|| bad("fleet.order", "tail-first or in-order", &f.order))?;
-        let index = IndexKind::parse(&f.index).ok_or_else(|| bad("fleet.index", "global or pod-tables", &f.index))?;
         let fleet = FleetConfig {
             pods: f.pods,
             capacity_blocks: f.capacity,
-            router,
+            router: f.router,
             alpha: f.alpha,
             stale_delay: f.stale,
-            order,
+            order: f.order,
             t_prefill_ns: f.t_prefill_ns,
             t_decode_ns: f.t_decode_ns,
-            index,
+            index: f.index,
             cpu_capacity_blocks: f.cpu_capacity,
             t_cpu_ns: f.t_cpu_ns,
-            cache: brokerlab_core::fleet::CacheMode::Local,
+            cache: defaults::CACHE,
             scale: match &f.autoscale {
                 None => None,
                 Some(a) => Some(
@@ -396,13 +397,13 @@ impl Scenario {
                         a.down_queue,
                         a.startup_s,
                     )
-                    .map_err(|(field, expected, got)| bad(&format!("fleet.autoscale.{field}"), expected, &got))?,
+                    .map_err(|(field, expected, got)| bad(&super::fields::key(field), expected, &got))?,
                 ),
             },
         };
         fleet.validate().map_err(|e| match e {
             brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
-                CliError::bad_input(format!("{origin}: `fleet.{}`: expected {expected}", field.replace('-', "_")))
+                FleetError::Key { origin: origin.to_string(), field, expected }.into()
             }
             other => CliError::bad_input(format!("{origin}: {other}")),
         })?;
@@ -424,7 +425,7 @@ impl Scenario {
                     let ecfg = s.config(&key)?;
                     brokerlab_core::fleet::batched::validate(&fleet, &ecfg).map_err(|e| match e {
                         brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
-                            CliError::bad_input(format!("{origin}: `fleet.{field}`: expected {expected}"))
+                            FleetError::Key { origin: origin.to_string(), field, expected }.into()
                         }
                         other => CliError::bad_input(format!("{origin}: {other}")),
                     })?;
@@ -524,7 +525,7 @@ impl Generated {
 
     /// What [`Self::with_origin`] allocates, at most.
     pub fn needs(spec: &WorkloadSpec) -> Vec<Need> {
-        let keys = spec.requests.saturating_mul(spec.max_prompt_tokens() / 16).saturating_mul(8);
+        let keys = spec.requests.saturating_mul(spec.max_prompt_tokens() / BLOCK_TOKENS as u64).saturating_mul(8);
         vec![
             Need {
                 what: "generated requests".into(),
@@ -554,9 +555,9 @@ impl Generated {
 /// Maps an error of the core on request `i` of a generated workload to a message naming the
 /// scenario file and the keys that cause it (exit 2: the scenario asks for it).
 fn request_error(origin: &str, i: usize, e: brokerlab_core::fleet::Error) -> CliError {
-    use brokerlab_core::fleet::Error as E;
+    use brokerlab_core::fleet::{Error as E, Quantity};
     let hint = match e {
-        E::Overflow { what: "service time" | "finish time" } => {
+        E::Overflow { what: Quantity::ServiceTime | Quantity::FinishTime } => {
             ": lower `fleet.t_prefill_ns`, `fleet.t_decode_ns` or `fleet.t_cpu_ns` (ns per token)"
         }
         E::Overflow { .. } => ": lower `fleet.autoscale.interval_s` or `fleet.autoscale.startup_s`",
@@ -608,7 +609,7 @@ impl Streamed {
             origin: origin.to_string(),
             cdf: try_vec(Workload::cdf_len(&spec), 0u64, "the workload's Zipf CDF")?,
             tokens: try_vec(tokens_len, 0u32, "the prompt tokens buffer")?,
-            kbuf: try_vec(tokens_len / 16, 0u64, "the block keys buffer")?,
+            kbuf: try_vec(tokens_len / BLOCK_TOKENS, 0u64, "the block keys buffer")?,
         })
     }
 
@@ -664,6 +665,33 @@ impl RequestSource for Streamed {
     }
 }
 
+/// One line of a Mooncake trace, in its field order.
+#[derive(Serialize)]
+struct TraceLine<'a> {
+    timestamp: u64,
+    input_length: u64,
+    output_length: u64,
+    hash_ids: &'a [u64],
+}
+
+/// serde_json's compact layout with a space after every `:` and `,` (`{"timestamp": 0, ...}`):
+/// the layout of the Mooncake traces and of every trace this command has written.
+struct Spaced;
+
+impl serde_json::ser::Formatter for Spaced {
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+}
+
 /// Writes the workload as a Mooncake JSONL trace with trace block size 16: `hash_ids[j]` is a
 /// dense id of block j's chained key (ids are prefix-consistent by construction), plus a fresh id
 /// for a trailing partial block. Replaying it with `--trace-block-size 16` gives exactly the
@@ -677,42 +705,41 @@ pub fn write_trace(g: &Generated, out: &mut dyn std::io::Write) -> std::io::Resu
 pub fn write_trace_from(src: &mut dyn RequestSource, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     let mut ids: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
     let mut next_id = 0u64;
-    let mut line = String::new();
+    let mut line: Vec<u8> = Vec::new();
+    let mut hash_ids: Vec<u64> = Vec::new();
     let mut io_err = None;
     let fed = src.feed(&mut |req| {
-        let (arrival_ns, input, output) = (req.arrival_ns, req.input_tokens, req.output_tokens);
-        line.clear();
-        line.push_str(&format!(
-            "{{\"timestamp\": {}, \"input_length\": {input}, \"output_length\": {output}, \"hash_ids\": [",
-            arrival_ns / 1_000_000
-        ));
-        let mut first = true;
-        let mut push = |line: &mut String, id: u64| {
-            if !first {
-                line.push_str(", ");
-            }
-            first = false;
-            line.push_str(&id.to_string());
-        };
+        hash_ids.clear();
         for k in req.keys {
             let id = *ids.entry(*k).or_insert_with(|| {
                 next_id += 1;
                 next_id - 1
             });
-            push(&mut line, id);
+            hash_ids.push(id);
         }
-        if input % 16 != 0 {
-            push(&mut line, next_id);
+        if !req.input_tokens.is_multiple_of(BLOCK_TOKENS as u64) {
+            hash_ids.push(next_id);
             next_id += 1;
         }
-        line.push_str("]}\n");
-        out.write_all(line.as_bytes()).map_err(|e| {
+        let rec = TraceLine {
+            timestamp: req.arrival_ns / 1_000_000,
+            input_length: req.input_tokens,
+            output_length: req.output_tokens,
+            hash_ids: &hash_ids,
+        };
+        line.clear();
+        let written = rec.serialize(&mut serde_json::Serializer::with_formatter(&mut line, Spaced));
+        line.push(b'\n');
+        written.map_err(std::io::Error::from).and_then(|()| out.write_all(&line)).map_err(|e| {
             io_err = Some(e);
-            brokerlab_core::fleet::Error::CapacityExceeded { limit: "output", capacity: 0 }
+            brokerlab_core::fleet::Error::CapacityExceeded {
+                limit: brokerlab_core::fleet::Limit::CallerMemory,
+                capacity: 0,
+            }
         })
     });
     if let Some(e) = io_err {
         return Err(e);
     }
-    fed.map_err(|e| std::io::Error::other(e.msg))
+    fed.map_err(|e| std::io::Error::other(e.to_string()))
 }

@@ -274,7 +274,7 @@ pub fn merge<P: serde::de::DeserializeOwned>(parts: Vec<(PathBuf, Partial)>, out
 
 /// Writes the files of a FIFO sweep (shared by `fleet sweep` and `fleet merge`).
 pub fn write_fifo(out: &Path, name: &str, param: &str, points: &[Point], prov: &Provenance) -> CliResult<String> {
-    sweep::write_file(out, "points.csv", sweep::to_csv(points).as_bytes())?;
+    sweep::write_file(out, "points.csv", sweep::to_csv(points)?.as_bytes())?;
     sweep::write_file(out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
     #[derive(Serialize)]
     struct Points<'a> {
@@ -298,7 +298,7 @@ pub fn write_batched(
     prov: &Provenance,
 ) -> CliResult<String> {
     use super::sweep_batched as b;
-    sweep::write_file(out, "points.csv", b::to_csv(points).as_bytes())?;
+    sweep::write_file(out, "points.csv", b::to_csv(points)?.as_bytes())?;
     sweep::write_file(out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
     #[derive(Serialize)]
     struct Points<'a> {

@@ -3,13 +3,13 @@
 
 use std::path::Path;
 
-use brokerlab_core::fleet::{FleetConfig, RouterKind};
+use brokerlab_core::fleet::{FleetConfig, RouterKind, TouchOrder};
 use serde::Serialize;
 
 use super::progress::Progress;
 use super::run::{Summary, simulate};
 use super::scenario::Generated;
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, FleetError};
 
 /// One point of a sweep: a parameter value, a workload and a fleet configuration.
 #[derive(Debug, Clone)]
@@ -87,48 +87,107 @@ pub fn for_each_router(values: &[(f64, usize, FleetConfig)]) -> Vec<PointSpec> {
 }
 
 /// CSV of all points (one row per point).
-pub fn to_csv(points: &[Point]) -> String {
-    let mut o = String::from(
-        "param,value,router,pods,capacity,alpha,stale,order,requests,input_tokens,hit_tokens,prefill_tokens,hit_rate,\
-         latency_p50_s,latency_p90_s,latency_p99_s,chased_requests,phantom_blocks,max_pod_share,cpu_capacity,cpu_hit_rate\n",
-    );
-    let f = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
-    for p in points {
+pub fn to_csv(points: &[Point]) -> CliResult<String> {
+    csv_of(points.iter().map(|p| {
         let s = &p.summary;
-        let max_share = s.per_pod_requests.iter().max().copied().unwrap_or(0) as f64 / s.requests.max(1) as f64;
-        o += &format!(
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n",
-            p.param,
-            p.value,
-            s.router,
-            s.pods,
-            s.capacity,
-            s.alpha,
-            s.stale,
-            s.order,
-            s.requests,
-            s.input_tokens,
-            s.hit_tokens,
-            s.prefill_tokens,
-            f(s.hit_rate),
-            f(s.latency_p50),
-            f(s.latency_p90),
-            f(s.latency_p99),
-            s.chased_requests,
-            s.phantom_blocks,
-            max_share,
-            s.cpu_capacity,
-            f(s.cpu_hit_rate)
-        );
+        CsvRow {
+            param: &p.param,
+            value: p.value,
+            router: s.router,
+            pods: s.pods,
+            capacity: s.capacity,
+            alpha: s.alpha,
+            stale: s.stale,
+            order: s.order,
+            requests: s.requests,
+            input_tokens: s.input_tokens,
+            hit_tokens: s.hit_tokens,
+            prefill_tokens: s.prefill_tokens,
+            hit_rate: s.hit_rate,
+            latency_p50_s: s.latency_p50,
+            latency_p90_s: s.latency_p90,
+            latency_p99_s: s.latency_p99,
+            chased_requests: s.chased_requests,
+            phantom_blocks: s.phantom_blocks,
+            max_pod_share: s.per_pod_requests.iter().max().copied().unwrap_or(0) as f64 / s.requests.max(1) as f64,
+            cpu_capacity: s.cpu_capacity,
+            cpu_hit_rate: s.cpu_hit_rate,
+        }
+    }))
+}
+
+/// One row of a FIFO sweep's `points.csv`; the header is the field names.
+#[derive(Serialize)]
+struct CsvRow<'a> {
+    param: &'a str,
+    #[serde(serialize_with = "csv_num::f64")]
+    value: f64,
+    router: RouterKind,
+    pods: usize,
+    capacity: usize,
+    #[serde(serialize_with = "csv_num::f64")]
+    alpha: f64,
+    stale: u32,
+    order: TouchOrder,
+    requests: u64,
+    input_tokens: u64,
+    hit_tokens: u64,
+    prefill_tokens: u64,
+    #[serde(serialize_with = "csv_num::opt")]
+    hit_rate: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    latency_p50_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    latency_p90_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    latency_p99_s: Option<f64>,
+    chased_requests: u64,
+    phantom_blocks: u64,
+    #[serde(serialize_with = "csv_num::f64")]
+    max_pod_share: f64,
+    cpu_capacity: usize,
+    #[serde(serialize_with = "csv_num::opt")]
+    cpu_hit_rate: Option<f64>,
+}
+
+/// A CSV document of `rows`: a header of the row type's field names, one line per row, `\n`
+/// line ends (the csv crate quotes a field only when it must; none of ours needs it).
+pub fn csv_of<R: Serialize>(rows: impl IntoIterator<Item = R>) -> CliResult<String> {
+    // Writing to memory fails only on a row the csv crate cannot represent (a nested struct).
+    let bug = |e: &dyn std::fmt::Display| CliError::failure(format!("writing points.csv: {e}"));
+    let mut w = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b'\n')).from_writer(Vec::new());
+    for r in rows {
+        w.serialize(r).map_err(|e| bug(&e))?;
     }
-    o
+    let bytes = w.into_inner().map_err(|e| bug(&e))?;
+    String::from_utf8(bytes).map_err(|e| bug(&e))
+}
+
+/// CSV numbers as Rust prints them (`1`, `0.5`, `1e-7`), the same text as the Markdown tables;
+/// the csv crate's own float format would print `1.0`.
+pub mod csv_num {
+    use serde::Serializer;
+
+    /// A number.
+    pub fn f64<S: Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(v)
+    }
+
+    /// A number, or an empty field.
+    #[allow(clippy::ref_option)] // serde's serialize_with passes a reference to the field
+    pub fn opt<S: Serializer>(v: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(x) => s.collect_str(x),
+            None => s.serialize_str(""),
+        }
+    }
 }
 
 /// Writes `name` into `dir`, naming the file in any error.
 pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> CliResult<()> {
-    std::fs::create_dir_all(dir).map_err(|e| CliError::failure(format!("{}: cannot create: {e}", dir.display())))?;
-    let p = dir.join(name);
-    std::fs::write(&p, bytes).map_err(|e| CliError::failure(format!("{}: cannot write: {e}", p.display())))
+    std::fs::create_dir_all(dir).map_err(|source| FleetError::CreateDir { path: dir.to_path_buf(), source })?;
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).map_err(|source| FleetError::Write { path, source }.into())
 }
 
 /// Geometric steps from `from` to `to` (inclusive), rounded to integers, duplicates removed.

@@ -5,14 +5,14 @@
 
 use std::fmt::Write as _;
 
-use brokerlab_core::fleet::EngineConfig;
+use brokerlab_core::fleet::{EngineConfig, RouterKind};
 use serde::Serialize;
 
 use super::engine::{BatchedSummary, simulate_batched};
 use super::progress::Progress;
 use super::report::{router_table, series_per_router, write_chart};
 use super::scenario::Generated;
-use super::sweep::{PointSpec, par_points};
+use super::sweep::{self, PointSpec, csv_num, par_points};
 use crate::error::CliResult;
 use crate::plot::{Chart, Series};
 
@@ -47,54 +47,92 @@ pub fn run_points(
     })
 }
 
-/// The CSV columns (one row per point): the configuration, then the batched metrics.
-const CSV_HEADER: &str = "param,value,router,pods,capacity,alpha,max_num_seqs,max_num_batched_tokens,profile,\
-requests,hit_rate,ttft_p50_s,ttft_p90_s,ttft_p99_s,e2e_p50_s,e2e_p90_s,e2e_p99_s,itl_p50_s,itl_p90_s,itl_p99_s,\
-output_tok_per_s,prefill_tok_per_s,kv_util_mean,kv_util_peak,preemptions,steps,mean_waiting,makespan_s";
-
-fn opt(v: Option<f64>) -> String {
-    v.map_or_else(String::new, |x| format!("{x}"))
+/// CSV of all points (one row per point: the configuration, then the batched metrics).
+pub fn to_csv(points: &[BatchedPoint]) -> CliResult<String> {
+    sweep::csv_of(points.iter().map(|p| {
+        let s = &p.summary;
+        CsvRow {
+            param: &p.param,
+            value: p.value,
+            router: s.router,
+            pods: s.pods,
+            capacity: s.capacity,
+            alpha: s.alpha,
+            max_num_seqs: s.max_num_seqs,
+            max_num_batched_tokens: s.max_num_batched_tokens,
+            profile: &s.profile,
+            requests: s.requests,
+            hit_rate: s.hit_rate,
+            ttft_p50_s: s.ttft_p50,
+            ttft_p90_s: s.ttft_p90,
+            ttft_p99_s: s.ttft_p99,
+            e2e_p50_s: s.e2e_p50,
+            e2e_p90_s: s.e2e_p90,
+            e2e_p99_s: s.e2e_p99,
+            itl_p50_s: s.itl_p50,
+            itl_p90_s: s.itl_p90,
+            itl_p99_s: s.itl_p99,
+            output_tok_per_s: s.output_tok_per_s,
+            prefill_tok_per_s: s.prefill_tok_per_s,
+            kv_util_mean: s.kv_util_mean,
+            kv_util_peak: s.kv_util_peak,
+            preemptions: s.preemptions,
+            steps: s.steps,
+            mean_waiting: s.mean_waiting,
+            makespan_s: s.makespan_s,
+        }
+    }))
 }
 
-/// CSV of all points.
-pub fn to_csv(points: &[BatchedPoint]) -> String {
-    let mut o = format!("{CSV_HEADER}\n");
-    for p in points {
-        let s = &p.summary;
-        let _ = writeln!(
-            o,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            p.param,
-            p.value,
-            s.router,
-            s.pods,
-            s.capacity,
-            s.alpha,
-            s.max_num_seqs,
-            s.max_num_batched_tokens,
-            s.profile,
-            s.requests,
-            opt(s.hit_rate),
-            opt(s.ttft_p50),
-            opt(s.ttft_p90),
-            opt(s.ttft_p99),
-            opt(s.e2e_p50),
-            opt(s.e2e_p90),
-            opt(s.e2e_p99),
-            opt(s.itl_p50),
-            opt(s.itl_p90),
-            opt(s.itl_p99),
-            opt(s.output_tok_per_s),
-            opt(s.prefill_tok_per_s),
-            opt(s.kv_util_mean),
-            s.kv_util_peak,
-            s.preemptions,
-            s.steps,
-            opt(s.mean_waiting),
-            s.makespan_s
-        );
-    }
-    o
+/// One row of a batched sweep's `points.csv`; the header is the field names.
+#[derive(Serialize)]
+struct CsvRow<'a> {
+    param: &'a str,
+    #[serde(serialize_with = "csv_num::f64")]
+    value: f64,
+    router: RouterKind,
+    pods: usize,
+    capacity: usize,
+    #[serde(serialize_with = "csv_num::f64")]
+    alpha: f64,
+    max_num_seqs: u32,
+    max_num_batched_tokens: u32,
+    profile: &'a str,
+    requests: u64,
+    #[serde(serialize_with = "csv_num::opt")]
+    hit_rate: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    ttft_p50_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    ttft_p90_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    ttft_p99_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    e2e_p50_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    e2e_p90_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    e2e_p99_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    itl_p50_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    itl_p90_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    itl_p99_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    output_tok_per_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    prefill_tok_per_s: Option<f64>,
+    #[serde(serialize_with = "csv_num::opt")]
+    kv_util_mean: Option<f64>,
+    #[serde(serialize_with = "csv_num::f64")]
+    kv_util_peak: f64,
+    preemptions: u64,
+    steps: u64,
+    #[serde(serialize_with = "csv_num::opt")]
+    mean_waiting: Option<f64>,
+    #[serde(serialize_with = "csv_num::f64")]
+    makespan_s: f64,
 }
 
 fn series_by_router(points: &[BatchedPoint], y: impl Fn(&BatchedSummary) -> Option<f64>) -> Vec<Series> {

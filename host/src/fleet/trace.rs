@@ -363,8 +363,8 @@ mod tests {
         for (bad, want) in cases {
             let text = format!("{ok}\n{bad}\n");
             let err = read_all(&text).unwrap_err();
-            assert!(err.msg.starts_with(want), "{} does not start with {want}", err.msg);
-            assert_eq!(err.code, 2);
+            assert!(err.to_string().starts_with(want), "{err} does not start with {want}");
+            assert_eq!(err.code(), 2);
         }
     }
 }

@@ -405,14 +405,11 @@ fn execute(
     let (lease, rec) = match store.acquire(id, &me, opts.lease_ms, &state, create.as_ref(), true) {
         Ok(x) => x,
         Err(LeaseError::Held { owner, epoch, expires_in_ms }) => {
-            return Err(CliError {
-                code: EXIT_FAILURE,
-                msg: format!(
-                    "task {id:?} is already being run by {owner} (lease epoch {epoch}, expires in {:.1}s); \
-                     not starting a second runner",
-                    expires_in_ms as f64 / 1000.0
-                ),
-            });
+            return Err(CliError::Failure(format!(
+                "task {id:?} is already being run by {owner} (lease epoch {epoch}, expires in {:.1}s); \
+                 not starting a second runner",
+                expires_in_ms as f64 / 1000.0
+            )));
         }
         Err(LeaseError::Exists) => {
             return Err(CliError::failure(format!("task {id:?} was created concurrently by another runner")));

@@ -449,7 +449,7 @@ fn list(db: &DbTarget) -> CliResult<i32> {
             ),
             Err(e) => {
                 say!("{:<24} {:>7} {:>8}  {:<40} -", id, "?", "?", "CORRUPT (see below)");
-                corrupt.push(e.msg);
+                corrupt.push(e.to_string());
             }
         }
     }

@@ -49,10 +49,51 @@ pub struct Lease {
     pub taken_at_ms: i64,
 }
 
+/// What the SQLite store can fail with: SQLite's own errors, and the store's checks that are not
+/// SQL errors (each its own variant, so none is disguised as one of SQLite's).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error(transparent)]
+    Sql(#[from] rusqlite::Error),
+    /// The file could not be switched to write-ahead logging.
+    #[error("journal_mode is {0}, WAL required")]
+    NotWal(String),
+    /// A task id or lease owner in the database is not a valid name for the runner.
+    #[error("{what} {name:?} in the database is not a valid name")]
+    BadName {
+        /// "task id" or "lease owner".
+        what: &'static str,
+        /// The text found.
+        name: String,
+    },
+    /// `now + ttl` does not fit in 64 bits.
+    #[error("lease expiry {now_ms} + {ttl_ms} ms overflows")]
+    ExpiryOverflow {
+        /// Now, ms.
+        now_ms: i64,
+        /// The lease's time to live, ms.
+        ttl_ms: i64,
+    },
+    /// A record could not be framed for the log.
+    #[error("cannot frame record: {0}")]
+    Frame(String),
+}
+
+impl StoreError {
+    /// SQLite's error code, when SQLite failed.
+    fn sqlite_error_code(&self) -> Option<ErrorCode> {
+        match self {
+            StoreError::Sql(e) => e.sqlite_error_code(),
+            _ => None,
+        }
+    }
+}
+
 /// Why an append was refused. `E` is the database's error (SQLite's here; a [`CliError`] that
 /// names the database behind the [`super::backend::TaskStore`] trait).
 #[derive(Debug)]
-pub enum AppendError<E = rusqlite::Error> {
+pub enum AppendError<E = StoreError> {
     /// The lease is no longer ours (another runner took over): fencing.
     Fenced {
         /// Our epoch.
@@ -66,13 +107,19 @@ pub enum AppendError<E = rusqlite::Error> {
 
 impl From<rusqlite::Error> for AppendError {
     fn from(e: rusqlite::Error) -> Self {
+        AppendError::Sql(e.into())
+    }
+}
+
+impl From<StoreError> for AppendError {
+    fn from(e: StoreError) -> Self {
         AppendError::Sql(e)
     }
 }
 
 /// Why a lease could not be taken. `E` as for [`AppendError`].
 #[derive(Debug)]
-pub enum LeaseError<E = rusqlite::Error> {
+pub enum LeaseError<E = StoreError> {
     /// A live runner holds it.
     Held {
         /// Its owner string.
@@ -94,6 +141,12 @@ pub enum LeaseError<E = rusqlite::Error> {
 
 impl From<rusqlite::Error> for LeaseError {
     fn from(e: rusqlite::Error) -> Self {
+        LeaseError::Sql(e.into())
+    }
+}
+
+impl From<StoreError> for LeaseError {
+    fn from(e: StoreError) -> Self {
         LeaseError::Sql(e)
     }
 }
@@ -139,7 +192,8 @@ impl LeaseRow {
 
 /// Maps a SQLite error on `path` to a CLI error: busy/locked and corrupt/not-a-database are bad
 /// input (exit 2, naming the file); the rest is a failure (exit 1).
-pub fn sql_error(path: &Path, what: &str, e: rusqlite::Error) -> CliError {
+pub fn sql_error(path: &Path, what: &str, e: impl Into<StoreError>) -> CliError {
+    let e: StoreError = e.into();
     let p = path.display();
     match e.sqlite_error_code() {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
@@ -174,7 +228,7 @@ pub fn busy_ms() -> CliResult<u64> {
     }
 }
 
-fn is_busy(e: &rusqlite::Error) -> bool {
+fn is_busy(e: &StoreError) -> bool {
     matches!(e.sqlite_error_code(), Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
 }
 
@@ -198,7 +252,7 @@ pub fn open_sqlite(path: &Path, create: bool) -> CliResult<Connection> {
     }
 }
 
-fn try_open(path: &Path, create: bool, busy_ms: u64) -> Result<Connection, rusqlite::Error> {
+fn try_open(path: &Path, create: bool, busy_ms: u64) -> Result<Connection, StoreError> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if create {
         flags |= OpenFlags::SQLITE_OPEN_CREATE;
@@ -207,7 +261,7 @@ fn try_open(path: &Path, create: bool, busy_ms: u64) -> Result<Connection, rusql
     conn.busy_timeout(Duration::from_millis(busy_ms))?;
     let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
-        return Err(rusqlite::Error::InvalidParameterName(format!("journal_mode is {mode}, WAL required")));
+        return Err(StoreError::NotWal(mode));
     }
     conn.pragma_update(None, "synchronous", "FULL")?;
     Ok(conn)
@@ -447,9 +501,9 @@ impl Store {
         if clear_suspend {
             self.conn.execute("DELETE FROM suspend_requests WHERE task_id=?1", [id])?;
         }
-        let task = TaskId::try_from(id).map_err(|_| rusqlite::Error::InvalidParameterName(id.into()))?;
+        let task = TaskId::try_from(id).map_err(|_| StoreError::BadName { what: "task id", name: id.into() })?;
         let owner_h = brokerlab_core::runner::Owner::try_from(owner.as_str())
-            .map_err(|_| rusqlite::Error::InvalidParameterName(owner.clone()))?;
+            .map_err(|_| StoreError::BadName { what: "lease owner", name: owner.clone() })?;
         let rec = Record::new(task, state.next_seq, Event::LeaseAcquired { owner: owner_h, epoch });
         insert_record(&self.conn, &rec, epoch, now)?;
         tx.commit()?;
@@ -520,10 +574,8 @@ fn append_one(tx: &mut Transaction<'_>, lease: &Lease, recs: &[Record], now: i64
 }
 
 /// `now + ttl`, checked: an overflow is an error, never a lease that wraps into the past.
-fn expiry(now_ms: i64, ttl_ms: i64) -> Result<i64, rusqlite::Error> {
-    now_ms
-        .checked_add(ttl_ms)
-        .ok_or_else(|| rusqlite::Error::InvalidParameterName(format!("lease expiry {now_ms} + {ttl_ms} ms overflows")))
+fn expiry(now_ms: i64, ttl_ms: i64) -> Result<i64, StoreError> {
+    now_ms.checked_add(ttl_ms).ok_or(StoreError::ExpiryOverflow { now_ms, ttl_ms })
 }
 
 /// A new task's first records and spec.
@@ -558,9 +610,9 @@ fn read_lease(conn: &Connection, id: &str) -> Result<Option<LeaseRow>, rusqlite:
         .optional()
 }
 
-fn insert_record(conn: &Connection, rec: &Record, epoch: u64, now: i64) -> Result<(), rusqlite::Error> {
+fn insert_record(conn: &Connection, rec: &Record, epoch: u64, now: i64) -> Result<(), StoreError> {
     let mut buf = [0u8; MAX_FRAME_LEN];
-    let n = emit(rec, &mut buf).map_err(|e| rusqlite::Error::InvalidParameterName(e.to_string()))?;
+    let n = emit(rec, &mut buf).map_err(|e| StoreError::Frame(e.to_string()))?;
     conn.prepare_cached("INSERT INTO log VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")?.execute(params![
         rec.task_id.as_str(),
         rec.seq as i64,

@@ -1,15 +1,34 @@
-//! `cargo fw`: builds the firmware demo for thumbv7m-none-eabi, boots it in QEMU (mps2-an385),
-//! prints its decoded defmt log and memory figures, and exits with the firmware's status.
-//! `cargo fw --json` prints one JSON summary instead (sizes, measurements, allocator check).
+//! `cargo xtask`: brokerlab's development tasks, the cargo convention (an `xtask` package run
+//! through an alias in `.cargo/config.toml`), so building the firmware is a task of the checkout
+//! and not of the `brokerlab` binary.
+//!
+//! `cargo xtask fw` (alias `cargo fw`) builds the firmware demo for thumbv7m-none-eabi, boots it in
+//! QEMU (mps2-an385), prints its decoded defmt log and memory figures, writes the figures as JSON
+//! to `<target>/firmware/figures.json` (what `brokerlab audit` reads) and exits with the
+//! firmware's status. `--json` prints the JSON summary instead of the log.
+
+use std::path::PathBuf;
 
 use brokerlab_fw_tools as firmware;
 
+const USAGE: &str = "usage: cargo xtask fw [--json]";
+
+/// Where `cargo xtask fw` writes the firmware's figures (`brokerlab audit --firmware-figures`).
+fn figures_path() -> PathBuf {
+    firmware::firmware_target_dir().join("figures.json")
+}
+
 fn main() {
-    let json = match std::env::args().skip(1).find(|a| a != "--").as_deref() {
+    let mut args = std::env::args().skip(1).filter(|a| a != "--");
+    if args.next().as_deref() != Some("fw") {
+        eprintln!("{USAGE}");
+        std::process::exit(2);
+    }
+    let json = match args.next().as_deref() {
         None => false,
         Some("--json") => true,
         Some(_) => {
-            eprintln!("usage: cargo fw [--json]");
+            eprintln!("{USAGE}");
             std::process::exit(2);
         }
     };
@@ -21,8 +40,14 @@ fn main() {
         }
     };
     let code = run.exit_code.unwrap_or(2);
+    let summary = firmware::summary_json(&run);
+    let path = figures_path();
+    if let Err(e) = std::fs::write(&path, format!("{summary}\n")) {
+        eprintln!("error: {}: cannot write the firmware figures: {e}", path.display());
+        std::process::exit(1);
+    }
     if json {
-        println!("{}", firmware::summary_json(&run));
+        println!("{summary}");
         std::process::exit(code);
     }
     for frame in &run.frames {
@@ -50,6 +75,7 @@ fn main() {
     } else {
         println!("heap: ALLOCATOR LINKED: {:?}", run.allocator_symbols);
     }
+    println!("figures: {} (read by `brokerlab audit`)", path.display());
     println!("firmware exit status: {code}");
     std::process::exit(code);
 }

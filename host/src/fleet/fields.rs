@@ -1,0 +1,83 @@
+//! The one table from the core's configuration fields to their CLI flags and scenario keys, so a
+//! message names what the user wrote: `--scale-interval-s` on the command line,
+//! `fleet.autoscale.interval_s` in a scenario file. The match is exhaustive: a field added to the
+//! core does not compile here until it is named.
+
+use brokerlab_core::fleet::Field;
+
+/// Where a field is set: its flag and its scenario key (None where there is none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Names {
+    /// The flag, with its dashes (`--cpu-capacity`).
+    pub flag: Option<&'static str>,
+    /// The scenario key, dotted from the file's root (`fleet.cpu_capacity`).
+    pub key: Option<&'static str>,
+}
+
+/// The flag and scenario key of `field`.
+pub const fn names(field: Field) -> Names {
+    let (flag, key) = match field {
+        Field::Pods => (Some("--pods"), Some("fleet.pods")),
+        Field::Capacity => (Some("--capacity"), Some("fleet.capacity")),
+        Field::Alpha => (Some("--alpha"), Some("fleet.alpha")),
+        Field::CpuCapacity => (Some("--cpu-capacity"), Some("fleet.cpu_capacity")),
+        Field::Stale => (Some("--stale"), Some("fleet.stale")),
+        Field::Index => (Some("--index"), Some("fleet.index")),
+        Field::Cache => (Some("--cache"), None),
+        Field::Router => (Some("--router"), Some("fleet.router")),
+        Field::ScaleMin => (Some("--scale-min"), Some("fleet.autoscale.min")),
+        Field::ScaleInitial => (Some("--scale-initial"), Some("fleet.autoscale.initial")),
+        Field::ScaleInterval => (Some("--scale-interval-s"), Some("fleet.autoscale.interval_s")),
+        Field::ScaleUpQueue => (Some("--scale-up-queue"), Some("fleet.autoscale.up_queue")),
+        Field::ScaleDownQueue => (Some("--scale-down-queue"), Some("fleet.autoscale.down_queue")),
+        Field::ScaleStartup => (Some("--scale-startup-s"), Some("fleet.autoscale.startup_s")),
+        Field::BlockSize => (Some("--block-size"), None),
+        Field::TraceBlockSize => (Some("--trace-block-size"), None),
+        Field::MaxNumBatchedTokens => (Some("--max-num-batched-tokens"), Some("fleet.engine.max_num_batched_tokens")),
+        Field::MaxNumSeqs => (Some("--max-num-seqs"), Some("fleet.engine.max_num_seqs")),
+        Field::TOverheadNs => (Some("--t-overhead-ns"), Some("fleet.engine.t_overhead_ns")),
+        Field::Workload => (None, Some("workload")),
+        Field::WorkloadRequests => (None, Some("workload.requests")),
+        Field::WorkloadTenants => (None, Some("workload.tenants")),
+        Field::WorkloadUsersPerTenant => (None, Some("workload.users_per_tenant")),
+        Field::WorkloadSuffixTokens => (None, Some("workload.suffix_tokens")),
+        Field::WorkloadOutputTokens => (None, Some("workload.output_tokens")),
+        Field::WorkloadOutputTokensChoices => (None, Some("workload.output_tokens_choices")),
+        Field::WorkloadRag => (None, Some("workload.rag")),
+        Field::WorkloadBurst => (None, Some("workload.burst")),
+    };
+    Names { flag, key }
+}
+
+/// The flag of `field` for a message about a command line (its core name as a flag if none).
+pub fn flag(field: Field) -> String {
+    names(field).flag.map_or_else(|| format!("--{field}"), str::to_string)
+}
+
+/// The scenario key of `field` for a message about a scenario file (its core name if none).
+pub fn key(field: Field) -> String {
+    names(field).key.map_or_else(|| field.name().to_string(), str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every field is named somewhere, and each flag and key is spelled the way the parsers take
+    /// it (flags are kebab-case, keys snake_case).
+    #[test]
+    fn every_field_has_a_flag_or_a_key() {
+        for &f in Field::ALL {
+            let n = names(f);
+            assert!(n.flag.is_some() || n.key.is_some(), "{f:?}");
+            if let Some(flag) = n.flag {
+                assert!(flag.starts_with("--") && !flag.contains('_'), "{flag}");
+            }
+            if let Some(key) = n.key {
+                assert!(!key.contains('-'), "{key}");
+            }
+        }
+        assert_eq!(key(Field::CpuCapacity), "fleet.cpu_capacity");
+        assert_eq!(flag(Field::ScaleInterval), "--scale-interval-s");
+    }
+}
