@@ -79,7 +79,7 @@ pub fn worker(db: &DbTarget, opts: &WorkerOpts) -> CliResult<i32> {
     loop {
         match PgStore::open(&url, true) {
             Ok(_) => break,
-            Err(e) if server_gone(&e.msg) && !crate::sys::term_requested() => {
+            Err(e) if server_gone(&e.to_string()) && !crate::sys::term_requested() => {
                 if pause == RECONNECT_FIRST_MS {
                     eprintln!("brokerlab: worker: the database is unreachable, retrying (SIGTERM stops): {e}");
                 }
@@ -148,7 +148,7 @@ fn reconnect(slot: u32, url: &str) -> CliResult<Option<Sessions>> {
                 }
                 return Ok(Some(s));
             }
-            Err(e) if !server_gone(&e.msg) => return Err(e),
+            Err(e) if !server_gone(&e.to_string()) => return Err(e),
             Err(e) => {
                 if !said {
                     eprintln!("brokerlab: worker slot {slot}: the database is unreachable, retrying: {e}");
@@ -206,7 +206,7 @@ fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> CliResul
                 std::thread::sleep(Duration::from_millis(opts.poll_ms));
                 continue;
             }
-            Err(e) if server_gone(&e.msg) => {
+            Err(e) if server_gone(&e.to_string()) => {
                 s = None;
                 continue;
             }
@@ -226,7 +226,7 @@ fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> CliResul
         if !settled {
             skip.push(id.clone());
         }
-        let lost = [r.as_ref().err(), done.as_ref().err()].into_iter().flatten().any(|e| server_gone(&e.msg));
+        let lost = [r.as_ref().err(), done.as_ref().err()].into_iter().flatten().any(|e| server_gone(&e.to_string()));
         if let Err(e) = r {
             eprintln!("brokerlab: worker slot {slot}: task {id}: {e}");
         }
