@@ -6,7 +6,9 @@
 //! that claims a task another runner holds is refused the lease, leaves the task queued and
 //! tries another. SIGTERM (or SIGINT): each slot finishes its current atomic step, records the
 //! `suspended` marker (the suspend rule), leaves the task queued for another worker, and the
-//! worker exits 0.
+//! worker exits 0. The claim protocol (a short `SKIP LOCKED` pick plus a claim lock keyed by the
+//! lease epoch) is [`Claimer`]'s; when the server goes away each slot abandons its run as a crash
+//! would and reconnects with backoff ([`RECONNECT_FIRST_MS`] to [`RECONNECT_MAX_MS`]).
 
 use std::path::Path;
 use std::time::Duration;

@@ -211,6 +211,15 @@ impl World {
         }
     }
 
+    /// A tool's file (a directory world; for a database world, a path naming the URL, for
+    /// messages only).
+    fn file(&self, f: ToolFile) -> PathBuf {
+        match &self.backing {
+            Backing::Files { dir, .. } => dir.join(f.file()),
+            Backing::Pg { .. } => PathBuf::from(self.place(f)),
+        }
+    }
+
     fn conn(&mut self, f: ToolFile) -> CliResult<&mut Connection> {
         let Backing::Files { dir, conns } = &mut self.backing else {
             return Err(CliError::failure("world: not a directory"));
@@ -294,9 +303,9 @@ impl World {
             apply_pg(c, f, task, step, key, &args, fence, checks)
                 .map_err(|e| pg_error(&name, &format!("recording a {} call", f.tool()), &e))?
         } else {
+            let path = self.file(f);
             let c = self.conn(f)?;
-            apply(c, f, task, step, key, &args, fence, checks)
-                .map_err(|e| sql_error(Path::new(&place), "recording a call", e))?
+            apply(c, f, task, step, key, &args, fence, checks).map_err(|e| sql_error(&path, "recording a call", e))?
         };
         match outcome {
             Applied::Yes => {
@@ -332,14 +341,14 @@ impl World {
                 .map(|_| ())
                 .map_err(|e| pg_error(&name, "raising the fence", &e));
         }
-        let place = self.place(f);
+        let path = self.file(f);
         let c = self.conn(f)?;
         c.execute(
             "INSERT INTO fences VALUES(?1, ?2) ON CONFLICT(task_id) DO UPDATE SET epoch=max(epoch, excluded.epoch)",
             params![task, epoch as i64],
         )
         .map(|_| ())
-        .map_err(|e| sql_error(Path::new(&place), "raising the fence", e))
+        .map_err(|e| sql_error(&path, "raising the fence", e))
     }
 
     /// Every call `task` made to the tool of `f`, in order (none if the file does not exist).
@@ -365,8 +374,7 @@ impl World {
                 })
                 .collect());
         }
-        let place = self.place(f);
-        let path = PathBuf::from(&place);
+        let path = self.file(f);
         if !path.exists() {
             return Ok(Vec::new());
         }
