@@ -862,11 +862,13 @@ fn no_hit_lru(inp: &Inputs<'_>, lru: &PodLru, s: &mut [f64; MAX_PODS]) -> bool {
             rank += 1;
         }
     });
-    for &p in &lru.order[..lru.len] {
+    // A used pod's rank is #never-used + its position in the whole LRU (llm-d counts pods that
+    // are not candidates too).
+    let never = rank;
+    for (pos, &p) in lru.order[..lru.len].iter().enumerate() {
         let p = p as usize;
         if cand & (1 << p) != 0 {
-            s[p] = (1.0 - rank as f64 / denom).max(0.0);
-            rank += 1;
+            s[p] = (1.0 - (never + pos as u64) as f64 / denom).max(0.0);
         }
     }
     true
