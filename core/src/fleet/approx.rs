@@ -102,13 +102,21 @@ impl<'a> ApproxIndex<'a> {
     /// every p in `candidates` (others untouched).
     pub fn greedy_matches(&self, keys: &[u64], candidates: u64, out: &mut [u32; MAX_PODS]) {
         for_each(candidates, |p| out[p] = 0);
+        // Runs of keys with the same holder set are counted once per run (prompts sent to the
+        // same pods share long runs): the cost is one lookup per key plus one pass per run.
+        let (mut run_mask, mut run_len) = (0u64, 0u32);
         for &key in keys {
             let m = self.index.mask(key) & candidates;
+            if m != run_mask {
+                for_each(run_mask, |p| out[p] += run_len);
+                (run_mask, run_len) = (m, 0);
+            }
             if m == 0 {
                 break;
             }
-            for_each(m, |p| out[p] += 1);
+            run_len += 1;
         }
+        for_each(run_mask, |p| out[p] += run_len);
     }
 
     /// Longest leading run of `keys` each candidate holds (SGLang's per-tenant tree match).

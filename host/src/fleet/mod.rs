@@ -10,6 +10,7 @@ pub mod input;
 pub mod mooncake;
 pub mod progress;
 pub mod report;
+pub mod route_bench;
 pub mod router_config;
 pub mod run;
 pub mod scenario;
@@ -460,6 +461,10 @@ pub struct BenchArgs {
     /// Measure a sweep instead: workload generation, the points on 1 thread and on every core.
     #[arg(long)]
     pub sweep: bool,
+    /// Measure one routing decision instead: a 240K-token prompt (15,000 blocks) over MAX_PODS
+    /// pods, per router (time and heap allocations).
+    #[arg(long, conflicts_with = "sweep")]
+    pub route: bool,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -593,6 +598,15 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::Bench(a) => {
             crate::mem::set_budget(a.mem.max_memory);
             check_trace_block(a.trace_block_size)?;
+            if a.route {
+                let r = route_bench::run(200, a.repeats)?;
+                if a.json {
+                    say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+                } else {
+                    say_raw!("{}", route_bench::render(&r));
+                }
+                return Ok(0);
+            }
             if a.sweep {
                 let s = bench::sweep_bench(a.repeats)?;
                 if a.json {
