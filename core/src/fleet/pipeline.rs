@@ -571,7 +571,7 @@ impl<'a> ShippedRouter<'a> {
             spec,
             approx,
             // The seed is mixed once so that seed 0 does not start at SplitMix64's zero state.
-            rng: SplitMix64::new(spec.params.seed ^ 0x5eed_0f_b0_7e_5a_11),
+            rng: SplitMix64::new(spec.params.seed ^ 0x005e_ed0f_b07e_5a11),
             no_hit: PodLru::new(spec.params.no_hit_lru_size),
             last_cold: false,
         })
@@ -977,7 +977,7 @@ fn sglang_pick(
     }
     // The smallest tenant; SGLang takes the first found in a hash map (arbitrary): a seeded
     // uniform pick among the equal ones (equal when every LRU is full).
-    let (fewest, _) = min_max(cand, |p| held(p));
+    let (fewest, _) = min_max(cand, &held);
     pick_uniform(rng, mask_where(cand, |p| held(p) == fewest))
 }
 
