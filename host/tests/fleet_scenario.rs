@@ -42,7 +42,7 @@ fn bad_keys_and_values_name_the_key() {
         (BASE.replace("rate_per_s = 10.0", "rate_per_s = -1.0"), "workload.rate_per_s"),
         // The router is a typed field (serde kebab-case): TOML's error shows the line, the key and
         // the accepted names.
-        (BASE.replace("pods = 4", "pods = 4\nrouter = \"random\""), "router = \"random\""),
+        (BASE.replace("pods = 4", "pods = 4\nrouter = \"no-such-router\""), "router = \"no-such-router\""),
         (BASE.replace("pods = 4", "pods = 4\norder = \"sideways\""), "expected `tail-first` or `in-order`"),
         (BASE.replace("pods = 4", "pods = 4\nindex = \"nope\""), "expected `global` or `pod-tables`"),
         (format!("{BASE}[fleet.autoscale]\nmin = 0\n"), "fleet.autoscale.min"),

@@ -6,7 +6,8 @@ use heapless::Vec as HVec;
 
 use super::engine::{Engine, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, PodLoad, ReqSlot};
 use super::limits::{BLOCK_TOKENS, MAX_PODS};
-use super::router::{AnyRouter, Holders, RouteView, Router};
+use super::pipeline::RouterBuffers;
+use super::router::{AnyRouter, Holders, KeyHolders, RouteView, Router};
 use super::sim::{CacheMode, FleetConfig, IndexKind};
 use super::{Error, Field};
 
@@ -66,8 +67,11 @@ pub fn validate(cfg: &FleetConfig, engine: &EngineConfig) -> Result<(), Error> {
     if Engine::table_len(cfg.capacity_blocks) == 0 {
         return Err(Error::InvalidConfig { field: Field::Capacity, expected: "a block count that fits in memory" });
     }
-    if cfg.stale_delay > 0 {
-        return Err(Error::InvalidConfig { field: Field::Stale, expected: "0 with --engine batched" });
+    if cfg.stale_delay > 0 || cfg.event_delay_ns > 0 || cfg.speculative_ttl_ns > 0 {
+        return Err(Error::InvalidConfig {
+            field: Field::Stale,
+            expected: "an exact index with --engine batched (no --stale, --event-delay-ms, --speculative-ttl-ms)",
+        });
     }
     if cfg.index != IndexKind::PodTables {
         return Err(Error::InvalidConfig { field: Field::Index, expected: "pod-tables with --engine batched" });
@@ -105,10 +109,10 @@ pub struct EngineCaches<'v, 'a> {
     engines: &'v [Engine<'a>],
 }
 
-impl EngineCaches<'_, '_> {
+impl KeyHolders for EngineCaches<'_, '_> {
     /// Bitmask of the `candidates` pods whose cache map holds `key`.
     #[inline]
-    pub fn mask(&self, key: u64, candidates: u64) -> u64 {
+    fn mask(&self, key: u64, candidates: u64) -> u64 {
         let mut out = 0;
         let mut rest = candidates;
         while rest != 0 {
@@ -146,7 +150,7 @@ fn chunks<'a, T>(
 }
 
 /// N batched engines behind a router.
-pub struct BatchedFleet<'a, R: Router = AnyRouter> {
+pub struct BatchedFleet<'a, R: Router = AnyRouter<'a>> {
     cfg: FleetConfig,
     engine: EngineConfig,
     router: R,
@@ -156,10 +160,23 @@ pub struct BatchedFleet<'a, R: Router = AnyRouter> {
     poisoned: bool,
 }
 
-impl<'a> BatchedFleet<'a, AnyRouter> {
-    /// A fleet with the built-in router named by `cfg.router`.
+impl<'a> BatchedFleet<'a, AnyRouter<'a>> {
+    /// A fleet with the built-in router named by `cfg.router` (one without router-side storage;
+    /// see [`Self::with_router_buffers`]).
     pub fn new(cfg: FleetConfig, engine: EngineConfig, buffers: EngineBuffers<'a>) -> Result<Self, Error> {
-        Self::with_router(cfg, engine, AnyRouter::new(cfg.router, cfg.alpha), buffers)
+        Self::with_router_buffers(cfg, engine, buffers, RouterBuffers::default())
+    }
+
+    /// A fleet with the built-in router of `cfg`, its approximate index in `router`.
+    pub fn with_router_buffers(
+        cfg: FleetConfig,
+        engine: EngineConfig,
+        buffers: EngineBuffers<'a>,
+        router: RouterBuffers<'a>,
+    ) -> Result<Self, Error> {
+        validate(&cfg, &engine)?;
+        let r = AnyRouter::build(cfg.router, cfg.alpha, cfg.router_spec().as_ref(), cfg.pods, router)?;
+        Self::with_router(cfg, engine, r, buffers)
     }
 }
 
@@ -254,12 +271,16 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
             loads[p] = e.load();
         }
         let n = self.engines.len();
+        let caches = EngineCaches { engines: &self.engines };
         let view = RouteView {
             request: i,
             queue_lens: &queue_lens[..n],
-            held: Holders::Engines(EngineCaches { engines: &self.engines }),
+            held: Holders::Exact(&caches),
             pending: None,
+            pending_stores: None,
+            speculative: None,
             loads: Some(&loads[..n]),
+            now_ns: t,
         };
         let route = self.router.route(&view, req.keys);
         let p = route.pod;
@@ -269,6 +290,7 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
                 expected: "a pod index below the number of pods",
             });
         }
+        self.router.routed(p, req.keys, t)?;
         self.engines[p].enqueue(i, t, req.input_tokens, req.output_tokens, req.keys, queue_lens[p])?;
         self.next_request += 1;
         self.last_arrival_ns = t;

@@ -6,6 +6,7 @@
 //! storage", as in smoltcp), so the host can run pods of millions of blocks while this crate never
 //! allocates. [`FleetLayout`] says how large each buffer must be.
 
+pub mod approx;
 pub mod batched;
 pub mod defaults;
 pub mod engine;
@@ -14,6 +15,7 @@ pub mod hash;
 pub mod index;
 pub mod keys;
 pub mod limits;
+pub mod pipeline;
 pub mod pod;
 pub mod router;
 pub mod scale;
@@ -24,13 +26,18 @@ mod table;
 pub mod vllm;
 pub mod workload;
 
+pub use approx::ApproxIndex;
 pub use batched::{BatchedFleet, EngineBuffers, EngineCaches, EngineLayout};
 pub use engine::{
     Completion, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, PodLoad, Profile, ReqSlot, StepCost,
 };
 pub use index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
+pub use pipeline::{
+    Evaluation, FilterKind, MAX_FILTERS, MAX_SCORERS, PickerKind, Policy, PrefixSource, RouterBuffers, RouterLayout,
+    RouterParams, RouterSpec, ScorerKind, ShippedRouter, WeightedScorer,
+};
 pub use pod::{CacheEvents, LruPod, Slot};
-pub use router::{AnyRouter, Holders, Route, RouteView, Router, RouterKind};
+pub use router::{AnyRouter, Holders, KeyHolders, Route, RouteView, Router, RouterKind};
 pub use scale::{ScaleAction, ScalePolicy, ScaleState};
 pub use server::FifoServer;
 pub use sim::{
@@ -167,6 +174,38 @@ named_enum! {
         CpuCapacity => "cpu-capacity",
         /// [`FleetConfig::stale_delay`].
         Stale => "stale",
+        /// [`FleetConfig::event_delay_ns`].
+        EventDelay => "event-delay-ms",
+        /// [`FleetConfig::speculative_ttl_ns`].
+        SpeculativeTtl => "speculative-ttl-ms",
+        /// The approximate prefix index's LRU size per pod ([`RouterParams::approx_lru_blocks`]).
+        ApproxLruBlocks => "approx-lru-blocks",
+        /// A scorer's weight in a router config.
+        ScorerWeight => "weight",
+        /// The scorers of a router config.
+        Scorers => "scorers",
+        /// [`RouterParams::load_aware_threshold`].
+        LoadAwareThreshold => "load-aware-threshold",
+        /// [`RouterParams::token_load_threshold`].
+        TokenLoadThreshold => "token-load-threshold",
+        /// [`RouterParams::no_hit_lru_size`].
+        NoHitLruSize => "no-hit-lru-size",
+        /// [`RouterParams::affinity_threshold`].
+        AffinityThreshold => "affinity-threshold",
+        /// [`RouterParams::max_ttft_penalty_ms`].
+        MaxTtftPenaltyMs => "max-ttft-penalty-ms",
+        /// [`RouterParams::peak_prefill_tokens_per_s`].
+        PeakPrefillTokensPerS => "peak-prefill-tokens-per-s",
+        /// [`RouterParams::overlap_score_weight`].
+        OverlapScoreWeight => "overlap-score-weight",
+        /// [`RouterParams::router_temperature`].
+        RouterTemperature => "router-temperature",
+        /// [`RouterParams::cache_threshold`].
+        CacheThreshold => "cache-threshold",
+        /// [`RouterParams::balance_rel_threshold`].
+        BalanceRelThreshold => "balance-rel-threshold",
+        /// [`RouterParams::vllm_beta`].
+        VllmBeta => "vllm-beta",
         /// [`FleetConfig::index`].
         Index => "index",
         /// [`FleetConfig::cache`].

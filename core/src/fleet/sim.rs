@@ -4,10 +4,12 @@
 use heapless::Vec as HVec;
 
 use super::defaults;
+use super::engine::PodLoad;
 use super::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 use super::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_POD_BLOCKS, MAX_PODS, MAX_STALE_DELAY};
+use super::pipeline::{RouterBuffers, RouterLayout, RouterSpec};
 use super::pod::{CacheEvents, LruPod, Slot};
-use super::router::{AnyRouter, Holders, RouteView, Router, RouterKind};
+use super::router::{AnyRouter, Holders, KeyHolders, RouteView, Router, RouterKind};
 use super::scale::{ScaleAction, ScalePolicy, ScaleState};
 use super::server::FifoServer;
 use super::{Error, Field, Quantity};
@@ -166,6 +168,23 @@ pub struct FleetConfig {
     /// Per-pod caches, or one shared pool of `pods * capacity_blocks` blocks.
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "CacheMode::is_local"))]
     pub cache: CacheMode,
+    /// A shipped router's pipeline and parameters (None: the preset of `router` with its
+    /// defaults; required for [`RouterKind::Custom`]; ignored by the seed's routers).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub routing: Option<RouterSpec>,
+    /// Staleness in time: the exact index learns of each store and eviction this long after it
+    /// happens, ns (0: at once). Exclusive with `stale_delay`.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
+    pub event_delay_ns: u64,
+    /// llm-d's speculative entries: a routed request's keys count as held by its pod for this
+    /// long, ns (0: off).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
+    pub speculative_ttl_ns: u64,
+}
+
+#[cfg(feature = "serde")]
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl FleetConfig {
@@ -185,11 +204,58 @@ impl FleetConfig {
             t_cpu_ns: defaults::T_CPU_NS,
             scale: None,
             cache: defaults::CACHE,
+            routing: None,
+            event_delay_ns: 0,
+            speculative_ttl_ns: 0,
+        }
+    }
+
+    /// Pending-event queues the exact index needs: evictions (delay k or event delay), stores
+    /// (event delay), speculative entries (TTL). Each has the `pending` records of
+    /// [`FleetLayout::new`].
+    pub fn pending_queues(&self) -> usize {
+        if !self.uses_exact_index() {
+            return 0;
+        }
+        let evicts = self.stale_delay > 0 || self.event_delay_ns > 0;
+        usize::from(evicts) + usize::from(self.event_delay_ns > 0) + usize::from(self.speculative_ttl_ns > 0)
+    }
+
+    /// The shipped router's spec: `routing`, else the preset of `router` (None for the seed's
+    /// routers).
+    pub fn router_spec(&self) -> Option<RouterSpec> {
+        if self.router.is_seed() { None } else { self.routing.or(RouterSpec::preset(self.router)) }
+    }
+
+    /// Whether the router reads the exact index (prefix-aware, precise scorers, Dynamo).
+    pub fn uses_exact_index(&self) -> bool {
+        match self.router_spec() {
+            Some(spec) => spec.needs_index(),
+            None => self.router == RouterKind::PrefixAware,
+        }
+    }
+
+    /// Buffer lengths of the router's own state (an approximate index), all 0 for most routers.
+    pub fn router_layout(&self) -> Result<RouterLayout, Error> {
+        match self.router_spec() {
+            Some(spec) => spec.layout(self.pods, self.capacity_blocks),
+            None => Ok(RouterLayout::default()),
         }
     }
 
     /// Checks every field against the model's limits.
     pub fn validate(&self) -> Result<(), Error> {
+        if !self.router.is_seed() {
+            match self.router_spec() {
+                Some(spec) => spec.validate()?,
+                None => {
+                    return Err(Error::InvalidConfig {
+                        field: Field::Router,
+                        expected: "a pipeline (--router-config FILE)",
+                    });
+                }
+            }
+        }
         if self.pods == 0 || self.pods > MAX_PODS {
             return Err(Error::InvalidConfig {
                 field: Field::Pods,
@@ -219,6 +285,12 @@ impl FleetConfig {
         if self.stale_delay > MAX_STALE_DELAY {
             return Err(Error::InvalidConfig { field: Field::Stale, expected: "at most 16777216 requests" });
         }
+        if self.event_delay_ns > 0 && self.stale_delay > 0 {
+            return Err(Error::InvalidConfig {
+                field: Field::EventDelay,
+                expected: "0 with --stale (a delay in requests or in time, not both)",
+            });
+        }
         if let Some(policy) = self.scale {
             policy.validate(self.pods)?;
         }
@@ -233,8 +305,11 @@ impl FleetConfig {
             if self.cpu_capacity_blocks > 0 {
                 return Err(Error::InvalidConfig { field: Field::CpuCapacity, expected: "0 with --cache global" });
             }
-            if self.stale_delay > 0 {
-                return Err(Error::InvalidConfig { field: Field::Stale, expected: "0 with --cache global" });
+            if self.stale_delay > 0 || self.event_delay_ns > 0 || self.speculative_ttl_ns > 0 {
+                return Err(Error::InvalidConfig {
+                    field: Field::Stale,
+                    expected: "no stale index (--stale, --event-delay-ms, --speculative-ttl-ms) with --cache global",
+                });
             }
             if self.index != IndexKind::PodTables {
                 return Err(Error::InvalidConfig { field: Field::Index, expected: "pod-tables with --cache global" });
@@ -266,9 +341,10 @@ pub struct FleetLayout {
     pub queue_per_pod: usize,
     /// Block index entries (0 when the router does not use the index).
     pub index: usize,
-    /// Pending-evict records (0 when the index is exact or unused).
+    /// Pending-event records (0 when the index is exact or unused): one equal share per queue
+    /// ([`FleetConfig::pending_queues`]).
     pub pending: usize,
-    /// Pending-evict table entries.
+    /// Pending-event table entries (one equal share per queue).
     pub pending_table: usize,
     /// CPU-tier slots per pod (0: no CPU tier).
     pub cpu_slots_per_pod: usize,
@@ -281,7 +357,7 @@ impl FleetLayout {
     /// `pending` evictions in flight (used only with a stale index).
     pub fn new(cfg: &FleetConfig, queue_per_pod: usize, pending: usize) -> Result<Self, Error> {
         cfg.validate()?;
-        let uses_index = cfg.router == RouterKind::PrefixAware;
+        let uses_index = cfg.uses_exact_index();
         let index = if uses_index && cfg.index == IndexKind::Global {
             let keys =
                 cfg.pods.checked_mul(cfg.capacity_blocks).ok_or(Error::Overflow { what: Quantity::IndexSize })?;
@@ -289,7 +365,8 @@ impl FleetLayout {
         } else {
             0
         };
-        let pending = if uses_index && cfg.stale_delay > 0 { pending.max(1) } else { 0 };
+        let queues = cfg.pending_queues();
+        let per_queue = if queues > 0 { pending.max(1) } else { 0 };
         let global = cfg.cache == CacheMode::Global;
         Ok(FleetLayout {
             pods: cfg.pods,
@@ -298,8 +375,8 @@ impl FleetLayout {
             shared_table: if global { LruPod::table_len(cfg.pods * cfg.capacity_blocks) } else { 0 },
             queue_per_pod: queue_per_pod.max(1),
             index,
-            pending,
-            pending_table: if pending > 0 { PendingEvicts::table_len(pending) } else { 0 },
+            pending: per_queue * queues,
+            pending_table: if queues > 0 { PendingEvicts::table_len(per_queue) * queues } else { 0 },
             cpu_slots_per_pod: cfg.cpu_capacity_blocks,
             cpu_table_per_pod: if cfg.cpu_capacity_blocks > 0 { LruPod::table_len(cfg.cpu_capacity_blocks) } else { 0 },
         })
@@ -475,10 +552,10 @@ pub struct PodCaches<'v, 'a> {
     global: bool,
 }
 
-impl PodCaches<'_, '_> {
+impl KeyHolders for PodCaches<'_, '_> {
     /// Bitmask of the `candidates` pods whose cache holds `key`.
     #[inline]
-    pub fn mask(&self, key: u64, candidates: u64) -> u64 {
+    fn mask(&self, key: u64, candidates: u64) -> u64 {
         if self.global {
             // Every pod reads the pool: all of them hold what it holds.
             let held = self.pods.first().and_then(|p| p.cache.as_ref()).is_some_and(|c| c.contains(key));
@@ -502,7 +579,9 @@ struct Feed<'x, 'a> {
     index: Option<&'x mut BlockIndex<'a>>,
     cpu: Option<&'x mut LruPod<'a>>,
     pending: Option<&'x mut PendingEvicts<'a>>,
+    stores: Option<&'x mut PendingEvicts<'a>>,
     pod: usize,
+    /// The events' stamp: the dispatch number (delay in requests) or the arrival, ns (in time).
     dispatch: u64,
     error: Option<Error>,
 }
@@ -512,6 +591,11 @@ impl CacheEvents for Feed<'_, '_> {
     fn inserted(&mut self, key: u64) {
         if let Some(ix) = self.index.as_deref_mut()
             && let Err(e) = ix.insert(key, self.pod)
+        {
+            self.error.get_or_insert(e);
+        }
+        if let Some(s) = self.stores.as_deref_mut()
+            && let Err(e) = s.record(key, self.pod, self.dispatch)
         {
             self.error.get_or_insert(e);
         }
@@ -550,12 +634,14 @@ fn come_up(pod: Option<usize>, pods: &mut [Pod<'_>], queue_lens: &mut [u32; MAX_
 }
 
 /// N pods behind a router.
-pub struct Fleet<'a, R: Router = AnyRouter> {
+pub struct Fleet<'a, R: Router = AnyRouter<'a>> {
     cfg: FleetConfig,
     router: R,
     pods: HVec<Pod<'a>, MAX_PODS>,
     index: Option<BlockIndex<'a>>,
     pending: Option<PendingEvicts<'a>>,
+    stores: Option<PendingEvicts<'a>>,
+    speculative: Option<PendingEvicts<'a>>,
     scale: Option<ScaleState>,
     next_request: u64,
     last_arrival_ns: u64,
@@ -563,11 +649,65 @@ pub struct Fleet<'a, R: Router = AnyRouter> {
     poisoned: bool,
 }
 
-impl<'a> Fleet<'a, AnyRouter> {
-    /// A fleet with the built-in router named by `cfg.router`.
+impl<'a> Fleet<'a, AnyRouter<'a>> {
+    /// A fleet with the built-in router named by `cfg.router` (one without router-side storage;
+    /// see [`Self::with_router_buffers`]).
     pub fn new(cfg: FleetConfig, buffers: FleetBuffers<'a>) -> Result<Self, Error> {
-        Self::with_router(cfg, AnyRouter::new(cfg.router, cfg.alpha), buffers)
+        Self::with_router_buffers(cfg, buffers, RouterBuffers::default())
     }
+
+    /// A fleet with the built-in router named by `cfg.router` and `cfg.routing`, its
+    /// approximate index in `router` ([`FleetConfig::router_layout`]).
+    pub fn with_router_buffers(
+        cfg: FleetConfig,
+        buffers: FleetBuffers<'a>,
+        router: RouterBuffers<'a>,
+    ) -> Result<Self, Error> {
+        cfg.validate()?;
+        let r = AnyRouter::build(cfg.router, cfg.alpha, cfg.router_spec().as_ref(), cfg.pods, router)?;
+        Self::with_router(cfg, r, buffers)
+    }
+}
+
+/// What the FIFO engine offers the load scorers (docs/MODEL.md, "Load signals under FIFO"):
+/// the request in service is running, the rest wait; nothing is pinned (the FIFO model keeps no
+/// KV accounting); the prefill backlog is the pod's remaining work in prefill-token units.
+fn fifo_load(queue_len: u32, backlog_ns: u64, t_prefill_ns: u64, capacity_blocks: usize) -> PodLoad {
+    let running = queue_len.min(1);
+    PodLoad {
+        waiting: queue_len - running,
+        running,
+        kv_used_blocks: 0,
+        kv_capacity_blocks: u32::try_from(capacity_blocks).unwrap_or(u32::MAX),
+        pending_prefill_tokens: backlog_ns.checked_div(t_prefill_ns).unwrap_or(0),
+    }
+}
+
+/// The pending-event queues of `cfg` (evictions, stores, speculative entries) over equal shares
+/// of the caller's buffers.
+#[allow(clippy::type_complexity)]
+fn pending_queues<'a>(
+    cfg: &FleetConfig,
+    ring: &'a mut [PendingRecord],
+    table: &'a mut [PendingEntry],
+) -> Result<(Option<PendingEvicts<'a>>, Option<PendingEvicts<'a>>, Option<PendingEvicts<'a>>), Error> {
+    let n = cfg.pending_queues();
+    if n == 0 {
+        return Ok((None, None, None));
+    }
+    let (ring_each, table_each) = (ring.len() / n, table.len() / n);
+    let mut rings = split(ring, n, ring_each, "pending")?;
+    let mut tables = split(table, n, table_each, "pending table")?;
+    let mut next = || -> Result<Option<PendingEvicts<'a>>, Error> {
+        match (rings.next(), tables.next()) {
+            (Some(r), Some(t)) => Ok(Some(PendingEvicts::new(r, t)?)),
+            _ => Err(Error::BufferSize { buffer: "pending", expected: n, got: 0 }),
+        }
+    };
+    let evicts = if cfg.stale_delay > 0 || cfg.event_delay_ns > 0 { next()? } else { None };
+    let stores = if cfg.event_delay_ns > 0 { next()? } else { None };
+    let speculative = if cfg.speculative_ttl_ns > 0 { next()? } else { None };
+    Ok((evicts, stores, speculative))
 }
 
 fn split<'a, T>(
@@ -641,11 +781,8 @@ impl<'a, R: Router> Fleet<'a, R> {
         } else {
             None
         };
-        let pending = if router.needs_index() && cfg.stale_delay > 0 {
-            Some(PendingEvicts::new(b.pending, b.pending_table)?)
-        } else {
-            None
-        };
+        let (pending, stores, speculative) =
+            if router.needs_index() { pending_queues(&cfg, b.pending, b.pending_table)? } else { (None, None, None) };
         let scale = match cfg.scale {
             Some(policy) => Some(ScaleState::new(policy, cfg.pods)?),
             None => None,
@@ -656,6 +793,8 @@ impl<'a, R: Router> Fleet<'a, R> {
             pods,
             index,
             pending,
+            stores,
+            speculative,
             scale,
             next_request: 0,
             last_arrival_ns: 0,
@@ -746,8 +885,9 @@ impl<'a, R: Router> Fleet<'a, R> {
                     index: self.index.as_mut(),
                     cpu: None,
                     pending: self.pending.as_mut(),
+                    stores: self.stores.as_mut(),
                     pod,
-                    dispatch: i,
+                    dispatch: if self.cfg.event_delay_ns > 0 { arrival_ns } else { i },
                     error: None,
                 };
                 if let Some(c) = cache.as_mut() {
@@ -769,11 +909,23 @@ impl<'a, R: Router> Fleet<'a, R> {
 
     fn dispatch_inner(&mut self, req: &Request<'_>) -> Result<Outcome, Error> {
         let i = self.next_request;
-        // 1. Evictions made while dispatching requests <= i-k-1 reach the router now.
-        if let Some(p) = self.pending.as_mut()
+        // 1. Evictions made while dispatching requests <= i-k-1 reach the router now (or, with
+        // an event delay D, the stores and evictions made at or before arrival - D); speculative
+        // entries made at or before arrival - TTL expire.
+        let t = req.arrival_ns;
+        if self.cfg.event_delay_ns > 0 {
+            if let Some(upto) = t.checked_sub(self.cfg.event_delay_ns) {
+                self.pending.iter_mut().chain(self.stores.iter_mut()).for_each(|p| p.deliver_through(upto));
+            }
+        } else if let Some(p) = self.pending.as_mut()
             && let Some(upto) = i.checked_sub(self.cfg.stale_delay as u64 + 1)
         {
             p.deliver_through(upto);
+        }
+        if let Some(s) = self.speculative.as_mut()
+            && let Some(upto) = t.checked_sub(self.cfg.speculative_ttl_ns)
+        {
+            s.deliver_through(upto);
         }
         // 2. Queue lengths at arrival.
         let mut queue_lens = [0u32; MAX_PODS];
@@ -784,18 +936,45 @@ impl<'a, R: Router> Fleet<'a, R> {
         let active = self.autoscale(i, req.arrival_ns, &mut queue_lens)?;
         let queue_lens = &queue_lens[..active];
         // 4. Route.
+        let caches = PodCaches { pods: &self.pods, global: self.cfg.cache == CacheMode::Global };
         let held = match self.index.as_ref() {
             Some(ix) => Holders::Index(ix),
-            None => Holders::Pods(PodCaches { pods: &self.pods, global: self.cfg.cache == CacheMode::Global }),
+            None => Holders::Exact(&caches),
         };
-        let view = RouteView { request: i, queue_lens, held, pending: self.pending.as_ref(), loads: None };
+        let mut loads = [PodLoad::default(); MAX_PODS];
+        let loads = if self.router.needs_loads() {
+            for (p, l) in loads[..active].iter_mut().enumerate() {
+                let backlog_ns = self.pods[p].server.last_finish_ns().saturating_sub(req.arrival_ns);
+                *l = fifo_load(queue_lens[p], backlog_ns, self.cfg.t_prefill_ns, self.cfg.capacity_blocks);
+            }
+            Some(&loads[..active])
+        } else {
+            None
+        };
+        let view = RouteView {
+            request: i,
+            queue_lens,
+            held,
+            pending: self.pending.as_ref(),
+            pending_stores: self.stores.as_ref(),
+            speculative: self.speculative.as_ref(),
+            loads,
+            now_ns: req.arrival_ns,
+        };
         let route = self.router.route(&view, req.keys);
         let p = route.pod;
-        if p >= self.pods.len() {
+        // A custom router may name a pod that does not exist or is not booted yet.
+        if p >= active {
             return Err(Error::InvalidConfig {
                 field: Field::Router,
-                expected: "a pod index below the number of pods",
+                expected: "a routable pod (index below the active pods)",
             });
+        }
+        self.router.routed(p, req.keys, req.arrival_ns)?;
+        if let Some(s) = self.speculative.as_mut() {
+            for &k in req.keys {
+                s.record(k, p, req.arrival_ns)?;
+            }
         }
         // 5. Serve from the pod's cache (or the shared pool, held by pod 0), feeding its events
         // to the index.
@@ -808,12 +987,14 @@ impl<'a, R: Router> Fleet<'a, R> {
         let hit_blocks = cache.hit_blocks(req.keys);
         // The prefix continues in the CPU tier, measured before any update too.
         let cpu_hit_blocks = cpu.as_ref().map_or(0, |c| c.hit_blocks(&req.keys[hit_blocks..]));
+        let stamp = if self.cfg.event_delay_ns > 0 { req.arrival_ns } else { i };
         let mut feed = Feed {
             index: self.index.as_mut(),
             cpu: cpu.as_mut(),
             pending: self.pending.as_mut(),
+            stores: self.stores.as_mut(),
             pod: p,
-            dispatch: i,
+            dispatch: stamp,
             error: None,
         };
         match self.cfg.order {

@@ -11,6 +11,8 @@ pub mod input;
 pub mod mooncake;
 pub mod progress;
 pub mod report;
+pub mod route_bench;
+pub mod router_config;
 pub mod run;
 pub mod scenario;
 pub mod shard;
@@ -83,9 +85,13 @@ pub struct MemArgs {
 pub struct RunArgs {
     /// Scenario TOML file.
     pub scenario: PathBuf,
-    /// Override the scenario's router.
-    #[arg(long, value_parser = kind(&RouterKind::ALL, RouterKind::name, RouterKind::parse))]
+    /// Override the scenario's router (any `--router` name of `fleet replay`).
+    #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse))]
     pub router: Option<RouterKind>,
+    /// A shipped-router pipeline (TOML; docs/MODEL.md, "Router config files"); overrides the
+    /// scenario's router and --router.
+    #[arg(long, value_name = "FILE.toml")]
+    pub router_config: Option<PathBuf>,
     #[command(flatten)]
     pub engine: engine::EngineArgs,
     /// Print one JSON object instead of a table.
@@ -244,15 +250,29 @@ pub struct FleetArgs {
     /// Blocks (16 tokens each) per pod C (1..=4294967294).
     #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
     pub capacity: usize,
-    /// round-robin | least-loaded | prefix-aware
-    #[arg(long, value_parser = kind(&RouterKind::ALL, RouterKind::name, RouterKind::parse))]
-    pub router: RouterKind,
+    /// round-robin | least-loaded | prefix-aware, or a shipped router's preset: llm-d-precise,
+    /// llm-d-approximate, llm-d-load, random, gie-default, llm-d-affinity, dynamo-kv,
+    /// sglang-cache-aware, vllm-loadaware (docs/MODEL.md, "Shipped routers").
+    #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse), required_unless_present = "router_config")]
+    pub router: Option<RouterKind>,
+    /// A shipped-router pipeline or a preset with changed parameters (TOML; docs/MODEL.md,
+    /// "Router config files"); overrides --router.
+    #[arg(long, value_name = "FILE.toml")]
+    pub router_config: Option<PathBuf>,
     /// Load penalty of prefix-aware: blocks per queued request.
     #[arg(long, default_value_t = defaults::ALPHA, allow_negative_numbers = true)]
     pub alpha: f64,
     /// Stale-evict delay k, in requests (0 = exact index).
     #[arg(long, default_value_t = defaults::STALE_DELAY, allow_negative_numbers = true, value_parser = whole::<u32>)]
     pub stale: u32,
+    /// Staleness in time: the exact index learns of each store and eviction D ms after it
+    /// happens (KV events in flight; 0 = at once; not with --stale).
+    #[arg(long, value_name = "D", default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub event_delay_ms: u64,
+    /// llm-d's speculative entries: a routed request's blocks count as held by its pod for T ms
+    /// unless a real store confirms them (0 = off).
+    #[arg(long, value_name = "T", default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub speculative_ttl_ms: u64,
     /// tail-first | in-order
     #[arg(long, default_value = defaults::ORDER.name(), value_parser = kind(&TouchOrder::ALL, TouchOrder::name, TouchOrder::parse))]
     pub order: TouchOrder,
@@ -370,13 +390,18 @@ impl ScaleArgs {
     }
 }
 
+fn ms_to_ns(ms: u64, flag: &str) -> CliResult<u64> {
+    ms.checked_mul(1_000_000)
+        .ok_or_else(|| CliError::bad_input(format!("{flag} {ms}: expected at most {} ms", u64::MAX / 1_000_000)))
+}
+
 impl FleetArgs {
     /// The core configuration.
     pub fn config(&self) -> CliResult<FleetConfig> {
-        Ok(FleetConfig {
+        let mut cfg = FleetConfig {
             pods: self.pods,
             capacity_blocks: self.capacity,
-            router: self.router,
+            router: self.router.unwrap_or(RouterKind::Custom),
             alpha: self.alpha,
             stale_delay: self.stale,
             order: self.order,
@@ -387,7 +412,13 @@ impl FleetArgs {
             t_cpu_ns: self.t_cpu_ns,
             scale: self.scale.policy(self.pods)?,
             cache: self.cache,
-        })
+            routing: None,
+            event_delay_ns: ms_to_ns(self.event_delay_ms, "--event-delay-ms")?,
+            speculative_ttl_ns: ms_to_ns(self.speculative_ttl_ms, "--speculative-ttl-ms")?,
+        };
+        // A trace replay has no scenario seed: the shipped routers' RNG starts from 0.
+        router_config::apply(&mut cfg, self.router_config.as_deref(), 0)?;
+        Ok(cfg)
     }
 }
 
@@ -445,6 +476,10 @@ pub struct BenchArgs {
     /// Measure a sweep instead: workload generation, the points on 1 thread and on every core.
     #[arg(long)]
     pub sweep: bool,
+    /// Measure one routing decision instead: a 240K-token prompt (15,000 blocks) over MAX_PODS
+    /// pods, per router (time and heap allocations).
+    #[arg(long, conflicts_with = "sweep")]
+    pub route: bool,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -513,7 +548,9 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let mut cfg = sc.fleet;
             if let Some(r) = a.router {
                 cfg.router = r;
+                cfg.routing = None;
             }
+            router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
             // Streamed: the generator is seeded and sequential, so the workload is never held.
             let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
             let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
@@ -578,6 +615,15 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::Bench(a) => {
             crate::mem::set_budget(a.mem.max_memory);
             check_trace_block(a.trace_block_size)?;
+            if a.route {
+                let r = route_bench::run(200, a.repeats)?;
+                if a.json {
+                    say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+                } else {
+                    say_raw!("{}", route_bench::render(&r));
+                }
+                return Ok(0);
+            }
             if a.sweep {
                 let s = bench::sweep_bench(a.repeats)?;
                 if a.json {

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::workload::{DocOrder, Layout, MAX_OUTPUT_CHOICES, Popularity, Workload, WorkloadSpec};
-use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, TouchOrder, defaults, keys};
+use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, RouterSpec, TouchOrder, defaults, keys};
 use serde::{Deserialize, Serialize};
 
 use super::ScaleArgs;
@@ -385,6 +385,13 @@ impl Scenario {
             cpu_capacity_blocks: f.cpu_capacity,
             t_cpu_ns: f.t_cpu_ns,
             cache: defaults::CACHE,
+            // The preset's defaults, its RNG seeded from the scenario's seed.
+            routing: RouterSpec::preset(f.router).map(|mut s| {
+                s.params.seed = w.seed;
+                s
+            }),
+            event_delay_ns: 0,
+            speculative_ttl_ns: 0,
             scale: match &f.autoscale {
                 None => None,
                 Some(a) => Some(
