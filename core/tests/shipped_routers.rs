@@ -420,12 +420,12 @@ fn bad_parameters_name_their_key() {
     s.params.router_temperature = -1.0;
     assert_eq!(
         s.validate(),
-        Err(Error::InvalidConfig { field: "router_temperature", expected: "a temperature between 0 and 1e6" })
+        Err(Error::InvalidConfig { field: Field::RouterTemperature, expected: "a temperature between 0 and 1e6" })
     );
     let mut s = single(ScorerKind::Queue);
     s.scorers[0] = Some(WeightedScorer { kind: ScorerKind::Queue, weight: f64::NAN });
-    assert!(matches!(s.validate(), Err(Error::InvalidConfig { field: "weight", .. })));
-    assert!(matches!(RouterSpec::EMPTY.validate(), Err(Error::InvalidConfig { field: "scorers", .. })));
+    assert!(matches!(s.validate(), Err(Error::InvalidConfig { field: Field::ScorerWeight, .. })));
+    assert!(matches!(RouterSpec::EMPTY.validate(), Err(Error::InvalidConfig { field: Field::Scorers, .. })));
 }
 
 /// Routes every request to the last pod, booted or not.
@@ -457,7 +457,7 @@ fn a_router_naming_a_pod_not_yet_booted_is_an_error_not_a_panic() {
     let r = f.dispatch(&Request { arrival_ns: 0, input_tokens: 32, output_tokens: 0, keys: &k });
     assert_eq!(
         r,
-        Err(Error::InvalidConfig { field: "router", expected: "a routable pod (index below the active pods)" })
+        Err(Error::InvalidConfig { field: Field::Router, expected: "a routable pod (index below the active pods)" })
     );
 }
 

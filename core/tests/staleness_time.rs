@@ -78,11 +78,11 @@ fn speculative_entries_cover_the_delay_and_expire() {
 fn delays_in_time_are_checked() {
     let mut c = cfg(10, 0);
     c.stale_delay = 2;
-    assert!(matches!(c.validate(), Err(Error::InvalidConfig { field: "event-delay-ms", .. })));
+    assert!(matches!(c.validate(), Err(Error::InvalidConfig { field: Field::EventDelay, .. })));
     let c = cfg(10, 5);
     assert_eq!(c.pending_queues(), 3);
     let e = EngineConfig::new(Profile::Seed);
-    assert!(matches!(batched::validate(&c, &e), Err(Error::InvalidConfig { field: "stale", .. })));
+    assert!(matches!(batched::validate(&c, &e), Err(Error::InvalidConfig { field: Field::Stale, .. })));
     // Routers that do not read the exact index keep no queues.
     let mut rr = cfg(10, 5);
     rr.router = RouterKind::RoundRobin;

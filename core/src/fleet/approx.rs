@@ -84,10 +84,10 @@ impl<'a> ApproxIndex<'a> {
     /// Records that `keys` were routed to `pod`: each key is added in prompt order (re-adding
     /// refreshes it), so the leading blocks are the least recent, as llm-d's `PreRequest` adds them.
     pub fn record(&mut self, pod: usize, keys: &[u64]) -> Result<(), Error> {
-        let lru = self
-            .pods
-            .get_mut(pod)
-            .ok_or(Error::InvalidConfig { field: super::Field::Router, expected: "a pod index below the number of pods" })?;
+        let lru = self.pods.get_mut(pod).ok_or(Error::InvalidConfig {
+            field: super::Field::Router,
+            expected: "a pod index below the number of pods",
+        })?;
         let mut feed = Feed { index: &mut self.index, pod, error: None };
         for &k in keys {
             lru.touch(k, &mut feed);

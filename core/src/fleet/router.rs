@@ -388,8 +388,10 @@ impl<'a> AnyRouter<'a> {
         let spec = match spec {
             Some(s) => s,
             None => {
-                preset = RouterSpec::preset(kind)
-                    .ok_or(Error::InvalidConfig { field: super::Field::Router, expected: "a pipeline from --router-config" })?;
+                preset = RouterSpec::preset(kind).ok_or(Error::InvalidConfig {
+                    field: super::Field::Router,
+                    expected: "a pipeline from --router-config",
+                })?;
                 &preset
             }
         };
