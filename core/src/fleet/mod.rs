@@ -15,6 +15,7 @@ pub mod keys;
 pub mod limits;
 pub mod pod;
 pub mod router;
+pub mod runs;
 pub mod scale;
 pub mod server;
 pub mod sim;
@@ -30,6 +31,7 @@ pub use engine::{
 pub use index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 pub use pod::{CacheEvents, LruPod, Slot};
 pub use router::{AnyRouter, Holders, Route, RouteView, Router, RouterKind};
+pub use runs::{Run, RunLru};
 pub use scale::{ScaleAction, ScalePolicy, ScaleState};
 pub use server::FifoServer;
 pub use sim::{
