@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::{
     CacheMode, Error as CoreError, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome,
-    PendingEntry, PendingRecord, Request, Slot, keys,
+    PendingEntry, PendingRecord, Request, Run, Slot, keys,
 };
 use serde::Serialize;
 
@@ -26,15 +26,30 @@ pub struct OwnedFleet {
     pending_table: Vec<PendingEntry>,
     cpu_slots: Vec<Slot>,
     cpu_tables: Vec<u32>,
+    /// Blocks per trace id of the run-length replay (1: per block, and the run buffers are empty).
+    group_blocks: u32,
+    runs: Vec<Run>,
+    run_tables: Vec<u32>,
 }
 
 impl OwnedFleet {
     /// Allocates the buffers [`FleetLayout`] asks for (an allocation failure is an error naming
     /// the buffer, never an abort). The caller checks the memory budget first.
     pub fn new(cfg: FleetConfig, queue_per_pod: usize, pending: usize) -> CliResult<Self> {
+        Self::with_runs(cfg, queue_per_pod, pending, 1)
+    }
+
+    /// As [`Self::new`], for requests keyed from trace ids of `group_blocks` blocks each: with
+    /// more than one block per id and a configuration it supports, the fleet replays per run of
+    /// blocks ([`Fleet::attach_runs`]: the same results, less work).
+    pub fn with_runs(cfg: FleetConfig, queue_per_pod: usize, pending: usize, group_blocks: u32) -> CliResult<Self> {
         let l = FleetLayout::new(&cfg, queue_per_pod, pending).map_err(config_error)?;
         let n = |per_pod: usize| l.pods.saturating_mul(per_pod);
+        let (runs_len, run_tables_len) = runs_layout(&cfg, group_blocks).unwrap_or((0, 0));
         Ok(OwnedFleet {
+            group_blocks,
+            runs: try_vec(runs_len, Run::default(), "the pods' runs (run-length replay)")?,
+            run_tables: try_vec(run_tables_len, 0, "the pods' run tables (run-length replay)")?,
             cfg,
             layout: l,
             slots: try_vec(n(l.slots_per_pod), Slot::default(), "the pods' LRU slots")?,
@@ -53,9 +68,9 @@ impl OwnedFleet {
         &self.layout
     }
 
-    /// A fresh fleet over these buffers.
+    /// A fresh fleet over these buffers (replaying per run when they were allocated for it).
     pub fn fleet(&mut self) -> Result<Fleet<'_>, CoreError> {
-        Fleet::new(
+        let mut fleet = Fleet::new(
             self.cfg,
             FleetBuffers {
                 slots: &mut self.slots,
@@ -67,8 +82,21 @@ impl OwnedFleet {
                 cpu_slots: &mut self.cpu_slots,
                 cpu_tables: &mut self.cpu_tables,
             },
-        )
+        )?;
+        if !self.runs.is_empty() {
+            fleet.attach_runs(self.group_blocks, &mut self.runs, &mut self.run_tables)?;
+        }
+        Ok(fleet)
     }
+}
+
+/// Run buffer lengths when `cfg` replays per run with ids of `group_blocks` blocks (None: per
+/// block; one block per id gains nothing).
+pub fn runs_layout(cfg: &FleetConfig, group_blocks: u32) -> Option<(usize, usize)> {
+    if group_blocks <= 1 {
+        return None;
+    }
+    Fleet::runs_layout(cfg)
 }
 
 /// A stream of requests that can be fed again from the start (a retry after a full buffer).
@@ -86,6 +114,13 @@ pub trait RequestSource {
     /// scenario key that sets it.
     fn len_hint(&self) -> Option<u64> {
         None
+    }
+
+    /// Blocks per trace id when every request's keys come from trace ids of that many 16-token
+    /// blocks (block j is sub-block j mod R of id j div R); 1 otherwise. Lets the fleet replay
+    /// per run of blocks.
+    fn id_blocks(&self) -> u32 {
+        1
     }
 }
 
@@ -113,6 +148,10 @@ impl RequestSource for TraceSource {
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
         feed_trace(TraceReader::open(&self.path)?, self.trace_block_tokens, sink)
     }
+
+    fn id_blocks(&self) -> u32 {
+        self.trace_block_tokens / 16
+    }
 }
 
 /// A Mooncake trace compiled into the binary (the report's built-in traces): replayed like a file,
@@ -131,6 +170,10 @@ impl RequestSource for EmbeddedTrace {
         let (_, r) = super::input::reader(std::io::Cursor::new(self.bytes))
             .map_err(|e| CliError::failure(format!("{}: {e}", self.name)))?;
         feed_trace(TraceReader::new(PathBuf::from(self.name), r), self.trace_block_tokens, sink)
+    }
+
+    fn id_blocks(&self) -> u32 {
+        self.trace_block_tokens / 16
     }
 }
 
@@ -290,8 +333,9 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
     let mut queue_per_pod = 4096usize;
     let mut pending = if cfg.stale_delay > 0 { ((cfg.stale_delay as usize + 1) * 256).min(1 << 20) } else { 0 };
     loop {
-        check_memory(&cfg, queue_per_pod, pending, source.len_hint(), keep_outcomes)?;
-        let mut owned = OwnedFleet::new(cfg, queue_per_pod, pending)?;
+        let group = source.id_blocks();
+        check_memory_runs(&cfg, queue_per_pod, pending, source.len_hint(), keep_outcomes, group)?;
+        let mut owned = OwnedFleet::with_runs(cfg, queue_per_pod, pending, group)?;
         let mut fleet = owned.fleet().map_err(config_error)?;
         let mut latencies: Vec<u64> = Vec::new();
         if let Some(n) = source.len_hint() {
@@ -356,8 +400,28 @@ pub fn check_memory(
     requests: Option<u64>,
     keep_outcomes: bool,
 ) -> CliResult<()> {
+    check_memory_runs(cfg, queue_per_pod, pending, requests, keep_outcomes, 1)
+}
+
+/// [`check_memory`] plus the run-length replay's buffers, when a trace of `group_blocks` blocks
+/// per id uses it.
+pub fn check_memory_runs(
+    cfg: &FleetConfig,
+    queue_per_pod: usize,
+    pending: usize,
+    requests: Option<u64>,
+    keep_outcomes: bool,
+    group_blocks: u32,
+) -> CliResult<()> {
     let l = FleetLayout::new(cfg, queue_per_pod, pending).map_err(config_error)?;
     let mut needs = crate::audit::fleet_needs(cfg, &l);
+    if let Some((runs, tables)) = runs_layout(cfg, group_blocks) {
+        needs.push(Need {
+            what: "run-length replay (runs and run tables)".into(),
+            bytes: (runs * std::mem::size_of::<Run>() + tables * 4) as u64,
+            lowered_by: "--capacity".into(),
+        });
+    }
     if let Some(n) = requests {
         let per = 8 + if keep_outcomes { std::mem::size_of::<Outcome>() as u64 } else { 0 };
         needs.push(Need {
