@@ -7,12 +7,11 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use brokerlab_core::fleet::{
-    BlockIndex, EngineConfig, FleetConfig, FleetTotals, IndexEntry, IndexKind, LruPod, PodStats, Profile, Request,
-    RouterKind, Slot, keys,
+    BlockIndex, EngineConfig, FleetConfig, IndexEntry, IndexKind, LruPod, Profile, Request, RouterKind, Slot, keys,
 };
 use serde::Serialize;
 
-use super::run::OwnedFleet;
+use super::run::{OwnedFleet, Summary};
 use super::trace::TraceReader;
 use crate::error::{CliError, CliResult};
 
@@ -504,7 +503,8 @@ pub struct PythonModel {
 pub struct RouterReplay {
     /// Router (prefix-aware: alpha 1, the pods' own tables as index).
     pub router: RouterKind,
-    /// Run-length replay, best of repeats, s (buffers, fleet and dispatch loop).
+    /// Run-length replay as `fleet replay` runs it (buffers, dispatch, exact percentiles,
+    /// summary) on the parsed and hashed trace, best of repeats, s.
     pub runs_s: f64,
     /// Per-block replay, best of repeats, s (the same).
     pub blocks_s: f64,
@@ -585,22 +585,27 @@ fn hot_set_trace() -> String {
     out
 }
 
-fn replay_once(l: &Loaded, cfg: FleetConfig, group: u32) -> CliResult<(f64, FleetTotals, Vec<PodStats>)> {
-    let t = Instant::now();
-    let mut owned = OwnedFleet::with_runs(cfg, 1 << 16, 0, group)?;
-    let mut fleet = owned.fleet().map_err(super::run::config_error)?;
-    for (arrival_ns, input, output, range) in &l.reqs {
-        let req = Request {
-            arrival_ns: *arrival_ns,
-            input_tokens: *input,
-            output_tokens: *output,
-            keys: &l.keys[range.clone()],
-        };
-        fleet.dispatch(&req).map_err(|e| CliError::failure(format!("bench dispatch: {e}")))?;
+/// The loaded trace as a request source of trace ids of `.1` blocks (1: replayed per block).
+struct GroupedSource<'l>(&'l Loaded, u32);
+
+impl super::run::RequestSource for GroupedSource<'_> {
+    fn feed(
+        &mut self,
+        sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
+    ) -> CliResult<()> {
+        LoadedSource(self.0).feed(sink)
     }
-    let s = t.elapsed().as_secs_f64();
-    let stats = (0..cfg.pods).filter_map(|p| fleet.pod_stats(p).copied()).collect();
-    Ok((s, *fleet.totals(), stats))
+
+    fn id_blocks(&self) -> u32 {
+        self.1
+    }
+}
+
+/// One replay as `fleet replay` runs it (buffers, dispatch, exact percentiles, summary), timed.
+fn replay_once(l: &Loaded, cfg: FleetConfig, group: u32) -> CliResult<(f64, Summary)> {
+    let t = Instant::now();
+    let r = super::run::simulate(cfg, &mut GroupedSource(l, group), false)?;
+    Ok((t.elapsed().as_secs_f64(), r.summary))
 }
 
 /// Runs the Python model on the plain JSONL `jsonl`; its wall time and its JSON result.
@@ -629,17 +634,23 @@ fn python_run(py: &PythonModel, jsonl: &Path, cfg: &FleetConfig) -> CliResult<(f
     Ok((s, v))
 }
 
+/// The fields the Python model prints, all compared.
+const PYTHON_FIELDS: [&str; 9] = [
+    "requests",
+    "input_tokens",
+    "hit_tokens",
+    "prefill_tokens",
+    "hit_rate",
+    "latency_p50",
+    "latency_p90",
+    "latency_p99",
+    "per_pod_requests",
+];
+
 /// Fails unless the Python model's figures equal the replay's.
-fn check_python(v: &serde_json::Value, t: &FleetTotals, stats: &[PodStats], what: &str) -> CliResult<()> {
-    let per_pod: Vec<u64> = stats.iter().map(|s| s.requests).collect();
-    let ours = serde_json::json!({
-        "requests": t.requests,
-        "input_tokens": t.input_tokens,
-        "hit_tokens": t.hit_tokens,
-        "prefill_tokens": t.prefill_tokens,
-        "per_pod_requests": per_pod,
-    });
-    for field in ["requests", "input_tokens", "hit_tokens", "prefill_tokens", "per_pod_requests"] {
+fn check_python(v: &serde_json::Value, s: &Summary, what: &str) -> CliResult<()> {
+    let ours = serde_json::to_value(s).map_err(|e| CliError::failure(format!("bench: summary: {e}")))?;
+    for field in PYTHON_FIELDS {
         if v[field] != ours[field] {
             return Err(CliError::failure(format!(
                 "bench {what}: the Python model's {field} is {} where the replay's is {}",
@@ -682,20 +693,20 @@ fn replay_bench(
         let mut result = None;
         // Interleaved, so a slow spell of the machine hits both alike.
         for _ in 0..repeats.max(1) {
-            let (s, t, stats) = replay_once(l, cfg, l.group_blocks)?;
+            let (s, runs) = replay_once(l, cfg, l.group_blocks)?;
             runs_s = runs_s.min(s);
-            let (s, bt, bstats) = replay_once(l, cfg, 1)?;
+            let (s, blocks) = replay_once(l, cfg, 1)?;
             blocks_s = blocks_s.min(s);
-            if (t, &stats) != (bt, &bstats) {
+            if runs != blocks {
                 return Err(CliError::failure(format!("bench {name} {kind}: run-length and per-block replays differ")));
             }
-            result = Some((t, stats));
+            result = Some(runs);
         }
-        let (t, stats) = result.expect("at least one repeat");
+        let summary = result.expect("at least one repeat");
         let python_s = match python_note {
             None => {
                 let (s, v) = python_run(py, jsonl, &cfg)?;
-                check_python(&v, &t, &stats, &format!("{name} {kind}"))?;
+                check_python(&v, &summary, &format!("{name} {kind}"))?;
                 Some(s)
             }
             Some(_) => None,
@@ -707,7 +718,7 @@ fn replay_bench(
             runs_touches_per_s: touches / runs_s,
             blocks_touches_per_s: touches / blocks_s,
             replay_over_parse: runs_s / l.parse_s,
-            hit_rate: t.hit_tokens as f64 / t.input_tokens.max(1) as f64,
+            hit_rate: summary.hit_rate.unwrap_or(0.0),
             python_s,
             python_ratio: python_s.map(|p| p / (l.parse_s + l.hash_s + runs_s)),
         });
@@ -781,7 +792,7 @@ pub fn render_replays(rs: &[ReplayBench]) -> String {
             r.trace, r.requests, r.block_touches, r.pods, r.capacity, r.group_blocks
         );
         o += &format!(
-            "  parse {:.3} s ({:.1} MB/s), hash {:.3} s; replay time = buffers + dispatch loop, best of the runs\n",
+            "  parse {:.3} s ({:.1} MB/s), hash {:.3} s; replay = buffers, dispatch, percentiles and summary, best of the runs\n",
             r.parse_s,
             r.mb / r.parse_s,
             r.hash_s
@@ -805,7 +816,8 @@ pub fn render_replays(rs: &[ReplayBench]) -> String {
             Some(n) => o += &format!("  Python model: {n}\n"),
             None => {
                 o += "  ratio = Python wall time (read the plain JSONL + simulate) / Rust (parse + hash + run-length replay);\n  \
-                      requests, tokens, hit and prefill tokens and requests per pod checked equal in the three models\n"
+                      requests, tokens, hit and prefill tokens, hit rate, latency p50/p90/p99 and requests per pod checked\n  \
+                      equal in the three models (run-length and per-block: the whole summary)\n"
             }
         }
     }
