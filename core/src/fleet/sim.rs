@@ -866,10 +866,10 @@ impl<'a, R: Router> Fleet<'a, R> {
         queue_lens: &[u32],
     ) -> Result<(Route, usize, usize), Error> {
         let group = self.group_blocks;
-        let route = match self.run_route {
+        let (route, hit) = match self.run_route {
             RunRoute::Blind => {
                 let view = RouteView { request: i, queue_lens, held: Holders::None, pending: None, loads: None };
-                self.router.route(&view, req.keys)
+                (self.router.route(&view, req.keys), None)
             }
             RunRoute::Prefix(router) => {
                 // match_p is pod p's own hit (an exact view, the pods' tables): per run of blocks.
@@ -877,13 +877,16 @@ impl<'a, R: Router> Fleet<'a, R> {
                 for (m, pod) in matches.iter_mut().zip(&self.pods).take(queue_lens.len()) {
                     *m = pod.runs.as_ref().map_or(0, |r| r.hit_blocks(req.keys, group)) as u32;
                 }
-                router.choose(&matches[..queue_lens.len()], queue_lens)
+                let route = router.choose(&matches[..queue_lens.len()], queue_lens);
+                (route, Some(route.believed_match_blocks as usize))
             }
         };
         let runs = self.pods.get_mut(route.pod).and_then(|p| p.runs.as_mut());
         let runs =
             runs.ok_or(Error::InvalidConfig { field: "router", expected: "a pod index below the number of pods" })?;
-        let hit_blocks = runs.hit_blocks(req.keys, group);
+        // The router's match on the chosen pod is its hit: the view is exact.
+        let hit_blocks = hit.unwrap_or_else(|| runs.hit_blocks(req.keys, group));
+        debug_assert_eq!(hit_blocks, runs.hit_blocks(req.keys, group));
         runs.touch_request(req.keys, group);
         Ok((route, hit_blocks, 0))
     }

@@ -571,7 +571,7 @@ fn hot_set_trace() -> String {
     let mut ms = 0u64;
     for r in 0..HOT_SET_REQUESTS {
         let u = below(1 << 16);
-        let tenant = HOT_SET_TENANTS * u * u >> 32;
+        let tenant = (HOT_SET_TENANTS * u * u) >> 32;
         let own = 1 + below(6);
         let mut ids: Vec<u64> = (0..HOT_SET_PREFIX_IDS).map(|j| tenant * HOT_SET_PREFIX_IDS + j).collect();
         ids.extend((0..own).map(|j| 1_000_000 + r * 8 + j));
