@@ -47,9 +47,6 @@ impl OwnedFleet {
         let n = |per_pod: usize| l.pods.saturating_mul(per_pod);
         let (runs_len, run_tables_len) = runs_layout(&cfg, group_blocks).unwrap_or((0, 0));
         Ok(OwnedFleet {
-            group_blocks,
-            runs: try_vec(runs_len, Run::default(), "the pods' runs (run-length replay)")?,
-            run_tables: try_vec(run_tables_len, 0, "the pods' run tables (run-length replay)")?,
             cfg,
             layout: l,
             slots: try_vec(n(l.slots_per_pod), Slot::default(), "the pods' LRU slots")?,
@@ -60,6 +57,10 @@ impl OwnedFleet {
             pending_table: try_vec(l.pending_table, PendingEntry::default(), "the stale-evict table")?,
             cpu_slots: try_vec(n(l.cpu_slots_per_pod), Slot::default(), "the CPU tier's slots")?,
             cpu_tables: try_vec(n(l.cpu_table_per_pod), 0, "the CPU tier's key tables")?,
+            // Last: a failed allocation names the per-block buffers first, as without runs.
+            group_blocks,
+            runs: try_vec(runs_len, Run::default(), "the pods' runs (run-length replay)")?,
+            run_tables: try_vec(run_tables_len, 0, "the pods' run tables (run-length replay)")?,
         })
     }
 
