@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Deliberately naive, independent reference of the brokerlab fleet model (docs/MODEL.md).
+"""A plain, independent reference of the brokerlab fleet model (docs/MODEL.md).
 
 Written from the specification alone, without the Rust code: Python's own block identities
 (interned chains of (hash_id, sub) pairs, so no hash), an OrderedDict LRU per pod that touches every
@@ -7,7 +7,9 @@ key first and then evicts down to C (batch semantics), a literal queue of evicti
 stale index (delivered just before request i+k+1, dropped if the pod re-inserted the key after the
 eviction), and the prefix-aware score as the float match - alpha * queue_len.
 
-`host/tests/reference_model.rs` compares `brokerlab fleet replay --json` with it, config by config.
+`host/tests/reference_model.rs` compares `brokerlab fleet replay --json` with it, config by config;
+`brokerlab fleet bench` times it against the Rust replay on the same trace and configuration
+(the seed's own stack: standard library only, an OrderedDict LRU per pod, a dict index).
 Usage:
   ref.py --trace F [--trace-block-size 512] --pods N --capacity C --router R [--alpha A]
          [--stale K] [--order tail-first|in-order] [--t-prefill-ns 50000] [--t-decode-ns 0]

@@ -66,8 +66,20 @@ pub fn chain_tokens(parent: u64, block: &[u32; BLOCK_TOKENS]) -> u64 {
 /// `hash_id` — whose parent key is `parent`.
 #[inline]
 pub fn chain_trace(parent: u64, hash_id: u64, sub: u32) -> u64 {
-    let block = fmix64(hash_id ^ DOMAIN_TRACE) ^ (sub as u64).wrapping_mul(K[6]);
-    fmix64(parent ^ block)
+    chain_trace_mixed(parent, trace_id_mix(hash_id), sub)
+}
+
+/// The part of a trace block's word that depends on its hash id only (the same for all its
+/// sub-blocks, so a loop over an id's blocks computes it once).
+#[inline]
+pub fn trace_id_mix(hash_id: u64) -> u64 {
+    fmix64(hash_id ^ DOMAIN_TRACE)
+}
+
+/// [`chain_trace`] given `id_mix` = [`trace_id_mix`]`(hash_id)`.
+#[inline]
+pub fn chain_trace_mixed(parent: u64, id_mix: u64, sub: u32) -> u64 {
+    fmix64(parent ^ (id_mix ^ (sub as u64).wrapping_mul(K[6])))
 }
 
 #[cfg(test)]

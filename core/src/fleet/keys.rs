@@ -1,6 +1,6 @@
 //! Turning a prompt into its chained block keys.
 
-use super::hash::{ROOT_KEY, chain_tokens, chain_trace};
+use super::hash::{ROOT_KEY, chain_tokens, chain_trace_mixed, trace_id_mix};
 use super::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS, MAX_TRACE_BLOCK_TOKENS, quoting};
 use super::{Error, Field};
 
@@ -45,10 +45,15 @@ pub fn trace_keys(
     let Some(out) = out.get_mut(..m) else {
         return Err(Error::BufferSize { buffer: "keys", expected: m, got: out.len() });
     };
+    // Per id, then per sub-block: no division per block, and the id's own mix computed once
+    // (the keys are those of `chain_trace`; `fleet bench` times this loop as "hash").
     let mut parent = ROOT_KEY;
-    for (j, key) in out.iter_mut().enumerate() {
-        parent = chain_trace(parent, hash_ids[j / subs], (j % subs) as u32);
-        *key = parent;
+    for (chunk, &id) in out.chunks_mut(subs).zip(hash_ids) {
+        let mix = trace_id_mix(id);
+        for (sub, key) in chunk.iter_mut().enumerate() {
+            parent = chain_trace_mixed(parent, mix, sub as u32);
+            *key = parent;
+        }
     }
     Ok(m)
 }
@@ -73,6 +78,7 @@ pub fn token_keys(tokens: &[u32], out: &mut [u64]) -> Result<usize, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::hash::chain_trace;
 
     #[test]
     fn block_j_maps_to_hash_id_and_sub_block() {

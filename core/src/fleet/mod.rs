@@ -18,6 +18,7 @@ pub mod limits;
 pub mod pipeline;
 pub mod pod;
 pub mod router;
+pub mod runs;
 pub mod scale;
 pub mod server;
 pub mod sim;
@@ -38,6 +39,7 @@ pub use pipeline::{
 };
 pub use pod::{CacheEvents, LruPod, Slot};
 pub use router::{AnyRouter, Holders, KeyHolders, Route, RouteView, Router, RouterKind};
+pub use runs::{Run, RunLru};
 pub use scale::{ScaleAction, ScalePolicy, ScaleState};
 pub use server::FifoServer;
 pub use sim::{

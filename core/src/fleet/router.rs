@@ -216,11 +216,19 @@ impl Router for PrefixAware {
     fn route(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
         let mut matches = [0u32; MAX_PODS];
         view.matches(keys, &mut matches);
+        self.choose(&matches, view.queue_lens)
+    }
+}
+
+impl PrefixAware {
+    /// The pod with the highest score given match_p (`matches[p]`) and queue_len(p), one per
+    /// routable pod (also used by the run-length replay, which computes the matches per run).
+    pub fn choose(&self, matches: &[u32], queue_lens: &[u32]) -> Route {
         let mut best = 0;
         let mut best_score = f64::NEG_INFINITY;
-        for (p, &q) in view.queue_lens.iter().enumerate() {
+        for (p, &q) in queue_lens.iter().enumerate() {
             let score = matches[p] as f64 - self.alpha * q as f64;
-            if score > best_score || (score == best_score && q < view.queue_lens[best]) {
+            if score > best_score || (score == best_score && q < queue_lens[best]) {
                 best = p;
                 best_score = score;
             }

@@ -9,7 +9,8 @@ use super::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingR
 use super::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_POD_BLOCKS, MAX_PODS, MAX_STALE_DELAY};
 use super::pipeline::{RouterBuffers, RouterLayout, RouterSpec};
 use super::pod::{CacheEvents, LruPod, Slot};
-use super::router::{AnyRouter, Holders, KeyHolders, RouteView, Router, RouterKind};
+use super::router::{AnyRouter, Holders, KeyHolders, PrefixAware, Route, RouteView, Router, RouterKind};
+use super::runs::{Run, RunLru};
 use super::scale::{ScaleAction, ScalePolicy, ScaleState};
 use super::server::FifoServer;
 use super::{Error, Field, Quantity};
@@ -541,6 +542,9 @@ pub struct Pod<'a> {
     /// others none (so a `Fleet` is no larger than before: `Option<LruPod>` costs no byte).
     cache: Option<LruPod<'a>>,
     cpu: Option<LruPod<'a>>,
+    /// The same cache kept as runs of trace ids, when the run-length replay is on (then `cache`
+    /// stays empty).
+    runs: Option<RunLru<'a>>,
     server: FifoServer<'a>,
     stats: PodStats,
 }
@@ -647,6 +651,19 @@ pub struct Fleet<'a, R: Router = AnyRouter<'a>> {
     last_arrival_ns: u64,
     totals: FleetTotals,
     poisoned: bool,
+    /// Blocks per trace id when the run-length replay is on (0: per block).
+    group_blocks: usize,
+    /// How the run-length replay routes (set with it).
+    run_route: RunRoute,
+}
+
+/// Routing in the run-length replay: the prefix-aware router's matches come from the runs.
+#[derive(Clone, Copy, Debug)]
+enum RunRoute {
+    /// The router ignores caches (round-robin, least-loaded).
+    Blind,
+    /// [`PrefixAware`] with its matches computed per run.
+    Prefix(PrefixAware),
 }
 
 impl<'a> Fleet<'a, AnyRouter<'a>> {
@@ -666,6 +683,64 @@ impl<'a> Fleet<'a, AnyRouter<'a>> {
         cfg.validate()?;
         let r = AnyRouter::build(cfg.router, cfg.alpha, cfg.router_spec().as_ref(), cfg.pods, router)?;
         Self::with_router(cfg, r, buffers)
+    }
+
+    /// Buffer lengths of the run-length replay (`runs`, `tables`) for `cfg`, or None when the
+    /// configuration needs the per-block replay: a CPU tier, a stale or global index, a shared
+    /// cache, autoscaling or in-order touches (docs/MODEL.md, "Run-length replay").
+    pub fn runs_layout(cfg: &FleetConfig) -> Option<(usize, usize)> {
+        let per_block_only = cfg.cpu_capacity_blocks > 0
+            || cfg.stale_delay > 0
+            || cfg.event_delay_ns > 0
+            || cfg.speculative_ttl_ns > 0
+            || !cfg.router.is_seed()
+            || (cfg.router == RouterKind::PrefixAware && cfg.index != IndexKind::PodTables)
+            || cfg.cache != CacheMode::Local
+            || cfg.scale.is_some()
+            || cfg.order != TouchOrder::TailFirst;
+        (!per_block_only).then(|| {
+            (cfg.pods * RunLru::runs_len(cfg.capacity_blocks), cfg.pods * RunLru::table_len(cfg.capacity_blocks))
+        })
+    }
+
+    /// Switches to the run-length replay for requests whose keys come from trace ids of
+    /// `group_blocks` 16-token blocks each (block j is sub-block j mod R of id j div R), before
+    /// the first dispatch. Results are identical to the per-block replay (docs/MODEL.md,
+    /// "Run-length replay"; the property tests compare them); the work is per run of blocks.
+    /// Returns false, changing nothing, when [`Self::runs_layout`] is None or the router is not
+    /// one of the three built-in ones; the buffers must have the lengths it gives. Afterwards
+    /// [`Self::pod_cache`] is None: the pods' blocks are in runs.
+    pub fn attach_runs(
+        &mut self,
+        group_blocks: u32,
+        runs: &'a mut [Run],
+        tables: &'a mut [u32],
+    ) -> Result<bool, Error> {
+        let Some((runs_len, tables_len)) = Self::runs_layout(&self.cfg) else { return Ok(false) };
+        let route = match self.router {
+            AnyRouter::RoundRobin(_) | AnyRouter::LeastLoaded(_) => RunRoute::Blind,
+            AnyRouter::PrefixAware(p) => RunRoute::Prefix(p),
+            // the shipped routers read load signals and their own indexes: per block
+            _ => return Ok(false),
+        };
+        if group_blocks == 0 || self.next_request > 0 {
+            return Err(Error::InvalidConfig {
+                field: Field::TraceBlockSize,
+                expected: "at least 1 block per trace id, attached before the first request",
+            });
+        }
+        let mut runs_each = split(runs, self.cfg.pods, runs_len / self.cfg.pods, "runs")?;
+        let mut tables_each = split(tables, self.cfg.pods, tables_len / self.cfg.pods, "run tables")?;
+        for pod in self.pods.iter_mut() {
+            let (r, t) = (runs_each.next(), tables_each.next());
+            let (Some(r), Some(t)) = (r, t) else {
+                return Err(Error::BufferSize { buffer: "runs", expected: runs_len, got: 0 });
+            };
+            pod.runs = Some(RunLru::new(self.cfg.capacity_blocks, r, t)?);
+        }
+        self.group_blocks = group_blocks as usize;
+        self.run_route = route;
+        Ok(true)
     }
 }
 
@@ -764,7 +839,7 @@ impl<'a, R: Router> Fleet<'a, R> {
                 Some((s, t)) => Some(LruPod::new(s, t)?),
                 None => pool.take(),
             };
-            let pod = Pod { cache, cpu, server: FifoServer::new(q)?, stats: PodStats::default() };
+            let pod = Pod { cache, cpu, runs: None, server: FifoServer::new(q)?, stats: PodStats::default() };
             if pods.push(pod).is_err() {
                 return Err(Error::InvalidConfig { field: Field::Pods, expected: "at most 64" });
             }
@@ -800,6 +875,8 @@ impl<'a, R: Router> Fleet<'a, R> {
             last_arrival_ns: 0,
             totals: FleetTotals::default(),
             poisoned: false,
+            group_blocks: 0,
+            run_route: RunRoute::Blind,
         })
     }
 
@@ -830,8 +907,8 @@ impl<'a, R: Router> Fleet<'a, R> {
     /// The cache of pod `p` (read-only); None with a shared cache (see [`Self::shared_cache`]).
     pub fn pod_cache(&self, p: usize) -> Option<&LruPod<'a>> {
         match self.cfg.cache {
-            CacheMode::Local => self.pods.get(p).and_then(|pod| pod.cache.as_ref()),
-            CacheMode::Global => None,
+            CacheMode::Local if self.group_blocks == 0 => self.pods.get(p).and_then(|pod| pod.cache.as_ref()),
+            _ => None,
         }
     }
 
@@ -907,34 +984,16 @@ impl<'a, R: Router> Fleet<'a, R> {
         Ok(scale.active())
     }
 
-    fn dispatch_inner(&mut self, req: &Request<'_>) -> Result<Outcome, Error> {
-        let i = self.next_request;
-        // 1. Evictions made while dispatching requests <= i-k-1 reach the router now (or, with
-        // an event delay D, the stores and evictions made at or before arrival - D); speculative
-        // entries made at or before arrival - TTL expire.
-        let t = req.arrival_ns;
-        if self.cfg.event_delay_ns > 0 {
-            if let Some(upto) = t.checked_sub(self.cfg.event_delay_ns) {
-                self.pending.iter_mut().chain(self.stores.iter_mut()).for_each(|p| p.deliver_through(upto));
-            }
-        } else if let Some(p) = self.pending.as_mut()
-            && let Some(upto) = i.checked_sub(self.cfg.stale_delay as u64 + 1)
-        {
-            p.deliver_through(upto);
-        }
-        if let Some(s) = self.speculative.as_mut()
-            && let Some(upto) = t.checked_sub(self.cfg.speculative_ttl_ns)
-        {
-            s.deliver_through(upto);
-        }
-        // 2. Queue lengths at arrival.
-        let mut queue_lens = [0u32; MAX_PODS];
-        for (q, pod) in queue_lens.iter_mut().zip(self.pods.iter_mut()) {
-            *q = pod.server.queue_len_at(req.arrival_ns);
-        }
-        // 3. Autoscaling: the routable pods are 0..active.
-        let active = self.autoscale(i, req.arrival_ns, &mut queue_lens)?;
-        let queue_lens = &queue_lens[..active];
+    /// Steps 4 and 5 of a dispatch, per block: route, then serve from the pod's cache (or the
+    /// shared pool, held by pod 0), feeding its events to the index. Returns the route, the hit
+    /// blocks and the CPU tier's hit blocks.
+    fn route_and_serve(
+        &mut self,
+        i: u64,
+        req: &Request<'_>,
+        queue_lens: &[u32],
+    ) -> Result<(Route, usize, usize), Error> {
+        let active = queue_lens.len();
         // 4. Route.
         let caches = PodCaches { pods: &self.pods, global: self.cfg.cache == CacheMode::Global };
         let held = match self.index.as_ref() {
@@ -1008,6 +1067,85 @@ impl<'a, R: Router> Fleet<'a, R> {
         if let Some(e) = feed.error {
             return Err(e);
         }
+        Ok((route, hit_blocks, cpu_hit_blocks))
+    }
+
+    /// Steps 4 and 5 in the run-length replay ([`Fleet::attach_runs`]): the same route and hits
+    /// as [`Self::route_and_serve`], computed per run of blocks of one trace id.
+    fn route_and_serve_runs(
+        &mut self,
+        i: u64,
+        req: &Request<'_>,
+        queue_lens: &[u32],
+    ) -> Result<(Route, usize, usize), Error> {
+        let group = self.group_blocks;
+        let (route, hit) = match self.run_route {
+            RunRoute::Blind => {
+                let view = RouteView {
+                    request: i,
+                    queue_lens,
+                    held: Holders::None,
+                    pending: None,
+                    pending_stores: None,
+                    speculative: None,
+                    loads: None,
+                    now_ns: req.arrival_ns,
+                };
+                (self.router.route(&view, req.keys), None)
+            }
+            RunRoute::Prefix(router) => {
+                // match_p is pod p's own hit (an exact view, the pods' tables): per run of blocks.
+                let mut matches = [0u32; MAX_PODS];
+                for (m, pod) in matches.iter_mut().zip(&self.pods).take(queue_lens.len()) {
+                    *m = pod.runs.as_ref().map_or(0, |r| r.hit_blocks(req.keys, group)) as u32;
+                }
+                let route = router.choose(&matches[..queue_lens.len()], queue_lens);
+                (route, Some(route.believed_match_blocks as usize))
+            }
+        };
+        let runs = self.pods.get_mut(route.pod).and_then(|p| p.runs.as_mut());
+        let runs = runs
+            .ok_or(Error::InvalidConfig { field: Field::Router, expected: "a pod index below the number of pods" })?;
+        // The router's match on the chosen pod is its hit: the view is exact.
+        let hit_blocks = hit.unwrap_or_else(|| runs.hit_blocks(req.keys, group));
+        debug_assert_eq!(hit_blocks, runs.hit_blocks(req.keys, group));
+        runs.touch_request(req.keys, group);
+        Ok((route, hit_blocks, 0))
+    }
+
+    fn dispatch_inner(&mut self, req: &Request<'_>) -> Result<Outcome, Error> {
+        let i = self.next_request;
+        // 1. Evictions made while dispatching requests <= i-k-1 reach the router now (or, with
+        // an event delay D, the stores and evictions made at or before arrival - D); speculative
+        // entries made at or before arrival - TTL expire.
+        let t = req.arrival_ns;
+        if self.cfg.event_delay_ns > 0 {
+            if let Some(upto) = t.checked_sub(self.cfg.event_delay_ns) {
+                self.pending.iter_mut().chain(self.stores.iter_mut()).for_each(|p| p.deliver_through(upto));
+            }
+        } else if let Some(p) = self.pending.as_mut()
+            && let Some(upto) = i.checked_sub(self.cfg.stale_delay as u64 + 1)
+        {
+            p.deliver_through(upto);
+        }
+        if let Some(s) = self.speculative.as_mut()
+            && let Some(upto) = t.checked_sub(self.cfg.speculative_ttl_ns)
+        {
+            s.deliver_through(upto);
+        }
+        // 2. Queue lengths at arrival.
+        let mut queue_lens = [0u32; MAX_PODS];
+        for (q, pod) in queue_lens.iter_mut().zip(self.pods.iter_mut()) {
+            *q = pod.server.queue_len_at(req.arrival_ns);
+        }
+        // 3. Autoscaling: the routable pods are 0..active.
+        let active = self.autoscale(i, req.arrival_ns, &mut queue_lens)?;
+        let queue_lens = &queue_lens[..active];
+        let (route, hit_blocks, cpu_hit_blocks) = match self.group_blocks {
+            0 => self.route_and_serve(i, req, queue_lens)?,
+            _ => self.route_and_serve_runs(i, req, queue_lens)?,
+        };
+        let p = route.pod;
         // 6. Timing, on the routed pod.
         let Pod { server, stats, .. } = &mut self.pods[p];
         let hit_tokens = hit_blocks as u64 * BLOCK_TOKENS as u64;

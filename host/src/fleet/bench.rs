@@ -12,7 +12,7 @@ use brokerlab_core::fleet::{
 };
 use serde::Serialize;
 
-use super::run::OwnedFleet;
+use super::run::{OwnedFleet, Summary};
 use super::trace::TraceReader;
 use crate::error::{CliError, CliResult};
 
@@ -61,6 +61,8 @@ pub struct BenchReport {
     pub pod_table: TableBench,
     /// The batched engine's replay of the same trace (default engine parameters).
     pub batched: Vec<EngineBench>,
+    /// Run-length vs per-block replay vs the Python model, on this trace and on a hot-set trace.
+    pub replays: Vec<ReplayBench>,
 }
 
 /// One batched-engine replay of the whole trace (docs/MODEL.md, "The batched engine").
@@ -162,6 +164,14 @@ pub struct TableBench {
 struct Loaded {
     reqs: Vec<(u64, u64, u64, std::ops::Range<usize>)>,
     keys: Vec<u64>,
+    /// Blocks per trace id (the run-length replay's group).
+    group_blocks: u32,
+    /// Decompressed JSONL bytes.
+    bytes: u64,
+    /// Parsing the JSONL into records, s.
+    parse_s: f64,
+    /// Chained-key hashing, s.
+    hash_s: f64,
 }
 
 fn load(path: &Path, trace_block: u32) -> CliResult<(Loaded, f64, f64)> {
@@ -178,7 +188,14 @@ fn load(path: &Path, trace_block: u32) -> CliResult<(Loaded, f64, f64)> {
     }
     let parse_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
-    let mut l = Loaded { reqs: Vec::with_capacity(raw.len()), keys: Vec::new() };
+    let mut l = Loaded {
+        reqs: Vec::with_capacity(raw.len()),
+        keys: Vec::new(),
+        group_blocks: trace_block / 16,
+        bytes,
+        parse_s,
+        hash_s: 0.0,
+    };
     let mut buf = Vec::new();
     for (i, r) in raw.iter().enumerate() {
         buf.resize((r.input_length / BLOCK_TOKENS as u64) as usize, 0);
@@ -195,19 +212,28 @@ fn load(path: &Path, trace_block: u32) -> CliResult<(Loaded, f64, f64)> {
         l.reqs.push((arrival_ns, r.input_length, r.output_length, start..start + n));
     }
     let hash_s = t1.elapsed().as_secs_f64();
+    l.hash_s = hash_s;
     let mb_s = bytes as f64 / 1e6 / parse_s.max(1e-9);
     let keys_s = l.keys.len() as f64 / hash_s.max(1e-9);
     Ok((l, mb_s, keys_s))
 }
 
 /// Runs the benchmark.
-pub fn run(trace: PathBuf, trace_block: u32, pods: usize, capacity: usize, repeats: usize) -> CliResult<BenchReport> {
+pub fn run(
+    trace: PathBuf,
+    trace_block: u32,
+    pods: usize,
+    capacity: usize,
+    repeats: usize,
+    py: &PythonModel,
+) -> CliResult<BenchReport> {
     for index in [IndexKind::Global, IndexKind::PodTables] {
         let cfg = FleetConfig { index, ..FleetConfig::new(pods, capacity, RouterKind::PrefixAware) };
         super::run::check_memory(&cfg, 1 << 16, 0, None, false)?;
     }
     let (l, parse_mb_per_s, hash_keys_per_s) = load(&trace, trace_block)?;
     let touches = l.keys.len() as u64;
+    let requests = l.reqs.len() as u64;
     let mut routers = Vec::new();
     let runs = [
         (RouterKind::RoundRobin, IndexKind::Global, "round-robin"),
@@ -246,10 +272,12 @@ pub fn run(trace: PathBuf, trace_block: u32, pods: usize, capacity: usize, repea
     }
     let pod_table = table_bench(&l, pods, capacity, repeats)?;
     let batched = engine_bench(&l, pods, capacity, repeats)?;
+    drop(l);
+    let replays = replays(&trace, trace_block, pods, capacity, repeats, py)?;
     let index_bytes = BlockIndex::table_len(pods * capacity) * std::mem::size_of::<IndexEntry>();
     Ok(BenchReport {
         trace: trace.display().to_string(),
-        requests: l.reqs.len() as u64,
+        requests,
         block_touches: touches,
         pods,
         capacity,
@@ -261,6 +289,7 @@ pub fn run(trace: PathBuf, trace_block: u32, pods: usize, capacity: usize, repea
         index_bytes_per_block: index_bytes as f64 / (pods * capacity) as f64,
         pod_table,
         batched,
+        replays,
     })
 }
 
@@ -347,7 +376,8 @@ pub fn render(r: &BenchReport) -> String {
         t.touches_per_s / 1e6,
         t.speedup
     );
-    o += "batched engine (profile qwen3-32b-h100x2, S 1024, M 8192), whole replay incl. buffers and summary:\n";
+    o += &render_replays(&r.replays);
+    o += "\nbatched engine (profile qwen3-32b-h100x2, S 1024, M 8192), whole replay incl. buffers and summary:\n";
     o += "router                   fast-forward   wall s   requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
     for b in &r.batched {
         o += &format!(
@@ -458,4 +488,339 @@ pub fn render_sweep(s: &SweepBench) -> String {
         s.sweep_speedup,
         s.longest_point_s
     )
+}
+
+/// Where the Python model of the same replay is, and whether to run it.
+#[derive(Debug, Clone)]
+pub struct PythonModel {
+    /// The script (tests/reference/fleet_model.py, written from docs/MODEL.md).
+    pub script: PathBuf,
+    /// False: skip it (`--no-python`).
+    pub enabled: bool,
+}
+
+/// One router's replay of one trace: run-length, per block (its oracle) and the Python model.
+#[derive(Debug, Serialize)]
+pub struct RouterReplay {
+    /// Router (prefix-aware: alpha 1, the pods' own tables as index).
+    pub router: RouterKind,
+    /// Run-length replay as `fleet replay` runs it (buffers, dispatch, exact percentiles,
+    /// summary) on the parsed and hashed trace, best of repeats, s.
+    pub runs_s: f64,
+    /// Per-block replay, best of repeats, s (the same).
+    pub blocks_s: f64,
+    /// Block touches per second, run-length replay.
+    pub runs_touches_per_s: f64,
+    /// Block touches per second, per-block replay.
+    pub blocks_touches_per_s: f64,
+    /// runs_s / parse_s: at most 1 means the replay is no slower than reading the trace.
+    pub replay_over_parse: f64,
+    /// Token hit rate (equal in the three models: checked).
+    pub hit_rate: f64,
+    /// Wall time of the Python model (reading the plain JSONL and simulating), s.
+    pub python_s: Option<f64>,
+    /// python_s / (parse_s + hash_s + runs_s): Rust end to end against Python end to end.
+    pub python_ratio: Option<f64>,
+}
+
+/// One trace's replays, from one run.
+#[derive(Debug, Serialize)]
+pub struct ReplayBench {
+    /// Which trace.
+    pub trace: String,
+    /// Requests.
+    pub requests: u64,
+    /// Block touches per replay.
+    pub block_touches: u64,
+    /// Pods.
+    pub pods: usize,
+    /// Blocks per pod.
+    pub capacity: usize,
+    /// Blocks per trace id (the run-length replay's group).
+    pub group_blocks: u32,
+    /// Decompressed JSONL, MB.
+    pub mb: f64,
+    /// Parsing the JSONL (decompressing included), s.
+    pub parse_s: f64,
+    /// Hashing the chained block keys, s.
+    pub hash_s: f64,
+    /// Per router.
+    pub routers: Vec<RouterReplay>,
+    /// Why the Python model did not run, when it did not.
+    pub python_note: Option<String>,
+}
+
+/// Requests of the generated hot-set trace (about 7.4 M block touches).
+const HOT_SET_REQUESTS: u64 = 33_000;
+/// Its tenants, each with a prefix of [`HOT_SET_PREFIX_IDS`] 512-token ids: a hot set of
+/// 64 x 4 x 32 = 8,192 blocks, about 4 pods of 2,000 blocks.
+const HOT_SET_TENANTS: u64 = 64;
+/// Shared prefix ids per tenant.
+const HOT_SET_PREFIX_IDS: u64 = 4;
+/// Pods x blocks of the hot-set replay.
+const HOT_SET_FLEET: (usize, usize) = (8, 2_000);
+
+/// A hot-set trace in Mooncake JSONL with 512-token ids, deterministic: request r picks tenant
+/// floor(64 u^2) (u uniform in [0, 1): low tenants are hotter), sends its 4 prefix ids then 1 to 6
+/// ids of its own, the last one cut at a random token; arrivals 0 to 50 ms apart.
+fn hot_set_trace() -> String {
+    use rand_chacha::ChaCha8Rng;
+    use rand_core::{Rng, SeedableRng};
+    let mut rng = ChaCha8Rng::seed_from_u64(15);
+    let mut below = |n: u64| ((rng.next_u64() as u128 * n as u128) >> 64) as u64;
+    let mut out = String::new();
+    let mut ms = 0u64;
+    for r in 0..HOT_SET_REQUESTS {
+        let u = below(1 << 16);
+        let tenant = (HOT_SET_TENANTS * u * u) >> 32;
+        let own = 1 + below(6);
+        let mut ids: Vec<u64> = (0..HOT_SET_PREFIX_IDS).map(|j| tenant * HOT_SET_PREFIX_IDS + j).collect();
+        ids.extend((0..own).map(|j| 1_000_000 + r * 8 + j));
+        let input = ids.len() as u64 * 512 - below(512);
+        let output = 32 + below(225);
+        out += &format!(
+            "{{\"timestamp\": {ms}, \"input_length\": {input}, \"output_length\": {output}, \"hash_ids\": {ids:?}}}\n"
+        );
+        ms += below(51);
+    }
+    out
+}
+
+/// The loaded trace as a request source of trace ids of `.1` blocks (1: replayed per block).
+struct GroupedSource<'l>(&'l Loaded, u32);
+
+impl super::run::RequestSource for GroupedSource<'_> {
+    fn feed(
+        &mut self,
+        sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
+    ) -> CliResult<()> {
+        LoadedSource(self.0).feed(sink)
+    }
+
+    fn id_blocks(&self) -> u32 {
+        self.1
+    }
+}
+
+/// One replay as `fleet replay` runs it (buffers, dispatch, exact percentiles, summary), timed.
+fn replay_once(l: &Loaded, cfg: FleetConfig, group: u32) -> CliResult<(f64, Summary)> {
+    let t = Instant::now();
+    let r = super::run::simulate(cfg, &mut GroupedSource(l, group), false)?;
+    Ok((t.elapsed().as_secs_f64(), r.summary))
+}
+
+/// Runs the Python model on the plain JSONL `jsonl`; its wall time and its JSON result.
+fn python_run(py: &PythonModel, jsonl: &Path, cfg: &FleetConfig) -> CliResult<(f64, serde_json::Value)> {
+    let t = Instant::now();
+    let out = std::process::Command::new("python3")
+        .arg(&py.script)
+        .arg("--trace")
+        .arg(jsonl)
+        .args(["--trace-block-size", "512", "--pods", &cfg.pods.to_string()])
+        .args(["--capacity", &cfg.capacity_blocks.to_string(), "--router", cfg.router.name()])
+        .args(["--alpha", &cfg.alpha.to_string()])
+        .output()
+        .map_err(|e| CliError::failure(format!("python3 {}: {e}", py.script.display())))?;
+    let s = t.elapsed().as_secs_f64();
+    if !out.status.success() {
+        return Err(CliError::failure(format!(
+            "python3 {}: {}: {}",
+            py.script.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stdout).trim()
+        )));
+    }
+    let v = serde_json::from_slice(&out.stdout)
+        .map_err(|e| CliError::failure(format!("python3 {}: output is not JSON: {e}", py.script.display())))?;
+    Ok((s, v))
+}
+
+/// The fields the Python model prints, all compared.
+const PYTHON_FIELDS: [&str; 9] = [
+    "requests",
+    "input_tokens",
+    "hit_tokens",
+    "prefill_tokens",
+    "hit_rate",
+    "latency_p50",
+    "latency_p90",
+    "latency_p99",
+    "per_pod_requests",
+];
+
+/// Fails unless the Python model's figures equal the replay's.
+fn check_python(v: &serde_json::Value, s: &Summary, what: &str) -> CliResult<()> {
+    let ours = serde_json::to_value(s).map_err(|e| CliError::failure(format!("bench: summary: {e}")))?;
+    for field in PYTHON_FIELDS {
+        if v[field] != ours[field] {
+            return Err(CliError::failure(format!(
+                "bench {what}: the Python model's {field} is {} where the replay's is {}",
+                v[field], ours[field]
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Why the Python model cannot run here, if it cannot.
+fn python_missing(py: &PythonModel) -> Option<String> {
+    if !py.enabled {
+        return Some("skipped (--no-python)".into());
+    }
+    if !py.script.is_file() {
+        return Some(format!("{} not found (run from the repository root)", py.script.display()));
+    }
+    let ok = std::process::Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
+    (!ok).then(|| "python3 not found".to_string())
+}
+
+/// Replays `l` with every built-in router: run-length and per block (checked equal), and the
+/// Python model on `jsonl` (checked equal, timed) when it can run.
+fn replay_bench(
+    name: &str,
+    l: &Loaded,
+    jsonl: &Path,
+    pods: usize,
+    capacity: usize,
+    repeats: usize,
+    py: &PythonModel,
+) -> CliResult<ReplayBench> {
+    let python_note = python_missing(py);
+    let touches = l.keys.len() as f64;
+    let mut routers = Vec::new();
+    for kind in RouterKind::ALL {
+        let cfg = FleetConfig::new(pods, capacity, kind);
+        let (mut runs_s, mut blocks_s) = (f64::INFINITY, f64::INFINITY);
+        let mut result = None;
+        // Interleaved, so a slow spell of the machine hits both alike.
+        for _ in 0..repeats.max(1) {
+            let (s, runs) = replay_once(l, cfg, l.group_blocks)?;
+            runs_s = runs_s.min(s);
+            let (s, blocks) = replay_once(l, cfg, 1)?;
+            blocks_s = blocks_s.min(s);
+            if runs != blocks {
+                return Err(CliError::failure(format!("bench {name} {kind}: run-length and per-block replays differ")));
+            }
+            result = Some(runs);
+        }
+        let summary = result.expect("at least one repeat");
+        let python_s = match python_note {
+            None => {
+                let (s, v) = python_run(py, jsonl, &cfg)?;
+                check_python(&v, &summary, &format!("{name} {kind}"))?;
+                Some(s)
+            }
+            Some(_) => None,
+        };
+        routers.push(RouterReplay {
+            router: kind,
+            runs_s,
+            blocks_s,
+            runs_touches_per_s: touches / runs_s,
+            blocks_touches_per_s: touches / blocks_s,
+            replay_over_parse: runs_s / l.parse_s,
+            hit_rate: summary.hit_rate.unwrap_or(0.0),
+            python_s,
+            python_ratio: python_s.map(|p| p / (l.parse_s + l.hash_s + runs_s)),
+        });
+    }
+    Ok(ReplayBench {
+        trace: name.into(),
+        requests: l.reqs.len() as u64,
+        block_touches: l.keys.len() as u64,
+        pods,
+        capacity,
+        group_blocks: l.group_blocks,
+        mb: l.bytes as f64 / 1e6,
+        parse_s: l.parse_s,
+        hash_s: l.hash_s,
+        routers,
+        python_note,
+    })
+}
+
+/// A scratch file removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn scratch(name: &str, fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<u64>) -> CliResult<Scratch> {
+    let path = std::env::temp_dir().join(format!("brokerlab-bench-{}-{name}", std::process::id()));
+    let file = Scratch(path);
+    std::fs::File::create(&file.0)
+        .and_then(|mut f| fill(&mut f))
+        .map_err(|e| CliError::failure(format!("{}: cannot write: {e}", file.0.display())))?;
+    Ok(file)
+}
+
+/// The replay comparison on the conversation trace (`trace`, `pods` x `capacity`) and on the
+/// generated hot-set trace (8 pods x 2,000 blocks).
+pub fn replays(
+    trace: &Path,
+    trace_block: u32,
+    pods: usize,
+    capacity: usize,
+    repeats: usize,
+    py: &PythonModel,
+) -> CliResult<Vec<ReplayBench>> {
+    let mut out = Vec::new();
+    // The Python model reads plain JSONL.
+    let plain =
+        scratch("trace.jsonl", |f| std::io::copy(&mut super::input::open(trace).map_err(std::io::Error::other)?, f))?;
+    let (l, _, _) = load(trace, trace_block)?;
+    out.push(replay_bench(&trace.display().to_string(), &l, &plain.0, pods, capacity, repeats, py)?);
+    drop(l);
+    let hot = scratch("hot-set.jsonl", |f| {
+        let text = hot_set_trace();
+        std::io::Write::write_all(f, text.as_bytes()).map(|()| text.len() as u64)
+    })?;
+    let (l, _, _) = load(&hot.0, 512)?;
+    let (hp, hc) = HOT_SET_FLEET;
+    out.push(replay_bench("hot-set (generated, 512-token ids)", &l, &hot.0, hp, hc, repeats, py)?);
+    Ok(out)
+}
+
+/// The replay comparison, readable.
+pub fn render_replays(rs: &[ReplayBench]) -> String {
+    let mut o = String::new();
+    for r in rs {
+        o += &format!(
+            "\nreplay of {}: {} requests, {} block touches, {} pods x {} blocks, {} blocks per trace id\n",
+            r.trace, r.requests, r.block_touches, r.pods, r.capacity, r.group_blocks
+        );
+        o += &format!(
+            "  parse {:.3} s ({:.1} MB/s), hash {:.3} s; replay = buffers, dispatch, percentiles and summary, best of the runs\n",
+            r.parse_s,
+            r.mb / r.parse_s,
+            r.hash_s
+        );
+        o += "  router         run-length s  M touches/s  per-block s  M touches/s  replay/parse  hit rate   Python s  ratio\n";
+        for b in &r.routers {
+            o += &format!(
+                "  {:<14} {:>11.4} {:>12.1} {:>12.4} {:>12.2} {:>13.2} {:>8.2}% {:>10} {:>6}\n",
+                b.router.name(),
+                b.runs_s,
+                b.runs_touches_per_s / 1e6,
+                b.blocks_s,
+                b.blocks_touches_per_s / 1e6,
+                b.replay_over_parse,
+                b.hit_rate * 100.0,
+                b.python_s.map_or("-".into(), |s| format!("{s:.2}")),
+                b.python_ratio.map_or("-".into(), |x| format!("{x:.0}x")),
+            );
+        }
+        match &r.python_note {
+            Some(n) => o += &format!("  Python model: {n}\n"),
+            None => {
+                o += "  ratio = Python wall time (read the plain JSONL + simulate) / Rust (parse + hash + run-length replay);\n  \
+                      requests, tokens, hit and prefill tokens, hit rate, latency p50/p90/p99 and requests per pod checked\n  \
+                      equal in the three models (run-length and per-block: the whole summary)\n"
+            }
+        }
+    }
+    o
 }

@@ -472,7 +472,6 @@ pub struct BenchArgs {
     /// Repeats per router; the best is reported.
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
-    /// Print one JSON object.
     /// Measure a sweep instead: workload generation, the points on 1 thread and on every core.
     #[arg(long)]
     pub sweep: bool,
@@ -480,6 +479,13 @@ pub struct BenchArgs {
     /// pods, per router (time and heap allocations).
     #[arg(long, conflicts_with = "sweep")]
     pub route: bool,
+    /// The Python model the replays are compared with (run only when python3 is present).
+    #[arg(long, default_value = "tests/reference/fleet_model.py")]
+    pub python_model: PathBuf,
+    /// Do not run the Python model.
+    #[arg(long)]
+    pub no_python: bool,
+    /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -633,7 +639,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 }
                 return Ok(0);
             }
-            let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats)?;
+            let py = bench::PythonModel { script: a.python_model, enabled: !a.no_python };
+            let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats, &py)?;
             if a.json {
                 say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
             } else {

@@ -260,6 +260,10 @@ impl RequestSource for Tracked<'_> {
         self.inner.len_hint()
     }
 
+    fn id_blocks(&self) -> u32 {
+        self.inner.id_blocks()
+    }
+
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
         let (p, unit) = (self.progress, self.unit);
         let start = TRACE_BYTES.load(Ordering::Relaxed);

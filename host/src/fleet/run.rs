@@ -7,7 +7,7 @@ use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::{
     CacheMode, Error as CoreError, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, Limit, LruPod, Outcome,
-    PendingEntry, PendingRecord, Request, RouterBuffers, Slot, keys,
+    PendingEntry, PendingRecord, Request, RouterBuffers, Run, Slot, keys,
 };
 use serde::Serialize;
 
@@ -28,6 +28,10 @@ pub struct OwnedFleet {
     cpu_slots: Vec<Slot>,
     cpu_tables: Vec<u32>,
     router: OwnedRouter,
+    /// Blocks per trace id of the run-length replay (1: per block, and the run buffers are empty).
+    group_blocks: u32,
+    runs: Vec<Run>,
+    run_tables: Vec<u32>,
 }
 
 /// Heap buffers of a shipped router's approximate index (empty for the other routers).
@@ -59,8 +63,16 @@ impl OwnedFleet {
     /// Allocates the buffers [`FleetLayout`] asks for (an allocation failure is an error naming
     /// the buffer, never an abort). The caller checks the memory budget first.
     pub fn new(cfg: FleetConfig, queue_per_pod: usize, pending: usize) -> CliResult<Self> {
+        Self::with_runs(cfg, queue_per_pod, pending, 1)
+    }
+
+    /// As [`Self::new`], for requests keyed from trace ids of `group_blocks` blocks each: with
+    /// more than one block per id and a configuration it supports, the fleet replays per run of
+    /// blocks ([`Fleet::attach_runs`]: the same results, less work).
+    pub fn with_runs(cfg: FleetConfig, queue_per_pod: usize, pending: usize, group_blocks: u32) -> CliResult<Self> {
         let l = FleetLayout::new(&cfg, queue_per_pod, pending).map_err(config_error)?;
         let n = |per_pod: usize| l.pods.saturating_mul(per_pod);
+        let (runs_len, run_tables_len) = runs_layout(&cfg, group_blocks).unwrap_or((0, 0));
         Ok(OwnedFleet {
             cfg,
             layout: l,
@@ -73,6 +85,10 @@ impl OwnedFleet {
             cpu_slots: try_vec(n(l.cpu_slots_per_pod), Slot::default(), "the CPU tier's slots")?,
             cpu_tables: try_vec(n(l.cpu_table_per_pod), 0, "the CPU tier's key tables")?,
             router: OwnedRouter::new(&cfg)?,
+            // Last: a failed allocation names the per-block buffers first, as without runs.
+            group_blocks,
+            runs: try_vec(runs_len, Run::default(), "the pods' runs (run-length replay)")?,
+            run_tables: try_vec(run_tables_len, 0, "the pods' run tables (run-length replay)")?,
         })
     }
 
@@ -81,9 +97,9 @@ impl OwnedFleet {
         &self.layout
     }
 
-    /// A fresh fleet over these buffers.
+    /// A fresh fleet over these buffers (replaying per run when they were allocated for it).
     pub fn fleet(&mut self) -> Result<Fleet<'_>, CoreError> {
-        Fleet::with_router_buffers(
+        let mut fleet = Fleet::with_router_buffers(
             self.cfg,
             FleetBuffers {
                 slots: &mut self.slots,
@@ -96,8 +112,21 @@ impl OwnedFleet {
                 cpu_tables: &mut self.cpu_tables,
             },
             self.router.buffers(),
-        )
+        )?;
+        if !self.runs.is_empty() {
+            fleet.attach_runs(self.group_blocks, &mut self.runs, &mut self.run_tables)?;
+        }
+        Ok(fleet)
     }
+}
+
+/// Run buffer lengths when `cfg` replays per run with ids of `group_blocks` blocks (None: per
+/// block; one block per id gains nothing).
+pub fn runs_layout(cfg: &FleetConfig, group_blocks: u32) -> Option<(usize, usize)> {
+    if group_blocks <= 1 {
+        return None;
+    }
+    Fleet::runs_layout(cfg)
 }
 
 /// A stream of requests that can be fed again from the start (a retry after a full buffer).
@@ -115,6 +144,13 @@ pub trait RequestSource {
     /// scenario key that sets it.
     fn len_hint(&self) -> Option<u64> {
         None
+    }
+
+    /// Blocks per trace id when every request's keys come from trace ids of that many 16-token
+    /// blocks (block j is sub-block j mod R of id j div R); 1 otherwise. Lets the fleet replay
+    /// per run of blocks.
+    fn id_blocks(&self) -> u32 {
+        1
     }
 }
 
@@ -147,6 +183,10 @@ impl RequestSource for TraceSource {
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
         feed_trace(TraceReader::open(&self.path)?, self.trace_block_tokens, sink)
     }
+
+    fn id_blocks(&self) -> u32 {
+        self.trace_block_tokens / 16
+    }
 }
 
 /// A Mooncake trace compiled into the binary (the report's built-in traces): replayed like a file,
@@ -165,6 +205,10 @@ impl RequestSource for EmbeddedTrace {
         let (_, r) = super::input::reader(std::io::Cursor::new(self.bytes))
             .map_err(|e| CliError::failure(format!("{}: {e}", self.name)))?;
         feed_trace(TraceReader::new(PathBuf::from(self.name), r), self.trace_block_tokens, sink)
+    }
+
+    fn id_blocks(&self) -> u32 {
+        self.trace_block_tokens / 16
     }
 }
 
@@ -324,8 +368,9 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
     let mut queue_per_pod = 4096usize;
     let mut pending = if cfg.stale_delay > 0 { ((cfg.stale_delay as usize + 1) * 256).min(1 << 20) } else { 0 };
     loop {
-        check_memory(&cfg, queue_per_pod, pending, source.len_hint(), keep_outcomes)?;
-        let mut owned = OwnedFleet::new(cfg, queue_per_pod, pending)?;
+        let group = source.id_blocks();
+        check_memory_runs(&cfg, queue_per_pod, pending, source.len_hint(), keep_outcomes, group)?;
+        let mut owned = OwnedFleet::with_runs(cfg, queue_per_pod, pending, group)?;
         let mut fleet = owned.fleet().map_err(config_error)?;
         let mut latencies: Vec<u64> = Vec::new();
         if let Some(n) = source.len_hint() {
@@ -387,6 +432,19 @@ pub fn check_memory(
     requests: Option<u64>,
     keep_outcomes: bool,
 ) -> CliResult<()> {
+    check_memory_runs(cfg, queue_per_pod, pending, requests, keep_outcomes, 1)
+}
+
+/// [`check_memory`] plus the run-length replay's buffers, when a trace of `group_blocks` blocks
+/// per id uses it.
+pub fn check_memory_runs(
+    cfg: &FleetConfig,
+    queue_per_pod: usize,
+    pending: usize,
+    requests: Option<u64>,
+    keep_outcomes: bool,
+    group_blocks: u32,
+) -> CliResult<()> {
     let l = FleetLayout::new(cfg, queue_per_pod, pending).map_err(config_error)?;
     let mut needs = crate::audit::fleet_needs(cfg, &l);
     let router_bytes = cfg.router_layout().map_err(config_error)?.bytes(cfg.pods) as u64;
@@ -395,6 +453,13 @@ pub fn check_memory(
             what: "the router's approximate index".into(),
             bytes: router_bytes,
             lowered_by: "--capacity, or [params] approx_lru_blocks in --router-config".into(),
+        });
+    }
+    if let Some((runs, tables)) = runs_layout(cfg, group_blocks) {
+        needs.push(Need {
+            what: "run-length replay (runs and run tables)".into(),
+            bytes: (runs * std::mem::size_of::<Run>() + tables * 4) as u64,
+            lowered_by: "--capacity".into(),
         });
     }
     if let Some(n) = requests {

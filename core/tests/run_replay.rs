@@ -1,0 +1,128 @@
+//! The run-length replay ([`Fleet::attach_runs`]) against the per-block replay, its oracle: on
+//! random traces of trace ids (shared prefixes, partial last ids, caches from smaller than one
+//! id to larger than the trace), every outcome and every counter must be equal.
+
+mod common;
+
+use brokerlab_core::fleet::*;
+use common::Bufs;
+use proptest::prelude::*;
+
+/// A trace request: arrival step (ms), prompt ids, prompt length in tokens.
+#[derive(Clone, Debug)]
+struct TraceReq {
+    gap_ms: u64,
+    ids: Vec<u64>,
+    tokens: u64,
+}
+
+/// Requests sharing prefixes: a prefix of one of a few "documents", then ids of its own.
+fn trace(group_blocks: u32) -> impl Strategy<Value = Vec<TraceReq>> {
+    let s = group_blocks as u64 * 16;
+    let one = (0u64..4, 0usize..4, 0usize..3, 0u64..s, 0u64..40, any::<u64>());
+    proptest::collection::vec(one, 1..60).prop_map(move |v| {
+        v.into_iter()
+            .map(|(doc, shared, own, partial, gap_ms, salt)| {
+                // Document d is the id sequence d*100, d*100+1, ...; own ids are unique-ish.
+                let mut ids: Vec<u64> = (0..shared as u64).map(|j| doc * 100 + j).collect();
+                ids.extend((0..own as u64).map(|j| 1_000_000 + (salt % 7) * 10 + j));
+                ids.push(5_000 + salt % 3);
+                let tokens = (ids.len() as u64 - 1) * s + partial;
+                TraceReq { gap_ms, ids, tokens }
+            })
+            .collect()
+    })
+}
+
+fn replay(
+    cfg: FleetConfig,
+    group_blocks: u32,
+    reqs: &[TraceReq],
+    runs: bool,
+) -> (Vec<Outcome>, FleetTotals, Vec<PodStats>) {
+    let mut b = Bufs::new(cfg);
+    let (runs_len, tables_len) = Fleet::runs_layout(&cfg).expect("a configuration the run-length replay supports");
+    let mut run_bufs = vec![Run::default(); runs_len];
+    let mut run_tables = vec![0u32; tables_len];
+    let mut f = b.fleet();
+    if runs {
+        assert!(f.attach_runs(group_blocks, &mut run_bufs, &mut run_tables).unwrap());
+    }
+    let mut out = Vec::new();
+    let mut ms = 0;
+    for r in reqs {
+        ms += r.gap_ms;
+        let mut keys = vec![0; (r.tokens / 16) as usize];
+        let n = keys::trace_keys(&r.ids, r.tokens, group_blocks * 16, &mut keys).unwrap();
+        let req = Request { arrival_ns: ms * 1_000_000, input_tokens: r.tokens, output_tokens: 3, keys: &keys[..n] };
+        out.push(f.dispatch(&req).unwrap());
+    }
+    let stats = (0..cfg.pods).map(|p| *f.pod_stats(p).unwrap()).collect();
+    (out, *f.totals(), stats)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    #[test]
+    fn runs_equal_blocks(
+        (group, reqs) in (0usize..4).prop_flat_map(|g| (Just([1u32, 2, 4, 32][g]), trace([1u32, 2, 4, 32][g]))),
+        pods in 1usize..5,
+        capacity in 1usize..300,
+        router in 0usize..3,
+        alpha in 0.0f64..40.0,
+    ) {
+        let cfg = FleetConfig { alpha, t_decode_ns: 7, ..FleetConfig::new(pods, capacity, RouterKind::ALL[router]) };
+        let blocks = replay(cfg, group, &reqs, false);
+        let runs = replay(cfg, group, &reqs, true);
+        prop_assert_eq!(blocks, runs);
+    }
+}
+
+#[test]
+fn unsupported_configurations_stay_per_block() {
+    let base = FleetConfig::new(2, 64, RouterKind::PrefixAware);
+    let per_block = [
+        FleetConfig { stale_delay: 1, ..base },
+        FleetConfig { cpu_capacity_blocks: 8, ..base },
+        FleetConfig { index: IndexKind::Global, ..base },
+        FleetConfig { order: TouchOrder::InOrder, ..base },
+        FleetConfig { cache: CacheMode::Global, ..base },
+    ];
+    for cfg in per_block {
+        assert_eq!(Fleet::runs_layout(&cfg), None, "{cfg:?}");
+        let mut b = Bufs::new(cfg);
+        let mut f = b.fleet();
+        assert!(!f.attach_runs(32, &mut [], &mut []).unwrap());
+    }
+    assert!(Fleet::runs_layout(&base).is_some());
+}
+
+/// A hand-computed case: one pod of 40 blocks, ids of 32 blocks.
+#[test]
+fn a_partial_hit_splits_a_run_and_eviction_trims_the_cold_end() {
+    let cfg = FleetConfig::new(1, 40, RouterKind::RoundRobin);
+    let (runs_len, tables_len) = Fleet::runs_layout(&cfg).unwrap();
+    let mut rb = vec![Run::default(); runs_len];
+    let mut rt = vec![0u32; tables_len];
+    let mut runs = RunLru::new(40, &mut rb, &mut rt).unwrap();
+    let mut k = vec![0u64; 64];
+    keys::trace_keys(&[7, 8], 64 * 16, 512, &mut k).unwrap();
+    // Request A: ids 7 (32 blocks) and 8 (32 blocks): 64 blocks into 40: id 7 whole (most
+    // recent), then blocks 0..8 of id 8.
+    runs.touch_request(&k, 32);
+    assert_eq!(runs.iter_mru().map(|(_, lo, hi)| (lo, hi)).collect::<Vec<_>>(), [(0, 32), (0, 8)]);
+    assert_eq!(runs.len(), 40);
+    assert_eq!(runs.hit_blocks(&k, 32), 40);
+    // Request B: the first 10 blocks of id 7: run 0..32 splits into 0..10 (most recent) and 10..32.
+    runs.touch_request(&k[..10], 32);
+    assert_eq!(runs.iter_mru().map(|(_, lo, hi)| (lo, hi)).collect::<Vec<_>>(), [(0, 10), (10, 32), (0, 8)]);
+    // Request C: a new id of 32 blocks evicts 32 from the cold end: id 8's 8 blocks, id 7's run
+    // 10..32, and blocks 8..10 of its run 0..10.
+    let mut c = vec![0u64; 32];
+    keys::trace_keys(&[9], 32 * 16, 512, &mut c).unwrap();
+    runs.touch_request(&c, 32);
+    assert_eq!(runs.iter_mru().map(|(_, lo, hi)| (lo, hi)).collect::<Vec<_>>(), [(0, 32), (0, 8)]);
+    assert_eq!(runs.held(k[0]), 8);
+    assert_eq!(runs.hit_blocks(&k, 32), 8);
+    assert_eq!(runs.held(k[32]), 0);
+}
