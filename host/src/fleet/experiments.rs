@@ -10,6 +10,7 @@
 //! 8. autoscaling: a burst, a scaler, and whether the router fights it;
 //! 9. the batched engine: the llm-d shape and the conversation trace, beside the FIFO engine.
 //! 10. Mooncake's local-vs-global cache result on the vendored traces ([`super::mooncake`]).
+//! 11. llm-d's benchmark reproduced, and every router on the conversation trace ([`super::llmd`]).
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -73,6 +74,8 @@ pub struct Experiments {
     pub scenarios: Vec<ScenarioRun>,
     /// The batched engine beside the FIFO engine (section 9).
     pub engines: EngineComparison,
+    /// llm-d's benchmark reproduced (section 11).
+    pub llmd_bench: super::llmd::LlmdSection,
 }
 
 /// A built-in scenario as it ran.
@@ -144,6 +147,7 @@ pub fn total_points(caps: usize) -> u64 {
         + 2 * per_router
         + AUTOSCALE_RUNS.len()) as u64
         + engine_report::ENGINE_POINTS
+        + super::llmd::points()
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -236,6 +240,10 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     let llmd_fifo = |r: RouterKind| find(&llmd, r, 0.0).map(|p| p.summary.clone());
     let engines = engine_report::run(&ld, &llmd_fifo, shrink, &|| progress.inc(1))?;
 
+    // 11: llm-d's benchmark reproduced.
+    progress.set_message("llm-d benchmark");
+    let llmd_bench = super::llmd::run(shrink, &|| progress.inc(1))?;
+
     Ok(Experiments {
         capacity,
         timestamp_first,
@@ -253,6 +261,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         shrink: shrink.max(1),
         scenarios: scenarios_run(shrink)?,
         engines,
+        llmd_bench,
     })
 }
 
@@ -371,6 +380,7 @@ pub fn report(
     }
     prov.add_bytes("trace", engine_report::CONVERSATION_TRACE_NAME, engine_report::CONVERSATION_TRACE);
     super::mooncake::add_provenance(&mut prov);
+    prov.add_bytes("scenario", super::llmd::SCENARIO_NAME, super::llmd::SCENARIO_TEXT.as_bytes());
     let ex = run_all(threads, shrink, progress)?;
     let mut svgs: Vec<(String, String, String)> = Vec::new(); // (section, caption, svg)
     let mut add = |section: &str, stem: &str, c: &Chart| -> CliResult<()> {
@@ -774,6 +784,8 @@ pub fn render_markdown(ex: &Experiments, prov: &Provenance) -> String {
     }
     o += "\n";
     o += &super::mooncake::markdown(&ex.mooncake);
+    o += "\n";
+    o += &super::llmd::markdown(&ex.llmd_bench);
     o += "\n## Capacity sweep (stable prefix first)\n\n";
     o += &points_table(&ex.capacity, "capacity");
     o += "\n## Capacity sweep (timestamp first)\n\n";
@@ -972,6 +984,19 @@ fn render_html(ex: &Experiments, svgs: &[(String, String, String)], prov: &Prove
         o += &md_table_to_html(&mc::runs_table(&ex.mooncake));
         let _ =
             write!(o, "<p>{}</p><p>{}</p>", md_inline_to_html(&mc::verdict(&ex.mooncake)), md_inline_to_html(mc::WHY));
+    }
+    {
+        use super::llmd::{self, Block};
+        let _ = write!(o, "<h2>11. {}</h2>", html_escape(llmd::TITLE));
+        for b in llmd::blocks(&ex.llmd_bench) {
+            match b {
+                Block::Para(p) => {
+                    let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
+                }
+                Block::Table(t) => o += &md_table_to_html(&t),
+            }
+        }
+        let _ = write!(o, "<h3>{}</h3><pre>{}</pre>", html_escape(llmd::SCENARIO_NAME), html_escape(llmd::SCENARIO_TEXT));
     }
     o += "<h2>Parameters</h2>";
     for ((name, text), run) in BUILTIN.iter().zip(&ex.scenarios) {

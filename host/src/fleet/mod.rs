@@ -7,6 +7,7 @@ pub mod engine_report;
 pub mod experiments;
 pub mod formats;
 pub mod input;
+pub mod llmd;
 pub mod mooncake;
 pub mod progress;
 pub mod report;
