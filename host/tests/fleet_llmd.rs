@@ -17,7 +17,10 @@ fn the_scenario_is_the_published_workload() {
     let sc = llmd::scenario(1).unwrap();
     let w = sc.workload;
     assert_eq!((w.tenants, w.users_per_tenant, w.prefix_tokens), (150, 5, 6000));
-    assert_eq!((w.suffix_min_tokens, w.suffix_max_tokens, w.output_min_tokens, w.output_max_tokens), (1200, 1200, 1000, 1000));
+    assert_eq!(
+        (w.suffix_min_tokens, w.suffix_max_tokens, w.output_min_tokens, w.output_max_tokens),
+        (1200, 1200, 1000, 1000)
+    );
     assert_eq!((sc.fleet.pods, sc.fleet.capacity_blocks * 16), (8, 307_328));
     let rates: Vec<u64> = w.stages().iter().map(|s| s.rate_milli_per_s / 1000).collect();
     assert_eq!(rates, [15, 3, 10, 15, 20, 22, 25, 30, 35, 40, 43, 46, 49, 52, 55, 57, 60]);
@@ -58,7 +61,12 @@ fn stages_count_every_request_once_and_the_report_renders() {
         assert_eq!(r.stages.len(), 17);
         assert!(r.stages.iter().all(|st| st.output_tok_s.is_finite() && st.output_tok_s >= 0.0));
         // No stage produces more than the fleet's requests could: 1,000 tokens each.
-        let produced: f64 = r.stages.iter().zip(llmd::scenario(s.stage_divisor).unwrap().workload.stages()).map(|(st, w)| st.output_tok_s * w.duration_ms as f64 / 1e3).sum();
+        let produced: f64 = r
+            .stages
+            .iter()
+            .zip(llmd::scenario(s.stage_divisor).unwrap().workload.stages())
+            .map(|(st, w)| st.output_tok_s * w.duration_ms as f64 / 1e3)
+            .sum();
         assert!(produced <= (r.summary.output_tokens as f64) + 1.0, "{produced}");
     }
     let md = llmd::markdown(s);

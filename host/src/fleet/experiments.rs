@@ -996,7 +996,8 @@ fn render_html(ex: &Experiments, svgs: &[(String, String, String)], prov: &Prove
                 Block::Table(t) => o += &md_table_to_html(&t),
             }
         }
-        let _ = write!(o, "<h3>{}</h3><pre>{}</pre>", html_escape(llmd::SCENARIO_NAME), html_escape(llmd::SCENARIO_TEXT));
+        let _ =
+            write!(o, "<h3>{}</h3><pre>{}</pre>", html_escape(llmd::SCENARIO_NAME), html_escape(llmd::SCENARIO_TEXT));
     }
     o += "<h2>Parameters</h2>";
     for ((name, text), run) in BUILTIN.iter().zip(&ex.scenarios) {

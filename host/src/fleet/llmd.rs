@@ -34,13 +34,15 @@ pub const REPORT_TRACE_DIVISOR: u64 = 2;
 /// default alpha pins the trace to three pods.
 pub const TRACE_FIFO_CAPACITY: usize = 65_536;
 /// Section title.
-pub const TITLE: &str = "The llm-d benchmark, reproduced: presets on llm-d's ramp, and every router on the conversation trace";
+pub const TITLE: &str =
+    "The llm-d benchmark, reproduced: presets on llm-d's ramp, and every router on the conversation trace";
 
 /// Where the 2025 figures come from.
 pub const SOURCE_2025: &str = "llm-d-kv-cache-manager `benchmarking/73-capacity/README.md` (the workload file the llm-d blog \
      \"KV-Cache Wins You Can See\", 2025-09-24, links; read at zetxqx/llm-d-kv-cache-manager @ d070ea60)";
 /// Where the 2026 figures come from.
-pub const SOURCE_2026: &str = "llm-d/llm-d `guides/optimized-baseline/benchmark-results/vllm-qwen3-32b-h100/README.md` @ 53c5b20a";
+pub const SOURCE_2026: &str =
+    "llm-d/llm-d `guides/optimized-baseline/benchmark-results/vllm-qwen3-32b-h100/README.md` @ 53c5b20a";
 
 /// One of llm-d's published rows (2025 precise-prefix benchmark).
 #[derive(Clone, Copy, Debug, Serialize)]
@@ -235,8 +237,10 @@ impl LlmdSection {
 
 /// The routers run on the conversation trace: (label, router, alpha).
 pub fn trace_routers() -> Vec<(String, RouterKind, f64)> {
-    let mut v: Vec<(String, RouterKind, f64)> =
-        vec![("round-robin".into(), RouterKind::RoundRobin, 0.0), ("least-loaded".into(), RouterKind::LeastLoaded, 0.0)];
+    let mut v: Vec<(String, RouterKind, f64)> = vec![
+        ("round-robin".into(), RouterKind::RoundRobin, 0.0),
+        ("least-loaded".into(), RouterKind::LeastLoaded, 0.0),
+    ];
     for a in [1.0, 16.0] {
         v.push((format!("prefix-aware, alpha {a}"), RouterKind::PrefixAware, a));
     }
@@ -405,10 +409,16 @@ pub fn ordering_violations(rows: &[(Preset, f64, f64)]) -> Vec<String> {
     }
     let tie = |x: f64, y: f64| x.max(y) <= y.min(x) * CACHE_BLIND_TIE;
     if !tie(lo.1, ra.1) {
-        out.push(format!("TTFT p90: load-only {:.3} s and random {:.3} s are not within {CACHE_BLIND_TIE}x", lo.1, ra.1));
+        out.push(format!(
+            "TTFT p90: load-only {:.3} s and random {:.3} s are not within {CACHE_BLIND_TIE}x",
+            lo.1, ra.1
+        ));
     }
     if !tie(lo.0, ra.0) {
-        out.push(format!("output tok/s: load-only {:.1} and random {:.1} are not within {CACHE_BLIND_TIE}x", lo.0, ra.0));
+        out.push(format!(
+            "output tok/s: load-only {:.1} and random {:.1} are not within {CACHE_BLIND_TIE}x",
+            lo.0, ra.0
+        ));
     }
     out
 }
@@ -739,9 +749,11 @@ fn trace_verdict(s: &LlmdSection) -> String {
     };
     let fifo_pinned = names(&|t| pinned(&t.fifo.per_pod_requests));
     let batched_pinned = names(&|t| pinned(&t.summary.per_pod_requests));
-    let best = s.trace.iter().filter(|t| !pinned(&t.summary.per_pod_requests)).max_by(|a, b| {
-        a.summary.hit_rate.unwrap_or(0.0).total_cmp(&b.summary.hit_rate.unwrap_or(0.0))
-    });
+    let best = s
+        .trace
+        .iter()
+        .filter(|t| !pinned(&t.summary.per_pod_requests))
+        .max_by(|a, b| a.summary.hit_rate.unwrap_or(0.0).total_cmp(&b.summary.hit_rate.unwrap_or(0.0)));
     format!(
         "Pinned under the FIFO engine: {fifo_pinned}; under the batched engine: {batched_pinned}. The batched engine \
          counts running requests in a pod's queue (a request stays for its whole decode), so the same alpha weighs load \

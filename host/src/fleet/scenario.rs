@@ -320,8 +320,12 @@ impl Scenario {
         let (stages, stages_len) = parse_stages(w.stages.as_deref(), &bad)?;
         let rate_milli_per_s = match (w.rate_per_s, stages_len) {
             (Some(r), 0) => rate_milli(r).map_err(|exp| bad("workload.rate_per_s", &exp, &num(r)))?,
-            (None, 0) => return Err(bad("workload.rate_per_s", "a rate in requests/s (or [[workload.stages]])", "none")),
-            (Some(r), _) => return Err(bad("workload.rate_per_s", "absent when [[workload.stages]] is given", &num(r))),
+            (None, 0) => {
+                return Err(bad("workload.rate_per_s", "a rate in requests/s (or [[workload.stages]])", "none"));
+            }
+            (Some(r), _) => {
+                return Err(bad("workload.rate_per_s", "absent when [[workload.stages]] is given", &num(r)));
+            }
             (None, _) => 0,
         };
         let suffix_scope = match w.suffix_scope.as_deref() {
