@@ -31,6 +31,24 @@ impl Bufs {
         }
     }
 
+    /// A fleet over these buffers with a custom router.
+    pub fn fleet_with<R: Router>(&mut self, router: R) -> Result<Fleet<'_, R>, Error> {
+        Fleet::with_router(
+            self.cfg,
+            router,
+            FleetBuffers {
+                slots: &mut self.slots,
+                tables: &mut self.tables,
+                queues: &mut self.queues,
+                index: &mut self.index,
+                pending: &mut self.pending,
+                pending_table: &mut self.pending_table,
+                cpu_slots: &mut self.cpu_slots,
+                cpu_tables: &mut self.cpu_tables,
+            },
+        )
+    }
+
     pub fn fleet(&mut self) -> Fleet<'_> {
         Fleet::new(
             self.cfg,

@@ -5,6 +5,10 @@ use std::process::ExitCode;
 use brokerlab::error::{CliError, EXIT_BAD_INPUT};
 use clap::{Parser, Subcommand};
 
+/// Counts heap allocations for `fleet bench --route` (one relaxed atomic add per allocation).
+#[global_allocator]
+static GLOBAL: brokerlab::fleet::route_bench::CountingAlloc = brokerlab::fleet::route_bench::CountingAlloc;
+
 /// brokerlab: a fleet simulator for prefix-aware routing and a durable task runner.
 #[derive(Debug, Parser)]
 #[command(name = "brokerlab", version, about)]

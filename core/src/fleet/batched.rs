@@ -7,7 +7,8 @@ use heapless::Vec as HVec;
 use super::Error;
 use super::engine::{Engine, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, PodLoad, ReqSlot};
 use super::limits::{BLOCK_TOKENS, MAX_PODS};
-use super::router::{AnyRouter, Holders, RouteView, Router};
+use super::pipeline::RouterBuffers;
+use super::router::{AnyRouter, Holders, KeyHolders, RouteView, Router};
 use super::sim::{CacheMode, FleetConfig, IndexKind};
 
 /// Buffer lengths a batched fleet needs.
@@ -105,10 +106,10 @@ pub struct EngineCaches<'v, 'a> {
     engines: &'v [Engine<'a>],
 }
 
-impl EngineCaches<'_, '_> {
+impl KeyHolders for EngineCaches<'_, '_> {
     /// Bitmask of the `candidates` pods whose cache map holds `key`.
     #[inline]
-    pub fn mask(&self, key: u64, candidates: u64) -> u64 {
+    fn mask(&self, key: u64, candidates: u64) -> u64 {
         let mut out = 0;
         let mut rest = candidates;
         while rest != 0 {
@@ -146,7 +147,7 @@ fn chunks<'a, T>(
 }
 
 /// N batched engines behind a router.
-pub struct BatchedFleet<'a, R: Router = AnyRouter> {
+pub struct BatchedFleet<'a, R: Router = AnyRouter<'a>> {
     cfg: FleetConfig,
     engine: EngineConfig,
     router: R,
@@ -156,10 +157,23 @@ pub struct BatchedFleet<'a, R: Router = AnyRouter> {
     poisoned: bool,
 }
 
-impl<'a> BatchedFleet<'a, AnyRouter> {
-    /// A fleet with the built-in router named by `cfg.router`.
+impl<'a> BatchedFleet<'a, AnyRouter<'a>> {
+    /// A fleet with the built-in router named by `cfg.router` (one without router-side storage;
+    /// see [`Self::with_router_buffers`]).
     pub fn new(cfg: FleetConfig, engine: EngineConfig, buffers: EngineBuffers<'a>) -> Result<Self, Error> {
-        Self::with_router(cfg, engine, AnyRouter::new(cfg.router, cfg.alpha), buffers)
+        Self::with_router_buffers(cfg, engine, buffers, RouterBuffers::default())
+    }
+
+    /// A fleet with the built-in router of `cfg`, its approximate index in `router`.
+    pub fn with_router_buffers(
+        cfg: FleetConfig,
+        engine: EngineConfig,
+        buffers: EngineBuffers<'a>,
+        router: RouterBuffers<'a>,
+    ) -> Result<Self, Error> {
+        validate(&cfg, &engine)?;
+        let r = AnyRouter::build(cfg.router, cfg.alpha, cfg.router_spec().as_ref(), cfg.pods, router)?;
+        Self::with_router(cfg, engine, r, buffers)
     }
 }
 
@@ -253,18 +267,21 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
             loads[p] = e.load();
         }
         let n = self.engines.len();
+        let caches = EngineCaches { engines: &self.engines };
         let view = RouteView {
             request: i,
             queue_lens: &queue_lens[..n],
-            held: Holders::Engines(EngineCaches { engines: &self.engines }),
+            held: Holders::Exact(&caches),
             pending: None,
             loads: Some(&loads[..n]),
+            now_ns: t,
         };
         let route = self.router.route(&view, req.keys);
         let p = route.pod;
         if p >= n {
             return Err(Error::InvalidConfig { field: "router", expected: "a pod index below the number of pods" });
         }
+        self.router.routed(p, req.keys, t)?;
         self.engines[p].enqueue(i, t, req.input_tokens, req.output_tokens, req.keys, queue_lens[p])?;
         self.next_request += 1;
         self.last_arrival_ns = t;

@@ -6,6 +6,7 @@
 //! storage", as in smoltcp), so the host can run pods of millions of blocks while this crate never
 //! allocates. [`FleetLayout`] says how large each buffer must be.
 
+pub mod approx;
 pub mod batched;
 pub mod engine;
 pub mod fixmath;
@@ -13,6 +14,7 @@ pub mod hash;
 pub mod index;
 pub mod keys;
 pub mod limits;
+pub mod pipeline;
 pub mod pod;
 pub mod router;
 pub mod scale;
@@ -23,13 +25,18 @@ mod table;
 pub mod vllm;
 pub mod workload;
 
+pub use approx::ApproxIndex;
 pub use batched::{BatchedFleet, EngineBuffers, EngineCaches, EngineLayout};
 pub use engine::{
     Completion, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, PodLoad, Profile, ReqSlot, StepCost,
 };
 pub use index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
+pub use pipeline::{
+    Evaluation, FilterKind, MAX_FILTERS, MAX_SCORERS, PickerKind, Policy, PrefixSource, RouterBuffers, RouterLayout,
+    RouterParams, RouterSpec, ScorerKind, ShippedRouter, WeightedScorer,
+};
 pub use pod::{CacheEvents, LruPod, Slot};
-pub use router::{AnyRouter, Holders, Route, RouteView, Router, RouterKind};
+pub use router::{AnyRouter, Holders, KeyHolders, Route, RouteView, Router, RouterKind};
 pub use scale::{ScaleAction, ScalePolicy, ScaleState};
 pub use server::FifoServer;
 pub use sim::{

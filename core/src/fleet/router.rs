@@ -1,10 +1,20 @@
-//! Routers: round-robin, least-loaded, prefix-aware. One trait, so a user can plug their own.
+//! Routers: the seed's round-robin, least-loaded and prefix-aware, and the shipped routers'
+//! presets (filters -> weighted scorers -> picker, Dynamo, SGLang; [`super::pipeline`]). One
+//! trait, so a user can plug their own.
 
-use super::batched::EngineCaches;
+use super::Error;
 use super::engine::PodLoad;
 use super::index::{BlockIndex, PendingEvicts};
 use super::limits::MAX_PODS;
-use super::sim::PodCaches;
+use super::pipeline::{RouterBuffers, RouterSpec, ShippedRouter};
+
+/// "Which of these pods hold this key": implemented by whatever holds the exact cache state (the
+/// FIFO pods' key tables, the batched engines' cache maps), so the router needs no knowledge of
+/// the fleet types (and `router.rs` does not import `sim.rs`).
+pub trait KeyHolders {
+    /// Bitmask of the `candidates` pods whose cache holds `key`.
+    fn mask(&self, key: u64, candidates: u64) -> u64;
+}
 
 /// Where "which pods hold this key" comes from.
 pub enum Holders<'v, 'a> {
@@ -12,10 +22,8 @@ pub enum Holders<'v, 'a> {
     None,
     /// The global block index.
     Index(&'v BlockIndex<'a>),
-    /// The pods' own key tables.
-    Pods(PodCaches<'v, 'a>),
-    /// The batched engines' cache maps (cached blocks, pinned or free).
-    Engines(EngineCaches<'v, 'a>),
+    /// The pods' own caches (FIFO key tables or batched cache maps), asked directly.
+    Exact(&'v dyn KeyHolders),
 }
 
 /// What a router may look at when it routes request `request`.
@@ -28,8 +36,12 @@ pub struct RouteView<'v, 'a> {
     pub held: Holders<'v, 'a>,
     /// Evictions that have not reached the router yet (stale index, delay k > 0).
     pub pending: Option<&'v PendingEvicts<'a>>,
-    /// The batched engine's load signals, one per routable pod (None with the FIFO engine).
+    /// Load signals, one per routable pod: the batched engine's own, or, when the router asks
+    /// for them ([`Router::needs_loads`]), the FIFO engine's (docs/MODEL.md, "Load signals
+    /// under FIFO"); None otherwise.
     pub loads: Option<&'v [PodLoad]>,
+    /// The request's arrival, ns.
+    pub now_ns: u64,
 }
 
 impl RouteView<'_, '_> {
@@ -39,8 +51,7 @@ impl RouteView<'_, '_> {
         let held = match &self.held {
             Holders::None => 0,
             Holders::Index(ix) => ix.mask(key) & candidates,
-            Holders::Pods(pods) => pods.mask(key, candidates),
-            Holders::Engines(engines) => engines.mask(key, candidates),
+            Holders::Exact(pods) => pods.mask(key, candidates),
         };
         match self.pending {
             Some(p) if !p.is_empty() => {
@@ -62,7 +73,7 @@ impl RouteView<'_, '_> {
     /// match_p for every pod: the longest leading run of `keys` the index says pod p holds.
     pub fn matches(&self, keys: &[u64], out: &mut [u32]) {
         let n = self.queue_lens.len();
-        let mut alive: u64 = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+        let mut alive = pods_mask(n);
         out[..n].fill(keys.len() as u32);
         for (j, &key) in keys.iter().enumerate() {
             let b = self.believed_mask(key, alive);
@@ -92,8 +103,23 @@ pub struct Route {
 pub trait Router {
     /// Whether the fleet must maintain the block index for this router.
     fn needs_index(&self) -> bool;
-    /// Picks a pod for the request whose block keys are `keys`.
+    /// Picks a pod for the request whose block keys are `keys`. The fleet checks that the pod is
+    /// routable (an error, not a panic, otherwise).
     fn route(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route;
+    /// Whether [`RouteView::loads`] must be filled under the FIFO engine too.
+    fn needs_loads(&self) -> bool {
+        false
+    }
+    /// The fleet accepted the route: router-side state (an approximate index) records it.
+    fn routed(&mut self, _pod: usize, _keys: &[u64], _now_ns: u64) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+/// The routable pods as a bitmask: pods `0..n`.
+#[inline]
+pub const fn pods_mask(n: usize) -> u64 {
+    if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
 }
 
 /// Request i goes to pod i mod N.
@@ -169,18 +195,55 @@ pub enum RouterKind {
     LeastLoaded,
     /// [`PrefixAware`].
     PrefixAware,
+    /// llm-d's precise-prefix guide: precise-prefix-cache 2, kv-cache-utilization 1, queue 1,
+    /// max-score picker.
+    LlmDPrecise,
+    /// The same weights with the approximate (router-side LRU) prefix index.
+    LlmDApproximate,
+    /// queue 1 + kv-cache-utilization 1 (no prefix scorer).
+    LlmDLoad,
+    /// A uniform pick, seeded.
+    Random,
+    /// GIE's / llm-d's default profile: prefix-cache 3, queue 2, kv-cache-utilization 2.
+    GieDefault,
+    /// llm-d's 2026 routing: prefix-cache-affinity filter, then token-load.
+    LlmDAffinity,
+    /// Dynamo's KV router: min of overlap_score_weight x prefill blocks + decode blocks
+    /// (or a softmax sample at temperature > 0).
+    DynamoKv,
+    /// SGLang router's cache_aware policy.
+    SglangCacheAware,
+    /// The issue's "vLLM production-stack" formula (ours: production-stack ships no such router,
+    /// docs/MODEL.md): match fraction - beta x relative load.
+    VllmLoadaware,
+    /// A pipeline from `--router-config FILE.toml`.
+    Custom,
 }
 
 impl core::fmt::Display for RouterKind {
-    /// Its CLI name (`round-robin`, `least-loaded`, `prefix-aware`).
+    /// Its CLI name (`round-robin`, `least-loaded`, `prefix-aware`, `llm-d-precise`, ...).
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.write_str(self.name())
     }
 }
 
 impl RouterKind {
-    /// All built-in routers, in report order.
+    /// The seed's three routers, in report order (the sweeps and the report's seed sections run
+    /// these).
     pub const ALL: [RouterKind; 3] = [RouterKind::RoundRobin, RouterKind::LeastLoaded, RouterKind::PrefixAware];
+
+    /// The shipped routers' presets (issue 13), in report order.
+    pub const PRESETS: [RouterKind; 9] = [
+        RouterKind::LlmDPrecise,
+        RouterKind::LlmDApproximate,
+        RouterKind::LlmDLoad,
+        RouterKind::Random,
+        RouterKind::GieDefault,
+        RouterKind::LlmDAffinity,
+        RouterKind::DynamoKv,
+        RouterKind::SglangCacheAware,
+        RouterKind::VllmLoadaware,
+    ];
 
     /// The CLI name.
     pub const fn name(self) -> &'static str {
@@ -188,46 +251,118 @@ impl RouterKind {
             RouterKind::RoundRobin => "round-robin",
             RouterKind::LeastLoaded => "least-loaded",
             RouterKind::PrefixAware => "prefix-aware",
+            RouterKind::LlmDPrecise => "llm-d-precise",
+            RouterKind::LlmDApproximate => "llm-d-approximate",
+            RouterKind::LlmDLoad => "llm-d-load",
+            RouterKind::Random => "random",
+            RouterKind::GieDefault => "gie-default",
+            RouterKind::LlmDAffinity => "llm-d-affinity",
+            RouterKind::DynamoKv => "dynamo-kv",
+            RouterKind::SglangCacheAware => "sglang-cache-aware",
+            RouterKind::VllmLoadaware => "vllm-loadaware",
+            RouterKind::Custom => "custom",
         }
     }
 
-    /// Parses a CLI name.
+    /// Parses a CLI name (`custom` is not one: it comes from `--router-config`).
     pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|r| r.name() == s)
+        Self::ALL.into_iter().chain(Self::PRESETS).find(|r| r.name() == s)
     }
+
+    /// True for the seed's three routers (built without a [`RouterSpec`]).
+    pub const fn is_seed(self) -> bool {
+        matches!(self, RouterKind::RoundRobin | RouterKind::LeastLoaded | RouterKind::PrefixAware)
+    }
+
+    /// The CLI names accepted by [`Self::parse`], comma separated (for error messages).
+    pub const NAMES: &'static str = "round-robin, least-loaded, prefix-aware, llm-d-precise, llm-d-approximate, \
+        llm-d-load, random, gie-default, llm-d-affinity, dynamo-kv, sglang-cache-aware, vllm-loadaware";
 }
 
 /// A built-in router chosen at run time.
-#[derive(Clone, Copy, Debug)]
-pub enum AnyRouter {
+#[derive(Debug)]
+pub enum AnyRouter<'a> {
     /// See [`RoundRobin`].
     RoundRobin(RoundRobin),
     /// See [`LeastLoaded`].
     LeastLoaded(LeastLoaded),
     /// See [`PrefixAware`].
     PrefixAware(PrefixAware),
+    /// A shipped router's preset or a custom pipeline (docs/MODEL.md, "Shipped routers").
+    Shipped(ShippedRouter<'a>),
 }
 
-impl AnyRouter {
-    /// The router of `kind` with load penalty `alpha` (used by prefix-aware only).
-    pub fn new(kind: RouterKind, alpha: f64) -> Self {
+impl<'a> AnyRouter<'a> {
+    /// One of the seed's routers, `kind` with load penalty `alpha` (used by prefix-aware only).
+    /// A shipped preset is built with its default parameters and no approximate-index storage
+    /// (use [`Self::build`] when [`RouterSpec::approx_lru_blocks`] is not 0).
+    pub fn new(kind: RouterKind, alpha: f64) -> Result<Self, Error> {
         match kind {
-            RouterKind::RoundRobin => AnyRouter::RoundRobin(RoundRobin),
-            RouterKind::LeastLoaded => AnyRouter::LeastLoaded(LeastLoaded),
-            RouterKind::PrefixAware => AnyRouter::PrefixAware(PrefixAware { alpha }),
+            RouterKind::RoundRobin => Ok(AnyRouter::RoundRobin(RoundRobin)),
+            RouterKind::LeastLoaded => Ok(AnyRouter::LeastLoaded(LeastLoaded)),
+            RouterKind::PrefixAware => Ok(AnyRouter::PrefixAware(PrefixAware { alpha })),
+            _ => {
+                let spec = RouterSpec::preset(kind).ok_or(Error::InvalidConfig {
+                    field: "router",
+                    expected: "a preset name, or a pipeline from --router-config",
+                })?;
+                Self::build(kind, alpha, Some(&spec), 1, RouterBuffers::default())
+            }
         }
+    }
+
+    /// The router `kind` (`spec` = its pipeline and parameters for a shipped router; None: the
+    /// preset's defaults) over `pods` pods, with caller storage for an approximate index
+    /// ([`RouterSpec::layout`]).
+    pub fn build(
+        kind: RouterKind,
+        alpha: f64,
+        spec: Option<&RouterSpec>,
+        pods: usize,
+        buffers: RouterBuffers<'a>,
+    ) -> Result<Self, Error> {
+        if kind.is_seed() {
+            return Self::new(kind, alpha);
+        }
+        let preset;
+        let spec = match spec {
+            Some(s) => s,
+            None => {
+                preset = RouterSpec::preset(kind)
+                    .ok_or(Error::InvalidConfig { field: "router", expected: "a pipeline from --router-config" })?;
+                &preset
+            }
+        };
+        Ok(AnyRouter::Shipped(ShippedRouter::new(*spec, pods, buffers)?))
     }
 }
 
-impl Router for AnyRouter {
+impl Router for AnyRouter<'_> {
     fn needs_index(&self) -> bool {
-        matches!(self, AnyRouter::PrefixAware(_))
+        match self {
+            AnyRouter::PrefixAware(_) => true,
+            AnyRouter::Shipped(r) => r.needs_index(),
+            _ => false,
+        }
     }
     fn route(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
         match self {
             AnyRouter::RoundRobin(r) => r.route(view, keys),
             AnyRouter::LeastLoaded(r) => r.route(view, keys),
             AnyRouter::PrefixAware(r) => r.route(view, keys),
+            AnyRouter::Shipped(r) => r.route(view, keys),
+        }
+    }
+    fn needs_loads(&self) -> bool {
+        match self {
+            AnyRouter::Shipped(r) => r.needs_loads(),
+            _ => false,
+        }
+    }
+    fn routed(&mut self, pod: usize, keys: &[u64], now_ns: u64) -> Result<(), Error> {
+        match self {
+            AnyRouter::Shipped(r) => r.routed(pod, keys, now_ns),
+            _ => Ok(()),
         }
     }
 }

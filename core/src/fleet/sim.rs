@@ -4,10 +4,12 @@
 use heapless::Vec as HVec;
 
 use super::Error;
+use super::engine::PodLoad;
 use super::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 use super::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_POD_BLOCKS, MAX_PODS, MAX_STALE_DELAY};
+use super::pipeline::{RouterBuffers, RouterLayout, RouterSpec};
 use super::pod::{CacheEvents, LruPod, Slot};
-use super::router::{AnyRouter, Holders, RouteView, Router, RouterKind};
+use super::router::{AnyRouter, Holders, KeyHolders, RouteView, Router, RouterKind};
 use super::scale::{ScaleAction, ScalePolicy, ScaleState};
 use super::server::FifoServer;
 
@@ -132,6 +134,10 @@ pub struct FleetConfig {
     /// Per-pod caches, or one shared pool of `pods * capacity_blocks` blocks.
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "CacheMode::is_local"))]
     pub cache: CacheMode,
+    /// A shipped router's pipeline and parameters (None: the preset of `router` with its
+    /// defaults; required for [`RouterKind::Custom`]; ignored by the seed's routers).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
+    pub routing: Option<RouterSpec>,
 }
 
 impl FleetConfig {
@@ -151,11 +157,45 @@ impl FleetConfig {
             t_cpu_ns: 5_000,
             scale: None,
             cache: CacheMode::Local,
+            routing: None,
+        }
+    }
+
+    /// The shipped router's spec: `routing`, else the preset of `router` (None for the seed's
+    /// routers).
+    pub fn router_spec(&self) -> Option<RouterSpec> {
+        if self.router.is_seed() { None } else { self.routing.or(RouterSpec::preset(self.router)) }
+    }
+
+    /// Whether the router reads the exact index (prefix-aware, precise scorers, Dynamo).
+    pub fn uses_exact_index(&self) -> bool {
+        match self.router_spec() {
+            Some(spec) => spec.needs_index(),
+            None => self.router == RouterKind::PrefixAware,
+        }
+    }
+
+    /// Buffer lengths of the router's own state (an approximate index), all 0 for most routers.
+    pub fn router_layout(&self) -> Result<RouterLayout, Error> {
+        match self.router_spec() {
+            Some(spec) => spec.layout(self.pods, self.capacity_blocks),
+            None => Ok(RouterLayout::default()),
         }
     }
 
     /// Checks every field against the model's limits.
     pub fn validate(&self) -> Result<(), Error> {
+        if !self.router.is_seed() {
+            match self.router_spec() {
+                Some(spec) => spec.validate()?,
+                None => {
+                    return Err(Error::InvalidConfig {
+                        field: "router",
+                        expected: "a pipeline (--router-config FILE)",
+                    });
+                }
+            }
+        }
         if self.pods == 0 || self.pods > MAX_PODS {
             return Err(Error::InvalidConfig {
                 field: "pods",
@@ -247,7 +287,7 @@ impl FleetLayout {
     /// `pending` evictions in flight (used only with a stale index).
     pub fn new(cfg: &FleetConfig, queue_per_pod: usize, pending: usize) -> Result<Self, Error> {
         cfg.validate()?;
-        let uses_index = cfg.router == RouterKind::PrefixAware;
+        let uses_index = cfg.uses_exact_index();
         let index = if uses_index && cfg.index == IndexKind::Global {
             let keys = cfg.pods.checked_mul(cfg.capacity_blocks).ok_or(Error::Overflow { what: "index size" })?;
             BlockIndex::table_len(keys)
@@ -440,10 +480,10 @@ pub struct PodCaches<'v, 'a> {
     global: bool,
 }
 
-impl PodCaches<'_, '_> {
+impl KeyHolders for PodCaches<'_, '_> {
     /// Bitmask of the `candidates` pods whose cache holds `key`.
     #[inline]
-    pub fn mask(&self, key: u64, candidates: u64) -> u64 {
+    fn mask(&self, key: u64, candidates: u64) -> u64 {
         if self.global {
             // Every pod reads the pool: all of them hold what it holds.
             let held = self.pods.first().and_then(|p| p.cache.as_ref()).is_some_and(|c| c.contains(key));
@@ -515,7 +555,7 @@ fn come_up(pod: Option<usize>, pods: &mut [Pod<'_>], queue_lens: &mut [u32; MAX_
 }
 
 /// N pods behind a router.
-pub struct Fleet<'a, R: Router = AnyRouter> {
+pub struct Fleet<'a, R: Router = AnyRouter<'a>> {
     cfg: FleetConfig,
     router: R,
     pods: HVec<Pod<'a>, MAX_PODS>,
@@ -528,10 +568,37 @@ pub struct Fleet<'a, R: Router = AnyRouter> {
     poisoned: bool,
 }
 
-impl<'a> Fleet<'a, AnyRouter> {
-    /// A fleet with the built-in router named by `cfg.router`.
+impl<'a> Fleet<'a, AnyRouter<'a>> {
+    /// A fleet with the built-in router named by `cfg.router` (one without router-side storage;
+    /// see [`Self::with_router_buffers`]).
     pub fn new(cfg: FleetConfig, buffers: FleetBuffers<'a>) -> Result<Self, Error> {
-        Self::with_router(cfg, AnyRouter::new(cfg.router, cfg.alpha), buffers)
+        Self::with_router_buffers(cfg, buffers, RouterBuffers::default())
+    }
+
+    /// A fleet with the built-in router named by `cfg.router` and `cfg.routing`, its
+    /// approximate index in `router` ([`FleetConfig::router_layout`]).
+    pub fn with_router_buffers(
+        cfg: FleetConfig,
+        buffers: FleetBuffers<'a>,
+        router: RouterBuffers<'a>,
+    ) -> Result<Self, Error> {
+        cfg.validate()?;
+        let r = AnyRouter::build(cfg.router, cfg.alpha, cfg.router_spec().as_ref(), cfg.pods, router)?;
+        Self::with_router(cfg, r, buffers)
+    }
+}
+
+/// What the FIFO engine offers the load scorers (docs/MODEL.md, "Load signals under FIFO"):
+/// the request in service is running, the rest wait; nothing is pinned (the FIFO model keeps no
+/// KV accounting); the prefill backlog is the pod's remaining work in prefill-token units.
+fn fifo_load(queue_len: u32, backlog_ns: u64, t_prefill_ns: u64, capacity_blocks: usize) -> PodLoad {
+    let running = queue_len.min(1);
+    PodLoad {
+        waiting: queue_len - running,
+        running,
+        kv_used_blocks: 0,
+        kv_capacity_blocks: u32::try_from(capacity_blocks).unwrap_or(u32::MAX),
+        pending_prefill_tokens: backlog_ns.checked_div(t_prefill_ns).unwrap_or(0),
     }
 }
 
@@ -749,16 +816,33 @@ impl<'a, R: Router> Fleet<'a, R> {
         let active = self.autoscale(i, req.arrival_ns, &mut queue_lens)?;
         let queue_lens = &queue_lens[..active];
         // 4. Route.
+        let caches = PodCaches { pods: &self.pods, global: self.cfg.cache == CacheMode::Global };
         let held = match self.index.as_ref() {
             Some(ix) => Holders::Index(ix),
-            None => Holders::Pods(PodCaches { pods: &self.pods, global: self.cfg.cache == CacheMode::Global }),
+            None => Holders::Exact(&caches),
         };
-        let view = RouteView { request: i, queue_lens, held, pending: self.pending.as_ref(), loads: None };
+        let mut loads = [PodLoad::default(); MAX_PODS];
+        let loads = if self.router.needs_loads() {
+            for (p, l) in loads[..active].iter_mut().enumerate() {
+                let backlog_ns = self.pods[p].server.last_finish_ns().saturating_sub(req.arrival_ns);
+                *l = fifo_load(queue_lens[p], backlog_ns, self.cfg.t_prefill_ns, self.cfg.capacity_blocks);
+            }
+            Some(&loads[..active])
+        } else {
+            None
+        };
+        let view =
+            RouteView { request: i, queue_lens, held, pending: self.pending.as_ref(), loads, now_ns: req.arrival_ns };
         let route = self.router.route(&view, req.keys);
         let p = route.pod;
-        if p >= self.pods.len() {
-            return Err(Error::InvalidConfig { field: "router", expected: "a pod index below the number of pods" });
+        // A custom router may name a pod that does not exist or is not booted yet.
+        if p >= active {
+            return Err(Error::InvalidConfig {
+                field: "router",
+                expected: "a routable pod (index below the active pods)",
+            });
         }
+        self.router.routed(p, req.keys, req.arrival_ns)?;
         // 5. Serve from the pod's cache (or the shared pool, held by pod 0), feeding its events
         // to the index.
         let cache_pod = match self.cfg.cache {

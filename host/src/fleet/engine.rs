@@ -373,7 +373,8 @@ pub fn simulate_batched(
         let mut waiting = mem::try_vec(l.pods * l.requests_per_pod, 0u32, "the waiting queues")?;
         let mut running = mem::try_vec(l.pods * l.running_per_pod, 0u32, "the running sets")?;
         let mut keys = mem::try_vec(l.pods * l.keys_per_pod, 0u64, "the prompt keys in flight")?;
-        let mut fleet = BatchedFleet::new(
+        let mut router = super::run::OwnedRouter::new(&cfg)?;
+        let mut fleet = BatchedFleet::with_router_buffers(
             cfg,
             engine,
             EngineBuffers {
@@ -384,6 +385,7 @@ pub fn simulate_batched(
                 running: &mut running,
                 keys: &mut keys,
             },
+            router.buffers(),
         )
         .map_err(super::run::config_error)?;
         let mut sink = Collect { keep, ..Collect::default() };

@@ -11,6 +11,8 @@ pub mod llmd;
 pub mod mooncake;
 pub mod progress;
 pub mod report;
+pub mod route_bench;
+pub mod router_config;
 pub mod run;
 pub mod scenario;
 pub mod shard;
@@ -82,9 +84,13 @@ pub struct MemArgs {
 pub struct RunArgs {
     /// Scenario TOML file.
     pub scenario: PathBuf,
-    /// Override the scenario's router.
+    /// Override the scenario's router (any `--router` name of `fleet replay`).
     #[arg(long, value_parser = parse_router)]
     pub router: Option<RouterKind>,
+    /// A shipped-router pipeline (TOML; docs/MODEL.md, "Router config files"); overrides the
+    /// scenario's router and --router.
+    #[arg(long, value_name = "FILE.toml")]
+    pub router_config: Option<PathBuf>,
     #[command(flatten)]
     pub engine: engine::EngineArgs,
     /// Print one JSON object instead of a table.
@@ -222,7 +228,7 @@ fn parse_steps(s: &str) -> Result<usize, String> {
 }
 
 fn parse_router(s: &str) -> Result<RouterKind, String> {
-    RouterKind::parse(s).ok_or_else(|| "expected one of round-robin, least-loaded, prefix-aware".to_string())
+    RouterKind::parse(s).ok_or_else(|| format!("expected one of {}", RouterKind::NAMES))
 }
 
 fn parse_index(s: &str) -> Result<IndexKind, String> {
@@ -246,9 +252,15 @@ pub struct FleetArgs {
     /// Blocks (16 tokens each) per pod C (1..=4294967294).
     #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
     pub capacity: usize,
-    /// round-robin | least-loaded | prefix-aware
-    #[arg(long, value_parser = parse_router)]
-    pub router: RouterKind,
+    /// round-robin | least-loaded | prefix-aware, or a shipped router's preset: llm-d-precise,
+    /// llm-d-approximate, llm-d-load, random, gie-default, llm-d-affinity, dynamo-kv,
+    /// sglang-cache-aware, vllm-loadaware (docs/MODEL.md, "Shipped routers").
+    #[arg(long, value_parser = parse_router, required_unless_present = "router_config")]
+    pub router: Option<RouterKind>,
+    /// A shipped-router pipeline or a preset with changed parameters (TOML; docs/MODEL.md,
+    /// "Router config files"); overrides --router.
+    #[arg(long, value_name = "FILE.toml")]
+    pub router_config: Option<PathBuf>,
     /// Load penalty of prefix-aware: blocks per queued request.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     pub alpha: f64,
@@ -374,10 +386,10 @@ impl ScaleArgs {
 impl FleetArgs {
     /// The core configuration.
     pub fn config(&self) -> CliResult<FleetConfig> {
-        Ok(FleetConfig {
+        let mut cfg = FleetConfig {
             pods: self.pods,
             capacity_blocks: self.capacity,
-            router: self.router,
+            router: self.router.unwrap_or(RouterKind::Custom),
             alpha: self.alpha,
             stale_delay: self.stale,
             order: self.order,
@@ -388,7 +400,11 @@ impl FleetArgs {
             t_cpu_ns: self.t_cpu_ns,
             scale: self.scale.policy(self.pods)?,
             cache: self.cache,
-        })
+            routing: None,
+        };
+        // A trace replay has no scenario seed: the shipped routers' RNG starts from 0.
+        router_config::apply(&mut cfg, self.router_config.as_deref(), 0)?;
+        Ok(cfg)
     }
 }
 
@@ -446,6 +462,10 @@ pub struct BenchArgs {
     /// Measure a sweep instead: workload generation, the points on 1 thread and on every core.
     #[arg(long)]
     pub sweep: bool,
+    /// Measure one routing decision instead: a 240K-token prompt (15,000 blocks) over MAX_PODS
+    /// pods, per router (time and heap allocations).
+    #[arg(long, conflicts_with = "sweep")]
+    pub route: bool,
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -512,7 +532,9 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let mut cfg = sc.fleet;
             if let Some(r) = a.router {
                 cfg.router = r;
+                cfg.routing = None;
             }
+            router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
             // Streamed: the generator is seeded and sequential, so the workload is never held.
             let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
             let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
@@ -577,6 +599,15 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::Bench(a) => {
             crate::mem::set_budget(a.mem.max_memory);
             check_trace_block(a.trace_block_size)?;
+            if a.route {
+                let r = route_bench::run(200, a.repeats)?;
+                if a.json {
+                    say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+                } else {
+                    say_raw!("{}", route_bench::render(&r));
+                }
+                return Ok(0);
+            }
             if a.sweep {
                 let s = bench::sweep_bench(a.repeats)?;
                 if a.json {

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::{
     CacheMode, Error as CoreError, Fleet, FleetBuffers, FleetConfig, FleetLayout, IndexEntry, LruPod, Outcome,
-    PendingEntry, PendingRecord, Request, Slot, keys,
+    PendingEntry, PendingRecord, Request, RouterBuffers, Slot, keys,
 };
 use serde::Serialize;
 
@@ -26,6 +26,32 @@ pub struct OwnedFleet {
     pending_table: Vec<PendingEntry>,
     cpu_slots: Vec<Slot>,
     cpu_tables: Vec<u32>,
+    router: OwnedRouter,
+}
+
+/// Heap buffers of a shipped router's approximate index (empty for the other routers).
+pub struct OwnedRouter {
+    slots: Vec<Slot>,
+    tables: Vec<u32>,
+    index: Vec<IndexEntry>,
+}
+
+impl OwnedRouter {
+    /// Allocates what `cfg`'s router needs ([`FleetConfig::router_layout`]).
+    pub fn new(cfg: &FleetConfig) -> CliResult<Self> {
+        let l = cfg.router_layout().map_err(config_error)?;
+        let n = |per_pod: usize| cfg.pods.saturating_mul(per_pod);
+        Ok(OwnedRouter {
+            slots: try_vec(n(l.slots_per_pod), Slot::default(), "the router's approximate-index LRUs")?,
+            tables: try_vec(n(l.table_per_pod), 0, "the router's approximate-index key tables")?,
+            index: try_vec(l.index, IndexEntry::default(), "the router's approximate index")?,
+        })
+    }
+
+    /// The core's view of them.
+    pub fn buffers(&mut self) -> RouterBuffers<'_> {
+        RouterBuffers { slots: &mut self.slots, tables: &mut self.tables, index: &mut self.index }
+    }
 }
 
 impl OwnedFleet {
@@ -45,6 +71,7 @@ impl OwnedFleet {
             pending_table: try_vec(l.pending_table, PendingEntry::default(), "the stale-evict table")?,
             cpu_slots: try_vec(n(l.cpu_slots_per_pod), Slot::default(), "the CPU tier's slots")?,
             cpu_tables: try_vec(n(l.cpu_table_per_pod), 0, "the CPU tier's key tables")?,
+            router: OwnedRouter::new(&cfg)?,
         })
     }
 
@@ -55,7 +82,7 @@ impl OwnedFleet {
 
     /// A fresh fleet over these buffers.
     pub fn fleet(&mut self) -> Result<Fleet<'_>, CoreError> {
-        Fleet::new(
+        Fleet::with_router_buffers(
             self.cfg,
             FleetBuffers {
                 slots: &mut self.slots,
@@ -67,6 +94,7 @@ impl OwnedFleet {
                 cpu_slots: &mut self.cpu_slots,
                 cpu_tables: &mut self.cpu_tables,
             },
+            self.router.buffers(),
         )
     }
 }

@@ -6,7 +6,7 @@ use std::path::Path;
 use brokerlab_core::fleet::workload::{
     DocOrder, Layout, MAX_OUTPUT_CHOICES, MAX_STAGES, Popularity, Stage, SuffixScope, Workload, WorkloadSpec,
 };
-use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, TouchOrder, keys};
+use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, RouterSpec, TouchOrder, keys};
 use serde::Deserialize;
 
 use super::ScaleArgs;
@@ -403,8 +403,7 @@ impl Scenario {
         };
         workload.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
         let f = &t.fleet;
-        let router = RouterKind::parse(&f.router)
-            .ok_or_else(|| bad("fleet.router", "round-robin, least-loaded or prefix-aware", &f.router))?;
+        let router = RouterKind::parse(&f.router).ok_or_else(|| bad("fleet.router", RouterKind::NAMES, &f.router))?;
         let order =
             TouchOrder::parse(&f.order).ok_or_else(|| bad("fleet.order", "tail-first or in-order", &f.order))?;
         let index = IndexKind::parse(&f.index).ok_or_else(|| bad("fleet.index", "global or pod-tables", &f.index))?;
@@ -421,6 +420,11 @@ impl Scenario {
             cpu_capacity_blocks: f.cpu_capacity,
             t_cpu_ns: f.t_cpu_ns,
             cache: brokerlab_core::fleet::CacheMode::Local,
+            // The preset's defaults, its RNG seeded from the scenario's seed.
+            routing: RouterSpec::preset(router).map(|mut s| {
+                s.params.seed = w.seed;
+                s
+            }),
             scale: match &f.autoscale {
                 None => None,
                 Some(a) => Some(

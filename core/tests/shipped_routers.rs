@@ -1,0 +1,500 @@
+//! The shipped routers (issue 13): every scorer, filter and picker against hand-computed values
+//! on hand-built states, and each preset's pick on a small state (docs/MODEL.md, "Shipped
+//! routers").
+
+mod common;
+
+use brokerlab_core::fleet::*;
+use common::{Bufs, keys_of};
+
+/// Exact cache contents per pod, as a hand-built index.
+struct Held(Vec<Vec<u64>>);
+
+impl KeyHolders for Held {
+    fn mask(&self, key: u64, candidates: u64) -> u64 {
+        let mut m = 0;
+        for (p, keys) in self.0.iter().enumerate() {
+            if candidates & (1 << p) != 0 && keys.contains(&key) {
+                m |= 1 << p;
+            }
+        }
+        m
+    }
+}
+
+fn view<'v>(held: &'v Held, queue: &'v [u32], loads: &'v [PodLoad]) -> RouteView<'v, 'static> {
+    RouteView {
+        request: 0,
+        queue_lens: queue,
+        held: Holders::Exact(held),
+        pending: None,
+        loads: Some(loads),
+        now_ns: 0,
+    }
+}
+
+fn waiting(w: &[u32]) -> Vec<PodLoad> {
+    w.iter().map(|&waiting| PodLoad { waiting, kv_capacity_blocks: 100, ..PodLoad::default() }).collect()
+}
+
+/// A router for `spec` over `pods` pods; its approximate index (if any) has `lru` keys per pod.
+fn router(mut spec: RouterSpec, pods: usize, lru: u64) -> ShippedRouter<'static> {
+    spec.params.approx_lru_blocks = lru;
+    let l = spec.layout(pods, 1000).unwrap();
+    let bufs = RouterBuffers {
+        slots: Box::leak(vec![Slot::default(); pods * l.slots_per_pod].into_boxed_slice()),
+        tables: Box::leak(vec![0u32; pods * l.table_per_pod].into_boxed_slice()),
+        index: Box::leak(vec![IndexEntry::default(); l.index].into_boxed_slice()),
+    };
+    ShippedRouter::new(spec, pods, bufs).unwrap()
+}
+
+/// One scorer, weight 1, ties to the lowest index: the totals are that scorer's s(p).
+fn single(kind: ScorerKind) -> RouterSpec {
+    let mut s = RouterSpec { picker: PickerKind::MaxScoreLowestIndex, ..RouterSpec::EMPTY };
+    s.scorers[0] = Some(WeightedScorer { kind, weight: 1.0 });
+    s
+}
+
+fn totals(r: &ShippedRouter<'_>, v: &RouteView<'_, '_>, keys: &[u64], n: usize) -> Vec<f64> {
+    r.evaluate(v, keys).totals[..n].to_vec()
+}
+
+const K: [u64; 4] = [11, 12, 13, 14];
+
+#[test]
+fn precise_prefix_absolute_is_the_leading_run_over_total() {
+    // pod 1 holds all 4 blocks, pod 0 the first 2, pod 3 blocks 2..4 (no leading run), pod 2 none.
+    let held = Held(vec![vec![11, 12], K.to_vec(), vec![], vec![12, 13, 14]]);
+    let q = [0; 4];
+    let l = waiting(&q);
+    let r = router(single(ScorerKind::PrecisePrefixCache), 4, 0);
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 4), [0.5, 1.0, 0.0, 0.0]);
+    assert!(r.needs_index());
+}
+
+#[test]
+fn precise_prefix_min_max_spans_the_holders() {
+    let held = Held(vec![vec![11, 12], K.to_vec(), vec![], vec![11]]);
+    let q = [0; 4];
+    let l = waiting(&q);
+    let r = router(single(ScorerKind::PrecisePrefixCacheMinMax), 4, 0);
+    // holders 2, 4, 1 blocks: (m - 1) / (4 - 1); no holder -> 0.
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 4), [1.0 / 3.0, 1.0, 0.0, 0.0]);
+    // One holder gets 1 whatever its length.
+    let held = Held(vec![vec![11], vec![], vec![], vec![]]);
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 4), [1.0, 0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn approximate_prefix_is_llm_ds_greedy_match_over_routed_keys() {
+    let held = Held(vec![vec![]; 3]);
+    let q = [0; 3];
+    let l = waiting(&q);
+    let mut r = router(single(ScorerKind::PrefixCache), 3, 100);
+    r.routed(0, &[11, 12, 13], 0).unwrap();
+    r.routed(1, &[11, 13], 0).unwrap();
+    // key 11: pods 0, 1; key 12: pod 0; key 13: pods 0, 1; key 14: nobody -> stop.
+    // pod 1 counts 2 (not a leading run: llm-d's rule), pod 0 three.
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 3), [0.75, 0.5, 0.0]);
+    // The exact caches (empty) are not read.
+    assert!(!r.needs_index());
+}
+
+#[test]
+fn approximate_lru_forgets_the_leading_blocks_first() {
+    let held = Held(vec![vec![]; 2]);
+    let q = [0; 2];
+    let l = waiting(&q);
+    let mut r = router(single(ScorerKind::PrefixCache), 2, 2);
+    r.routed(0, &[11, 12, 13], 0).unwrap();
+    // The LRU of 2 keeps 12 and 13: key 11 is held by no pod, the walk stops at once.
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 2), [0.0, 0.0]);
+    assert_eq!(r.approx().unwrap().held_blocks(0), 2);
+    assert_eq!(totals(&r, &view(&held, &q, &l), &[12, 13], 2), [1.0, 0.0]);
+}
+
+#[test]
+fn queue_scorer_is_min_max_over_waiting() {
+    let held = Held(vec![vec![]; 4]);
+    let q = [0; 4];
+    let r = router(single(ScorerKind::Queue), 4, 0);
+    let l = waiting(&[3, 1, 5, 1]);
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 4), [0.5, 1.0, 0.0, 1.0]);
+    let l = waiting(&[2, 2, 2, 2]);
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 4), [1.0; 4]);
+}
+
+#[test]
+fn kv_utilization_scorer_is_one_minus_usage() {
+    let held = Held(vec![vec![]; 3]);
+    let q = [0; 3];
+    let r = router(single(ScorerKind::KvCacheUtilization), 3, 0);
+    let mut l = waiting(&q);
+    l[0].kv_used_blocks = 25;
+    l[1].kv_used_blocks = 100;
+    l[2].kv_capacity_blocks = 0;
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 3), [0.75, 0.0, 1.0]);
+}
+
+#[test]
+fn token_load_scorer() {
+    let held = Held(vec![vec![]; 3]);
+    let q = [0; 3];
+    let r = router(single(ScorerKind::TokenLoad), 3, 0);
+    let mut l = waiting(&q);
+    l[1].pending_prefill_tokens = 1_048_576; // a quarter of 4,194,304
+    l[2].pending_prefill_tokens = 5_000_000;
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 3), [1.0, 0.75, 0.0]);
+}
+
+#[test]
+fn active_requests_scorer() {
+    let held = Held(vec![vec![]; 3]);
+    let q = [0; 3];
+    let r = router(single(ScorerKind::ActiveRequests), 3, 0);
+    let mut l = waiting(&[0, 1, 3]);
+    l[1].running = 1;
+    l[2].running = 1; // active 0, 2, 4
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 3), [1.0, 0.5, 0.0]);
+}
+
+#[test]
+fn load_aware_scorer() {
+    let held = Held(vec![vec![]; 4]);
+    let q = [0; 4];
+    let r = router(single(ScorerKind::LoadAware), 4, 0);
+    let l = waiting(&[0, 1, 64, 200]);
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 4), [0.5, 0.49609375, 0.25, 0.0]);
+}
+
+#[test]
+fn no_hit_lru_ranks_never_used_then_least_recent() {
+    let q = [0; 4];
+    let l = waiting(&q);
+    let cold = Held(vec![vec![]; 4]);
+    let mut r = router(single(ScorerKind::NoHitLru), 4, 0);
+    // Precise source needs a precise scorer; this pipeline has none: approximate (empty) index.
+    let v = view(&cold, &q, &l);
+    // s = 1 - rank / (N - 1), computed as upstream writes it.
+    let s = |rank: f64| 1.0 - rank / 3.0;
+    assert_eq!(totals(&r, &v, &K, 4), [s(0.0), s(1.0), s(2.0), s(3.0)]);
+    let route = r.route(&v, &K);
+    assert_eq!(route.pod, 0);
+    r.routed(0, &K, 0).unwrap();
+    // Pod 0 now holds K in the approximate index: a request for K is warm, all 0.5.
+    assert_eq!(totals(&r, &v, &K, 4), [0.5; 4]);
+    // A cold request: never-used pods 1, 2, 3 first (ranks 0..2), then pod 0 (rank 3).
+    let other = [21, 22];
+    assert_eq!(totals(&r, &v, &other, 4), [s(3.0), s(0.0), s(1.0), s(2.0)]);
+    let route = r.route(&v, &other);
+    assert_eq!(route.pod, 1);
+    r.routed(1, &other, 0).unwrap();
+    // LRU now [0, 1]: never-used 2, 3 get ranks 0, 1; then 0 (rank 2), 1 (rank 3).
+    assert_eq!(totals(&r, &v, &[31], 4), [s(2.0), s(3.0), s(0.0), s(1.0)]);
+}
+
+fn affinity_spec() -> RouterSpec {
+    let mut s = RouterSpec::preset(RouterKind::LlmDAffinity).unwrap();
+    s.params.prefix_source = PrefixSource::Precise;
+    s.picker = PickerKind::MaxScoreLowestIndex;
+    s
+}
+
+#[test]
+fn affinity_filter_keeps_sticky_pods_unless_they_wait_too_long() {
+    // 10 blocks; pod 0 holds 9 (0.9), pod 1 holds 8 (0.8, kept: >= 0.80), pod 2 five, pod 3 none.
+    let keys: Vec<u64> = (100..110).collect();
+    let held = Held(vec![keys[..9].to_vec(), keys[..8].to_vec(), keys[..5].to_vec(), vec![]]);
+    let q = [0; 4];
+    let mut l = waiting(&q);
+    let per_s = 15_928;
+    l[0].pending_prefill_tokens = 20 * per_s; // TTFT 20,000 ms
+    l[1].pending_prefill_tokens = 18 * per_s; // 18,000 ms
+    l[3].pending_prefill_tokens = per_s; // 1,000 ms; pod 2: 0 ms
+    let r = router(affinity_spec(), 4, 0);
+    // best sticky 18,000 - best other 0 = 18,000: not > maxTTFTPenaltyMs -> the sticky pods.
+    assert_eq!(r.evaluate(&view(&held, &q, &l), &keys).candidates, 0b0011);
+    l[1].pending_prefill_tokens = 19 * per_s; // 19,000 - 0 > 18,000 -> every pod
+    assert_eq!(r.evaluate(&view(&held, &q, &l), &keys).candidates, 0b1111);
+    // No sticky pod -> every pod.
+    let none = Held(vec![vec![]; 4]);
+    assert_eq!(r.evaluate(&view(&none, &q, &l), &keys).candidates, 0b1111);
+    // maxTTFTPenaltyMs = 0: always the sticky ones.
+    let mut s = affinity_spec();
+    s.params.max_ttft_penalty_ms = 0.0;
+    let r = router(s, 4, 0);
+    assert_eq!(r.evaluate(&view(&held, &q, &l), &keys).candidates, 0b0011);
+}
+
+#[test]
+fn pickers_max_lowest_index_seeded_random_ties_and_random() {
+    let held = Held(vec![vec![]; 4]);
+    let q = [0; 4];
+    let l = waiting(&[1, 0, 0, 2]); // queue scores 0.5, 1, 1, 0: pods 1 and 2 tie
+    let v = view(&held, &q, &l);
+    let mut lowest = router(single(ScorerKind::Queue), 4, 0);
+    assert!((0..50).all(|_| lowest.route(&v, &K).pod == 1));
+    let mut s = single(ScorerKind::Queue);
+    s.picker = PickerKind::MaxScore;
+    let mut tie = router(s, 4, 0);
+    let picks: Vec<usize> = (0..400).map(|_| tie.route(&v, &K).pod).collect();
+    let ones = picks.iter().filter(|&&p| p == 1).count();
+    assert!(picks.iter().all(|&p| p == 1 || p == 2), "only the tied pods");
+    assert!((150..250).contains(&ones), "ties split about evenly: {ones}/400");
+    // Same seed, same picks; another seed, other picks.
+    let mut again = router(s, 4, 0);
+    assert_eq!(picks, (0..400).map(|_| again.route(&v, &K).pod).collect::<Vec<_>>());
+    s.params.seed = 7;
+    let mut other = router(s, 4, 0);
+    assert_ne!(picks, (0..400).map(|_| other.route(&v, &K).pod).collect::<Vec<_>>());
+    // random: every pod, scores ignored.
+    let mut rnd = router(RouterSpec::preset(RouterKind::Random).unwrap(), 4, 0);
+    let mut seen = [0usize; 4];
+    (0..400).for_each(|_| seen[rnd.route(&v, &K).pod] += 1);
+    assert!(seen.iter().all(|&c| (60..140).contains(&c)), "{seen:?}");
+}
+
+#[test]
+fn weighted_sum_clamps_and_adds() {
+    // gie-default on two pods: prefix 3 x (3/4 vs 0), queue 2 x (0 vs 1), kv 2 x (0.5 vs 0.9).
+    let held = Held(vec![vec![]; 2]);
+    let q = [0; 2];
+    let mut l = waiting(&[4, 2]);
+    l[0].kv_used_blocks = 50;
+    l[1].kv_used_blocks = 10;
+    let mut r = router(RouterSpec::preset(RouterKind::GieDefault).unwrap(), 2, 100);
+    r.routed(0, &K[..3], 0).unwrap();
+    let t = totals(&r, &view(&held, &q, &l), &K, 2);
+    assert_eq!(t, [3.0 * 0.75 + 0.0 + 2.0 * 0.5, 0.0 + 2.0 + 2.0 * 0.9]);
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 1, "3.25 < 3.8");
+}
+
+/// A 3-pod state for the prefix presets: pod 0 holds the whole prompt but is loaded (5 waiting,
+/// 90% KV), pod 1 is empty and idle, pod 2 holds half and is half loaded.
+fn three_pods() -> (Held, [u32; 3], Vec<PodLoad>) {
+    let held = Held(vec![K.to_vec(), vec![], K[..2].to_vec()]);
+    let mut l = waiting(&[5, 0, 1]);
+    l[0].kv_used_blocks = 90;
+    l[2].kv_used_blocks = 50;
+    (held, [5, 0, 1], l)
+}
+
+#[test]
+fn preset_llm_d_precise() {
+    // 2 x prefix + kv + queue: pod 0 2 + 0.1 + 0 = 2.1; pod 1 0 + 1 + 1 = 2; pod 2 1 + 0.5 + 0.8 = 2.3.
+    let (held, q, l) = three_pods();
+    let mut r = router(RouterSpec::preset(RouterKind::LlmDPrecise).unwrap(), 3, 0);
+    let t = totals(&r, &view(&held, &q, &l), &K, 3);
+    assert!((t[0] - 2.1).abs() < 1e-12 && t[1] == 2.0 && (t[2] - 2.3).abs() < 1e-12, "{t:?}");
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 2);
+}
+
+#[test]
+fn preset_llm_d_approximate_reads_what_it_routed_not_the_caches() {
+    let (held, q, l) = three_pods();
+    let mut r = router(RouterSpec::preset(RouterKind::LlmDApproximate).unwrap(), 3, 0);
+    // Nothing routed yet: prefix 0 everywhere; pod 1 (kv 1 + queue 1) wins.
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 1);
+    r.routed(0, &K, 0).unwrap();
+    // Now pod 0: 2 + 0.1 + 0 = 2.1 > pod 1's 2.
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 0);
+}
+
+#[test]
+fn preset_llm_d_load() {
+    // queue + kv: 0 + 0.1, 1 + 1, 0.8 + 0.5 -> pod 1.
+    let (held, q, l) = three_pods();
+    let mut r = router(RouterSpec::preset(RouterKind::LlmDLoad).unwrap(), 3, 0);
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 3)[1], 2.0);
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 1);
+}
+
+#[test]
+fn preset_gie_default() {
+    let (held, q, l) = three_pods();
+    let mut r = router(RouterSpec::preset(RouterKind::GieDefault).unwrap(), 3, 0);
+    r.routed(0, &K, 0).unwrap();
+    // 3 x 1 + 2 x 0 + 2 x 0.1 = 3.2 vs pod 1's 0 + 2 + 2 = 4 -> pod 1.
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 1);
+}
+
+#[test]
+fn preset_llm_d_affinity() {
+    // Approximate source: pod 2 was sent the prompt; it is sticky; token-load picks among sticky.
+    let (held, q, mut l) = three_pods();
+    l[2].pending_prefill_tokens = 1000;
+    let mut r = router(RouterSpec::preset(RouterKind::LlmDAffinity).unwrap(), 3, 0);
+    // Cold: no sticky pod, token-load (all pending 0 but pod 2) ties pods 0 and 1 at 1.0.
+    let first = r.route(&view(&held, &q, &l), &K).pod;
+    assert!(first == 0 || first == 1);
+    r.routed(2, &K, 0).unwrap();
+    let e = r.evaluate(&view(&held, &q, &l), &K);
+    assert_eq!(e.candidates, 0b100);
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 2);
+}
+
+#[test]
+fn preset_random_is_seeded_and_spreads() {
+    let (held, q, l) = three_pods();
+    let mut a = router(RouterSpec::preset(RouterKind::Random).unwrap(), 3, 0);
+    let mut b = router(RouterSpec::preset(RouterKind::Random).unwrap(), 3, 0);
+    let pa: Vec<usize> = (0..30).map(|_| a.route(&view(&held, &q, &l), &K).pod).collect();
+    let pb: Vec<usize> = (0..30).map(|_| b.route(&view(&held, &q, &l), &K).pod).collect();
+    assert_eq!(pa, pb);
+    assert!((0..3).all(|p| pa.contains(&p)));
+}
+
+#[test]
+fn preset_dynamo_kv_cost_and_softmax() {
+    // 4 blocks (64 tokens). pod 0: overlap 4, pending 160 tokens, 10 active blocks:
+    // 1 x (160 + 0) / 16 + 10 + 0 = 20. pod 1: overlap 0, idle: 64 / 16 + 0 + 4 = 8 -> pod 1.
+    let held = Held(vec![K.to_vec(), vec![]]);
+    let q = [0; 2];
+    let mut l = waiting(&q);
+    l[0].pending_prefill_tokens = 160;
+    l[0].kv_used_blocks = 10;
+    let mut r = router(RouterSpec::preset(RouterKind::DynamoKv).unwrap(), 2, 0);
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 1);
+    // pod 0 idle: logit 0 vs 8 -> pod 0.
+    let l0 = waiting(&q);
+    assert_eq!(r.route(&view(&held, &q, &l0), &K).pod, 0);
+    // overlap_score_weight 0: decode blocks only, 10 vs 4 -> pod 1.
+    let mut s = RouterSpec::preset(RouterKind::DynamoKv).unwrap();
+    s.params.overlap_score_weight = 0.0;
+    assert_eq!(router(s, 2, 0).route(&view(&held, &q, &l), &K).pod, 1);
+    // Temperature 1 on logits 0 and 8: normalised 0 and 1, p0 = 1 / (1 + e^-1) = 0.7311.
+    s = RouterSpec::preset(RouterKind::DynamoKv).unwrap();
+    s.params.router_temperature = 1.0;
+    let mut t = router(s, 2, 0);
+    let n = 20_000;
+    let zeros = (0..n).filter(|_| t.route(&view(&held, &q, &l0), &K).pod == 0).count();
+    let p0 = zeros as f64 / n as f64;
+    assert!((p0 - 0.7311).abs() < 0.015, "p0 = {p0}");
+}
+
+#[test]
+fn preset_sglang_cache_aware() {
+    let held = Held(vec![vec![]; 2]);
+    let q = [0; 2];
+    let mut r = router(RouterSpec::preset(RouterKind::SglangCacheAware).unwrap(), 2, 0);
+    r.routed(0, &K, 0).unwrap();
+    // Imbalanced (100 - 10 > 64 and 100 > 10 x 1.5): the least loaded, pod 1.
+    let l = waiting(&[100, 10]);
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 1);
+    // 70 - 10 = 60, not > 64: balanced. Match 2/4 = 0.5 > 0.3 -> pod 0.
+    let l = waiting(&[70, 10]);
+    assert_eq!(r.route(&view(&held, &q, &l), &[11, 12, 91, 92]).pod, 0);
+    // Match 1/4 = 0.25 <= 0.3: the pod with the fewest recorded blocks (pod 1 holds none).
+    assert_eq!(r.route(&view(&held, &q, &l), &[11, 91, 92, 93]).pod, 1);
+}
+
+#[test]
+fn preset_vllm_loadaware_is_the_issues_formula() {
+    // match / total - 1.0 x load / max load: pod 0 1 - 1 = 0; pod 1 0 - 0.5 = -0.5;
+    // pod 2 0.5 - 0 = 0.5 -> pod 2.
+    let held = Held(vec![vec![]; 3]);
+    let q = [0; 3];
+    let mut r = router(RouterSpec::preset(RouterKind::VllmLoadaware).unwrap(), 3, 0);
+    r.routed(0, &K, 0).unwrap();
+    r.routed(2, &K[..2], 0).unwrap();
+    let l = waiting(&[4, 2, 0]);
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 2);
+}
+
+#[test]
+fn presets_parse_by_their_cli_names() {
+    for k in RouterKind::PRESETS {
+        assert_eq!(RouterKind::parse(k.name()), Some(k));
+        assert!(RouterSpec::preset(k).is_some());
+    }
+    assert_eq!(RouterKind::parse("custom"), None);
+    assert!(RouterSpec::preset(RouterKind::PrefixAware).is_none());
+}
+
+#[test]
+fn bad_parameters_name_their_key() {
+    let mut s = RouterSpec::preset(RouterKind::DynamoKv).unwrap();
+    s.params.router_temperature = -1.0;
+    assert_eq!(
+        s.validate(),
+        Err(Error::InvalidConfig { field: "router_temperature", expected: "a temperature between 0 and 1e6" })
+    );
+    let mut s = single(ScorerKind::Queue);
+    s.scorers[0] = Some(WeightedScorer { kind: ScorerKind::Queue, weight: f64::NAN });
+    assert!(matches!(s.validate(), Err(Error::InvalidConfig { field: "weight", .. })));
+    assert!(matches!(RouterSpec::EMPTY.validate(), Err(Error::InvalidConfig { field: "scorers", .. })));
+}
+
+/// Routes every request to the last pod, booted or not.
+struct LastPod;
+
+impl Router for LastPod {
+    fn needs_index(&self) -> bool {
+        false
+    }
+    fn route(&mut self, _view: &RouteView<'_, '_>, _keys: &[u64]) -> Route {
+        Route { pod: 1, believed_match_blocks: 0 }
+    }
+}
+
+#[test]
+fn a_router_naming_a_pod_not_yet_booted_is_an_error_not_a_panic() {
+    let mut c = FleetConfig::new(2, 8, RouterKind::RoundRobin);
+    c.scale = Some(ScalePolicy {
+        min_pods: 1,
+        initial_pods: 1,
+        interval_ns: 1_000_000_000,
+        up_milli: 1_500,
+        down_milli: 500,
+        startup_ns: 2_000_000_000,
+    });
+    let mut bufs = Bufs::new(c);
+    let mut f = bufs.fleet_with(LastPod).unwrap();
+    let k = keys_of(&[1, 2]);
+    let r = f.dispatch(&Request { arrival_ns: 0, input_tokens: 32, output_tokens: 0, keys: &k });
+    assert_eq!(
+        r,
+        Err(Error::InvalidConfig { field: "router", expected: "a routable pod (index below the active pods)" })
+    );
+}
+
+#[test]
+fn presets_run_in_a_fifo_fleet() {
+    // Every preset runs a small fleet end to end (router-side storage from the layout).
+    for kind in RouterKind::PRESETS {
+        let mut c = FleetConfig::new(4, 64, kind);
+        c.index = IndexKind::Global;
+        let l = FleetLayout::new(&c, 64, 0).unwrap();
+        let rl = c.router_layout().unwrap();
+        let mut slots = vec![Slot::default(); l.pods * l.slots_per_pod];
+        let mut tables = vec![0u32; l.tables_len()];
+        let mut queues = vec![0u64; l.pods * l.queue_per_pod];
+        let mut index = vec![IndexEntry::default(); l.index];
+        let mut rs = vec![Slot::default(); l.pods * rl.slots_per_pod];
+        let mut rt = vec![0u32; l.pods * rl.table_per_pod];
+        let mut ri = vec![IndexEntry::default(); rl.index];
+        let mut f = Fleet::with_router_buffers(
+            c,
+            FleetBuffers {
+                slots: &mut slots,
+                tables: &mut tables,
+                queues: &mut queues,
+                index: &mut index,
+                pending: &mut [],
+                pending_table: &mut [],
+                cpu_slots: &mut [],
+                cpu_tables: &mut [],
+            },
+            RouterBuffers { slots: &mut rs, tables: &mut rt, index: &mut ri },
+        )
+        .unwrap();
+        let mut hits = 0;
+        for i in 0..40u64 {
+            let k = keys_of(&[1, 2, 3, 4, 100 + i]);
+            let o = f.dispatch(&Request { arrival_ns: i * 1_000_000, input_tokens: 80, output_tokens: 1, keys: &k });
+            hits += o.unwrap().hit_blocks;
+        }
+        assert!(hits > 0, "{kind}");
+    }
+}
