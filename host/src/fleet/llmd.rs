@@ -833,19 +833,23 @@ fn trace_verdict(s: &LlmdSection) -> String {
         let v: Vec<&str> = s.trace.iter().filter(|t| f(t)).map(|t| t.label.as_str()).collect();
         if v.is_empty() { "none".to_string() } else { v.join(", ") }
     };
-    let fifo_pinned = names(&|t| pinned(&t.fifo.per_pod_requests));
-    let batched_pinned = names(&|t| pinned(&t.summary.per_pod_requests));
+    let calm = |t: &TraceRun| spiral(&t.fifo.per_pod_requests) == "no" && spiral(&t.summary.per_pod_requests) == "no";
     let best = s
         .trace
         .iter()
-        .filter(|t| !pinned(&t.summary.per_pod_requests))
+        .filter(|t| calm(t))
         .max_by(|a, b| a.summary.hit_rate.unwrap_or(0.0).total_cmp(&b.summary.hit_rate.unwrap_or(0.0)));
     format!(
-        "Pinned or skewed under the FIFO engine: {fifo_pinned}; under the batched engine: {batched_pinned}. The batched engine \
-         counts running requests in a pod's queue (a request stays for its whole decode), so the same alpha weighs load \
-         more there.{}",
+        "Pinned: {} (FIFO), {} (batched). Skewed: {} (FIFO), {} (batched). Spread under both engines: {}. The batched \
+         engine counts running requests in a pod's queue (a request stays for its whole decode), so prefix-aware's alpha \
+         weighs load more there and alpha 1 no longer pins.{}",
+        names(&|t| pinned(&t.fifo.per_pod_requests)),
+        names(&|t| pinned(&t.summary.per_pod_requests)),
+        names(&|t| spiral(&t.fifo.per_pod_requests) == "skewed"),
+        names(&|t| spiral(&t.summary.per_pod_requests) == "skewed"),
+        names(&calm),
         best.map_or(String::new(), |b| format!(
-            " Of the routers that spread the load under the batched engine, {} has the best hit rate ({}, TTFT p90 {} s).",
+            " Of those, {} has the best batched hit rate ({}, TTFT p90 {} s).",
             b.label,
             pct(b.summary.hit_rate),
             s3(b.summary.ttft_p90)
