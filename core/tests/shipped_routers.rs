@@ -28,6 +28,8 @@ fn view<'v>(held: &'v Held, queue: &'v [u32], loads: &'v [PodLoad]) -> RouteView
         queue_lens: queue,
         held: Holders::Exact(held),
         pending: None,
+        pending_stores: None,
+        speculative: None,
         loads: Some(loads),
         now_ns: 0,
     }

@@ -52,7 +52,7 @@ impl<'a> ApproxIndex<'a> {
         index: &'a mut [IndexEntry],
     ) -> Result<Self, Error> {
         let wrong = |buffer, expected, got| Error::BufferSize { buffer, expected, got };
-        if pods == 0 || pods > MAX_PODS || slots.is_empty() || slots.len() % pods != 0 {
+        if pods == 0 || pods > MAX_PODS || slots.is_empty() || !slots.len().is_multiple_of(pods) {
             return Err(wrong("router slots", pods.max(1), slots.len()));
         }
         let lru = slots.len() / pods;

@@ -67,8 +67,11 @@ pub fn validate(cfg: &FleetConfig, engine: &EngineConfig) -> Result<(), Error> {
     if Engine::table_len(cfg.capacity_blocks) == 0 {
         return Err(Error::InvalidConfig { field: "capacity", expected: "a block count that fits in memory" });
     }
-    if cfg.stale_delay > 0 {
-        return Err(Error::InvalidConfig { field: "stale", expected: "0 with --engine batched" });
+    if cfg.stale_delay > 0 || cfg.event_delay_ns > 0 || cfg.speculative_ttl_ns > 0 {
+        return Err(Error::InvalidConfig {
+            field: "stale",
+            expected: "an exact index with --engine batched (no --stale, --event-delay-ms, --speculative-ttl-ms)",
+        });
     }
     if cfg.index != IndexKind::PodTables {
         return Err(Error::InvalidConfig { field: "index", expected: "pod-tables with --engine batched" });
@@ -273,6 +276,8 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
             queue_lens: &queue_lens[..n],
             held: Holders::Exact(&caches),
             pending: None,
+            pending_stores: None,
+            speculative: None,
             loads: Some(&loads[..n]),
             now_ns: t,
         };

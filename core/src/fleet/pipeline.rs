@@ -571,7 +571,7 @@ impl<'a> ShippedRouter<'a> {
             spec,
             approx,
             // The seed is mixed once so that seed 0 does not start at SplitMix64's zero state.
-            rng: SplitMix64::new(spec.params.seed ^ 0x5eed_0f_b0_7e_5a_11),
+            rng: SplitMix64::new(spec.params.seed ^ 0x005e_ed0f_b07e_5a11),
             no_hit: PodLru::new(spec.params.no_hit_lru_size),
             last_cold: false,
         })
@@ -700,7 +700,7 @@ impl<'a> ShippedRouter<'a> {
         self.approx_leading(keys, cand, &mut m);
         let approx = self.approx.as_ref();
         let held = |p: usize| approx.map_or(0, |a| a.held_blocks(p));
-        let pod = sglang_pick(cand, keys.len() as u32, &m, &loads, &self.spec.params, held);
+        let pod = sglang_pick(&mut self.rng, cand, keys.len() as u32, &m, &loads, &self.spec.params, held);
         Route { pod, believed_match_blocks: m[pod] }
     }
 
@@ -956,6 +956,7 @@ fn dynamo_pick(rng: &mut SplitMix64, cand: u64, logits: &[f64; MAX_PODS], temper
 
 /// SGLang's cache_aware choice (see docs/MODEL.md).
 fn sglang_pick(
+    rng: &mut SplitMix64,
     cand: u64,
     total: u32,
     m: &[u32; MAX_PODS],
@@ -971,7 +972,13 @@ fn sglang_pick(
     }
     let best = first_max(cand, |p| m[p]);
     let rate = if total == 0 { 0.0 } else { m[best] as f64 / total as f64 };
-    if rate > prm.cache_threshold { best } else { first_min(cand, |p| held(p) as u64) }
+    if rate > prm.cache_threshold {
+        return best;
+    }
+    // The smallest tenant; SGLang takes the first found in a hash map (arbitrary): a seeded
+    // uniform pick among the equal ones (equal when every LRU is full).
+    let (fewest, _) = min_max(cand, &held);
+    pick_uniform(rng, mask_where(cand, |p| held(p) == fewest))
 }
 
 /// The vLLM load-aware formula: match / total - beta x load / max load.

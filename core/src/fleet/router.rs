@@ -34,8 +34,13 @@ pub struct RouteView<'v, 'a> {
     pub queue_lens: &'v [u32],
     /// Which pods hold a key now (exact), when the router asked for it ([`Router::needs_index`]).
     pub held: Holders<'v, 'a>,
-    /// Evictions that have not reached the router yet (stale index, delay k > 0).
+    /// Evictions that have not reached the router yet (stale index: delay k > 0 requests, or
+    /// `event_delay_ns` > 0).
     pub pending: Option<&'v PendingEvicts<'a>>,
+    /// Stores that have not reached the router yet (`event_delay_ns` > 0).
+    pub pending_stores: Option<&'v PendingEvicts<'a>>,
+    /// llm-d's speculative entries: keys routed to a pod in the last `speculative_ttl_ns`.
+    pub speculative: Option<&'v PendingEvicts<'a>>,
     /// Load signals, one per routable pod: the batched engine's own, or, when the router asks
     /// for them ([`Router::needs_loads`]), the FIFO engine's (docs/MODEL.md, "Load signals
     /// under FIFO"); None otherwise.
@@ -53,7 +58,7 @@ impl RouteView<'_, '_> {
             Holders::Index(ix) => ix.mask(key) & candidates,
             Holders::Exact(pods) => pods.mask(key, candidates),
         };
-        match self.pending {
+        let mut believed = match self.pending {
             Some(p) if !p.is_empty() => {
                 let mut ghosts = 0;
                 let mut rest = candidates & !held;
@@ -67,7 +72,48 @@ impl RouteView<'_, '_> {
                 held | ghosts
             }
             _ => held,
+        };
+        if let Some(s) = self.pending_stores
+            && !s.is_empty()
+        {
+            believed = self.without_unseen_stores(s, key, held, believed);
         }
+        if let Some(s) = self.speculative
+            && !s.is_empty()
+        {
+            let mut rest = candidates & !believed;
+            while rest != 0 {
+                let pod = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                if s.contains(key, pod) {
+                    believed |= 1 << pod;
+                }
+            }
+        }
+        believed
+    }
+
+    /// With stores delayed too (docs/MODEL.md, "Staleness in time"): a pod that stored `key`
+    /// within the delay is believed to hold it only if it also evicted it within the delay (it
+    /// held it before: the shortest history); a ghost (evicted within the delay) that was also
+    /// stored within it was not held before.
+    #[cold]
+    fn without_unseen_stores(&self, stores: &PendingEvicts<'_>, key: u64, held: u64, believed: u64) -> u64 {
+        let evicted = |pod: usize| self.pending.is_some_and(|p| p.contains(key, pod));
+        let mut out = believed;
+        let mut rest = believed;
+        while rest != 0 {
+            let pod = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if !stores.contains(key, pod) {
+                continue;
+            }
+            let holds_now = held & (1 << pod) != 0;
+            if !holds_now || !evicted(pod) {
+                out &= !(1u64 << pod);
+            }
+        }
+        out
     }
 
     /// match_p for every pod: the longest leading run of `keys` the index says pod p holds.
@@ -280,6 +326,9 @@ impl RouterKind {
 }
 
 /// A built-in router chosen at run time.
+// The shipped router carries its per-pod LRU handles inline (about 4 KiB): the core cannot box,
+// and a fleet holds exactly one router.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum AnyRouter<'a> {
     /// See [`RoundRobin`].

@@ -138,6 +138,19 @@ pub struct FleetConfig {
     /// defaults; required for [`RouterKind::Custom`]; ignored by the seed's routers).
     #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "Option::is_none"))]
     pub routing: Option<RouterSpec>,
+    /// Staleness in time: the exact index learns of each store and eviction this long after it
+    /// happens, ns (0: at once). Exclusive with `stale_delay`.
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
+    pub event_delay_ns: u64,
+    /// llm-d's speculative entries: a routed request's keys count as held by its pod for this
+    /// long, ns (0: off).
+    #[cfg_attr(feature = "serde", serde(default, skip_serializing_if = "is_zero"))]
+    pub speculative_ttl_ns: u64,
+}
+
+#[cfg(feature = "serde")]
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl FleetConfig {
@@ -158,7 +171,20 @@ impl FleetConfig {
             scale: None,
             cache: CacheMode::Local,
             routing: None,
+            event_delay_ns: 0,
+            speculative_ttl_ns: 0,
         }
+    }
+
+    /// Pending-event queues the exact index needs: evictions (delay k or event delay), stores
+    /// (event delay), speculative entries (TTL). Each has the `pending` records of
+    /// [`FleetLayout::new`].
+    pub fn pending_queues(&self) -> usize {
+        if !self.uses_exact_index() {
+            return 0;
+        }
+        let evicts = self.stale_delay > 0 || self.event_delay_ns > 0;
+        usize::from(evicts) + usize::from(self.event_delay_ns > 0) + usize::from(self.speculative_ttl_ns > 0)
     }
 
     /// The shipped router's spec: `routing`, else the preset of `router` (None for the seed's
@@ -225,6 +251,12 @@ impl FleetConfig {
         if self.stale_delay > MAX_STALE_DELAY {
             return Err(Error::InvalidConfig { field: "stale", expected: "at most 16777216 requests" });
         }
+        if self.event_delay_ns > 0 && self.stale_delay > 0 {
+            return Err(Error::InvalidConfig {
+                field: "event-delay-ms",
+                expected: "0 with --stale (a delay in requests or in time, not both)",
+            });
+        }
         if let Some(policy) = self.scale {
             policy.validate(self.pods)?;
         }
@@ -239,8 +271,11 @@ impl FleetConfig {
             if self.cpu_capacity_blocks > 0 {
                 return Err(Error::InvalidConfig { field: "cpu-capacity", expected: "0 with --cache global" });
             }
-            if self.stale_delay > 0 {
-                return Err(Error::InvalidConfig { field: "stale", expected: "0 with --cache global" });
+            if self.stale_delay > 0 || self.event_delay_ns > 0 || self.speculative_ttl_ns > 0 {
+                return Err(Error::InvalidConfig {
+                    field: "stale",
+                    expected: "no stale index (--stale, --event-delay-ms, --speculative-ttl-ms) with --cache global",
+                });
             }
             if self.index != IndexKind::PodTables {
                 return Err(Error::InvalidConfig { field: "index", expected: "pod-tables with --cache global" });
@@ -272,9 +307,10 @@ pub struct FleetLayout {
     pub queue_per_pod: usize,
     /// Block index entries (0 when the router does not use the index).
     pub index: usize,
-    /// Pending-evict records (0 when the index is exact or unused).
+    /// Pending-event records (0 when the index is exact or unused): one equal share per queue
+    /// ([`FleetConfig::pending_queues`]).
     pub pending: usize,
-    /// Pending-evict table entries.
+    /// Pending-event table entries (one equal share per queue).
     pub pending_table: usize,
     /// CPU-tier slots per pod (0: no CPU tier).
     pub cpu_slots_per_pod: usize,
@@ -294,7 +330,8 @@ impl FleetLayout {
         } else {
             0
         };
-        let pending = if uses_index && cfg.stale_delay > 0 { pending.max(1) } else { 0 };
+        let queues = cfg.pending_queues();
+        let per_queue = if queues > 0 { pending.max(1) } else { 0 };
         let global = cfg.cache == CacheMode::Global;
         Ok(FleetLayout {
             pods: cfg.pods,
@@ -303,8 +340,8 @@ impl FleetLayout {
             shared_table: if global { LruPod::table_len(cfg.pods * cfg.capacity_blocks) } else { 0 },
             queue_per_pod: queue_per_pod.max(1),
             index,
-            pending,
-            pending_table: if pending > 0 { PendingEvicts::table_len(pending) } else { 0 },
+            pending: per_queue * queues,
+            pending_table: if queues > 0 { PendingEvicts::table_len(per_queue) * queues } else { 0 },
             cpu_slots_per_pod: cfg.cpu_capacity_blocks,
             cpu_table_per_pod: if cfg.cpu_capacity_blocks > 0 { LruPod::table_len(cfg.cpu_capacity_blocks) } else { 0 },
         })
@@ -507,7 +544,9 @@ struct Feed<'x, 'a> {
     index: Option<&'x mut BlockIndex<'a>>,
     cpu: Option<&'x mut LruPod<'a>>,
     pending: Option<&'x mut PendingEvicts<'a>>,
+    stores: Option<&'x mut PendingEvicts<'a>>,
     pod: usize,
+    /// The events' stamp: the dispatch number (delay in requests) or the arrival, ns (in time).
     dispatch: u64,
     error: Option<Error>,
 }
@@ -517,6 +556,11 @@ impl CacheEvents for Feed<'_, '_> {
     fn inserted(&mut self, key: u64) {
         if let Some(ix) = self.index.as_deref_mut()
             && let Err(e) = ix.insert(key, self.pod)
+        {
+            self.error.get_or_insert(e);
+        }
+        if let Some(s) = self.stores.as_deref_mut()
+            && let Err(e) = s.record(key, self.pod, self.dispatch)
         {
             self.error.get_or_insert(e);
         }
@@ -561,6 +605,8 @@ pub struct Fleet<'a, R: Router = AnyRouter<'a>> {
     pods: HVec<Pod<'a>, MAX_PODS>,
     index: Option<BlockIndex<'a>>,
     pending: Option<PendingEvicts<'a>>,
+    stores: Option<PendingEvicts<'a>>,
+    speculative: Option<PendingEvicts<'a>>,
     scale: Option<ScaleState>,
     next_request: u64,
     last_arrival_ns: u64,
@@ -600,6 +646,33 @@ fn fifo_load(queue_len: u32, backlog_ns: u64, t_prefill_ns: u64, capacity_blocks
         kv_capacity_blocks: u32::try_from(capacity_blocks).unwrap_or(u32::MAX),
         pending_prefill_tokens: backlog_ns.checked_div(t_prefill_ns).unwrap_or(0),
     }
+}
+
+/// The pending-event queues of `cfg` (evictions, stores, speculative entries) over equal shares
+/// of the caller's buffers.
+#[allow(clippy::type_complexity)]
+fn pending_queues<'a>(
+    cfg: &FleetConfig,
+    ring: &'a mut [PendingRecord],
+    table: &'a mut [PendingEntry],
+) -> Result<(Option<PendingEvicts<'a>>, Option<PendingEvicts<'a>>, Option<PendingEvicts<'a>>), Error> {
+    let n = cfg.pending_queues();
+    if n == 0 {
+        return Ok((None, None, None));
+    }
+    let (ring_each, table_each) = (ring.len() / n, table.len() / n);
+    let mut rings = split(ring, n, ring_each, "pending")?;
+    let mut tables = split(table, n, table_each, "pending table")?;
+    let mut next = || -> Result<Option<PendingEvicts<'a>>, Error> {
+        match (rings.next(), tables.next()) {
+            (Some(r), Some(t)) => Ok(Some(PendingEvicts::new(r, t)?)),
+            _ => Err(Error::BufferSize { buffer: "pending", expected: n, got: 0 }),
+        }
+    };
+    let evicts = if cfg.stale_delay > 0 || cfg.event_delay_ns > 0 { next()? } else { None };
+    let stores = if cfg.event_delay_ns > 0 { next()? } else { None };
+    let speculative = if cfg.speculative_ttl_ns > 0 { next()? } else { None };
+    Ok((evicts, stores, speculative))
 }
 
 fn split<'a, T>(
@@ -673,11 +746,8 @@ impl<'a, R: Router> Fleet<'a, R> {
         } else {
             None
         };
-        let pending = if router.needs_index() && cfg.stale_delay > 0 {
-            Some(PendingEvicts::new(b.pending, b.pending_table)?)
-        } else {
-            None
-        };
+        let (pending, stores, speculative) =
+            if router.needs_index() { pending_queues(&cfg, b.pending, b.pending_table)? } else { (None, None, None) };
         let scale = match cfg.scale {
             Some(policy) => Some(ScaleState::new(policy, cfg.pods)?),
             None => None,
@@ -688,6 +758,8 @@ impl<'a, R: Router> Fleet<'a, R> {
             pods,
             index,
             pending,
+            stores,
+            speculative,
             scale,
             next_request: 0,
             last_arrival_ns: 0,
@@ -778,8 +850,9 @@ impl<'a, R: Router> Fleet<'a, R> {
                     index: self.index.as_mut(),
                     cpu: None,
                     pending: self.pending.as_mut(),
+                    stores: self.stores.as_mut(),
                     pod,
-                    dispatch: i,
+                    dispatch: if self.cfg.event_delay_ns > 0 { arrival_ns } else { i },
                     error: None,
                 };
                 if let Some(c) = cache.as_mut() {
@@ -801,11 +874,23 @@ impl<'a, R: Router> Fleet<'a, R> {
 
     fn dispatch_inner(&mut self, req: &Request<'_>) -> Result<Outcome, Error> {
         let i = self.next_request;
-        // 1. Evictions made while dispatching requests <= i-k-1 reach the router now.
-        if let Some(p) = self.pending.as_mut()
+        // 1. Evictions made while dispatching requests <= i-k-1 reach the router now (or, with
+        // an event delay D, the stores and evictions made at or before arrival - D); speculative
+        // entries made at or before arrival - TTL expire.
+        let t = req.arrival_ns;
+        if self.cfg.event_delay_ns > 0 {
+            if let Some(upto) = t.checked_sub(self.cfg.event_delay_ns) {
+                self.pending.iter_mut().chain(self.stores.iter_mut()).for_each(|p| p.deliver_through(upto));
+            }
+        } else if let Some(p) = self.pending.as_mut()
             && let Some(upto) = i.checked_sub(self.cfg.stale_delay as u64 + 1)
         {
             p.deliver_through(upto);
+        }
+        if let Some(s) = self.speculative.as_mut()
+            && let Some(upto) = t.checked_sub(self.cfg.speculative_ttl_ns)
+        {
+            s.deliver_through(upto);
         }
         // 2. Queue lengths at arrival.
         let mut queue_lens = [0u32; MAX_PODS];
@@ -831,8 +916,16 @@ impl<'a, R: Router> Fleet<'a, R> {
         } else {
             None
         };
-        let view =
-            RouteView { request: i, queue_lens, held, pending: self.pending.as_ref(), loads, now_ns: req.arrival_ns };
+        let view = RouteView {
+            request: i,
+            queue_lens,
+            held,
+            pending: self.pending.as_ref(),
+            pending_stores: self.stores.as_ref(),
+            speculative: self.speculative.as_ref(),
+            loads,
+            now_ns: req.arrival_ns,
+        };
         let route = self.router.route(&view, req.keys);
         let p = route.pod;
         // A custom router may name a pod that does not exist or is not booted yet.
@@ -843,6 +936,11 @@ impl<'a, R: Router> Fleet<'a, R> {
             });
         }
         self.router.routed(p, req.keys, req.arrival_ns)?;
+        if let Some(s) = self.speculative.as_mut() {
+            for &k in req.keys {
+                s.record(k, p, req.arrival_ns)?;
+            }
+        }
         // 5. Serve from the pod's cache (or the shared pool, held by pod 0), feeding its events
         // to the index.
         let cache_pod = match self.cfg.cache {
@@ -854,12 +952,14 @@ impl<'a, R: Router> Fleet<'a, R> {
         let hit_blocks = cache.hit_blocks(req.keys);
         // The prefix continues in the CPU tier, measured before any update too.
         let cpu_hit_blocks = cpu.as_ref().map_or(0, |c| c.hit_blocks(&req.keys[hit_blocks..]));
+        let stamp = if self.cfg.event_delay_ns > 0 { req.arrival_ns } else { i };
         let mut feed = Feed {
             index: self.index.as_mut(),
             cpu: cpu.as_mut(),
             pending: self.pending.as_mut(),
+            stores: self.stores.as_mut(),
             pod: p,
-            dispatch: i,
+            dispatch: stamp,
             error: None,
         };
         match self.cfg.order {

@@ -267,6 +267,14 @@ pub struct FleetArgs {
     /// Stale-evict delay k, in requests (0 = exact index).
     #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u32>)]
     pub stale: u32,
+    /// Staleness in time: the exact index learns of each store and eviction D ms after it
+    /// happens (KV events in flight; 0 = at once; not with --stale).
+    #[arg(long, value_name = "D", default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub event_delay_ms: u64,
+    /// llm-d's speculative entries: a routed request's blocks count as held by its pod for T ms
+    /// unless a real store confirms them (0 = off).
+    #[arg(long, value_name = "T", default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub speculative_ttl_ms: u64,
     /// tail-first | in-order
     #[arg(long, default_value = "tail-first", value_parser = parse_order)]
     pub order: TouchOrder,
@@ -383,6 +391,11 @@ impl ScaleArgs {
     }
 }
 
+fn ms_to_ns(ms: u64, flag: &str) -> CliResult<u64> {
+    ms.checked_mul(1_000_000)
+        .ok_or_else(|| CliError::bad_input(format!("{flag} {ms}: expected at most {} ms", u64::MAX / 1_000_000)))
+}
+
 impl FleetArgs {
     /// The core configuration.
     pub fn config(&self) -> CliResult<FleetConfig> {
@@ -401,6 +414,8 @@ impl FleetArgs {
             scale: self.scale.policy(self.pods)?,
             cache: self.cache,
             routing: None,
+            event_delay_ns: ms_to_ns(self.event_delay_ms, "--event-delay-ms")?,
+            speculative_ttl_ns: ms_to_ns(self.speculative_ttl_ms, "--speculative-ttl-ms")?,
         };
         // A trace replay has no scenario seed: the shipped routers' RNG starts from 0.
         router_config::apply(&mut cfg, self.router_config.as_deref(), 0)?;

@@ -120,6 +120,8 @@ pub fn run(decisions: usize, repeats: usize) -> CliResult<RouteReport> {
         queue_lens: &queue,
         held: Holders::Index(&exact),
         pending: None,
+        pending_stores: None,
+        speculative: None,
         loads: Some(&loads),
         now_ns: 0,
     };

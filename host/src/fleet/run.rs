@@ -386,6 +386,14 @@ pub fn check_memory(
 ) -> CliResult<()> {
     let l = FleetLayout::new(cfg, queue_per_pod, pending).map_err(config_error)?;
     let mut needs = crate::audit::fleet_needs(cfg, &l);
+    let router_bytes = cfg.router_layout().map_err(config_error)?.bytes(cfg.pods) as u64;
+    if router_bytes > 0 {
+        needs.push(Need {
+            what: "the router's approximate index".into(),
+            bytes: router_bytes,
+            lowered_by: "--capacity, or [params] approx_lru_blocks in --router-config".into(),
+        });
+    }
     if let Some(n) = requests {
         let per = 8 + if keep_outcomes { std::mem::size_of::<Outcome>() as u64 } else { 0 };
         needs.push(Need {

@@ -425,6 +425,8 @@ impl Scenario {
                 s.params.seed = w.seed;
                 s
             }),
+            event_delay_ns: 0,
+            speculative_ttl_ns: 0,
             scale: match &f.autoscale {
                 None => None,
                 Some(a) => Some(
