@@ -124,7 +124,7 @@ fn bad_input_names_the_line_or_flag() {
         (GOOD.to_string(), vec!["--pods", "0"], "--pods"),
         (GOOD.to_string(), vec!["--pods", "65"], "--pods"),
         (GOOD.to_string(), vec!["--capacity", "0"], "--capacity"),
-        (GOOD.to_string(), vec!["--router", "random"], "--router"),
+        (GOOD.to_string(), vec!["--router", "no-such-router"], "--router"),
         (GOOD.to_string(), vec!["--alpha", "-1"], "--alpha"),
         (GOOD.to_string(), vec!["--trace-block-size", "500"], "--trace-block-size"),
         (GOOD.to_string(), vec!["--scale-min", "0"], "--scale-min"),
@@ -185,4 +185,32 @@ fn a_piped_trace_is_never_silently_truncated_by_a_restart() {
         Some(2) => assert!(stderr.contains("--trace /dev/stdin") && stderr.contains("regular file"), "{stderr}"),
         other => panic!("exit {other:?}: {stderr}"),
     }
+}
+
+#[test]
+fn router_presets_and_config_files() {
+    let t = tmp("good-router.jsonl", &format!("{GOOD}\n{GOOD}"));
+    for name in ["llm-d-precise", "gie-default", "llm-d-affinity", "dynamo-kv", "sglang-cache-aware"] {
+        let (code, out, err) = replay(&t, &["--router", name, "--json"]);
+        assert_eq!(code, 0, "{name}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["router"], name);
+    }
+    let cases = [
+        ("[[scorers]]\ntype = \"queue\"\nwieght = 2\n", "unknown field `wieght`"),
+        ("[[scorers]]\ntype = \"no-such-scorer\"\n", "no-such-scorer"),
+        ("preset = \"dynamo-kv\"\n[params]\nrouter_temperature = -1\n", "key `params.router_temperature`"),
+        ("[[scorers]]\ntype = \"queue\"\nweight = -1\n", "key `scorers.weight`"),
+        ("preset = \"prefix-aware\"\n", "key `preset`"),
+    ];
+    for (text, want) in cases {
+        let cfg = tmp("router.toml", text);
+        let (code, _, err) = replay(&t, &["--router-config", cfg.to_str().unwrap()]);
+        assert_eq!(code, 2, "{want}: {err}");
+        assert!(err.contains(want) && err.contains("router.toml"), "expected `{want}` and the file in: {err}");
+    }
+    let cfg = tmp("router-ok.toml", "filters = [\"prefix-cache-affinity\"]\n[[scorers]]\ntype = \"token-load\"\n");
+    let (code, out, err) = replay(&t, &["--router-config", cfg.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"custom\""), "{out}");
 }

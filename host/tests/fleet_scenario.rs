@@ -40,7 +40,7 @@ fn bad_keys_and_values_name_the_key() {
     let cases = [
         (format!("{BASE}bogus = 1\n"), "bogus"),
         (BASE.replace("rate_per_s = 10.0", "rate_per_s = -1.0"), "workload.rate_per_s"),
-        (BASE.replace("pods = 4", "pods = 4\nrouter = \"random\""), "fleet.router"),
+        (BASE.replace("pods = 4", "pods = 4\nrouter = \"no-such-router\""), "fleet.router"),
         (format!("{BASE}[fleet.autoscale]\nmin = 0\n"), "fleet.autoscale.min"),
         (format!("{BASE}[fleet.autoscale]\nmin = 5\n"), "fleet.autoscale.min"),
         (format!("{BASE}[fleet.autoscale]\nmin = 1\ninitial = 9\n"), "fleet.autoscale.initial"),
