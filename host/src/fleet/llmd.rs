@@ -818,7 +818,8 @@ fn trace_intro(s: &LlmdSection) -> String {
          \"Replaying real traces\" fleet). The README's finding with the FIFO engine: prefix-aware at alpha 1 pins the \
          trace to three pods, because the 512-token system prompt every request shares outweighs any queue shorter than \
          32 (the \"death spiral\" SGLang and vLLM router users report). A run is marked pinned when fewer than half the \
-         pods serve a quarter of a fair share of the requests, skewed when its busiest pod serves twice a fair share.",
+         pods serve a quarter of a fair share of the requests, skewed when its busiest pod serves twice a fair share. \
+         Output tok/s on the trace is its demand over the makespan (every run produces the same tokens), not a capacity.",
         thousands(s.trace_requests),
         thousands(s.trace_requests_in_file),
         engine_report::CONVERSATION_PODS,
