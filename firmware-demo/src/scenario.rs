@@ -26,7 +26,9 @@ use brokerlab_core::fleet::engine::Engine;
 use brokerlab_core::fleet::hash::fmix64;
 use brokerlab_core::fleet::keys::token_keys;
 use brokerlab_core::fleet::stats::{LogHistogram, REPORTED_PERCENTILES, nearest_rank_index};
-use brokerlab_core::fleet::workload::{DocOrder, Layout, Popularity, Workload, WorkloadSpec};
+use brokerlab_core::fleet::workload::{
+    DocOrder, Layout, MAX_STAGES, Popularity, Stage, SuffixScope, Workload, WorkloadSpec,
+};
 use brokerlab_core::fleet::{
     BatchedFleet, BlockIndex, Completion, EngineBuffers, EngineConfig, EngineEvents, EngineLayout, Error, Fleet,
     FleetBuffers, FleetConfig, FleetLayout, IndexEntry, KvBlock, LruPod, Outcome, PendingEntry, PendingEvicts,
@@ -89,6 +91,9 @@ pub const WORKLOAD: WorkloadSpec = WorkloadSpec {
     burst_rate_milli_per_s: 0,
     burst_start_ms: 0,
     burst_ms: 0,
+    suffix_scope: SuffixScope::Request,
+    stages: [Stage { rate_milli_per_s: 0, duration_ms: 0 }; MAX_STAGES],
+    stages_len: 0,
 };
 
 /// Longest prompt of [`WORKLOAD`], tokens (`WorkloadSpec::max_prompt_tokens`, as a constant).

@@ -66,6 +66,21 @@ fn bad_keys_and_values_name_the_key() {
             ),
             "workload.burst",
         ),
+        (BASE.replace("rate_per_s = 10.0", "suffix_scope = \"session\"\nrate_per_s = 10.0"), "workload.suffix_scope"),
+        (BASE.replace("rate_per_s = 10.0", ""), "workload.rate_per_s"),
+        (
+            BASE.replace("rate_per_s = 10.0", "rate_per_s = 10.0\n[[workload.stages]]\nrate_per_s = 5\nduration_s = 2"),
+            "workload.rate_per_s",
+        ),
+        (
+            BASE.replace("rate_per_s = 10.0", "[[workload.stages]]\nrate_per_s = 5\nduration_s = 2\n[[workload.stages]]\nrate_per_s = 5\nduration_s = 0"),
+            "workload.stages[2].duration_s",
+        ),
+        (
+            BASE.replace("rate_per_s = 10.0", "[[workload.stages]]\nrate_per_s = 0.0001\nduration_s = 2"),
+            "workload.stages[1].rate_per_s",
+        ),
+        (BASE.replace("rate_per_s = 10.0", "[[workload.stages]]\nrate_per_s = 0\nduration_s = 2"), "workload.stages"),
     ];
     for (text, key) in cases {
         match parse(&text) {

@@ -254,6 +254,10 @@ named_enum! {
         WorkloadRag => "workload.rag",
         /// The burst.
         WorkloadBurst => "workload.burst",
+        /// The popularity law ([`workload::Popularity`]).
+        WorkloadPopularity => "workload.popularity",
+        /// The rate stages ([`workload::Stage`]).
+        WorkloadStages => "workload.stages",
     }
 }
 

@@ -62,6 +62,8 @@ pub const fn names(field: Field) -> Names {
         Field::WorkloadOutputTokensChoices => (None, Some("workload.output_tokens_choices")),
         Field::WorkloadRag => (None, Some("workload.rag")),
         Field::WorkloadBurst => (None, Some("workload.burst")),
+        Field::WorkloadPopularity => (None, Some("workload.popularity")),
+        Field::WorkloadStages => (None, Some("workload.stages")),
     };
     Names { flag, key }
 }

@@ -8,6 +8,7 @@ pub mod experiments;
 pub mod fields;
 pub mod formats;
 pub mod input;
+pub mod llmd;
 pub mod mooncake;
 pub mod progress;
 pub mod report;

@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
-use brokerlab_core::fleet::workload::{DocOrder, Layout, MAX_OUTPUT_CHOICES, Popularity, Workload, WorkloadSpec};
+use brokerlab_core::fleet::workload::{
+    DocOrder, Layout, MAX_OUTPUT_CHOICES, MAX_STAGES, Popularity, Stage, SuffixScope, Workload, WorkloadSpec,
+};
 use brokerlab_core::fleet::{FleetConfig, IndexKind, Request, RouterKind, RouterSpec, TouchOrder, defaults, keys};
 use serde::{Deserialize, Serialize};
 
@@ -37,11 +39,18 @@ pub struct WorkloadToml {
     /// Output lengths drawn uniformly from this list instead (1 to 16 values).
     #[serde(default)]
     pub output_tokens_choices: Option<Vec<u32>>,
-    /// "uniform" or "zipf:S".
+    /// "uniform", "zipf:S" or "cycle".
     #[serde(default = "uniform")]
     pub popularity: String,
-    /// Poisson rate, requests/s (0: all at t = 0).
-    pub rate_per_s: f64,
+    /// Poisson rate, requests/s (0: all at t = 0); required unless `stages` is given.
+    #[serde(default)]
+    pub rate_per_s: Option<f64>,
+    /// "request" (default: a fresh suffix per request) or "user" (one per tenant and user).
+    #[serde(default)]
+    pub suffix_scope: Option<String>,
+    /// A ramp of Poisson stages run back to back from t = 0 (instead of `rate_per_s`).
+    #[serde(default)]
+    pub stages: Option<Vec<StageToml>>,
     /// "stable-prefix-first" or "timestamp-first".
     #[serde(default = "stable")]
     pub layout: String,
@@ -54,6 +63,16 @@ pub struct WorkloadToml {
     /// A burst of a higher (or lower) arrival rate.
     #[serde(default)]
     pub burst: Option<BurstToml>,
+}
+
+/// `[[workload.stages]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageToml {
+    /// Poisson rate during the stage, requests/s.
+    pub rate_per_s: f64,
+    /// Length, s.
+    pub duration_s: f64,
 }
 
 /// `[workload.burst]`.
@@ -282,6 +301,7 @@ impl Scenario {
         let w = &t.workload;
         let popularity = match w.popularity.split_once(':') {
             None if w.popularity == "uniform" => Popularity::Uniform,
+            None if w.popularity == "cycle" => Popularity::Cycle,
             Some(("zipf", s)) => match s.parse::<f64>().ok().and_then(|v| milli_exact(v, 10.0).ok()) {
                 Some(m) => Popularity::Zipf { s_milli: m as u32 },
                 _ => {
@@ -292,15 +312,29 @@ impl Scenario {
                     ));
                 }
             },
-            _ => return Err(bad("workload.popularity", "\"uniform\" or \"zipf:S\"", &w.popularity)),
+            _ => return Err(bad("workload.popularity", "\"uniform\", \"zipf:S\" or \"cycle\"", &w.popularity)),
         };
         let layout = match w.layout.as_str() {
             "stable-prefix-first" => Layout::StablePrefixFirst,
             "timestamp-first" => Layout::TimestampFirst,
             other => return Err(bad("workload.layout", "\"stable-prefix-first\" or \"timestamp-first\"", other)),
         };
-        let rate_milli_per_s =
-            rate_milli(w.rate_per_s).map_err(|exp| bad("workload.rate_per_s", &exp, &num(w.rate_per_s)))?;
+        let (stages, stages_len) = parse_stages(w.stages.as_deref(), &bad)?;
+        let rate_milli_per_s = match (w.rate_per_s, stages_len) {
+            (Some(r), 0) => rate_milli(r).map_err(|exp| bad("workload.rate_per_s", &exp, &num(r)))?,
+            (None, 0) => {
+                return Err(bad("workload.rate_per_s", "a rate in requests/s (or [[workload.stages]])", "none"));
+            }
+            (Some(r), _) => {
+                return Err(bad("workload.rate_per_s", "absent when [[workload.stages]] is given", &num(r)));
+            }
+            (None, _) => 0,
+        };
+        let suffix_scope = match w.suffix_scope.as_deref() {
+            None | Some("request") => SuffixScope::Request,
+            Some("user") => SuffixScope::User,
+            Some(other) => return Err(bad("workload.suffix_scope", "\"request\" or \"user\"", other)),
+        };
         let (rag_docs, rag_doc_tokens, rag_per_request, rag_order) = match &w.rag {
             None => (0, 0, 0, DocOrder::Random),
             Some(r) => {
@@ -369,6 +403,9 @@ impl Scenario {
             burst_rate_milli_per_s,
             burst_start_ms,
             burst_ms,
+            suffix_scope,
+            stages,
+            stages_len,
         };
         workload.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
         let f = &t.fleet;
@@ -450,6 +487,29 @@ impl Scenario {
             origin: origin.to_string(),
         })
     }
+}
+
+/// `[[workload.stages]]` as the core's fixed array and its length; errors name the stage (1-based).
+fn parse_stages(
+    stages: Option<&[StageToml]>,
+    bad: &dyn Fn(&str, &str, &str) -> CliError,
+) -> CliResult<([Stage; MAX_STAGES], u32)> {
+    let mut out = [Stage::default(); MAX_STAGES];
+    let Some(list) = stages else { return Ok((out, 0)) };
+    if list.is_empty() || list.len() > MAX_STAGES {
+        return Err(bad("workload.stages", "1 to 32 stages", &format!("{} stages", list.len())));
+    }
+    for (i, (st, slot)) in list.iter().zip(out.iter_mut()).enumerate() {
+        let key = |k: &str| format!("workload.stages[{}].{k}", i + 1);
+        let rate = rate_milli(st.rate_per_s).map_err(|e| bad(&key("rate_per_s"), &e, &num(st.rate_per_s)))?;
+        let ms = milli_exact(st.duration_s, 1e10)
+            .map_err(|e| bad(&key("duration_s"), &format!("seconds: {e}"), &num(st.duration_s)))?;
+        if ms == 0 {
+            return Err(bad(&key("duration_s"), "a positive duration (seconds)", &num(st.duration_s)));
+        }
+        *slot = Stage { rate_milli_per_s: rate, duration_ms: ms };
+    }
+    Ok((out, list.len() as u32))
 }
 
 /// `v` in exact thousandths, when `0 <= v <= max` and `v` is a multiple of 0.001 (up to the

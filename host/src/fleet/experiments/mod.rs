@@ -10,6 +10,7 @@
 //! 8. autoscaling: a burst, a scaler, and whether the router fights it;
 //! 9. the batched engine: the llm-d shape and the conversation trace, beside the FIFO engine.
 //! 10. Mooncake's local-vs-global cache result on the vendored traces ([`super::mooncake`]).
+//! 11. llm-d's benchmark reproduced, and every router on the conversation trace ([`super::llmd`]).
 //!
 //! This module runs the experiments (data); [`charts`] draws them and [`render`] writes the
 //! Markdown and HTML, with prose filled from the scenarios.
@@ -82,6 +83,8 @@ pub struct Experiments {
     pub scenarios: Vec<ScenarioRun>,
     /// The batched engine beside the FIFO engine (section 9).
     pub engines: EngineComparison,
+    /// llm-d's benchmark reproduced (section 11).
+    pub llmd_bench: super::llmd::LlmdSection,
 }
 
 /// A built-in scenario as it ran.
@@ -153,6 +156,7 @@ pub fn total_points(caps: usize) -> u64 {
         + 2 * per_router
         + AUTOSCALE_RUNS.len()) as u64
         + engine_report::ENGINE_POINTS
+        + super::llmd::points()
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -245,6 +249,10 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     let llmd_fifo = |r: RouterKind| find(&llmd, r, 0.0).map(|p| p.summary.clone());
     let engines = engine_report::run(&ld, &llmd_fifo, shrink, &|| progress.inc(1))?;
 
+    // 11: llm-d's benchmark reproduced.
+    progress.set_message("llm-d benchmark");
+    let llmd_bench = super::llmd::run(shrink, &|| progress.inc(1))?;
+
     Ok(Experiments {
         capacity,
         timestamp_first,
@@ -262,6 +270,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         shrink: shrink.max(1),
         scenarios: scenarios_run(shrink)?,
         engines,
+        llmd_bench,
     })
 }
 

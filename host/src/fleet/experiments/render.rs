@@ -238,6 +238,8 @@ pub fn render_markdown(ex: &Experiments, q: &Quoted, prov: &Provenance) -> Strin
     }
     o += "\n";
     o += &crate::fleet::mooncake::markdown(&ex.mooncake);
+    o += "\n";
+    o += &crate::fleet::llmd::markdown(&ex.llmd_bench);
     o += "\n## Capacity sweep (stable prefix first)\n\n";
     o += &points_table(&ex.capacity, "capacity");
     o += "\n## Capacity sweep (timestamp first)\n\n";
@@ -442,6 +444,20 @@ pub(super) fn render_html(
         o += &md_table_to_html(&mc::runs_table(&ex.mooncake));
         let _ =
             write!(o, "<p>{}</p><p>{}</p>", md_inline_to_html(&mc::verdict(&ex.mooncake)), md_inline_to_html(mc::WHY));
+    }
+    {
+        use crate::fleet::llmd::{self, Block};
+        let _ = write!(o, "<h2>11. {}</h2>", html_escape(llmd::TITLE));
+        for b in llmd::blocks(&ex.llmd_bench) {
+            match b {
+                Block::Para(p) => {
+                    let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
+                }
+                Block::Table(t) => o += &md_table_to_html(&t),
+            }
+        }
+        let _ =
+            write!(o, "<h3>{}</h3><pre>{}</pre>", html_escape(llmd::SCENARIO_NAME), html_escape(llmd::SCENARIO_TEXT));
     }
     o += "<h2>Parameters</h2>";
     for ((name, text), run) in BUILTIN.iter().zip(&ex.scenarios) {
