@@ -670,7 +670,8 @@ mod tests {
 
     #[test]
     fn bad_stages_are_refused() {
-        let bad = |s: WorkloadSpec| matches!(s.validate(), Err(Error::InvalidConfig { field: Field::WorkloadStages, .. }));
+        let bad =
+            |s: WorkloadSpec| matches!(s.validate(), Err(Error::InvalidConfig { field: Field::WorkloadStages, .. }));
         assert!(bad(with_stages(spec(), &[(1_000, 0)])), "zero duration");
         assert!(bad(with_stages(spec(), &[(0, 1_000)])), "no positive rate");
         assert!(bad(with_stages(WorkloadSpec { rate_milli_per_s: 1_000, ..spec() }, &[(1_000, 1_000)])), "both");
