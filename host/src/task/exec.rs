@@ -19,7 +19,8 @@ use super::ident::{Me, now_ms};
 use super::spec::{Spec, check_id};
 use super::store::{AppendError, Lease, LeaseError, NewTask, fold_in};
 use super::world::{CallOutcome, ToolFile, World};
-use crate::error::{CliError, CliResult, EXIT_FAILURE, EXIT_NEEDS_REVIEW};
+use crate::error::{EXIT_FAILURE, EXIT_NEEDS_REVIEW};
+use crate::task::error::{TaskError, TaskResult};
 
 /// Exit status of a process stopped by an injected crash (as if killed by SIGKILL: 128 + 9).
 pub const CRASH_EXIT: i32 = 137;
@@ -58,10 +59,10 @@ impl Point {
 /// One `POINT[:N]` or `N` target.
 type Target = (Option<Point>, u32);
 
-fn parse_target(var: &str) -> CliResult<Option<Target>> {
+fn parse_target(var: &str) -> TaskResult<Option<Target>> {
     let Ok(v) = std::env::var(var) else { return Ok(None) };
     let bad = || {
-        CliError::bad_input(format!(
+        TaskError::bad_input(format!(
             "{var}={v:?}: expected N or POINT[:N] with POINT one of before-commit, after-commit, before-tool, \
              calling, tool-applied and N >= 1"
         ))
@@ -104,7 +105,7 @@ impl Chaos {
     }
 
     /// Reads `BROKERLAB_CRASH_AT` and `BROKERLAB_PAUSE_AT`; a malformed value is bad input.
-    pub fn from_env() -> CliResult<Chaos> {
+    pub fn from_env() -> TaskResult<Chaos> {
         Ok(Chaos {
             crash: parse_target("BROKERLAB_CRASH_AT")?,
             pause: parse_target("BROKERLAB_PAUSE_AT")?,
@@ -159,12 +160,12 @@ impl<'a> HostJournal<'a> {
 }
 
 impl Journal for HostJournal<'_> {
-    type Error = AppendError<CliError>;
-    fn append(&mut self, rec: &Record) -> Result<(), AppendError<CliError>> {
+    type Error = AppendError<TaskError>;
+    fn append(&mut self, rec: &Record) -> Result<(), AppendError<TaskError>> {
         self.pending.push(rec.clone());
         Ok(())
     }
-    fn sync(&mut self) -> Result<(), AppendError<CliError>> {
+    fn sync(&mut self) -> Result<(), AppendError<TaskError>> {
         if self.pending.is_empty() {
             return Ok(());
         }
@@ -200,7 +201,7 @@ impl HostEffects<'_> {
     /// The margin rule (docs/RUNNER.md): a call is sent only while at least `margin_ms` of the
     /// lease is left; otherwise the lease is renewed first, in a fenced transaction, and a runner
     /// that lost it stops here without calling.
-    fn check_lease(&mut self, task: &TaskId, step: u16, tool: &str) -> CliResult<()> {
+    fn check_lease(&mut self, task: &TaskId, step: u16, tool: &str) -> TaskResult<()> {
         let expires = self.renewed_at_ms.get().saturating_add(self.lease.ttl_ms);
         if may_call(expires, now_ms(), self.margin_ms) {
             return Ok(());
@@ -213,13 +214,14 @@ impl HostEffects<'_> {
             }
             Err(AppendError::Fenced { epoch, holder }) => {
                 self.fenced = true;
-                let who = holder.map_or("nobody".to_string(), |(o, e)| format!("{o} (epoch {e})"));
-                Err(CliError::failure(format!(
-                    "task {task:?} step {step}: fenced: less than {} ms of the lease was left before calling {tool}, \
-                     and renewing it failed: our epoch {epoch}, now held by {who}; the call was not sent; this \
-                     runner stopped and wrote nothing more",
-                    self.margin_ms
-                )))
+                Err(TaskError::RenewFenced {
+                    task: task.to_string(),
+                    step,
+                    tool: tool.to_string(),
+                    margin_ms: self.margin_ms,
+                    epoch,
+                    holder: holder.map(|(o, e)| (o.to_string(), e)),
+                })
             }
             Err(AppendError::Sql(e)) => Err(e),
         }
@@ -227,13 +229,13 @@ impl HostEffects<'_> {
 }
 
 impl Effects for HostEffects<'_> {
-    type Error = CliError;
+    type Error = TaskError;
 
-    fn model(&mut self, _task: &TaskId, step: u16) -> CliResult<ModelReply> {
+    fn model(&mut self, _task: &TaskId, step: u16) -> TaskResult<ModelReply> {
         if !self.delay.is_zero() {
             std::thread::sleep(self.delay);
         }
-        self.spec.reply(step).ok_or_else(|| CliError::failure(format!("the spec has no step {step}")))
+        self.spec.reply(step).ok_or_else(|| TaskError::failure(format!("the spec has no step {step}")))
     }
 
     fn tool(
@@ -243,7 +245,7 @@ impl Effects for HostEffects<'_> {
         call: &ToolCall,
         key: Option<&Key>,
         fence: u64,
-    ) -> CliResult<ToolOutput> {
+    ) -> TaskResult<ToolOutput> {
         let what = format!("step {step} {}", call.tool);
         self.chaos.point(Point::BeforeTool, &what);
         self.check_lease(task, step, &call.tool)?;
@@ -252,12 +254,14 @@ impl Effects for HostEffects<'_> {
             CallOutcome::Done(out) => out,
             CallOutcome::Fenced { place, highest } => {
                 self.fenced = true;
-                return Err(CliError::failure(format!(
-                    "task {task:?} step {step}: fenced: the {} tool refused the call ({}): it carried fencing token \
-                     {fence} (this runner's lease epoch) but the tool has seen token {highest} for this task, so \
-                     another runner took the lease over; this runner stopped and wrote nothing more",
-                    call.tool, place
-                )));
+                return Err(TaskError::ToolFenced {
+                    task: task.to_string(),
+                    step,
+                    tool: call.tool.to_string(),
+                    place: place.to_string(),
+                    fence,
+                    highest,
+                });
             }
         };
         // the call has been applied; a slow tool's result "has not arrived" during this delay
@@ -268,7 +272,7 @@ impl Effects for HostEffects<'_> {
         Ok(out)
     }
 
-    fn suspend_requested(&mut self, task: &TaskId, _step: u16) -> CliResult<bool> {
+    fn suspend_requested(&mut self, task: &TaskId, _step: u16) -> TaskResult<bool> {
         // a worker told to stop (SIGTERM) suspends its task like `task suspend` would: after
         // the current atomic step, with the marker, so another worker resumes it
         if self.suspend_on_term && crate::sys::term_requested() {
@@ -340,14 +344,14 @@ pub fn status_of(st: &TaskState) -> String {
 /// The world as a witness: every call a tool's own file holds for `id` must have its intent in
 /// the log. A call without one means the log lost its tail or was changed: resuming would repeat a
 /// side effect the world has already seen, so this is reported as corruption and nothing runs.
-fn check_witness(store: &dyn TaskStore, world: &mut World, id: &str, recs: &[Record]) -> CliResult<()> {
+fn check_witness(store: &dyn TaskStore, world: &mut World, id: &str, recs: &[Record]) -> TaskResult<()> {
     for f in ToolFile::ALL {
         for c in world.calls(f, id)? {
             let has_intent = recs.iter().any(|r| {
                 matches!(&r.event, Event::ToolIntent { step, tool, .. } if *step == c.step && tool.as_str() == f.tool())
             });
             if !has_intent {
-                return Err(CliError::bad_input(format!(
+                return Err(TaskError::bad_input(format!(
                     "{}: task {id:?} step {}: log corruption: the {} tool's own file ({}) has a call for this step \
                      (applied {}, token {}) but the log has no intent for it: the log's tail was lost or changed; \
                      nothing was re-sent and nothing was written",
@@ -367,7 +371,7 @@ fn check_witness(store: &dyn TaskStore, world: &mut World, id: &str, recs: &[Rec
 /// A runner that takes over a call in flight (or a step waiting for review) raises the fence in
 /// that tool's file to its own epoch before it decides, so a call from the previous holder that
 /// arrives later is refused, and the file it reads as evidence stays final.
-fn fence_in_flight(world: &mut World, id: &str, st: &TaskState) -> CliResult<()> {
+fn fence_in_flight(world: &mut World, id: &str, st: &TaskState) -> TaskResult<()> {
     let call = match &st.phase {
         Phase::InFlight { call, .. } | Phase::Review { call } => call,
         Phase::Model | Phase::Tool { .. } => return Ok(()),
@@ -386,7 +390,7 @@ fn execute(
     world: PathBuf,
     opts: &RunOpts,
     create: Option<NewTask>,
-) -> CliResult<i32> {
+) -> TaskResult<i32> {
     let chaos = Chaos::from_env()?;
     let me = Me::current();
     let recs = match &create {
@@ -395,7 +399,7 @@ fn execute(
     };
     let mut state = fold_in(&store.name(), id, &recs)?;
     if state.created && state.spec_digest != spec.digest() {
-        return Err(CliError::bad_input(format!(
+        return Err(TaskError::bad_input(format!(
             "{}: task {id:?}: the stored spec does not match the log's digest",
             store.name()
         )));
@@ -405,23 +409,19 @@ fn execute(
     let (lease, rec) = match store.acquire(id, &me, opts.lease_ms, &state, create.as_ref(), true) {
         Ok(x) => x,
         Err(LeaseError::Held { owner, epoch, expires_in_ms }) => {
-            return Err(CliError::Failure(format!(
-                "task {id:?} is already being run by {owner} (lease epoch {epoch}, expires in {:.1}s); \
-                 not starting a second runner",
-                expires_in_ms as f64 / 1000.0
-            )));
+            return Err(TaskError::Held { task: id.to_string(), owner: owner.to_string(), epoch, expires_in_ms });
         }
         Err(LeaseError::Exists) => {
-            return Err(CliError::failure(format!("task {id:?} was created concurrently by another runner")));
+            return Err(TaskError::failure(format!("task {id:?} was created concurrently by another runner")));
         }
         // a dead holder's last commit landed after we read the log: read it again
         Err(LeaseError::Stale) if create.is_none() => {
             return execute(store, id, spec, world.dir().to_path_buf(), opts, None);
         }
-        Err(LeaseError::Stale) => return Err(CliError::failure(format!("task {id:?}: the log changed; try again"))),
+        Err(LeaseError::Stale) => return Err(TaskError::LogChanged { task: id.to_string() }),
         Err(LeaseError::Sql(e)) => return Err(e),
     };
-    state.apply(&rec).map_err(|e| CliError::failure(format!("lease record: {e}")))?;
+    state.apply(&rec).map_err(|e| TaskError::failure(format!("lease record: {e}")))?;
     fence_in_flight(&mut world, id, &state)?;
     let mut journal = HostJournal::new(store, lease.clone(), &chaos);
     let mut fx = HostEffects {
@@ -444,11 +444,7 @@ fn execute(
             report(store, id, &state, stop, &mut world)
         }
         Err(DriveError::Journal(AppendError::Fenced { epoch, holder })) => {
-            let who = holder.map_or("nobody".to_string(), |(o, e)| format!("{o} (epoch {e})"));
-            Err(CliError::failure(format!(
-                "task {id:?}: fenced: lost the lease (our epoch {epoch}; now held by {who}); this runner stopped and \
-                 wrote nothing more"
-            )))
+            Err(TaskError::LeaseLost { task: id.to_string(), epoch, holder: holder.map(|(o, e)| (o.to_string(), e)) })
         }
         Err(DriveError::Journal(AppendError::Sql(e))) => {
             store.release(&lease);
@@ -460,11 +456,11 @@ fn execute(
             }
             Err(e)
         }
-        Err(DriveError::Runner(e)) => Err(CliError::failure(format!("task {id:?}: {e}"))),
-        Err(DriveError::NotCreated) => Err(CliError::failure(format!("task {id:?} has no created record"))),
+        Err(DriveError::Runner(e)) => Err(TaskError::failure(format!("task {id:?}: {e}"))),
+        Err(DriveError::NotCreated) => Err(TaskError::failure(format!("task {id:?} has no created record"))),
         Err(e) => {
             store.release(&lease);
-            Err(CliError::failure(format!("task {id:?}: {e}")))
+            Err(TaskError::failure(format!("task {id:?}: {e}")))
         }
     }
 }
@@ -479,7 +475,7 @@ struct Evidence {
     lines: Vec<String>,
 }
 
-fn evidence(store: &dyn TaskStore, world: &mut World, id: &str, step: u16, tool: &str) -> CliResult<Evidence> {
+fn evidence(store: &dyn TaskStore, world: &mut World, id: &str, step: u16, tool: &str) -> TaskResult<Evidence> {
     let f = ToolFile::of_tool(tool);
     let mut ev = Evidence {
         file: f.map_or_else(|| world.name(), |f| world.place(f)),
@@ -522,7 +518,7 @@ fn evidence(store: &dyn TaskStore, world: &mut World, id: &str, step: u16, tool:
     Ok(ev)
 }
 
-fn report(store: &dyn TaskStore, id: &str, st: &TaskState, stop: Stop, world: &mut World) -> CliResult<i32> {
+fn report(store: &dyn TaskStore, id: &str, st: &TaskState, stop: Stop, world: &mut World) -> TaskResult<i32> {
     match stop {
         Stop::Completed => {
             say!("task {id}: completed ({} steps, {} records)", st.steps, st.next_seq);
@@ -576,16 +572,16 @@ fn new_id() -> String {
 }
 
 /// `task run SPEC`: starts the task, or resumes it when its id already exists.
-pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> CliResult<i32> {
+pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> TaskResult<i32> {
     let spec = Spec::load(spec_path)?;
     let store = open(db, true)?;
     let store = &*store;
     let id = spec.id.clone().unwrap_or_else(new_id);
     if let Some(row) = store.task(&id)? {
         let stored = Spec::from_json(&row.spec)
-            .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+            .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
         if stored.digest() != spec.digest() {
-            return Err(CliError::bad_input(format!(
+            return Err(TaskError::bad_input(format!(
                 "{}: task {id:?} already exists with a different spec; run it with `task resume {id}`, or start a \
                  variant with `task fork {id} --at SEQ --spec {}`",
                 spec_path.display(),
@@ -603,9 +599,9 @@ pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> CliResult<i32> {
 
 /// A new task's rows: its spec and its `Created` record (seq 0), the world directory made
 /// absolute.
-pub fn new_task(spec: &Spec, id: &str, world: &Path) -> CliResult<NewTask> {
+pub fn new_task(spec: &Spec, id: &str, world: &Path) -> TaskResult<NewTask> {
     let digest = spec.digest();
-    let task = TaskId::try_from(id).map_err(|_| CliError::bad_input("task id too long"))?;
+    let task = TaskId::try_from(id).map_err(|_| TaskError::bad_input("task id too long"))?;
     let created = Record::new(task, 0, Event::Created { spec_digest: digest, steps: spec.steps.len() as u16 });
     Ok(NewTask {
         spec_json: spec.to_json(),
@@ -623,17 +619,23 @@ pub fn task_id_of(spec: &Spec) -> String {
 }
 
 /// `task resume ID`.
-pub fn resume(db: &DbTarget, id: &str, opts: &RunOpts) -> CliResult<i32> {
+pub fn resume(db: &DbTarget, id: &str, opts: &RunOpts) -> TaskResult<i32> {
     let store = open(db, false)?;
     let store = &*store;
     let row = store.task_or_err(id)?;
     let spec = Spec::from_json(&row.spec)
-        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+        .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
     resume_row(store, id, &spec, row.world.as_deref(), opts)
 }
 
 /// Resumes a stored task (its spec and recorded world) until it completes, suspends or pauses.
-pub fn resume_row(store: &dyn TaskStore, id: &str, spec: &Spec, world: Option<&str>, opts: &RunOpts) -> CliResult<i32> {
+pub fn resume_row(
+    store: &dyn TaskStore,
+    id: &str,
+    spec: &Spec,
+    world: Option<&str>,
+    opts: &RunOpts,
+) -> TaskResult<i32> {
     let st = store.replay(id)?;
     match next_action(&st) {
         Action::Done => {
@@ -654,7 +656,7 @@ pub fn resume_row(store: &dyn TaskStore, id: &str, spec: &Spec, world: Option<&s
 }
 
 /// `task review ID --step N --mark-done|--retry`.
-pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_ms: i64) -> CliResult<i32> {
+pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_ms: i64) -> TaskResult<i32> {
     let store = open(db, false)?;
     let store = &*store;
     store.task_or_err(id)?;
@@ -662,7 +664,7 @@ pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_
     match &st.phase {
         Phase::Review { .. } if st.step == step && st.end.is_none() => {}
         _ => {
-            return Err(CliError::bad_input(format!(
+            return Err(TaskError::bad_input(format!(
                 "task {id:?}: step {step} is not waiting for review (task is {})",
                 status_of(&st)
             )));
@@ -672,13 +674,13 @@ pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_
     let (lease, rec) = match store.acquire(id, &me, lease_ms, &st, None, false) {
         Ok(x) => x,
         Err(LeaseError::Held { owner, .. }) => {
-            return Err(CliError::failure(format!("task {id:?} is held by a running runner ({owner}); try later")));
+            return Err(TaskError::failure(format!("task {id:?} is held by a running runner ({owner}); try later")));
         }
         Err(LeaseError::Sql(e)) => return Err(e),
-        Err(LeaseError::Exists) => return Err(CliError::failure("unexpected create")),
-        Err(LeaseError::Stale) => return Err(CliError::failure(format!("task {id:?}: the log changed; try again"))),
+        Err(LeaseError::Exists) => return Err(TaskError::failure("unexpected create")),
+        Err(LeaseError::Stale) => return Err(TaskError::LogChanged { task: id.to_string() }),
     };
-    st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
+    st.apply(&rec).map_err(|e| TaskError::failure(e.to_string()))?;
     // the reviewer read the tool's file: from now on no older lease holder may add to it
     let row = store.task_or_err(id)?;
     let mut world = World::new(&world_dir(&RunOpts::default(), row.world.as_deref()));
@@ -699,18 +701,18 @@ pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_
             say!("task {id}: step {step} {what}; continue with `brokerlab task resume {id}`");
             Ok(0)
         }
-        Err(e) => Err(CliError::failure(format!("task {id:?}: review not recorded: {e}"))),
+        Err(e) => Err(TaskError::failure(format!("task {id:?}: review not recorded: {e}"))),
     }
 }
 
 /// `task suspend ID`.
-pub fn suspend(db: &DbTarget, id: &str, lease_ms: i64) -> CliResult<i32> {
+pub fn suspend(db: &DbTarget, id: &str, lease_ms: i64) -> TaskResult<i32> {
     let store = open(db, false)?;
     let store = &*store;
     store.task_or_err(id)?;
     let mut st = store.replay(id)?;
     if st.end.is_some() {
-        return Err(CliError::bad_input(format!("task {id:?} has already {}; nothing to suspend", status_of(&st))));
+        return Err(TaskError::bad_input(format!("task {id:?} has already {}; nothing to suspend", status_of(&st))));
     }
     if st.suspended {
         say!("task {id}: already suspended before step {}", st.step);
@@ -729,7 +731,7 @@ pub fn suspend(db: &DbTarget, id: &str, lease_ms: i64) -> CliResult<i32> {
     }
     // No live runner: write the marker ourselves, if no call is in flight.
     if let Phase::Review { .. } = st.phase {
-        return Err(CliError::bad_input(format!(
+        return Err(TaskError::bad_input(format!(
             "task {id:?} cannot be suspended now: it is {}; it is already stopped and waits for a human: answer \
              with `brokerlab task review {id} --step {} --mark-done` or `--retry`",
             status_of(&st),
@@ -737,7 +739,7 @@ pub fn suspend(db: &DbTarget, id: &str, lease_ms: i64) -> CliResult<i32> {
         )));
     }
     if !st.can_suspend() {
-        return Err(CliError::bad_input(format!(
+        return Err(TaskError::bad_input(format!(
             "task {id:?} cannot be suspended now: it is {}; run `brokerlab task resume {id}` to resolve the step",
             status_of(&st)
         )));
@@ -751,12 +753,12 @@ pub fn suspend(db: &DbTarget, id: &str, lease_ms: i64) -> CliResult<i32> {
             return Ok(0);
         }
         Err(LeaseError::Sql(e)) => return Err(e),
-        Err(LeaseError::Exists) => return Err(CliError::failure("unexpected create")),
-        Err(LeaseError::Stale) => return Err(CliError::failure(format!("task {id:?}: the log changed; try again"))),
+        Err(LeaseError::Exists) => return Err(TaskError::failure("unexpected create")),
+        Err(LeaseError::Stale) => return Err(TaskError::LogChanged { task: id.to_string() }),
     };
-    st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
+    st.apply(&rec).map_err(|e| TaskError::failure(e.to_string()))?;
     let marker = Record::new(st.task_id.clone(), st.next_seq, Event::Suspended { next_step: st.step });
-    st.apply(&marker).map_err(|e| CliError::failure(e.to_string()))?;
+    st.apply(&marker).map_err(|e| TaskError::failure(e.to_string()))?;
     let r = store.append(&lease, &[marker]);
     store.release(&lease);
     match r {
@@ -765,25 +767,25 @@ pub fn suspend(db: &DbTarget, id: &str, lease_ms: i64) -> CliResult<i32> {
             Ok(0)
         }
         Err(AppendError::Sql(e)) => Err(e),
-        Err(AppendError::Fenced { .. }) => Err(CliError::failure(format!("task {id:?}: a runner took over"))),
+        Err(AppendError::Fenced { .. }) => Err(TaskError::failure(format!("task {id:?}: a runner took over"))),
     }
 }
 
 /// `task fork ID --at SEQ [--spec NEW]`.
-pub fn fork(db: &DbTarget, id: &str, at: u32, spec_path: Option<&Path>, opts: &RunOpts) -> CliResult<i32> {
+pub fn fork(db: &DbTarget, id: &str, at: u32, spec_path: Option<&Path>, opts: &RunOpts) -> TaskResult<i32> {
     let store = open(db, false)?;
     let store = &*store;
     let row = store.task_or_err(id)?;
     let parent = store.records(id)?;
     if at as usize >= parent.len() {
-        return Err(CliError::bad_input(format!(
+        return Err(TaskError::bad_input(format!(
             "--at {at}: task {id:?} has records 0..={}",
             parent.len().saturating_sub(1)
         )));
     }
     let spec = match spec_path {
         Some(p) => Spec::load(p)?,
-        None => Spec::from_json(&row.spec).map_err(|e| CliError::bad_input(format!("stored spec: {e}")))?,
+        None => Spec::from_json(&row.spec).map_err(|e| TaskError::bad_input(format!("stored spec: {e}")))?,
     };
     let new_id = match spec_path.and(spec.id.clone()) {
         Some(i) => i,
@@ -799,12 +801,12 @@ pub fn fork(db: &DbTarget, id: &str, at: u32, spec_path: Option<&Path>, opts: &R
             }
         }
     };
-    check_id(&new_id).map_err(|m| CliError::bad_input(format!("fork id {new_id:?}: {m}")))?;
+    check_id(&new_id).map_err(|m| TaskError::bad_input(format!("fork id {new_id:?}: {m}")))?;
     if store.task(&new_id)?.is_some() {
-        return Err(CliError::bad_input(format!("task {new_id:?} already exists; give the new spec another id")));
+        return Err(TaskError::bad_input(format!("task {new_id:?} already exists; give the new spec another id")));
     }
-    let task = TaskId::try_from(new_id.as_str()).map_err(|_| CliError::bad_input("fork id too long"))?;
-    let parent_id = TaskId::try_from(id).map_err(|_| CliError::bad_input("id too long"))?;
+    let task = TaskId::try_from(new_id.as_str()).map_err(|_| TaskError::bad_input("fork id too long"))?;
+    let parent_id = TaskId::try_from(id).map_err(|_| TaskError::bad_input("id too long"))?;
     let digest = spec.digest();
     let mut recs = vec![
         Record::new(task.clone(), 0, Event::Created { spec_digest: digest, steps: spec.steps.len() as u16 }),
@@ -816,7 +818,7 @@ pub fn fork(db: &DbTarget, id: &str, at: u32, spec_path: Option<&Path>, opts: &R
     for r in parent.iter().take(at as usize + 1).filter(|r| copied_by_fork(&r.event)) {
         let rec = Record::new(task.clone(), recs.len() as u32, r.event.clone());
         st.apply(&rec).map_err(|e| {
-            CliError::bad_input(format!(
+            TaskError::bad_input(format!(
                 "--at {at}: the parent's record seq {} does not fit the fork's spec ({} steps): {e}",
                 r.seq,
                 spec.steps.len()

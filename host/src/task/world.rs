@@ -30,7 +30,7 @@ use super::backend::DbTarget;
 use super::ident::now_ms;
 use super::pg::pg_error;
 use super::store::{open_sqlite, sql_error};
-use crate::error::{CliError, CliResult};
+use crate::task::error::{TaskError, TaskResult};
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS calls(
   id INTEGER PRIMARY KEY, key TEXT, task_id TEXT NOT NULL, step INTEGER NOT NULL,
@@ -220,29 +220,29 @@ impl World {
         }
     }
 
-    fn conn(&mut self, f: ToolFile) -> CliResult<&mut Connection> {
+    fn conn(&mut self, f: ToolFile) -> TaskResult<&mut Connection> {
         let Backing::Files { dir, conns } = &mut self.backing else {
-            return Err(CliError::failure("world: not a directory"));
+            return Err(TaskError::failure("world: not a directory"));
         };
         let path = dir.join(f.file());
         let slot = &mut conns[f as usize];
         if slot.is_none() {
             std::fs::create_dir_all(&*dir).map_err(|e| {
-                CliError::bad_input(format!("{}: cannot create the world directory: {e}", dir.display()))
+                TaskError::bad_input(format!("{}: cannot create the world directory: {e}", dir.display()))
             })?;
             let c = open_sqlite(&path, true)?;
             c.execute_batch(SCHEMA).map_err(|e| sql_error(&path, "creating the tool's tables", e))?;
             migrate(&c).map_err(|e| sql_error(&path, "adding the fencing columns", e))?;
             *slot = Some(c);
         }
-        slot.as_mut().ok_or_else(|| CliError::failure("world connection"))
+        slot.as_mut().ok_or_else(|| TaskError::failure("world connection"))
     }
 
     /// The PostgreSQL session, connected (and the tables created) on first use; a session the
     /// server closed (a restart) is replaced.
-    fn pg(&mut self) -> CliResult<(&mut postgres::Client, String)> {
+    fn pg(&mut self) -> TaskResult<(&mut postgres::Client, String)> {
         let Backing::Pg { url, client } = &mut self.backing else {
-            return Err(CliError::failure("world: not a database"));
+            return Err(TaskError::failure("world: not a database"));
         };
         let name = super::pg::redact(url);
         if client.as_ref().is_some_and(|c| c.is_closed()) {
@@ -272,7 +272,7 @@ impl World {
         }
         match client.as_mut() {
             Some(c) => Ok((c, name)),
-            None => Err(CliError::failure("world connection")),
+            None => Err(TaskError::failure("world connection")),
         }
     }
 
@@ -285,16 +285,16 @@ impl World {
         call: &ToolCall,
         key: Option<&Key>,
         fence: u64,
-    ) -> CliResult<CallOutcome> {
+    ) -> TaskResult<CallOutcome> {
         let args = String::from_utf8_lossy(&call.args).into_owned();
         let Some(f) = ToolFile::of_tool(&call.tool) else {
             return match call.tool.as_str() {
                 "lookup" => Ok(CallOutcome::Done(ToolOutput { ok: true, output: text(&format!("found {args}")) })),
-                other => Err(CliError::failure(format!("unknown tool {other:?}"))),
+                other => Err(TaskError::failure(format!("unknown tool {other:?}"))),
             };
         };
         if f == ToolFile::Payments && key.is_none() {
-            return Err(CliError::failure("payment called without an idempotency key"));
+            return Err(TaskError::failure("payment called without an idempotency key"));
         }
         let checks = !self.unfenced.iter().any(|t| t == f.tool());
         let place = self.place(f);
@@ -329,7 +329,7 @@ impl World {
     /// Raises the task's fence in the tool's file to `epoch` (never lowers it): a runner that takes
     /// over a call in flight does this before it reads the file or decides, so a call from an
     /// older lease holder arriving later is refused.
-    pub fn raise_fence(&mut self, f: ToolFile, task: &str, epoch: u64) -> CliResult<()> {
+    pub fn raise_fence(&mut self, f: ToolFile, task: &str, epoch: u64) -> TaskResult<()> {
         if self.is_pg() {
             let (c, name) = self.pg()?;
             return c
@@ -352,7 +352,7 @@ impl World {
     }
 
     /// Every call `task` made to the tool of `f`, in order (none if the file does not exist).
-    pub fn calls(&mut self, f: ToolFile, task: &str) -> CliResult<Vec<Call>> {
+    pub fn calls(&mut self, f: ToolFile, task: &str) -> TaskResult<Vec<Call>> {
         if self.is_pg() {
             let (c, name) = self.pg()?;
             let rows = c

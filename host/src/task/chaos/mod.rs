@@ -65,7 +65,8 @@ use super::pg::PgStore;
 use super::spec::Spec;
 use super::store::Store;
 use super::world::{ToolFile, World};
-use crate::error::{CliError, CliResult, EXIT_NEEDS_REVIEW};
+use crate::error::EXIT_NEEDS_REVIEW;
+use crate::task::error::{SERVER_GONE_NOTE, TaskError, TaskResult};
 
 /// Options of `task chaos`.
 #[derive(Debug, Clone)]
@@ -107,20 +108,11 @@ pub struct ChaosOpts {
 type Slot = Option<Box<dyn TaskStore>>;
 
 /// A runner's stderr that says the database server went away or is not (yet) accepting
-/// connections: a server restart, not a runner error.
+/// connections: a server restart, not a runner error. The runner classified its error from the
+/// driver's (`TaskError::server_gone`) and said so with [`SERVER_GONE_NOTE`]; a child process's
+/// stderr is the only thing the supervisor sees of it.
 fn server_down(err: &str) -> bool {
-    [
-        "the connection to the server is gone",
-        "cannot connect",
-        "shutting down",
-        "starting up",
-        "administrator command",
-        "Connection refused",
-        "connection closed",
-        "in recovery",
-    ]
-    .iter()
-    .any(|m| err.contains(m))
+    err.contains(SERVER_GONE_NOTE)
 }
 
 /// Waits (up to 60 s) until the database accepts a session again.
@@ -192,7 +184,7 @@ pub use check::{TaskCheck, check_task};
 pub use spec::{Draws, chaos_spec};
 
 /// Calls the task made to the tools that keep files, so far.
-fn calls_made(world: &mut World, task: &str) -> CliResult<usize> {
+fn calls_made(world: &mut World, task: &str) -> TaskResult<usize> {
     world_retry(world, |w| {
         let mut n = 0;
         for f in ToolFile::ALL {
@@ -203,7 +195,7 @@ fn calls_made(world: &mut World, task: &str) -> CliResult<usize> {
 }
 
 /// Calls received per (tool, step), for the window count.
-fn per_step(world: &mut World, task: &str) -> CliResult<HashMap<(ToolFile, u16), usize>> {
+fn per_step(world: &mut World, task: &str) -> TaskResult<HashMap<(ToolFile, u16), usize>> {
     world_retry(world, |w| {
         let mut m = HashMap::new();
         for f in ToolFile::ALL {
@@ -342,7 +334,7 @@ impl Ctx {
         c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         c
     }
-    fn spawn_run(&self, spec: &Path, pause_at: Option<&str>) -> CliResult<Child> {
+    fn spawn_run(&self, spec: &Path, pause_at: Option<&str>) -> TaskResult<Child> {
         let mut c = self.cmd();
         c.arg("task").arg("run").arg(spec).arg("--db").arg(&self.db).arg("--world").arg(&self.world);
         c.arg("--step-delay-ms").arg(self.step_delay_ms.to_string());
@@ -350,7 +342,7 @@ impl Ctx {
         if let Some(p) = pause_at {
             c.env("BROKERLAB_PAUSE_AT", p);
         }
-        c.spawn().map_err(|e| CliError::failure(format!("{}: cannot start the runner: {e}", self.exe.display())))
+        c.spawn().map_err(|e| TaskError::failure(format!("{}: cannot start the runner: {e}", self.exe.display())))
     }
 }
 
@@ -395,8 +387,8 @@ fn wait_or_kill(
     world: &mut World,
     id: &str,
     calls_before: usize,
-) -> CliResult<ExitStatus> {
-    let io = |e: std::io::Error| CliError::failure(format!("waiting for the runner: {e}"));
+) -> TaskResult<ExitStatus> {
+    let io = |e: std::io::Error| TaskError::failure(format!("waiting for the runner: {e}"));
     let mut deadline = match plan {
         KillPlan::Never => return child.wait().map_err(io),
         KillPlan::After(d) => Some(started + d),
@@ -433,7 +425,7 @@ fn classify_kill(
     world: &mut World,
     id: &str,
     before: &HashMap<(ToolFile, u16), usize>,
-) -> CliResult<()> {
+) -> TaskResult<()> {
     let Some(st) = after else {
         rep.kills_elsewhere += 1;
         return Ok(());
@@ -467,7 +459,7 @@ fn classify_kill(
 
 /// The task's state from the log, if the database and the task exist. On PostgreSQL a failure
 /// (the server restarting) reconnects and tries again, for up to 60 s.
-fn task_state(store: &mut Slot, ctx: &Ctx, id: &str) -> CliResult<Option<TaskState>> {
+fn task_state(store: &mut Slot, ctx: &Ctx, id: &str) -> TaskResult<Option<TaskState>> {
     let t = Instant::now();
     loop {
         match task_state_once(store, ctx, id) {
@@ -481,7 +473,7 @@ fn task_state(store: &mut Slot, ctx: &Ctx, id: &str) -> CliResult<Option<TaskSta
 }
 
 /// [`check_task`], reconnecting as [`task_state`] does.
-fn check_with_retry(store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) -> CliResult<TaskCheck> {
+fn check_with_retry(store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) -> TaskResult<TaskCheck> {
     let t = Instant::now();
     loop {
         if store.is_none() && ctx.pg {
@@ -494,7 +486,7 @@ fn check_with_retry(store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) ->
                 Err(e) => return Err(e),
             }
         }
-        let Some(s) = store.as_deref() else { return Err(CliError::failure("no log store")) };
+        let Some(s) = store.as_deref() else { return Err(TaskError::failure("no log store")) };
         match check_task(s, world, id) {
             Err(_) if ctx.pg && t.elapsed() < Duration::from_secs(60) => {
                 *store = None;
@@ -505,7 +497,7 @@ fn check_with_retry(store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) ->
     }
 }
 
-fn task_state_once(store: &mut Slot, ctx: &Ctx, id: &str) -> CliResult<Option<TaskState>> {
+fn task_state_once(store: &mut Slot, ctx: &Ctx, id: &str) -> TaskResult<Option<TaskState>> {
     if store.is_none() {
         if ctx.pg {
             // the schema was created before the first runner started
@@ -537,7 +529,7 @@ fn check_one(
     world: &mut World,
     id: &str,
     steps: u16,
-) -> CliResult<()> {
+) -> TaskResult<()> {
     let st = task_state(store, ctx, id)?;
     match st.map(|_| check_with_retry(store, ctx, world, id)).transpose()? {
         Some(c) => rep.add_check(c),
@@ -582,14 +574,14 @@ fn iteration(
     opts: &ChaosOpts,
     i: u32,
     pace: &mut Pace,
-) -> CliResult<()> {
+) -> TaskResult<()> {
     let id = format!("chaos-{}-{i}", opts.seed);
     let mut rng = Draws::new(opts.seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ (u64::from(i) << 1 | 1));
     let spec_text = chaos_spec(&id, opts.steps, &mut rng);
     let spec_path = ctx.specs.join(format!("{id}.toml"));
     std::fs::write(&spec_path, &spec_text)
-        .map_err(|e| CliError::failure(format!("{}: cannot write the spec: {e}", spec_path.display())))?;
-    let spec = Spec::parse(&spec_text).map_err(|e| CliError::failure(format!("generated spec {id}: {e}")))?;
+        .map_err(|e| TaskError::failure(format!("{}: cannot write the spec: {e}", spec_path.display())))?;
+    let spec = Spec::parse(&spec_text).map_err(|e| TaskError::failure(format!("generated spec {id}: {e}")))?;
     let steps = f64::from(opts.steps);
     let mut kills_here = 0u32;
     let mut st = task_state(store, ctx, &id)?;
@@ -675,8 +667,8 @@ fn pause_then_takeover(
     id: &str,
     spec: &Path,
     at: &str,
-) -> CliResult<bool> {
-    let io = |e: std::io::Error| CliError::failure(format!("waiting for the runner: {e}"));
+) -> TaskResult<bool> {
+    let io = |e: std::io::Error| TaskError::failure(format!("waiting for the runner: {e}"));
     let mut first = ctx.spawn_run(spec, Some(at))?;
     rep.runs += 1;
     let pid = first.id();
@@ -762,7 +754,7 @@ fn pause_then_takeover(
 
 /// `read` on the tools' records; with the records in PostgreSQL, a failure (the server
 /// restarting) is retried for up to 60 s, as the log's reads are.
-fn world_retry<T>(world: &mut World, mut read: impl FnMut(&mut World) -> CliResult<T>) -> CliResult<T> {
+fn world_retry<T>(world: &mut World, mut read: impl FnMut(&mut World) -> TaskResult<T>) -> TaskResult<T> {
     let t = Instant::now();
     loop {
         match read(world) {
@@ -775,12 +767,12 @@ fn world_retry<T>(world: &mut World, mut read: impl FnMut(&mut World) -> CliResu
 }
 
 /// Reviews the paused step as a human would, from the email tool's own file.
-fn review(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) -> CliResult<()> {
+fn review(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) -> TaskResult<()> {
     let Some(st) = task_state(store, ctx, id)? else {
-        return Err(CliError::failure(format!("{id}: paused for review but has no log")));
+        return Err(TaskError::failure(format!("{id}: paused for review but has no log")));
     };
     let Phase::Review { .. } = st.phase else {
-        return Err(CliError::failure(format!("{id}: exit 3 but no step waits for review")));
+        return Err(TaskError::failure(format!("{id}: exit 3 but no step waits for review")));
     };
     let sent = world_retry(world, |w| w.calls(ToolFile::Emails, id))?.iter().any(|c| c.step == st.step && c.applied);
     let decision = if sent { "--mark-done" } else { "--retry" };
@@ -795,7 +787,7 @@ fn review(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut World,
         let mut c = ctx.cmd();
         c.arg("task").arg("review").arg(id).arg("--step").arg(st.step.to_string()).arg(decision);
         c.arg("--db").arg(&ctx.db);
-        out = c.output().map_err(|e| CliError::failure(format!("cannot start `task review`: {e}")))?;
+        out = c.output().map_err(|e| TaskError::failure(format!("cannot start `task review`: {e}")))?;
         tries += 1;
         let err = String::from_utf8_lossy(&out.stderr);
         // a runner woke (or was taken over) under the reviewer: the log moved on, or a row is
@@ -922,31 +914,31 @@ fn finish(rep: &ChaosReport, json: bool) -> i32 {
 }
 
 /// `task chaos`.
-pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
+pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
     if let Some(dir) = &opts.verify {
         return verify(dir, opts.db.as_deref(), opts.world.as_deref(), opts.json);
     }
     if opts.iterations == 0 {
-        return Err(CliError::bad_input("--iterations must be at least 1"));
+        return Err(TaskError::bad_input("--iterations must be at least 1"));
     }
     if !(3..=1000).contains(&opts.steps) {
-        return Err(CliError::bad_input(format!("--steps {}: expected 3 to 1000", opts.steps)));
+        return Err(TaskError::bad_input(format!("--steps {}: expected 3 to 1000", opts.steps)));
     }
     if opts.pg_stop_cmd.is_some() != opts.pg_start_cmd.is_some() {
-        return Err(CliError::bad_input("give both --pg-stop-cmd and --pg-start-cmd, or neither"));
+        return Err(TaskError::bad_input("give both --pg-stop-cmd and --pg-start-cmd, or neither"));
     }
     if opts.workers > 0 && opts.db.is_none() {
-        return Err(CliError::bad_input("--workers needs --db postgres://... (the workers share the log)"));
+        return Err(TaskError::bad_input("--workers needs --db postgres://... (the workers share the log)"));
     }
     if opts.pg_stop_cmd.is_some() && opts.db.is_none() {
-        return Err(CliError::bad_input("--pg-stop-cmd and --pg-start-cmd need --db postgres://..."));
+        return Err(TaskError::bad_input("--pg-stop-cmd and --pg-start-cmd need --db postgres://..."));
     }
     let (dir, temp) = match &opts.dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("brokerlab-chaos-{}", std::process::id())), true),
     };
     if opts.db.is_none() && dir.join("tasks.sqlite").exists() {
-        return Err(CliError::bad_input(format!(
+        return Err(TaskError::bad_input(format!(
             "{}: already holds a tasks.sqlite; give an empty --dir (or check it with --verify)",
             dir.display()
         )));
@@ -958,14 +950,14 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
         let s = PgStore::open(url, true)?;
         let n = s.task_ids()?.len();
         if n > 0 {
-            return Err(CliError::bad_input(format!(
+            return Err(TaskError::bad_input(format!(
                 "{}: already holds {n} task(s); give an empty database (or check it with --verify DIR --db URL)",
                 s.name()
             )));
         }
     }
     let ctx = Ctx {
-        exe: std::env::current_exe().map_err(|e| CliError::failure(format!("cannot find this binary: {e}")))?,
+        exe: std::env::current_exe().map_err(|e| TaskError::failure(format!("cannot find this binary: {e}")))?,
         db: match &opts.db {
             Some(url) => PathBuf::from(url),
             None => dir.join("tasks.sqlite"),
@@ -980,7 +972,7 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
         lease_ms: opts.lease_ms,
     };
     std::fs::create_dir_all(&ctx.specs)
-        .map_err(|e| CliError::bad_input(format!("{}: cannot create: {e}", ctx.specs.display())))?;
+        .map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", ctx.specs.display())))?;
     let mut rep = ChaosReport {
         iterations: opts.iterations,
         steps: opts.steps,
@@ -1002,13 +994,13 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
         let calib = format!("chaos-{}-calibration", opts.seed);
         let calib_spec = ctx.specs.join(format!("{calib}.toml"));
         let text = chaos_spec(&calib, opts.steps, &mut Draws::new(opts.seed ^ 0xCA11));
-        std::fs::write(&calib_spec, text).map_err(|e| CliError::failure(format!("{}: {e}", calib_spec.display())))?;
+        std::fs::write(&calib_spec, text).map_err(|e| TaskError::failure(format!("{}: {e}", calib_spec.display())))?;
         let t0 = Instant::now();
         let mut child = ctx.spawn_run(&calib_spec, None)?;
         let status = wait_or_kill(&mut child, t0, KillPlan::Never, &mut world, &calib, 0)?;
         pace = Pace { ms: t0.elapsed().as_secs_f64() * 1000.0, steps: f64::from(opts.steps) };
         if !status.success() {
-            return Err(CliError::failure(format!(
+            return Err(TaskError::failure(format!(
                 "the calibration run (no kill) failed with {status}: {}",
                 stderr_of(&mut child)
             )));
@@ -1077,7 +1069,7 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
 }
 
 /// `task chaos --verify DIR [--db URL] [--world URL]`: re-checks every task of an existing chaos directory.
-fn verify(dir: &Path, url: Option<&str>, world_url: Option<&str>, json: bool) -> CliResult<i32> {
+fn verify(dir: &Path, url: Option<&str>, world_url: Option<&str>, json: bool) -> TaskResult<i32> {
     let store: Box<dyn TaskStore> = match url {
         Some(u) => Box::new(PgStore::open(u, false)?),
         None => Box::new(Store::open(&dir.join("tasks.sqlite"), false)?),
