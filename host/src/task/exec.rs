@@ -304,7 +304,9 @@ pub const DEFAULT_WORLD: &str = "world";
 pub fn world_dir(opts: &RunOpts, recorded: Option<&str>) -> PathBuf {
     match (&opts.world, recorded) {
         (Some(w), Some(r)) if Path::new(r) != w.as_path() && abs(w) != Path::new(r) => {
-            eprintln!("brokerlab: warning: the task was created with --world {r}; using {} as asked", w.display());
+            let asked = super::pg::redact(&w.to_string_lossy());
+            let r = super::pg::redact(r);
+            eprintln!("brokerlab: warning: the task was created with --world {r}; using {asked} as asked");
             w.clone()
         }
         (Some(w), _) => w.clone(),
@@ -315,8 +317,8 @@ pub fn world_dir(opts: &RunOpts, recorded: Option<&str>) -> PathBuf {
 
 /// `p` made absolute; a `postgres://` world is kept as given.
 fn abs(p: &Path) -> PathBuf {
-    if let DbTarget::Postgres(_) = DbTarget::parse(p) {
-        return p.to_path_buf();
+    if let DbTarget::Postgres(url) = DbTarget::parse(p) {
+        return PathBuf::from(super::pg::without_password(&url));
     }
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
@@ -492,7 +494,7 @@ fn evidence(store: &dyn TaskStore, world: &mut World, id: &str, step: u16, tool:
                 ev.applied += usize::from(c.applied);
                 ev.lines.push(format!(
                     "{}: call by {} (token {}): {}",
-                    f.file(),
+                    world.call_place(f),
                     c.task,
                     c.epoch,
                     if c.applied {

@@ -97,15 +97,29 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
+/// The URL split around its password: `(before, password, after)` with `before` ending in
+/// `USER`, or `None` when it carries none.
+fn split_password(url: &str) -> Option<(&str, &str, &str)> {
+    let (_, rest) = url.split_once("://")?;
+    let at = rest.find('@').filter(|&i| !rest[..i].contains('/'))?;
+    let start = url.len() - rest.len();
+    let colon = rest[..at].find(':')?;
+    Some((&url[..start + colon], &rest[colon + 1..at], &url[start + at..]))
+}
+
 /// The URL with its password (if any) replaced by `***`, for messages.
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let (auth, tail) = match rest.find('@') {
-        Some(i) if !rest[..i].contains('/') => (&rest[..i], &rest[i..]),
-        _ => return url.to_string(),
-    };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***{tail}"),
+    match split_password(url) {
+        Some((user, _, tail)) => format!("{user}:***{tail}"),
+        None => url.to_string(),
+    }
+}
+
+/// The URL without its password (if any), for storing: a task row records its world's URL so
+/// `resume` finds it, and a password does not belong in the log.
+pub fn without_password(url: &str) -> String {
+    match split_password(url) {
+        Some((user, _, tail)) => format!("{user}{tail}"),
         None => url.to_string(),
     }
 }
@@ -819,5 +833,19 @@ impl Claimer {
     /// Task `id` stays queued (the worker stops, the run failed): drops the claim lock.
     pub fn keep(&mut self) -> TaskResult<()> {
         self.release().map_err(|e| pg_error(&self.name, "ending the claim", &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden_and_not_stored() {
+        assert_eq!(redact("postgres://u:pw@h:5/d"), "postgres://u:***@h:5/d");
+        assert_eq!(without_password("postgres://u:pw@h:5/d"), "postgres://u@h:5/d");
+        assert_eq!(without_password("postgres://u@h/d"), "postgres://u@h/d");
+        assert_eq!(redact("postgres://h/d?x=a@b"), "postgres://h/d?x=a@b");
+        assert_eq!(without_password("not a url"), "not a url");
     }
 }

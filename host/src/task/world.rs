@@ -211,6 +211,16 @@ impl World {
         }
     }
 
+    /// Where a call was recorded, for a review's evidence lines: the tool's file name in a
+    /// directory world (the directory is named above them), the table of the URL (without its
+    /// password) in a database world.
+    pub fn call_place(&self, f: ToolFile) -> String {
+        match &self.backing {
+            Backing::Files { .. } => f.file().to_string(),
+            Backing::Pg { .. } => self.place(f),
+        }
+    }
+
     /// A tool's file (a directory world; for a database world, a path naming the URL, for
     /// messages only).
     fn file(&self, f: ToolFile) -> PathBuf {
