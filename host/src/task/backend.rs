@@ -8,8 +8,7 @@ use std::path::{Path, PathBuf};
 
 use brokerlab_core::runner::{Record, TaskState};
 
-use super::ident::Me;
-use super::store::{AppendError, Lease, LeaseError, LeaseRow, NewTask, Store, TaskRow, fold_in, sql_error};
+use super::store::{AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, Store, TaskRow, fold_in, sql_error};
 use crate::task::error::{TaskError, TaskResult};
 
 /// Where the log lives: `--db` or `$BROKERLAB_DB`.
@@ -74,15 +73,7 @@ pub trait TaskStore {
     /// first when `create` is given, and with `clear_suspend` deleting a pending suspend request:
     /// one transaction. On `Ok` all of it is durable; after a crash during the call none of it
     /// is (the previous holder's lease and the log are as they were).
-    fn acquire(
-        &self,
-        id: &str,
-        me: &Me,
-        ttl_ms: i64,
-        state: &TaskState,
-        create: Option<&NewTask>,
-        clear_suspend: bool,
-    ) -> Result<(Lease, Record), LeaseError<TaskError>>;
+    fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError<TaskError>>;
 
     /// A checkpoint: appends `recs` under `lease` in one transaction that first checks the lease
     /// row (the core's `check_fence`: owner and epoch still ours, else `Fenced` and nothing is
@@ -150,16 +141,8 @@ impl TaskStore for Store {
     fn request_suspend(&self, id: &str) -> TaskResult<()> {
         Store::request_suspend(self, id)
     }
-    fn acquire(
-        &self,
-        id: &str,
-        me: &Me,
-        ttl_ms: i64,
-        state: &TaskState,
-        create: Option<&NewTask>,
-        clear_suspend: bool,
-    ) -> Result<(Lease, Record), LeaseError<TaskError>> {
-        Store::acquire(self, id, me, ttl_ms, state, create, clear_suspend).map_err(|e| map_lease(&self.path, e))
+    fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError<TaskError>> {
+        Store::acquire(self, ask).map_err(|e| map_lease(&self.path, e))
     }
     fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<TaskError>> {
         Store::append(self, lease, recs).map_err(|e| map_append(&self.path, "appending a checkpoint", e))

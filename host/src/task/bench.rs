@@ -22,7 +22,7 @@ use brokerlab_core::runner::{
 use super::backend::TaskStore;
 use super::exec::{Chaos, HostJournal};
 use super::ident::Me;
-use super::store::{Lease, NewTask, Store, fold_in, open_sqlite, sql_error};
+use super::store::{Lease, LeaseAsk, NewTask, Store, fold_in, open_sqlite, sql_error};
 use crate::task::error::{TaskError, TaskResult};
 
 /// Options of `task bench`.
@@ -95,7 +95,7 @@ pub(crate) fn create_task(store: &dyn TaskStore, id: &str, steps: u32) -> TaskRe
     let mut st = fold_in(&store.name(), id, &new.records)?;
     let me = Me::current();
     let (lease, rec) = store
-        .acquire(id, &me, 60_000, &st, Some(&new), true)
+        .acquire(&LeaseAsk { id, me: &me, ttl_ms: 60_000, state: &st, create: Some(&new), clear_suspend: true })
         .map_err(|e| TaskError::failure(format!("bench lease: {e:?}")))?;
     st.apply(&rec).map_err(|e| TaskError::failure(e.to_string()))?;
     Ok((st, lease))

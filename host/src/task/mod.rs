@@ -258,56 +258,7 @@ pub enum TaskCmd {
     },
     /// kill -9 in real processes: run tasks as child processes, SIGKILL them at random times,
     /// restart, review, and check exactly-once from the tools' own files.
-    Chaos {
-        /// Tasks to run (each killed repeatedly).
-        #[arg(long, default_value_t = 200)]
-        iterations: u32,
-        /// Seed of the task specs and the kill delays.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Steps per task (payments, lookups, emails, plain model steps; >= 3).
-        #[arg(long, default_value_t = 12)]
-        steps: u16,
-        /// Print one JSON object.
-        #[arg(long)]
-        json: bool,
-        /// Working directory (log, tools' files, specs); default a fresh temp dir, removed after
-        /// a clean run and kept after a violation.
-        #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
-        /// The runners' step delay (model call, and between "tool applied" and "result returned").
-        #[arg(long, value_name = "MS", default_value_t = 5)]
-        step_delay_ms: u64,
-        /// Most kills per task; then the runner is left to finish.
-        #[arg(long, value_name = "N", default_value_t = 6)]
-        max_kills: u32,
-        /// Re-check the tasks of an existing chaos directory (no runs).
-        #[arg(long, value_name = "DIR", conflicts_with = "dir")]
-        verify: Option<PathBuf>,
-        /// The runners' lease (a runner paused past it is taken over).
-        #[arg(long, value_name = "MS", default_value_t = 300)]
-        lease_ms: u64,
-        /// The log on this PostgreSQL database (postgres://USER@HOST:PORT/DB, with no tasks yet)
-        /// instead of DIR/tasks.sqlite; the tools' files stay in DIR.
-        #[arg(long, value_name = "URL")]
-        db: Option<String>,
-        /// Shell command that stops the PostgreSQL server (e.g. `pg_ctl -D DATA -m fast stop`):
-        /// with --pg-start-cmd, the server is restarted every 5 to 20 s, down 0 to 5 s.
-        #[arg(long, value_name = "CMD", requires = "pg_start_cmd")]
-        pg_stop_cmd: Option<String>,
-        /// Shell command that starts it again and returns once it accepts connections (e.g.
-        /// `pg_ctl -D DATA -l LOG -w start`).
-        #[arg(long, value_name = "CMD", requires = "pg_stop_cmd")]
-        pg_start_cmd: Option<String>,
-        /// With --db: run the tasks with K `task worker` processes (submitted up front; workers
-        /// killed, parked past their lease and woken at random) instead of one `task run` each.
-        #[arg(long, value_name = "K", default_value_t = 0)]
-        workers: u32,
-        /// Keep the tools' records in this PostgreSQL database (postgres://..., may be the log's)
-        /// instead of DIR/world.
-        #[arg(long, value_name = "URL")]
-        world: Option<String>,
-    },
+    Chaos(chaos::ChaosOpts),
 }
 
 /// Runs one `task` subcommand; returns the process exit code on success.
@@ -352,56 +303,27 @@ fn dispatch(cmd: TaskCmd) -> TaskResult<i32> {
             }
             bench::bench(&bench::BenchOpts { steps, tasks, json, dir, db, takeover_kills })
         }
-        TaskCmd::Chaos {
-            iterations,
-            seed,
-            steps,
-            json,
-            dir,
-            step_delay_ms,
-            max_kills,
-            verify,
-            lease_ms: ms,
-            db,
-            pg_stop_cmd,
-            pg_start_cmd,
-            workers,
-            world,
-        } => {
-            let lease_ms = self::lease_ms(Some(ms))? as u64;
+        TaskCmd::Chaos(mut opts) => {
+            opts.lease_ms = self::lease_ms(Some(opts.lease_ms))? as u64;
+            let (workers, world, db) = (opts.workers, &opts.world, &opts.db);
             if workers > 64 {
                 return Err(TaskError::bad_input(format!("chaos --workers {workers}: expected 0 to 64")));
             }
-            if let Some(u) = &world
+            if let Some(u) = world
                 && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
             {
                 return Err(TaskError::bad_input(format!(
                     "chaos --world {u}: expected a postgres:// URL (the default is DIR/world)"
                 )));
             }
-            if let Some(u) = &db
+            if let Some(u) = db
                 && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
             {
                 return Err(TaskError::bad_input(format!(
                     "chaos --db {u}: expected a postgres:// URL (the SQLite log is DIR/tasks.sqlite)"
                 )));
             }
-            chaos::chaos(&chaos::ChaosOpts {
-                iterations,
-                seed,
-                steps,
-                json,
-                dir,
-                step_delay_ms,
-                max_kills,
-                verify,
-                lease_ms,
-                db,
-                pg_stop_cmd,
-                pg_start_cmd,
-                workers,
-                world,
-            })
+            chaos::chaos(&opts)
         }
     }
 }

@@ -28,14 +28,14 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use brokerlab_core::runner::{
-    Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Owner, Record, TaskId, TaskState, check_fence, decide_lease, emit,
+    Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Owner, Record, TaskId, check_fence, decide_lease, emit,
 };
 use postgres::error::SqlState;
 use postgres::{Client, Config, GenericClient, NoTls, Statement};
 
 use super::backend::TaskStore;
-use super::ident::{Me, now_ms, provably_dead};
-use super::store::{AppendError, Lease, LeaseError, LeaseRow, NewTask, TaskRow, busy_ms, decode_row};
+use super::ident::{now_ms, provably_dead};
+use super::store::{AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, NewTask, TaskRow, busy_ms, decode_row};
 use crate::task::error::{GoneKind, TaskError, TaskResult};
 
 /// Format tag stored in `meta` (the PostgreSQL layout, version 1).
@@ -352,13 +352,9 @@ impl PgStore {
 
     fn acquire_tx(
         &self,
-        id: &str,
-        me: &Me,
-        ttl_ms: i64,
-        state: &TaskState,
-        create: Option<&NewTask>,
-        clear_suspend: bool,
+        ask: &LeaseAsk<'_>,
     ) -> Result<Result<(Lease, Record), LeaseError<TaskError>>, postgres::Error> {
+        let LeaseAsk { id, me, ttl_ms, state, create, clear_suspend } = *ask;
         let now = now_ms();
         let Some(expires) = now.checked_add(ttl_ms) else {
             return Ok(Err(LeaseError::Sql(TaskError::failure(format!("lease expiry {now} + {ttl_ms} ms overflows")))));
@@ -455,8 +451,14 @@ impl PgStore {
 /// (FNV-1a 64 over the task id and the epoch). Another runner that gets it with
 /// `pg_try_advisory_lock` knows the holder's session is gone, and takes the lease at once.
 pub fn session_key(task: &str, epoch: u64) -> i64 {
+    lock_key(task, 0xff, epoch)
+}
+
+/// FNV-1a 64 over the task id, a separator byte naming the lock's namespace, and the epoch
+/// (little-endian), as a PostgreSQL advisory lock key.
+fn lock_key(task: &str, separator: u8, epoch: u64) -> i64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in task.bytes().chain([0xff]).chain(epoch.to_le_bytes()) {
+    for b in task.bytes().chain([separator]).chain(epoch.to_le_bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -611,16 +613,8 @@ impl TaskStore for PgStore {
         .map_err(|e| pg_error(&self.name, "writing the suspend request", &e))
     }
 
-    fn acquire(
-        &self,
-        id: &str,
-        me: &Me,
-        ttl_ms: i64,
-        state: &TaskState,
-        create: Option<&NewTask>,
-        clear_suspend: bool,
-    ) -> Result<(Lease, Record), LeaseError<TaskError>> {
-        match self.acquire_tx(id, me, ttl_ms, state, create, clear_suspend) {
+    fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError<TaskError>> {
+        match self.acquire_tx(ask) {
             Ok(r) => r,
             Err(e) => Err(LeaseError::Sql(pg_error(&self.name, "taking the lease", &e))),
         }
@@ -731,12 +725,7 @@ pub struct Claimer {
 /// an older claim (its lease since expired) does not keep the next claimer out, while two
 /// claimers of the same lease state exclude each other.
 pub fn claim_key(task: &str, epoch: u64) -> i64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in task.bytes().chain([0xfe]).chain(epoch.to_le_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h as i64
+    lock_key(task, 0xfe, epoch)
 }
 
 /// Queued tasks with a free lease, oldest first, with the lease row's epoch (0 if none).

@@ -34,6 +34,24 @@ pub struct Store {
     pub path: PathBuf,
 }
 
+/// What a runner asks for when it takes a task's lease (one argument for every backend's
+/// `acquire`).
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseAsk<'a> {
+    /// The task.
+    pub id: &'a str,
+    /// The runner asking.
+    pub me: &'a Me,
+    /// The lease's time to live, ms.
+    pub ttl_ms: i64,
+    /// The task's current fold (after `create.records` for a new task).
+    pub state: &'a TaskState,
+    /// The task's first rows, when this run creates it.
+    pub create: Option<&'a NewTask>,
+    /// Delete a pending suspend request in the same transaction.
+    pub clear_suspend: bool,
+}
+
 /// A lease held by this process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -452,15 +470,8 @@ impl Store {
     /// Takes the lease on `id` (and, with `create`, creates the task with its first records) in
     /// one transaction; appends the `LeaseAcquired` record. `state` is the task's current fold
     /// (after `create.records` for a new task).
-    pub fn acquire(
-        &self,
-        id: &str,
-        me: &Me,
-        ttl_ms: i64,
-        state: &TaskState,
-        create: Option<&NewTask>,
-        clear_suspend: bool,
-    ) -> Result<(Lease, Record), LeaseError> {
+    pub fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError> {
+        let LeaseAsk { id, me, ttl_ms, state, create, clear_suspend } = *ask;
         let now = now_ms();
         let expires = expiry(now, ttl_ms)?;
         let tx = immediate(&self.conn)?;

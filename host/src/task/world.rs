@@ -308,14 +308,14 @@ impl World {
         }
         let checks = !self.unfenced.iter().any(|t| t == f.tool());
         let place = self.place(f);
+        let row = CallRow { f, task, step, key, args: &args, fence, checks_fence: checks };
         let outcome = if self.is_pg() {
             let (c, name) = self.pg()?;
-            apply_pg(c, f, task, step, key, &args, fence, checks)
-                .map_err(|e| pg_error(&name, &format!("recording a {} call", f.tool()), &e))?
+            apply_pg(c, &row).map_err(|e| pg_error(&name, &format!("recording a {} call", f.tool()), &e))?
         } else {
             let path = self.file(f);
             let c = self.conn(f)?;
-            apply(c, f, task, step, key, &args, fence, checks).map_err(|e| sql_error(&path, "recording a call", e))?
+            apply(c, &row).map_err(|e| sql_error(&path, "recording a call", e))?
         };
         match outcome {
             Applied::Yes => {
@@ -415,18 +415,23 @@ enum Applied {
     Fenced { highest: u64 },
 }
 
-/// One call in one transaction: the fence check, the dedupe check, the row.
-#[allow(clippy::too_many_arguments)]
-fn apply(
-    c: &mut Connection,
+/// A call as the tool records it.
+#[derive(Clone, Copy)]
+struct CallRow<'a> {
     f: ToolFile,
-    task: &str,
+    task: &'a str,
     step: u16,
-    key: Option<&Key>,
-    args: &str,
+    key: Option<&'a Key>,
+    args: &'a str,
+    /// The call's fencing token (the runner's lease epoch).
     fence: u64,
+    /// Whether this tool refuses stale tokens (tests turn it off to show the hole it closes).
     checks_fence: bool,
-) -> Result<Applied, rusqlite::Error> {
+}
+
+/// One call in one transaction: the fence check, the dedupe check, the row.
+fn apply(c: &mut Connection, row: &CallRow<'_>) -> Result<Applied, rusqlite::Error> {
+    let CallRow { f, task, step, key, args, fence, checks_fence } = *row;
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let seen: Option<i64> =
         tx.prepare_cached("SELECT epoch FROM fences WHERE task_id=?1")?.query_row([task], |r| r.get(0)).optional()?;
@@ -476,17 +481,8 @@ fn apply(
 
 /// [`apply`] on PostgreSQL: one transaction that locks the task's fence row for the tool (created
 /// at token 0 if missing), so calls for one task are ordered; the same checks and row.
-#[allow(clippy::too_many_arguments)]
-fn apply_pg(
-    c: &mut postgres::Client,
-    f: ToolFile,
-    task: &str,
-    step: u16,
-    key: Option<&Key>,
-    args: &str,
-    fence: u64,
-    checks_fence: bool,
-) -> Result<Applied, postgres::Error> {
+fn apply_pg(c: &mut postgres::Client, row: &CallRow<'_>) -> Result<Applied, postgres::Error> {
+    let CallRow { f, task, step, key, args, fence, checks_fence } = *row;
     let tool = f.tool();
     let mut tx = c.transaction()?;
     tx.execute("INSERT INTO world_fences VALUES($1, $2, 0) ON CONFLICT DO NOTHING", &[&tool, &task])?;

@@ -70,39 +70,56 @@ use super::world::{ToolFile, World};
 use crate::error::EXIT_NEEDS_REVIEW;
 use crate::task::error::{SERVER_GONE_NOTE, TaskError, TaskResult};
 
-/// Options of `task chaos`.
-#[derive(Debug, Clone)]
+/// Options of `task chaos` (its flags).
+#[derive(Debug, Clone, clap::Args)]
 pub struct ChaosOpts {
-    /// Tasks to run, each killed repeatedly.
+    /// Tasks to run (each killed repeatedly).
+    #[arg(long, default_value_t = 200)]
     pub iterations: u32,
-    /// Seed of the specs and the kill delays.
+    /// Seed of the task specs and the kill delays.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Steps per task (>= 3).
+    /// Steps per task (payments, lookups, emails, plain model steps; >= 3).
+    #[arg(long, default_value_t = 12)]
     pub steps: u16,
     /// Print one JSON object.
+    #[arg(long)]
     pub json: bool,
-    /// Working directory (must not hold a `tasks.sqlite` yet); default a fresh temp dir, removed
-    /// after a clean run.
+    /// Working directory (log, tools' files, specs); default a fresh temp dir, removed after
+    /// a clean run and kept after a violation.
+    #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// The children's `--step-delay-ms`.
+    /// The runners' step delay (model call, and between "tool applied" and "result returned").
+    #[arg(long, value_name = "MS", default_value_t = 5)]
     pub step_delay_ms: u64,
-    /// Most kills per iteration; after that the runner is left to finish.
+    /// Most kills per task; then the runner is left to finish.
+    #[arg(long, value_name = "N", default_value_t = 6)]
     pub max_kills: u32,
-    /// Re-check an existing chaos directory instead of running.
+    /// Re-check the tasks of an existing chaos directory (no runs).
+    #[arg(long, value_name = "DIR", conflicts_with = "dir")]
     pub verify: Option<PathBuf>,
-    /// The children's lease, ms (a paused runner is taken over once it expires).
+    /// The runners' lease (a runner paused past it is taken over).
+    #[arg(long, value_name = "MS", default_value_t = 300)]
     pub lease_ms: u64,
-    /// The log on a PostgreSQL database (`postgres://...`) instead of `DIR/tasks.sqlite`.
+    /// The log on this PostgreSQL database (postgres://USER@HOST:PORT/DB, with no tasks yet)
+    /// instead of DIR/tasks.sqlite; the tools' files stay in DIR.
+    #[arg(long, value_name = "URL")]
     pub db: Option<String>,
-    /// Shell command that stops the PostgreSQL server (run with `sh -c`); with `pg_start_cmd`,
-    /// restarts the server mid-run every 5 to 20 s, down for 0 to 5 s.
+    /// Shell command that stops the PostgreSQL server (e.g. `pg_ctl -D DATA -m fast stop`):
+    /// with --pg-start-cmd, the server is restarted every 5 to 20 s, down 0 to 5 s.
+    #[arg(long, value_name = "CMD", requires = "pg_start_cmd")]
     pub pg_stop_cmd: Option<String>,
-    /// Shell command that starts it again and returns once it accepts connections.
+    /// Shell command that starts it again and returns once it accepts connections (e.g.
+    /// `pg_ctl -D DATA -l LOG -w start`).
+    #[arg(long, value_name = "CMD", requires = "pg_stop_cmd")]
     pub pg_start_cmd: Option<String>,
-    /// With `db`: run the tasks with this many `task worker` processes (0: one `task run` per
-    /// task, the single-runner mode).
+    /// With --db: run the tasks with K `task worker` processes (submitted up front; workers
+    /// killed, parked past their lease and woken at random) instead of one `task run` each.
+    #[arg(long, value_name = "K", default_value_t = 0)]
     pub workers: u32,
-    /// The tools' records in this PostgreSQL database (`postgres://...`) instead of `DIR/world`.
+    /// Keep the tools' records in this PostgreSQL database (postgres://..., may be the log's)
+    /// instead of DIR/world.
+    #[arg(long, value_name = "URL")]
     pub world: Option<String>,
 }
 

@@ -93,6 +93,16 @@ pub struct ChaosReport {
 }
 
 impl ChaosReport {
+    /// A kill that landed in the window of a call to the tool keeping `file`.
+    pub(super) fn window_kill(&mut self, file: ToolFile) {
+        self.window_kills += 1;
+        if file == ToolFile::Payments {
+            self.window_kills_payment += 1;
+        } else {
+            self.window_kills_email += 1;
+        }
+    }
+
     pub(super) fn problem(&mut self, p: String) {
         if self.problems.len() < 20 {
             self.problems.push(p);

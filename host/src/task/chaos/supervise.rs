@@ -103,12 +103,7 @@ pub(super) fn classify_kill(
     let now = per_step(world, id)?;
     let k = (file, st.step);
     if now.get(&k).copied().unwrap_or(0) > before.get(&k).copied().unwrap_or(0) {
-        rep.window_kills += 1;
-        if file == ToolFile::Payments {
-            rep.window_kills_payment += 1;
-        } else {
-            rep.window_kills_email += 1;
-        }
+        rep.window_kill(file);
     } else {
         rep.kills_intent_no_call += 1;
     }

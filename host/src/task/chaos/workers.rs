@@ -122,12 +122,7 @@ fn classify(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut Worl
     };
     let seen = world.calls(f, task).map(|cs| cs.iter().any(|c| c.step == st.step && c.epoch == epoch));
     if seen.unwrap_or(false) {
-        rep.window_kills += 1;
-        if f == ToolFile::Payments {
-            rep.window_kills_payment += 1;
-        } else {
-            rep.window_kills_email += 1;
-        }
+        rep.window_kill(f);
     } else {
         rep.kills_intent_no_call += 1;
     }

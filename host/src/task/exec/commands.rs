@@ -19,7 +19,14 @@ pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_
         }
     }
     let me = Me::current();
-    let (lease, rec) = match store.acquire(id, &me, lease_ms, &st, None, false) {
+    let (lease, rec) = match store.acquire(&LeaseAsk {
+        id,
+        me: &me,
+        ttl_ms: lease_ms,
+        state: &st,
+        create: None,
+        clear_suspend: false,
+    }) {
         Ok(x) => x,
         Err(LeaseError::Held { owner, .. }) => {
             return Err(TaskError::failure(format!("task {id:?} is held by a running runner ({owner}); try later")));
@@ -93,17 +100,19 @@ pub fn suspend(db: &DbTarget, id: &str, lease_ms: i64) -> TaskResult<i32> {
         )));
     }
     let me = Me::current();
-    let (lease, rec) = match store.acquire(id, &me, lease_ms, &st, None, true) {
-        Ok(x) => x,
-        Err(LeaseError::Held { .. }) => {
-            store.request_suspend(id)?;
-            say!("task {id}: suspend requested (a runner just started)");
-            return Ok(0);
-        }
-        Err(LeaseError::Sql(e)) => return Err(e),
-        Err(LeaseError::Exists) => return Err(TaskError::failure("unexpected create")),
-        Err(LeaseError::Stale) => return Err(TaskError::LogChanged { task: id.to_string() }),
-    };
+    let (lease, rec) =
+        match store.acquire(&LeaseAsk { id, me: &me, ttl_ms: lease_ms, state: &st, create: None, clear_suspend: true })
+        {
+            Ok(x) => x,
+            Err(LeaseError::Held { .. }) => {
+                store.request_suspend(id)?;
+                say!("task {id}: suspend requested (a runner just started)");
+                return Ok(0);
+            }
+            Err(LeaseError::Sql(e)) => return Err(e),
+            Err(LeaseError::Exists) => return Err(TaskError::failure("unexpected create")),
+            Err(LeaseError::Stale) => return Err(TaskError::LogChanged { task: id.to_string() }),
+        };
     st.apply(&rec).map_err(|e| TaskError::failure(e.to_string()))?;
     let marker = Record::new(st.task_id.clone(), st.next_seq, Event::Suspended { next_step: st.step });
     st.apply(&marker).map_err(|e| TaskError::failure(e.to_string()))?;

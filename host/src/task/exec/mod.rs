@@ -17,7 +17,7 @@ use brokerlab_core::runner::{
 use super::backend::{DbTarget, TaskStore, open};
 use super::ident::{Me, now_ms};
 use super::spec::{Spec, check_id};
-use super::store::{AppendError, Lease, LeaseError, NewTask, fold_in};
+use super::store::{AppendError, Lease, LeaseAsk, LeaseError, NewTask, fold_in};
 use super::world::{CallOutcome, ToolFile, World};
 use crate::error::{EXIT_FAILURE, EXIT_NEEDS_REVIEW};
 use crate::task::error::{TaskError, TaskResult};
@@ -158,7 +158,14 @@ fn execute(
     }
     let mut world = World::new(&world);
     check_witness(store, &mut world, id, &recs)?;
-    let (lease, rec) = match store.acquire(id, &me, opts.lease_ms, &state, create.as_ref(), true) {
+    let (lease, rec) = match store.acquire(&LeaseAsk {
+        id,
+        me: &me,
+        ttl_ms: opts.lease_ms,
+        state: &state,
+        create: create.as_ref(),
+        clear_suspend: true,
+    }) {
         Ok(x) => x,
         Err(LeaseError::Held { owner, epoch, expires_in_ms }) => {
             return Err(TaskError::Held { task: id.to_string(), owner: owner.to_string(), epoch, expires_in_ms });
