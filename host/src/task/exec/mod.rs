@@ -170,6 +170,12 @@ fn execute(
         Err(LeaseError::Held { owner, epoch, expires_in_ms }) => {
             return Err(TaskError::Held { task: id.to_string(), owner: owner.to_string(), epoch, expires_in_ms });
         }
+        // created since we looked: by another runner, or by our own earlier create whose commit
+        // landed although its connection broke (a server restart). Resume it as any runner would:
+        // the stored log is read again, its spec digest checked, and its lease decides.
+        Err(LeaseError::Exists) if create.is_some() => {
+            return execute(store, id, spec, world.dir().to_path_buf(), opts, None);
+        }
         Err(LeaseError::Exists) => {
             return Err(TaskError::failure(format!("task {id:?} was created concurrently by another runner")));
         }
