@@ -9,7 +9,7 @@ use super::progress::{Progress, Tracked, Unit};
 use super::run::{self, TraceSource, render_table, simulate};
 use super::{
     FleetCmd, MergeArgs, SweepArgs, bench, check_trace_block, engine, experiments, formats, route_bench, router_config,
-    scenario, shard, sweep, sweep_batched, sweep_values, trace,
+    scenario, shard, sweep, sweep_batched, sweep_values,
 };
 use crate::error::{CliError, CliResult};
 use crate::provenance::Provenance;
@@ -19,13 +19,12 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     match cmd {
         FleetCmd::Replay(a) => {
             crate::mem::set_budget(a.mem.max_memory);
-            trace::set_max_line_bytes(a.max_line_bytes);
             if let Some(s) = a.trace_block_size {
                 check_trace_block(s)?;
             }
             let cfg = a.fleet.config()?;
             cfg.validate().map_err(run::config_error)?;
-            let format = formats::resolve_format(a.format, &a.trace)?;
+            let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes)?;
             if format != formats::Format::Mooncake {
                 if a.engine.resolve(None)?.is_some() {
                     return Err(CliError::bad_input(format!(
@@ -39,7 +38,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             }
             formats::only_token_hash(&a.hash, format)?;
             let trace_block_size = a.trace_block_size.unwrap_or(512);
-            let mut src = TraceSource { path: a.trace.clone(), trace_block_tokens: trace_block_size };
+            let mut src =
+                TraceSource { max_line_bytes: a.max_line_bytes, ..TraceSource::new(a.trace.clone(), trace_block_size) };
             let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
             let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
             let mut prov = Provenance::of_this_run(a.output.no_date);

@@ -65,19 +65,20 @@ impl Format {
     }
 }
 
-/// `--format`, or the format of the trace's first non-blank line when omitted.
-pub fn resolve_format(given: Option<Format>, path: &Path) -> CliResult<Format> {
+/// `--format`, or the format of the trace's first non-blank line (at most `max_line_bytes`) when
+/// omitted.
+pub fn resolve_format(given: Option<Format>, path: &Path, max_line_bytes: u64) -> CliResult<Format> {
     if let Some(f) = given {
         return Ok(f);
     }
     match std::fs::metadata(path) {
         // The reader says why it cannot be opened.
-        Err(_) => drop(Lines::open(path)?),
+        Err(_) => drop(Lines::open(path, max_line_bytes)?),
         // A pipe cannot be read twice: without --format it is read as Mooncake, as always.
         Ok(m) if !m.is_file() => return Ok(Format::Mooncake),
         Ok(_) => {}
     }
-    let mut lines = Lines::open(path)?;
+    let mut lines = Lines::open(path, max_line_bytes)?;
     let Some(line) = lines.next_line()? else {
         return Ok(Format::Mooncake); // an empty trace replays as no requests in any format
     };
@@ -170,6 +171,10 @@ pub struct FormatSource {
     pub labels: Vec<(u32, u64)>,
     /// Distinct `type` values in order of first appearance (bailian).
     pub types: Vec<String>,
+    /// Longest line accepted, bytes (`--max-line-bytes`).
+    pub max_line_bytes: u64,
+    /// The bytes read (for a progress display).
+    pub read: super::trace::BytesRead,
 }
 
 impl FormatSource {
@@ -198,11 +203,15 @@ impl super::run::RequestSource for FormatSource {
         super::run::restart_error_for(&self.path)
     }
 
+    fn bytes_read(&self) -> Option<super::trace::BytesRead> {
+        Some(self.read.clone())
+    }
+
     fn feed(
         &mut self,
         sink: &mut dyn FnMut(&brokerlab_core::fleet::Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
     ) -> CliResult<()> {
-        let mut lines = Lines::open(&self.path)?;
+        let mut lines = Lines::open(&self.path, self.max_line_bytes)?.counting(&self.read);
         let mut keys_buf: Vec<u64> = Vec::new();
         let (mut tok, mut bai) = (TokensRecord::default(), BailianRecord::default());
         let mut last = None;
@@ -331,6 +340,8 @@ pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::
                 trace_block_tokens: a.trace_block_size.unwrap_or(BLOCK_TOKENS as u32),
                 labels: Vec::new(),
                 types: Vec::new(),
+                max_line_bytes: a.max_line_bytes,
+                read: Default::default(),
             };
             let bailian = format == Format::Bailian;
             let res =
@@ -342,7 +353,7 @@ pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::
         }
         Format::Dynamo | Format::Mooncake => {
             let s = a.trace_block_size.unwrap_or(512);
-            let trace = super::dynamo::load(&a.trace, s)?;
+            let trace = super::dynamo::load(&a.trace, s, a.max_line_bytes)?;
             super::dynamo::simulate(cfg, &trace, &a.trace, s, false)?
         }
     };

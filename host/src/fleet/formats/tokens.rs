@@ -140,8 +140,8 @@ pub struct TokensReader {
 
 impl TokensReader {
     /// Opens `path`.
-    pub fn open(path: &Path) -> CliResult<Self> {
-        Ok(TokensReader { lines: Lines::open(path)?, rec: TokensRecord::default(), last_ts: None })
+    pub fn open(path: &Path, max_line_bytes: u64) -> CliResult<Self> {
+        Ok(TokensReader { lines: Lines::open(path, max_line_bytes)?, rec: TokensRecord::default(), last_ts: None })
     }
 
     /// The line reader (location, errors).
@@ -200,8 +200,7 @@ pub enum KeysFormat {
 /// empty line for a prompt shorter than one block).
 pub fn keys_cmd(a: KeysArgs) -> CliResult<i32> {
     let keyer = Keyer::new(&a.hash)?;
-    super::super::trace::set_max_line_bytes(a.max_line_bytes);
-    let mut reader = TokensReader::open(&a.trace)?;
+    let mut reader = TokensReader::open(&a.trace, a.max_line_bytes)?;
     let mut keys = Vec::new();
     let mut out = String::new();
     while let Some(rec) = reader.next_record()? {
