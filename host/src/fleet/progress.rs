@@ -255,6 +255,10 @@ impl RequestSource for Tracked<'_> {
         self.inner.id_blocks()
     }
 
+    fn bytes_read(&self) -> Option<BytesRead> {
+        self.inner.bytes_read()
+    }
+
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
         let (p, unit) = (self.progress, self.unit);
         // the source's own count of trace bytes (a restart reads the file again: shown from here)
