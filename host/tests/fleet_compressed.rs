@@ -212,7 +212,7 @@ fn generated_traces_replay_exactly_when_compressed() {
         for router in RouterKind::ALL {
             let cfg = brokerlab_core::fleet::FleetConfig { router, stale_delay: 3, ..sc.fleet };
             let direct = simulate(cfg, &mut &g, true).unwrap();
-            let mut src = TraceSource { path: path.clone(), trace_block_tokens: 16 };
+            let mut src = TraceSource::new(path.clone(), 16);
             let replay = simulate(cfg, &mut src, true).unwrap();
             assert_eq!(direct.summary, replay.summary, "{name} {router:?}");
             assert_eq!(direct.outcomes, replay.outcomes, "{name} {router:?}");

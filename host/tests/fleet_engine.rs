@@ -46,7 +46,7 @@ fn conversation_head_fast_forward_equals_step_by_step() {
         let mut cfg = FleetConfig::new(8, 8192, router);
         cfg.alpha = 16.0;
         let mut e = EngineConfig::new(Profile::Qwen3_32bH100x2);
-        let mut src = TraceSource { path: path.clone(), trace_block_tokens: 512 };
+        let mut src = TraceSource::new(path.clone(), 512);
         e.fast_forward = false;
         let slow = simulate_batched(cfg, e, &mut src, true).unwrap();
         e.fast_forward = true;

@@ -88,7 +88,7 @@ fn generated_trace_replays_exactly_like_the_direct_run() {
         for router in RouterKind::ALL {
             let cfg = brokerlab_core::fleet::FleetConfig { router, stale_delay: 3, ..sc.fleet };
             let direct = simulate(cfg, &mut &g, true).unwrap();
-            let mut src = TraceSource { path: path.clone(), trace_block_tokens: 16 };
+            let mut src = TraceSource::new(path.clone(), 16);
             let replay = simulate(cfg, &mut src, true).unwrap();
             assert_eq!(direct.summary, replay.summary, "{name} {router:?}");
             assert_eq!(direct.outcomes, replay.outcomes, "{name} {router:?}");
@@ -212,7 +212,7 @@ fn the_global_pools_hit_rate_does_not_depend_on_the_router() {
             .map(|(router, alpha)| {
                 let cfg =
                     FleetConfig { alpha, cache: CacheMode::Global, ..FleetConfig::new(PODS, BLOCKS_PER_POD, router) };
-                let mut src = TraceSource { path: path.clone(), trace_block_tokens: 512 };
+                let mut src = TraceSource::new(path.clone(), 512);
                 simulate(cfg, &mut src, false).unwrap().summary.hit_tokens
             })
             .collect();

@@ -160,11 +160,24 @@ fn formats_are_detected_from_the_first_line() {
     ];
     for (i, (text, want)) in cases.iter().enumerate() {
         let p = write(&format!("detect{i}.jsonl"), text);
-        assert_eq!(brokerlab::fleet::formats::resolve_format(None, &p).unwrap(), *want);
-        assert_eq!(brokerlab::fleet::formats::resolve_format(Some(Format::Dynamo), &p).unwrap(), Format::Dynamo);
+        assert_eq!(
+            brokerlab::fleet::formats::resolve_format(None, &p, brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES)
+                .unwrap(),
+            *want
+        );
+        assert_eq!(
+            brokerlab::fleet::formats::resolve_format(
+                Some(Format::Dynamo),
+                &p,
+                brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES
+            )
+            .unwrap(),
+            Format::Dynamo
+        );
     }
     let p = write("detect-none.jsonl", "{\"timestamp\": 0}\n");
-    let err = brokerlab::fleet::formats::resolve_format(None, &p).unwrap_err();
+    let err = brokerlab::fleet::formats::resolve_format(None, &p, brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES)
+        .unwrap_err();
     let msg = err.to_string();
     assert_eq!(err.code(), 2);
     assert!(msg.contains("detect-none.jsonl:1: cannot tell the trace format"), "{msg}");
@@ -285,7 +298,7 @@ fn mooncake_re_expressed_as_bailian_gives_identical_hits() {
         FleetConfig { stale_delay: 8, ..FleetConfig::new(8, 8192, RouterKind::PrefixAware) },
     ];
     for cfg in configs {
-        let mut ms = TraceSource { path: m.clone(), trace_block_tokens: 512 };
+        let mut ms = TraceSource::new(m.clone(), 512);
         let mut bs = FormatSource {
             path: b.clone(),
             format: Format::Bailian,
@@ -293,6 +306,8 @@ fn mooncake_re_expressed_as_bailian_gives_identical_hits() {
             trace_block_tokens: 16,
             labels: vec![],
             types: vec![],
+            max_line_bytes: brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES,
+            read: Default::default(),
         };
         let a: Summary = simulate(cfg, &mut ms, false).unwrap().summary;
         let c = simulate(cfg, &mut bs, true).unwrap();

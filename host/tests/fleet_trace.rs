@@ -74,7 +74,7 @@ fn check_trace(name: &str) {
     let distinct = trie.covered.iter().sum::<usize>();
     assert!(distinct as u64 <= total_blocks);
     let cfg = FleetConfig::new(1, distinct, RouterKind::RoundRobin);
-    let mut src = TraceSource { path: path.clone(), trace_block_tokens: 512 };
+    let mut src = TraceSource::new(path.clone(), 512);
     let res = simulate(cfg, &mut src, true).unwrap();
     let s = &res.summary;
     assert_eq!(s.requests, recs.len() as u64);
@@ -109,7 +109,7 @@ fn replay_is_deterministic_and_timing_is_consistent() {
     for router in RouterKind::ALL {
         let mut cfg = FleetConfig::new(8, 2048, router);
         cfg.stale_delay = if router == RouterKind::PrefixAware { 3 } else { 0 };
-        let mut src = TraceSource { path: path.clone(), trace_block_tokens: 512 };
+        let mut src = TraceSource::new(path.clone(), 512);
         let a = simulate(cfg, &mut src, true).unwrap();
         let b = simulate(cfg, &mut src, true).unwrap();
         assert_eq!(a.summary, b.summary);
@@ -134,7 +134,7 @@ fn global_index_and_pod_tables_give_identical_results() {
         let mut cfg = FleetConfig::new(8, cap, RouterKind::PrefixAware);
         cfg.stale_delay = stale;
         cfg.alpha = alpha;
-        let mut src = TraceSource { path: path.clone(), trace_block_tokens: 512 };
+        let mut src = TraceSource::new(path.clone(), 512);
         let pods = simulate(FleetConfig { index: IndexKind::PodTables, ..cfg }, &mut src, true).unwrap();
         let global = simulate(FleetConfig { index: IndexKind::Global, ..cfg }, &mut src, true).unwrap();
         assert_eq!(pods.summary, global.summary, "stale {stale}");

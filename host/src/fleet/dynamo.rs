@@ -54,9 +54,9 @@ fn pick<'a>(f: &Fields<'_>, name: &'a str, alias: &'a str) -> &'a str {
     if f.contains_key(name) || !f.contains_key(alias) { name } else { alias }
 }
 
-/// Reads a Dynamo trace with trace block size `s`.
-pub fn load(path: &Path, s: u32) -> CliResult<Trace> {
-    let mut lines = Lines::open(path)?;
+/// Reads a Dynamo trace with trace block size `s` and lines up to `max_line_bytes`.
+pub fn load(path: &Path, s: u32, max_line_bytes: u64) -> CliResult<Trace> {
+    let mut lines = Lines::open(path, max_line_bytes)?;
     let mut trace = Trace::default();
     let mut index: HashMap<String, usize> = HashMap::new();
     // Per session: the last timestamp seen (ns), for delays inferred from timestamps.

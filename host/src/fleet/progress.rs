@@ -8,7 +8,6 @@
 //! * `--quiet`: nothing.
 
 use std::io::{IsTerminal, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -18,6 +17,7 @@ use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 use super::run::RequestSource;
+use super::trace::BytesRead;
 use crate::error::CliResult;
 
 /// Flags every long fleet command takes.
@@ -29,15 +29,6 @@ pub struct OutputArgs {
     /// Leave the date out of the provenance, so two runs on the same inputs give identical bytes.
     #[arg(long)]
     pub no_date: bool,
-}
-
-/// Bytes of trace files consumed by `TraceReader`s in this process (read only for display: a
-/// [`Tracked`] replay shows the growth since it started).
-static TRACE_BYTES: AtomicU64 = AtomicU64::new(0);
-
-/// Called by the trace reader for every line it consumes.
-pub fn note_trace_bytes(n: usize) {
-    TRACE_BYTES.fetch_add(n as u64, Ordering::Relaxed);
 }
 
 /// What the bar counts.
@@ -264,12 +255,19 @@ impl RequestSource for Tracked<'_> {
         self.inner.id_blocks()
     }
 
+    fn bytes_read(&self) -> Option<BytesRead> {
+        self.inner.bytes_read()
+    }
+
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
         let (p, unit) = (self.progress, self.unit);
-        let start = TRACE_BYTES.load(Ordering::Relaxed);
+        // the source's own count of trace bytes (a restart reads the file again: shown from here)
+        let read = self.inner.bytes_read();
+        let bytes = || read.as_ref().map_or(0, BytesRead::get);
+        let start = bytes();
         let show = |n: u64| match unit {
             Unit::TraceBytes => {
-                p.set_position(TRACE_BYTES.load(Ordering::Relaxed).saturating_sub(start));
+                p.set_position(bytes().saturating_sub(start));
                 p.set_message(format!("{n} requests replayed"));
             }
             _ => p.set_position(n),

@@ -11,7 +11,7 @@ use brokerlab_core::fleet::{
 };
 use serde::Serialize;
 
-use super::trace::TraceReader;
+use super::trace::{BytesRead, TraceReader};
 use crate::error::{CliError, CliResult, FleetError};
 use crate::mem::{self, Need, try_grow, try_vec};
 
@@ -152,6 +152,11 @@ pub trait RequestSource {
     fn id_blocks(&self) -> u32 {
         1
     }
+
+    /// The count of trace bytes it reads, for a progress display (None: it reads no file).
+    fn bytes_read(&self) -> Option<BytesRead> {
+        None
+    }
 }
 
 /// A Mooncake JSONL trace file.
@@ -160,6 +165,22 @@ pub struct TraceSource {
     pub path: PathBuf,
     /// Trace block size S, tokens per hash id.
     pub trace_block_tokens: u32,
+    /// Longest line accepted, bytes (`--max-line-bytes`; [`super::trace::DEFAULT_MAX_LINE_BYTES`]).
+    pub max_line_bytes: u64,
+    /// The bytes read (for a progress display).
+    pub read: BytesRead,
+}
+
+impl TraceSource {
+    /// A trace with lines up to [`super::trace::DEFAULT_MAX_LINE_BYTES`].
+    pub fn new(path: PathBuf, trace_block_tokens: u32) -> Self {
+        TraceSource {
+            path,
+            trace_block_tokens,
+            max_line_bytes: super::trace::DEFAULT_MAX_LINE_BYTES,
+            read: BytesRead::default(),
+        }
+    }
 }
 
 /// Why a trace at `path` cannot be read a second time, if it cannot: reopening a pipe
@@ -181,11 +202,16 @@ impl RequestSource for TraceSource {
     }
 
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
-        feed_trace(TraceReader::open(&self.path)?, self.trace_block_tokens, sink)
+        let reader = TraceReader::open_limited(&self.path, self.max_line_bytes)?.counting(&self.read);
+        feed_trace(reader, self.trace_block_tokens, sink)
     }
 
     fn id_blocks(&self) -> u32 {
-        self.trace_block_tokens / 16
+        self.trace_block_tokens / BLOCK_TOKENS as u32
+    }
+
+    fn bytes_read(&self) -> Option<BytesRead> {
+        Some(self.read.clone())
     }
 }
 
@@ -208,7 +234,7 @@ impl RequestSource for EmbeddedTrace {
     }
 
     fn id_blocks(&self) -> u32 {
-        self.trace_block_tokens / 16
+        self.trace_block_tokens / BLOCK_TOKENS as u32
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
@@ -25,16 +26,21 @@ pub struct TraceRecord {
 /// most 2^24 tokens at S = 16 is 1,048,576 ids of up to 20 digits and a separator).
 pub const DEFAULT_MAX_LINE_BYTES: u64 = 32 << 20;
 
-static MAX_LINE_BYTES: AtomicU64 = AtomicU64::new(DEFAULT_MAX_LINE_BYTES);
+/// Bytes of a trace a reader has consumed, shared with the progress display (read only for
+/// display; clones count into the same total).
+#[derive(Debug, Clone, Default)]
+pub struct BytesRead(Arc<AtomicU64>);
 
-/// Sets the longest line readers created from now on accept (`--max-line-bytes`).
-pub fn set_max_line_bytes(n: u64) {
-    MAX_LINE_BYTES.store(n, Ordering::Relaxed);
-}
+impl BytesRead {
+    /// Counts `n` more bytes.
+    pub fn add(&self, n: usize) {
+        self.0.fetch_add(n as u64, Ordering::Relaxed);
+    }
 
-/// The longest line readers created now accept.
-pub fn max_line_bytes() -> u64 {
-    MAX_LINE_BYTES.load(Ordering::Relaxed)
+    /// The bytes counted so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 /// The keys of a trace line the model reads; others are skipped without being stored.
@@ -187,17 +193,25 @@ pub struct Lines {
     line_no: usize,
     buf: Vec<u8>,
     max_line_bytes: u64,
+    read: BytesRead,
 }
 
 impl Lines {
-    /// Opens `path` ([`super::input::open`]).
-    pub fn open(path: &Path) -> CliResult<Self> {
-        Ok(Self::new(path.to_path_buf(), super::input::open(path)?))
+    /// Opens `path` ([`super::input::open`]); a line longer than `max_line_bytes`
+    /// (`--max-line-bytes`) is an error.
+    pub fn open(path: &Path, max_line_bytes: u64) -> CliResult<Self> {
+        Ok(Self::new(path.to_path_buf(), super::input::open(path)?, max_line_bytes))
     }
 
     /// Reads from any buffered reader; `path` is used in messages.
-    pub fn new(path: PathBuf, reader: Box<dyn BufRead>) -> Self {
-        Lines { path, reader, line_no: 0, buf: Vec::new(), max_line_bytes: max_line_bytes() }
+    pub fn new(path: PathBuf, reader: Box<dyn BufRead>, max_line_bytes: u64) -> Self {
+        Lines { path, reader, line_no: 0, buf: Vec::new(), max_line_bytes, read: BytesRead::default() }
+    }
+
+    /// Counts the bytes it consumes into `read` (for a progress display).
+    pub fn counting(mut self, read: &BytesRead) -> Self {
+        self.read = read.clone();
+        self
     }
 
     /// 1-based physical line number of the last line returned.
@@ -227,7 +241,7 @@ impl Lines {
             if n == 0 {
                 return Ok(None);
             }
-            super::progress::note_trace_bytes(n);
+            self.read.add(n);
             self.line_no += 1;
             let body = self.buf.strip_suffix(b"\n").unwrap_or(&self.buf);
             if body.len() as u64 > self.max_line_bytes {
@@ -270,14 +284,29 @@ pub struct TraceReader {
 }
 
 impl TraceReader {
-    /// Opens `path`: plain, gzip or zstd, detected by its first bytes ([`super::input`]).
+    /// Opens `path`: plain, gzip or zstd, detected by its first bytes ([`super::input`]); lines
+    /// up to [`DEFAULT_MAX_LINE_BYTES`].
     pub fn open(path: &Path) -> CliResult<Self> {
-        Ok(Self::new(path.to_path_buf(), super::input::open(path)?))
+        Self::open_limited(path, DEFAULT_MAX_LINE_BYTES)
     }
 
-    /// Reads from any buffered reader; `path` is used in messages.
+    /// [`TraceReader::open`] with lines up to `max_line_bytes` (`--max-line-bytes`).
+    pub fn open_limited(path: &Path, max_line_bytes: u64) -> CliResult<Self> {
+        let lines = Lines::open(path, max_line_bytes)?;
+        Ok(TraceReader { lines, last_ts: None, rec: TraceRecord::default() })
+    }
+
+    /// Counts the bytes it consumes into `read` (for a progress display).
+    pub fn counting(mut self, read: &BytesRead) -> Self {
+        self.lines = self.lines.counting(read);
+        self
+    }
+
+    /// Reads from any buffered reader (lines up to [`DEFAULT_MAX_LINE_BYTES`]); `path` is used in
+    /// messages.
     pub fn new(path: PathBuf, reader: Box<dyn BufRead>) -> Self {
-        TraceReader { lines: Lines::new(path, reader), last_ts: None, rec: TraceRecord::default() }
+        let lines = Lines::new(path, reader, DEFAULT_MAX_LINE_BYTES);
+        TraceReader { lines, last_ts: None, rec: TraceRecord::default() }
     }
 
     /// 1-based physical line number of the last record returned.

@@ -1,0 +1,303 @@
+//! Runs each `fleet` subcommand: reads its arguments, calls the simulator, prints or writes the
+//! results.
+
+use std::path::Path;
+
+use brokerlab_core::fleet::FleetConfig;
+
+use super::progress::{Progress, Tracked, Unit};
+use super::run::{self, TraceSource, render_table, simulate};
+use super::{
+    FleetCmd, MergeArgs, SweepArgs, bench, check_trace_block, engine, experiments, formats, route_bench, router_config,
+    scenario, shard, sweep, sweep_batched, sweep_values,
+};
+use crate::error::{CliError, CliResult};
+use crate::provenance::Provenance;
+
+/// Runs one `fleet` subcommand; returns the exit code.
+pub fn main(cmd: FleetCmd) -> CliResult<i32> {
+    match cmd {
+        FleetCmd::Replay(a) => {
+            crate::mem::set_budget(a.mem.max_memory);
+            if let Some(s) = a.trace_block_size {
+                check_trace_block(s)?;
+            }
+            let cfg = a.fleet.config()?;
+            cfg.validate().map_err(run::config_error)?;
+            let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes)?;
+            if format != formats::Format::Mooncake {
+                if a.engine.resolve(None)?.is_some() {
+                    return Err(CliError::bad_input(format!(
+                        "--engine batched replays Mooncake traces only so far; {} is a {} trace (use the FIFO \
+                         engine, or convert it to Mooncake lines)",
+                        a.trace.display(),
+                        format.name()
+                    )));
+                }
+                return formats::replay(a, format, cfg);
+            }
+            formats::only_token_hash(&a.hash, format)?;
+            let trace_block_size = a.trace_block_size.unwrap_or(512);
+            let mut src =
+                TraceSource { max_line_bytes: a.max_line_bytes, ..TraceSource::new(a.trace.clone(), trace_block_size) };
+            let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
+            let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
+            let mut prov = Provenance::of_this_run(a.output.no_date);
+            prov.add_file("trace", &a.trace)?;
+            let engine = a.engine.resolve(None)?.map(|e| (e, a.engine.outcomes.as_deref()));
+            let title = format!("trace {}", a.trace.display());
+            run_print(cfg, engine, (&mut src, Unit::TraceBytes), progress, a.json.then_some(&prov), &title)
+        }
+        FleetCmd::Run(a) => {
+            crate::mem::set_budget(a.mem.max_memory);
+            let sc = scenario::Scenario::load(&a.scenario)?;
+            let mut cfg = sc.fleet;
+            if let Some(r) = a.router {
+                cfg.router = r;
+                cfg.routing = None;
+            }
+            router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
+            // Streamed: the generator is seeded and sequential, so the workload is never held.
+            let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+            let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
+            let mut prov = Provenance::of_this_run(a.output.no_date);
+            prov.add_file("scenario", &a.scenario)?;
+            let engine = a.engine.resolve(sc.engine.as_ref())?.map(|e| (e, a.engine.outcomes.as_deref()));
+            let title = format!("scenario {} ({})", sc.name, a.scenario.display());
+            run_print(cfg, engine, (&mut src, Unit::Requests), progress, a.json.then_some(&prov), &title)
+        }
+        FleetCmd::GenTrace(a) => {
+            let sc = scenario::Scenario::load(&a.scenario)?;
+            let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+            let f = std::fs::File::create(&a.output)
+                .map_err(|e| CliError::bad_input(format!("-o {}: cannot create: {e}", a.output.display())))?;
+            let mut w = std::io::BufWriter::new(f);
+            scenario::write_trace_from(&mut src, &mut w)
+                .and_then(|_| std::io::Write::flush(&mut w))
+                .map_err(|e| CliError::failure(format!("{}: cannot write: {e}", a.output.display())))?;
+            crate::print_stderr(&format!(
+                "wrote {} requests to {} (replay with --trace-block-size 16)",
+                sc.workload.requests,
+                a.output.display()
+            ));
+            Ok(0)
+        }
+        FleetCmd::Sweep(a) => sweep_cmd(a),
+        FleetCmd::Merge(a) => merge_cmd(a),
+        FleetCmd::Keys(a) => formats::keys_cmd(a),
+        FleetCmd::Report(a) => {
+            let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
+            let prov = Provenance::of_this_run(a.output.no_date);
+            let ex = experiments::report(&a.out, a.threads, a.shrink, &progress, prov)?;
+            progress.finish();
+            if ex.shrink > 1 {
+                say!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
+            }
+            say!("{}\n", experiments::the_number(&ex));
+            for (k, v) in experiments::headlines(&ex) {
+                say!("{k:<52} {v}");
+            }
+            say!(
+                "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv (+ points.provenance.json), \
+                 experiments.json",
+                a.out.display()
+            );
+            Ok(0)
+        }
+        FleetCmd::Bench(a) => {
+            crate::mem::set_budget(a.mem.max_memory);
+            check_trace_block(a.trace_block_size)?;
+            if a.route {
+                let r = route_bench::run(200, a.repeats)?;
+                if a.json {
+                    say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+                } else {
+                    say_raw!("{}", route_bench::render(&r));
+                }
+                return Ok(0);
+            }
+            if a.sweep {
+                let s = bench::sweep_bench(a.repeats)?;
+                if a.json {
+                    say!("{}", serde_json::to_string_pretty(&s).expect("report serializes"));
+                } else {
+                    say_raw!("{}", bench::render_sweep(&s));
+                }
+                return Ok(0);
+            }
+            let py = bench::PythonModel { script: a.python_model, enabled: !a.no_python };
+            let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats, &py)?;
+            if a.json {
+                say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+            } else {
+                say_raw!("{}", bench::render(&r));
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// Runs `src` (counted in `unit` on `progress`) through the FIFO fleet or, with `engine`, the
+/// batched engine (and the file for its per-request lines); prints the result under `title`, or
+/// one JSON object with the provenance `json`. Shared by `fleet replay` and `fleet run`.
+fn run_print(
+    cfg: FleetConfig,
+    engine: Option<(brokerlab_core::fleet::EngineConfig, Option<&Path>)>,
+    (src, unit): (&mut dyn run::RequestSource, Unit),
+    progress: Progress,
+    json: Option<&Provenance>,
+    title: &str,
+) -> CliResult<i32> {
+    let mut tracked = Tracked { inner: src, progress: &progress, unit };
+    if let Some((e, outcomes)) = engine {
+        let res = engine_run(cfg, e, &mut tracked, outcomes);
+        progress.finish();
+        return engine_print(&res?, json, title);
+    }
+    let res = simulate(cfg, &mut tracked, false);
+    progress.finish();
+    let res = res?;
+    match json {
+        Some(prov) => say!("{}", prov.json_with(&res.summary)),
+        None => {
+            say!("{title}");
+            say_raw!("{}", render_table(&res.summary));
+        }
+    }
+    Ok(0)
+}
+
+/// Runs the batched engine (`--engine batched`); with `outcomes`, writes the per-request lines.
+fn engine_run(
+    cfg: FleetConfig,
+    e: brokerlab_core::fleet::EngineConfig,
+    src: &mut dyn run::RequestSource,
+    outcomes: Option<&Path>,
+) -> CliResult<engine::BatchedResult> {
+    brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(run::config_error)?;
+    let res = engine::simulate_batched(cfg, e, src, outcomes.is_some())?;
+    if let Some(path) = outcomes {
+        engine::write_outcomes(path, &res.completions)?;
+    }
+    Ok(res)
+}
+
+/// Prints a batched run; `json` carries the provenance.
+fn engine_print(res: &engine::BatchedResult, json: Option<&Provenance>, title: &str) -> CliResult<i32> {
+    match json {
+        Some(prov) => say!("{}", prov.json_with(&res.summary)),
+        None => {
+            say!("{title}");
+            say_raw!("{}", engine::render_batched(&res.summary));
+        }
+    }
+    Ok(0)
+}
+
+/// Checks the memory budget of a sweep: its workloads plus one fleet per worker thread (the
+/// largest point's).
+fn check_sweep_memory(gens: &[scenario::Generated], specs: &[sweep::PointSpec], threads: usize) -> CliResult<()> {
+    let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+    let workers = threads.min(specs.len()).max(1) as u64;
+    let mut largest: Vec<crate::mem::Need> = Vec::new();
+    let mut largest_total = 0u64;
+    for p in specs {
+        let queue = 4096;
+        let pending = if p.cfg.stale_delay > 0 { ((p.cfg.stale_delay as usize + 1) * 256).min(1 << 20) } else { 0 };
+        let l = brokerlab_core::fleet::FleetLayout::new(&p.cfg, queue, pending).map_err(run::config_error)?;
+        let needs = crate::audit::fleet_needs(&p.cfg, &l);
+        let total = needs.iter().map(|n| n.bytes).sum::<u64>();
+        if total > largest_total {
+            (largest, largest_total) = (needs, total);
+        }
+    }
+    let mut needs: Vec<crate::mem::Need> = largest
+        .into_iter()
+        .map(|n| crate::mem::Need {
+            what: format!("{} x {workers} threads", n.what),
+            bytes: n.bytes.saturating_mul(workers),
+            lowered_by: format!("{}, or --threads", n.lowered_by),
+        })
+        .collect();
+    needs.push(crate::mem::Need {
+        what: "generated workloads".into(),
+        bytes: gens.iter().map(|g| g.bytes()).sum(),
+        lowered_by: "workload.requests".into(),
+    });
+    crate::mem::check("the sweep", &needs)
+}
+
+fn merge_cmd(a: MergeArgs) -> CliResult<i32> {
+    let parts = shard::read_all(&a.dirs)?;
+    let text = if parts[0].1.engine == "batched" {
+        let m = shard::merge::<sweep_batched::BatchedPoint>(parts, &a.out)?;
+        shard::write_batched(&a.out, &m.scenario_name, &m.param, &m.points, &m.provenance)?
+    } else {
+        let m = shard::merge::<sweep::Point>(parts, &a.out)?;
+        shard::write_fifo(&a.out, &m.scenario_name, &m.param, &m.points, &m.provenance)?
+    };
+    say_raw!("{text}");
+    Ok(0)
+}
+
+fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
+    crate::mem::set_budget(a.mem.max_memory);
+    let sc = scenario::Scenario::load(&a.scenario)?;
+    let (gens, values) = sweep_values(&sc, &a)?;
+    let specs = sweep::for_each_router(&values);
+    check_sweep_memory(&gens, &specs, a.threads)?;
+    let mut prov = Provenance::of_this_run(a.output.no_date);
+    prov.add_file("scenario", &a.scenario)?;
+    let engine = a.engine.resolve(sc.engine.as_ref())?;
+    if let Some(sh) = a.shard {
+        // this shard's points, with their indices in the whole sweep
+        let idx: Vec<usize> = (0..specs.len()).filter(|k| sh.owns(*k)).collect();
+        let mine: Vec<sweep::PointSpec> = idx.iter().map(|&k| specs[k].clone()).collect();
+        let p = Progress::new(
+            a.output.quiet,
+            &format!("sweep {} shard {}", a.param, sh.index),
+            Unit::Points,
+            Some(mine.len() as u64),
+        );
+        let kind = if engine.is_some() { "batched" } else { "fifo" };
+        match engine {
+            Some(e) => {
+                let points = sweep_batched::run_points(&a.param, &gens, &mine, e, a.threads, &p);
+                p.finish();
+                let points: Vec<_> = idx.into_iter().zip(points?).collect();
+                shard::write_partial(&a.out, sh, specs.len(), &prov, &sc.name, &a.param, kind, &points)?;
+            }
+            None => {
+                let points = sweep::run_points(&a.param, &gens, &mine, a.threads, &p);
+                p.finish();
+                let points: Vec<_> = idx.into_iter().zip(points?).collect();
+                shard::write_partial(&a.out, sh, specs.len(), &prov, &sc.name, &a.param, kind, &points)?;
+            }
+        }
+        say!(
+            "wrote {}/{} (shard {}/{}: {} of {} points); combine all shards with `brokerlab fleet merge DIR... --out OUT`",
+            a.out.display(),
+            shard::FILE,
+            sh.index,
+            sh.count,
+            mine.len(),
+            specs.len()
+        );
+        return Ok(0);
+    }
+    let progress = Progress::new(a.output.quiet, &format!("sweep {}", a.param), Unit::Points, Some(specs.len() as u64));
+    let text = match engine {
+        Some(e) => {
+            let points = sweep_batched::run_points(&a.param, &gens, &specs, e, a.threads, &progress);
+            progress.finish();
+            shard::write_batched(&a.out, &sc.name, &a.param, &points?, &prov)?
+        }
+        None => {
+            let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &progress);
+            progress.finish();
+            shard::write_fifo(&a.out, &sc.name, &a.param, &points?, &prov)?
+        }
+    };
+    say_raw!("{text}");
+    Ok(0)
+}

@@ -1,0 +1,279 @@
+//! Workloads generated from a scenario: held in memory for sweeps ([`Generated`]), streamed for
+//! one run ([`Streamed`]), or written as a Mooncake trace.
+
+use brokerlab_core::fleet::limits::BLOCK_TOKENS;
+use brokerlab_core::fleet::workload::{Workload, WorkloadSpec};
+use brokerlab_core::fleet::{Request, keys};
+use serde::Serialize;
+
+use super::super::run::RequestSource;
+use crate::error::{CliError, CliResult};
+use crate::mem::{Need, try_grow, try_vec};
+
+/// A workload generated once and kept in memory (keys of every request), so sweeps over fleet
+/// parameters reuse it.
+pub struct Generated {
+    /// The spec.
+    pub spec: WorkloadSpec,
+    /// (arrival ns, L, O, tenant, key range) per request.
+    pub requests: Vec<(u64, u64, u64, u32, std::ops::Range<usize>)>,
+    /// All keys.
+    pub keys: Vec<u64>,
+    /// The scenario file it came from, for messages ("workload" when unknown).
+    pub origin: String,
+}
+
+/// Bytes per request of [`Generated::requests`].
+const GEN_REQUEST_BYTES: u64 = std::mem::size_of::<(u64, u64, u64, u32, std::ops::Range<usize>)>() as u64;
+
+impl Generated {
+    /// Runs the core generator and hashes every prompt.
+    pub fn new(spec: WorkloadSpec) -> CliResult<Self> {
+        Self::with_origin(spec, "workload")
+    }
+
+    /// Same, naming the scenario file in messages. Checks the memory budget first (at most
+    /// `requests x (48 + 8 x longest prompt / 16)` bytes) and never aborts on a failed allocation.
+    pub fn with_origin(spec: WorkloadSpec, origin: &str) -> CliResult<Self> {
+        crate::mem::check(&format!("{origin}: the generated workload"), &Self::needs(&spec))?;
+        let mut stream = Streamed::new(spec, origin)?;
+        let mut reqs = Vec::new();
+        try_grow(&mut reqs, spec.requests as usize, "the generated requests")?;
+        let mut keys: Vec<u64> = Vec::new();
+        let mut err = None;
+        stream.each(&mut |r, k| {
+            if let Err(e) = try_grow(&mut keys, k.len(), "the generated block keys") {
+                err = Some(e);
+                return false;
+            }
+            let start = keys.len();
+            keys.extend_from_slice(k);
+            reqs.push((r.arrival_ns, r.input_tokens, r.output_tokens, r.tenant, start..start + k.len()));
+            true
+        })?;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(Generated { spec, requests: reqs, keys, origin: origin.to_string() }),
+        }
+    }
+
+    /// What [`Self::with_origin`] allocates, at most.
+    pub fn needs(spec: &WorkloadSpec) -> Vec<Need> {
+        let keys = spec.requests.saturating_mul(spec.max_prompt_tokens() / BLOCK_TOKENS as u64).saturating_mul(8);
+        vec![
+            Need {
+                what: "generated requests".into(),
+                bytes: spec.requests.saturating_mul(GEN_REQUEST_BYTES),
+                lowered_by: "workload.requests".into(),
+            },
+            Need {
+                what: "generated block keys (at most)".into(),
+                bytes: keys,
+                lowered_by: "workload.requests, or shorter prompts (prefix_tokens, suffix_tokens, rag)".into(),
+            },
+        ]
+    }
+
+    /// Bytes it holds.
+    pub fn bytes(&self) -> u64 {
+        self.requests.capacity() as u64 * GEN_REQUEST_BYTES + self.keys.capacity() as u64 * 8
+    }
+
+    /// Distinct blocks over the whole workload: the capacity at which nothing is ever evicted.
+    pub fn distinct_blocks(&self) -> usize {
+        let mut set = std::collections::HashSet::with_capacity(self.keys.len());
+        self.keys.iter().filter(|k| set.insert(**k)).count()
+    }
+}
+
+/// Maps an error of the core on request `i` of a generated workload to a message naming the
+/// scenario file and the keys that cause it (exit 2: the scenario asks for it).
+fn request_error(origin: &str, i: usize, e: brokerlab_core::fleet::Error) -> CliError {
+    use brokerlab_core::fleet::{Error as E, Quantity};
+    let hint = match e {
+        E::Overflow { what: Quantity::ServiceTime | Quantity::FinishTime } => {
+            ": lower `fleet.t_prefill_ns`, `fleet.t_decode_ns` or `fleet.t_cpu_ns` (ns per token)"
+        }
+        E::Overflow { .. } => ": lower `fleet.autoscale.interval_s` or `fleet.autoscale.startup_s`",
+        _ => "",
+    };
+    CliError::bad_input(format!("{origin}: request {i}: {e}{hint}"))
+}
+
+impl RequestSource for &Generated {
+    fn feed(
+        &mut self,
+        sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
+    ) -> CliResult<()> {
+        for (i, (arrival_ns, input, output, _, range)) in self.requests.iter().enumerate() {
+            let req = Request {
+                arrival_ns: *arrival_ns,
+                input_tokens: *input,
+                output_tokens: *output,
+                keys: &self.keys[range.clone()],
+            };
+            sink(&req).map_err(|e| request_error(&self.origin, i, e))?;
+        }
+        Ok(())
+    }
+
+    fn len_hint(&self) -> Option<u64> {
+        Some(self.requests.len() as u64)
+    }
+}
+
+/// A workload generated on the fly, request by request (the generator is seeded and
+/// sequential): memory is the generator's buffers, whatever `requests` is. Feeding it again
+/// generates the same requests.
+pub struct Streamed {
+    spec: WorkloadSpec,
+    origin: String,
+    cdf: Vec<u64>,
+    tokens: Vec<u32>,
+    kbuf: Vec<u64>,
+}
+
+impl Streamed {
+    /// The generator's buffers for `spec` (Zipf CDF, one prompt's tokens and keys).
+    pub fn new(spec: WorkloadSpec, origin: &str) -> CliResult<Self> {
+        spec.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+        let tokens_len = spec.max_prompt_tokens() as usize;
+        Ok(Streamed {
+            spec,
+            origin: origin.to_string(),
+            cdf: try_vec(Workload::cdf_len(&spec), 0u64, "the workload's Zipf CDF")?,
+            tokens: try_vec(tokens_len, 0u32, "the prompt tokens buffer")?,
+            kbuf: try_vec(tokens_len / BLOCK_TOKENS, 0u64, "the block keys buffer")?,
+        })
+    }
+
+    /// Generates every request from the start and calls `f` with it and its block keys; `f`
+    /// returns false to stop.
+    pub fn each(
+        &mut self,
+        f: &mut dyn FnMut(&brokerlab_core::fleet::workload::GenRequest, &[u64]) -> bool,
+    ) -> CliResult<()> {
+        let origin = &self.origin;
+        let mut wl =
+            Workload::new(self.spec, &mut self.cdf).map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+        while let Some(r) =
+            wl.next_request(&mut self.tokens).map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?
+        {
+            let n = keys::token_keys(&self.tokens[..r.input_tokens as usize], &mut self.kbuf)
+                .map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?;
+            if !f(&r, &self.kbuf[..n]) {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl RequestSource for Streamed {
+    fn feed(
+        &mut self,
+        sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
+    ) -> CliResult<()> {
+        let origin = self.origin.clone();
+        let mut err = None;
+        self.each(&mut |r, keys| {
+            let req = Request {
+                arrival_ns: r.arrival_ns,
+                input_tokens: r.input_tokens,
+                output_tokens: r.output_tokens,
+                keys,
+            };
+            match sink(&req) {
+                Ok(()) => true,
+                Err(e) => {
+                    err = Some(request_error(&origin, r.index as usize, e));
+                    false
+                }
+            }
+        })?;
+        err.map_or(Ok(()), Err)
+    }
+
+    fn len_hint(&self) -> Option<u64> {
+        Some(self.spec.requests)
+    }
+}
+
+/// One line of a Mooncake trace, in its field order.
+#[derive(Serialize)]
+struct TraceLine<'a> {
+    timestamp: u64,
+    input_length: u64,
+    output_length: u64,
+    hash_ids: &'a [u64],
+}
+
+/// serde_json's compact layout with a space after every `:` and `,` (`{"timestamp": 0, ...}`):
+/// the layout of the Mooncake traces and of every trace this command has written.
+struct Spaced;
+
+impl serde_json::ser::Formatter for Spaced {
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first { Ok(()) } else { w.write_all(b", ") }
+    }
+}
+
+/// Writes the workload as a Mooncake JSONL trace with trace block size 16: `hash_ids[j]` is a
+/// dense id of block j's chained key (ids are prefix-consistent by construction), plus a fresh id
+/// for a trailing partial block. Replaying it with `--trace-block-size 16` gives exactly the
+/// direct run's results.
+pub fn write_trace(g: &Generated, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    write_trace_from(&mut &*g, out)
+}
+
+/// [`write_trace`] from any request source (e.g. a [`Streamed`] workload: memory is one id per
+/// distinct block, not the whole workload).
+pub fn write_trace_from(src: &mut dyn RequestSource, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut ids: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+    let mut next_id = 0u64;
+    let mut line: Vec<u8> = Vec::new();
+    let mut hash_ids: Vec<u64> = Vec::new();
+    let mut io_err = None;
+    let fed = src.feed(&mut |req| {
+        hash_ids.clear();
+        for k in req.keys {
+            let id = *ids.entry(*k).or_insert_with(|| {
+                next_id += 1;
+                next_id - 1
+            });
+            hash_ids.push(id);
+        }
+        if !req.input_tokens.is_multiple_of(BLOCK_TOKENS as u64) {
+            hash_ids.push(next_id);
+            next_id += 1;
+        }
+        let rec = TraceLine {
+            timestamp: req.arrival_ns / 1_000_000,
+            input_length: req.input_tokens,
+            output_length: req.output_tokens,
+            hash_ids: &hash_ids,
+        };
+        line.clear();
+        let written = rec.serialize(&mut serde_json::Serializer::with_formatter(&mut line, Spaced));
+        line.push(b'\n');
+        written.map_err(std::io::Error::from).and_then(|()| out.write_all(&line)).map_err(|e| {
+            io_err = Some(e);
+            brokerlab_core::fleet::Error::CapacityExceeded {
+                limit: brokerlab_core::fleet::Limit::CallerMemory,
+                capacity: 0,
+            }
+        })
+    });
+    if let Some(e) = io_err {
+        return Err(e);
+    }
+    fed.map_err(|e| std::io::Error::other(e.to_string()))
+}

@@ -1,0 +1,298 @@
+//! Scenario files (TOML): a workload, a fleet, a router and timing. Unknown keys are errors that
+//! name the key.
+
+use std::path::Path;
+
+use brokerlab_core::fleet::workload::{
+    DocOrder, Layout, MAX_OUTPUT_CHOICES, MAX_STAGES, Popularity, Stage, SuffixScope, WorkloadSpec,
+};
+use brokerlab_core::fleet::{FleetConfig, RouterSpec, defaults};
+
+use super::ScaleArgs;
+use crate::error::{CliError, CliResult, FleetError};
+
+// The file's schema (serde types and their defaults) and the generated workloads are their own
+// files; this one turns a parsed file into the checked core configuration.
+mod generated;
+mod schema;
+
+pub use generated::{Generated, Streamed, write_trace, write_trace_from};
+pub use schema::*;
+
+/// A parsed, checked scenario.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    /// Name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// Workload.
+    pub workload: WorkloadSpec,
+    /// Fleet.
+    pub fleet: FleetConfig,
+    /// The file (or built-in name) it came from, for messages.
+    pub origin: String,
+    /// `[fleet.engine]` when it selects the batched engine (None: FIFO).
+    pub engine: Option<super::engine::EngineSettings>,
+}
+
+impl Scenario {
+    /// Reads and checks a scenario file.
+    pub fn load(path: &Path) -> CliResult<Self> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::bad_input(format!("{}: cannot read scenario: {e}", path.display())))?;
+        let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        Self::parse(&text, &path.display().to_string(), &stem)
+    }
+
+    /// Parses scenario TOML; `origin` names the file in messages.
+    pub fn parse(text: &str, origin: &str, default_name: &str) -> CliResult<Self> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let t: ScenarioToml = toml::from_str(text).map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+        let bad = |field: &str, expected: &str, got: &str| {
+            CliError::bad_input(format!("{origin}: `{field}` = {got:?}: expected {expected}"))
+        };
+        let w = &t.workload;
+        let popularity = match w.popularity.split_once(':') {
+            None if w.popularity == "uniform" => Popularity::Uniform,
+            None if w.popularity == "cycle" => Popularity::Cycle,
+            Some(("zipf", s)) => match s.parse::<f64>().ok().and_then(|v| milli_exact(v, 10.0).ok()) {
+                Some(m) => Popularity::Zipf { s_milli: m as u32 },
+                _ => {
+                    return Err(bad(
+                        "workload.popularity",
+                        "zipf:S with 0 <= S <= 10, a multiple of 0.001",
+                        &w.popularity,
+                    ));
+                }
+            },
+            _ => return Err(bad("workload.popularity", "\"uniform\", \"zipf:S\" or \"cycle\"", &w.popularity)),
+        };
+        let layout = match w.layout.as_str() {
+            "stable-prefix-first" => Layout::StablePrefixFirst,
+            "timestamp-first" => Layout::TimestampFirst,
+            other => return Err(bad("workload.layout", "\"stable-prefix-first\" or \"timestamp-first\"", other)),
+        };
+        let (stages, stages_len) = parse_stages(w.stages.as_deref(), &bad)?;
+        let rate_milli_per_s = match (w.rate_per_s, stages_len) {
+            (Some(r), 0) => rate_milli(r).map_err(|exp| bad("workload.rate_per_s", &exp, &num(r)))?,
+            (None, 0) => {
+                return Err(bad("workload.rate_per_s", "a rate in requests/s (or [[workload.stages]])", "none"));
+            }
+            (Some(r), _) => {
+                return Err(bad("workload.rate_per_s", "absent when [[workload.stages]] is given", &num(r)));
+            }
+            (None, _) => 0,
+        };
+        let suffix_scope = match w.suffix_scope.as_deref() {
+            None | Some("request") => SuffixScope::Request,
+            Some("user") => SuffixScope::User,
+            Some(other) => return Err(bad("workload.suffix_scope", "\"request\" or \"user\"", other)),
+        };
+        let (rag_docs, rag_doc_tokens, rag_per_request, rag_order) = match &w.rag {
+            None => (0, 0, 0, DocOrder::Random),
+            Some(r) => {
+                let order = match r.order.as_str() {
+                    "random" => DocOrder::Random,
+                    "sorted" => DocOrder::Sorted,
+                    other => return Err(bad("workload.rag.order", "\"random\" or \"sorted\"", other)),
+                };
+                (r.docs, r.doc_tokens, r.per_request, order)
+            }
+        };
+        let (burst_rate_milli_per_s, burst_start_ms, burst_ms) = match &w.burst {
+            None => (0, 0, 0),
+            Some(b) => {
+                let rate =
+                    rate_milli(b.rate_per_s).map_err(|e| bad("workload.burst.rate_per_s", &e, &num(b.rate_per_s)))?;
+                let secs = |v: f64, key| milli_exact(v, 1e10).map_err(|e| bad(key, &format!("seconds: {e}"), &num(v)));
+                let start = secs(b.start_s, "workload.burst.start_s")?;
+                let len = secs(b.duration_s, "workload.burst.duration_s")?;
+                (rate, start, len)
+            }
+        };
+        let out_range = w.output_tokens.unwrap_or([0, 0]);
+        let mut output_choices = [0u32; MAX_OUTPUT_CHOICES];
+        let output_choices_len = match &w.output_tokens_choices {
+            None => 0,
+            Some(_) if w.output_tokens.is_some() => {
+                return Err(bad(
+                    "workload.output_tokens_choices",
+                    "either output_tokens or output_tokens_choices",
+                    "both",
+                ));
+            }
+            Some(v) if v.is_empty() || v.len() > MAX_OUTPUT_CHOICES => {
+                return Err(bad(
+                    "workload.output_tokens_choices",
+                    &format!("1 to {MAX_OUTPUT_CHOICES} values"),
+                    &format!("{v:?}"),
+                ));
+            }
+            Some(v) => {
+                output_choices[..v.len()].copy_from_slice(v);
+                v.len() as u32
+            }
+        };
+        let workload = WorkloadSpec {
+            seed: w.seed,
+            requests: w.requests,
+            tenants: w.tenants,
+            users_per_tenant: w.users_per_tenant,
+            prefix_tokens: w.prefix_tokens,
+            suffix_min_tokens: w.suffix_tokens[0],
+            suffix_max_tokens: w.suffix_tokens[1],
+            output_min_tokens: out_range[0],
+            output_max_tokens: out_range[1],
+            output_choices,
+            output_choices_len,
+            popularity,
+            rate_milli_per_s,
+            layout,
+            header_tokens: w.header_tokens,
+            rag_docs,
+            rag_doc_tokens,
+            rag_per_request,
+            rag_order,
+            burst_rate_milli_per_s,
+            burst_start_ms,
+            burst_ms,
+            suffix_scope,
+            stages,
+            stages_len,
+        };
+        workload.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+        let f = &t.fleet;
+        let fleet = FleetConfig {
+            pods: f.pods,
+            capacity_blocks: f.capacity,
+            router: f.router,
+            alpha: f.alpha,
+            stale_delay: f.stale,
+            order: f.order,
+            t_prefill_ns: f.t_prefill_ns,
+            t_decode_ns: f.t_decode_ns,
+            index: f.index,
+            cpu_capacity_blocks: f.cpu_capacity,
+            t_cpu_ns: f.t_cpu_ns,
+            cache: defaults::CACHE,
+            // The preset's defaults, its RNG seeded from the scenario's seed.
+            routing: RouterSpec::preset(f.router).map(|mut s| {
+                s.params.seed = w.seed;
+                s
+            }),
+            event_delay_ns: 0,
+            speculative_ttl_ns: 0,
+            scale: match &f.autoscale {
+                None => None,
+                Some(a) => Some(
+                    ScaleArgs::policy_from(
+                        f.pods,
+                        a.min,
+                        a.initial,
+                        a.interval_s,
+                        a.up_queue,
+                        a.down_queue,
+                        a.startup_s,
+                    )
+                    .map_err(|(field, expected, got)| bad(&super::fields::key(field), expected, &got))?,
+                ),
+            },
+        };
+        fleet.validate().map_err(|e| match e {
+            brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
+                FleetError::Key { origin: origin.to_string(), field, expected }.into()
+            }
+            other => CliError::bad_input(format!("{origin}: {other}")),
+        })?;
+        let engine = match &f.engine {
+            None => None,
+            Some(e) => match e.model.as_deref().unwrap_or("batched") {
+                "fifo" => None,
+                "batched" => {
+                    let s = super::engine::EngineSettings {
+                        profile: e.profile.clone(),
+                        max_num_seqs: e.max_num_seqs,
+                        max_num_batched_tokens: e.max_num_batched_tokens,
+                        t_overhead_ns: e.t_overhead_ns,
+                        t_prefill_token_ns: e.t_prefill_token_ns,
+                        t_decode_seq_ns: e.t_decode_seq_ns,
+                        t_kv_token_ns: e.t_kv_token_ns,
+                    };
+                    let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
+                    let ecfg = s.config(&key)?;
+                    brokerlab_core::fleet::batched::validate(&fleet, &ecfg).map_err(|e| match e {
+                        brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
+                            FleetError::Key { origin: origin.to_string(), field, expected }.into()
+                        }
+                        other => CliError::bad_input(format!("{origin}: {other}")),
+                    })?;
+                    Some(s)
+                }
+                other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
+            },
+        };
+        Ok(Scenario {
+            engine,
+            name: t.name.unwrap_or_else(|| default_name.to_string()),
+            description: t.description.unwrap_or_default(),
+            workload,
+            fleet,
+            origin: origin.to_string(),
+        })
+    }
+}
+
+/// `[[workload.stages]]` as the core's fixed array and its length; errors name the stage (1-based).
+fn parse_stages(
+    stages: Option<&[StageToml]>,
+    bad: &dyn Fn(&str, &str, &str) -> CliError,
+) -> CliResult<([Stage; MAX_STAGES], u32)> {
+    let mut out = [Stage::default(); MAX_STAGES];
+    let Some(list) = stages else { return Ok((out, 0)) };
+    if list.is_empty() || list.len() > MAX_STAGES {
+        return Err(bad("workload.stages", "1 to 32 stages", &format!("{} stages", list.len())));
+    }
+    for (i, (st, slot)) in list.iter().zip(out.iter_mut()).enumerate() {
+        let key = |k: &str| format!("workload.stages[{}].{k}", i + 1);
+        let rate = rate_milli(st.rate_per_s).map_err(|e| bad(&key("rate_per_s"), &e, &num(st.rate_per_s)))?;
+        let ms = milli_exact(st.duration_s, 1e10)
+            .map_err(|e| bad(&key("duration_s"), &format!("seconds: {e}"), &num(st.duration_s)))?;
+        if ms == 0 {
+            return Err(bad(&key("duration_s"), "a positive duration (seconds)", &num(st.duration_s)));
+        }
+        *slot = Stage { rate_milli_per_s: rate, duration_ms: ms };
+    }
+    Ok((out, list.len() as u32))
+}
+
+/// `v` in exact thousandths, when `0 <= v <= max` and `v` is a multiple of 0.001 (up to the
+/// binary rounding of a decimal literal); the error says what is expected.
+pub fn milli_exact(v: f64, max: f64) -> Result<u64, String> {
+    if !(v >= 0.0 && v <= max) {
+        return Err(format!("between 0 and {}", num(max)));
+    }
+    let m = v * 1000.0;
+    let r = m.round();
+    if (m - r).abs() > 1e-6 * r.max(1.0) {
+        return Err(if r == 0.0 {
+            "0, or at least 0.001 (the resolution)".to_string()
+        } else {
+            "a multiple of 0.001 (the resolution)".to_string()
+        });
+    }
+    Ok(r as u64)
+}
+
+/// An arrival rate in requests/s as whole milli-requests per second (docs/MODEL.md, "Arrivals"):
+/// exact for every accepted value; a rate that is not a multiple of 0.001 requests/s is an error
+/// saying so.
+pub fn rate_milli(v: f64) -> Result<u64, String> {
+    milli_exact(v, 1e9).map_err(|e| format!("a rate in requests/s: {e}; rates are whole milli-requests per second"))
+}
+
+/// A number for a message: plain when short, scientific when huge or tiny (`1e300`, not 301
+/// digits).
+pub fn num(v: f64) -> String {
+    if v.is_finite() && v != 0.0 && !(1e-6..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
+}

@@ -1,0 +1,255 @@
+//! The scenario file's schema: the serde types of each TOML table, and serde's default
+//! functions (each reads the core's one default).
+
+use brokerlab_core::fleet::{IndexKind, RouterKind, TouchOrder, defaults};
+use serde::Deserialize;
+
+/// `[workload]` of a scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadToml {
+    /// Seed.
+    #[serde(default = "seed")]
+    pub seed: u64,
+    /// Requests.
+    pub requests: u64,
+    /// Tenants T.
+    pub tenants: u32,
+    /// Users per tenant.
+    #[serde(default = "users_per_tenant")]
+    pub users_per_tenant: u32,
+    /// Shared prefix P, tokens.
+    pub prefix_tokens: u32,
+    /// [min, max] user suffix, tokens.
+    pub suffix_tokens: [u32; 2],
+    /// [min, max] output, tokens (default [0, 0]).
+    #[serde(default)]
+    pub output_tokens: Option<[u32; 2]>,
+    /// Output lengths drawn uniformly from this list instead (1 to 16 values).
+    #[serde(default)]
+    pub output_tokens_choices: Option<Vec<u32>>,
+    /// "uniform", "zipf:S" or "cycle".
+    #[serde(default = "uniform")]
+    pub popularity: String,
+    /// Poisson rate, requests/s (0: all at t = 0); required unless `stages` is given.
+    #[serde(default)]
+    pub rate_per_s: Option<f64>,
+    /// "request" (default: a fresh suffix per request) or "user" (one per tenant and user).
+    #[serde(default)]
+    pub suffix_scope: Option<String>,
+    /// A ramp of Poisson stages run back to back from t = 0 (instead of `rate_per_s`).
+    #[serde(default)]
+    pub stages: Option<Vec<StageToml>>,
+    /// "stable-prefix-first" or "timestamp-first".
+    #[serde(default = "stable")]
+    pub layout: String,
+    /// Header tokens in the timestamp-first layout.
+    #[serde(default = "header_tokens")]
+    pub header_tokens: u32,
+    /// RAG section.
+    #[serde(default)]
+    pub rag: Option<RagToml>,
+    /// A burst of a higher (or lower) arrival rate.
+    #[serde(default)]
+    pub burst: Option<BurstToml>,
+}
+
+/// `[[workload.stages]]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StageToml {
+    /// Poisson rate during the stage, requests/s.
+    pub rate_per_s: f64,
+    /// Length, s.
+    pub duration_s: f64,
+}
+
+/// `[workload.burst]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BurstToml {
+    /// Poisson rate during the burst, requests/s.
+    pub rate_per_s: f64,
+    /// Start, s.
+    pub start_s: f64,
+    /// Length, s.
+    pub duration_s: f64,
+}
+
+/// `[fleet.autoscale]`: `fleet.pods` is then the most pods.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AutoscaleToml {
+    /// Fewest routable pods.
+    pub min: u32,
+    /// Routable pods at the start (default: min).
+    #[serde(default)]
+    pub initial: Option<u32>,
+    /// Evaluation period, s.
+    #[serde(default = "interval_s")]
+    pub interval_s: f64,
+    /// Scale out above this mean queue length.
+    #[serde(default = "up_queue")]
+    pub up_queue: f64,
+    /// Scale in below this mean queue length.
+    #[serde(default = "down_queue")]
+    pub down_queue: f64,
+    /// Boot time of a new pod, s.
+    #[serde(default = "startup_s")]
+    pub startup_s: f64,
+}
+
+/// `[workload.rag]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RagToml {
+    /// Documents per tenant.
+    pub docs: u32,
+    /// Tokens per document.
+    pub doc_tokens: u32,
+    /// Documents per request.
+    pub per_request: u32,
+    /// "random" or "sorted".
+    #[serde(default = "random")]
+    pub order: String,
+}
+
+/// `[fleet]` of a scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetToml {
+    /// Pods N.
+    pub pods: usize,
+    /// Blocks per pod C.
+    pub capacity: usize,
+    /// Router.
+    #[serde(default = "router")]
+    pub router: RouterKind,
+    /// Load penalty.
+    #[serde(default = "alpha")]
+    pub alpha: f64,
+    /// Stale delay k.
+    #[serde(default)]
+    pub stale: u32,
+    /// Touch order.
+    #[serde(default = "order")]
+    pub order: TouchOrder,
+    /// ns per prefill token.
+    #[serde(default = "t_prefill_ns")]
+    pub t_prefill_ns: u64,
+    /// ns per output token.
+    #[serde(default)]
+    pub t_decode_ns: u64,
+    /// Prefix-aware index: "pod-tables" (default) or "global".
+    #[serde(default = "index")]
+    pub index: IndexKind,
+    /// CPU-tier blocks per pod (0: none).
+    #[serde(default)]
+    pub cpu_capacity: usize,
+    /// ns per token loaded from the CPU tier.
+    #[serde(default = "t_cpu_ns")]
+    pub t_cpu_ns: u64,
+    /// Autoscaling.
+    #[serde(default)]
+    pub autoscale: Option<AutoscaleToml>,
+    /// The batched engine (absent: the FIFO engine).
+    #[serde(default)]
+    pub engine: Option<EngineToml>,
+}
+
+/// `[fleet.engine]`: the batched engine (docs/MODEL.md, "The batched engine"); keys left out take
+/// the profile's and vLLM's defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineToml {
+    /// "batched" (default) or "fifo".
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Step-cost profile.
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// S.
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
+    /// M.
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// ns per step.
+    #[serde(default)]
+    pub t_overhead_ns: Option<u64>,
+    /// ns per prefill token.
+    #[serde(default)]
+    pub t_prefill_token_ns: Option<u64>,
+    /// ns per decoding request.
+    #[serde(default)]
+    pub t_decode_seq_ns: Option<u64>,
+    /// ns per context token.
+    #[serde(default)]
+    pub t_kv_token_ns: Option<u64>,
+}
+
+/// A scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioToml {
+    /// Name used in reports.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// One line on what it shows.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The workload.
+    pub workload: WorkloadToml,
+    /// The fleet.
+    pub fleet: FleetToml,
+}
+
+// serde's `default` takes a function: each reads the core's one default (core::fleet::defaults).
+fn seed() -> u64 {
+    defaults::WORKLOAD_SEED
+}
+fn users_per_tenant() -> u32 {
+    defaults::USERS_PER_TENANT
+}
+fn header_tokens() -> u32 {
+    defaults::HEADER_TOKENS
+}
+fn interval_s() -> f64 {
+    defaults::SCALE_INTERVAL_NS as f64 / 1e9
+}
+fn up_queue() -> f64 {
+    defaults::SCALE_UP_MILLI as f64 / 1e3
+}
+fn down_queue() -> f64 {
+    defaults::SCALE_DOWN_MILLI as f64 / 1e3
+}
+fn startup_s() -> f64 {
+    defaults::SCALE_STARTUP_NS as f64 / 1e9
+}
+fn router() -> RouterKind {
+    defaults::ROUTER
+}
+fn alpha() -> f64 {
+    defaults::ALPHA
+}
+fn order() -> TouchOrder {
+    defaults::ORDER
+}
+fn t_prefill_ns() -> u64 {
+    defaults::T_PREFILL_NS
+}
+fn index() -> IndexKind {
+    defaults::INDEX
+}
+fn t_cpu_ns() -> u64 {
+    defaults::T_CPU_NS
+}
+fn uniform() -> String {
+    "uniform".into()
+}
+fn stable() -> String {
+    "stable-prefix-first".into()
+}
+fn random() -> String {
+    "random".into()
+}
