@@ -29,6 +29,9 @@ pub enum CliError {
     /// `brokerlab audit`.
     #[error(transparent)]
     Audit(#[from] AuditError),
+    /// The `task` commands.
+    #[error(transparent)]
+    Task(#[from] crate::task::error::TaskError),
 }
 
 impl CliError {
@@ -49,6 +52,7 @@ impl CliError {
             CliError::Failure(_) => EXIT_FAILURE,
             CliError::Fleet(e) => e.code(),
             CliError::Audit(e) => e.code(),
+            CliError::Task(e) => e.code(),
         }
     }
 }

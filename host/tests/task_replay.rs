@@ -4,7 +4,7 @@
 use brokerlab::task::exec::{Chaos, HostJournal};
 use brokerlab::task::ident::Me;
 use brokerlab::task::spec::Spec;
-use brokerlab::task::store::{AppendError, LeaseError, NewTask, Store, fold};
+use brokerlab::task::store::{AppendError, LeaseAsk, LeaseError, NewTask, Store, fold};
 use brokerlab_core::runner::{
     Effects, Event, Journal, Key, ModelReply, Record, ResultText, Stop, TaskId, TaskState, ToolCall, ToolOutput,
     drive_step,
@@ -76,7 +76,16 @@ fn create(store: &Store, id: &str, spec: &Spec) -> TaskState {
     };
     let st = fold(&store.path, id, &new.records).unwrap();
     // create only; the caller takes the lease
-    let (lease, rec) = store.acquire(id, &Me::current(), 60_000, &st, Some(&new), true).unwrap();
+    let (lease, rec) = store
+        .acquire(&LeaseAsk {
+            id,
+            me: &Me::current(),
+            ttl_ms: 60_000,
+            state: &st,
+            create: Some(&new),
+            clear_suspend: true,
+        })
+        .unwrap();
     store.release(&lease);
     let mut st = st;
     st.apply(&rec).unwrap();
@@ -90,7 +99,16 @@ fn replay_from_sqlite_equals_live_after_every_checkpoint() {
     let spec = Spec::parse(SPEC).unwrap();
     let mut st = create(&store, "t", &spec);
     assert_eq!(store.replay("t").unwrap(), st);
-    let (lease, rec) = store.acquire("t", &Me::current(), 60_000, &st, None, true).unwrap();
+    let (lease, rec) = store
+        .acquire(&LeaseAsk {
+            id: "t",
+            me: &Me::current(),
+            ttl_ms: 60_000,
+            state: &st,
+            create: None,
+            clear_suspend: true,
+        })
+        .unwrap();
     st.apply(&rec).unwrap();
     let chaos = Chaos::none();
     let mut j = HostJournal::new(&store, lease.clone(), &chaos);
@@ -128,20 +146,31 @@ fn a_stale_epoch_is_refused_inside_the_append_transaction() {
     let spec = Spec::parse(SPEC).unwrap();
     let mut st = create(&store, "t", &spec);
     let me = Me::current();
-    let (old, rec) = store.acquire("t", &me, 60_000, &st, None, true).unwrap();
+    let (old, rec) = store
+        .acquire(&LeaseAsk { id: "t", me: &me, ttl_ms: 60_000, state: &st, create: None, clear_suspend: true })
+        .unwrap();
     st.apply(&rec).unwrap();
     // another owner cannot take a live lease...
     let other = Me { host: me.host.clone(), pid: me.pid, start: me.start + 1 };
     // (same pid, other start time: "our" holder looks dead to it only if we were gone; we are not)
     let other_store = Store::open(&d.0.join("log.sqlite"), false).unwrap();
     let live_other = Me { host: "elsewhere/0".into(), pid: 1, start: 1 };
-    match other_store.acquire("t", &live_other, 60_000, &st, None, true) {
+    match other_store.acquire(&LeaseAsk {
+        id: "t",
+        me: &live_other,
+        ttl_ms: 60_000,
+        state: &st,
+        create: None,
+        clear_suspend: true,
+    }) {
         Err(LeaseError::Held { epoch, .. }) => assert_eq!(epoch, old.epoch),
         r => panic!("{r:?}"),
     }
     // ...until it expires: then it takes over with a higher epoch
     store.conn.execute("UPDATE leases SET expires_at_ms = 0", []).unwrap();
-    let (new, rec2) = other_store.acquire("t", &other, 60_000, &st, None, true).unwrap();
+    let (new, rec2) = other_store
+        .acquire(&LeaseAsk { id: "t", me: &other, ttl_ms: 60_000, state: &st, create: None, clear_suspend: true })
+        .unwrap();
     assert_eq!(new.epoch, old.epoch + 1);
     let mut st2 = st.clone();
     st2.apply(&rec2).unwrap();

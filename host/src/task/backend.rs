@@ -8,9 +8,8 @@ use std::path::{Path, PathBuf};
 
 use brokerlab_core::runner::{Record, TaskState};
 
-use super::ident::Me;
-use super::store::{AppendError, Lease, LeaseError, LeaseRow, NewTask, Store, TaskRow, fold_in, sql_error};
-use crate::error::{CliError, CliResult};
+use super::store::{AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, Store, TaskRow, fold_in, sql_error};
+use crate::task::error::{TaskError, TaskResult};
 
 /// Where the log lives: `--db` or `$BROKERLAB_DB`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +34,7 @@ impl DbTarget {
 
 /// Opens the log (with `create`, creating its schema if the database has none). Errors name the
 /// file or the URL (its password hidden).
-pub fn open(db: &DbTarget, create: bool) -> CliResult<Box<dyn TaskStore>> {
+pub fn open(db: &DbTarget, create: bool) -> TaskResult<Box<dyn TaskStore>> {
     Ok(match db {
         DbTarget::Sqlite(p) => Box::new(Store::open(p, create)?),
         DbTarget::Postgres(url) => Box::new(super::pg::PgStore::open(url, create)?),
@@ -44,45 +43,37 @@ pub fn open(db: &DbTarget, create: bool) -> CliResult<Box<dyn TaskStore>> {
 
 /// The operations the runner needs from its journal. Each says what is durable when it returns
 /// `Ok` and what a crash (of the process, the host or the database server) during it leaves.
-/// Errors are [`CliError`]s that name the database.
+/// Errors are [`TaskError`]s that name the database.
 pub trait TaskStore {
     /// The database, for messages: the file, or the URL without its password.
     fn name(&self) -> String;
 
     /// The task's row (spec, parent, world), if it exists. Reads only.
-    fn task(&self, id: &str) -> CliResult<Option<TaskRow>>;
+    fn task(&self, id: &str) -> TaskResult<Option<TaskRow>>;
 
     /// All task ids, oldest first. Reads only.
-    fn task_ids(&self) -> CliResult<Vec<String>>;
+    fn task_ids(&self) -> TaskResult<Vec<String>>;
 
     /// The task's committed records in order, decoded and checked (seq dense from 0, task id,
     /// CRC): exactly what earlier `Ok` appends made durable. Reads only.
-    fn records(&self, id: &str) -> CliResult<Vec<Record>>;
+    fn records(&self, id: &str) -> TaskResult<Vec<Record>>;
 
     /// The lease row, if any runner ever held the task. Reads only.
-    fn lease(&self, id: &str) -> CliResult<Option<LeaseRow>>;
+    fn lease(&self, id: &str) -> TaskResult<Option<LeaseRow>>;
 
     /// Whether `task suspend` asked the task to stop. Reads only.
-    fn suspend_requested(&self, id: &str) -> CliResult<bool>;
+    fn suspend_requested(&self, id: &str) -> TaskResult<bool>;
 
     /// Records a suspend request: durable on `Ok`; after a crash during the call it is there or
     /// not (a single-statement transaction).
-    fn request_suspend(&self, id: &str) -> CliResult<()>;
+    fn request_suspend(&self, id: &str) -> TaskResult<()>;
 
     /// Takes the lease (the core's `decide_lease` on the row read under the transaction's lock;
     /// epoch + 1) and appends the `LeaseAcquired` record, creating the task with its first records
     /// first when `create` is given, and with `clear_suspend` deleting a pending suspend request:
     /// one transaction. On `Ok` all of it is durable; after a crash during the call none of it
     /// is (the previous holder's lease and the log are as they were).
-    fn acquire(
-        &self,
-        id: &str,
-        me: &Me,
-        ttl_ms: i64,
-        state: &TaskState,
-        create: Option<&NewTask>,
-        clear_suspend: bool,
-    ) -> Result<(Lease, Record), LeaseError<CliError>>;
+    fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError<TaskError>>;
 
     /// A checkpoint: appends `recs` under `lease` in one transaction that first checks the lease
     /// row (the core's `check_fence`: owner and epoch still ours, else `Fenced` and nothing is
@@ -90,31 +81,29 @@ pub trait TaskStore {
     /// the lease. Durable on `Ok`; after a crash during the call none of it is written, except
     /// that a crash during the commit itself leaves it unknown to the caller whether it was, and
     /// the next runner reads the log to find out (never the caller's memory).
-    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<CliError>>;
+    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<TaskError>>;
 
     /// Renews the lease: a fenced checkpoint that appends nothing (refused when another runner
     /// took over). Durable on `Ok` like [`TaskStore::append`].
-    fn renew(&self, lease: &Lease) -> Result<(), AppendError<CliError>>;
+    fn renew(&self, lease: &Lease) -> Result<(), AppendError<TaskError>>;
 
     /// Gives the lease up (expires it now) if it is still ours; best effort: a crash before it
     /// leaves the lease to expire on its own (or to be taken at once from a provably dead holder).
     fn release(&self, lease: &Lease);
 
     /// The task row, or exit 2 naming the database and the id.
-    fn task_or_err(&self, id: &str) -> CliResult<TaskRow> {
-        self.task(id)?.ok_or_else(|| {
-            CliError::bad_input(format!("{}: no task with id {id:?} (see `brokerlab task list`)", self.name()))
-        })
+    fn task_or_err(&self, id: &str) -> TaskResult<TaskRow> {
+        self.task(id)?.ok_or_else(|| TaskError::NoTask { db: self.name(), task: id.to_string() })
     }
 
     /// The task's state: the fold of its records.
-    fn replay(&self, id: &str) -> CliResult<TaskState> {
+    fn replay(&self, id: &str) -> TaskResult<TaskState> {
         let recs = self.records(id)?;
         fold_in(&self.name(), id, &recs)
     }
 }
 
-fn map_lease(path: &Path, e: LeaseError) -> LeaseError<CliError> {
+fn map_lease(path: &Path, e: LeaseError) -> LeaseError<TaskError> {
     match e {
         LeaseError::Held { owner, epoch, expires_in_ms } => LeaseError::Held { owner, epoch, expires_in_ms },
         LeaseError::Exists => LeaseError::Exists,
@@ -123,7 +112,7 @@ fn map_lease(path: &Path, e: LeaseError) -> LeaseError<CliError> {
     }
 }
 
-fn map_append(path: &Path, what: &str, e: AppendError) -> AppendError<CliError> {
+fn map_append(path: &Path, what: &str, e: AppendError) -> AppendError<TaskError> {
     match e {
         AppendError::Fenced { epoch, holder } => AppendError::Fenced { epoch, holder },
         AppendError::Sql(e) => AppendError::Sql(sql_error(path, what, e)),
@@ -134,39 +123,31 @@ impl TaskStore for Store {
     fn name(&self) -> String {
         self.path.display().to_string()
     }
-    fn task(&self, id: &str) -> CliResult<Option<TaskRow>> {
+    fn task(&self, id: &str) -> TaskResult<Option<TaskRow>> {
         Store::task(self, id)
     }
-    fn task_ids(&self) -> CliResult<Vec<String>> {
+    fn task_ids(&self) -> TaskResult<Vec<String>> {
         Store::task_ids(self)
     }
-    fn records(&self, id: &str) -> CliResult<Vec<Record>> {
+    fn records(&self, id: &str) -> TaskResult<Vec<Record>> {
         Store::records(self, id)
     }
-    fn lease(&self, id: &str) -> CliResult<Option<LeaseRow>> {
+    fn lease(&self, id: &str) -> TaskResult<Option<LeaseRow>> {
         Store::lease(self, id)
     }
-    fn suspend_requested(&self, id: &str) -> CliResult<bool> {
+    fn suspend_requested(&self, id: &str) -> TaskResult<bool> {
         Store::suspend_requested(self, id).map_err(|e| sql_error(&self.path, "polling suspend requests", e))
     }
-    fn request_suspend(&self, id: &str) -> CliResult<()> {
+    fn request_suspend(&self, id: &str) -> TaskResult<()> {
         Store::request_suspend(self, id)
     }
-    fn acquire(
-        &self,
-        id: &str,
-        me: &Me,
-        ttl_ms: i64,
-        state: &TaskState,
-        create: Option<&NewTask>,
-        clear_suspend: bool,
-    ) -> Result<(Lease, Record), LeaseError<CliError>> {
-        Store::acquire(self, id, me, ttl_ms, state, create, clear_suspend).map_err(|e| map_lease(&self.path, e))
+    fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError<TaskError>> {
+        Store::acquire(self, ask).map_err(|e| map_lease(&self.path, e))
     }
-    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<CliError>> {
+    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<TaskError>> {
         Store::append(self, lease, recs).map_err(|e| map_append(&self.path, "appending a checkpoint", e))
     }
-    fn renew(&self, lease: &Lease) -> Result<(), AppendError<CliError>> {
+    fn renew(&self, lease: &Lease) -> Result<(), AppendError<TaskError>> {
         Store::renew(self, lease).map_err(|e| map_append(&self.path, "renewing the lease", e))
     }
     fn release(&self, lease: &Lease) {

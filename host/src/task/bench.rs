@@ -22,8 +22,8 @@ use brokerlab_core::runner::{
 use super::backend::TaskStore;
 use super::exec::{Chaos, HostJournal};
 use super::ident::Me;
-use super::store::{Lease, NewTask, Store, fold_in, open_sqlite, sql_error};
-use crate::error::{CliError, CliResult};
+use super::store::{Lease, LeaseAsk, NewTask, Store, fold_in, open_sqlite, sql_error};
+use crate::task::error::{TaskError, TaskResult};
 
 /// Options of `task bench`.
 #[derive(Debug, Clone)]
@@ -45,21 +45,21 @@ pub struct BenchOpts {
 pub(crate) struct BenchFx;
 
 impl Effects for BenchFx {
-    type Error = CliError;
-    fn model(&mut self, _task: &TaskId, step: u16) -> CliResult<ModelReply> {
+    type Error = TaskError;
+    fn model(&mut self, _task: &TaskId, step: u16) -> TaskResult<ModelReply> {
         let mut text = ModelText::new();
         let _ = text.push_str("pay the next invoice");
         let args = format!(r#"{{"amount":{},"to":"acct-{}"}}"#, 10 + step as u32, step);
         Ok(ModelReply {
             text,
             call: Some(ToolCall {
-                tool: ToolName::try_from("payment").map_err(|_| CliError::failure("name"))?,
+                tool: ToolName::try_from("payment").map_err(|_| TaskError::failure("name"))?,
                 class: ToolClass::Idempotent,
-                args: Args::from_slice(args.as_bytes()).map_err(|_| CliError::failure("args"))?,
+                args: Args::from_slice(args.as_bytes()).map_err(|_| TaskError::failure("args"))?,
             }),
         })
     }
-    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, key: Option<&Key>, _f: u64) -> CliResult<ToolOutput> {
+    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, key: Option<&Key>, _f: u64) -> TaskResult<ToolOutput> {
         let mut output = ResultText::new();
         let _ = output.push_str("paid ");
         let _ = output.push_str(key.map_or("", |k| k.as_str()));
@@ -67,7 +67,7 @@ impl Effects for BenchFx {
     }
 }
 
-fn raw_commit_rate(dir: &Path, n: u32) -> CliResult<f64> {
+fn raw_commit_rate(dir: &Path, n: u32) -> TaskResult<f64> {
     let path = dir.join("raw.sqlite");
     let c = open_sqlite(&path, true)?;
     c.execute_batch("CREATE TABLE IF NOT EXISTS raw(id INTEGER PRIMARY KEY, v BLOB NOT NULL)")
@@ -81,8 +81,8 @@ fn raw_commit_rate(dir: &Path, n: u32) -> CliResult<f64> {
     Ok(n as f64 / t.elapsed().as_secs_f64())
 }
 
-pub(crate) fn create_task(store: &dyn TaskStore, id: &str, steps: u32) -> CliResult<(TaskState, Lease)> {
-    let task = TaskId::try_from(id).map_err(|_| CliError::failure("id"))?;
+pub(crate) fn create_task(store: &dyn TaskStore, id: &str, steps: u32) -> TaskResult<(TaskState, Lease)> {
+    let task = TaskId::try_from(id).map_err(|_| TaskError::failure("id"))?;
     let created = Record::new(task, 0, Event::Created { spec_digest: 0, steps: steps as u16 });
     let new = NewTask {
         spec_json: "{\"id\":null,\"steps\":[]}".into(),
@@ -95,16 +95,16 @@ pub(crate) fn create_task(store: &dyn TaskStore, id: &str, steps: u32) -> CliRes
     let mut st = fold_in(&store.name(), id, &new.records)?;
     let me = Me::current();
     let (lease, rec) = store
-        .acquire(id, &me, 60_000, &st, Some(&new), true)
-        .map_err(|e| CliError::failure(format!("bench lease: {e:?}")))?;
-    st.apply(&rec).map_err(|e| CliError::failure(e.to_string()))?;
+        .acquire(&LeaseAsk { id, me: &me, ttl_ms: 60_000, state: &st, create: Some(&new), clear_suspend: true })
+        .map_err(|e| TaskError::failure(format!("bench lease: {e:?}")))?;
+    st.apply(&rec).map_err(|e| TaskError::failure(e.to_string()))?;
     Ok((st, lease))
 }
 
-pub(crate) fn check_done<E: std::fmt::Debug, F: std::fmt::Debug>(r: Result<Stop, DriveError<E, F>>) -> CliResult<()> {
+pub(crate) fn check_done<E: std::fmt::Debug, F: std::fmt::Debug>(r: Result<Stop, DriveError<E, F>>) -> TaskResult<()> {
     match r {
         Ok(Stop::Completed) => Ok(()),
-        other => Err(CliError::failure(format!("bench task did not complete: {other:?}"))),
+        other => Err(TaskError::failure(format!("bench task did not complete: {other:?}"))),
     }
 }
 
@@ -178,7 +178,7 @@ struct Concurrent {
     checkpoints: u64,
 }
 
-fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> CliResult<Concurrent> {
+fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
     let path = dir.join("ungrouped.sqlite");
     let store = Store::open(&path, true)?;
     let mut prepared = Vec::new();
@@ -187,12 +187,12 @@ fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> CliResult<Concurrent> {
     }
     drop(store);
     let t = Instant::now();
-    let results: Vec<CliResult<u64>> = std::thread::scope(|s| {
+    let results: Vec<TaskResult<u64>> = std::thread::scope(|s| {
         let hs: Vec<_> = prepared
             .into_iter()
             .map(|(mut st, lease)| {
                 let path = path.clone();
-                s.spawn(move || -> CliResult<u64> {
+                s.spawn(move || -> TaskResult<u64> {
                     let store = Store::open(&path, false)?;
                     // K writers contend for SQLite's one write lock; do not give up under load
                     let _ = store.conn.busy_timeout(std::time::Duration::from_secs(120));
@@ -203,7 +203,7 @@ fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> CliResult<Concurrent> {
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(CliError::failure("bench thread panicked")))).collect()
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TaskError::failure("bench thread panicked")))).collect()
     });
     let el = t.elapsed();
     let mut commits = 0;
@@ -213,7 +213,7 @@ fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> CliResult<Concurrent> {
     Ok(Concurrent { steps_per_s: (steps * tasks) as f64 / el.as_secs_f64(), commits, checkpoints: commits })
 }
 
-fn run_grouped(dir: &Path, steps: u32, tasks: u32) -> CliResult<Concurrent> {
+fn run_grouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
     let path = dir.join("grouped.sqlite");
     let store = Store::open(&path, true)?;
     let mut prepared = Vec::new();
@@ -228,7 +228,7 @@ fn run_grouped(dir: &Path, steps: u32, tasks: u32) -> CliResult<Concurrent> {
             .into_iter()
             .map(|(mut st, lease)| {
                 let tx = tx.clone();
-                s.spawn(move || -> CliResult<()> {
+                s.spawn(move || -> TaskResult<()> {
                     let (reply_tx, reply_rx) = mpsc::channel();
                     let mut j = GroupJournal { lease, pending: Vec::new(), tx, reply_tx, reply_rx };
                     check_done(drive(&mut st, &mut j, &mut BenchFx))
@@ -236,9 +236,9 @@ fn run_grouped(dir: &Path, steps: u32, tasks: u32) -> CliResult<Concurrent> {
             })
             .collect();
         drop(tx);
-        let rs: Vec<CliResult<()>> = hs
+        let rs: Vec<TaskResult<()>> = hs
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(CliError::failure("bench thread panicked"))))
+            .map(|h| h.join().unwrap_or_else(|_| Err(TaskError::failure("bench thread panicked"))))
             .collect();
         (rs, committer.join().unwrap_or((0, 0)))
     });
@@ -250,31 +250,32 @@ fn run_grouped(dir: &Path, steps: u32, tasks: u32) -> CliResult<Concurrent> {
 }
 
 /// `task bench`.
-pub fn bench(opts: &BenchOpts) -> CliResult<i32> {
+pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
     if opts.steps == 0 || opts.steps > brokerlab_core::runner::MAX_STEPS as u32 {
-        return Err(CliError::bad_input(format!(
+        return Err(TaskError::bad_input(format!(
             "--steps {}: expected 1..={}",
             opts.steps,
             brokerlab_core::runner::MAX_STEPS
         )));
     }
     if opts.takeover_kills > 0 && opts.db.is_none() {
-        return Err(CliError::bad_input("--takeover-kills needs --db postgres://..."));
+        return Err(TaskError::bad_input("--takeover-kills needs --db postgres://..."));
     }
     if opts.tasks == 0 || opts.tasks > 256 {
-        return Err(CliError::bad_input(format!("--tasks {}: expected 1..=256", opts.tasks)));
+        return Err(TaskError::bad_input(format!("--tasks {}: expected 1..=256", opts.tasks)));
     }
     let (dir, cleanup) = match &opts.dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("brokerlab-bench-{}", std::process::id())), true),
     };
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::bad_input(format!("{}: cannot create: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", dir.display())))?;
     for f in ["raw", "single", "ungrouped", "grouped"] {
         for ext in ["sqlite", "sqlite-wal", "sqlite-shm"] {
             let _ = std::fs::remove_file(dir.join(format!("{f}.{ext}")));
         }
     }
-    let result = (|| -> CliResult<serde_json::Value> {
+    let result = (|| -> TaskResult<serde_json::Value> {
         // Raw rate measured before and after the runner (disk speed drifts under other load);
         // the ratio uses the faster of the two, so it errs against the runner.
         let raw_n = opts.steps.max(500);

@@ -14,6 +14,7 @@
 pub mod backend;
 pub mod bench;
 pub mod chaos;
+pub mod error;
 pub mod exec;
 pub mod ident;
 pub mod pg;
@@ -28,7 +29,7 @@ use std::path::PathBuf;
 use brokerlab_core::runner::{Decision, next_action};
 use clap::{Args, Subcommand};
 
-use crate::error::{CliError, CliResult};
+use crate::task::error::{TaskError, TaskResult};
 use backend::{DbTarget, TaskStore};
 use exec::{RunOpts, status_of};
 use ident::now_ms;
@@ -90,19 +91,19 @@ pub const MIN_LEASE_MS: u64 = 10;
 /// Longest lease, ms (one day): a longer one would keep a dead runner's task waiting that long.
 pub const MAX_LEASE_MS: u64 = 86_400_000;
 
-fn env_ms(name: &str) -> CliResult<Option<u64>> {
+fn env_ms(name: &str) -> TaskResult<Option<u64>> {
     match std::env::var(name) {
         Ok(v) => v
             .trim()
             .parse()
             .map(Some)
-            .map_err(|_| CliError::bad_input(format!("{name}={v:?}: expected a whole number of milliseconds"))),
+            .map_err(|_| TaskError::bad_input(format!("{name}={v:?}: expected a whole number of milliseconds"))),
         Err(_) => Ok(None),
     }
 }
 
 /// The lease time to live: `--lease-ms`, else `$BROKERLAB_LEASE_MS`, else 5000; 10 ms to one day.
-fn lease_ms(flag: Option<u64>) -> CliResult<i64> {
+fn lease_ms(flag: Option<u64>) -> TaskResult<i64> {
     let (ms, what) = match flag {
         Some(v) => (v, "--lease-ms".to_string()),
         None => match env_ms("BROKERLAB_LEASE_MS")? {
@@ -111,7 +112,7 @@ fn lease_ms(flag: Option<u64>) -> CliResult<i64> {
         },
     };
     if !(MIN_LEASE_MS..=MAX_LEASE_MS).contains(&ms) {
-        return Err(CliError::bad_input(format!(
+        return Err(TaskError::bad_input(format!(
             "{what} {ms}: expected {MIN_LEASE_MS} to {MAX_LEASE_MS} ms (one day)"
         )));
     }
@@ -119,7 +120,7 @@ fn lease_ms(flag: Option<u64>) -> CliResult<i64> {
 }
 
 impl RunArgs {
-    fn opts(&self) -> CliResult<RunOpts> {
+    fn opts(&self) -> TaskResult<RunOpts> {
         let step_delay_ms = match self.step_delay_ms {
             Some(v) => v,
             None => env_ms("BROKERLAB_STEP_DELAY_MS")?.unwrap_or(0),
@@ -131,7 +132,7 @@ impl RunArgs {
             None => lease_ms / 4,
             Some(m) if (m as i64) < lease_ms && m <= MAX_LEASE_MS => m as i64,
             Some(m) => {
-                return Err(CliError::bad_input(format!(
+                return Err(TaskError::bad_input(format!(
                     "--lease-margin-ms {m}: expected less than the lease ({lease_ms} ms)"
                 )));
             }
@@ -257,60 +258,15 @@ pub enum TaskCmd {
     },
     /// kill -9 in real processes: run tasks as child processes, SIGKILL them at random times,
     /// restart, review, and check exactly-once from the tools' own files.
-    Chaos {
-        /// Tasks to run (each killed repeatedly).
-        #[arg(long, default_value_t = 200)]
-        iterations: u32,
-        /// Seed of the task specs and the kill delays.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Steps per task (payments, lookups, emails, plain model steps; >= 3).
-        #[arg(long, default_value_t = 12)]
-        steps: u16,
-        /// Print one JSON object.
-        #[arg(long)]
-        json: bool,
-        /// Working directory (log, tools' files, specs); default a fresh temp dir, removed after
-        /// a clean run and kept after a violation.
-        #[arg(long, value_name = "DIR")]
-        dir: Option<PathBuf>,
-        /// The runners' step delay (model call, and between "tool applied" and "result returned").
-        #[arg(long, value_name = "MS", default_value_t = 5)]
-        step_delay_ms: u64,
-        /// Most kills per task; then the runner is left to finish.
-        #[arg(long, value_name = "N", default_value_t = 6)]
-        max_kills: u32,
-        /// Re-check the tasks of an existing chaos directory (no runs).
-        #[arg(long, value_name = "DIR", conflicts_with = "dir")]
-        verify: Option<PathBuf>,
-        /// The runners' lease (a runner paused past it is taken over).
-        #[arg(long, value_name = "MS", default_value_t = 300)]
-        lease_ms: u64,
-        /// The log on this PostgreSQL database (postgres://USER@HOST:PORT/DB, with no tasks yet)
-        /// instead of DIR/tasks.sqlite; the tools' files stay in DIR.
-        #[arg(long, value_name = "URL")]
-        db: Option<String>,
-        /// Shell command that stops the PostgreSQL server (e.g. `pg_ctl -D DATA -m fast stop`):
-        /// with --pg-start-cmd, the server is restarted every 5 to 20 s, down 0 to 5 s.
-        #[arg(long, value_name = "CMD", requires = "pg_start_cmd")]
-        pg_stop_cmd: Option<String>,
-        /// Shell command that starts it again and returns once it accepts connections (e.g.
-        /// `pg_ctl -D DATA -l LOG -w start`).
-        #[arg(long, value_name = "CMD", requires = "pg_stop_cmd")]
-        pg_start_cmd: Option<String>,
-        /// With --db: run the tasks with K `task worker` processes (submitted up front; workers
-        /// killed, parked past their lease and woken at random) instead of one `task run` each.
-        #[arg(long, value_name = "K", default_value_t = 0)]
-        workers: u32,
-        /// Keep the tools' records in this PostgreSQL database (postgres://..., may be the log's)
-        /// instead of DIR/world.
-        #[arg(long, value_name = "URL")]
-        world: Option<String>,
-    },
+    Chaos(chaos::ChaosOpts),
 }
 
 /// Runs one `task` subcommand; returns the process exit code on success.
-pub fn main(cmd: TaskCmd) -> CliResult<i32> {
+pub fn main(cmd: TaskCmd) -> crate::error::CliResult<i32> {
+    Ok(dispatch(cmd)?)
+}
+
+fn dispatch(cmd: TaskCmd) -> TaskResult<i32> {
     match cmd {
         TaskCmd::Run { spec, run } => exec::run(&run.db.target(), &spec, &run.opts()?),
         TaskCmd::Resume { id, run } => exec::resume(&run.db.target(), &id, &run.opts()?),
@@ -319,7 +275,7 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
             let decision = match (mark_done, retry) {
                 (true, false) => Decision::MarkDone,
                 (false, true) => Decision::Retry,
-                _ => return Err(CliError::bad_input("give exactly one of --mark-done and --retry")),
+                _ => return Err(TaskError::bad_input("give exactly one of --mark-done and --retry")),
             };
             exec::review_cmd(&db.target(), &id, step, decision, lease_ms(None)?)
         }
@@ -329,10 +285,10 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
         }
         TaskCmd::Worker { run, concurrency, poll_ms, exit_when_idle } => {
             if !(1..=64).contains(&concurrency) {
-                return Err(CliError::bad_input(format!("--concurrency {concurrency}: expected 1 to 64")));
+                return Err(TaskError::bad_input(format!("--concurrency {concurrency}: expected 1 to 64")));
             }
             if !(1..=60_000).contains(&poll_ms) {
-                return Err(CliError::bad_input(format!("--poll-ms {poll_ms}: expected 1 to 60000")));
+                return Err(TaskError::bad_input(format!("--poll-ms {poll_ms}: expected 1 to 60000")));
             }
             let opts = worker::WorkerOpts { concurrency, poll_ms, exit_when_idle, run: run.opts()? };
             worker::worker(&run.db.target(), &opts)
@@ -343,65 +299,36 @@ pub fn main(cmd: TaskCmd) -> CliResult<i32> {
             if let Some(u) = &db
                 && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
             {
-                return Err(CliError::bad_input(format!("bench --db {u}: expected a postgres:// URL")));
+                return Err(TaskError::bad_input(format!("bench --db {u}: expected a postgres:// URL")));
             }
             bench::bench(&bench::BenchOpts { steps, tasks, json, dir, db, takeover_kills })
         }
-        TaskCmd::Chaos {
-            iterations,
-            seed,
-            steps,
-            json,
-            dir,
-            step_delay_ms,
-            max_kills,
-            verify,
-            lease_ms: ms,
-            db,
-            pg_stop_cmd,
-            pg_start_cmd,
-            workers,
-            world,
-        } => {
-            let lease_ms = self::lease_ms(Some(ms))? as u64;
+        TaskCmd::Chaos(mut opts) => {
+            opts.lease_ms = self::lease_ms(Some(opts.lease_ms))? as u64;
+            let (workers, world, db) = (opts.workers, &opts.world, &opts.db);
             if workers > 64 {
-                return Err(CliError::bad_input(format!("chaos --workers {workers}: expected 0 to 64")));
+                return Err(TaskError::bad_input(format!("chaos --workers {workers}: expected 0 to 64")));
             }
-            if let Some(u) = &world
+            if let Some(u) = world
                 && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
             {
-                return Err(CliError::bad_input(format!(
+                return Err(TaskError::bad_input(format!(
                     "chaos --world {u}: expected a postgres:// URL (the default is DIR/world)"
                 )));
             }
-            if let Some(u) = &db
+            if let Some(u) = db
                 && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
             {
-                return Err(CliError::bad_input(format!(
+                return Err(TaskError::bad_input(format!(
                     "chaos --db {u}: expected a postgres:// URL (the SQLite log is DIR/tasks.sqlite)"
                 )));
             }
-            chaos::chaos(&chaos::ChaosOpts {
-                iterations,
-                seed,
-                steps,
-                json,
-                dir,
-                step_delay_ms,
-                max_kills,
-                verify,
-                lease_ms,
-                db,
-                pg_stop_cmd,
-                pg_start_cmd,
-                workers,
-                world,
-            })
+            chaos::chaos(&opts)
         }
     }
 }
 
-fn lease_text(store: &dyn TaskStore, id: &str) -> CliResult<String> {
+fn lease_text(store: &dyn TaskStore, id: &str) -> TaskResult<String> {
     let now = now_ms();
     Ok(match store.lease(id)? {
         None => "-".into(),
@@ -410,7 +337,7 @@ fn lease_text(store: &dyn TaskStore, id: &str) -> CliResult<String> {
     })
 }
 
-fn inspect(db: &DbTarget, id: &str) -> CliResult<i32> {
+fn inspect(db: &DbTarget, id: &str) -> TaskResult<i32> {
     let store = backend::open(db, false)?;
     let store = &*store;
     let row = store.task_or_err(id)?;
@@ -430,7 +357,7 @@ fn inspect(db: &DbTarget, id: &str) -> CliResult<i32> {
     Ok(0)
 }
 
-fn list(db: &DbTarget) -> CliResult<i32> {
+fn list(db: &DbTarget) -> TaskResult<i32> {
     let store = backend::open(db, false)?;
     let store = &*store;
     let ids = store.task_ids()?;
@@ -456,7 +383,7 @@ fn list(db: &DbTarget) -> CliResult<i32> {
     if corrupt.is_empty() {
         return Ok(0);
     }
-    Err(CliError::bad_input(format!(
+    Err(TaskError::bad_input(format!(
         "{} task(s) with a corrupt log (the others are listed above):\n  {}",
         corrupt.len(),
         corrupt.join("\n  ")

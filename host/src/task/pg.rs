@@ -28,15 +28,15 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use brokerlab_core::runner::{
-    Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Owner, Record, TaskId, TaskState, check_fence, decide_lease, emit,
+    Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Owner, Record, TaskId, check_fence, decide_lease, emit,
 };
 use postgres::error::SqlState;
 use postgres::{Client, Config, GenericClient, NoTls, Statement};
 
 use super::backend::TaskStore;
-use super::ident::{Me, now_ms, provably_dead};
-use super::store::{AppendError, Lease, LeaseError, LeaseRow, NewTask, TaskRow, busy_ms, decode_row};
-use crate::error::{CliError, CliResult};
+use super::ident::{now_ms, provably_dead};
+use super::store::{AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, NewTask, TaskRow, busy_ms, decode_row};
+use crate::task::error::{GoneKind, TaskError, TaskResult};
 
 /// Format tag stored in `meta` (the PostgreSQL layout, version 1).
 pub const PG_FORMAT: &str = "brokerlab-task-log-pg/1";
@@ -97,48 +97,63 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
+/// The URL split around its password: `(before, password, after)` with `before` ending in
+/// `USER`, or `None` when it carries none.
+fn split_password(url: &str) -> Option<(&str, &str, &str)> {
+    let (_, rest) = url.split_once("://")?;
+    let at = rest.find('@').filter(|&i| !rest[..i].contains('/'))?;
+    let start = url.len() - rest.len();
+    let colon = rest[..at].find(':')?;
+    Some((&url[..start + colon], &rest[colon + 1..at], &url[start + at..]))
+}
+
 /// The URL with its password (if any) replaced by `***`, for messages.
 pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let (auth, tail) = match rest.find('@') {
-        Some(i) if !rest[..i].contains('/') => (&rest[..i], &rest[i..]),
-        _ => return url.to_string(),
-    };
-    match auth.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:***{tail}"),
+    match split_password(url) {
+        Some((user, _, tail)) => format!("{user}:***{tail}"),
         None => url.to_string(),
     }
 }
 
-/// Maps a PostgreSQL error to a CLI error naming the database: a lock wait past
-/// `BROKERLAB_BUSY_MS`, a missing database, a refused login are bad input (exit 2); a lost
-/// connection (the server restarted or went away) and the rest are failures (exit 1).
-pub fn pg_error(name: &str, what: &str, e: &postgres::Error) -> CliError {
+/// The URL without its password (if any), for storing: a task row records its world's URL so
+/// `resume` finds it, and a password does not belong in the log.
+pub fn without_password(url: &str) -> String {
+    match split_password(url) {
+        Some((user, _, tail)) => format!("{user}{tail}"),
+        None => url.to_string(),
+    }
+}
+
+/// Classifies a PostgreSQL error into a [`TaskError`] naming the database, from the driver's
+/// error itself: a closed connection or an I/O error with no server error (the server restarted
+/// or went away) and SQLSTATE class 57P (shutting down, starting up, in recovery) are
+/// [`TaskError::ServerGone`]; a lock wait past `BROKERLAB_BUSY_MS`, a missing database, a refused
+/// login are bad input (exit 2); the rest are failures (exit 1).
+pub fn pg_error(name: &str, what: &str, e: &postgres::Error) -> TaskError {
+    let (db, what) = (name.to_string(), what.to_string());
     if e.is_closed() || (e.code().is_none() && e.as_db_error().is_none()) {
-        return CliError::failure(format!(
-            "{name}: {what}: {e} (the connection to the server is gone: it restarted or stopped); the transaction \
-             was rolled back by the server unless its commit had already reached it: `resume` reads the log to \
-             find out and continues from what it holds"
-        ));
-    }
-    let code = e.code();
-    if code == Some(&SqlState::LOCK_NOT_AVAILABLE) {
-        return CliError::bad_input(format!(
-            "{name}: the task's rows are locked by another runner ({what}; waited BROKERLAB_BUSY_MS); nothing was \
-             written"
-        ));
-    }
-    if matches!(
-        code,
-        Some(&SqlState::INVALID_CATALOG_NAME)
-            | Some(&SqlState::INVALID_PASSWORD)
-            | Some(&SqlState::INVALID_AUTHORIZATION_SPECIFICATION)
-            | Some(&SqlState::INSUFFICIENT_PRIVILEGE)
-    ) {
-        return CliError::bad_input(format!("{name}: {what}: {e}"));
+        return TaskError::ServerGone { db, what, kind: GoneKind::Closed, detail: e.to_string() };
     }
     let detail = e.as_db_error().map_or_else(|| e.to_string(), |d| format!("{}: {}", d.severity(), d.message()));
-    CliError::failure(format!("{name}: {what}: {detail}"))
+    match e.code() {
+        Some(c)
+            if *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::CANNOT_CONNECT_NOW =>
+        {
+            TaskError::ServerGone { db, what, kind: GoneKind::Shutdown, detail }
+        }
+        Some(c) if *c == SqlState::LOCK_NOT_AVAILABLE => TaskError::RowsLocked { db, what },
+        Some(c)
+            if *c == SqlState::INVALID_CATALOG_NAME
+                || *c == SqlState::INVALID_PASSWORD
+                || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+                || *c == SqlState::INSUFFICIENT_PRIVILEGE =>
+        {
+            TaskError::Refused { db, what, code: c.clone(), detail: e.to_string() }
+        }
+        code => TaskError::Postgres { db, what, code: code.cloned(), detail },
+    }
 }
 
 /// What a database holds, read without changing anything.
@@ -150,7 +165,7 @@ enum Existing {
 impl PgStore {
     /// Connects and checks (with `create`, creates) the schema. Errors name the URL (password
     /// hidden): a malformed URL, a server that does not answer, a missing database: exit 2.
-    pub fn open(url: &str, create: bool) -> CliResult<PgStore> {
+    pub fn open(url: &str, create: bool) -> TaskResult<PgStore> {
         let (client, name) = connect(url)?;
         let store = PgStore {
             client: RefCell::new(client),
@@ -162,7 +177,7 @@ impl PgStore {
             Existing::Ours => {}
             Existing::Empty if create => store.create_schema()?,
             Existing::Empty => {
-                return Err(CliError::bad_input(format!(
+                return Err(TaskError::bad_input(format!(
                     "{}: no brokerlab task log in this database (it has no tables; `task run` creates one)",
                     store.name
                 )));
@@ -172,15 +187,15 @@ impl PgStore {
     }
 
     /// Reads the catalog (and `meta` if present): ours, empty, or refused.
-    fn check_existing(&self) -> CliResult<Existing> {
+    fn check_existing(&self) -> TaskResult<Existing> {
         let mut c = self.client.borrow_mut();
         let what = "checking the database before using it";
         look(&mut *c, &self.name).map_err(|e| pg_error(&self.name, what, &e))?
     }
 
-    fn create_schema(&self) -> CliResult<()> {
+    fn create_schema(&self) -> TaskResult<()> {
         let mut c = self.client.borrow_mut();
-        let r = (|| -> Result<CliResult<()>, postgres::Error> {
+        let r = (|| -> Result<TaskResult<()>, postgres::Error> {
             let mut tx = c.transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
             // another runner may have created it between our look and our lock
@@ -269,10 +284,10 @@ impl PgStore {
     /// statement returns what `l` read, how many records went in, and whether a suspend request
     /// is pending (so the runner's next poll needs no SELECT). The core's `check_fence` decides
     /// on what `l` read; the SQL condition is the same rule, so a refusal has written nothing.
-    fn append_tx(&self, lease: &Lease, recs: &[Record]) -> Result<Result<(), AppendError<CliError>>, postgres::Error> {
+    fn append_tx(&self, lease: &Lease, recs: &[Record]) -> Result<Result<(), AppendError<TaskError>>, postgres::Error> {
         let now = now_ms();
         let Some(expires) = now.checked_add(lease.ttl_ms) else {
-            return Ok(Err(AppendError::Sql(CliError::failure(format!(
+            return Ok(Err(AppendError::Sql(TaskError::failure(format!(
                 "lease expiry {now} + {} ms overflows",
                 lease.ttl_ms
             )))));
@@ -315,7 +330,7 @@ impl PgStore {
         if check_fence(cur.as_ref().map(|(o, e)| (*e as u64, *o == lease.owner)), lease.epoch).is_err() {
             debug_assert_eq!(inserted, 0, "the SQL condition and check_fence agree");
             if inserted != 0 {
-                return Ok(Err(AppendError::Sql(CliError::failure(format!(
+                return Ok(Err(AppendError::Sql(TaskError::failure(format!(
                     "{}: task {:?}: the append's fencing condition and the core's check_fence disagree",
                     self.name, lease.task
                 )))));
@@ -323,7 +338,7 @@ impl PgStore {
             return Ok(Err(AppendError::Fenced { epoch: lease.epoch, holder: cur.map(|(o, e)| (o, e as u64)) }));
         }
         if inserted != recs.len() as i64 {
-            return Ok(Err(AppendError::Sql(CliError::failure(format!(
+            return Ok(Err(AppendError::Sql(TaskError::failure(format!(
                 "{}: task {:?}: appended {inserted} of {} records",
                 self.name,
                 lease.task,
@@ -337,20 +352,16 @@ impl PgStore {
 
     fn acquire_tx(
         &self,
-        id: &str,
-        me: &Me,
-        ttl_ms: i64,
-        state: &TaskState,
-        create: Option<&NewTask>,
-        clear_suspend: bool,
-    ) -> Result<Result<(Lease, Record), LeaseError<CliError>>, postgres::Error> {
+        ask: &LeaseAsk<'_>,
+    ) -> Result<Result<(Lease, Record), LeaseError<TaskError>>, postgres::Error> {
+        let LeaseAsk { id, me, ttl_ms, state, create, clear_suspend } = *ask;
         let now = now_ms();
         let Some(expires) = now.checked_add(ttl_ms) else {
-            return Ok(Err(LeaseError::Sql(CliError::failure(format!("lease expiry {now} + {ttl_ms} ms overflows")))));
+            return Ok(Err(LeaseError::Sql(TaskError::failure(format!("lease expiry {now} + {ttl_ms} ms overflows")))));
         };
         let owner = me.owner();
         let (Ok(task), Ok(owner_h)) = (TaskId::try_from(id), Owner::try_from(owner.as_str())) else {
-            return Ok(Err(LeaseError::Sql(CliError::bad_input(format!(
+            return Ok(Err(LeaseError::Sql(TaskError::bad_input(format!(
                 "task id {id:?} or owner {owner:?} too long"
             )))));
         };
@@ -440,8 +451,14 @@ impl PgStore {
 /// (FNV-1a 64 over the task id and the epoch). Another runner that gets it with
 /// `pg_try_advisory_lock` knows the holder's session is gone, and takes the lease at once.
 pub fn session_key(task: &str, epoch: u64) -> i64 {
+    lock_key(task, 0xff, epoch)
+}
+
+/// FNV-1a 64 over the task id, a separator byte naming the lock's namespace, and the epoch
+/// (little-endian), as a PostgreSQL advisory lock key.
+fn lock_key(task: &str, separator: u8, epoch: u64) -> i64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in task.bytes().chain([0xff]).chain(epoch.to_le_bytes()) {
+    for b in task.bytes().chain([separator]).chain(epoch.to_le_bytes()) {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -450,20 +467,20 @@ pub fn session_key(task: &str, epoch: u64) -> i64 {
 
 /// Connects to `url` with the session settings every runner uses (`synchronous_commit = on`,
 /// `lock_timeout` from `BROKERLAB_BUSY_MS`); returns the client and the URL for messages.
-pub(crate) fn connect(url: &str) -> CliResult<(Client, String)> {
+pub(crate) fn connect(url: &str) -> TaskResult<(Client, String)> {
     let name = redact(url);
     let mut cfg = Config::from_str(url)
-        .map_err(|e| CliError::bad_input(format!("--db {name}: not a valid PostgreSQL URL: {e}")))?;
+        .map_err(|e| TaskError::bad_input(format!("--db {name}: not a valid PostgreSQL URL: {e}")))?;
     if cfg.get_dbname().is_none() {
-        return Err(CliError::bad_input(format!(
+        return Err(TaskError::bad_input(format!(
             "--db {name}: the URL names no database (postgres://USER@HOST:PORT/DB)"
         )));
     }
     if cfg.get_hosts().is_empty() {
-        return Err(CliError::bad_input(format!("--db {name}: the URL names no host (postgres://USER@HOST:PORT/DB)")));
+        return Err(TaskError::bad_input(format!("--db {name}: the URL names no host (postgres://USER@HOST:PORT/DB)")));
     }
     if cfg.get_user().is_none() {
-        return Err(CliError::bad_input(format!("--db {name}: the URL names no user (postgres://USER@HOST:PORT/DB)")));
+        return Err(TaskError::bad_input(format!("--db {name}: the URL names no user (postgres://USER@HOST:PORT/DB)")));
     }
     if cfg.get_connect_timeout().is_none() {
         cfg.connect_timeout(Duration::from_secs(10));
@@ -471,7 +488,7 @@ pub(crate) fn connect(url: &str) -> CliResult<(Client, String)> {
     let busy = busy_ms()?.max(1);
     let mut client = cfg.connect(NoTls).map_err(|e| match e.as_db_error() {
         Some(_) => pg_error(&name, "connecting", &e),
-        None => CliError::bad_input(format!("{name}: cannot connect: {e}")),
+        None => TaskError::Unreachable { db: name.clone(), detail: e.to_string() },
     })?;
     client
         .batch_execute(&format!("SET synchronous_commit = on; SET lock_timeout = {busy}"))
@@ -480,10 +497,10 @@ pub(crate) fn connect(url: &str) -> CliResult<(Client, String)> {
 }
 
 /// Our log, an empty database, or (inner `Err`) another application's.
-fn look(c: &mut impl GenericClient, name: &str) -> Result<CliResult<Existing>, postgres::Error> {
+fn look(c: &mut impl GenericClient, name: &str) -> Result<TaskResult<Existing>, postgres::Error> {
     let schema: Option<String> = c.query_one("SELECT current_schema()", &[])?.get(0);
     let Some(schema) = schema else {
-        return Ok(Err(CliError::bad_input(format!(
+        return Ok(Err(TaskError::bad_input(format!(
             "{name}: the session has no current schema (search_path); nothing was written"
         ))));
     };
@@ -501,7 +518,7 @@ fn look(c: &mut impl GenericClient, name: &str) -> Result<CliResult<Existing>, p
     }
     if !tables.iter().any(|(s, t)| *s == schema && t == "meta") {
         let some: Vec<String> = tables.iter().take(5).map(|(s, t)| format!("{s}.{t}")).collect();
-        return Ok(Err(CliError::bad_input(format!(
+        return Ok(Err(TaskError::bad_input(format!(
             "{name}: a database with tables ({}{}) but not a brokerlab task log (no meta table in schema {schema}); \
              it was left as it was",
             some.join(", "),
@@ -516,7 +533,7 @@ fn look(c: &mut impl GenericClient, name: &str) -> Result<CliResult<Existing>, p
         Err(e) => return Err(e),
     };
     if fmt.as_deref() != Some(PG_FORMAT) {
-        return Ok(Err(CliError::bad_input(format!(
+        return Ok(Err(TaskError::bad_input(format!(
             "{name}: not a brokerlab task log (meta format {fmt:?}, expected {PG_FORMAT:?}); it was left as it was"
         ))));
     }
@@ -528,7 +545,7 @@ impl TaskStore for PgStore {
         self.name.clone()
     }
 
-    fn task(&self, id: &str) -> CliResult<Option<TaskRow>> {
+    fn task(&self, id: &str) -> TaskResult<Option<TaskRow>> {
         let mut c = self.client.borrow_mut();
         let r = (|| {
             let st =
@@ -547,14 +564,14 @@ impl TaskStore for PgStore {
         .map_err(|e| pg_error(&self.name, "reading tasks", &e))
     }
 
-    fn task_ids(&self) -> CliResult<Vec<String>> {
+    fn task_ids(&self) -> TaskResult<Vec<String>> {
         let mut c = self.client.borrow_mut();
         c.query("SELECT task_id FROM tasks ORDER BY created_at_ms, task_id", &[])
             .map(|rows| rows.iter().map(|r| r.get(0)).collect())
             .map_err(|e| pg_error(&self.name, "listing tasks", &e))
     }
 
-    fn records(&self, id: &str) -> CliResult<Vec<Record>> {
+    fn records(&self, id: &str) -> TaskResult<Vec<Record>> {
         let rows = {
             let mut c = self.client.borrow_mut();
             let r = (|| {
@@ -566,12 +583,12 @@ impl TaskStore for PgStore {
         rows.iter().map(|r| decode_row(&self.name, id, r.get(0), r.get::<_, &[u8]>(1))).collect()
     }
 
-    fn lease(&self, id: &str) -> CliResult<Option<LeaseRow>> {
+    fn lease(&self, id: &str) -> TaskResult<Option<LeaseRow>> {
         let mut c = self.client.borrow_mut();
         self.read_lease(&mut *c, id, false).map_err(|e| pg_error(&self.name, "reading leases", &e))
     }
 
-    fn suspend_requested(&self, id: &str) -> CliResult<bool> {
+    fn suspend_requested(&self, id: &str) -> TaskResult<bool> {
         if let Some((task, seen, at)) = &*self.suspend_seen.borrow()
             && task == id
             && now_ms().saturating_sub(*at) <= SUSPEND_ANSWER_MS
@@ -586,7 +603,7 @@ impl TaskStore for PgStore {
         r.map(|row| row.get::<_, i64>(0) > 0).map_err(|e| pg_error(&self.name, "polling suspend requests", &e))
     }
 
-    fn request_suspend(&self, id: &str) -> CliResult<()> {
+    fn request_suspend(&self, id: &str) -> TaskResult<()> {
         let mut c = self.client.borrow_mut();
         c.execute(
             "INSERT INTO suspend_requests VALUES($1, $2) ON CONFLICT (task_id) DO UPDATE SET at_ms = EXCLUDED.at_ms",
@@ -596,29 +613,21 @@ impl TaskStore for PgStore {
         .map_err(|e| pg_error(&self.name, "writing the suspend request", &e))
     }
 
-    fn acquire(
-        &self,
-        id: &str,
-        me: &Me,
-        ttl_ms: i64,
-        state: &TaskState,
-        create: Option<&NewTask>,
-        clear_suspend: bool,
-    ) -> Result<(Lease, Record), LeaseError<CliError>> {
-        match self.acquire_tx(id, me, ttl_ms, state, create, clear_suspend) {
+    fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError<TaskError>> {
+        match self.acquire_tx(ask) {
             Ok(r) => r,
             Err(e) => Err(LeaseError::Sql(pg_error(&self.name, "taking the lease", &e))),
         }
     }
 
-    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<CliError>> {
+    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<TaskError>> {
         match self.append_tx(lease, recs) {
             Ok(r) => r,
             Err(e) => Err(AppendError::Sql(pg_error(&self.name, "appending a checkpoint", &e))),
         }
     }
 
-    fn renew(&self, lease: &Lease) -> Result<(), AppendError<CliError>> {
+    fn renew(&self, lease: &Lease) -> Result<(), AppendError<TaskError>> {
         match self.append_tx(lease, &[]) {
             Ok(r) => r,
             Err(e) => Err(AppendError::Sql(pg_error(&self.name, "renewing the lease", &e))),
@@ -640,7 +649,7 @@ impl PgStore {
     /// exists, and puts it in `queue` for the workers: one transaction, durable on `Ok`, nothing
     /// of it after a crash during the call. Returns whether the task was created (false: it
     /// existed, and is queued again).
-    pub fn submit(&self, id: &str, new: &NewTask) -> CliResult<bool> {
+    pub fn submit(&self, id: &str, new: &NewTask) -> TaskResult<bool> {
         let r = (|| -> Result<bool, postgres::Error> {
             let now = now_ms();
             let mut c = self.client.borrow_mut();
@@ -662,7 +671,7 @@ impl PgStore {
     }
 
     /// The ids in `queue`.
-    pub fn queued_ids(&self) -> CliResult<Vec<String>> {
+    pub fn queued_ids(&self) -> TaskResult<Vec<String>> {
         let mut c = self.client.borrow_mut();
         c.query("SELECT task_id FROM queue", &[])
             .map(|rows| rows.iter().map(|r| r.get(0)).collect())
@@ -670,7 +679,7 @@ impl PgStore {
     }
 
     /// The leases live now: task, epoch, holder's host and pid.
-    pub fn live_leases(&self) -> CliResult<Vec<(String, u64, String, u32)>> {
+    pub fn live_leases(&self) -> TaskResult<Vec<(String, u64, String, u32)>> {
         let mut c = self.client.borrow_mut();
         c.query("SELECT task_id, epoch, host, pid FROM leases WHERE owner <> '' AND expires_at_ms > $1", &[&now_ms()])
             .map(|rows| {
@@ -682,7 +691,7 @@ impl PgStore {
     }
 
     /// Tasks in `queue`.
-    pub fn queued(&self) -> CliResult<i64> {
+    pub fn queued(&self) -> TaskResult<i64> {
         let mut c = self.client.borrow_mut();
         c.query_one("SELECT count(*) FROM queue", &[])
             .map(|r| r.get(0))
@@ -716,12 +725,7 @@ pub struct Claimer {
 /// an older claim (its lease since expired) does not keep the next claimer out, while two
 /// claimers of the same lease state exclude each other.
 pub fn claim_key(task: &str, epoch: u64) -> i64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in task.bytes().chain([0xfe]).chain(epoch.to_le_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h as i64
+    lock_key(task, 0xfe, epoch)
 }
 
 /// Queued tasks with a free lease, oldest first, with the lease row's epoch (0 if none).
@@ -738,7 +742,7 @@ ORDER BY q.submitted_at_ms, q.task_id LIMIT 64";
 
 impl Claimer {
     /// A new session on `url`.
-    pub fn connect(url: &str) -> CliResult<Claimer> {
+    pub fn connect(url: &str) -> TaskResult<Claimer> {
         let (client, name) = connect(url)?;
         Ok(Claimer { client, name, held: None })
     }
@@ -757,7 +761,7 @@ impl Claimer {
     /// other slot has claimed (or whose lease expired by time), else the oldest whose holder is
     /// gone; `None` if there is none. Until [`Claimer::done`] or [`Claimer::keep`] this session
     /// holds the task's claim lock (unless the task was taken from a stuck claimer).
-    pub fn claim(&mut self, skip: &[String]) -> CliResult<Option<String>> {
+    pub fn claim(&mut self, skip: &[String]) -> TaskResult<Option<String>> {
         let r = (|| -> Result<Option<String>, postgres::Error> {
             self.release()?;
             let now = now_ms();
@@ -807,7 +811,7 @@ impl Claimer {
 
     /// Task `id` needs no more running (finished, failed, waiting for review, suspended by a
     /// user): removes it from the queue (durable on `Ok`) and drops the claim lock.
-    pub fn done(&mut self, id: &str) -> CliResult<()> {
+    pub fn done(&mut self, id: &str) -> TaskResult<()> {
         let r = (|| {
             self.client.execute("DELETE FROM queue WHERE task_id=$1", &[&id])?;
             self.release()
@@ -816,7 +820,21 @@ impl Claimer {
     }
 
     /// Task `id` stays queued (the worker stops, the run failed): drops the claim lock.
-    pub fn keep(&mut self) -> CliResult<()> {
+    pub fn keep(&mut self) -> TaskResult<()> {
         self.release().map_err(|e| pg_error(&self.name, "ending the claim", &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden_and_not_stored() {
+        assert_eq!(redact("postgres://u:pw@h:5/d"), "postgres://u:***@h:5/d");
+        assert_eq!(without_password("postgres://u:pw@h:5/d"), "postgres://u@h:5/d");
+        assert_eq!(without_password("postgres://u@h/d"), "postgres://u@h/d");
+        assert_eq!(redact("postgres://h/d?x=a@b"), "postgres://h/d?x=a@b");
+        assert_eq!(without_password("not a url"), "not a url");
     }
 }

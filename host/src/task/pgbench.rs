@@ -27,34 +27,34 @@ use super::bench::{BenchFx, check_done, create_task, round, round3};
 use super::exec::{Chaos, HostJournal};
 use super::ident::now_ms;
 use super::pg::{PgStore, pg_error, redact};
-use crate::error::{CliError, CliResult};
+use crate::task::error::{TaskError, TaskResult};
 
 /// The bench's model and tool, with the suspend poll a real runner makes before every step (on
 /// PostgreSQL answered by the last checkpoint, or by a SELECT when that answer is old).
 struct PgBenchFx<'a>(&'a PgStore);
 
 impl Effects for PgBenchFx<'_> {
-    type Error = CliError;
-    fn model(&mut self, task: &TaskId, step: u16) -> CliResult<ModelReply> {
+    type Error = TaskError;
+    fn model(&mut self, task: &TaskId, step: u16) -> TaskResult<ModelReply> {
         BenchFx.model(task, step)
     }
-    fn tool(&mut self, t: &TaskId, s: u16, c: &ToolCall, key: Option<&Key>, f: u64) -> CliResult<ToolOutput> {
+    fn tool(&mut self, t: &TaskId, s: u16, c: &ToolCall, key: Option<&Key>, f: u64) -> TaskResult<ToolOutput> {
         BenchFx.tool(t, s, c, key, f)
     }
-    fn suspend_requested(&mut self, task: &TaskId, _step: u16) -> CliResult<bool> {
+    fn suspend_requested(&mut self, task: &TaskId, _step: u16) -> TaskResult<bool> {
         self.0.suspend_requested(task)
     }
 }
 
-fn client(url: &str) -> CliResult<Client> {
+fn client(url: &str) -> TaskResult<Client> {
     let mut c = Client::connect(url, postgres::NoTls)
-        .map_err(|e| CliError::bad_input(format!("{}: cannot connect: {e}", redact(url))))?;
+        .map_err(|e| TaskError::bad_input(format!("{}: cannot connect: {e}", redact(url))))?;
     c.batch_execute("SET synchronous_commit = on").map_err(|e| pg_error(&redact(url), "session", &e))?;
     Ok(c)
 }
 
 /// Raw commits: `n` single-row autocommit INSERTs on one session; returns the seconds taken.
-fn raw_commits(url: &str, n: u32) -> CliResult<f64> {
+fn raw_commits(url: &str, n: u32) -> TaskResult<f64> {
     let name = redact(url);
     let mut c = client(url)?;
     let e = |e: postgres::Error| pg_error(&name, "raw commit rate", &e);
@@ -72,7 +72,7 @@ fn raw_commits(url: &str, n: u32) -> CliResult<f64> {
 
 /// K runners at once, `steps` steps each; returns the seconds taken (from the first step to the
 /// last runner's end; creating the tasks and taking their leases is not counted).
-fn runners(url: &str, k: u32, steps: u32, tag: &str) -> CliResult<f64> {
+fn runners(url: &str, k: u32, steps: u32, tag: &str) -> TaskResult<f64> {
     let mut prepared = Vec::new();
     for i in 0..k {
         let store = PgStore::open(url, true)?;
@@ -80,18 +80,18 @@ fn runners(url: &str, k: u32, steps: u32, tag: &str) -> CliResult<f64> {
         prepared.push((store, st, lease));
     }
     let t = Instant::now();
-    let results: Vec<CliResult<()>> = std::thread::scope(|s| {
+    let results: Vec<TaskResult<()>> = std::thread::scope(|s| {
         let hs: Vec<_> = prepared
             .into_iter()
             .map(|(store, mut st, lease)| {
-                s.spawn(move || -> CliResult<()> {
+                s.spawn(move || -> TaskResult<()> {
                     let chaos = Chaos::none();
                     let mut j = HostJournal::new(&store, lease, &chaos);
                     check_done(drive(&mut st, &mut j, &mut PgBenchFx(&store)))
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(CliError::failure("bench thread panicked")))).collect()
+        hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(TaskError::failure("bench thread panicked")))).collect()
     });
     let el = t.elapsed();
     for r in results {
@@ -106,7 +106,7 @@ const ROUNDS: u32 = 5;
 
 /// The throughput figures, as a JSON object: `steps` steps per runner in all, in [`ROUNDS`]
 /// rounds; the raw rate over as many commits as one runner's steps (at least 500).
-pub fn throughput(url: &str, steps: u32) -> CliResult<serde_json::Value> {
+pub fn throughput(url: &str, steps: u32) -> TaskResult<serde_json::Value> {
     let tag = format!("{}-{}", std::process::id(), now_ms());
     let per = steps.div_ceil(ROUNDS).max(1);
     let raw_per = per.max(100);
@@ -158,14 +158,14 @@ struct Workers {
 }
 
 impl Workers {
-    fn spawn(&mut self) -> CliResult<()> {
+    fn spawn(&mut self) -> TaskResult<()> {
         let mut c = Command::new(&self.exe);
         c.args(["task", "worker", "--db", &self.url, "--world"]).arg(&self.world);
         c.args(["--step-delay-ms", "20"]);
         c.env("BROKERLAB_AS_HOST", "takeover-bench/").env_remove("BROKERLAB_LEASE_MS");
         c.env_remove("BROKERLAB_CRASH_AT").env_remove("BROKERLAB_PAUSE_AT");
         c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
-        let k = c.spawn().map_err(|e| CliError::failure(format!("cannot start a worker: {e}")))?;
+        let k = c.spawn().map_err(|e| TaskError::failure(format!("cannot start a worker: {e}")))?;
         self.kids.push(k);
         Ok(())
     }
@@ -189,16 +189,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 }
 
 /// `kills` takeovers; the figures as a JSON object.
-pub fn takeover(url: &str, kills: u32, dir: &Path) -> CliResult<serde_json::Value> {
+pub fn takeover(url: &str, kills: u32, dir: &Path) -> TaskResult<serde_json::Value> {
     let name = redact(url);
     let name = &name;
     let e = |what: &'static str| move |err: postgres::Error| pg_error(name, what, &err);
     drop(PgStore::open(url, true)?);
     let mut c = client(url)?;
     let specs = dir.join("takeover-specs");
-    std::fs::create_dir_all(&specs).map_err(|er| CliError::failure(format!("{}: {er}", specs.display())))?;
+    std::fs::create_dir_all(&specs).map_err(|er| TaskError::failure(format!("{}: {er}", specs.display())))?;
     let mut w = Workers {
-        exe: std::env::current_exe().map_err(|er| CliError::failure(format!("cannot find this binary: {er}")))?,
+        exe: std::env::current_exe().map_err(|er| TaskError::failure(format!("cannot find this binary: {er}")))?,
         url: url.to_string(),
         world: dir.join("takeover-world"),
         kids: Vec::new(),
@@ -211,16 +211,16 @@ pub fn takeover(url: &str, kills: u32, dir: &Path) -> CliResult<serde_json::Valu
         let id = format!("takeover-{tag}-{k}");
         let spec = specs.join(format!("{id}.toml"));
         std::fs::write(&spec, takeover_spec(&id))
-            .map_err(|er| CliError::failure(format!("{}: {er}", spec.display())))?;
+            .map_err(|er| TaskError::failure(format!("{}: {er}", spec.display())))?;
         let out = Command::new(&w.exe)
             .args(["task", "submit"])
             .arg(&spec)
             .args(["--db", url, "--world"])
             .arg(&w.world)
             .output()
-            .map_err(|er| CliError::failure(format!("cannot run `task submit`: {er}")))?;
+            .map_err(|er| TaskError::failure(format!("cannot run `task submit`: {er}")))?;
         if !out.status.success() {
-            return Err(CliError::failure(format!("task submit: {}", String::from_utf8_lossy(&out.stderr))));
+            return Err(TaskError::failure(format!("task submit: {}", String::from_utf8_lossy(&out.stderr))));
         }
         // the holder has made two durable model steps
         let t = Instant::now();
@@ -236,12 +236,12 @@ pub fn takeover(url: &str, kills: u32, dir: &Path) -> CliResult<serde_json::Valu
                 break (r.get::<_, i64>(0) as u32, r.get::<_, i64>(1));
             }
             if t.elapsed() > Duration::from_secs(30) {
-                return Err(CliError::failure(format!("{id}: no worker ran it within 30 s")));
+                return Err(TaskError::failure(format!("{id}: no worker ran it within 30 s")));
             }
             std::thread::sleep(Duration::from_millis(2));
         };
         let Some(i) = w.kids.iter().position(|k| k.id() == pid) else {
-            return Err(CliError::failure(format!("{id}: held by pid {pid}, not one of our workers")));
+            return Err(TaskError::failure(format!("{id}: held by pid {pid}, not one of our workers")));
         };
         let mut victim = w.kids.swap_remove(i);
         let t_kill = now_ms();
@@ -260,7 +260,7 @@ pub fn takeover(url: &str, kills: u32, dir: &Path) -> CliResult<serde_json::Valu
                 break r.get(0);
             }
             if t.elapsed() > Duration::from_secs(60) {
-                return Err(CliError::failure(format!("{id}: not taken over within 60 s")));
+                return Err(TaskError::failure(format!("{id}: not taken over within 60 s")));
             }
             std::thread::sleep(Duration::from_millis(2));
         };
@@ -279,7 +279,7 @@ pub fn takeover(url: &str, kills: u32, dir: &Path) -> CliResult<serde_json::Valu
                 break;
             }
             if t.elapsed() > Duration::from_secs(60) {
-                return Err(CliError::failure(format!("{id}: not completed within 60 s")));
+                return Err(TaskError::failure(format!("{id}: not completed within 60 s")));
             }
             std::thread::sleep(Duration::from_millis(5));
         }

@@ -19,7 +19,7 @@ use brokerlab_core::runner::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::error::{CliError, CliResult};
+use crate::task::error::{TaskError, TaskResult};
 
 /// The tools the scripted model can call, with their class.
 pub const TOOLS: [(&str, ToolClass); 3] =
@@ -79,10 +79,10 @@ pub fn check_id(id: &str) -> Result<(), String> {
 
 impl Spec {
     /// Reads and validates a spec file; errors name the file and the field.
-    pub fn load(path: &Path) -> CliResult<Spec> {
+    pub fn load(path: &Path) -> TaskResult<Spec> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| CliError::bad_input(format!("{}: cannot read spec: {e}", path.display())))?;
-        Spec::parse(&text).map_err(|m| CliError::bad_input(format!("{}: {m}", path.display())))
+            .map_err(|e| TaskError::BadSpec { file: path.to_path_buf(), msg: format!("cannot read spec: {e}") })?;
+        Spec::parse(&text).map_err(|msg| TaskError::BadSpec { file: path.to_path_buf(), msg })
     }
 
     /// Parses and validates spec text.

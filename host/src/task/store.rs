@@ -20,7 +20,7 @@ use brokerlab_core::runner::{
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::ident::{Me, now_ms, provably_dead};
-use crate::error::{CliError, CliResult};
+use crate::task::error::{TaskError, TaskResult};
 
 /// Format tag stored in `meta`.
 pub const FORMAT: &str = "brokerlab-task-log/1";
@@ -32,6 +32,24 @@ pub struct Store {
     pub conn: Connection,
     /// Its file.
     pub path: PathBuf,
+}
+
+/// What a runner asks for when it takes a task's lease (one argument for every backend's
+/// `acquire`).
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseAsk<'a> {
+    /// The task.
+    pub id: &'a str,
+    /// The runner asking.
+    pub me: &'a Me,
+    /// The lease's time to live, ms.
+    pub ttl_ms: i64,
+    /// The task's current fold (after `create.records` for a new task).
+    pub state: &'a TaskState,
+    /// The task's first rows, when this run creates it.
+    pub create: Option<&'a NewTask>,
+    /// Delete a pending suspend request in the same transaction.
+    pub clear_suspend: bool,
 }
 
 /// A lease held by this process.
@@ -90,7 +108,7 @@ impl StoreError {
     }
 }
 
-/// Why an append was refused. `E` is the database's error (SQLite's here; a [`CliError`] that
+/// Why an append was refused. `E` is the database's error (SQLite's here; a [`TaskError`] that
 /// names the database behind the [`super::backend::TaskStore`] trait).
 #[derive(Debug)]
 pub enum AppendError<E = StoreError> {
@@ -192,36 +210,36 @@ impl LeaseRow {
 
 /// Maps a SQLite error on `path` to a CLI error: busy/locked and corrupt/not-a-database are bad
 /// input (exit 2, naming the file); the rest is a failure (exit 1).
-pub fn sql_error(path: &Path, what: &str, e: impl Into<StoreError>) -> CliError {
+pub fn sql_error(path: &Path, what: &str, e: impl Into<StoreError>) -> TaskError {
     let e: StoreError = e.into();
     let p = path.display();
     match e.sqlite_error_code() {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
-            CliError::bad_input(format!("{p}: database is locked by another process ({what}); nothing was written"))
+            TaskError::bad_input(format!("{p}: database is locked by another process ({what}); nothing was written"))
         }
         Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt) => {
-            CliError::bad_input(format!("{p}: not a valid log database (corrupt or another file) ({what}): {e}"))
+            TaskError::bad_input(format!("{p}: not a valid log database (corrupt or another file) ({what}): {e}"))
         }
-        Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) => CliError::failure(format!(
+        Some(ErrorCode::DiskFull | ErrorCode::SystemIoFailure) => TaskError::failure(format!(
             "{p}: {what}: {e} (disk full, or the file-size limit `ulimit -f` reached); the transaction was rolled \
              back: what it held was not written, and `resume` continues from what was"
         )),
         Some(ErrorCode::CannotOpen | ErrorCode::PermissionDenied | ErrorCode::ReadOnly) => {
-            CliError::bad_input(format!("{p}: cannot open for writing ({what}): {e}"))
+            TaskError::bad_input(format!("{p}: cannot open for writing ({what}): {e}"))
         }
-        _ => CliError::failure(format!("{p}: {what}: {e}")),
+        _ => TaskError::failure(format!("{p}: {what}: {e}")),
     }
 }
 
 /// The busy timeout: `$BROKERLAB_BUSY_MS` (0 to 3,600,000), default 5,000. A malformed value is
 /// bad input, not silently ignored.
-pub fn busy_ms() -> CliResult<u64> {
+pub fn busy_ms() -> TaskResult<u64> {
     const MAX_BUSY_MS: u64 = 3_600_000;
     match std::env::var("BROKERLAB_BUSY_MS") {
         Err(_) => Ok(5000),
         Ok(v) => match v.trim().parse::<u64>() {
             Ok(ms) if ms <= MAX_BUSY_MS => Ok(ms),
-            _ => Err(CliError::bad_input(format!(
+            _ => Err(TaskError::bad_input(format!(
                 "BROKERLAB_BUSY_MS={v:?}: expected a whole number of milliseconds from 0 to {MAX_BUSY_MS}"
             ))),
         },
@@ -236,7 +254,7 @@ fn is_busy(e: &StoreError) -> bool {
 /// busy database as long as any statement would: switching a new file to WAL takes a lock that
 /// SQLite's busy handler does not wait for, so two runners creating one file at once retry here
 /// until the busy timeout instead of failing after a few milliseconds.
-pub fn open_sqlite(path: &Path, create: bool) -> CliResult<Connection> {
+pub fn open_sqlite(path: &Path, create: bool) -> TaskResult<Connection> {
     let busy = busy_ms()?;
     let deadline = std::time::Instant::now() + Duration::from_millis(busy);
     let mut pause_ms = 1;
@@ -278,7 +296,7 @@ enum Existing {
 /// Opens `path` read-only and checks it is our log or an empty database. Another application's
 /// database, or a file that is not a database, is bad input and left as it was: nothing is
 /// written to it, not even the switch to WAL.
-fn check_existing(path: &Path) -> CliResult<Existing> {
+fn check_existing(path: &Path) -> TaskResult<Existing> {
     let p = path.display();
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let look = || -> Result<Result<Existing, String>, rusqlite::Error> {
@@ -302,7 +320,7 @@ fn check_existing(path: &Path) -> CliResult<Existing> {
     };
     match look() {
         Ok(Ok(e)) => Ok(e),
-        Ok(Err(why)) => Err(CliError::bad_input(format!("{p}: {why}; the file was left as it was"))),
+        Ok(Err(why)) => Err(TaskError::bad_input(format!("{p}: {why}; the file was left as it was"))),
         Err(e) => Err(sql_error(path, "checking the file before opening it for writing", e)),
     }
 }
@@ -326,9 +344,9 @@ impl Store {
     /// Opens (and with `create`, creates) the log database. Errors name the file. An existing
     /// file is checked read-only first ([`check_existing`]): one that is not our log is never
     /// changed.
-    pub fn open(path: &Path, create: bool) -> CliResult<Store> {
+    pub fn open(path: &Path, create: bool) -> TaskResult<Store> {
         if !create && !path.exists() {
-            return Err(CliError::bad_input(format!("{}: no such log database (use --db FILE)", path.display())));
+            return Err(TaskError::bad_input(format!("{}: no such log database (use --db FILE)", path.display())));
         }
         let existing = if path.exists() { Some(check_existing(path)?) } else { None };
         let conn = open_sqlite(path, create)?;
@@ -339,7 +357,7 @@ impl Store {
         Ok(store)
     }
 
-    fn init(&self) -> Result<CliResult<()>, rusqlite::Error> {
+    fn init(&self) -> Result<TaskResult<()>, rusqlite::Error> {
         let tx = immediate(&self.conn)?;
         let has_meta: bool =
             self.conn
@@ -349,7 +367,7 @@ impl Store {
             let fmt: Option<String> =
                 self.conn.query_row("SELECT value FROM meta WHERE key='format'", [], |r| r.get(0)).optional()?;
             if fmt.as_deref() != Some(FORMAT) {
-                return Ok(Err(CliError::bad_input(format!(
+                return Ok(Err(TaskError::bad_input(format!(
                     "{}: not a brokerlab task log (format {:?}, expected {FORMAT:?})",
                     self.path.display(),
                     fmt
@@ -359,7 +377,7 @@ impl Store {
         }
         let others: i64 = self.conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
         if others > 0 {
-            return Ok(Err(CliError::bad_input(format!(
+            return Ok(Err(TaskError::bad_input(format!(
                 "{}: a SQLite database but not a brokerlab task log (no meta table)",
                 self.path.display()
             ))));
@@ -370,7 +388,7 @@ impl Store {
     }
 
     /// The task row, if the task exists.
-    pub fn task(&self, id: &str) -> CliResult<Option<TaskRow>> {
+    pub fn task(&self, id: &str) -> TaskResult<Option<TaskRow>> {
         self.conn
             .query_row("SELECT task_id, spec, parent, world, parent_seq FROM tasks WHERE task_id=?1", [id], |r| {
                 Ok(TaskRow {
@@ -386,14 +404,12 @@ impl Store {
     }
 
     /// The task row, or exit 2 naming the id.
-    pub fn task_or_err(&self, id: &str) -> CliResult<TaskRow> {
-        self.task(id)?.ok_or_else(|| {
-            CliError::bad_input(format!("{}: no task with id {id:?} (see `brokerlab task list`)", self.path.display()))
-        })
+    pub fn task_or_err(&self, id: &str) -> TaskResult<TaskRow> {
+        self.task(id)?.ok_or_else(|| TaskError::NoTask { db: self.path.display().to_string(), task: id.to_string() })
     }
 
     /// All task ids, oldest first.
-    pub fn task_ids(&self) -> CliResult<Vec<String>> {
+    pub fn task_ids(&self) -> TaskResult<Vec<String>> {
         let mut st = self
             .conn
             .prepare("SELECT task_id FROM tasks ORDER BY created_at_ms, task_id")
@@ -403,7 +419,7 @@ impl Store {
     }
 
     /// The task's records in order, decoded and checked (seq dense from 0, task id, CRC).
-    pub fn records(&self, id: &str) -> CliResult<Vec<Record>> {
+    pub fn records(&self, id: &str) -> TaskResult<Vec<Record>> {
         let p = self.path.display();
         let mut st = self
             .conn
@@ -416,7 +432,7 @@ impl Store {
         for row in rows {
             let (seq, payload) = row.map_err(|e| sql_error(&self.path, "reading the log", e))?;
             let rusqlite::types::Value::Blob(payload) = payload else {
-                return Err(CliError::bad_input(format!(
+                return Err(TaskError::bad_input(format!(
                     "{p}: task {id:?} seq {seq}: corrupt record: the payload column is not a blob (a frame); the row \
                      was changed outside brokerlab"
                 )));
@@ -427,13 +443,13 @@ impl Store {
     }
 
     /// Replays the task: its state is the fold of its records.
-    pub fn replay(&self, id: &str) -> CliResult<TaskState> {
+    pub fn replay(&self, id: &str) -> TaskResult<TaskState> {
         let recs = self.records(id)?;
         fold(&self.path, id, &recs)
     }
 
     /// The lease row.
-    pub fn lease(&self, id: &str) -> CliResult<Option<LeaseRow>> {
+    pub fn lease(&self, id: &str) -> TaskResult<Option<LeaseRow>> {
         read_lease(&self.conn, id).map_err(|e| sql_error(&self.path, "reading leases", e))
     }
 
@@ -444,7 +460,7 @@ impl Store {
     }
 
     /// Records a suspend request.
-    pub fn request_suspend(&self, id: &str) -> CliResult<()> {
+    pub fn request_suspend(&self, id: &str) -> TaskResult<()> {
         self.conn
             .execute("INSERT OR REPLACE INTO suspend_requests VALUES(?1, ?2)", params![id, now_ms()])
             .map(|_| ())
@@ -454,15 +470,8 @@ impl Store {
     /// Takes the lease on `id` (and, with `create`, creates the task with its first records) in
     /// one transaction; appends the `LeaseAcquired` record. `state` is the task's current fold
     /// (after `create.records` for a new task).
-    pub fn acquire(
-        &self,
-        id: &str,
-        me: &Me,
-        ttl_ms: i64,
-        state: &TaskState,
-        create: Option<&NewTask>,
-        clear_suspend: bool,
-    ) -> Result<(Lease, Record), LeaseError> {
+    pub fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError> {
+        let LeaseAsk { id, me, ttl_ms, state, create, clear_suspend } = *ask;
         let now = now_ms();
         let expires = expiry(now, ttl_ms)?;
         let tx = immediate(&self.conn)?;
@@ -627,28 +636,38 @@ fn insert_record(conn: &Connection, rec: &Record, epoch: u64, now: i64) -> Resul
 }
 
 /// Folds records into a state; an inconsistent log is a clear error naming the file and seq.
-pub fn fold(path: &Path, id: &str, recs: &[Record]) -> CliResult<TaskState> {
+pub fn fold(path: &Path, id: &str, recs: &[Record]) -> TaskResult<TaskState> {
     fold_in(&path.display(), id, recs)
 }
 
 /// [`fold`] for any database (`db`: the file or the URL, for the message).
-pub fn fold_in(db: &dyn std::fmt::Display, id: &str, recs: &[Record]) -> CliResult<TaskState> {
-    let task = TaskId::try_from(id).map_err(|_| CliError::bad_input(format!("task id {id:?} too long")))?;
+pub fn fold_in(db: &dyn std::fmt::Display, id: &str, recs: &[Record]) -> TaskResult<TaskState> {
+    let task = TaskId::try_from(id).map_err(|_| TaskError::bad_input(format!("task id {id:?} too long")))?;
     let mut st = TaskState::new(task);
     for rec in recs {
-        st.apply(rec).map_err(|e| CliError::bad_input(format!("{db}: task {id:?}: inconsistent log: {e}")))?;
+        st.apply(rec).map_err(|e| TaskError::LogCorrupt {
+            db: db.to_string(),
+            task: id.to_string(),
+            seq: None,
+            detail: format!("inconsistent log: {e}"),
+        })?;
     }
     Ok(st)
 }
 
 /// Decodes one log row's payload (the core's frame) and checks it against its row (task, seq):
 /// a CRC failure or a mismatch is exit 2 naming the database (`db`), the task and the seq.
-pub fn decode_row(db: &dyn std::fmt::Display, id: &str, seq: i64, payload: &[u8]) -> CliResult<Record> {
-    let (rec, n) = frame::parse(payload)
-        .map_err(|e| CliError::bad_input(format!("{db}: task {id:?} seq {seq}: corrupt record: {e}")))?;
+pub fn decode_row(db: &dyn std::fmt::Display, id: &str, seq: i64, payload: &[u8]) -> TaskResult<Record> {
+    let corrupt = |detail: String| TaskError::LogCorrupt {
+        db: db.to_string(),
+        task: id.to_string(),
+        seq: u64::try_from(seq).ok(),
+        detail,
+    };
+    let (rec, n) = frame::parse(payload).map_err(|e| corrupt(format!("corrupt record: {e}")))?;
     if n != payload.len() || rec.seq as i64 != seq || rec.task_id.as_str() != id {
-        return Err(CliError::bad_input(format!(
-            "{db}: task {id:?} seq {seq}: record does not match its row (seq {}, task {:?})",
+        return Err(corrupt(format!(
+            "record does not match its row (seq {}, task {:?})",
             rec.seq,
             rec.task_id.as_str()
         )));

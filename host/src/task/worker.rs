@@ -19,12 +19,12 @@ use super::backend::{DbTarget, TaskStore};
 use super::exec::{RunOpts, new_task, resume_row, task_id_of, world_dir};
 use super::pg::{Claimer, PgStore};
 use super::spec::Spec;
-use crate::error::{CliError, CliResult};
+use crate::task::error::{TaskError, TaskResult};
 
-fn url_of(db: &DbTarget, cmd: &str) -> CliResult<String> {
+fn url_of(db: &DbTarget, cmd: &str) -> TaskResult<String> {
     match db {
         DbTarget::Postgres(u) => Ok(u.clone()),
-        DbTarget::Sqlite(p) => Err(CliError::bad_input(format!(
+        DbTarget::Sqlite(p) => Err(TaskError::bad_input(format!(
             "--db {}: `task {cmd}` needs a PostgreSQL database (--db postgres://USER@HOST:PORT/DB or $BROKERLAB_DB); \
              a SQLite file serves one runner at a time, use `task run`",
             p.display()
@@ -33,16 +33,16 @@ fn url_of(db: &DbTarget, cmd: &str) -> CliResult<String> {
 }
 
 /// `task submit SPEC`: creates the task (unless its id exists with the same spec) and queues it.
-pub fn submit(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> CliResult<i32> {
+pub fn submit(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> TaskResult<i32> {
     let url = url_of(db, "submit")?;
     let spec = Spec::load(spec_path)?;
     let store = PgStore::open(&url, true)?;
     let id = task_id_of(&spec);
     if let Some(row) = store.task(&id)? {
         let stored = Spec::from_json(&row.spec)
-            .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+            .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
         if stored.digest() != spec.digest() {
-            return Err(CliError::bad_input(format!(
+            return Err(TaskError::bad_input(format!(
                 "{}: task {id:?} already exists with a different spec; nothing was queued",
                 spec_path.display()
             )));
@@ -72,7 +72,7 @@ pub struct WorkerOpts {
 
 /// `task worker`: runs queued tasks until SIGTERM (or, with `--exit-when-idle`, until the queue
 /// has nothing claimable). Exit 0 after a clean stop.
-pub fn worker(db: &DbTarget, opts: &WorkerOpts) -> CliResult<i32> {
+pub fn worker(db: &DbTarget, opts: &WorkerOpts) -> TaskResult<i32> {
     let url = url_of(db, "worker")?;
     crate::sys::catch_term();
     // the schema, once, before the slots start (a worker may be the first user of the database);
@@ -81,7 +81,7 @@ pub fn worker(db: &DbTarget, opts: &WorkerOpts) -> CliResult<i32> {
     loop {
         match PgStore::open(&url, true) {
             Ok(_) => break,
-            Err(e) if server_gone(&e.to_string()) && !crate::sys::term_requested() => {
+            Err(e) if e.server_gone() && !crate::sys::term_requested() => {
                 if pause == RECONNECT_FIRST_MS {
                     eprintln!("brokerlab: worker: the database is unreachable, retrying (SIGTERM stops): {e}");
                 }
@@ -105,7 +105,7 @@ pub fn worker(db: &DbTarget, opts: &WorkerOpts) -> CliResult<i32> {
         match h.join() {
             Ok(Ok(n)) => ran += n,
             Ok(Err(e)) => failed = Some(e),
-            Err(_) => failed = Some(CliError::failure("a worker slot panicked")),
+            Err(_) => failed = Some(TaskError::failure("a worker slot panicked")),
         }
     }
     if let Some(e) = failed {
@@ -128,7 +128,7 @@ struct Sessions {
 }
 
 impl Sessions {
-    fn open(url: &str) -> CliResult<Sessions> {
+    fn open(url: &str) -> TaskResult<Sessions> {
         Ok(Sessions { store: PgStore::open(url, false)?, claimer: Claimer::connect(url)? })
     }
 }
@@ -136,7 +136,7 @@ impl Sessions {
 /// Opens the slot's sessions, retrying with exponential backoff (from [`RECONNECT_FIRST_MS`] to
 /// [`RECONNECT_MAX_MS`]) while the server does not answer (restarting, or down); `None` once
 /// SIGTERM arrives. Bad input (a refused login, a missing database) is not retried.
-fn reconnect(slot: u32, url: &str) -> CliResult<Option<Sessions>> {
+fn reconnect(slot: u32, url: &str) -> TaskResult<Option<Sessions>> {
     let mut pause = RECONNECT_FIRST_MS;
     let mut said = false;
     loop {
@@ -150,7 +150,7 @@ fn reconnect(slot: u32, url: &str) -> CliResult<Option<Sessions>> {
                 }
                 return Ok(Some(s));
             }
-            Err(e) if !server_gone(&e.to_string()) => return Err(e),
+            Err(e) if !e.server_gone() => return Err(e),
             Err(e) => {
                 if !said {
                     eprintln!("brokerlab: worker slot {slot}: the database is unreachable, retrying: {e}");
@@ -163,30 +163,13 @@ fn reconnect(slot: u32, url: &str) -> CliResult<Option<Sessions>> {
     }
 }
 
-/// An error that says the server went away or is not accepting sessions (yet): a restart, to be
-/// waited out, not a reason to stop the worker.
-pub fn server_gone(msg: &str) -> bool {
-    [
-        "the connection to the server is gone",
-        "cannot connect",
-        "shutting down",
-        "starting up",
-        "administrator command",
-        "Connection refused",
-        "connection closed",
-        "in recovery",
-    ]
-    .iter()
-    .any(|m| msg.contains(m))
-}
-
 /// One slot: claim, run, settle; until SIGTERM or (with `exit_when_idle`) nothing is claimable.
 /// A task whose run failed (held by another runner, lost lease, a tool error) stays queued and is
 /// passed over by this slot until the queue next looks empty to it. When the server goes away
 /// (a restart), the run in progress is abandoned as a crash would leave it (what its last commit
 /// made durable is the task's state; its session advisory lock is gone, so any worker takes the
 /// task over at once) and the slot reconnects with backoff.
-fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> CliResult<u64> {
+fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> TaskResult<u64> {
     let mut skip: Vec<String> = Vec::new();
     let mut ran = 0;
     let mut s: Option<Sessions> = None;
@@ -208,7 +191,7 @@ fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> CliResul
                 std::thread::sleep(Duration::from_millis(opts.poll_ms));
                 continue;
             }
-            Err(e) if server_gone(&e.to_string()) => {
+            Err(e) if e.server_gone() => {
                 s = None;
                 continue;
             }
@@ -228,7 +211,7 @@ fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> CliResul
         if !settled {
             skip.push(id.clone());
         }
-        let lost = [r.as_ref().err(), done.as_ref().err()].into_iter().flatten().any(|e| server_gone(&e.to_string()));
+        let lost = [r.as_ref().err(), done.as_ref().err()].into_iter().flatten().any(TaskError::server_gone);
         if let Err(e) = r {
             eprintln!("brokerlab: worker slot {slot}: task {id}: {e}");
         }
@@ -241,9 +224,9 @@ fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> CliResul
     Ok(ran)
 }
 
-fn run_one(store: &PgStore, id: &str, run: &RunOpts) -> CliResult<i32> {
+fn run_one(store: &PgStore, id: &str, run: &RunOpts) -> TaskResult<i32> {
     let row = store.task_or_err(id)?;
     let spec = Spec::from_json(&row.spec)
-        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+        .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
     resume_row(store, id, &spec, row.world.as_deref(), run)
 }

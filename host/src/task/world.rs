@@ -30,7 +30,7 @@ use super::backend::DbTarget;
 use super::ident::now_ms;
 use super::pg::pg_error;
 use super::store::{open_sqlite, sql_error};
-use crate::error::{CliError, CliResult};
+use crate::task::error::{TaskError, TaskResult};
 
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS calls(
   id INTEGER PRIMARY KEY, key TEXT, task_id TEXT NOT NULL, step INTEGER NOT NULL,
@@ -211,6 +211,16 @@ impl World {
         }
     }
 
+    /// Where a call was recorded, for a review's evidence lines: the tool's file name in a
+    /// directory world (the directory is named above them), the table of the URL (without its
+    /// password) in a database world.
+    pub fn call_place(&self, f: ToolFile) -> String {
+        match &self.backing {
+            Backing::Files { .. } => f.file().to_string(),
+            Backing::Pg { .. } => self.place(f),
+        }
+    }
+
     /// A tool's file (a directory world; for a database world, a path naming the URL, for
     /// messages only).
     fn file(&self, f: ToolFile) -> PathBuf {
@@ -220,29 +230,29 @@ impl World {
         }
     }
 
-    fn conn(&mut self, f: ToolFile) -> CliResult<&mut Connection> {
+    fn conn(&mut self, f: ToolFile) -> TaskResult<&mut Connection> {
         let Backing::Files { dir, conns } = &mut self.backing else {
-            return Err(CliError::failure("world: not a directory"));
+            return Err(TaskError::failure("world: not a directory"));
         };
         let path = dir.join(f.file());
         let slot = &mut conns[f as usize];
         if slot.is_none() {
             std::fs::create_dir_all(&*dir).map_err(|e| {
-                CliError::bad_input(format!("{}: cannot create the world directory: {e}", dir.display()))
+                TaskError::bad_input(format!("{}: cannot create the world directory: {e}", dir.display()))
             })?;
             let c = open_sqlite(&path, true)?;
             c.execute_batch(SCHEMA).map_err(|e| sql_error(&path, "creating the tool's tables", e))?;
             migrate(&c).map_err(|e| sql_error(&path, "adding the fencing columns", e))?;
             *slot = Some(c);
         }
-        slot.as_mut().ok_or_else(|| CliError::failure("world connection"))
+        slot.as_mut().ok_or_else(|| TaskError::failure("world connection"))
     }
 
     /// The PostgreSQL session, connected (and the tables created) on first use; a session the
     /// server closed (a restart) is replaced.
-    fn pg(&mut self) -> CliResult<(&mut postgres::Client, String)> {
+    fn pg(&mut self) -> TaskResult<(&mut postgres::Client, String)> {
         let Backing::Pg { url, client } = &mut self.backing else {
-            return Err(CliError::failure("world: not a database"));
+            return Err(TaskError::failure("world: not a database"));
         };
         let name = super::pg::redact(url);
         if client.as_ref().is_some_and(|c| c.is_closed()) {
@@ -272,7 +282,7 @@ impl World {
         }
         match client.as_mut() {
             Some(c) => Ok((c, name)),
-            None => Err(CliError::failure("world connection")),
+            None => Err(TaskError::failure("world connection")),
         }
     }
 
@@ -285,27 +295,27 @@ impl World {
         call: &ToolCall,
         key: Option<&Key>,
         fence: u64,
-    ) -> CliResult<CallOutcome> {
+    ) -> TaskResult<CallOutcome> {
         let args = String::from_utf8_lossy(&call.args).into_owned();
         let Some(f) = ToolFile::of_tool(&call.tool) else {
             return match call.tool.as_str() {
                 "lookup" => Ok(CallOutcome::Done(ToolOutput { ok: true, output: text(&format!("found {args}")) })),
-                other => Err(CliError::failure(format!("unknown tool {other:?}"))),
+                other => Err(TaskError::failure(format!("unknown tool {other:?}"))),
             };
         };
         if f == ToolFile::Payments && key.is_none() {
-            return Err(CliError::failure("payment called without an idempotency key"));
+            return Err(TaskError::failure("payment called without an idempotency key"));
         }
         let checks = !self.unfenced.iter().any(|t| t == f.tool());
         let place = self.place(f);
+        let row = CallRow { f, task, step, key, args: &args, fence, checks_fence: checks };
         let outcome = if self.is_pg() {
             let (c, name) = self.pg()?;
-            apply_pg(c, f, task, step, key, &args, fence, checks)
-                .map_err(|e| pg_error(&name, &format!("recording a {} call", f.tool()), &e))?
+            apply_pg(c, &row).map_err(|e| pg_error(&name, &format!("recording a {} call", f.tool()), &e))?
         } else {
             let path = self.file(f);
             let c = self.conn(f)?;
-            apply(c, f, task, step, key, &args, fence, checks).map_err(|e| sql_error(&path, "recording a call", e))?
+            apply(c, &row).map_err(|e| sql_error(&path, "recording a call", e))?
         };
         match outcome {
             Applied::Yes => {
@@ -329,7 +339,7 @@ impl World {
     /// Raises the task's fence in the tool's file to `epoch` (never lowers it): a runner that takes
     /// over a call in flight does this before it reads the file or decides, so a call from an
     /// older lease holder arriving later is refused.
-    pub fn raise_fence(&mut self, f: ToolFile, task: &str, epoch: u64) -> CliResult<()> {
+    pub fn raise_fence(&mut self, f: ToolFile, task: &str, epoch: u64) -> TaskResult<()> {
         if self.is_pg() {
             let (c, name) = self.pg()?;
             return c
@@ -352,7 +362,7 @@ impl World {
     }
 
     /// Every call `task` made to the tool of `f`, in order (none if the file does not exist).
-    pub fn calls(&mut self, f: ToolFile, task: &str) -> CliResult<Vec<Call>> {
+    pub fn calls(&mut self, f: ToolFile, task: &str) -> TaskResult<Vec<Call>> {
         if self.is_pg() {
             let (c, name) = self.pg()?;
             let rows = c
@@ -405,18 +415,23 @@ enum Applied {
     Fenced { highest: u64 },
 }
 
-/// One call in one transaction: the fence check, the dedupe check, the row.
-#[allow(clippy::too_many_arguments)]
-fn apply(
-    c: &mut Connection,
+/// A call as the tool records it.
+#[derive(Clone, Copy)]
+struct CallRow<'a> {
     f: ToolFile,
-    task: &str,
+    task: &'a str,
     step: u16,
-    key: Option<&Key>,
-    args: &str,
+    key: Option<&'a Key>,
+    args: &'a str,
+    /// The call's fencing token (the runner's lease epoch).
     fence: u64,
+    /// Whether this tool refuses stale tokens (tests turn it off to show the hole it closes).
     checks_fence: bool,
-) -> Result<Applied, rusqlite::Error> {
+}
+
+/// One call in one transaction: the fence check, the dedupe check, the row.
+fn apply(c: &mut Connection, row: &CallRow<'_>) -> Result<Applied, rusqlite::Error> {
+    let CallRow { f, task, step, key, args, fence, checks_fence } = *row;
     let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let seen: Option<i64> =
         tx.prepare_cached("SELECT epoch FROM fences WHERE task_id=?1")?.query_row([task], |r| r.get(0)).optional()?;
@@ -466,17 +481,8 @@ fn apply(
 
 /// [`apply`] on PostgreSQL: one transaction that locks the task's fence row for the tool (created
 /// at token 0 if missing), so calls for one task are ordered; the same checks and row.
-#[allow(clippy::too_many_arguments)]
-fn apply_pg(
-    c: &mut postgres::Client,
-    f: ToolFile,
-    task: &str,
-    step: u16,
-    key: Option<&Key>,
-    args: &str,
-    fence: u64,
-    checks_fence: bool,
-) -> Result<Applied, postgres::Error> {
+fn apply_pg(c: &mut postgres::Client, row: &CallRow<'_>) -> Result<Applied, postgres::Error> {
+    let CallRow { f, task, step, key, args, fence, checks_fence } = *row;
     let tool = f.tool();
     let mut tx = c.transaction()?;
     tx.execute("INSERT INTO world_fences VALUES($1, $2, 0) ON CONFLICT DO NOTHING", &[&tool, &task])?;

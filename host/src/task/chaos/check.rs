@@ -7,7 +7,7 @@ use super::super::backend::TaskStore;
 use super::super::spec::Spec;
 use super::super::store::fold_in;
 use super::super::world::{ToolFile, World};
-use crate::error::{CliError, CliResult};
+use crate::task::error::{TaskError, TaskResult};
 
 /// What [`check_task`] found for one task.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -37,11 +37,11 @@ pub struct TaskCheck {
 /// email step applied exactly once, each step has a model response and a result (or a
 /// `mark-done` review of the email), the task completed, and no call outside the spec's tool
 /// steps.
-pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> CliResult<TaskCheck> {
+pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskResult<TaskCheck> {
     let mut c = TaskCheck::default();
     let row = store.task_or_err(id)?;
     let spec = Spec::from_json(&row.spec)
-        .map_err(|e| CliError::bad_input(format!("{}: task {id:?}: stored spec: {e}", store.name())))?;
+        .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec: {e}", store.name())))?;
     let recs = store.records(id)?;
     let st = fold_in(&store.name(), id, &recs)?;
     let n = spec.steps.len();

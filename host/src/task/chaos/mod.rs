@@ -43,7 +43,9 @@
 //! `server_aborts` and started again once the server accepts sessions; the parent's reads
 //! reconnect.
 //!
-//! Modules: [`spec`] (the task specs), [`check`] (the exactly-once checker); the tools' files are
+//! Modules: [`spec`] (the task specs), [`check`] (the exactly-once checker), `supervise` (one
+//! iteration: runners started, killed, paused, reviewed), `restart` (the server restarts),
+//! `report` (the counts and their printing), `workers` (the `--workers` mode); the tools' files are
 //! read through [`World`], their one owner.
 //!
 //! Delays are deterministic for a seed (ChaCha8, [`Draws`]); where a kill lands depends on timing too, so
@@ -65,134 +67,84 @@ use super::pg::PgStore;
 use super::spec::Spec;
 use super::store::Store;
 use super::world::{ToolFile, World};
-use crate::error::{CliError, CliResult, EXIT_NEEDS_REVIEW};
+use crate::error::EXIT_NEEDS_REVIEW;
+use crate::task::error::{SERVER_GONE_NOTE, TaskError, TaskResult};
 
-/// Options of `task chaos`.
-#[derive(Debug, Clone)]
+/// Options of `task chaos` (its flags).
+#[derive(Debug, Clone, clap::Args)]
 pub struct ChaosOpts {
-    /// Tasks to run, each killed repeatedly.
+    /// Tasks to run (each killed repeatedly).
+    #[arg(long, default_value_t = 200)]
     pub iterations: u32,
-    /// Seed of the specs and the kill delays.
+    /// Seed of the task specs and the kill delays.
+    #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Steps per task (>= 3).
+    /// Steps per task (payments, lookups, emails, plain model steps; >= 3).
+    #[arg(long, default_value_t = 12)]
     pub steps: u16,
     /// Print one JSON object.
+    #[arg(long)]
     pub json: bool,
-    /// Working directory (must not hold a `tasks.sqlite` yet); default a fresh temp dir, removed
-    /// after a clean run.
+    /// Working directory (log, tools' files, specs); default a fresh temp dir, removed after
+    /// a clean run and kept after a violation.
+    #[arg(long, value_name = "DIR")]
     pub dir: Option<PathBuf>,
-    /// The children's `--step-delay-ms`.
+    /// The runners' step delay (model call, and between "tool applied" and "result returned").
+    #[arg(long, value_name = "MS", default_value_t = 5)]
     pub step_delay_ms: u64,
-    /// Most kills per iteration; after that the runner is left to finish.
+    /// Most kills per task; then the runner is left to finish.
+    #[arg(long, value_name = "N", default_value_t = 6)]
     pub max_kills: u32,
-    /// Re-check an existing chaos directory instead of running.
+    /// Re-check the tasks of an existing chaos directory (no runs).
+    #[arg(long, value_name = "DIR", conflicts_with = "dir")]
     pub verify: Option<PathBuf>,
-    /// The children's lease, ms (a paused runner is taken over once it expires).
+    /// The runners' lease (a runner paused past it is taken over).
+    #[arg(long, value_name = "MS", default_value_t = 300)]
     pub lease_ms: u64,
-    /// The log on a PostgreSQL database (`postgres://...`) instead of `DIR/tasks.sqlite`.
+    /// The log on this PostgreSQL database (postgres://USER@HOST:PORT/DB, with no tasks yet)
+    /// instead of DIR/tasks.sqlite; the tools' files stay in DIR.
+    #[arg(long, value_name = "URL")]
     pub db: Option<String>,
-    /// Shell command that stops the PostgreSQL server (run with `sh -c`); with `pg_start_cmd`,
-    /// restarts the server mid-run every 5 to 20 s, down for 0 to 5 s.
+    /// Shell command that stops the PostgreSQL server (e.g. `pg_ctl -D DATA -m fast stop`):
+    /// with --pg-start-cmd, the server is restarted every 5 to 20 s, down 0 to 5 s.
+    #[arg(long, value_name = "CMD", requires = "pg_start_cmd")]
     pub pg_stop_cmd: Option<String>,
-    /// Shell command that starts it again and returns once it accepts connections.
+    /// Shell command that starts it again and returns once it accepts connections (e.g.
+    /// `pg_ctl -D DATA -l LOG -w start`).
+    #[arg(long, value_name = "CMD", requires = "pg_stop_cmd")]
     pub pg_start_cmd: Option<String>,
-    /// With `db`: run the tasks with this many `task worker` processes (0: one `task run` per
-    /// task, the single-runner mode).
+    /// With --db: run the tasks with K `task worker` processes (submitted up front; workers
+    /// killed, parked past their lease and woken at random) instead of one `task run` each.
+    #[arg(long, value_name = "K", default_value_t = 0)]
     pub workers: u32,
-    /// The tools' records in this PostgreSQL database (`postgres://...`) instead of `DIR/world`.
+    /// Keep the tools' records in this PostgreSQL database (postgres://..., may be the log's)
+    /// instead of DIR/world.
+    #[arg(long, value_name = "URL")]
     pub world: Option<String>,
 }
 
 /// The log store the chaos parent reads (the children open their own).
 type Slot = Option<Box<dyn TaskStore>>;
 
-/// A runner's stderr that says the database server went away or is not (yet) accepting
-/// connections: a server restart, not a runner error.
-fn server_down(err: &str) -> bool {
-    [
-        "the connection to the server is gone",
-        "cannot connect",
-        "shutting down",
-        "starting up",
-        "administrator command",
-        "Connection refused",
-        "connection closed",
-        "in recovery",
-    ]
-    .iter()
-    .any(|m| err.contains(m))
-}
-
-/// Waits (up to 60 s) until the database accepts a session again.
-fn wait_for_server(ctx: &Ctx) {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(60) {
-        if PgStore::open(&ctx.db.to_string_lossy(), false).is_ok() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// Restarts of the PostgreSQL server, driven by a thread for the whole run.
-#[derive(Debug, Default)]
-struct Restarts {
-    n: u64,
-    down_ms: u64,
-    problems: Vec<String>,
-}
-
-fn sh(cmd: &str) -> Result<(), String> {
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run `{cmd}`: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!("`{cmd}` exited with {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()))
-    }
-}
-
-/// Every 5 to 20 s (drawn): the stop command, 0 to 5 s down (drawn), the start command; until
-/// `stop` is set (a cycle under way is completed, so the server is up at the end).
-fn restarter(stop_cmd: &str, start_cmd: &str, seed: u64, stop: &AtomicBool) -> Restarts {
-    let mut r = Restarts::default();
-    let mut rng = Draws::new(seed ^ 0x5E57_A127);
-    loop {
-        let until = Instant::now() + Duration::from_millis(5000 + rng.below(15_001));
-        while Instant::now() < until {
-            if stop.load(Ordering::Relaxed) {
-                return r;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let down = rng.below(5001);
-        let t = Instant::now();
-        if let Err(e) = sh(stop_cmd) {
-            r.problems.push(format!("stopping the server: {e}"));
-        }
-        std::thread::sleep(Duration::from_millis(down));
-        if let Err(e) = sh(start_cmd) {
-            r.problems.push(format!("starting the server: {e}"));
-            return r;
-        }
-        r.n += 1;
-        r.down_ms += t.elapsed().as_millis() as u64;
-    }
-}
-
 pub mod check;
+mod report;
+mod restart;
+mod supervise;
+
 pub mod spec;
+
 mod workers;
 
 pub use check::{TaskCheck, check_task};
+
+pub use report::ChaosReport;
+use report::{finish, progress};
+use restart::{restarter, server_down, wait_for_server};
 pub use spec::{Draws, chaos_spec};
+use supervise::{KillPlan, Pace, iteration, review, stderr_of, wait_or_kill, world_retry};
 
 /// Calls the task made to the tools that keep files, so far.
-fn calls_made(world: &mut World, task: &str) -> CliResult<usize> {
+fn calls_made(world: &mut World, task: &str) -> TaskResult<usize> {
     world_retry(world, |w| {
         let mut n = 0;
         for f in ToolFile::ALL {
@@ -203,7 +155,7 @@ fn calls_made(world: &mut World, task: &str) -> CliResult<usize> {
 }
 
 /// Calls received per (tool, step), for the window count.
-fn per_step(world: &mut World, task: &str) -> CliResult<HashMap<(ToolFile, u16), usize>> {
+fn per_step(world: &mut World, task: &str) -> TaskResult<HashMap<(ToolFile, u16), usize>> {
     world_retry(world, |w| {
         let mut m = HashMap::new();
         for f in ToolFile::ALL {
@@ -213,113 +165,6 @@ fn per_step(world: &mut World, task: &str) -> CliResult<HashMap<(ToolFile, u16),
         }
         Ok(m)
     })
-}
-
-/// Totals of a chaos run (the `--json` object).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct ChaosReport {
-    /// Tasks run.
-    pub iterations: u32,
-    /// Steps per task.
-    pub steps: u16,
-    /// Seed.
-    pub seed: u64,
-    /// Runner processes started (first starts and restarts).
-    pub runs: u64,
-    /// SIGKILLs that stopped a runner.
-    pub kills: u64,
-    /// Kills of runs aimed at the window (killed shortly after a tool's file got a call); the
-    /// others are at uniform delays.
-    pub kills_aimed: u64,
-    /// Kills in the window: the tool's file got the call, the log has no result (counted exactly).
-    pub window_kills: u64,
-    /// Of which the payment tool.
-    pub window_kills_payment: u64,
-    /// Of which the email tool.
-    pub window_kills_email: u64,
-    /// Kills after an intent was durable but before the tool's file had the call.
-    pub kills_intent_no_call: u64,
-    /// Kills with a lookup in flight (a lookup keeps no file: not counted as window kills).
-    pub kills_lookup_in_flight: u64,
-    /// Kills anywhere else (start-up, model calls, commits between steps, before the task existed).
-    pub kills_elsewhere: u64,
-    /// Payment calls received again and deduplicated by key (replays after a kill).
-    pub deduplicated: u64,
-    /// Runners parked with SIGSTOP past their lease while a second runner took over.
-    pub pauses: u64,
-    /// Of which parked right before a tool call left (after the margin check).
-    pub pauses_calling: u64,
-    /// Of which parked after a tool's intent, before the margin check.
-    pub pauses_before_tool: u64,
-    /// Of which parked after a commit.
-    pub pauses_after_commit: u64,
-    /// Paused runners that, on waking, stopped with "fenced" (exit 1) without acting.
-    pub paused_fenced: u64,
-    /// Paused runners that found nothing left to do on waking (exit 0 or 3).
-    pub paused_idle: u64,
-    /// Calls the tools refused because they carried an old fencing token (from their own files).
-    pub fenced_calls: u64,
-    /// Non-idempotent steps sent to review (`needs-review` records).
-    pub needs_review: u64,
-    /// Reviews recorded `mark-done` (the email tool's file showed the call).
-    pub reviews_mark_done: u64,
-    /// Reviews recorded `retry` (it showed none).
-    pub reviews_retry: u64,
-    /// Side effects applied more than once (must be 0).
-    pub duplicates: u64,
-    /// Steps missing (must be 0).
-    pub lost: u64,
-    /// Runner processes that failed otherwise (exit status other than 0, 3 or SIGKILL; must be 0).
-    pub errors: u64,
-    /// The log's database: `sqlite` or `postgres`.
-    pub backend: String,
-    /// PostgreSQL server restarts during the run (stop, 0 to 5 s down, start).
-    pub pg_restarts: u64,
-    /// Total time from each stop command to the end of its start command, ms.
-    pub pg_down_ms: u64,
-    /// Runner (and review) processes that ended because the server was restarting (their
-    /// session was cut, or they could not connect); each is started again.
-    pub server_aborts: u64,
-    /// Paused runners whose session was cut by a restart while they were parked: on waking
-    /// they stopped at their first statement (their tool calls, if any, were fenced by the tools).
-    pub paused_conn_lost: u64,
-    /// `task worker` processes (0: one `task run` per task).
-    pub workers: u32,
-    /// Lines in the workers' stderr saying a run stopped fenced (a parked worker woke after a
-    /// takeover, or a killed holder's successor was refused nothing: fenced stops only).
-    pub worker_fenced_stops: u64,
-    /// Lines in the workers' stderr saying a slot reconnected after the server went away.
-    pub worker_reconnects: u64,
-    /// Where the tools' records were: `files` (DIR/world) or `postgres`.
-    pub world: String,
-    /// The children's step delay.
-    pub step_delay_ms: u64,
-    /// Wall time, seconds.
-    pub wall_s: f64,
-    /// The first problems found (at most 20).
-    pub problems: Vec<String>,
-    /// No duplicate, no lost step, no error.
-    pub ok: bool,
-    /// Working directory (kept after a violation).
-    pub dir: String,
-}
-
-impl ChaosReport {
-    fn problem(&mut self, p: String) {
-        if self.problems.len() < 20 {
-            self.problems.push(p);
-        }
-    }
-    fn add_check(&mut self, c: TaskCheck) {
-        self.duplicates += c.duplicates;
-        self.lost += c.lost;
-        self.deduplicated += c.deduplicated;
-        self.fenced_calls += c.fenced_calls;
-        self.needs_review += c.needs_review;
-        for p in c.problems {
-            self.problem(p);
-        }
-    }
 }
 
 /// The runner binary and where it works.
@@ -342,7 +187,7 @@ impl Ctx {
         c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
         c
     }
-    fn spawn_run(&self, spec: &Path, pause_at: Option<&str>) -> CliResult<Child> {
+    fn spawn_run(&self, spec: &Path, pause_at: Option<&str>) -> TaskResult<Child> {
         let mut c = self.cmd();
         c.arg("task").arg("run").arg(spec).arg("--db").arg(&self.db).arg("--world").arg(&self.world);
         c.arg("--step-delay-ms").arg(self.step_delay_ms.to_string());
@@ -350,124 +195,13 @@ impl Ctx {
         if let Some(p) = pause_at {
             c.env("BROKERLAB_PAUSE_AT", p);
         }
-        c.spawn().map_err(|e| CliError::failure(format!("{}: cannot start the runner: {e}", self.exe.display())))
+        c.spawn().map_err(|e| TaskError::failure(format!("{}: cannot start the runner: {e}", self.exe.display())))
     }
-}
-
-fn stderr_of(child: &mut Child) -> String {
-    let mut s = String::new();
-    if let Some(mut e) = child.stderr.take() {
-        let _ = e.read_to_string(&mut s);
-    }
-    s.trim().to_string()
-}
-
-#[cfg(unix)]
-fn was_sigkilled(st: &ExitStatus) -> bool {
-    use std::os::unix::process::ExitStatusExt;
-    st.signal() == Some(9)
-}
-
-#[cfg(not(unix))]
-fn was_sigkilled(st: &ExitStatus) -> bool {
-    // `Child::kill` is TerminateProcess, exit code 1
-    st.code() == Some(1)
-}
-
-/// When to kill a runner.
-#[derive(Debug, Clone, Copy)]
-enum KillPlan {
-    /// Let it finish.
-    Never,
-    /// At this time after the start.
-    After(Duration),
-    /// Aimed at the window: once the tools' files have received `calls` more calls for the task
-    /// than at the start, wait `extra` and kill.
-    AfterCalls { calls: usize, extra: Duration },
-}
-
-/// Waits for the child, killing it (SIGKILL) as `plan` says unless it exits before. Returns its
-/// status.
-fn wait_or_kill(
-    child: &mut Child,
-    started: Instant,
-    plan: KillPlan,
-    world: &mut World,
-    id: &str,
-    calls_before: usize,
-) -> CliResult<ExitStatus> {
-    let io = |e: std::io::Error| CliError::failure(format!("waiting for the runner: {e}"));
-    let mut deadline = match plan {
-        KillPlan::Never => return child.wait().map_err(io),
-        KillPlan::After(d) => Some(started + d),
-        KillPlan::AfterCalls { .. } => None,
-    };
-    loop {
-        if let Some(st) = child.try_wait().map_err(io)? {
-            return Ok(st);
-        }
-        let now = Instant::now();
-        match (deadline, plan) {
-            (Some(d), _) if now >= d => break,
-            (Some(d), _) => std::thread::sleep((d - now).min(Duration::from_micros(500))),
-            (None, KillPlan::AfterCalls { calls, extra }) => {
-                // the tool has committed the call: the window is open from here on
-                if calls_made(world, id)? >= calls_before + calls {
-                    deadline = Some(Instant::now() + extra);
-                } else {
-                    std::thread::sleep(Duration::from_micros(300));
-                }
-            }
-            (None, _) => break,
-        }
-    }
-    // SIGKILL on Unix; an error here means it already exited (wait tells which)
-    let _ = child.kill();
-    child.wait().map_err(io)
-}
-
-/// Where the kill landed, read from the log and the tools' files right after it.
-fn classify_kill(
-    rep: &mut ChaosReport,
-    after: Option<&TaskState>,
-    world: &mut World,
-    id: &str,
-    before: &HashMap<(ToolFile, u16), usize>,
-) -> CliResult<()> {
-    let Some(st) = after else {
-        rep.kills_elsewhere += 1;
-        return Ok(());
-    };
-    let Phase::InFlight { call, .. } = &st.phase else {
-        rep.kills_elsewhere += 1;
-        return Ok(());
-    };
-    let file = match call.tool.as_str() {
-        "payment" => ToolFile::Payments,
-        "send_email" => ToolFile::Emails,
-        _ => {
-            rep.kills_lookup_in_flight += 1;
-            return Ok(());
-        }
-    };
-    let now = per_step(world, id)?;
-    let k = (file, st.step);
-    if now.get(&k).copied().unwrap_or(0) > before.get(&k).copied().unwrap_or(0) {
-        rep.window_kills += 1;
-        if file == ToolFile::Payments {
-            rep.window_kills_payment += 1;
-        } else {
-            rep.window_kills_email += 1;
-        }
-    } else {
-        rep.kills_intent_no_call += 1;
-    }
-    Ok(())
 }
 
 /// The task's state from the log, if the database and the task exist. On PostgreSQL a failure
 /// (the server restarting) reconnects and tries again, for up to 60 s.
-fn task_state(store: &mut Slot, ctx: &Ctx, id: &str) -> CliResult<Option<TaskState>> {
+fn task_state(store: &mut Slot, ctx: &Ctx, id: &str) -> TaskResult<Option<TaskState>> {
     let t = Instant::now();
     loop {
         match task_state_once(store, ctx, id) {
@@ -481,7 +215,7 @@ fn task_state(store: &mut Slot, ctx: &Ctx, id: &str) -> CliResult<Option<TaskSta
 }
 
 /// [`check_task`], reconnecting as [`task_state`] does.
-fn check_with_retry(store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) -> CliResult<TaskCheck> {
+fn check_with_retry(store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) -> TaskResult<TaskCheck> {
     let t = Instant::now();
     loop {
         if store.is_none() && ctx.pg {
@@ -494,7 +228,7 @@ fn check_with_retry(store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) ->
                 Err(e) => return Err(e),
             }
         }
-        let Some(s) = store.as_deref() else { return Err(CliError::failure("no log store")) };
+        let Some(s) = store.as_deref() else { return Err(TaskError::failure("no log store")) };
         match check_task(s, world, id) {
             Err(_) if ctx.pg && t.elapsed() < Duration::from_secs(60) => {
                 *store = None;
@@ -505,7 +239,7 @@ fn check_with_retry(store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) ->
     }
 }
 
-fn task_state_once(store: &mut Slot, ctx: &Ctx, id: &str) -> CliResult<Option<TaskState>> {
+fn task_state_once(store: &mut Slot, ctx: &Ctx, id: &str) -> TaskResult<Option<TaskState>> {
     if store.is_none() {
         if ctx.pg {
             // the schema was created before the first runner started
@@ -537,7 +271,7 @@ fn check_one(
     world: &mut World,
     id: &str,
     steps: u16,
-) -> CliResult<()> {
+) -> TaskResult<()> {
     let st = task_state(store, ctx, id)?;
     match st.map(|_| check_with_retry(store, ctx, world, id)).transpose()? {
         Some(c) => rep.add_check(c),
@@ -549,404 +283,32 @@ fn check_one(
     Ok(())
 }
 
-/// Payment and email steps from `from` on (the calls a run still makes, at least).
-fn effects_from(spec: &Spec, from: usize) -> usize {
-    spec.steps.iter().skip(from).filter(|s| matches!(s.tool.as_deref(), Some("payment" | "send_email"))).count()
-}
-
-/// How fast the runners make progress, killed or not: wall time per step over all runs so far
-/// (start-up included), to scale the kill delays to the time a run still needs.
-#[derive(Debug, Clone, Copy)]
-struct Pace {
-    ms: f64,
-    steps: f64,
-}
-
-impl Pace {
-    fn per_step_ms(&self) -> f64 {
-        self.ms / self.steps.max(1.0)
-    }
-    fn add(&mut self, ms: f64, steps: f64) {
-        self.ms += ms;
-        self.steps += steps.max(0.0);
-    }
-}
-
-/// Runs one iteration: the task `id` until it completes (or fails), killing and reviewing.
-#[allow(clippy::too_many_arguments)]
-fn iteration(
-    rep: &mut ChaosReport,
-    store: &mut Slot,
-    ctx: &Ctx,
-    world: &mut World,
-    opts: &ChaosOpts,
-    i: u32,
-    pace: &mut Pace,
-) -> CliResult<()> {
-    let id = format!("chaos-{}-{i}", opts.seed);
-    let mut rng = Draws::new(opts.seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ (u64::from(i) << 1 | 1));
-    let spec_text = chaos_spec(&id, opts.steps, &mut rng);
-    let spec_path = ctx.specs.join(format!("{id}.toml"));
-    std::fs::write(&spec_path, &spec_text)
-        .map_err(|e| CliError::failure(format!("{}: cannot write the spec: {e}", spec_path.display())))?;
-    let spec = Spec::parse(&spec_text).map_err(|e| CliError::failure(format!("generated spec {id}: {e}")))?;
-    let steps = f64::from(opts.steps);
-    let mut kills_here = 0u32;
-    let mut st = task_state(store, ctx, &id)?;
-    for _attempt in 0..(opts.max_kills + 50) {
-        let done_before = st.as_ref().map_or(0.0, |s| f64::from(s.step));
-        let before = per_step(world, &id)?;
-        let calls_before = before.values().sum::<usize>();
-        if kills_here < opts.max_kills && rng.below(6) == 0 {
-            let left = effects_from(&spec, done_before as usize).max(1) as u64;
-            let steps_left = (steps - done_before).max(1.0) as u64;
-            let at = match rng.below(10) {
-                0..4 => format!("calling:{}", 1 + rng.below(left)),
-                4..7 => format!("before-tool:{}", 1 + rng.below(left)),
-                _ => format!("after-commit:{}", 1 + rng.below(steps_left)),
-            };
-            if pause_then_takeover(rep, store, ctx, world, &id, &spec_path, &at)? {
-                return Ok(());
-            }
-            kills_here += 1;
-            st = task_state(store, ctx, &id)?;
-            continue;
-        }
-        let plan = if kills_here >= opts.max_kills {
-            KillPlan::Never
-        } else if rng.below(2) == 0 {
-            // aimed: after the k-th call a payment or email tool commits in this run, within
-            // the time its result needs to reach the log (tool delay, next model call, commit)
-            let left = effects_from(&spec, done_before as usize);
-            let extra_us = (2 * opts.step_delay_ms + 4) * 1000;
-            KillPlan::AfterCalls {
-                calls: 1 + rng.below(left.max(1) as u64) as usize,
-                extra: Duration::from_micros(rng.below(extra_us)),
-            }
-        } else {
-            // uniform over the time the remaining steps are expected to take, +25 %
-            let horizon_us = pace.per_step_ms() * 1000.0 * (steps - done_before).max(1.0) * 1.25;
-            KillPlan::After(Duration::from_micros(rng.below((horizon_us as u64).max(1000))))
-        };
-        let started = Instant::now();
-        let mut child = ctx.spawn_run(&spec_path, None)?;
-        rep.runs += 1;
-        let status = wait_or_kill(&mut child, started, plan, world, &id, calls_before)?;
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
-        let err = stderr_of(&mut child);
-        st = task_state(store, ctx, &id)?;
-        pace.add(ms, st.as_ref().map_or(0.0, |s| f64::from(s.step)) - done_before);
-        if was_sigkilled(&status) {
-            rep.kills += 1;
-            rep.kills_aimed += u64::from(matches!(plan, KillPlan::AfterCalls { .. }));
-            kills_here += 1;
-            classify_kill(rep, st.as_ref(), world, &id, &before)?;
-            continue;
-        }
-        match status.code() {
-            Some(0) => return Ok(()),
-            Some(EXIT_NEEDS_REVIEW) => review(rep, store, ctx, world, &id)?,
-            _ if ctx.pg && server_down(&err) => {
-                rep.server_aborts += 1;
-                wait_for_server(ctx);
-            }
-            _ => {
-                rep.errors += 1;
-                rep.problem(format!("{id}: runner exited with {status}: {err}"));
-                return Ok(());
-            }
-        }
-    }
-    rep.errors += 1;
-    rep.problem(format!("{id}: not finished after {} runs", opts.max_kills + 50));
-    Ok(())
-}
-
-/// Starts a runner that parks itself at `at` (`BROKERLAB_PAUSE_AT`), waits for its lease to
-/// expire, lets other runners take the task over and run it to its end, then wakes the parked
-/// runner and checks it stops without acting. Returns true when the task is finished; false when
-/// the runner ended before reaching the point (the caller goes on as after any start).
-#[allow(clippy::too_many_arguments)]
-fn pause_then_takeover(
-    rep: &mut ChaosReport,
-    store: &mut Slot,
-    ctx: &Ctx,
-    world: &mut World,
-    id: &str,
-    spec: &Path,
-    at: &str,
-) -> CliResult<bool> {
-    let io = |e: std::io::Error| CliError::failure(format!("waiting for the runner: {e}"));
-    let mut first = ctx.spawn_run(spec, Some(at))?;
-    rep.runs += 1;
-    let pid = first.id();
-    // parked, or ended before the point
-    loop {
-        if let Some(status) = first.try_wait().map_err(io)? {
-            let err = stderr_of(&mut first);
-            return match status.code() {
-                Some(0) => Ok(true),
-                Some(EXIT_NEEDS_REVIEW) => {
-                    review(rep, store, ctx, world, id)?;
-                    Ok(false)
-                }
-                _ if ctx.pg && server_down(&err) => {
-                    rep.server_aborts += 1;
-                    wait_for_server(ctx);
-                    Ok(false)
-                }
-                _ => {
-                    rep.errors += 1;
-                    rep.problem(format!("{id}: runner (pause at {at}) exited with {status}: {err}"));
-                    Ok(true)
-                }
-            };
-        }
-        if crate::sys::child_is_stopped(pid) {
-            break;
-        }
-        std::thread::sleep(Duration::from_micros(300));
-    }
-    rep.pauses += 1;
-    match at.split(':').next() {
-        Some("calling") => rep.pauses_calling += 1,
-        Some("before-tool") => rep.pauses_before_tool += 1,
-        _ => rep.pauses_after_commit += 1,
-    }
-    std::thread::sleep(Duration::from_millis(ctx.lease_ms + 20));
-    // the takeover: run to the end, answering reviews; a lease that still looks live is waited out
-    let mut finished = false;
-    for _ in 0..40 {
-        let mut c = ctx.spawn_run(spec, None)?;
-        rep.runs += 1;
-        let status = c.wait().map_err(io)?;
-        let err = stderr_of(&mut c);
-        match status.code() {
-            Some(0) => {
-                finished = true;
-                break;
-            }
-            Some(EXIT_NEEDS_REVIEW) => review(rep, store, ctx, world, id)?,
-            Some(1) if err.contains("already being run") => std::thread::sleep(Duration::from_millis(50)),
-            _ if ctx.pg && server_down(&err) => {
-                rep.server_aborts += 1;
-                wait_for_server(ctx);
-            }
-            _ => {
-                rep.errors += 1;
-                rep.problem(format!("{id}: takeover runner exited with {status}: {err}"));
-                break;
-            }
-        }
-    }
-    if !finished {
-        rep.errors += 1;
-        rep.problem(format!("{id}: the takeover after a pause at {at} did not finish"));
-    }
-    if !crate::sys::stop_or_continue(pid, false) {
-        rep.problem(format!("{id}: SIGCONT to {pid} failed"));
-    }
-    let status = first.wait().map_err(io)?;
-    let err = stderr_of(&mut first);
-    match status.code() {
-        Some(1) if err.contains("fenced") => rep.paused_fenced += 1,
-        Some(0 | EXIT_NEEDS_REVIEW) => rep.paused_idle += 1,
-        _ if ctx.pg && server_down(&err) => rep.paused_conn_lost += 1,
-        _ => {
-            rep.errors += 1;
-            rep.problem(format!("{id}: the paused runner (at {at}) exited with {status} on waking: {err}"));
-        }
-    }
-    Ok(true)
-}
-
-/// `read` on the tools' records; with the records in PostgreSQL, a failure (the server
-/// restarting) is retried for up to 60 s, as the log's reads are.
-fn world_retry<T>(world: &mut World, mut read: impl FnMut(&mut World) -> CliResult<T>) -> CliResult<T> {
-    let t = Instant::now();
-    loop {
-        match read(world) {
-            Err(_) if world.is_pg() && t.elapsed() < Duration::from_secs(60) => {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            r => return r,
-        }
-    }
-}
-
-/// Reviews the paused step as a human would, from the email tool's own file.
-fn review(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut World, id: &str) -> CliResult<()> {
-    let Some(st) = task_state(store, ctx, id)? else {
-        return Err(CliError::failure(format!("{id}: paused for review but has no log")));
-    };
-    let Phase::Review { .. } = st.phase else {
-        return Err(CliError::failure(format!("{id}: exit 3 but no step waits for review")));
-    };
-    let sent = world_retry(world, |w| w.calls(ToolFile::Emails, id))?.iter().any(|c| c.step == st.step && c.applied);
-    let decision = if sent { "--mark-done" } else { "--retry" };
-    if sent {
-        rep.reviews_mark_done += 1;
-    } else {
-        rep.reviews_retry += 1;
-    }
-    let mut out;
-    let mut tries = 0;
-    loop {
-        let mut c = ctx.cmd();
-        c.arg("task").arg("review").arg(id).arg("--step").arg(st.step.to_string()).arg(decision);
-        c.arg("--db").arg(&ctx.db);
-        out = c.output().map_err(|e| CliError::failure(format!("cannot start `task review`: {e}")))?;
-        tries += 1;
-        let err = String::from_utf8_lossy(&out.stderr);
-        // a runner woke (or was taken over) under the reviewer: the log moved on, or a row is
-        // locked for a moment; try again
-        if !out.status.success() && tries <= 20 && (err.contains("the log changed") || err.contains("locked by")) {
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        }
-        if out.status.success() || !ctx.pg || tries > 20 || !server_down(&err) {
-            break;
-        }
-        rep.server_aborts += 1;
-        wait_for_server(ctx);
-    }
-    if !out.status.success() {
-        rep.errors += 1;
-        rep.problem(format!(
-            "{id}: `task review --step {} {decision}` exited with {}: {}",
-            st.step,
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
-    }
-    Ok(())
-}
-
-fn progress(on: bool, done: u32, rep: &ChaosReport, t: Instant) {
-    if !on {
-        return;
-    }
-    let total = rep.iterations.max(1);
-    let w = 30usize;
-    let fill = (done as usize * w) / total as usize;
-    let mut e = std::io::stderr().lock();
-    let _ = write!(
-        e,
-        "\r[{}{}] {done}/{total}  kills {}  window {}  reviews {}  dup {}  lost {}  {:.0}s ",
-        "#".repeat(fill),
-        ".".repeat(w - fill),
-        rep.kills,
-        rep.window_kills,
-        rep.needs_review,
-        rep.duplicates,
-        rep.lost,
-        t.elapsed().as_secs_f64()
-    );
-    if done == total {
-        let _ = writeln!(e);
-    }
-    let _ = e.flush();
-}
-
-fn print_text(rep: &ChaosReport) {
-    say!(
-        "task chaos: {} iterations of {} steps, seed {}, step delay {} ms",
-        rep.iterations,
-        rep.steps,
-        rep.seed,
-        rep.step_delay_ms
-    );
-    let pct = |n: u64| if rep.kills == 0 { 0.0 } else { 100.0 * n as f64 / rep.kills as f64 };
-    say!("  runner processes started     {}", rep.runs);
-    say!(
-        "  SIGKILLs                     {} ({} aimed at the window, the rest at uniform delays)",
-        rep.kills,
-        rep.kills_aimed
-    );
-    say!(
-        "    in the window              {} ({:.0} %; payment {}, email {}): the tool's file has the call, the log \
-         no result",
-        rep.window_kills,
-        pct(rep.window_kills),
-        rep.window_kills_payment,
-        rep.window_kills_email
-    );
-    say!("    intent durable, no call    {} ({:.0} %)", rep.kills_intent_no_call, pct(rep.kills_intent_no_call));
-    say!("    lookup in flight           {} ({:.0} %)", rep.kills_lookup_in_flight, pct(rep.kills_lookup_in_flight));
-    say!("    elsewhere                  {} ({:.0} %)", rep.kills_elsewhere, pct(rep.kills_elsewhere));
-    say!("  replays deduplicated by key  {}", rep.deduplicated);
-    say!(
-        "  pauses past the lease        {} (right before a call {}, before the margin check {}, after a commit {})",
-        rep.pauses,
-        rep.pauses_calling,
-        rep.pauses_before_tool,
-        rep.pauses_after_commit
-    );
-    say!("    woke and stopped, fenced   {} (found nothing to do: {})", rep.paused_fenced, rep.paused_idle);
-    say!("  calls refused by a fence     {}", rep.fenced_calls);
-    say!(
-        "  sent to review               {} (marked done {}, retried {})",
-        rep.needs_review,
-        rep.reviews_mark_done,
-        rep.reviews_retry
-    );
-    say!("  duplicates                   {}", rep.duplicates);
-    say!("  lost steps                   {}", rep.lost);
-    say!("  runner errors                {}", rep.errors);
-    if rep.backend == "postgres" {
-        say!(
-            "  PostgreSQL restarts          {} ({:.1} s down in all); runs cut by them {}, paused runners cut {}",
-            rep.pg_restarts,
-            rep.pg_down_ms as f64 / 1000.0,
-            rep.server_aborts,
-            rep.paused_conn_lost
-        );
-    }
-    say!("  wall time                    {:.1} s", rep.wall_s);
-    if rep.window_kills == 0 && rep.iterations > 0 {
-        say!("  WARNING: no kill landed in the window between \"tool call sent\" and \"result recorded\"");
-    }
-    for p in &rep.problems {
-        say!("  problem: {p}");
-    }
-    say!("  {}", if rep.ok { "ok: every payment key applied once, no step lost" } else { "FAILED" });
-}
-
-fn finish(rep: &ChaosReport, json: bool) -> i32 {
-    if json {
-        say!("{}", serde_json::to_string(rep).unwrap_or_default());
-    } else {
-        print_text(rep);
-    }
-    if rep.ok { 0 } else { 1 }
-}
-
 /// `task chaos`.
-pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
+pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
     if let Some(dir) = &opts.verify {
         return verify(dir, opts.db.as_deref(), opts.world.as_deref(), opts.json);
     }
     if opts.iterations == 0 {
-        return Err(CliError::bad_input("--iterations must be at least 1"));
+        return Err(TaskError::bad_input("--iterations must be at least 1"));
     }
     if !(3..=1000).contains(&opts.steps) {
-        return Err(CliError::bad_input(format!("--steps {}: expected 3 to 1000", opts.steps)));
+        return Err(TaskError::bad_input(format!("--steps {}: expected 3 to 1000", opts.steps)));
     }
     if opts.pg_stop_cmd.is_some() != opts.pg_start_cmd.is_some() {
-        return Err(CliError::bad_input("give both --pg-stop-cmd and --pg-start-cmd, or neither"));
+        return Err(TaskError::bad_input("give both --pg-stop-cmd and --pg-start-cmd, or neither"));
     }
     if opts.workers > 0 && opts.db.is_none() {
-        return Err(CliError::bad_input("--workers needs --db postgres://... (the workers share the log)"));
+        return Err(TaskError::bad_input("--workers needs --db postgres://... (the workers share the log)"));
     }
     if opts.pg_stop_cmd.is_some() && opts.db.is_none() {
-        return Err(CliError::bad_input("--pg-stop-cmd and --pg-start-cmd need --db postgres://..."));
+        return Err(TaskError::bad_input("--pg-stop-cmd and --pg-start-cmd need --db postgres://..."));
     }
     let (dir, temp) = match &opts.dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("brokerlab-chaos-{}", std::process::id())), true),
     };
     if opts.db.is_none() && dir.join("tasks.sqlite").exists() {
-        return Err(CliError::bad_input(format!(
+        return Err(TaskError::bad_input(format!(
             "{}: already holds a tasks.sqlite; give an empty --dir (or check it with --verify)",
             dir.display()
         )));
@@ -958,14 +320,14 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
         let s = PgStore::open(url, true)?;
         let n = s.task_ids()?.len();
         if n > 0 {
-            return Err(CliError::bad_input(format!(
+            return Err(TaskError::bad_input(format!(
                 "{}: already holds {n} task(s); give an empty database (or check it with --verify DIR --db URL)",
                 s.name()
             )));
         }
     }
     let ctx = Ctx {
-        exe: std::env::current_exe().map_err(|e| CliError::failure(format!("cannot find this binary: {e}")))?,
+        exe: std::env::current_exe().map_err(|e| TaskError::failure(format!("cannot find this binary: {e}")))?,
         db: match &opts.db {
             Some(url) => PathBuf::from(url),
             None => dir.join("tasks.sqlite"),
@@ -980,7 +342,7 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
         lease_ms: opts.lease_ms,
     };
     std::fs::create_dir_all(&ctx.specs)
-        .map_err(|e| CliError::bad_input(format!("{}: cannot create: {e}", ctx.specs.display())))?;
+        .map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", ctx.specs.display())))?;
     let mut rep = ChaosReport {
         iterations: opts.iterations,
         steps: opts.steps,
@@ -1002,13 +364,13 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
         let calib = format!("chaos-{}-calibration", opts.seed);
         let calib_spec = ctx.specs.join(format!("{calib}.toml"));
         let text = chaos_spec(&calib, opts.steps, &mut Draws::new(opts.seed ^ 0xCA11));
-        std::fs::write(&calib_spec, text).map_err(|e| CliError::failure(format!("{}: {e}", calib_spec.display())))?;
+        std::fs::write(&calib_spec, text).map_err(|e| TaskError::failure(format!("{}: {e}", calib_spec.display())))?;
         let t0 = Instant::now();
         let mut child = ctx.spawn_run(&calib_spec, None)?;
         let status = wait_or_kill(&mut child, t0, KillPlan::Never, &mut world, &calib, 0)?;
         pace = Pace { ms: t0.elapsed().as_secs_f64() * 1000.0, steps: f64::from(opts.steps) };
         if !status.success() {
-            return Err(CliError::failure(format!(
+            return Err(TaskError::failure(format!(
                 "the calibration run (no kill) failed with {status}: {}",
                 stderr_of(&mut child)
             )));
@@ -1077,7 +439,7 @@ pub fn chaos(opts: &ChaosOpts) -> CliResult<i32> {
 }
 
 /// `task chaos --verify DIR [--db URL] [--world URL]`: re-checks every task of an existing chaos directory.
-fn verify(dir: &Path, url: Option<&str>, world_url: Option<&str>, json: bool) -> CliResult<i32> {
+fn verify(dir: &Path, url: Option<&str>, world_url: Option<&str>, json: bool) -> TaskResult<i32> {
     let store: Box<dyn TaskStore> = match url {
         Some(u) => Box::new(PgStore::open(u, false)?),
         None => Box::new(Store::open(&dir.join("tasks.sqlite"), false)?),

@@ -32,10 +32,10 @@ use super::super::ident::host_id;
 use super::super::pg::PgStore;
 use super::super::spec::Spec;
 use super::super::store::NewTask;
-use super::super::worker::server_gone;
 use super::super::world::{ToolFile, World};
 use super::{ChaosOpts, ChaosReport, Ctx, Draws, Slot, calls_made, chaos_spec, review, task_state, wait_for_server};
-use crate::error::{CliError, CliResult};
+use crate::task::error::SERVER_GONE_NOTE;
+use crate::task::error::{TaskError, TaskResult};
 
 /// One worker process.
 struct Worker {
@@ -55,18 +55,18 @@ struct Pool {
 }
 
 impl Pool {
-    fn spawn(&mut self) -> CliResult<Worker> {
+    fn spawn(&mut self) -> TaskResult<Worker> {
         let log = self.logs.join(format!("worker-{}.log", self.next_log));
         self.next_log += 1;
         let f = std::fs::File::create(&log)
-            .map_err(|e| CliError::failure(format!("{}: cannot create: {e}", log.display())))?;
+            .map_err(|e| TaskError::failure(format!("{}: cannot create: {e}", log.display())))?;
         let mut c = Command::new(&self.exe);
         c.env_remove("BROKERLAB_CRASH_AT").env_remove("BROKERLAB_STEP_DELAY_MS").env_remove("BROKERLAB_LEASE_MS");
         c.env_remove("BROKERLAB_PAUSE_AT").env_remove("BROKERLAB_UNFENCED_TOOLS");
         c.args(["task", "worker", "--db", &self.url, "--poll-ms", "20"]).args(&self.ctx_args);
         c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::from(f));
         let child =
-            c.spawn().map_err(|e| CliError::failure(format!("{}: cannot start a worker: {e}", self.exe.display())))?;
+            c.spawn().map_err(|e| TaskError::failure(format!("{}: cannot start a worker: {e}", self.exe.display())))?;
         Ok(Worker { child, stopped: None })
     }
 }
@@ -122,12 +122,7 @@ fn classify(rep: &mut ChaosReport, store: &mut Slot, ctx: &Ctx, world: &mut Worl
     };
     let seen = world.calls(f, task).map(|cs| cs.iter().any(|c| c.step == st.step && c.epoch == epoch));
     if seen.unwrap_or(false) {
-        rep.window_kills += 1;
-        if f == ToolFile::Payments {
-            rep.window_kills_payment += 1;
-        } else {
-            rep.window_kills_email += 1;
-        }
+        rep.window_kill(f);
     } else {
         rep.kills_intent_no_call += 1;
     }
@@ -146,7 +141,7 @@ pub(super) fn run(
     world: &mut World,
     opts: &ChaosOpts,
     k: u32,
-) -> CliResult<Vec<String>> {
+) -> TaskResult<Vec<String>> {
     let url = ctx.db.to_string_lossy().into_owned();
     let mut parent: Option<PgStore> = PgStore::open(&url, false).ok();
     // the tasks, all submitted before the first worker starts
@@ -155,14 +150,14 @@ pub(super) fn run(
         let id = format!("chaos-{}-{i}", opts.seed);
         let mut rng = Draws::new(opts.seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ (u64::from(i) << 1 | 1));
         let text = chaos_spec(&id, opts.steps, &mut rng);
-        let spec = Spec::parse(&text).map_err(|e| CliError::failure(format!("generated spec {id}: {e}")))?;
+        let spec = Spec::parse(&text).map_err(|e| TaskError::failure(format!("generated spec {id}: {e}")))?;
         let new = new_task(&spec, &id, &ctx.world)?;
-        let s = pg(&mut parent, &url).ok_or_else(|| CliError::failure(format!("{url}: cannot connect")))?;
+        let s = pg(&mut parent, &url).ok_or_else(|| TaskError::failure(format!("{url}: cannot connect")))?;
         s.submit(&id, &new)?;
         tasks.push((id, new));
     }
     let logs = PathBuf::from(&rep.dir).join("workers");
-    std::fs::create_dir_all(&logs).map_err(|e| CliError::failure(format!("{}: {e}", logs.display())))?;
+    std::fs::create_dir_all(&logs).map_err(|e| TaskError::failure(format!("{}: {e}", logs.display())))?;
     let mut pool = Pool {
         url: url.clone(),
         ctx_args: vec![
@@ -363,7 +358,7 @@ fn scan_logs(rep: &mut ChaosReport, dir: &std::path::Path) {
                 || line.contains("locked by another runner")
                 || line.contains("the log changed")
                 || line.contains("unreachable, retrying")
-                || server_gone(line)
+                || line.contains(SERVER_GONE_NOTE)
                 || line.contains("crash injected")
             {
             } else if line.starts_with("brokerlab:") {

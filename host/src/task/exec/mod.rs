@@ -1,0 +1,318 @@
+//! Running a task on the host: the journal (SQLite or PostgreSQL behind [`TaskStore`]; one
+//! transaction per checkpoint, fenced), the scripted model and the world's tools as [`Effects`],
+//! crash injection, and the commands that drive them (`run`, `resume`, `fork`, `review`,
+//! `suspend`).
+
+use std::cell::Cell;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Duration;
+
+use brokerlab_core::runner::{
+    Action, Decision, DriveError, Effects, End, Event, ForkStart, Journal, Key, ModelReply, Phase, Record, Stop,
+    TaskId, TaskState, ToolCall, ToolClass, ToolOutput, copied_by_fork, drive, fork_start, may_call, next_action,
+    review,
+};
+
+use super::backend::{DbTarget, TaskStore, open};
+use super::ident::{Me, now_ms};
+use super::spec::{Spec, check_id};
+use super::store::{AppendError, Lease, LeaseAsk, LeaseError, NewTask, fold_in};
+use super::world::{CallOutcome, ToolFile, World};
+use crate::error::{EXIT_FAILURE, EXIT_NEEDS_REVIEW};
+use crate::task::error::{TaskError, TaskResult};
+
+mod commands;
+mod crash;
+mod effects;
+mod evidence;
+
+pub use commands::{fork, review_cmd, suspend};
+pub use crash::{CRASH_EXIT, Chaos, Point};
+pub use effects::{HostEffects, HostJournal};
+use evidence::report;
+
+/// Options shared by the commands that run a task.
+#[derive(Debug, Clone, Default)]
+pub struct RunOpts {
+    /// `--world DIR` if given.
+    pub world: Option<PathBuf>,
+    /// Delay per model call and per tool call (tests, chaos).
+    pub step_delay_ms: u64,
+    /// Lease time to live, ms.
+    pub lease_ms: i64,
+    /// Least lease time left, ms, under which a tool is not called before a renewal.
+    pub lease_margin_ms: i64,
+    /// Suspend after the current atomic step once SIGTERM arrived (`task worker`).
+    pub suspend_on_term: bool,
+}
+
+/// Default world directory.
+pub const DEFAULT_WORLD: &str = "world";
+
+/// The world directory: `--world`, else the one the task was created with, else `./world`.
+pub fn world_dir(opts: &RunOpts, recorded: Option<&str>) -> PathBuf {
+    match (&opts.world, recorded) {
+        (Some(w), Some(r)) if Path::new(r) != w.as_path() && abs(w) != Path::new(r) => {
+            let asked = super::pg::redact(&w.to_string_lossy());
+            let r = super::pg::redact(r);
+            eprintln!("brokerlab: warning: the task was created with --world {r}; using {asked} as asked");
+            w.clone()
+        }
+        (Some(w), _) => w.clone(),
+        (None, Some(r)) => PathBuf::from(r),
+        (None, None) => PathBuf::from(DEFAULT_WORLD),
+    }
+}
+
+/// `p` made absolute; a `postgres://` world is kept as given.
+fn abs(p: &Path) -> PathBuf {
+    if let DbTarget::Postgres(url) = DbTarget::parse(p) {
+        return PathBuf::from(super::pg::without_password(&url));
+    }
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// A short status of a task for `list`/`inspect`.
+pub fn status_of(st: &TaskState) -> String {
+    if !st.created {
+        return "empty".into();
+    }
+    match st.end {
+        Some(End::Completed) => return "completed".into(),
+        Some(End::Failed) => return "failed".into(),
+        None => {}
+    }
+    if st.suspended {
+        return format!("suspended before step {}", st.step);
+    }
+    match &st.phase {
+        Phase::Review { call } => format!("needs review (step {} {})", st.step, call.tool),
+        Phase::InFlight { call, .. } => format!("in flight (step {} {}, no result)", st.step, call.tool),
+        _ => format!("at step {}", st.step),
+    }
+}
+
+/// The world as a witness: every call a tool's own file holds for `id` must have its intent in
+/// the log. A call without one means the log lost its tail or was changed: resuming would repeat a
+/// side effect the world has already seen, so this is reported as corruption and nothing runs.
+fn check_witness(store: &dyn TaskStore, world: &mut World, id: &str, recs: &[Record]) -> TaskResult<()> {
+    for f in ToolFile::ALL {
+        for c in world.calls(f, id)? {
+            let has_intent = recs.iter().any(|r| {
+                matches!(&r.event, Event::ToolIntent { step, tool, .. } if *step == c.step && tool.as_str() == f.tool())
+            });
+            if !has_intent {
+                return Err(TaskError::bad_input(format!(
+                    "{}: task {id:?} step {}: log corruption: the {} tool's own file ({}) has a call for this step \
+                     (applied {}, token {}) but the log has no intent for it: the log's tail was lost or changed; \
+                     nothing was re-sent and nothing was written",
+                    store.name(),
+                    c.step,
+                    f.tool(),
+                    world.place(f),
+                    u8::from(c.applied),
+                    c.epoch
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A runner that takes over a call in flight (or a step waiting for review) raises the fence in
+/// that tool's file to its own epoch before it decides, so a call from the previous holder that
+/// arrives later is refused, and the file it reads as evidence stays final.
+fn fence_in_flight(world: &mut World, id: &str, st: &TaskState) -> TaskResult<()> {
+    let call = match &st.phase {
+        Phase::InFlight { call, .. } | Phase::Review { call } => call,
+        Phase::Model | Phase::Tool { .. } => return Ok(()),
+    };
+    match ToolFile::of_tool(&call.tool) {
+        Some(f) => world.raise_fence(f, id, st.epoch()),
+        None => Ok(()),
+    }
+}
+
+/// Runs (or resumes) a task until it completes, suspends or pauses. Returns the exit code.
+fn execute(
+    store: &dyn TaskStore,
+    id: &str,
+    spec: &Spec,
+    world: PathBuf,
+    opts: &RunOpts,
+    create: Option<NewTask>,
+) -> TaskResult<i32> {
+    let chaos = Chaos::from_env()?;
+    let me = Me::current();
+    let recs = match &create {
+        Some(new) => new.records.clone(),
+        None => store.records(id)?,
+    };
+    let mut state = fold_in(&store.name(), id, &recs)?;
+    if state.created && state.spec_digest != spec.digest() {
+        return Err(TaskError::bad_input(format!(
+            "{}: task {id:?}: the stored spec does not match the log's digest",
+            store.name()
+        )));
+    }
+    let mut world = World::new(&world);
+    check_witness(store, &mut world, id, &recs)?;
+    let (lease, rec) = match store.acquire(&LeaseAsk {
+        id,
+        me: &me,
+        ttl_ms: opts.lease_ms,
+        state: &state,
+        create: create.as_ref(),
+        clear_suspend: true,
+    }) {
+        Ok(x) => x,
+        Err(LeaseError::Held { owner, epoch, expires_in_ms }) => {
+            return Err(TaskError::Held { task: id.to_string(), owner: owner.to_string(), epoch, expires_in_ms });
+        }
+        Err(LeaseError::Exists) => {
+            return Err(TaskError::failure(format!("task {id:?} was created concurrently by another runner")));
+        }
+        // a dead holder's last commit landed after we read the log: read it again
+        Err(LeaseError::Stale) if create.is_none() => {
+            return execute(store, id, spec, world.dir().to_path_buf(), opts, None);
+        }
+        Err(LeaseError::Stale) => return Err(TaskError::LogChanged { task: id.to_string() }),
+        Err(LeaseError::Sql(e)) => return Err(e),
+    };
+    state.apply(&rec).map_err(|e| TaskError::failure(format!("lease record: {e}")))?;
+    fence_in_flight(&mut world, id, &state)?;
+    let mut journal = HostJournal::new(store, lease.clone(), &chaos);
+    let mut fx = HostEffects {
+        spec,
+        world: &mut world,
+        store,
+        chaos: &chaos,
+        delay: Duration::from_millis(opts.step_delay_ms),
+        lease: lease.clone(),
+        margin_ms: opts.lease_margin_ms,
+        renewed_at_ms: journal.renewed_at_ms.clone(),
+        fenced: false,
+        suspend_on_term: opts.suspend_on_term,
+    };
+    let r = drive(&mut state, &mut journal, &mut fx);
+    let fenced = fx.fenced;
+    match r {
+        Ok(stop) => {
+            store.release(&lease);
+            report(store, id, &state, stop, &mut world)
+        }
+        Err(DriveError::Journal(AppendError::Fenced { epoch, holder })) => {
+            Err(TaskError::LeaseLost { task: id.to_string(), epoch, holder: holder.map(|(o, e)| (o.to_string(), e)) })
+        }
+        Err(DriveError::Journal(AppendError::Sql(e))) => {
+            store.release(&lease);
+            Err(e)
+        }
+        Err(DriveError::Effects(e)) => {
+            if !fenced {
+                store.release(&lease);
+            }
+            Err(e)
+        }
+        Err(DriveError::Runner(e)) => Err(TaskError::failure(format!("task {id:?}: {e}"))),
+        Err(DriveError::NotCreated) => Err(TaskError::failure(format!("task {id:?} has no created record"))),
+        Err(e) => {
+            store.release(&lease);
+            Err(TaskError::failure(format!("task {id:?}: {e}")))
+        }
+    }
+}
+
+fn new_id() -> String {
+    format!("t-{:x}-{}", now_ms(), std::process::id())
+}
+
+/// `task run SPEC`: starts the task, or resumes it when its id already exists.
+pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> TaskResult<i32> {
+    let spec = Spec::load(spec_path)?;
+    let store = open(db, true)?;
+    let store = &*store;
+    let id = spec.id.clone().unwrap_or_else(new_id);
+    if let Some(row) = store.task(&id)? {
+        let stored = Spec::from_json(&row.spec)
+            .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+        if stored.digest() != spec.digest() {
+            return Err(TaskError::bad_input(format!(
+                "{}: task {id:?} already exists with a different spec; run it with `task resume {id}`, or start a \
+                 variant with `task fork {id} --at SEQ --spec {}`",
+                spec_path.display(),
+                spec_path.display()
+            )));
+        }
+        say!("task {id}: exists, resuming");
+        return resume_row(store, &id, &stored, row.world.as_deref(), opts);
+    }
+    let world = world_dir(opts, None);
+    let new = new_task(&spec, &id, &world)?;
+    say!("task {id}: started ({} steps)", spec.steps.len());
+    execute(store, &id, &spec, world, opts, Some(new))
+}
+
+/// A new task's rows: its spec and its `Created` record (seq 0), the world directory made
+/// absolute.
+pub fn new_task(spec: &Spec, id: &str, world: &Path) -> TaskResult<NewTask> {
+    let digest = spec.digest();
+    let task = TaskId::try_from(id).map_err(|_| TaskError::bad_input("task id too long"))?;
+    let created = Record::new(task, 0, Event::Created { spec_digest: digest, steps: spec.steps.len() as u16 });
+    Ok(NewTask {
+        spec_json: spec.to_json(),
+        digest,
+        parent: None,
+        parent_seq: None,
+        world: Some(abs(world).display().to_string()),
+        records: vec![created],
+    })
+}
+
+/// The task's id: the spec's, else a fresh one.
+pub fn task_id_of(spec: &Spec) -> String {
+    spec.id.clone().unwrap_or_else(new_id)
+}
+
+/// `task resume ID`.
+pub fn resume(db: &DbTarget, id: &str, opts: &RunOpts) -> TaskResult<i32> {
+    let store = open(db, false)?;
+    let store = &*store;
+    let row = store.task_or_err(id)?;
+    let spec = Spec::from_json(&row.spec)
+        .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+    resume_row(store, id, &spec, row.world.as_deref(), opts)
+}
+
+/// Resumes a stored task (its spec and recorded world) until it completes, suspends or pauses.
+pub fn resume_row(
+    store: &dyn TaskStore,
+    id: &str,
+    spec: &Spec,
+    world: Option<&str>,
+    opts: &RunOpts,
+) -> TaskResult<i32> {
+    let st = store.replay(id)?;
+    match next_action(&st) {
+        Action::Done => {
+            say!("task {id}: already completed ({} steps)", st.steps);
+            return Ok(0);
+        }
+        Action::Failed => {
+            say!("task {id}: failed earlier");
+            return Ok(EXIT_FAILURE);
+        }
+        Action::AwaitReview { step } => {
+            let mut w = World::new(&world_dir(opts, world));
+            return report(store, id, &st, Stop::NeedsReview { step }, &mut w);
+        }
+        _ => {}
+    }
+    execute(store, id, spec, world_dir(opts, world), opts, None)
+}
+
+/// The tool class of a call, for tables.
+pub fn class_name(c: ToolClass) -> &'static str {
+    c.name()
+}
