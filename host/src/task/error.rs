@@ -44,6 +44,26 @@ pub enum TaskError {
         /// What is wrong, naming the line/key as the parser reports them.
         msg: String,
     },
+    /// A task's spec as stored in its row does not parse (exit 2).
+    #[error("{db}: task {task:?}: stored spec unreadable: {detail}")]
+    StoredSpec {
+        /// The log database.
+        db: String,
+        /// The task.
+        task: String,
+        /// The parser's words.
+        detail: String,
+    },
+    /// `task review --step N` for a step that is not waiting for review (exit 2).
+    #[error("task {task:?}: step {step} is not waiting for review (task is {status})")]
+    NotInReview {
+        /// The task.
+        task: String,
+        /// The step named.
+        step: u16,
+        /// What the task is doing instead.
+        status: String,
+    },
     /// No task with this id in the log (exit 2).
     #[error("{db}: no task with id {task:?} (see `brokerlab task list`)")]
     NoTask {
@@ -228,6 +248,8 @@ impl TaskError {
             TaskError::BadInput(_)
             | TaskError::BadSpec { .. }
             | TaskError::NoTask { .. }
+            | TaskError::StoredSpec { .. }
+            | TaskError::NotInReview { .. }
             | TaskError::LogCorrupt { .. }
             | TaskError::Unreachable { .. }
             | TaskError::RowsLocked { .. }

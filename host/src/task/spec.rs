@@ -85,6 +85,16 @@ impl Spec {
         Spec::parse(&text).map_err(|msg| TaskError::BadSpec { file: path.to_path_buf(), msg })
     }
 
+    /// The spec stored in task `task`'s row of log `db` (canonical JSON); exit 2 naming both
+    /// when it does not parse.
+    pub fn stored(json: &str, db: &str, task: &str) -> TaskResult<Spec> {
+        Spec::from_json(json).map_err(|e| TaskError::StoredSpec {
+            db: db.to_string(),
+            task: task.to_string(),
+            detail: e.to_string(),
+        })
+    }
+
     /// Parses and validates spec text.
     pub fn parse(text: &str) -> Result<Spec, String> {
         let file: SpecFile = toml::from_str(text).map_err(|e| e.to_string().trim_end().to_string())?;

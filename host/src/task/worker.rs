@@ -39,8 +39,7 @@ pub fn submit(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> TaskResult<i32
     let store = PgStore::open(&url, true)?;
     let id = task_id_of(&spec);
     if let Some(row) = store.task(&id)? {
-        let stored = Spec::from_json(&row.spec)
-            .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+        let stored = Spec::stored(&row.spec, &store.name(), &id)?;
         if stored.digest() != spec.digest() {
             return Err(TaskError::bad_input(format!(
                 "{}: task {id:?} already exists with a different spec; nothing was queued",
@@ -226,7 +225,6 @@ fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> TaskResu
 
 fn run_one(store: &PgStore, id: &str, run: &RunOpts) -> TaskResult<i32> {
     let row = store.task_or_err(id)?;
-    let spec = Spec::from_json(&row.spec)
-        .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+    let spec = Spec::stored(&row.spec, &store.name(), id)?;
     resume_row(store, id, &spec, row.world.as_deref(), run)
 }

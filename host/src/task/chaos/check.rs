@@ -7,7 +7,7 @@ use super::super::backend::TaskStore;
 use super::super::spec::Spec;
 use super::super::store::fold_in;
 use super::super::world::{ToolFile, World};
-use crate::task::error::{TaskError, TaskResult};
+use crate::task::error::TaskResult;
 
 /// What [`check_task`] found for one task.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -40,8 +40,7 @@ pub struct TaskCheck {
 pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskResult<TaskCheck> {
     let mut c = TaskCheck::default();
     let row = store.task_or_err(id)?;
-    let spec = Spec::from_json(&row.spec)
-        .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec: {e}", store.name())))?;
+    let spec = Spec::stored(&row.spec, &store.name(), id)?;
     let recs = store.records(id)?;
     let st = fold_in(&store.name(), id, &recs)?;
     let n = spec.steps.len();

@@ -12,10 +12,7 @@ pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_
     match &st.phase {
         Phase::Review { .. } if st.step == step && st.end.is_none() => {}
         _ => {
-            return Err(TaskError::bad_input(format!(
-                "task {id:?}: step {step} is not waiting for review (task is {})",
-                status_of(&st)
-            )));
+            return Err(TaskError::NotInReview { task: id.to_string(), step, status: status_of(&st) });
         }
     }
     let me = Me::current();
@@ -142,7 +139,7 @@ pub fn fork(db: &DbTarget, id: &str, at: u32, spec_path: Option<&Path>, opts: &R
     }
     let spec = match spec_path {
         Some(p) => Spec::load(p)?,
-        None => Spec::from_json(&row.spec).map_err(|e| TaskError::bad_input(format!("stored spec: {e}")))?,
+        None => Spec::stored(&row.spec, &store.name(), id)?,
     };
     let new_id = match spec_path.and(spec.id.clone()) {
         Some(i) => i,

@@ -235,8 +235,7 @@ pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> TaskResult<i32> {
     let store = &*store;
     let id = spec.id.clone().unwrap_or_else(new_id);
     if let Some(row) = store.task(&id)? {
-        let stored = Spec::from_json(&row.spec)
-            .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+        let stored = Spec::stored(&row.spec, &store.name(), &id)?;
         if stored.digest() != spec.digest() {
             return Err(TaskError::bad_input(format!(
                 "{}: task {id:?} already exists with a different spec; run it with `task resume {id}`, or start a \
@@ -280,8 +279,7 @@ pub fn resume(db: &DbTarget, id: &str, opts: &RunOpts) -> TaskResult<i32> {
     let store = open(db, false)?;
     let store = &*store;
     let row = store.task_or_err(id)?;
-    let spec = Spec::from_json(&row.spec)
-        .map_err(|e| TaskError::bad_input(format!("{}: task {id:?}: stored spec unreadable: {e}", store.name())))?;
+    let spec = Spec::stored(&row.spec, &store.name(), id)?;
     resume_row(store, id, &spec, row.world.as_deref(), opts)
 }
 
