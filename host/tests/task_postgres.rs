@@ -844,3 +844,25 @@ fn chaos_with_workers_on_postgres() {
 /// from it), so the CI-size run sees one: with a 40 ms step delay the 40 tasks take at least
 /// about 8 s on three workers even on a fast machine.
 const WORKER_CHAOS_SEED: &str = "172";
+
+/// `task bench --db`: the throughput figures come with the checkpoints-alone ceiling, which
+/// writes exactly one runner's checkpoints (per round: one per step and one for `completed`) to
+/// the log through the fenced append.
+#[test]
+fn bench_times_the_checkpoints_alone_next_to_the_runners() {
+    let s = PgServer::start("bench");
+    let p = PgDir::new(&s, "bench");
+    let dir = p.d.path("bench");
+    let o = p.run(&["bench", "--steps", "10", "--json", "--db", &p.url, "--dir", &dir.to_string_lossy()]);
+    o.expect(0);
+    let v: serde_json::Value = serde_json::from_str(o.stdout().trim()).unwrap();
+    let pg = &v["postgres"];
+    // 10 steps in 5 rounds: 2 steps and `completed` per round, three checkpoints
+    assert_eq!(pg["checkpoints_alone"], 15, "{pg}");
+    let alone_rows =
+        p.count("SELECT count(*) FROM log WHERE task_id LIKE '%-alone' AND kind <> 'created' AND kind <> 'lease'");
+    assert_eq!(alone_rows, 5 * (3 * 2 + 1), "model, intent and result per step, and completed, per round");
+    for k in ["checkpoints_alone_per_s", "raw_commits_per_s", "steps_per_s_1"] {
+        assert!(pg[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {pg}");
+    }
+}

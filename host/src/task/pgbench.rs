@@ -7,6 +7,9 @@
 //!   run, interleaved in [`ROUNDS`] rounds (raw, 1, 4, 16, raw, 1, ...) so the disk's drift
 //!   weighs on all of them alike. PostgreSQL
 //!   flushes the WAL of concurrent commits together (group commit), which is what 16 sessions gain.
+//!   Each round also writes one runner's checkpoints alone (built in memory first, then the same
+//!   fenced appends timed without the drive loop): the ceiling that the server's work per
+//!   checkpoint and the round trip set for one runner.
 //! * **Takeover** (`--takeover-kills N`): two `task worker` processes; a task is submitted, once
 //!   its holder has made a few durable steps the holder gets `SIGKILL`, and the time from the
 //!   kill to the first durable step of another worker on that task (the `at_ms` of the first log
@@ -19,7 +22,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use brokerlab_core::runner::{Effects, Key, ModelReply, TaskId, ToolCall, ToolOutput, drive};
+use brokerlab_core::runner::{Effects, Journal, Key, ModelReply, Record, TaskId, ToolCall, ToolOutput, drive};
 use postgres::Client;
 
 use super::backend::TaskStore;
@@ -100,6 +103,44 @@ fn runners(url: &str, k: u32, steps: u32, tag: &str) -> TaskResult<f64> {
     Ok(el.as_secs_f64())
 }
 
+/// Collects a runner's checkpoints (the records of each `sync`) without writing them.
+#[derive(Default)]
+struct Capture {
+    pending: Vec<Record>,
+    batches: Vec<Vec<Record>>,
+}
+
+impl Journal for Capture {
+    type Error = TaskError;
+    fn append(&mut self, rec: &Record) -> TaskResult<()> {
+        self.pending.push(rec.clone());
+        Ok(())
+    }
+    fn sync(&mut self) -> TaskResult<()> {
+        if !self.pending.is_empty() {
+            self.batches.push(std::mem::take(&mut self.pending));
+        }
+        Ok(())
+    }
+}
+
+/// The checkpoints alone: one runner's checkpoints (the same records, batched as its `sync`s
+/// batch them) are built first in memory, then written with the store's fenced append on one
+/// session, timed without the drive loop, the model and the tool. Its rate is what one runner
+/// could reach if its own work cost nothing: the ceiling the server and the round trip set.
+/// Returns the seconds taken and the number of checkpoints.
+fn checkpoints_alone(url: &str, steps: u32, tag: &str) -> TaskResult<(f64, usize)> {
+    let store = PgStore::open(url, true)?;
+    let (st, lease) = create_task(&store, &format!("bench-{tag}-alone"), steps)?;
+    let mut cap = Capture::default();
+    check_done(drive(&mut st.clone(), &mut cap, &mut BenchFx))?;
+    let t = Instant::now();
+    for b in &cap.batches {
+        store.append(&lease, b).map_err(|e| TaskError::failure(format!("bench append: {e:?}")))?;
+    }
+    Ok((t.elapsed().as_secs_f64(), cap.batches.len()))
+}
+
 /// Rounds of the throughput run: each measures the raw rate, then 1, 4 and 16 runners, so a disk
 /// whose speed drifts (a shared VM's does, by 2x within a minute) weighs on all of them alike.
 const ROUNDS: u32 = 5;
@@ -110,19 +151,23 @@ pub fn throughput(url: &str, steps: u32) -> TaskResult<serde_json::Value> {
     let tag = format!("{}-{}", std::process::id(), now_ms());
     let per = steps.div_ceil(ROUNDS).max(1);
     let raw_per = per.max(100);
-    let (mut raw_s, mut s1, mut s4, mut s16) = (0.0, 0.0, 0.0, 0.0);
+    let (mut raw_s, mut s1, mut s4, mut s16, mut alone_s, mut alone_n) = (0.0, 0.0, 0.0, 0.0, 0.0, 0);
     let mut raw_rounds = Vec::new();
     for r in 0..ROUNDS {
         let t = raw_commits(url, raw_per)?;
         raw_s += t;
         raw_rounds.push(round(f64::from(raw_per) / t));
         s1 += runners(url, 1, per, &format!("{tag}-{r}"))?;
+        let (secs, n) = checkpoints_alone(url, per, &format!("{tag}-{r}"))?;
+        alone_s += secs;
+        alone_n += n;
         s4 += runners(url, 4, per, &format!("{tag}-{r}"))?;
         s16 += runners(url, 16, per, &format!("{tag}-{r}"))?;
     }
     let raw = f64::from(raw_per * ROUNDS) / raw_s;
     let rate = |k: u32, secs: f64| f64::from(per * ROUNDS * k) / secs;
     let (one, four, sixteen) = (rate(1, s1), rate(4, s4), rate(16, s16));
+    let alone = alone_n as f64 / alone_s;
     Ok(serde_json::json!({
         "db": redact(url),
         "rounds": ROUNDS,
@@ -137,6 +182,9 @@ pub fn throughput(url: &str, steps: u32) -> TaskResult<serde_json::Value> {
         "ratio_4": round3(four / raw),
         "ratio_16": round3(sixteen / raw),
         "gain_16_over_1": round3(sixteen / one),
+        "checkpoints_alone": alone_n,
+        "checkpoints_alone_per_s": round(alone),
+        "checkpoints_alone_ratio": round3(alone / raw),
     }))
 }
 
