@@ -507,13 +507,29 @@ pub fn config_error(e: CoreError) -> CliError {
     }
 }
 
+/// The nearest-rank [`REPORTED_PERCENTILES`] of `values` (reordered): the same values a full sort
+/// gives, by selection in O(n) instead of an O(n log n) sort.
+pub fn exact_percentiles(values: &mut [u64]) -> [Option<u64>; 3] {
+    let ranks = REPORTED_PERCENTILES.map(|(num, den)| nearest_rank_index(values.len(), num, den));
+    debug_assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "percentiles in increasing order");
+    // Each selection leaves everything after the chosen index at least as large: the next
+    // (higher) rank is selected in that tail only.
+    let mut start = 0;
+    ranks.map(|rank| {
+        let i = rank?;
+        if i >= start {
+            values[start..].select_nth_unstable(i - start);
+            start = i;
+        }
+        Some(values[i])
+    })
+}
+
 /// Builds the summary of a finished run; `latencies` in ns, any order.
 pub fn summarize(fleet: &Fleet<'_>, mut latencies: Vec<u64>) -> Summary {
     let cfg = fleet.config();
     let t = fleet.totals();
-    latencies.sort_unstable();
-    let pct = |(num, den): (u64, u64)| nearest_rank_index(latencies.len(), num, den).map(|i| latencies[i]);
-    let [p50, p90, p99] = REPORTED_PERCENTILES.map(pct);
+    let [p50, p90, p99] = exact_percentiles(&mut latencies);
     let pods: Vec<_> = (0..cfg.pods).filter_map(|p| fleet.pod_stats(p).copied()).collect();
     Summary {
         router: cfg.router,
