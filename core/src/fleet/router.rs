@@ -338,10 +338,6 @@ impl RouterKind {
     pub const fn is_seed(self) -> bool {
         matches!(self, RouterKind::RoundRobin | RouterKind::LeastLoaded | RouterKind::PrefixAware)
     }
-
-    /// The CLI names accepted by [`Self::parse`], comma separated (for error messages).
-    pub const NAMES: &'static str = "round-robin, least-loaded, prefix-aware, llm-d-precise, llm-d-approximate, \
-        llm-d-load, random, gie-default, llm-d-affinity, dynamo-kv, sglang-cache-aware, vllm-loadaware";
 }
 
 /// A built-in router chosen at run time.
