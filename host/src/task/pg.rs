@@ -88,17 +88,30 @@ INSERT INTO log(task_id, seq, last_seq, kinds, statuses, frames, summaries, epoc
 DROP TABLE log_v1;
 ";
 
-/// The checkpoint statement around its lease CTE `l` (which returns the row's owner and epoch):
-/// `$1` task, `$2` owner, `$3` epoch, `$4`/`$5` the first and last record's seq, `$6..$9` the
-/// records' kinds, statuses, frames (back to back) and summaries, `$10` now, `$11` whether a
-/// `Suspended` marker is among them. The records go in as one row, only if owner and epoch are
-/// still ours and there are records (a renewal has none).
-macro_rules! append_sql {
-    ($lease:literal) => {
-        concat!(
-            "WITH l AS (",
-            $lease,
-            "),
+/// A checkpoint that only checks the fence, the common case (see [`PgStore::append_tx`]): one
+/// `INSERT ... SELECT` of the records' row from the lease row, which the `WHERE` finds only if
+/// owner and epoch are still ours, locked `FOR SHARE`. A takeover locks the row `FOR UPDATE` (and
+/// any `UPDATE` of it takes a lock that conflicts with `FOR SHARE`, unlike `FOR KEY SHARE`), so
+/// a takeover in flight makes the checkpoint wait and re-read the row's newest version (under
+/// READ COMMITTED: fenced, nothing inserted), and a checkpoint in flight makes the takeover
+/// wait for its commit, so the taker reads the log after it. The row is not rewritten. `$1`
+/// task, `$2` owner, `$3` epoch, `$4`/`$5` the first and last record's seq, `$6..$9` the
+/// records' kinds, statuses, frames (back to back) and summaries, `$10` now. Returns one row
+/// (whether a suspend request is pending) if the records went in, none if the fence refused.
+pub const APPEND_SQL: &str = "INSERT INTO log(task_id, seq, last_seq, kinds, statuses, frames, summaries, epoch, at_ms)
+SELECT $1::text, $4::bigint, $5::bigint, $6::text[], $7::text[], $8::bytea, $9::text[], $3::bigint, $10::bigint
+FROM leases WHERE task_id=$1::text AND owner=$2::text AND epoch=$3::bigint FOR SHARE
+RETURNING EXISTS (SELECT 1 FROM suspend_requests WHERE task_id=$1::text)";
+
+/// A checkpoint that also renews the lease, or appends a `Suspended` marker, or is a renewal
+/// alone (no records). Its CTEs: `l`, the `UPDATE` that locks the lease row and writes the new
+/// expiry (`$12`) only if owner and epoch are still ours; `ins`, the records' row under the same
+/// condition (none for a renewal); `del`, the suspend request's removal when `$11` (a `Suspended`
+/// marker is among the records). Parameters `$1..$10` as [`APPEND_SQL`]. Returns what `l` read,
+/// how many rows went in, and whether a suspend request is pending.
+const APPEND_RENEW_SQL: &str = "WITH l AS (
+  UPDATE leases SET expires_at_ms = CASE WHEN owner=$2::text AND epoch=$3::bigint THEN $12::bigint ELSE expires_at_ms END
+  WHERE task_id=$1::text RETURNING owner, epoch),
 ok AS (SELECT 1 FROM l WHERE owner=$2::text AND epoch=$3::bigint),
 ins AS (
   INSERT INTO log(task_id, seq, last_seq, kinds, statuses, frames, summaries, epoch, at_ms)
@@ -106,23 +119,7 @@ ins AS (
   WHERE cardinality($6::text[]) > 0 AND EXISTS (SELECT 1 FROM ok) RETURNING 1),
 del AS (DELETE FROM suspend_requests WHERE $11::boolean AND task_id=$1 AND EXISTS (SELECT 1 FROM ok) RETURNING 1)
 SELECT l.owner, l.epoch, (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM suspend_requests WHERE task_id=$1)
-FROM l"
-        )
-    };
-}
-
-/// A checkpoint that only checks the fence (see [`PgStore::append_tx`]): the lease row locked
-/// `FOR SHARE`, which a takeover's `SELECT ... FOR UPDATE` waits for (and which waits for a
-/// takeover in progress), so the check is ordered with every takeover as the renewing `UPDATE`
-/// orders it, without writing a new version of the row.
-pub const APPEND_SQL: &str = append_sql!("SELECT owner, epoch FROM leases WHERE task_id=$1::text FOR SHARE");
-
-/// A checkpoint that also renews the lease: `$12` the new expiry, written only if owner and
-/// epoch are still ours.
-const APPEND_RENEW_SQL: &str = append_sql!(
-    "UPDATE leases SET expires_at_ms = CASE WHEN owner=$2::text AND epoch=$3::bigint THEN $12::bigint ELSE expires_at_ms END
-  WHERE task_id=$1::text RETURNING owner, epoch"
-);
+FROM l";
 
 /// How long the suspend-request answer a checkpoint brought back is used by the runner's polls
 /// before they ask the database again (ms): a request is seen at most this much later than a
@@ -135,7 +132,9 @@ pub struct PgStore {
     /// The suspend-request flag the last checkpoint read: its task, the flag, when (ms).
     suspend_seen: RefCell<Option<(String, bool, i64)>>,
     /// Prepared statements by their text (one parse per session, not per call).
-    stmts: RefCell<HashMap<&'static str, Statement>>,
+    /// Keyed by the text's address and length (a `&'static str` constant: the same key is the
+    /// same bytes), so a checkpoint does not hash its statement's text to find it.
+    stmts: RefCell<HashMap<(usize, usize), Statement>>,
     name: String,
 }
 
@@ -288,11 +287,12 @@ impl PgStore {
 
     /// A prepared statement for `sql` on `c` (the session's; cached).
     fn stmt(&self, c: &mut impl GenericClient, sql: &'static str) -> Result<Statement, postgres::Error> {
-        if let Some(s) = self.stmts.borrow().get(sql) {
+        let key = (sql.as_ptr() as usize, sql.len());
+        if let Some(s) = self.stmts.borrow().get(&key) {
             return Ok(s.clone());
         }
         let s = c.prepare(sql)?;
-        self.stmts.borrow_mut().insert(sql, s.clone());
+        self.stmts.borrow_mut().insert(key, s.clone());
         Ok(s)
     }
 
@@ -355,16 +355,15 @@ impl PgStore {
 
     /// One checkpoint as one statement in autocommit: one round trip and one commit (the
     /// statement's implicit transaction), whatever the number of records, and one `log` row for
-    /// all of them. Its CTEs run in that transaction: `l` locks the lease row, `FOR SHARE`
-    /// ([`APPEND_SQL`]), or, when `renew` (the core's `renewal_due`), with the `UPDATE` that
-    /// renews the expiry only if owner and epoch are still ours ([`APPEND_RENEW_SQL`]); either
-    /// lock conflicts with a takeover's `FOR UPDATE`, and under READ COMMITTED a takeover that
-    /// committed meanwhile is seen (the row re-read). `ins` appends the records only if owner
-    /// and epoch are still ours; `del` drops the suspend request when a `Suspended` marker is
-    /// appended. The statement returns what `l` read, how many rows went in, and whether a
-    /// suspend request is pending (so the runner's next poll needs no SELECT). The core's
-    /// `check_fence` decides on what `l` read; the SQL condition is the same rule, so a refusal
-    /// has written nothing.
+    /// all of them. Unless `renew` (the core's `renewal_due`), a `Suspended` marker or no
+    /// records, it is [`APPEND_SQL`]: the row goes in only if the lease row, locked `FOR SHARE`,
+    /// still names us (the SQL condition is the core's `check_fence` rule; on a refusal the row
+    /// is read again for the message, and `check_fence` must agree). Otherwise it is
+    /// [`APPEND_RENEW_SQL`], which locks the row with the `UPDATE` that renews it, and `check_fence`
+    /// decides on the owner and epoch it read. Either lock conflicts with a takeover's `FOR
+    /// UPDATE`, and under READ COMMITTED a takeover that committed meanwhile is seen (the row
+    /// re-read). Either statement returns whether a suspend request is pending (so the runner's
+    /// next poll needs no SELECT). A refusal has written nothing.
     fn append_tx(
         &self,
         lease: &Lease,
@@ -414,23 +413,25 @@ impl PgStore {
             &suspending,
             &expires,
         ];
-        let row = if renew {
-            let st = self.stmt(&mut *c, APPEND_RENEW_SQL)?;
-            c.query_opt(&st, &params)?
-        } else {
+        if !renew && !suspending && !recs.is_empty() {
             let st = self.stmt(&mut *c, APPEND_SQL)?;
-            c.query_opt(&st, &params[..11])?
-        };
+            let Some(row) = c.query_opt(&st, &params[..10])? else {
+                // refused by the fence: the row as it is now names the holder
+                let cur = self.read_lease(&mut *c, &lease.task, false)?.map(|r| (r.owner, r.epoch));
+                return Ok(Err(self.fenced(lease, cur)));
+            };
+            *self.suspend_seen.borrow_mut() = Some((lease.task.clone(), row.get(0), now));
+            return Ok(Ok(Renewal::Kept));
+        }
+        let st = self.stmt(&mut *c, APPEND_RENEW_SQL)?;
+        let row = c.query_opt(&st, &params)?;
         let cur: Option<(String, i64)> = row.as_ref().map(|r| (r.get(0), r.get(1)));
         let inserted: i64 = row.as_ref().map_or(0, |r| r.get(2));
         let cur = cur.filter(|(o, _)| !o.is_empty());
         if check_fence(cur.as_ref().map(|(o, e)| (*e as u64, *o == lease.owner)), lease.epoch).is_err() {
             debug_assert_eq!(inserted, 0, "the SQL condition and check_fence agree");
             if inserted != 0 {
-                return Ok(Err(AppendError::Sql(TaskError::failure(format!(
-                    "{}: task {:?}: the append's fencing condition and the core's check_fence disagree",
-                    self.name, lease.task
-                )))));
+                return Ok(Err(self.disagree(lease)));
             }
             return Ok(Err(AppendError::Fenced { epoch: lease.epoch, holder: cur.map(|(o, e)| (o, e as u64)) }));
         }
@@ -445,6 +446,25 @@ impl PgStore {
         let pending: bool = row.as_ref().is_some_and(|r| r.get(3));
         *self.suspend_seen.borrow_mut() = Some((lease.task.clone(), pending && !suspending, now));
         Ok(Ok(if renew { Renewal::Renewed } else { Renewal::Kept }))
+    }
+
+    /// The error of a checkpoint that the SQL fence refused, given the lease row read after it
+    /// (`None`: no lease, or the placeholder): `Fenced` naming the holder, as the core's
+    /// `check_fence` decides; if it would have allowed the append, the two disagree (a bug).
+    fn fenced(&self, lease: &Lease, cur: Option<(String, u64)>) -> AppendError<TaskError> {
+        let cur = cur.filter(|(o, _)| !o.is_empty());
+        if check_fence(cur.as_ref().map(|(o, e)| (*e, *o == lease.owner)), lease.epoch).is_ok() {
+            debug_assert!(false, "the SQL condition and check_fence agree");
+            return self.disagree(lease);
+        }
+        AppendError::Fenced { epoch: lease.epoch, holder: cur }
+    }
+
+    fn disagree(&self, lease: &Lease) -> AppendError<TaskError> {
+        AppendError::Sql(TaskError::failure(format!(
+            "{}: task {:?}: the append's fencing condition and the core's check_fence disagree",
+            self.name, lease.task
+        )))
     }
 
     fn acquire_tx(
