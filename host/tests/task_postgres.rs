@@ -1047,7 +1047,7 @@ fn a_fence_only_checkpoint_and_a_takeover_wait_for_each_other() {
         let frames = vec![0u8; 4];
         let params: [&(dyn ToSql + Sync); 10] =
             [&"t", &"me", &1i64, &seq, &seq, &kinds, &statuses, &frames, &summaries, &0i64];
-        c.query_opt(APPEND_SQL, &params).unwrap().is_some()
+        c.execute(APPEND_SQL, &params).unwrap() == 1
     };
     // a checkpoint in flight (not yet committed) holds the row: the taker's UPDATE waits
     let mut tx = a.transaction().unwrap();
