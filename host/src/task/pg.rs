@@ -2,25 +2,29 @@
 //! journal contract as the SQLite one ([`super::store`]), on the synchronous `postgres` client.
 //!
 //! * Tables (in the connection's current schema, `public` by default): `meta(key, value)` with the
-//!   format tag [`PG_FORMAT`]; `tasks`, `log`, `leases`, `suspend_requests` with the SQLite
-//!   binding's columns (`payload` is `bytea`: the core's frame, authoritative). Created on first
-//!   use by a command that may create (`task run`), in one transaction under an advisory lock, so
-//!   runners starting together on an empty database create it once. A database that has tables
-//!   but no `meta` with our tag is refused (exit 2) and left as it was: the check only reads.
+//!   format tag [`PG_FORMAT`]; `tasks`, `leases`, `suspend_requests`, `queue` with the SQLite
+//!   binding's columns, and `log` with one row per checkpoint ([`LOG_V2`]: the records' core
+//!   frames back to back, authoritative, and their kinds, statuses and summaries as arrays; the
+//!   view `log_records` shows one line per record). Created on first use by a command that may
+//!   create (`task run`), in one transaction under an advisory lock, so runners starting together
+//!   on an empty database create it once. A log of the first layout ([`PG_FORMAT_V1`], one row
+//!   per record) is migrated in place by the first command that opens it, in one transaction
+//!   under the same lock. A database that has tables but no `meta` with a tag of ours is refused
+//!   (exit 2) and left as it was, and so is a layout this build does not know.
 //! * Every session sets `synchronous_commit = on` (an `Ok` commit is on the server's disk, whatever
 //!   the server's default) and `lock_timeout` = `BROKERLAB_BUSY_MS`.
-//! * Every checkpoint is one statement in autocommit ([`APPEND_SQL`], prepared once per session):
-//!   one round trip and one commit. Its CTEs, in the statement's one transaction: an `UPDATE
-//!   leases ... RETURNING owner, epoch` that locks the row (ordering it after any takeover that
-//!   committed) and renews the expiry only if owner and epoch are still ours, an `INSERT ...
-//!   SELECT ... FROM unnest(...)` of the records under the same condition, and the suspend
-//!   request's removal when the records hold the `Suspended` marker. The core's `check_fence`
-//!   decides on the owner and epoch returned; the SQL condition is the same rule, so a refusal
-//!   has written nothing. The statement also returns whether a suspend request is pending, which
-//!   the runner's next suspend polls use (for [`SUSPEND_ANSWER_MS`]) instead of a SELECT per
-//!   step. Taking a lease locks the same row (inserting an
-//!   empty placeholder first if the task never had one, so two first takers also serialize) and
-//!   decides with the core's `decide_lease`.
+//! * Every checkpoint is one statement in autocommit, prepared once per session: one round trip,
+//!   one commit, one `log` row. Usually [`APPEND_SQL`], an `INSERT ... SELECT` from the lease row
+//!   locked `FOR SHARE` where owner and epoch are still ours (fenced, not rewritten); once the
+//!   core's `renewal_due` says the lease needs renewing, or with a `Suspended` marker,
+//!   [`APPEND_RENEW_SQL`], whose `UPDATE` locks the row and renews the expiry under the same
+//!   condition and which also drops the suspend request. Either lock orders the append with any
+//!   takeover (which locks the row `FOR UPDATE`); the SQL condition is the core's `check_fence`
+//!   rule, which decides on the row read, so a refusal has written nothing. The runner's suspend
+//!   polls keep an answer (a renewing checkpoint's, or their own `SELECT`'s) for
+//!   [`SUSPEND_ANSWER_MS`]. Taking a lease locks the same row (inserting an empty placeholder
+//!   first if the task never had one, so two first takers also serialize) and decides with the
+//!   core's `decide_lease`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
