@@ -136,7 +136,8 @@ const SUSPEND_ANSWER_MS: i64 = 50;
 /// An open PostgreSQL log.
 pub struct PgStore {
     client: RefCell<Client>,
-    /// The suspend-request flag the last checkpoint read: its task, the flag, when (ms).
+    /// The last suspend-request answer (a poll's `SELECT` or a renewing checkpoint's): its task,
+    /// the flag, when (ms, stamped before the statement).
     suspend_seen: RefCell<Option<(String, bool, i64)>>,
     /// Prepared statements by their text (one parse per session, not per call).
     /// Keyed by the text's address and length (a `&'static str` constant: the same key is the
@@ -369,8 +370,8 @@ impl PgStore {
     /// [`APPEND_RENEW_SQL`], which locks the row with the `UPDATE` that renews it, and `check_fence`
     /// decides on the owner and epoch it read. Either lock conflicts with a takeover's `FOR
     /// UPDATE`, and under READ COMMITTED a takeover that committed meanwhile is seen (the row
-    /// re-read). Either statement returns whether a suspend request is pending (so the runner's
-    /// next poll needs no SELECT). A refusal has written nothing.
+    /// re-read). The renewing statement also returns whether a suspend request is pending (kept
+    /// for the runner's next polls). A refusal has written nothing.
     fn append_tx(
         &self,
         lease: &Lease,
