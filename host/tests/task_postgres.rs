@@ -72,7 +72,7 @@ impl<'a> PgDir<'a> {
     }
     fn kinds(&self, id: &str) -> Vec<String> {
         let mut c = self.client();
-        match c.query("SELECT kind FROM log WHERE task_id=$1 ORDER BY seq", &[&id]) {
+        match c.query("SELECT kind FROM log_records WHERE task_id=$1 ORDER BY seq", &[&id]) {
             Ok(rows) => rows.iter().map(|r| r.get(0)).collect(),
             Err(_) => vec![], // no schema yet
         }
@@ -146,10 +146,18 @@ fn run_resume_inspect_and_list_on_postgres() {
     assert!(!p.d.path("tasks.sqlite").exists(), "nothing went to the SQLite default");
     p.assert_exactly_once("inv");
     let fmt: String = p.client().query_one("SELECT value FROM meta WHERE key='format'", &[]).unwrap().get(0);
-    assert_eq!(fmt, "brokerlab-task-log-pg/1");
+    assert_eq!(fmt, "brokerlab-task-log-pg/2");
     // every record committed under epoch 1, in order, from seq 0
-    assert_eq!(p.count("SELECT count(*) FROM log WHERE task_id='inv' AND epoch NOT IN (0, 1)"), 0);
-    assert_eq!(p.count("SELECT max(seq) + 1 - count(*) FROM log WHERE task_id='inv'"), 0);
+    assert_eq!(p.count("SELECT count(*) FROM log_records WHERE task_id='inv' AND epoch NOT IN (0, 1)"), 0);
+    assert_eq!(p.count("SELECT max(seq) + 1 - count(*) FROM log_records WHERE task_id='inv'"), 0);
+    // a checkpoint is one row: the rows cover the seqs back to back, and the steps' checkpoints
+    // (a result, the next model response and its intent) hold three records each
+    let rows = p.count("SELECT count(*) FROM log WHERE task_id='inv'");
+    let next = "SELECT count(*) FROM log a JOIN log b ON b.task_id = a.task_id AND b.seq = a.last_seq + 1 \
+                WHERE a.task_id='inv'";
+    assert_eq!(p.count(next), rows - 1, "each row but the last is followed by the next seq");
+    assert!(p.count("SELECT count(*) FROM log WHERE task_id='inv' AND last_seq = seq + 2") >= 3, "packed rows");
+    assert!(rows < p.count("SELECT count(*) FROM log_records WHERE task_id='inv'"));
     let o = p.run(&["run", "spec.toml"]);
     o.expect(0);
     assert!(o.stdout().contains("already completed"), "{}", o.stdout());
@@ -472,7 +480,7 @@ fn eight_runners_started_together_on_an_empty_database() {
     }
     p.assert_exactly_once("inv");
     assert_eq!(p.count("SELECT count(*) FROM meta"), 1, "the schema was created once");
-    assert_eq!(p.count("SELECT count(*) FROM log WHERE kind = 'created'"), 1);
+    assert_eq!(p.count("SELECT count(*) FROM log_records WHERE kind = 'created'"), 1);
 }
 
 /// SPEC under id `id`.
@@ -494,7 +502,7 @@ fn workers_claim_each_submitted_task_once_and_run_it_once() {
     // submitting again queues, never duplicates
     assert!(p.run(&["submit", "w0.toml"]).expect(0).stdout().contains("exists, queued again"));
     assert_eq!(p.count("SELECT count(*) FROM queue"), 6);
-    assert_eq!(p.count("SELECT count(*) FROM log WHERE kind = 'created'"), 6);
+    assert_eq!(p.count("SELECT count(*) FROM log_records WHERE kind = 'created'"), 6);
     let args = ["worker", "--concurrency", "2", "--exit-when-idle", "--step-delay-ms", "20"];
     let workers: Vec<Child> = (0..2).map(|_| p.spawn_env(&args, &[])).collect();
     for w in workers {
@@ -859,10 +867,256 @@ fn bench_times_the_checkpoints_alone_next_to_the_runners() {
     let pg = &v["postgres"];
     // 10 steps in 5 rounds: 2 steps and `completed` per round, three checkpoints
     assert_eq!(pg["checkpoints_alone"], 15, "{pg}");
+    let alone_recs = p.count(
+        "SELECT count(*) FROM log_records WHERE task_id LIKE '%-alone' AND kind <> 'created' AND kind <> 'lease'",
+    );
+    assert_eq!(alone_recs, 5 * (3 * 2 + 1), "model, intent and result per step, and completed, per round");
+    // one row per checkpoint
     let alone_rows =
-        p.count("SELECT count(*) FROM log WHERE task_id LIKE '%-alone' AND kind <> 'created' AND kind <> 'lease'");
-    assert_eq!(alone_rows, 5 * (3 * 2 + 1), "model, intent and result per step, and completed, per round");
+        p.count("SELECT count(*) FROM log WHERE task_id LIKE '%-alone' AND epoch > 0 AND kinds[1] <> 'lease'");
+    assert_eq!(alone_rows, 15);
     for k in ["checkpoints_alone_per_s", "raw_commits_per_s", "steps_per_s_1"] {
         assert!(pg[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {pg}");
     }
+}
+
+/// The first PostgreSQL layout (`brokerlab-task-log-pg/1`: one `log` row per record), as pg.rs
+/// created it before the checkpoint's records were packed into one row.
+const V1_SCHEMA: &str = "
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE tasks(
+  task_id TEXT PRIMARY KEY, spec TEXT NOT NULL, digest BIGINT NOT NULL,
+  parent TEXT, parent_seq BIGINT, world TEXT, created_at_ms BIGINT NOT NULL);
+CREATE TABLE log(
+  task_id TEXT NOT NULL, seq BIGINT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL,
+  payload BYTEA NOT NULL, summary TEXT NOT NULL, epoch BIGINT NOT NULL, at_ms BIGINT NOT NULL,
+  PRIMARY KEY(task_id, seq));
+CREATE TABLE leases(
+  task_id TEXT PRIMARY KEY, owner TEXT NOT NULL, epoch BIGINT NOT NULL,
+  expires_at_ms BIGINT NOT NULL, host TEXT NOT NULL, pid BIGINT NOT NULL, pid_start BIGINT NOT NULL);
+CREATE TABLE suspend_requests(task_id TEXT PRIMARY KEY, at_ms BIGINT NOT NULL);
+CREATE TABLE queue(task_id TEXT PRIMARY KEY, submitted_at_ms BIGINT NOT NULL);
+INSERT INTO meta VALUES('format', 'brokerlab-task-log-pg/1');
+";
+
+/// The record lines of `task inspect` (after its header line).
+fn inspect_records(o: &Out) -> Vec<String> {
+    o.stdout().lines().skip_while(|l| !l.contains("payload")).skip(1).map(str::to_string).collect()
+}
+
+/// A log of the first layout is migrated in place by the first command that opens it (even
+/// `inspect`): one transaction, each old row a one-record row of the new layout, the records
+/// unchanged; the crashed run then resumes and finishes with every side effect once. A layout
+/// this build does not know is refused (exit 2, naming it) and left as it was.
+#[test]
+fn a_first_layout_log_is_migrated_in_place_and_an_unknown_layout_refused() {
+    let s = PgServer::start("migrate");
+    let p = PgDir::new(&s, "migrate");
+    p.d.write("spec.toml", SPEC);
+    // an unfinished task's records, made by the SQLite binding, whose rows are the first
+    // layout's column for column; copied into a database of that layout
+    let sq = p.d.path("old.sqlite").to_string_lossy().into_owned();
+    p.d.run_env(&["run", "spec.toml", "--db", &sq], &[("BROKERLAB_CRASH_AT", "tool-applied:2")]).expect(137);
+    let old = p.d.run(&["inspect", "inv", "--db", &sq]);
+    old.expect(0);
+    let lite = rusqlite::Connection::open(&sq).unwrap();
+    let mut c = p.client();
+    c.batch_execute(V1_SCHEMA).unwrap();
+    let mut st =
+        lite.prepare("SELECT task_id, spec, digest, parent, parent_seq, world, created_at_ms FROM tasks").unwrap();
+    for r in st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, Option<String>>(3)?,
+                r.get::<_, Option<i64>>(4)?,
+                r.get::<_, Option<String>>(5)?,
+                r.get::<_, i64>(6)?,
+            ))
+        })
+        .unwrap()
+    {
+        let r = r.unwrap();
+        c.execute("INSERT INTO tasks VALUES($1, $2, $3, $4, $5, $6, $7)", &[&r.0, &r.1, &r.2, &r.3, &r.4, &r.5, &r.6])
+            .unwrap();
+    }
+    let mut st = lite.prepare("SELECT task_id, seq, kind, status, payload, summary, epoch, at_ms FROM log").unwrap();
+    let mut n = 0;
+    for r in st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, String>(3)?,
+                r.get::<_, Vec<u8>>(4)?,
+                r.get::<_, String>(5)?,
+                r.get::<_, i64>(6)?,
+                r.get::<_, i64>(7)?,
+            ))
+        })
+        .unwrap()
+    {
+        let r = r.unwrap();
+        c.execute(
+            "INSERT INTO log VALUES($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[&r.0, &r.1, &r.2, &r.3, &r.4, &r.5, &r.6, &r.7],
+        )
+        .unwrap();
+        n += 1;
+    }
+    let mut st = lite.prepare("SELECT task_id, owner, epoch, expires_at_ms, host, pid, pid_start FROM leases").unwrap();
+    for r in st
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, i64>(2)?,
+                r.get::<_, i64>(3)?,
+                r.get::<_, String>(4)?,
+                r.get::<_, i64>(5)?,
+                r.get::<_, i64>(6)?,
+            ))
+        })
+        .unwrap()
+    {
+        let r = r.unwrap();
+        c.execute("INSERT INTO leases VALUES($1, $2, $3, $4, $5, $6, $7)", &[&r.0, &r.1, &r.2, &r.3, &r.4, &r.5, &r.6])
+            .unwrap();
+    }
+    assert!(n >= 6, "the crashed run left a few records ({n})");
+
+    // the first command to open it migrates it, and reads the same records
+    let o = p.run(&["inspect", "inv"]);
+    o.expect(0);
+    assert!(
+        o.stderr().contains("migrated the task log from brokerlab-task-log-pg/1 to brokerlab-task-log-pg/2"),
+        "{}",
+        o.stderr()
+    );
+    assert!(o.stderr().contains(&format!("({n} records")), "{}", o.stderr());
+    assert_eq!(inspect_records(&o), inspect_records(&old), "the same records, in the same order");
+    let fmt: String = c.query_one("SELECT value FROM meta WHERE key='format'", &[]).unwrap().get(0);
+    assert_eq!(fmt, "brokerlab-task-log-pg/2");
+    assert_eq!(p.count("SELECT count(*) FROM pg_tables WHERE tablename = 'log_v1'"), 0, "the old table is gone");
+    assert_eq!(p.count("SELECT count(*) FROM log WHERE last_seq = seq"), n, "one row per old row");
+    // migrated once: the next command says nothing about it
+    let o = p.run(&["list"]);
+    o.expect(0);
+    assert!(!o.stderr().contains("migrated"), "{}", o.stderr());
+    // the crashed run continues on the new layout (its holder is gone: taken over at once)
+    p.finish("inv");
+    p.assert_exactly_once("inv");
+    assert!(p.count("SELECT count(*) FROM log WHERE task_id='inv' AND last_seq > seq") > 0, "new rows are packed");
+
+    // a layout this build does not know: refused, unchanged
+    let q = PgDir::new(&s, "future");
+    let mut c = q.client();
+    c.batch_execute(&V1_SCHEMA.replace("brokerlab-task-log-pg/1", "brokerlab-task-log-pg/9")).unwrap();
+    for args in [&["list"][..], &["run", "spec.toml"][..]] {
+        q.d.write("spec.toml", SPEC);
+        let o = q.run(args);
+        o.expect(2);
+        assert!(o.stderr().contains("\"brokerlab-task-log-pg/9\""), "{}", o.stderr());
+        assert!(o.stderr().contains("does not know"), "{}", o.stderr());
+    }
+    let fmt: String = c.query_one("SELECT value FROM meta WHERE key='format'", &[]).unwrap().get(0);
+    assert_eq!(fmt, "brokerlab-task-log-pg/9");
+    assert_eq!(q.count("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'"), 6, "nothing created");
+}
+
+/// The fence-only checkpoint (`pg::APPEND_SQL`, the lease row locked `FOR SHARE`, no renewal)
+/// and a takeover are ordered by the row lock, both ways: a takeover's `UPDATE` of the epoch (even
+/// a bare one, without the `FOR UPDATE` that `acquire` takes first) waits for a checkpoint in
+/// flight to commit, so the taker reads the log after it; and a checkpoint that starts while a
+/// takeover holds the row waits for it, then sees the new epoch and writes nothing.
+#[test]
+fn a_fence_only_checkpoint_and_a_takeover_wait_for_each_other() {
+    use brokerlab::task::pg::{APPEND_SQL, PgStore};
+    use postgres::types::ToSql;
+    let s = PgServer::start("share");
+    let p = PgDir::new(&s, "share");
+    drop(PgStore::open(&p.url, true).unwrap()); // the schema
+    let mut a = p.client();
+    a.batch_execute("INSERT INTO leases VALUES('t', 'me', 1, 9000000000000, 'h', 1, 1)").unwrap();
+    // whether the checkpoint's row went in
+    let checkpoint = |c: &mut postgres::Transaction<'_>, seq: i64| -> bool {
+        let (kinds, statuses, summaries) = (vec!["model"], vec!["done"], vec!["s"]);
+        let frames = vec![0u8; 4];
+        let params: [&(dyn ToSql + Sync); 10] =
+            [&"t", &"me", &1i64, &seq, &seq, &kinds, &statuses, &frames, &summaries, &0i64];
+        c.execute(APPEND_SQL, &params).unwrap() == 1
+    };
+    // a checkpoint in flight (not yet committed) holds the row: the taker's UPDATE waits
+    let mut tx = a.transaction().unwrap();
+    assert!(checkpoint(&mut tx, 0), "our epoch: the row went in");
+    let mut b = p.client();
+    b.batch_execute("SET lock_timeout = 300").unwrap();
+    let e = b.execute("UPDATE leases SET epoch = 2, owner = 'other' WHERE task_id='t'", &[]).unwrap_err();
+    assert_eq!(e.code(), Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE), "{e}");
+    tx.commit().unwrap();
+    // committed: the taker goes ahead, and its read of the log sees the checkpoint
+    let mut tb = b.transaction().unwrap();
+    tb.execute("UPDATE leases SET epoch = 2, owner = 'other' WHERE task_id='t'", &[]).unwrap();
+    assert_eq!(tb.query_one("SELECT count(*) FROM log WHERE task_id='t'", &[]).unwrap().get::<_, i64>(0), 1);
+    // the takeover in flight holds the row: the old holder's next checkpoint waits for it, then
+    // reads the new epoch and inserts nothing
+    let url = p.url.clone();
+    let late = std::thread::spawn(move || {
+        let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+        let mut tx = c.transaction().unwrap();
+        let t = Instant::now();
+        let r = checkpoint(&mut tx, 1);
+        tx.commit().unwrap();
+        (r, t.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    tb.commit().unwrap();
+    let (inserted, waited) = late.join().unwrap();
+    assert!(!inserted, "fenced by the committed takeover");
+    assert!(waited >= Duration::from_millis(200), "it waited for the takeover ({waited:?})");
+    assert_eq!(p.count("SELECT count(*) FROM log"), 1, "the fenced checkpoint wrote nothing");
+}
+
+/// The live expiries a running task's lease row shows while its runner works (polled every
+/// 10 ms until the runner exits; a released lease, expiry 0, is not counted).
+fn expiries_while_running(p: &PgDir, args: &[&str]) -> std::collections::BTreeSet<i64> {
+    let mut child = p.spawn_env(args, &[]);
+    let mut c = p.client();
+    let mut seen = std::collections::BTreeSet::new();
+    while child.try_wait().unwrap().is_none() {
+        if let Ok(Some(r)) = c.query_opt("SELECT expires_at_ms FROM leases WHERE task_id='inv' AND owner <> ''", &[]) {
+            let e: i64 = r.get(0);
+            if e > 0 {
+                seen.insert(e);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    wait_child(child).expect(0);
+    seen
+}
+
+/// A checkpoint renews the lease only once an eighth of it has passed (the core's
+/// `renewal_due`): with a 60 s lease a run of about 2 s keeps the expiry its lease was taken
+/// with; with a 400 ms lease and steps of about 200 ms every checkpoint renews, so the expiry
+/// moves on with the run and the lease never lapses under a working runner.
+#[test]
+fn checkpoints_renew_the_lease_only_when_due() {
+    let s = PgServer::start("renew");
+    let p = PgDir::new(&s, "long");
+    p.d.write("spec.toml", SPEC);
+    let seen = expiries_while_running(&p, &["run", "spec.toml", "--lease-ms", "60000", "--step-delay-ms", "100"]);
+    assert_eq!(seen.len(), 1, "no renewal within the first eighth of a 60 s lease: {seen:?}");
+    p.assert_exactly_once("inv");
+
+    let p = PgDir::new(&s, "short");
+    p.d.write("spec.toml", SPEC);
+    let seen = expiries_while_running(&p, &["run", "spec.toml", "--lease-ms", "400", "--step-delay-ms", "100"]);
+    assert!(seen.len() >= 4, "renewed as the run went on: {seen:?}");
+    let (first, last) = (seen.first().unwrap(), seen.last().unwrap());
+    assert!(last - first >= 600, "the expiry moved on with the run (about 2 s): {seen:?}");
+    p.assert_exactly_once("inv");
 }

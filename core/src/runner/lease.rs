@@ -114,6 +114,25 @@ pub fn may_call(expires_at_ms: i64, now_ms: i64, margin_ms: i64) -> bool {
     expires_at_ms.saturating_sub(now_ms) >= margin_ms.max(0)
 }
 
+/// A checkpoint renews the lease once more than `1 / LEASE_RENEW_DIVISOR` of its time to live
+/// has passed since the last renewal (see [`renewal_due`]).
+pub const LEASE_RENEW_DIVISOR: i64 = 8;
+
+/// Whether a checkpoint at `now_ms` must also renew the lease that, as its holder last renewed
+/// it, expires at `expires_at_ms` and lives `ttl_ms` from each renewal. True once less than
+/// `ttl_ms - ttl_ms / LEASE_RENEW_DIVISOR` is left (an eighth of the lease has passed), so after
+/// every checkpoint at least seven eighths of the lease are left: a runner is taken over only
+/// if it goes that long without a checkpoint (with a renewal on every checkpoint: the whole
+/// lease). A checkpoint that does not renew only checks the fence, which costs the server less
+/// than rewriting the lease row. Fencing never depends on it: the epoch decides who may append,
+/// the expiry only when another runner may take over, and the margin rule ([`may_call`]) is
+/// evaluated on the expiry actually written.
+pub fn renewal_due(expires_at_ms: i64, now_ms: i64, ttl_ms: i64) -> bool {
+    debug_assert!(ttl_ms >= 0, "a lease's time to live is not negative");
+    let keep_ms = ttl_ms.saturating_sub(ttl_ms / LEASE_RENEW_DIVISOR);
+    expires_at_ms.saturating_sub(now_ms) < keep_ms
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +179,26 @@ mod tests {
         assert!(!may_call(1300, 1226, 75));
         assert!(!may_call(1300, 5000, 75), "long expired");
         assert!(!may_call(i64::MIN, i64::MAX, 0), "no overflow");
+    }
+
+    #[test]
+    fn renewal_is_due_once_an_eighth_of_the_lease_passed() {
+        // 8000 ms lease renewed at t = 1000: expires at 9000, due once less than 7000 ms is left
+        assert!(!renewal_due(9000, 1000, 8000), "just renewed");
+        assert!(!renewal_due(9000, 2000, 8000), "exactly an eighth passed: 7000 ms left");
+        assert!(renewal_due(9000, 2001, 8000));
+        assert!(renewal_due(9000, 9000, 8000), "expired");
+        assert!(renewal_due(9000, 20_000, 8000), "long expired");
+        // the default 5000 ms lease: renewed at most every 625 ms
+        assert!(!renewal_due(5000, 625, 5000));
+        assert!(renewal_due(5000, 626, 5000));
+        // the shortest lease (10 ms): 10 / 8 = 1, due once 1 ms passed
+        assert!(!renewal_due(110, 101, 10));
+        assert!(renewal_due(110, 102, 10));
+        // below 8 ms an eighth rounds to 0: due from the next millisecond on
+        assert!(!renewal_due(105, 100, 5));
+        assert!(renewal_due(105, 101, 5));
+        assert!(renewal_due(i64::MIN, i64::MAX, 5000), "no overflow");
+        assert!(!renewal_due(i64::MAX, i64::MIN, 5000), "no overflow");
     }
 }

@@ -18,7 +18,8 @@
 //!   the cut ([`copied_by_fork`], [`fork_start`]).
 //! * [`lease`]: the lease and fencing rules as pure functions of integers ([`decide_lease`],
 //!   [`check_fence`]), the tool side of fencing ([`check_tool_fence`]) and the margin rule for
-//!   tools that cannot check a token ([`may_call`]); the host evaluates them inside its
+//!   tools that cannot check a token ([`may_call`]), and when a checkpoint renews the lease
+//!   ([`renewal_due`]); the host evaluates them inside its
 //!   transactions.
 //! * `harness` (feature `harness`): crash injection at every point, simulated tools that count
 //!   calls, and the every-crash-point enumeration (`harness::enumerate_crash_points`): test
@@ -69,7 +70,8 @@ pub use error::{RunnerError, StorageError};
 pub use fork::{ForkStart, copied_by_fork, fork_start};
 pub use frame::{FORMAT_VERSION, FrameError, MAX_FRAME_LEN, emit, parse};
 pub use lease::{
-    LeaseDecision, LeaseView, TakeReason, ToolFence, check_fence, check_tool_fence, decide_lease, may_call,
+    LEASE_RENEW_DIVISOR, LeaseDecision, LeaseView, TakeReason, ToolFence, check_fence, check_tool_fence, decide_lease,
+    may_call, renewal_due,
 };
 pub use limits::*;
 pub use machine::{Action, Counters, End, LeaseInfo, Phase, TaskState, idempotency_key, key_for, next_action};

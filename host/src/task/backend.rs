@@ -41,6 +41,15 @@ pub fn open(db: &DbTarget, create: bool) -> TaskResult<Box<dyn TaskStore>> {
     })
 }
 
+/// What a [`TaskStore::checkpoint`] did with the lease's expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Renewal {
+    /// Renewed: the lease lasts its time to live from just before the checkpoint.
+    Renewed,
+    /// Only fenced: the expiry is what the last renewal wrote.
+    Kept,
+}
+
 /// The operations the runner needs from its journal. Each says what is durable when it returns
 /// `Ok` and what a crash (of the process, the host or the database server) during it leaves.
 /// Errors are [`TaskError`]s that name the database.
@@ -82,6 +91,17 @@ pub trait TaskStore {
     /// that a crash during the commit itself leaves it unknown to the caller whether it was, and
     /// the next runner reads the log to find out (never the caller's memory).
     fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<TaskError>>;
+
+    /// A checkpoint that renews the lease only when `renewal_due` (the core's `renewal_due` on the
+    /// holder's own record of its last renewal) says so; fenced and durable exactly as
+    /// [`TaskStore::append`], which it is when it renews. Returns whether it renewed, so the
+    /// holder knows the expiry it has (the margin rule is evaluated on it). A binding whose
+    /// renewal costs nothing extra renews every time: SQLite, whose checkpoint is one write
+    /// transaction either way, keeps this default.
+    fn checkpoint(&self, lease: &Lease, recs: &[Record], renewal_due: bool) -> Result<Renewal, AppendError<TaskError>> {
+        let _ = renewal_due;
+        self.append(lease, recs).map(|()| Renewal::Renewed)
+    }
 
     /// Renews the lease: a fenced checkpoint that appends nothing (refused when another runner
     /// took over). Durable on `Ok` like [`TaskStore::append`].

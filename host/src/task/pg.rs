@@ -2,25 +2,29 @@
 //! journal contract as the SQLite one ([`super::store`]), on the synchronous `postgres` client.
 //!
 //! * Tables (in the connection's current schema, `public` by default): `meta(key, value)` with the
-//!   format tag [`PG_FORMAT`]; `tasks`, `log`, `leases`, `suspend_requests` with the SQLite
-//!   binding's columns (`payload` is `bytea`: the core's frame, authoritative). Created on first
-//!   use by a command that may create (`task run`), in one transaction under an advisory lock, so
-//!   runners starting together on an empty database create it once. A database that has tables
-//!   but no `meta` with our tag is refused (exit 2) and left as it was: the check only reads.
+//!   format tag [`PG_FORMAT`]; `tasks`, `leases`, `suspend_requests`, `queue` with the SQLite
+//!   binding's columns, and `log` with one row per checkpoint ([`LOG_V2`]: the records' core
+//!   frames back to back, authoritative, and their kinds, statuses and summaries as arrays; the
+//!   view `log_records` shows one line per record). Created on first use by a command that may
+//!   create (`task run`), in one transaction under an advisory lock, so runners starting together
+//!   on an empty database create it once. A log of the first layout ([`PG_FORMAT_V1`], one row
+//!   per record) is migrated in place by the first command that opens it, in one transaction
+//!   under the same lock. A database that has tables but no `meta` with a tag of ours is refused
+//!   (exit 2) and left as it was, and so is a layout this build does not know.
 //! * Every session sets `synchronous_commit = on` (an `Ok` commit is on the server's disk, whatever
 //!   the server's default) and `lock_timeout` = `BROKERLAB_BUSY_MS`.
-//! * Every checkpoint is one statement in autocommit ([`APPEND_SQL`], prepared once per session):
-//!   one round trip and one commit. Its CTEs, in the statement's one transaction: an `UPDATE
-//!   leases ... RETURNING owner, epoch` that locks the row (ordering it after any takeover that
-//!   committed) and renews the expiry only if owner and epoch are still ours, an `INSERT ...
-//!   SELECT ... FROM unnest(...)` of the records under the same condition, and the suspend
-//!   request's removal when the records hold the `Suspended` marker. The core's `check_fence`
-//!   decides on the owner and epoch returned; the SQL condition is the same rule, so a refusal
-//!   has written nothing. The statement also returns whether a suspend request is pending, which
-//!   the runner's next suspend polls use (for [`SUSPEND_ANSWER_MS`]) instead of a SELECT per
-//!   step. Taking a lease locks the same row (inserting an
-//!   empty placeholder first if the task never had one, so two first takers also serialize) and
-//!   decides with the core's `decide_lease`.
+//! * Every checkpoint is one statement in autocommit, prepared once per session: one round trip,
+//!   one commit, one `log` row. Usually [`APPEND_SQL`], an `INSERT ... SELECT` from the lease row
+//!   locked `FOR SHARE` where owner and epoch are still ours (fenced, not rewritten); once the
+//!   core's `renewal_due` says the lease needs renewing, or with a `Suspended` marker,
+//!   [`APPEND_RENEW_SQL`], whose `UPDATE` locks the row and renews the expiry under the same
+//!   condition and which also drops the suspend request. Either lock orders the append with any
+//!   takeover (which locks the row `FOR UPDATE`); the SQL condition is the core's `check_fence`
+//!   rule, which decides on the row read, so a refusal has written nothing. The runner's suspend
+//!   polls keep an answer (a renewing checkpoint's, or their own `SELECT`'s) for
+//!   [`SUSPEND_ANSWER_MS`]. Taking a lease locks the same row (inserting an empty placeholder
+//!   first if the task never had one, so two first takers also serialize) and decides with the
+//!   core's `decide_lease`.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -28,31 +32,50 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use brokerlab_core::runner::{
-    Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Owner, Record, TaskId, check_fence, decide_lease, emit,
+    Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Owner, Record, TaskId, check_fence, decide_lease, emit, frame,
 };
 use postgres::error::SqlState;
 use postgres::{Client, Config, GenericClient, NoTls, Statement};
 
-use super::backend::TaskStore;
+use super::backend::{Renewal, TaskStore};
 use super::ident::{now_ms, provably_dead};
-use super::store::{AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, NewTask, TaskRow, busy_ms, decode_row};
+use super::store::{AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, NewTask, TaskRow, busy_ms};
 use crate::task::error::{GoneKind, TaskError, TaskResult};
 
-/// Format tag stored in `meta` (the PostgreSQL layout, version 1).
-pub const PG_FORMAT: &str = "brokerlab-task-log-pg/1";
+/// Format tag stored in `meta`: the PostgreSQL layout, version 2 (a checkpoint's records packed
+/// into one `log` row). A database of [`PG_FORMAT_V1`] is migrated on open ([`MIGRATE_V1_SQL`]).
+pub const PG_FORMAT: &str = "brokerlab-task-log-pg/2";
+
+/// The first layout's tag: one `log` row per record.
+pub const PG_FORMAT_V1: &str = "brokerlab-task-log-pg/1";
 
 /// Key of the advisory lock taken while creating the schema (any constant; "brokerlab" in ASCII).
 const SCHEMA_LOCK: i64 = 0x62726f6b65726c;
+
+/// The `log` table of [`PG_FORMAT`] and its per-record view. One row per checkpoint: `seq` and
+/// `last_seq` are the first and last record's seq, `frames` their core frames back to back
+/// (authoritative; each frame carries its length), and `kinds`, `statuses`, `summaries` one
+/// element per record for people reading it with SQL (`log_records` shows one line per record,
+/// as the first layout's rows did). `task_id` compares bytewise (`COLLATE "C"`): the key is an
+/// identifier, and the database's default collation would cost every index comparison a
+/// locale-aware one.
+const LOG_V2: &str = "
+CREATE TABLE log(
+  task_id TEXT COLLATE \"C\" NOT NULL, seq BIGINT NOT NULL, last_seq BIGINT NOT NULL,
+  kinds TEXT[] NOT NULL, statuses TEXT[] NOT NULL, frames BYTEA NOT NULL, summaries TEXT[] NOT NULL,
+  epoch BIGINT NOT NULL, at_ms BIGINT NOT NULL,
+  PRIMARY KEY(task_id, seq));
+CREATE VIEW log_records AS
+  SELECT l.task_id, l.seq + i - 1 AS seq, l.kinds[i] AS kind, l.statuses[i] AS status, l.summaries[i] AS summary,
+         l.epoch, l.at_ms
+  FROM log l, generate_subscripts(l.kinds, 1) AS i;
+";
 
 const SCHEMA: &str = "
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE tasks(
   task_id TEXT PRIMARY KEY, spec TEXT NOT NULL, digest BIGINT NOT NULL,
   parent TEXT, parent_seq BIGINT, world TEXT, created_at_ms BIGINT NOT NULL);
-CREATE TABLE log(
-  task_id TEXT NOT NULL, seq BIGINT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL,
-  payload BYTEA NOT NULL, summary TEXT NOT NULL, epoch BIGINT NOT NULL, at_ms BIGINT NOT NULL,
-  PRIMARY KEY(task_id, seq));
 CREATE TABLE leases(
   task_id TEXT PRIMARY KEY, owner TEXT NOT NULL, epoch BIGINT NOT NULL,
   expires_at_ms BIGINT NOT NULL, host TEXT NOT NULL, pid BIGINT NOT NULL, pid_start BIGINT NOT NULL);
@@ -60,34 +83,66 @@ CREATE TABLE suspend_requests(task_id TEXT PRIMARY KEY, at_ms BIGINT NOT NULL);
 CREATE TABLE queue(task_id TEXT PRIMARY KEY, submitted_at_ms BIGINT NOT NULL);
 ";
 
-/// A checkpoint: the fenced lease renewal, the records, the suspend request's removal (when a
-/// `Suspended` marker is among them), in one statement (see [`PgStore::append_tx`]). `$1` task,
-/// `$2` owner, `$3` epoch, `$4` new expiry, `$5..$9` the records' seq, kind, status, frame and
-/// summary, `$10` now, `$11` whether a `Suspended` marker is among them.
-const APPEND_SQL: &str = "WITH l AS (
-  UPDATE leases SET expires_at_ms = CASE WHEN owner=$2::text AND epoch=$3::bigint THEN $4::bigint ELSE expires_at_ms END
+/// From [`PG_FORMAT_V1`] to [`PG_FORMAT`], run after [`LOG_V2`] created the new table next to
+/// the old one (renamed `log_v1`): every old row (one record) becomes a row of one record, which
+/// is a valid row of the new layout; the frames are copied byte for byte.
+const MIGRATE_V1_SQL: &str = "
+INSERT INTO log(task_id, seq, last_seq, kinds, statuses, frames, summaries, epoch, at_ms)
+  SELECT task_id, seq, seq, ARRAY[kind], ARRAY[status], payload, ARRAY[summary], epoch, at_ms FROM log_v1;
+DROP TABLE log_v1;
+";
+
+/// A checkpoint that only checks the fence, the common case (see [`PgStore::append_tx`]): one
+/// `INSERT ... SELECT` of the records' row from the lease row, which the `WHERE` finds only if
+/// owner and epoch are still ours, locked `FOR SHARE`. A takeover locks the row `FOR UPDATE` (and
+/// any `UPDATE` of it takes a lock that conflicts with `FOR SHARE`, unlike `FOR KEY SHARE`), so
+/// a takeover in flight makes the checkpoint wait and re-read the row's newest version (under
+/// READ COMMITTED: fenced, nothing inserted), and a checkpoint in flight makes the takeover
+/// wait for its commit, so the taker reads the log after it. The row is not rewritten. `$1`
+/// task, `$2` owner, `$3` epoch, `$4`/`$5` the first and last record's seq, `$6..$9` the
+/// records' kinds, statuses, frames (back to back) and summaries, `$10` now. Inserts one row if
+/// the fence allowed it, none if it refused. It does not read `suspend_requests`: the runner's
+/// suspend polls ask with their own `SELECT` once the last answer is [`SUSPEND_ANSWER_MS`] old,
+/// which at a fast runner's pace is one `SELECT` per many checkpoints, and the check cost every
+/// checkpoint about a tenth of its time on a tmpfs-backed server.
+pub const APPEND_SQL: &str = "INSERT INTO log(task_id, seq, last_seq, kinds, statuses, frames, summaries, epoch, at_ms)
+SELECT $1::text, $4::bigint, $5::bigint, $6::text[], $7::text[], $8::bytea, $9::text[], $3::bigint, $10::bigint
+FROM leases WHERE task_id=$1::text AND owner=$2::text AND epoch=$3::bigint FOR SHARE";
+
+/// A checkpoint that also renews the lease, or appends a `Suspended` marker, or is a renewal
+/// alone (no records). Its CTEs: `l`, the `UPDATE` that locks the lease row and writes the new
+/// expiry (`$12`) only if owner and epoch are still ours; `ins`, the records' row under the same
+/// condition (none for a renewal); `del`, the suspend request's removal when `$11` (a `Suspended`
+/// marker is among the records). Parameters `$1..$10` as [`APPEND_SQL`]. Returns what `l` read,
+/// how many rows went in, and whether a suspend request is pending.
+const APPEND_RENEW_SQL: &str = "WITH l AS (
+  UPDATE leases SET expires_at_ms = CASE WHEN owner=$2::text AND epoch=$3::bigint THEN $12::bigint ELSE expires_at_ms END
   WHERE task_id=$1::text RETURNING owner, epoch),
 ok AS (SELECT 1 FROM l WHERE owner=$2::text AND epoch=$3::bigint),
 ins AS (
-  INSERT INTO log SELECT $1::text, u.seq, u.kind, u.status, u.payload, u.summary, $3::bigint, $10::bigint
-  FROM unnest($5::bigint[], $6::text[], $7::text[], $8::bytea[], $9::text[]) AS u(seq, kind, status, payload, summary)
-  WHERE EXISTS (SELECT 1 FROM ok) RETURNING 1),
+  INSERT INTO log(task_id, seq, last_seq, kinds, statuses, frames, summaries, epoch, at_ms)
+  SELECT $1::text, $4::bigint, $5::bigint, $6::text[], $7::text[], $8::bytea, $9::text[], $3::bigint, $10::bigint
+  WHERE cardinality($6::text[]) > 0 AND EXISTS (SELECT 1 FROM ok) RETURNING 1),
 del AS (DELETE FROM suspend_requests WHERE $11::boolean AND task_id=$1 AND EXISTS (SELECT 1 FROM ok) RETURNING 1)
 SELECT l.owner, l.epoch, (SELECT count(*) FROM ins), EXISTS (SELECT 1 FROM suspend_requests WHERE task_id=$1)
 FROM l";
 
-/// How long the suspend-request answer a checkpoint brought back is used by the runner's polls
-/// before they ask the database again (ms): a request is seen at most this much later than a
-/// poll per step would see it, and a step that commits needs no extra round trip for it.
+/// How long a suspend-request answer (a poll's `SELECT`, or a renewing checkpoint's) is used by
+/// the runner's polls before they ask the database again (ms): a request is seen at most this
+/// much later than a poll per step would see it, and a runner that commits many steps in that
+/// time asks once for all of them.
 const SUSPEND_ANSWER_MS: i64 = 50;
 
 /// An open PostgreSQL log.
 pub struct PgStore {
     client: RefCell<Client>,
-    /// The suspend-request flag the last checkpoint read: its task, the flag, when (ms).
+    /// The last suspend-request answer (a poll's `SELECT` or a renewing checkpoint's): its task,
+    /// the flag, when (ms, stamped before the statement).
     suspend_seen: RefCell<Option<(String, bool, i64)>>,
     /// Prepared statements by their text (one parse per session, not per call).
-    stmts: RefCell<HashMap<&'static str, Statement>>,
+    /// Keyed by the text's address and length (a `&'static str` constant: the same key is the
+    /// same bytes), so a checkpoint does not hash its statement's text to find it.
+    stmts: RefCell<HashMap<(usize, usize), Statement>>,
     name: String,
 }
 
@@ -160,6 +215,8 @@ pub fn pg_error(name: &str, what: &str, e: &postgres::Error) -> TaskError {
 enum Existing {
     Ours,
     Empty,
+    /// Our log in the first layout ([`PG_FORMAT_V1`]): migrated on open.
+    V1,
 }
 
 impl PgStore {
@@ -175,6 +232,7 @@ impl PgStore {
         };
         match store.check_existing()? {
             Existing::Ours => {}
+            Existing::V1 => store.create_schema()?,
             Existing::Empty if create => store.create_schema()?,
             Existing::Empty => {
                 return Err(TaskError::bad_input(format!(
@@ -193,32 +251,56 @@ impl PgStore {
         look(&mut *c, &self.name).map_err(|e| pg_error(&self.name, what, &e))?
     }
 
+    /// Creates the schema in an empty database, or migrates a [`PG_FORMAT_V1`] log to
+    /// [`PG_FORMAT`]: one transaction under the schema lock, so runners starting together do it
+    /// once, and a crash or a failure leaves the database as it was.
     fn create_schema(&self) -> TaskResult<()> {
         let mut c = self.client.borrow_mut();
-        let r = (|| -> Result<TaskResult<()>, postgres::Error> {
+        let r = (|| -> Result<TaskResult<Option<i64>>, postgres::Error> {
             let mut tx = c.transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
-            // another runner may have created it between our look and our lock
+            // another runner may have created or migrated it between our look and our lock
             match look(&mut tx, &self.name)? {
-                Ok(Existing::Ours) => return Ok(Ok(())),
-                Ok(Existing::Empty) => {}
-                Err(e) => return Ok(Err(e)),
+                Ok(Existing::Ours) => Ok(Ok(None)),
+                Ok(Existing::Empty) => {
+                    tx.batch_execute(SCHEMA)?;
+                    tx.batch_execute(LOG_V2)?;
+                    tx.execute("INSERT INTO meta VALUES('format', $1)", &[&PG_FORMAT])?;
+                    tx.commit()?;
+                    Ok(Ok(None))
+                }
+                Ok(Existing::V1) => {
+                    // the old table and its key index out of the new ones' way
+                    tx.batch_execute("ALTER TABLE log RENAME TO log_v1; ALTER INDEX log_pkey RENAME TO log_v1_pkey")?;
+                    tx.batch_execute(LOG_V2)?;
+                    let n: i64 = tx.query_one("SELECT count(*) FROM log_v1", &[])?.get(0);
+                    tx.batch_execute(MIGRATE_V1_SQL)?;
+                    tx.execute("UPDATE meta SET value=$1 WHERE key='format'", &[&PG_FORMAT])?;
+                    tx.commit()?;
+                    Ok(Ok(Some(n)))
+                }
+                Err(e) => Ok(Err(e)),
             }
-            tx.batch_execute(SCHEMA)?;
-            tx.execute("INSERT INTO meta VALUES('format', $1)", &[&PG_FORMAT])?;
-            tx.commit()?;
-            Ok(Ok(()))
         })();
-        r.map_err(|e| pg_error(&self.name, "creating the schema", &e))?
+        let migrated = r.map_err(|e| pg_error(&self.name, "creating or migrating the schema", &e))??;
+        if let Some(n) = migrated {
+            eprintln!(
+                "note: {}: migrated the task log from {PG_FORMAT_V1} to {PG_FORMAT} ({n} records, one transaction; \
+                 a brokerlab that reads only {PG_FORMAT_V1} now refuses this database)",
+                self.name
+            );
+        }
+        Ok(())
     }
 
     /// A prepared statement for `sql` on `c` (the session's; cached).
     fn stmt(&self, c: &mut impl GenericClient, sql: &'static str) -> Result<Statement, postgres::Error> {
-        if let Some(s) = self.stmts.borrow().get(sql) {
+        let key = (sql.as_ptr() as usize, sql.len());
+        if let Some(s) = self.stmts.borrow().get(&key) {
             return Ok(s.clone());
         }
         let s = c.prepare(sql)?;
-        self.stmts.borrow_mut().insert(sql, s.clone());
+        self.stmts.borrow_mut().insert(key, s.clone());
         Ok(s)
     }
 
@@ -258,7 +340,11 @@ impl PgStore {
         let mut buf = [0u8; MAX_FRAME_LEN];
         // a record the core built always fits a frame (limits are checked when it is made)
         let n = emit(rec, &mut buf).unwrap_or(0);
-        let st = self.stmt(c, "INSERT INTO log VALUES($1, $2, $3, $4, $5, $6, $7, $8)")?;
+        let st = self.stmt(
+            c,
+            "INSERT INTO log(task_id, seq, last_seq, kinds, statuses, frames, summaries, epoch, at_ms) \
+             VALUES($1, $2, $2, ARRAY[$3::text], ARRAY[$4::text], $5, ARRAY[$6::text], $7, $8)",
+        )?;
         c.execute(
             &st,
             &[
@@ -276,15 +362,22 @@ impl PgStore {
     }
 
     /// One checkpoint as one statement in autocommit: one round trip and one commit (the
-    /// statement's implicit transaction), whatever the number of records. Its CTEs run in that
-    /// transaction: `l` locks the lease row (as `SELECT ... FOR UPDATE` would; under READ
-    /// COMMITTED a takeover that committed meanwhile is seen, the row re-read) and renews the
-    /// expiry only if owner and epoch are still ours; `ins` appends the records only under the
-    /// same condition; `del` drops the suspend request when a `Suspended` marker is appended. The
-    /// statement returns what `l` read, how many records went in, and whether a suspend request
-    /// is pending (so the runner's next poll needs no SELECT). The core's `check_fence` decides
-    /// on what `l` read; the SQL condition is the same rule, so a refusal has written nothing.
-    fn append_tx(&self, lease: &Lease, recs: &[Record]) -> Result<Result<(), AppendError<TaskError>>, postgres::Error> {
+    /// statement's implicit transaction), whatever the number of records, and one `log` row for
+    /// all of them. Unless `renew` (the core's `renewal_due`), a `Suspended` marker or no
+    /// records, it is [`APPEND_SQL`]: the row goes in only if the lease row, locked `FOR SHARE`,
+    /// still names us (the SQL condition is the core's `check_fence` rule; on a refusal the row
+    /// is read again for the message, and `check_fence` must agree). Otherwise it is
+    /// [`APPEND_RENEW_SQL`], which locks the row with the `UPDATE` that renews it, and `check_fence`
+    /// decides on the owner and epoch it read. Either lock conflicts with a takeover's `FOR
+    /// UPDATE`, and under READ COMMITTED a takeover that committed meanwhile is seen (the row
+    /// re-read). The renewing statement also returns whether a suspend request is pending (kept
+    /// for the runner's next polls). A refusal has written nothing.
+    fn append_tx(
+        &self,
+        lease: &Lease,
+        recs: &[Record],
+        renew: bool,
+    ) -> Result<Result<Renewal, AppendError<TaskError>>, postgres::Error> {
         let now = now_ms();
         let Some(expires) = now.checked_add(lease.ttl_ms) else {
             return Ok(Err(AppendError::Sql(TaskError::failure(format!(
@@ -293,53 +386,65 @@ impl PgStore {
             )))));
         };
         debug_assert!(recs.iter().all(|r| r.task_id.as_str() == lease.task), "a checkpoint holds one task's records");
-        let mut frames = Vec::with_capacity(recs.len());
+        let first = recs.first().map_or(0, |r| i64::from(r.seq));
+        let last = first + recs.len() as i64 - 1;
+        if recs.iter().zip(first..).any(|(r, s)| i64::from(r.seq) != s) {
+            return Ok(Err(AppendError::Sql(TaskError::failure(format!(
+                "{}: task {:?}: a checkpoint's records must have consecutive seqs from {first}",
+                self.name, lease.task
+            )))));
+        }
+        let mut frames = Vec::with_capacity(recs.len() * 128);
         for rec in recs {
             let mut buf = [0u8; MAX_FRAME_LEN];
             // a record the core built always fits a frame (limits are checked when it is made)
             let n = emit(rec, &mut buf).unwrap_or(0);
-            frames.push(buf[..n].to_vec());
+            frames.extend_from_slice(&buf[..n]);
         }
-        let seqs: Vec<i64> = recs.iter().map(|r| i64::from(r.seq)).collect();
         let kinds: Vec<&str> = recs.iter().map(|r| r.kind().name()).collect();
         let statuses: Vec<&str> = recs.iter().map(|r| r.status.name()).collect();
         let summaries: Vec<String> = recs.iter().map(|r| r.event.to_string()).collect();
         let suspending = recs.iter().any(|r| matches!(r.event, Event::Suspended { .. }));
         let epoch = lease.epoch as i64;
         let mut c = self.client.borrow_mut();
-        let st = self.stmt(&mut *c, APPEND_SQL)?;
-        let row = c.query_opt(
-            &st,
-            &[
-                &lease.task,
-                &lease.owner,
-                &epoch,
-                &expires,
-                &seqs,
-                &kinds,
-                &statuses,
-                &frames,
-                &summaries,
-                &now,
-                &suspending,
-            ],
-        )?;
+        let params: [&(dyn postgres::types::ToSql + Sync); 12] = [
+            &lease.task,
+            &lease.owner,
+            &epoch,
+            &first,
+            &last,
+            &kinds,
+            &statuses,
+            &frames,
+            &summaries,
+            &now,
+            &suspending,
+            &expires,
+        ];
+        if !renew && !suspending && !recs.is_empty() {
+            let st = self.stmt(&mut *c, APPEND_SQL)?;
+            if c.execute(&st, &params[..10])? == 0 {
+                // refused by the fence: the row as it is now names the holder
+                let cur = self.read_lease(&mut *c, &lease.task, false)?.map(|r| (r.owner, r.epoch));
+                return Ok(Err(self.fenced(lease, cur)));
+            }
+            return Ok(Ok(Renewal::Kept));
+        }
+        let st = self.stmt(&mut *c, APPEND_RENEW_SQL)?;
+        let row = c.query_opt(&st, &params)?;
         let cur: Option<(String, i64)> = row.as_ref().map(|r| (r.get(0), r.get(1)));
         let inserted: i64 = row.as_ref().map_or(0, |r| r.get(2));
         let cur = cur.filter(|(o, _)| !o.is_empty());
         if check_fence(cur.as_ref().map(|(o, e)| (*e as u64, *o == lease.owner)), lease.epoch).is_err() {
             debug_assert_eq!(inserted, 0, "the SQL condition and check_fence agree");
             if inserted != 0 {
-                return Ok(Err(AppendError::Sql(TaskError::failure(format!(
-                    "{}: task {:?}: the append's fencing condition and the core's check_fence disagree",
-                    self.name, lease.task
-                )))));
+                return Ok(Err(self.disagree(lease)));
             }
             return Ok(Err(AppendError::Fenced { epoch: lease.epoch, holder: cur.map(|(o, e)| (o, e as u64)) }));
         }
-        if inserted != recs.len() as i64 {
+        if inserted != i64::from(!recs.is_empty()) {
             return Ok(Err(AppendError::Sql(TaskError::failure(format!(
-                "{}: task {:?}: appended {inserted} of {} records",
+                "{}: task {:?}: appended {inserted} rows for {} records",
                 self.name,
                 lease.task,
                 recs.len()
@@ -347,7 +452,26 @@ impl PgStore {
         }
         let pending: bool = row.as_ref().is_some_and(|r| r.get(3));
         *self.suspend_seen.borrow_mut() = Some((lease.task.clone(), pending && !suspending, now));
-        Ok(Ok(()))
+        Ok(Ok(if renew { Renewal::Renewed } else { Renewal::Kept }))
+    }
+
+    /// The error of a checkpoint that the SQL fence refused, given the lease row read after it
+    /// (`None`: no lease, or the placeholder): `Fenced` naming the holder, as the core's
+    /// `check_fence` decides; if it would have allowed the append, the two disagree (a bug).
+    fn fenced(&self, lease: &Lease, cur: Option<(String, u64)>) -> AppendError<TaskError> {
+        let cur = cur.filter(|(o, _)| !o.is_empty());
+        if check_fence(cur.as_ref().map(|(o, e)| (*e, *o == lease.owner)), lease.epoch).is_ok() {
+            debug_assert!(false, "the SQL condition and check_fence agree");
+            return self.disagree(lease);
+        }
+        AppendError::Fenced { epoch: lease.epoch, holder: cur }
+    }
+
+    fn disagree(&self, lease: &Lease) -> AppendError<TaskError> {
+        AppendError::Sql(TaskError::failure(format!(
+            "{}: task {:?}: the append's fencing condition and the core's check_fence disagree",
+            self.name, lease.task
+        )))
     }
 
     fn acquire_tx(
@@ -388,9 +512,10 @@ impl PgStore {
             // under the row lock no holder can commit any more; a killed holder's last commit may
             // have landed (the server finishes a COMMIT its client sent) after the caller read the
             // log: then the caller's state is stale
-            let st = self.stmt(&mut tx, "SELECT count(*) FROM log WHERE task_id=$1 AND seq >= $2")?;
-            let newer: i64 = tx.query_one(&st, &[&id, &i64::from(state.next_seq)])?.get(0);
-            if newer > 0 {
+            // rows hold runs of seqs back to back: the last row's last seq is the log's last
+            let st = self.stmt(&mut tx, "SELECT last_seq FROM log WHERE task_id=$1 ORDER BY seq DESC LIMIT 1")?;
+            let last: Option<i64> = tx.query_opt(&st, &[&id])?.map(|r| r.get(0));
+            if last.is_some_and(|l| l >= i64::from(state.next_seq)) {
                 return Ok(Err(LeaseError::Stale));
             }
         }
@@ -465,6 +590,43 @@ fn lock_key(task: &str, separator: u8, epoch: u64) -> i64 {
     h as i64
 }
 
+/// The records of one `log` row (seqs `seq..=last_seq`, their frames back to back in `frames`),
+/// appended to `out`, each checked as the SQLite binding checks its row (CRC, canonical
+/// encoding, task id, seq); a row whose frames do not cover exactly its seqs is corrupt. Errors
+/// name the database, the task and the seq.
+fn unpack_row(db: &str, id: &str, seq: i64, last_seq: i64, frames: &[u8], out: &mut Vec<Record>) -> TaskResult<()> {
+    let corrupt = |at: i64, detail: String| TaskError::LogCorrupt {
+        db: db.to_string(),
+        task: id.to_string(),
+        seq: u64::try_from(at).ok(),
+        detail,
+    };
+    if last_seq < seq {
+        return Err(corrupt(seq, format!("row of seqs {seq}..={last_seq}: last before first")));
+    }
+    let (mut at, mut rest) = (seq, frames);
+    while !rest.is_empty() {
+        let (rec, n) = frame::parse(rest).map_err(|e| corrupt(at, format!("corrupt record: {e}")))?;
+        if i64::from(rec.seq) != at || rec.task_id.as_str() != id || at > last_seq {
+            return Err(corrupt(
+                at,
+                format!(
+                    "record does not match its row (seq {}, task {:?}; the row holds seqs {seq}..={last_seq})",
+                    rec.seq,
+                    rec.task_id.as_str()
+                ),
+            ));
+        }
+        out.push(rec);
+        rest = &rest[n..];
+        at += 1;
+    }
+    if at != last_seq + 1 {
+        return Err(corrupt(at, format!("the row holds seqs {seq}..={last_seq} but frames up to {}", at - 1)));
+    }
+    Ok(())
+}
+
 /// Connects to `url` with the session settings every runner uses (`synchronous_commit = on`,
 /// `lock_timeout` from `BROKERLAB_BUSY_MS`); returns the client and the URL for messages.
 pub(crate) fn connect(url: &str) -> TaskResult<(Client, String)> {
@@ -532,12 +694,17 @@ fn look(c: &mut impl GenericClient, name: &str) -> Result<TaskResult<Existing>, 
         Err(e) if e.as_db_error().is_some() => None,
         Err(e) => return Err(e),
     };
-    if fmt.as_deref() != Some(PG_FORMAT) {
-        return Ok(Err(TaskError::bad_input(format!(
+    match fmt.as_deref() {
+        Some(PG_FORMAT) => Ok(Ok(Existing::Ours)),
+        Some(PG_FORMAT_V1) => Ok(Ok(Existing::V1)),
+        Some(f) if f.starts_with("brokerlab-task-log-pg/") => Ok(Err(TaskError::bad_input(format!(
+            "{name}: a brokerlab task log of layout {f:?}, which this build does not know (it reads {PG_FORMAT:?} \
+             and migrates {PG_FORMAT_V1:?}; a newer brokerlab wrote it?); it was left as it was"
+        )))),
+        _ => Ok(Err(TaskError::bad_input(format!(
             "{name}: not a brokerlab task log (meta format {fmt:?}, expected {PG_FORMAT:?}); it was left as it was"
-        ))));
+        )))),
     }
-    Ok(Ok(Existing::Ours))
 }
 
 impl TaskStore for PgStore {
@@ -575,12 +742,16 @@ impl TaskStore for PgStore {
         let rows = {
             let mut c = self.client.borrow_mut();
             let r = (|| {
-                let st = self.stmt(&mut *c, "SELECT seq, payload FROM log WHERE task_id=$1 ORDER BY seq")?;
+                let st = self.stmt(&mut *c, "SELECT seq, last_seq, frames FROM log WHERE task_id=$1 ORDER BY seq")?;
                 c.query(&st, &[&id])
             })();
             r.map_err(|e| pg_error(&self.name, "reading the log", &e))?
         };
-        rows.iter().map(|r| decode_row(&self.name, id, r.get(0), r.get::<_, &[u8]>(1))).collect()
+        let mut recs = Vec::with_capacity(rows.len() * 3);
+        for r in &rows {
+            unpack_row(&self.name, id, r.get(0), r.get(1), r.get::<_, &[u8]>(2), &mut recs)?;
+        }
+        Ok(recs)
     }
 
     fn lease(&self, id: &str) -> TaskResult<Option<LeaseRow>> {
@@ -595,12 +766,17 @@ impl TaskStore for PgStore {
         {
             return Ok(*seen);
         }
+        // the answer is as of the query's start, or later: stamped before it
+        let at = now_ms();
         let mut c = self.client.borrow_mut();
         let r = (|| {
             let st = self.stmt(&mut *c, "SELECT count(*) FROM suspend_requests WHERE task_id=$1")?;
             c.query_one(&st, &[&id])
         })();
-        r.map(|row| row.get::<_, i64>(0) > 0).map_err(|e| pg_error(&self.name, "polling suspend requests", &e))
+        let seen =
+            r.map(|row| row.get::<_, i64>(0) > 0).map_err(|e| pg_error(&self.name, "polling suspend requests", &e))?;
+        *self.suspend_seen.borrow_mut() = Some((id.to_string(), seen, at));
+        Ok(seen)
     }
 
     fn request_suspend(&self, id: &str) -> TaskResult<()> {
@@ -621,15 +797,19 @@ impl TaskStore for PgStore {
     }
 
     fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<TaskError>> {
-        match self.append_tx(lease, recs) {
+        self.checkpoint(lease, recs, true).map(|_| ())
+    }
+
+    fn checkpoint(&self, lease: &Lease, recs: &[Record], renewal_due: bool) -> Result<Renewal, AppendError<TaskError>> {
+        match self.append_tx(lease, recs, renewal_due) {
             Ok(r) => r,
             Err(e) => Err(AppendError::Sql(pg_error(&self.name, "appending a checkpoint", &e))),
         }
     }
 
     fn renew(&self, lease: &Lease) -> Result<(), AppendError<TaskError>> {
-        match self.append_tx(lease, &[]) {
-            Ok(r) => r,
+        match self.append_tx(lease, &[], true) {
+            Ok(r) => r.map(|_| ()),
             Err(e) => Err(AppendError::Sql(pg_error(&self.name, "renewing the lease", &e))),
         }
     }

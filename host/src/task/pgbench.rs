@@ -18,6 +18,7 @@
 //!   never apply: what is measured is the cross-host path, the holder's session found gone
 //!   through its advisory lock, plus the idle worker's claim poll (`--poll-ms`, default 200).
 
+use std::cell::Cell;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,7 +28,7 @@ use postgres::Client;
 
 use super::backend::TaskStore;
 use super::bench::{BenchFx, check_done, create_task, round, round3};
-use super::exec::{Chaos, HostJournal};
+use super::exec::{Chaos, HostJournal, checkpoint};
 use super::ident::now_ms;
 use super::pg::{PgStore, pg_error, redact};
 use crate::task::error::{TaskError, TaskResult};
@@ -126,7 +127,8 @@ impl Journal for Capture {
 
 /// The checkpoints alone: one runner's checkpoints (the same records, batched as its `sync`s
 /// batch them) are built first in memory, then written with the store's fenced append on one
-/// session, timed without the drive loop, the model and the tool. Its rate is what one runner
+/// session, renewing the lease when the runner's journal would (`exec::checkpoint`), timed
+/// without the drive loop, the model and the tool. Its rate is what one runner
 /// could reach if its own work cost nothing: the ceiling the server and the round trip set.
 /// Returns the seconds taken and the number of checkpoints.
 fn checkpoints_alone(url: &str, steps: u32, tag: &str) -> TaskResult<(f64, usize)> {
@@ -134,9 +136,11 @@ fn checkpoints_alone(url: &str, steps: u32, tag: &str) -> TaskResult<(f64, usize
     let (st, lease) = create_task(&store, &format!("bench-{tag}-alone"), steps)?;
     let mut cap = Capture::default();
     check_done(drive(&mut st.clone(), &mut cap, &mut BenchFx))?;
+    let renewed_at_ms = Cell::new(lease.taken_at_ms);
     let t = Instant::now();
     for b in &cap.batches {
-        store.append(&lease, b).map_err(|e| TaskError::failure(format!("bench append: {e:?}")))?;
+        checkpoint(&store, &lease, &renewed_at_ms, b)
+            .map_err(|e| TaskError::failure(format!("bench append: {e:?}")))?;
     }
     Ok((t.elapsed().as_secs_f64(), cap.batches.len()))
 }
@@ -274,7 +278,7 @@ pub fn takeover(url: &str, kills: u32, dir: &Path) -> TaskResult<serde_json::Val
         let t = Instant::now();
         let (pid, epoch) = loop {
             let n: i64 = c
-                .query_one("SELECT count(*) FROM log WHERE task_id=$1 AND kind='model'", &[&id])
+                .query_one("SELECT count(*) FROM log_records WHERE task_id=$1 AND kind='model'", &[&id])
                 .map_err(e("reading the log"))?
                 .get(0);
             if n >= 2 {
@@ -300,7 +304,7 @@ pub fn takeover(url: &str, kills: u32, dir: &Path) -> TaskResult<serde_json::Val
         let at: i64 = loop {
             let r = c
                 .query_opt(
-                    "SELECT at_ms FROM log WHERE task_id=$1 AND epoch > $2 AND kind <> 'lease' ORDER BY seq LIMIT 1",
+                    "SELECT at_ms FROM log_records WHERE task_id=$1 AND epoch > $2 AND kind <> 'lease' ORDER BY seq LIMIT 1",
                     &[&id, &epoch],
                 )
                 .map_err(e("reading the log"))?;
@@ -320,7 +324,7 @@ pub fn takeover(url: &str, kills: u32, dir: &Path) -> TaskResult<serde_json::Val
         let t = Instant::now();
         loop {
             let n: i64 = c
-                .query_one("SELECT count(*) FROM log WHERE task_id=$1 AND kind='completed'", &[&id])
+                .query_one("SELECT count(*) FROM log_records WHERE task_id=$1 AND kind='completed'", &[&id])
                 .map_err(e("reading the log"))?
                 .get(0);
             if n > 0 {

@@ -38,14 +38,29 @@ impl Journal for HostJournal<'_> {
         }
         let what = self.pending.last().map(|r| format!("seq {} {}", r.seq, r.kind().name())).unwrap_or_default();
         self.chaos.point(Point::BeforeCommit, &what);
-        let t = now_ms();
-        self.store.append(&self.lease, &self.pending)?;
-        self.renewed_at_ms.set(t);
+        checkpoint(self.store, &self.lease, &self.renewed_at_ms, &self.pending)?;
         self.pending.clear();
         self.commits += 1;
         self.chaos.point(Point::AfterCommit, &what);
         Ok(())
     }
+}
+
+/// One checkpoint of `recs` under `lease`: renews the lease when the core's `renewal_due` says so
+/// on the holder's record of its last renewal (`renewed_at_ms`: taken before the transaction,
+/// so the lease lasts at least its time to live from it), which is updated when it renewed.
+pub fn checkpoint(
+    store: &dyn TaskStore,
+    lease: &Lease,
+    renewed_at_ms: &Cell<i64>,
+    recs: &[Record],
+) -> Result<(), AppendError<TaskError>> {
+    let t = now_ms();
+    let due = renewal_due(renewed_at_ms.get().saturating_add(lease.ttl_ms), t, lease.ttl_ms);
+    if store.checkpoint(lease, recs, due)? == Renewal::Renewed {
+        renewed_at_ms.set(t);
+    }
+    Ok(())
 }
 
 /// The scripted model, the world's tools and the suspend flag.

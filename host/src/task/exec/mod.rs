@@ -11,10 +11,10 @@ use std::time::Duration;
 use brokerlab_core::runner::{
     Action, Decision, DriveError, Effects, End, Event, ForkStart, Journal, Key, ModelReply, Phase, Record, Stop,
     TaskId, TaskState, ToolCall, ToolClass, ToolOutput, copied_by_fork, drive, fork_start, may_call, next_action,
-    review,
+    renewal_due, review,
 };
 
-use super::backend::{DbTarget, TaskStore, open};
+use super::backend::{DbTarget, Renewal, TaskStore, open};
 use super::ident::{Me, now_ms};
 use super::spec::{Spec, check_id};
 use super::store::{AppendError, Lease, LeaseAsk, LeaseError, NewTask, fold_in};
@@ -29,7 +29,7 @@ mod evidence;
 
 pub use commands::{fork, review_cmd, suspend};
 pub use crash::{CRASH_EXIT, Chaos, Point};
-pub use effects::{HostEffects, HostJournal};
+pub use effects::{HostEffects, HostJournal, checkpoint};
 use evidence::report;
 
 /// Options shared by the commands that run a task.
