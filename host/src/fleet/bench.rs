@@ -13,7 +13,7 @@ use brokerlab_core::fleet::{
 use serde::Serialize;
 
 use super::run::{OwnedFleet, Summary};
-use super::trace::TraceReader;
+use super::trace::{TraceReader, TraceRecord};
 use crate::error::{CliError, CliResult};
 
 /// One router's dispatch throughput.
@@ -164,6 +164,11 @@ pub struct TableBench {
 struct Loaded {
     reqs: Vec<(u64, u64, u64, std::ops::Range<usize>)>,
     keys: Vec<u64>,
+    /// The parsed records (the replay comparison hashes them again per request, as `fleet
+    /// replay` does).
+    records: Vec<TraceRecord>,
+    /// Tokens per trace id S.
+    trace_block: u32,
     /// Blocks per trace id (the run-length replay's group).
     group_blocks: u32,
     /// Decompressed JSONL bytes.
@@ -180,21 +185,26 @@ fn load(path: &Path, trace_block: u32, repeats: usize) -> CliResult<(Loaded, f64
     let bytes = std::io::copy(&mut text, &mut std::io::sink())
         .map_err(|e| CliError::bad_input(format!("--trace {}: cannot read: {e}", path.display())))?;
     drop(text);
-    // Best of `repeats`, as every replay it is compared with.
-    let (mut raw, mut parse_s) = (Vec::new(), f64::INFINITY);
+    // Best of `repeats`, as every replay it is compared with. Timed as `fleet replay` reads: each
+    // record parsed into the reader's own, nothing kept; the records are kept in another pass.
+    let mut parse_s = f64::INFINITY;
     for _ in 0..repeats.max(1) {
-        raw.clear();
         let t0 = Instant::now();
         let mut reader = TraceReader::open(path)?;
-        while let Some(rec) = reader.next_record()? {
-            raw.push(rec.clone());
-        }
+        while reader.advance()? {}
         parse_s = parse_s.min(t0.elapsed().as_secs_f64());
+    }
+    let mut raw = Vec::new();
+    let mut reader = TraceReader::open(path)?;
+    while let Some(rec) = reader.next_record()? {
+        raw.push(rec.clone());
     }
     let t1 = Instant::now();
     let mut l = Loaded {
         reqs: Vec::with_capacity(raw.len()),
         keys: Vec::new(),
+        records: Vec::new(),
+        trace_block,
         group_blocks: trace_block / 16,
         bytes,
         parse_s,
@@ -217,6 +227,7 @@ fn load(path: &Path, trace_block: u32, repeats: usize) -> CliResult<(Loaded, f64
     }
     let hash_s = t1.elapsed().as_secs_f64();
     l.hash_s = hash_s;
+    l.records = raw;
     let mb_s = bytes as f64 / 1e6 / parse_s.max(1e-9);
     let keys_s = l.keys.len() as f64 / hash_s.max(1e-9);
     Ok((l, mb_s, keys_s))
@@ -590,27 +601,53 @@ fn hot_set_trace() -> String {
     out
 }
 
-/// The loaded trace as a request source of trace ids of `.1` blocks (1: replayed per block).
-struct GroupedSource<'l>(&'l Loaded, u32);
+/// The parsed trace as `fleet replay` feeds it: each request's keys hashed into one reused
+/// buffer just before it is dispatched (so the replay reads them from the cache, as there),
+/// trace ids of `group` blocks (1: replayed per block). Times its own work (hashing), so the
+/// replay's time is the rest.
+struct HashingSource<'l> {
+    loaded: &'l Loaded,
+    group: u32,
+    /// Time spent in [`Self::feed`] outside the sink, s.
+    own_s: f64,
+}
 
-impl super::run::RequestSource for GroupedSource<'_> {
+impl super::run::RequestSource for HashingSource<'_> {
     fn feed(
         &mut self,
         sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
     ) -> CliResult<()> {
-        LoadedSource(self.0).feed(sink)
+        let l = self.loaded;
+        let mut buf: Vec<u64> = Vec::new();
+        for (i, (r, (arrival_ns, ..))) in l.records.iter().zip(&l.reqs).enumerate() {
+            let t = Instant::now();
+            buf.resize((r.input_length / BLOCK_TOKENS as u64) as usize, 0);
+            let n = keys::trace_keys(&r.hash_ids, r.input_length, l.trace_block, &mut buf)
+                .map_err(|e| CliError::bad_input(format!("request {i}: {e}")))?;
+            let req = Request {
+                arrival_ns: *arrival_ns,
+                input_tokens: r.input_length,
+                output_tokens: r.output_length,
+                keys: &buf[..n],
+            };
+            self.own_s += t.elapsed().as_secs_f64();
+            sink(&req).map_err(|e| CliError::bad_input(format!("request {i}: {e}")))?;
+        }
+        Ok(())
     }
 
     fn id_blocks(&self) -> u32 {
-        self.1
+        self.group
     }
 }
 
-/// One replay as `fleet replay` runs it (buffers, dispatch, exact percentiles, summary), timed.
+/// One replay as `fleet replay` runs it (buffers, dispatch, exact percentiles, summary), timed
+/// without the hashing that feeds it.
 fn replay_once(l: &Loaded, cfg: FleetConfig, group: u32) -> CliResult<(f64, Summary)> {
+    let mut src = HashingSource { loaded: l, group, own_s: 0.0 };
     let t = Instant::now();
-    let r = super::run::simulate(cfg, &mut GroupedSource(l, group), false)?;
-    Ok((t.elapsed().as_secs_f64(), r.summary))
+    let r = super::run::simulate(cfg, &mut src, false)?;
+    Ok((t.elapsed().as_secs_f64() - src.own_s, r.summary))
 }
 
 /// Runs the Python model on the plain JSONL `jsonl`; its wall time and its JSON result.
