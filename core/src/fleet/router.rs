@@ -226,12 +226,16 @@ impl PrefixAware {
     pub fn choose(&self, matches: &[u32], queue_lens: &[u32]) -> Route {
         let mut best = 0;
         let mut best_score = f64::NEG_INFINITY;
-        for (p, &q) in queue_lens.iter().enumerate() {
-            let score = matches[p] as f64 - self.alpha * q as f64;
-            if score > best_score || (score == best_score && q < queue_lens[best]) {
-                best = p;
-                best_score = score;
-            }
+        // queue_lens[best], kept alongside.
+        let mut best_q = queue_lens.first().copied().unwrap_or(0);
+        for (p, (&m, &q)) in matches.iter().zip(queue_lens).enumerate() {
+            let score = m as f64 - self.alpha * q as f64;
+            // Selects rather than branches (the winner is data-dependent: mispredicted branches
+            // showed in `fleet bench`); the same comparisons, in the same order.
+            let better = score > best_score || (score == best_score && q < best_q);
+            best = if better { p } else { best };
+            best_score = if better { score } else { best_score };
+            best_q = if better { q } else { best_q };
         }
         Route { pod: best, believed_match_blocks: matches[best] }
     }

@@ -170,18 +170,6 @@ impl<'a> RunLru<'a> {
         }
     }
 
-    /// Reads the table slot and run a probe for the group `key` starts with, changing nothing:
-    /// the prefix-aware router calls it for every pod before probing any, so the pods' misses
-    /// overlap instead of each waiting for the previous (the value only feeds `black_box`).
-    #[inline]
-    pub fn warm(&self, key: u64) -> u64 {
-        let e = self.table[table::home(key, self.shift)];
-        match e {
-            0 => 0,
-            e => self.runs[e as usize - 1].key,
-        }
-    }
-
     /// The largest h such that blocks `0..h` of a request are held, for a request of `blocks`
     /// blocks whose groups (R = `group` blocks each) start with `first_keys`.
     #[inline]

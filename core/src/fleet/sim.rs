@@ -1096,12 +1096,21 @@ impl<'a, R: Router> Fleet<'a, R> {
             RunRoute::Prefix(router) => {
                 // match_p is pod p's own hit (an exact view, the pods' tables): per run of blocks.
                 let mut matches = [0u32; MAX_PODS];
-                if let Some(&first) = req.keys.first() {
-                    let x = self.pods.iter().filter_map(|p| p.runs.as_ref()).fold(0, |x, r| x ^ r.warm(first));
-                    core::hint::black_box(x);
-                }
-                for (m, pod) in matches.iter_mut().zip(&self.pods).take(queue_lens.len()) {
-                    *m = pod.runs.as_ref().map_or(0, |r| r.hit_blocks(req.keys, group)) as u32;
+                let pods = || self.pods.iter().take(queue_lens.len()).map(|p| p.runs.as_ref());
+                // The first group in every pod first: independent probes whose cache misses
+                // overlap; only the pods holding all of it probe further.
+                let first = req.keys.len().min(group);
+                if first > 0 {
+                    for (m, runs) in matches.iter_mut().zip(pods()) {
+                        *m = runs.map_or(0, |r| r.held(req.keys[0]).min(first as u32));
+                    }
+                    for (m, runs) in matches.iter_mut().zip(pods()) {
+                        if *m as usize == first
+                            && let Some(r) = runs
+                        {
+                            *m += r.hit_blocks(&req.keys[first..], group) as u32;
+                        }
+                    }
                 }
                 let route = router.choose(&matches[..queue_lens.len()], queue_lens);
                 (route, Some(route.believed_match_blocks as usize))
