@@ -520,7 +520,8 @@ pub struct RouterReplay {
     /// Router (prefix-aware: alpha 1, the pods' own tables as index).
     pub router: RouterKind,
     /// Run-length replay as `fleet replay` runs it (buffers, dispatch, exact percentiles,
-    /// summary) on the parsed and hashed trace, best of repeats, s.
+    /// summary) on the parsed trace, each request's keys hashed shortly before it is dispatched
+    /// (the hashing not counted), best of repeats, s.
     pub runs_s: f64,
     /// Per-block replay, best of repeats, s (the same).
     pub blocks_s: f64,
@@ -555,7 +556,8 @@ pub struct ReplayBench {
     pub group_blocks: u32,
     /// Decompressed JSONL, MB.
     pub mb: f64,
-    /// Parsing the JSONL (decompressing included) into records, best of repeats, s.
+    /// Parsing the JSONL (decompressing included) record by record, as `fleet replay` reads it,
+    /// best of repeats, s.
     pub parse_s: f64,
     /// Hashing the chained block keys, s.
     pub hash_s: f64,
@@ -853,7 +855,8 @@ pub fn render_replays(rs: &[ReplayBench]) -> String {
             r.trace, r.requests, r.block_touches, r.pods, r.capacity, r.group_blocks
         );
         o += &format!(
-            "  parse {:.3} s ({:.1} MB/s), hash {:.3} s; replay = buffers, dispatch, percentiles and summary, best of the runs\n",
+            "  parse {:.3} s ({:.1} MB/s), hash {:.3} s; replay = buffers, dispatch, percentiles and summary, best of the runs\n  \
+             (fed as fleet replay feeds it: each request's keys hashed shortly before, the hashing not counted)\n",
             r.parse_s,
             r.mb / r.parse_s,
             r.hash_s
