@@ -4,6 +4,8 @@
 
 mod common;
 
+use brokerlab_core::fleet::limits::MAX_PODS;
+use brokerlab_core::fleet::router::PrefixAware;
 use brokerlab_core::fleet::*;
 use common::Bufs;
 use proptest::prelude::*;
@@ -125,4 +127,39 @@ fn a_partial_hit_splits_a_run_and_eviction_trims_the_cold_end() {
     assert_eq!(runs.held(k[0]), 8);
     assert_eq!(runs.hit_blocks(&k, 32), 8);
     assert_eq!(runs.held(k[32]), 0);
+}
+
+/// The prefix-aware rule in f64, as docs/MODEL.md states it: the highest match - alpha x queue,
+/// ties to the shorter queue, then the lower index.
+fn choose_f64(alpha: f64, matches: &[u32], queue_lens: &[u32]) -> usize {
+    let mut best = 0;
+    let mut best_score = f64::NEG_INFINITY;
+    for (p, &q) in queue_lens.iter().enumerate() {
+        let score = matches[p] as f64 - alpha * q as f64;
+        if score > best_score || (score == best_score && q < queue_lens[best]) {
+            best = p;
+            best_score = score;
+        }
+    }
+    best
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// `PrefixAware::choose` scores a whole alpha in integers: the same pod as in f64, ties and
+    /// the largest whole alpha and queues included.
+    #[test]
+    fn whole_alpha_chooses_as_f64(
+        alpha in prop_oneof![0u64..4, Just(16u64), Just(1u64 << 20), 0u64..=(1u64 << 20)],
+        pods in proptest::collection::vec((0u32..6, 0u32..4), 1..MAX_PODS),
+        big in any::<bool>(),
+    ) {
+        let scale = |x: u32| if big { u32::MAX - x } else { x };
+        let matches: Vec<u32> = pods.iter().map(|&(m, _)| scale(m)).collect();
+        let queues: Vec<u32> = pods.iter().map(|&(_, q)| scale(q)).collect();
+        let route = PrefixAware { alpha: alpha as f64 }.choose(&matches, &queues);
+        prop_assert_eq!(route.pod, choose_f64(alpha as f64, &matches, &queues));
+        prop_assert_eq!(route.believed_match_blocks, matches[route.pod]);
+    }
 }

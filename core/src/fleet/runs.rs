@@ -172,6 +172,7 @@ impl<'a> RunLru<'a> {
 
     /// The largest h such that blocks `0..h` of a request are held, for a request of `blocks`
     /// blocks whose groups (R = `group` blocks each) start with `first_keys`.
+    #[inline]
     pub fn hit_blocks(&self, keys: &[u64], group: usize) -> usize {
         debug_assert!(group > 0);
         let mut h = 0;

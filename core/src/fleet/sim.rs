@@ -744,21 +744,6 @@ impl<'a> Fleet<'a, AnyRouter<'a>> {
     }
 }
 
-/// Reads the first key of every group of `keys` (`group` blocks each) in one pass of
-/// independent loads. In a replay from memory these keys lie one per group (256 B apart with
-/// 512-token ids) through a slice far larger than the cache; the run-length hit tests and touches
-/// probe a table with each key, so without this pass every miss waits for the previous probe
-/// (`fleet bench`, hot-set trace: these stalls were most of the run-length replay's profile).
-/// Changes no state.
-#[inline]
-fn warm_group_keys(keys: &[u64], group: usize) {
-    let mut x = 0u64;
-    for &k in keys.iter().step_by(group.max(1)) {
-        x ^= k;
-    }
-    core::hint::black_box(x);
-}
-
 /// What the FIFO engine offers the load scorers (docs/MODEL.md, "Load signals under FIFO"):
 /// the request in service is running, the rest wait; nothing is pinned (the FIFO model keeps no
 /// KV accounting); the prefill backlog is the pod's remaining work in prefill-token units.
@@ -1094,7 +1079,6 @@ impl<'a, R: Router> Fleet<'a, R> {
         queue_lens: &[u32],
     ) -> Result<(Route, usize, usize), Error> {
         let group = self.group_blocks;
-        warm_group_keys(req.keys, group);
         let (route, hit) = match self.run_route {
             RunRoute::Blind => {
                 let view = RouteView {
@@ -1112,8 +1096,21 @@ impl<'a, R: Router> Fleet<'a, R> {
             RunRoute::Prefix(router) => {
                 // match_p is pod p's own hit (an exact view, the pods' tables): per run of blocks.
                 let mut matches = [0u32; MAX_PODS];
-                for (m, pod) in matches.iter_mut().zip(&self.pods).take(queue_lens.len()) {
-                    *m = pod.runs.as_ref().map_or(0, |r| r.hit_blocks(req.keys, group)) as u32;
+                let pods = || self.pods.iter().take(queue_lens.len()).map(|p| p.runs.as_ref());
+                // The first group in every pod first: independent probes whose cache misses
+                // overlap; only the pods holding all of it probe further.
+                let first = req.keys.len().min(group);
+                if first > 0 {
+                    for (m, runs) in matches.iter_mut().zip(pods()) {
+                        *m = runs.map_or(0, |r| r.held(req.keys[0]).min(first as u32));
+                    }
+                    for (m, runs) in matches.iter_mut().zip(pods()) {
+                        if *m as usize == first
+                            && let Some(r) = runs
+                        {
+                            *m += r.hit_blocks(&req.keys[first..], group) as u32;
+                        }
+                    }
                 }
                 let route = router.choose(&matches[..queue_lens.len()], queue_lens);
                 (route, Some(route.believed_match_blocks as usize))
