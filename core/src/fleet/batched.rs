@@ -297,6 +297,44 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
         Ok(Dispatched { pod: p as u32, queue_len: queue_lens[p], believed_match_blocks: route.believed_match_blocks })
     }
 
+    /// Runs the pod whose next step starts first, if that is before `t_ns`: one step, or a run
+    /// of decode steps that finishes no request, cut so that each starts at most when another
+    /// pod's next step does. Returns false when no step starts before `t_ns`.
+    ///
+    /// For closed loops (docs/MODEL.md, "dynamo"), where a completion makes the next arrival:
+    /// steps run in order of start over the fleet, and a step lasts at least 1 ns (t_overhead_ns
+    /// >= 1), so a completion reported later ends after every step already run; an arrival it
+    /// causes then sees the pods as [`Self::dispatch`] would (every step before it run, no other).
+    pub fn advance_next(&mut self, t_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        let mut first: Option<(usize, u64)> = None;
+        let mut other_ns = u64::MAX;
+        for (p, e) in self.engines.iter().enumerate() {
+            let Some(s) = e.next_step_ns() else { continue };
+            match first {
+                Some((_, f)) if s >= f => other_ns = other_ns.min(s),
+                _ => {
+                    if let Some((_, f)) = first {
+                        other_ns = other_ns.min(f);
+                    }
+                    first = Some((p, s));
+                }
+            }
+        }
+        let Some((p, s)) = first else { return Ok(false) };
+        if s >= t_ns {
+            return Ok(false);
+        }
+        let ff_ns = t_ns.min(other_ns.saturating_add(1));
+        let r = self.engines[p].advance_once(t_ns, ff_ns, ev);
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
     /// Runs every pod until it has no work.
     pub fn finish(&mut self, ev: &mut impl EngineEvents) -> Result<(), Error> {
         if self.poisoned {

@@ -769,13 +769,27 @@ impl<'a> Engine<'a> {
 
     /// Runs every step that starts before `t_ns` (all of them for `u64::MAX`).
     pub fn advance(&mut self, t_ns: u64, ev: &mut impl EngineEvents) -> Result<(), Error> {
-        while !self.is_idle() && self.next_start_ns < t_ns {
-            if self.cfg.fast_forward && self.fast_forward(t_ns, ev)? {
-                continue;
-            }
+        while self.advance_once(t_ns, t_ns, ev)? {}
+        Ok(())
+    }
+
+    /// Start of the next step, ns (`None` when idle).
+    pub fn next_step_ns(&self) -> Option<u64> {
+        (!self.is_idle()).then_some(self.next_start_ns)
+    }
+
+    /// If the next step starts before `t_ns`, runs it: one step, or a run of identical decode
+    /// steps (which finishes no request) each starting before `ff_ns` (at most `t_ns`). Returns
+    /// whether anything ran. [`Self::advance`] repeats it.
+    pub fn advance_once(&mut self, t_ns: u64, ff_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
+        debug_assert!(ff_ns <= t_ns, "a fast-forward never runs past the step limit");
+        if self.is_idle() || self.next_start_ns >= t_ns {
+            return Ok(false);
+        }
+        if !(self.cfg.fast_forward && self.fast_forward(ff_ns, ev)?) {
             self.step(ev)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     fn preempt(&mut self, v: usize) {

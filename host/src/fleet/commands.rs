@@ -26,14 +26,6 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             cfg.validate().map_err(run::config_error)?;
             let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes)?;
             if format != formats::Format::Mooncake {
-                if a.engine.resolve(None)?.is_some() {
-                    return Err(CliError::bad_input(format!(
-                        "--engine batched replays Mooncake traces only so far; {} is a {} trace (use the FIFO \
-                         engine, or convert it to Mooncake lines)",
-                        a.trace.display(),
-                        format.name()
-                    )));
-                }
                 return formats::replay(a, format, cfg);
             }
             formats::only_token_hash(&a.hash, format)?;
@@ -150,7 +142,7 @@ fn run_print(
 ) -> CliResult<i32> {
     let mut tracked = Tracked { inner: src, progress: &progress, unit };
     if let Some((e, outcomes)) = engine {
-        let res = engine_run(cfg, e, &mut tracked, outcomes);
+        let res = engine_run(cfg, e, &mut tracked, outcomes, false);
         progress.finish();
         return engine_print(&res?, json, title);
     }
@@ -167,15 +159,17 @@ fn run_print(
     Ok(0)
 }
 
-/// Runs the batched engine (`--engine batched`); with `outcomes`, writes the per-request lines.
-fn engine_run(
+/// Runs the batched engine (`--engine batched`); with `outcomes`, writes the per-request lines;
+/// the completions are kept in the result with `outcomes` or `keep`.
+pub(super) fn engine_run(
     cfg: FleetConfig,
     e: brokerlab_core::fleet::EngineConfig,
     src: &mut dyn run::RequestSource,
     outcomes: Option<&Path>,
+    keep: bool,
 ) -> CliResult<engine::BatchedResult> {
     brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(run::config_error)?;
-    let res = engine::simulate_batched(cfg, e, src, outcomes.is_some())?;
+    let res = engine::simulate_batched(cfg, e, src, keep || outcomes.is_some())?;
     if let Some(path) = outcomes {
         engine::write_outcomes(path, &res.completions)?;
     }

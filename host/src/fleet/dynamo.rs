@@ -10,8 +10,9 @@ use std::collections::{BinaryHeap, HashMap};
 use std::path::{Path, PathBuf};
 
 use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
-use brokerlab_core::fleet::{Error as CoreError, FleetConfig, Limit, Request, keys};
+use brokerlab_core::fleet::{EngineConfig, Error as CoreError, FleetConfig, Limit, Request, keys};
 
+use super::engine::BatchedResult;
 use super::formats::{Fields, Lines, fields, int_array, ns_field, u64_field};
 use super::run::{OwnedFleet, RunResult, check_memory, config_error, summarize};
 use crate::error::{CliError, CliResult};
@@ -215,4 +216,76 @@ pub fn simulate(cfg: FleetConfig, trace: &Trace, path: &Path, s: u32, keep_outco
             None => return Ok(RunResult { summary: summarize(&fleet, latencies), outcomes }),
         }
     }
+}
+
+/// Replays `trace` in closed loop through batched engines (`--engine batched`): as
+/// [`simulate`], with a turn's completion the time its last output token is produced. The fleet
+/// runs its steps in order of start ([`brokerlab_core::fleet::BatchedFleet::advance_next`]) and
+/// stops at each completion, so a next turn it makes ready is dispatched before any step that
+/// starts after its arrival. With `keep`, the completions are kept (`--outcomes`).
+pub fn simulate_batched(
+    cfg: FleetConfig,
+    engine: EngineConfig,
+    trace: &Trace,
+    path: &Path,
+    s: u32,
+    keep: bool,
+) -> CliResult<BatchedResult> {
+    let at = |t: &Turn| format!("{}:{}", PathBuf::from(path).display(), t.line);
+    let n = trace.requests();
+    crate::mem::check(
+        "the closed-loop replay",
+        &[crate::mem::Need {
+            what: "the turn of each request (8 bytes per request)".into(),
+            bytes: n.saturating_mul(8),
+            lowered_by: "a shorter trace".into(),
+        }],
+    )?;
+    super::engine::drive_batched(cfg, engine, keep, true, None, &mut |d| {
+        let mut ready: BinaryHeap<Reverse<(u64, usize, usize)>> =
+            trace.sessions.iter().enumerate().map(|(si, turns)| Reverse((turns[0].at_ns, si, 0))).collect();
+        // (session, turn) of each request, by dispatch index (Completion::request)
+        let mut turn_of: Vec<(u32, u32)> = Vec::new();
+        crate::mem::try_grow(&mut turn_of, n as usize, "the turn of each request")?;
+        let (mut keys_buf, mut fresh) = (Vec::new(), Vec::new());
+        let failure = |e: CoreError| CliError::failure(e.to_string());
+        loop {
+            let next_ns = ready.peek().map_or(u64::MAX, |r| r.0.0);
+            // Steps that start before the next arrival, up to the first that finishes a request.
+            while !d.sink.has_fresh() {
+                let r = d.fleet.advance_next(next_ns, d.sink);
+                if !d.check(r).map_err(failure)? {
+                    break;
+                }
+            }
+            d.sink.take_fresh(&mut fresh);
+            if !fresh.is_empty() {
+                for c in &fresh {
+                    let (si, ti) = turn_of[c.request as usize];
+                    let (si, ti) = (si as usize, ti as usize + 1);
+                    if let Some(next) = trace.sessions[si].get(ti) {
+                        let when = c.finish_ns.checked_add(next.at_ns).ok_or_else(|| {
+                            CliError::bad_input(format!(
+                                "{}: the turn's arrival overflows 64-bit nanoseconds",
+                                at(next)
+                            ))
+                        })?;
+                        ready.push(Reverse((when, si, ti)));
+                    }
+                }
+                continue;
+            }
+            let Some(Reverse((arrival_ns, si, ti))) = ready.pop() else { break };
+            let t = &trace.sessions[si][ti];
+            keys_buf.resize((t.input_length / BLOCK_TOKENS as u64) as usize, 0);
+            keys::trace_keys(&t.hash_ids, t.input_length, s, &mut keys_buf)
+                .map_err(|e| CliError::bad_input(format!("{}: {e}", at(t))))?;
+            let req =
+                Request { arrival_ns, input_tokens: t.input_length, output_tokens: t.output_length, keys: &keys_buf };
+            let r = d.fleet.dispatch(&req, d.sink);
+            d.check(r).map_err(|e| CliError::bad_input(format!("{}: {e}", at(t))))?;
+            turn_of.push((si as u32, ti as u32));
+        }
+        Ok(())
+    })
 }

@@ -190,13 +190,29 @@ impl EngineArgs {
 
 /// Collects a run's completions and inter-token latencies.
 #[derive(Default)]
-struct Collect {
+pub struct Collect {
     ttft: Vec<u64>,
     e2e: Vec<u64>,
     itl: Vec<(u64, u64)>,
     hit_tokens: u64,
     completions: Vec<Completion>,
     keep: bool,
+    /// Completions not yet taken by a closed-loop driver ([`Collect::take_fresh`]).
+    fresh: Vec<Completion>,
+    closed_loop: bool,
+}
+
+impl Collect {
+    /// The completions since the last call (closed loop only; empty otherwise), into `out`.
+    pub fn take_fresh(&mut self, out: &mut Vec<Completion>) {
+        out.clear();
+        out.append(&mut self.fresh);
+    }
+
+    /// True when completions wait to be taken.
+    pub fn has_fresh(&self) -> bool {
+        !self.fresh.is_empty()
+    }
 }
 
 impl EngineEvents for Collect {
@@ -206,6 +222,9 @@ impl EngineEvents for Collect {
         self.hit_tokens += c.hit_tokens;
         if self.keep {
             self.completions.push(*c);
+        }
+        if self.closed_loop {
+            self.fresh.push(*c);
         }
     }
     fn itl(&mut self, itl_ns: u64, count: u64) {
@@ -354,6 +373,28 @@ fn check_memory(l: &EngineLayout) -> CliResult<()> {
     mem::check(&format!("a batched run of {} pods x {} blocks", l.pods, l.blocks_per_pod), &needs)
 }
 
+/// A batched fleet being driven, with what its errors said about buffers (see [`Driving::check`]).
+pub struct Driving<'f, 'a> {
+    /// The fleet.
+    pub fleet: &'f mut BatchedFleet<'a>,
+    /// Its events.
+    pub sink: &'f mut Collect,
+    full: Option<Limit>,
+    overflow: Option<Quantity>,
+}
+
+impl Driving<'_, '_> {
+    /// Passes `r` on, noting a full buffer (the run restarts with a larger one) or an overflow.
+    pub fn check<T>(&mut self, r: Result<T, CoreError>) -> Result<T, CoreError> {
+        match &r {
+            Err(CoreError::CapacityExceeded { limit, .. }) => self.full = Some(*limit),
+            Err(CoreError::Overflow { what }) => self.overflow = Some(*what),
+            _ => {}
+        }
+        r
+    }
+}
+
 /// Runs the batched engine over `source`; on a full request or key buffer, doubles it and
 /// starts over (deterministic, so the result is the same).
 pub fn simulate_batched(
@@ -361,6 +402,27 @@ pub fn simulate_batched(
     engine: EngineConfig,
     source: &mut dyn RequestSource,
     keep: bool,
+) -> CliResult<BatchedResult> {
+    let restart_error = source.restart_error();
+    drive_batched(cfg, engine, keep, false, restart_error, &mut |d: &mut Driving<'_, '_>| {
+        source.feed(&mut |req| {
+            let r = d.fleet.dispatch(req, d.sink).map(|_| ());
+            d.check(r)
+        })
+    })
+}
+
+/// Runs the batched engine with `drive` giving it the requests (it dispatches them; with
+/// `closed_loop`, completions are also kept for it to take as they happen); on a full request
+/// or key buffer, doubles it and starts over: `drive` must give the same requests again
+/// (`restart_error` says why it cannot, e.g. a pipe).
+pub fn drive_batched(
+    cfg: FleetConfig,
+    engine: EngineConfig,
+    keep: bool,
+    closed_loop: bool,
+    restart_error: Option<String>,
+    drive: &mut dyn FnMut(&mut Driving<'_, '_>) -> CliResult<()>,
 ) -> CliResult<BatchedResult> {
     let mut requests_per_pod = 1024usize;
     // grown by doubling when full (same results): start small so a small --max-memory still fits
@@ -389,25 +451,20 @@ pub fn simulate_batched(
             router.buffers(),
         )
         .map_err(super::run::config_error)?;
-        let mut sink = Collect { keep, ..Collect::default() };
-        let mut full: Option<Limit> = None;
-        let mut overflow: Option<Quantity> = None;
-        let mut note = |e: &CoreError| match e {
-            CoreError::CapacityExceeded { limit, .. } => full = Some(*limit),
-            CoreError::Overflow { what } => overflow = Some(*what),
-            _ => {}
-        };
-        let fed = source.feed(&mut |req| fleet.dispatch(req, &mut sink).map(|_| ()).inspect_err(&mut note));
-        let fed = fed.and_then(|()| {
-            fleet.finish(&mut sink).inspect_err(&mut note).map_err(|e| CliError::failure(e.to_string()))
+        let mut sink = Collect { keep, closed_loop, ..Collect::default() };
+        let mut d = Driving { fleet: &mut fleet, sink: &mut sink, full: None, overflow: None };
+        let fed = drive(&mut d).and_then(|()| {
+            let r = d.fleet.finish(d.sink);
+            d.check(r).map_err(|e| CliError::failure(e.to_string()))
         });
+        let (full, overflow) = (d.full, d.overflow);
         if let Some(what) = overflow {
             return Err(FleetError::EngineOverflow(what).into());
         }
         if full.is_some()
-            && let Some(msg) = source.restart_error()
+            && let Some(msg) = &restart_error
         {
-            return Err(CliError::bad_input(msg));
+            return Err(CliError::bad_input(msg.clone()));
         }
         match (full, fed) {
             (Some(Limit::RequestsPerPod), _) => requests_per_pod *= 2,

@@ -178,17 +178,17 @@ pub struct FormatSource {
 }
 
 impl FormatSource {
-    /// The per-type and per-turn hit rates, from the run's outcomes (bailian).
-    pub fn breakdown(&self, outcomes: &[brokerlab_core::fleet::Outcome]) -> Breakdown {
+    /// The per-type and per-turn hit rates, from the run's (request index, input tokens, hit
+    /// tokens), one per request in any order (bailian; either engine).
+    pub fn breakdown(&self, done: impl Iterator<Item = (u64, u64, u64)>) -> Breakdown {
         let mut b = Breakdown::default();
-        for o in outcomes {
-            let (t, turn) = self.labels[o.request as usize];
-            let input = o.hit_tokens + o.prefill_tokens;
+        for (request, input, hit) in done {
+            let (t, turn) = self.labels[request as usize];
             for g in [b.by_type.entry(self.types[t as usize].clone()).or_default(), b.by_turn.entry(turn).or_default()]
             {
                 g.requests += 1;
                 g.input_tokens += input;
-                g.hit_tokens += o.hit_tokens;
+                g.hit_tokens += hit;
             }
         }
         for g in b.by_type.values_mut().chain(b.by_turn.values_mut()) {
@@ -301,76 +301,129 @@ pub fn only_token_hash(h: &HashArgs, format: Format) -> CliResult<()> {
     )))
 }
 
-/// The JSON of `fleet replay --json` for a format other than Mooncake.
+/// The JSON of `fleet replay --json` for a format other than Mooncake: the FIFO or the batched
+/// engine's summary.
 #[derive(serde::Serialize)]
-struct ReplayJson<'a> {
+struct ReplayJson<'a, S: serde::Serialize> {
     format: &'static str,
     #[serde(flatten)]
-    summary: &'a super::run::Summary,
+    summary: &'a S,
     #[serde(skip_serializing_if = "Option::is_none")]
     breakdown: Option<&'a Breakdown>,
 }
 
-/// `fleet replay` of a bailian, dynamo or tokens trace (`cfg` already checked).
+/// A replay's result under either engine.
+enum Replayed {
+    Fifo(super::run::RunResult),
+    Batched(super::engine::BatchedResult),
+}
+
+/// `fleet replay` of a bailian, dynamo or tokens trace (`cfg` already checked), under the FIFO
+/// engine or `--engine batched`.
 pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::FleetConfig) -> CliResult<i32> {
     use super::progress::{Progress, Tracked, Unit};
     use super::run::simulate;
     only_token_hash(&a.hash, format)?;
+    let engine = a.engine.resolve(None)?;
+    let outcomes = a.engine.outcomes.as_deref();
     let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
     let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
     let mut breakdown = None;
     let res = match format {
         Format::Tokens | Format::Bailian => {
-            let keyer = Keyer::new(&a.hash)?;
-            if keyer.block_tokens() != BLOCK_TOKENS {
-                return Err(CliError::bad_input(format!(
-                    "--block-size {}: fleet replay caches 16-token blocks (the model's B), so it replays vLLM keys of 16-token blocks only; other sizes are for `fleet keys`",
-                    keyer.block_tokens()
-                )));
-            }
-            if format == Format::Tokens && a.trace_block_size.is_some() {
-                return Err(CliError::bad_input(
-                    "--trace-block-size: a tokens trace has no hash ids (its keys' block size is --block-size)",
-                ));
-            }
-            let mut src = FormatSource {
-                path: a.trace.clone(),
-                format,
-                keyer,
-                trace_block_tokens: a.trace_block_size.unwrap_or(BLOCK_TOKENS as u32),
-                labels: Vec::new(),
-                types: Vec::new(),
-                max_line_bytes: a.max_line_bytes,
-                read: Default::default(),
-            };
+            let mut src = format_source(&a, format)?;
             let bailian = format == Format::Bailian;
-            let res =
-                simulate(cfg, &mut Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes }, bailian)?;
-            if bailian {
-                breakdown = Some(src.breakdown(&res.outcomes));
+            let mut tracked = Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes };
+            match engine {
+                Some(e) => {
+                    let res = super::commands::engine_run(cfg, e, &mut tracked, outcomes, bailian)?;
+                    if bailian {
+                        let done = res.completions.iter().map(|c| (c.request, c.input_tokens, c.hit_tokens));
+                        breakdown = Some(src.breakdown(done));
+                    }
+                    Replayed::Batched(res)
+                }
+                None => {
+                    let res = simulate(cfg, &mut tracked, bailian)?;
+                    if bailian {
+                        let done =
+                            res.outcomes.iter().map(|o| (o.request, o.hit_tokens + o.prefill_tokens, o.hit_tokens));
+                        breakdown = Some(src.breakdown(done));
+                    }
+                    Replayed::Fifo(res)
+                }
             }
-            res
         }
         Format::Dynamo | Format::Mooncake => {
             let s = a.trace_block_size.unwrap_or(512);
             let trace = super::dynamo::load(&a.trace, s, a.max_line_bytes)?;
-            super::dynamo::simulate(cfg, &trace, &a.trace, s, false)?
+            match engine {
+                Some(e) => {
+                    brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(super::run::config_error)?;
+                    let res = super::dynamo::simulate_batched(cfg, e, &trace, &a.trace, s, outcomes.is_some())?;
+                    if let Some(path) = outcomes {
+                        super::engine::write_outcomes(path, &res.completions)?;
+                    }
+                    Replayed::Batched(res)
+                }
+                None => Replayed::Fifo(super::dynamo::simulate(cfg, &trace, &a.trace, s, false)?),
+            }
         }
     };
     progress.finish();
-    if a.json {
+    let title = format!("trace {} (format {})", a.trace.display(), format.name());
+    let json = a.json.then(|| {
         let mut prov = crate::provenance::Provenance::of_this_run(a.output.no_date);
-        prov.add_file("trace", &a.trace)?;
-        let out = ReplayJson { format: format.name(), summary: &res.summary, breakdown: breakdown.as_ref() };
-        say!("{}", prov.json_with(&out));
-    } else {
-        say!("trace {} (format {})", a.trace.display(), format.name());
-        say_raw!("{}", super::run::render_table(&res.summary));
-        if let Some(b) = &breakdown {
-            say_raw!("{}", render_breakdown(b));
+        prov.add_file("trace", &a.trace).map(|()| prov)
+    });
+    let prov = json.transpose()?;
+    let (name, b) = (format.name(), breakdown.as_ref());
+    match (&res, prov) {
+        (Replayed::Fifo(r), Some(p)) => {
+            say!("{}", p.json_with(&ReplayJson { format: name, summary: &r.summary, breakdown: b }))
+        }
+        (Replayed::Batched(r), Some(p)) => {
+            say!("{}", p.json_with(&ReplayJson { format: name, summary: &r.summary, breakdown: b }))
+        }
+        (Replayed::Fifo(r), None) => {
+            say!("{title}");
+            say_raw!("{}", super::run::render_table(&r.summary));
+        }
+        (Replayed::Batched(r), None) => {
+            say!("{title}");
+            say_raw!("{}", super::engine::render_batched(&r.summary));
         }
     }
+    if let (Some(b), false) = (&breakdown, a.json) {
+        say_raw!("{}", render_breakdown(b));
+    }
     Ok(0)
+}
+
+/// The request source of a tokens or bailian trace, its flags checked.
+fn format_source(a: &super::ReplayArgs, format: Format) -> CliResult<FormatSource> {
+    let keyer = Keyer::new(&a.hash)?;
+    if keyer.block_tokens() != BLOCK_TOKENS {
+        return Err(CliError::bad_input(format!(
+            "--block-size {}: fleet replay caches 16-token blocks (the model's B), so it replays vLLM keys of 16-token blocks only; other sizes are for `fleet keys`",
+            keyer.block_tokens()
+        )));
+    }
+    if format == Format::Tokens && a.trace_block_size.is_some() {
+        return Err(CliError::bad_input(
+            "--trace-block-size: a tokens trace has no hash ids (its keys' block size is --block-size)",
+        ));
+    }
+    Ok(FormatSource {
+        path: a.trace.clone(),
+        format,
+        keyer,
+        trace_block_tokens: a.trace_block_size.unwrap_or(BLOCK_TOKENS as u32),
+        labels: Vec::new(),
+        types: Vec::new(),
+        max_line_bytes: a.max_line_bytes,
+        read: Default::default(),
+    })
 }
 
 /// The per-type and per-turn table of a Bailian replay.
