@@ -6,9 +6,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use brokerlab::fleet::engine::simulate_batched;
 use brokerlab::fleet::formats::{Format, FormatSource, HashArgs, HashKind, Keyer};
 use brokerlab::fleet::run::{Summary, TraceSource, simulate};
-use brokerlab_core::fleet::{FleetConfig, RouterKind};
+use brokerlab_core::fleet::{EngineConfig, FleetConfig, Profile, RouterKind};
 use serde_json::Value;
 
 fn dir() -> PathBuf {
@@ -327,6 +328,226 @@ fn mooncake_re_expressed_as_bailian_gives_identical_hits() {
         assert_eq!(vm[k], vb[k], "{k}");
     }
     assert_eq!(vb["breakdown"]["by_type"]["text"]["hit_tokens"], vm["hit_tokens"]);
+}
+
+/// A Bailian request source over `path` (16-token ids, the model's hash).
+fn bailian_source(path: &Path) -> FormatSource {
+    FormatSource {
+        path: path.to_path_buf(),
+        format: Format::Bailian,
+        keyer: Keyer::new(&HashArgs { hash: HashKind::Brokerlab, hash_seed: None, block_size: None }).unwrap(),
+        trace_block_tokens: 16,
+        labels: vec![],
+        types: vec![],
+        max_line_bytes: brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES,
+        read: Default::default(),
+    }
+}
+
+/// The batched engine on the same requests as Mooncake lines and as Bailian lines: the same
+/// summary and the same completions (the FIFO engine's test above, mirrored).
+#[test]
+fn mooncake_re_expressed_as_bailian_gives_the_identical_batched_summary() {
+    let (mooncake, bailian) = mooncake_and_bailian(1000);
+    let (m, b) = (write("mc-b.jsonl", &mooncake), write("mc-b-as-bailian.jsonl", &bailian));
+    let engine = EngineConfig::new(Profile::Qwen3_32bH100x2);
+    // the second: small pods, so requests wait, get preempted and recomputed
+    // (the longest request needs 7,649 blocks)
+    let small = EngineConfig { max_num_seqs: 16, max_num_batched_tokens: 2048, ..engine };
+    let runs = [
+        (FleetConfig { alpha: 16.0, ..FleetConfig::new(4, 8192, RouterKind::PrefixAware) }, engine),
+        (FleetConfig::new(2, 7700, RouterKind::RoundRobin), small),
+    ];
+    for (cfg, e) in runs {
+        let a = simulate_batched(cfg, e, &mut TraceSource::new(m.clone(), 512), true).unwrap();
+        let c = simulate_batched(cfg, e, &mut bailian_source(&b), true).unwrap();
+        assert_eq!(a.summary.requests, 1000);
+        assert!(a.summary.hit_tokens > 0 && a.summary.hit_tokens < a.summary.input_tokens);
+        assert_eq!(a.summary, c.summary, "{cfg:?} {e:?}");
+        assert_eq!(a.completions, c.completions);
+    }
+    assert!(
+        simulate_batched(runs[1].0, small, &mut TraceSource::new(m.clone(), 512), false).unwrap().summary.preemptions
+            > 0,
+        "the small pods preempt, so recompute is compared too"
+    );
+    // Through the CLI, detecting both formats; --outcomes writes the same lines.
+    let flags = ["--pods", "4", "--capacity", "8192", "--engine", "batched"];
+    let (vm, om) = outcome_lines(&m, &flags, "om.jsonl");
+    let (vb, ob) = outcome_lines(&b, &flags, "ob.jsonl");
+    assert_eq!((vb["format"].as_str(), vb["engine"].as_str()), (Some("bailian"), Some("batched")));
+    for k in ["hit_tokens", "input_tokens", "ttft_ns_p90", "e2e_ns_p90", "itl_ns_p90", "steps", "per_pod_requests"] {
+        assert_eq!(vm[k], vb[k], "{k}");
+    }
+    assert_eq!(om, ob);
+    assert_eq!(vb["breakdown"]["by_type"]["text"]["hit_tokens"], vm["hit_tokens"]);
+    assert_eq!(vb["breakdown"]["by_turn"]["1"]["input_tokens"], vm["input_tokens"]);
+}
+
+/// A step cost easy to add up by hand: 1,000 ns + 10 ns per prefill token + 100 ns per decode.
+const HAND_COST: [&str; 10] = [
+    "--engine",
+    "batched",
+    "--t-overhead-ns",
+    "1000",
+    "--t-prefill-token-ns",
+    "10",
+    "--t-decode-seq-ns",
+    "100",
+    "--t-kv-token-ns",
+    "0",
+];
+
+/// The per-request lines of `--outcomes` written to `name`.
+fn outcome_lines(trace: &Path, flags: &[&str], name: &str) -> (Value, Vec<Value>) {
+    let o = dir().join(name);
+    let mut all = flags.to_vec();
+    let os = o.to_str().unwrap().to_string();
+    all.extend(["--outcomes", &os]);
+    let v = replay_ok(trace, &all);
+    let lines = std::fs::read_to_string(&o).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    (v, lines)
+}
+
+#[test]
+fn tokens_trace_under_the_batched_engine_by_hand() {
+    // r0 at 0: 40 tokens, 2 outputs. Step 0..1,400 ns prefills 40 (1,000 + 400): first token;
+    // step 1,400..2,500 decodes (1,000 + 100): done. r1 at 1 ms shares r0's first 32 tokens then
+    // 20 new ones: 2 blocks hit (r0's freed blocks stay cached), prefill 20 in 1,200 ns, decode
+    // 1,100 ns: TTFT 1,200, E2E 2,300.
+    let a: Vec<u32> = (0..40).map(|i| i * 7919).collect();
+    let mut b = a[..32].to_vec();
+    b.extend((0..20).map(|i| 100_000 + i));
+    let t = write("tokens-batched.jsonl", &[tokens_line(0, &a), tokens_line(1, &b)].concat());
+    for (i, hash) in [&[][..], &["--hash", "vllm-sha256-cbor", "--hash-seed", "7"][..]].iter().enumerate() {
+        let flags = [&HAND_COST[..], hash].concat();
+        let (v, lines) = outcome_lines(&t, &flags, &format!("tok-out{i}.jsonl"));
+        assert_eq!((v["format"].as_str(), v["engine"].as_str()), (Some("tokens"), Some("batched")));
+        assert_eq!((v["requests"].as_u64(), v["input_tokens"].as_u64()), (Some(2), Some(92)));
+        assert_eq!((v["output_tokens"].as_u64(), v["hit_tokens"].as_u64()), (Some(4), Some(32)), "{hash:?}");
+        assert_eq!((v["prefill_tokens"].as_u64(), v["steps"].as_u64()), (Some(60), Some(4)));
+        let got: Vec<[u64; 5]> = lines
+            .iter()
+            .map(|l| {
+                ["arrival_ns", "hit_tokens", "prefill_tokens", "ttft_ns", "e2e_ns"].map(|k| l[k].as_u64().unwrap())
+            })
+            .collect();
+        assert_eq!(got, vec![[0, 0, 40, 1_400, 2_500], [1_000_000, 32, 20, 1_200, 2_300]]);
+        assert!((v["makespan_s"].as_f64().unwrap() - 1_002_300e-9).abs() < 1e-15);
+    }
+}
+
+/// Dynamo under the batched engine: still a closed loop, the completion being the last token.
+#[test]
+fn dynamo_sessions_are_a_closed_loop_under_the_batched_engine() {
+    // Session a: turn 0 at 0, 1024 tokens, 1 output: one step of 1,000 + 10,240 ns, done at
+    // 11,240 ns. Turn 1 arrives 100 ms after that (open loop: 100 ms), hits 63 blocks (a full
+    // hit recomputes the last token, so 1,008 tokens) and prefills 16 in 1,160 ns. Session b's
+    // turn at 120 ms: 512 fresh tokens, 6,120 ns.
+    for turn1 in [r#""delay": 100"#, r#""timestamp": 100"#] {
+        let text = format!(
+            "{{\"session_id\": \"a\", \"timestamp\": 0, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 2]}}\n\
+             {{\"session_id\": \"b\", \"timestamp\": 120, \"output_length\": 1, \"hash_ids\": [5]}}\n\
+             {{\"session_id\": \"a\", {turn1}, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 2]}}\n"
+        );
+        let t = write("dynamo-batched.jsonl", &text);
+        let (v, lines) = outcome_lines(&t, &HAND_COST, "dyn-out.jsonl");
+        assert_eq!((v["format"].as_str(), v["engine"].as_str()), (Some("dynamo"), Some("batched")));
+        let got: Vec<[u64; 4]> = lines
+            .iter()
+            .map(|l| ["arrival_ns", "hit_tokens", "prefill_tokens", "e2e_ns"].map(|k| l[k].as_u64().unwrap()))
+            .collect();
+        // requests in dispatch order: a's turn 0, a's turn 1 (ready first), b
+        assert_eq!(got, vec![[0, 0, 1024, 11_240], [100_011_240, 1008, 16, 1_160], [120_000_000, 0, 512, 6_120]]);
+        assert!((v["makespan_s"].as_f64().unwrap() - 120_006_120e-9).abs() < 1e-15, "{turn1}");
+    }
+    // Make turn 0 take longer: a decode step of 1,000 + 51,000,000 ns and 3 outputs, so turn 0
+    // ends at 11,240 + 2 x 51,001,000 = 102,013,240 ns and turn 1 is ready at 202,013,240 ns,
+    // after b (120 ms), which is now dispatched before it.
+    let text = "{\"session_id\": \"a\", \"timestamp\": 0, \"input_length\": 1024, \"output_length\": 3, \"hash_ids\": [1, 2]}\n\
+                {\"session_id\": \"b\", \"timestamp\": 120, \"output_length\": 1, \"hash_ids\": [5]}\n\
+                {\"session_id\": \"a\", \"delay\": 100, \"input_length\": 1024, \"output_length\": 1, \"hash_ids\": [1, 2]}\n";
+    let t = write("dynamo-batched2.jsonl", text);
+    let mut flags = HAND_COST.to_vec();
+    flags[7] = "51000000";
+    let (_, lines) = outcome_lines(&t, &flags, "dyn-out2.jsonl");
+    let arrivals: Vec<u64> = lines.iter().map(|l| l["arrival_ns"].as_u64().unwrap()).collect();
+    assert_eq!(arrivals, vec![0, 120_000_000, 202_013_240]);
+}
+
+/// Every line its own one-turn session is an open loop: the closed-loop driver (steps in order
+/// of start, stopping at completions) gives what the streamed Mooncake replay gives.
+#[test]
+fn one_turn_dynamo_sessions_under_the_batched_engine_equal_the_mooncake_replay() {
+    let (mooncake, _) = mooncake_and_bailian(600);
+    let dynamo: String =
+        mooncake.lines().enumerate().map(|(i, l)| format!("{{\"session_id\": \"s{i}\", {}\n", &l[1..])).collect();
+    let (m, d) = (write("mc-d.jsonl", &mooncake), write("mc-as-dynamo.jsonl", &dynamo));
+    for flags in [
+        vec!["--pods", "4", "--capacity", "8192", "--router", "prefix-aware", "--alpha", "16"],
+        vec!["--pods", "2", "--capacity", "7700", "--router", "least-loaded", "--max-num-seqs", "16"],
+    ] {
+        let flags = [&flags[..], &["--engine", "batched"]].concat();
+        let (vm, om) = outcome_lines(&m, &flags, "eq-m.jsonl");
+        let (vd, od) = outcome_lines(&d, &flags, "eq-d.jsonl");
+        assert_eq!(vd["format"], "dynamo");
+        assert_eq!(om, od, "{flags:?}");
+        for (k, x) in vm.as_object().unwrap() {
+            if k != "provenance" && k != "format" {
+                assert_eq!(&vd[k], x, "{k} {flags:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_lines_under_the_batched_engine_are_exit_2_naming_file_line_and_field() {
+    let tok_ok = "{\"timestamp\": 5, \"token_ids\": [1], \"output_length\": 1}\n";
+    let bai_ok = BAILIAN.lines().next().unwrap().to_string() + "\n";
+    let dyn_ok = "{\"session_id\": \"s\", \"timestamp\": 5, \"output_length\": 1, \"hash_ids\": [1]}\n";
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "tokens",
+            format!("{tok_ok}{{\"timestamp\": 6, \"token_ids\": [1, -3], \"output_length\": 1}}"),
+            ":2: field `token_ids[1]`",
+        ),
+        (
+            "tokens",
+            format!("{tok_ok}{{\"timestamp\": 6, \"token_ids\": [], \"output_length\": 1}}"),
+            ":2: request field `input_length`: expected at least 1 token",
+        ),
+        ("bailian", format!("{bai_ok}{}", bai_ok.replace("\"turn\": 1", "\"turn\": -1")), ":2: field `turn`"),
+        (
+            "bailian",
+            bai_ok.replace("\"output_length\": 5", "\"output_length\": 99999999"),
+            ":1: request field `output_length`: expected at most 16777216",
+        ),
+        (
+            "dynamo",
+            format!("{dyn_ok}{}", dyn_ok.replace("\"output_length\": 1, ", "")),
+            ":2: missing field `output_length`",
+        ),
+        (
+            "dynamo",
+            format!("{dyn_ok}{}", dyn_ok.replace("\"timestamp\": 5, ", "\"delay\": 1, \"input_length\": 0, ")),
+            ":2: request field `input_length`: expected at least 1 token",
+        ),
+    ];
+    for (i, (format, text, want)) in cases.iter().enumerate() {
+        let name = format!("bad-batched{i}.jsonl");
+        let p = write(&name, text);
+        let (code, _, err) = replay(&p, &["--format", format, "--engine", "batched"]);
+        assert_eq!(code, 2, "{format} case {i}: {err}");
+        assert!(err.contains(&format!("{name}{want}")), "{format} case {i}: {err}");
+    }
+    // The batched engine's flags are checked as for Mooncake.
+    let p = write("bai-batched-stale.jsonl", BAILIAN);
+    let (code, _, err) = replay(&p, &["--engine", "batched", "--stale", "2"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--stale: expected an exact index with --engine batched"), "{err}");
+    let (code, _, err) = replay(&p, &["--outcomes", "x.jsonl"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--outcomes: only with --engine batched"), "{err}");
 }
 
 #[test]
