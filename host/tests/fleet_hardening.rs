@@ -115,6 +115,8 @@ const CASES: &[&str] = &[
     "pods-negative",
     "huge-float",
     "line-cap",
+    "cache-key",
+    "cache-batched",
 ];
 
 #[test]
@@ -339,6 +341,30 @@ fn wording() {
     let sc = scenario("bigrate.toml", &[("rate_per_s", "1e300")]);
     let err = bad(&["fleet", "run", p(&sc)], &["\"1e300\""]);
     assert!(err.len() < 300, "{err}");
+}
+
+#[test]
+fn the_cache_key_is_checked_and_named() {
+    // cache-key
+    let sc = scenario("cache-bad.toml", &[("capacity", "32\ncache = \"shared\"")]);
+    bad(&["fleet", "run", p(&sc)], &["cache-bad.toml", "cache = \"shared\"", "expected `local` or `global`"]);
+    // cache-batched: the key from the file, the engine from the flag (run and sweep), or both
+    // from the file
+    let sc = scenario("cache-global.toml", &[("capacity", "32\ncache = \"global\"")]);
+    let want = ["cache-global.toml: `fleet.cache`: expected local with --engine batched"];
+    bad(&["fleet", "run", p(&sc), "--engine", "batched"], &want);
+    let out = dir().join("cache-sweep");
+    bad(
+        &["fleet", "sweep", p(&sc), "--param", "pods", "--values", "2", "--out", p(&out), "--engine", "batched"],
+        &want,
+    );
+    let text = std::fs::read_to_string(&sc).unwrap() + "[fleet.engine]\n";
+    let both = file("cache-engine.toml", text.as_bytes());
+    bad(&["fleet", "run", p(&both)], &["cache-engine.toml: `fleet.cache`: expected local with --engine batched"]);
+    bad(
+        &args(&replay(&["--cache", "global", "--engine", "batched"])),
+        &["--cache: expected local with --engine batched"],
+    );
 }
 
 #[test]

@@ -45,6 +45,7 @@ fn bad_keys_and_values_name_the_key() {
         (BASE.replace("pods = 4", "pods = 4\nrouter = \"no-such-router\""), "router = \"no-such-router\""),
         (BASE.replace("pods = 4", "pods = 4\norder = \"sideways\""), "expected `tail-first` or `in-order`"),
         (BASE.replace("pods = 4", "pods = 4\nindex = \"nope\""), "expected `global` or `pod-tables`"),
+        (BASE.replace("pods = 4", "pods = 4\ncache = \"pooled\""), "expected `local` or `global`"),
         (format!("{BASE}[fleet.autoscale]\nmin = 0\n"), "fleet.autoscale.min"),
         (format!("{BASE}[fleet.autoscale]\nmin = 5\n"), "fleet.autoscale.min"),
         (format!("{BASE}[fleet.autoscale]\nmin = 1\ninitial = 9\n"), "fleet.autoscale.initial"),
@@ -91,4 +92,52 @@ fn bad_keys_and_values_name_the_key() {
             }
         }
     }
+}
+
+/// `cache = "global"` in `[fleet]` is `--cache global`: `fleet run` of the scenario equals
+/// `fleet replay --cache global` of the same workload written by `fleet gen-trace` (the replay
+/// of a generated trace equals the direct run), and differs from the local default.
+#[test]
+fn the_cache_key_equals_the_flag() {
+    use std::process::Command;
+    let d = std::env::temp_dir().join(format!("brokerlab-scenario-cache-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    let text = BASE.replace("pods = 4", "pods = 4\nrouter = \"round-robin\"\ncache = \"global\"");
+    assert_eq!(parse(&text).unwrap().fleet.cache, brokerlab_core::fleet::CacheMode::Global);
+    assert_eq!(parse(BASE).unwrap().fleet.cache, brokerlab_core::fleet::defaults::CACHE);
+    let (global, local) = (d.join("global.toml"), d.join("local.toml"));
+    std::fs::write(&global, &text).unwrap();
+    std::fs::write(&local, text.replace("cache = \"global\"", "")).unwrap();
+    let json = |args: &[&std::ffi::OsStr]| -> serde_json::Value {
+        let out = Command::new(env!("CARGO_BIN_EXE_brokerlab")).args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let os = |s: &str| std::ffi::OsString::from(s);
+    let run = |sc: &std::path::Path| {
+        json(&[os("fleet").as_os_str(), os("run").as_os_str(), sc.as_os_str(), os("--json").as_os_str()])
+    };
+    let (g, l) = (run(&global), run(&local));
+    let trace = d.join("trace.jsonl");
+    let out = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+        .args(["fleet", "gen-trace"])
+        .arg(&global)
+        .arg("-o")
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let flags = "fleet replay --json --trace-block-size 16 --pods 4 --capacity 64 --router round-robin --cache global";
+    let mut args: Vec<std::ffi::OsString> = flags.split(' ').map(os).collect();
+    args.extend([os("--trace"), trace.into_os_string()]);
+    let r = json(&args.iter().map(|a| a.as_os_str()).collect::<Vec<_>>());
+    assert_eq!(g["cache"], "global");
+    assert!(l.get("cache").is_none(), "the local default is not written");
+    for k in ["requests", "hit_tokens", "prefill_tokens", "latency_ns_p90", "per_pod_requests", "cache"] {
+        assert_eq!(g[k], r[k], "{k}");
+    }
+    assert!(
+        g["hit_tokens"].as_u64() > l["hit_tokens"].as_u64(),
+        "one pool of 4 x 64 blocks hits more under round-robin"
+    );
 }

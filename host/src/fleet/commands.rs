@@ -55,6 +55,10 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let mut prov = Provenance::of_this_run(a.output.no_date);
             prov.add_file("scenario", &a.scenario)?;
             let engine = a.engine.resolve(sc.engine.as_ref())?.map(|e| (e, a.engine.outcomes.as_deref()));
+            if let Some((e, _)) = &engine {
+                // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
+                brokerlab_core::fleet::batched::validate(&cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
+            }
             let title = format!("scenario {} ({})", sc.name, a.scenario.display());
             run_print(cfg, engine, (&mut src, Unit::Requests), progress, a.json.then_some(&prov), &title)
         }
@@ -237,12 +241,16 @@ fn merge_cmd(a: MergeArgs) -> CliResult<i32> {
 fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     crate::mem::set_budget(a.mem.max_memory);
     let sc = scenario::Scenario::load(&a.scenario)?;
+    let engine = a.engine.resolve(sc.engine.as_ref())?;
+    if let Some(e) = &engine {
+        // the scenario's keys (`fleet.cache`, `fleet.index`, ...) named as in the file
+        brokerlab_core::fleet::batched::validate(&sc.fleet, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
+    }
     let (gens, values) = sweep_values(&sc, &a)?;
     let specs = sweep::for_each_router(&values);
     check_sweep_memory(&gens, &specs, a.threads)?;
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file("scenario", &a.scenario)?;
-    let engine = a.engine.resolve(sc.engine.as_ref())?;
     if let Some(sh) = a.shard {
         // this shard's points, with their indices in the whole sweep
         let idx: Vec<usize> = (0..specs.len()).filter(|k| sh.owns(*k)).collect();

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use brokerlab_core::fleet::{FleetConfig, RouterKind, TouchOrder};
+use brokerlab_core::fleet::{CacheMode, FleetConfig, RouterKind, TouchOrder};
 use serde::Serialize;
 
 use super::progress::Progress;
@@ -99,6 +99,7 @@ pub fn to_csv(points: &[Point]) -> CliResult<String> {
             alpha: s.alpha,
             stale: s.stale,
             order: s.order,
+            cache: s.cache.unwrap_or_default(),
             requests: s.requests,
             input_tokens: s.input_tokens,
             hit_tokens: s.hit_tokens,
@@ -129,6 +130,8 @@ struct CsvRow<'a> {
     alpha: f64,
     stale: u32,
     order: TouchOrder,
+    /// local or global (`--cache`, `fleet.cache`).
+    cache: CacheMode,
     requests: u64,
     input_tokens: u64,
     hit_tokens: u64,

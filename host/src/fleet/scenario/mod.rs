@@ -6,7 +6,7 @@ use std::path::Path;
 use brokerlab_core::fleet::workload::{
     DocOrder, Layout, MAX_OUTPUT_CHOICES, MAX_STAGES, Popularity, Stage, SuffixScope, WorkloadSpec,
 };
-use brokerlab_core::fleet::{FleetConfig, RouterSpec, defaults};
+use brokerlab_core::fleet::{FleetConfig, RouterSpec};
 
 use super::ScaleArgs;
 use crate::error::{CliError, CliResult, FleetError};
@@ -34,6 +34,16 @@ pub struct Scenario {
     pub origin: String,
     /// `[fleet.engine]` when it selects the batched engine (None: FIFO).
     pub engine: Option<super::engine::EngineSettings>,
+}
+
+/// A configuration error of a scenario file `origin`, naming the scenario key of the field.
+pub fn key_error(origin: &str, e: brokerlab_core::fleet::Error) -> CliError {
+    match e {
+        brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
+            FleetError::Key { origin: origin.to_string(), field, expected }.into()
+        }
+        other => CliError::bad_input(format!("{origin}: {other}")),
+    }
 }
 
 impl Scenario {
@@ -175,7 +185,7 @@ impl Scenario {
             index: f.index,
             cpu_capacity_blocks: f.cpu_capacity,
             t_cpu_ns: f.t_cpu_ns,
-            cache: defaults::CACHE,
+            cache: f.cache,
             // The preset's defaults, its RNG seeded from the scenario's seed.
             routing: RouterSpec::preset(f.router).map(|mut s| {
                 s.params.seed = w.seed;
@@ -199,12 +209,7 @@ impl Scenario {
                 ),
             },
         };
-        fleet.validate().map_err(|e| match e {
-            brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
-                FleetError::Key { origin: origin.to_string(), field, expected }.into()
-            }
-            other => CliError::bad_input(format!("{origin}: {other}")),
-        })?;
+        fleet.validate().map_err(|e| key_error(origin, e))?;
         let engine = match &f.engine {
             None => None,
             Some(e) => match e.model.as_deref().unwrap_or("batched") {
@@ -221,12 +226,7 @@ impl Scenario {
                     };
                     let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
                     let ecfg = s.config(&key)?;
-                    brokerlab_core::fleet::batched::validate(&fleet, &ecfg).map_err(|e| match e {
-                        brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
-                            FleetError::Key { origin: origin.to_string(), field, expected }.into()
-                        }
-                        other => CliError::bad_input(format!("{origin}: {other}")),
-                    })?;
+                    brokerlab_core::fleet::batched::validate(&fleet, &ecfg).map_err(|e| key_error(origin, e))?;
                     Some(s)
                 }
                 other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),

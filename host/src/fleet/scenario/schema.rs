@@ -1,7 +1,7 @@
 //! The scenario file's schema: the serde types of each TOML table, and serde's default
 //! functions (each reads the core's one default).
 
-use brokerlab_core::fleet::{IndexKind, RouterKind, TouchOrder, defaults};
+use brokerlab_core::fleet::{CacheMode, IndexKind, RouterKind, TouchOrder, defaults};
 use serde::Deserialize;
 
 /// `[workload]` of a scenario file.
@@ -149,6 +149,10 @@ pub struct FleetToml {
     /// ns per token loaded from the CPU tier.
     #[serde(default = "t_cpu_ns")]
     pub t_cpu_ns: u64,
+    /// Whose cache a request reads: "local" (default; each pod its own LRU) or "global" (one
+    /// fleet-wide LRU of pods x capacity blocks; docs/MODEL.md, "Optional shared (global) cache").
+    #[serde(default = "cache")]
+    pub cache: CacheMode,
     /// Autoscaling.
     #[serde(default)]
     pub autoscale: Option<AutoscaleToml>,
@@ -240,6 +244,9 @@ fn t_prefill_ns() -> u64 {
 }
 fn index() -> IndexKind {
     defaults::INDEX
+}
+fn cache() -> CacheMode {
+    defaults::CACHE
 }
 fn t_cpu_ns() -> u64 {
     defaults::T_CPU_NS
