@@ -302,9 +302,10 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
     /// pod's next step does. Returns false when no step starts before `t_ns`.
     ///
     /// For closed loops (docs/MODEL.md, "dynamo"), where a completion makes the next arrival:
-    /// steps run in order of start over the fleet, and a step lasts at least 1 ns (t_overhead_ns
-    /// >= 1), so a completion reported later ends after every step already run; an arrival it
-    /// causes then sees the pods as [`Self::dispatch`] would (every step before it run, no other).
+    /// steps run in order of start over the fleet, and a step lasts at least 1 ns (a
+    /// `t_overhead_ns` of at least 1), so a completion reported later ends after every step
+    /// already run; an arrival it causes then sees the pods as [`Self::dispatch`] would (every
+    /// step before it run, no other).
     pub fn advance_next(&mut self, t_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
         if self.poisoned {
             return Err(Error::Poisoned);

@@ -314,8 +314,8 @@ struct ReplayJson<'a, S: serde::Serialize> {
 
 /// A replay's result under either engine.
 enum Replayed {
-    Fifo(super::run::RunResult),
-    Batched(super::engine::BatchedResult),
+    Fifo(Box<super::run::RunResult>),
+    Batched(Box<super::engine::BatchedResult>),
 }
 
 /// `fleet replay` of a bailian, dynamo or tokens trace (`cfg` already checked), under the FIFO
@@ -341,7 +341,7 @@ pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::
                         let done = res.completions.iter().map(|c| (c.request, c.input_tokens, c.hit_tokens));
                         breakdown = Some(src.breakdown(done));
                     }
-                    Replayed::Batched(res)
+                    Replayed::Batched(Box::new(res))
                 }
                 None => {
                     let res = simulate(cfg, &mut tracked, bailian)?;
@@ -350,7 +350,7 @@ pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::
                             res.outcomes.iter().map(|o| (o.request, o.hit_tokens + o.prefill_tokens, o.hit_tokens));
                         breakdown = Some(src.breakdown(done));
                     }
-                    Replayed::Fifo(res)
+                    Replayed::Fifo(Box::new(res))
                 }
             }
         }
@@ -364,9 +364,9 @@ pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::
                     if let Some(path) = outcomes {
                         super::engine::write_outcomes(path, &res.completions)?;
                     }
-                    Replayed::Batched(res)
+                    Replayed::Batched(Box::new(res))
                 }
-                None => Replayed::Fifo(super::dynamo::simulate(cfg, &trace, &a.trace, s, false)?),
+                None => Replayed::Fifo(Box::new(super::dynamo::simulate(cfg, &trace, &a.trace, s, false)?)),
             }
         }
     };
