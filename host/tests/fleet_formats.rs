@@ -514,7 +514,7 @@ fn bad_lines_under_the_batched_engine_are_exit_2_naming_file_line_and_field() {
         (
             "tokens",
             format!("{tok_ok}{{\"timestamp\": 6, \"token_ids\": [], \"output_length\": 1}}"),
-            ":2: request field `input_length`: expected at least 1 token",
+            ":2: field `token_ids` (0 tokens, the prompt): expected at least 1 token",
         ),
         ("bailian", format!("{bai_ok}{}", bai_ok.replace("\"turn\": 1", "\"turn\": -1")), ":2: field `turn`"),
         (

@@ -267,7 +267,15 @@ impl super::run::RequestSource for FormatSource {
                 output_tokens: output,
                 keys: &keys_buf,
             };
-            sink(&req).map_err(|e| lines.error(e))?;
+            sink(&req).map_err(|e| match e {
+                // a tokens line has no `input_length`: its prompt is the token ids
+                brokerlab_core::fleet::Error::InvalidRequest { field: "input_length", expected }
+                    if self.format == Format::Tokens =>
+                {
+                    lines.error(format_args!("field `token_ids` ({input} tokens, the prompt): expected {expected}"))
+                }
+                e => lines.error(e),
+            })?;
         }
         Ok(())
     }
