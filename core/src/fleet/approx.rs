@@ -1,56 +1,26 @@
 //! The router-side approximate prefix index (llm-d's `approx-prefix-cache-producer`, GIE's
 //! prefix plugin, SGLang's per-worker tree): per pod, an LRU of the block keys of the requests
-//! routed there, recorded at routing and never told of the engines' evictions; plus a key -> pod
-//! mask table over those LRUs (llm-d's `hashToPods`). docs/MODEL.md, "Approximate prefix index".
+//! routed there, recorded at routing and never told of the engines' evictions. "Which pods hold
+//! this key" (llm-d's `hashToPods`) is answered by asking each pod's LRU: the same set a key ->
+//! pods table fed by the LRUs' inserts and evictions holds, without its two table updates per
+//! recorded miss (`fleet bench`; docs/MODEL.md, "Approximate prefix index").
 
 use heapless::Vec as HVec;
 
 use super::Error;
-use super::index::{BlockIndex, IndexEntry};
 use super::limits::MAX_PODS;
-use super::pod::{CacheEvents, LruPod, Slot};
+use super::pod::{LruPod, Slot};
+use super::router::pods_mask;
 
-/// Per-pod LRUs of routed block keys and the key -> pods table over them.
+/// Per-pod LRUs of routed block keys.
 #[derive(Debug)]
 pub struct ApproxIndex<'a> {
     pods: HVec<LruPod<'a>, MAX_PODS>,
-    index: BlockIndex<'a>,
-}
-
-/// Keeps the key -> pods table in step with one pod's LRU.
-struct Feed<'x, 'a> {
-    index: &'x mut BlockIndex<'a>,
-    pod: usize,
-    error: Option<Error>,
-}
-
-impl CacheEvents for Feed<'_, '_> {
-    fn inserted(&mut self, key: u64) {
-        if let Err(e) = self.index.insert(key, self.pod) {
-            self.error.get_or_insert(e);
-        }
-    }
-    fn evicted(&mut self, key: u64) {
-        self.index.remove(key, self.pod);
-    }
 }
 
 impl<'a> ApproxIndex<'a> {
-    /// Table length for `pods` LRUs of `lru_blocks` keys each (every key of every LRU fits).
-    pub const fn index_len(pods: usize, lru_blocks: usize) -> usize {
-        match pods.checked_mul(lru_blocks) {
-            Some(keys) => BlockIndex::table_len(keys),
-            None => 0,
-        }
-    }
-
     /// `pods` empty LRUs of `slots.len() / pods` keys each over caller storage.
-    pub fn new(
-        pods: usize,
-        slots: &'a mut [Slot],
-        tables: &'a mut [u32],
-        index: &'a mut [IndexEntry],
-    ) -> Result<Self, Error> {
+    pub fn new(pods: usize, slots: &'a mut [Slot], tables: &'a mut [u32]) -> Result<Self, Error> {
         let wrong = |buffer, expected, got| Error::BufferSize { buffer, expected, got };
         if pods == 0 || pods > MAX_PODS || slots.is_empty() || !slots.len().is_multiple_of(pods) {
             return Err(wrong("router slots", pods.max(1), slots.len()));
@@ -60,20 +30,26 @@ impl<'a> ApproxIndex<'a> {
         if tables.len() != pods * table {
             return Err(wrong("router tables", pods * table, tables.len()));
         }
-        if index.len() != Self::index_len(pods, lru) {
-            return Err(wrong("router index", Self::index_len(pods, lru), index.len()));
-        }
         let mut lrus = HVec::new();
         for (s, t) in slots.chunks_exact_mut(lru).zip(tables.chunks_exact_mut(table)) {
             lrus.push(LruPod::new(s, t)?).map_err(|_| wrong("router slots", MAX_PODS, pods))?;
         }
-        Ok(ApproxIndex { pods: lrus, index: BlockIndex::new(index)? })
+        Ok(ApproxIndex { pods: lrus })
     }
 
     /// Pods that the router believes hold `key`.
     #[inline]
     pub fn mask(&self, key: u64) -> u64 {
-        self.index.mask(key)
+        self.holders(key, u64::MAX)
+    }
+
+    /// The pods of `candidates` whose LRU holds `key` (one probe per pod, none waiting for
+    /// another's result, so their cache misses overlap).
+    #[inline]
+    fn holders(&self, key: u64, candidates: u64) -> u64 {
+        let mut m = 0u64;
+        for_each(candidates & pods_mask(self.pods.len()), |p| m |= u64::from(self.pods[p].contains(key)) << p);
+        m
     }
 
     /// Keys recorded for pod `p` (its LRU's length; SGLang's tenant size, in blocks).
@@ -88,13 +64,10 @@ impl<'a> ApproxIndex<'a> {
             field: super::Field::Router,
             expected: "a pod index below the number of pods",
         })?;
-        let mut feed = Feed { index: &mut self.index, pod, error: None };
         for &k in keys {
-            lru.touch(k, &mut feed);
+            lru.touch(k, &mut ());
         }
-        // The table holds pods x LRU keys, so it cannot fill: an error here is a bug.
-        debug_assert!(feed.error.is_none());
-        feed.error.map_or(Ok(()), Err)
+        Ok(())
     }
 
     /// llm-d's match (`matchLongestPrefix`): walk the keys in order and stop at the first key no
@@ -103,10 +76,11 @@ impl<'a> ApproxIndex<'a> {
     pub fn greedy_matches(&self, keys: &[u64], candidates: u64, out: &mut [u32; MAX_PODS]) {
         for_each(candidates, |p| out[p] = 0);
         // Runs of keys with the same holder set are counted once per run (prompts sent to the
-        // same pods share long runs): the cost is one lookup per key plus one pass per run.
+        // same pods share long runs): the cost is one probe per candidate per key plus one pass
+        // per run.
         let (mut run_mask, mut run_len) = (0u64, 0u32);
         for &key in keys {
-            let m = self.index.mask(key) & candidates;
+            let m = self.holders(key, candidates);
             if m != run_mask {
                 for_each(run_mask, |p| out[p] += run_len);
                 (run_mask, run_len) = (m, 0);
@@ -124,7 +98,7 @@ impl<'a> ApproxIndex<'a> {
         for_each(candidates, |p| out[p] = keys.len() as u32);
         let mut alive = candidates;
         for (j, &key) in keys.iter().enumerate() {
-            let b = self.index.mask(key) & alive;
+            let b = self.holders(key, alive);
             for_each(alive & !b, |p| out[p] = j as u32);
             alive = b;
             if alive == 0 {
