@@ -46,6 +46,7 @@ fn router(mut spec: RouterSpec, pods: usize, lru: u64) -> ShippedRouter<'static>
     let bufs = RouterBuffers {
         slots: Box::leak(vec![Slot::default(); pods * l.slots_per_pod].into_boxed_slice()),
         tables: Box::leak(vec![0u32; pods * l.table_per_pod].into_boxed_slice()),
+        index: Box::leak(vec![IndexEntry::default(); l.index].into_boxed_slice()),
     };
     ShippedRouter::new(spec, pods, bufs).unwrap()
 }
@@ -474,6 +475,7 @@ fn presets_run_in_a_fifo_fleet() {
         let mut index = vec![IndexEntry::default(); l.index];
         let mut rs = vec![Slot::default(); l.pods * rl.slots_per_pod];
         let mut rt = vec![0u32; l.pods * rl.table_per_pod];
+        let mut ri = vec![IndexEntry::default(); rl.index];
         let mut f = Fleet::with_router_buffers(
             c,
             FleetBuffers {
@@ -486,7 +488,7 @@ fn presets_run_in_a_fifo_fleet() {
                 cpu_slots: &mut [],
                 cpu_tables: &mut [],
             },
-            RouterBuffers { slots: &mut rs, tables: &mut rt },
+            RouterBuffers { slots: &mut rs, tables: &mut rt, index: &mut ri },
         )
         .unwrap();
         let mut hits = 0;
@@ -527,24 +529,29 @@ proptest::proptest! {
     /// per-pod leading run).
     #[test]
     fn approximate_index_answers_what_each_lru_holds(
-        routes in proptest::collection::vec((0usize..3, proptest::collection::vec(0u64..12, 0..8)), 1..40),
+        routes in proptest::collection::vec((0usize..64, proptest::collection::vec(0u64..12, 0..8)), 1..40),
         cap in 1usize..7,
+        many in proptest::bool::ANY,
     ) {
-        let pods = 3;
+        // 3 pods: the LRUs are probed; 12: a key -> pods table is kept (ApproxIndex::index_len).
+        let pods = if many { 12 } else { 3 };
+        proptest::prop_assert_eq!(ApproxIndex::index_len(pods, cap) > 0, many);
         let mut slots = vec![Slot::default(); pods * cap];
         let mut tables = vec![0u32; pods * LruPod::table_len(cap)];
-        let mut ix = ApproxIndex::new(pods, &mut slots, &mut tables).unwrap();
+        let mut index = vec![IndexEntry::default(); ApproxIndex::index_len(pods, cap)];
+        let mut ix = ApproxIndex::new(pods, &mut slots, &mut tables, &mut index).unwrap();
         let mut model = ModelApprox { lrus: vec![Vec::new(); pods], cap };
         for (pod, keys) in &routes {
-            ix.record(*pod, keys).unwrap();
-            model.record(*pod, keys);
+            let pod = pod % pods;
+            ix.record(pod, keys).unwrap();
+            model.record(pod, keys);
             for key in 0..12 {
                 proptest::prop_assert_eq!(ix.mask(key), model.mask(key));
             }
             for p in 0..pods {
                 proptest::prop_assert_eq!(ix.held_blocks(p), model.lrus[p].len());
             }
-            for cand in 0..8u64 {
+            for cand in [0, 1, 2, 5, 7, 0x0f0, 0x801, u64::MAX] {
                 let (mut greedy, mut leading) = ([u32::MAX; brokerlab_core::fleet::limits::MAX_PODS], [u32::MAX; brokerlab_core::fleet::limits::MAX_PODS]);
                 ix.greedy_matches(keys, cand, &mut greedy);
                 ix.leading_matches(keys, cand, &mut leading);

@@ -5,9 +5,10 @@
 //! only randomness is a SplitMix64 seeded from [`RouterParams::seed`].
 
 use super::Error;
-use super::approx::{ApproxIndex, for_each};
+use super::approx::{ApproxIndex, PROBE_MAX_PODS, for_each};
 use super::engine::PodLoad;
 use super::fixmath::exp2_neg_q32;
+use super::index::IndexEntry;
 use super::limits::{BLOCK_TOKENS, MAX_PODS};
 use super::pod::{LruPod, Slot};
 use super::router::{Route, RouteView, Router, RouterKind, pods_mask};
@@ -255,13 +256,15 @@ pub struct RouterLayout {
     pub slots_per_pod: usize,
     /// LRU key-table entries per pod.
     pub table_per_pod: usize,
+    /// Key -> pods table entries (0 at up to [`PROBE_MAX_PODS`] pods, whose LRUs are asked).
+    pub index: usize,
 }
 
 impl RouterLayout {
     /// Total bytes.
     pub fn bytes(&self, pods: usize) -> usize {
         use core::mem::size_of;
-        pods * (self.slots_per_pod * size_of::<Slot>() + self.table_per_pod * 4)
+        pods * (self.slots_per_pod * size_of::<Slot>() + self.table_per_pod * 4) + self.index * size_of::<IndexEntry>()
     }
 }
 
@@ -273,6 +276,8 @@ pub struct RouterBuffers<'a> {
     pub slots: &'a mut [Slot],
     /// LRU key tables.
     pub tables: &'a mut [u32],
+    /// Key -> pods table.
+    pub index: &'a mut [IndexEntry],
 }
 
 const fn ws(kind: ScorerKind, weight: f64) -> Option<WeightedScorer> {
@@ -393,13 +398,16 @@ impl RouterSpec {
             n => usize::try_from(n).unwrap_or(usize::MAX),
         };
         let table = LruPod::table_len(lru);
-        if table == 0 || pods.checked_mul(lru).is_none() || lru > super::limits::MAX_POD_BLOCKS {
+        let index = ApproxIndex::index_len(pods, lru);
+        // No table at up to PROBE_MAX_PODS pods (the LRUs are asked); above, it must fit.
+        let index_fits = index > 0 || pods <= PROBE_MAX_PODS;
+        if table == 0 || !index_fits || pods.checked_mul(lru).is_none() || lru > super::limits::MAX_POD_BLOCKS {
             return Err(Error::InvalidConfig {
                 field: super::Field::ApproxLruBlocks,
                 expected: "an LRU size per pod whose tables fit in memory (pods x size keys)",
             });
         }
-        Ok(RouterLayout { slots_per_pod: lru, table_per_pod: table })
+        Ok(RouterLayout { slots_per_pod: lru, table_per_pod: table, index })
     }
 
     /// Checks every weight and parameter.
@@ -557,8 +565,11 @@ impl<'a> ShippedRouter<'a> {
     /// The router of `spec` over `pods` pods; `buffers` as [`RouterSpec::layout`] says.
     pub fn new(spec: RouterSpec, pods: usize, buffers: RouterBuffers<'a>) -> Result<Self, Error> {
         spec.validate()?;
-        let approx =
-            if spec.needs_approx() { Some(ApproxIndex::new(pods, buffers.slots, buffers.tables)?) } else { None };
+        let approx = if spec.needs_approx() {
+            Some(ApproxIndex::new(pods, buffers.slots, buffers.tables, buffers.index)?)
+        } else {
+            None
+        };
         Ok(ShippedRouter {
             spec,
             approx,

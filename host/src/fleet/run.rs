@@ -38,6 +38,7 @@ pub struct OwnedFleet {
 pub struct OwnedRouter {
     slots: Vec<Slot>,
     tables: Vec<u32>,
+    index: Vec<IndexEntry>,
 }
 
 impl OwnedRouter {
@@ -48,12 +49,13 @@ impl OwnedRouter {
         Ok(OwnedRouter {
             slots: try_vec(n(l.slots_per_pod), Slot::default(), "the router's approximate-index LRUs")?,
             tables: try_vec(n(l.table_per_pod), 0, "the router's approximate-index key tables")?,
+            index: try_vec(l.index, IndexEntry::default(), "the router's approximate index")?,
         })
     }
 
     /// The core's view of them.
     pub fn buffers(&mut self) -> RouterBuffers<'_> {
-        RouterBuffers { slots: &mut self.slots, tables: &mut self.tables }
+        RouterBuffers { slots: &mut self.slots, tables: &mut self.tables, index: &mut self.index }
     }
 }
 
