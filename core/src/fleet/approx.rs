@@ -5,7 +5,7 @@
 //! each pod's LRU; for more, by a key -> pods mask table kept in step with the LRUs' inserts and
 //! evictions. Both give the same set: the table costs two updates per recorded miss and one
 //! lookup per key matched, asking costs one probe per pod per key matched (`fleet bench`,
-//! `fleet bench --route`; docs/MODEL.md, "Approximate prefix index").
+//! `fleet bench --route`; docs/MODEL.md, "The two prefix indexes").
 
 use heapless::Vec as HVec;
 
