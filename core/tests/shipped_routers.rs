@@ -500,3 +500,71 @@ fn presets_run_in_a_fifo_fleet() {
         assert!(hits > 0, "{kind}");
     }
 }
+
+/// A plain model of the approximate index: per pod, a list of routed keys, least recent first.
+struct ModelApprox {
+    lrus: Vec<Vec<u64>>,
+    cap: usize,
+}
+
+impl ModelApprox {
+    fn record(&mut self, pod: usize, keys: &[u64]) {
+        let lru = &mut self.lrus[pod];
+        for &k in keys {
+            lru.retain(|&x| x != k);
+            lru.push(k);
+            if lru.len() > self.cap {
+                lru.remove(0);
+            }
+        }
+    }
+    fn mask(&self, key: u64) -> u64 {
+        (0..self.lrus.len()).filter(|&p| self.lrus[p].contains(&key)).map(|p| 1u64 << p).sum()
+    }
+}
+
+proptest::proptest! {
+    /// The pods the index says hold a key are exactly those whose LRU of routed keys holds it,
+    /// after every routing, and both matches follow from those sets (llm-d's greedy walk, the
+    /// per-pod leading run).
+    #[test]
+    fn approximate_index_answers_what_each_lru_holds(
+        routes in proptest::collection::vec((0usize..64, proptest::collection::vec(0u64..12, 0..8)), 1..40),
+        cap in 1usize..7,
+        many in proptest::bool::ANY,
+    ) {
+        // 3 pods: the LRUs are probed; 12: a key -> pods table is kept (ApproxIndex::index_len).
+        let pods = if many { 12 } else { 3 };
+        proptest::prop_assert_eq!(ApproxIndex::index_len(pods, cap) > 0, many);
+        let mut slots = vec![Slot::default(); pods * cap];
+        let mut tables = vec![0u32; pods * LruPod::table_len(cap)];
+        let mut index = vec![IndexEntry::default(); ApproxIndex::index_len(pods, cap)];
+        let mut ix = ApproxIndex::new(pods, &mut slots, &mut tables, &mut index).unwrap();
+        let mut model = ModelApprox { lrus: vec![Vec::new(); pods], cap };
+        for (pod, keys) in &routes {
+            let pod = pod % pods;
+            ix.record(pod, keys).unwrap();
+            model.record(pod, keys);
+            for key in 0..12 {
+                proptest::prop_assert_eq!(ix.mask(key), model.mask(key));
+            }
+            for p in 0..pods {
+                proptest::prop_assert_eq!(ix.held_blocks(p), model.lrus[p].len());
+            }
+            for cand in [0, 1, 2, 5, 7, 0x0f0, 0x801, u64::MAX] {
+                let (mut greedy, mut leading) = ([u32::MAX; brokerlab_core::fleet::limits::MAX_PODS], [u32::MAX; brokerlab_core::fleet::limits::MAX_PODS]);
+                ix.greedy_matches(keys, cand, &mut greedy);
+                ix.leading_matches(keys, cand, &mut leading);
+                for p in 0..pods {
+                    let mine = |k: &u64| model.mask(*k) & 1 << p != 0;
+                    let walk = keys.iter().take_while(|k| model.mask(**k) & cand != 0);
+                    let expect_greedy = walk.filter(|k| mine(k)).count() as u32;
+                    let expect_leading = keys.iter().take_while(|k| mine(k)).count() as u32;
+                    let on = cand & 1 << p != 0;
+                    proptest::prop_assert_eq!(greedy[p], if on { expect_greedy } else { u32::MAX });
+                    proptest::prop_assert_eq!(leading[p], if on { expect_leading } else { u32::MAX });
+                }
+            }
+        }
+    }
+}

@@ -5,7 +5,7 @@
 //! only randomness is a SplitMix64 seeded from [`RouterParams::seed`].
 
 use super::Error;
-use super::approx::{ApproxIndex, for_each};
+use super::approx::{ApproxIndex, PROBE_MAX_PODS, for_each};
 use super::engine::PodLoad;
 use super::fixmath::exp2_neg_q32;
 use super::index::IndexEntry;
@@ -256,7 +256,7 @@ pub struct RouterLayout {
     pub slots_per_pod: usize,
     /// LRU key-table entries per pod.
     pub table_per_pod: usize,
-    /// Key -> pods table entries.
+    /// Key -> pods table entries (0 at up to [`PROBE_MAX_PODS`] pods, whose LRUs are asked).
     pub index: usize,
 }
 
@@ -399,7 +399,9 @@ impl RouterSpec {
         };
         let table = LruPod::table_len(lru);
         let index = ApproxIndex::index_len(pods, lru);
-        if table == 0 || index == 0 || lru > super::limits::MAX_POD_BLOCKS {
+        // No table at up to PROBE_MAX_PODS pods (the LRUs are asked); above, it must fit.
+        let index_fits = index > 0 || pods <= PROBE_MAX_PODS;
+        if table == 0 || !index_fits || pods.checked_mul(lru).is_none() || lru > super::limits::MAX_POD_BLOCKS {
             return Err(Error::InvalidConfig {
                 field: super::Field::ApproxLruBlocks,
                 expected: "an LRU size per pod whose tables fit in memory (pods x size keys)",
