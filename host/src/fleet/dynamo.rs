@@ -159,6 +159,14 @@ pub fn load(path: &Path, s: u32, max_line_bytes: u64) -> CliResult<Trace> {
     Ok(trace)
 }
 
+/// The turn as a request arriving at `arrival_ns`, its block keys (trace ids of `s` tokens) hashed
+/// into `keys_buf`; the error names what is wrong, the caller adds the file and line.
+fn turn_request<'k>(t: &Turn, arrival_ns: u64, s: u32, keys_buf: &'k mut Vec<u64>) -> Result<Request<'k>, CoreError> {
+    keys_buf.resize((t.input_length / BLOCK_TOKENS as u64) as usize, 0);
+    keys::trace_keys(&t.hash_ids, t.input_length, s, keys_buf)?;
+    Ok(Request { arrival_ns, input_tokens: t.input_length, output_tokens: t.output_length, keys: keys_buf })
+}
+
 /// Replays `trace` in closed loop through a fleet of `cfg`: every session's first turn is ready at
 /// its timestamp; turn k+1 is ready at turn k's simulated finish plus its delay; ready turns are
 /// dispatched in (ready time, session order) order. On a full internal buffer the run restarts
@@ -181,11 +189,8 @@ pub fn simulate(cfg: FleetConfig, trace: &Trace, path: &Path, s: u32, keep_outco
         let mut full = None;
         while let Some(Reverse((arrival_ns, si, ti))) = ready.pop() {
             let t = &trace.sessions[si][ti];
-            keys_buf.resize((t.input_length / BLOCK_TOKENS as u64) as usize, 0);
-            keys::trace_keys(&t.hash_ids, t.input_length, s, &mut keys_buf)
+            let req = turn_request(t, arrival_ns, s, &mut keys_buf)
                 .map_err(|e| CliError::bad_input(format!("{}: {e}", at(t))))?;
-            let req =
-                Request { arrival_ns, input_tokens: t.input_length, output_tokens: t.output_length, keys: &keys_buf };
             let out = match fleet.dispatch(&req) {
                 Ok(out) => out,
                 Err(CoreError::CapacityExceeded { limit, .. }) => {
@@ -277,11 +282,8 @@ pub fn simulate_batched(
             }
             let Some(Reverse((arrival_ns, si, ti))) = ready.pop() else { break };
             let t = &trace.sessions[si][ti];
-            keys_buf.resize((t.input_length / BLOCK_TOKENS as u64) as usize, 0);
-            keys::trace_keys(&t.hash_ids, t.input_length, s, &mut keys_buf)
+            let req = turn_request(t, arrival_ns, s, &mut keys_buf)
                 .map_err(|e| CliError::bad_input(format!("{}: {e}", at(t))))?;
-            let req =
-                Request { arrival_ns, input_tokens: t.input_length, output_tokens: t.output_length, keys: &keys_buf };
             let r = d.fleet.dispatch(&req, d.sink);
             d.check(r).map_err(|e| CliError::bad_input(format!("{}: {e}", at(t))))?;
             turn_of.push((si as u32, ti as u32));
