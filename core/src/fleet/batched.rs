@@ -310,21 +310,10 @@ impl<'a, R: Router> BatchedFleet<'a, R> {
         if self.poisoned {
             return Err(Error::Poisoned);
         }
-        let mut first: Option<(usize, u64)> = None;
-        let mut other_ns = u64::MAX;
-        for (p, e) in self.engines.iter().enumerate() {
-            let Some(s) = e.next_step_ns() else { continue };
-            match first {
-                Some((_, f)) if s >= f => other_ns = other_ns.min(s),
-                _ => {
-                    if let Some((_, f)) = first {
-                        other_ns = other_ns.min(f);
-                    }
-                    first = Some((p, s));
-                }
-            }
-        }
-        let Some((p, s)) = first else { return Ok(false) };
+        let starts = || self.engines.iter().enumerate().filter_map(|(p, e)| e.next_step_ns().map(|s| (p, s)));
+        // The earliest next step (the lowest pod on ties), and the earliest of the other pods'.
+        let Some((p, s)) = starts().min_by_key(|&(_, s)| s) else { return Ok(false) };
+        let other_ns = starts().filter(|&(q, _)| q != p).map(|(_, s)| s).min().unwrap_or(u64::MAX);
         if s >= t_ns {
             return Ok(false);
         }
