@@ -15,14 +15,15 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use brokerlab_core::runner::{
-    Args, DriveError, Effects, Event, Journal, Key, ModelReply, ModelText, Record, ResultText, Stop, TaskId, TaskState,
-    ToolCall, ToolClass, ToolName, ToolOutput, drive,
+    Args, DriveError, Effects, Event, Journal, Key, ModelReply, ModelText, OpenCall, Record, ResultText, Stop, TaskId,
+    TaskState, ToolCall, ToolClass, ToolName, ToolOutput, drive,
 };
 
 use super::backend::TaskStore;
+use super::backend::{Access, Lease, LeaseAsk, NewTask, fold_in};
 use super::exec::{Chaos, HostJournal};
 use super::ident::Me;
-use super::store::{Lease, LeaseAsk, NewTask, Store, fold_in, open_sqlite, sql_error};
+use super::store::{Store, open_sqlite, sql_error};
 use crate::task::error::{TaskError, TaskResult};
 
 /// Options of `task bench`.
@@ -95,7 +96,16 @@ pub(crate) fn create_task(store: &dyn TaskStore, id: &str, steps: u32) -> TaskRe
     let mut st = fold_in(&store.name(), id, &new.records)?;
     let me = Me::current();
     let (lease, rec) = store
-        .acquire(&LeaseAsk { id, me: &me, ttl_ms: 60_000, state: &st, create: Some(&new), clear_suspend: true })
+        .acquire(&LeaseAsk {
+            id,
+            me: &me,
+            ttl_ms: 60_000,
+            state: &st,
+            create: Some(&new),
+            clear_suspend: true,
+            open: OpenCall::None,
+            witness: None,
+        })
         .map_err(|e| TaskError::failure(format!("bench lease: {e:?}")))?;
     st.apply(&rec).map_err(|e| TaskError::failure(e.to_string()))?;
     Ok((st, lease))
@@ -180,7 +190,7 @@ struct Concurrent {
 
 fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
     let path = dir.join("ungrouped.sqlite");
-    let store = Store::open(&path, true)?;
+    let store = Store::open(&path, Access::Create)?;
     let mut prepared = Vec::new();
     for k in 0..tasks {
         prepared.push(create_task(&store, &format!("u{k}"), steps)?);
@@ -193,7 +203,7 @@ fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
             .map(|(mut st, lease)| {
                 let path = path.clone();
                 s.spawn(move || -> TaskResult<u64> {
-                    let store = Store::open(&path, false)?;
+                    let store = Store::open(&path, Access::Write)?;
                     // K writers contend for SQLite's one write lock; do not give up under load
                     let _ = store.conn.busy_timeout(std::time::Duration::from_secs(120));
                     let chaos = Chaos::none();
@@ -215,7 +225,7 @@ fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
 
 fn run_grouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
     let path = dir.join("grouped.sqlite");
-    let store = Store::open(&path, true)?;
+    let store = Store::open(&path, Access::Create)?;
     let mut prepared = Vec::new();
     for k in 0..tasks {
         prepared.push(create_task(&store, &format!("g{k}"), steps)?);
@@ -264,6 +274,13 @@ pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
     if opts.tasks == 0 || opts.tasks > 256 {
         return Err(TaskError::bad_input(format!("--tasks {}: expected 1..=256", opts.tasks)));
     }
+    if let Some(url) = &opts.db
+        && opts.takeover_kills > 0
+    {
+        // the takeover's workers use fault hooks (BROKERLAB_AS_HOST): on a database created for
+        // them, never on an existing log
+        super::pg::PgStore::init_db(url, true)?;
+    }
     let (dir, cleanup) = match &opts.dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("brokerlab-bench-{}", std::process::id())), true),
@@ -282,7 +299,7 @@ pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
         let raw_before = raw_commit_rate(&dir, raw_n)?;
         // one task
         let path = dir.join("single.sqlite");
-        let store = Store::open(&path, true)?;
+        let store = Store::open(&path, Access::Create)?;
         let (mut st, lease) = create_task(&store, "bench", opts.steps)?;
         let chaos = Chaos::none();
         let mut j = HostJournal::new(&store, lease, &chaos);

@@ -4,8 +4,8 @@ use brokerlab_core::runner::{Decision, End, Event, idempotency_key};
 use serde::Serialize;
 
 use super::super::backend::TaskStore;
+use super::super::backend::fold_in;
 use super::super::spec::Spec;
-use super::super::store::fold_in;
 use super::super::world::{ToolFile, World};
 use crate::task::error::TaskResult;
 

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 
 use brokerlab_core::runner::{End, Phase};
 
+use super::super::backend::NewTask;
 use super::super::exec::new_task;
 use super::super::ident::host_id;
 use super::super::pg::PgStore;
 use super::super::spec::Spec;
-use super::super::store::NewTask;
 use super::super::world::{ToolFile, World};
 use super::{ChaosOpts, ChaosReport, Ctx, Draws, Slot, calls_made, chaos_spec, review, task_state, wait_for_server};
 use crate::task::error::SERVER_GONE_NOTE;
