@@ -560,17 +560,6 @@ impl PgStore {
             Ok(r) => r,
             Err(e) => return Ok(Err(LeaseError::Sql(e))),
         };
-        if create.is_none() {
-            // under the row lock no holder can commit any more; a killed holder's last commit may
-            // have landed (the server finishes a COMMIT its client sent) after the caller read the
-            // log: then the caller's state is stale
-            // rows hold runs of seqs back to back: the last row's last seq is the log's last
-            let st = self.stmt(&mut tx, "SELECT last_seq FROM log WHERE task_id=$1 ORDER BY seq DESC LIMIT 1")?;
-            let last: Option<i64> = tx.query_opt(&st, &[&id])?.map(|r| r.get(0));
-            if last.is_some_and(|l| l >= i64::from(state.next_seq)) {
-                return Ok(Err(LeaseError::Stale));
-            }
-        }
         // this session holds the session lock of at most the lease it takes now
         tx.execute("SELECT pg_advisory_unlock_all()", &[])?;
         let mut holder = Holder::Unknown;
@@ -605,6 +594,18 @@ impl PgStore {
                 return Ok(Err(LeaseError::Held { owner: holder, epoch, expires_in_ms, why }));
             }
         };
+        if create.is_none() {
+            // (a holder that may still act was refused above, whatever the caller read)
+            // under the row lock no holder can commit any more; a killed holder's last commit may
+            // have landed (the server finishes a COMMIT its client sent) after the caller read the
+            // log: then the caller's state is stale
+            // rows hold runs of seqs back to back: the last row's last seq is the log's last
+            let st = self.stmt(&mut tx, "SELECT last_seq FROM log WHERE task_id=$1 ORDER BY seq DESC LIMIT 1")?;
+            let last: Option<i64> = tx.query_opt(&st, &[&id])?.map(|r| r.get(0));
+            if last.is_some_and(|l| l >= i64::from(state.next_seq)) {
+                return Ok(Err(LeaseError::Stale));
+            }
+        }
         // the log as of the lease is `state` (checked above): the witness reads the world
         // against it here, where no holder can add to the log; its error rolls all of this back
         if let Some(check) = witness

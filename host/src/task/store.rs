@@ -197,7 +197,10 @@ pub fn open_read_only(path: &Path) -> TaskResult<Connection> {
     };
     match Connection::open_with_flags(path, flags).and_then(probe) {
         Ok(c) => Ok(c),
-        Err(e) if matches!(e.sqlite_error_code(), Some(ErrorCode::CannotOpen)) && !wal_of(path).exists() => {
+        Err(e)
+            if matches!(e.sqlite_error_code(), Some(ErrorCode::CannotOpen | ErrorCode::ReadOnly))
+                && !wal_of(path).exists() =>
+        {
             let uri = format!("file:{}?immutable=1", uri_path(path));
             Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)
                 .and_then(probe)
@@ -383,7 +386,7 @@ impl Store {
         let row: Option<[Value; 5]> = self
             .conn
             .query_row("SELECT task_id, spec, parent, world, parent_seq FROM tasks WHERE task_id=?1", [id], |r| {
-                Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?])
+                Ok([raw(r, 0)?, raw(r, 1)?, raw(r, 2)?, raw(r, 3)?, raw(r, 4)?])
             })
             .optional()
             .map_err(|e| sql_error(&self.path, "reading tasks", e))?;
@@ -512,15 +515,6 @@ impl Store {
             }
         }
         let row = read_lease(&self.conn, id, now)?;
-        if create.is_none() {
-            // under the write lock no holder can append any more; one that appended after the
-            // caller read the log (its lease expired, it woke) makes the caller's state stale
-            let last: Option<i64> =
-                self.conn.prepare_cached("SELECT max(seq) FROM log WHERE task_id=?1")?.query_row([id], |r| r.get(0))?;
-            if last.is_some_and(|l| l >= i64::from(state.next_seq)) {
-                return Err(LeaseError::Stale);
-            }
-        }
         let owner = me.owner();
         let view = row.as_ref().map(|r| LeaseView {
             epoch: r.epoch,
@@ -541,6 +535,16 @@ impl Store {
                 return Err(LeaseError::Held { owner: holder, epoch, expires_in_ms, why });
             }
         };
+        if create.is_none() {
+            // (a holder that may still act was refused above, whatever the caller read)
+            // under the write lock no holder can append any more; one that appended after the
+            // caller read the log (its lease expired, it woke) makes the caller's state stale
+            let last: Option<i64> =
+                self.conn.prepare_cached("SELECT max(seq) FROM log WHERE task_id=?1")?.query_row([id], |r| r.get(0))?;
+            if last.is_some_and(|l| l >= i64::from(state.next_seq)) {
+                return Err(LeaseError::Stale);
+            }
+        }
         // the log as of the lease is `state`: the witness reads the world against it, here,
         // where no holder can add to the log (dropped without commit on its error)
         if let Some(check) = witness {
@@ -643,7 +647,7 @@ fn expiry(now_ms: i64, ttl_ms: i64) -> Result<i64, StoreError> {
 fn read_lease(conn: &Connection, id: &str, now: i64) -> Result<Option<LeaseRow>, StoreError> {
     let row: Option<[Value; 6]> = conn
         .prepare_cached("SELECT owner, epoch, expires_at_ms, host, pid, pid_start FROM leases WHERE task_id=?1")?
-        .query_row([id], |r| Ok([r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?]))
+        .query_row([id], |r| Ok([raw(r, 0)?, raw(r, 1)?, raw(r, 2)?, raw(r, 3)?, raw(r, 4)?, raw(r, 5)?]))
         .optional()?;
     let Some([owner, epoch, expires, host, pid, start]) = row else { return Ok(None) };
     let corrupt = |detail: String| corrupt_row("leases", id, detail);
@@ -664,6 +668,22 @@ fn read_lease(conn: &Connection, id: &str, now: i64) -> Result<Option<LeaseRow>,
         pid_start: int(start, "pid_start")?,
     };
     lease_row(raw, now).map_err(corrupt)
+}
+
+/// Column `i` as stored, whatever it holds: text that is not UTF-8 (which SQLite does not check)
+/// comes back as a blob, for the caller to name as corrupt.
+fn raw(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Value> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(i)? {
+        ValueRef::Text(b) => match std::str::from_utf8(b) {
+            Ok(t) => Value::Text(t.to_string()),
+            Err(_) => Value::Blob(b.to_vec()),
+        },
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(n) => Value::Integer(n),
+        ValueRef::Real(x) => Value::Real(x),
+        ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+    })
 }
 
 fn corrupt_row(table: &'static str, task: &str, detail: String) -> StoreError {

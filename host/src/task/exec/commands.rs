@@ -14,6 +14,8 @@ pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_
     store.task_or_err(id)?;
     let me = Me::current();
     let mut tries = 0;
+    // a lease held for a moment (a fork of this task, another review) is waited for
+    let patience = std::time::Instant::now() + Duration::from_millis(super::super::backend::busy_ms()?);
     let (mut st, lease) = loop {
         let mut st = store.replay(id)?;
         match &st.phase {
@@ -36,6 +38,9 @@ pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_
             Ok((lease, rec)) => {
                 st.apply(&rec).map_err(|e| TaskError::failure(e.to_string()))?;
                 break (st, lease);
+            }
+            Err(LeaseError::Held { .. }) if std::time::Instant::now() < patience => {
+                std::thread::sleep(Duration::from_millis(PARENT_POLL_MS));
             }
             Err(LeaseError::Held { owner, .. }) => {
                 return Err(TaskError::failure(format!(
@@ -244,6 +249,9 @@ pub fn fork(db: &DbTarget, id: &str, at: u32, spec_path: Option<&Path>, opts: &R
     r
 }
 
+/// How often a fork (or a review) asks again for a lease that someone holds, ms.
+const PARENT_POLL_MS: u64 = 20;
+
 /// Most `ID.fN` ids a fork tries.
 const MAX_FORK_IDS: u32 = 100_000;
 
@@ -291,11 +299,14 @@ fn fork_records(
 /// it over would (the lease rules, rule 1 included: refused while the parent's runner may still
 /// make its open call), then raises the parent's fence in the open call's tool to the new epoch,
 /// so a parent runner parked before that call is refused by the tool if it wakes. Returns the
-/// lease, to be released once the fork exists.
+/// lease, to be released once the fork exists. A lease held by someone who may still act is
+/// waited for up to `BROKERLAB_BUSY_MS` (another fork, or a review, holds it for a moment), then
+/// the fork is refused, saying why.
 fn hold_parent(store: &dyn TaskStore, id: &str, at: u32, step: u16, world: &Path, lease_ms: i64) -> TaskResult<Lease> {
     let me = Me::current();
     let mut w = World::new(world);
     let mut tries = 0;
+    let patience = std::time::Instant::now() + Duration::from_millis(super::super::backend::busy_ms()?);
     loop {
         let recs = store.records(id)?;
         let mut st = fold_in(&store.name(), id, &recs)?;
@@ -318,6 +329,9 @@ fn hold_parent(store: &dyn TaskStore, id: &str, at: u32, step: u16, world: &Path
                     return Err(e);
                 }
                 return Ok(lease);
+            }
+            Err(LeaseError::Held { .. }) if std::time::Instant::now() < patience => {
+                std::thread::sleep(Duration::from_millis(PARENT_POLL_MS));
             }
             Err(LeaseError::Held { owner, epoch, expires_in_ms, why }) => {
                 let intent = recs
