@@ -648,6 +648,7 @@ fn chaos_on_postgres_with_kills_pauses_and_server_restarts() {
     assert!(n("pauses") >= 1, "{v}");
     assert_eq!(n("pauses"), n("paused_fenced") + n("paused_idle") + n("paused_conn_lost"), "{v}");
     assert!(n("pg_restarts") >= 1, "{v}");
+    assert_eq!(n("false_corruption"), 0, "{v}");
     server.stop();
 }
 
@@ -850,6 +851,11 @@ fn chaos_with_workers_on_postgres() {
     assert!(n("kills") >= 5, "{v}");
     assert!(n("pauses") >= 1, "{v}");
     assert!(n("pg_restarts") >= 1, "{v}");
+    // issue 21's fault classes occurred, and no healthy task was reported corrupt
+    assert!(n("session_drops") > 0, "{v}");
+    assert!(n("live_forks") > 0, "{v}");
+    assert_eq!(n("live_forks"), n("live_forks_refused") + n("live_forks_made"), "{v}");
+    assert_eq!(n("false_corruption"), 0, "{v}");
     assert!(!d.path("world").exists(), "the tools wrote to the database, not to files");
     server.stop();
 }

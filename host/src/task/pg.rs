@@ -980,6 +980,33 @@ impl PgStore {
         r.map_err(|e| pg_error(&self.name, "submitting the task", &e))
     }
 
+    /// Queues an existing task again (a fork that `task fork` made, for the workers to run):
+    /// durable on `Ok`; idle workers are notified.
+    pub fn enqueue(&self, id: &str) -> TaskResult<()> {
+        let mut c = self.client.borrow_mut();
+        c.execute(
+            "WITH q AS (INSERT INTO queue VALUES($1, $2) ON CONFLICT (task_id) DO NOTHING RETURNING 1) \
+             SELECT pg_notify($3, $1)",
+            &[&id, &now_ms(), &NOTIFY_CHANNEL],
+        )
+        .map(|_| ())
+        .map_err(|e| pg_error(&self.name, "queueing the task", &e))
+    }
+
+    /// Ends every session of process `pid` (found by the `application_name` it gives its
+    /// sessions, [`application_name`]) with `pg_terminate_backend`, as an operator or a
+    /// connection pooler might: the process lives on and finds its connections closed. Returns
+    /// how many were ended (`task chaos`'s "drop the holder's session").
+    pub fn terminate_sessions_of(&self, pid: u32) -> TaskResult<i64> {
+        let mut c = self.client.borrow_mut();
+        c.query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&format!("brokerlab:{pid}")],
+        )
+        .map(|r| r.get(0))
+        .map_err(|e| pg_error(&self.name, "ending a runner's sessions", &e))
+    }
+
     /// The ids in `queue`.
     pub fn queued_ids(&self) -> TaskResult<Vec<String>> {
         let mut c = self.client.borrow_mut();

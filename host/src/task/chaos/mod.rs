@@ -135,13 +135,13 @@ pub mod spec;
 
 mod workers;
 
-pub use check::{TaskCheck, check_task};
+pub use check::{TaskCheck, check_task, copied_intent_steps};
 
 pub use report::ChaosReport;
 use report::{finish, progress};
 use restart::{restarter, server_down, wait_for_server};
 pub use spec::{Draws, chaos_spec};
-use supervise::{KillPlan, Pace, iteration, review, stderr_of, wait_or_kill, world_retry};
+use supervise::{KillPlan, Pace, iteration, review, says_corruption, stderr_of, wait_or_kill, world_retry};
 
 /// Calls the task made to the tools that keep files, so far.
 fn calls_made(world: &mut World, task: &str) -> TaskResult<usize> {
