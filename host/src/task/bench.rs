@@ -39,8 +39,14 @@ pub struct BenchOpts {
     pub dir: Option<PathBuf>,
     /// Also measure PostgreSQL (raw commit rate, 1/4/16 runners) on this database.
     pub db: Option<String>,
-    /// With `db`: SIGKILL this many workers holding a task and time the takeovers.
+    /// With `db`: SIGKILL this many workers holding a task whose open calls are fenced and time
+    /// the takeovers.
     pub takeover_kills: u32,
+    /// With `takeover_kills`: also this many kills in an unfenced email's window (each waits for
+    /// the lease's expiry: rule 1).
+    pub takeover_unfenced_kills: u32,
+    /// The workers' lease in the takeover runs, ms.
+    pub takeover_lease_ms: u64,
 }
 
 pub(crate) struct BenchFx;
@@ -336,7 +342,13 @@ pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
         if let Some(url) = &opts.db {
             v["postgres"] = super::pgbench::throughput(url, opts.steps)?;
             if opts.takeover_kills > 0 {
-                v["takeover"] = super::pgbench::takeover(url, opts.takeover_kills, &dir)?;
+                v["takeover"] = super::pgbench::takeover(
+                    url,
+                    opts.takeover_kills,
+                    opts.takeover_unfenced_kills,
+                    opts.takeover_lease_ms,
+                    &dir,
+                )?;
             }
         }
         Ok(v)
@@ -401,14 +413,33 @@ pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
         say!("PostgreSQL, 16 runners over 1: {:.2}x (group commit)", f("gain_16_over_1"));
     }
     if let Some(t) = v.get("takeover") {
-        let f = |k: &str| t[k].as_f64().unwrap_or(0.0);
-        say!(
-            "takeover after SIGKILL ({} kills, lease 5000 ms, poll 200 ms): p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
-            t["kills"],
-            f("takeover_ms_p50"),
-            f("takeover_ms_p99"),
-            f("takeover_ms_max")
-        );
+        for (k, what) in [("fenced", "open calls fenced"), ("unfenced", "an unfenced email in flight")] {
+            let s = &t[k];
+            let f = |k: &str| s[k].as_f64().unwrap_or(0.0);
+            say!(
+                "takeover after SIGKILL, {what} ({} kills, lease {} ms): kill to the new lease record p50 {:.0} ms, \
+                 p99 {:.0} ms, max {:.0} ms; to the first step p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; duplicates {}",
+                s["kills"],
+                t["lease_ms"],
+                f("lease_record_ms_p50"),
+                f("lease_record_ms_p99"),
+                f("lease_record_ms_max"),
+                f("takeover_ms_p50"),
+                f("takeover_ms_p99"),
+                f("takeover_ms_max"),
+                s["duplicates"]
+            );
+            if k == "unfenced" {
+                say!(
+                    "  the new lease record after the expiry the holder wrote: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms \
+                     ({} before it)",
+                    f("lease_after_expiry_ms_p50"),
+                    f("lease_after_expiry_ms_p99"),
+                    f("lease_after_expiry_ms_max"),
+                    s["before_expiry"]
+                );
+            }
+        }
     }
     Ok(0)
 }

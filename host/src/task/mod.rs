@@ -262,9 +262,18 @@ pub enum TaskCmd {
         /// rate and 1, 4 and 16 runners at once.
         #[arg(long, value_name = "URL")]
         db: Option<String>,
-        /// With --db: SIGKILL this many workers holding a task and time each takeover.
+        /// With --db: SIGKILL this many workers holding a task whose open calls are fenced and time
+        /// each takeover (kill to the next holder's first durable step). Needs a database created
+        /// for it (empty: the bench marks it for fault injection).
         #[arg(long, value_name = "N", default_value_t = 0)]
         takeover_kills: u32,
+        /// With --takeover-kills: also kill this many holders in an unfenced email's window (each
+        /// taken over at the lease's expiry: rule 1).
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        takeover_unfenced_kills: u32,
+        /// The takeover workers' lease, ms.
+        #[arg(long, value_name = "MS", default_value_t = 5000)]
+        takeover_lease_ms: u64,
     },
     /// kill -9 in real processes: run tasks as child processes, SIGKILL them at random times,
     /// restart, review, and check exactly-once from the tools' own files.
@@ -306,13 +315,24 @@ fn dispatch(cmd: TaskCmd) -> TaskResult<i32> {
         }
         TaskCmd::Inspect { id, db } => inspect(&db.target(), &id),
         TaskCmd::List { db } => list(&db.target()),
-        TaskCmd::Bench { steps, tasks, json, dir, db, takeover_kills } => {
+        TaskCmd::Bench { steps, tasks, json, dir, db, takeover_kills, takeover_unfenced_kills, takeover_lease_ms } => {
             if let Some(u) = &db
                 && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
             {
                 return Err(TaskError::bad_input(format!("bench --db {u}: expected a postgres:// URL")));
             }
-            bench::bench(&bench::BenchOpts { steps, tasks, json, dir, db, takeover_kills })
+            let takeover_lease_ms = lease_ms(Some(takeover_lease_ms))? as u64;
+            let opts = bench::BenchOpts {
+                steps,
+                tasks,
+                json,
+                dir,
+                db,
+                takeover_kills,
+                takeover_unfenced_kills,
+                takeover_lease_ms,
+            };
+            bench::bench(&opts)
         }
         TaskCmd::Chaos(mut opts) => {
             opts.lease_ms = self::lease_ms(Some(opts.lease_ms))? as u64;

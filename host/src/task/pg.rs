@@ -629,6 +629,9 @@ impl PgStore {
         }
         let rec = Record::new(task, state.next_seq, Event::LeaseAcquired { owner: owner_h, epoch });
         self.insert_record(&mut tx, &rec, epoch, now)?;
+        // idle workers look again (on the commit): they now watch this holder's session lock
+        let st = self.stmt(&mut tx, "SELECT pg_notify($1, $2)")?;
+        tx.execute(&st, &[&NOTIFY_CHANNEL, &id])?;
         tx.commit()?;
         Ok(Ok((Lease { task: id.to_string(), owner, epoch, ttl_ms, taken_at_ms: now }, rec)))
     }
