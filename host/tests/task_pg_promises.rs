@@ -281,7 +281,7 @@ fn starting_up_server(refusals: usize, real: Option<u16>) -> (u16, Arc<AtomicUsi
             {
                 let Ok(up) = TcpStream::connect(("127.0.0.1", real)) else { continue };
                 let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
-                std::thread::spawn(move || std::io::copy(&mut c2, &mut up2.try_clone().unwrap()));
+                std::thread::spawn(move || std::io::copy(&mut c2, &mut up2));
                 std::thread::spawn(move || {
                     let mut up = up;
                     std::io::copy(&mut up, &mut c)

@@ -315,7 +315,8 @@ mod tests {
 
     #[test]
     fn a_dropped_session_is_not_a_dead_holder() {
-        let gone = Some(LeaseView { epoch: 3, expires_at_ms: 5000, ours: false, holder: Holder::SessionGone });
+        let base = LeaseView { epoch: 3, expires_at_ms: 5000, ours: false, holder: Holder::SessionGone };
+        let gone = Some(base);
         // nothing in flight, or only calls that are fenced or safe to repeat: taken at once
         for open in [OpenCall::None, OpenCall::Fenced] {
             assert_eq!(
@@ -338,13 +339,13 @@ mod tests {
             LeaseDecision::Take { epoch: 4, reason: TakeReason::Expired }
         );
         // a proof of death that survives a session drop: at once, whatever is in flight
-        let dead = Some(LeaseView { holder: Holder::Dead, ..gone.unwrap() });
+        let dead = Some(LeaseView { holder: Holder::Dead, ..base });
         assert_eq!(
             decide_lease(dead, 3, 1000, OpenCall::Unfenceable),
             LeaseDecision::Take { epoch: 4, reason: TakeReason::HolderDead }
         );
         // a live session: never before the expiry
-        let live = Some(LeaseView { holder: Holder::Unknown, ..gone.unwrap() });
+        let live = Some(LeaseView { holder: Holder::Unknown, ..base });
         assert!(matches!(
             decide_lease(live, 3, 1000, OpenCall::None),
             LeaseDecision::Refuse { why: RefuseReason::Live, .. }
