@@ -1,5 +1,5 @@
 //! Issue 21's reproductions on PostgreSQL, end to end through the real binary against a server
-//! each test starts (support/pg.rs): a dropped session is not a dead holder (rule 1, with
+//! each test starts (support/pg.rs): a dropped session is not a dead holder (the dropped-session rule, with
 //! `pg_terminate_backend` and with `restart -m immediate`), a fork of a live parent, a false
 //! "log corruption" on a healthy running task, passwords in every form kept out of messages and
 //! out of the log, the server's own words for a refused login, a server that is starting up, and
@@ -88,7 +88,7 @@ fn now_ms() -> i64 {
 /// Issue 21, section 1: the email tool cannot check a token; runner A parks right before the
 /// email leaves (intent durable, margin checked); its session is then dropped. Before the fix B
 /// took over at once ("a free session lock means a dead holder"), its review showed 0 calls,
-/// `--retry` sent the email, and A, woken, sent it too. Rule 1: B is refused until A's lease
+/// `--retry` sent the email, and A, woken, sent it too. The dropped-session rule: B is refused until A's lease
 /// expires; A, woken inside its lease, sends once; after the expiry B's review finds that call.
 /// Checked for both ways a session drops: `pg_terminate_backend` and `restart -m immediate`.
 #[test]
@@ -111,7 +111,11 @@ fn a_dropped_session_is_not_a_dead_holder() {
         // before the fix: exit 3 at once, "0 applied"; `--retry` then sent a second email
         let o = p.run(&["resume", "ww"], &[unfenced]);
         o.expect(1);
-        assert!(o.stderr().contains("may still be run by") && o.stderr().contains("rule 1"), "{how}: {}", o.stderr());
+        assert!(
+            o.stderr().contains("may still be run by") && o.stderr().contains("the dropped-session rule"),
+            "{how}: {}",
+            o.stderr()
+        );
         assert!(now_ms() < expires, "{how}: B was refused inside A's lease");
         // A wakes inside its lease: it sends (that is its call), then finds its session gone
         assert!(stop_or_continue(pid, false));

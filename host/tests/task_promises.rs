@@ -289,3 +289,26 @@ fn is_root() -> bool {
         .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
         .unwrap_or(false)
 }
+
+/// The runner's cases of docs/BAD_INPUT.md, each tested in this file or in
+/// task_pg_promises.rs.
+const CASES: &[&str] = &[
+    "task-hook-production",
+    "task-mark-existing",
+    "task-corrupt-lease",
+    "task-corrupt-spec",
+    "task-wrong-password",
+    "task-starting-up",
+    "task-fork-live-parent",
+    "task-read-only-file",
+];
+
+#[test]
+fn the_runner_table_in_bad_input_md_lists_exactly_these_cases() {
+    let doc =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/BAD_INPUT.md")).unwrap();
+    let rows: Vec<&str> =
+        doc.lines().filter_map(|l| l.strip_prefix("| task-")).filter_map(|l| l.split(' ').next()).collect();
+    let rows: Vec<String> = rows.iter().map(|r| format!("task-{r}")).collect();
+    assert_eq!(rows, CASES, "docs/BAD_INPUT.md's task rows vs this list");
+}

@@ -23,7 +23,7 @@
 //! the fork's review would show "0 calls" and a `--retry` would send it, and then so would the
 //! parent (issue 21). So such a fork first takes the **parent's** lease, as any runner taking the
 //! parent over would ([`parent_guard`]): refused while the parent's runner may still act (a live
-//! lease; by rule 1, [`super::lease::early_takeover_allowed`], also a holder whose session is gone
+//! lease; by the dropped-session rule, [`super::lease::early_takeover_allowed`], also a holder whose session is gone
 //! while its open call is unfenceable), and otherwise taken with a new epoch, to which the fork
 //! raises the parent's fence in that tool (a parked parent's call is then refused) before it
 //! copies anything. The parent's lease is released once the fork exists.

@@ -74,7 +74,7 @@ pub fn open_call(state: &TaskState, checks_fence: impl FnOnce(&ToolName) -> bool
     }
 }
 
-/// **Rule 1 (issue 21): a dropped session is not a dead holder.** A lease whose holder's session
+/// **The dropped-session rule (issue 21): a dropped session is not a dead holder.** A lease whose holder's session
 /// is gone ([`Holder::SessionGone`]) may be taken before its expiry only where every call the
 /// holder could still make is fenced: the log's open call, if any, is [`OpenCall::Fenced`]. With
 /// an [`OpenCall::Unfenceable`] call in flight the taker waits for the expiry the holder wrote
@@ -97,7 +97,7 @@ pub enum TakeReason {
     Expired,
     /// Its holder is provably dead: taken over at once, without waiting for the expiry.
     HolderDead,
-    /// Its holder's session is gone and every call it could still make is fenced (rule 1): taken
+    /// Its holder's session is gone and every call it could still make is fenced (the dropped-session rule): taken
     /// over at once.
     SessionGone,
 }
@@ -109,7 +109,7 @@ pub enum RefuseReason {
     /// Its holder may be alive and acting.
     Live,
     /// Its holder's session is gone, but the log ends with an unfenceable call the holder may
-    /// still make (rule 1): wait for the expiry it wrote.
+    /// still make (the dropped-session rule): wait for the expiry it wrote.
     UnfenceableCall,
 }
 
@@ -138,7 +138,7 @@ pub enum LeaseDecision {
 /// Decides whether the caller may take the lease at `now_ms`. `log_epoch` is the last epoch in
 /// the task's log (the new epoch exceeds both it and the stored one, so epochs never repeat even
 /// if the lease row were lost); `open` is the call the holder could still make, from the log as
-/// of the decision ([`open_call`]; rule 1, [`early_takeover_allowed`]).
+/// of the decision ([`open_call`]; the dropped-session rule, [`early_takeover_allowed`]).
 pub fn decide_lease(current: Option<LeaseView>, log_epoch: u64, now_ms: i64, open: OpenCall) -> LeaseDecision {
     let base = current.map_or(0, |c| c.epoch).max(log_epoch);
     let epoch = base.saturating_add(1);

@@ -20,7 +20,7 @@
 //! * [`lease`]: the lease and fencing rules as pure functions of integers ([`decide_lease`],
 //!   [`check_fence`]), the tool side of fencing ([`check_tool_fence`]) and the margin rule for
 //!   tools that cannot check a token ([`may_call`]), when a checkpoint renews the lease
-//!   ([`renewal_due`]), and rule 1: a dropped session is not a dead holder
+//!   ([`renewal_due`]), and the dropped-session rule: a dropped session is not a dead holder
 //!   ([`early_takeover_allowed`], [`open_call`]); the host evaluates them inside its
 //!   transactions.
 //! * `harness` (feature `harness`): crash injection at every point, simulated tools that count

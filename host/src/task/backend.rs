@@ -30,7 +30,7 @@ pub struct LeaseAsk<'a> {
     /// Delete a pending suspend request in the same transaction.
     pub clear_suspend: bool,
     /// The call the current holder could still make, from `state` (the core's `open_call`):
-    /// rule 1 decides on it whether a holder whose session is gone may be taken over now.
+    /// the dropped-session rule decides on it whether a holder whose session is gone may be taken over now.
     pub open: OpenCall,
     /// A check made under the lease before it commits, once the binding has made sure that
     /// `state` is the log as of the lease (no record past it): the world witness. Its error
@@ -84,7 +84,7 @@ pub enum AppendError<E = StoreError> {
 #[derive(Debug)]
 pub enum LeaseError<E = StoreError> {
     /// A runner that may still act holds it (`why`: it may be alive, or its session is gone but
-    /// an unfenceable call is in flight: rule 1).
+    /// an unfenceable call is in flight: the dropped-session rule).
     Held {
         /// Its owner string.
         owner: String,

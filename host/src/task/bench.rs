@@ -43,7 +43,7 @@ pub struct BenchOpts {
     /// the takeovers.
     pub takeover_kills: u32,
     /// With `takeover_kills`: also this many kills in an unfenced email's window (each waits for
-    /// the lease's expiry: rule 1).
+    /// the lease's expiry: the dropped-session rule).
     pub takeover_unfenced_kills: u32,
     /// The workers' lease in the takeover runs, ms.
     pub takeover_lease_ms: u64,

@@ -96,7 +96,7 @@ pub enum TaskError {
         epoch: u64,
         /// Time left on its lease.
         expires_in_ms: i64,
-        /// Why its lease is not taken now (alive, or rule 1).
+        /// Why its lease is not taken now (alive, or the dropped-session rule).
         why: RefuseReason,
     },
     /// A row that no runner could have written: a lease row out of range, a spec that is not
@@ -269,7 +269,7 @@ fn held_text(task: &str, owner: &str, epoch: u64, expires_in_ms: i64, why: Refus
             "task {task:?} may still be run by {owner} (lease epoch {epoch}): its database session is gone, but the \
              log ends with a call it may still send to a tool that cannot check a fencing token, and a dropped \
              session is no proof that the process died; its lease is taken only when it expires, in {secs:.1}s \
-             (rule 1, docs/RUNNER.md); not starting a second runner"
+             (the dropped-session rule, docs/RUNNER.md); not starting a second runner"
         ),
     }
 }

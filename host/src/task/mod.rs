@@ -268,7 +268,7 @@ pub enum TaskCmd {
         #[arg(long, value_name = "N", default_value_t = 0)]
         takeover_kills: u32,
         /// With --takeover-kills: also kill this many holders in an unfenced email's window (each
-        /// taken over at the lease's expiry: rule 1).
+        /// taken over at the lease's expiry: the dropped-session rule).
         #[arg(long, value_name = "N", default_value_t = 20)]
         takeover_unfenced_kills: u32,
         /// The takeover workers' lease, ms.

@@ -572,7 +572,7 @@ impl PgStore {
             } else {
                 // the holder's session holds this lock from its acquire on: free means the
                 // session is gone (its process died, the server restarted, the connection was
-                // cut): not proof that the process died (rule 1 decides)
+                // cut): not proof that the process died (the dropped-session rule decides)
                 let key = session_key(id, r.epoch);
                 let got: bool = tx.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
                 if got {
@@ -1152,7 +1152,7 @@ impl Claimer {
                     continue;
                 }
                 // a holder whose session is gone: claimable; whether its lease may be taken
-                // before the expiry is rule 1's, decided under the lease by `acquire`
+                // before the expiry is the dropped-session rule's, decided under the lease by `acquire`
                 if !skip.contains(&id) && self.try_claim(&id, epoch as u64)? {
                     return Ok(Some(id));
                 }
@@ -1167,7 +1167,7 @@ impl Claimer {
     /// NOTIFY on [`NOTIFY_CHANNEL`]), the session of a holder of a queued task ending (its
     /// process died, or its connection was cut: this session waits on the holder's session
     /// lock, which the server grants the moment that session ends), or the earliest expiry of a
-    /// queued task's live lease (the moment rule 1 lets a waiting taker in). One holder is
+    /// queued task's live lease (the moment the dropped-session rule lets a waiting taker in). One holder is
     /// watched at a time (the oldest queued task's); the others are seen at the next claim.
     pub fn wait(&mut self, max: Duration) -> TaskResult<()> {
         let now = now_ms();

@@ -204,11 +204,11 @@ const TAKEOVER_STEP_DELAY_MS: u64 = 20;
 /// Which calls the killed holder leaves open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Series {
-    /// Killed between steps (after two model steps): whatever it left open is fenced, so rule 1
+    /// Killed between steps (after two model steps): whatever it left open is fenced, so the dropped-session rule
     /// lets the taker in as soon as the holder's session is gone.
     Fenced,
     /// Killed in an email's window (the call applied, its result not yet recorded) with the email
-    /// tool unfenced (`BROKERLAB_UNFENCED_TOOLS`): rule 1 makes the taker wait for the expiry the
+    /// tool unfenced (`BROKERLAB_UNFENCED_TOOLS`): the dropped-session rule makes the taker wait for the expiry the
     /// holder wrote.
     Unfenced,
 }
@@ -347,7 +347,7 @@ pub fn takeover(
         "poll_ms": 200,
         "step_delay_ms": TAKEOVER_STEP_DELAY_MS,
         "case": "two `task worker`s; the holder SIGKILLed; cross-host rule (the same-host pid rule disabled): \
-                 its PostgreSQL session gone, rule 1 decides",
+                 its PostgreSQL session gone, the dropped-session rule decides",
     });
     for (series, n) in [(Series::Fenced, kills), (Series::Unfenced, unfenced_kills)] {
         let mut samples = Vec::new();

@@ -21,7 +21,7 @@
 //! (comma-separated; a fault hook, acting only on a fault-injection database, see
 //! [`super::faults`]) records tokens but does not check them: it stands for a real API that
 //! cannot (the runner's margin rule is then the only guard, and a takeover of a holder whose
-//! session is gone waits for its expiry: rule 1; docs/RUNNER.md).
+//! session is gone waits for its expiry: the dropped-session rule; docs/RUNNER.md).
 
 use std::path::{Path, PathBuf};
 
@@ -189,7 +189,7 @@ impl World {
 
     /// Whether tool `name` refuses a stale fencing token: the tools that keep a file (or table)
     /// do, unless `BROKERLAB_UNFENCED_TOOLS` names them (a fault hook); an unknown tool is
-    /// taken to check none (the careful side of rule 1).
+    /// taken to check none (the careful side of the dropped-session rule).
     pub fn checks_fence(&self, name: &str) -> bool {
         ToolFile::of_tool(name).is_some() && !self.unfenced.iter().any(|t| t == name)
     }

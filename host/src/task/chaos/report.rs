@@ -80,7 +80,7 @@ pub struct ChaosReport {
     pub worker_reconnects: u64,
     /// Sessions of a worker holding a live lease ended with `pg_terminate_backend` (half of them
     /// with the worker parked by SIGSTOP first): the process lives on, its session does not
-    /// (rule 1: a dropped session is not a dead holder).
+    /// (the dropped-session rule: a dropped session is not a dead holder).
     pub session_drops: u64,
     /// Of which the worker was parked first (and woken after a takeover or its lease).
     pub session_drops_parked: u64,

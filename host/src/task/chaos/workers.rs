@@ -16,7 +16,7 @@
 //!   margin rule; or
 //! * its **sessions dropped** (one choice in six): `pg_terminate_backend` of every session of
 //!   the worker process (found by their `application_name`), half the time with the worker parked
-//!   first; the process lives on. A dropped session is not a dead holder (rule 1): another worker
+//!   first; the process lives on. A dropped session is not a dead holder (the dropped-session rule): another worker
 //!   takes the task over at once only because every call the holder could still make is fenced
 //!   (the run's tools check tokens); or
 //! * its task **forked at an open intent** while the holder runs (one choice in six): once the

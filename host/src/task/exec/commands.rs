@@ -296,7 +296,7 @@ fn fork_records(
 }
 
 /// The fork's guard ([`ParentGuard::ParentLease`]): takes the parent's lease as a runner taking
-/// it over would (the lease rules, rule 1 included: refused while the parent's runner may still
+/// it over would (the lease rules, the dropped-session rule included: refused while the parent's runner may still
 /// make its open call), then raises the parent's fence in the open call's tool to the new epoch,
 /// so a parent runner parked before that call is refused by the tool if it wakes. Returns the
 /// lease, to be released once the fork exists. A lease held by someone who may still act is

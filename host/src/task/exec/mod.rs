@@ -141,7 +141,7 @@ fn fence_in_flight(world: &mut World, id: &str, st: &TaskState) -> TaskResult<()
 }
 
 /// The call the current holder of `id`'s lease could still make, from `state` (the log as the
-/// caller read it; `acquire` checks under the lease that it is still the whole log): rule 1's
+/// caller read it; `acquire` checks under the lease that it is still the whole log): the dropped-session rule's
 /// input. A tool checks tokens unless the world says it does not (`BROKERLAB_UNFENCED_TOOLS`).
 pub fn open_call_of(state: &TaskState, world: &World) -> OpenCall {
     open_call(state, |tool| world.checks_fence(tool))
