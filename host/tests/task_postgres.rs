@@ -854,7 +854,8 @@ fn chaos_with_workers_on_postgres() {
     // issue 21's fault classes occurred, and no healthy task was reported corrupt
     assert!(n("session_drops") > 0, "{v}");
     assert!(n("live_forks") > 0, "{v}");
-    assert_eq!(n("live_forks"), n("live_forks_refused") + n("live_forks_made"), "{v}");
+    // (a fork cut short by a server restart is neither)
+    assert!(n("live_forks_refused") + n("live_forks_made") <= n("live_forks"), "{v}");
     assert_eq!(n("false_corruption"), 0, "{v}");
     assert!(!d.path("world").exists(), "the tools wrote to the database, not to files");
     server.stop();
