@@ -374,3 +374,41 @@ fn fault_hooks_and_corrupt_rows_on_postgres() {
         assert!(o.stderr().contains("corrupt leases row of task \"ww\""), "{}", o.stderr());
     }
 }
+
+/// `task bench --takeover-kills`: both series are measured and honest: the unfenced one never
+/// takes over before the expiry the holder wrote, and neither applies a side effect twice (the
+/// figures themselves come from the command, not from here: docs/RUNNER.md).
+#[test]
+fn the_takeover_bench_measures_both_series() {
+    let s = PgServer::start("tbench");
+    let url = s.create_db("tbench");
+    let d = Dir::new("pg-tbench");
+    let dir = d.path("b");
+    let args = ["bench", "--steps", "5", "--json", "--db", &url, "--dir", dir.to_str().unwrap()];
+    let o = d.run(
+        &[&args[..], &["--takeover-kills", "3", "--takeover-unfenced-kills", "1"], &["--takeover-lease-ms", "800"]]
+            .concat(),
+    );
+    o.expect(0);
+    let v: serde_json::Value = serde_json::from_str(o.stdout().trim()).unwrap();
+    let t = &v["takeover"];
+    let n = |s: &str, k: &str| t[s][k].as_f64().unwrap_or_else(|| panic!("no {s}.{k} in {t}"));
+    assert_eq!(n("fenced", "kills"), 3.0, "{t}");
+    assert_eq!(n("unfenced", "kills"), 1.0, "{t}");
+    for series in ["fenced", "unfenced"] {
+        assert_eq!(n(series, "duplicates"), 0.0, "{t}");
+        assert!(
+            n(series, "lease_record_ms_min") >= 0.0 && n(series, "takeover_ms_min") >= n(series, "lease_record_ms_min"),
+            "{t}"
+        );
+    }
+    assert_eq!(n("unfenced", "before_expiry"), 0.0, "{t}");
+    assert!(n("unfenced", "lease_after_expiry_ms_min") >= 0.0, "{t}");
+    // an existing log is not marked for the bench's fault hooks
+    let p = Db::new(&s, "tbench-existing", false);
+    p.d.write("spec.toml", WW);
+    p.run(&["run", "spec.toml"], &[]).expect(0);
+    let o = d.run(&["bench", "--steps", "5", "--db", &p.url, "--takeover-kills", "1"]);
+    o.expect(2);
+    assert!(o.stderr().contains("cannot be marked"), "{}", o.stderr());
+}
