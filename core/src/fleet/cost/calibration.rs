@@ -61,7 +61,14 @@ impl Calibration {
     /// The fit on the published calibration points (host `fleet::cost::published`), the
     /// overheads and the link at their priors, the reserve fitted on llm-d's 461,376-token
     /// Llama-3.1-70B TP4 pod.
-    pub const PUBLISHED: Calibration = Calibration { ..Calibration::PRIOR };
+    pub const PUBLISHED: Calibration = Calibration {
+        compute_ppm: 650_362,
+        attention_ppm: 946_593,
+        moe_ppm: 344_585,
+        memory_ppm: 718_487,
+        reserve_bytes: 3_443_559_334,
+        ..Calibration::PRIOR
+    };
 
     /// Checks every field against its limit.
     pub fn validate(&self) -> Result<(), Error> {

@@ -493,6 +493,8 @@ impl Model {
             },
             Model::DeepseekV3 => ModelDesc {
                 kv_heads: 128,
+                // with MLA, head_dim is not used; set to qk_nope + qk_rope, as descriptions read
+                head_dim: 192,
                 weight_dtype: Dtype::Fp8,
                 moe: Some(Moe {
                     experts: 256,

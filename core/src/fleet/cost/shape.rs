@@ -107,6 +107,20 @@ impl BatchShape {
         add(&mut self.decode_pairs_window, if w == 0 { keys } else { keys.min(w as u128) })
     }
 
+    /// `n` requests each decoding one token with `c` tokens in its KV cache (the same as `n` calls
+    /// of [`Self::add_decode`]).
+    pub fn add_decodes(&mut self, n: u64, c: u64) -> Result<(), Error> {
+        let w = self.window as u64;
+        let (n, c) = (n as u128, c as u128);
+        let over = Error::Overflow { what: CostQuantity::BatchShape };
+        let cw = if w == 0 { c } else { c.min(w as u128) };
+        let keys = if w == 0 { c + 1 } else { (c + 1).min(w as u128) };
+        add(&mut self.decode_requests, n)?;
+        add(&mut self.decode_cached, n.checked_mul(c).ok_or(over)?)?;
+        add(&mut self.decode_cached_window, n.checked_mul(cw).ok_or(over)?)?;
+        add(&mut self.decode_pairs_window, n.checked_mul(keys).ok_or(over)?)
+    }
+
     /// Requests in the step.
     pub const fn requests(&self) -> u64 {
         self.prefill_requests + self.decode_requests

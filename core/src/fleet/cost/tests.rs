@@ -120,6 +120,13 @@ fn shape_accumulates_prefill_and_decode() {
     assert_eq!((s.prefill_cached, s.prefill_cached_window), (2, 2));
     assert_eq!((s.decode_requests, s.decode_cached, s.decode_cached_window, s.decode_pairs_window), (2, 11, 5, 6));
     assert_eq!((s.requests(), s.tokens()), (3, 6));
+    let mut many = BatchShape::new(4);
+    many.add_decodes(3, 10).unwrap();
+    let mut one_by_one = BatchShape::new(4);
+    for _ in 0..3 {
+        one_by_one.add_decode(10).unwrap();
+    }
+    assert_eq!(many, one_by_one);
     let mut big = BatchShape::new(0);
     assert_eq!(
         big.add_prefill(u64::MAX, 2),
