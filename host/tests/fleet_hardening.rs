@@ -117,6 +117,13 @@ const CASES: &[&str] = &[
     "line-cap",
     "cache-key",
     "cache-batched",
+    // the physics step cost's inputs, tested in host/tests/fleet_cost.rs
+    "calibrate-steps-column",
+    "calibrate-steps-field",
+    "calibrate-too-few",
+    "calibrate-model",
+    "calibrate-tp",
+    "calibrate-gpu",
 ];
 
 #[test]

@@ -26,9 +26,10 @@ use crate::plot::{Chart, Series};
 pub const MIN_ROWS_PER_FACTOR: usize = 5;
 /// Every `HOLD_OUT`-th row is held out.
 pub const HOLD_OUT: usize = 5;
-/// Weight of the pull towards the start values (relative to the mean squared error of a row).
-pub const PRIOR_WEIGHT: f64 = 1e-4;
-/// A factor whose standard error (from the fit's residuals, correlations ignored) exceeds this
+/// Weight of the pull towards the start values (relative to one row's squared error): only enough
+/// to hold a factor the rows do not inform where it started.
+pub const PRIOR_WEIGHT: f64 = 1e-6;
+/// A factor whose standard error (from the fit's residuals and sensitivities) exceeds this
 /// relative value is reported as not identified by the data.
 pub const IDENTIFIED_SE: f64 = 0.5;
 /// Most requests one CSV row may describe (bounds the work of rebuilding a step).
@@ -73,7 +74,9 @@ pub fn read_steps(path: &Path) -> CliResult<Vec<StepRow>> {
         }
     }
     let need = |name: &str| {
-        col(name).ok_or_else(|| bad(format!("{file}:1: column `{name}` is missing (the header needs {})", REQUIRED.join(", "))))
+        col(name).ok_or_else(|| {
+            bad(format!("{file}:1: column `{name}` is missing (the header needs {})", REQUIRED.join(", ")))
+        })
     };
     let idx = [need(REQUIRED[0])?, need(REQUIRED[1])?, need(REQUIRED[2])?, need(REQUIRED[3])?];
     let (opt_n, opt_kp) = (col(OPTIONAL[0]), col(OPTIONAL[1]));
@@ -86,17 +89,17 @@ pub fn read_steps(path: &Path) -> CliResult<Vec<StepRow>> {
         };
         let int = |i: usize, name: &str| -> CliResult<u64> {
             let s = at(i, name)?;
-            s.parse::<u64>().map_err(|_| bad(format!("{file}:{line}: field `{name}`: `{s}` is not a whole number >= 0")))
+            s.parse::<u64>()
+                .map_err(|_| bad(format!("{file}:{line}: field `{name}`: `{s}` is not a whole number >= 0")))
         };
         let p = int(idx[0], REQUIRED[0])?;
         let d = int(idx[1], REQUIRED[1])?;
         let k = int(idx[2], REQUIRED[2])?;
         let ms_text = at(idx[3], REQUIRED[3])?;
-        let ms: f64 = ms_text
-            .parse()
-            .ok()
-            .filter(|v: &f64| v.is_finite() && *v > 0.0 && *v < 1e7)
-            .ok_or_else(|| bad(format!("{file}:{line}: field `step_ms`: `{ms_text}` is not a number of milliseconds > 0")))?;
+        let ms: f64 =
+            ms_text.parse().ok().filter(|v: &f64| v.is_finite() && *v > 0.0 && *v < 1e7).ok_or_else(|| {
+                bad(format!("{file}:{line}: field `step_ms`: `{ms_text}` is not a number of milliseconds > 0"))
+            })?;
         let n = match opt_n {
             Some(i) => int(i, OPTIONAL[0])?,
             None => u64::from(p > 0),
@@ -122,10 +125,14 @@ pub fn read_steps(path: &Path) -> CliResult<Vec<StepRow>> {
 
 fn check_row(r: &StepRow) -> Result<(), String> {
     if r.prefill_tokens + r.decode_requests == 0 {
-        return Err("field `prefill_tokens`: a step computes at least one token (prefill_tokens + decode_requests >= 1)".into());
+        return Err(
+            "field `prefill_tokens`: a step computes at least one token (prefill_tokens + decode_requests >= 1)".into(),
+        );
     }
     if (r.prefill_requests == 0) != (r.prefill_tokens == 0) || r.prefill_requests > r.prefill_tokens {
-        return Err("field `prefill_requests`: between 1 and prefill_tokens when there are prefill tokens, else 0".into());
+        return Err(
+            "field `prefill_requests`: between 1 and prefill_tokens when there are prefill tokens, else 0".into()
+        );
     }
     if r.prefill_requests + r.decode_requests > MAX_ROW_REQUESTS {
         return Err(format!("field `decode_requests`: at most {MAX_ROW_REQUESTS} requests in a step"));
@@ -134,7 +141,10 @@ fn check_row(r: &StepRow) -> Result<(), String> {
         return Err("field `prefill_context_tokens`: at most context_tokens".into());
     }
     if r.decode_requests == 0 && r.context_tokens > r.prefill_context_tokens {
-        return Err("field `context_tokens`: context beyond prefill_context_tokens belongs to decodes, and there are none".into());
+        return Err(
+            "field `context_tokens`: context beyond prefill_context_tokens belongs to decodes, and there are none"
+                .into(),
+        );
     }
     Ok(())
 }
@@ -307,7 +317,7 @@ pub fn fit_steps(start: Physics, rows: &[StepRow], source: &str) -> CliResult<St
         for &i in &fit_rows {
             l += predict(c, &shapes[i]).map_or(f64::NAN, |p| sq_rel(p, rows[i].measured_ns));
         }
-        l / fit_rows.len() as f64 + PRIOR_WEIGHT * x.iter().zip(&x0).map(|(&a, &b)| sq_rel(a, b)).sum::<f64>()
+        l + PRIOR_WEIGHT * x.iter().zip(&x0).map(|(&a, &b)| sq_rel(a, b)).sum::<f64>()
     };
     let (lo, hi): (Vec<f64>, Vec<f64>) = factors.iter().map(|f| f.bounds()).unzip();
     let search = minimize(&x0, &lo, &hi, loss);
@@ -327,33 +337,72 @@ pub fn fit_steps(start: Physics, rows: &[StepRow], source: &str) -> CliResult<St
             sq += sq_rel(p, r.measured_ns);
         }
     }
-    // standard errors: residual spread over the fit rows, sensitivities d ln(step) / d ln(factor)
-    let sigma = (sq / (fit_rows.len() - factors.len()).max(1) as f64).sqrt();
-    let std_err = (0..factors.len())
-        .map(|k| {
-            let mut info = 0.0;
-            for &i in &fit_rows {
+    // standard errors: the residual spread over the fit rows and the sensitivities
+    // J[r][k] = d ln(step_r) / d ln(factor_k) (central differences of 1%), covariance
+    // sigma^2 (J^T J)^-1, correlations between factors included
+    let k = factors.len();
+    let sigma2 = sq / (fit_rows.len() - k).max(1) as f64;
+    let mut jtj = vec![vec![0.0; k]; k];
+    for &i in &fit_rows {
+        let sens: Vec<f64> = (0..k)
+            .map(|j| {
                 let at = |scale: f64| {
                     let mut x = search.x.clone();
-                    x[k] *= scale;
+                    x[j] *= scale;
                     predict(cal_of(&x), &shapes[i]).unwrap_or(f64::NAN)
                 };
                 let (up, down) = (at(1.01), at(1.0 / 1.01));
-                let s = (up - down) / ((up + down) / 2.0) / (2.0 * 0.01);
-                info += s * s;
+                (up - down) / ((up + down) / 2.0) / 0.0199
+            })
+            .collect();
+        for a in 0..k {
+            for b in 0..k {
+                jtj[a][b] += sens[a] * sens[b];
             }
-            if info > 0.0 { sigma / info.sqrt() } else { f64::INFINITY }
-        })
-        .collect();
-    Ok(StepFit {
-        physics,
-        factors,
-        std_err,
-        fit: stats(&mut fit_err),
-        held_out: stats(&mut held_err),
-        points,
-        search,
-    })
+        }
+    }
+    let std_err = match invert(jtj) {
+        Some(inv) => (0..k).map(|j| (sigma2 * inv[j][j]).max(0.0).sqrt()).collect(),
+        None => vec![f64::INFINITY; k],
+    };
+    Ok(StepFit { physics, factors, std_err, fit: stats(&mut fit_err), held_out: stats(&mut held_err), points, search })
+}
+
+/// Whether a relative standard error says the factor is identified (a NaN or infinity is not).
+pub fn identified(std_err: f64) -> bool {
+    std_err.is_finite() && std_err <= IDENTIFIED_SE
+}
+
+/// The inverse of a small symmetric matrix by Gauss-Jordan elimination with partial pivoting
+/// (`None` when singular: some factor does not change any prediction).
+fn invert(mut m: Vec<Vec<f64>>) -> Option<Vec<Vec<f64>>> {
+    let n = m.len();
+    let scale = (0..n).map(|i| m[i][i].abs()).fold(0.0, f64::max);
+    let mut inv: Vec<Vec<f64>> = (0..n).map(|i| (0..n).map(|j| f64::from(u8::from(i == j))).collect()).collect();
+    for c in 0..n {
+        let p = (c..n).max_by(|&a, &b| m[a][c].abs().total_cmp(&m[b][c].abs()).then(b.cmp(&a)))?;
+        // (a NaN pivot counts as singular)
+        if m[p][c].abs().partial_cmp(&(1e-12 * scale)) != Some(std::cmp::Ordering::Greater) {
+            return None;
+        }
+        m.swap(c, p);
+        inv.swap(c, p);
+        let d = m[c][c];
+        for j in 0..n {
+            m[c][j] /= d;
+            inv[c][j] /= d;
+        }
+        for r in 0..n {
+            if r != c {
+                let f = m[r][c];
+                for j in 0..n {
+                    m[r][j] -= f * m[c][j];
+                    inv[r][j] -= f * inv[c][j];
+                }
+            }
+        }
+    }
+    Some(inv)
 }
 
 /// The start of a user fit: the published calibration with the per-layer overhead folded into the
@@ -397,7 +446,7 @@ pub fn profile_toml(f: &StepFit, source: &str, sha256: &str) -> String {
         .factors
         .iter()
         .zip(&f.std_err)
-        .filter(|(_, e)| !(**e <= IDENTIFIED_SE))
+        .filter(|(_, e)| !identified(**e))
         .map(|(k, _)| format!("\"{}\"", k.key()))
         .collect();
     let se: Vec<String> = f.std_err.iter().map(|e| format!("{e:.4}")).collect();
@@ -448,8 +497,10 @@ pub fn chart(f: &StepFit, source: &str) -> Chart {
             Series::new(format!("held-out rows ({})", f.held_out.rows), scatter(true)),
         ],
         notes: vec![
-            format!("fit: median {:.1}%, p90 {:.1}%", 100.0 * f.fit.median, 100.0 * f.fit.p90),
-            format!("held out: median {:.1}%, p90 {:.1}%", 100.0 * f.held_out.median, 100.0 * f.held_out.p90),
+            format!("fit: median {:.1}%", 100.0 * f.fit.median),
+            format!("fit: p90 {:.1}%", 100.0 * f.fit.p90),
+            format!("held out: median {:.1}%", 100.0 * f.held_out.median),
+            format!("held out: p90 {:.1}%", 100.0 * f.held_out.p90),
         ],
         ..Chart::default()
     }
@@ -473,7 +524,8 @@ pub fn plot_paths(out: &Path) -> (PathBuf, PathBuf) {
 pub fn generate_steps(p: &Physics, rows: usize, seed: u64, noise_ppm: u32) -> Result<String, CostError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut draw = |lo: u64, hi: u64| lo + rng.next_u64() % (hi - lo + 1);
-    let mut s = String::from("prefill_tokens,decode_requests,context_tokens,step_ms,prefill_requests,prefill_context_tokens\n");
+    let mut s =
+        String::from("prefill_tokens,decode_requests,context_tokens,step_ms,prefill_requests,prefill_context_tokens\n");
     for i in 0..rows {
         let (n, p_tok, kp, d, kd) = match i % 3 {
             0 => {

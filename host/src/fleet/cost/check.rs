@@ -357,7 +357,10 @@ mod tests {
         assert_eq!(kv_value(&kv, cal), kv.published);
         // one byte more than the largest such reserve loses a block; the middle keeps it
         let per_block = 16 * 81_920 / 80 * 80;
-        assert_eq!(kv_value(&kv, Calibration { reserve_bytes: cal.reserve_bytes + per_block / 2, ..cal }), kv.published);
+        assert_eq!(
+            kv_value(&kv, Calibration { reserve_bytes: cal.reserve_bytes + per_block / 2, ..cal }),
+            kv.published
+        );
         let lost = Calibration { reserve_bytes: cal.reserve_bytes + per_block / 2 + 1, ..cal };
         assert_eq!(kv_value(&kv, lost), kv.published - 16.0);
     }

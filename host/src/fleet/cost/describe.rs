@@ -108,7 +108,7 @@ impl ModelToml {
             hidden: self.hidden,
             heads: self.heads,
             kv_heads: self.kv_heads.unwrap_or(self.heads),
-            head_dim: self.head_dim.unwrap_or(if self.heads == 0 { 0 } else { self.hidden / self.heads }),
+            head_dim: self.head_dim.unwrap_or(self.hidden.checked_div(self.heads).unwrap_or(0)),
             intermediate: self.intermediate,
             vocab: self.vocab,
             tied_embeddings: self.tied_embeddings,
@@ -191,7 +191,8 @@ impl GpuToml {
 }
 
 fn read(path: &Path, what: &str) -> CliResult<String> {
-    std::fs::read_to_string(path).map_err(|e| CliError::bad_input(format!("{what} {}: cannot read: {e}", path.display())))
+    std::fs::read_to_string(path)
+        .map_err(|e| CliError::bad_input(format!("{what} {}: cannot read: {e}", path.display())))
 }
 
 fn names<T: Copy + std::fmt::Display>(all: &[T]) -> String {
@@ -214,8 +215,8 @@ pub fn load_model(spec: &str) -> CliResult<ModelDesc> {
     let text = read(path, "--model")?;
     let file = path.display();
     let desc = if ext == "toml" {
-        let t: ModelToml =
-            toml::from_str(text.trim_start_matches('\u{feff}')).map_err(|e| CliError::bad_input(format!("{file}: {e}")))?;
+        let t: ModelToml = toml::from_str(text.trim_start_matches('\u{feff}'))
+            .map_err(|e| CliError::bad_input(format!("{file}: {e}")))?;
         t.desc()
     } else {
         from_hf_config(&text).map_err(|e| CliError::bad_input(format!("{file}: {e}")))?
@@ -314,15 +315,21 @@ fn str_of<'a>(obj: &'a Map<String, Value>, key: &str) -> Result<Option<&'a str>,
 /// A Hugging Face `config.json` (the text model's part, `text_config`, for multimodal models).
 /// The keys read and their meaning are in docs/MODEL.md ("Model descriptions").
 pub fn from_hf_config(text: &str) -> Result<ModelDesc, String> {
-    let root: Value = serde_json::from_str(text.trim_start_matches('\u{feff}')).map_err(|e| format!("not JSON: {e}"))?;
+    let root: Value =
+        serde_json::from_str(text.trim_start_matches('\u{feff}')).map_err(|e| format!("not JSON: {e}"))?;
     let root = root.as_object().ok_or("not a JSON object")?;
     let obj = match root.get("text_config") {
         Some(Value::Object(t)) => t,
         _ => root,
     };
     let model_type = str_of(obj, "model_type")?.or(str_of(root, "model_type")?).unwrap_or("");
-    let (layers, hidden, heads) = (need(obj, "num_hidden_layers")?, need(obj, "hidden_size")?, need(obj, "num_attention_heads")?);
-    let dtype = match str_of(obj, "torch_dtype")?.or(str_of(obj, "dtype")?).or(str_of(root, "torch_dtype")?).or(str_of(root, "dtype")?) {
+    let (layers, hidden, heads) =
+        (need(obj, "num_hidden_layers")?, need(obj, "hidden_size")?, need(obj, "num_attention_heads")?);
+    let dtype = match str_of(obj, "torch_dtype")?
+        .or(str_of(obj, "dtype")?)
+        .or(str_of(root, "torch_dtype")?)
+        .or(str_of(root, "dtype")?)
+    {
         None | Some("bfloat16") => Dtype::Bf16,
         // vLLM's dtype "auto" serves float32 checkpoints in float16
         Some("float16" | "float32") => Dtype::F16,
@@ -338,13 +345,16 @@ pub fn from_hf_config(text: &str) -> Result<ModelDesc, String> {
         Some("fp8") => (Dtype::Fp8, Dtype::Fp8),
         Some("mxfp4") => (dtype, Dtype::Mxfp4),
         Some(other) => {
-            return Err(format!("field `quantization_config.quant_method`: `{other}`: expected fp8 or mxfp4 (or no quantization)"));
+            return Err(format!(
+                "field `quantization_config.quant_method`: `{other}`: expected fp8 or mxfp4 (or no quantization)"
+            ));
         }
     };
-    let experts = match u32_of(obj, "num_local_experts")?.or(u32_of(obj, "n_routed_experts")?).or(u32_of(obj, "num_experts")?) {
-        Some(e) if e > 1 => Some(e),
-        _ => None,
-    };
+    let experts =
+        match u32_of(obj, "num_local_experts")?.or(u32_of(obj, "n_routed_experts")?).or(u32_of(obj, "num_experts")?) {
+            Some(e) if e > 1 => Some(e),
+            _ => None,
+        };
     for key in ["moe_layer_freq", "decoder_sparse_step", "interleave_moe_layer_step"] {
         if u32_of(obj, key)?.is_some_and(|f| f > 1) {
             return Err(format!("field `{key}`: interleaved MoE layers are not modelled (expected 1)"));
@@ -399,7 +409,7 @@ pub fn from_hf_config(text: &str) -> Result<ModelDesc, String> {
         head_dim: match mla {
             // not used with MLA; the query/key head width, for the record
             Some(m) => m.nope_dim + m.rope_dim,
-            None => u32_of(obj, "head_dim")?.unwrap_or(if heads == 0 { 0 } else { hidden / heads }),
+            None => u32_of(obj, "head_dim")?.unwrap_or(hidden.checked_div(heads).unwrap_or(0)),
         },
         intermediate,
         vocab: need(obj, "vocab_size")?,
@@ -441,7 +451,14 @@ pub fn model_toml(m: &ModelDesc, table: &str) -> String {
         s += &format!(
             "\n[{table}.moe]\nexperts = {}\nactive = {}\nexpert_intermediate = {}\nshared = {}\ndense_layers = {}\n\
              router_bias = {}\nexpert_bias = {}\nexpert_dtype = \"{}\"\n",
-            e.experts, e.active, e.expert_intermediate, e.shared, e.dense_layers, e.router_bias, e.expert_bias, e.expert_dtype
+            e.experts,
+            e.active,
+            e.expert_intermediate,
+            e.shared,
+            e.dense_layers,
+            e.router_bias,
+            e.expert_bias,
+            e.expert_dtype
         );
     }
     if let Some(a) = m.mla {
@@ -461,7 +478,13 @@ pub fn gpu_toml(h: &Hardware, table: &str) -> String {
     format!(
         "[{table}]\nflops_bf16 = {}\nflops_fp8 = {}\nflops_fp4 = {}\nhbm_bytes_per_s = {}\nmemory_bytes = {}\n\
          link_bytes_per_s = {}\npcie_bytes_per_s = {}\n",
-        h.flops_bf16, h.flops_fp8, h.flops_fp4, h.hbm_bytes_per_s, h.memory_bytes, h.link_bytes_per_s, h.pcie_bytes_per_s
+        h.flops_bf16,
+        h.flops_fp8,
+        h.flops_fp4,
+        h.hbm_bytes_per_s,
+        h.memory_bytes,
+        h.link_bytes_per_s,
+        h.pcie_bytes_per_s
     )
 }
 

@@ -75,7 +75,8 @@ impl<F: FnMut(&[f64]) -> f64> Search<'_, F> {
             order.sort_by(|&a, &b| fs[a].total_cmp(&fs[b]).then(a.cmp(&b)));
             pts = order.iter().map(|&k| pts[k].clone()).collect();
             fs = order.iter().map(|&k| fs[k]).collect();
-            let spread = pts[1..].iter().flat_map(|u| u.iter().zip(&pts[0]).map(|(a, b)| (a - b).abs())).fold(0.0, f64::max);
+            let spread =
+                pts[1..].iter().flat_map(|u| u.iter().zip(&pts[0]).map(|(a, b)| (a - b).abs())).fold(0.0, f64::max);
             if spread < SPREAD {
                 break;
             }

@@ -49,7 +49,9 @@ pub struct CostCheckArgs {
 
 fn physics_error(e: CostError) -> CliError {
     match e {
-        CostError::Invalid { field: CostField::Tp, expected } => CliError::bad_input(format!("--tp: expected {expected}")),
+        CostError::Invalid { field: CostField::Tp, expected } => {
+            CliError::bad_input(format!("--tp: expected {expected}"))
+        }
         other => CliError::bad_input(format!("the profile: {other}")),
     }
 }
@@ -87,9 +89,10 @@ pub fn calibrate_cmd(a: CalibrateArgs) -> CliResult<i32> {
     );
     for (f, se) in fit.factors.iter().zip(&fit.std_err) {
         let v = f.value(fit.physics.calibration());
-        let weak = if *se <= calibrate::IDENTIFIED_SE { "" } else { "  (not identified by these steps)" };
+        let weak = if calibrate::identified(*se) { "" } else { "  (not identified by these steps)" };
         say!("  {:<14} {v:>12}  +-{:.1}%{weak}", f.key(), 100.0 * se);
     }
+    say!("  ({} loss evaluations)", fit.search.evals);
     say!("wrote {}, {}, {}", a.out.display(), svg.display(), png.display());
     Ok(0)
 }

@@ -56,9 +56,11 @@ fn count(v: &Value, key: &str, i: usize) -> Result<u64, String> {
 
 /// Parses a result file's text.
 pub fn parse(text: &str) -> Result<VllmResult, String> {
-    let root: Value = serde_json::from_str(text.trim_start_matches('\u{feff}')).map_err(|e| format!("not JSON: {e}"))?;
+    let root: Value =
+        serde_json::from_str(text.trim_start_matches('\u{feff}')).map_err(|e| format!("not JSON: {e}"))?;
     let obj = root.as_object().ok_or("not a JSON object")?;
-    let (inp, out, ttfts, itls) = (array(obj, "input_lens")?, array(obj, "output_lens")?, array(obj, "ttfts")?, array(obj, "itls")?);
+    let (inp, out, ttfts, itls) =
+        (array(obj, "input_lens")?, array(obj, "output_lens")?, array(obj, "ttfts")?, array(obj, "itls")?);
     let n = inp.len();
     for (key, a) in [("output_lens", out), ("ttfts", ttfts), ("itls", itls)] {
         if a.len() != n {
@@ -78,13 +80,19 @@ pub fn parse(text: &str) -> Result<VllmResult, String> {
     let request_rate = match obj.get("request_rate") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if s == "inf" => None,
-        Some(v) => Some(v.as_f64().filter(|r| r.is_finite() && *r > 0.0).ok_or_else(|| {
-            format!("field `request_rate`: {v} is not a positive number or \"inf\"")
-        })?),
+        Some(v) => Some(
+            v.as_f64()
+                .filter(|r| r.is_finite() && *r > 0.0)
+                .ok_or_else(|| format!("field `request_rate`: {v} is not a positive number or \"inf\""))?,
+        ),
     };
     let max_concurrency = match obj.get("max_concurrency") {
         None | Some(Value::Null) => None,
-        Some(v) => Some(v.as_u64().filter(|&c| c > 0).ok_or_else(|| format!("field `max_concurrency`: {v} is not a whole number >= 1"))?),
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|&c| c > 0)
+                .ok_or_else(|| format!("field `max_concurrency`: {v} is not a whole number >= 1"))?,
+        ),
     };
     let mut requests = Vec::with_capacity(n);
     let mut failed = 0;
