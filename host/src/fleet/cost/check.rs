@@ -2,7 +2,7 @@
 //! point left out in turn, the held-out checks, and the KV-capacity check (docs/MODEL.md,
 //! "Calibration and validation"). `brokerlab fleet cost-check` prints it.
 
-use brokerlab_core::fleet::cost::{Calibration, Error, PPM, Physics};
+use brokerlab_core::fleet::cost::{Calibration, Error, PPM, Physics, PhysicsProfile};
 use serde::Serialize;
 
 use super::fit::{Minimum, minimize, sq_rel};
@@ -138,11 +138,46 @@ pub struct Row {
     pub note: String,
 }
 
+/// What a built-in profile says for a few typical steps (no published value to compare).
+#[derive(Clone, Debug, Serialize)]
+pub struct ProfileRow {
+    pub profile: &'static str,
+    /// Weights per GPU, GiB.
+    pub weights_gib_per_gpu: f64,
+    /// KV capacity of a pod, tokens (`None` when the weights leave no room).
+    pub kv_tokens: Option<u64>,
+    /// One cold 8,192-token prefill step, ms.
+    pub prefill_8192_ms: f64,
+    /// One decode with 1,024 tokens cached, ms.
+    pub decode_1_ms: f64,
+    /// 64 decodes with 8,192 tokens cached each, ms.
+    pub decode_64_ms: f64,
+}
+
 /// The whole check.
 #[derive(Clone, Debug, Serialize)]
 pub struct Check {
     pub calibration: CalibrationJson,
     pub rows: Vec<Row>,
+    pub profiles: Vec<ProfileRow>,
+}
+
+fn profile_rows() -> Vec<ProfileRow> {
+    PhysicsProfile::ALL
+        .iter()
+        .map(|&pp| {
+            let p = pp.physics().expect("built-in profiles are valid");
+            let ms = |w: Work| predict(&p, w).expect("typical steps fit the integers") * 1e3;
+            ProfileRow {
+                profile: pp.name(),
+                weights_gib_per_gpu: p.weight_bytes_per_gpu() as f64 / (1u64 << 30) as f64,
+                kv_tokens: p.kv_capacity_blocks().ok().map(|b| b * 16),
+                prefill_8192_ms: ms(Work::Prefill { prompts: 1, tokens: 8192, budget: 8192 }),
+                decode_1_ms: ms(Work::Decode { batch: 1, context: 1024 }),
+                decode_64_ms: ms(Work::Decode { batch: 64, context: 8192 }),
+            }
+        })
+        .collect()
 }
 
 /// The calibration's fields (serialisable).
@@ -276,7 +311,7 @@ pub fn run() -> Check {
         }
         rows.push(row);
     }
-    Check { calibration: cal.into(), rows }
+    Check { calibration: cal.into(), rows, profiles: profile_rows() }
 }
 
 fn pct(v: Option<f64>) -> String {
@@ -331,6 +366,20 @@ pub fn markdown(c: &Check) -> String {
         k.reserve_bytes as f64 / (1u64 << 30) as f64,
         k.gpu_memory_utilization_ppm as f64 / 1e6,
     );
+    s += "\nWhat the built-in profiles say for typical steps (no published value to compare):\n\n\
+          | profile | weights per GPU | KV capacity per pod | 8,192-token prefill | 1 decode at 1,024 | 64 decodes at 8,192 |\n\
+          |---|---:|---:|---:|---:|---:|\n";
+    for p in &c.profiles {
+        s += &format!(
+            "| `{}` | {:.2} GiB | {} | {:.1} ms | {:.2} ms | {:.2} ms |\n",
+            p.profile,
+            p.weights_gib_per_gpu,
+            p.kv_tokens.map_or("no room".into(), |t| format!("{} tokens", crate::fleet::engine_report::thousands(t))),
+            p.prefill_8192_ms,
+            p.decode_1_ms,
+            p.decode_64_ms
+        );
+    }
     s += "\nNotes:\n";
     for r in c.rows.iter().filter(|r| r.shown) {
         let note = if r.note.is_empty() { String::new() } else { format!(" — {}", r.note) };
