@@ -1,13 +1,21 @@
 //! Issue 11: every fleet input that used to abort, panic or answer wrong is now exit 2 with a
 //! message naming the flag, scenario key or file:line and the limit. One test per row of
 //! docs/BAD_INPUT.md (the `case` ids), and a check that the table and these tests list the same
-//! cases.
+//! cases. Issue 22 (what was accepted silently) adds the rows from `write-full-stdout` on.
+//!
+//! `BROKERLAB_BIN=/path/to/brokerlab` runs these tests against another build of the binary (how
+//! issue 22's tests were checked to fail on the main branch before the fix).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+/// The binary under test: this build's, or `BROKERLAB_BIN`.
+fn exe() -> PathBuf {
+    std::env::var_os("BROKERLAB_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_brokerlab")), PathBuf::from)
+}
+
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+    Command::new(exe())
 }
 
 fn dir() -> PathBuf {
@@ -117,6 +125,14 @@ const CASES: &[&str] = &[
     "line-cap",
     "cache-key",
     "cache-batched",
+    "write-full-stdout",
+    "write-full-file",
+    "output-is-input",
+    "outcomes-dir",
+    "budget-streamed",
+    "budget-dynamo",
+    "bailian-types",
+    "blank-lines",
 ];
 
 #[test]
@@ -175,7 +191,7 @@ fn memory_budget() {
 #[cfg(target_os = "linux")]
 fn under_ulimit(kb: u64, a: &[String]) -> (i32, String) {
     let mut cmd = Command::new("sh");
-    cmd.arg("-c").arg(format!("ulimit -v {kb} && exec \"$0\" \"$@\"")).arg(env!("CARGO_BIN_EXE_brokerlab")).args(a);
+    cmd.arg("-c").arg(format!("ulimit -v {kb} && exec \"$0\" \"$@\"")).arg(exe()).args(a);
     let out = cmd.output().unwrap();
     let code = out.status.code().expect("not killed by a signal (no abort)");
     (code, String::from_utf8_lossy(&out.stderr).into_owned())
@@ -382,4 +398,272 @@ fn line_length_is_capped() {
     a[3] = p(&t).to_string();
     let (code, _, err) = run(&args(&a));
     assert_eq!(code, 0, "{err}");
+}
+
+// ---- Issue 22: what used to be accepted silently ----
+
+/// Runs with stdout on `/dev/full` (every write fails with ENOSPC): (exit code, stderr).
+#[cfg(target_os = "linux")]
+fn to_full_device(a: &[&str]) -> (i32, String) {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let out = bin().args(a).stdout(full).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().expect("no signal"), err)
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_stdout_is_a_failure() {
+    // write-full-stdout: the JSON, the table, fleet keys and a sweep's table; a closed pipe
+    // stays quiet (`epipe`).
+    let sc = scenario("full.toml", &[]);
+    let o = dir().join("sweep-full-stdout");
+    let tokens = file("tok.jsonl", b"{\"timestamp\": 0, \"token_ids\": [1, 2, 3], \"output_length\": 1}\n");
+    for a in [
+        args(&replay(&["--json"])),
+        args(&replay(&[])),
+        vec!["fleet", "keys", "--trace", p(&tokens)],
+        vec!["fleet", "sweep", p(&sc), "--param", "alpha", "--values", "1", "--out", p(&o), "-q"],
+        vec!["fleet", "replay", "--help"],
+    ] {
+        let (code, err) = to_full_device(&a);
+        assert_eq!(code, 1, "{a:?}: {err}");
+        assert!(err.contains("cannot write to stdout: No space left on device"), "{a:?}: {err}");
+    }
+}
+
+/// Runs under `ulimit -f BLOCKS` (a write past it fails with EFBIG: a real write error on a
+/// regular file, no root or special file system needed): (exit code, stderr).
+#[cfg(target_os = "linux")]
+fn under_file_limit(blocks: u64, a: &[&str]) -> (i32, String) {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -f {blocks} && exec \"$0\" \"$@\""))
+        .arg(exe())
+        .args(a)
+        .output()
+        .unwrap();
+    (out.status.code().expect("no signal"), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn names_in(d: &Path) -> Vec<String> {
+    let mut v: Vec<String> =
+        std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    v.sort();
+    v
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_failed_file_write_leaves_no_truncated_result() {
+    // write-full-file: a sweep whose points.json cannot be written (ulimit -f: EFBIG) exits 1
+    // naming the file; the directory keeps the previous complete set, byte for byte, and no
+    // temporary file.
+    let sc = scenario("wf.toml", &[]);
+    let out = dir().join("sweep-write-fail");
+    let sweep = |vals: &str| -> Vec<String> {
+        ["fleet", "sweep", p(&sc), "--param", "alpha", "--values", vals, "--out", p(&out), "-q", "--no-date"]
+            .map(String::from)
+            .to_vec()
+    };
+    let (code, _, err) = run(&args(&sweep("1,2")));
+    assert_eq!(code, 0, "{err}");
+    let before: Vec<(String, Vec<u8>)> =
+        names_in(&out).into_iter().map(|n| (n.clone(), std::fs::read(out.join(&n)).unwrap())).collect();
+    let (code, err) = under_file_limit(2, &args(&sweep("1,2,3")));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("cannot write: File too large"), "{err}");
+    let after: Vec<(String, Vec<u8>)> =
+        names_in(&out).into_iter().map(|n| (n.clone(), std::fs::read(out.join(&n)).unwrap())).collect();
+    assert!(before == after, "the earlier sweep's files changed: {:?}", names_in(&out));
+    // a new directory: nothing in it
+    let fresh = dir().join("sweep-write-fail-new");
+    let mut a = sweep("1,2,3");
+    *a.iter_mut().find(|x| **x == p(&out)).unwrap() = p(&fresh).to_string();
+    let (code, err) = under_file_limit(2, &args(&a));
+    assert_eq!(code, 1, "{err}");
+    assert!(names_in(&fresh).is_empty(), "{:?}", names_in(&fresh));
+    // --outcomes on a full device: exit 1 naming the flag
+    let (code, _, err) = run(&args(&replay(&["--engine", "batched", "--outcomes", "/dev/full"])));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--outcomes /dev/full: cannot write: No space left on device"), "{err}");
+}
+
+#[test]
+fn an_output_that_is_an_input_is_refused() {
+    // output-is-input: --outcomes naming the trace by another path (a hard link): refused before
+    // the run, the trace untouched
+    let t = file("in.jsonl", format!("{LINE}{LINE}").as_bytes());
+    let link = t.with_file_name("link.jsonl");
+    std::fs::hard_link(&t, &link).unwrap();
+    let before = std::fs::read(&t).unwrap();
+    let mut a = replay(&["--engine", "batched", "--outcomes", p(&link)]);
+    a[3] = p(&t).to_string();
+    bad(&args(&a), &["--outcomes", "is the same file as --trace", "in.jsonl"]);
+    assert_eq!(std::fs::read(&t).unwrap(), before);
+    // the router config as --outcomes, fleet run's scenario, gen-trace's -o
+    let rc = file("rc.toml", b"preset = \"llm-d-precise\"\n");
+    let mut a = replay(&["--engine", "batched", "--router-config", p(&rc), "--outcomes", p(&rc)]);
+    a.drain(4..6); // no --router
+    bad(&args(&a), &["is the same file as --router-config"]);
+    let sc = scenario("self.toml", &[]);
+    bad(
+        &["fleet", "run", p(&sc), "--engine", "batched", "--outcomes", p(&sc)],
+        &["--outcomes", "is the same file as the scenario"],
+    );
+    bad(&["fleet", "gen-trace", p(&sc), "-o", p(&sc)], &["-o", "is the same file as the scenario"]);
+    // a sweep into the directory that holds its scenario (points.csv could be it)
+    let inside = file("points.csv", std::fs::read(&sc).unwrap().as_slice());
+    bad(
+        &["fleet", "sweep", p(&inside), "--param", "alpha", "--values", "1", "--out", p(inside.parent().unwrap())],
+        &["--out", "holds the scenario"],
+    );
+    // outcomes-dir: a directory is exit 2 before the run (was 1 after it)
+    bad(&args(&replay(&["--engine", "batched", "--outcomes", p(&dir())])), &["--outcomes", "is a directory"]);
+    let missing = dir().join("no-such-dir").join("o.jsonl");
+    bad(&args(&replay(&["--engine", "batched", "--outcomes", p(&missing)])), &["does not exist"]);
+}
+
+/// A Mooncake trace of `n` requests, 1 ms apart, one shared and one own id each.
+fn long_trace(name: &str, n: usize) -> PathBuf {
+    let mut t = String::with_capacity(n * 80);
+    for i in 0..n {
+        t += &format!("{{\"timestamp\": {i}, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [0, {i}]}}\n");
+    }
+    file(name, t.as_bytes())
+}
+
+#[test]
+fn the_memory_budget_binds_a_streamed_replay() {
+    // budget-streamed: 40,000 requests keep 320 KB of latencies (and a Bailian replay its labels
+    // and outcomes): past --max-memory 400K that is exit 2 naming the structure, not a run that
+    // quietly takes what it needs.
+    let n = 40_000;
+    let t = long_trace("long.jsonl", n);
+    let run_args = |t: &Path, extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = [
+            "fleet",
+            "replay",
+            "--trace",
+            p(t),
+            "--pods",
+            "1",
+            "--capacity",
+            "64",
+            "--router",
+            "round-robin",
+            "--trace-block-size",
+            "16",
+            "--t-prefill-ns",
+            "1",
+        ]
+        .map(String::from)
+        .to_vec();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    bad(
+        &args(&run_args(&t, &["--max-memory", "400K"])),
+        &[
+            "the latencies (exact percentiles, 8 B per request) would grow past the memory budget",
+            "--max-memory 409600",
+        ],
+    );
+    // the same trace fits a budget that holds its latencies
+    let (code, _, err) = run(&args(&run_args(&t, &["--max-memory", "4M"])));
+    assert_eq!(code, 0, "{err}");
+    // Bailian: per-request labels and outcomes, FIFO and batched
+    let mut b = String::new();
+    for i in 0..n {
+        b += &format!(
+            "{{\"chat_id\": {i}, \"parent_chat_id\": -1, \"timestamp\": {}.{}, \"input_length\": 32, \
+             \"output_length\": 1, \"type\": \"text\", \"turn\": 1, \"hash_ids\": [0, {i}]}}\n",
+            i / 10,
+            i % 10
+        );
+    }
+    let bt = file("long-bailian.jsonl", b.as_bytes());
+    for engine in [&[][..], &["--engine", "batched"][..]] {
+        let mut extra = vec!["--max-memory", "1M"];
+        extra.extend_from_slice(engine);
+        let a = run_args(&bt, &extra);
+        let err = bad(&args(&a), &["would grow past the memory budget", "--max-memory 1048576"]);
+        assert!(err.contains("per-request labels") || err.contains("outcomes") || err.contains("completions"), "{err}");
+    }
+}
+
+#[test]
+fn a_dynamo_trace_is_counted_as_held() {
+    // budget-dynamo: 20,000 one-turn sessions hold about 5 MB (turns, ids, names, the session
+    // index), which used to be counted as 2.7 MB and checked only when the count doubled.
+    let mut t = String::new();
+    for i in 0..20_000 {
+        t += &format!(
+            "{{\"session_id\": \"s{i}\", \"timestamp\": {i}, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [0, {i}]}}\n"
+        );
+    }
+    let f = file("sessions.jsonl", t.as_bytes());
+    let a = |mm: &str| -> Vec<String> {
+        [
+            "fleet",
+            "replay",
+            "--trace",
+            p(&f),
+            "--pods",
+            "1",
+            "--capacity",
+            "64",
+            "--router",
+            "round-robin",
+            "--trace-block-size",
+            "16",
+            "--max-memory",
+            mm,
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    bad(
+        &args(&a("2500K")),
+        &["reading the Dynamo trace", "Dynamo trace held in memory", "outgrew the memory budget", "--max-memory"],
+    );
+    let (code, _, err) = run(&args(&a("64M")));
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn bailian_types_are_bounded() {
+    // bailian-types: distinct `type` values are looked up per line and kept: at most 1024
+    let mut t = String::new();
+    for i in 0..1025 {
+        t += &format!(
+            "{{\"chat_id\": {i}, \"parent_chat_id\": -1, \"timestamp\": 1, \"input_length\": 32, \
+             \"output_length\": 1, \"type\": \"t{i}\", \"turn\": 1, \"hash_ids\": [0, {i}]}}\n"
+        );
+    }
+    let f = file("types.jsonl", t.as_bytes());
+    let mut a = replay(&[]);
+    a[3] = p(&f).to_string();
+    bad(&args(&a), &["types.jsonl:1025: field `type`", "at most 1024"]);
+}
+
+#[test]
+fn blank_lines_are_counted() {
+    // blank-lines: a trace of nothing but blank lines stops at --max-blank-lines (default
+    // 1,000,000), instead of reading them all and replaying no request
+    let blank = file("blank.jsonl", &vec![b'\n'; 1_000_001]);
+    let mut a = replay(&[]);
+    a[3] = p(&blank).to_string();
+    bad(&args(&a), &["blank.jsonl:1000001: more than --max-blank-lines 1000000 blank lines"]);
+    let few = file("few.jsonl", format!("\n\n\n{LINE}\n\n{LINE}").as_bytes());
+    a[3] = p(&few).to_string();
+    let mut b = a.clone();
+    b.extend(["--max-blank-lines".into(), "4".into()]);
+    bad(&args(&b), &["few.jsonl:6: more than --max-blank-lines 4 blank lines"]);
+    *b.last_mut().unwrap() = "5".into();
+    let (code, _, err) = run(&args(&b));
+    assert_eq!(code, 0, "{err}");
+    // the other readers: a tokens trace (fleet keys) and format detection
+    let tok = file("blank-tokens.jsonl", b"\n\n\n{\"timestamp\": 0, \"token_ids\": [1], \"output_length\": 1}\n");
+    bad(&["fleet", "keys", "--trace", p(&tok), "--max-blank-lines", "2"], &["blank-tokens.jsonl:3: more than"]);
 }

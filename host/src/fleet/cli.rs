@@ -419,6 +419,10 @@ pub struct ReplayArgs {
     /// of up to 20 digits).
     #[arg(long, value_name = "BYTES", default_value_t = trace::DEFAULT_MAX_LINE_BYTES, value_parser = crate::mem::parse_size)]
     pub max_line_bytes: u64,
+    /// Most blank lines accepted in the trace; one more is exit 2 (a trace of little but empty
+    /// lines is likely damaged, and reading it costs time for nothing).
+    #[arg(long, value_name = "N", default_value_t = trace::DEFAULT_MAX_BLANK_LINES, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub max_blank_lines: u64,
     #[command(flatten)]
     pub fleet: FleetArgs,
     #[command(flatten)]

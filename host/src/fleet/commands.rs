@@ -19,19 +19,27 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     match cmd {
         FleetCmd::Replay(a) => {
             crate::mem::set_budget(a.mem.max_memory);
+            let mut inputs = vec![("--trace", a.trace.as_path())];
+            inputs.extend(a.fleet.router_config.as_deref().map(|p| ("--router-config", p)));
+            if let Some(o) = &a.engine.outcomes {
+                crate::outfile::check_output("--outcomes", o, &inputs)?;
+            }
             if let Some(s) = a.trace_block_size {
                 check_trace_block(s)?;
             }
             let cfg = a.fleet.config()?;
             cfg.validate().map_err(run::config_error)?;
-            let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes)?;
+            let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
             if format != formats::Format::Mooncake {
                 return formats::replay(a, format, cfg);
             }
             formats::only_token_hash(&a.hash, format)?;
             let trace_block_size = a.trace_block_size.unwrap_or(512);
-            let mut src =
-                TraceSource { max_line_bytes: a.max_line_bytes, ..TraceSource::new(a.trace.clone(), trace_block_size) };
+            let mut src = TraceSource {
+                max_line_bytes: a.max_line_bytes,
+                max_blank_lines: a.max_blank_lines,
+                ..TraceSource::new(a.trace.clone(), trace_block_size)
+            };
             let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
             let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
             let mut prov = Provenance::of_this_run(a.output.no_date);
@@ -42,6 +50,11 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         }
         FleetCmd::Run(a) => {
             crate::mem::set_budget(a.mem.max_memory);
+            let mut inputs = vec![("the scenario", a.scenario.as_path())];
+            inputs.extend(a.router_config.as_deref().map(|p| ("--router-config", p)));
+            if let Some(o) = &a.engine.outcomes {
+                crate::outfile::check_output("--outcomes", o, &inputs)?;
+            }
             let sc = scenario::Scenario::load(&a.scenario)?;
             let mut cfg = sc.fleet;
             if let Some(r) = a.router {
@@ -63,14 +76,11 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             run_print(cfg, engine, (&mut src, Unit::Requests), progress, a.json.then_some(&prov), &title)
         }
         FleetCmd::GenTrace(a) => {
+            crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
             let sc = scenario::Scenario::load(&a.scenario)?;
             let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
-            let f = std::fs::File::create(&a.output)
-                .map_err(|e| CliError::bad_input(format!("-o {}: cannot create: {e}", a.output.display())))?;
-            let mut w = std::io::BufWriter::new(f);
-            scenario::write_trace_from(&mut src, &mut w)
-                .and_then(|_| std::io::Write::flush(&mut w))
-                .map_err(|e| CliError::failure(format!("{}: cannot write: {e}", a.output.display())))?;
+            crate::outfile::write_with(&a.output, |w| scenario::write_trace_from(&mut src, w))
+                .map_err(|e| CliError::failure(format!("-o {}: cannot write: {e}", a.output.display())))?;
             crate::print_stderr(&format!(
                 "wrote {} requests to {} (replay with --trace-block-size 16)",
                 sc.workload.requests,
@@ -86,6 +96,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let prov = Provenance::of_this_run(a.output.no_date);
             let ex = experiments::report(&a.out, a.threads, a.shrink, &progress, prov)?;
             progress.finish();
+            sweep::commit_files()?;
             if ex.shrink > 1 {
                 say!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
             }
@@ -175,7 +186,7 @@ pub(super) fn engine_run(
     brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(run::config_error)?;
     let res = engine::simulate_batched(cfg, e, src, keep || outcomes.is_some())?;
     if let Some(path) = outcomes {
-        engine::write_outcomes(path, &res.completions)?;
+        engine::write_outcomes(path, &res.completions, None)?;
     }
     Ok(res)
 }
@@ -222,7 +233,7 @@ fn check_sweep_memory(gens: &[scenario::Generated], specs: &[sweep::PointSpec], 
         bytes: gens.iter().map(|g| g.bytes()).sum(),
         lowered_by: "workload.requests".into(),
     });
-    crate::mem::check("the sweep", &needs)
+    crate::mem::check("the sweep", &needs).map(|_| ())
 }
 
 fn merge_cmd(a: MergeArgs) -> CliResult<i32> {
@@ -234,12 +245,14 @@ fn merge_cmd(a: MergeArgs) -> CliResult<i32> {
         let m = shard::merge::<sweep::Point>(parts, &a.out)?;
         shard::write_fifo(&a.out, &m.scenario_name, &m.param, &m.points, &m.provenance)?
     };
+    sweep::commit_files()?;
     say_raw!("{text}");
     Ok(0)
 }
 
 fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     crate::mem::set_budget(a.mem.max_memory);
+    crate::outfile::check_output_dir("--out", &a.out, &[("the scenario", a.scenario.as_path())])?;
     let sc = scenario::Scenario::load(&a.scenario)?;
     let engine = a.engine.resolve(sc.engine.as_ref())?;
     if let Some(e) = &engine {
@@ -276,6 +289,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
                 shard::write_partial(&a.out, sh, specs.len(), &prov, &sc.name, &a.param, kind, &points)?;
             }
         }
+        sweep::commit_files()?;
         say!(
             "wrote {}/{} (shard {}/{}: {} of {} points); combine all shards with `brokerlab fleet merge DIR... --out OUT`",
             a.out.display(),
@@ -300,6 +314,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
             shard::write_fifo(&a.out, &sc.name, &a.param, &points?, &prov)?
         }
     };
+    sweep::commit_files()?;
     say_raw!("{text}");
     Ok(0)
 }
