@@ -133,6 +133,10 @@ const CASES: &[&str] = &[
     "budget-dynamo",
     "bailian-types",
     "blank-lines",
+    "weight-huge",
+    "router-key-unread",
+    "approx-lru-zero",
+    "router-config-provenance",
 ];
 
 #[test]
@@ -666,4 +670,80 @@ fn blank_lines_are_counted() {
     // the other readers: a tokens trace (fleet keys) and format detection
     let tok = file("blank-tokens.jsonl", b"\n\n\n{\"timestamp\": 0, \"token_ids\": [1], \"output_length\": 1}\n");
     bad(&["fleet", "keys", "--trace", p(&tok), "--max-blank-lines", "2"], &["blank-tokens.jsonl:3: more than"]);
+}
+
+/// `fleet replay` of the test trace with the router config `toml` (no --router).
+fn with_router_config(name: &str, toml: &str, extra: &[&str]) -> (Vec<String>, PathBuf) {
+    let rc = file(name, toml.as_bytes());
+    let mut a = replay(extra);
+    a.drain(4..6);
+    a.extend(["--router-config".to_string(), p(&rc).to_string()]);
+    (a, rc)
+}
+
+#[test]
+fn weights_are_bounded() {
+    // weight-huge: f64::MAX overflowed the weighted sum to +inf (every pod tied, picked at
+    // random): refused, as is any weight above 1e6
+    for w in ["1.7976931348623157e308", "1000001", "inf"] {
+        let (a, _) = with_router_config("w.toml", &format!("[[scorers]]\ntype = \"queue\"\nweight = {w}\n"), &[]);
+        bad(&args(&a), &["w.toml: key `scorers.weight`: expected a scorer weight from 0 to 1e6"]);
+    }
+    let (a, _) = with_router_config("ow.toml", "preset = \"dynamo-kv\"\n[params]\noverlap_score_weight = 1e300\n", &[]);
+    bad(&args(&a), &["key `params.overlap_score_weight`", "from 0 to 1e6"]);
+    let (a, _) = with_router_config("ok.toml", "[[scorers]]\ntype = \"queue\"\nweight = 1e6\n", &[]);
+    let (code, _, err) = run(&args(&a));
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn keys_a_router_does_not_read_are_refused() {
+    // router-key-unread: the issue's two cases, and parameters of parts the pipeline lacks
+    for (toml, key, reader) in [
+        ("policy = \"sglang-cache-aware\"\n[[scorers]]\ntype = \"queue\"\n", "scorers", "policy \"pipeline\""),
+        ("preset = \"dynamo-kv\"\nfilters = [\"prefix-cache-affinity\"]\n", "filters", "policy \"pipeline\""),
+        ("preset = \"dynamo-kv\"\n[params]\nvllm_beta = 2\n", "params.vllm_beta", "policy \"vllm-loadaware\""),
+        (
+            "preset = \"llm-d-precise\"\n[params]\nload_aware_threshold = 5\n",
+            "params.load_aware_threshold",
+            "load-aware",
+        ),
+        ("preset = \"vllm-loadaware\"\n[params]\nseed = 5\n", "params.seed", "a random draw"),
+    ] {
+        let (a, _) = with_router_config("unread.toml", toml, &[]);
+        bad(&args(&a), &[&format!("unread.toml: key `{key}`: this router does not read it"), reader]);
+    }
+    // approx-lru-zero: 0 used to mean "the pod's capacity" silently
+    let (a, _) =
+        with_router_config("lru0.toml", "preset = \"llm-d-approximate\"\n[params]\napprox_lru_blocks = 0\n", &[]);
+    bad(&args(&a), &["key `params.approx_lru_blocks`: expected at least 1 key per pod"]);
+}
+
+#[test]
+fn provenance_records_the_router_config() {
+    // router-config-provenance: the file (path, SHA-256) and the resolved router, in the JSON's
+    // provenance; the table and the JSON show the pipeline, not only `custom`
+    let toml = "preset = \"llm-d-precise\"\n[[scorers]]\ntype = \"precise-prefix-cache\"\nweight = 3.0\n\
+                [[scorers]]\ntype = \"queue\"\nweight = 2.0\n";
+    let (a, rc) = with_router_config("p322.toml", toml, &["--json", "--no-date"]);
+    let (code, out, err) = run(&args(&a));
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let inputs = v["provenance"]["inputs"].as_array().unwrap();
+    let sha: String =
+        brokerlab::provenance::sha256_file(&rc).unwrap().iter().map(|b| format!("{b:02x}")).collect::<String>();
+    assert!(
+        inputs.iter().any(|i| i["kind"] == "router-config" && i["path"] == p(&rc) && i["sha256"] == sha.as_str()),
+        "{inputs:?}"
+    );
+    let spec = &v["provenance"]["router_pipeline"]["spec"];
+    assert_eq!(spec["policy"], "pipeline");
+    assert_eq!(spec["scorers"][0]["kind"], "precise-prefix-cache");
+    assert_eq!(spec["scorers"][1]["weight"], 2.0);
+    assert_eq!(v["router"], "custom");
+    assert_eq!(v["pipeline"], "custom: policy pipeline; scorers precise-prefix-cache 3, queue 2; picker max-score");
+    let (a, _) = with_router_config("p322.toml", toml, &[]);
+    let (code, out, err) = run(&args(&a));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("router                 custom: policy pipeline; scorers precise-prefix-cache 3"), "{out}");
 }

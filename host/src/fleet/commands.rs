@@ -44,9 +44,15 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
             let mut prov = Provenance::of_this_run(a.output.no_date);
             prov.add_file("trace", &a.trace)?;
+            router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
             let engine = a.engine.resolve(None)?.map(|e| (e, a.engine.outcomes.as_deref()));
             let title = format!("trace {}", a.trace.display());
-            run_print(cfg, engine, (&mut src, Unit::TraceBytes), progress, a.json.then_some(&prov), &title)
+            let out = Output {
+                json: a.json.then_some(&prov),
+                title: &title,
+                pipeline: pipeline(&a.fleet.router_config, &cfg),
+            };
+            run_print(cfg, engine, (&mut src, Unit::TraceBytes), progress, out)
         }
         FleetCmd::Run(a) => {
             crate::mem::set_budget(a.mem.max_memory);
@@ -67,13 +73,16 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
             let mut prov = Provenance::of_this_run(a.output.no_date);
             prov.add_file("scenario", &a.scenario)?;
+            router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
             let engine = a.engine.resolve(sc.engine.as_ref())?.map(|e| (e, a.engine.outcomes.as_deref()));
             if let Some((e, _)) = &engine {
                 // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
                 brokerlab_core::fleet::batched::validate(&cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
             }
             let title = format!("scenario {} ({})", sc.name, a.scenario.display());
-            run_print(cfg, engine, (&mut src, Unit::Requests), progress, a.json.then_some(&prov), &title)
+            let out =
+                Output { json: a.json.then_some(&prov), title: &title, pipeline: pipeline(&a.router_config, &cfg) };
+            run_print(cfg, engine, (&mut src, Unit::Requests), progress, out)
         }
         FleetCmd::GenTrace(a) => {
             crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
@@ -144,30 +153,45 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     }
 }
 
+/// How a run's result is printed: one JSON object with the provenance `json`, or a table under
+/// `title`; `pipeline` describes a `--router-config` router.
+struct Output<'a> {
+    json: Option<&'a Provenance>,
+    title: &'a str,
+    pipeline: Option<String>,
+}
+
+/// The one-line description of the router of a `--router-config` run (None without one).
+fn pipeline(router_config: &Option<std::path::PathBuf>, cfg: &FleetConfig) -> Option<String> {
+    router_config.as_ref().and_then(|_| router_config::describe(cfg))
+}
+
 /// Runs `src` (counted in `unit` on `progress`) through the FIFO fleet or, with `engine`, the
-/// batched engine (and the file for its per-request lines); prints the result under `title`, or
-/// one JSON object with the provenance `json`. Shared by `fleet replay` and `fleet run`.
+/// batched engine (and the file for its per-request lines), and prints the result as `out`
+/// says. Shared by `fleet replay` and `fleet run`.
 fn run_print(
     cfg: FleetConfig,
     engine: Option<(brokerlab_core::fleet::EngineConfig, Option<&Path>)>,
     (src, unit): (&mut dyn run::RequestSource, Unit),
     progress: Progress,
-    json: Option<&Provenance>,
-    title: &str,
+    out: Output<'_>,
 ) -> CliResult<i32> {
     let mut tracked = Tracked { inner: src, progress: &progress, unit };
     if let Some((e, outcomes)) = engine {
         let res = engine_run(cfg, e, &mut tracked, outcomes, false);
         progress.finish();
-        return engine_print(&res?, json, title);
+        let mut res = res?;
+        res.summary.pipeline = out.pipeline;
+        return engine_print(&res, out.json, out.title);
     }
     let res = simulate(cfg, &mut tracked, false);
     progress.finish();
-    let res = res?;
-    match json {
+    let mut res = res?;
+    res.summary.pipeline = out.pipeline;
+    match out.json {
         Some(prov) => say!("{}", prov.json_with(&res.summary)),
         None => {
-            say!("{title}");
+            say!("{}", out.title);
             say_raw!("{}", render_table(&res.summary));
         }
     }

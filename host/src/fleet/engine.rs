@@ -384,6 +384,9 @@ pub struct BatchedSummary {
     pub per_pod_max_queue: Vec<u32>,
     /// Last finish, s.
     pub makespan_s: f64,
+    /// With `--router-config`: the resolved router in one line; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<String>,
 }
 
 /// A batched run's result.
@@ -676,6 +679,7 @@ fn summarize(fleet: &BatchedFleet<'_>, sink: &mut Collect) -> BatchedSummary {
         per_pod_requests: stats.iter().map(|s| s.requests).collect(),
         per_pod_max_queue: stats.iter().map(|s| s.max_queue_len).collect(),
         makespan_s: secs(makespan),
+        pipeline: None,
     }
 }
 
@@ -688,7 +692,7 @@ pub fn render_batched(s: &BatchedSummary) -> String {
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
     line("engine", "batched (vLLM-style continuous batching, simplified: docs/MODEL.md)".into());
-    line("router", s.router.to_string());
+    line("router", s.pipeline.clone().unwrap_or_else(|| s.router.to_string()));
     line(
         "pods x capacity",
         format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * BLOCK_TOKENS),

@@ -357,6 +357,10 @@ pub struct Summary {
     /// per-pod caches, so the default output is unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheMode>,
+    /// With `--router-config`: the resolved router in one line (`router` alone says `custom`
+    /// for any pipeline); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<String>,
 }
 
 /// What the autoscaler did (docs/MODEL.md, "Autoscaling").
@@ -592,6 +596,7 @@ pub fn summarize(fleet: &Fleet<'_>, mut latencies: Vec<u64>) -> Summary {
             new_pod_traffic_ratio: ratio(t.new_pod_requests * 1000, t.fair_new_pod_milli),
         }),
         cache: (cfg.cache != CacheMode::Local).then_some(cfg.cache),
+        pipeline: None,
     }
 }
 
@@ -608,7 +613,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 pub fn render_table(s: &Summary) -> String {
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
-    line("router", s.router.to_string());
+    line("router", s.pipeline.clone().unwrap_or_else(|| s.router.to_string()));
     line(
         "pods x capacity",
         format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * BLOCK_TOKENS),

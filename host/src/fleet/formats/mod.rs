@@ -413,10 +413,18 @@ pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::
         }
     };
     progress.finish();
+    let mut res = res;
+    let pipeline = a.fleet.router_config.as_ref().and_then(|_| super::router_config::describe(&cfg));
+    match &mut res {
+        Replayed::Fifo(r) => r.summary.pipeline = pipeline,
+        Replayed::Batched(r) => r.summary.pipeline = pipeline,
+    }
     let title = format!("trace {} (format {})", a.trace.display(), format.name());
     let json = a.json.then(|| {
         let mut prov = crate::provenance::Provenance::of_this_run(a.output.no_date);
-        prov.add_file("trace", &a.trace).map(|()| prov)
+        prov.add_file("trace", &a.trace)?;
+        super::router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
+        Ok::<_, CliError>(prov)
     });
     let prov = json.transpose()?;
     let (name, b) = (format.name(), breakdown.as_ref());
