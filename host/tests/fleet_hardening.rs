@@ -137,6 +137,8 @@ const CASES: &[&str] = &[
     "router-key-unread",
     "approx-lru-zero",
     "router-config-provenance",
+    "merge-edited",
+    "merge-threads",
 ];
 
 #[test]
@@ -746,4 +748,106 @@ fn provenance_records_the_router_config() {
     let (code, out, err) = run(&args(&a));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("router                 custom: policy pipeline; scorers precise-prefix-cache 3"), "{out}");
+}
+
+/// Runs `brokerlab` in `cwd`: (exit code, stdout, stderr).
+fn run_in(cwd: &Path, a: &[&str]) -> (i32, String, String) {
+    let out = bin().current_dir(cwd).args(a).output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().expect("no signal"), text(&out.stdout), text(&out.stderr))
+}
+
+/// A capacity sweep (5 values x 3 routers) as 3 shards in `d`, into part0..part2; `extra[i]`
+/// are shard i's own flags.
+fn three_shards(d: &Path, scenario: [&str; 3], extra: [&[&str]; 3]) {
+    for i in 0..3 {
+        let mut a = vec!["fleet", "sweep", scenario[i], "--param", "capacity", "--values", "24,32,48,64,128"];
+        let (out, shard) = (format!("part{i}"), format!("{i}/3"));
+        a.extend(["--no-date", "--out", &out, "--shard", &shard]);
+        a.extend_from_slice(extra[i]);
+        let (code, _, err) = run_in(d, &a);
+        assert_eq!(code, 0, "{a:?}: {err}");
+    }
+}
+
+#[test]
+fn merge_checks_the_points() {
+    // merge-edited: a point edited after the run (the issue's: hit_rate 0.99, capacity 123456
+    // where the sweep's value is 1000) is refused, by its digest and, with the digest recomputed,
+    // by the plan
+    let d = dir().join("merge-edited");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("sc.toml"), std::fs::read(scenario("m.toml", &[])).unwrap()).unwrap();
+    three_shards(&d, ["sc.toml"; 3], [&["-q"], &["-q"], &["-q"]]);
+    let merge = ["fleet", "merge", "part0", "part1", "part2", "--out", "all"];
+    let (code, _, err) = run_in(&d, &merge);
+    assert_eq!(code, 0, "{err}");
+    let path = d.join("part1/partial.json");
+    let original = std::fs::read_to_string(&path).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&original).unwrap();
+    let point = &mut v["points"][0][1];
+    point["hit_rate"] = serde_json::json!(0.99);
+    point["capacity"] = serde_json::json!(123456);
+    std::fs::write(&path, v.to_string()).unwrap();
+    let (code, _, err) = run_in(&d, &merge);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("part1/partial.json: its points do not match their SHA-256"), "{err}");
+    // the digest recomputed as the writer does (SHA-256 of the compact JSON of `points`)
+    let pts = d.join("points-only.json");
+    std::fs::write(&pts, v["points"].to_string()).unwrap();
+    let sha: String = brokerlab::provenance::sha256_file(&pts).unwrap().iter().map(|b| format!("{b:02x}")).collect();
+    v["points_sha256"] = serde_json::json!(sha);
+    std::fs::write(&path, v.to_string()).unwrap();
+    let (code, _, err) = run_in(&d, &merge);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("part1/partial.json: point 1 is not the sweep's point 1 (capacity = 32"), "{err}");
+    assert!(err.contains("capacity 123456"), "{err}");
+    std::fs::write(&path, original).unwrap();
+    let (code, _, err) = run_in(&d, &merge);
+    assert_eq!(code, 0, "{err}");
+}
+
+#[test]
+fn shards_differing_in_how_they_ran_merge() {
+    // merge-threads: --threads, -q, --max-memory and the scenario's path do not change the
+    // results: such shards merge, into the one-machine sweep's points byte for byte
+    let d = dir().join("merge-threads");
+    std::fs::create_dir_all(d.join("elsewhere")).unwrap();
+    let text = std::fs::read(scenario("m.toml", &[])).unwrap();
+    std::fs::write(d.join("sc.toml"), &text).unwrap();
+    std::fs::write(d.join("elsewhere/copy.toml"), &text).unwrap();
+    three_shards(
+        &d,
+        ["sc.toml", "elsewhere/copy.toml", "sc.toml"],
+        [&["--threads", "1"], &["--threads", "2", "-q"], &["--max-memory", "1G"]],
+    );
+    let (code, _, err) = run_in(&d, &["fleet", "merge", "part0", "part1", "part2", "--out", "all"]);
+    assert_eq!(code, 0, "{err}");
+    let one = ["fleet", "sweep", "sc.toml", "--param", "capacity", "--values", "24,32,48,64,128", "--no-date"];
+    let (code, _, err) = run_in(&d, &[&one[..], &["--out", "single"]].concat());
+    assert_eq!(code, 0, "{err}");
+    for f in ["points.csv", "points.json"] {
+        let (a, b) = (std::fs::read(d.join("all").join(f)).unwrap(), std::fs::read(d.join("single").join(f)).unwrap());
+        if f == "points.csv" {
+            assert_eq!(a, b, "{f}");
+        } else {
+            // the provenance's command is shard 0's (its --threads), the points the same
+            let (a, b): (serde_json::Value, serde_json::Value) =
+                (serde_json::from_slice(&a).unwrap(), serde_json::from_slice(&b).unwrap());
+            assert_eq!(a["points"], b["points"], "{f}");
+        }
+    }
+    // a different scenario (its bytes) is still another sweep
+    std::fs::write(d.join("elsewhere/copy.toml"), [&text[..], b"\n# changed\n"].concat()).unwrap();
+    let (code, _, err) = run_in(
+        &d,
+        &["fleet", "sweep", "elsewhere/copy.toml", "--param", "capacity", "--values", "24,32,48,64,128", "--no-date"]
+            .into_iter()
+            .chain(["--out", "part1", "--shard", "1/3"])
+            .collect::<Vec<_>>(),
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run_in(&d, &["fleet", "merge", "part0", "part1", "part2", "--out", "all"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("a shard of another sweep"), "{err}");
 }

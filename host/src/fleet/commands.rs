@@ -299,18 +299,19 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
             Some(mine.len() as u64),
         );
         let kind = if engine.is_some() { "batched" } else { "fifo" };
+        let id = shard::sweep_id(&prov.inputs, &a.param, engine.as_ref(), &specs);
         match engine {
             Some(e) => {
                 let points = sweep_batched::run_points(&a.param, &gens, &mine, e, a.threads, &p);
                 p.finish();
                 let points: Vec<_> = idx.into_iter().zip(points?).collect();
-                shard::write_partial(&a.out, sh, specs.len(), &prov, &sc.name, &a.param, kind, &points)?;
+                shard::write_partial(&a.out, sh, id, &prov, &sc.name, &a.param, kind, &points)?;
             }
             None => {
                 let points = sweep::run_points(&a.param, &gens, &mine, a.threads, &p);
                 p.finish();
                 let points: Vec<_> = idx.into_iter().zip(points?).collect();
-                shard::write_partial(&a.out, sh, specs.len(), &prov, &sc.name, &a.param, kind, &points)?;
+                shard::write_partial(&a.out, sh, id, &prov, &sc.name, &a.param, kind, &points)?;
             }
         }
         sweep::commit_files()?;
