@@ -559,7 +559,7 @@ fn bad_lines_under_the_batched_engine_are_exit_2_naming_file_line_and_field() {
     let p = write("bai-batched-stale.jsonl", BAILIAN);
     let (code, _, err) = replay(&p, &["--engine", "batched", "--stale", "2"]);
     assert_eq!(code, 2);
-    assert!(err.contains("--stale: expected an exact index with --engine batched"), "{err}");
+    assert!(err.contains("--stale: expected 0 with --engine batched (its index is exact)"), "{err}");
     let (code, _, err) = replay(&p, &["--outcomes", "x.jsonl"]);
     assert_eq!(code, 2);
     assert!(err.contains("--outcomes: only with --engine batched"), "{err}");

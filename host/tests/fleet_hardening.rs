@@ -139,6 +139,12 @@ const CASES: &[&str] = &[
     "router-config-provenance",
     "merge-edited",
     "merge-threads",
+    "duplicate-key",
+    "timestamp-overflow",
+    "engine-flag-name",
+    "bench-capacity-file",
+    "bench-repeats-zero",
+    "dynamo-outcomes",
 ];
 
 #[test]
@@ -850,4 +856,145 @@ fn shards_differing_in_how_they_ran_merge() {
     let (code, _, err) = run_in(&d, &["fleet", "merge", "part0", "part1", "part2", "--out", "all"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("a shard of another sweep"), "{err}");
+}
+
+/// Replays a one-line trace `line` (with `extra` flags): (exit code, stderr).
+fn replay_line(name: &str, line: &str, extra: &[&str]) -> (i32, String) {
+    let t = file(name, format!("{line}\n").as_bytes());
+    let mut a = replay(extra);
+    a[3] = p(&t).to_string();
+    let (code, _, err) = run(&args(&a));
+    (code, err)
+}
+
+#[test]
+fn a_field_given_twice_is_refused() {
+    // duplicate-key: serde_json kept the last silently (`delay` beat `delay_ms` in either order)
+    for (line, want) in [
+        (
+            "{\"timestamp\": 0, \"timestamp\": 9, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1]}",
+            "field `timestamp` is given twice",
+        ),
+        (
+            "{\"timestamp\": 0, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1], \"hash_ids\": [2]}",
+            "field `hash_ids` is given twice",
+        ),
+        (
+            "{\"chat_id\": 1, \"chat_id\": 2, \"parent_chat_id\": -1, \"timestamp\": 1, \"input_length\": 32, \
+             \"output_length\": 1, \"type\": \"text\", \"turn\": 1, \"hash_ids\": [1, 2]}",
+            "field `chat_id` is given twice",
+        ),
+        (
+            "{\"session_id\": \"a\", \"timestamp\": 0, \"created_time\": 5, \"output_length\": 1, \"hash_ids\": [1]}",
+            "fields `timestamp` and `created_time` are both given",
+        ),
+        (
+            "{\"session_id\": \"a\", \"timestamp\": 0, \"input_length\": 16, \"input_tokens\": 32, \"output_length\": 1, \
+             \"hash_ids\": [1]}",
+            "fields `input_length` and `input_tokens` are both given",
+        ),
+        (
+            "{\"session_id\": \"a\", \"timestamp\": 0, \"output_length\": 1, \"output_tokens\": 2, \"hash_ids\": [1]}",
+            "fields `output_length` and `output_tokens` are both given",
+        ),
+        (
+            "{\"timestamp\": 0, \"token_ids\": [1], \"token_ids\": [2], \"output_length\": 1}",
+            "field `token_ids` is given twice",
+        ),
+    ] {
+        let (code, err) = replay_line("dup.jsonl", line, &[]);
+        assert_eq!(code, 2, "{line}: {err}");
+        assert!(err.contains(&format!("dup.jsonl:1: {want}")), "{line}: {err}");
+    }
+    // delay with delay_ms, on a session's second turn, in either order
+    for (a, b) in [("delay", "delay_ms"), ("delay_ms", "delay")] {
+        let t = format!(
+            "{{\"session_id\": \"a\", \"timestamp\": 0, \"output_length\": 1, \"hash_ids\": [1]}}\n\
+             {{\"session_id\": \"a\", \"{a}\": 5, \"{b}\": 7, \"output_length\": 1, \"hash_ids\": [1]}}\n"
+        );
+        let f = file("dup-delay.jsonl", t.as_bytes());
+        let mut r = replay(&[]);
+        r[3] = p(&f).to_string();
+        bad(&args(&r), &["dup-delay.jsonl:2: fields `delay` and `delay_ms` are both given"]);
+    }
+}
+
+#[test]
+fn messages_name_the_right_thing() {
+    // timestamp-overflow: a representable but too large time says overflow
+    let bailian = "{\"chat_id\": 1, \"parent_chat_id\": -1, \"timestamp\": 1e12, \"input_length\": 32, \
+                   \"output_length\": 1, \"type\": \"text\", \"turn\": 1, \"hash_ids\": [1, 2]}";
+    let (code, err) = replay_line("big.jsonl", bailian, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("big.jsonl:1: field `timestamp`: 1e12 s overflows 64-bit nanoseconds"), "{err}");
+    let dynamo = "{\"session_id\": \"a\", \"timestamp\": 1e16, \"output_length\": 1, \"hash_ids\": [1]}";
+    let (code, err) = replay_line("bigd.jsonl", dynamo, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bigd.jsonl:1: field `timestamp`: 1e16 ms overflows 64-bit nanoseconds"), "{err}");
+    let (code, err) = replay_line("neg.jsonl", &dynamo.replace("1e16", "-1"), &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("expected a non-negative number of milliseconds, got -1"), "{err}");
+    // engine-flag-name: each staleness flag named as given, under the batched engine
+    for flag in ["--event-delay-ms", "--speculative-ttl-ms", "--stale"] {
+        bad(
+            &args(&replay(&[flag, "5", "--engine", "batched"])),
+            &[&format!("{flag}: expected 0 with --engine batched")],
+        );
+    }
+}
+
+#[test]
+fn bench_inputs_are_checked() {
+    // bench-capacity-file: a request the batched engine cannot take names the trace and line
+    let mut t = String::from("\n");
+    for i in 0..3 {
+        t += &format!(
+            "{{\"timestamp\": {i}, \"input_length\": 2048, \"output_length\": 2, \"hash_ids\": [1, 2, 3, 4]}}\n"
+        );
+    }
+    let f = file("bench.jsonl", t.as_bytes());
+    bad(
+        &["fleet", "bench", "--trace", p(&f), "--capacity", "16", "--no-python", "--repeats", "1"],
+        &["bench.jsonl:2: request 0: request field `input_length`"],
+    );
+    // bench-repeats-zero: "best of 0" is not a measurement
+    for r in ["0", "-1", "1001"] {
+        bad(&["fleet", "bench", "--trace", p(&f), "--repeats", r], &["--repeats", "expected 1 to 1000 repeats"]);
+    }
+}
+
+#[test]
+fn dynamo_outcomes_name_the_session_and_line() {
+    // dynamo-outcomes: the index is the dispatch order the closed loop decides; each line adds
+    // the session and the trace line of its turn
+    let t = file(
+        "sessions-out.jsonl",
+        b"{\"session_id\": \"a\", \"timestamp\": 0, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2]}\n\
+          {\"session_id\": \"b\", \"timestamp\": 1, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [3, 4]}\n\
+          {\"session_id\": \"a\", \"delay\": 0, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [1, 2]}\n\
+          {\"timestamp\": 2, \"input_length\": 32, \"output_length\": 1, \"hash_ids\": [5, 6]}\n",
+    );
+    let out = t.with_file_name("out.jsonl");
+    let mut a = replay(&["--engine", "batched", "--outcomes", p(&out), "--trace-block-size", "16"]);
+    a[3] = p(&t).to_string();
+    let (code, _, err) = run(&args(&a));
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<serde_json::Value> =
+        std::fs::read_to_string(&out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 4);
+    let mut seen: Vec<(serde_json::Value, u64)> =
+        lines.iter().map(|l| (l["session_id"].clone(), l["line"].as_u64().unwrap())).collect();
+    seen.sort_by_key(|s| s.1);
+    assert_eq!(
+        seen,
+        [
+            (serde_json::json!("a"), 1),
+            (serde_json::json!("b"), 2),
+            (serde_json::json!("a"), 3),
+            (serde_json::Value::Null, 4)
+        ]
+    );
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["index"], i as u64);
+    }
 }

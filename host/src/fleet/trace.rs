@@ -94,6 +94,18 @@ impl<'de> serde::de::Visitor<'de> for LineSeed<'_> {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
         let mut seen = Seen::default();
         while let Some(key) = map.next_key::<Key>()? {
+            // a key read twice: serde would keep the last silently, other readers the first
+            let twice = match key {
+                Key::Timestamp => seen.timestamp.is_some().then_some("timestamp"),
+                Key::InputLength => seen.input_length.is_some().then_some("input_length"),
+                Key::OutputLength => seen.output_length.is_some().then_some("output_length"),
+                Key::HashIds => seen.hash_ids.is_some().then_some("hash_ids"),
+                Key::Other => None,
+            };
+            if let Some(name) = twice {
+                *self.field_err = Some(super::formats::twice_message(name));
+                return Err(serde::de::Error::custom("a field given twice"));
+            }
             match key {
                 Key::Timestamp => seen.timestamp = Some(map.next_value()?),
                 Key::InputLength => seen.input_length = Some(map.next_value()?),
