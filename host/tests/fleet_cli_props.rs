@@ -284,7 +284,7 @@ fn toml_value(key: &str, v: &str, second: bool) -> String {
 /// A value for `key`: one of its valid names (as a TOML string) when `pick` says so and it has
 /// names, else the random `v`.
 fn key_value(key: &str, names: &[&str], v: &str, second: bool, pick: usize) -> String {
-    if !names.is_empty() && pick % 2 == 0 {
+    if !names.is_empty() && pick.is_multiple_of(2) {
         return format!("{:?}", names[pick / 2 % names.len()]);
     }
     toml_value(key, v, second)
