@@ -322,7 +322,24 @@ fn calibrate_bad_input_is_exit_2_naming_the_problem() {
     // calibrate-tp
     let (code, err) = calibrate_with(&d, header, &["--tp", "3"]);
     assert!(code == 2 && err.contains("--tp: expected a divisor of heads"), "{err}");
-    // a GPU description with a fractional byte rate
+    // calibrate-output: the profile would overwrite the step log
+    let steps = d.join("steps.csv");
+    let (code, _, err) = run(&[
+        "fleet",
+        "calibrate",
+        "--model",
+        "qwen3-32b",
+        "--gpu",
+        "h100",
+        "--tp",
+        "2",
+        "--steps",
+        s(&steps),
+        "-o",
+        s(&steps),
+    ]);
+    assert!(code == 2 && err.contains("refusing to overwrite an input"), "{err}");
+    // calibrate-gpu: a GPU description with a fractional byte rate
     let g = d.join("gpu.toml");
     std::fs::write(
         &g,

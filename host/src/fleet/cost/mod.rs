@@ -10,12 +10,12 @@ pub mod fit;
 pub mod published;
 pub mod vllm_result;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use brokerlab_core::fleet::cost::{CostField, Error as CostError, Physics};
 use clap::Args;
 
-use crate::error::{CliError, CliResult};
+use crate::error::{CliError, CliResult, FleetError};
 
 /// `fleet calibrate` arguments.
 #[derive(Debug, Args)]
@@ -56,12 +56,19 @@ fn physics_error(e: CostError) -> CliError {
     }
 }
 
-fn write(path: &std::path::Path, bytes: &[u8]) -> CliResult<()> {
-    std::fs::write(path, bytes).map_err(|e| CliError::failure(format!("{}: cannot write: {e}", path.display())))
+/// Stages an output file; [`crate::outfile::commit`] writes the set whole or not at all.
+fn stage(path: &std::path::Path, bytes: &[u8]) -> CliResult<()> {
+    crate::outfile::stage(path, bytes).map_err(|source| FleetError::Write { path: path.to_path_buf(), source }.into())
 }
 
 /// `brokerlab fleet calibrate`.
 pub fn calibrate_cmd(a: CalibrateArgs) -> CliResult<i32> {
+    // the profile and its plots never overwrite an input
+    let (svg, png) = calibrate::plot_paths(&a.out);
+    let inputs = [("--steps", a.steps.as_path()), ("--model", Path::new(&a.model)), ("--gpu", Path::new(&a.gpu))];
+    for (flag, out) in [("-o", &a.out), ("-o (its .svg plot)", &svg), ("-o (its .png plot)", &png)] {
+        crate::outfile::check_output(flag, out, &inputs)?;
+    }
     let model = describe::load_model(&a.model)?;
     let gpu = describe::load_gpu(&a.gpu)?;
     let start = Physics::new(model, gpu, a.tp, calibrate::start_calibration(model.layers)).map_err(physics_error)?;
@@ -70,11 +77,11 @@ pub fn calibrate_cmd(a: CalibrateArgs) -> CliResult<i32> {
     let rows = calibrate::read_steps(&a.steps)?;
     let source = a.steps.display().to_string();
     let fit = calibrate::fit_steps(start, &rows, &source)?;
-    write(&a.out, calibrate::profile_toml(&fit, &source, &calibrate::sha256_hex(&bytes)).as_bytes())?;
-    let (svg, png) = calibrate::plot_paths(&a.out);
+    stage(&a.out, calibrate::profile_toml(&fit, &source, &calibrate::sha256_hex(&bytes)).as_bytes())?;
     let chart = calibrate::chart(&fit, &source);
-    write(&svg, crate::plot::svg(&chart, 900, 620).as_bytes())?;
-    write(&png, &crate::plot::png(&chart, 900, 620))?;
+    stage(&svg, crate::plot::svg(&chart, 900, 620).as_bytes())?;
+    stage(&png, &crate::plot::png(&chart, 900, 620))?;
+    crate::outfile::commit().map_err(|(path, source)| FleetError::Write { path, source })?;
     say!(
         "fitted {} steps ({} held out) of {} x {}: step time error median {:.1}%, p90 {:.1}% on the fit rows; \
          median {:.1}%, p90 {:.1}% held out",
