@@ -145,6 +145,14 @@ const CASES: &[&str] = &[
     "bench-capacity-file",
     "bench-repeats-zero",
     "dynamo-outcomes",
+    // the physics step cost's inputs, tested in host/tests/fleet_cost.rs
+    "calibrate-steps-column",
+    "calibrate-steps-field",
+    "calibrate-too-few",
+    "calibrate-model",
+    "calibrate-tp",
+    "calibrate-gpu",
+    "calibrate-output",
 ];
 
 #[test]

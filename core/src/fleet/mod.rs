@@ -8,6 +8,7 @@
 
 pub mod approx;
 pub mod batched;
+pub mod cost;
 pub mod defaults;
 pub mod engine;
 pub mod fixmath;

@@ -32,6 +32,11 @@ pub enum FleetCmd {
     /// Print each request's block keys (decimal u64, space-separated, one line per request) of a
     /// trace of token ids, e.g. to check them against a vLLM fleet's KV events.
     Keys(formats::KeysArgs),
+    /// Fit a physics step-cost profile to a step log (CSV) of your own server.
+    Calibrate(super::cost::CalibrateArgs),
+    /// The physics step cost against published measurements: "What the cost model says, and how
+    /// wrong it is".
+    CostCheck(super::cost::CostCheckArgs),
 }
 
 /// `fleet report` arguments.

@@ -100,6 +100,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::Sweep(a) => sweep_cmd(a),
         FleetCmd::Merge(a) => merge_cmd(a),
         FleetCmd::Keys(a) => formats::keys_cmd(a),
+        FleetCmd::Calibrate(a) => super::cost::calibrate_cmd(a),
+        FleetCmd::CostCheck(a) => super::cost::cost_check_cmd(a),
         FleetCmd::Report(a) => {
             let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
             let prov = Provenance::of_this_run(a.output.no_date);
