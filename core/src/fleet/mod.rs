@@ -8,6 +8,7 @@
 
 pub mod approx;
 pub mod batched;
+pub mod cost;
 pub mod defaults;
 pub mod engine;
 pub mod fixmath;
@@ -34,8 +35,8 @@ pub use engine::{
 };
 pub use index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 pub use pipeline::{
-    Evaluation, FilterKind, MAX_FILTERS, MAX_SCORERS, PickerKind, Policy, PrefixSource, RouterBuffers, RouterLayout,
-    RouterParams, RouterSpec, ScorerKind, ShippedRouter, WeightedScorer,
+    Evaluation, FilterKind, MAX_FILTERS, MAX_SCORERS, MAX_WEIGHT, PickerKind, Policy, PrefixSource, RouterBuffers,
+    RouterKey, RouterLayout, RouterParams, RouterSpec, ScorerKind, ShippedRouter, WeightedScorer,
 };
 pub use pod::{CacheEvents, LruPod, Slot};
 pub use router::{AnyRouter, Holders, KeyHolders, Route, RouteView, Router, RouterKind};
