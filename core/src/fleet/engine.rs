@@ -94,7 +94,10 @@ pub struct EngineConfig {
     pub profile: Profile,
     /// The step cost.
     pub cost: StepCost,
-    /// Advance runs of identical decode steps at once (same results; off only to test that).
+    /// Advance runs of identical decode steps at once (same results). Turning it off is test
+    /// support, to show that it changes nothing (feature `harness`; without it the engine always
+    /// fast-forwards: [`EngineConfig::fast_forwards`]).
+    #[cfg(feature = "harness")]
     pub fast_forward: bool,
 }
 
@@ -106,7 +109,21 @@ impl EngineConfig {
             max_num_batched_tokens: 8192,
             profile,
             cost: profile.cost(),
+            #[cfg(feature = "harness")]
             fast_forward: true,
+        }
+    }
+
+    /// Whether the engine advances runs of identical decode steps at once: always, unless a test
+    /// (feature `harness`) turned it off.
+    pub const fn fast_forwards(&self) -> bool {
+        #[cfg(feature = "harness")]
+        {
+            self.fast_forward
+        }
+        #[cfg(not(feature = "harness"))]
+        {
+            true
         }
     }
 
@@ -786,7 +803,7 @@ impl<'a> Engine<'a> {
         if self.is_idle() || self.next_start_ns >= t_ns {
             return Ok(false);
         }
-        if !(self.cfg.fast_forward && self.fast_forward(ff_ns, ev)?) {
+        if !(self.cfg.fast_forwards() && self.fast_forward(ff_ns, ev)?) {
             self.step(ev)?;
         }
         Ok(true)
