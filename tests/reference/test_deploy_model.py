@@ -19,6 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import deploy_model  # noqa: E402
+from batched_model import ceil_div as ceil  # noqa: E402
 
 # Step costs of the hand cases: a step = 1,000 ns + 100 ns per prefill token + 500 ns per decode.
 COSTS = ["--t-overhead-ns", "1000", "--t-prefill-token-ns", "100", "--t-decode-seq-ns", "500", "--t-kv-token-ns", "0"]
@@ -377,6 +378,50 @@ class FeaturesOff(unittest.TestCase):
         ).stdout
         self.assertTrue(ref.startswith('{"requests"'))
         self.assertEqual(ref, ours)
+
+
+class Qualitative(unittest.TestCase):
+    """The issue's P/D checks, with the default profile (qwen3-32b-h100x2: a step costs 12.6 ms +
+    61 us per prefill token + 67 us per decode) and the default link (25 GB/s, 256 KiB per token):
+    not hand-computed, but each outcome follows from the costs as the comments say."""
+
+    @staticmethod
+    def lines(n, gap_us, L, O):
+        # one request every gap_us (whole ms), unique prompts (no cache hit anywhere)
+        return [(i * gap_us // 1000, L, O, [10**6 + 1000 * i + j for j in range(ceil(L, 16))]) for i in range(n)]
+
+    def goodput(self, lines, tpot_ms, *extra):
+        out = run(
+            lines, "--pods", "4", "--capacity", "20000", "--router", "least-loaded",
+            "--slo-ttft-ms", "3000", "--slo-tpot-ms", tpot_ms, *extra,
+        )
+        return out["totals"]["slo_good_requests"], out["totals"]["goodput_req_per_s"]
+
+    def test_pd_wins_on_long_prompts_with_short_outputs_under_a_tight_tpot(self):
+        # 8,000-token prompts every 250 ms, 64 output tokens, TPOT SLO 20 ms. Aggregated, a decode
+        # sharing a step with another request's 8,000-token prefill waits ~0.5 s for that token,
+        # which pushes the request's TPOT (~12.7 ms alone) past 20 ms; on 2 prefill + 2 decode
+        # pods the decode steps carry no prefill, at the price of ~0.1 s more TTFT (transfer and
+        # the decode pod's first step).
+        lines = self.lines(40, 250_000, 8000, 64)
+        agg_good, agg = self.goodput(lines, "20")
+        pd_good, pd = self.goodput(lines, "20", "--prefill-pods", "2", "--pd-decider", "always")
+        self.assertEqual(pd_good, 40)
+        self.assertLess(agg_good, 20)
+        self.assertGreater(pd, 2 * agg)
+
+    def test_pd_loses_on_short_prompts(self):
+        # 128-token prompts every 12.5 ms (200 of them), 256 output tokens each, TPOT SLO 17 ms: the
+        # work is decode, and nearly all 200 run at once. Aggregated, 4 pods share them (~50 running
+        # each: 12.6 ms + 50 x 67 us ~ 16 ms a step; TPOT p90 16.5 ms when this was written); P/D
+        # leaves them to 2 decode pods (~100 each: ~19 ms; TPOT p10 17.4 ms) while the 2 prefill
+        # pods idle between 128-token prefills.
+        lines = self.lines(200, 12_500, 128, 256)
+        agg_good, agg = self.goodput(lines, "17")
+        pd_good, pd = self.goodput(lines, "17", "--prefill-pods", "2", "--pd-decider", "always")
+        self.assertGreater(agg_good, 180)
+        self.assertLess(pd_good, 20)
+        self.assertLess(pd, agg)
 
 
 class Invariants(unittest.TestCase):
