@@ -18,6 +18,7 @@ Usage: batched_model.py's flags, plus
   --pd-link-bytes-per-s BW --pd-link-latency-ns NS --kv-bytes-per-token X
   --cpu-capacity C2 --pcie-bytes-per-s BW --pcie-latency-ns NS --cpu-tier-weight 0.8
   --slo-ttft-ms V --slo-tpot-ms V
+  --check (block invariants after every step, slow) --coverage (adds the branches taken to totals)
 Prints {"requests": [...], "totals": {...}} or "ERROR line=<n>: msg" / "ERROR: msg", exit 2.
 Reading choices where docs/MODEL.md was ambiguous: MODEL.md, "Ambiguities found by the reference".
 """
