@@ -81,9 +81,21 @@ class PrefillDecode(unittest.TestCase):
         self.assertEqual(r["decode_hit_tokens"], 0)
         t = out["totals"]
         self.assertEqual(t["per_pod_steps"], [1, 3])
+        self.assertNotIn("offload_stored_blocks", t)
         self.assertEqual(t["disaggregated"], 1)
         self.assertEqual(t["transfer_ns_max"], 4_050)
         self.assertEqual(t["makespan_ns"], 15_550)
+
+    def test_with_the_tier_both_pods_store_the_prompt(self):
+        # The same request with a 16-block CPU tier per pod: the prefill job stores k1..k4 in pod
+        # 0's tier when it computes them, and the transferred request stores them in pod 1's when
+        # it is admitted there (its store index starts at 0): 8 blocks stored, no load, and the
+        # timings of the first case unchanged (stores cost nothing).
+        out = run([(0, 64, 3, [1, 2, 3, 4])], *pd_args(2, 1, "--pd-decider", "always", "--cpu-capacity", "16"))
+        t = out["totals"]
+        self.assertEqual((t["offload_stored_blocks"], t["offload_loads"]), (8, 0))
+        self.assertEqual((out["requests"][0]["ttft_ns"], out["requests"][0]["e2e_ns"]), (12_550, 15_550))
+        self.assertEqual(out["requests"][0]["offload_hit_tokens"], 0)
 
     def test_ttft_grows_without_bound_as_the_link_slows(self):
         # Same request: TTFT = 7,400 + ceil(64,000 x 10^9 / BW) + 50 + 1,100.
@@ -135,6 +147,60 @@ class PrefillDecode(unittest.TestCase):
         self.assertEqual(lk.next_completion(), 950_000_000)
         self.assertEqual(lk.advance(950_000_000), [(950_000_000, x), (950_000_000, y)])
         self.assertEqual(lk.next_completion(), 1_333_333_334)
+
+    def test_integer_link_stays_within_a_nanosecond_per_event_of_exact_sharing(self):
+        # Random joins on one link, against processor sharing computed exactly in rationals: the
+        # integer rule completes each transfer no earlier than exact sharing, and later by at most
+        # 1 ns per completion (the ceil of dt) plus, per join, n / BW ns for the n work units of
+        # 10^-9 byte the floors may drop (BW bytes/s = BW units/ns): here 12 + 12 x 12 / BW.
+        from fractions import Fraction
+
+        x = 7
+        for trial in range(30):
+            bw = 1 + trial * 7_919_777
+            joins, t = [], 0
+            for i in range(12):
+                x = (x * 6364136223846793005 + 1442695040888963407) % 2**64
+                t += (x >> 40) % 50_000
+                joins.append((t, 1 + (x >> 20) % 200_000))  # (join ns, bytes)
+            # integer rule
+            lk, got = deploy_model.Link(bw), {}
+            reqs = [deploy_model.Req(i, 0, 16, 1, []) for i in range(len(joins))]
+            for (tj, nbytes), r in zip(joins, reqs):
+                while lk.next_completion() <= tj:
+                    got.update((q.idx, y) for y, q in lk.advance(lk.next_completion()))
+                got.update((q.idx, y) for y, q in lk.join(tj, r, nbytes * 10**9))
+            while lk.active:
+                got.update((q.idx, y) for y, q in lk.advance(lk.next_completion()))
+            # exact sharing, in seconds as fractions
+            exact, active, now = {}, {}, Fraction(0)
+            events = [(Fraction(tj, 10**9), i, nbytes) for i, (tj, nbytes) in enumerate(joins)] + [(None, None, None)]
+            for tj, i, nbytes in events:
+                while active:
+                    rate = Fraction(bw, len(active))
+                    k = min(active, key=lambda j: (active[j], j))
+                    done_at = now + active[k] / rate
+                    if tj is not None and done_at > tj:
+                        break
+                    for j in active:
+                        active[j] -= rate * (done_at - now)
+                    now = done_at
+                    for j in [j for j in active if active[j] <= 0]:
+                        exact[j] = now
+                        del active[j]
+                if tj is None:
+                    break
+                if active:
+                    rate = Fraction(bw, len(active))
+                    for j in active:
+                        active[j] -= rate * (tj - now)
+                now = tj
+                active[i] = Fraction(nbytes)
+            self.assertEqual(sorted(got), list(range(12)))
+            for i in range(12):
+                exact_ns = exact[i] * 10**9
+                self.assertGreaterEqual(got[i], exact_ns, (trial, i))
+                self.assertLessEqual(got[i] - exact_ns, 12 + Fraction(144, bw), (trial, i))
 
     def test_prefix_threshold_skips_the_transfer_when_the_decode_pod_holds_the_prefix(self):
         # Pod 0 prefills, pod 1 decodes; decider prefix-threshold, N_T = 16 (default).
