@@ -337,6 +337,37 @@ class OffloadTier(unittest.TestCase):
         self.assertEqual(d["ttft_ns"], 4_200)
         self.assertEqual(c["ttft_ns"], 3_002_700)
 
+    def test_a_loading_request_preempted_reloads_after_the_first_load(self):
+        # One pod, C = 5, C2 = 16, PCIe 16e6 B/s (a 2-block load: 32,000 x 10^9 / 16e6 = 2,000,000
+        # ns, + 100).
+        # A at 0: ids 1..3, 48 tokens: blocks 0, 1, 2; stored k1..k3; free [3, 4, 2, 1, 0].
+        # B at 1 ms: ids 21..25, 80 tokens, 5 blocks: takes all, evicting k1..k3 from the GPU.
+        # X at 2 ms: ids 31, 32, L = 32, O = 20 (at most ceil(51/16) = 4 blocks). Y at 2 ms after it:
+        #   A's prompt, O = 1.
+        # Step at 2 ms: X admitted (2 blocks, 32 tokens); Y: GPU hit 0, h_max = 2, CPU hit k1, k2:
+        #   loading, 2 blocks, x = 2,000,000 + 2,000,100 = 4,000,100; free: 1 block. The step:
+        #   1,000 + 3,200 -> 2,004,200 (X's TTFT 4,200).
+        # X decodes (1,500 per step), taking the last free block at c + n = 33. At c = 48 (the 17th
+        #   decode step, at 2,004,200 + 16 x 1,500 = 2,028,200) it needs a 4th block: none free, so
+        #   the last of R, Y (still loading), is preempted: its 2 blocks freed, c = 0, to W.
+        # The next two steps (2,029,700 and 2,031,200) try Y again: CPU hit 2 but 1 block free:
+        #   blocked. X finishes at 2,031,200 + 1,500 = 2,032,700 (19 decode steps: E2E 32,700).
+        # Step at 2,032,700: Y admitted loading again; the first load still holds the link until
+        #   4,000,100 (no cancellation), so x = 4,000,100 + 2,000,100 = 6,000,200; nothing scheduled:
+        #   the pod waits (no step counted).
+        # Step at 6,000,200: Y ready, 16 tokens, 1 new block: 2,600 -> 6,002,800: TTFT 4,002,800.
+        lines = [A, (1, 80, 1, [21, 22, 23, 24, 25]), (2, 32, 20, [31, 32]), (2, 48, 1, [1, 2, 3])]
+        out = run(lines, *tier_args("--coverage", cap=5, bw="16000000"))
+        x, y = out["requests"][2], out["requests"][3]
+        self.assertEqual((x["ttft_ns"], x["e2e_ns"], x["preemptions"]), (4_200, 32_700, 0))
+        self.assertEqual((y["hit_tokens"], y["offload_hit_tokens"], y["preemptions"]), (0, 32, 1))
+        self.assertEqual((y["ttft_ns"], y["prefill_tokens"]), (4_002_800, 16))
+        t = out["totals"]
+        self.assertEqual((t["offload_loads"], t["offload_load_blocks"], t["preemptions"]), (2, 4, 1))
+        self.assertEqual(t["steps"], 1 + 1 + 20 + 1)
+        cov = t["coverage"]
+        self.assertEqual((cov["preempt_loading"], cov["load_blocked"], cov["wait"]), (1, 2, 1))
+
     def test_tiered_match_weights(self):
         # llm-d's LongestPrefixScorer: GPU blocks weigh 1.0, CPU blocks 0.8, match truncated.
         cfg = {"C2": 16, "w_cpu": 800}
