@@ -129,7 +129,7 @@ pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskRes
             }
         }
         if file == ToolFile::Payments {
-            let key = idempotency_key(id, i as u16);
+            let key = idempotency_key(id, i as u16, "payment", s.args.as_bytes());
             let bad = rows.iter().filter(|r| r.step == step && r.key.as_deref() != Some(key.as_str())).count();
             if bad > 0 {
                 c.duplicates += bad as u64;

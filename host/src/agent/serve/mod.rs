@@ -1,0 +1,1 @@
+//! The in-repo test servers (loopback only).
