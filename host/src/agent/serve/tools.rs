@@ -42,6 +42,11 @@ CREATE TABLE IF NOT EXISTS fences(task_id TEXT PRIMARY KEY, epoch INTEGER NOT NU
 CREATE TABLE IF NOT EXISTS keys(key TEXT PRIMARY KEY, tool TEXT NOT NULL, body TEXT NOT NULL,
   status INTEGER NOT NULL, response TEXT NOT NULL);";
 
+/// The `reason` of a request refused because its `Idempotency-Key` came with another body.
+pub const KEY_REUSED: &str = "key reused with another body";
+/// The start of the `reason` of every injected fault (`--faults`).
+pub const INJECTED: &str = "injected";
+
 /// Longest request body read, bytes.
 const MAX_REQUEST_BYTES: u64 = 64 * 1024;
 
@@ -167,7 +172,7 @@ fn decide(conn: &mut Connection, c: &Call<'_>, fault: Option<u64>) -> rusqlite::
             .optional()?;
         if let Some((body, status, response)) = first {
             if body != c.body {
-                record(&tx, c, false, 422, Some("key reused with another body"))?;
+                record(&tx, c, false, 422, Some(KEY_REUSED))?;
                 tx.commit()?;
                 return Ok((422, r#"{"error":"idempotency key reused with another request body"}"#.into(), Vec::new()));
             }
