@@ -204,10 +204,23 @@ impl Tool for HttpTool {
 
     fn raise_fence(&mut self, fence: Fence<'_>) -> Result<(), String> {
         let Some(url) = self.spec.fence_url.clone() else { return Ok(()) };
-        match self.send("POST", &url, None, &[(FENCE_HEADER, fence.to_string())]) {
-            Ok((s, _, _)) if (200..300).contains(&s) => Ok(()),
-            Ok((s, _, text)) => Err(format!("{url}: raising the fence to {fence}: HTTP {s}: {}", text.trim())),
-            Err(e) => Err(format!("{url}: raising the fence to {fence}: {}", secret::scrub(&e.to_string()))),
+        // raising a fence is idempotent (the server keeps the highest epoch), so a server that
+        // is restarting or busy is asked again, with the tool's retries and backoff
+        let p = self.spec.patience;
+        let salt = crate::agent::salt(&[fence.task.as_bytes(), b"fence"]);
+        let mut attempt = 0;
+        loop {
+            let why = match self.send("POST", &url, None, &[(FENCE_HEADER, fence.to_string())]) {
+                Ok((s, _, _)) if (200..300).contains(&s) => return Ok(()),
+                Ok((s, _, text)) if s == 408 || s == 429 || s >= 500 => format!("HTTP {s}: {}", text.trim()),
+                Ok((s, _, text)) => return Err(format!("{url}: raising the fence to {fence}: HTTP {s}: {}", text.trim())),
+                Err(e) => secret::scrub(&e.to_string()),
+            };
+            if attempt >= p.retries {
+                return Err(format!("{url}: raising the fence to {fence}: {why} ({} attempts)", attempt + 1));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(p.pause_ms(attempt, salt ^ u64::from(attempt), None)));
+            attempt += 1;
         }
     }
 }
