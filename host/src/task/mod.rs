@@ -23,6 +23,7 @@ pub mod pgbench;
 pub mod secret;
 pub mod spec;
 pub mod store;
+pub mod tls;
 pub mod worker;
 pub mod world;
 
