@@ -125,6 +125,10 @@ fn every_example_spec_runs() {
     let script = examples().join("refund-script.json");
     let model = Server::start(&d, &["serve-model", "--script", script.to_str().unwrap(), "--log", "model.log"]);
     let spec = example_at(&d, "agent-openai.toml", Some(model.port), Some(tools.port));
+    // without the key's variable: exit 2, naming it, nothing asked
+    let out = d.run_env(&["run", spec.to_str().unwrap()], &env[..1]);
+    out.expect(2);
+    assert!(out.stderr().contains("OPENAI_API_KEY is not set"), "{}", out.stderr());
     let out = d.run_env(&["run", spec.to_str().unwrap()], &env);
     out.expect(0);
     assert!(out.stdout().contains("Order o-1042 was refunded"), "{}", out.stdout());
