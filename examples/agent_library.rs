@@ -77,9 +77,8 @@ impl Model for Clerk {
 /// ledger. Running it again on the same directory resumes the finished task: nothing is paid twice.
 pub fn run_in(dir: &Path) -> Result<(String, Arc<Mutex<Ledger>>), String> {
     let ledger = Arc::new(Mutex::new(Ledger::default()));
-    let refund = ToolDef::new("refund", ToolClass::Idempotent)
-        .description("Refunds an order")
-        .parameters(serde_json::json!({
+    let refund =
+        ToolDef::new("refund", ToolClass::Idempotent).description("Refunds an order").parameters(serde_json::json!({
             "type": "object",
             "properties": { "order": { "type": "string" }, "amount_cents": { "type": "integer" } },
             "required": ["order", "amount_cents"]

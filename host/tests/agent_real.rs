@@ -104,10 +104,7 @@ fn every_example_spec_runs() {
     // a command tool: arguments on stdin, the fencing token in its environment
     let spec = example_at(&d, "tools-command.toml", None, None);
     d.run_env(&["run", spec.to_str().unwrap()], &env).expect(0);
-    assert_eq!(
-        outbox(&d),
-        vec![r#"command-tool-demo/1 0 {"subject":"hello","to":"ada@example.com"}"#.to_string()]
-    );
+    assert_eq!(outbox(&d), vec![r#"command-tool-demo/1 0 {"subject":"hello","to":"ada@example.com"}"#.to_string()]);
 
     // HTTP tools on the tool server, its own file the witness
     let tools = Server::start(&d, &["serve-tools", "--db", "tool-server.sqlite"]);
@@ -193,11 +190,7 @@ fn command_tool_statuses_follow_the_class_rule() {
     let key = idempotency_key("cmd-classes", 0, "pay", br#"{"amount":5}"#);
     assert_eq!(
         lines,
-        vec![
-            format!(r#"0 {key} 0 {{"amount":5}}"#),
-            format!(r#"0 {key} 1 {{"amount":5}}"#),
-            "mail".to_string()
-        ]
+        vec![format!(r#"0 {key} 0 {{"amount":5}}"#), format!(r#"0 {key} 1 {{"amount":5}}"#), "mail".to_string()]
     );
     let inspect = d.run(&["inspect", "cmd-classes"]).stdout();
     assert!(inspect.contains("no such order"), "{inspect}");
@@ -220,8 +213,9 @@ fn chaos(dir: &Path, args: &[&str]) -> (i32, Value, String) {
         .output()
         .unwrap();
     let s = String::from_utf8_lossy(&out.stdout);
-    let v = serde_json::from_str(s.trim())
-        .unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{s}\nstderr: {}", String::from_utf8_lossy(&out.stderr)));
+    let v = serde_json::from_str(s.trim()).unwrap_or_else(|e| {
+        panic!("not one JSON object ({e}):\n{s}\nstderr: {}", String::from_utf8_lossy(&out.stderr))
+    });
     (out.status.code().unwrap_or(-1), v, String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -250,10 +244,8 @@ fn chaos_with_http_tools_and_the_openai_model_applies_every_key_once() {
 
     let file = dir.join("tool-server.sqlite");
     let verify = |what: &str| {
-        let out = Command::new(BIN)
-            .args(["task", "chaos", "--json", "--verify", dir.to_str().unwrap()])
-            .output()
-            .unwrap();
+        let out =
+            Command::new(BIN).args(["task", "chaos", "--json", "--verify", dir.to_str().unwrap()]).output().unwrap();
         let v: Value = serde_json::from_slice(&out.stdout).unwrap();
         (out.status.code(), n(&v, "duplicates"), n(&v, "lost"), what.to_string(), v)
     };
@@ -269,7 +261,8 @@ fn chaos_with_http_tools_and_the_openai_model_applies_every_key_once() {
     let (code, dup, _, _, v) = verify("a payment applied twice");
     assert_eq!((code, dup), (Some(1), 1), "{v}");
     c.execute_batch("DELETE FROM calls WHERE id = (SELECT max(id) FROM calls WHERE tool='pay')").unwrap();
-    c.execute_batch("DELETE FROM calls WHERE id = (SELECT min(id) FROM calls WHERE tool='mail' AND applied=1)").unwrap();
+    c.execute_batch("DELETE FROM calls WHERE id = (SELECT min(id) FROM calls WHERE tool='mail' AND applied=1)")
+        .unwrap();
     let (code, dup, lost, _, v) = verify("an email missing");
     assert_eq!((code, dup, lost), (Some(1), 0, 1), "{v}");
 }

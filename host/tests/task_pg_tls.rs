@@ -7,7 +7,8 @@ mod support;
 use support::Dir;
 use support::pg::PgServer;
 
-const SPEC: &str = "id = \"tls-1\"\n\n[[step]]\nmodel = \"pay\"\ntool = \"payment\"\nargs = { amount = 3, to = \"a\" }\n";
+const SPEC: &str =
+    "id = \"tls-1\"\n\n[[step]]\nmodel = \"pay\"\ntool = \"payment\"\nargs = { amount = 3, to = \"a\" }\n";
 
 /// The server log's lines for new sessions on database `db`.
 fn sessions(s: &PgServer, db: &str) -> Vec<String> {

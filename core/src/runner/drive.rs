@@ -107,6 +107,9 @@ pub struct ToolOutput {
 }
 
 /// What a tool call came to.
+// The core has no allocator, so the result cannot be boxed; the value lives on the stack once
+// per call, and `Unknown` is the rare case, so its wasted bytes cost nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToolOutcome {
     /// The tool answered (its success, or its own failure before acting): recorded as the step's

@@ -213,7 +213,9 @@ impl Tool for HttpTool {
             let why = match self.send("POST", &url, None, &[(FENCE_HEADER, fence.to_string())]) {
                 Ok((s, _, _)) if (200..300).contains(&s) => return Ok(()),
                 Ok((s, _, text)) if s == 408 || s == 429 || s >= 500 => format!("HTTP {s}: {}", text.trim()),
-                Ok((s, _, text)) => return Err(format!("{url}: raising the fence to {fence}: HTTP {s}: {}", text.trim())),
+                Ok((s, _, text)) => {
+                    return Err(format!("{url}: raising the fence to {fence}: HTTP {s}: {}", text.trim()));
+                }
                 Err(e) => secret::scrub(&e.to_string()),
             };
             if attempt >= p.retries {

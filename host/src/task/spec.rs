@@ -196,6 +196,8 @@ impl Patience {
 /// How a spec's model answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
+// one per task spec, built once per run: its size does not matter
+#[allow(clippy::large_enum_variant)]
 pub enum ModelSpec {
     /// An OpenAI-compatible Chat Completions server.
     Openai(OpenAiSpec),

@@ -110,6 +110,8 @@ pub struct Call {
 
 /// What a tool did with a call.
 #[derive(Debug)]
+// returned once per tool call and matched at once: boxing the result would buy nothing
+#[allow(clippy::large_enum_variant)]
 pub enum CallOutcome {
     /// It answered (applied, deduplicated, or a read).
     Done(ToolOutput),
@@ -397,7 +399,10 @@ impl World {
                 .into_iter()
                 // a fault the server injected before acting (`--faults`) is no call of the tool
                 .filter(|c| c.tool == tool && c.step >= 0)
-                .filter(|c| c.applied || !c.reason.as_deref().is_some_and(|r| r.starts_with(crate::agent::serve::tools::INJECTED)))
+                .filter(|c| {
+                    c.applied
+                        || !c.reason.as_deref().is_some_and(|r| r.starts_with(crate::agent::serve::tools::INJECTED))
+                })
                 .map(|c| Call {
                     task: c.task,
                     key: c.key,

@@ -298,17 +298,29 @@ impl PgServer {
         let certs = self.dir.join("certs");
         std::fs::create_dir_all(&certs).unwrap();
         let ssl = |args: &[&str]| {
-            let out = Command::new("openssl")
-                .current_dir(&certs)
-                .args(args)
-                .output()
-                .expect("openssl (the test makes its CA and server certificate with it; scripts/test.sh installs it)");
+            let out =
+                Command::new("openssl").current_dir(&certs).args(args).output().expect(
+                    "openssl (the test makes its CA and server certificate with it; scripts/test.sh installs it)",
+                );
             assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         };
         // a CA, and a leaf it signed: rustls refuses a self-signed CA certificate as the server's
         ssl(&[
-            "req", "-new", "-x509", "-days", "3650", "-nodes", "-subj", "/CN=brokerlab test CA", "-keyout", "ca.key",
-            "-out", "ca.crt", "-addext", "basicConstraints=critical,CA:TRUE", "-addext",
+            "req",
+            "-new",
+            "-x509",
+            "-days",
+            "3650",
+            "-nodes",
+            "-subj",
+            "/CN=brokerlab test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
             "keyUsage=critical,keyCertSign,cRLSign",
         ]);
         ssl(&["req", "-new", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr"]);
@@ -321,8 +333,21 @@ impl PgServer {
         )
         .unwrap();
         ssl(&[
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "3650",
-            "-out", "server.crt", "-extfile", "leaf.ext",
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-out",
+            "server.crt",
+            "-extfile",
+            "leaf.ext",
         ]);
         let data = self.dir.join("data");
         for f in ["server.crt", "server.key"] {

@@ -94,7 +94,8 @@ pub fn parse_script(v: &Value) -> Result<Vec<Scripted>, String> {
             if let Some(ans) = t.get("answer").and_then(|a| a.as_str()) {
                 return Ok(Scripted::Answer(ans.to_string()));
             }
-            let tool = t.get("tool").and_then(|x| x.as_str()).ok_or(format!("turn {i}: expected \"tool\" or \"answer\""))?;
+            let tool =
+                t.get("tool").and_then(|x| x.as_str()).ok_or(format!("turn {i}: expected \"tool\" or \"answer\""))?;
             let args = t.get("args").cloned().unwrap_or_else(|| json!({}));
             if !args.is_object() {
                 return Err(format!("turn {i}: \"args\" must be an object"));
@@ -129,7 +130,10 @@ fn err(status: u16, msg: &str) -> (u16, Value) {
 /// The answer to one request (status, body) and whether to add an unscripted second call.
 fn answer(req: &Value, fallback: &Option<Vec<Scripted>>, model: &str, n: u64, extra_call: bool) -> (u16, Value) {
     if req.get("model").and_then(|m| m.as_str()) != Some(model) {
-        return err(404, &format!("the model {:?} does not exist (this server answers to {model:?})", req.get("model")));
+        return err(
+            404,
+            &format!("the model {:?} does not exist (this server answers to {model:?})", req.get("model")),
+        );
     }
     if req.get("stream").and_then(|s| s.as_bool()) == Some(true) {
         return err(400, "stream: true is not served here");
@@ -142,10 +146,12 @@ fn answer(req: &Value, fallback: &Option<Vec<Scripted>>, model: &str, n: u64, ex
         .and_then(|m| m.get("content").and_then(|c| c.as_str()))
         .and_then(|c| c.lines().find_map(|l| l.trim().strip_prefix(SCRIPT_MARKER).map(str::trim)));
     let script = match inline {
-        Some(text) => match serde_json::from_str::<Value>(text).map_err(|e| e.to_string()).and_then(|v| parse_script(&v)) {
-            Ok(s) => s,
-            Err(e) => return err(400, &format!("the inline script: {e}")),
-        },
+        Some(text) => {
+            match serde_json::from_str::<Value>(text).map_err(|e| e.to_string()).and_then(|v| parse_script(&v)) {
+                Ok(s) => s,
+                Err(e) => return err(400, &format!("the inline script: {e}")),
+            }
+        }
         None => match fallback {
             Some(s) => s.clone(),
             None => return err(400, "no brokerlab-script: line in the first user message and no --script"),
@@ -162,11 +168,17 @@ fn answer(req: &Value, fallback: &Option<Vec<Scripted>>, model: &str, n: u64, ex
         let id = c.get("id").and_then(|x| x.as_str()).unwrap_or("");
         let f = c.get("function").cloned().unwrap_or(Value::Null);
         let name = f.get("name").and_then(|x| x.as_str()).unwrap_or("");
-        let args: Option<Value> = f.get("arguments").and_then(|a| a.as_str()).and_then(|a| serde_json::from_str(a).ok());
+        let args: Option<Value> =
+            f.get("arguments").and_then(|a| a.as_str()).and_then(|a| serde_json::from_str(a).ok());
         match script.get(done) {
             Some(Scripted::Call { tool, args: want, .. }) if tool == name && args.as_ref() == Some(want) => {}
             other => {
-                return err(400, &format!("messages[{i}]: call {name}({args:?}) does not follow the script's turn {done}: {other:?}"));
+                return err(
+                    400,
+                    &format!(
+                        "messages[{i}]: call {name}({args:?}) does not follow the script's turn {done}: {other:?}"
+                    ),
+                );
             }
         }
         let answered = msgs.get(i + 1).is_some_and(|t| {
@@ -175,7 +187,10 @@ fn answer(req: &Value, fallback: &Option<Vec<Scripted>>, model: &str, n: u64, ex
                 && t.get("content").is_some_and(|c| c.is_string())
         });
         if !answered {
-            return err(400, &format!("messages[{i}]: tool call {id:?} is not followed by a tool message answering it"));
+            return err(
+                400,
+                &format!("messages[{i}]: tool call {id:?} is not followed by a tool message answering it"),
+            );
         }
         done += 1;
     }

@@ -75,9 +75,8 @@ pub struct ServeToolsOpts {
 }
 
 fn header(name: &str, value: &str) -> Header {
-    Header::from_bytes(name.as_bytes(), value.as_bytes()).unwrap_or_else(|()| {
-        Header::from_bytes(&b"X-Bad-Header"[..], &b"1"[..]).expect("a constant header is valid")
-    })
+    Header::from_bytes(name.as_bytes(), value.as_bytes())
+        .unwrap_or_else(|()| Header::from_bytes(&b"X-Bad-Header"[..], &b"1"[..]).expect("a constant header is valid"))
 }
 
 /// A header's value in a tiny_http request.
@@ -125,7 +124,13 @@ struct Call<'a> {
 /// What the server answers: status, body, extra headers.
 type Answer = (u16, String, Vec<(&'static str, String)>);
 
-fn record(tx: &rusqlite::Transaction<'_>, c: &Call<'_>, applied: bool, status: u16, reason: Option<&str>) -> rusqlite::Result<()> {
+fn record(
+    tx: &rusqlite::Transaction<'_>,
+    c: &Call<'_>,
+    applied: bool,
+    status: u16,
+    reason: Option<&str>,
+) -> rusqlite::Result<()> {
     tx.prepare_cached(
         "INSERT INTO calls(tool, key, task_id, step, applied, body, status, at_ms, epoch, reason) \
          VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10)",
@@ -209,7 +214,8 @@ fn decide(conn: &mut Connection, c: &Call<'_>, fault: Option<u64>) -> rusqlite::
     record(&tx, c, true, status, reason)?;
     if let Some(k) = &c.key {
         // the key's answer is the real one: a retry after the lost answer gets it
-        tx.prepare_cached("INSERT INTO keys VALUES(?1, ?2, ?3, 200, ?4)")?.execute(params![k, c.tool, c.body, response])?;
+        tx.prepare_cached("INSERT INTO keys VALUES(?1, ?2, ?3, 200, ?4)")?
+            .execute(params![k, c.tool, c.body, response])?;
     }
     tx.commit()?;
     if lost {
@@ -232,9 +238,7 @@ pub fn serve(o: &ServeToolsOpts) -> TaskResult<i32> {
         exit_with_parent();
     }
     let server = bind(o.port, "serve-tools")?;
-    let mut n: u64 = 0;
-    for mut rq in server.incoming_requests() {
-        n += 1;
+    for (n, mut rq) in (1u64..).zip(server.incoming_requests()) {
         let path = rq.url().split('?').next().unwrap_or("").trim_end_matches('/').to_string();
         let tool = path.rsplit('/').next().unwrap_or("").to_string();
         let mut body = String::new();

@@ -6,9 +6,9 @@ use serde::Serialize;
 use super::super::backend::TaskStore;
 use super::super::backend::fold_in;
 use super::super::spec::Spec;
+use super::super::world::{ToolFile, World};
 use super::spec::{StepKind, plan_of};
 use crate::agent::serve::tools::{INJECTED, KEY_REUSED};
-use super::super::world::{ToolFile, World};
 use crate::task::error::TaskResult;
 
 /// What [`check_task`] found for one task.
@@ -110,9 +110,7 @@ pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskRes
     // not applied and not fenced: a replay answered from the key (the tool server also records
     // the faults it injects before acting and its 422s; those are no replays)
     let replay = |r: &&super::super::world::Call| {
-        !r.applied
-            && !r.fenced()
-            && !r.reason.as_deref().is_some_and(|x| x.starts_with(INJECTED) || x == KEY_REUSED)
+        !r.applied && !r.fenced() && !r.reason.as_deref().is_some_and(|x| x.starts_with(INJECTED) || x == KEY_REUSED)
     };
     c.deduplicated = payments.iter().filter(replay).count() as u64;
     c.fenced_calls = payments.iter().chain(emails.iter()).filter(|r| r.fenced()).count() as u64;

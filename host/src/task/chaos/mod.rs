@@ -352,7 +352,8 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
             )));
         }
     }
-    std::fs::create_dir_all(&dir).map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", dir.display())))?;
     let exe = std::env::current_exe().map_err(|e| TaskError::failure(format!("cannot find this binary: {e}")))?;
     // the servers live as long as this run (dropped, they are killed)
     let servers = Servers::start(&exe, &dir, opts.tools, opts.model, opts.seed)?;

@@ -95,13 +95,8 @@ impl Servers {
         let model = match model {
             ModelMode::Openai => {
                 let log = dir.join("model-server.log").display().to_string();
-                let args: Vec<String> = vec![
-                    "serve-model".into(),
-                    "--faults".into(),
-                    (seed ^ 0x0DE1).to_string(),
-                    "--log".into(),
-                    log,
-                ];
+                let args: Vec<String> =
+                    vec!["serve-model".into(), "--faults".into(), (seed ^ 0x0DE1).to_string(), "--log".into(), log];
                 Some(start(exe, &args, 0)?)
             }
             ModelMode::Script => None,
@@ -155,11 +150,11 @@ impl Servers {
 
 impl Drop for Servers {
     fn drop(&mut self) {
-        if let Some(s) = self.tools.take() {
-            if let Ok(mut s) = s.lock() {
-                let _ = s.child.kill();
-                let _ = s.child.wait();
-            }
+        if let Some(t) = self.tools.take()
+            && let Ok(mut s) = t.lock()
+        {
+            let _ = s.child.kill();
+            let _ = s.child.wait();
         }
         if let Some(mut s) = self.model.take() {
             let _ = s.child.kill();

@@ -154,7 +154,8 @@ pub fn chaos_spec_for(
 ) -> String {
     let kinds = kinds(steps, rng);
     let mut s = format!("id = \"{id}\"\n");
-    let calls: Vec<(usize, StepKind, u64)> = kinds.iter().enumerate().map(|(i, k)| (i, *k, 1 + rng.below(999))).collect();
+    let calls: Vec<(usize, StepKind, u64)> =
+        kinds.iter().enumerate().map(|(i, k)| (i, *k, 1 + rng.below(999))).collect();
     if model == ModelMode::Openai {
         use crate::agent::serve::model::{Scripted, script_line};
         let mut turns: Vec<Scripted> = calls
@@ -166,7 +167,9 @@ pub fn chaos_spec_for(
         turns.push(Scripted::Answer(format!("{id}: all {n} calls made")));
         s.push_str(&format!("max_steps = {}\n\n[model]\nkind = \"openai\"\n", n + 1));
         s.push_str(&format!("base_url = \"{}\"\nmodel = \"scripted\"\n", at.model));
-        s.push_str("timeout_ms = 5000\nconnect_timeout_ms = 1000\nretries = 8\nbackoff_ms = 50\nmax_backoff_ms = 1000\n");
+        s.push_str(
+            "timeout_ms = 5000\nconnect_timeout_ms = 1000\nretries = 8\nbackoff_ms = 50\nmax_backoff_ms = 1000\n",
+        );
         s.push_str("max_retry_after_ms = 1000\n");
         let prompt = format!("Make these calls in order, then answer.\n{}", script_line(&turns));
         s.push_str(&format!("prompt = {}\n", toml_string(&prompt)));
@@ -212,10 +215,7 @@ fn toml_string(s: &str) -> String {
 fn toml_inline(v: &serde_json::Value) -> String {
     let order = ["q", "amount", "to", "subject"];
     let o = v.as_object().cloned().unwrap_or_default();
-    let parts: Vec<String> = order
-        .iter()
-        .filter_map(|k| o.get(*k).map(|x| format!("{k} = {x}")))
-        .collect();
+    let parts: Vec<String> = order.iter().filter_map(|k| o.get(*k).map(|x| format!("{k} = {x}"))).collect();
     format!("{{ {} }}", parts.join(", "))
 }
 
@@ -280,7 +280,8 @@ mod tests {
         for tools in [ToolsMode::Builtin, ToolsMode::Http] {
             for model in [ModelMode::Script, ModelMode::Openai] {
                 let t = chaos_spec_for("c", 6, &mut Draws::new(3), tools, model, &at);
-                let spec = super::super::super::spec::Spec::parse(&t).unwrap_or_else(|e| panic!("{tools:?} {model:?}: {e}\n{t}"));
+                let spec = super::super::super::spec::Spec::parse(&t)
+                    .unwrap_or_else(|e| panic!("{tools:?} {model:?}: {e}\n{t}"));
                 let (plan, answer) = plan_of(&spec);
                 assert_eq!(answer, model == ModelMode::Openai);
                 assert!(plan.iter().any(|p| p.kind == StepKind::Payment), "{t}");

@@ -374,7 +374,8 @@ pub(super) fn review(
         }
         _ => ToolFile::Emails,
     };
-    let sent = parents_call || world_retry(world, |w| w.calls(file, id))?.iter().any(|c| c.step == st.step && c.applied);
+    let sent =
+        parents_call || world_retry(world, |w| w.calls(file, id))?.iter().any(|c| c.step == st.step && c.applied);
     let decision = if sent { "--mark-done" } else { "--retry" };
     if sent {
         rep.reviews_mark_done += 1;

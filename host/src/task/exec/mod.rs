@@ -222,6 +222,8 @@ pub struct Ran {
 }
 
 /// What one try of [`execute`] came to.
+// one per run attempt, on the stack briefly: boxing it would buy nothing
+#[allow(clippy::large_enum_variant)]
 enum Try {
     Ran(Ran),
     /// The task was created (or appended to) since the log was read: read it again.
