@@ -225,6 +225,7 @@ pub struct OpenAiSpec {
     /// The user's request: the first user message.
     pub prompt: String,
     /// Sampling temperature (not sent when absent).
+    #[serde(default, deserialize_with = "opt_f64")]
     pub temperature: Option<f64>,
     /// Sampling seed (not sent when absent).
     pub seed: Option<i64>,
@@ -236,6 +237,17 @@ pub struct OpenAiSpec {
     pub tool_choice: Option<String>,
     /// Timeouts and retries.
     pub patience: Patience,
+}
+
+/// An optional float read through a JSON value: inside an internally tagged enum serde buffers
+/// the fields, and with serde_json's `arbitrary_precision` (which a workspace build enables for
+/// defmt-decoder) a buffered float is a map, not an `f64`; a `Value` reads both forms. Without
+/// this a stored spec with a `temperature` could not be read back in such a build.
+fn opt_f64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    match Option::<serde_json::Value>::deserialize(d)? {
+        None | Some(serde_json::Value::Null) => Ok(None),
+        Some(v) => v.as_f64().map(Some).ok_or_else(|| serde::de::Error::custom(format!("expected a number, got {v}"))),
+    }
 }
 
 /// What a tool is (the `kind` key).
