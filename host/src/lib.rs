@@ -19,6 +19,7 @@ macro_rules! say_raw {
     }};
 }
 
+pub mod agent;
 pub mod audit;
 pub mod error;
 pub mod fleet;

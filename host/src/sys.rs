@@ -82,6 +82,55 @@ pub fn stop_or_continue(pid: u32, stop: bool) -> bool {
     }
 }
 
+/// Sends `SIGKILL` to every process of group `pgid` (a command tool run in its own group, timed
+/// out: the program and whatever it started); false if it failed.
+pub fn kill_group(pgid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pgid) = libc::pid_t::try_from(pgid) else { return false };
+        if pgid <= 1 {
+            return false;
+        }
+        // SAFETY: sending a signal has no memory effects in this process.
+        unsafe { libc::kill(-pgid, libc::SIGKILL) == 0 }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pgid;
+        false
+    }
+}
+
+/// Sends `SIGKILL` to `pid`; false if it failed.
+pub fn kill(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+        // SAFETY: sending a signal has no memory effects in this process.
+        unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        false
+    }
+}
+
+/// Sends `SIGTERM` to `pid`; false if it failed.
+pub fn terminate(pid: u32) -> bool {
+    #[cfg(unix)]
+    {
+        let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+        // SAFETY: sending a signal has no memory effects in this process.
+        unsafe { libc::kill(pid, libc::SIGTERM) == 0 }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = pid;
+        false
+    }
+}
+
 /// Stops this process (`SIGSTOP` to itself) until someone sends `SIGCONT`.
 pub fn stop_self() {
     stop_or_continue(std::process::id(), true);

@@ -8,8 +8,8 @@ use brokerlab::task::spec::Spec;
 use brokerlab::task::store::Store;
 use brokerlab_core::runner::OpenCall;
 use brokerlab_core::runner::{
-    Effects, Event, Journal, Key, ModelReply, Record, ResultText, Stop, TaskId, TaskState, ToolCall, ToolOutput,
-    drive_step,
+    Effects, Event, Journal, Key, ModelReply, Record, ResultText, Stop, TaskId, TaskState, ToolCall, ToolOutcome,
+    ToolOutput, drive_step,
 };
 
 struct Dir(std::path::PathBuf);
@@ -57,8 +57,8 @@ impl Effects for Fx<'_> {
     fn model(&mut self, _t: &TaskId, step: u16) -> Result<ModelReply, ()> {
         self.0.reply(step).ok_or(())
     }
-    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, _k: Option<&Key>, _f: u64) -> Result<ToolOutput, ()> {
-        Ok(ToolOutput { ok: true, output: ResultText::try_from("ok").unwrap() })
+    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, _k: Option<&Key>, _f: u64) -> Result<ToolOutcome, ()> {
+        Ok(ToolOutcome::Done(ToolOutput { ok: true, output: ResultText::try_from("ok").unwrap() }))
     }
     fn suspend_requested(&mut self, _t: &TaskId, step: u16) -> Result<bool, ()> {
         Ok(self.1 && step == 2)

@@ -91,6 +91,10 @@ pub struct ModelReply {
     pub text: ModelText,
     /// The tool call it makes, if any.
     pub call: Option<ToolCall>,
+    /// This reply is the task's final answer (an agent's model answering without a tool call):
+    /// recorded as `Answer`, after which the task completes. Must come with `call: None`. A
+    /// scripted step without a tool is not an answer (the script goes on to its next step).
+    pub answer: bool,
 }
 
 /// A tool's answer.
@@ -102,9 +106,29 @@ pub struct ToolOutput {
     pub output: ResultText,
 }
 
+/// What a tool call came to.
+// The core has no allocator, so the result cannot be boxed; the value lives on the stack once
+// per call, and `Unknown` is the rare case, so its wasted bytes cost nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolOutcome {
+    /// The tool answered (its success, or its own failure before acting): recorded as the step's
+    /// result.
+    Done(ToolOutput),
+    /// The tool cannot tell whether the call acted, and retrying it on its own is not safe (a
+    /// non-idempotent call whose answer was lost) or did not settle it (an idempotent call
+    /// re-sent with its key as often as allowed, or a key the tool says was used for another
+    /// request): the step is recorded as needing review, whatever the tool's class, and the run
+    /// stops there ([`Stop::NeedsReview`]).
+    Unknown,
+}
+
 /// The outside world: the model, the tools, and the suspend flag.
 pub trait Effects {
-    /// The error (a crash, an I/O failure); a tool's own failure is a [`ToolOutput`] instead.
+    /// The error (a crash, an I/O failure, a model that did not answer); a tool's own failure is a
+    /// [`ToolOutput`] instead, and a call whose outcome the tool cannot tell is
+    /// [`ToolOutcome::Unknown`]. After an error nothing more is recorded: the intent of a call
+    /// that failed this way stays without a result, and the resume rule decides on it.
     type Error;
     /// Asks the model for `step`.
     fn model(&mut self, task: &TaskId, step: u16) -> Result<ModelReply, Self::Error>;
@@ -120,7 +144,7 @@ pub trait Effects {
         call: &ToolCall,
         key: Option<&Key>,
         fence: u64,
-    ) -> Result<ToolOutput, Self::Error>;
+    ) -> Result<ToolOutcome, Self::Error>;
     /// Polled between atomic steps (before `step` starts or continues): should the runner
     /// suspend now?
     fn suspend_requested(&mut self, _task: &TaskId, _step: u16) -> Result<bool, Self::Error> {
@@ -251,7 +275,11 @@ fn drive_action<J: Journal, E: Effects>(
         Action::MarkNeedsReview { step } => commit(state, journal, Event::NeedsReview { step })?,
         Action::CallModel { step } => {
             let reply = fx.model(&state.task_id, step).map_err(DriveError::Effects)?;
-            commit(state, journal, Event::ModelResponse { step, text: reply.text, call: reply.call })?;
+            let event = match reply {
+                ModelReply { text, call: None, answer: true } => Event::Answer { step, text },
+                ModelReply { text, call, .. } => Event::ModelResponse { step, text, call },
+            };
+            commit(state, journal, event)?;
         }
         Action::CallTool { step, call, key, intent_recorded } => {
             let call = call.clone();
@@ -269,6 +297,14 @@ fn drive_action<J: Journal, E: Effects>(
             journal.sync().map_err(DriveError::Journal)?;
             let fence = state.epoch();
             let out = fx.tool(&state.task_id, step, &call, key.as_ref(), fence).map_err(DriveError::Effects)?;
+            let out = match out {
+                ToolOutcome::Done(out) => out,
+                ToolOutcome::Unknown => {
+                    commit(state, journal, Event::NeedsReview { step })?;
+                    journal.sync().map_err(DriveError::Journal)?;
+                    return Ok(Some(Stop::NeedsReview { step }));
+                }
+            };
             commit(state, journal, Event::ToolResult { step, ok: out.ok, output: out.output })?;
             if call.class == ToolClass::NonIdempotent {
                 // keep the window in which a crash sends this step to review minimal

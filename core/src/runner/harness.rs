@@ -20,8 +20,8 @@ use core::cell::Cell;
 
 use super::crc::Crc32c;
 use super::drive::{
-    BufferedJournal, CommitError, DriveError, Effects, Journal, LogJournal, ModelReply, Stop, ToolOutput, commit,
-    drive, review,
+    BufferedJournal, CommitError, DriveError, Effects, Journal, LogJournal, ModelReply, Stop, ToolOutcome, ToolOutput,
+    commit, drive, review,
 };
 use super::error::StorageError;
 use super::machine::{Phase, TaskState};
@@ -265,7 +265,7 @@ impl<const N: usize> Effects for SimEffects<'_, '_, N> {
         let s = self.script.get(step as usize);
         let mut text = ModelText::new();
         let _ = text.push_str(s.map_or("", |s| s.text));
-        Ok(ModelReply { text, call: s.and_then(|s| s.tool.as_ref()).and_then(tool_call) })
+        Ok(ModelReply { text, call: s.and_then(|s| s.tool.as_ref()).and_then(tool_call), answer: false })
     }
 
     fn tool(
@@ -275,13 +275,13 @@ impl<const N: usize> Effects for SimEffects<'_, '_, N> {
         call: &ToolCall,
         key: Option<&Key>,
         _fence: u64,
-    ) -> Result<ToolOutput, Crash> {
+    ) -> Result<ToolOutcome, Crash> {
         self.plan.point(CrashPoint::BeforeTool { step })?;
         let applied = self.world.receive(task, step, call.class, key);
         self.plan.point(CrashPoint::ToolApplied { step })?;
         let mut output = ResultText::new();
         let _ = output.push_str(if applied { "applied" } else { "ok" });
-        Ok(ToolOutput { ok: true, output })
+        Ok(ToolOutcome::Done(ToolOutput { ok: true, output }))
     }
 
     fn suspend_requested(&mut self, _task: &TaskId, step: u16) -> Result<bool, Crash> {

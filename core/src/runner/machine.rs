@@ -24,7 +24,8 @@ pub enum Phase {
         /// The key the intent recorded (idempotent tools).
         key: Option<Key>,
     },
-    /// A non-idempotent call's outcome is unknown; waits for a human decision.
+    /// A call's outcome is unknown (a non-idempotent call without a result on resume, or any call
+    /// whose tool said it cannot tell and retrying did not help); waits for a human decision.
     Review {
         /// The call.
         call: ToolCall,
@@ -91,6 +92,8 @@ pub struct TaskState {
     pub phase: Phase,
     /// Whether the task is suspended (a `Suspended` not yet followed by `Resumed`).
     pub suspended: bool,
+    /// Whether the model gave its final answer (an `Answer` record): the task completes next.
+    pub answered: bool,
     /// How it ended, if it did.
     pub end: Option<End>,
     /// The last lease recorded.
@@ -143,10 +146,20 @@ pub enum Action<'a> {
     Failed,
 }
 
-/// The idempotency key of `step` of `task`: FNV-1a 128 over a domain tag, the task id and the
-/// step, as 32 lowercase hex digits. Deterministic, so a replay (or a second runner) derives the
-/// same key; a fork gets different keys because its task id differs.
-pub fn idempotency_key(task: &str, step: u16) -> Key {
+/// The idempotency key of a call: FNV-1a 128 over a domain tag, the task id, the step, the
+/// tool's name and the call's arguments (the canonical bytes its intent records), each
+/// length-prefixed, as 32 lowercase hex digits. Deterministic, so a replay (or a second runner)
+/// derives the same key for the same call; a fork gets different keys because its task id differs.
+///
+/// Never from the model's own call id: a model mints a new id each time it is asked (so a
+/// re-asked step would carry a new key and its side effect would fire again: openai-agents-python
+/// #4254), and some servers return the same id for every call. The arguments are part of it so
+/// that one key never stands for two different requests (a server that compares payloads answers
+/// 422 to that; one that does not would drop the second as a duplicate), e.g. two deployments
+/// whose task ids collide. Issue 29 changed it from (task, step) (domain tag `v1`) to this (`v2`);
+/// an intent keeps the key it recorded, so a task in flight across the upgrade re-calls with its
+/// old key.
+pub fn idempotency_key(task: &str, step: u16, tool: &str, args: &[u8]) -> Key {
     const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
     const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013B;
     let mut h = OFFSET;
@@ -156,9 +169,11 @@ pub fn idempotency_key(task: &str, step: u16) -> Key {
             h = h.wrapping_mul(PRIME);
         }
     };
-    feed(b"brokerlab/idempotency/v1\0");
-    feed(task.as_bytes());
-    feed(&[0]);
+    feed(b"brokerlab/idempotency/v2\0");
+    for part in [task.as_bytes(), tool.as_bytes(), args] {
+        feed(&(part.len() as u32).to_le_bytes());
+        feed(part);
+    }
     feed(&step.to_le_bytes());
     let mut key = Key::new();
     const HEX: &[u8; 16] = b"0123456789abcdef";
@@ -170,10 +185,10 @@ pub fn idempotency_key(task: &str, step: u16) -> Key {
     key
 }
 
-/// The key a call of `class` at `step` carries (None for keyless classes).
-pub fn key_for(task: &str, step: u16, class: ToolClass) -> Option<Key> {
-    match class {
-        ToolClass::Idempotent => Some(idempotency_key(task, step)),
+/// The key `call` carries at `step` of `task` (None for keyless classes).
+pub fn key_for(task: &str, step: u16, call: &ToolCall) -> Option<Key> {
+    match call.class {
+        ToolClass::Idempotent => Some(idempotency_key(task, step, &call.tool, &call.args)),
         ToolClass::ReadOnly | ToolClass::NonIdempotent => None,
     }
 }
@@ -190,6 +205,7 @@ impl TaskState {
             step: 0,
             phase: Phase::Model,
             suspended: false,
+            answered: false,
             end: None,
             lease: None,
             forked_from: None,
@@ -251,7 +267,7 @@ impl TaskState {
                 if self.suspended {
                     return Err(bad("the task is suspended"));
                 }
-                if *step != self.step || self.phase != Phase::Model || *step >= self.steps {
+                if *step != self.step || self.phase != Phase::Model || *step >= self.steps || self.answered {
                     return Err(bad("no model call expected for this step"));
                 }
                 next.counters.model_responses += 1;
@@ -262,6 +278,17 @@ impl TaskState {
                         next.phase = Phase::Model;
                     }
                 }
+            }
+            Event::Answer { step, .. } => {
+                if self.suspended {
+                    return Err(bad("the task is suspended"));
+                }
+                if *step != self.step || self.phase != Phase::Model || *step >= self.steps || self.answered {
+                    return Err(bad("no model call expected for this step"));
+                }
+                next.counters.model_responses += 1;
+                next.answered = true;
+                next.step += 1;
             }
             Event::ToolIntent { step, tool, class, key, args } => {
                 let Phase::Tool { call } = &self.phase else {
@@ -287,12 +314,14 @@ impl TaskState {
                 next.phase = Phase::Model;
                 next.counters.tool_results += 1;
             }
+            // a non-idempotent call on resume (the resume rule), or any call whose tool said the
+            // outcome is unknown and retrying it did not help (`ToolOutcome::Unknown`)
             Event::NeedsReview { step } => match &self.phase {
-                Phase::InFlight { call, .. } if call.class == ToolClass::NonIdempotent && *step == self.step => {
+                Phase::InFlight { call, .. } if *step == self.step => {
                     next.phase = Phase::Review { call: call.clone() };
                     next.counters.needs_review += 1;
                 }
-                _ => return Err(bad("only an in-flight non-idempotent call can need review")),
+                _ => return Err(bad("only an in-flight call can need review")),
             },
             Event::ReviewDecision { step, decision } => match &self.phase {
                 Phase::Review { call } if *step == self.step => {
@@ -328,7 +357,7 @@ impl TaskState {
                 next.forked_from = Some((task.clone(), *seq));
             }
             Event::Completed => {
-                if self.suspended || self.phase != Phase::Model || self.step != self.steps {
+                if self.suspended || self.phase != Phase::Model || (self.step != self.steps && !self.answered) {
                     return Err(bad("completed before the last step"));
                 }
                 next.end = Some(End::Completed);
@@ -358,12 +387,12 @@ pub fn next_action(state: &TaskState) -> Action<'_> {
         return Action::Resume;
     }
     match &state.phase {
-        Phase::Model if state.step >= state.steps => Action::Complete,
+        Phase::Model if state.answered || state.step >= state.steps => Action::Complete,
         Phase::Model => Action::CallModel { step: state.step },
         Phase::Tool { call } => Action::CallTool {
             step: state.step,
             call,
-            key: key_for(&state.task_id, state.step, call.class),
+            key: key_for(&state.task_id, state.step, call),
             intent_recorded: false,
         },
         Phase::InFlight { call, key } => match call.class {

@@ -32,7 +32,7 @@
 //!
 //! An intent without a result (the process died between "tool call sent" and "result recorded")
 //! is resolved by the tool's [`ToolClass`]: read-only tools are re-run, idempotent tools are
-//! re-called with the same key ([`idempotency_key`] of task id and step), non-idempotent tools are
+//! re-called with the same key ([`idempotency_key`] of task, step, tool and arguments), non-idempotent tools are
 //! never re-run: the step is recorded as "unknown, needs review" and the task pauses until a
 //! human records a [`Decision`].
 //!
@@ -66,8 +66,8 @@ pub mod storage;
 
 pub use crc::crc32c;
 pub use drive::{
-    BufferedJournal, CommitError, DriveError, Effects, Journal, LogJournal, ModelReply, Stop, ToolOutput, commit,
-    drive, drive_step, review,
+    BufferedJournal, CommitError, DriveError, Effects, Journal, LogJournal, ModelReply, Stop, ToolOutcome, ToolOutput,
+    commit, drive, drive_step, review,
 };
 pub use error::{RunnerError, StorageError};
 pub use fork::{ForkStart, ParentGuard, copied_by_fork, fork_start, parent_guard};

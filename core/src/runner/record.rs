@@ -124,6 +124,7 @@ pub enum Kind {
     ForkedFrom,
     Completed,
     Failed,
+    Answer,
 }
 
 impl Kind {
@@ -142,6 +143,7 @@ impl Kind {
             Kind::ForkedFrom => "forked-from",
             Kind::Completed => "completed",
             Kind::Failed => "failed",
+            Kind::Answer => "answer",
         }
     }
 }
@@ -229,6 +231,15 @@ pub enum Event {
         /// Why.
         reason: Reason,
     },
+    /// The model gave its final answer for `step` (no tool call): the task completes after it.
+    /// Added by issue 29 (an agent task's step count is an upper bound; the model decides when it
+    /// is done). An older build reads a log holding one as corrupt (an unknown variant).
+    Answer {
+        /// Step index.
+        step: u16,
+        /// The answer.
+        text: ModelText,
+    },
 }
 
 impl Event {
@@ -247,6 +258,7 @@ impl Event {
             Event::ForkedFrom { .. } => Kind::ForkedFrom,
             Event::Completed => Kind::Completed,
             Event::Failed { .. } => Kind::Failed,
+            Event::Answer { .. } => Kind::Answer,
         }
     }
 
@@ -256,7 +268,9 @@ impl Event {
             Event::Created { .. } | Event::LeaseAcquired { .. } | Event::Resumed | Event::ForkedFrom { .. } => {
                 Status::Info
             }
-            Event::ModelResponse { .. } | Event::ToolResult { .. } | Event::Completed => Status::Done,
+            Event::ModelResponse { .. } | Event::ToolResult { .. } | Event::Completed | Event::Answer { .. } => {
+                Status::Done
+            }
             Event::ReviewDecision { decision: Decision::MarkDone, .. } => Status::Done,
             Event::ReviewDecision { decision: Decision::Retry, .. } => Status::Pending,
             Event::ToolIntent { .. } => Status::Pending,
@@ -270,6 +284,7 @@ impl Event {
     pub const fn step(&self) -> Option<u16> {
         match self {
             Event::ModelResponse { step, .. }
+            | Event::Answer { step, .. }
             | Event::ToolIntent { step, .. }
             | Event::ToolResult { step, .. }
             | Event::NeedsReview { step }
@@ -352,6 +367,7 @@ impl fmt::Display for Event {
             Event::ForkedFrom { task, seq } => write!(f, "parent={task} at_seq={seq}"),
             Event::Completed => f.write_str("-"),
             Event::Failed { reason } => write!(f, "reason={reason}"),
+            Event::Answer { step, text } => write!(f, "step={step} final answer {:?}", text.as_str()),
         }
     }
 }

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use brokerlab_core::runner::{
     Args, DriveError, Effects, Event, Journal, Key, ModelReply, ModelText, OpenCall, Record, ResultText, Stop, TaskId,
-    TaskState, ToolCall, ToolClass, ToolName, ToolOutput, drive,
+    TaskState, ToolCall, ToolClass, ToolName, ToolOutcome, ToolOutput, drive,
 };
 
 use super::backend::TaskStore;
@@ -64,13 +64,14 @@ impl Effects for BenchFx {
                 class: ToolClass::Idempotent,
                 args: Args::from_slice(args.as_bytes()).map_err(|_| TaskError::failure("args"))?,
             }),
+            answer: false,
         })
     }
-    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, key: Option<&Key>, _f: u64) -> TaskResult<ToolOutput> {
+    fn tool(&mut self, _t: &TaskId, _s: u16, _c: &ToolCall, key: Option<&Key>, _f: u64) -> TaskResult<ToolOutcome> {
         let mut output = ResultText::new();
         let _ = output.push_str("paid ");
         let _ = output.push_str(key.map_or("", |k| k.as_str()));
-        Ok(ToolOutput { ok: true, output })
+        Ok(ToolOutcome::Done(ToolOutput { ok: true, output }))
     }
 }
 

@@ -202,6 +202,57 @@ pub enum TaskError {
         /// The highest token the tool has seen.
         highest: u64,
     },
+    /// The model did not answer, or not usably, after its retries; nothing was recorded for the
+    /// step, and a later run asks again (exit 1).
+    #[error(
+        "task {task:?} step {step}: the model gave no usable answer: {detail}; nothing was recorded for the step: `task resume` asks again"
+    )]
+    ModelUnavailable {
+        /// The task.
+        task: String,
+        /// The step.
+        step: u16,
+        /// What happened (with the API key scrubbed).
+        detail: String,
+    },
+    /// The model's server refused the request as wrong (a bad key, an unknown model, a malformed
+    /// request): fix the spec or the environment (exit 2).
+    #[error("task {task:?} step {step}: the model's server refused the request: {detail}; nothing was recorded")]
+    ModelRefused {
+        /// The task.
+        task: String,
+        /// The step.
+        step: u16,
+        /// What it said (with the API key scrubbed).
+        detail: String,
+    },
+    /// The model still asked for a tool on the task's last step: the task is recorded as failed
+    /// (exit 1).
+    #[error(
+        "task {task:?}: the model asked for {tool} on step {}, the last of max_steps = {max_steps}: the call was          not made and the task failed (a fork with a larger max_steps can go on: `task fork {task} --at SEQ --spec          NEW`)",
+        max_steps.saturating_sub(1)
+    )]
+    StepLimit {
+        /// The task.
+        task: String,
+        /// Its step limit.
+        max_steps: u16,
+        /// The tool it asked for.
+        tool: String,
+    },
+    /// A read-only tool gave no answer after its retries; its intent stays in the log and a later
+    /// run calls it again (exit 1).
+    #[error("task {task:?} step {step}: the {tool} tool gave no answer: {detail}; `task resume` calls it again")]
+    ToolUnavailable {
+        /// The task.
+        task: String,
+        /// The step.
+        step: u16,
+        /// The tool.
+        tool: String,
+        /// What happened.
+        detail: String,
+    },
     /// The PostgreSQL server could not be reached to open a session (exit 2, as a wrong host is).
     #[error("{db}: cannot connect: {detail} ({SERVER_GONE_NOTE})")]
     Unreachable {
@@ -312,6 +363,7 @@ impl TaskError {
             | TaskError::TaskExists { .. }
             | TaskError::Unreachable { .. }
             | TaskError::RowsLocked { .. }
+            | TaskError::ModelRefused { .. }
             | TaskError::Refused { .. } => EXIT_BAD_INPUT,
             TaskError::Failure(_)
             | TaskError::Held { .. }
@@ -321,6 +373,9 @@ impl TaskError {
             | TaskError::RenewFenced { .. }
             | TaskError::ToolFenced { .. }
             | TaskError::ServerGone { .. }
+            | TaskError::ModelUnavailable { .. }
+            | TaskError::StepLimit { .. }
+            | TaskError::ToolUnavailable { .. }
             | TaskError::Postgres { .. } => EXIT_FAILURE,
         }
     }

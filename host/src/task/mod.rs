@@ -23,6 +23,7 @@ pub mod pgbench;
 pub mod secret;
 pub mod spec;
 pub mod store;
+pub mod tls;
 pub mod worker;
 pub mod world;
 
@@ -278,6 +279,14 @@ pub enum TaskCmd {
     /// kill -9 in real processes: run tasks as child processes, SIGKILL them at random times,
     /// restart, review, and check exactly-once from the tools' own files.
     Chaos(chaos::ChaosOpts),
+    /// (testing) An HTTP tool server on 127.0.0.1 that records every call in its own SQLite
+    /// file, dedupes by Idempotency-Key and refuses a stale Brokerlab-Fence (docs/RUNNER.md).
+    #[command(hide = true)]
+    ServeTools(crate::agent::serve::tools::ServeToolsOpts),
+    /// (testing) An OpenAI-compatible Chat Completions server on 127.0.0.1 that answers scripted
+    /// tool calls (docs/RUNNER.md).
+    #[command(hide = true)]
+    ServeModel(crate::agent::serve::model::ServeModelOpts),
 }
 
 /// Runs one `task` subcommand; returns the process exit code on success.
@@ -334,6 +343,8 @@ fn dispatch(cmd: TaskCmd) -> TaskResult<i32> {
             };
             bench::bench(&opts)
         }
+        TaskCmd::ServeTools(o) => crate::agent::serve::tools::serve(&o),
+        TaskCmd::ServeModel(o) => crate::agent::serve::model::serve(&o),
         TaskCmd::Chaos(mut opts) => {
             opts.lease_ms = self::lease_ms(Some(opts.lease_ms))? as u64;
             let (workers, world, db) = (opts.workers, &opts.world, &opts.db);

@@ -77,6 +77,9 @@ CREATE VIEW log_records AS
   FROM log l, generate_subscripts(l.kinds, 1) AS i;
 ";
 
+/// The log's tables (the view `log_records` reads `log`).
+pub const TABLES: [&str; 6] = ["log", "meta", "tasks", "leases", "suspend_requests", "queue"];
+
 const SCHEMA: &str = "
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE tasks(
@@ -243,7 +246,7 @@ impl PgStore {
         store.fault_injection = matches!(existing, Existing::Ours { faults: true });
         faults::arm(&store.name, store.fault_injection)?;
         match existing {
-            Existing::Ours { .. } => {}
+            Existing::Ours { .. } => store.check_privileges(create)?,
             Existing::V1 => store.create_schema(false)?,
             Existing::Empty if create => store.create_schema(false)?,
             Existing::Empty => {
@@ -282,8 +285,57 @@ impl PgStore {
         self.fault_injection
     }
 
+    /// The privileges the runner's role needs on an existing log, checked before anything else
+    /// is done (docs/RUNNER.md, "The database role"): SELECT on every table, and with `write`
+    /// INSERT, UPDATE and DELETE too. A role without them is refused at once (exit 2), naming the
+    /// tables and the GRANT that fixes it, rather than failing half-way with SQLSTATE 42501.
+    fn check_privileges(&self, write: bool) -> TaskResult<()> {
+        let need = if write { "SELECT,INSERT,UPDATE,DELETE" } else { "SELECT" };
+        // one privilege at a time: has_table_privilege(t, 'A,B') is true if *any* is held
+        let sql = "SELECT current_user::text, current_schema()::text, \
+                   coalesce(array_agg(DISTINCT t ORDER BY t), '{}') \
+                   FROM unnest($1::text[]) t, unnest(string_to_array($2, ',')) p \
+                   WHERE to_regclass(quote_ident(current_schema()) || '.' || quote_ident(t)) IS NOT NULL \
+                   AND NOT has_table_privilege(quote_ident(current_schema()) || '.' || quote_ident(t), p)";
+        let tables: Vec<String> = TABLES.iter().map(|t| t.to_string()).collect();
+        let row = self
+            .client
+            .borrow_mut()
+            .query_one(sql, &[&tables, &need])
+            .map_err(|e| pg_error(&self.name, "checking the role's privileges", &e))?;
+        let (user, schema, missing): (String, String, Vec<String>) = (row.get(0), row.get(1), row.get(2));
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(TaskError::bad_input(format!(
+            "{}: role {user} lacks {need} on {schema}.{} (the runner needs them on every table of its log); e.g.              GRANT {} ON ALL TABLES IN SCHEMA {schema} TO {user}, or run it as the role that created the log",
+            self.name,
+            missing.join(", "),
+            need.replace(',', ", ")
+        )))
+    }
+
+    /// Refuses a role that may not create the log's tables in its current schema (PostgreSQL 15
+    /// took CREATE on `public` from PUBLIC), before the schema transaction, naming the fixes.
+    fn check_create(tx: &mut impl GenericClient, name: &str) -> Result<TaskResult<()>, postgres::Error> {
+        let r = tx.query_one(
+            "SELECT current_user::text, current_schema()::text, current_database()::text, \
+             has_schema_privilege(current_schema(), 'CREATE')",
+            &[],
+        )?;
+        let (user, schema, db, create): (String, String, String, bool) = (r.get(0), r.get(1), r.get(2), r.get(3));
+        if create {
+            return Ok(Ok(()));
+        }
+        Ok(Err(TaskError::bad_input(format!(
+            "{name}: role {user} may not create tables in schema {schema} of database {db}, and the task log is not              there yet (PostgreSQL 15 and later no longer let every role create in public). Either make {user} the              database's owner (ALTER DATABASE {db} OWNER TO {user}), or GRANT CREATE ON SCHEMA {schema} TO {user}, or              give it its own schema (CREATE SCHEMA {user} AUTHORIZATION {user}); nothing was written"
+        ))))
+    }
+
     /// Reads the catalog (and `meta` if present): ours, empty, or refused.
     fn check_existing(&self) -> TaskResult<Existing> {
+        // a role that may not read the log's tables is told so, not a permission error
+        self.check_privileges(false)?;
         let mut c = self.client.borrow_mut();
         let what = "checking the database before using it";
         look(&mut *c, &self.name).map_err(|e| pg_error(&self.name, what, &e))?
@@ -302,6 +354,9 @@ impl PgStore {
                 Ok(Existing::Ours { faults }) if faults == mark || !mark => Ok(Ok(None)),
                 Ok(Existing::Ours { .. }) => Ok(Err(super::store::not_markable(&self.name))),
                 Ok(Existing::Empty) => {
+                    if let Err(e) = Self::check_create(&mut tx, &self.name)? {
+                        return Ok(Err(e));
+                    }
                     tx.batch_execute(SCHEMA)?;
                     tx.batch_execute(LOG_V2)?;
                     tx.execute("INSERT INTO meta VALUES('format', $1)", &[&PG_FORMAT])?;
@@ -716,7 +771,9 @@ pub const CONNECT_TIMEOUT_S: u64 = 10;
 pub(crate) fn connect(url: &str) -> TaskResult<(Client, String)> {
     super::secret::remember(url);
     let name = redact(url);
-    let mut cfg = Config::from_str(url).map_err(|e| {
+    let (url, tls) = super::tls::split(url).map_err(|m| TaskError::bad_input(format!("--db {name}: {m}")))?;
+    let tls = super::tls::connector(&tls).map_err(|m| TaskError::bad_input(format!("--db {name}: {m}")))?;
+    let mut cfg = Config::from_str(&url).map_err(|e| {
         TaskError::bad_input(format!("--db {name}: not a valid PostgreSQL URL: {}", scrub(&e.to_string())))
     })?;
     if cfg.get_dbname().is_none() {
@@ -742,7 +799,11 @@ pub(crate) fn connect(url: &str) -> TaskResult<(Client, String)> {
     let busy = busy_ms()?.max(1);
     let started = std::time::Instant::now();
     let mut client = loop {
-        match cfg.connect(NoTls) {
+        let attempt = match &tls {
+            Some(t) => cfg.connect(t.clone()),
+            None => cfg.connect(NoTls),
+        };
+        match attempt {
             Ok(c) => break c,
             Err(e) if e.code() == Some(&SqlState::CANNOT_CONNECT_NOW) => {
                 if started.elapsed() >= timeout {
@@ -760,13 +821,29 @@ pub(crate) fn connect(url: &str) -> TaskResult<(Client, String)> {
                 std::thread::sleep(Duration::from_millis(STARTING_UP_RETRY_MS));
             }
             Err(e) if e.as_db_error().is_some() => return Err(pg_error(&name, "connecting", &e)),
-            Err(e) => return Err(TaskError::Unreachable { db: name, detail: scrub(&e.to_string()) }),
+            // with its causes: "error performing TLS handshake" alone does not say the
+            // certificate's name or CA was wrong
+            Err(e) => return Err(TaskError::Unreachable { db: name, detail: scrub(&with_causes(&e)) }),
         }
     };
     client
         .batch_execute(&format!("SET synchronous_commit = on; SET lock_timeout = {busy}"))
         .map_err(|e| pg_error(&name, "setting up the session", &e))?;
     Ok((client, name))
+}
+
+/// An error's text followed by its sources' (`a: b: c`), each once.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s = format!("{s}: {t}");
+        }
+        cause = c.source();
+    }
+    s
 }
 
 /// Our log, an empty database, or (inner `Err`) another application's.

@@ -23,7 +23,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use brokerlab_core::runner::{Effects, Journal, Key, ModelReply, Record, TaskId, ToolCall, ToolOutput, drive};
+use brokerlab_core::runner::{Effects, Journal, Key, ModelReply, Record, TaskId, ToolCall, ToolOutcome, drive};
 use postgres::Client;
 
 use super::backend::TaskStore;
@@ -42,7 +42,7 @@ impl Effects for PgBenchFx<'_> {
     fn model(&mut self, task: &TaskId, step: u16) -> TaskResult<ModelReply> {
         BenchFx.model(task, step)
     }
-    fn tool(&mut self, t: &TaskId, s: u16, c: &ToolCall, key: Option<&Key>, f: u64) -> TaskResult<ToolOutput> {
+    fn tool(&mut self, t: &TaskId, s: u16, c: &ToolCall, key: Option<&Key>, f: u64) -> TaskResult<ToolOutcome> {
         BenchFx.tool(t, s, c, key, f)
     }
     fn suspend_requested(&mut self, task: &TaskId, _step: u16) -> TaskResult<bool> {

@@ -141,6 +141,15 @@ pub fn remember(url: &str) {
     }
 }
 
+/// Remembers a secret that is not in a URL (a model's API key, a tool's bearer token), so that
+/// [`scrub`] removes it from any text this process prints.
+pub fn remember_secret(secret: &str) {
+    let mut seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if secret.len() >= MIN_SCRUBBED_LEN && !seen.iter().any(|s| s == secret) {
+        seen.push(secret.to_string());
+    }
+}
+
 /// `text` with every password seen so far ([`remember`]) replaced by [`MASK`].
 pub fn scrub(text: &str) -> String {
     let seen = SEEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

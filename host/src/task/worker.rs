@@ -52,7 +52,7 @@ pub fn submit(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> TaskResult<i32
     }
     let new = new_task(&spec, &id, &world_dir(opts, None))?;
     if store.submit(&id, &new)? {
-        say!("task {id}: submitted ({} steps)", spec.steps.len());
+        say!("task {id}: submitted ({} steps at most)", spec.step_count());
     } else {
         say!("task {id}: exists, queued again");
     }

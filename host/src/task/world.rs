@@ -110,6 +110,8 @@ pub struct Call {
 
 /// What a tool did with a call.
 #[derive(Debug)]
+// returned once per tool call and matched at once: boxing the result would buy nothing
+#[allow(clippy::large_enum_variant)]
 pub enum CallOutcome {
     /// It answered (applied, deduplicated, or a read).
     Done(ToolOutput),
@@ -135,6 +137,17 @@ enum Backing {
     Files { dir: PathBuf, conns: [Option<Connection>; 2] },
     /// Tables in a PostgreSQL database, connected lazily.
     Pg { url: String, client: Option<postgres::Client> },
+    /// The in-repo HTTP tool server's file (`task serve-tools`), read only: its `pay` tool stands
+    /// for the payment tool and `mail` for the email tool (`task chaos --tools http`).
+    Server { file: PathBuf },
+}
+
+/// The HTTP tool server's tool standing for a built-in tool's file (`task chaos --tools http`).
+pub const fn served_tool(f: ToolFile) -> &'static str {
+    match f {
+        ToolFile::Payments => "pay",
+        ToolFile::Emails => "mail",
+    }
 }
 
 /// The world: the tools' files (or tables), opened lazily.
@@ -187,6 +200,12 @@ impl World {
         World { at: at.to_path_buf(), backing, unfenced }
     }
 
+    /// The records of the in-repo HTTP tool server in `file`, read as a world (the chaos run's
+    /// checks and reviews with `--tools http`); calls are not made through it.
+    pub fn tool_server(file: &Path) -> World {
+        World { at: file.to_path_buf(), backing: Backing::Server { file: file.to_path_buf() }, unfenced: Vec::new() }
+    }
+
     /// Whether tool `name` refuses a stale fencing token: the tools that keep a file (or table)
     /// do, unless `BROKERLAB_UNFENCED_TOOLS` names them (a fault hook); an unknown tool is
     /// taken to check none (the careful side of the dropped-session rule).
@@ -209,6 +228,7 @@ impl World {
         match &self.backing {
             Backing::Files { dir, .. } => dir.display().to_string(),
             Backing::Pg { url, .. } => super::pg::redact(url),
+            Backing::Server { file } => file.display().to_string(),
         }
     }
 
@@ -217,6 +237,7 @@ impl World {
         match &self.backing {
             Backing::Files { dir, .. } => dir.join(f.file()).display().to_string(),
             Backing::Pg { url, .. } => format!("{} table world_calls, tool {}", super::pg::redact(url), f.tool()),
+            Backing::Server { file } => format!("{} (tool server), tool {}", file.display(), served_tool(f)),
         }
     }
 
@@ -226,7 +247,7 @@ impl World {
     pub fn call_place(&self, f: ToolFile) -> String {
         match &self.backing {
             Backing::Files { .. } => f.file().to_string(),
-            Backing::Pg { .. } => self.place(f),
+            Backing::Pg { .. } | Backing::Server { .. } => self.place(f),
         }
     }
 
@@ -235,7 +256,7 @@ impl World {
     fn file(&self, f: ToolFile) -> PathBuf {
         match &self.backing {
             Backing::Files { dir, .. } => dir.join(f.file()),
-            Backing::Pg { .. } => PathBuf::from(self.place(f)),
+            Backing::Pg { .. } | Backing::Server { .. } => PathBuf::from(self.place(f)),
         }
     }
 
@@ -372,6 +393,26 @@ impl World {
 
     /// Every call `task` made to the tool of `f`, in order (none if the file does not exist).
     pub fn calls(&mut self, f: ToolFile, task: &str) -> TaskResult<Vec<Call>> {
+        if let Backing::Server { file } = &self.backing {
+            let tool = served_tool(f);
+            return Ok(crate::agent::serve::tools::served_calls(file, Some(task))?
+                .into_iter()
+                // a fault the server injected before acting (`--faults`) is no call of the tool
+                .filter(|c| c.tool == tool && c.step >= 0)
+                .filter(|c| {
+                    c.applied
+                        || !c.reason.as_deref().is_some_and(|r| r.starts_with(crate::agent::serve::tools::INJECTED))
+                })
+                .map(|c| Call {
+                    task: c.task,
+                    key: c.key,
+                    step: c.step.clamp(0, i64::from(u16::MAX)) as u16,
+                    applied: c.applied,
+                    epoch: c.epoch,
+                    reason: c.reason,
+                })
+                .collect());
+        }
         if self.is_pg() {
             let (c, name) = self.pg()?;
             let rows = c

@@ -288,6 +288,110 @@ impl PgServer {
         std::thread::sleep(Duration::from_millis(300)); // the postmaster reads it on SIGHUP
     }
 
+    /// Turns TLS on with a test CA and a server certificate it signed (made here with
+    /// `openssl`; the leaf names `san`, e.g. `DNS:localhost`), and makes TCP connections require
+    /// it (`hostssl ... trust`, `hostnossl ... reject`); the Unix socket stays `trust` for
+    /// [`PgServer::socket_client`]. Every new session's line in the server log says whether it
+    /// uses TLS (`log_connections`). Returns the CA certificate's path. Panics if `openssl` is
+    /// missing (scripts/test.sh installs it): a TLS test that cannot make its certificates fails.
+    pub fn require_tls(&self, san: &str) -> PathBuf {
+        let certs = self.dir.join("certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        let ssl = |args: &[&str]| {
+            let out =
+                Command::new("openssl").current_dir(&certs).args(args).output().expect(
+                    "openssl (the test makes its CA and server certificate with it; scripts/test.sh installs it)",
+                );
+            assert!(out.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        // a CA, and a leaf it signed: rustls refuses a self-signed CA certificate as the server's
+        ssl(&[
+            "req",
+            "-new",
+            "-x509",
+            "-days",
+            "3650",
+            "-nodes",
+            "-subj",
+            "/CN=brokerlab test CA",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.crt",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign,cRLSign",
+        ]);
+        ssl(&["req", "-new", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr"]);
+        std::fs::write(
+            certs.join("leaf.ext"),
+            format!(
+                "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,keyEncipherment\n\
+                 extendedKeyUsage=serverAuth\nsubjectAltName={san}\n"
+            ),
+        )
+        .unwrap();
+        ssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "3650",
+            "-out",
+            "server.crt",
+            "-extfile",
+            "leaf.ext",
+        ]);
+        let data = self.dir.join("data");
+        for f in ["server.crt", "server.key"] {
+            std::fs::copy(certs.join(f), data.join(f)).unwrap();
+            if let Some((uid, gid)) = server_ids() {
+                std::os::unix::fs::chown(data.join(f), Some(uid), Some(gid)).unwrap();
+            }
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(data.join(f), std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        std::fs::write(
+            data.join("pg_hba.conf"),
+            "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+        )
+        .unwrap();
+        let mut c = self.socket_client("postgres");
+        // one statement each: ALTER SYSTEM refuses a multi-statement string (an implicit transaction)
+        for sql in [
+            "ALTER SYSTEM SET ssl = on",
+            "ALTER SYSTEM SET ssl_cert_file = 'server.crt'",
+            "ALTER SYSTEM SET ssl_key_file = 'server.key'",
+            "ALTER SYSTEM SET log_connections = on",
+            "SELECT pg_reload_conf()",
+        ] {
+            c.batch_execute(sql).unwrap();
+        }
+        let t = Instant::now();
+        loop {
+            let on: String = self.socket_client("postgres").query_one("SHOW ssl", &[]).unwrap().get(0);
+            if on == "on" {
+                break;
+            }
+            assert!(t.elapsed() < Duration::from_secs(10), "ssl did not turn on: {}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        certs.join("ca.crt")
+    }
+
+    /// A client on database `db` through the server's Unix socket (no TLS needed there).
+    pub fn socket_client(&self, db: &str) -> postgres::Client {
+        let conn = format!("host={} port={} user=postgres dbname={db}", self.dir.display(), self.port);
+        postgres::Client::connect(&conn, postgres::NoTls).unwrap_or_else(|e| panic!("{conn}: {e}"))
+    }
+
     fn stop_child(&mut self) {
         let Some(mut c) = self.child.take() else { return };
         // SAFETY: sending a signal has no memory effects in this process.

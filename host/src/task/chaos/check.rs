@@ -7,6 +7,8 @@ use super::super::backend::TaskStore;
 use super::super::backend::fold_in;
 use super::super::spec::Spec;
 use super::super::world::{ToolFile, World};
+use super::spec::{StepKind, plan_of};
+use crate::agent::serve::tools::{INJECTED, KEY_REUSED};
 use crate::task::error::TaskResult;
 
 /// What [`check_task`] found for one task.
@@ -48,23 +50,36 @@ pub fn copied_intent_steps(recs: &[Record]) -> Vec<u16> {
         .collect()
 }
 
+/// The tool file that keeps the calls of a step of `kind`, if any (payments and emails; the
+/// read-only lookups keep none).
+fn file_of(kind: StepKind) -> Option<ToolFile> {
+    match kind {
+        StepKind::Payment => Some(ToolFile::Payments),
+        StepKind::Email => Some(ToolFile::Emails),
+        StepKind::Think | StepKind::Lookup => None,
+    }
+}
+
 /// Checks task `id` against its spec (stored in the log database), its log and the tools' own
-/// files: every payment key applied exactly once (the key the core derives for that step), every
-/// email step applied exactly once, each step has a model response and a result (or a
-/// `mark-done` review of the email), the task completed, and no call outside the spec's tool
-/// steps.
+/// files (the built-in tools' files, or the HTTP tool server's file with `--tools http`): every
+/// payment key applied exactly once (the key the core derives for that step's tool and
+/// arguments), every email step applied exactly once, each step has a model response and a
+/// result (or a `mark-done` review of the email), a final answer when the model decides the
+/// steps (`--model openai`), the task completed, and no call outside the plan's tool steps.
 pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskResult<TaskCheck> {
     let mut c = TaskCheck::default();
     let row = store.task_or_err(id)?;
     let spec = Spec::stored(&row.spec, &store.name(), id)?;
     let recs = store.records(id)?;
     let st = fold_in(&store.name(), id, &recs)?;
-    let n = spec.steps.len();
-    c.completed = st.end == Some(End::Completed) && st.step as usize == n;
+    let (plan, answers) = plan_of(&spec);
+    let n = plan.len();
+    let total = n + usize::from(answers);
+    c.completed = st.end == Some(End::Completed) && st.step as usize == total;
     if !c.completed {
-        c.problems.push(format!("{id}: not completed (at step {} of {n})", st.step));
+        c.problems.push(format!("{id}: not completed (at step {} of {total})", st.step));
     }
-    let (mut model, mut result, mut mark_done) = (vec![0u32; n], vec![0u32; n], vec![0u32; n]);
+    let (mut model, mut result, mut mark_done) = (vec![0u32; total], vec![0u32; total], vec![0u32; total]);
     for r in &recs {
         let bump = |v: &mut Vec<u32>, s: u16| {
             if let Some(x) = v.get_mut(s as usize) {
@@ -72,7 +87,7 @@ pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskRes
             }
         };
         match &r.event {
-            Event::ModelResponse { step, .. } => bump(&mut model, *step),
+            Event::ModelResponse { step, .. } | Event::Answer { step, .. } => bump(&mut model, *step),
             Event::ToolResult { step, .. } => bump(&mut result, *step),
             Event::NeedsReview { .. } => c.needs_review += 1,
             Event::ReviewDecision { step, decision: Decision::MarkDone } => {
@@ -83,30 +98,41 @@ pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskRes
             _ => {}
         }
     }
+    if answers && !recs.iter().any(|r| matches!(&r.event, Event::Answer { step, .. } if usize::from(*step) == n)) {
+        c.lost += 1;
+        c.problems.push(format!("{id} step {n}: no final answer in the log"));
+    }
     // a fork's copied intents are its parent's calls: the parent's own check counts them once,
     // and the fork must not have made them
     let copied = copied_intent_steps(&recs);
     let payments = world.calls(ToolFile::Payments, id)?;
     let emails = world.calls(ToolFile::Emails, id)?;
-    c.deduplicated = payments.iter().filter(|r| !r.applied && !r.fenced()).count() as u64;
+    // not applied and not fenced: a replay answered from the key (the tool server also records
+    // the faults it injects before acting and its 422s; those are no replays)
+    let replay = |r: &&super::super::world::Call| {
+        !r.applied && !r.fenced() && !r.reason.as_deref().is_some_and(|x| x.starts_with(INJECTED) || x == KEY_REUSED)
+    };
+    c.deduplicated = payments.iter().filter(replay).count() as u64;
     c.fenced_calls = payments.iter().chain(emails.iter()).filter(|r| r.fenced()).count() as u64;
-    for (i, s) in spec.steps.iter().enumerate() {
+    for r in payments.iter().chain(emails.iter()).filter(|r| r.reason.as_deref() == Some(KEY_REUSED)) {
+        // the server refused it, but the runner sent another request under a key it had used:
+        // without the server's check that would have been a second, different effect
+        c.duplicates += 1;
+        c.problems.push(format!("{id} step {}: a key was reused with another body", r.step));
+    }
+    for (i, p) in plan.iter().enumerate() {
         let step = i as u16;
         if model[i] != 1 {
             c.lost += u64::from(model[i] == 0);
             c.problems.push(format!("{id} step {i}: {} model responses in the log, expected 1", model[i]));
         }
-        let tool = s.tool.as_deref();
-        if tool.is_some() && result[i] + mark_done[i] == 0 {
+        if p.kind != StepKind::Think && result[i] + mark_done[i] == 0 {
             c.lost += 1;
             c.problems.push(format!("{id} step {i}: no result (and no mark-done review) in the log"));
         }
-        let (file, rows) = match tool {
-            Some("payment") => (ToolFile::Payments, &payments),
-            Some("send_email") => (ToolFile::Emails, &emails),
-            _ => continue,
-        };
-        let file_name = file.file();
+        let Some(file) = file_of(p.kind) else { continue };
+        let rows = if file == ToolFile::Payments { &payments } else { &emails };
+        let file_name = world.place(file);
         let applied = rows.iter().filter(|r| r.step == step && r.applied).count() as u64;
         if copied.contains(&step) {
             if applied > 0 {
@@ -129,7 +155,7 @@ pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskRes
             }
         }
         if file == ToolFile::Payments {
-            let key = idempotency_key(id, i as u16);
+            let key = idempotency_key(id, i as u16, &p.tool, p.args.as_bytes());
             let bad = rows.iter().filter(|r| r.step == step && r.key.as_deref() != Some(key.as_str())).count();
             if bad > 0 {
                 c.duplicates += bad as u64;
@@ -137,14 +163,14 @@ pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskRes
             }
         }
     }
-    // a side effect on a step that has no such tool in the spec
+    // a side effect on a step that has no such tool in the plan
     for (f, rows) in [(ToolFile::Payments, &payments), (ToolFile::Emails, &emails)] {
-        let (file, tool) = (f.file(), f.tool());
+        let place = world.place(f);
         for r in rows.iter().filter(|r| r.applied) {
-            let expected = spec.steps.get(usize::from(r.step)).is_some_and(|s| s.tool.as_deref() == Some(tool));
+            let expected = plan.get(usize::from(r.step)).is_some_and(|p| file_of(p.kind) == Some(f));
             if !expected {
                 c.duplicates += 1;
-                c.problems.push(format!("{id}: {file} applied a call for step {}, which is not a {tool} step", r.step));
+                c.problems.push(format!("{id}: {place} applied a call for step {}, which is not such a step", r.step));
             }
         }
     }

@@ -121,6 +121,17 @@ pub struct ChaosOpts {
     /// instead of DIR/world.
     #[arg(long, value_name = "URL")]
     pub world: Option<String>,
+    /// The tasks' tools: the built-in simulated ones, or HTTP tools (`find`, `pay`, `mail`) on
+    /// the in-repo tool server (`task serve-tools`, started here on loopback with its own file
+    /// DIR/tool-server.sqlite, injected faults, and killed with SIGKILL and restarted every 1 to
+    /// 4 s), which is then the witness the checks read.
+    #[arg(long, value_enum, default_value_t = ToolsMode::Builtin)]
+    pub tools: ToolsMode,
+    /// The tasks' model: the scripted one, or `kind = "openai"` against the in-repo
+    /// OpenAI-compatible server (`task serve-model`, started here, with injected 429s, 5xx and
+    /// extra tool calls) playing each task's calls from its prompt, then answering.
+    #[arg(long, value_enum, default_value_t = ModelMode::Script)]
+    pub model: ModelMode,
 }
 
 /// The log store the chaos parent reads (the children open their own).
@@ -140,7 +151,9 @@ pub use check::{TaskCheck, check_task, copied_intent_steps};
 pub use report::ChaosReport;
 use report::{finish, progress};
 use restart::{restarter, server_down, wait_for_server};
-pub use spec::{Draws, chaos_spec};
+pub use spec::{Draws, Endpoints, ModelMode, StepKind, ToolsMode, chaos_spec, chaos_spec_for, plan_of};
+mod servers;
+use servers::Servers;
 use supervise::{KillPlan, Pace, iteration, review, says_corruption, stderr_of, wait_or_kill, world_retry};
 
 /// Calls the task made to the tools that keep files, so far.
@@ -177,6 +190,10 @@ struct Ctx {
     specs: PathBuf,
     step_delay_ms: u64,
     lease_ms: u64,
+    /// The tasks' tools and model, and where their servers listen.
+    tools: ToolsMode,
+    model: ModelMode,
+    at: Endpoints,
 }
 
 impl Ctx {
@@ -300,6 +317,13 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
     if opts.workers > 0 && opts.db.is_none() {
         return Err(TaskError::bad_input("--workers needs --db postgres://... (the workers share the log)"));
     }
+    let served = opts.tools == ToolsMode::Http || opts.model == ModelMode::Openai;
+    if served && (opts.workers > 0 || opts.world.is_some()) {
+        return Err(TaskError::bad_input(
+            "--tools http and --model openai run with `task run` children and the tool server's file: not with \
+             --workers or --world",
+        ));
+    }
     if opts.pg_stop_cmd.is_some() && opts.db.is_none() {
         return Err(TaskError::bad_input("--pg-stop-cmd and --pg-start-cmd need --db postgres://..."));
     }
@@ -328,8 +352,13 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
             )));
         }
     }
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", dir.display())))?;
+    let exe = std::env::current_exe().map_err(|e| TaskError::failure(format!("cannot find this binary: {e}")))?;
+    // the servers live as long as this run (dropped, they are killed)
+    let servers = Servers::start(&exe, &dir, opts.tools, opts.model, opts.seed)?;
     let ctx = Ctx {
-        exe: std::env::current_exe().map_err(|e| TaskError::failure(format!("cannot find this binary: {e}")))?,
+        exe,
         db: match &opts.db {
             Some(url) => PathBuf::from(url),
             None => dir.join("tasks.sqlite"),
@@ -342,6 +371,9 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
         specs: dir.join("specs"),
         step_delay_ms: opts.step_delay_ms,
         lease_ms: opts.lease_ms,
+        tools: opts.tools,
+        model: opts.model,
+        at: servers.endpoints(),
     };
     std::fs::create_dir_all(&ctx.specs)
         .map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", ctx.specs.display())))?;
@@ -363,14 +395,18 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
     };
     let t = Instant::now();
     let mut store: Slot = None;
-    let mut world = World::new(&ctx.world);
+    let mut world = match opts.tools {
+        ToolsMode::Http => World::tool_server(&servers::tool_file(&dir)),
+        ToolsMode::Builtin => World::new(&ctx.world),
+    };
     // Calibration: one task without kills, to scale the kill delays (not counted; the workers
     // mode spaces its actions by the step delay instead).
     let mut pace = Pace { ms: 0.0, steps: 1.0 };
     if opts.workers == 0 {
         let calib = format!("chaos-{}-calibration", opts.seed);
         let calib_spec = ctx.specs.join(format!("{calib}.toml"));
-        let text = chaos_spec(&calib, opts.steps, &mut Draws::new(opts.seed ^ 0xCA11));
+        let text =
+            chaos_spec_for(&calib, opts.steps, &mut Draws::new(opts.seed ^ 0xCA11), ctx.tools, ctx.model, &ctx.at);
         std::fs::write(&calib_spec, text).map_err(|e| TaskError::failure(format!("{}: {e}", calib_spec.display())))?;
         let t0 = Instant::now();
         let mut child = ctx.spawn_run(&calib_spec, None)?;
@@ -391,6 +427,8 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
         }
         _ => None,
     };
+    // the tool server's restarts start after the calibration (which must finish unkilled)
+    let server_restarts = servers.restart_tools_every(opts.seed, stop.clone());
     let tty = std::io::stderr().is_terminal();
     let mut failed = None;
     if opts.workers > 0 {
@@ -429,6 +467,15 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
             rep.problem(p);
         }
     }
+    if let Some(h) = server_restarts {
+        rep.tool_server_restarts = h.join().unwrap_or_default();
+    }
+    rep.tools = opts.tools;
+    rep.model = opts.model;
+    if opts.tools == ToolsMode::Http {
+        rep.add_served(&servers::tool_file(&dir))?;
+    }
+    drop(servers);
     if let Some(e) = failed {
         return Err(e);
     }
@@ -452,7 +499,12 @@ fn verify(dir: &Path, url: Option<&str>, world_url: Option<&str>, json: bool) ->
         None => Box::new(Store::open(&dir.join("tasks.sqlite"), Access::Read)?),
     };
     let store = &*store;
-    let mut world = World::new(&world_url.map_or_else(|| dir.join("world"), PathBuf::from));
+    let served = servers::tool_file(dir);
+    let mut world = if world_url.is_none() && served.exists() {
+        World::tool_server(&served)
+    } else {
+        World::new(&world_url.map_or_else(|| dir.join("world"), PathBuf::from))
+    };
     let ids = store.task_ids()?;
     let mut rep = ChaosReport { dir: dir.display().to_string(), ..ChaosReport::default() };
     for id in &ids {

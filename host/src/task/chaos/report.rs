@@ -96,6 +96,21 @@ pub struct ChaosReport {
     pub false_corruption: u64,
     /// Where the tools' records were: `files` (DIR/world) or `postgres`.
     pub world: String,
+    /// The tasks' tools (`builtin`, or `http` on the in-repo tool server).
+    pub tools: ToolsMode,
+    /// The tasks' model (`script`, or `openai` against the in-repo model server).
+    pub model: ModelMode,
+    /// Times the tool server was killed (SIGKILL) and restarted during the run (`--tools http`).
+    pub tool_server_restarts: u64,
+    /// Requests the tool server recorded (every attempt, from its own file; `--tools http`).
+    pub served_requests: u64,
+    /// Of which it refused before acting with an injected 429 or "in progress" 409.
+    pub served_injected_refusals: u64,
+    /// Of which it acted on and then answered 503, as if the answer were lost (the runner cannot
+    /// know whether they acted).
+    pub served_injected_lost_answers: u64,
+    /// Of which were replays answered from the key's stored answer (`Idempotent-Replayed`).
+    pub served_replays: u64,
     /// The children's step delay.
     pub step_delay_ms: u64,
     /// Wall time, seconds.
@@ -117,6 +132,24 @@ impl ChaosReport {
         } else {
             self.window_kills_email += 1;
         }
+    }
+
+    /// The tool server's own counts, from its file.
+    pub(super) fn add_served(&mut self, file: &Path) -> TaskResult<()> {
+        use crate::agent::serve::tools::{INJECTED, served_calls};
+        for c in served_calls(file, None)? {
+            self.served_requests += 1;
+            let reason = c.reason.as_deref().unwrap_or("");
+            if reason.starts_with(INJECTED) {
+                if c.applied {
+                    self.served_injected_lost_answers += 1;
+                } else {
+                    self.served_injected_refusals += 1;
+                }
+            }
+            self.served_replays += u64::from(reason == "duplicate key");
+        }
+        Ok(())
     }
 
     pub(super) fn problem(&mut self, p: String) {
@@ -164,11 +197,13 @@ pub(super) fn progress(on: bool, done: u32, rep: &ChaosReport, t: Instant) {
 
 pub(super) fn print_text(rep: &ChaosReport) {
     say!(
-        "task chaos: {} iterations of {} steps, seed {}, step delay {} ms",
+        "task chaos: {} iterations of {} steps, seed {}, step delay {} ms, tools {:?}, model {:?}",
         rep.iterations,
         rep.steps,
         rep.seed,
-        rep.step_delay_ms
+        rep.step_delay_ms,
+        rep.tools,
+        rep.model
     );
     let pct = |n: u64| if rep.kills == 0 { 0.0 } else { 100.0 * n as f64 / rep.kills as f64 };
     say!("  runner processes started     {}", rep.runs);
@@ -212,6 +247,17 @@ pub(super) fn print_text(rep: &ChaosReport) {
             rep.live_forks,
             rep.live_forks_refused,
             rep.live_forks_made
+        );
+    }
+    if rep.tools == ToolsMode::Http {
+        say!(
+            "  tool server                  {} requests, {} replays from a key, injected: {} refusals, {} lost \
+             answers; killed and restarted {} times",
+            rep.served_requests,
+            rep.served_replays,
+            rep.served_injected_refusals,
+            rep.served_injected_lost_answers,
+            rep.tool_server_restarts
         );
     }
     say!("  false corruption reports     {}", rep.false_corruption);

@@ -92,9 +92,9 @@ pub(super) fn classify_kill(
         rep.kills_elsewhere += 1;
         return Ok(());
     };
-    let file = match call.tool.as_str() {
-        "payment" => ToolFile::Payments,
-        "send_email" => ToolFile::Emails,
+    let file = match StepKind::of_tool(Some(call.tool.as_str())) {
+        StepKind::Payment => ToolFile::Payments,
+        StepKind::Email => ToolFile::Emails,
         _ => {
             rep.kills_lookup_in_flight += 1;
             return Ok(());
@@ -112,7 +112,8 @@ pub(super) fn classify_kill(
 
 /// Payment and email steps from `from` on (the calls a run still makes, at least).
 pub(super) fn effects_from(spec: &Spec, from: usize) -> usize {
-    spec.steps.iter().skip(from).filter(|s| matches!(s.tool.as_deref(), Some("payment" | "send_email"))).count()
+    let (plan, _) = plan_of(spec);
+    plan.iter().skip(from).filter(|p| matches!(p.kind, StepKind::Payment | StepKind::Email)).count()
 }
 
 /// How fast the runners make progress, killed or not: wall time per step over all runs so far
@@ -146,7 +147,7 @@ pub(super) fn iteration(
 ) -> TaskResult<()> {
     let id = format!("chaos-{}-{i}", opts.seed);
     let mut rng = Draws::new(opts.seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ (u64::from(i) << 1 | 1));
-    let spec_text = chaos_spec(&id, opts.steps, &mut rng);
+    let spec_text = chaos_spec_for(&id, opts.steps, &mut rng, ctx.tools, ctx.model, &ctx.at);
     let spec_path = ctx.specs.join(format!("{id}.toml"));
     std::fs::write(&spec_path, &spec_text)
         .map_err(|e| TaskError::failure(format!("{}: cannot write the spec: {e}", spec_path.display())))?;
@@ -365,8 +366,16 @@ pub(super) fn review(
         Some(s) => copied_intent_steps(&s.records(id)?).contains(&st.step),
         None => false,
     };
-    let sent = parents_call
-        || world_retry(world, |w| w.calls(ToolFile::Emails, id))?.iter().any(|c| c.step == st.step && c.applied);
+    // the tool's own file of the paused call: an email, or (HTTP tools) a payment whose answer
+    // stayed unknown past its retries
+    let file = match &st.phase {
+        Phase::Review { call, .. } if StepKind::of_tool(Some(call.tool.as_str())) == StepKind::Payment => {
+            ToolFile::Payments
+        }
+        _ => ToolFile::Emails,
+    };
+    let sent =
+        parents_call || world_retry(world, |w| w.calls(file, id))?.iter().any(|c| c.step == st.step && c.applied);
     let decision = if sent { "--mark-done" } else { "--retry" };
     if sent {
         rep.reviews_mark_done += 1;

@@ -9,6 +9,15 @@ const STALE_RETRIES: u32 = 20;
 
 /// `task review ID --step N --mark-done|--retry`.
 pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_ms: i64) -> TaskResult<i32> {
+    review_inner(db, id, step, decision, lease_ms, false)
+}
+
+/// [`review_cmd`] without a word on stdout (the library's `Runner::review`).
+pub fn review_quiet(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_ms: i64) -> TaskResult<i32> {
+    review_inner(db, id, step, decision, lease_ms, true)
+}
+
+fn review_inner(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_ms: i64, quiet: bool) -> TaskResult<i32> {
     let store = open(db, Access::Write)?;
     let store = &*store;
     store.task_or_err(id)?;
@@ -56,8 +65,16 @@ pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_
     };
     // the reviewer read the tool's file: from now on no older lease holder may add to it
     let row = store.task_or_err(id)?;
-    let mut world = World::new(&world_dir(&RunOpts::default(), row.world.as_deref()));
-    if let Err(e) = fence_in_flight(&mut world, id, &st) {
+    let spec = Spec::stored(&row.spec, &store.name(), id)?;
+    let world = World::new(&world_dir(&RunOpts::default(), row.world.as_deref()));
+    let mut tools = match Toolbox::from_spec(&spec, world) {
+        Ok(t) => t,
+        Err(e) => {
+            store.release(&lease);
+            return Err(e);
+        }
+    };
+    if let Err(e) = fence_in_flight(&mut tools, id, &st) {
         store.release(&lease);
         return Err(e);
     }
@@ -71,7 +88,9 @@ pub fn review_cmd(db: &DbTarget, id: &str, step: u16, decision: Decision, lease_
                 Decision::MarkDone => "marked done",
                 Decision::Retry => "will be retried (a new call)",
             };
-            say!("task {id}: step {step} {what}; continue with `brokerlab task resume {id}`");
+            if !quiet {
+                say!("task {id}: step {step} {what}; continue with `brokerlab task resume {id}`");
+            }
             Ok(0)
         }
         Err(e) => Err(TaskError::failure(format!("task {id:?}: review not recorded: {e}"))),
@@ -189,12 +208,18 @@ pub fn fork(db: &DbTarget, id: &str, at: u32, spec_path: Option<&Path>, opts: &R
         }
     }
     let world = world_dir(opts, row.world.as_deref());
+    let mut kit = Kit::from_spec(&spec, &world)?;
     // what the cut leaves open, decided on the prefix (the fork's id does not change it)
     let probe = fork_records(store, id, &parent, at, &spec, own_id.as_deref().unwrap_or(id))?;
     let start = fork_start(&probe);
     let guard = match parent_guard(start) {
         ParentGuard::Nothing => None,
-        ParentGuard::ParentLease { step } => Some(hold_parent(store, id, at, step, &world, opts.lease_ms)?),
+        ParentGuard::ParentLease { step } => {
+            // the parent's tools, by the parent's spec (its open call is one of them)
+            let pspec = Spec::stored(&row.spec, &store.name(), id)?;
+            let mut ptools = Toolbox::from_spec(&pspec, World::new(&world))?;
+            Some(hold_parent(store, id, at, step, &mut ptools, opts.lease_ms)?)
+        }
     };
     let start_text = match start {
         ForkStart::Clean => String::new(),
@@ -237,7 +262,7 @@ pub fn fork(db: &DbTarget, id: &str, at: u32, spec_path: Option<&Path>, opts: &R
             say!("task {new_id}: forked from {id} at seq {at} ({copied} records copied){start_text}");
         };
         let start = Start { create: Some(new), resume_if_exists: false, on_start: Some(&created) };
-        match execute(store, &new_id, &spec, world.clone(), opts, start) {
+        match run_and_report(store, &new_id, &spec, &mut kit, opts, start) {
             // taken by another fork since we looked: the next id
             Err(TaskError::TaskExists { .. }) if own_id.is_none() && n < MAX_FORK_IDS => n += 1,
             r => break r,
@@ -262,7 +287,7 @@ fn fork_copy(new_id: &str, parent_id: &str, at: u32, spec: &Spec, parent: &[Reco
     let task = TaskId::try_from(new_id).map_err(|_| TaskError::bad_input("fork id too long"))?;
     let parent_task = TaskId::try_from(parent_id).map_err(|_| TaskError::bad_input("id too long"))?;
     let mut recs = vec![
-        Record::new(task.clone(), 0, Event::Created { spec_digest: spec.digest(), steps: spec.steps.len() as u16 }),
+        Record::new(task.clone(), 0, Event::Created { spec_digest: spec.digest(), steps: spec.step_count() }),
         Record::new(task.clone(), 1, Event::ForkedFrom { task: parent_task, seq: at }),
     ];
     for r in parent.iter().take(at as usize + 1).filter(|r| copied_by_fork(&r.event)) {
@@ -288,7 +313,7 @@ fn fork_records(
             TaskError::bad_input(format!(
                 "--at {at}: the parent's record seq {} does not fit the fork's spec ({} steps): {e}",
                 src.seq,
-                spec.steps.len()
+                spec.step_count()
             ))
         })?;
     }
@@ -302,15 +327,21 @@ fn fork_records(
 /// lease, to be released once the fork exists. A lease held by someone who may still act is
 /// waited for up to `BROKERLAB_BUSY_MS` (another fork, or a review, holds it for a moment), then
 /// the fork is refused, saying why.
-fn hold_parent(store: &dyn TaskStore, id: &str, at: u32, step: u16, world: &Path, lease_ms: i64) -> TaskResult<Lease> {
+fn hold_parent(
+    store: &dyn TaskStore,
+    id: &str,
+    at: u32,
+    step: u16,
+    w: &mut Toolbox,
+    lease_ms: i64,
+) -> TaskResult<Lease> {
     let me = Me::current();
-    let mut w = World::new(world);
     let mut tries = 0;
     let patience = std::time::Instant::now() + Duration::from_millis(super::super::backend::busy_ms()?);
     loop {
         let recs = store.records(id)?;
         let mut st = fold_in(&store.name(), id, &recs)?;
-        let open = open_call_of(&st, &w);
+        let open = open_call_of(&st, w);
         let ask = LeaseAsk {
             id,
             me: &me,
@@ -324,7 +355,7 @@ fn hold_parent(store: &dyn TaskStore, id: &str, at: u32, step: u16, world: &Path
         match store.acquire(&ask) {
             Ok((lease, rec)) => {
                 st.apply(&rec).map_err(|e| TaskError::failure(format!("lease record: {e}")))?;
-                if let Err(e) = fence_in_flight(&mut w, id, &st) {
+                if let Err(e) = fence_in_flight(w, id, &st) {
                     store.release(&lease);
                     return Err(e);
                 }

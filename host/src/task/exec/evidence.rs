@@ -16,12 +16,13 @@ pub(super) struct Evidence {
 
 pub(super) fn evidence(
     store: &dyn TaskStore,
-    world: &mut World,
+    tools: &mut Toolbox,
     id: &str,
     step: u16,
     tool: &str,
 ) -> TaskResult<Evidence> {
-    let f = ToolFile::of_tool(tool);
+    let f = ToolFile::of_tool(tool).filter(|_| tools.is_builtin(tool));
+    let world = &mut tools.world;
     let mut ev = Evidence {
         file: f.map_or_else(|| world.name(), |f| world.place(f)),
         received: 0,
@@ -68,9 +69,22 @@ pub(super) fn report(
     id: &str,
     st: &TaskState,
     stop: Stop,
-    world: &mut World,
+    tools: &mut Toolbox,
 ) -> TaskResult<i32> {
     match stop {
+        Stop::Completed if st.answered => {
+            let answer = store.records(id)?.iter().rev().find_map(|r| match &r.event {
+                Event::Answer { text, .. } => Some(text.to_string()),
+                _ => None,
+            });
+            say!(
+                "task {id}: completed ({} steps, {} records); the model's answer: {:?}",
+                st.step,
+                st.next_seq,
+                answer.unwrap_or_default()
+            );
+            Ok(0)
+        }
         Stop::Completed => {
             say!("task {id}: completed ({} steps, {} records)", st.steps, st.next_seq);
             Ok(0)
@@ -85,7 +99,35 @@ pub(super) fn report(
         }
         Stop::NeedsReview { step } => {
             let tool = tool_at(st);
-            let ev = evidence(store, world, id, step, &tool)?;
+            if !tools.is_builtin(&tool) {
+                // a tool of the spec or of a program keeps its own records, which the runner
+                // cannot read
+                let key = match &st.phase {
+                    Phase::Review { call } => {
+                        brokerlab_core::runner::key_for(id, step, call).map(|k| format!(", key {k}"))
+                    }
+                    _ => None,
+                };
+                say!(
+                    "task {id}: paused: step {step} ({tool}) has an intent in the log but no result: whether the call \
+                     acted is unknown, and the runner will not repeat it on its own.\n  the runner cannot read the \
+                     tool's own records: look there for the call of {id}/{step}{} (the Brokerlab-Call header or \
+                     BROKERLAB_STEP), sent with fencing token(s) up to {}.",
+                    key.unwrap_or_default(),
+                    st.epoch()
+                );
+                say!(
+                    "  decide: `brokerlab task review {id} --step {step} --mark-done` (it happened) or `--retry` (it \
+                     did not; the call is sent again{}), then `brokerlab task resume {id}`",
+                    if matches!(&st.phase, Phase::Review { call } if call.class == ToolClass::Idempotent) {
+                        ", with the same key"
+                    } else {
+                        ""
+                    }
+                );
+                return Ok(EXIT_NEEDS_REVIEW);
+            }
+            let ev = evidence(store, tools, id, step, &tool)?;
             let reading = match ev.applied {
                 0 => "no applied call: it did not happen as far as the tool can tell (`--retry` sends it)".to_string(),
                 1 => "one applied call: it happened (`--mark-done`)".to_string(),
@@ -111,7 +153,8 @@ pub(super) fn report(
     }
 }
 
-pub(super) fn tool_at(st: &TaskState) -> String {
+/// The tool of the current step's call (`-` when none).
+pub fn tool_at(st: &TaskState) -> String {
     match &st.phase {
         Phase::Review { call } | Phase::InFlight { call, .. } | Phase::Tool { call } => call.tool.to_string(),
         Phase::Model => "-".into(),

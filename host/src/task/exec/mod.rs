@@ -1,5 +1,5 @@
 //! Running a task on the host: the journal (SQLite or PostgreSQL behind [`TaskStore`]; one
-//! transaction per checkpoint, fenced), the scripted model and the world's tools as [`Effects`],
+//! transaction per checkpoint, fenced), the model and the tools ([`Kit`]) as [`Effects`],
 //! crash injection, and the commands that drive them (`run`, `resume`, `fork`, `review`,
 //! `suspend`).
 
@@ -10,16 +10,21 @@ use std::time::Duration;
 
 use brokerlab_core::runner::{
     Action, Decision, DriveError, Effects, End, Event, ForkStart, Journal, Key, ModelReply, OpenCall, ParentGuard,
-    Phase, Record, Stop, TaskId, TaskState, ToolCall, ToolClass, ToolOutput, copied_by_fork, drive, fork_start,
-    may_call, next_action, open_call, parent_guard, renewal_due, review,
+    Phase, Reason, Record, Stop, TaskId, TaskState, ToolCall, ToolClass, ToolOutput, commit, copied_by_fork, drive,
+    fork_start, may_call, next_action, open_call, parent_guard, renewal_due, review,
 };
+
+use crate::agent::model::Model;
+use crate::agent::openai::OpenAiModel;
+use crate::agent::script::ScriptModel;
+use crate::agent::toolbox::Toolbox;
 
 use super::backend::{
     Access, AppendError, DbTarget, Lease, LeaseAsk, LeaseError, NewTask, Renewal, TaskStore, fold_in, open,
 };
 use super::ident::{Me, now_ms};
-use super::spec::{Spec, check_id};
-use super::world::{CallOutcome, ToolFile, World};
+use super::spec::{ModelSpec, Spec, check_id};
+use super::world::{ToolFile, World};
 use crate::error::{EXIT_FAILURE, EXIT_NEEDS_REVIEW};
 use crate::task::error::{TaskError, TaskResult};
 
@@ -28,10 +33,11 @@ mod crash;
 mod effects;
 mod evidence;
 
-pub use commands::{fork, review_cmd, suspend};
+pub use commands::{fork, review_cmd, review_quiet, suspend};
 pub use crash::{CRASH_EXIT, Chaos, Point};
 pub use effects::{HostEffects, HostJournal, checkpoint};
 use evidence::report;
+pub use evidence::tool_at;
 
 /// Options shared by the commands that run a task.
 #[derive(Debug, Clone, Default)]
@@ -127,24 +133,70 @@ fn check_witness(db: &str, world: &mut World, id: &str, recs: &[Record]) -> Task
 }
 
 /// A runner that takes over a call in flight (or a step waiting for review) raises the fence in
-/// that tool's file to its own epoch before it decides, so a call from the previous holder that
-/// arrives later is refused, and the file it reads as evidence stays final.
-fn fence_in_flight(world: &mut World, id: &str, st: &TaskState) -> TaskResult<()> {
+/// that tool to its own epoch before it decides, so a call from the previous holder that arrives
+/// later is refused, and the file it reads as evidence stays final.
+fn fence_in_flight(tools: &mut Toolbox, id: &str, st: &TaskState) -> TaskResult<()> {
     let call = match &st.phase {
         Phase::InFlight { call, .. } | Phase::Review { call } => call,
         Phase::Model | Phase::Tool { .. } => return Ok(()),
     };
-    match ToolFile::of_tool(&call.tool) {
-        Some(f) => world.raise_fence(f, id, st.epoch()),
-        None => Ok(()),
-    }
+    tools.raise_fence(&call.tool, id, st.epoch())
 }
 
 /// The call the current holder of `id`'s lease could still make, from `state` (the log as the
 /// caller read it; `acquire` checks under the lease that it is still the whole log): the dropped-session rule's
-/// input. A tool checks tokens unless the world says it does not (`BROKERLAB_UNFENCED_TOOLS`).
-pub fn open_call_of(state: &TaskState, world: &World) -> OpenCall {
-    open_call(state, |tool| world.checks_fence(tool))
+/// input. A tool checks tokens if it says so (the built-in ones do, unless
+/// `BROKERLAB_UNFENCED_TOOLS` says otherwise).
+pub fn open_call_of(state: &TaskState, tools: &Toolbox) -> OpenCall {
+    open_call(state, |tool| tools.checks_fence(tool))
+}
+
+/// What answers a task: its model and its tools (with the world the built-in tools keep their
+/// calls in), and what the model is told.
+pub struct Kit<'k> {
+    /// The model.
+    pub model: Box<dyn Model + 'k>,
+    /// The tools.
+    pub tools: Toolbox,
+    /// The user's request (empty for the scripted model).
+    pub prompt: String,
+    /// The system message.
+    pub system: Option<String>,
+    /// The scripted model (its steps are fixed; no step limit applies to its calls).
+    pub scripted: bool,
+}
+
+impl std::fmt::Debug for Kit<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kit").field("tools", &self.tools).field("scripted", &self.scripted).finish_non_exhaustive()
+    }
+}
+
+impl Kit<'static> {
+    /// The model and tools `spec` names, the built-in tools' world in `world`. A spec made by a
+    /// program through the library names a model this process does not have: exit 2.
+    pub fn from_spec(spec: &Spec, world: &Path) -> TaskResult<Kit<'static>> {
+        let tools = Toolbox::from_spec(spec, World::new(world))?;
+        let (model, prompt, system): (Box<dyn Model>, String, Option<String>) = match &spec.model {
+            None => (Box::new(ScriptModel::new(spec)), String::new(), None),
+            Some(ModelSpec::Openai(o)) => {
+                let m = OpenAiModel::new(o).map_err(|e| match e {
+                    crate::agent::ModelError::Refused(m) | crate::agent::ModelError::Unavailable(m) => {
+                        TaskError::bad_input(m)
+                    }
+                })?;
+                (Box::new(m), o.prompt.clone(), o.system.clone())
+            }
+            Some(ModelSpec::Library { .. }) => {
+                return Err(TaskError::bad_input(format!(
+                    "task {}: its model is a program's own (the task was created through the library, \
+                     brokerlab::agent::Runner): run it from that program",
+                    spec.id.as_deref().unwrap_or("-")
+                )));
+            }
+        };
+        Ok(Kit { model, tools, prompt, system, scripted: spec.scripted() })
+    }
 }
 
 /// How [`execute`] starts.
@@ -158,19 +210,55 @@ pub(crate) struct Start<'a> {
     pub on_start: Option<&'a dyn Fn()>,
 }
 
-/// Runs (or resumes) a task until it completes, suspends or pauses. Returns the exit code.
-fn execute(
+/// How a run ended.
+#[derive(Debug)]
+pub struct Ran {
+    /// Why it stopped.
+    pub stop: Stop,
+    /// The task's state at the end (the fold of its log).
+    pub state: TaskState,
+    /// Why a call went to review, when the tool said (a lost answer, a key conflict).
+    pub note: Option<String>,
+}
+
+/// What one try of [`execute`] came to.
+// one per run attempt, on the stack briefly: boxing it would buy nothing
+#[allow(clippy::large_enum_variant)]
+enum Try {
+    Ran(Ran),
+    /// The task was created (or appended to) since the log was read: read it again.
+    Again,
+}
+
+/// Runs (or resumes) a task until it completes, suspends or pauses.
+pub(crate) fn execute(
     store: &dyn TaskStore,
     id: &str,
     spec: &Spec,
-    world: PathBuf,
+    kit: &mut Kit<'_>,
     opts: &RunOpts,
-    start: Start<'_>,
-) -> TaskResult<i32> {
+    mut start: Start<'_>,
+) -> TaskResult<Ran> {
+    loop {
+        match execute_once(store, id, spec, kit, opts, &start)? {
+            Try::Ran(r) => return Ok(r),
+            Try::Again => start.create = None,
+        }
+    }
+}
+
+fn execute_once(
+    store: &dyn TaskStore,
+    id: &str,
+    spec: &Spec,
+    kit: &mut Kit<'_>,
+    opts: &RunOpts,
+    start: &Start<'_>,
+) -> TaskResult<Try> {
     let chaos = Chaos::from_env()?;
     let me = Me::current();
-    let create = start.create;
-    let recs = match &create {
+    let create = start.create.as_ref();
+    let recs = match create {
         Some(new) => new.records.clone(),
         None => store.records(id)?,
     };
@@ -181,10 +269,9 @@ fn execute(
             store.name()
         )));
     }
-    let mut world = World::new(&world);
-    let open = open_call_of(&state, &world);
+    let open = open_call_of(&state, &kit.tools);
     let taken = {
-        let w = std::cell::RefCell::new(&mut world);
+        let w = std::cell::RefCell::new(&mut kit.tools.world);
         let db = store.name();
         let witness = || check_witness(&db, &mut w.borrow_mut(), id, &recs);
         store.acquire(&LeaseAsk {
@@ -192,15 +279,11 @@ fn execute(
             me: &me,
             ttl_ms: opts.lease_ms,
             state: &state,
-            create: create.as_ref(),
+            create,
             clear_suspend: true,
             open,
             witness: Some(&witness),
         })
-    };
-    let again = |create: Option<NewTask>| {
-        let start = Start { create, resume_if_exists: start.resume_if_exists, on_start: start.on_start };
-        execute(store, id, spec, world.dir().to_path_buf(), opts, start)
     };
     let (lease, rec) = match taken {
         Ok(x) => x,
@@ -210,13 +293,13 @@ fn execute(
         // created since we looked: by another runner, or by our own earlier create whose commit
         // landed although its connection broke (a server restart). Resume it as any runner would:
         // the stored log is read again, its spec digest checked, and its lease decides.
-        Err(LeaseError::Exists) if create.is_some() && start.resume_if_exists => return again(None),
+        Err(LeaseError::Exists) if create.is_some() && start.resume_if_exists => return Ok(Try::Again),
         Err(LeaseError::Exists) if create.is_some() => return Err(TaskError::TaskExists { task: id.to_string() }),
         Err(LeaseError::Exists) => {
             return Err(TaskError::failure(format!("task {id:?} was created concurrently by another runner")));
         }
         // a holder's last commit landed after we read the log: read it again
-        Err(LeaseError::Stale) if create.is_none() => return again(None),
+        Err(LeaseError::Stale) if create.is_none() => return Ok(Try::Again),
         Err(LeaseError::Stale) => return Err(TaskError::LogChanged { task: id.to_string() }),
         Err(LeaseError::Witness(e) | LeaseError::Sql(e)) => return Err(e),
     };
@@ -224,26 +307,33 @@ fn execute(
         f();
     }
     state.apply(&rec).map_err(|e| TaskError::failure(format!("lease record: {e}")))?;
-    fence_in_flight(&mut world, id, &state)?;
+    fence_in_flight(&mut kit.tools, id, &state)?;
     let mut journal = HostJournal::new(store, lease.clone(), &chaos);
+    {
+        let mut h = journal.history.borrow_mut();
+        h.extend(recs.iter().cloned());
+        h.push(rec);
+    }
     let mut fx = HostEffects {
-        spec,
-        world: &mut world,
+        kit,
         store,
         chaos: &chaos,
         delay: Duration::from_millis(opts.step_delay_ms),
         lease: lease.clone(),
         margin_ms: opts.lease_margin_ms,
         renewed_at_ms: journal.renewed_at_ms.clone(),
+        history: journal.history.clone(),
+        max_steps: state.steps,
         fenced: false,
         suspend_on_term: opts.suspend_on_term,
+        review_note: None,
     };
     let r = drive(&mut state, &mut journal, &mut fx);
-    let fenced = fx.fenced;
+    let (fenced, note) = (fx.fenced, fx.review_note.take());
     match r {
         Ok(stop) => {
             store.release(&lease);
-            report(store, id, &state, stop, &mut world)
+            Ok(Try::Ran(Ran { stop, state, note }))
         }
         Err(DriveError::Journal(AppendError::Fenced { epoch, holder })) => {
             Err(TaskError::LeaseLost { task: id.to_string(), epoch, holder: holder.map(|(o, e)| (o.to_string(), e)) })
@@ -251,6 +341,26 @@ fn execute(
         Err(DriveError::Journal(AppendError::Sql(e))) => {
             store.release(&lease);
             Err(e)
+        }
+        // the model kept asking for tools to the step limit: the task fails, durably (the
+        // state holds every record appended so far, the failure follows them in one checkpoint)
+        Err(DriveError::Effects(e @ TaskError::StepLimit { .. })) => {
+            let mut reason = Reason::new();
+            for c in format!("step limit {} reached, no final answer", state.steps).chars() {
+                if reason.push(c).is_err() {
+                    break;
+                }
+            }
+            let r = commit(&mut state, &mut journal, Event::Failed { reason }).map_err(|c| format!("{c}"));
+            let r = r.and_then(|()| journal.sync().map_err(|e| format!("{e:?}")));
+            store.release(&lease);
+            match r {
+                Ok(()) => {
+                    eprintln!("brokerlab: {e}");
+                    Ok(Try::Ran(Ran { stop: Stop::Failed, state, note: None }))
+                }
+                Err(w) => Err(TaskError::failure(format!("{e}; recording the failure failed: {w}"))),
+            }
         }
         Err(DriveError::Effects(e)) => {
             if !fenced {
@@ -265,6 +375,22 @@ fn execute(
             Err(TaskError::failure(format!("task {id:?}: {e}")))
         }
     }
+}
+
+/// [`execute`], then what the run says (the outcome; for a pause, the evidence): the exit code.
+pub(crate) fn run_and_report(
+    store: &dyn TaskStore,
+    id: &str,
+    spec: &Spec,
+    kit: &mut Kit<'_>,
+    opts: &RunOpts,
+    start: Start<'_>,
+) -> TaskResult<i32> {
+    let ran = execute(store, id, spec, kit, opts, start)?;
+    if let Some(n) = &ran.note {
+        say!("task {id}: {n}");
+    }
+    report(store, id, &ran.state, ran.stop, &mut kit.tools)
 }
 
 fn new_id() -> String {
@@ -291,10 +417,19 @@ pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> TaskResult<i32> {
         return resume_row(store, &id, &stored, row.world.as_deref(), opts);
     }
     let world = world_dir(opts, None);
+    let mut kit = Kit::from_spec(&spec, &world)?;
     let new = new_task(&spec, &id, &world)?;
-    let n = spec.steps.len();
-    let said = || say!("task {id}: started ({n} steps)");
-    execute(store, &id, &spec, world, opts, Start { create: Some(new), resume_if_exists: true, on_start: Some(&said) })
+    let n = spec.step_count();
+    let what = if spec.scripted() { format!("{n} steps") } else { format!("at most {n} steps") };
+    let said = || say!("task {id}: started ({what})");
+    run_and_report(
+        store,
+        &id,
+        &spec,
+        &mut kit,
+        opts,
+        Start { create: Some(new), resume_if_exists: true, on_start: Some(&said) },
+    )
 }
 
 /// A new task's rows: its spec and its `Created` record (seq 0), the world directory made
@@ -302,7 +437,7 @@ pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> TaskResult<i32> {
 pub fn new_task(spec: &Spec, id: &str, world: &Path) -> TaskResult<NewTask> {
     let digest = spec.digest();
     let task = TaskId::try_from(id).map_err(|_| TaskError::bad_input("task id too long"))?;
-    let created = Record::new(task, 0, Event::Created { spec_digest: digest, steps: spec.steps.len() as u16 });
+    let created = Record::new(task, 0, Event::Created { spec_digest: digest, steps: spec.step_count() });
     Ok(NewTask {
         spec_json: spec.to_json(),
         digest,
@@ -336,9 +471,10 @@ pub fn resume_row(
     opts: &RunOpts,
 ) -> TaskResult<i32> {
     let st = store.replay(id)?;
+    let dir = world_dir(opts, world);
     match next_action(&st) {
         Action::Done => {
-            say!("task {id}: already completed ({} steps)", st.steps);
+            say!("task {id}: already completed ({} steps)", st.step);
             return Ok(0);
         }
         Action::Failed => {
@@ -346,19 +482,13 @@ pub fn resume_row(
             return Ok(EXIT_FAILURE);
         }
         Action::AwaitReview { step } => {
-            let mut w = World::new(&world_dir(opts, world));
-            return report(store, id, &st, Stop::NeedsReview { step }, &mut w);
+            let mut tools = Toolbox::from_spec(spec, World::new(&dir))?;
+            return report(store, id, &st, Stop::NeedsReview { step }, &mut tools);
         }
         _ => {}
     }
-    execute(
-        store,
-        id,
-        spec,
-        world_dir(opts, world),
-        opts,
-        Start { create: None, resume_if_exists: true, on_start: None },
-    )
+    let mut kit = Kit::from_spec(spec, &dir)?;
+    run_and_report(store, id, spec, &mut kit, opts, Start { create: None, resume_if_exists: true, on_start: None })
 }
 
 /// The tool class of a call, for tables.
