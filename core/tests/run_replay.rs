@@ -5,7 +5,7 @@
 mod common;
 
 use brokerlab_core::fleet::limits::MAX_PODS;
-use brokerlab_core::fleet::router::PrefixAware;
+use brokerlab_core::fleet::route::seed::PrefixAware;
 use brokerlab_core::fleet::*;
 use common::Bufs;
 use proptest::prelude::*;

@@ -82,7 +82,7 @@ fn delays_in_time_are_checked() {
     let c = cfg(10, 5);
     assert_eq!(c.pending_queues(), 3);
     let e = EngineConfig::new(Profile::Seed);
-    assert!(matches!(batched::validate(&c, &e), Err(Error::InvalidConfig { field: Field::Stale, .. })));
+    assert!(matches!(sim::batched::validate(&c, &e), Err(Error::InvalidConfig { field: Field::Stale, .. })));
     // Routers that do not read the exact index keep no queues.
     let mut rr = cfg(10, 5);
     rr.router = RouterKind::RoundRobin;

@@ -22,7 +22,7 @@
 //! **Flash log.** Last, [`run_power_cuts`] puts that run's records through the core's
 //! `runner::harness::power_cut_sweep` on a mock NOR flash: a power cut at every byte.
 
-use brokerlab_core::fleet::engine::Engine;
+use brokerlab_core::fleet::engine::batched::Engine;
 use brokerlab_core::fleet::hash::fmix64;
 use brokerlab_core::fleet::keys::token_keys;
 use brokerlab_core::fleet::stats::{LogHistogram, REPORTED_PERCENTILES, nearest_rank_index};

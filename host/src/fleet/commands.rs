@@ -57,7 +57,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let engine = a.engine.resolve(sc.engine.as_ref())?.map(|e| (e, a.engine.outcomes.as_deref()));
             if let Some((e, _)) = &engine {
                 // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
-                brokerlab_core::fleet::batched::validate(&cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
+                brokerlab_core::fleet::sim::batched::validate(&cfg, e)
+                    .map_err(|e| scenario::key_error(&sc.origin, e))?;
             }
             let title = format!("scenario {} ({})", sc.name, a.scenario.display());
             run_print(cfg, engine, (&mut src, Unit::Requests), progress, a.json.then_some(&prov), &title)
@@ -172,7 +173,7 @@ pub(super) fn engine_run(
     outcomes: Option<&Path>,
     keep: bool,
 ) -> CliResult<engine::BatchedResult> {
-    brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(run::config_error)?;
+    brokerlab_core::fleet::sim::batched::validate(&cfg, &e).map_err(run::config_error)?;
     let res = engine::simulate_batched(cfg, e, src, keep || outcomes.is_some())?;
     if let Some(path) = outcomes {
         engine::write_outcomes(path, &res.completions)?;
@@ -244,7 +245,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     let engine = a.engine.resolve(sc.engine.as_ref())?;
     if let Some(e) = &engine {
         // the scenario's keys (`fleet.cache`, `fleet.index`, ...) named as in the file
-        brokerlab_core::fleet::batched::validate(&sc.fleet, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
+        brokerlab_core::fleet::sim::batched::validate(&sc.fleet, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
     }
     let (gens, values) = sweep_values(&sc, &a)?;
     let specs = sweep::for_each_router(&values);

@@ -38,7 +38,7 @@ pub fn run_points(
     progress: &Progress,
 ) -> CliResult<Vec<BatchedPoint>> {
     for p in specs {
-        brokerlab_core::fleet::batched::validate(&p.cfg, &engine).map_err(super::run::config_error)?;
+        brokerlab_core::fleet::sim::batched::validate(&p.cfg, &engine).map_err(super::run::config_error)?;
     }
     par_points(specs, threads, progress, |p| {
         let mut src = &workloads[p.workload];

@@ -69,7 +69,7 @@ pub const fn mentions(text: &str, n: u64) -> bool {
 macro_rules! quoting {
     ($text:literal, $($n:expr),+ $(,)?) => {{
         const TEXT: &str = $text;
-        $(const _: () = assert!($crate::fleet::limits::mentions(TEXT, $n as u64), "message does not quote the limit");)+
+        $(const _: () = assert!($crate::fleet::base::limits::mentions(TEXT, $n as u64), "message does not quote the limit");)+
         TEXT
     }};
 }

@@ -9,11 +9,12 @@
 
 use heapless::Vec as HVec;
 
-use super::Error;
+use super::CacheEvents;
 use super::index::{BlockIndex, IndexEntry};
-use super::limits::MAX_PODS;
-use super::pod::{CacheEvents, LruPod, Slot};
-use super::router::pods_mask;
+use super::lru::{LruPod, Slot};
+use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::limits::MAX_PODS;
+use crate::fleet::base::mask::{for_each, pods_mask};
 
 /// Most pods whose LRUs are asked directly; above this a key -> pods table is kept. Measured
 /// (`fleet bench`, conversation trace, 8 pods, 91% misses): asking was about twice as fast for
@@ -114,10 +115,10 @@ impl<'a> ApproxIndex<'a> {
     /// Records that `keys` were routed to `pod`: each key is added in prompt order (re-adding
     /// refreshes it), so the leading blocks are the least recent, as llm-d's `PreRequest` adds them.
     pub fn record(&mut self, pod: usize, keys: &[u64]) -> Result<(), Error> {
-        let lru = self.pods.get_mut(pod).ok_or(Error::InvalidConfig {
-            field: super::Field::Router,
-            expected: "a pod index below the number of pods",
-        })?;
+        let lru = self
+            .pods
+            .get_mut(pod)
+            .ok_or(Error::InvalidConfig { field: Field::Router, expected: "a pod index below the number of pods" })?;
         let Some(index) = self.index.as_mut() else {
             for &k in keys {
                 lru.touch(k, &mut ());
@@ -168,14 +169,5 @@ impl<'a> ApproxIndex<'a> {
                 break;
             }
         }
-    }
-}
-
-/// Calls `f` on every set bit of `mask`, lowest first.
-#[inline]
-pub fn for_each(mut mask: u64, mut f: impl FnMut(usize)) {
-    while mask != 0 {
-        f(mask.trailing_zeros() as usize);
-        mask &= mask - 1;
     }
 }

@@ -13,7 +13,7 @@
 //! key after the eviction"): the proof is in MODEL.md, "Stale index".
 
 use super::table::{self, Probe};
-use super::{Error, Limit};
+use crate::fleet::base::error::{Error, Limit};
 
 /// One index entry: a key and the bitmask of pods that hold it (`mask == 0` marks an empty entry).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

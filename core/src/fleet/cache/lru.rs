@@ -12,9 +12,10 @@
 //! `16 + 4 * table_len / C`, i.e. more than 24 and at most 32 (exactly 32 when C is a power
 //! of two); a caller short of memory may pass a table half that long (24 to 32 bytes, slower).
 
-use super::limits::MAX_POD_BLOCKS;
+use super::CacheEvents;
 use super::table::{self, Probe};
-use super::{Error, Field};
+use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::limits::MAX_POD_BLOCKS;
 
 /// "No slot" in the recency links.
 const NIL: u32 = u32::MAX;
@@ -33,20 +34,6 @@ impl Default for Slot {
     fn default() -> Self {
         Slot { key: 0, prev: NIL, next: NIL }
     }
-}
-
-/// Receives a pod's cache events (the block index is fed from these).
-pub trait CacheEvents {
-    /// `key` was inserted as most recent.
-    fn inserted(&mut self, key: u64);
-    /// `key` was evicted as least recent.
-    fn evicted(&mut self, key: u64);
-}
-
-/// Ignores all events.
-impl CacheEvents for () {
-    fn inserted(&mut self, _: u64) {}
-    fn evicted(&mut self, _: u64) {}
 }
 
 /// An LRU cache of at most `capacity` block keys.

@@ -1,5 +1,5 @@
 //! A pod's LRU kept as runs of trace ids instead of single blocks: the same cache as
-//! [`super::pod::LruPod`] (same hits, same final content and recency order), with work per run
+//! [`super::lru::LruPod`] (same hits, same final content and recency order), with work per run
 //! instead of per block.
 //!
 //! Why it is exact (docs/MODEL.md, "Run-length replay"): with trace ids of S tokens, block j of a
@@ -23,9 +23,9 @@
 //! back to C blocks); `table` maps a group's first key to its most recent run (power of two, at
 //! least [`RunLru::table_len`]).
 
-use super::Error;
-use super::limits::MAX_POD_BLOCKS;
 use super::table::{self, Probe};
+use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::limits::MAX_POD_BLOCKS;
 
 /// "No run" in the links.
 const NIL: u32 = u32::MAX;
@@ -110,10 +110,7 @@ impl<'a> RunLru<'a> {
     /// ([`Self::table_len`] or a longer power of two).
     pub fn new(capacity: usize, runs: &'a mut [Run], table: &'a mut [u32]) -> Result<Self, Error> {
         if capacity == 0 || capacity >= MAX_POD_BLOCKS {
-            return Err(Error::InvalidConfig {
-                field: super::Field::Capacity,
-                expected: "between 1 and 4294967293 blocks",
-            });
+            return Err(Error::InvalidConfig { field: Field::Capacity, expected: "between 1 and 4294967293 blocks" });
         }
         if runs.len() != Self::runs_len(capacity) {
             return Err(Error::BufferSize { buffer: "runs", expected: Self::runs_len(capacity), got: runs.len() });

@@ -1,7 +1,7 @@
 //! Open addressing with linear probing and backward-shift deletion (no tombstones), shared by
 //! the pod's key table, the block index and the pending-evict table.
 
-use super::limits::{LOAD_DEN, LOAD_NUM};
+use crate::fleet::base::limits::{LOAD_DEN, LOAD_NUM};
 
 /// Fibonacci hashing multiplier: spreads keys over the table even if they are not random.
 const FIB: u64 = 0x9e37_79b9_7f4a_7c15;

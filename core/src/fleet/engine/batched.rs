@@ -3,11 +3,14 @@
 //! and an LRU free queue, preemption by recompute) and a linear step cost in integer ns.
 //!
 //! docs/MODEL.md, "The batched engine", is the specification; this file follows it rule by rule.
-//! Every buffer is the caller's ([`super::batched::EngineLayout`] gives the lengths).
+//! Every buffer is the caller's ([`crate::fleet::sim::batched::EngineLayout`] gives the lengths).
 
-use super::limits::{BLOCK_TOKENS, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_OUTPUT_TOKENS, MAX_POD_BLOCKS, quoting};
-use super::table::{self, Probe};
-use super::{Error, Field, Limit, Quantity};
+use crate::fleet::base::error::{Error, Field, Limit, Quantity};
+use crate::fleet::base::limits::{
+    BLOCK_TOKENS, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_OUTPUT_TOKENS, MAX_POD_BLOCKS, quoting,
+};
+use crate::fleet::base::load::PodLoad;
+use crate::fleet::cache::table::{self, Probe};
 
 /// "No block / no request" in links.
 const NIL: u32 = u32::MAX;
@@ -231,22 +234,6 @@ pub trait EngineEvents {
     fn itl(&mut self, itl_ns: u64, count: u64);
 }
 
-/// What routers may read about a pod's engine (docs/MODEL.md, "Load signals").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct PodLoad {
-    /// Requests in the waiting queue.
-    pub waiting: u32,
-    /// Running requests.
-    pub running: u32,
-    /// Pinned blocks (reference count > 0).
-    pub kv_used_blocks: u32,
-    /// KV capacity C, blocks.
-    pub kv_capacity_blocks: u32,
-    /// Tokens still to prefill: waiting requests whole, running ones with more than one token to go.
-    pub pending_prefill_tokens: u64,
-}
-
 /// A pod engine's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -279,7 +266,7 @@ pub struct EngineStats {
     pub last_finish_ns: u64,
 }
 
-/// One pod's buffers (see [`super::batched::EngineLayout`]).
+/// One pod's buffers (see [`crate::fleet::sim::batched::EngineLayout`]).
 pub struct PodBuffers<'a> {
     /// C KV blocks.
     pub blocks: &'a mut [KvBlock],
@@ -373,7 +360,7 @@ impl<'a> Engine<'a> {
         cfg.validate()?;
         let PodBuffers { blocks, table, reqs, waiting, running, keys } = bufs;
         let c = blocks.len();
-        if c == 0 || c > super::limits::MAX_POD_BLOCKS {
+        if c == 0 || c > MAX_POD_BLOCKS {
             return Err(Error::InvalidConfig {
                 field: Field::Capacity,
                 expected: quoting!("between 1 and 4294967294 blocks", MAX_POD_BLOCKS),

@@ -1,6 +1,6 @@
 //! The per-pod FIFO single server: start, finish and queue length, in integer nanoseconds.
 
-use super::{Error, Limit, Quantity};
+use crate::fleet::base::error::{Error, Limit, Quantity};
 
 /// A pod's server: the finish times of requests not yet finished, oldest first, in a ring.
 #[derive(Debug)]

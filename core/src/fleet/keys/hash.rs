@@ -14,7 +14,7 @@
 //! * It is not a cryptographic hash: inputs can be built on purpose to collide (a token word equal
 //!   to a secret constant zeroes one multiply, as in wyhash). Simulated traffic does not do that.
 
-use super::limits::BLOCK_TOKENS;
+use crate::fleet::base::limits::BLOCK_TOKENS;
 
 /// `key_{-1}`: the parent of every prompt's first block.
 pub const ROOT_KEY: u64 = 0x6272_6f6b_6572_6c61; // "brokerla"

@@ -1,8 +1,11 @@
 //! Turning a prompt into its chained block keys.
 
-use super::hash::{ROOT_KEY, chain_tokens, chain_trace_mixed, trace_id_mix};
-use super::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS, MAX_TRACE_BLOCK_TOKENS, quoting};
-use super::{Error, Field};
+pub mod hash;
+pub mod vllm;
+
+use self::hash::{ROOT_KEY, chain_tokens, chain_trace_mixed, trace_id_mix};
+use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS, MAX_TRACE_BLOCK_TOKENS, quoting};
 
 /// Checks a trace block size S: a non-zero multiple of 16, at most [`MAX_TRACE_BLOCK_TOKENS`].
 pub fn check_trace_block_tokens(s: u32) -> Result<(), Error> {
@@ -78,7 +81,7 @@ pub fn token_keys(tokens: &[u32], out: &mut [u64]) -> Result<usize, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::hash::chain_trace;
+    use crate::fleet::keys::hash::chain_trace;
 
     #[test]
     fn block_j_maps_to_hash_id_and_sub_block() {

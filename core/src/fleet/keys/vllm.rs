@@ -12,8 +12,8 @@
 
 use sha2::{Digest as _, Sha256};
 
-use super::limits::{MAX_VLLM_BLOCK_TOKENS, quoting};
-use super::{Error, Field};
+use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::limits::{MAX_VLLM_BLOCK_TOKENS, quoting};
 
 /// A SHA-256 digest (vLLM's `BlockHash`, 32 bytes).
 pub type Digest = [u8; 32];

@@ -4,12 +4,15 @@
 
 use heapless::Vec as HVec;
 
-use super::engine::{Engine, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, PodLoad, ReqSlot};
-use super::limits::{BLOCK_TOKENS, MAX_PODS};
-use super::pipeline::RouterBuffers;
-use super::router::{AnyRouter, Holders, KeyHolders, RouteView, Router};
-use super::sim::{CacheMode, FleetConfig, IndexKind};
-use super::{Error, Field};
+use super::FleetConfig;
+use super::kinds::{CacheMode, IndexKind};
+use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_PODS};
+use crate::fleet::base::load::PodLoad;
+use crate::fleet::engine::batched::{Engine, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, ReqSlot};
+use crate::fleet::route::kind::AnyRouter;
+use crate::fleet::route::spec::RouterBuffers;
+use crate::fleet::route::{Holders, KeyHolders, RouteView, Router};
 
 /// Buffer lengths a batched fleet needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 //! host's flags (clap `default_value_t`) and its scenario files (serde `default`) all read these,
 //! so a default changed here changes everywhere at once.
 
-use super::router::RouterKind;
-use super::sim::{CacheMode, IndexKind, TouchOrder};
+use super::kinds::{CacheMode, IndexKind, TouchOrder};
+use crate::fleet::route::kind::RouterKind;
 
 /// Router of a scenario file that names none.
 pub const ROUTER: RouterKind = RouterKind::PrefixAware;

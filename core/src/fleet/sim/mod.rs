@@ -3,139 +3,25 @@
 
 use heapless::Vec as HVec;
 
-use super::defaults;
-use super::engine::PodLoad;
-use super::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
-use super::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_POD_BLOCKS, MAX_PODS, MAX_STALE_DELAY};
-use super::pipeline::{RouterBuffers, RouterLayout, RouterSpec};
-use super::pod::{CacheEvents, LruPod, Slot};
-use super::router::{AnyRouter, Holders, KeyHolders, PrefixAware, Route, RouteView, Router, RouterKind};
-use super::runs::{Run, RunLru};
-use super::scale::{ScaleAction, ScalePolicy, ScaleState};
-use super::server::FifoServer;
-use super::{Error, Field, Quantity};
+pub mod batched;
+pub mod defaults;
+pub mod kinds;
+pub mod scale;
 
-/// Order in which a request's keys are touched after the hit test.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
-pub enum TouchOrder {
-    /// k_{m-1} first, k_0 last: the prefix ends up most recent (default, as vLLM frees blocks).
-    TailFirst,
-    /// k_0 first, k_{m-1} last (the seed's variant).
-    InOrder,
-}
-
-impl core::fmt::Display for TouchOrder {
-    /// Its CLI name.
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl TouchOrder {
-    /// Both orders.
-    pub const ALL: [TouchOrder; 2] = [TouchOrder::TailFirst, TouchOrder::InOrder];
-
-    /// The CLI name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            TouchOrder::TailFirst => "tail-first",
-            TouchOrder::InOrder => "in-order",
-        }
-    }
-
-    /// Parses a CLI name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|o| o.name() == s)
-    }
-}
-
-/// Where the prefix-aware router reads "which pods hold this key" from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
-pub enum IndexKind {
-    /// A global key -> pod-mask table ([`BlockIndex`]) fed by the pods' insert and evict events,
-    /// as llm-d's KV-cache indexer does. Costs 21..43 bytes per indexed key and two table updates
-    /// per miss.
-    Global,
-    /// The pods' own key tables answer directly (the union of N exact views is the same set as
-    /// the global index), plus the same stale-evict queue. No extra memory; a match costs up to
-    /// N lookups per block. Results are identical to [`IndexKind::Global`] (tested).
-    PodTables,
-}
-
-impl core::fmt::Display for IndexKind {
-    /// Its CLI name.
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl IndexKind {
-    /// Both kinds.
-    pub const ALL: [IndexKind; 2] = [IndexKind::Global, IndexKind::PodTables];
-
-    /// The CLI name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            IndexKind::Global => "global",
-            IndexKind::PodTables => "pod-tables",
-        }
-    }
-
-    /// Parses a CLI name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.name() == s)
-    }
-}
-
-/// Whose cache a request reads and fills (docs/MODEL.md, "Shared (global) cache").
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "kebab-case"))]
-pub enum CacheMode {
-    /// Every pod has its own LRU of C blocks (the default).
-    #[default]
-    Local,
-    /// One fleet-wide LRU of N x C blocks that every pod reads and fills (Mooncake's global
-    /// cache); the routed pod still does the prefill.
-    Global,
-}
-
-impl core::fmt::Display for CacheMode {
-    /// Its CLI name.
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl CacheMode {
-    /// Both modes.
-    pub const ALL: [CacheMode; 2] = [CacheMode::Local, CacheMode::Global];
-
-    /// The CLI name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            CacheMode::Local => "local",
-            CacheMode::Global => "global",
-        }
-    }
-
-    /// Parses a CLI name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.name() == s)
-    }
-
-    /// True for [`CacheMode::Local`] (serde: the default is not written).
-    pub fn is_local(&self) -> bool {
-        *self == CacheMode::Local
-    }
-}
+pub use self::kinds::{CacheMode, IndexKind, TouchOrder};
+use self::scale::{ScaleAction, ScalePolicy, ScaleState};
+use crate::fleet::base::error::{Error, Field, Quantity};
+use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_ALPHA, MAX_POD_BLOCKS, MAX_PODS, MAX_STALE_DELAY};
+use crate::fleet::base::load::PodLoad;
+use crate::fleet::cache::CacheEvents;
+use crate::fleet::cache::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
+use crate::fleet::cache::lru::{LruPod, Slot};
+use crate::fleet::cache::runs::{Run, RunLru};
+use crate::fleet::engine::server::FifoServer;
+use crate::fleet::route::kind::{AnyRouter, RouterKind};
+use crate::fleet::route::seed::PrefixAware;
+use crate::fleet::route::spec::{RouterBuffers, RouterLayout, RouterSpec};
+use crate::fleet::route::{Holders, KeyHolders, Route, RouteView, Router};
 
 /// A fleet's configuration.
 #[derive(Clone, Copy, Debug)]

@@ -19,8 +19,8 @@
 //!   the drain of the requests queued on it, and the pods still provisioned at the end until the
 //!   end. [`ScaleState::pod_ns`] is that integral, in pod-nanoseconds.
 
-use super::limits::MAX_PODS;
-use super::{Error, Field, Quantity};
+use crate::fleet::base::error::{Error, Field, Quantity};
+use crate::fleet::base::limits::MAX_PODS;
 
 /// An autoscaling policy (see the module doc for the rule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -367,7 +367,7 @@ pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::
             let trace = super::dynamo::load(&a.trace, s, a.max_line_bytes)?;
             match engine {
                 Some(e) => {
-                    brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(super::run::config_error)?;
+                    brokerlab_core::fleet::sim::batched::validate(&cfg, &e).map_err(super::run::config_error)?;
                     let res = super::dynamo::simulate_batched(cfg, e, &trace, &a.trace, s, outcomes.is_some())?;
                     if let Some(path) = outcomes {
                         super::engine::write_outcomes(path, &res.completions)?;

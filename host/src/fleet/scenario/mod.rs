@@ -226,7 +226,7 @@ impl Scenario {
                     };
                     let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
                     let ecfg = s.config(&key)?;
-                    brokerlab_core::fleet::batched::validate(&fleet, &ecfg).map_err(|e| key_error(origin, e))?;
+                    brokerlab_core::fleet::sim::batched::validate(&fleet, &ecfg).map_err(|e| key_error(origin, e))?;
                     Some(s)
                 }
                 other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
