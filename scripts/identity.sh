@@ -31,7 +31,7 @@
 set -euo pipefail
 
 LINES=${IDENTITY_LINES:-2000}
-HERE=$(cd "$(dirname "$0")/.." && pwd)
+HERE=${IDENTITY_REPO:-$(cd "$(dirname "$0")/.." && pwd)}
 
 die() { echo "identity.sh: $*" >&2; exit 2; }
 
@@ -65,7 +65,7 @@ for f in sorted(src.glob("*.toml")):
 PY
     (cd "$WORK" && "$BIN" fleet gen-trace scenarios/rag.toml -o gen16.jsonl) 2>/dev/null
     # a custom pipeline (`custom` in the outputs)
-    printf 'filters = ["prefix-cache-affinity"]\npicker = "max-score-lowest-index"\n[[scorers]]\ntype = "token-load"\nweight = 1\n[[scorers]]\ntype = "precise-prefix-cache"\nweight = 2\n[params]\nseed = 9\nprefix_source = "precise"\n' >"$WORK/router.toml"
+    printf 'filters = ["prefix-cache-affinity"]\npicker = "max-score"\n[[scorers]]\ntype = "token-load"\nweight = 1\n[[scorers]]\ntype = "precise-prefix-cache"\nweight = 2\n[params]\nseed = 9\nprefix_source = "precise"\n' >"$WORK/router.toml"
     # bailian, dynamo and tokens traces, deterministic, from the generated 16-token trace
     python3 - "$WORK" <<'PY'
 import json, sys

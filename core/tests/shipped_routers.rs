@@ -568,3 +568,69 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn weights_are_bounded_so_the_weighted_sum_stays_finite() {
+    // Every scorer slot at MAX_WEIGHT: the total is at most 8 x 1e6, finite, and the pick is
+    // the one the scores decide (queue: pod 0 idle, pod 1 with 3 waiting).
+    let mut s = RouterSpec { picker: PickerKind::MaxScoreLowestIndex, ..RouterSpec::EMPTY };
+    for slot in s.scorers.iter_mut() {
+        *slot = Some(WeightedScorer { kind: ScorerKind::Queue, weight: MAX_WEIGHT });
+    }
+    s.validate().unwrap();
+    let (held, q, l) = (Held(vec![vec![]; 2]), [0; 2], waiting(&[0, 3]));
+    let mut r = router(s, 2, 0);
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 2), [8.0 * MAX_WEIGHT, 0.0]);
+    assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 0);
+    // Beyond it, refused: f64::MAX made every total +inf, a tie the max-score picker broke at
+    // random (issue 22).
+    for w in [MAX_WEIGHT * (1.0 + f64::EPSILON), f64::MAX, f64::INFINITY, -0.5] {
+        let mut t = s;
+        t.scorers[3] = Some(WeightedScorer { kind: ScorerKind::Queue, weight: w });
+        assert!(matches!(t.validate(), Err(Error::InvalidConfig { field: Field::ScorerWeight, .. })), "{w}");
+    }
+    let mut d = RouterSpec::preset(RouterKind::DynamoKv).unwrap();
+    d.params.overlap_score_weight = f64::MAX;
+    assert!(matches!(d.validate(), Err(Error::InvalidConfig { field: Field::OverlapScoreWeight, .. })));
+    let mut v = RouterSpec::preset(RouterKind::VllmLoadaware).unwrap();
+    v.params.vllm_beta = 2e6;
+    assert!(matches!(v.validate(), Err(Error::InvalidConfig { field: Field::VllmBeta, .. })));
+}
+
+#[test]
+fn each_router_reads_only_its_keys() {
+    use RouterKey::*;
+    let reads = |kind: RouterKind| -> Vec<RouterKey> {
+        let s = RouterSpec::preset(kind).unwrap();
+        RouterKey::ALL.into_iter().filter(|&k| s.reads(k)).collect()
+    };
+    // the non-pipeline policies: their own parameters (and the approximate index, the seed)
+    assert_eq!(reads(RouterKind::DynamoKv), [Seed, OverlapScoreWeight, RouterTemperature]);
+    assert_eq!(
+        reads(RouterKind::SglangCacheAware),
+        [Seed, ApproxLruBlocks, CacheThreshold, BalanceAbsThreshold, BalanceRelThreshold]
+    );
+    assert_eq!(reads(RouterKind::VllmLoadaware), [ApproxLruBlocks, VllmBeta]);
+    // pipelines: filters, scorers, picker, and the parameters of the parts present
+    assert_eq!(reads(RouterKind::LlmDPrecise), [Filters, Scorers, Picker, Seed]);
+    assert_eq!(reads(RouterKind::LlmDApproximate), [Filters, Scorers, Picker, Seed, ApproxLruBlocks]);
+    assert_eq!(
+        reads(RouterKind::LlmDAffinity),
+        [
+            Filters,
+            Scorers,
+            Picker,
+            Seed,
+            ApproxLruBlocks,
+            PrefixSource,
+            TokenLoadThreshold,
+            AffinityThreshold,
+            MaxTtftPenaltyMs,
+            PeakPrefillTokensPerS
+        ]
+    );
+    let mut s = single(ScorerKind::LoadAware);
+    assert!(s.reads(LoadAwareThreshold) && !s.reads(Seed), "ties to the lowest index draw nothing");
+    s.scorers[1] = Some(WeightedScorer { kind: ScorerKind::NoHitLru, weight: 1.0 });
+    assert!(s.reads(NoHitLruSize) && s.reads(PrefixSource) && !s.reads(TokenLoadThreshold));
+}

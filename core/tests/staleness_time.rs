@@ -82,7 +82,10 @@ fn delays_in_time_are_checked() {
     let c = cfg(10, 5);
     assert_eq!(c.pending_queues(), 3);
     let e = EngineConfig::new(Profile::Seed);
-    assert!(matches!(sim::batched::validate(&c, &e), Err(Error::InvalidConfig { field: Field::Stale, .. })));
+    // each delay named by its own field (issue 22: both used to name --stale)
+    assert!(matches!(sim::batched::validate(&c, &e), Err(Error::InvalidConfig { field: Field::EventDelay, .. })));
+    let ttl = cfg(0, 5);
+    assert!(matches!(sim::batched::validate(&ttl, &e), Err(Error::InvalidConfig { field: Field::SpeculativeTtl, .. })));
     // Routers that do not read the exact index keep no queues.
     let mut rr = cfg(10, 5);
     rr.router = RouterKind::RoundRobin;

@@ -82,7 +82,14 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { EXIT_BAD_INPUT } else { 0 };
-            let _ = e.print();
+            // `--help > /dev/full` fails like any other output; a closed pipe ends quietly
+            if let Err(err) = e.print()
+                && code == 0
+                && err.kind() != std::io::ErrorKind::BrokenPipe
+            {
+                brokerlab::print_stderr(&format!("brokerlab: error: cannot write to stdout: {err}"));
+                return ExitCode::from(brokerlab::error::EXIT_FAILURE as u8);
+            }
             return ExitCode::from(code as u8);
         }
     };
@@ -91,9 +98,16 @@ fn main() -> ExitCode {
         Cmd::Task(cmd) => brokerlab::task::main(cmd),
         Cmd::Audit(a) => audit(a),
     };
+    // an output cut short by a full disk or an I/O error is a failure, not a result
+    let result = result.and_then(|code| match brokerlab::stdout_failure() {
+        Some(msg) => Err(brokerlab::error::CliError::failure(msg)),
+        None => Ok(code),
+    });
     match result {
         Ok(code) => ExitCode::from(code as u8),
         Err(e) => {
+            // files staged for a set that will not be complete
+            brokerlab::outfile::discard();
             let (code, msg) = (e.code(), e.to_string());
             brokerlab::print_stderr(&format!("brokerlab: error: {msg}"));
             ExitCode::from(code as u8)

@@ -148,12 +148,13 @@ pub struct Need {
 }
 
 /// Fails with exit 2 when `needs` add up to more than the budget; the message lists every
-/// non-empty structure, its bytes and what lowers it. `context` says what is being run.
-pub fn check(context: &str, needs: &[Need]) -> CliResult<()> {
+/// non-empty structure, its bytes and what lowers it. `context` says what is being run. Returns
+/// the total (the fixed part of a [`Growth`]).
+pub fn check(context: &str, needs: &[Need]) -> CliResult<u64> {
     let total = needs.iter().fold(0u64, |a, n| a.saturating_add(n.bytes));
     let b = budget();
     if total <= b.bytes {
-        return Ok(());
+        return Ok(total);
     }
     let mut msg = format!(
         "{context} needs {} bytes of memory, more than the budget of {} bytes ({}):",
@@ -165,6 +166,137 @@ pub fn check(context: &str, needs: &[Need]) -> CliResult<()> {
         msg += &format!("\n  {:<28} {:>22} B   lowered by {}", n.what, group(n.bytes), n.lowered_by);
     }
     Err(CliError::bad_input(msg))
+}
+
+/// The structures that grow while a run streams (per-request latencies, outcomes, labels,
+/// completions; a held trace), counted as they grow and checked against the budget together with
+/// the fixed structures [`check`] counted before the run: the budget binds a replay of any
+/// length, not only what could be counted beforehand. Clones share the count (a request source
+/// and the run's sink grow into the same budget).
+#[derive(Clone, Debug)]
+pub struct Growth(std::sync::Arc<GrowthShared>);
+
+#[derive(Debug)]
+struct GrowthShared {
+    context: String,
+    fixed: u64,
+    /// Bytes held per structure, in the order first grown.
+    held: std::sync::Mutex<Vec<(&'static str, u64)>>,
+}
+
+/// The smallest growth step of a per-request vector, elements (then it doubles).
+pub const GROWTH_MIN_ELEMENTS: usize = 1024;
+
+impl Growth {
+    /// Growth on top of `fixed` bytes (what [`check`] returned for the run's fixed structures);
+    /// `context` says what runs, for messages.
+    pub fn new(context: &str, fixed: u64) -> Self {
+        Growth(std::sync::Arc::new(GrowthShared {
+            context: context.to_string(),
+            fixed,
+            held: std::sync::Mutex::new(Vec::new()),
+        }))
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Vec<(&'static str, u64)>> {
+        self.0.held.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Bytes counted so far, fixed and grown.
+    pub fn total(&self) -> u64 {
+        self.held().iter().fold(self.0.fixed, |a, (_, b)| a.saturating_add(*b))
+    }
+
+    /// Room for one more element in `v` (the structure `what`): when full, `v` grows (doubling,
+    /// at least [`GROWTH_MIN_ELEMENTS`], at most what the budget leaves) and the bytes are
+    /// counted. While it grows, the old buffer and the new one are both held (a reallocation
+    /// copies), so the budget must hold both; no room left is exit 2 naming `what` and the budget.
+    pub fn reserve_one<T>(&self, v: &mut Vec<T>, what: &'static str) -> CliResult<()> {
+        if v.len() < v.capacity() {
+            return Ok(());
+        }
+        let size = std::mem::size_of::<T>().max(1) as u64;
+        let old = v.capacity() as u64 * size;
+        let room = budget().bytes.saturating_sub(self.total()).saturating_sub(old) / size;
+        let want = v.capacity().max(GROWTH_MIN_ELEMENTS) as u64;
+        let extra = want.min(room);
+        if extra == 0 {
+            // the smallest growth: one element more, while the old buffer is copied
+            return Err(self.over(what, old + size));
+        }
+        let before = v.capacity();
+        try_grow_exact(v, extra as usize, what)?;
+        self.count(what, (v.capacity() - before) as u64 * size);
+        Ok(())
+    }
+
+    /// Sets the bytes `what` holds (a structure that grows its own way, counted by the caller);
+    /// over the budget is exit 2 naming it.
+    pub fn set(&self, what: &'static str, bytes: u64) -> CliResult<()> {
+        {
+            let mut held = self.held();
+            match held.iter_mut().find(|(w, _)| *w == what) {
+                Some((_, b)) => *b = bytes,
+                None => held.push((what, bytes)),
+            }
+        }
+        if self.total() > budget().bytes {
+            return Err(self.over(what, 0));
+        }
+        Ok(())
+    }
+
+    fn count(&self, what: &'static str, bytes: u64) {
+        let mut held = self.held();
+        match held.iter_mut().find(|(w, _)| *w == what) {
+            Some((_, b)) => *b = b.saturating_add(bytes),
+            None => held.push((what, bytes)),
+        }
+    }
+
+    /// The error of a run whose `what` cannot grow (needing `need` more bytes at once) within
+    /// the budget.
+    fn over(&self, what: &str, need: u64) -> CliError {
+        let b = budget();
+        let mut msg = match need {
+            0 => format!(
+                "{}: the {what} outgrew the memory budget of {} bytes ({}): {} bytes held",
+                self.0.context,
+                group(b.bytes),
+                b.source,
+                group(self.total())
+            ),
+            _ => format!(
+                "{}: the {what} would grow past the memory budget of {} bytes ({}): {} bytes held, {} more \
+                 needed to grow it",
+                self.0.context,
+                group(b.bytes),
+                b.source,
+                group(self.total()),
+                group(need)
+            ),
+        };
+        let fixed = "fixed structures (counted before the run)";
+        let held = self.held();
+        let width = held.iter().map(|(w, _)| w.len()).chain([fixed.len()]).max().unwrap_or(0);
+        msg += &format!("\n  {fixed:<width$} {:>16} B", group(self.0.fixed));
+        for (w, bytes) in held.iter() {
+            msg += &format!("\n  {w:<width$} {:>16} B", group(*bytes));
+        }
+        msg += "\n  lowered by a shorter trace (or fewer requests); or raise --max-memory";
+        CliError::bad_input(msg)
+    }
+}
+
+/// Reserves room for exactly `extra` more elements in `v`, or an error naming `what`.
+fn try_grow_exact<T>(v: &mut Vec<T>, extra: usize, what: &str) -> CliResult<()> {
+    v.try_reserve_exact(extra).map_err(|e| {
+        let bytes = (v.len() as u128 + extra as u128) * std::mem::size_of::<T>() as u128;
+        CliError::bad_input(format!(
+            "cannot allocate {what} ({} bytes): {e}; lower the sizes that drive it or free memory",
+            group_u128(bytes)
+        ))
+    })
 }
 
 /// A vector of `n` copies of `value`, or an error naming `what` when the allocation fails (never

@@ -33,14 +33,18 @@ pub struct Provenance {
     /// UTC date and time of the run (RFC 3339), absent with `--no-date`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub date: Option<String>,
-    /// Every scenario and trace read.
+    /// Every scenario, trace and router config read.
     pub inputs: Vec<Input>,
+    /// With `--router-config`: the router it resolved to (`router`: the preset or `custom`;
+    /// `spec`: policy, filters, weighted scorers, picker and every parameter), absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub router_pipeline: Option<serde_json::Value>,
 }
 
 /// One input file (or built-in scenario).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Input {
-    /// "scenario" or "trace".
+    /// "scenario", "trace" or "router-config".
     pub kind: String,
     /// Path as given, or `scenarios/NAME.toml (built in)`.
     pub path: String,
@@ -69,6 +73,7 @@ impl Provenance {
             git_commit: GIT_COMMIT.into(),
             date,
             inputs: Vec::new(),
+            router_pipeline: None,
         }
     }
 
@@ -120,6 +125,9 @@ impl Provenance {
             let digest =
                 i.sha256.as_deref().map_or("not hashed (not a regular file)".into(), |h| format!("sha256 {h}"));
             v.push((i.kind.clone(), format!("{} {digest}", i.path)));
+        }
+        if let Some(r) = &self.router_pipeline {
+            v.push(("router pipeline".into(), r.to_string()));
         }
         v
     }

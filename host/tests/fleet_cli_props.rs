@@ -1,7 +1,8 @@
 //! Issue 11's property test: random integers, floats and strings (0, max, NaN, inf, negative, junk)
-//! in every numeric flag of `fleet replay`, `fleet run` and `fleet sweep` and in every numeric key
-//! of a scenario. The binary never panics or aborts: it exits 0 or 2, under a small
-//! `--max-memory`. Fixed seed; about 600 runs of the debug binary on tiny inputs.
+//! in every numeric flag of `fleet replay`, `fleet run` and `fleet sweep`, and (issue 22) in every
+//! key of a scenario file and of a router config (weights included), with the valid names of the
+//! keys that take names mixed in. The binary never panics or aborts: it exits 0 or 2, under a
+//! small `--max-memory`. Fixed seed; about 1,000 runs of the debug binary on tiny inputs.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -210,41 +211,63 @@ fn batched_engine_numeric_flags() {
     tally.assert_both("batched replay", 10, 10);
 }
 
-/// Scenario keys (dotted: table.key) and their defaults in the base scenario.
-const KEYS: &[(&str, &str)] = &[
-    ("workload.seed", "3"),
-    ("workload.requests", "40"),
-    ("workload.tenants", "4"),
-    ("workload.users_per_tenant", "3"),
-    ("workload.prefix_tokens", "64"),
-    ("workload.suffix_tokens", "[16, 48]"),
-    ("workload.output_tokens", "[1, 8]"),
-    ("workload.rate_per_s", "10.0"),
-    ("workload.header_tokens", "16"),
-    ("workload.rag.docs", "6"),
-    ("workload.rag.doc_tokens", "32"),
-    ("workload.rag.per_request", "2"),
-    ("workload.burst.rate_per_s", "20.0"),
-    ("workload.burst.start_s", "1.0"),
-    ("workload.burst.duration_s", "1.0"),
-    ("fleet.pods", "3"),
-    ("fleet.capacity", "32"),
-    ("fleet.alpha", "1.0"),
-    ("fleet.stale", "0"),
-    ("fleet.t_prefill_ns", "50000"),
-    ("fleet.t_decode_ns", "0"),
-    ("fleet.cpu_capacity", "0"),
-    ("fleet.t_cpu_ns", "5000"),
-    ("fleet.autoscale.min", "1"),
-    ("fleet.autoscale.initial", "2"),
-    ("fleet.autoscale.interval_s", "1.0"),
-    ("fleet.autoscale.up_queue", "2.0"),
-    ("fleet.autoscale.down_queue", "0.5"),
-    ("fleet.autoscale.startup_s", "1.0"),
+/// Every key of a scenario file (dotted: table.key), its value in the base scenario (None: absent
+/// unless chosen), and the valid names of a key that takes one (mixed into the random values).
+const KEYS: &[(&str, Option<&str>, &[&str])] = &[
+    ("name", None, &["n"]),
+    ("description", None, &["d"]),
+    ("workload.seed", Some("3"), &[]),
+    ("workload.requests", Some("40"), &[]),
+    ("workload.tenants", Some("4"), &[]),
+    ("workload.users_per_tenant", Some("3"), &[]),
+    ("workload.prefix_tokens", Some("64"), &[]),
+    ("workload.suffix_tokens", Some("[16, 48]"), &[]),
+    ("workload.output_tokens", Some("[1, 8]"), &[]),
+    ("workload.output_tokens_choices", None, &[]),
+    ("workload.popularity", None, &["uniform", "cycle", "zipf:1.1", "zipf:0"]),
+    ("workload.rate_per_s", Some("10.0"), &[]),
+    ("workload.suffix_scope", None, &["request", "user"]),
+    ("workload.layout", None, &["stable-prefix-first", "timestamp-first"]),
+    ("workload.header_tokens", Some("16"), &[]),
+    ("workload.stages.rate_per_s", None, &[]),
+    ("workload.stages.duration_s", None, &[]),
+    ("workload.rag.docs", Some("6"), &[]),
+    ("workload.rag.doc_tokens", Some("32"), &[]),
+    ("workload.rag.per_request", Some("2"), &[]),
+    ("workload.rag.order", None, &["random", "sorted"]),
+    ("workload.burst.rate_per_s", Some("20.0"), &[]),
+    ("workload.burst.start_s", Some("1.0"), &[]),
+    ("workload.burst.duration_s", Some("1.0"), &[]),
+    ("fleet.pods", Some("3"), &[]),
+    ("fleet.capacity", Some("32"), &[]),
+    ("fleet.router", None, &["round-robin", "prefix-aware", "llm-d-precise", "dynamo-kv", "sglang-cache-aware"]),
+    ("fleet.alpha", Some("1.0"), &[]),
+    ("fleet.stale", Some("0"), &[]),
+    ("fleet.order", None, &["tail-first", "in-order"]),
+    ("fleet.t_prefill_ns", Some("50000"), &[]),
+    ("fleet.t_decode_ns", Some("0"), &[]),
+    ("fleet.index", None, &["pod-tables", "global"]),
+    ("fleet.cpu_capacity", Some("0"), &[]),
+    ("fleet.t_cpu_ns", Some("5000"), &[]),
+    ("fleet.cache", None, &["local", "global"]),
+    ("fleet.autoscale.min", Some("1"), &[]),
+    ("fleet.autoscale.initial", Some("2"), &[]),
+    ("fleet.autoscale.interval_s", Some("1.0"), &[]),
+    ("fleet.autoscale.up_queue", Some("2.0"), &[]),
+    ("fleet.autoscale.down_queue", Some("0.5"), &[]),
+    ("fleet.autoscale.startup_s", Some("1.0"), &[]),
+    ("fleet.engine.model", None, &["batched", "fifo"]),
+    ("fleet.engine.profile", None, &["qwen3-32b-h100x2", "llama-3.1-8b-h100", "seed"]),
+    ("fleet.engine.max_num_seqs", None, &[]),
+    ("fleet.engine.max_num_batched_tokens", None, &[]),
+    ("fleet.engine.t_overhead_ns", None, &[]),
+    ("fleet.engine.t_prefill_token_ns", None, &[]),
+    ("fleet.engine.t_decode_seq_ns", None, &[]),
+    ("fleet.engine.t_kv_token_ns", None, &[]),
 ];
 
 /// TOML for `v` as a key's value: numbers as they are when TOML reads them as numbers, else a
-/// string (a type error is a fine answer too); pairs get the value in one end.
+/// string (a type error is a fine answer too); pairs and lists get the value in one place.
 fn toml_value(key: &str, v: &str, second: bool) -> String {
     let is_num = v.parse::<i128>().is_ok()
         || toml::from_str::<toml::Table>(&format!("x = {v}")).is_ok_and(|t| t["x"].is_integer() || t["x"].is_float());
@@ -252,26 +275,54 @@ fn toml_value(key: &str, v: &str, second: bool) -> String {
     match key {
         "workload.suffix_tokens" | "workload.output_tokens" if second => format!("[1, {lit}]"),
         "workload.suffix_tokens" | "workload.output_tokens" => format!("[{lit}, 4096]"),
+        "workload.output_tokens_choices" if second => format!("[1, {lit}]"),
+        "workload.output_tokens_choices" => format!("[{lit}]"),
         _ => lit,
     }
 }
 
+/// A value for `key`: one of its valid names (as a TOML string) when `pick` says so and it has
+/// names, else the random `v`.
+fn key_value(key: &str, names: &[&str], v: &str, second: bool, pick: usize) -> String {
+    if !names.is_empty() && pick.is_multiple_of(2) {
+        return format!("{:?}", names[pick / 2 % names.len()]);
+    }
+    toml_value(key, v, second)
+}
+
 fn scenario_text(set: &[(&str, String)]) -> String {
     let mut tables: Vec<(&str, Vec<(String, String)>)> = vec![
+        ("", vec![]),
         ("workload", vec![]),
         ("workload.rag", vec![]),
         ("workload.burst", vec![]),
+        ("[workload.stages]", vec![]),
         ("fleet", vec![]),
         ("fleet.autoscale", vec![]),
+        ("fleet.engine", vec![]),
     ];
-    for (k, default) in KEYS {
-        let (table, key) = k.rsplit_once('.').unwrap();
-        let v = set.iter().find(|(s, _)| s == k).map_or_else(|| default.to_string(), |(_, v)| v.clone());
+    let stages = set.iter().any(|(k, _)| k.starts_with("workload.stages."));
+    for (k, default) in KEYS.iter().map(|(k, d, _)| (*k, *d)) {
+        let (table, key) = k.rsplit_once('.').unwrap_or(("", k));
+        let chosen = set.iter().find(|(s, _)| *s == k).map(|(_, v)| v.clone());
+        // a stage's two keys go together; stages replace the single rate
+        let default = match k {
+            "workload.stages.rate_per_s" | "workload.stages.duration_s" if stages => Some("2.0"),
+            "workload.rate_per_s" if stages => None,
+            _ => default,
+        };
+        let Some(v) = chosen.or(default.map(str::to_string)) else { continue };
+        let table = if table == "workload.stages" { "[workload.stages]" } else { table };
         tables.iter_mut().find(|(t, _)| *t == table).unwrap().1.push((key.to_string(), v));
     }
     let mut text = String::new();
     for (t, kv) in tables {
-        text += &format!("[{t}]\n");
+        if kv.is_empty() && t != "workload" && t != "fleet" {
+            continue;
+        }
+        if !t.is_empty() {
+            text += &format!("[{t}]\n");
+        }
         for (k, v) in kv {
             text += &format!("{k} = {v}\n");
         }
@@ -280,7 +331,7 @@ fn scenario_text(set: &[(&str, String)]) -> String {
 }
 
 #[test]
-fn scenario_numeric_keys() {
+fn scenario_keys() {
     // The base scenario itself runs.
     let base = dir().join("base.toml");
     std::fs::write(&base, scenario_text(&[])).unwrap();
@@ -292,17 +343,134 @@ fn scenario_numeric_keys() {
 
     let keys = proptest::sample::subsequence(KEYS, 1..=3);
     let tally = Tally::new();
-    let mut r = runner(250, 0x5CE);
+    let mut r = runner(400, 0x5CE);
     let n = std::sync::atomic::AtomicUsize::new(0);
-    r.run(&(keys, proptest::collection::vec((value(), any::<bool>()), 3)), |(keys, vals)| {
-        let set: Vec<(&str, String)> =
-            keys.iter().zip(&vals).map(|((k, _), (v, second))| (*k, toml_value(k, v, *second))).collect();
+    r.run(&(keys, proptest::collection::vec((value(), any::<bool>(), any::<usize>()), 3)), |(keys, vals)| {
+        let set: Vec<(&str, String)> = keys
+            .iter()
+            .zip(&vals)
+            .map(|((k, _, names), (v, second, pick))| (*k, key_value(k, names, v, *second, *pick)))
+            .collect();
         let p = dir().join(format!("s{}.toml", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
         std::fs::write(&p, scenario_text(&set)).unwrap();
         check(&a(&p), &tally)
     })
     .unwrap();
     tally.assert_both("scenario", 10, 10);
+}
+
+/// Every key of a router config file (`scorers.` keys in one `[[scorers]]` table, `params.` in
+/// `[params]`) and the valid names of the keys that take one.
+const ROUTER_KEYS: &[(&str, &[&str])] = &[
+    (
+        "preset",
+        &[
+            "llm-d-precise",
+            "llm-d-approximate",
+            "llm-d-load",
+            "random",
+            "gie-default",
+            "llm-d-affinity",
+            "dynamo-kv",
+            "sglang-cache-aware",
+            "vllm-loadaware",
+        ],
+    ),
+    ("policy", &["pipeline", "dynamo-kv", "sglang-cache-aware", "vllm-loadaware"]),
+    ("picker", &["max-score", "max-score-lowest-index", "random"]),
+    ("filters", &["prefix-cache-affinity"]),
+    (
+        "scorers.type",
+        &[
+            "prefix-cache",
+            "precise-prefix-cache",
+            "precise-prefix-cache-min-max",
+            "queue",
+            "kv-cache-utilization",
+            "no-hit-lru",
+            "token-load",
+            "active-requests",
+            "load-aware",
+        ],
+    ),
+    ("scorers.weight", &[]),
+    ("params.seed", &[]),
+    ("params.approx_lru_blocks", &[]),
+    ("params.prefix_source", &["auto", "approximate", "precise"]),
+    ("params.load_aware_threshold", &[]),
+    ("params.token_load_threshold", &[]),
+    ("params.no_hit_lru_size", &[]),
+    ("params.affinity_threshold", &[]),
+    ("params.max_ttft_penalty_ms", &[]),
+    ("params.peak_prefill_tokens_per_s", &[]),
+    ("params.overlap_score_weight", &[]),
+    ("params.router_temperature", &[]),
+    ("params.cache_threshold", &[]),
+    ("params.balance_abs_threshold", &[]),
+    ("params.balance_rel_threshold", &[]),
+    ("params.vllm_beta", &[]),
+];
+
+/// A router config with `set` (key, TOML value); a scorer table gets a `type` unless chosen.
+fn router_config_text(set: &[(&str, String)]) -> String {
+    let (mut top, mut scorer, mut params) = (String::new(), String::new(), String::new());
+    for (k, v) in set {
+        match k.split_once('.') {
+            Some(("scorers", key)) => scorer += &format!("{key} = {v}\n"),
+            Some(("params", key)) => params += &format!("{key} = {v}\n"),
+            _ if *k == "filters" => top += &format!("filters = [{v}]\n"),
+            _ => top += &format!("{k} = {v}\n"),
+        }
+    }
+    if !scorer.is_empty() && !scorer.contains("type = ") {
+        scorer = format!("type = \"queue\"\n{scorer}");
+    }
+    let mut text = top;
+    if !scorer.is_empty() {
+        text += &format!("[[scorers]]\n{scorer}");
+    }
+    if !params.is_empty() {
+        text += &format!("[params]\n{params}");
+    }
+    text
+}
+
+/// Every key of a router config, weights and parameters at their extremes, under either engine:
+/// exit 0 or 2 (a weight beyond 1e6, a key the router does not read, a bad name), never a panic,
+/// an abort or a silent +inf.
+#[test]
+fn router_config_keys() {
+    let t = trace();
+    let keys = proptest::sample::subsequence(ROUTER_KEYS, 1..=3);
+    let tally = Tally::new();
+    let mut r = runner(250, 0x20C);
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    r.run(
+        &(keys, proptest::collection::vec((value(), any::<usize>()), 3), any::<bool>(), any::<usize>()),
+        |(keys, vals, batched, base)| {
+            let mut set: Vec<(&str, String)> = keys
+                .iter()
+                .zip(&vals)
+                .map(|((k, names), (v, pick))| (*k, key_value(k, names, v, false, *pick)))
+                .collect();
+            // most files start from a preset (else most are empty pipelines, refused at once)
+            let presets = ROUTER_KEYS[0].1;
+            if base % 5 != 0 && !set.iter().any(|(k, _)| *k == "preset") {
+                set.insert(0, ("preset", format!("{:?}", presets[base % presets.len()])));
+            }
+            let p = dir().join(format!("rc{}.toml", n.fetch_add(1, std::sync::atomic::Ordering::Relaxed)));
+            std::fs::write(&p, router_config_text(&set)).unwrap();
+            let mut a: Vec<String> = vec!["fleet".into(), "replay".into(), "--trace".into(), t.display().to_string()];
+            a.extend(["--pods", "4", "--capacity", "64", "--max-memory", MAX_MEMORY, "--json"].map(String::from));
+            a.extend(["--router-config".into(), p.display().to_string()]);
+            if batched {
+                a.extend(["--engine".into(), "batched".into()]);
+            }
+            check(&a, &tally)
+        },
+    )
+    .unwrap();
+    tally.assert_both("router config", 10, 10);
 }
 
 #[test]

@@ -162,7 +162,7 @@ fn formats_are_detected_from_the_first_line() {
     for (i, (text, want)) in cases.iter().enumerate() {
         let p = write(&format!("detect{i}.jsonl"), text);
         assert_eq!(
-            brokerlab::fleet::formats::resolve_format(None, &p, brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES)
+            brokerlab::fleet::formats::resolve_format(None, &p, brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES, 9)
                 .unwrap(),
             *want
         );
@@ -170,14 +170,15 @@ fn formats_are_detected_from_the_first_line() {
             brokerlab::fleet::formats::resolve_format(
                 Some(Format::Dynamo),
                 &p,
-                brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES
+                brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES,
+                9
             )
             .unwrap(),
             Format::Dynamo
         );
     }
     let p = write("detect-none.jsonl", "{\"timestamp\": 0}\n");
-    let err = brokerlab::fleet::formats::resolve_format(None, &p, brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES)
+    let err = brokerlab::fleet::formats::resolve_format(None, &p, brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES, 9)
         .unwrap_err();
     let msg = err.to_string();
     assert_eq!(err.code(), 2);
@@ -308,7 +309,9 @@ fn mooncake_re_expressed_as_bailian_gives_identical_hits() {
             labels: vec![],
             types: vec![],
             max_line_bytes: brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES,
+            max_blank_lines: brokerlab::fleet::trace::DEFAULT_MAX_BLANK_LINES,
             read: Default::default(),
+            growth: None,
         };
         let a: Summary = simulate(cfg, &mut ms, false).unwrap().summary;
         let c = simulate(cfg, &mut bs, true).unwrap();
@@ -340,7 +343,9 @@ fn bailian_source(path: &Path) -> FormatSource {
         labels: vec![],
         types: vec![],
         max_line_bytes: brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES,
+        max_blank_lines: brokerlab::fleet::trace::DEFAULT_MAX_BLANK_LINES,
         read: Default::default(),
+        growth: None,
     }
 }
 
@@ -491,6 +496,16 @@ fn one_turn_dynamo_sessions_under_the_batched_engine_equal_the_mooncake_replay()
         let (vm, om) = outcome_lines(&m, &flags, "eq-m.jsonl");
         let (vd, od) = outcome_lines(&d, &flags, "eq-d.jsonl");
         assert_eq!(vd["format"], "dynamo");
+        // a Dynamo line adds its session and trace line (line i + 1 holds session s{i})
+        let od: Vec<serde_json::Value> = od
+            .into_iter()
+            .map(|mut l| {
+                let o = l.as_object_mut().unwrap();
+                let (session, line) = (o.remove("session_id").unwrap(), o.remove("line").unwrap());
+                assert_eq!(session, format!("s{}", line.as_u64().unwrap() - 1));
+                l
+            })
+            .collect();
         assert_eq!(om, od, "{flags:?}");
         for (k, x) in vm.as_object().unwrap() {
             if k != "provenance" && k != "format" {
@@ -544,7 +559,7 @@ fn bad_lines_under_the_batched_engine_are_exit_2_naming_file_line_and_field() {
     let p = write("bai-batched-stale.jsonl", BAILIAN);
     let (code, _, err) = replay(&p, &["--engine", "batched", "--stale", "2"]);
     assert_eq!(code, 2);
-    assert!(err.contains("--stale: expected an exact index with --engine batched"), "{err}");
+    assert!(err.contains("--stale: expected 0 with --engine batched (its index is exact)"), "{err}");
     let (code, _, err) = replay(&p, &["--outcomes", "x.jsonl"]);
     assert_eq!(code, 2);
     assert!(err.contains("--outcomes: only with --engine batched"), "{err}");

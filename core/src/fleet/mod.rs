@@ -19,6 +19,7 @@
 
 pub mod base;
 pub mod cache;
+pub mod cost;
 pub mod engine;
 pub mod keys;
 pub mod route;
@@ -41,8 +42,8 @@ pub use keys::{hash, vllm};
 pub use route::kind::{AnyRouter, RouterKind};
 pub use route::shipped::{Evaluation, ShippedRouter};
 pub use route::spec::{
-    FilterKind, MAX_FILTERS, MAX_SCORERS, PickerKind, Policy, PrefixSource, RouterBuffers, RouterLayout, RouterParams,
-    RouterSpec, ScorerKind, WeightedScorer,
+    FilterKind, MAX_FILTERS, MAX_SCORERS, MAX_WEIGHT, PickerKind, Policy, PrefixSource, RouterBuffers, RouterKey,
+    RouterLayout, RouterParams, RouterSpec, ScorerKind, WeightedScorer,
 };
 pub use route::{Holders, KeyHolders, Route, RouteView, Router};
 pub use sim::batched::{BatchedFleet, EngineBuffers, EngineCaches, EngineLayout};

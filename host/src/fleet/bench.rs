@@ -88,6 +88,13 @@ pub struct EngineBench {
     pub ttft_p90: Option<f64>,
 }
 
+impl Loaded {
+    /// `FILE:LINE: request I` of request `i`, for messages.
+    fn at(&self, i: usize) -> String {
+        format!("{}:{}: request {i}", self.path.display(), self.lines.get(i).copied().unwrap_or(0))
+    }
+}
+
 /// The loaded trace as a request source.
 struct LoadedSource<'l>(&'l Loaded);
 
@@ -103,7 +110,7 @@ impl super::run::RequestSource for LoadedSource<'_> {
                 output_tokens: *output,
                 keys: &self.0.keys[range.clone()],
             };
-            sink(&req).map_err(|e| CliError::bad_input(format!("request {i}: {e}")))?;
+            sink(&req).map_err(|e| CliError::bad_input(format!("{}: {e}", self.0.at(i))))?;
         }
         Ok(())
     }
@@ -162,6 +169,9 @@ pub struct TableBench {
 }
 
 struct Loaded {
+    /// The trace file and each request's line in it, for messages (`FILE:LINE: request I: ...`).
+    path: PathBuf,
+    lines: Vec<usize>,
     reqs: Vec<(u64, u64, u64, std::ops::Range<usize>)>,
     keys: Vec<u64>,
     /// The parsed records (the replay comparison hashes them again per request, as `fleet
@@ -195,12 +205,16 @@ fn load(path: &Path, trace_block: u32, repeats: usize) -> CliResult<(Loaded, f64
         parse_s = parse_s.min(t0.elapsed().as_secs_f64());
     }
     let mut raw = Vec::new();
+    let mut lines = Vec::new();
     let mut reader = TraceReader::open(path)?;
-    while let Some(rec) = reader.next_record()? {
-        raw.push(rec.clone());
+    while reader.advance()? {
+        raw.push(reader.record().clone());
+        lines.push(reader.line_no());
     }
     let t1 = Instant::now();
     let mut l = Loaded {
+        path: path.to_path_buf(),
+        lines,
         reqs: Vec::with_capacity(raw.len()),
         keys: Vec::new(),
         records: Vec::new(),
@@ -214,14 +228,11 @@ fn load(path: &Path, trace_block: u32, repeats: usize) -> CliResult<(Loaded, f64
     for (i, r) in raw.iter().enumerate() {
         buf.resize((r.input_length / BLOCK_TOKENS as u64) as usize, 0);
         let n = keys::trace_keys(&r.hash_ids, r.input_length, trace_block, &mut buf)
-            .map_err(|e| CliError::bad_input(format!("{}: request {i}: {e}", path.display())))?;
+            .map_err(|e| CliError::bad_input(format!("{}: {e}", l.at(i))))?;
         let start = l.keys.len();
         l.keys.extend_from_slice(&buf[..n]);
         let arrival_ns = r.timestamp_ms.checked_mul(1_000_000).ok_or_else(|| {
-            CliError::bad_input(format!(
-                "{}: request {i}: field `timestamp` overflows 64-bit nanoseconds",
-                path.display()
-            ))
+            CliError::bad_input(format!("{}: field `timestamp` overflows 64-bit nanoseconds", l.at(i)))
         })?;
         l.reqs.push((arrival_ns, r.input_length, r.output_length, start..start + n));
     }
@@ -652,7 +663,7 @@ impl super::run::RequestSource for HashingSource<'_> {
                 let start = buf.len();
                 buf.resize(start + (r.input_length / BLOCK_TOKENS as u64) as usize, 0);
                 let n = keys::trace_keys(&r.hash_ids, r.input_length, l.trace_block, &mut buf[start..])
-                    .map_err(|e| CliError::bad_input(format!("request {next}: {e}")))?;
+                    .map_err(|e| CliError::bad_input(format!("{}: {e}", l.at(next))))?;
                 let req = Request {
                     arrival_ns: l.reqs[next].0,
                     input_tokens: r.input_length,
@@ -665,7 +676,7 @@ impl super::run::RequestSource for HashingSource<'_> {
             self.own_s += t.elapsed().as_secs_f64();
             for (i, (req, range)) in batch.iter().enumerate() {
                 let req = Request { keys: &buf[range.clone()], ..*req };
-                sink(&req).map_err(|e| CliError::bad_input(format!("request {}: {e}", first + i)))?;
+                sink(&req).map_err(|e| CliError::bad_input(format!("{}: {e}", l.at(first + i))))?;
             }
         }
         Ok(())

@@ -32,6 +32,11 @@ pub enum FleetCmd {
     /// Print each request's block keys (decimal u64, space-separated, one line per request) of a
     /// trace of token ids, e.g. to check them against a vLLM fleet's KV events.
     Keys(formats::KeysArgs),
+    /// Fit a physics step-cost profile to a step log (CSV) of your own server.
+    Calibrate(super::cost::CalibrateArgs),
+    /// The physics step cost against published measurements: "What the cost model says, and how
+    /// wrong it is".
+    CostCheck(super::cost::CostCheckArgs),
 }
 
 /// `fleet report` arguments.
@@ -195,6 +200,16 @@ fn parse_capacity(s: &str) -> Result<usize, String> {
 
 fn parse_cpu_capacity(s: &str) -> Result<usize, String> {
     parse_blocks(0, s)
+}
+
+/// Most repeats of a benchmark (`fleet bench --repeats`).
+pub const MAX_REPEATS: usize = 1000;
+
+fn parse_repeats(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i128>() {
+        Ok(v) if v >= 1 && v <= MAX_REPEATS as i128 => Ok(v as usize),
+        _ => Err(format!("expected 1 to {MAX_REPEATS} repeats (the best of them is reported)")),
+    }
 }
 
 /// Most points of a `--from`/`--to` range.
@@ -419,6 +434,10 @@ pub struct ReplayArgs {
     /// of up to 20 digits).
     #[arg(long, value_name = "BYTES", default_value_t = trace::DEFAULT_MAX_LINE_BYTES, value_parser = crate::mem::parse_size)]
     pub max_line_bytes: u64,
+    /// Most blank lines accepted in the trace; one more is exit 2 (a trace of little but empty
+    /// lines is likely damaged, and reading it costs time for nothing).
+    #[arg(long, value_name = "N", default_value_t = trace::DEFAULT_MAX_BLANK_LINES, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub max_blank_lines: u64,
     #[command(flatten)]
     pub fleet: FleetArgs,
     #[command(flatten)]
@@ -448,8 +467,8 @@ pub struct BenchArgs {
     /// Blocks per pod.
     #[arg(long, default_value_t = 16384, allow_negative_numbers = true, value_parser = parse_capacity)]
     pub capacity: usize,
-    /// Repeats per router; the best is reported.
-    #[arg(long, default_value_t = 3)]
+    /// Repeats per router (1..=1000); the best is reported.
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = parse_repeats)]
     pub repeats: usize,
     /// Measure a sweep instead: workload generation, the points on 1 thread and on every core.
     #[arg(long)]

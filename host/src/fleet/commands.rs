@@ -19,29 +19,48 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     match cmd {
         FleetCmd::Replay(a) => {
             crate::mem::set_budget(a.mem.max_memory);
+            let mut inputs = vec![("--trace", a.trace.as_path())];
+            inputs.extend(a.fleet.router_config.as_deref().map(|p| ("--router-config", p)));
+            if let Some(o) = &a.engine.outcomes {
+                crate::outfile::check_output("--outcomes", o, &inputs)?;
+            }
             if let Some(s) = a.trace_block_size {
                 check_trace_block(s)?;
             }
             let cfg = a.fleet.config()?;
             cfg.validate().map_err(run::config_error)?;
-            let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes)?;
+            let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
             if format != formats::Format::Mooncake {
                 return formats::replay(a, format, cfg);
             }
             formats::only_token_hash(&a.hash, format)?;
             let trace_block_size = a.trace_block_size.unwrap_or(512);
-            let mut src =
-                TraceSource { max_line_bytes: a.max_line_bytes, ..TraceSource::new(a.trace.clone(), trace_block_size) };
+            let mut src = TraceSource {
+                max_line_bytes: a.max_line_bytes,
+                max_blank_lines: a.max_blank_lines,
+                ..TraceSource::new(a.trace.clone(), trace_block_size)
+            };
             let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
             let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
             let mut prov = Provenance::of_this_run(a.output.no_date);
             prov.add_file("trace", &a.trace)?;
+            router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
             let engine = a.engine.resolve(None)?.map(|e| (e, a.engine.outcomes.as_deref()));
             let title = format!("trace {}", a.trace.display());
-            run_print(cfg, engine, (&mut src, Unit::TraceBytes), progress, a.json.then_some(&prov), &title)
+            let out = Output {
+                json: a.json.then_some(&prov),
+                title: &title,
+                pipeline: pipeline(&a.fleet.router_config, &cfg),
+            };
+            run_print(cfg, engine, (&mut src, Unit::TraceBytes), progress, out)
         }
         FleetCmd::Run(a) => {
             crate::mem::set_budget(a.mem.max_memory);
+            let mut inputs = vec![("the scenario", a.scenario.as_path())];
+            inputs.extend(a.router_config.as_deref().map(|p| ("--router-config", p)));
+            if let Some(o) = &a.engine.outcomes {
+                crate::outfile::check_output("--outcomes", o, &inputs)?;
+            }
             let sc = scenario::Scenario::load(&a.scenario)?;
             let mut cfg = sc.fleet;
             if let Some(r) = a.router {
@@ -54,6 +73,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
             let mut prov = Provenance::of_this_run(a.output.no_date);
             prov.add_file("scenario", &a.scenario)?;
+            router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
             let engine = a.engine.resolve(sc.engine.as_ref())?.map(|e| (e, a.engine.outcomes.as_deref()));
             if let Some((e, _)) = &engine {
                 // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
@@ -61,17 +81,16 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                     .map_err(|e| scenario::key_error(&sc.origin, e))?;
             }
             let title = format!("scenario {} ({})", sc.name, a.scenario.display());
-            run_print(cfg, engine, (&mut src, Unit::Requests), progress, a.json.then_some(&prov), &title)
+            let out =
+                Output { json: a.json.then_some(&prov), title: &title, pipeline: pipeline(&a.router_config, &cfg) };
+            run_print(cfg, engine, (&mut src, Unit::Requests), progress, out)
         }
         FleetCmd::GenTrace(a) => {
+            crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
             let sc = scenario::Scenario::load(&a.scenario)?;
             let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
-            let f = std::fs::File::create(&a.output)
-                .map_err(|e| CliError::bad_input(format!("-o {}: cannot create: {e}", a.output.display())))?;
-            let mut w = std::io::BufWriter::new(f);
-            scenario::write_trace_from(&mut src, &mut w)
-                .and_then(|_| std::io::Write::flush(&mut w))
-                .map_err(|e| CliError::failure(format!("{}: cannot write: {e}", a.output.display())))?;
+            crate::outfile::write_with(&a.output, |w| scenario::write_trace_from(&mut src, w))
+                .map_err(|e| CliError::failure(format!("-o {}: cannot write: {e}", a.output.display())))?;
             crate::print_stderr(&format!(
                 "wrote {} requests to {} (replay with --trace-block-size 16)",
                 sc.workload.requests,
@@ -82,11 +101,14 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::Sweep(a) => sweep_cmd(a),
         FleetCmd::Merge(a) => merge_cmd(a),
         FleetCmd::Keys(a) => formats::keys_cmd(a),
+        FleetCmd::Calibrate(a) => super::cost::calibrate_cmd(a),
+        FleetCmd::CostCheck(a) => super::cost::cost_check_cmd(a),
         FleetCmd::Report(a) => {
             let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
             let prov = Provenance::of_this_run(a.output.no_date);
             let ex = experiments::report(&a.out, a.threads, a.shrink, &progress, prov)?;
             progress.finish();
+            sweep::commit_files()?;
             if ex.shrink > 1 {
                 say!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
             }
@@ -134,30 +156,45 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     }
 }
 
+/// How a run's result is printed: one JSON object with the provenance `json`, or a table under
+/// `title`; `pipeline` describes a `--router-config` router.
+struct Output<'a> {
+    json: Option<&'a Provenance>,
+    title: &'a str,
+    pipeline: Option<String>,
+}
+
+/// The one-line description of the router of a `--router-config` run (None without one).
+fn pipeline(router_config: &Option<std::path::PathBuf>, cfg: &FleetConfig) -> Option<String> {
+    router_config.as_ref().and_then(|_| router_config::describe(cfg))
+}
+
 /// Runs `src` (counted in `unit` on `progress`) through the FIFO fleet or, with `engine`, the
-/// batched engine (and the file for its per-request lines); prints the result under `title`, or
-/// one JSON object with the provenance `json`. Shared by `fleet replay` and `fleet run`.
+/// batched engine (and the file for its per-request lines), and prints the result as `out`
+/// says. Shared by `fleet replay` and `fleet run`.
 fn run_print(
     cfg: FleetConfig,
     engine: Option<(brokerlab_core::fleet::EngineConfig, Option<&Path>)>,
     (src, unit): (&mut dyn run::RequestSource, Unit),
     progress: Progress,
-    json: Option<&Provenance>,
-    title: &str,
+    out: Output<'_>,
 ) -> CliResult<i32> {
     let mut tracked = Tracked { inner: src, progress: &progress, unit };
     if let Some((e, outcomes)) = engine {
         let res = engine_run(cfg, e, &mut tracked, outcomes, false);
         progress.finish();
-        return engine_print(&res?, json, title);
+        let mut res = res?;
+        res.summary.pipeline = out.pipeline;
+        return engine_print(&res, out.json, out.title);
     }
     let res = simulate(cfg, &mut tracked, false);
     progress.finish();
-    let res = res?;
-    match json {
+    let mut res = res?;
+    res.summary.pipeline = out.pipeline;
+    match out.json {
         Some(prov) => say!("{}", prov.json_with(&res.summary)),
         None => {
-            say!("{title}");
+            say!("{}", out.title);
             say_raw!("{}", render_table(&res.summary));
         }
     }
@@ -176,7 +213,7 @@ pub(super) fn engine_run(
     brokerlab_core::fleet::sim::batched::validate(&cfg, &e).map_err(run::config_error)?;
     let res = engine::simulate_batched(cfg, e, src, keep || outcomes.is_some())?;
     if let Some(path) = outcomes {
-        engine::write_outcomes(path, &res.completions)?;
+        engine::write_outcomes(path, &res.completions, None)?;
     }
     Ok(res)
 }
@@ -223,7 +260,7 @@ fn check_sweep_memory(gens: &[scenario::Generated], specs: &[sweep::PointSpec], 
         bytes: gens.iter().map(|g| g.bytes()).sum(),
         lowered_by: "workload.requests".into(),
     });
-    crate::mem::check("the sweep", &needs)
+    crate::mem::check("the sweep", &needs).map(|_| ())
 }
 
 fn merge_cmd(a: MergeArgs) -> CliResult<i32> {
@@ -235,12 +272,14 @@ fn merge_cmd(a: MergeArgs) -> CliResult<i32> {
         let m = shard::merge::<sweep::Point>(parts, &a.out)?;
         shard::write_fifo(&a.out, &m.scenario_name, &m.param, &m.points, &m.provenance)?
     };
+    sweep::commit_files()?;
     say_raw!("{text}");
     Ok(0)
 }
 
 fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     crate::mem::set_budget(a.mem.max_memory);
+    crate::outfile::check_output_dir("--out", &a.out, &[("the scenario", a.scenario.as_path())])?;
     let sc = scenario::Scenario::load(&a.scenario)?;
     let engine = a.engine.resolve(sc.engine.as_ref())?;
     if let Some(e) = &engine {
@@ -263,20 +302,22 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
             Some(mine.len() as u64),
         );
         let kind = if engine.is_some() { "batched" } else { "fifo" };
+        let id = shard::sweep_id(&prov.inputs, &a.param, engine.as_ref(), &specs);
         match engine {
             Some(e) => {
                 let points = sweep_batched::run_points(&a.param, &gens, &mine, e, a.threads, &p);
                 p.finish();
                 let points: Vec<_> = idx.into_iter().zip(points?).collect();
-                shard::write_partial(&a.out, sh, specs.len(), &prov, &sc.name, &a.param, kind, &points)?;
+                shard::write_partial(&a.out, sh, id, &prov, &sc.name, &a.param, kind, &points)?;
             }
             None => {
                 let points = sweep::run_points(&a.param, &gens, &mine, a.threads, &p);
                 p.finish();
                 let points: Vec<_> = idx.into_iter().zip(points?).collect();
-                shard::write_partial(&a.out, sh, specs.len(), &prov, &sc.name, &a.param, kind, &points)?;
+                shard::write_partial(&a.out, sh, id, &prov, &sc.name, &a.param, kind, &points)?;
             }
         }
+        sweep::commit_files()?;
         say!(
             "wrote {}/{} (shard {}/{}: {} of {} points); combine all shards with `brokerlab fleet merge DIR... --out OUT`",
             a.out.display(),
@@ -301,6 +342,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
             shard::write_fifo(&a.out, &sc.name, &a.param, &points?, &prov)?
         }
     };
+    sweep::commit_files()?;
     say_raw!("{text}");
     Ok(0)
 }

@@ -14,7 +14,7 @@ use brokerlab_core::fleet::{EngineConfig, Error as CoreError, FleetConfig, Limit
 
 use super::engine::BatchedResult;
 use super::formats::{Fields, Lines, fields, int_array, ns_field, u64_field};
-use super::run::{OwnedFleet, RunResult, check_memory, config_error, summarize};
+use super::run::{OwnedFleet, RunResult, check_memory_runs, config_error, summarize};
 use crate::error::{CliError, CliResult};
 
 /// One turn of a session.
@@ -37,6 +37,11 @@ pub struct Turn {
 pub struct Trace {
     /// The sessions.
     pub sessions: Vec<Vec<Turn>>,
+    /// Each session's `session_id` (None: a line without one, a one-turn session).
+    pub names: Vec<Option<String>>,
+    /// Heap bytes the trace holds (its vectors and strings, as the allocator takes them): counted
+    /// in the memory budget of the run that replays it.
+    pub held_bytes: u64,
 }
 
 impl Trace {
@@ -50,33 +55,71 @@ impl Trace {
 pub const EXAMPLE: &str =
     "{\"session_id\": \"a\", \"timestamp\": 0, \"input_length\": 1024, \"output_length\": 10, \"hash_ids\": [0, 1]}";
 
-/// `field` or its alias, whichever is present (aisimulate's serde aliases).
-fn pick<'a>(f: &Fields<'_>, name: &'a str, alias: &'a str) -> &'a str {
-    if f.contains_key(name) || !f.contains_key(alias) { name } else { alias }
+/// `field` or its alias, whichever is present (aisimulate's serde aliases); both is an error
+/// (serde would keep one silently).
+fn pick<'a>(f: &Fields<'_>, name: &'a str, alias: &'a str) -> Result<&'a str, String> {
+    match (f.contains_key(name), f.contains_key(alias)) {
+        (true, true) => Err(format!(
+            "fields `{name}` and `{alias}` are both given: they are one field (aliases); expected one of them"
+        )),
+        (false, true) => Ok(alias),
+        _ => Ok(name),
+    }
 }
 
-/// Reads a Dynamo trace with trace block size `s` and lines up to `max_line_bytes`.
-pub fn load(path: &Path, s: u32, max_line_bytes: u64) -> CliResult<Trace> {
-    let mut lines = Lines::open(path, max_line_bytes)?;
+/// Bytes the allocator takes for a block of `n` bytes: glibc malloc's 8-byte header, 16-byte
+/// alignment, 32 bytes at least (0 for no block). The Dynamo trace is counted with it.
+fn heap_bytes(n: usize) -> u64 {
+    if n == 0 { 0 } else { ((n as u64 + 8).div_ceil(16) * 16).max(32) }
+}
+
+/// Heap bytes of a vector of `cap` elements of `T`.
+fn vec_bytes<T>(cap: usize) -> u64 {
+    heap_bytes(cap.saturating_mul(std::mem::size_of::<T>()))
+}
+
+/// Heap bytes of the table of a `HashMap<K, V>` of capacity `cap` (hashbrown: a power of two of
+/// buckets, 7/8 usable, one control byte per bucket and 16 more).
+fn map_bytes<K, V>(cap: usize) -> u64 {
+    if cap == 0 {
+        return 0;
+    }
+    let buckets = (cap.saturating_mul(8) / 7).next_power_of_two();
+    heap_bytes(buckets.saturating_mul(std::mem::size_of::<(K, V)>() + 1) + 16)
+}
+
+/// The memory-budget name of a Dynamo trace being read.
+pub const HELD: &str = "Dynamo trace held in memory (sessions, turns, hash ids)";
+
+/// Reads a Dynamo trace with trace block size `s`, lines up to `max_line_bytes`, at most
+/// `max_blank_lines` blank ones.
+pub fn load(path: &Path, s: u32, max_line_bytes: u64, max_blank_lines: u64) -> CliResult<Trace> {
+    let mut lines = Lines::open(path, max_line_bytes)?.max_blank_lines(max_blank_lines);
     let mut trace = Trace::default();
     let mut index: HashMap<String, usize> = HashMap::new();
     // Per session: the last timestamp seen (ns), for delays inferred from timestamps.
     let mut last_ts: Vec<Option<u64>> = Vec::new();
-    // Bytes held so far (ids, turns, session names; approximate), checked against the memory
-    // budget whenever they double, so a huge trace is refused before it exhausts memory.
-    let (mut held, mut next_check) = (0u64, 1u64 << 20);
+    // The heap bytes held, counted as the allocator takes them and checked against the memory
+    // budget at every line: `kept` stays with the trace, the index and `last_ts` go with `load`.
+    let growth = crate::mem::Growth::new(
+        &format!("reading the Dynamo trace {} (held in memory: arrivals depend on the run)", path.display()),
+        0,
+    );
+    let (mut kept, mut index_keys) = (0u64, 0u64);
     while let Some(line) = lines.next_line()? {
         let f = fields(&line, EXAMPLE).map_err(|m| lines.error(m))?;
         let e = |m: String| lines.error(m);
         let session = match f.get("session_id").map(|r| r.get()) {
-            None | Some("null") => format!("\0line {}", lines.line_no()), // a one-turn session
-            Some(t) => serde_json::from_str::<String>(t)
-                .map_err(|_| e(format!("field `session_id`: expected a string, got {t}")))?,
+            None | Some("null") => None, // a one-turn session
+            Some(t) => Some(
+                serde_json::from_str::<String>(t)
+                    .map_err(|_| e(format!("field `session_id`: expected a string, got {t}")))?,
+            ),
         };
         let mut hash_ids = Vec::new();
         int_array(&f, "hash_ids", "18446744073709551615", &mut hash_ids).map_err(e)?;
         let capacity = (hash_ids.len() as u64).saturating_mul(u64::from(s));
-        let input_name = pick(&f, "input_length", "input_tokens");
+        let input_name = pick(&f, "input_length", "input_tokens").map_err(e)?;
         let input_length = if f.contains_key(input_name) {
             u64_field(&f, input_name, "a non-negative integer (prompt tokens)").map_err(e)?
         } else {
@@ -93,29 +136,43 @@ pub fn load(path: &Path, s: u32, max_line_bytes: u64) -> CliResult<Trace> {
                 "field `{input_name}`: {input_length} exceeds the limit of {MAX_PROMPT_TOKENS} tokens"
             )));
         }
-        let output_name = pick(&f, "output_length", "output_tokens");
+        let output_name = pick(&f, "output_length", "output_tokens").map_err(e)?;
         let output_length = u64_field(&f, output_name, "a non-negative integer (output tokens)").map_err(e)?;
         let ms = "a non-negative number of milliseconds";
-        let ts_name = pick(&f, "timestamp", "created_time");
+        let ts_name = pick(&f, "timestamp", "created_time").map_err(e)?;
         let ts = match f.get(ts_name).map(|r| r.get()) {
             None | Some("null") => None,
             Some(_) => Some(ns_field(&f, ts_name, 6, ms).map_err(e)?),
         };
-        let delay_name = pick(&f, "delay", "delay_ms");
+        let delay_name = pick(&f, "delay", "delay_ms").map_err(e)?;
         let delay = match f.get(delay_name).map(|r| r.get()) {
             None | Some("null") => None,
             Some(_) => Some(ns_field(&f, delay_name, 6, ms).map_err(e)?),
         };
         let next = trace.sessions.len();
-        let si = *index.entry(session.clone()).or_insert(next);
+        let si = match &session {
+            None => next,
+            Some(name) => match index.get(name) {
+                Some(&si) => si,
+                None => {
+                    index_keys += heap_bytes(name.len());
+                    index.insert(name.clone(), next);
+                    next
+                }
+            },
+        };
         if si == next {
-            trace.sessions.push(Vec::new());
+            // most sessions are short: one turn's room first (a vector's default is four)
+            trace.sessions.push(Vec::with_capacity(1));
+            kept += vec_bytes::<Turn>(1) + session.as_ref().map_or(0, |n| heap_bytes(n.len()));
+            trace.names.push(session);
             last_ts.push(None);
         }
+        let shown = trace.names[si].as_deref().unwrap_or("(no session_id)");
         let at_ns = if trace.sessions[si].is_empty() {
             if delay.is_some_and(|d| d != 0) {
                 return Err(e(format!(
-                    "field `{delay_name}`: the first turn of session {session:?} has a delay; it arrives at its `timestamp`"
+                    "field `{delay_name}`: the first turn of session {shown:?} has a delay; it arrives at its `timestamp`"
                 )));
             }
             ts.unwrap_or(0)
@@ -124,7 +181,7 @@ pub fn load(path: &Path, s: u32, max_line_bytes: u64) -> CliResult<Trace> {
         } else if let Some(t) = ts {
             let prev = last_ts[si].ok_or_else(|| {
                 e(format!(
-                    "field `{ts_name}`: session {session:?} has no earlier timestamp to infer this turn's delay from; give `delay`"
+                    "field `{ts_name}`: session {shown:?} has no earlier timestamp to infer this turn's delay from; give `delay`"
                 ))
             })?;
             t.checked_sub(prev).ok_or_else(|| {
@@ -140,23 +197,31 @@ pub fn load(path: &Path, s: u32, max_line_bytes: u64) -> CliResult<Trace> {
         if ts.is_some() {
             last_ts[si] = ts;
         }
-        held += 8 * hash_ids.len() as u64
-            + std::mem::size_of::<Turn>() as u64
-            + if si == next { 64 + session.len() as u64 } else { 0 };
-        if held >= next_check {
-            next_check = held.saturating_mul(2);
-            crate::mem::check(
-                &format!("reading the Dynamo trace {} (held in memory: arrivals depend on the run)", path.display()),
-                &[crate::mem::Need {
-                    what: format!("the sessions' turns, {} lines so far", lines.line_no()),
-                    bytes: held,
-                    lowered_by: "a shorter trace".into(),
-                }],
-            )?;
-        }
-        trace.sessions[si].push(Turn { line: lines.line_no(), input_length, output_length, hash_ids, at_ns });
+        hash_ids.shrink_to_fit();
+        kept += vec_bytes::<u64>(hash_ids.len());
+        let turns = &mut trace.sessions[si];
+        let cap = turns.capacity();
+        turns.push(Turn { line: lines.line_no(), input_length, output_length, hash_ids, at_ns });
+        kept += vec_bytes::<Turn>(turns.capacity()) - vec_bytes::<Turn>(cap);
+        let containers =
+            vec_bytes::<Vec<Turn>>(trace.sessions.capacity()) + vec_bytes::<Option<String>>(trace.names.capacity());
+        let transient =
+            map_bytes::<String, usize>(index.capacity()) + index_keys + vec_bytes::<Option<u64>>(last_ts.capacity());
+        trace.held_bytes = kept + containers;
+        growth.set(HELD, trace.held_bytes + transient)?;
     }
     Ok(trace)
+}
+
+/// What a closed-loop replay of `trace` holds beside the fleet (memory budget): the trace, the
+/// heap of ready turns (one per session) and `per_request` bytes per turn.
+fn held_needs(trace: &Trace, per_request: u64) -> Vec<crate::mem::Need> {
+    let need = |what: &str, bytes| crate::mem::Need { what: what.into(), bytes, lowered_by: "a shorter trace".into() };
+    vec![
+        need(HELD, trace.held_bytes),
+        need("ready turns (one per session)", vec_bytes::<Reverse<(u64, usize, usize)>>(trace.sessions.len())),
+        need("the turn of each request", trace.requests().saturating_mul(per_request)),
+    ]
 }
 
 /// The turn as a request arriving at `arrival_ns`, its block keys (trace ids of `s` tokens) hashed
@@ -177,7 +242,7 @@ pub fn simulate(cfg: FleetConfig, trace: &Trace, path: &Path, s: u32, keep_outco
     let n = trace.requests();
     let at = |t: &Turn| format!("{}:{}", PathBuf::from(path).display(), t.line);
     loop {
-        check_memory(&cfg, queue_per_pod, pending, Some(n), keep_outcomes)?;
+        check_memory_runs(&cfg, queue_per_pod, pending, Some(n), keep_outcomes, 1, &held_needs(trace, 0))?;
         let mut owned = OwnedFleet::new(cfg, queue_per_pod, pending)?;
         let mut fleet = owned.fleet().map_err(config_error)?;
         let mut latencies = Vec::new();
@@ -227,7 +292,8 @@ pub fn simulate(cfg: FleetConfig, trace: &Trace, path: &Path, s: u32, keep_outco
 /// [`simulate`], with a turn's completion the time its last output token is produced. The fleet
 /// runs its steps in order of start ([`brokerlab_core::fleet::BatchedFleet::advance_next`]) and
 /// stops at each completion, so a next turn it makes ready is dispatched before any step that
-/// starts after its arrival. With `keep`, the completions are kept (`--outcomes`).
+/// starts after its arrival. With `keep`, the completions are kept (`--outcomes`). Returns the
+/// result and the (session, turn) of each request, by dispatch index.
 pub fn simulate_batched(
     cfg: FleetConfig,
     engine: EngineConfig,
@@ -235,22 +301,16 @@ pub fn simulate_batched(
     path: &Path,
     s: u32,
     keep: bool,
-) -> CliResult<BatchedResult> {
+) -> CliResult<(BatchedResult, Vec<(u32, u32)>)> {
     let at = |t: &Turn| format!("{}:{}", PathBuf::from(path).display(), t.line);
     let n = trace.requests();
-    crate::mem::check(
-        "the closed-loop replay",
-        &[crate::mem::Need {
-            what: "the turn of each request (8 bytes per request)".into(),
-            bytes: n.saturating_mul(8),
-            lowered_by: "a shorter trace".into(),
-        }],
-    )?;
-    super::engine::drive_batched(cfg, engine, keep, true, None, &mut |d| {
+    let held = held_needs(trace, std::mem::size_of::<(u32, u32)>() as u64);
+    // (session, turn) of each request, by dispatch index (Completion::request)
+    let mut turn_of: Vec<(u32, u32)> = Vec::new();
+    let res = super::engine::drive_batched(cfg, engine, keep, true, None, &held, &mut |d| {
         let mut ready: BinaryHeap<Reverse<(u64, usize, usize)>> =
             trace.sessions.iter().enumerate().map(|(si, turns)| Reverse((turns[0].at_ns, si, 0))).collect();
-        // (session, turn) of each request, by dispatch index (Completion::request)
-        let mut turn_of: Vec<(u32, u32)> = Vec::new();
+        turn_of.clear();
         crate::mem::try_grow(&mut turn_of, n as usize, "the turn of each request")?;
         let (mut keys_buf, mut fresh) = (Vec::new(), Vec::new());
         let failure = |e: CoreError| CliError::failure(e.to_string());
@@ -289,5 +349,16 @@ pub fn simulate_batched(
             turn_of.push((si as u32, ti as u32));
         }
         Ok(())
-    })
+    })?;
+    Ok((res, turn_of))
+}
+
+/// The `--outcomes` fields a Dynamo replay adds to a completion: its session's `session_id` and
+/// the trace line of its turn (the index is the dispatch order, which the closed loop decides).
+pub fn outcome_fields(trace: &Trace, turn_of: &[(u32, u32)], request: u64) -> String {
+    let Some(&(si, ti)) = turn_of.get(request as usize) else { return String::new() };
+    let (si, ti) = (si as usize, ti as usize);
+    let name =
+        trace.names[si].as_ref().map_or_else(|| "null".into(), |n| serde_json::Value::from(n.as_str()).to_string());
+    format!(",\"session_id\":{name},\"line\":{}", trace.sessions[si][ti].line)
 }

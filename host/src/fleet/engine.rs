@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::run::{RequestSource, secs};
 use crate::error::{CliError, CliResult, FleetError};
-use crate::mem::{self, Need};
+use crate::mem::{self, Growth, Need};
 
 /// Which engine model each pod runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -200,7 +200,16 @@ pub struct Collect {
     /// Completions not yet taken by a closed-loop driver ([`Collect::take_fresh`]).
     fresh: Vec<Completion>,
     closed_loop: bool,
+    /// The run's memory growth (None: unchecked, as in a unit test).
+    growth: Option<Growth>,
+    /// The first growth past the memory budget (the driver stops and reports it).
+    over: Option<CliError>,
 }
+
+/// What a batched run keeps per request, as named in a memory-budget message.
+const TTFT: &str = "TTFT and E2E samples (exact percentiles, 16 B per request)";
+const ITL: &str = "inter-token latency runs (16 B per distinct run)";
+const COMPLETIONS: &str = "kept completions (--outcomes, breakdowns)";
 
 impl Collect {
     /// The completions since the last call (closed loop only; empty otherwise), into `out`.
@@ -215,23 +224,55 @@ impl Collect {
     }
 }
 
+impl Collect {
+    /// Makes room for one more element of each vector `completed` (or `itl`) pushes to, within
+    /// the memory budget; false (and the error kept) when there is none.
+    fn room(&mut self, itl: bool) -> bool {
+        if self.over.is_some() {
+            return false;
+        }
+        let Some(g) = &self.growth else { return true };
+        let r = if itl {
+            g.reserve_one(&mut self.itl, ITL)
+        } else {
+            g.reserve_one(&mut self.ttft, TTFT)
+                .and_then(|()| g.reserve_one(&mut self.e2e, TTFT))
+                .and_then(|()| if self.keep { g.reserve_one(&mut self.completions, COMPLETIONS) } else { Ok(()) })
+        };
+        match r {
+            Ok(()) => true,
+            Err(e) => {
+                self.over = Some(e);
+                false
+            }
+        }
+    }
+}
+
 impl EngineEvents for Collect {
     fn completed(&mut self, c: &Completion) {
+        self.hit_tokens += c.hit_tokens;
+        if self.closed_loop {
+            // taken at once by the driver: a handful at a time
+            self.fresh.push(*c);
+        }
+        if !self.room(false) {
+            return;
+        }
         self.ttft.push(c.ttft_ns());
         self.e2e.push(c.e2e_ns());
-        self.hit_tokens += c.hit_tokens;
         if self.keep {
             self.completions.push(*c);
-        }
-        if self.closed_loop {
-            self.fresh.push(*c);
         }
     }
     fn itl(&mut self, itl_ns: u64, count: u64) {
         // Requests decoding in one step mostly share a value: merge runs to keep the list short.
-        match self.itl.last_mut() {
-            Some(last) if last.0 == itl_ns => last.1 += count,
-            _ => self.itl.push((itl_ns, count)),
+        if let Some(last) = self.itl.last_mut()
+            && last.0 == itl_ns
+        {
+            last.1 += count;
+        } else if self.room(true) {
+            self.itl.push((itl_ns, count));
         }
     }
 }
@@ -343,6 +384,9 @@ pub struct BatchedSummary {
     pub per_pod_max_queue: Vec<u32>,
     /// Last finish, s.
     pub makespan_s: f64,
+    /// With `--router-config`: the resolved router in one line; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<String>,
 }
 
 /// A batched run's result.
@@ -353,9 +397,9 @@ pub struct BatchedResult {
     pub completions: Vec<Completion>,
 }
 
-/// The memory budget (`--max-memory`, host/src/mem.rs) against the batched engine's buffers, before
-/// allocating them.
-fn check_memory(l: &EngineLayout) -> CliResult<()> {
+/// The memory budget (`--max-memory`, host/src/mem.rs) against the batched engine's buffers and
+/// what the caller holds (`held`), before allocating them; returns the bytes counted.
+fn check_memory(l: &EngineLayout, held: &[Need]) -> CliResult<u64> {
     let bytes = |n: usize, per: usize| (n as u64).saturating_mul(l.pods as u64).saturating_mul(per as u64);
     let pods = "--capacity or --pods (fleet.capacity, fleet.pods)";
     let need = |what: &str, bytes: u64, by: &str| Need { what: what.into(), bytes, lowered_by: by.into() };
@@ -370,7 +414,12 @@ fn check_memory(l: &EngineLayout) -> CliResult<()> {
         need("running sets", bytes(l.running_per_pod, 4), "--max-num-seqs"),
         need("prompt keys in flight", bytes(l.keys_per_pod, 8), "shorter prompts or fewer in flight"),
     ];
-    mem::check(&format!("a batched run of {} pods x {} blocks", l.pods, l.blocks_per_pod), &needs)
+    let needs: Vec<Need> = needs.into_iter().chain(held.iter().cloned()).collect();
+    mem::check(&batched_context(l), &needs)
+}
+
+fn batched_context(l: &EngineLayout) -> String {
+    format!("a batched run of {} pods x {} blocks", l.pods, l.blocks_per_pod)
 }
 
 /// A batched fleet being driven, with what its errors said about buffers (see [`Driving::check`]).
@@ -384,12 +433,16 @@ pub struct Driving<'f, 'a> {
 }
 
 impl Driving<'_, '_> {
-    /// Passes `r` on, noting a full buffer (the run restarts with a larger one) or an overflow.
+    /// Passes `r` on, noting a full buffer (the run restarts with a larger one) or an overflow;
+    /// stops the run (an error) once what it keeps per request has outgrown the memory budget.
     pub fn check<T>(&mut self, r: Result<T, CoreError>) -> Result<T, CoreError> {
         match &r {
             Err(CoreError::CapacityExceeded { limit, .. }) => self.full = Some(*limit),
             Err(CoreError::Overflow { what }) => self.overflow = Some(*what),
             _ => {}
+        }
+        if r.is_ok() && self.sink.over.is_some() {
+            return Err(CoreError::CapacityExceeded { limit: Limit::CallerMemory, capacity: 0 });
         }
         r
     }
@@ -404,7 +457,10 @@ pub fn simulate_batched(
     keep: bool,
 ) -> CliResult<BatchedResult> {
     let restart_error = source.restart_error();
-    drive_batched(cfg, engine, keep, false, restart_error, &mut |d: &mut Driving<'_, '_>| {
+    drive_batched(cfg, engine, keep, false, restart_error, &[], &mut |d: &mut Driving<'_, '_>| {
+        if let Some(g) = &d.sink.growth {
+            source.grow_into(g);
+        }
         source.feed(&mut |req| {
             let r = d.fleet.dispatch(req, d.sink).map(|_| ());
             d.check(r)
@@ -415,13 +471,15 @@ pub fn simulate_batched(
 /// Runs the batched engine with `drive` giving it the requests (it dispatches them; with
 /// `closed_loop`, completions are also kept for it to take as they happen); on a full request
 /// or key buffer, doubles it and starts over: `drive` must give the same requests again
-/// (`restart_error` says why it cannot, e.g. a pipe).
+/// (`restart_error` says why it cannot, e.g. a pipe). `held`: what the caller holds meanwhile
+/// (memory budget).
 pub fn drive_batched(
     cfg: FleetConfig,
     engine: EngineConfig,
     keep: bool,
     closed_loop: bool,
     restart_error: Option<String>,
+    held: &[Need],
     drive: &mut dyn FnMut(&mut Driving<'_, '_>) -> CliResult<()>,
 ) -> CliResult<BatchedResult> {
     let mut requests_per_pod = 1024usize;
@@ -429,7 +487,7 @@ pub fn drive_batched(
     let mut keys_per_pod = 1usize << 16;
     loop {
         let l = EngineLayout::new(&cfg, &engine, requests_per_pod, keys_per_pod).map_err(super::run::config_error)?;
-        check_memory(&l)?;
+        let fixed = check_memory(&l, held)?;
         let mut blocks = mem::try_vec(l.pods * l.blocks_per_pod, KvBlock::default(), "the pods' KV blocks")?;
         let mut tables = mem::try_vec(l.pods * l.table_per_pod, 0u32, "the pods' KV key tables")?;
         let mut reqs = mem::try_vec(l.pods * l.requests_per_pod, ReqSlot::default(), "the request slots")?;
@@ -451,13 +509,17 @@ pub fn drive_batched(
             router.buffers(),
         )
         .map_err(super::run::config_error)?;
-        let mut sink = Collect { keep, closed_loop, ..Collect::default() };
+        let growth = Growth::new(&batched_context(&l), fixed);
+        let mut sink = Collect { keep, closed_loop, growth: Some(growth), ..Collect::default() };
         let mut d = Driving { fleet: &mut fleet, sink: &mut sink, full: None, overflow: None };
         let fed = drive(&mut d).and_then(|()| {
             let r = d.fleet.finish(d.sink);
             d.check(r).map_err(|e| CliError::failure(e.to_string()))
         });
         let (full, overflow) = (d.full, d.overflow);
+        if let Some(e) = sink.over.take() {
+            return Err(e);
+        }
         if let Some(what) = overflow {
             return Err(FleetError::EngineOverflow(what).into());
         }
@@ -479,29 +541,37 @@ pub fn drive_batched(
     }
 }
 
-/// Writes a run's completions (kept with `keep`) as JSON lines in request order (`--outcomes`).
-pub fn write_outcomes(path: &std::path::Path, completions: &[Completion]) -> CliResult<()> {
-    use std::fmt::Write as _;
+/// Writes a run's completions (kept with `keep`) as JSON lines in request order (`--outcomes`);
+/// `more` gives a request's extra fields (`,"key":value...`), e.g. a Dynamo turn's session.
+pub fn write_outcomes(
+    path: &std::path::Path,
+    completions: &[Completion],
+    more: Option<&dyn Fn(u64) -> String>,
+) -> CliResult<()> {
     let mut sorted: Vec<&Completion> = completions.iter().collect();
     sorted.sort_unstable_by_key(|c| c.request);
-    let mut text = String::with_capacity(160 * sorted.len());
-    for c in sorted {
-        let _ = writeln!(
-            text,
-            "{{\"index\":{},\"pod\":{},\"arrival_ns\":{},\"queue_len\":{},\"hit_tokens\":{},\"prefill_tokens\":{},\
-             \"ttft_ns\":{},\"e2e_ns\":{},\"preemptions\":{}}}",
-            c.request,
-            c.pod,
-            c.arrival_ns,
-            c.queue_len,
-            c.hit_tokens,
-            c.prefill_tokens,
-            c.ttft_ns(),
-            c.e2e_ns(),
-            c.preemptions
-        );
-    }
-    std::fs::write(path, text).map_err(|e| CliError::failure(format!("--outcomes {}: {e}", path.display())))
+    // streamed to the file (no copy of the text in memory)
+    crate::outfile::write_with(path, |w| {
+        for c in sorted {
+            writeln!(
+                w,
+                "{{\"index\":{},\"pod\":{},\"arrival_ns\":{},\"queue_len\":{},\"hit_tokens\":{},\"prefill_tokens\":{},\
+                 \"ttft_ns\":{},\"e2e_ns\":{},\"preemptions\":{}{}}}",
+                c.request,
+                c.pod,
+                c.arrival_ns,
+                c.queue_len,
+                c.hit_tokens,
+                c.prefill_tokens,
+                c.ttft_ns(),
+                c.e2e_ns(),
+                c.preemptions,
+                more.map_or_else(String::new, |f| f(c.request))
+            )?;
+        }
+        Ok(())
+    })
+    .map_err(|e| CliError::failure(format!("--outcomes {}: cannot write: {e}", path.display())))
 }
 
 /// Nearest-rank percentiles of a sorted slice.
@@ -609,6 +679,7 @@ fn summarize(fleet: &BatchedFleet<'_>, sink: &mut Collect) -> BatchedSummary {
         per_pod_requests: stats.iter().map(|s| s.requests).collect(),
         per_pod_max_queue: stats.iter().map(|s| s.max_queue_len).collect(),
         makespan_s: secs(makespan),
+        pipeline: None,
     }
 }
 
@@ -621,7 +692,7 @@ pub fn render_batched(s: &BatchedSummary) -> String {
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
     line("engine", "batched (vLLM-style continuous batching, simplified: docs/MODEL.md)".into());
-    line("router", s.router.to_string());
+    line("router", s.pipeline.clone().unwrap_or_else(|| s.router.to_string()));
     line(
         "pods x capacity",
         format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * BLOCK_TOKENS),

@@ -1,6 +1,7 @@
 //! `brokerlab fleet ...`: the fleet simulator on the host.
 
 pub mod bench;
+pub mod cost;
 pub mod dynamo;
 pub mod engine;
 pub mod engine_report;

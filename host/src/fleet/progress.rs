@@ -259,6 +259,10 @@ impl RequestSource for Tracked<'_> {
         self.inner.bytes_read()
     }
 
+    fn grow_into(&mut self, growth: &crate::mem::Growth) {
+        self.inner.grow_into(growth);
+    }
+
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
         let (p, unit) = (self.progress, self.unit);
         // the source's own count of trace bytes (a restart reads the file again: shown from here)

@@ -17,8 +17,8 @@
 use std::path::Path;
 
 use brokerlab_core::fleet::{
-    Error as CoreError, FilterKind, FleetConfig, MAX_FILTERS, MAX_SCORERS, PickerKind, Policy, PrefixSource,
-    RouterKind, RouterSpec, ScorerKind, WeightedScorer,
+    Error as CoreError, FilterKind, FleetConfig, MAX_FILTERS, MAX_SCORERS, PickerKind, Policy, PrefixSource, RouterKey,
+    RouterKind, RouterParams, RouterSpec, ScorerKind, WeightedScorer,
 };
 use serde::Deserialize;
 
@@ -70,8 +70,44 @@ struct Params {
     vllm_beta: Option<f64>,
 }
 
+impl Params {
+    /// Whether the file sets `key` (a `[params]` key).
+    fn has(&self, key: RouterKey) -> bool {
+        match key {
+            RouterKey::Filters | RouterKey::Scorers | RouterKey::Picker => false,
+            RouterKey::Seed => self.seed.is_some(),
+            RouterKey::ApproxLruBlocks => self.approx_lru_blocks.is_some(),
+            RouterKey::PrefixSource => self.prefix_source.is_some(),
+            RouterKey::LoadAwareThreshold => self.load_aware_threshold.is_some(),
+            RouterKey::TokenLoadThreshold => self.token_load_threshold.is_some(),
+            RouterKey::NoHitLruSize => self.no_hit_lru_size.is_some(),
+            RouterKey::AffinityThreshold => self.affinity_threshold.is_some(),
+            RouterKey::MaxTtftPenaltyMs => self.max_ttft_penalty_ms.is_some(),
+            RouterKey::PeakPrefillTokensPerS => self.peak_prefill_tokens_per_s.is_some(),
+            RouterKey::OverlapScoreWeight => self.overlap_score_weight.is_some(),
+            RouterKey::RouterTemperature => self.router_temperature.is_some(),
+            RouterKey::CacheThreshold => self.cache_threshold.is_some(),
+            RouterKey::BalanceAbsThreshold => self.balance_abs_threshold.is_some(),
+            RouterKey::BalanceRelThreshold => self.balance_rel_threshold.is_some(),
+            RouterKey::VllmBeta => self.vllm_beta.is_some(),
+        }
+    }
+}
+
+impl File {
+    /// Whether the file sets `key`.
+    fn has(&self, key: RouterKey) -> bool {
+        match key {
+            RouterKey::Filters => self.filters.is_some(),
+            RouterKey::Scorers => self.scorers.is_some(),
+            RouterKey::Picker => self.picker.is_some(),
+            k => self.params.has(k),
+        }
+    }
+}
+
 /// Reads `path`: the router kind (the preset, or `custom`), its spec, and whether the file set
-/// the seed.
+/// the seed. A key the resolved router does not read is exit 2 ([`RouterSpec::reads`]).
 pub fn load(path: &Path) -> CliResult<(RouterKind, RouterSpec, bool)> {
     let shown = path.display();
     let text = std::fs::read_to_string(path)
@@ -87,6 +123,13 @@ pub fn load(path: &Path) -> CliResult<(RouterKind, RouterSpec, bool)> {
         }
         None => (RouterKind::Custom, RouterSpec::EMPTY),
     };
+    if f.params.approx_lru_blocks == Some(0) {
+        return Err(bad(
+            "params.approx_lru_blocks",
+            "at least 1 key per pod (leave the key out for the pod's capacity, the default)",
+        ));
+    }
+    let present: Vec<RouterKey> = RouterKey::ALL.into_iter().filter(|&k| f.has(k)).collect();
     let changed = f.policy.is_some() || f.picker.is_some() || f.filters.is_some() || f.scorers.is_some();
     let kind = if changed { RouterKind::Custom } else { kind };
     if let Some(p) = f.policy {
@@ -136,7 +179,87 @@ pub fn load(path: &Path) -> CliResult<(RouterKind, RouterSpec, bool)> {
         vllm_beta
     );
     spec.validate().map_err(|e| core_error(&shown.to_string(), e))?;
+    if let Some(k) = present.into_iter().find(|&k| !spec.reads(k)) {
+        return Err(CliError::bad_input(format!(
+            "{shown}: key `{}`: this router does not read it ({}); only {} does: remove the key, or give a \
+             router that reads it",
+            k.name(),
+            router_name(&spec),
+            k.reader()
+        )));
+    }
     Ok((kind, spec, p.seed.is_some()))
+}
+
+/// The policy of `spec` and, for a pipeline, its parts, in words.
+fn router_name(spec: &RouterSpec) -> String {
+    match spec.policy {
+        Policy::Pipeline => format!("policy \"pipeline\": {}", parts(spec)),
+        p => format!("policy \"{}\"", p.name()),
+    }
+}
+
+/// A pipeline's filters, scorers and picker, e.g. `scorers precise-prefix-cache 3, queue 2;
+/// picker max-score`.
+fn parts(spec: &RouterSpec) -> String {
+    let filters: Vec<&str> = spec.filters.iter().flatten().map(|f| f.name()).collect();
+    let scorers: Vec<String> =
+        spec.scorers.iter().flatten().map(|w| format!("{} {}", w.kind.name(), w.weight)).collect();
+    let mut o = String::new();
+    if !filters.is_empty() {
+        o += &format!("filters {}; ", filters.join(", "));
+    }
+    if !scorers.is_empty() {
+        o += &format!("scorers {}; ", scorers.join(", "));
+    }
+    o + &format!("picker {}", spec.picker.name())
+}
+
+/// The resolved router of a `--router-config` run in one line (the table's `router` line and
+/// the JSON's `pipeline`): its preset or `custom`, the policy and pipeline, and every parameter
+/// that differs from the default.
+pub fn describe(cfg: &FleetConfig) -> Option<String> {
+    let spec = cfg.routing?;
+    let mut o = format!("{}: ", cfg.router);
+    o += &match spec.policy {
+        Policy::Pipeline => format!("policy pipeline; {}", parts(&spec)),
+        p => format!("policy {}", p.name()),
+    };
+    let (d, q) = (RouterParams::DEFAULT, spec.params);
+    let mut changed: Vec<String> = Vec::new();
+    macro_rules! diff {
+        ($($name:ident),*) => { $( if q.$name != d.$name { changed.push(format!("{} {:?}", stringify!($name), q.$name)); } )* };
+    }
+    diff!(
+        seed,
+        approx_lru_blocks,
+        prefix_source,
+        load_aware_threshold,
+        token_load_threshold,
+        no_hit_lru_size,
+        affinity_threshold,
+        max_ttft_penalty_ms,
+        peak_prefill_tokens_per_s,
+        overlap_score_weight,
+        router_temperature,
+        cache_threshold,
+        balance_abs_threshold,
+        balance_rel_threshold,
+        vllm_beta
+    );
+    if !changed.is_empty() {
+        o += &format!("; params {}", changed.join(", "));
+    }
+    Some(o)
+}
+
+/// Records a `--router-config` file in the provenance: the file (path, SHA-256) among the
+/// inputs, and the resolved router (`cfg.routing`) as `router_pipeline`.
+pub fn record(prov: &mut crate::provenance::Provenance, path: Option<&Path>, cfg: &FleetConfig) -> CliResult<()> {
+    let Some(path) = path else { return Ok(()) };
+    prov.add_file("router-config", path)?;
+    prov.router_pipeline = cfg.routing.map(|spec| serde_json::json!({ "router": cfg.router, "spec": spec }));
+    Ok(())
 }
 
 fn core_error(origin: &str, e: CoreError) -> CliError {

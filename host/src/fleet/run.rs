@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use super::trace::{BytesRead, TraceReader};
 use crate::error::{CliError, CliResult, FleetError};
-use crate::mem::{self, Need, try_grow, try_vec};
+use crate::mem::{self, Growth, Need, try_grow, try_vec};
 
 /// Heap buffers for one fleet (the core borrows them).
 pub struct OwnedFleet {
@@ -157,7 +157,16 @@ pub trait RequestSource {
     fn bytes_read(&self) -> Option<BytesRead> {
         None
     }
+
+    /// The run's memory growth, for what the source itself keeps per request (a Bailian
+    /// trace's labels); called before each [`Self::feed`].
+    fn grow_into(&mut self, _growth: &Growth) {}
 }
+
+/// What a run keeps per request, as named in a memory-budget message.
+pub const LATENCIES: &str = "latencies (exact percentiles, 8 B per request)";
+/// The same, for the kept outcomes.
+pub const OUTCOMES: &str = "per-request outcomes (for the breakdowns)";
 
 /// A Mooncake JSONL trace file.
 pub struct TraceSource {
@@ -167,6 +176,8 @@ pub struct TraceSource {
     pub trace_block_tokens: u32,
     /// Longest line accepted, bytes (`--max-line-bytes`; [`super::trace::DEFAULT_MAX_LINE_BYTES`]).
     pub max_line_bytes: u64,
+    /// Most blank lines accepted (`--max-blank-lines`; [`super::trace::DEFAULT_MAX_BLANK_LINES`]).
+    pub max_blank_lines: u64,
     /// The bytes read (for a progress display).
     pub read: BytesRead,
 }
@@ -178,6 +189,7 @@ impl TraceSource {
             path,
             trace_block_tokens,
             max_line_bytes: super::trace::DEFAULT_MAX_LINE_BYTES,
+            max_blank_lines: super::trace::DEFAULT_MAX_BLANK_LINES,
             read: BytesRead::default(),
         }
     }
@@ -202,7 +214,9 @@ impl RequestSource for TraceSource {
     }
 
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
-        let reader = TraceReader::open_limited(&self.path, self.max_line_bytes)?.counting(&self.read);
+        let reader = TraceReader::open_limited(&self.path, self.max_line_bytes)?
+            .max_blank_lines(self.max_blank_lines)
+            .counting(&self.read);
         feed_trace(reader, self.trace_block_tokens, sink)
     }
 
@@ -343,6 +357,10 @@ pub struct Summary {
     /// per-pod caches, so the default output is unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheMode>,
+    /// With `--router-config`: the resolved router in one line (`router` alone says `custom`
+    /// for any pipeline); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<String>,
 }
 
 /// What the autoscaler did (docs/MODEL.md, "Autoscaling").
@@ -395,7 +413,10 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
     let mut pending = if cfg.stale_delay > 0 { ((cfg.stale_delay as usize + 1) * 256).min(1 << 20) } else { 0 };
     loop {
         let group = source.id_blocks();
-        check_memory_runs(&cfg, queue_per_pod, pending, source.len_hint(), keep_outcomes, group)?;
+        let fixed = check_memory_runs(&cfg, queue_per_pod, pending, source.len_hint(), keep_outcomes, group, &[])?;
+        // what grows with the stream is checked as it grows (a trace's length is not known)
+        let growth = Growth::new(&run_context(&cfg), fixed);
+        source.grow_into(&growth);
         let mut owned = OwnedFleet::with_runs(cfg, queue_per_pod, pending, group)?;
         let mut fleet = owned.fleet().map_err(config_error)?;
         let mut latencies: Vec<u64> = Vec::new();
@@ -411,14 +432,8 @@ pub fn simulate(cfg: FleetConfig, source: &mut dyn RequestSource, keep_outcomes:
                     full = Some(*limit);
                 }
             })?;
-            let (nl, no) = (latencies.len(), outcomes.len());
-            let grown = if nl == latencies.capacity() {
-                try_grow(&mut latencies, nl.max(1024), "the latencies (8 bytes per request)")
-            } else {
-                Ok(())
-            };
-            let grown = grown.and_then(|()| match keep_outcomes && no == outcomes.capacity() {
-                true => try_grow(&mut outcomes, no.max(1024), "the per-request outcomes"),
+            let grown = growth.reserve_one(&mut latencies, LATENCIES).and_then(|()| match keep_outcomes {
+                true => growth.reserve_one(&mut outcomes, OUTCOMES),
                 false => Ok(()),
             });
             if let Err(e) = grown {
@@ -458,11 +473,17 @@ pub fn check_memory(
     requests: Option<u64>,
     keep_outcomes: bool,
 ) -> CliResult<()> {
-    check_memory_runs(cfg, queue_per_pod, pending, requests, keep_outcomes, 1)
+    check_memory_runs(cfg, queue_per_pod, pending, requests, keep_outcomes, 1, &[]).map(|_| ())
+}
+
+/// What a run of `cfg` is called in a memory-budget message.
+pub fn run_context(cfg: &FleetConfig) -> String {
+    format!("a run of {} pods x {} blocks", cfg.pods, cfg.capacity_blocks)
 }
 
 /// [`check_memory`] plus the run-length replay's buffers, when a trace of `group_blocks` blocks
-/// per id uses it.
+/// per id uses it, and `held`: what the caller holds while the run lasts (a Dynamo trace).
+/// Returns the bytes counted.
 pub fn check_memory_runs(
     cfg: &FleetConfig,
     queue_per_pod: usize,
@@ -470,7 +491,8 @@ pub fn check_memory_runs(
     requests: Option<u64>,
     keep_outcomes: bool,
     group_blocks: u32,
-) -> CliResult<()> {
+    held: &[Need],
+) -> CliResult<u64> {
     let l = FleetLayout::new(cfg, queue_per_pod, pending).map_err(config_error)?;
     let mut needs = crate::audit::fleet_needs(cfg, &l);
     let router_bytes = cfg.router_layout().map_err(config_error)?.bytes(cfg.pods) as u64;
@@ -496,7 +518,8 @@ pub fn check_memory_runs(
             lowered_by: "workload.requests".into(),
         });
     }
-    mem::check(&format!("a run of {} pods x {} blocks", cfg.pods, cfg.capacity_blocks), &needs)
+    needs.extend_from_slice(held);
+    mem::check(&run_context(cfg), &needs)
 }
 
 /// Turns a configuration error from the core into a message naming the CLI flag.
@@ -573,6 +596,7 @@ pub fn summarize(fleet: &Fleet<'_>, mut latencies: Vec<u64>) -> Summary {
             new_pod_traffic_ratio: ratio(t.new_pod_requests * 1000, t.fair_new_pod_milli),
         }),
         cache: (cfg.cache != CacheMode::Local).then_some(cfg.cache),
+        pipeline: None,
     }
 }
 
@@ -589,7 +613,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 pub fn render_table(s: &Summary) -> String {
     let mut o = String::new();
     let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
-    line("router", s.router.to_string());
+    line("router", s.pipeline.clone().unwrap_or_else(|| s.router.to_string()));
     line(
         "pods x capacity",
         format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * BLOCK_TOKENS),

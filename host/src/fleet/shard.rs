@@ -5,15 +5,23 @@
 //! sweep writes (the same bytes, given the same `--out`; tested). docs/SWEEPS.md has worked
 //! examples as a Kubernetes Indexed Job and a Slurm job array.
 //!
-//! `partial.json` (format `brokerlab-sweep-shard/1`): the shard and shard count, the number of
-//! points of the whole sweep, a digest naming the sweep (its arguments without `--shard` and
-//! `--out`, and the SHA-256 of every input), the arguments as given, the inputs, the scenario's
-//! name, the swept parameter, the engine, and this shard's points with their indices.
+//! `partial.json` (format `brokerlab-sweep-shard/2`): the shard and shard count, the number of
+//! points of the whole sweep, a digest naming the sweep by what decides its results (the
+//! scenario's bytes, the swept parameter, every point's configuration and the engine: not the
+//! command line, so `--threads`, `-q`, `--max-memory` or the scenario's path may differ between
+//! shards), each point's value and router, the arguments as given, the inputs, the scenario's
+//! name, the swept parameter, the engine, this shard's points with their indices, and a SHA-256
+//! of those points. `fleet merge` recomputes that digest and checks every point's value, router
+//! and swept field against the plan: a point edited after the run is refused. This is a check of
+//! integrity (damage, a hand edit, a mixed-up file), not of origin: whoever edits a point can
+//! recompute the digest.
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+use brokerlab_core::fleet::RouterKind;
 
 use super::sweep::{self, Point};
 use super::sweep_batched::BatchedPoint;
@@ -21,7 +29,7 @@ use crate::error::{CliError, CliResult};
 use crate::provenance::{Input, Provenance};
 
 /// The partial file's format tag.
-pub const FORMAT: &str = "brokerlab-sweep-shard/1";
+pub const FORMAT: &str = "brokerlab-sweep-shard/2";
 /// The partial file's name in a shard's `--out`.
 pub const FILE: &str = "partial.json";
 /// Most shards of one sweep.
@@ -59,8 +67,10 @@ pub fn parse_shard(s: &str) -> Result<Shard, String> {
 pub struct Partial {
     /// [`FORMAT`].
     pub format: String,
-    /// Digest naming the sweep: equal for every shard of one sweep.
+    /// Digest naming the sweep by what decides its results: equal for every shard of one sweep.
     pub sweep: String,
+    /// Every point of the sweep: its value and router, by index.
+    pub plan: Vec<(f64, RouterKind)>,
     /// This shard.
     pub shard: usize,
     /// Number of shards.
@@ -79,24 +89,46 @@ pub struct Partial {
     pub engine: String,
     /// This shard's points: (index in the sweep, point).
     pub points: Vec<(usize, serde_json::Value)>,
+    /// SHA-256 of `points` as serialized here (compact JSON), lowercase hex.
+    pub points_sha256: String,
 }
 
-/// The arguments without `--shard` and `--out` (and their values), which differ between shards.
-fn sweep_args(args: &[String]) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut skip = false;
-    for a in args {
-        if skip {
-            skip = false;
-            continue;
-        }
-        match a.as_str() {
-            "--shard" | "--out" => skip = true,
-            _ if a.starts_with("--shard=") || a.starts_with("--out=") => {}
-            _ => out.push(a.clone()),
-        }
+/// What names a sweep in its shards: the digest of what decides its results, and the plan.
+pub struct SweepId {
+    digest: String,
+    plan: Vec<(f64, RouterKind)>,
+}
+
+/// The [`SweepId`] of a sweep of `param` over `specs` on the inputs `inputs` (their bytes'
+/// SHA-256, not their paths) under `engine` (None: FIFO).
+pub fn sweep_id(
+    inputs: &[Input],
+    param: &str,
+    engine: Option<&brokerlab_core::fleet::EngineConfig>,
+    specs: &[sweep::PointSpec],
+) -> SweepId {
+    let mut h = Sha256::new();
+    for i in inputs {
+        h.update(i.sha256.as_deref().unwrap_or("-").as_bytes());
+        h.update([0]);
     }
-    out
+    // every configuration field (Debug prints them all, floats exactly)
+    h.update(format!("{param}\0{engine:?}\0").as_bytes());
+    for p in specs {
+        h.update(format!("{p:?}\0").as_bytes());
+    }
+    SweepId { digest: hex(&h.finalize()), plan: specs.iter().map(|p| (p.value, p.cfg.router)).collect() }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// SHA-256 of a shard's points as `partial.json` holds them.
+fn points_sha256(points: &[(usize, serde_json::Value)]) -> String {
+    // serializing a Value cannot fail (string keys only)
+    let text = serde_json::to_string(points).unwrap_or_default();
+    hex(&Sha256::digest(text.as_bytes()))
 }
 
 /// The arguments with `--shard` removed and `--out` set to `out`: the command a one-machine sweep
@@ -122,25 +154,12 @@ fn one_machine_args(args: &[String], out: &Path) -> Vec<String> {
     v
 }
 
-fn digest(args: &[String], inputs: &[Input]) -> String {
-    let mut h = Sha256::new();
-    for a in sweep_args(args) {
-        h.update(a.as_bytes());
-        h.update([0]);
-    }
-    for i in inputs {
-        h.update(i.sha256.as_deref().unwrap_or("-").as_bytes());
-        h.update([0]);
-    }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Writes a shard's `partial.json` into `dir`.
 #[allow(clippy::too_many_arguments)]
 pub fn write_partial<P: Serialize>(
     dir: &Path,
     shard: Shard,
-    total: usize,
+    id: SweepId,
     prov: &Provenance,
     scenario_name: &str,
     param: &str,
@@ -155,10 +174,12 @@ pub fn write_partial<P: Serialize>(
         .map_err(|e| CliError::failure(format!("a sweep point does not serialize: {e}")))?;
     let partial = Partial {
         format: FORMAT.into(),
-        sweep: digest(&args, &prov.inputs),
+        sweep: id.digest,
         shard: shard.index,
         shards: shard.count,
-        points_total: total,
+        points_total: id.plan.len(),
+        plan: id.plan,
+        points_sha256: points_sha256(&points),
         args,
         inputs: prov.inputs.clone(),
         scenario_name: scenario_name.into(),
@@ -206,11 +227,15 @@ pub fn read_all(dirs: &[PathBuf]) -> CliResult<Vec<(PathBuf, Partial)>> {
     for (d, p) in &parts[1..] {
         if p.sweep != first.sweep || p.shards != first.shards || p.points_total != first.points_total {
             return Err(CliError::bad_input(format!(
-                "{}: a shard of another sweep than {} (different arguments, inputs or shard count)",
+                "{}: a shard of another sweep than {} (a different scenario, parameter, values, engine or \
+                 shard count)",
                 d.display(),
                 d0.display()
             )));
         }
+    }
+    for (d, p) in &parts {
+        check_points(d, p)?;
     }
     let mut seen = vec![None::<&Path>; first.shards];
     for (d, p) in &parts {
@@ -238,6 +263,47 @@ pub fn read_all(dirs: &[PathBuf]) -> CliResult<Vec<(PathBuf, Partial)>> {
         )));
     }
     Ok(parts)
+}
+
+/// Checks a shard's points against its digest and its plan: each point's value and router, and
+/// the swept field of its configuration (`capacity`, `alpha`, `stale`, `pods`) equal to the
+/// value. A mismatch is exit 2 naming the file and the point.
+fn check_points(dir: &Path, p: &Partial) -> CliResult<()> {
+    let path = dir.join(FILE);
+    let bad = |msg: String| CliError::bad_input(format!("{}: {msg}", path.display()));
+    if p.plan.len() != p.points_total {
+        return Err(bad(format!("a plan of {} points for {} points", p.plan.len(), p.points_total)));
+    }
+    if points_sha256(&p.points) != p.points_sha256 {
+        return Err(bad(
+            "its points do not match their SHA-256 (points_sha256): the file was changed after the sweep wrote it; \
+             rerun the shard (the digest checks integrity, not origin: it does not prove who wrote the file)"
+                .into(),
+        ));
+    }
+    let field = match p.param.as_str() {
+        "capacity" | "alpha" | "stale" | "pods" => Some(p.param.as_str()),
+        _ => None, // rate: the workload's, not a field of the fleet
+    };
+    for (k, v) in &p.points {
+        let Some(&(value, router)) = p.plan.get(*k) else { continue }; // reported by `merge`
+        let router_ok = serde_json::to_value(router).is_ok_and(|r| v.get("router") == Some(&r));
+        let value_ok =
+            v.get("value").and_then(serde_json::Value::as_f64).is_some_and(|x| x.to_bits() == value.to_bits());
+        let swept_ok = field.is_none_or(|f| v.get(f).is_none_or(|x| x.as_f64() == Some(value)));
+        if !(router_ok && value_ok && swept_ok) {
+            return Err(bad(format!(
+                "point {k} is not the sweep's point {k} ({} = {value}, router {router}): it says value {}, {} {}, \
+                 router {}",
+                p.param,
+                v.get("value").unwrap_or(&serde_json::Value::Null),
+                field.unwrap_or("value"),
+                field.and_then(|f| v.get(f)).unwrap_or(&serde_json::Value::Null),
+                v.get("router").unwrap_or(&serde_json::Value::Null)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Puts the shards' points back in order as `P`.
@@ -328,7 +394,6 @@ mod tests {
         assert_eq!((0..7).filter(|&k| s.owns(k)).collect::<Vec<_>>(), [1, 4]);
         let args: Vec<String> =
             ["fleet", "sweep", "sc.toml", "--shard", "1/3", "--out", "p1", "--no-date"].map(String::from).into();
-        assert_eq!(sweep_args(&args), ["fleet", "sweep", "sc.toml", "--no-date"]);
         assert_eq!(
             one_machine_args(&args, Path::new("all")),
             ["fleet", "sweep", "sc.toml", "--out", "all", "--no-date"]

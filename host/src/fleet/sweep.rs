@@ -186,11 +186,18 @@ pub mod csv_num {
     }
 }
 
-/// Writes `name` into `dir`, naming the file in any error.
+/// Writes `name` into `dir`, staged: it appears, with the command's other files, at
+/// [`commit_files`] ([`crate::outfile`]: whole or not at all); errors name the file.
 pub fn write_file(dir: &Path, name: &str, bytes: &[u8]) -> CliResult<()> {
     std::fs::create_dir_all(dir).map_err(|source| FleetError::CreateDir { path: dir.to_path_buf(), source })?;
     let path = dir.join(name);
-    std::fs::write(&path, bytes).map_err(|source| FleetError::Write { path, source }.into())
+    crate::outfile::stage(&path, bytes).map_err(|source| FleetError::Write { path, source }.into())
+}
+
+/// Renames the files [`write_file`] staged over their names: the end of a command that writes
+/// files.
+pub fn commit_files() -> CliResult<()> {
+    crate::outfile::commit().map_err(|(path, source)| FleetError::Write { path, source }.into())
 }
 
 /// Geometric steps from `from` to `to` (inclusive), rounded to integers, duplicates removed.

@@ -26,6 +26,11 @@ pub struct TraceRecord {
 /// most 2^24 tokens at S = 16 is 1,048,576 ids of up to 20 digits and a separator).
 pub const DEFAULT_MAX_LINE_BYTES: u64 = 32 << 20;
 
+/// Default of `--max-blank-lines`: 1,000,000. Blank lines are skipped, but each costs a read: a
+/// file of nothing else (a compressed archive of 2 GB of newlines) would keep a replay busy for
+/// minutes and then report no requests. A real trace has a few (a trailing newline, a gap).
+pub const DEFAULT_MAX_BLANK_LINES: u64 = 1_000_000;
+
 /// Bytes of a trace a reader has consumed, shared with the progress display (read only for
 /// display; clones count into the same total).
 #[derive(Debug, Clone, Default)]
@@ -89,6 +94,18 @@ impl<'de> serde::de::Visitor<'de> for LineSeed<'_> {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Seen, A::Error> {
         let mut seen = Seen::default();
         while let Some(key) = map.next_key::<Key>()? {
+            // a key read twice: serde would keep the last silently, other readers the first
+            let twice = match key {
+                Key::Timestamp => seen.timestamp.is_some().then_some("timestamp"),
+                Key::InputLength => seen.input_length.is_some().then_some("input_length"),
+                Key::OutputLength => seen.output_length.is_some().then_some("output_length"),
+                Key::HashIds => seen.hash_ids.is_some().then_some("hash_ids"),
+                Key::Other => None,
+            };
+            if let Some(name) = twice {
+                *self.field_err = Some(super::formats::twice_message(name));
+                return Err(serde::de::Error::custom("a field given twice"));
+            }
             match key {
                 Key::Timestamp => seen.timestamp = Some(map.next_value()?),
                 Key::InputLength => seen.input_length = Some(map.next_value()?),
@@ -193,6 +210,8 @@ pub struct Lines {
     line_no: usize,
     buf: Vec<u8>,
     max_line_bytes: u64,
+    max_blank_lines: u64,
+    blank_lines: u64,
     read: BytesRead,
 }
 
@@ -205,7 +224,23 @@ impl Lines {
 
     /// Reads from any buffered reader; `path` is used in messages.
     pub fn new(path: PathBuf, reader: Box<dyn BufRead>, max_line_bytes: u64) -> Self {
-        Lines { path, reader, line_no: 0, buf: Vec::new(), max_line_bytes, read: BytesRead::default() }
+        Lines {
+            path,
+            reader,
+            line_no: 0,
+            buf: Vec::new(),
+            max_line_bytes,
+            max_blank_lines: DEFAULT_MAX_BLANK_LINES,
+            blank_lines: 0,
+            read: BytesRead::default(),
+        }
+    }
+
+    /// Accepts at most `n` blank lines (`--max-blank-lines`; [`DEFAULT_MAX_BLANK_LINES`]); one
+    /// more is an error.
+    pub fn max_blank_lines(mut self, n: u64) -> Self {
+        self.max_blank_lines = n;
+        self
     }
 
     /// Counts the bytes it consumes into `read` (for a progress display).
@@ -265,6 +300,14 @@ impl Lines {
                 let start = bom + (rest.len() - rest.trim_start().len());
                 break (start, start + trimmed.len());
             }
+            self.blank_lines += 1;
+            if self.blank_lines > self.max_blank_lines {
+                return Err(self.error(format_args!(
+                    "more than --max-blank-lines {} blank lines (a trace that is mostly empty lines is likely \
+                     damaged); raise --max-blank-lines if the file is right",
+                    self.max_blank_lines
+                )));
+            }
         };
         // validated above; the offsets are on char boundaries of that same text
         Ok(Some(std::str::from_utf8(&self.buf[start..end]).unwrap_or_default()))
@@ -299,6 +342,12 @@ impl TraceReader {
     /// Counts the bytes it consumes into `read` (for a progress display).
     pub fn counting(mut self, read: &BytesRead) -> Self {
         self.lines = self.lines.counting(read);
+        self
+    }
+
+    /// Accepts at most `n` blank lines ([`Lines::max_blank_lines`]).
+    pub fn max_blank_lines(mut self, n: u64) -> Self {
+        self.lines = self.lines.max_blank_lines(n);
         self
     }
 

@@ -13,6 +13,11 @@ use crate::fleet::cache::lru::{LruPod, Slot};
 pub const MAX_SCORERS: usize = 8;
 /// Most filters in one pipeline.
 pub const MAX_FILTERS: usize = 2;
+/// Largest weight of a scorer (and of Dynamo's `overlap_score_weight`, vllm-loadaware's beta):
+/// scores are clamped to [0, 1], so a pipeline's total is at most MAX_SCORERS x 1e6 = 8e6 and
+/// Dynamo's logit at most 1e6 x 2^60 blocks, finite; a weight of f64::MAX made the sum +inf and
+/// every pod tie. Upstream weights are small integers (llm-d's examples: 1 to 3).
+pub const MAX_WEIGHT: f64 = 1.0e6;
 
 /// A scorer: s(pod) in [0, 1] (clamped by the pipeline).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -139,6 +144,135 @@ pub enum Policy {
     SglangCacheAware,
     /// The issue's vLLM load-aware formula.
     VllmLoadaware,
+}
+
+impl Policy {
+    /// The config name (`policy = "..."`).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Policy::Pipeline => "pipeline",
+            Policy::DynamoKv => "dynamo-kv",
+            Policy::SglangCacheAware => "sglang-cache-aware",
+            Policy::VllmLoadaware => "vllm-loadaware",
+        }
+    }
+}
+
+/// Every key of a router config file that sets a part of the router (`preset` and `policy`
+/// choose it): a key the resolved router does not read ([`RouterSpec::reads`]) is refused, not
+/// ignored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouterKey {
+    /// `filters`.
+    Filters,
+    /// `[[scorers]]`.
+    Scorers,
+    /// `picker`.
+    Picker,
+    /// `params.seed`.
+    Seed,
+    /// `params.approx_lru_blocks`.
+    ApproxLruBlocks,
+    /// `params.prefix_source`.
+    PrefixSource,
+    /// `params.load_aware_threshold`.
+    LoadAwareThreshold,
+    /// `params.token_load_threshold`.
+    TokenLoadThreshold,
+    /// `params.no_hit_lru_size`.
+    NoHitLruSize,
+    /// `params.affinity_threshold`.
+    AffinityThreshold,
+    /// `params.max_ttft_penalty_ms`.
+    MaxTtftPenaltyMs,
+    /// `params.peak_prefill_tokens_per_s`.
+    PeakPrefillTokensPerS,
+    /// `params.overlap_score_weight`.
+    OverlapScoreWeight,
+    /// `params.router_temperature`.
+    RouterTemperature,
+    /// `params.cache_threshold`.
+    CacheThreshold,
+    /// `params.balance_abs_threshold`.
+    BalanceAbsThreshold,
+    /// `params.balance_rel_threshold`.
+    BalanceRelThreshold,
+    /// `params.vllm_beta`.
+    VllmBeta,
+}
+
+impl RouterKey {
+    /// Every key, in file order.
+    pub const ALL: [RouterKey; 18] = [
+        RouterKey::Filters,
+        RouterKey::Scorers,
+        RouterKey::Picker,
+        RouterKey::Seed,
+        RouterKey::ApproxLruBlocks,
+        RouterKey::PrefixSource,
+        RouterKey::LoadAwareThreshold,
+        RouterKey::TokenLoadThreshold,
+        RouterKey::NoHitLruSize,
+        RouterKey::AffinityThreshold,
+        RouterKey::MaxTtftPenaltyMs,
+        RouterKey::PeakPrefillTokensPerS,
+        RouterKey::OverlapScoreWeight,
+        RouterKey::RouterTemperature,
+        RouterKey::CacheThreshold,
+        RouterKey::BalanceAbsThreshold,
+        RouterKey::BalanceRelThreshold,
+        RouterKey::VllmBeta,
+    ];
+
+    /// The key as written in the file (`params.NAME` for the `[params]` table).
+    pub const fn name(self) -> &'static str {
+        match self {
+            RouterKey::Filters => "filters",
+            RouterKey::Scorers => "scorers",
+            RouterKey::Picker => "picker",
+            RouterKey::Seed => "params.seed",
+            RouterKey::ApproxLruBlocks => "params.approx_lru_blocks",
+            RouterKey::PrefixSource => "params.prefix_source",
+            RouterKey::LoadAwareThreshold => "params.load_aware_threshold",
+            RouterKey::TokenLoadThreshold => "params.token_load_threshold",
+            RouterKey::NoHitLruSize => "params.no_hit_lru_size",
+            RouterKey::AffinityThreshold => "params.affinity_threshold",
+            RouterKey::MaxTtftPenaltyMs => "params.max_ttft_penalty_ms",
+            RouterKey::PeakPrefillTokensPerS => "params.peak_prefill_tokens_per_s",
+            RouterKey::OverlapScoreWeight => "params.overlap_score_weight",
+            RouterKey::RouterTemperature => "params.router_temperature",
+            RouterKey::CacheThreshold => "params.cache_threshold",
+            RouterKey::BalanceAbsThreshold => "params.balance_abs_threshold",
+            RouterKey::BalanceRelThreshold => "params.balance_rel_threshold",
+            RouterKey::VllmBeta => "params.vllm_beta",
+        }
+    }
+
+    /// What reads it (for the message that refuses it).
+    pub const fn reader(self) -> &'static str {
+        match self {
+            RouterKey::Filters | RouterKey::Scorers | RouterKey::Picker => "policy \"pipeline\"",
+            RouterKey::Seed => {
+                "a random draw: the pipeline's max-score (ties) and random pickers, dynamo-kv, sglang-cache-aware"
+            }
+            RouterKey::ApproxLruBlocks => {
+                "the approximate index: a prefix-cache scorer, an approximate prefix source, sglang-cache-aware, \
+                 vllm-loadaware"
+            }
+            RouterKey::PrefixSource => "the prefix-cache-affinity filter and the no-hit-lru scorer",
+            RouterKey::LoadAwareThreshold => "the load-aware scorer",
+            RouterKey::TokenLoadThreshold => "the token-load scorer",
+            RouterKey::NoHitLruSize => "the no-hit-lru scorer",
+            RouterKey::AffinityThreshold | RouterKey::MaxTtftPenaltyMs | RouterKey::PeakPrefillTokensPerS => {
+                "the prefix-cache-affinity filter"
+            }
+            RouterKey::OverlapScoreWeight | RouterKey::RouterTemperature => "policy \"dynamo-kv\"",
+            RouterKey::CacheThreshold | RouterKey::BalanceAbsThreshold | RouterKey::BalanceRelThreshold => {
+                "policy \"sglang-cache-aware\""
+            }
+            RouterKey::VllmBeta => "policy \"vllm-loadaware\"",
+        }
+    }
 }
 
 /// Where the affinity filter and no-hit-lru read a pod's match from.
@@ -359,6 +493,34 @@ impl RouterSpec {
         self.has_filter() || self.has_scorer(|k| k == ScorerKind::NoHitLru)
     }
 
+    /// Whether this router reads `key` (see [`RouterKey::reader`]): the filters, scorers and
+    /// picker only as a pipeline, each parameter only where a part that uses it is present.
+    pub fn reads(&self, key: RouterKey) -> bool {
+        let pipeline = self.policy == Policy::Pipeline;
+        let scorer = |kind: ScorerKind| pipeline && self.has_scorer(|k| k == kind);
+        match key {
+            RouterKey::Filters | RouterKey::Scorers | RouterKey::Picker => pipeline,
+            RouterKey::Seed => match self.policy {
+                Policy::Pipeline => self.picker != PickerKind::MaxScoreLowestIndex,
+                Policy::DynamoKv | Policy::SglangCacheAware => true,
+                Policy::VllmLoadaware => false,
+            },
+            RouterKey::ApproxLruBlocks => self.needs_approx(),
+            RouterKey::PrefixSource => pipeline && self.reads_prefix_info(),
+            RouterKey::LoadAwareThreshold => scorer(ScorerKind::LoadAware),
+            RouterKey::TokenLoadThreshold => scorer(ScorerKind::TokenLoad),
+            RouterKey::NoHitLruSize => scorer(ScorerKind::NoHitLru),
+            RouterKey::AffinityThreshold | RouterKey::MaxTtftPenaltyMs | RouterKey::PeakPrefillTokensPerS => {
+                pipeline && self.has_filter()
+            }
+            RouterKey::OverlapScoreWeight | RouterKey::RouterTemperature => self.policy == Policy::DynamoKv,
+            RouterKey::CacheThreshold | RouterKey::BalanceAbsThreshold | RouterKey::BalanceRelThreshold => {
+                self.policy == Policy::SglangCacheAware
+            }
+            RouterKey::VllmBeta => self.policy == Policy::VllmLoadaware,
+        }
+    }
+
     /// Whether the fleet must keep the exact index for this router.
     pub fn needs_index(&self) -> bool {
         match self.policy {
@@ -412,8 +574,12 @@ impl RouterSpec {
         let p = &self.params;
         let unit = |x: f64| (0.0..=1.0).contains(&x);
         let finite_pos = |x: f64| x.is_finite() && x >= 0.0;
-        if self.scorers.iter().flatten().any(|w| !finite_pos(w.weight)) {
-            return bad(Field::ScorerWeight, "a finite scorer weight >= 0");
+        let weight = |x: f64| (0.0..=MAX_WEIGHT).contains(&x);
+        if self.scorers.iter().flatten().any(|w| !weight(w.weight)) {
+            return bad(
+                Field::ScorerWeight,
+                "a scorer weight from 0 to 1e6 (MAX_WEIGHT: the weighted sum stays finite)",
+            );
         }
         if self.policy == Policy::Pipeline && self.picker != PickerKind::Random && !self.has_scorer(|_| true) {
             return bad(Field::Scorers, "at least one scorer (or picker = \"random\")");
@@ -436,8 +602,8 @@ impl RouterSpec {
         if !(p.peak_prefill_tokens_per_s.is_finite() && p.peak_prefill_tokens_per_s > 0.0) {
             return bad(Field::PeakPrefillTokensPerS, "a finite rate > 0 tokens/s");
         }
-        if !finite_pos(p.overlap_score_weight) {
-            return bad(Field::OverlapScoreWeight, "a finite weight >= 0");
+        if !weight(p.overlap_score_weight) {
+            return bad(Field::OverlapScoreWeight, "a weight from 0 to 1e6 (MAX_WEIGHT)");
         }
         if !(finite_pos(p.router_temperature) && p.router_temperature <= 1.0e6) {
             return bad(Field::RouterTemperature, "a temperature between 0 and 1e6");
@@ -448,8 +614,8 @@ impl RouterSpec {
         if !(p.balance_rel_threshold.is_finite() && p.balance_rel_threshold >= 0.0) {
             return bad(Field::BalanceRelThreshold, "a finite ratio >= 0");
         }
-        if !finite_pos(p.vllm_beta) {
-            return bad(Field::VllmBeta, "a finite number >= 0");
+        if !weight(p.vllm_beta) {
+            return bad(Field::VllmBeta, "a weight from 0 to 1e6 (MAX_WEIGHT)");
         }
         Ok(())
     }

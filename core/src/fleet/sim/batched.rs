@@ -70,11 +70,16 @@ pub fn validate(cfg: &FleetConfig, engine: &EngineConfig) -> Result<(), Error> {
     if Engine::table_len(cfg.capacity_blocks) == 0 {
         return Err(Error::InvalidConfig { field: Field::Capacity, expected: "a block count that fits in memory" });
     }
-    if cfg.stale_delay > 0 || cfg.event_delay_ns > 0 || cfg.speculative_ttl_ns > 0 {
-        return Err(Error::InvalidConfig {
-            field: Field::Stale,
-            expected: "an exact index with --engine batched (no --stale, --event-delay-ms, --speculative-ttl-ms)",
-        });
+    // each staleness named by its own field (the batched engine's index is exact)
+    let exact = |field| Err(Error::InvalidConfig { field, expected: "0 with --engine batched (its index is exact)" });
+    if cfg.stale_delay > 0 {
+        return exact(Field::Stale);
+    }
+    if cfg.event_delay_ns > 0 {
+        return exact(Field::EventDelay);
+    }
+    if cfg.speculative_ttl_ns > 0 {
+        return exact(Field::SpeculativeTtl);
     }
     if cfg.index != IndexKind::PodTables {
         return Err(Error::InvalidConfig { field: Field::Index, expected: "pod-tables with --engine batched" });

@@ -8,13 +8,57 @@ use serde_json::value::RawValue;
 /// A line's fields: name -> raw JSON text. Unknown fields are kept and ignored by the formats.
 pub type Fields<'a> = BTreeMap<String, &'a RawValue>;
 
-/// Splits a line into its fields; `example` is shown when the line is not a JSON object.
+/// Splits a line into its fields; `example` is shown when the line is not a JSON object. A field
+/// given twice is an error (serde would keep the last one silently; other JSON readers keep the
+/// first).
 pub fn fields<'a>(line: &'a str, example: &str) -> Result<Fields<'a>, String> {
-    serde_json::from_str::<Fields<'a>>(line).map_err(|e| {
+    use serde::de::DeserializeSeed as _;
+    let mut twice = None;
+    let mut de = serde_json::Deserializer::from_str(line);
+    FieldsSeed { twice: &mut twice }.deserialize(&mut de).and_then(|f| de.end().map(|()| f)).map_err(|e| {
+        if let Some(name) = twice.take() {
+            return twice_message(&name);
+        }
         let msg = e.to_string();
         let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
         format!("column {}: expected a JSON object like {example}: {msg}", e.column())
     })
+}
+
+/// The error of a field given twice in one line.
+pub fn twice_message(name: &str) -> String {
+    format!("field `{name}` is given twice: expected each field once (JSON readers disagree on which one counts)")
+}
+
+/// A line's fields, each name once; a repeated name goes to `twice`.
+struct FieldsSeed<'t> {
+    twice: &'t mut Option<String>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for FieldsSeed<'_> {
+    type Value = Fields<'de>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Fields<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for FieldsSeed<'_> {
+    type Value = Fields<'de>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Fields<'de>, A::Error> {
+        let mut out = Fields::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let v: &'de RawValue = map.next_value()?;
+            if out.contains_key(&name) {
+                *self.twice = Some(name);
+                return Err(serde::de::Error::custom("a field given twice"));
+            }
+            out.insert(name, v);
+        }
+        Ok(out)
+    }
 }
 
 /// A present, non-null field's raw text.
@@ -98,8 +142,27 @@ pub fn decimal_to_ns(text: &str, unit_exp: i64) -> Option<u64> {
     if digits[keep] >= 5 { q.checked_add(1) } else { Some(q) }
 }
 
-/// A number field converted by [`decimal_to_ns`].
+/// A number field converted by [`decimal_to_ns`]; a positive number too large for 64-bit
+/// nanoseconds says so (it is not malformed).
 pub fn ns_field(f: &Fields<'_>, name: &str, unit_exp: i64, expected: &str) -> Result<u64, String> {
     let t = raw(f, name, expected)?;
-    decimal_to_ns(t, unit_exp).ok_or_else(|| format!("field `{name}`: expected {expected}, got {t}"))
+    decimal_to_ns(t, unit_exp).ok_or_else(|| {
+        // `t` is JSON: a number, or another value (a string, an array, ...)
+        let positive_number = !t.starts_with('-') && t.parse::<f64>().is_ok_and(|v| v > 0.0);
+        if positive_number {
+            let unit = 10u64.pow(unit_exp.clamp(0, 19) as u32);
+            let (whole, frac) = (u64::MAX / unit, u64::MAX % unit);
+            let name_of = match unit_exp {
+                9 => "s",
+                6 => "ms",
+                _ => "units",
+            };
+            format!(
+                "field `{name}`: {t} {name_of} overflows 64-bit nanoseconds (at most {whole}.{frac:0w$} {name_of})",
+                w = unit_exp.clamp(0, 19) as usize
+            )
+        } else {
+            format!("field `{name}`: expected {expected}, got {t}")
+        }
+    })
 }

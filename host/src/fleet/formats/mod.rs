@@ -65,9 +65,14 @@ impl Format {
     }
 }
 
-/// `--format`, or the format of the trace's first non-blank line (at most `max_line_bytes`) when
-/// omitted.
-pub fn resolve_format(given: Option<Format>, path: &Path, max_line_bytes: u64) -> CliResult<Format> {
+/// `--format`, or the format of the trace's first non-blank line (at most `max_line_bytes`,
+/// after at most `max_blank_lines` blank ones) when omitted.
+pub fn resolve_format(
+    given: Option<Format>,
+    path: &Path,
+    max_line_bytes: u64,
+    max_blank_lines: u64,
+) -> CliResult<Format> {
     if let Some(f) = given {
         return Ok(f);
     }
@@ -78,7 +83,7 @@ pub fn resolve_format(given: Option<Format>, path: &Path, max_line_bytes: u64) -
         Ok(m) if !m.is_file() => return Ok(Format::Mooncake),
         Ok(_) => {}
     }
-    let mut lines = Lines::open(path, max_line_bytes)?;
+    let mut lines = Lines::open(path, max_line_bytes)?.max_blank_lines(max_blank_lines);
     let Some(line) = lines.next_line()? else {
         return Ok(Format::Mooncake); // an empty trace replays as no requests in any format
     };
@@ -173,9 +178,19 @@ pub struct FormatSource {
     pub types: Vec<String>,
     /// Longest line accepted, bytes (`--max-line-bytes`).
     pub max_line_bytes: u64,
+    /// Most blank lines accepted (`--max-blank-lines`).
+    pub max_blank_lines: u64,
     /// The bytes read (for a progress display).
     pub read: super::trace::BytesRead,
+    /// The run's memory growth, which the labels grow into (set by the run).
+    pub growth: Option<crate::mem::Growth>,
 }
+
+/// Most distinct Bailian `type` values in one trace (the trace has 4: text, search, image,
+/// file); more is exit 2 (each is looked up per line and kept for the breakdown).
+pub const MAX_BAILIAN_TYPES: usize = 1024;
+/// The Bailian labels a replay keeps per request, as named in a memory-budget message.
+pub const LABELS: &str = "per-request labels (type and turn, 16 B per request)";
 
 impl FormatSource {
     /// The per-type and per-turn hit rates, from the run's (request index, input tokens, hit
@@ -207,15 +222,21 @@ impl super::run::RequestSource for FormatSource {
         Some(self.read.clone())
     }
 
+    fn grow_into(&mut self, growth: &crate::mem::Growth) {
+        self.growth = Some(growth.clone());
+    }
+
     fn feed(
         &mut self,
         sink: &mut dyn FnMut(&brokerlab_core::fleet::Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
     ) -> CliResult<()> {
-        let mut lines = Lines::open(&self.path, self.max_line_bytes)?.counting(&self.read);
+        let mut lines =
+            Lines::open(&self.path, self.max_line_bytes)?.max_blank_lines(self.max_blank_lines).counting(&self.read);
         let mut keys_buf: Vec<u64> = Vec::new();
         let (mut tok, mut bai) = (TokensRecord::default(), BailianRecord::default());
         let mut last = None;
-        self.labels.clear();
+        // a fresh vector: the run's growth counts it from empty
+        self.labels = Vec::new();
         while let Some(line) = lines.next_line()? {
             let (arrival_ns, input, output) = match self.format {
                 Format::Tokens => {
@@ -242,11 +263,22 @@ impl super::run::RequestSource for FormatSource {
                         .map_err(|e| lines.error(e))?;
                     let t = match self.types.iter().position(|t| *t == bai.kind) {
                         Some(t) => t,
+                        None if self.types.len() == MAX_BAILIAN_TYPES => {
+                            return Err(lines.error(format_args!(
+                                "field `type`: {:?} would be distinct value {} of the trace; expected at most \
+                                 {MAX_BAILIAN_TYPES} (MAX_BAILIAN_TYPES: text, search, image, file, ...)",
+                                bai.kind,
+                                MAX_BAILIAN_TYPES + 1
+                            )));
+                        }
                         None => {
                             self.types.push(bai.kind.clone());
                             self.types.len() - 1
                         }
                     };
+                    if let Some(g) = &self.growth {
+                        g.reserve_one(&mut self.labels, LABELS)?;
+                    }
                     self.labels.push((t as u32, bai.turn));
                     (bai.arrival_ns, bai.input_length, bai.output_length)
                 }
@@ -364,13 +396,15 @@ pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::
         }
         Format::Dynamo | Format::Mooncake => {
             let s = a.trace_block_size.unwrap_or(512);
-            let trace = super::dynamo::load(&a.trace, s, a.max_line_bytes)?;
+            let trace = super::dynamo::load(&a.trace, s, a.max_line_bytes, a.max_blank_lines)?;
             match engine {
                 Some(e) => {
                     brokerlab_core::fleet::sim::batched::validate(&cfg, &e).map_err(super::run::config_error)?;
-                    let res = super::dynamo::simulate_batched(cfg, e, &trace, &a.trace, s, outcomes.is_some())?;
+                    let (res, turn_of) =
+                        super::dynamo::simulate_batched(cfg, e, &trace, &a.trace, s, outcomes.is_some())?;
                     if let Some(path) = outcomes {
-                        super::engine::write_outcomes(path, &res.completions)?;
+                        let more = |request| super::dynamo::outcome_fields(&trace, &turn_of, request);
+                        super::engine::write_outcomes(path, &res.completions, Some(&more))?;
                     }
                     Replayed::Batched(Box::new(res))
                 }
@@ -379,10 +413,18 @@ pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::
         }
     };
     progress.finish();
+    let mut res = res;
+    let pipeline = a.fleet.router_config.as_ref().and_then(|_| super::router_config::describe(&cfg));
+    match &mut res {
+        Replayed::Fifo(r) => r.summary.pipeline = pipeline,
+        Replayed::Batched(r) => r.summary.pipeline = pipeline,
+    }
     let title = format!("trace {} (format {})", a.trace.display(), format.name());
     let json = a.json.then(|| {
         let mut prov = crate::provenance::Provenance::of_this_run(a.output.no_date);
-        prov.add_file("trace", &a.trace).map(|()| prov)
+        prov.add_file("trace", &a.trace)?;
+        super::router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
+        Ok::<_, CliError>(prov)
     });
     let prov = json.transpose()?;
     let (name, b) = (format.name(), breakdown.as_ref());
@@ -430,7 +472,9 @@ fn format_source(a: &super::ReplayArgs, format: Format) -> CliResult<FormatSourc
         labels: Vec::new(),
         types: Vec::new(),
         max_line_bytes: a.max_line_bytes,
+        max_blank_lines: a.max_blank_lines,
         read: Default::default(),
+        growth: None,
     })
 }
 

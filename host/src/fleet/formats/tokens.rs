@@ -144,6 +144,12 @@ impl TokensReader {
         Ok(TokensReader { lines: Lines::open(path, max_line_bytes)?, rec: TokensRecord::default(), last_ts: None })
     }
 
+    /// Accepts at most `n` blank lines ([`Lines::max_blank_lines`]).
+    pub fn max_blank_lines(mut self, n: u64) -> Self {
+        self.lines = self.lines.max_blank_lines(n);
+        self
+    }
+
     /// The line reader (location, errors).
     pub fn lines(&self) -> &Lines {
         &self.lines
@@ -187,6 +193,9 @@ pub struct KeysArgs {
     /// Longest trace line accepted, bytes.
     #[arg(long, value_name = "BYTES", default_value_t = super::super::trace::DEFAULT_MAX_LINE_BYTES, value_parser = crate::mem::parse_size)]
     pub max_line_bytes: u64,
+    /// Most blank lines accepted in the trace; one more is exit 2.
+    #[arg(long, value_name = "N", default_value_t = super::super::trace::DEFAULT_MAX_BLANK_LINES)]
+    pub max_blank_lines: u64,
 }
 
 /// Formats `fleet keys` reads.
@@ -200,7 +209,7 @@ pub enum KeysFormat {
 /// empty line for a prompt shorter than one block).
 pub fn keys_cmd(a: KeysArgs) -> CliResult<i32> {
     let keyer = Keyer::new(&a.hash)?;
-    let mut reader = TokensReader::open(&a.trace, a.max_line_bytes)?;
+    let mut reader = TokensReader::open(&a.trace, a.max_line_bytes)?.max_blank_lines(a.max_blank_lines);
     let mut keys = Vec::new();
     let mut out = String::new();
     while let Some(rec) = reader.next_record()? {
