@@ -7,7 +7,9 @@ use std::process::Command;
 
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::workload::Workload;
-use brokerlab_core::fleet::{Fleet, FleetConfig, FleetLayout, IndexEntry, LruPod, PendingEntry, PendingRecord, Slot};
+use brokerlab_core::fleet::{
+    FifoFleet, FifoLayout, FleetConfig, IndexEntry, LruPod, PendingEntry, PendingRecord, Slot,
+};
 use serde::Serialize;
 
 use crate::error::{AuditError, CliResult};
@@ -103,7 +105,7 @@ const LOWERED_BY: [&str; 8] = [
 
 /// The fleet's caller-provided buffers for layout `l`, one row per structure: the audit's table
 /// and the memory budget's estimate ([`crate::mem`]) both come from here.
-pub fn fleet_rows(cfg: &FleetConfig, l: &FleetLayout) -> Vec<Row> {
+pub fn fleet_rows(cfg: &FleetConfig, l: &FifoLayout) -> Vec<Row> {
     use std::mem::size_of;
     let (n, c) = (cfg.pods, cfg.capacity_blocks);
     let mut rows = vec![
@@ -133,7 +135,7 @@ pub fn fleet_rows(cfg: &FleetConfig, l: &FleetLayout) -> Vec<Row> {
         ),
         row(
             "stale-evict FIFO",
-            format!("pending bound {} (k = {})", l.pending, cfg.stale_delay),
+            format!("pending bound {} (k = {})", l.pending, cfg.view().stale_delay),
             "PendingRecord",
             size_of::<PendingRecord>(),
             l.pending,
@@ -153,7 +155,7 @@ pub fn fleet_rows(cfg: &FleetConfig, l: &FleetLayout) -> Vec<Row> {
 }
 
 /// The fleet's buffers as memory-budget entries.
-pub fn fleet_needs(cfg: &FleetConfig, l: &FleetLayout) -> Vec<crate::mem::Need> {
+pub fn fleet_needs(cfg: &FleetConfig, l: &FifoLayout) -> Vec<crate::mem::Need> {
     fleet_rows(cfg, l)
         .into_iter()
         .map(|r| crate::mem::Need { what: r.structure, bytes: r.bytes as u64, lowered_by: r.lowered_by.to_string() })
@@ -164,7 +166,7 @@ pub fn fleet_needs(cfg: &FleetConfig, l: &FleetLayout) -> Vec<crate::mem::Need> 
 pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<Audit> {
     use std::mem::size_of;
     let cfg = sc.fleet;
-    let l = FleetLayout::new(&cfg, queue_per_pod, pending).map_err(crate::fleet::run::config_error)?;
+    let l = FifoLayout::new(&cfg, queue_per_pod, pending).map_err(crate::fleet::run::config_error)?;
     let (n, c) = (cfg.pods, cfg.capacity_blocks);
     let w = &sc.workload;
     let mut rows = fleet_rows(&cfg, &l);
@@ -189,7 +191,7 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
         "Fleet value (this host)",
         "64 pod slots inline (heapless::Vec)".into(),
         "Fleet",
-        size_of::<Fleet<'_>>(),
+        size_of::<FifoFleet<'_>>(),
         1,
     ));
     let total_bytes = rows.iter().map(|r| r.bytes).sum();

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use brokerlab::fleet::run::{TraceSource, simulate};
+use brokerlab::fleet::run::{Fifo, TraceSource, simulate, with_view};
 use brokerlab::fleet::trace::TraceReader;
 use brokerlab_core::fleet::{FleetConfig, RouterKind};
 
@@ -75,7 +75,7 @@ fn check_trace(name: &str) {
     assert!(distinct as u64 <= total_blocks);
     let cfg = FleetConfig::new(1, distinct, RouterKind::RoundRobin);
     let mut src = TraceSource::new(path.clone(), 512);
-    let res = simulate(cfg, &mut src, true).unwrap();
+    let res = simulate::<Fifo>(cfg, &mut src, true).unwrap();
     let s = &res.summary;
     assert_eq!(s.requests, recs.len() as u64);
     assert_eq!(s.input_tokens, input_tokens);
@@ -85,7 +85,7 @@ fn check_trace(name: &str) {
 
     // Round-robin over 4 unbounded pods: each pod is the trie of its own subsequence.
     let cfg = FleetConfig::new(4, distinct, RouterKind::RoundRobin);
-    let res = simulate(cfg, &mut src, true).unwrap();
+    let res = simulate::<Fifo>(cfg, &mut src, true).unwrap();
     let mut tries: Vec<Trie> = (0..4).map(|_| Trie::default()).collect();
     for (i, (rec, out)) in recs.iter().zip(&res.outcomes).enumerate() {
         assert_eq!(out.pod as usize, i % 4);
@@ -108,10 +108,10 @@ fn replay_is_deterministic_and_timing_is_consistent() {
     let path = trace("synthetic_trace.jsonl.zst");
     for router in RouterKind::ALL {
         let mut cfg = FleetConfig::new(8, 2048, router);
-        cfg.stale_delay = if router == RouterKind::PrefixAware { 3 } else { 0 };
+        cfg = with_view(cfg, |v| v.stale_delay = if router == RouterKind::PrefixAware { 3 } else { 0 });
         let mut src = TraceSource::new(path.clone(), 512);
-        let a = simulate(cfg, &mut src, true).unwrap();
-        let b = simulate(cfg, &mut src, true).unwrap();
+        let a = simulate::<Fifo>(cfg, &mut src, true).unwrap();
+        let b = simulate::<Fifo>(cfg, &mut src, true).unwrap();
         assert_eq!(a.summary, b.summary);
         assert_eq!(a.outcomes, b.outcomes);
         // Per pod, FIFO: each start is max(arrival, previous finish on that pod).
@@ -132,11 +132,11 @@ fn global_index_and_pod_tables_give_identical_results() {
     let path = trace("conversation_trace.jsonl.zst");
     for (stale, alpha, cap) in [(0, 1.0, 4096), (5, 16.0, 4096), (40, 0.5, 1024)] {
         let mut cfg = FleetConfig::new(8, cap, RouterKind::PrefixAware);
-        cfg.stale_delay = stale;
+        cfg = with_view(cfg, |v| v.stale_delay = stale);
         cfg.alpha = alpha;
         let mut src = TraceSource::new(path.clone(), 512);
-        let pods = simulate(FleetConfig { index: IndexKind::PodTables, ..cfg }, &mut src, true).unwrap();
-        let global = simulate(FleetConfig { index: IndexKind::Global, ..cfg }, &mut src, true).unwrap();
+        let pods = simulate::<Fifo>(with_view(cfg, |v| v.index = IndexKind::PodTables), &mut src, true).unwrap();
+        let global = simulate::<Fifo>(with_view(cfg, |v| v.index = IndexKind::Global), &mut src, true).unwrap();
         assert_eq!(pods.summary, global.summary, "stale {stale}");
         assert_eq!(pods.outcomes, global.outcomes, "stale {stale}");
         assert!(pods.summary.hit_tokens > 0);

@@ -4,14 +4,15 @@
 //! The model is specified in `docs/MODEL.md`; every rule lives here once and the host, the
 //! firmware and the tests call it. Every buffer is provided by the caller ("bring your own
 //! storage", as in smoltcp), so the host can run pods of millions of blocks while this crate never
-//! allocates. [`FleetLayout`] says how large each buffer must be.
+//! allocates. [`FifoLayout`] and [`BatchedLayout`] say how large each buffer must be.
 //!
 //! Layers, each importing only those below it (docs/ARCHITECTURE.md):
 //!
 //! * [`base`]: errors, limits, integer math, percentiles, load signals, pod bitmasks;
 //! * [`keys`]: block keys of trace ids and token ids (the model's hash, vLLM's);
 //! * [`cache`]: the LRU pods, the run-length LRU, the exact and approximate indexes;
-//! * [`route`]: the routers; [`engine`]: the engines (beside each other);
+//! * [`route`]: the routers; [`cost`]: step costs; [`engine`]: the engines (above the costs,
+//!   beside the routers);
 //! * [`sim`]: the fleet that drives engines behind a router, its configuration and defaults;
 //! * [`workload`]: the seeded workload generator.
 //!
@@ -34,10 +35,11 @@ pub use cache::approx::ApproxIndex;
 pub use cache::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 pub use cache::lru::{LruPod, Slot};
 pub use cache::runs::{Run, RunLru};
-pub use engine::batched::{
-    Completion, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, Profile, ReqSlot, StepCost,
-};
+pub use cost::{BatchShape, LinearCost, Profile, StepCost};
+pub use engine::batched::{BatchedConfig, BatchedEngine, BatchedStats, KvBlock, PodBuffers, ReqSlot};
+pub use engine::fifo::{CacheMode, FifoConfig, FifoEngine, Outcome, PodStats, TouchOrder};
 pub use engine::server::FifoServer;
+pub use engine::{Completion, Engine, EngineEvents, Request, Routed};
 pub use keys::{hash, vllm};
 pub use route::kind::{AnyRouter, RouterKind};
 pub use route::shipped::{Evaluation, ShippedRouter};
@@ -46,10 +48,10 @@ pub use route::spec::{
     RouterLayout, RouterParams, RouterSpec, ScorerKind, WeightedScorer,
 };
 pub use route::{Holders, KeyHolders, Route, RouteView, Router};
-pub use sim::batched::{BatchedFleet, EngineBuffers, EngineCaches, EngineLayout};
+pub use sim::batched::{BatchedBuffers, BatchedFleet, BatchedLayout};
+pub use sim::config::{EngineConfig, FleetConfig};
 pub use sim::defaults;
+pub use sim::fifo::{FifoBuffers, FifoFleet, FifoLayout};
 pub use sim::scale::{ScaleAction, ScalePolicy, ScaleState};
-pub use sim::{
-    CacheMode, Fleet, FleetBuffers, FleetConfig, FleetLayout, FleetTotals, IndexKind, Outcome, Pod, PodCaches,
-    PodStats, Request, TouchOrder,
-};
+pub use sim::view::{IndexKind, ViewConfig};
+pub use sim::{Exact, Fleet, FleetEngine, FleetTotals};

@@ -3,7 +3,10 @@
 use std::path::PathBuf;
 
 use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_TRACE_BLOCK_TOKENS};
-use brokerlab_core::fleet::{CacheMode, Field, FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder, defaults};
+use brokerlab_core::fleet::{
+    CacheMode, EngineConfig, Field, FifoConfig, FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder,
+    ViewConfig, defaults,
+};
 use clap::{Args, Subcommand};
 
 use super::progress::OutputArgs;
@@ -392,23 +395,28 @@ fn ms_to_ns(ms: u64, flag: &str) -> CliResult<u64> {
 impl FleetArgs {
     /// The core configuration.
     pub fn config(&self) -> CliResult<FleetConfig> {
+        let engine = FifoConfig {
+            t_prefill_ns: self.t_prefill_ns,
+            t_decode_ns: self.t_decode_ns,
+            order: self.order,
+            cpu_capacity_blocks: self.cpu_capacity,
+            t_cpu_ns: self.t_cpu_ns,
+            cache: self.cache,
+        };
+        let view = ViewConfig {
+            index: self.index,
+            stale_delay: self.stale,
+            event_delay_ns: ms_to_ns(self.event_delay_ms, "--event-delay-ms")?,
+            speculative_ttl_ns: ms_to_ns(self.speculative_ttl_ms, "--speculative-ttl-ms")?,
+        };
+        let scale = self.scale.policy(self.pods)?;
         let mut cfg = FleetConfig {
             pods: self.pods,
             capacity_blocks: self.capacity,
             router: self.router.unwrap_or(RouterKind::Custom),
             alpha: self.alpha,
-            stale_delay: self.stale,
-            order: self.order,
-            t_prefill_ns: self.t_prefill_ns,
-            t_decode_ns: self.t_decode_ns,
-            index: self.index,
-            cpu_capacity_blocks: self.cpu_capacity,
-            t_cpu_ns: self.t_cpu_ns,
-            scale: self.scale.policy(self.pods)?,
-            cache: self.cache,
             routing: None,
-            event_delay_ns: ms_to_ns(self.event_delay_ms, "--event-delay-ms")?,
-            speculative_ttl_ns: ms_to_ns(self.speculative_ttl_ms, "--speculative-ttl-ms")?,
+            engine: EngineConfig::Fifo { engine, view, scale },
         };
         // A trace replay has no scenario seed: the shipped routers' RNG starts from 0.
         router_config::apply(&mut cfg, self.router_config.as_deref(), 0)?;

@@ -41,6 +41,7 @@ pub const fn names(field: Field) -> Names {
         Field::VllmBeta => (None, Some("params.vllm_beta")),
         Field::Index => (Some("--index"), Some("fleet.index")),
         Field::Cache => (Some("--cache"), Some("fleet.cache")),
+        Field::Engine => (Some("--engine"), Some("fleet.engine.model")),
         Field::Router => (Some("--router"), Some("fleet.router")),
         Field::ScaleMin => (Some("--scale-min"), Some("fleet.autoscale.min")),
         Field::ScaleInitial => (Some("--scale-initial"), Some("fleet.autoscale.initial")),

@@ -23,8 +23,7 @@ use sha2::{Digest, Sha256};
 
 use brokerlab_core::fleet::RouterKind;
 
-use super::sweep::{self, Point};
-use super::sweep_batched::BatchedPoint;
+use super::sweep::{self, Point, SweepSummary};
 use crate::error::{CliError, CliResult};
 use crate::provenance::{Input, Provenance};
 
@@ -94,6 +93,7 @@ pub struct Partial {
 }
 
 /// What names a sweep in its shards: the digest of what decides its results, and the plan.
+#[derive(Debug, Clone)]
 pub struct SweepId {
     digest: String,
     plan: Vec<(f64, RouterKind)>,
@@ -104,7 +104,7 @@ pub struct SweepId {
 pub fn sweep_id(
     inputs: &[Input],
     param: &str,
-    engine: Option<&brokerlab_core::fleet::EngineConfig>,
+    engine: Option<&brokerlab_core::fleet::BatchedConfig>,
     specs: &[sweep::PointSpec],
 ) -> SweepId {
     let mut h = Sha256::new();
@@ -338,43 +338,25 @@ pub fn merge<P: serde::de::DeserializeOwned>(parts: Vec<(PathBuf, Partial)>, out
     Ok(Merged { points, provenance, scenario_name: first.scenario_name, param: first.param })
 }
 
-/// Writes the files of a FIFO sweep (shared by `fleet sweep` and `fleet merge`).
-pub fn write_fifo(out: &Path, name: &str, param: &str, points: &[Point], prov: &Provenance) -> CliResult<String> {
-    sweep::write_file(out, "points.csv", sweep::to_csv(points)?.as_bytes())?;
-    sweep::write_file(out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
-    #[derive(Serialize)]
-    struct Points<'a> {
-        points: &'a [Point],
-    }
-    sweep::write_file(out, "points.json", prov.json_with(&Points { points }).as_bytes())?;
-    let written = super::report::sweep_plots(out, name, param, points)?;
-    Ok(format!(
-        "{}wrote {}/points.csv (+ points.provenance.json), points.json{written}\n",
-        super::report::sweep_table(param, points),
-        out.display()
-    ))
-}
-
-/// Writes the files of a batched sweep (shared by `fleet sweep` and `fleet merge`).
-pub fn write_batched(
+/// Writes the files of a sweep of either engine (shared by `fleet sweep` and `fleet merge`).
+pub fn write_points<S: SweepSummary>(
     out: &Path,
     name: &str,
     param: &str,
-    points: &[BatchedPoint],
+    points: &[Point<S>],
     prov: &Provenance,
 ) -> CliResult<String> {
-    use super::sweep_batched as b;
-    sweep::write_file(out, "points.csv", b::to_csv(points)?.as_bytes())?;
+    sweep::write_file(out, "points.csv", S::csv(points)?.as_bytes())?;
     sweep::write_file(out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
     #[derive(Serialize)]
-    struct Points<'a> {
-        points: &'a [BatchedPoint],
+    struct Points<'a, S: Serialize> {
+        points: &'a [Point<S>],
     }
     sweep::write_file(out, "points.json", prov.json_with(&Points { points }).as_bytes())?;
-    let written = b::plots(out, name, param, points)?;
+    let written = S::plots(out, name, param, points)?;
     Ok(format!(
         "{}wrote {}/points.csv (+ points.provenance.json), points.json{written}\n",
-        b::table(param, points),
+        S::table(param, points),
         out.display()
     ))
 }

@@ -151,7 +151,7 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<(Vec<sc
         match a.param.as_str() {
             "capacity" => cfg.capacity_blocks = v as usize,
             "alpha" => cfg.alpha = v,
-            "stale" => cfg.stale_delay = v as u32,
+            "stale" => cfg = super::run::with_view(cfg, |view| view.stale_delay = v as u32),
             _ => cfg.pods = v as usize,
         }
         cfg.validate()

@@ -162,6 +162,8 @@ named_enum! {
         BalanceRelThreshold => "balance-rel-threshold",
         /// [`RouterParams::vllm_beta`].
         VllmBeta => "vllm-beta",
+        /// Which engine the pods run (a fleet built for another engine's configuration).
+        Engine => "engine",
         /// [`FleetConfig::index`].
         Index => "index",
         /// [`FleetConfig::cache`].
@@ -243,6 +245,8 @@ named_enum! {
         FinishTime => "finish time",
         /// A batched step's duration.
         StepTime => "step time",
+        /// A batched step's token and attention sums.
+        BatchShape => "batch shape",
         /// A batched step's end time.
         StepEndTime => "step end time",
         /// The autoscaler's next evaluation.

@@ -2,6 +2,7 @@
 //! the load signals every engine reports and every router may read, and pod-set bitmasks. It
 //! imports nothing else of the fleet.
 
+pub mod carve;
 pub mod error;
 pub mod fixmath;
 pub mod limits;

@@ -1,3 +1,7 @@
+//! Step costs: what one engine step costs in time. The engines ask through one seam ([`step`]:
+//! [`StepCost::step_ns`] of a [`BatchShape`]); the models behind it are the linear one
+//! ([`linear`]: coefficients and the built-in [`Profile`]s) and the physics one below.
+//!
 //! The physics step cost: the time of one engine step from the model's shape, the GPU's datasheet
 //! and the batch the scheduler formed, and the KV capacity of a pod derived the way vLLM sizes it.
 //!
@@ -15,17 +19,21 @@
 
 pub mod calibration;
 pub mod hardware;
+pub mod linear;
 pub mod model;
 pub mod physics;
 pub mod profiles;
 pub mod shape;
+pub mod step;
 
 pub use calibration::Calibration;
 pub use hardware::{Gpu, Hardware};
+pub use linear::{LinearCost, Profile};
 pub use model::{Dtype, Mla, Model, ModelDesc, Moe, Sliding};
 pub use physics::{Physics, StepTerms};
 pub use profiles::PhysicsProfile;
 pub use shape::BatchShape;
+pub use step::StepCost;
 
 use core::fmt;
 

@@ -1,114 +1,51 @@
 //! The batched engine of one pod: vLLM's iteration-level scheduler (waiting queue, running list,
 //! token budget, chunked prefill, prefix hit at admission, a KV block pool with reference counts
-//! and an LRU free queue, preemption by recompute) and a linear step cost in integer ns.
+//! and an LRU free queue, preemption by recompute); each step's time from the cost model
+//! ([`crate::fleet::cost`]) in integer ns.
 //!
 //! docs/MODEL.md, "The batched engine", is the specification; this file follows it rule by rule.
-//! Every buffer is the caller's ([`crate::fleet::sim::batched::EngineLayout`] gives the lengths).
+//! Every buffer is the caller's ([`crate::fleet::sim::batched::BatchedLayout`] gives the lengths).
 
+use super::{Completion, Engine, EngineEvents, Request, Routed};
 use crate::fleet::base::error::{Error, Field, Limit, Quantity};
 use crate::fleet::base::limits::{
     BLOCK_TOKENS, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_OUTPUT_TOKENS, MAX_POD_BLOCKS, quoting,
 };
 use crate::fleet::base::load::PodLoad;
+use crate::fleet::cache::CacheEvents;
 use crate::fleet::cache::table::{self, Probe};
+use crate::fleet::cost::linear::Profile;
+use crate::fleet::cost::shape::BatchShape;
+use crate::fleet::cost::step::{StepCost, decodes_after};
 
 /// "No block / no request" in links.
 const NIL: u32 = u32::MAX;
 const B: u64 = BLOCK_TOKENS as u64;
 
-/// The linear step cost: `t_overhead + t_prefill_token * P + t_decode_seq * D + t_kv_token * K`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct StepCost {
-    /// Fixed cost of a step, ns (at least 1, so time always advances).
-    pub t_overhead_ns: u64,
-    /// Per prefill token computed, ns.
-    pub t_prefill_token_ns: u64,
-    /// Per request decoding in the step, ns.
-    pub t_decode_seq_ns: u64,
-    /// Per context token held by the step's scheduled requests, ns.
-    pub t_kv_token_ns: u64,
-}
-
-/// Built-in step-cost profiles (sources in docs/MODEL.md, "Step-cost profiles").
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum Profile {
-    /// Qwen3-32B on 2 x H100, TP=2: llm-d's prefill calibration (15,928 tok/s on one 8,192-token
-    /// chunk); overhead and decode borrowed from BLIS's llama-3.3-70b H100 TP=4 fit (assumption).
-    Qwen3_32bH100x2,
-    /// BLIS v0.6.0 llama-3.1-8b-instruct, H100, TP=1.
-    Llama31_8bH100,
-    /// The FIFO engine's prefill cost (50 us per token), no decode cost, 1 ns per step.
-    Seed,
-}
-
-impl Profile {
-    /// All profiles, default first.
-    pub const ALL: [Profile; 3] = [Profile::Qwen3_32bH100x2, Profile::Llama31_8bH100, Profile::Seed];
-
-    /// The CLI name.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Profile::Qwen3_32bH100x2 => "qwen3-32b-h100x2",
-            Profile::Llama31_8bH100 => "llama-3.1-8b-h100",
-            Profile::Seed => "seed",
-        }
-    }
-
-    /// Parses a CLI name.
-    pub fn parse(s: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|p| p.name() == s)
-    }
-
-    /// The profile's coefficients.
-    pub const fn cost(self) -> StepCost {
-        match self {
-            // 12,601,270 + 8,192 x 61,244 = 514,312,118 ns for one 8,192-token chunk, i.e.
-            // 15,928 tok/s as llm-d calibrates it (8192 / 15928 s = 514,314,415 ns).
-            Profile::Qwen3_32bH100x2 => StepCost {
-                t_overhead_ns: 12_601_270,
-                t_prefill_token_ns: 61_244,
-                t_decode_seq_ns: 66_844,
-                t_kv_token_ns: 0,
-            },
-            Profile::Llama31_8bH100 => StepCost {
-                t_overhead_ns: 5_752_710,
-                t_prefill_token_ns: 17_251,
-                t_decode_seq_ns: 5_999,
-                t_kv_token_ns: 0,
-            },
-            Profile::Seed => {
-                StepCost { t_overhead_ns: 1, t_prefill_token_ns: 50_000, t_decode_seq_ns: 0, t_kv_token_ns: 0 }
-            }
-        }
-    }
-}
-
 /// The batched engine's parameters (one set for every pod).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct EngineConfig {
+pub struct BatchedConfig {
     /// Most running requests per pod S.
     pub max_num_seqs: u32,
     /// Token budget of one step M.
     pub max_num_batched_tokens: u32,
-    /// The profile the coefficients came from (reporting only).
+    /// The profile the cost model came from (reporting only).
     pub profile: Profile,
-    /// The step cost.
+    /// The step cost model.
     pub cost: StepCost,
     /// Advance runs of identical decode steps at once (same results; off only to test that).
     pub fast_forward: bool,
 }
 
-impl EngineConfig {
+impl BatchedConfig {
     /// vLLM's H100 API-server defaults (S = 1024, M = 8192) with `profile`'s coefficients.
     pub const fn new(profile: Profile) -> Self {
-        EngineConfig {
+        BatchedConfig {
             max_num_seqs: 1024,
             max_num_batched_tokens: 8192,
             profile,
-            cost: profile.cost(),
+            cost: StepCost::Linear(profile.coefficients()),
             fast_forward: true,
         }
     }
@@ -133,10 +70,7 @@ impl EngineConfig {
                 expected: "at most max-num-batched-tokens (each running request needs a token per step)",
             });
         }
-        if self.cost.t_overhead_ns == 0 {
-            return Err(Error::InvalidConfig { field: Field::TOverheadNs, expected: "at least 1 ns" });
-        }
-        Ok(())
+        self.cost.validate()
     }
 }
 
@@ -187,57 +121,10 @@ pub struct ReqSlot {
     finished: bool,
 }
 
-/// A finished request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct Completion {
-    /// 0-based request index (dispatch order).
-    pub request: u64,
-    /// Pod.
-    pub pod: u32,
-    /// Arrival, ns.
-    pub arrival_ns: u64,
-    /// Time of its first output token, ns.
-    pub first_token_ns: u64,
-    /// Time of its last output token, ns.
-    pub finish_ns: u64,
-    /// Prompt length L.
-    pub input_tokens: u64,
-    /// Tokens produced, O' = max(O, 1).
-    pub output_tokens: u64,
-    /// 16 x hit blocks at its first admission.
-    pub hit_tokens: u64,
-    /// Prefill tokens computed for it (recompute included).
-    pub prefill_tokens: u64,
-    /// Times it was preempted.
-    pub preemptions: u32,
-    /// queue_len of its pod when it was routed.
-    pub queue_len: u32,
-}
-
-impl Completion {
-    /// Time to first token, ns.
-    pub fn ttft_ns(&self) -> u64 {
-        self.first_token_ns - self.arrival_ns
-    }
-    /// End to end, ns.
-    pub fn e2e_ns(&self) -> u64 {
-        self.finish_ns - self.arrival_ns
-    }
-}
-
-/// Receives what an engine produces.
-pub trait EngineEvents {
-    /// A request finished.
-    fn completed(&mut self, c: &Completion);
-    /// `count` inter-token latency samples of `itl_ns` each.
-    fn itl(&mut self, itl_ns: u64, count: u64);
-}
-
 /// A pod engine's counters.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub struct EngineStats {
+pub struct BatchedStats {
     /// Requests routed here.
     pub requests: u64,
     /// Requests finished.
@@ -266,11 +153,11 @@ pub struct EngineStats {
     pub last_finish_ns: u64,
 }
 
-/// One pod's buffers (see [`crate::fleet::sim::batched::EngineLayout`]).
+/// One pod's buffers (see [`crate::fleet::sim::batched::BatchedLayout`]).
 pub struct PodBuffers<'a> {
     /// C KV blocks.
     pub blocks: &'a mut [KvBlock],
-    /// [`Engine::table_len`] cache-map entries.
+    /// [`BatchedEngine::table_len`] cache-map entries.
     pub table: &'a mut [u32],
     /// Request slots (requests tracked at once).
     pub reqs: &'a mut [ReqSlot],
@@ -283,8 +170,8 @@ pub struct PodBuffers<'a> {
 }
 
 /// One pod's batched engine over caller buffers.
-pub struct Engine<'a> {
-    cfg: EngineConfig,
+pub struct BatchedEngine<'a> {
+    cfg: BatchedConfig,
     pod: u32,
     blocks: &'a mut [KvBlock],
     table: &'a mut [u32],
@@ -311,7 +198,7 @@ pub struct Engine<'a> {
     last_step_finished: u32,
     w_since_ns: u64,
     pending_prefill: u64,
-    stats: EngineStats,
+    stats: BatchedStats,
 }
 
 struct TableView<'t> {
@@ -344,7 +231,7 @@ fn blocks_for(tokens: u64) -> u64 {
     tokens.div_ceil(B)
 }
 
-impl<'a> Engine<'a> {
+impl<'a> BatchedEngine<'a> {
     /// Key-table length for a pod of `capacity` blocks (0 when it does not fit). A `const fn`, so
     /// that callers without a heap can size their statics with it.
     pub const fn table_len(capacity: usize) -> usize {
@@ -356,7 +243,7 @@ impl<'a> Engine<'a> {
 
     /// An idle engine with `blocks.len()` KV blocks, all free. `reqs` and `waiting` have the same
     /// length (requests tracked at once), `running` has `max_num_seqs` entries.
-    pub fn new(cfg: EngineConfig, pod: u32, bufs: PodBuffers<'a>) -> Result<Self, Error> {
+    pub fn new(cfg: BatchedConfig, pod: u32, bufs: PodBuffers<'a>) -> Result<Self, Error> {
         cfg.validate()?;
         let PodBuffers { blocks, table, reqs, waiting, running, keys } = bufs;
         let c = blocks.len();
@@ -398,7 +285,7 @@ impl<'a> Engine<'a> {
                 keyed: false,
             };
         }
-        Ok(Engine {
+        Ok(BatchedEngine {
             cfg,
             pod,
             shift: table::shift_for(table.len()),
@@ -426,13 +313,8 @@ impl<'a> Engine<'a> {
             last_step_finished: 0,
             w_since_ns: 0,
             pending_prefill: 0,
-            stats: EngineStats::default(),
+            stats: BatchedStats::default(),
         })
-    }
-
-    /// Counters so far.
-    pub fn stats(&self) -> &EngineStats {
-        &self.stats
     }
 
     /// KV capacity C, blocks.
@@ -443,23 +325,6 @@ impl<'a> Engine<'a> {
     /// True when nothing is waiting or running.
     pub fn is_idle(&self) -> bool {
         self.w_len == 0 && self.r_len == 0
-    }
-
-    /// The load signals now.
-    pub fn load(&self) -> PodLoad {
-        PodLoad {
-            waiting: self.w_len,
-            running: self.r_len,
-            kv_used_blocks: self.pinned,
-            kv_capacity_blocks: self.blocks.len() as u32,
-            pending_prefill_tokens: self.pending_prefill,
-        }
-    }
-
-    /// Requests routed here with finish > `t_ns` (docs/MODEL.md: queue_len).
-    pub fn queue_len_at(&self, t_ns: u64) -> u32 {
-        let in_flight = if self.last_end_ns > t_ns { self.last_step_finished } else { 0 };
-        self.w_len + self.r_len + in_flight
     }
 
     /// True when `key` is in the cache map (pinned or free).
@@ -680,7 +545,7 @@ impl<'a> Engine<'a> {
         self.w_since_ns = self.w_since_ns.max(now_ns);
     }
 
-    /// Queues a request routed here at `arrival_ns` (after [`Self::advance`] to that time).
+    /// Queues a request routed here at `arrival_ns` (after [`Engine::advance`] to that time).
     pub fn enqueue(
         &mut self,
         id: u64,
@@ -754,31 +619,6 @@ impl<'a> Engine<'a> {
         Ok(())
     }
 
-    /// Runs every step that starts before `t_ns` (all of them for `u64::MAX`).
-    pub fn advance(&mut self, t_ns: u64, ev: &mut impl EngineEvents) -> Result<(), Error> {
-        while self.advance_once(t_ns, t_ns, ev)? {}
-        Ok(())
-    }
-
-    /// Start of the next step, ns (`None` when idle).
-    pub fn next_step_ns(&self) -> Option<u64> {
-        (!self.is_idle()).then_some(self.next_start_ns)
-    }
-
-    /// If the next step starts before `t_ns`, runs it: one step, or a run of identical decode
-    /// steps (which finishes no request) each starting before `ff_ns` (at most `t_ns`). Returns
-    /// whether anything ran. [`Self::advance`] repeats it.
-    pub fn advance_once(&mut self, t_ns: u64, ff_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
-        debug_assert!(ff_ns <= t_ns, "a fast-forward never runs past the step limit");
-        if self.is_idle() || self.next_start_ns >= t_ns {
-            return Ok(false);
-        }
-        if !(self.cfg.fast_forward && self.fast_forward(ff_ns, ev)?) {
-            self.step(ev)?;
-        }
-        Ok(true)
-    }
-
     fn preempt(&mut self, v: usize) {
         self.release(v);
         let q = &mut self.reqs[v];
@@ -799,22 +639,48 @@ impl<'a> Engine<'a> {
         if need > 1 { need } else { 0 }
     }
 
-    /// One step at `next_start_ns` (docs/MODEL.md, "One step").
+    /// One step at `next_start_ns` (docs/MODEL.md, "One step"): schedule the running requests,
+    /// then admit waiting ones unless a request was preempted, ask the cost model for the step's
+    /// time, and apply its outputs at its end.
     fn step(&mut self, ev: &mut impl EngineEvents) -> Result<(), Error> {
         let s = self.next_start_ns;
         self.waiting_until(s);
         let mut budget = self.cfg.max_num_batched_tokens as u64;
+        // 1. Running requests, in order; 2. waiting requests, FCFS, only if nothing was preempted.
+        if !self.schedule_running(&mut budget) {
+            self.admit_waiting(&mut budget);
+        }
+        // 3. Step time.
+        let shape = self.step_shape()?;
+        debug_assert!(shape.tokens() > 0, "a step with work schedules a token");
+        let d = self.cfg.cost.step_ns(&shape)?;
+        let e = s.checked_add(d).ok_or(Error::Overflow { what: Quantity::StepEndTime })?;
+        let st = &mut self.stats;
+        st.steps += 1;
+        st.prefill_tokens += shape.prefill_tokens;
+        st.kv_pinned_block_ns += self.pinned as u128 * d as u128;
+        st.kv_peak_blocks = st.kv_peak_blocks.max(self.pinned);
+        // 4. Outputs at e.
+        self.last_step_finished = self.outputs(e, ev);
+        self.next_start_ns = e;
+        self.last_end_ns = e;
+        self.check();
+        Ok(())
+    }
+
+    /// Step 1: the running requests in R order get their tokens, preempting the most recently
+    /// admitted while blocks are short. Returns whether a request was preempted.
+    fn schedule_running(&mut self, budget: &mut u64) -> bool {
         let mut preempted = false;
-        // 1. Running requests, in order.
         let mut i = 0;
         while i < self.r_len as usize {
             let x = self.running[i] as usize;
-            if budget == 0 {
+            if *budget == 0 {
                 break;
             }
             let q = self.reqs[x];
             let need = q.input + q.generated - q.computed;
-            let n = need.min(budget);
+            let n = need.min(*budget);
             let new = blocks_for(q.computed + n) - (q.hit + q.own_len) as u64;
             let mut self_preempted = false;
             while new > self.free_len as u64 {
@@ -835,80 +701,101 @@ impl<'a> Engine<'a> {
             }
             self.cache_prompt_blocks(x, q.computed + n);
             self.reqs[x].sched = n;
-            budget -= n;
+            *budget -= n;
             i += 1;
         }
         for k in i..self.r_len as usize {
             let r = self.running[k] as usize;
             self.reqs[r].sched = 0;
         }
-        // 2. Waiting requests, FCFS, only if nothing was preempted.
-        if !preempted {
-            while self.w_len > 0 && budget > 0 && self.r_len < self.cfg.max_num_seqs {
-                let y = self.waiting[self.w_head as usize] as usize;
-                let (h, free_hits) = self.hit_of(y);
-                let q = self.reqs[y];
-                let c = h as u64 * B;
-                let n = (q.input + q.generated - c).min(budget);
-                let new = blocks_for(c + n) - h as u64;
-                if new + free_hits as u64 > self.free_len as u64 {
-                    break;
-                }
-                self.w_pop_front();
-                self.running[self.r_len as usize] = y as u32;
-                self.r_len += 1;
-                for j in 0..h {
-                    let b = self.lookup(self.key_of(y, j)).unwrap_or(NIL);
-                    debug_assert!(b != NIL);
-                    if self.blocks[b as usize].refs == 0 {
-                        self.fq_unlink(b);
-                        self.pinned += 1;
-                    }
-                    self.blocks[b as usize].refs += 1;
-                    self.refs_total += 1;
-                }
-                self.pending_prefill -= q.input + q.generated;
-                let r = &mut self.reqs[y];
-                r.hit = h;
-                r.considered = h;
-                r.computed = c;
-                if !r.admitted {
-                    r.admitted = true;
-                    r.hit_tokens = c;
-                    self.stats.hit_tokens += c;
-                }
-                self.pending_prefill += Self::pending_of(&self.reqs[y]);
-                for _ in 0..new {
-                    self.alloc_own(y);
-                }
-                self.cache_prompt_blocks(y, c + n);
-                self.reqs[y].sched = n;
-                budget -= n;
+        preempted
+    }
+
+    /// Step 2: waiting requests in FCFS order while the budget, the running slots and the free
+    /// blocks allow (strict FCFS: the first that does not fit stops admission).
+    fn admit_waiting(&mut self, budget: &mut u64) {
+        while self.w_len > 0 && *budget > 0 && self.r_len < self.cfg.max_num_seqs {
+            let y = self.waiting[self.w_head as usize] as usize;
+            let (h, free_hits) = self.hit_of(y);
+            let q = self.reqs[y];
+            let c = h as u64 * B;
+            let n = (q.input + q.generated - c).min(*budget);
+            let new = blocks_for(c + n) - h as u64;
+            if new + free_hits as u64 > self.free_len as u64 {
+                break;
             }
+            self.w_pop_front();
+            self.running[self.r_len as usize] = y as u32;
+            self.r_len += 1;
+            for j in 0..h {
+                let b = self.lookup(self.key_of(y, j)).unwrap_or(NIL);
+                debug_assert!(b != NIL);
+                if self.blocks[b as usize].refs == 0 {
+                    self.fq_unlink(b);
+                    self.pinned += 1;
+                }
+                self.blocks[b as usize].refs += 1;
+                self.refs_total += 1;
+            }
+            self.pending_prefill -= q.input + q.generated;
+            let r = &mut self.reqs[y];
+            r.hit = h;
+            r.considered = h;
+            r.computed = c;
+            if !r.admitted {
+                r.admitted = true;
+                r.hit_tokens = c;
+                self.stats.hit_tokens += c;
+            }
+            self.pending_prefill += Self::pending_of(&self.reqs[y]);
+            for _ in 0..new {
+                self.alloc_own(y);
+            }
+            self.cache_prompt_blocks(y, c + n);
+            self.reqs[y].sched = n;
+            *budget -= n;
         }
-        // 3. Step time.
-        let (mut prefill, mut decodes, mut context) = (0u64, 0u64, 0u64);
+    }
+
+    /// True when a request scheduled now decodes: it has produced a token and needs one more.
+    #[inline]
+    fn decodes(q: &ReqSlot) -> bool {
+        q.generated >= 1 && q.input + q.generated - q.computed == 1
+    }
+
+    /// Step 3's input: the scheduled chunks, with n and c taken before the update (a decode is
+    /// its one token over c cached; anything else, recompute included, a prefill chunk).
+    fn step_shape(&self) -> Result<BatchShape, Error> {
+        let mut s = self.cfg.cost.shape();
         for k in 0..self.r_len as usize {
             let q = &self.reqs[self.running[k] as usize];
-            if q.sched == 0 {
-                continue;
+            if q.sched > 0 {
+                let r = if Self::decodes(q) { s.add_decode(q.computed) } else { s.add_prefill(q.computed, q.sched) };
+                r.map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
             }
-            if q.generated >= 1 && q.input + q.generated - q.computed == 1 {
-                decodes += 1;
-            } else {
-                prefill += q.sched;
-            }
-            context += q.computed + q.sched;
         }
-        debug_assert!(prefill + decodes > 0, "a step with work schedules a token");
-        let d = self.step_ns(prefill, decodes, context)?;
-        let e = s.checked_add(d).ok_or(Error::Overflow { what: Quantity::StepEndTime })?;
-        let st = &mut self.stats;
-        st.steps += 1;
-        st.prefill_tokens += prefill;
-        st.kv_pinned_block_ns += self.pinned as u128 * d as u128;
-        st.kv_peak_blocks = st.kv_peak_blocks.max(self.pinned);
-        // 4. Outputs at e.
+        Ok(s)
+    }
+
+    /// The batch of the `done`-th step of a decode run: every running request decoding one
+    /// token with `done` more tokens cached than now (a shift of `base`, the run's first step,
+    /// when the cost model allows; else summed again).
+    fn decode_run_shape(&self, base: &BatchShape, done: u64) -> Result<BatchShape, Error> {
+        if let Some(s) = decodes_after(base, done)? {
+            return Ok(s);
+        }
+        let mut s = self.cfg.cost.shape();
+        for k in 0..self.r_len as usize {
+            let c = self.reqs[self.running[k] as usize].computed + done;
+            s.add_decode(c).map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
+        }
+        Ok(s)
+    }
+
+    /// Step 4: each scheduled request in R order computes its chunk; one whose tokens are all
+    /// computed produces a token at `e`, and finishes when it has produced O'. Returns the
+    /// requests finished.
+    fn outputs(&mut self, e: u64, ev: &mut impl EngineEvents) -> u32 {
         let mut kept = 0usize;
         let mut finished = 0u32;
         for k in 0..self.r_len as usize {
@@ -917,7 +804,7 @@ impl<'a> Engine<'a> {
             if q.sched > 0 {
                 let before = Self::pending_of(&q);
                 let r = &mut self.reqs[x];
-                if !(q.generated >= 1 && q.input + q.generated - q.computed == 1) {
+                if !Self::decodes(&q) {
                     r.prefill_tokens += q.sched;
                 }
                 r.computed += q.sched;
@@ -944,20 +831,7 @@ impl<'a> Engine<'a> {
             kept += 1;
         }
         self.r_len = kept as u32;
-        self.next_start_ns = e;
-        self.last_end_ns = e;
-        self.last_step_finished = finished;
-        self.check();
-        Ok(())
-    }
-
-    fn step_ns(&self, prefill: u64, decodes: u64, context: u64) -> Result<u64, Error> {
-        let c = &self.cfg.cost;
-        let over = Error::Overflow { what: Quantity::StepTime };
-        let a = c.t_prefill_token_ns.checked_mul(prefill).ok_or(over)?;
-        let b = c.t_decode_seq_ns.checked_mul(decodes).ok_or(over)?;
-        let k = c.t_kv_token_ns.checked_mul(context).ok_or(over)?;
-        c.t_overhead_ns.checked_add(a).and_then(|v| v.checked_add(b)).and_then(|v| v.checked_add(k)).ok_or(over)
+        finished
     }
 
     fn finish(&mut self, x: usize, ev: &mut impl EngineEvents) {
@@ -1006,7 +880,7 @@ impl<'a> Engine<'a> {
         }
         // Steps before a request needs a new block (its c is a multiple of 16) or finishes.
         let mut k_max = u64::MAX;
-        let mut context = 0u64;
+        let mut base = self.cfg.cost.shape();
         for k in 0..r_len {
             let q = &self.reqs[self.running[k] as usize];
             if q.generated == 0 || q.input + q.generated - q.computed != 1 {
@@ -1016,7 +890,7 @@ impl<'a> Engine<'a> {
             // steps i < to_boundary need none. The (output - generated)-th step finishes it.
             let to_boundary = (B - q.computed % B) % B;
             k_max = k_max.min(to_boundary + 1).min(q.output - q.generated);
-            context += q.computed + 1;
+            base.add_decode(q.computed).map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
         }
         // During the run nothing is allocated or released and the cache map does not change, so
         // if the head of W cannot be admitted now, it cannot at any step of the run.
@@ -1042,7 +916,7 @@ impl<'a> Engine<'a> {
         let mut last_start = start;
         let mut done = 0u64;
         while done < run && s < t_ns {
-            let d = self.step_ns(0, rl, context + done * rl)?;
+            let d = self.cfg.cost.step_ns(&self.decode_run_shape(&base, done)?)?;
             let e = s.checked_add(d).ok_or(Error::Overflow { what: Quantity::StepEndTime })?;
             if done == 0 {
                 // A request skipped by an earlier step (budget) produced its last token earlier.
@@ -1128,5 +1002,91 @@ impl<'a> Engine<'a> {
                     .sum::<u64>();
             debug_assert_eq!(pending, self.pending_prefill);
         }
+    }
+}
+
+impl Engine for BatchedEngine<'_> {
+    type Outcome = Routed;
+    type Shared = ();
+    type Stats = BatchedStats;
+
+    /// Queues the request; the engine's steps serve it (its completion comes from them).
+    fn serve(
+        &mut self,
+        _shared: &mut (),
+        req: &Request<'_>,
+        routed: Routed,
+        _cache: &mut impl CacheEvents,
+        _ev: &mut impl EngineEvents,
+    ) -> Result<Routed, Error> {
+        self.enqueue(routed.request, req.arrival_ns, req.input_tokens, req.output_tokens, req.keys, routed.queue_len)?;
+        Ok(routed)
+    }
+
+    /// If the next step starts before `t_ns`, runs it: one step, or a run of identical decode
+    /// steps (which finishes no request) each starting before `ff_ns` (at most `t_ns`).
+    fn advance_once(&mut self, t_ns: u64, ff_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
+        debug_assert!(ff_ns <= t_ns, "a fast-forward never runs past the step limit");
+        if self.is_idle() || self.next_start_ns >= t_ns {
+            return Ok(false);
+        }
+        if !(self.cfg.fast_forward && self.fast_forward(ff_ns, ev)?) {
+            self.step(ev)?;
+        }
+        Ok(true)
+    }
+
+    /// Start of the next step (None when idle).
+    fn next_event_ns(&self) -> Option<u64> {
+        (!self.is_idle()).then_some(self.next_start_ns)
+    }
+
+    /// |W| + |R| + the requests that finished in the last step if it ends after `t_ns`.
+    fn queue_len_at(&mut self, t_ns: u64) -> u32 {
+        let in_flight = if self.last_end_ns > t_ns { self.last_step_finished } else { 0 };
+        self.w_len + self.r_len + in_flight
+    }
+
+    /// The engine's own signals (docs/MODEL.md, "Load signals").
+    fn load(&self, _queue_len: u32, _t_ns: u64) -> PodLoad {
+        PodLoad {
+            waiting: self.w_len,
+            running: self.r_len,
+            kv_used_blocks: self.pinned,
+            kv_capacity_blocks: self.blocks.len() as u32,
+            pending_prefill_tokens: self.pending_prefill,
+        }
+    }
+
+    /// The pods whose cache map holds `key` (a cached block, pinned or free).
+    fn holds(pods: &[Self], _shared: &(), key: u64, candidates: u64) -> u64 {
+        let mut out = 0;
+        let mut rest = candidates;
+        while rest != 0 {
+            let p = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if pods.get(p).is_some_and(|e| e.contains(key)) {
+                out |= 1 << p;
+            }
+        }
+        out
+    }
+
+    fn stats(&self) -> &BatchedStats {
+        &self.stats
+    }
+
+    fn last_finish_ns(&self) -> u64 {
+        self.stats.last_finish_ns
+    }
+
+    /// Not supported: the batched fleet does not autoscale (its configuration cannot say so).
+    fn shut_down(&mut self, _shared: &mut (), _cache: &mut impl CacheEvents) -> Result<(), Error> {
+        Err(Error::InvalidConfig { field: Field::ScaleMin, expected: "no autoscaling with the batched engine" })
+    }
+
+    /// Not supported (see [`Self::shut_down`]).
+    fn boot(&mut self) -> Result<(), Error> {
+        Err(Error::InvalidConfig { field: Field::ScaleMin, expected: "no autoscaling with the batched engine" })
     }
 }

@@ -25,6 +25,13 @@ use crate::fleet::cache::index::{BlockIndex, PendingEvicts};
 pub trait KeyHolders {
     /// Bitmask of the `candidates` pods whose cache holds `key`.
     fn mask(&self, key: u64, candidates: u64) -> u64;
+
+    /// match_p for the pods `0..out.len()` (the longest leading run of `keys` pod p holds), when
+    /// the holder computes it faster than key by key (the run-length replay); false to be asked
+    /// key by key ([`Self::mask`]).
+    fn leading_matches(&self, _keys: &[u64], _out: &mut [u32]) -> bool {
+        false
+    }
 }
 
 /// Where "which pods hold this key" comes from.
@@ -130,6 +137,15 @@ impl RouteView<'_, '_> {
     /// match_p for every pod: the longest leading run of `keys` the index says pod p holds.
     pub fn matches(&self, keys: &[u64], out: &mut [u32]) {
         let n = self.queue_lens.len();
+        let quiet = |q: Option<&PendingEvicts<'_>>| q.is_none_or(PendingEvicts::is_empty);
+        if let Holders::Exact(h) = &self.held
+            && quiet(self.pending)
+            && quiet(self.pending_stores)
+            && quiet(self.speculative)
+            && h.leading_matches(keys, &mut out[..n])
+        {
+            return;
+        }
         let mut alive = pods_mask(n);
         out[..n].fill(keys.len() as u32);
         for (j, &key) in keys.iter().enumerate() {

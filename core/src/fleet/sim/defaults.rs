@@ -2,7 +2,8 @@
 //! host's flags (clap `default_value_t`) and its scenario files (serde `default`) all read these,
 //! so a default changed here changes everywhere at once.
 
-use super::kinds::{CacheMode, IndexKind, TouchOrder};
+use super::view::{IndexKind, ViewConfig};
+use crate::fleet::engine::fifo::{CacheMode, FifoConfig, TouchOrder};
 use crate::fleet::route::kind::RouterKind;
 
 /// Router of a scenario file that names none.
@@ -25,6 +26,19 @@ pub const CPU_CAPACITY_BLOCKS: usize = 0;
 pub const T_CPU_NS: u64 = 5_000;
 /// Per-pod caches.
 pub const CACHE: CacheMode = CacheMode::Local;
+
+/// The FIFO engine with every default above.
+pub const FIFO: FifoConfig = FifoConfig {
+    t_prefill_ns: T_PREFILL_NS,
+    t_decode_ns: T_DECODE_NS,
+    order: ORDER,
+    cpu_capacity_blocks: CPU_CAPACITY_BLOCKS,
+    t_cpu_ns: T_CPU_NS,
+    cache: CACHE,
+};
+/// The routers' view with every default above: exact, from the pods' own tables.
+pub const VIEW: ViewConfig =
+    ViewConfig { index: INDEX, stale_delay: STALE_DELAY, event_delay_ns: 0, speculative_ttl_ns: 0 };
 
 /// Autoscaler evaluation period, ns.
 pub const SCALE_INTERVAL_NS: u64 = 10_000_000_000;

@@ -204,8 +204,8 @@ pub fn report(
         &Chart {
             title: format!(
                 "CPU tier: p90 latency vs CPU tier size (load {} us/token, prefill {} us/token)",
-                us(q.multi_tenant.fleet.t_cpu_ns),
-                us(q.multi_tenant.fleet.t_prefill_ns)
+                us(q.multi_tenant.fifo().t_cpu_ns),
+                us(q.multi_tenant.fifo().t_prefill_ns)
             ),
             x_label: "CPU-tier blocks per pod".into(),
             y_label: "p90 latency (s)".into(),
@@ -228,7 +228,7 @@ pub fn report(
         &Chart {
             title: format!(
                 "autoscaling: routable pods over time (burst from {from_s} s to {to_s} s, {} s boot)",
-                q.autoscale.fleet.scale.map_or(0.0, |p| secs(p.startup_ns))
+                q.autoscale.fleet.scale().map_or(0.0, |p| secs(p.startup_ns))
             ),
             x_label: "time (s)".into(),
             y_label: "routable pods".into(),

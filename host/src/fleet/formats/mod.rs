@@ -341,85 +341,65 @@ pub fn only_token_hash(h: &HashArgs, format: Format) -> CliResult<()> {
     )))
 }
 
-/// The JSON of `fleet replay --json` for a format other than Mooncake: the FIFO or the batched
-/// engine's summary.
-#[derive(serde::Serialize)]
-struct ReplayJson<'a, S: serde::Serialize> {
-    format: &'static str,
-    #[serde(flatten)]
-    summary: &'a S,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    breakdown: Option<&'a Breakdown>,
-}
-
-/// A replay's result under either engine.
-enum Replayed {
-    Fifo(Box<super::run::RunResult>),
-    Batched(Box<super::engine::BatchedResult>),
-}
-
 /// `fleet replay` of a bailian, dynamo or tokens trace (`cfg` already checked), under the FIFO
 /// engine or `--engine batched`.
 pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::FleetConfig) -> CliResult<i32> {
     use super::progress::{Progress, Tracked, Unit};
-    use super::run::simulate;
+    use super::run::{self, Batched, Fifo, RunResult, RunSummary};
     only_token_hash(&a.hash, format)?;
-    let engine = a.engine.resolve(None)?;
     let outcomes = a.engine.outcomes.as_deref();
+    let run_cfg = match a.engine.resolve(None)? {
+        Some(e) => super::engine::batched(cfg, e).map_err(run::config_error)?,
+        None => cfg,
+    };
     let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
     let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
     let mut breakdown = None;
+    let mut turns = None;
     let res = match format {
         Format::Tokens | Format::Bailian => {
             let mut src = format_source(&a, format)?;
             let bailian = format == Format::Bailian;
             let mut tracked = Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes };
-            match engine {
-                Some(e) => {
-                    let res = super::commands::engine_run(cfg, e, &mut tracked, outcomes, bailian)?;
-                    if bailian {
-                        let done = res.completions.iter().map(|c| (c.request, c.input_tokens, c.hit_tokens));
-                        breakdown = Some(src.breakdown(done));
-                    }
-                    Replayed::Batched(Box::new(res))
-                }
-                None => {
-                    let res = simulate(cfg, &mut tracked, bailian)?;
-                    if bailian {
-                        let done =
-                            res.outcomes.iter().map(|o| (o.request, o.hit_tokens + o.prefill_tokens, o.hit_tokens));
-                        breakdown = Some(src.breakdown(done));
-                    }
-                    Replayed::Fifo(Box::new(res))
-                }
+            let res = run::simulate_any(run_cfg, &mut tracked, bailian || outcomes.is_some())?;
+            if bailian {
+                // (request, L, hit tokens) of each request, from what its engine kept
+                let fifo = res.outcomes.iter().map(|o| {
+                    let cpu = o.cpu_hit_blocks as u64 * BLOCK_TOKENS as u64;
+                    (o.request, o.hit_tokens + o.prefill_tokens + cpu, o.hit_tokens)
+                });
+                let batched = res.completions.iter().map(|c| (c.request, c.input_tokens, c.hit_tokens));
+                breakdown = Some(src.breakdown(fifo.chain(batched)));
             }
+            res
         }
         Format::Dynamo | Format::Mooncake => {
             let s = a.trace_block_size.unwrap_or(512);
             let trace = super::dynamo::load(&a.trace, s, a.max_line_bytes, a.max_blank_lines)?;
-            match engine {
-                Some(e) => {
-                    brokerlab_core::fleet::sim::batched::validate(&cfg, &e).map_err(super::run::config_error)?;
-                    let (res, turn_of) =
-                        super::dynamo::simulate_batched(cfg, e, &trace, &a.trace, s, outcomes.is_some())?;
-                    if let Some(path) = outcomes {
-                        let more = |request| super::dynamo::outcome_fields(&trace, &turn_of, request);
-                        super::engine::write_outcomes(path, &res.completions, Some(&more))?;
-                    }
-                    Replayed::Batched(Box::new(res))
+            let keep = outcomes.is_some();
+            let (res, turn_of) = match run_cfg.engine {
+                brokerlab_core::fleet::EngineConfig::Fifo { .. } => {
+                    let (r, t) = super::dynamo::simulate::<Fifo>(run_cfg, &trace, &a.trace, s, keep)?;
+                    (
+                        RunResult {
+                            summary: RunSummary::Fifo(Box::new(r.summary)),
+                            outcomes: r.outcomes,
+                            completions: r.completions,
+                        },
+                        t,
+                    )
                 }
-                None => Replayed::Fifo(Box::new(super::dynamo::simulate(cfg, &trace, &a.trace, s, false)?)),
-            }
+                brokerlab_core::fleet::EngineConfig::Batched(_) => {
+                    let (r, t) = super::dynamo::simulate::<Batched>(run_cfg, &trace, &a.trace, s, keep)?;
+                    let summary = RunSummary::Batched(Box::new(r.summary));
+                    (RunResult { summary, outcomes: r.outcomes, completions: r.completions }, t)
+                }
+            };
+            turns = Some((trace, turn_of));
+            res
         }
     };
     progress.finish();
-    let mut res = res;
-    let pipeline = a.fleet.router_config.as_ref().and_then(|_| super::router_config::describe(&cfg));
-    match &mut res {
-        Replayed::Fifo(r) => r.summary.pipeline = pipeline,
-        Replayed::Batched(r) => r.summary.pipeline = pipeline,
-    }
-    let title = format!("trace {} (format {})", a.trace.display(), format.name());
     let json = a.json.then(|| {
         let mut prov = crate::provenance::Provenance::of_this_run(a.output.no_date);
         prov.add_file("trace", &a.trace)?;
@@ -427,27 +407,18 @@ pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::
         Ok::<_, CliError>(prov)
     });
     let prov = json.transpose()?;
-    let (name, b) = (format.name(), breakdown.as_ref());
-    match (&res, prov) {
-        (Replayed::Fifo(r), Some(p)) => {
-            say!("{}", p.json_with(&ReplayJson { format: name, summary: &r.summary, breakdown: b }))
-        }
-        (Replayed::Batched(r), Some(p)) => {
-            say!("{}", p.json_with(&ReplayJson { format: name, summary: &r.summary, breakdown: b }))
-        }
-        (Replayed::Fifo(r), None) => {
-            say!("{title}");
-            say_raw!("{}", super::run::render_table(&r.summary));
-        }
-        (Replayed::Batched(r), None) => {
-            say!("{title}");
-            say_raw!("{}", super::engine::render_batched(&r.summary));
-        }
-    }
-    if let (Some(b), false) = (&breakdown, a.json) {
-        say_raw!("{}", render_breakdown(b));
-    }
-    Ok(0)
+    let out = super::commands::Output {
+        json: prov.as_ref(),
+        title: &format!("trace {} (format {})", a.trace.display(), format.name()),
+        pipeline: a.fleet.router_config.as_ref().and_then(|_| super::router_config::describe(&cfg)),
+        outcomes,
+        format: Some(format.name()),
+    };
+    let more =
+        turns.as_ref().map(|(trace, turn_of)| move |request| super::dynamo::outcome_fields(trace, turn_of, request));
+    let more = more.as_ref().map(|f| f as &dyn Fn(u64) -> String);
+    let extra = breakdown.as_ref().map(|b| (b, render_breakdown(b)));
+    out.print(&mut { res }, more, extra)
 }
 
 /// The request source of a tokens or bailian trace, its flags checked.

@@ -6,7 +6,7 @@ use std::path::Path;
 use brokerlab_core::fleet::workload::{
     DocOrder, Layout, MAX_OUTPUT_CHOICES, MAX_STAGES, Popularity, Stage, SuffixScope, WorkloadSpec,
 };
-use brokerlab_core::fleet::{FleetConfig, RouterSpec};
+use brokerlab_core::fleet::{EngineConfig, FifoConfig, FleetConfig, RouterSpec, ViewConfig};
 
 use super::ScaleArgs;
 use crate::error::{CliError, CliResult, FleetError};
@@ -28,12 +28,21 @@ pub struct Scenario {
     pub description: String,
     /// Workload.
     pub workload: WorkloadSpec,
-    /// Fleet.
+    /// Fleet, under the FIFO engine (with `engine`, the run converts it:
+    /// [`super::engine::batched`]).
     pub fleet: FleetConfig,
     /// The file (or built-in name) it came from, for messages.
     pub origin: String,
     /// `[fleet.engine]` when it selects the batched engine (None: FIFO).
     pub engine: Option<super::engine::EngineSettings>,
+}
+
+impl Scenario {
+    /// The FIFO engine's settings of the scenario's `[fleet]` (a scenario's fleet is read under
+    /// the FIFO engine; its `[fleet.engine]` is `engine`).
+    pub fn fifo(&self) -> brokerlab_core::fleet::FifoConfig {
+        self.fleet.fifo().copied().unwrap_or(brokerlab_core::fleet::defaults::FIFO)
+    }
 }
 
 /// A configuration error of a scenario file `origin`, naming the scenario key of the field.
@@ -173,40 +182,43 @@ impl Scenario {
         };
         workload.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
         let f = &t.fleet;
+        let engine = FifoConfig {
+            t_prefill_ns: f.t_prefill_ns,
+            t_decode_ns: f.t_decode_ns,
+            order: f.order,
+            cpu_capacity_blocks: f.cpu_capacity,
+            t_cpu_ns: f.t_cpu_ns,
+            cache: f.cache,
+        };
+        let view = ViewConfig { index: f.index, stale_delay: f.stale, ..brokerlab_core::fleet::defaults::VIEW };
         let fleet = FleetConfig {
             pods: f.pods,
             capacity_blocks: f.capacity,
             router: f.router,
             alpha: f.alpha,
-            stale_delay: f.stale,
-            order: f.order,
-            t_prefill_ns: f.t_prefill_ns,
-            t_decode_ns: f.t_decode_ns,
-            index: f.index,
-            cpu_capacity_blocks: f.cpu_capacity,
-            t_cpu_ns: f.t_cpu_ns,
-            cache: f.cache,
             // The preset's defaults, its RNG seeded from the scenario's seed.
             routing: RouterSpec::preset(f.router).map(|mut s| {
                 s.params.seed = w.seed;
                 s
             }),
-            event_delay_ns: 0,
-            speculative_ttl_ns: 0,
-            scale: match &f.autoscale {
-                None => None,
-                Some(a) => Some(
-                    ScaleArgs::policy_from(
-                        f.pods,
-                        a.min,
-                        a.initial,
-                        a.interval_s,
-                        a.up_queue,
-                        a.down_queue,
-                        a.startup_s,
-                    )
-                    .map_err(|(field, expected, got)| bad(&super::fields::key(field), expected, &got))?,
-                ),
+            engine: EngineConfig::Fifo {
+                engine,
+                view,
+                scale: match &f.autoscale {
+                    None => None,
+                    Some(a) => Some(
+                        ScaleArgs::policy_from(
+                            f.pods,
+                            a.min,
+                            a.initial,
+                            a.interval_s,
+                            a.up_queue,
+                            a.down_queue,
+                            a.startup_s,
+                        )
+                        .map_err(|(field, expected, got)| bad(&super::fields::key(field), expected, &got))?,
+                    ),
+                },
             },
         };
         fleet.validate().map_err(|e| key_error(origin, e))?;
@@ -226,7 +238,7 @@ impl Scenario {
                     };
                     let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
                     let ecfg = s.config(&key)?;
-                    brokerlab_core::fleet::sim::batched::validate(&fleet, &ecfg).map_err(|e| key_error(origin, e))?;
+                    super::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
                     Some(s)
                 }
                 other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
