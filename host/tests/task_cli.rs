@@ -193,7 +193,7 @@ fn crash_at_every_point_then_resume_applies_each_payment_exactly_once() {
     let mut window = 0;
     let mut reviews = 0;
     for n in 1.. {
-        let d = Dir::new(&format!("crash{n}"));
+        let d = Dir::faults(&format!("crash{n}"));
         d.write("spec.toml", SPEC);
         let o = d.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", &n.to_string())]);
         if o.code() == 0 {
@@ -223,7 +223,7 @@ use support::{wait_child, wait_for};
 
 #[test]
 fn suspend_then_resume_end_to_end() {
-    let d = Dir::new("suspend");
+    let d = Dir::faults("suspend");
     d.write("spec.toml", SPEC);
     let child = d.spawn(&["run", "spec.toml", "--step-delay-ms", "150"]);
     wait_for("the first payment", || d.calls("payments.sqlite").len() == 1);
@@ -279,7 +279,7 @@ fn suspend_during_a_tool_call_waits_for_its_result() {
 
 #[test]
 fn second_runner_is_refused_and_a_dead_runner_is_taken_over_at_once() {
-    let d = Dir::new("lease");
+    let d = Dir::faults("lease");
     d.write("spec.toml", SPEC);
     let child = d.spawn(&["run", "spec.toml", "--step-delay-ms", "150"]);
     wait_for("the first runner's lease", || d.kinds("inv").len() >= 2);
@@ -332,7 +332,7 @@ fn stale_epoch_appends_are_refused() {
 
 #[test]
 fn needs_review_flow_end_to_end() {
-    let d = Dir::new("review");
+    let d = Dir::faults("review");
     d.write("spec.toml", SPEC);
     // crash after the email was sent, before its result was recorded
     d.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", "tool-applied:3")]).expect(137);
@@ -349,7 +349,7 @@ fn needs_review_flow_end_to_end() {
     assert_exactly_once(&d, "inv");
 
     // crash after the intent, before the email left: the human says retry, it is sent once
-    let d = Dir::new("review-retry");
+    let d = Dir::faults("review-retry");
     d.write("spec.toml", SPEC);
     d.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", "before-tool:3")]).expect(137);
     d.run(&["resume", "inv"]).expect(3);

@@ -110,7 +110,7 @@ fn a_malformed_busy_timeout_is_rejected() {
 
 #[test]
 fn the_review_prompt_says_what_the_file_shows_and_suspend_advises_review() {
-    let d = Dir::new("review-words");
+    let d = Dir::faults("review-words");
     d.write("spec.toml", SPEC);
     // the runner dies after the email's intent, before the tool: the file has no call
     d.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", "before-tool:2")]).expect(137);
@@ -123,7 +123,7 @@ fn the_review_prompt_says_what_the_file_shows_and_suspend_advises_review() {
     o.expect(2);
     assert!(o.stderr().contains("task review e --step 1"), "{}", o.stderr());
     // after the tool applied: the file shows one applied call
-    let d = Dir::new("review-words2");
+    let d = Dir::faults("review-words2");
     d.write("spec.toml", SPEC);
     d.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", "tool-applied:2")]).expect(137);
     let o = d.run(&["resume", "e"]);

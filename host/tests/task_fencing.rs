@@ -60,7 +60,7 @@ fn pause_takeover_continue(d: &Dir, point: &str, env: &[(&str, &str)]) -> suppor
 #[test]
 fn a_paused_runner_is_refused_by_the_tool_after_a_takeover() {
     // issue 10, section 1: parked after the lease check, right before the email leaves
-    let d = Dir::new("fence-tool");
+    let d = Dir::faults("fence-tool");
     let o = pause_takeover_continue(&d, "calling:1", &[]);
     o.expect(1);
     assert!(o.stderr().contains("fenced") && o.stderr().contains("send_email"), "{}", o.stderr());
@@ -77,7 +77,7 @@ fn a_paused_runner_is_refused_by_the_tool_after_a_takeover() {
 fn the_margin_rule_stops_a_paused_runner_before_a_tool_that_cannot_fence() {
     // the email tool ignores tokens (a real email API); the runner parks after its intent commit,
     // before the margin check: on waking, less than the margin is left, the renewal is fenced
-    let d = Dir::new("fence-margin");
+    let d = Dir::faults("fence-margin");
     let env = [("BROKERLAB_UNFENCED_TOOLS", "send_email")];
     let o = pause_takeover_continue(&d, "before-tool:1", &env);
     o.expect(1);
@@ -92,7 +92,7 @@ fn the_residual_window_of_a_tool_that_cannot_fence_is_real() {
     // RUNNER.md's honest limit: a pause after the margin check, longer than the lease, before an
     // unfenced tool receives the call, duplicates the side effect. Fenced tools close it (the
     // first test); this one documents what the margin rule alone cannot do.
-    let d = Dir::new("fence-residual");
+    let d = Dir::faults("fence-residual");
     let env = [("BROKERLAB_UNFENCED_TOOLS", "send_email")];
     let o = pause_takeover_continue(&d, "calling:1", &env);
     assert_eq!(d.applied(EMAILS, "ww", 0), 2, "{:?} {}", d.calls_full(EMAILS), o.stderr());
@@ -100,7 +100,7 @@ fn the_residual_window_of_a_tool_that_cannot_fence_is_real() {
 
 #[test]
 fn a_lost_log_tail_is_reported_by_the_world_and_nothing_is_resent() {
-    let d = Dir::new("witness");
+    let d = Dir::faults("witness");
     d.write("spec.toml", WW);
     // the email is applied, the runner dies before its result is recorded
     d.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", "tool-applied:1")]).expect(137);
@@ -187,7 +187,7 @@ fn finish_fork(d: &Dir, fork: &str, parent: &str, cut: i64, first: support::Out)
 
 #[test]
 fn a_fork_never_repeats_a_side_effect_whose_intent_precedes_the_cut() {
-    let d = Dir::new("fork-rule");
+    let d = Dir::faults("fork-rule");
     // a completed parent, one paused for review (killed after its first email left), one killed
     // in a payment's window (after the second payment applied, before its result)
     d.write("done.toml", &MIX.replace("ID", "pd"));

@@ -53,6 +53,12 @@ impl<'a> PgDir<'a> {
         let url = server.create_db(&db);
         PgDir { d: Dir::new(&format!("pg-{name}")), url, db, server }
     }
+    /// A fault-injection database (`task init --fault-injection`): the fault hooks act on it.
+    fn faults(server: &'a PgServer, name: &str) -> PgDir<'a> {
+        let p = PgDir::new(server, name);
+        p.run(&["init", "--fault-injection"]).expect(0);
+        p
+    }
     fn env<'b>(&'b self, extra: &[(&'b str, &'b str)]) -> Vec<(&'b str, &'b str)> {
         let mut e = vec![("BROKERLAB_DB", self.url.as_str())];
         e.extend_from_slice(extra);
@@ -241,7 +247,7 @@ fn crash_at_every_point_then_resume_exactly_once_on_postgres() {
     let s = PgServer::start("crash");
     let (mut covered, mut window, mut reviews) = (0, 0, 0);
     for n in 1.. {
-        let p = PgDir::new(&s, &format!("crash{n}"));
+        let p = PgDir::faults(&s, &format!("crash{n}"));
         p.d.write("spec.toml", SPEC);
         let o = p.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", &n.to_string())]);
         if o.code() == 0 {
@@ -267,7 +273,7 @@ fn crash_at_every_point_then_resume_exactly_once_on_postgres() {
 #[test]
 fn needs_review_flow_on_postgres() {
     let s = PgServer::start("review");
-    let p = PgDir::new(&s, "review");
+    let p = PgDir::faults(&s, "review");
     p.d.write("spec.toml", SPEC);
     p.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", "tool-applied:3")]).expect(137);
     let o = p.run(&["resume", "inv"]);
@@ -280,7 +286,7 @@ fn needs_review_flow_on_postgres() {
     p.run(&["resume", "inv"]).expect(0);
     p.assert_exactly_once("inv");
 
-    let p = PgDir::new(&s, "review-retry");
+    let p = PgDir::faults(&s, "review-retry");
     p.d.write("spec.toml", SPEC);
     p.run_env(&["run", "spec.toml"], &[("BROKERLAB_CRASH_AT", "before-tool:3")]).expect(137);
     p.run(&["resume", "inv"]).expect(3);
@@ -293,7 +299,7 @@ fn needs_review_flow_on_postgres() {
 #[test]
 fn a_second_runner_is_refused_and_a_stale_epoch_is_fenced_on_postgres() {
     let s = PgServer::start("lease");
-    let p = PgDir::new(&s, "lease");
+    let p = PgDir::faults(&s, "lease");
     p.d.write("spec.toml", SPEC);
     let child = p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "150"], &[]);
     wait_for("the first runner's lease", || p.kinds("inv").len() >= 2);
@@ -306,7 +312,7 @@ fn a_second_runner_is_refused_and_a_stale_epoch_is_fenced_on_postgres() {
 
     // another host takes the lease (a new epoch): the old runner's next checkpoint is refused
     // inside its transaction (the FOR UPDATE read of the lease row), and it writes nothing more
-    let p = PgDir::new(&s, "fence");
+    let p = PgDir::faults(&s, "fence");
     p.d.write("spec.toml", SPEC);
     let child = p.spawn_env(&["run", "spec.toml", "--step-delay-ms", "300"], &[]);
     wait_for("the first payment", || p.d.calls("payments.sqlite").len() == 1);
@@ -334,7 +340,7 @@ fn a_second_runner_is_refused_and_a_stale_epoch_is_fenced_on_postgres() {
     p.assert_exactly_once("inv");
 
     // a killed holder with a 60 s lease: taken over at once (same host, its pid is gone)
-    let p = PgDir::new(&s, "dead");
+    let p = PgDir::faults(&s, "dead");
     p.d.write("spec.toml", SPEC);
     p.run_env(&["run", "spec.toml", "--lease-ms", "60000"], &[("BROKERLAB_CRASH_AT", "tool-applied:2")]).expect(137);
     let t = Instant::now();
@@ -387,7 +393,7 @@ fn pause_takeover_continue(p: &PgDir, point: &str, env: &[(&str, &str)]) -> Out 
 #[test]
 fn a_paused_runner_is_refused_by_the_tool_after_a_takeover_on_postgres() {
     let s = PgServer::start("fencing");
-    let p = PgDir::new(&s, "fencing");
+    let p = PgDir::faults(&s, "fencing");
     let o = pause_takeover_continue(&p, "calling:1", &[]);
     o.expect(1);
     assert!(o.stderr().contains("fenced") && o.stderr().contains("send_email"), "{}", o.stderr());
@@ -404,7 +410,7 @@ fn a_paused_runner_is_refused_by_the_tool_after_a_takeover_on_postgres() {
 #[test]
 fn the_margin_rule_stops_a_paused_runner_on_postgres() {
     let s = PgServer::start("margin");
-    let p = PgDir::new(&s, "margin");
+    let p = PgDir::faults(&s, "margin");
     let o = pause_takeover_continue(&p, "before-tool:1", &[("BROKERLAB_UNFENCED_TOOLS", "send_email")]);
     o.expect(1);
     assert!(o.stderr().contains("fenced") && o.stderr().contains("was not sent"), "{}", o.stderr());
@@ -642,6 +648,7 @@ fn chaos_on_postgres_with_kills_pauses_and_server_restarts() {
     assert!(n("pauses") >= 1, "{v}");
     assert_eq!(n("pauses"), n("paused_fenced") + n("paused_idle") + n("paused_conn_lost"), "{v}");
     assert!(n("pg_restarts") >= 1, "{v}");
+    assert_eq!(n("false_corruption"), 0, "{v}");
     server.stop();
 }
 
@@ -652,7 +659,7 @@ fn chaos_on_postgres_with_kills_pauses_and_server_restarts() {
 #[test]
 fn a_holder_whose_session_is_gone_is_taken_over_at_once_and_a_live_session_is_not() {
     let s = PgServer::start("session");
-    let p = PgDir::new(&s, "session");
+    let p = PgDir::faults(&s, "session");
     p.d.write("spec.toml", SPEC);
     let other = [("BROKERLAB_AS_HOST", "elsewhere/")];
     let lease = ["--lease-ms", "60000"];
@@ -709,7 +716,7 @@ fn pg_applied(p: &PgDir, task: &str, tool: &str, step: i32) -> usize {
 #[test]
 fn the_world_in_postgres_counts_exactly_once_and_fences() {
     let s = PgServer::start("pgworld");
-    let p = PgDir::new(&s, "pgworld");
+    let p = PgDir::faults(&s, "pgworld");
     p.d.write("spec.toml", SPEC);
     let world = ["--world", p.url.as_str()];
     let o = p.run_env(&["run", "spec.toml", world[0], world[1]], &[("BROKERLAB_CRASH_AT", "tool-applied:2")]);
@@ -732,7 +739,7 @@ fn the_world_in_postgres_counts_exactly_once_and_fences() {
     assert_eq!(p.kinds("inv").last().map(String::as_str), Some("completed"));
 
     // the fencing rule through the table: runner 1 parks right before its email leaves
-    let p = PgDir::new(&s, "pgworld_fence");
+    let p = PgDir::faults(&s, "pgworld_fence");
     p.d.write("spec.toml", WW);
     let env1 = [("BROKERLAB_PAUSE_AT", "calling:1")];
     let w = ["--world", p.url.as_str()];
@@ -844,6 +851,12 @@ fn chaos_with_workers_on_postgres() {
     assert!(n("kills") >= 5, "{v}");
     assert!(n("pauses") >= 1, "{v}");
     assert!(n("pg_restarts") >= 1, "{v}");
+    // issue 21's fault classes occurred, and no healthy task was reported corrupt
+    assert!(n("session_drops") > 0, "{v}");
+    assert!(n("live_forks") > 0, "{v}");
+    // (a fork cut short by a server restart is neither)
+    assert!(n("live_forks_refused") + n("live_forks_made") <= n("live_forks"), "{v}");
+    assert_eq!(n("false_corruption"), 0, "{v}");
     assert!(!d.path("world").exists(), "the tools wrote to the database, not to files");
     server.stop();
 }
@@ -916,6 +929,7 @@ fn a_first_layout_log_is_migrated_in_place_and_an_unknown_layout_refused() {
     // an unfinished task's records, made by the SQLite binding, whose rows are the first
     // layout's column for column; copied into a database of that layout
     let sq = p.d.path("old.sqlite").to_string_lossy().into_owned();
+    p.d.run(&["init", "--fault-injection", "--db", &sq]).expect(0);
     p.d.run_env(&["run", "spec.toml", "--db", &sq], &[("BROKERLAB_CRASH_AT", "tool-applied:2")]).expect(137);
     let old = p.d.run(&["inspect", "inv", "--db", &sq]);
     old.expect(0);

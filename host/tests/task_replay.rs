@@ -1,10 +1,12 @@
 //! The SQLite binding through the library API: replay from SQLite equals the live state after
 //! every checkpoint, and fencing refuses a stale epoch inside the append transaction.
 
+use brokerlab::task::backend::{Access, AppendError, LeaseAsk, LeaseError, NewTask, fold_in};
 use brokerlab::task::exec::{Chaos, HostJournal};
 use brokerlab::task::ident::Me;
 use brokerlab::task::spec::Spec;
-use brokerlab::task::store::{AppendError, LeaseAsk, LeaseError, NewTask, Store, fold};
+use brokerlab::task::store::Store;
+use brokerlab_core::runner::OpenCall;
 use brokerlab_core::runner::{
     Effects, Event, Journal, Key, ModelReply, Record, ResultText, Stop, TaskId, TaskState, ToolCall, ToolOutput,
     drive_step,
@@ -74,7 +76,7 @@ fn create(store: &Store, id: &str, spec: &Spec) -> TaskState {
         world: None,
         records: vec![created],
     };
-    let st = fold(&store.path, id, &new.records).unwrap();
+    let st = fold_in(&store.path.display(), id, &new.records).unwrap();
     // create only; the caller takes the lease
     let (lease, rec) = store
         .acquire(&LeaseAsk {
@@ -84,6 +86,8 @@ fn create(store: &Store, id: &str, spec: &Spec) -> TaskState {
             state: &st,
             create: Some(&new),
             clear_suspend: true,
+            open: OpenCall::None,
+            witness: None,
         })
         .unwrap();
     store.release(&lease);
@@ -95,7 +99,7 @@ fn create(store: &Store, id: &str, spec: &Spec) -> TaskState {
 #[test]
 fn replay_from_sqlite_equals_live_after_every_checkpoint() {
     let d = Dir::new("live");
-    let store = Store::open(&d.0.join("log.sqlite"), true).unwrap();
+    let store = Store::open(&d.0.join("log.sqlite"), Access::Create).unwrap();
     let spec = Spec::parse(SPEC).unwrap();
     let mut st = create(&store, "t", &spec);
     assert_eq!(store.replay("t").unwrap(), st);
@@ -107,6 +111,8 @@ fn replay_from_sqlite_equals_live_after_every_checkpoint() {
             state: &st,
             create: None,
             clear_suspend: true,
+            open: OpenCall::None,
+            witness: None,
         })
         .unwrap();
     st.apply(&rec).unwrap();
@@ -132,28 +138,37 @@ fn replay_from_sqlite_equals_live_after_every_checkpoint() {
     // every prefix of the stored log folds, and the full fold is the live state
     let recs = store.records("t").unwrap();
     for k in 0..=recs.len() {
-        let p = fold(&store.path, "t", &recs[..k]).unwrap();
+        let p = fold_in(&store.path.display(), "t", &recs[..k]).unwrap();
         assert_eq!(p.next_seq as usize, k);
     }
-    assert_eq!(fold(&store.path, "t", &recs).unwrap(), st);
+    assert_eq!(fold_in(&store.path.display(), "t", &recs).unwrap(), st);
     assert_eq!(st.counters.suspends, 1);
 }
 
 #[test]
 fn a_stale_epoch_is_refused_inside_the_append_transaction() {
     let d = Dir::new("fence");
-    let store = Store::open(&d.0.join("log.sqlite"), true).unwrap();
+    let store = Store::open(&d.0.join("log.sqlite"), Access::Create).unwrap();
     let spec = Spec::parse(SPEC).unwrap();
     let mut st = create(&store, "t", &spec);
     let me = Me::current();
     let (old, rec) = store
-        .acquire(&LeaseAsk { id: "t", me: &me, ttl_ms: 60_000, state: &st, create: None, clear_suspend: true })
+        .acquire(&LeaseAsk {
+            id: "t",
+            me: &me,
+            ttl_ms: 60_000,
+            state: &st,
+            create: None,
+            clear_suspend: true,
+            open: OpenCall::None,
+            witness: None,
+        })
         .unwrap();
     st.apply(&rec).unwrap();
     // another owner cannot take a live lease...
     let other = Me { host: me.host.clone(), pid: me.pid, start: me.start + 1 };
     // (same pid, other start time: "our" holder looks dead to it only if we were gone; we are not)
-    let other_store = Store::open(&d.0.join("log.sqlite"), false).unwrap();
+    let other_store = Store::open(&d.0.join("log.sqlite"), Access::Write).unwrap();
     let live_other = Me { host: "elsewhere/0".into(), pid: 1, start: 1 };
     match other_store.acquire(&LeaseAsk {
         id: "t",
@@ -162,6 +177,8 @@ fn a_stale_epoch_is_refused_inside_the_append_transaction() {
         state: &st,
         create: None,
         clear_suspend: true,
+        open: OpenCall::None,
+        witness: None,
     }) {
         Err(LeaseError::Held { epoch, .. }) => assert_eq!(epoch, old.epoch),
         r => panic!("{r:?}"),
@@ -169,7 +186,16 @@ fn a_stale_epoch_is_refused_inside_the_append_transaction() {
     // ...until it expires: then it takes over with a higher epoch
     store.conn.execute("UPDATE leases SET expires_at_ms = 0", []).unwrap();
     let (new, rec2) = other_store
-        .acquire(&LeaseAsk { id: "t", me: &other, ttl_ms: 60_000, state: &st, create: None, clear_suspend: true })
+        .acquire(&LeaseAsk {
+            id: "t",
+            me: &other,
+            ttl_ms: 60_000,
+            state: &st,
+            create: None,
+            clear_suspend: true,
+            open: OpenCall::None,
+            witness: None,
+        })
         .unwrap();
     assert_eq!(new.epoch, old.epoch + 1);
     let mut st2 = st.clone();

@@ -18,6 +18,16 @@
 //! * a call whose model response precedes the cut but whose intent does not is the fork's own:
 //!   it is made under the fork's id and key, as any new step.
 //!
+//! **While the parent can act on it.** A cut inside a parent's non-idempotent call copies an
+//! intent that the parent's own runner may still be acting on (parked right before the call, say):
+//! the fork's review would show "0 calls" and a `--retry` would send it, and then so would the
+//! parent (issue 21). So such a fork first takes the **parent's** lease, as any runner taking the
+//! parent over would ([`parent_guard`]): refused while the parent's runner may still act (a live
+//! lease; by the dropped-session rule, [`super::lease::early_takeover_allowed`], also a holder whose session is gone
+//! while its open call is unfenceable), and otherwise taken with a new epoch, to which the fork
+//! raises the parent's fence in that tool (a parked parent's call is then refused) before it
+//! copies anything. The parent's lease is released once the fork exists.
+//!
 //! Engines that fork or replay from a checkpoint (LangGraph, DBOS, Restate, Temporal) re-fire the
 //! side effects after the fork point; this rule is what keeps a fork exactly-once with its parent.
 
@@ -72,5 +82,30 @@ pub fn fork_start(state: &TaskState) -> ForkStart {
         },
         Phase::Review { .. } => ForkStart::Review { step },
         Phase::Model | Phase::Tool { .. } => ForkStart::Clean,
+    }
+}
+
+/// What a fork must hold of its parent before it is created ([`parent_guard`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ParentGuard {
+    /// Nothing: the cut is between calls, or inside a call that is safe to make again (a
+    /// read-only call re-run, an idempotent one re-called with the parent's key).
+    Nothing,
+    /// The cut is inside the parent's non-idempotent call at `step` (or its review): take the
+    /// parent's lease first (refused while its runner may still act, by the lease rules), raise
+    /// the parent's fence in that tool to the new epoch, then copy.
+    ParentLease {
+        /// The step of the open call.
+        step: u16,
+    },
+}
+
+/// The fork's guard against a parent that can still act on the call the cut is inside
+/// (see the module doc).
+pub const fn parent_guard(start: ForkStart) -> ParentGuard {
+    match start {
+        ForkStart::Review { step } => ParentGuard::ParentLease { step },
+        ForkStart::Clean | ForkStart::ReRun { .. } | ForkStart::ReCallWithParentKey { .. } => ParentGuard::Nothing,
     }
 }

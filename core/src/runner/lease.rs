@@ -4,6 +4,26 @@
 //! host can look at processes.
 
 use super::error::RunnerError;
+use super::limits::{MAX_CLOCK_SKEW_MS, MAX_LEASE_MS};
+use super::machine::{Phase, TaskState};
+use super::record::{ToolClass, ToolName};
+
+/// What the taker knows about the life of a lease's holder. Only the host can look (at
+/// processes, at database sessions); the rules below decide on what it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum Holder {
+    /// Alive, or nothing is known (another host whose session lives, a host without `/proc`).
+    Unknown,
+    /// Its database session is gone: the server closed it (its process died, the server
+    /// restarted, the connection was cut, an operator ran `pg_terminate_backend`). **Not proof
+    /// of death**: the process may live on, parked or slow, and still make the call it has in
+    /// flight ([`early_takeover_allowed`]).
+    SessionGone,
+    /// Provably dead, by a proof that a dropped session cannot fake: same host and boot, and its
+    /// process is gone, a zombie, or a different process under the same pid.
+    Dead,
+}
 
 /// The lease currently recorded for a task, as the storage sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,8 +35,54 @@ pub struct LeaseView {
     pub expires_at_ms: i64,
     /// Whether the caller is its holder (same owner string).
     pub ours: bool,
-    /// Whether the holder is provably gone (same host and boot, process gone or pid reused).
-    pub holder_dead: bool,
+    /// What is known of its holder's life.
+    pub holder: Holder,
+}
+
+/// The call a lease's holder could still make on its own, read from the log **as of the
+/// takeover** (under the lease row's lock, where the holder can no longer append: a call whose
+/// intent is not in that log is a call it can never make, since a call leaves only after its
+/// intent is durable). That is at most one: the log's last intent, if it has no outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum OpenCall {
+    /// No intent without an outcome: every further action of the holder is an append, which the
+    /// log's fence refuses after a takeover.
+    None,
+    /// An intent without an outcome whose call is harmless if the holder makes it after a
+    /// takeover: the tool checks fencing tokens (the taker raises the task's fence in it before
+    /// it decides, so the holder's call is refused), or it is idempotent (the holder's and the
+    /// taker's calls carry the same key: one applies) or read-only.
+    Fenced,
+    /// An intent without an outcome for a non-idempotent tool that cannot check a token (a real
+    /// email API): nothing but the holder's own margin rule ([`may_call`]) keeps it from sending,
+    /// and that rule counts from the expiry the holder wrote.
+    Unfenceable,
+}
+
+/// [`OpenCall`] of a task whose log (as of the takeover) folds to `state`; `checks_fence` says
+/// whether the tool of its open call, if any, refuses a stale fencing token.
+pub fn open_call(state: &TaskState, checks_fence: impl FnOnce(&ToolName) -> bool) -> OpenCall {
+    match &state.phase {
+        Phase::InFlight { call, .. } => match call.class {
+            ToolClass::ReadOnly | ToolClass::Idempotent => OpenCall::Fenced,
+            ToolClass::NonIdempotent if checks_fence(&call.tool) => OpenCall::Fenced,
+            ToolClass::NonIdempotent => OpenCall::Unfenceable,
+        },
+        // a review waits for a human; a call whose intent is not durable is never made
+        Phase::Model | Phase::Tool { .. } | Phase::Review { .. } => OpenCall::None,
+    }
+}
+
+/// **The dropped-session rule (issue 21): a dropped session is not a dead holder.** A lease whose holder's session
+/// is gone ([`Holder::SessionGone`]) may be taken before its expiry only where every call the
+/// holder could still make is fenced: the log's open call, if any, is [`OpenCall::Fenced`]. With
+/// an [`OpenCall::Unfenceable`] call in flight the taker waits for the expiry the holder wrote
+/// (the margin rule then keeps a holder that wakes late from sending, except in the residual
+/// window of docs/RUNNER.md), unless the holder is [`Holder::Dead`] by a proof that survives a
+/// session drop.
+pub const fn early_takeover_allowed(open: OpenCall) -> bool {
+    !matches!(open, OpenCall::Unfenceable)
 }
 
 /// Why a lease may be taken.
@@ -31,6 +97,20 @@ pub enum TakeReason {
     Expired,
     /// Its holder is provably dead: taken over at once, without waiting for the expiry.
     HolderDead,
+    /// Its holder's session is gone and every call it could still make is fenced (the dropped-session rule): taken
+    /// over at once.
+    SessionGone,
+}
+
+/// Why a lease may not be taken now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum RefuseReason {
+    /// Its holder may be alive and acting.
+    Live,
+    /// Its holder's session is gone, but the log ends with an unfenceable call the holder may
+    /// still make (the dropped-session rule): wait for the expiry it wrote.
+    UnfenceableCall,
 }
 
 /// The decision of [`decide_lease`].
@@ -44,27 +124,86 @@ pub enum LeaseDecision {
         /// Why.
         reason: TakeReason,
     },
-    /// A live holder has it.
+    /// A holder that may still act has it.
     Refuse {
         /// The holder's epoch.
         epoch: u64,
         /// Milliseconds until it expires.
         expires_in_ms: i64,
+        /// Why it is not taken now.
+        why: RefuseReason,
     },
 }
 
 /// Decides whether the caller may take the lease at `now_ms`. `log_epoch` is the last epoch in
 /// the task's log (the new epoch exceeds both it and the stored one, so epochs never repeat even
-/// if the lease row were lost).
-pub fn decide_lease(current: Option<LeaseView>, log_epoch: u64, now_ms: i64) -> LeaseDecision {
+/// if the lease row were lost); `open` is the call the holder could still make, from the log as
+/// of the decision ([`open_call`]; the dropped-session rule, [`early_takeover_allowed`]).
+pub fn decide_lease(current: Option<LeaseView>, log_epoch: u64, now_ms: i64, open: OpenCall) -> LeaseDecision {
     let base = current.map_or(0, |c| c.epoch).max(log_epoch);
     let epoch = base.saturating_add(1);
-    match current {
-        None => LeaseDecision::Take { epoch, reason: TakeReason::Free },
-        Some(c) if c.ours => LeaseDecision::Take { epoch, reason: TakeReason::Ours },
-        Some(c) if c.expires_at_ms <= now_ms => LeaseDecision::Take { epoch, reason: TakeReason::Expired },
-        Some(c) if c.holder_dead => LeaseDecision::Take { epoch, reason: TakeReason::HolderDead },
-        Some(c) => LeaseDecision::Refuse { epoch: c.epoch, expires_in_ms: c.expires_at_ms - now_ms },
+    let take = |reason| LeaseDecision::Take { epoch, reason };
+    let Some(c) = current else { return take(TakeReason::Free) };
+    let refuse = |why| LeaseDecision::Refuse { epoch: c.epoch, expires_in_ms: c.expires_at_ms - now_ms, why };
+    if c.ours {
+        return take(TakeReason::Ours);
+    }
+    if c.expires_at_ms <= now_ms {
+        return take(TakeReason::Expired);
+    }
+    match c.holder {
+        Holder::Dead => take(TakeReason::HolderDead),
+        Holder::SessionGone if early_takeover_allowed(open) => take(TakeReason::SessionGone),
+        Holder::SessionGone => refuse(RefuseReason::UnfenceableCall),
+        Holder::Unknown => refuse(RefuseReason::Live),
+    }
+}
+
+/// Why a stored lease row is not one a runner could have written ([`check_lease_row`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum LeaseRowError {
+    /// A negative epoch (epochs start at 1 and only grow).
+    NegativeEpoch,
+    /// A negative expiry (0 is "released").
+    NegativeExpiry,
+    /// An expiry further ahead than the longest lease and the clock skew allowed between hosts:
+    /// no runner wrote it, and honouring it would keep the task from everyone for that long.
+    TooFarAhead {
+        /// How far ahead of now, ms.
+        ahead_ms: i64,
+    },
+}
+
+/// Checks a lease row as stored (`epoch` and `expires_at_ms` as the database holds them) at
+/// `now_ms`: a runner writes an epoch >= 1 (0 only in a placeholder) and an expiry of at most
+/// `now + MAX_LEASE_MS` by its own clock, so an expiry more than [`MAX_LEASE_MS`] +
+/// [`MAX_CLOCK_SKEW_MS`] ahead is corrupt, not a lease.
+pub fn check_lease_row(epoch: i64, expires_at_ms: i64, now_ms: i64) -> Result<(), LeaseRowError> {
+    if epoch < 0 {
+        return Err(LeaseRowError::NegativeEpoch);
+    }
+    if expires_at_ms < 0 {
+        return Err(LeaseRowError::NegativeExpiry);
+    }
+    let ahead_ms = expires_at_ms.saturating_sub(now_ms);
+    if ahead_ms > (MAX_LEASE_MS as i64).saturating_add(MAX_CLOCK_SKEW_MS as i64) {
+        return Err(LeaseRowError::TooFarAhead { ahead_ms });
+    }
+    Ok(())
+}
+
+impl core::fmt::Display for LeaseRowError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            LeaseRowError::NegativeEpoch => f.write_str("a negative epoch"),
+            LeaseRowError::NegativeExpiry => f.write_str("a negative expiry"),
+            LeaseRowError::TooFarAhead { ahead_ms } => write!(
+                f,
+                "an expiry {ahead_ms} ms ahead, more than the longest lease ({MAX_LEASE_MS} ms) and the clock skew \
+                 allowed between hosts ({MAX_CLOCK_SKEW_MS} ms)"
+            ),
+        }
     }
 }
 
@@ -138,33 +277,96 @@ mod tests {
     use super::*;
 
     fn view(epoch: u64, exp: i64, ours: bool, dead: bool) -> Option<LeaseView> {
-        Some(LeaseView { epoch, expires_at_ms: exp, ours, holder_dead: dead })
+        let holder = if dead { Holder::Dead } else { Holder::Unknown };
+        Some(LeaseView { epoch, expires_at_ms: exp, ours, holder })
     }
 
     #[test]
     fn rules() {
-        assert_eq!(decide_lease(None, 0, 10), LeaseDecision::Take { epoch: 1, reason: TakeReason::Free });
-        assert_eq!(decide_lease(None, 7, 10), LeaseDecision::Take { epoch: 8, reason: TakeReason::Free });
         assert_eq!(
-            decide_lease(view(3, 100, false, false), 3, 10),
-            LeaseDecision::Refuse { epoch: 3, expires_in_ms: 90 }
+            decide_lease(None, 0, 10, OpenCall::None),
+            LeaseDecision::Take { epoch: 1, reason: TakeReason::Free }
         );
         assert_eq!(
-            decide_lease(view(3, 100, false, true), 3, 10),
+            decide_lease(None, 7, 10, OpenCall::None),
+            LeaseDecision::Take { epoch: 8, reason: TakeReason::Free }
+        );
+        assert_eq!(
+            decide_lease(view(3, 100, false, false), 3, 10, OpenCall::None),
+            LeaseDecision::Refuse { epoch: 3, expires_in_ms: 90, why: RefuseReason::Live }
+        );
+        assert_eq!(
+            decide_lease(view(3, 100, false, true), 3, 10, OpenCall::Unfenceable),
             LeaseDecision::Take { epoch: 4, reason: TakeReason::HolderDead }
         );
         assert_eq!(
-            decide_lease(view(3, 100, false, false), 3, 100),
+            decide_lease(view(3, 100, false, false), 3, 100, OpenCall::Unfenceable),
             LeaseDecision::Take { epoch: 4, reason: TakeReason::Expired }
         );
         assert_eq!(
-            decide_lease(view(3, 100, true, false), 5, 10),
+            decide_lease(view(3, 100, true, false), 5, 10, OpenCall::None),
             LeaseDecision::Take { epoch: 6, reason: TakeReason::Ours }
         );
         assert_eq!(check_fence(Some((4, true)), 4), Ok(()));
         assert!(check_fence(Some((5, false)), 4).is_err());
         assert!(check_fence(Some((4, false)), 4).is_err(), "same epoch, other owner");
         assert!(check_fence(None, 4).is_err());
+    }
+
+    #[test]
+    fn a_dropped_session_is_not_a_dead_holder() {
+        let base = LeaseView { epoch: 3, expires_at_ms: 5000, ours: false, holder: Holder::SessionGone };
+        let gone = Some(base);
+        // nothing in flight, or only calls that are fenced or safe to repeat: taken at once
+        for open in [OpenCall::None, OpenCall::Fenced] {
+            assert_eq!(
+                decide_lease(gone, 3, 1000, open),
+                LeaseDecision::Take { epoch: 4, reason: TakeReason::SessionGone },
+                "{open:?}"
+            );
+        }
+        // an unfenceable call in flight: wait for the expiry the holder wrote, exactly
+        assert_eq!(
+            decide_lease(gone, 3, 1000, OpenCall::Unfenceable),
+            LeaseDecision::Refuse { epoch: 3, expires_in_ms: 4000, why: RefuseReason::UnfenceableCall }
+        );
+        assert_eq!(
+            decide_lease(gone, 3, 4999, OpenCall::Unfenceable),
+            LeaseDecision::Refuse { epoch: 3, expires_in_ms: 1, why: RefuseReason::UnfenceableCall }
+        );
+        assert_eq!(
+            decide_lease(gone, 3, 5000, OpenCall::Unfenceable),
+            LeaseDecision::Take { epoch: 4, reason: TakeReason::Expired }
+        );
+        // a proof of death that survives a session drop: at once, whatever is in flight
+        let dead = Some(LeaseView { holder: Holder::Dead, ..base });
+        assert_eq!(
+            decide_lease(dead, 3, 1000, OpenCall::Unfenceable),
+            LeaseDecision::Take { epoch: 4, reason: TakeReason::HolderDead }
+        );
+        // a live session: never before the expiry
+        let live = Some(LeaseView { holder: Holder::Unknown, ..base });
+        assert!(matches!(
+            decide_lease(live, 3, 1000, OpenCall::None),
+            LeaseDecision::Refuse { why: RefuseReason::Live, .. }
+        ));
+        assert!(early_takeover_allowed(OpenCall::None) && early_takeover_allowed(OpenCall::Fenced));
+        assert!(!early_takeover_allowed(OpenCall::Unfenceable));
+    }
+
+    #[test]
+    fn corrupt_lease_rows_are_told_apart() {
+        let now = 1_700_000_000_000;
+        assert_eq!(check_lease_row(4, now + 5000, now), Ok(()));
+        assert_eq!(check_lease_row(0, 0, now), Ok(()), "a placeholder, or released");
+        assert_eq!(check_lease_row(-1, now, now), Err(LeaseRowError::NegativeEpoch));
+        assert_eq!(check_lease_row(1, -5, now), Err(LeaseRowError::NegativeExpiry));
+        let limit = MAX_LEASE_MS as i64 + MAX_CLOCK_SKEW_MS as i64;
+        assert_eq!(check_lease_row(1, now + limit, now), Ok(()), "the longest lease from a clock ahead by the skew");
+        assert_eq!(check_lease_row(1, now + limit + 1, now), Err(LeaseRowError::TooFarAhead { ahead_ms: limit + 1 }));
+        // issue 21's row: "expires in 43460588147.4s"
+        assert!(check_lease_row(1, now + 43_460_588_147_400, now).is_err());
+        assert!(check_lease_row(1, i64::MAX, i64::MIN).is_err(), "no overflow");
     }
 
     #[test]

@@ -20,3 +20,10 @@ pub const MAX_REASON: usize = 64;
 pub const MAX_STEPS: u16 = 60_000;
 /// Largest postcard-encoded record (a test checks that the largest possible record fits).
 pub const MAX_RECORD_BYTES: usize = 608;
+/// Shortest lease, ms: below it a runner cannot commit a step before its lease runs out.
+pub const MIN_LEASE_MS: u64 = 10;
+/// Longest lease, ms (one day): a longer one would keep a dead runner's task waiting that long.
+pub const MAX_LEASE_MS: u64 = 86_400_000;
+/// Clock skew between the hosts of one deployment that a lease row may show (one hour): an
+/// expiry further ahead than [`MAX_LEASE_MS`] plus this is not a lease a runner wrote.
+pub const MAX_CLOCK_SKEW_MS: u64 = 3_600_000;

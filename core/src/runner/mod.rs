@@ -9,21 +9,24 @@
 //!   layout is drawn there. [`frame::parse`] never panics.
 //! * [`storage`]: [`LogStorage`] with a per-method durability contract; [`RamLog`] (a caller
 //!   buffer) and [`FlashLog`] (any `embedded_storage::nor_flash::NorFlash`, survives a write torn
-//!   at any byte); [`MockFlash`] cuts the power after n bytes.
+//!   at any byte); `MockFlash` (feature `harness`) cuts the power after n bytes.
 //! * [`machine`]: [`TaskState::apply`] folds one record, [`next_action`] decides. No snapshot:
 //!   the state is always the fold of the log.
 //! * [`drive`](mod@drive): the loop that sequences I/O ([`Journal`], [`Effects`], [`drive()`]):
 //!   intent durable before the side effect, result recorded after.
 //! * [`fork`](mod@fork): the fork rule: a fork never repeats a side effect whose intent precedes
-//!   the cut ([`copied_by_fork`], [`fork_start`]).
+//!   the cut ([`copied_by_fork`], [`fork_start`]), and never acts on a parent's open call while
+//!   the parent can ([`parent_guard`]).
 //! * [`lease`]: the lease and fencing rules as pure functions of integers ([`decide_lease`],
 //!   [`check_fence`]), the tool side of fencing ([`check_tool_fence`]) and the margin rule for
-//!   tools that cannot check a token ([`may_call`]), and when a checkpoint renews the lease
-//!   ([`renewal_due`]); the host evaluates them inside its
+//!   tools that cannot check a token ([`may_call`]), when a checkpoint renews the lease
+//!   ([`renewal_due`]), and the dropped-session rule: a dropped session is not a dead holder
+//!   ([`early_takeover_allowed`], [`open_call`]); the host evaluates them inside its
 //!   transactions.
 //! * `harness` (feature `harness`): crash injection at every point, simulated tools that count
-//!   calls, and the every-crash-point enumeration (`harness::enumerate_crash_points`): test
-//!   support, kept out of an application's build.
+//!   calls, and the every-crash-point enumeration (`harness::enumerate_crash_points`), with the
+//!   fault injection they use (`MockFlash`, `RamLog::append_torn`): test support, kept out of an
+//!   application's build.
 //!
 //! # The resume rule
 //!
@@ -67,11 +70,12 @@ pub use drive::{
     drive, drive_step, review,
 };
 pub use error::{RunnerError, StorageError};
-pub use fork::{ForkStart, copied_by_fork, fork_start};
+pub use fork::{ForkStart, ParentGuard, copied_by_fork, fork_start, parent_guard};
 pub use frame::{FORMAT_VERSION, FrameError, MAX_FRAME_LEN, emit, parse};
 pub use lease::{
-    LEASE_RENEW_DIVISOR, LeaseDecision, LeaseView, TakeReason, ToolFence, check_fence, check_tool_fence, decide_lease,
-    may_call, renewal_due,
+    Holder, LEASE_RENEW_DIVISOR, LeaseDecision, LeaseRowError, LeaseView, OpenCall, RefuseReason, TakeReason,
+    ToolFence, check_fence, check_lease_row, check_tool_fence, decide_lease, early_takeover_allowed, may_call,
+    open_call, renewal_due,
 };
 pub use limits::*;
 pub use machine::{Action, Counters, End, LeaseInfo, Phase, TaskState, idempotency_key, key_for, next_action};
@@ -80,6 +84,7 @@ pub use record::{
     ToolClass, ToolName,
 };
 pub use storage::{
-    Cursor, FlashLog, LogStorage, MockFlash, MockFlashError, RamError, RamLog, append_record, for_each_record, replay,
-    replay_prefix,
+    Cursor, FlashLog, LogStorage, RamError, RamLog, append_record, for_each_record, replay, replay_prefix,
 };
+#[cfg(feature = "harness")]
+pub use storage::{MockFlash, MockFlashError};

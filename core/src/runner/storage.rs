@@ -25,7 +25,7 @@
 //! therefore starts on a fresh page boundary past the garbage. Writes only ever go to erased
 //! bytes, each `WRITE_SIZE` word once.
 
-use embedded_storage::nor_flash::{NorFlash, NorFlashError, NorFlashErrorKind, ReadNorFlash};
+use embedded_storage::nor_flash::NorFlash;
 
 use super::error::StorageError;
 use super::frame::{self, FrameError, HEADER_LEN, MAX_FRAME_LEN};
@@ -160,7 +160,9 @@ impl<'a> RamLog<'a> {
     }
 
     /// Fault injection: writes only the first `n` bytes of `frame` and does not advance the end,
-    /// as if power were cut mid-write. Reopen with [`RamLog::open`] to recover.
+    /// as if power were cut mid-write. Reopen with [`RamLog::open`] to recover. Test support
+    /// (feature `harness`).
+    #[cfg(feature = "harness")]
     pub fn append_torn(&mut self, frame: &[u8], n: usize) {
         let n = n.min(frame.len());
         let end = self.end;
@@ -411,128 +413,137 @@ impl<F: NorFlash> LogStorage for FlashLog<F> {
 
 // ---------------------------------------------------------------------------------------------
 // A mock NOR flash with power cuts
+// (test support: feature `harness`)
 
-/// Errors of [`MockFlash`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-pub enum MockFlashError {
-    /// Misaligned or out of bounds.
-    Geometry(#[cfg_attr(feature = "defmt", defmt(Debug2Format))] NorFlashErrorKind),
-    /// The power was cut during this operation (some bytes may have been written).
-    PowerCut,
-}
+#[cfg(feature = "harness")]
+pub use mock::{MockFlash, MockFlashError};
 
-impl NorFlashError for MockFlashError {
-    fn kind(&self) -> NorFlashErrorKind {
-        match self {
-            MockFlashError::Geometry(k) => *k,
-            MockFlashError::PowerCut => NorFlashErrorKind::Other,
-        }
+#[cfg(feature = "harness")]
+mod mock {
+    use embedded_storage::nor_flash::{NorFlash, NorFlashError, NorFlashErrorKind, ReadNorFlash};
+
+    /// Errors of [`MockFlash`].
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    #[cfg_attr(feature = "defmt", derive(defmt::Format))]
+    pub enum MockFlashError {
+        /// Misaligned or out of bounds.
+        Geometry(#[cfg_attr(feature = "defmt", defmt(Debug2Format))] NorFlashErrorKind),
+        /// The power was cut during this operation (some bytes may have been written).
+        PowerCut,
     }
-}
 
-/// NOR flash in a caller buffer with real NOR semantics (erase sets `0xFF`, a write can only clear
-/// bits: `cell &= data`) and a power cut after a budget of written bytes. `W` is `WRITE_SIZE`,
-/// `E` is `ERASE_SIZE`; `READ_SIZE` is 1.
-#[derive(Debug)]
-pub struct MockFlash<'a, const W: usize, const E: usize> {
-    mem: &'a mut [u8],
-    budget: Option<usize>,
-    /// Bytes written since creation.
-    pub written: usize,
-    /// Writes that tried to set a bit back to 1 (a log bug: writing over non-erased bytes).
-    pub overwrites: usize,
-    /// Whether the power has been cut.
-    pub dead: bool,
-}
-
-impl<'a, const W: usize, const E: usize> MockFlash<'a, W, E> {
-    /// A flash over `mem` (its current content is the flash content).
-    pub fn new(mem: &'a mut [u8]) -> Self {
-        MockFlash { mem, budget: None, written: 0, overwrites: 0, dead: false }
-    }
-    /// Cuts the power after `n` more bytes are written: the write that crosses the budget writes
-    /// its first bytes only and fails; every later operation fails.
-    pub fn cut_after(&mut self, n: usize) {
-        self.budget = Some(n);
-    }
-    /// Restores power (as after a reboot) and removes the budget.
-    pub fn power_on(&mut self) {
-        self.budget = None;
-        self.dead = false;
-    }
-    /// The raw memory.
-    pub fn mem(&self) -> &[u8] {
-        self.mem
-    }
-}
-
-impl<const W: usize, const E: usize> embedded_storage::nor_flash::ErrorType for MockFlash<'_, W, E> {
-    type Error = MockFlashError;
-}
-
-impl<const W: usize, const E: usize> ReadNorFlash for MockFlash<'_, W, E> {
-    const READ_SIZE: usize = 1;
-
-    fn read(&mut self, offset: u32, bytes: &mut [u8]) -> Result<(), MockFlashError> {
-        if self.dead {
-            return Err(MockFlashError::PowerCut);
-        }
-        let o = offset as usize;
-        match self.mem.get(o..o + bytes.len()) {
-            Some(src) => {
-                bytes.copy_from_slice(src);
-                Ok(())
+    impl NorFlashError for MockFlashError {
+        fn kind(&self) -> NorFlashErrorKind {
+            match self {
+                MockFlashError::Geometry(k) => *k,
+                MockFlashError::PowerCut => NorFlashErrorKind::Other,
             }
-            None => Err(MockFlashError::Geometry(NorFlashErrorKind::OutOfBounds)),
         }
     }
 
-    fn capacity(&self) -> usize {
-        self.mem.len()
+    /// NOR flash in a caller buffer with real NOR semantics (erase sets `0xFF`, a write can only clear
+    /// bits: `cell &= data`) and a power cut after a budget of written bytes. `W` is `WRITE_SIZE`,
+    /// `E` is `ERASE_SIZE`; `READ_SIZE` is 1.
+    #[derive(Debug)]
+    pub struct MockFlash<'a, const W: usize, const E: usize> {
+        mem: &'a mut [u8],
+        budget: Option<usize>,
+        /// Bytes written since creation.
+        pub written: usize,
+        /// Writes that tried to set a bit back to 1 (a log bug: writing over non-erased bytes).
+        pub overwrites: usize,
+        /// Whether the power has been cut.
+        pub dead: bool,
     }
-}
 
-impl<const W: usize, const E: usize> NorFlash for MockFlash<'_, W, E> {
-    const WRITE_SIZE: usize = W;
-    const ERASE_SIZE: usize = E;
-
-    fn erase(&mut self, from: u32, to: u32) -> Result<(), MockFlashError> {
-        if self.dead {
-            return Err(MockFlashError::PowerCut);
+    impl<'a, const W: usize, const E: usize> MockFlash<'a, W, E> {
+        /// A flash over `mem` (its current content is the flash content).
+        pub fn new(mem: &'a mut [u8]) -> Self {
+            MockFlash { mem, budget: None, written: 0, overwrites: 0, dead: false }
         }
-        embedded_storage::nor_flash::check_erase(self, from, to).map_err(MockFlashError::Geometry)?;
-        match self.mem.get_mut(from as usize..to as usize) {
-            Some(m) => {
-                m.fill(0xFF);
-                Ok(())
+        /// Cuts the power after `n` more bytes are written: the write that crosses the budget writes
+        /// its first bytes only and fails; every later operation fails.
+        pub fn cut_after(&mut self, n: usize) {
+            self.budget = Some(n);
+        }
+        /// Restores power (as after a reboot) and removes the budget.
+        pub fn power_on(&mut self) {
+            self.budget = None;
+            self.dead = false;
+        }
+        /// The raw memory.
+        pub fn mem(&self) -> &[u8] {
+            self.mem
+        }
+    }
+
+    impl<const W: usize, const E: usize> embedded_storage::nor_flash::ErrorType for MockFlash<'_, W, E> {
+        type Error = MockFlashError;
+    }
+
+    impl<const W: usize, const E: usize> ReadNorFlash for MockFlash<'_, W, E> {
+        const READ_SIZE: usize = 1;
+
+        fn read(&mut self, offset: u32, bytes: &mut [u8]) -> Result<(), MockFlashError> {
+            if self.dead {
+                return Err(MockFlashError::PowerCut);
             }
-            None => Err(MockFlashError::Geometry(NorFlashErrorKind::OutOfBounds)),
-        }
-    }
-
-    fn write(&mut self, offset: u32, bytes: &[u8]) -> Result<(), MockFlashError> {
-        if self.dead {
-            return Err(MockFlashError::PowerCut);
-        }
-        embedded_storage::nor_flash::check_write(self, offset, bytes.len()).map_err(MockFlashError::Geometry)?;
-        let o = offset as usize;
-        for (i, &b) in bytes.iter().enumerate() {
-            if let Some(left) = self.budget.as_mut() {
-                if *left == 0 {
-                    self.dead = true;
-                    return Err(MockFlashError::PowerCut);
+            let o = offset as usize;
+            match self.mem.get(o..o + bytes.len()) {
+                Some(src) => {
+                    bytes.copy_from_slice(src);
+                    Ok(())
                 }
-                *left -= 1;
-            }
-            if let Some(cell) = self.mem.get_mut(o + i) {
-                if *cell & b != b {
-                    self.overwrites += 1;
-                }
-                *cell &= b;
-                self.written += 1;
+                None => Err(MockFlashError::Geometry(NorFlashErrorKind::OutOfBounds)),
             }
         }
-        Ok(())
+
+        fn capacity(&self) -> usize {
+            self.mem.len()
+        }
+    }
+
+    impl<const W: usize, const E: usize> NorFlash for MockFlash<'_, W, E> {
+        const WRITE_SIZE: usize = W;
+        const ERASE_SIZE: usize = E;
+
+        fn erase(&mut self, from: u32, to: u32) -> Result<(), MockFlashError> {
+            if self.dead {
+                return Err(MockFlashError::PowerCut);
+            }
+            embedded_storage::nor_flash::check_erase(self, from, to).map_err(MockFlashError::Geometry)?;
+            match self.mem.get_mut(from as usize..to as usize) {
+                Some(m) => {
+                    m.fill(0xFF);
+                    Ok(())
+                }
+                None => Err(MockFlashError::Geometry(NorFlashErrorKind::OutOfBounds)),
+            }
+        }
+
+        fn write(&mut self, offset: u32, bytes: &[u8]) -> Result<(), MockFlashError> {
+            if self.dead {
+                return Err(MockFlashError::PowerCut);
+            }
+            embedded_storage::nor_flash::check_write(self, offset, bytes.len()).map_err(MockFlashError::Geometry)?;
+            let o = offset as usize;
+            for (i, &b) in bytes.iter().enumerate() {
+                if let Some(left) = self.budget.as_mut() {
+                    if *left == 0 {
+                        self.dead = true;
+                        return Err(MockFlashError::PowerCut);
+                    }
+                    *left -= 1;
+                }
+                if let Some(cell) = self.mem.get_mut(o + i) {
+                    if *cell & b != b {
+                        self.overwrites += 1;
+                    }
+                    *cell &= b;
+                    self.written += 1;
+                }
+            }
+            Ok(())
+        }
     }
 }

@@ -1,15 +1,240 @@
 //! The journal's storage as the runner sees it: one trait ([`TaskStore`]), two bindings, the
 //! SQLite file ([`super::store::Store`], the embedded default) and PostgreSQL
-//! ([`super::pg::PgStore`], `--db postgres://USER@HOST:PORT/DB`). `exec.rs` and the `task`
-//! commands speak only to the trait; the lease and fencing decisions are the core's
-//! (`decide_lease`, `check_fence`), evaluated by each binding inside its own transactions.
+//! ([`super::pg::PgStore`], `--db postgres://USER@HOST:PORT/DB`), and the types they share (the
+//! lease asked for and held, the rows, the errors). `exec.rs` and the `task` commands speak only
+//! to the trait; the lease and fencing decisions are the core's (`decide_lease`, `check_fence`),
+//! evaluated by each binding inside its own transactions.
 
 use std::path::{Path, PathBuf};
 
-use brokerlab_core::runner::{Record, TaskState};
+use brokerlab_core::runner::{MAX_OWNER, OpenCall, Owner, Record, RefuseReason, TaskId, TaskState, check_lease_row};
 
-use super::store::{AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, Store, TaskRow, fold_in, sql_error};
+use super::ident::{Me, provably_dead};
+use super::store::{Store, StoreError, sql_error};
 use crate::task::error::{TaskError, TaskResult};
+
+/// What a runner asks for when it takes a task's lease (one argument for every backend's
+/// `acquire`).
+#[derive(Clone, Copy)]
+pub struct LeaseAsk<'a> {
+    /// The task.
+    pub id: &'a str,
+    /// The runner asking.
+    pub me: &'a Me,
+    /// The lease's time to live, ms.
+    pub ttl_ms: i64,
+    /// The task's current fold (after `create.records` for a new task).
+    pub state: &'a TaskState,
+    /// The task's first rows, when this run creates it.
+    pub create: Option<&'a NewTask>,
+    /// Delete a pending suspend request in the same transaction.
+    pub clear_suspend: bool,
+    /// The call the current holder could still make, from `state` (the core's `open_call`):
+    /// the dropped-session rule decides on it whether a holder whose session is gone may be taken over now.
+    pub open: OpenCall,
+    /// A check made under the lease before it commits, once the binding has made sure that
+    /// `state` is the log as of the lease (no record past it): the world witness. Its error
+    /// rolls the lease back (`LeaseError::Witness`).
+    pub witness: Option<&'a dyn Fn() -> TaskResult<()>>,
+}
+
+impl std::fmt::Debug for LeaseAsk<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LeaseAsk")
+            .field("id", &self.id)
+            .field("ttl_ms", &self.ttl_ms)
+            .field("create", &self.create.is_some())
+            .field("open", &self.open)
+            .field("witness", &self.witness.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lease held by this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Task.
+    pub task: String,
+    /// Owner string.
+    pub owner: String,
+    /// Fencing epoch.
+    pub epoch: u64,
+    /// Time to live after each append, ms.
+    pub ttl_ms: i64,
+    /// When it was taken (ms; the lease lasts `ttl_ms` from then until the next append).
+    pub taken_at_ms: i64,
+}
+
+/// Why an append was refused. `E` is the database's error (SQLite's in the SQLite binding; a
+/// [`TaskError`] that names the database behind the [`TaskStore`] trait).
+#[derive(Debug)]
+pub enum AppendError<E = StoreError> {
+    /// The lease is no longer ours (another runner took over): fencing.
+    Fenced {
+        /// Our epoch.
+        epoch: u64,
+        /// The holder now, if any.
+        holder: Option<(String, u64)>,
+    },
+    /// The database failed.
+    Sql(E),
+}
+
+/// Why a lease could not be taken. `E` as for [`AppendError`].
+#[derive(Debug)]
+pub enum LeaseError<E = StoreError> {
+    /// A runner that may still act holds it (`why`: it may be alive, or its session is gone but
+    /// an unfenceable call is in flight: the dropped-session rule).
+    Held {
+        /// Its owner string.
+        owner: String,
+        /// Its epoch.
+        epoch: u64,
+        /// Milliseconds until it expires.
+        expires_in_ms: i64,
+        /// Why it is not taken now.
+        why: RefuseReason,
+    },
+    /// The task id already exists (create raced with another `run`).
+    Exists,
+    /// The log has records the caller's state does not (PostgreSQL: a commit that a killed
+    /// holder had sent landed after the caller read the log); nothing was written: read the log
+    /// again and retry.
+    Stale,
+    /// The check under the lease (`LeaseAsk::witness`) failed; nothing was written.
+    Witness(TaskError),
+    /// The database failed.
+    Sql(E),
+}
+
+/// A row of `tasks`.
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    /// Id.
+    pub id: String,
+    /// Canonical spec JSON.
+    pub spec: String,
+    /// Parent task of a fork.
+    pub parent: Option<String>,
+    /// The world directory used at creation.
+    pub world: Option<String>,
+    /// The last parent record a fork copied.
+    pub parent_seq: Option<i64>,
+}
+
+/// A row of `leases`.
+#[derive(Debug, Clone)]
+pub struct LeaseRow {
+    /// Owner string.
+    pub owner: String,
+    /// Epoch.
+    pub epoch: u64,
+    /// Expiry (ms since epoch; 0 = released).
+    pub expires_at_ms: i64,
+    /// Host id.
+    pub host: String,
+    /// Pid.
+    pub pid: u32,
+    /// Start time.
+    pub pid_start: u64,
+}
+
+impl LeaseRow {
+    /// Whether a live process holds it now (unexpired, and not provably dead).
+    pub fn live(&self, now: i64) -> bool {
+        self.expires_at_ms > now && !provably_dead(&self.host, self.pid, self.pid_start)
+    }
+}
+
+/// A `leases` row as the database holds it, before [`lease_row`] checks it.
+#[derive(Debug, Clone)]
+pub struct RawLease {
+    /// Owner string (empty: PostgreSQL's placeholder, no lease yet).
+    pub owner: String,
+    /// Epoch.
+    pub epoch: i64,
+    /// Expiry, ms.
+    pub expires_at_ms: i64,
+    /// Host id.
+    pub host: String,
+    /// Pid.
+    pub pid: i64,
+    /// Start time.
+    pub pid_start: i64,
+}
+
+/// Checks a stored lease row at `now`: the core's `check_lease_row` (epoch, expiry within the
+/// longest lease and the clock skew allowed), a pid and start time that a process can have, an
+/// owner the log can record. `Ok(None)` for PostgreSQL's placeholder; `Err` says what is wrong.
+pub fn lease_row(raw: RawLease, now: i64) -> Result<Option<LeaseRow>, String> {
+    if raw.owner.is_empty() {
+        return Ok(None);
+    }
+    check_lease_row(raw.epoch, raw.expires_at_ms, now)
+        .map_err(|e| format!("owner {:?}, epoch {}: {e}", raw.owner, raw.epoch))?;
+    let pid = u32::try_from(raw.pid).map_err(|_| format!("pid {} is not a process id", raw.pid))?;
+    let pid_start =
+        u64::try_from(raw.pid_start).map_err(|_| format!("pid_start {} is not a start time", raw.pid_start))?;
+    if Owner::try_from(raw.owner.as_str()).is_err() {
+        return Err(format!("owner {:?} is longer than {MAX_OWNER} bytes", raw.owner));
+    }
+    Ok(Some(LeaseRow {
+        owner: raw.owner,
+        epoch: raw.epoch as u64,
+        expires_at_ms: raw.expires_at_ms,
+        host: raw.host,
+        pid,
+        pid_start,
+    }))
+}
+
+/// The busy timeout: `$BROKERLAB_BUSY_MS` (0 to 3,600,000), default 5,000. A malformed value is
+/// bad input, not silently ignored.
+pub fn busy_ms() -> TaskResult<u64> {
+    const MAX_BUSY_MS: u64 = 3_600_000;
+    match std::env::var("BROKERLAB_BUSY_MS") {
+        Err(_) => Ok(5000),
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms <= MAX_BUSY_MS => Ok(ms),
+            _ => Err(TaskError::bad_input(format!(
+                "BROKERLAB_BUSY_MS={v:?}: expected a whole number of milliseconds from 0 to {MAX_BUSY_MS}"
+            ))),
+        },
+    }
+}
+
+/// A new task's first records and spec.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    /// Canonical spec JSON.
+    pub spec_json: String,
+    /// Its digest.
+    pub digest: u32,
+    /// Parent (forks).
+    pub parent: Option<String>,
+    /// Parent seq (forks).
+    pub parent_seq: Option<i64>,
+    /// World directory.
+    pub world: Option<String>,
+    /// `Created` (and for a fork `ForkedFrom` and the copied prefix), seq 0.., already folded.
+    pub records: Vec<Record>,
+}
+
+/// Folds records into a state; an inconsistent log is a clear error naming the database (`db`:
+/// the file or the URL, for the message), the task and what is wrong.
+pub fn fold_in(db: &dyn std::fmt::Display, id: &str, recs: &[Record]) -> TaskResult<TaskState> {
+    let task = TaskId::try_from(id).map_err(|_| TaskError::bad_input(format!("task id {id:?} too long")))?;
+    let mut st = TaskState::new(task);
+    for rec in recs {
+        st.apply(rec).map_err(|e| TaskError::LogCorrupt {
+            db: db.to_string(),
+            task: id.to_string(),
+            seq: None,
+            detail: format!("inconsistent log: {e}"),
+        })?;
+    }
+    Ok(st)
+}
 
 /// Where the log lives: `--db` or `$BROKERLAB_DB`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,12 +257,25 @@ impl DbTarget {
     }
 }
 
-/// Opens the log (with `create`, creating its schema if the database has none). Errors name the
-/// file or the URL (its password hidden).
-pub fn open(db: &DbTarget, create: bool) -> TaskResult<Box<dyn TaskStore>> {
+/// What a command does with the log database it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Only reads (`list`, `inspect`, `chaos --verify`): a SQLite file is opened read-only (a
+    /// file this user may not write is fine), and nothing is created or migrated... except the
+    /// PostgreSQL layout migration, which every command does (RUNNER.md).
+    Read,
+    /// Reads and appends to an existing log.
+    Write,
+    /// May create the log (its file, its schema): `task run`, `task submit`, `task worker`.
+    Create,
+}
+
+/// Opens the log. Errors name the file or the URL (its password hidden). The fault hooks are
+/// armed (or refused) here, from the database's mark ([`super::faults`]).
+pub fn open(db: &DbTarget, access: Access) -> TaskResult<Box<dyn TaskStore>> {
     Ok(match db {
-        DbTarget::Sqlite(p) => Box::new(Store::open(p, create)?),
-        DbTarget::Postgres(url) => Box::new(super::pg::PgStore::open(url, create)?),
+        DbTarget::Sqlite(p) => Box::new(Store::open(p, access)?),
+        DbTarget::Postgres(url) => Box::new(super::pg::PgStore::open(url, access != Access::Read)?),
     })
 }
 
@@ -62,6 +300,10 @@ pub trait TaskStore {
 
     /// All task ids, oldest first. Reads only.
     fn task_ids(&self) -> TaskResult<Vec<String>>;
+
+    /// The forks of `id` (tasks whose parent it is) with their cut (the last parent seq each
+    /// copied). Reads only.
+    fn forks_of(&self, id: &str) -> TaskResult<Vec<(String, i64)>>;
 
     /// The task's committed records in order, decoded and checked (seq dense from 0, task id,
     /// CRC): exactly what earlier `Ok` appends made durable. Reads only.
@@ -123,16 +365,17 @@ pub trait TaskStore {
     }
 }
 
-fn map_lease(path: &Path, e: LeaseError) -> LeaseError<TaskError> {
+fn map_lease(path: &Path, e: LeaseError<StoreError>) -> LeaseError<TaskError> {
     match e {
-        LeaseError::Held { owner, epoch, expires_in_ms } => LeaseError::Held { owner, epoch, expires_in_ms },
+        LeaseError::Held { owner, epoch, expires_in_ms, why } => LeaseError::Held { owner, epoch, expires_in_ms, why },
+        LeaseError::Witness(e) => LeaseError::Witness(e),
         LeaseError::Exists => LeaseError::Exists,
         LeaseError::Stale => LeaseError::Stale,
         LeaseError::Sql(e) => LeaseError::Sql(sql_error(path, "taking the lease", e)),
     }
 }
 
-fn map_append(path: &Path, what: &str, e: AppendError) -> AppendError<TaskError> {
+fn map_append(path: &Path, what: &str, e: AppendError<StoreError>) -> AppendError<TaskError> {
     match e {
         AppendError::Fenced { epoch, holder } => AppendError::Fenced { epoch, holder },
         AppendError::Sql(e) => AppendError::Sql(sql_error(path, what, e)),
@@ -148,6 +391,9 @@ impl TaskStore for Store {
     }
     fn task_ids(&self) -> TaskResult<Vec<String>> {
         Store::task_ids(self)
+    }
+    fn forks_of(&self, id: &str) -> TaskResult<Vec<(String, i64)>> {
+        Store::forks_of(self, id)
     }
     fn records(&self, id: &str) -> TaskResult<Vec<Record>> {
         Store::records(self, id)

@@ -15,14 +15,15 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use brokerlab_core::runner::{
-    Args, DriveError, Effects, Event, Journal, Key, ModelReply, ModelText, Record, ResultText, Stop, TaskId, TaskState,
-    ToolCall, ToolClass, ToolName, ToolOutput, drive,
+    Args, DriveError, Effects, Event, Journal, Key, ModelReply, ModelText, OpenCall, Record, ResultText, Stop, TaskId,
+    TaskState, ToolCall, ToolClass, ToolName, ToolOutput, drive,
 };
 
 use super::backend::TaskStore;
+use super::backend::{Access, Lease, LeaseAsk, NewTask, fold_in};
 use super::exec::{Chaos, HostJournal};
 use super::ident::Me;
-use super::store::{Lease, LeaseAsk, NewTask, Store, fold_in, open_sqlite, sql_error};
+use super::store::{Store, open_sqlite, sql_error};
 use crate::task::error::{TaskError, TaskResult};
 
 /// Options of `task bench`.
@@ -38,8 +39,14 @@ pub struct BenchOpts {
     pub dir: Option<PathBuf>,
     /// Also measure PostgreSQL (raw commit rate, 1/4/16 runners) on this database.
     pub db: Option<String>,
-    /// With `db`: SIGKILL this many workers holding a task and time the takeovers.
+    /// With `db`: SIGKILL this many workers holding a task whose open calls are fenced and time
+    /// the takeovers.
     pub takeover_kills: u32,
+    /// With `takeover_kills`: also this many kills in an unfenced email's window (each waits for
+    /// the lease's expiry: the dropped-session rule).
+    pub takeover_unfenced_kills: u32,
+    /// The workers' lease in the takeover runs, ms.
+    pub takeover_lease_ms: u64,
 }
 
 pub(crate) struct BenchFx;
@@ -95,7 +102,16 @@ pub(crate) fn create_task(store: &dyn TaskStore, id: &str, steps: u32) -> TaskRe
     let mut st = fold_in(&store.name(), id, &new.records)?;
     let me = Me::current();
     let (lease, rec) = store
-        .acquire(&LeaseAsk { id, me: &me, ttl_ms: 60_000, state: &st, create: Some(&new), clear_suspend: true })
+        .acquire(&LeaseAsk {
+            id,
+            me: &me,
+            ttl_ms: 60_000,
+            state: &st,
+            create: Some(&new),
+            clear_suspend: true,
+            open: OpenCall::None,
+            witness: None,
+        })
         .map_err(|e| TaskError::failure(format!("bench lease: {e:?}")))?;
     st.apply(&rec).map_err(|e| TaskError::failure(e.to_string()))?;
     Ok((st, lease))
@@ -180,7 +196,7 @@ struct Concurrent {
 
 fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
     let path = dir.join("ungrouped.sqlite");
-    let store = Store::open(&path, true)?;
+    let store = Store::open(&path, Access::Create)?;
     let mut prepared = Vec::new();
     for k in 0..tasks {
         prepared.push(create_task(&store, &format!("u{k}"), steps)?);
@@ -193,7 +209,7 @@ fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
             .map(|(mut st, lease)| {
                 let path = path.clone();
                 s.spawn(move || -> TaskResult<u64> {
-                    let store = Store::open(&path, false)?;
+                    let store = Store::open(&path, Access::Write)?;
                     // K writers contend for SQLite's one write lock; do not give up under load
                     let _ = store.conn.busy_timeout(std::time::Duration::from_secs(120));
                     let chaos = Chaos::none();
@@ -215,7 +231,7 @@ fn run_ungrouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
 
 fn run_grouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
     let path = dir.join("grouped.sqlite");
-    let store = Store::open(&path, true)?;
+    let store = Store::open(&path, Access::Create)?;
     let mut prepared = Vec::new();
     for k in 0..tasks {
         prepared.push(create_task(&store, &format!("g{k}"), steps)?);
@@ -264,6 +280,13 @@ pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
     if opts.tasks == 0 || opts.tasks > 256 {
         return Err(TaskError::bad_input(format!("--tasks {}: expected 1..=256", opts.tasks)));
     }
+    if let Some(url) = &opts.db
+        && opts.takeover_kills > 0
+    {
+        // the takeover's workers use fault hooks (BROKERLAB_AS_HOST): on a database created for
+        // them, never on an existing log
+        super::pg::PgStore::init_db(url, true)?;
+    }
     let (dir, cleanup) = match &opts.dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("brokerlab-bench-{}", std::process::id())), true),
@@ -282,7 +305,7 @@ pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
         let raw_before = raw_commit_rate(&dir, raw_n)?;
         // one task
         let path = dir.join("single.sqlite");
-        let store = Store::open(&path, true)?;
+        let store = Store::open(&path, Access::Create)?;
         let (mut st, lease) = create_task(&store, "bench", opts.steps)?;
         let chaos = Chaos::none();
         let mut j = HostJournal::new(&store, lease, &chaos);
@@ -319,7 +342,13 @@ pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
         if let Some(url) = &opts.db {
             v["postgres"] = super::pgbench::throughput(url, opts.steps)?;
             if opts.takeover_kills > 0 {
-                v["takeover"] = super::pgbench::takeover(url, opts.takeover_kills, &dir)?;
+                v["takeover"] = super::pgbench::takeover(
+                    url,
+                    opts.takeover_kills,
+                    opts.takeover_unfenced_kills,
+                    opts.takeover_lease_ms,
+                    &dir,
+                )?;
             }
         }
         Ok(v)
@@ -384,14 +413,33 @@ pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
         say!("PostgreSQL, 16 runners over 1: {:.2}x (group commit)", f("gain_16_over_1"));
     }
     if let Some(t) = v.get("takeover") {
-        let f = |k: &str| t[k].as_f64().unwrap_or(0.0);
-        say!(
-            "takeover after SIGKILL ({} kills, lease 5000 ms, poll 200 ms): p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms",
-            t["kills"],
-            f("takeover_ms_p50"),
-            f("takeover_ms_p99"),
-            f("takeover_ms_max")
-        );
+        for (k, what) in [("fenced", "open calls fenced"), ("unfenced", "an unfenced email in flight")] {
+            let s = &t[k];
+            let f = |k: &str| s[k].as_f64().unwrap_or(0.0);
+            say!(
+                "takeover after SIGKILL, {what} ({} kills, lease {} ms): kill to the new lease record p50 {:.0} ms, \
+                 p99 {:.0} ms, max {:.0} ms; to the first step p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms; duplicates {}",
+                s["kills"],
+                t["lease_ms"],
+                f("lease_record_ms_p50"),
+                f("lease_record_ms_p99"),
+                f("lease_record_ms_max"),
+                f("takeover_ms_p50"),
+                f("takeover_ms_p99"),
+                f("takeover_ms_max"),
+                s["duplicates"]
+            );
+            if k == "unfenced" {
+                say!(
+                    "  the new lease record after the expiry the holder wrote: p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms \
+                     ({} before it)",
+                    f("lease_after_expiry_ms_p50"),
+                    f("lease_after_expiry_ms_p99"),
+                    f("lease_after_expiry_ms_max"),
+                    s["before_expiry"]
+                );
+            }
+        }
     }
     Ok(0)
 }

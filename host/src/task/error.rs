@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 
+use brokerlab_core::runner::RefuseReason;
 use postgres::error::SqlState;
 
 use crate::error::{EXIT_BAD_INPUT, EXIT_FAILURE};
@@ -84,12 +85,8 @@ pub enum TaskError {
         /// What is wrong.
         detail: String,
     },
-    /// Another live runner holds the task's lease (exit 1).
-    #[error(
-        "task {task:?} is already being run by {owner} (lease epoch {epoch}, expires in {:.1}s); not starting a \
-         second runner",
-        *expires_in_ms as f64 / 1000.0
-    )]
+    /// Another runner that may still act holds the task's lease (exit 1).
+    #[error("{}", held_text(task, owner, *epoch, *expires_in_ms, *why))]
     Held {
         /// The task.
         task: String,
@@ -99,6 +96,50 @@ pub enum TaskError {
         epoch: u64,
         /// Time left on its lease.
         expires_in_ms: i64,
+        /// Why its lease is not taken now (alive, or the dropped-session rule).
+        why: RefuseReason,
+    },
+    /// A row that no runner could have written: a lease row out of range, a spec that is not
+    /// text (exit 2, naming the table and the row).
+    #[error(
+        "{db}: corrupt {table} row of task {task:?}: {detail}; it was changed outside brokerlab (nothing was written)"
+    )]
+    CorruptRow {
+        /// The database.
+        db: String,
+        /// The table.
+        table: &'static str,
+        /// The row's task.
+        task: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A new task's id is taken (a fork with the spec's own id, created meanwhile) (exit 2).
+    #[error("task {task:?} already exists; give the new spec another id")]
+    TaskExists {
+        /// The id.
+        task: String,
+    },
+    /// A fork cut inside a call of a parent whose runner may still make that call (exit 1).
+    #[error(
+        "task {parent:?}: cannot fork at seq {at}: the cut is inside step {step}'s {tool} call, which is still open \
+         (an intent without an outcome), and the parent's runner may still make it: {held}; a fork that copied it \
+         could repeat it (its review would show no call yet while the parent is about to send); fork again once \
+         the parent's run has ended or its lease expired, or cut before seq {intent_seq} (before the intent)"
+    )]
+    ParentLive {
+        /// The parent.
+        parent: String,
+        /// The cut.
+        at: u32,
+        /// The open call's step.
+        step: u16,
+        /// Its tool.
+        tool: String,
+        /// Its intent's seq in the parent's log.
+        intent_seq: u32,
+        /// Why the parent's lease was not taken (the [`TaskError::Held`] message).
+        held: String,
     },
     /// The log moved on between reading it and taking the lease (exit 1).
     #[error("task {task:?}: the log changed; try again")]
@@ -217,6 +258,22 @@ pub enum TaskError {
     },
 }
 
+fn held_text(task: &str, owner: &str, epoch: u64, expires_in_ms: i64, why: RefuseReason) -> String {
+    let secs = expires_in_ms as f64 / 1000.0;
+    match why {
+        RefuseReason::Live => format!(
+            "task {task:?} is already being run by {owner} (lease epoch {epoch}, expires in {secs:.1}s); not starting \
+             a second runner"
+        ),
+        RefuseReason::UnfenceableCall => format!(
+            "task {task:?} may still be run by {owner} (lease epoch {epoch}): its database session is gone, but the \
+             log ends with a call it may still send to a tool that cannot check a fencing token, and a dropped \
+             session is no proof that the process died; its lease is taken only when it expires, in {secs:.1}s \
+             (the dropped-session rule, docs/RUNNER.md); not starting a second runner"
+        ),
+    }
+}
+
 fn holder_text(holder: &Option<(String, u64)>) -> String {
     holder.as_ref().map_or("nobody".to_string(), |(o, e)| format!("{o} (epoch {e})"))
 }
@@ -251,11 +308,14 @@ impl TaskError {
             | TaskError::StoredSpec { .. }
             | TaskError::NotInReview { .. }
             | TaskError::LogCorrupt { .. }
+            | TaskError::CorruptRow { .. }
+            | TaskError::TaskExists { .. }
             | TaskError::Unreachable { .. }
             | TaskError::RowsLocked { .. }
             | TaskError::Refused { .. } => EXIT_BAD_INPUT,
             TaskError::Failure(_)
             | TaskError::Held { .. }
+            | TaskError::ParentLive { .. }
             | TaskError::LogChanged { .. }
             | TaskError::LeaseLost { .. }
             | TaskError::RenewFenced { .. }

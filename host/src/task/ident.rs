@@ -42,11 +42,10 @@ pub fn host_id() -> String {
 }
 
 fn host_id_in(proc: &Path) -> String {
-    // (testing) pretend to be another host: with a trailing `/` (no boot id) nothing this
-    // process sees is provably dead, as on a host without /proc (`task bench --takeover-kills`)
-    if let Ok(h) = std::env::var("BROKERLAB_AS_HOST")
-        && !h.is_empty()
-    {
+    // (fault hook, only on a fault-injection database) pretend to be another host: with a
+    // trailing `/` (no boot id) nothing this process sees is provably dead, as on a host
+    // without /proc (`task bench --takeover-kills`)
+    if let Some(h) = super::faults::var("BROKERLAB_AS_HOST") {
         return h;
     }
     let host = std::fs::read_to_string(proc.join("sys/kernel/hostname"))

@@ -16,9 +16,11 @@ pub mod bench;
 pub mod chaos;
 pub mod error;
 pub mod exec;
+pub mod faults;
 pub mod ident;
 pub mod pg;
 pub mod pgbench;
+pub mod secret;
 pub mod spec;
 pub mod store;
 pub mod worker;
@@ -30,7 +32,7 @@ use brokerlab_core::runner::{Decision, next_action};
 use clap::{Args, Subcommand};
 
 use crate::task::error::{TaskError, TaskResult};
-use backend::{DbTarget, TaskStore};
+use backend::{Access, DbTarget, TaskStore};
 use exec::{RunOpts, status_of};
 use ident::now_ms;
 
@@ -86,10 +88,7 @@ pub struct RunArgs {
     pub step_delay_ms: Option<u64>,
 }
 
-/// Shortest lease, ms: below it a runner cannot commit a step before its lease runs out.
-pub const MIN_LEASE_MS: u64 = 10;
-/// Longest lease, ms (one day): a longer one would keep a dead runner's task waiting that long.
-pub const MAX_LEASE_MS: u64 = 86_400_000;
+pub use brokerlab_core::runner::{MAX_LEASE_MS, MIN_LEASE_MS};
 
 fn env_ms(name: &str) -> TaskResult<Option<u64>> {
     match std::env::var(name) {
@@ -125,8 +124,8 @@ impl RunArgs {
             Some(v) => v,
             None => env_ms("BROKERLAB_STEP_DELAY_MS")?.unwrap_or(0),
         };
-        exec::Chaos::from_env()?; // reject a malformed BROKERLAB_CRASH_AT / PAUSE_AT up front
-        store::busy_ms()?; // and a malformed BROKERLAB_BUSY_MS
+        exec::Chaos::check_env()?; // reject a malformed BROKERLAB_CRASH_AT / PAUSE_AT up front
+        backend::busy_ms()?; // and a malformed BROKERLAB_BUSY_MS
         let lease_ms = lease_ms(self.lease_ms)?;
         let lease_margin_ms = match self.lease_margin_ms {
             None => lease_ms / 4,
@@ -144,6 +143,17 @@ impl RunArgs {
 /// `brokerlab task` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum TaskCmd {
+    /// Create the log (a SQLite file or a PostgreSQL schema) if it does not exist; with
+    /// --fault-injection, create it as a fault-injection database (the tests' and `task chaos`'s:
+    /// BROKERLAB_CRASH_AT, _PAUSE_AT, _AS_HOST and _UNFENCED_TOOLS act only on such a database).
+    Init {
+        #[command(flatten)]
+        db: DbArg,
+        /// Mark the new database for fault injection (refused for an existing log: a log is
+        /// marked only when it is created).
+        #[arg(long)]
+        fault_injection: bool,
+    },
     /// Run a task spec (TOML) to completion, suspension or review; resumes it if its id exists.
     Run {
         /// The spec file.
@@ -252,9 +262,18 @@ pub enum TaskCmd {
         /// rate and 1, 4 and 16 runners at once.
         #[arg(long, value_name = "URL")]
         db: Option<String>,
-        /// With --db: SIGKILL this many workers holding a task and time each takeover.
+        /// With --db: SIGKILL this many workers holding a task whose open calls are fenced and time
+        /// each takeover (kill to the next holder's first durable step). Needs a database created
+        /// for it (empty: the bench marks it for fault injection).
         #[arg(long, value_name = "N", default_value_t = 0)]
         takeover_kills: u32,
+        /// With --takeover-kills: also kill this many holders in an unfenced email's window (each
+        /// taken over at the lease's expiry: the dropped-session rule).
+        #[arg(long, value_name = "N", default_value_t = 20)]
+        takeover_unfenced_kills: u32,
+        /// The takeover workers' lease, ms.
+        #[arg(long, value_name = "MS", default_value_t = 5000)]
+        takeover_lease_ms: u64,
     },
     /// kill -9 in real processes: run tasks as child processes, SIGKILL them at random times,
     /// restart, review, and check exactly-once from the tools' own files.
@@ -268,6 +287,7 @@ pub fn main(cmd: TaskCmd) -> crate::error::CliResult<i32> {
 
 fn dispatch(cmd: TaskCmd) -> TaskResult<i32> {
     match cmd {
+        TaskCmd::Init { db, fault_injection } => init(&db.target(), fault_injection),
         TaskCmd::Run { spec, run } => exec::run(&run.db.target(), &spec, &run.opts()?),
         TaskCmd::Resume { id, run } => exec::resume(&run.db.target(), &id, &run.opts()?),
         TaskCmd::Suspend { id, db } => exec::suspend(&db.target(), &id, lease_ms(None)?),
@@ -295,13 +315,24 @@ fn dispatch(cmd: TaskCmd) -> TaskResult<i32> {
         }
         TaskCmd::Inspect { id, db } => inspect(&db.target(), &id),
         TaskCmd::List { db } => list(&db.target()),
-        TaskCmd::Bench { steps, tasks, json, dir, db, takeover_kills } => {
+        TaskCmd::Bench { steps, tasks, json, dir, db, takeover_kills, takeover_unfenced_kills, takeover_lease_ms } => {
             if let Some(u) = &db
                 && !matches!(DbTarget::parse(std::path::Path::new(u)), DbTarget::Postgres(_))
             {
                 return Err(TaskError::bad_input(format!("bench --db {u}: expected a postgres:// URL")));
             }
-            bench::bench(&bench::BenchOpts { steps, tasks, json, dir, db, takeover_kills })
+            let takeover_lease_ms = lease_ms(Some(takeover_lease_ms))? as u64;
+            let opts = bench::BenchOpts {
+                steps,
+                tasks,
+                json,
+                dir,
+                db,
+                takeover_kills,
+                takeover_unfenced_kills,
+                takeover_lease_ms,
+            };
+            bench::bench(&opts)
         }
         TaskCmd::Chaos(mut opts) => {
             opts.lease_ms = self::lease_ms(Some(opts.lease_ms))? as u64;
@@ -337,12 +368,28 @@ fn lease_text(store: &dyn TaskStore, id: &str) -> TaskResult<String> {
     })
 }
 
+/// `task init [--fault-injection]`.
+fn init(db: &DbTarget, faults: bool) -> TaskResult<i32> {
+    let (created, name) = match db {
+        DbTarget::Sqlite(p) => (store::Store::init_file(p, faults)?, p.display().to_string()),
+        DbTarget::Postgres(url) => (pg::PgStore::init_db(url, faults)?, pg::redact(url)),
+    };
+    let what = if faults { "a fault-injection task log" } else { "a task log" };
+    if created {
+        say!("{name}: created {what}");
+    } else {
+        say!("{name}: already {what}; nothing changed");
+    }
+    Ok(0)
+}
+
 fn inspect(db: &DbTarget, id: &str) -> TaskResult<i32> {
-    let store = backend::open(db, false)?;
+    let store = backend::open(db, Access::Read)?;
     let store = &*store;
     let row = store.task_or_err(id)?;
+    checked_state(store, id)?;
     let recs = store.records(id)?;
-    let st = store::fold_in(&store.name(), id, &recs)?;
+    let st = backend::fold_in(&store.name(), id, &recs)?;
     say!("task {id}");
     if let Some(p) = &row.parent {
         say!("forked from: {p}");
@@ -357,23 +404,38 @@ fn inspect(db: &DbTarget, id: &str) -> TaskResult<i32> {
     Ok(0)
 }
 
+/// A task's stored rows, checked as a runner would read them: its spec (text, a spec, and the
+/// digest its `created` record holds) and its log; the state.
+fn checked_state(store: &dyn TaskStore, id: &str) -> TaskResult<brokerlab_core::runner::TaskState> {
+    let row = store.task_or_err(id)?;
+    let spec = spec::Spec::stored(&row.spec, &store.name(), id)?;
+    let st = store.replay(id)?;
+    if st.created && st.spec_digest != spec.digest() {
+        return Err(TaskError::StoredSpec {
+            db: store.name(),
+            task: id.to_string(),
+            detail: format!(
+                "its digest {:08x} is not the {:08x} its `created` record holds (the row was changed)",
+                spec.digest(),
+                st.spec_digest
+            ),
+        });
+    }
+    Ok(st)
+}
+
 fn list(db: &DbTarget) -> TaskResult<i32> {
-    let store = backend::open(db, false)?;
+    let store = backend::open(db, Access::Read)?;
     let store = &*store;
     let ids = store.task_ids()?;
     say!("{:<24} {:>7} {:>8}  {:<40} lease", "task", "steps", "records", "status");
     let mut corrupt = Vec::new();
     for id in ids {
-        match store.replay(&id) {
-            Ok(st) => say!(
-                "{:<24} {:>3}/{:<3} {:>8}  {:<40} {}",
-                id,
-                st.step,
-                st.steps,
-                st.next_seq,
-                status_of(&st),
-                lease_text(store, &id)?
-            ),
+        let lease = lease_text(store, &id);
+        match checked_state(store, &id).and_then(|st| lease.map(|l| (st, l))) {
+            Ok((st, lease)) => {
+                say!("{:<24} {:>3}/{:<3} {:>8}  {:<40} {}", id, st.step, st.steps, st.next_seq, status_of(&st), lease)
+            }
             Err(e) => {
                 say!("{:<24} {:>7} {:>8}  {:<40} -", id, "?", "?", "CORRUPT (see below)");
                 corrupt.push(e.to_string());
@@ -384,7 +446,7 @@ fn list(db: &DbTarget) -> TaskResult<i32> {
         return Ok(0);
     }
     Err(TaskError::bad_input(format!(
-        "{} task(s) with a corrupt log (the others are listed above):\n  {}",
+        "{} task(s) with a corrupt log or row (the others are listed above):\n  {}",
         corrupt.len(),
         corrupt.join("\n  ")
     )))

@@ -32,14 +32,20 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use brokerlab_core::runner::{
-    Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Owner, Record, TaskId, check_fence, decide_lease, emit, frame,
+    Event, Holder, LeaseDecision, LeaseView, MAX_FRAME_LEN, Owner, Record, TaskId, check_fence, decide_lease, emit,
+    frame,
 };
 use postgres::error::SqlState;
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::{Client, Config, GenericClient, NoTls, Statement};
 
-use super::backend::{Renewal, TaskStore};
+use super::backend::{
+    AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, NewTask, RawLease, Renewal, TaskRow, TaskStore, busy_ms,
+    lease_row,
+};
+use super::faults;
 use super::ident::{now_ms, provably_dead};
-use super::store::{AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, NewTask, TaskRow, busy_ms};
+use super::secret::scrub;
 use crate::task::error::{GoneKind, TaskError, TaskResult};
 
 /// Format tag stored in `meta`: the PostgreSQL layout, version 2 (a checkpoint's records packed
@@ -144,6 +150,8 @@ pub struct PgStore {
     /// same bytes), so a checkpoint does not hash its statement's text to find it.
     stmts: RefCell<HashMap<(usize, usize), Statement>>,
     name: String,
+    /// Whether it is a fault-injection database (`meta` holds [`faults::META_KEY`]).
+    fault_injection: bool,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -152,32 +160,7 @@ impl std::fmt::Debug for PgStore {
     }
 }
 
-/// The URL split around its password: `(before, password, after)` with `before` ending in
-/// `USER`, or `None` when it carries none.
-fn split_password(url: &str) -> Option<(&str, &str, &str)> {
-    let (_, rest) = url.split_once("://")?;
-    let at = rest.find('@').filter(|&i| !rest[..i].contains('/'))?;
-    let start = url.len() - rest.len();
-    let colon = rest[..at].find(':')?;
-    Some((&url[..start + colon], &rest[colon + 1..at], &url[start + at..]))
-}
-
-/// The URL with its password (if any) replaced by `***`, for messages.
-pub fn redact(url: &str) -> String {
-    match split_password(url) {
-        Some((user, _, tail)) => format!("{user}:***{tail}"),
-        None => url.to_string(),
-    }
-}
-
-/// The URL without its password (if any), for storing: a task row records its world's URL so
-/// `resume` finds it, and a password does not belong in the log.
-pub fn without_password(url: &str) -> String {
-    match split_password(url) {
-        Some((user, _, tail)) => format!("{user}{tail}"),
-        None => url.to_string(),
-    }
-}
+pub use super::secret::{redact, without_password};
 
 /// Classifies a PostgreSQL error into a [`TaskError`] naming the database, from the driver's
 /// error itself: a closed connection or an I/O error with no server error (the server restarted
@@ -187,9 +170,9 @@ pub fn without_password(url: &str) -> String {
 pub fn pg_error(name: &str, what: &str, e: &postgres::Error) -> TaskError {
     let (db, what) = (name.to_string(), what.to_string());
     if e.is_closed() || (e.code().is_none() && e.as_db_error().is_none()) {
-        return TaskError::ServerGone { db, what, kind: GoneKind::Closed, detail: e.to_string() };
+        return TaskError::ServerGone { db, what, kind: GoneKind::Closed, detail: scrub(&e.to_string()) };
     }
-    let detail = e.as_db_error().map_or_else(|| e.to_string(), |d| format!("{}: {}", d.severity(), d.message()));
+    let detail = server_words(e);
     match e.code() {
         Some(c)
             if *c == SqlState::ADMIN_SHUTDOWN
@@ -205,15 +188,38 @@ pub fn pg_error(name: &str, what: &str, e: &postgres::Error) -> TaskError {
                 || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
                 || *c == SqlState::INSUFFICIENT_PRIVILEGE =>
         {
-            TaskError::Refused { db, what, code: c.clone(), detail: e.to_string() }
+            TaskError::Refused { db, what, code: c.clone(), detail }
         }
         code => TaskError::Postgres { db, what, code: code.cloned(), detail },
     }
 }
 
+/// What the server said (severity, message, and its detail and hint if any), or the driver's words
+/// when there is no server error, with every password this process has seen masked: the
+/// driver's `Display` of a server error is only "db error".
+fn server_words(e: &postgres::Error) -> String {
+    let text = match e.as_db_error() {
+        Some(d) => {
+            let mut t = format!("{}: {}", d.severity(), d.message());
+            if let Some(x) = d.detail() {
+                t.push_str(&format!(" ({x})"));
+            }
+            if let Some(h) = d.hint() {
+                t.push_str(&format!(" (hint: {h})"));
+            }
+            t
+        }
+        None => e.to_string(),
+    };
+    scrub(&text)
+}
+
 /// What a database holds, read without changing anything.
 enum Existing {
-    Ours,
+    /// Our log; whether it is a fault-injection database.
+    Ours {
+        faults: bool,
+    },
     Empty,
     /// Our log in the first layout ([`PG_FORMAT_V1`]): migrated on open.
     V1,
@@ -221,19 +227,25 @@ enum Existing {
 
 impl PgStore {
     /// Connects and checks (with `create`, creates) the schema. Errors name the URL (password
-    /// hidden): a malformed URL, a server that does not answer, a missing database: exit 2.
+    /// hidden): a malformed URL, a server that does not answer, a missing database: exit 2. The
+    /// fault hooks are armed (or refused) from the database's mark before anything is written
+    /// ([`faults::arm`]).
     pub fn open(url: &str, create: bool) -> TaskResult<PgStore> {
         let (client, name) = connect(url)?;
-        let store = PgStore {
+        let mut store = PgStore {
             client: RefCell::new(client),
             suspend_seen: RefCell::new(None),
             stmts: RefCell::new(HashMap::new()),
             name,
+            fault_injection: false,
         };
-        match store.check_existing()? {
-            Existing::Ours => {}
-            Existing::V1 => store.create_schema()?,
-            Existing::Empty if create => store.create_schema()?,
+        let existing = store.check_existing()?;
+        store.fault_injection = matches!(existing, Existing::Ours { faults: true });
+        faults::arm(&store.name, store.fault_injection)?;
+        match existing {
+            Existing::Ours { .. } => {}
+            Existing::V1 => store.create_schema(false)?,
+            Existing::Empty if create => store.create_schema(false)?,
             Existing::Empty => {
                 return Err(TaskError::bad_input(format!(
                     "{}: no brokerlab task log in this database (it has no tables; `task run` creates one)",
@@ -242,6 +254,32 @@ impl PgStore {
             }
         }
         Ok(store)
+    }
+
+    /// `task init [--fault-injection]` on PostgreSQL: creates the schema in an empty database,
+    /// with `faults` marked as a fault-injection database. An existing log is left as it is
+    /// (and, asked for a mark it does not have, refused: a log is marked only when it is
+    /// created). Returns whether the schema was created now.
+    pub fn init_db(url: &str, faults: bool) -> TaskResult<bool> {
+        let (client, name) = connect(url)?;
+        let store = PgStore {
+            client: RefCell::new(client),
+            suspend_seen: RefCell::new(None),
+            stmts: RefCell::new(HashMap::new()),
+            name,
+            fault_injection: faults,
+        };
+        match store.check_existing()? {
+            Existing::Ours { faults: marked } if marked || !faults => Ok(false),
+            Existing::Ours { .. } | Existing::V1 if faults => Err(super::store::not_markable(&store.name)),
+            Existing::Ours { .. } | Existing::V1 => store.create_schema(false).map(|()| false),
+            Existing::Empty => store.create_schema(faults).map(|()| true),
+        }
+    }
+
+    /// Whether this is a fault-injection database.
+    pub fn fault_injection(&self) -> bool {
+        self.fault_injection
     }
 
     /// Reads the catalog (and `meta` if present): ours, empty, or refused.
@@ -254,18 +292,22 @@ impl PgStore {
     /// Creates the schema in an empty database, or migrates a [`PG_FORMAT_V1`] log to
     /// [`PG_FORMAT`]: one transaction under the schema lock, so runners starting together do it
     /// once, and a crash or a failure leaves the database as it was.
-    fn create_schema(&self) -> TaskResult<()> {
+    fn create_schema(&self, mark: bool) -> TaskResult<()> {
         let mut c = self.client.borrow_mut();
         let r = (|| -> Result<TaskResult<Option<i64>>, postgres::Error> {
             let mut tx = c.transaction()?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])?;
             // another runner may have created or migrated it between our look and our lock
             match look(&mut tx, &self.name)? {
-                Ok(Existing::Ours) => Ok(Ok(None)),
+                Ok(Existing::Ours { faults }) if faults == mark || !mark => Ok(Ok(None)),
+                Ok(Existing::Ours { .. }) => Ok(Err(super::store::not_markable(&self.name))),
                 Ok(Existing::Empty) => {
                     tx.batch_execute(SCHEMA)?;
                     tx.batch_execute(LOG_V2)?;
                     tx.execute("INSERT INTO meta VALUES('format', $1)", &[&PG_FORMAT])?;
+                    if mark {
+                        tx.execute("INSERT INTO meta VALUES($1, $2)", &[&faults::META_KEY, &faults::META_VALUE])?;
+                    }
                     tx.commit()?;
                     Ok(Ok(None))
                 }
@@ -309,24 +351,28 @@ impl PgStore {
         c: &mut impl GenericClient,
         id: &str,
         lock: bool,
-    ) -> Result<Option<LeaseRow>, postgres::Error> {
+    ) -> Result<TaskResult<Option<LeaseRow>>, postgres::Error> {
         let sql = if lock {
             "SELECT owner, epoch, expires_at_ms, host, pid, pid_start FROM leases WHERE task_id=$1 FOR UPDATE"
         } else {
             "SELECT owner, epoch, expires_at_ms, host, pid, pid_start FROM leases WHERE task_id=$1"
         };
         let st = self.stmt(c, sql)?;
-        Ok(c.query_opt(&st, &[&id])?.and_then(|r| {
-            let owner: String = r.get(0);
-            // the placeholder a first taker inserts to have a row to lock: no lease yet
-            (!owner.is_empty()).then(|| LeaseRow {
-                owner,
-                epoch: r.get::<_, i64>(1) as u64,
-                expires_at_ms: r.get(2),
-                host: r.get(3),
-                pid: r.get::<_, i64>(4) as u32,
-                pid_start: r.get::<_, i64>(5) as u64,
-            })
+        let Some(r) = c.query_opt(&st, &[&id])? else { return Ok(Ok(None)) };
+        let raw = RawLease {
+            owner: r.get(0),
+            epoch: r.get(1),
+            expires_at_ms: r.get(2),
+            host: r.get(3),
+            pid: r.get(4),
+            pid_start: r.get(5),
+        };
+        // the placeholder a first taker inserts to have a row to lock (owner ''): no lease yet
+        Ok(lease_row(raw, now_ms()).map_err(|detail| TaskError::CorruptRow {
+            db: self.name.clone(),
+            table: "leases",
+            task: id.to_string(),
+            detail,
         }))
     }
 
@@ -425,7 +471,10 @@ impl PgStore {
             let st = self.stmt(&mut *c, APPEND_SQL)?;
             if c.execute(&st, &params[..10])? == 0 {
                 // refused by the fence: the row as it is now names the holder
-                let cur = self.read_lease(&mut *c, &lease.task, false)?.map(|r| (r.owner, r.epoch));
+                let cur = match self.read_lease(&mut *c, &lease.task, false)? {
+                    Ok(row) => row.map(|r| (r.owner, r.epoch)),
+                    Err(e) => return Ok(Err(AppendError::Sql(e))),
+                };
                 return Ok(Err(self.fenced(lease, cur)));
             }
             return Ok(Ok(Renewal::Kept));
@@ -478,7 +527,7 @@ impl PgStore {
         &self,
         ask: &LeaseAsk<'_>,
     ) -> Result<Result<(Lease, Record), LeaseError<TaskError>>, postgres::Error> {
-        let LeaseAsk { id, me, ttl_ms, state, create, clear_suspend } = *ask;
+        let LeaseAsk { id, me, ttl_ms, state, create, clear_suspend, open, witness } = *ask;
         let now = now_ms();
         let Some(expires) = now.checked_add(ttl_ms) else {
             return Ok(Err(LeaseError::Sql(TaskError::failure(format!("lease expiry {now} + {ttl_ms} ms overflows")))));
@@ -507,8 +556,46 @@ impl PgStore {
         let st =
             self.stmt(&mut tx, "INSERT INTO leases VALUES($1, '', 0, 0, '', 0, 0) ON CONFLICT (task_id) DO NOTHING")?;
         tx.execute(&st, &[&id])?;
-        let row = self.read_lease(&mut tx, id, true)?;
+        let row = match self.read_lease(&mut tx, id, true)? {
+            Ok(r) => r,
+            Err(e) => return Ok(Err(LeaseError::Sql(e))),
+        };
+        // this session holds the session lock of at most the lease it takes now
+        tx.execute("SELECT pg_advisory_unlock_all()", &[])?;
+        let mut holder = Holder::Unknown;
+        if let Some(r) = &row
+            && r.owner != owner
+            && r.expires_at_ms > now
+        {
+            if provably_dead(&r.host, r.pid, r.pid_start) {
+                holder = Holder::Dead;
+            } else {
+                // the holder's session holds this lock from its acquire on: free means the
+                // session is gone (its process died, the server restarted, the connection was
+                // cut): not proof that the process died (the dropped-session rule decides)
+                let key = session_key(id, r.epoch);
+                let got: bool = tx.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
+                if got {
+                    tx.execute("SELECT pg_advisory_unlock($1)", &[&key])?;
+                    holder = Holder::SessionGone;
+                }
+            }
+        }
+        let view = row.as_ref().map(|r| LeaseView {
+            epoch: r.epoch,
+            expires_at_ms: r.expires_at_ms,
+            ours: r.owner == owner,
+            holder,
+        });
+        let epoch = match decide_lease(view, state.epoch(), now, open) {
+            LeaseDecision::Take { epoch, .. } => epoch,
+            LeaseDecision::Refuse { epoch, expires_in_ms, why } => {
+                let holder = row.map(|r| r.owner).unwrap_or_default();
+                return Ok(Err(LeaseError::Held { owner: holder, epoch, expires_in_ms, why }));
+            }
+        };
         if create.is_none() {
+            // (a holder that may still act was refused above, whatever the caller read)
             // under the row lock no holder can commit any more; a killed holder's last commit may
             // have landed (the server finishes a COMMIT its client sent) after the caller read the
             // log: then the caller's state is stale
@@ -519,38 +606,13 @@ impl PgStore {
                 return Ok(Err(LeaseError::Stale));
             }
         }
-        // this session holds the session lock of at most the lease it takes now
-        tx.execute("SELECT pg_advisory_unlock_all()", &[])?;
-        let mut holder_dead = false;
-        if let Some(r) = &row
-            && r.owner != owner
-            && r.expires_at_ms > now
+        // the log as of the lease is `state` (checked above): the witness reads the world
+        // against it here, where no holder can add to the log; its error rolls all of this back
+        if let Some(check) = witness
+            && let Err(e) = check()
         {
-            holder_dead = provably_dead(&r.host, r.pid, r.pid_start);
-            if !holder_dead {
-                // the holder's session holds this lock from its acquire on: free means the
-                // session is gone (its process died, or the server restarted)
-                let key = session_key(id, r.epoch);
-                let got: bool = tx.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
-                if got {
-                    tx.execute("SELECT pg_advisory_unlock($1)", &[&key])?;
-                    holder_dead = true;
-                }
-            }
+            return Ok(Err(LeaseError::Witness(e)));
         }
-        let view = row.as_ref().map(|r| LeaseView {
-            epoch: r.epoch,
-            expires_at_ms: r.expires_at_ms,
-            ours: r.owner == owner,
-            holder_dead,
-        });
-        let epoch = match decide_lease(view, state.epoch(), now) {
-            LeaseDecision::Take { epoch, .. } => epoch,
-            LeaseDecision::Refuse { epoch, expires_in_ms } => {
-                let holder = row.map(|r| r.owner).unwrap_or_default();
-                return Ok(Err(LeaseError::Held { owner: holder, epoch, expires_in_ms }));
-            }
-        };
         // ours for as long as this session lives (taken before the commit, so a committed lease
         // always had it); if another session holds the key (a hash collision, or a taker of the
         // same epoch whose commit failed), the lease is taken without it and others wait for
@@ -567,6 +629,9 @@ impl PgStore {
         }
         let rec = Record::new(task, state.next_seq, Event::LeaseAcquired { owner: owner_h, epoch });
         self.insert_record(&mut tx, &rec, epoch, now)?;
+        // idle workers look again (on the commit): they now watch this holder's session lock
+        let st = self.stmt(&mut tx, "SELECT pg_notify($1, $2)")?;
+        tx.execute(&st, &[&NOTIFY_CHANNEL, &id])?;
         tx.commit()?;
         Ok(Ok((Lease { task: id.to_string(), owner, epoch, ttl_ms, taken_at_ms: now }, rec)))
     }
@@ -627,12 +692,33 @@ fn unpack_row(db: &str, id: &str, seq: i64, last_seq: i64, frames: &[u8], out: &
     Ok(())
 }
 
+/// The `application_name` of this process's sessions: `brokerlab:PID`, so an operator (or `task
+/// chaos`, dropping a holder's sessions) finds them in `pg_stat_activity`.
+pub fn application_name() -> String {
+    format!("brokerlab:{}", std::process::id())
+}
+
+/// Pause between connection attempts while the server is starting up or recovering, ms.
+pub const STARTING_UP_RETRY_MS: u64 = 100;
+
+/// Default time a connection may take, s, unless the URL sets `connect_timeout`: also how long a
+/// server that answers "starting up" or "in recovery" is waited for.
+pub const CONNECT_TIMEOUT_S: u64 = 10;
+
 /// Connects to `url` with the session settings every runner uses (`synchronous_commit = on`,
-/// `lock_timeout` from `BROKERLAB_BUSY_MS`); returns the client and the URL for messages.
+/// `lock_timeout` from `BROKERLAB_BUSY_MS`); returns the client and the URL for messages. The
+/// password is the URL's, else `$PGPASSWORD`'s (as libpq does); every form of it is kept out of
+/// messages ([`super::secret`]). A server that refuses sessions for now (SQLSTATE 57P03: starting
+/// up, in crash recovery, shutting down) is asked again every [`STARTING_UP_RETRY_MS`] until the
+/// connect timeout (the URL's, else [`CONNECT_TIMEOUT_S`]); if it still refuses, the error is
+/// [`TaskError::ServerGone`] (exit 1: the same command succeeds once the server is up), naming
+/// what it said.
 pub(crate) fn connect(url: &str) -> TaskResult<(Client, String)> {
+    super::secret::remember(url);
     let name = redact(url);
-    let mut cfg = Config::from_str(url)
-        .map_err(|e| TaskError::bad_input(format!("--db {name}: not a valid PostgreSQL URL: {e}")))?;
+    let mut cfg = Config::from_str(url).map_err(|e| {
+        TaskError::bad_input(format!("--db {name}: not a valid PostgreSQL URL: {}", scrub(&e.to_string())))
+    })?;
     if cfg.get_dbname().is_none() {
         return Err(TaskError::bad_input(format!(
             "--db {name}: the URL names no database (postgres://USER@HOST:PORT/DB)"
@@ -644,14 +730,39 @@ pub(crate) fn connect(url: &str) -> TaskResult<(Client, String)> {
     if cfg.get_user().is_none() {
         return Err(TaskError::bad_input(format!("--db {name}: the URL names no user (postgres://USER@HOST:PORT/DB)")));
     }
-    if cfg.get_connect_timeout().is_none() {
-        cfg.connect_timeout(Duration::from_secs(10));
+    if cfg.get_password().is_none()
+        && let Ok(p) = std::env::var("PGPASSWORD")
+        && !p.is_empty()
+    {
+        cfg.password(p);
     }
+    let timeout = cfg.get_connect_timeout().copied().unwrap_or(Duration::from_secs(CONNECT_TIMEOUT_S));
+    cfg.connect_timeout(timeout);
+    cfg.application_name(&application_name());
     let busy = busy_ms()?.max(1);
-    let mut client = cfg.connect(NoTls).map_err(|e| match e.as_db_error() {
-        Some(_) => pg_error(&name, "connecting", &e),
-        None => TaskError::Unreachable { db: name.clone(), detail: e.to_string() },
-    })?;
+    let started = std::time::Instant::now();
+    let mut client = loop {
+        match cfg.connect(NoTls) {
+            Ok(c) => break c,
+            Err(e) if e.code() == Some(&SqlState::CANNOT_CONNECT_NOW) => {
+                if started.elapsed() >= timeout {
+                    return Err(TaskError::ServerGone {
+                        db: name,
+                        what: "connecting".into(),
+                        kind: GoneKind::Shutdown,
+                        detail: format!(
+                            "{} (asked every {STARTING_UP_RETRY_MS} ms for {:.1} s, the connect timeout)",
+                            server_words(&e),
+                            started.elapsed().as_secs_f64()
+                        ),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(STARTING_UP_RETRY_MS));
+            }
+            Err(e) if e.as_db_error().is_some() => return Err(pg_error(&name, "connecting", &e)),
+            Err(e) => return Err(TaskError::Unreachable { db: name, detail: scrub(&e.to_string()) }),
+        }
+    };
     client
         .batch_execute(&format!("SET synchronous_commit = on; SET lock_timeout = {busy}"))
         .map_err(|e| pg_error(&name, "setting up the session", &e))?;
@@ -695,7 +806,10 @@ fn look(c: &mut impl GenericClient, name: &str) -> Result<TaskResult<Existing>, 
         Err(e) => return Err(e),
     };
     match fmt.as_deref() {
-        Some(PG_FORMAT) => Ok(Ok(Existing::Ours)),
+        Some(PG_FORMAT) => {
+            let marked = c.query_opt("SELECT 1 FROM meta WHERE key::text = $1", &[&faults::META_KEY])?.is_some();
+            Ok(Ok(Existing::Ours { faults: marked }))
+        }
         Some(PG_FORMAT_V1) => Ok(Ok(Existing::V1)),
         Some(f) if f.starts_with("brokerlab-task-log-pg/") => Ok(Err(TaskError::bad_input(format!(
             "{name}: a brokerlab task log of layout {f:?}, which this build does not know (it reads {PG_FORMAT:?} \
@@ -738,6 +852,16 @@ impl TaskStore for PgStore {
             .map_err(|e| pg_error(&self.name, "listing tasks", &e))
     }
 
+    fn forks_of(&self, id: &str) -> TaskResult<Vec<(String, i64)>> {
+        let mut c = self.client.borrow_mut();
+        c.query(
+            "SELECT task_id, parent_seq FROM tasks WHERE parent=$1 AND parent_seq IS NOT NULL ORDER BY task_id",
+            &[&id],
+        )
+        .map(|rows| rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        .map_err(|e| pg_error(&self.name, "reading tasks", &e))
+    }
+
     fn records(&self, id: &str) -> TaskResult<Vec<Record>> {
         let rows = {
             let mut c = self.client.borrow_mut();
@@ -756,7 +880,7 @@ impl TaskStore for PgStore {
 
     fn lease(&self, id: &str) -> TaskResult<Option<LeaseRow>> {
         let mut c = self.client.borrow_mut();
-        self.read_lease(&mut *c, id, false).map_err(|e| pg_error(&self.name, "reading leases", &e))
+        self.read_lease(&mut *c, id, false).map_err(|e| pg_error(&self.name, "reading leases", &e))?
     }
 
     fn suspend_requested(&self, id: &str) -> TaskResult<bool> {
@@ -816,11 +940,18 @@ impl TaskStore for PgStore {
 
     fn release(&self, lease: &Lease) {
         let mut c = self.client.borrow_mut();
+        // one statement: the expiry, the session lock, and a notice to idle workers
         let _ = c.execute(
-            "UPDATE leases SET expires_at_ms=0 WHERE task_id=$1 AND epoch=$2 AND owner=$3",
-            &[&lease.task, &(lease.epoch as i64), &lease.owner],
+            "WITH u AS (UPDATE leases SET expires_at_ms=0 WHERE task_id=$1 AND epoch=$2 AND owner=$3 RETURNING 1) \
+             SELECT pg_advisory_unlock($4), pg_notify($5, $1)",
+            &[
+                &lease.task,
+                &(lease.epoch as i64),
+                &lease.owner,
+                &session_key(&lease.task, lease.epoch),
+                &NOTIFY_CHANNEL,
+            ],
         );
-        let _ = c.execute("SELECT pg_advisory_unlock($1)", &[&session_key(&lease.task, lease.epoch)]);
     }
 }
 
@@ -844,10 +975,39 @@ impl PgStore {
                 }
             }
             tx.execute("INSERT INTO queue VALUES($1, $2) ON CONFLICT (task_id) DO NOTHING", &[&id, &now])?;
+            // idle workers wake on the commit
+            tx.execute("SELECT pg_notify($1, $2)", &[&NOTIFY_CHANNEL, &id])?;
             tx.commit()?;
             Ok(n == 1)
         })();
         r.map_err(|e| pg_error(&self.name, "submitting the task", &e))
+    }
+
+    /// Queues an existing task again (a fork that `task fork` made, for the workers to run):
+    /// durable on `Ok`; idle workers are notified.
+    pub fn enqueue(&self, id: &str) -> TaskResult<()> {
+        let mut c = self.client.borrow_mut();
+        c.execute(
+            "WITH q AS (INSERT INTO queue VALUES($1, $2) ON CONFLICT (task_id) DO NOTHING RETURNING 1) \
+             SELECT pg_notify($3, $1)",
+            &[&id, &now_ms(), &NOTIFY_CHANNEL],
+        )
+        .map(|_| ())
+        .map_err(|e| pg_error(&self.name, "queueing the task", &e))
+    }
+
+    /// Ends every session of process `pid` (found by the `application_name` it gives its
+    /// sessions, [`application_name`]) with `pg_terminate_backend`, as an operator or a
+    /// connection pooler might: the process lives on and finds its connections closed. Returns
+    /// how many were ended (`task chaos`'s "drop the holder's session").
+    pub fn terminate_sessions_of(&self, pid: u32) -> TaskResult<i64> {
+        let mut c = self.client.borrow_mut();
+        c.query_one(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1",
+            &[&format!("brokerlab:{pid}")],
+        )
+        .map(|r| r.get(0))
+        .map_err(|e| pg_error(&self.name, "ending a runner's sessions", &e))
     }
 
     /// The ids in `queue`.
@@ -898,6 +1058,10 @@ pub struct Claimer {
     name: String,
     /// The claim lock this session holds, if any.
     held: Option<i64>,
+    /// From the last claim that found nothing: a queued task whose holder's session lives (its
+    /// session lock, to wait on), and the earliest expiry of a queued task's live lease.
+    watch: Option<i64>,
+    next_expiry_ms: Option<i64>,
 }
 
 /// The claim lock of a task whose lease row holds `epoch` (FNV-1a 64 as [`session_key`], with
@@ -914,17 +1078,24 @@ FROM queue q LEFT JOIN leases l ON l.task_id = q.task_id
 WHERE NOT (q.task_id = ANY($1)) AND (l.task_id IS NULL OR l.owner = '' OR l.expires_at_ms <= $2)
 ORDER BY q.submitted_at_ms, q.task_id LIMIT 16 FOR UPDATE OF q SKIP LOCKED";
 
-/// Queued tasks whose lease is live: candidates if their holder is gone.
-const CLAIM_LIVE_SQL: &str = "SELECT q.task_id, l.epoch, l.host, l.pid, l.pid_start FROM queue q
+/// Queued tasks whose lease is live: candidates if their holder is gone, and what an idle slot
+/// waits for (a holder's session ending, the earliest expiry). The caller passes over `skip`.
+const CLAIM_LIVE_SQL: &str = "SELECT q.task_id, l.epoch, l.host, l.pid, l.pid_start, l.expires_at_ms FROM queue q
 JOIN leases l ON l.task_id = q.task_id
-WHERE NOT (q.task_id = ANY($1)) AND l.owner <> '' AND l.expires_at_ms > $2
+WHERE l.owner <> '' AND l.expires_at_ms > $1
 ORDER BY q.submitted_at_ms, q.task_id LIMIT 64";
 
+/// The channel on which `submit` and a lease's `release` notify idle workers (payload: the task).
+pub const NOTIFY_CHANNEL: &str = "brokerlab_tasks";
+
 impl Claimer {
-    /// A new session on `url`.
+    /// A new session on `url`, listening on [`NOTIFY_CHANNEL`].
     pub fn connect(url: &str) -> TaskResult<Claimer> {
-        let (client, name) = connect(url)?;
-        Ok(Claimer { client, name, held: None })
+        let (mut client, name) = connect(url)?;
+        client
+            .batch_execute(&format!("LISTEN {NOTIFY_CHANNEL}"))
+            .map_err(|e| pg_error(&name, "listening for queued tasks", &e))?;
+        Ok(Claimer { client, name, held: None, watch: None, next_expiry_ms: None })
     }
 
     /// Takes the claim lock of `id` at lease epoch `epoch` if free (then this session holds it).
@@ -962,24 +1133,78 @@ impl Claimer {
             if pick.is_some() {
                 return Ok(pick);
             }
-            for r in self.client.query(CLAIM_LIVE_SQL, &[&skip, &now])? {
+            self.watch = None;
+            self.next_expiry_ms = None;
+            for r in self.client.query(CLAIM_LIVE_SQL, &[&now])? {
                 let (id, epoch): (String, i64) = (r.get(0), r.get(1));
-                let (host, pid, start): (String, i64, i64) = (r.get(2), r.get(3), r.get(4));
+                let (host, pid, start, expires): (String, i64, i64, i64) = (r.get(2), r.get(3), r.get(4), r.get(5));
+                self.next_expiry_ms = Some(self.next_expiry_ms.map_or(expires, |e| e.min(expires)));
+                let key = session_key(&id, epoch as u64);
                 let gone = provably_dead(&host, pid as u32, start as u64) || {
-                    let key = session_key(&id, epoch as u64);
                     let got: bool = self.client.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?.get(0);
                     if got {
                         self.client.execute("SELECT pg_advisory_unlock($1)", &[&key])?;
                     }
                     got
                 };
-                if gone && self.try_claim(&id, epoch as u64)? {
+                if !gone {
+                    self.watch.get_or_insert(key);
+                    continue;
+                }
+                // a holder whose session is gone: claimable; whether its lease may be taken
+                // before the expiry is the dropped-session rule's, decided under the lease by `acquire`
+                if !skip.contains(&id) && self.try_claim(&id, epoch as u64)? {
                     return Ok(Some(id));
                 }
             }
             Ok(None)
         })();
         r.map_err(|e| pg_error(&self.name, "claiming a queued task", &e))
+    }
+
+    /// After a claim that found nothing: waits at most `max` for something that may make a task
+    /// claimable, and returns as soon as it happens: a task submitted or a lease released (a
+    /// NOTIFY on [`NOTIFY_CHANNEL`]), the session of a holder of a queued task ending (its
+    /// process died, or its connection was cut: this session waits on the holder's session
+    /// lock, which the server grants the moment that session ends), or the earliest expiry of a
+    /// queued task's live lease (the moment the dropped-session rule lets a waiting taker in). One holder is
+    /// watched at a time (the oldest queued task's); the others are seen at the next claim.
+    pub fn wait(&mut self, max: Duration) -> TaskResult<()> {
+        let now = now_ms();
+        let mut budget_ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
+        if let Some(exp) = self.next_expiry_ms {
+            // wake at the expiry: a claim at `exp` finds the lease expired (`<=`)
+            budget_ms = budget_ms.min(u64::try_from(exp.saturating_sub(now)).unwrap_or(0));
+        }
+        let r = (|| -> Result<(), postgres::Error> {
+            // what arrived meanwhile (buffered by the client): something happened already
+            if self.client.notifications().iter().next()?.is_some() {
+                while self.client.notifications().iter().next()?.is_some() {}
+                return Ok(());
+            }
+            if budget_ms == 0 {
+                return Ok(());
+            }
+            match self.watch.take() {
+                Some(key) => {
+                    // granted at once when the holder's session ends; given back at once, so
+                    // the taker's own check of the lock finds it free
+                    let mut tx = self.client.transaction()?;
+                    tx.batch_execute(&format!("SET LOCAL lock_timeout = {}", budget_ms.max(1)))?;
+                    match tx.query_one("SELECT pg_advisory_lock($1), pg_advisory_unlock($1)", &[&key]) {
+                        Ok(_) => tx.commit(),
+                        Err(e) if e.code() == Some(&SqlState::LOCK_NOT_AVAILABLE) => Ok(()),
+                        Err(e) => Err(e),
+                    }
+                }
+                None => {
+                    let mut n = self.client.notifications();
+                    n.timeout_iter(Duration::from_millis(budget_ms)).next()?;
+                    Ok(())
+                }
+            }
+        })();
+        r.map_err(|e| pg_error(&self.name, "waiting for a claimable task", &e))
     }
 
     fn release(&mut self) -> Result<(), postgres::Error> {
@@ -1002,19 +1227,5 @@ impl Claimer {
     /// Task `id` stays queued (the worker stops, the run failed): drops the claim lock.
     pub fn keep(&mut self) -> TaskResult<()> {
         self.release().map_err(|e| pg_error(&self.name, "ending the claim", &e))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_are_hidden_and_not_stored() {
-        assert_eq!(redact("postgres://u:pw@h:5/d"), "postgres://u:***@h:5/d");
-        assert_eq!(without_password("postgres://u:pw@h:5/d"), "postgres://u@h:5/d");
-        assert_eq!(without_password("postgres://u@h/d"), "postgres://u@h/d");
-        assert_eq!(redact("postgres://h/d?x=a@b"), "postgres://h/d?x=a@b");
-        assert_eq!(without_password("not a url"), "not a url");
     }
 }

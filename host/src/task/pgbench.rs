@@ -192,12 +192,45 @@ pub fn throughput(url: &str, steps: u32) -> TaskResult<serde_json::Value> {
     }))
 }
 
+/// Steps of a fenced-series task: lookups and payments (the payment tool checks fencing tokens
+/// and dedupes by key: every call a killed holder could still make is fenced).
 const TAKEOVER_STEPS: usize = 8;
 
-fn takeover_spec(id: &str) -> String {
+/// The workers' step delay, ms: each model call and each tool call (after it applied) sleeps this
+/// long, so a holder can be killed mid-task; the first durable step after a takeover includes one
+/// model call's delay.
+const TAKEOVER_STEP_DELAY_MS: u64 = 20;
+
+/// Which calls the killed holder leaves open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Series {
+    /// Killed between steps (after two model steps): whatever it left open is fenced, so the dropped-session rule
+    /// lets the taker in as soon as the holder's session is gone.
+    Fenced,
+    /// Killed in an email's window (the call applied, its result not yet recorded) with the email
+    /// tool unfenced (`BROKERLAB_UNFENCED_TOOLS`): the dropped-session rule makes the taker wait for the expiry the
+    /// holder wrote.
+    Unfenced,
+}
+
+fn takeover_spec(id: &str, series: Series) -> String {
     let mut s = format!("id = \"{id}\"\n");
-    for i in 0..TAKEOVER_STEPS {
-        s.push_str(&format!("[[step]]\nmodel = \"look up {i}\"\ntool = \"lookup\"\nargs = {{ q = \"acct-{i}\" }}\n"));
+    match series {
+        Series::Fenced => {
+            for i in 0..TAKEOVER_STEPS {
+                let (tool, args) = if i % 2 == 0 {
+                    ("lookup", format!("{{ q = \"acct-{i}\" }}"))
+                } else {
+                    ("payment", format!("{{ amount = {i}, to = \"acct-{i}\" }}"))
+                };
+                s.push_str(&format!("[[step]]\nmodel = \"step {i}\"\ntool = \"{tool}\"\nargs = {args}\n"));
+            }
+        }
+        Series::Unfenced => {
+            s.push_str("[[step]]\nmodel = \"look up\"\ntool = \"lookup\"\nargs = { q = \"acct\" }\n");
+            s.push_str("[[step]]\nmodel = \"tell them\"\ntool = \"send_email\"\nargs = { to = \"a@example.com\" }\n");
+            s.push_str("[[step]]\nmodel = \"done\"\n");
+        }
     }
     s
 }
@@ -206,6 +239,7 @@ struct Workers {
     exe: std::path::PathBuf,
     url: String,
     world: std::path::PathBuf,
+    lease_ms: u64,
     kids: Vec<Child>,
 }
 
@@ -213,9 +247,11 @@ impl Workers {
     fn spawn(&mut self) -> TaskResult<()> {
         let mut c = Command::new(&self.exe);
         c.args(["task", "worker", "--db", &self.url, "--world"]).arg(&self.world);
-        c.args(["--step-delay-ms", "20"]);
-        c.env("BROKERLAB_AS_HOST", "takeover-bench/").env_remove("BROKERLAB_LEASE_MS");
-        c.env_remove("BROKERLAB_CRASH_AT").env_remove("BROKERLAB_PAUSE_AT");
+        c.args(["--step-delay-ms", &TAKEOVER_STEP_DELAY_MS.to_string(), "--lease-ms", &self.lease_ms.to_string()]);
+        // fault hooks, on the bench's fault-injection database: no same-host pid rule (the
+        // cross-host path), and an email tool that cannot check a token (the unfenced series)
+        c.env("BROKERLAB_AS_HOST", "takeover-bench/").env("BROKERLAB_UNFENCED_TOOLS", "send_email");
+        c.env_remove("BROKERLAB_LEASE_MS").env_remove("BROKERLAB_CRASH_AT").env_remove("BROKERLAB_PAUSE_AT");
         c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         let k = c.spawn().map_err(|e| TaskError::failure(format!("cannot start a worker: {e}")))?;
         self.kids.push(k);
@@ -240,115 +276,245 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// `kills` takeovers; the figures as a JSON object.
-pub fn takeover(url: &str, kills: u32, dir: &Path) -> TaskResult<serde_json::Value> {
+/// p50, p99, max, min and mean of `xs` (ms), keys prefixed with `name`.
+fn figures(name: &str, xs: &[f64]) -> serde_json::Value {
+    let mut sorted = xs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mean = sorted.iter().sum::<f64>() / sorted.len().max(1) as f64;
+    serde_json::json!({
+        format!("{name}_p50"): percentile(&sorted, 50.0),
+        format!("{name}_p99"): percentile(&sorted, 99.0),
+        format!("{name}_max"): sorted.last().copied().unwrap_or(0.0),
+        format!("{name}_min"): sorted.first().copied().unwrap_or(0.0),
+        format!("{name}_mean"): round(mean),
+    })
+}
+
+/// Polls `f` every 2 ms until it gives a value, for at most `secs`.
+fn poll<T>(what: &str, secs: u64, mut f: impl FnMut() -> TaskResult<Option<T>>) -> TaskResult<T> {
+    let t = Instant::now();
+    loop {
+        if let Some(v) = f()? {
+            return Ok(v);
+        }
+        if t.elapsed() > Duration::from_secs(secs) {
+            return Err(TaskError::failure(format!("takeover bench: {what} within {secs} s")));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// One kill of a series: the samples it gives (ms).
+struct Kill {
+    /// Kill to the `lease` record of the next holder.
+    to_lease_ms: f64,
+    /// Kill to the next holder's first other record (its first durable step).
+    to_step_ms: f64,
+    /// That record's time less the expiry the killed holder wrote (negative: before it).
+    after_expiry_ms: f64,
+    /// The lease record's time less that expiry.
+    lease_after_expiry_ms: f64,
+}
+
+/// The takeover figures, as a JSON object: `kills` kills of a holder whose open calls are fenced
+/// and `unfenced_kills` of one in an unfenced email's window, with two `task worker` processes
+/// (lease `lease_ms`, default poll).
+pub fn takeover(
+    url: &str,
+    kills: u32,
+    unfenced_kills: u32,
+    lease_ms: u64,
+    dir: &Path,
+) -> TaskResult<serde_json::Value> {
     let name = redact(url);
-    let name = &name;
-    let e = |what: &'static str| move |err: postgres::Error| pg_error(name, what, &err);
     drop(PgStore::open(url, true)?);
     let mut c = client(url)?;
     let specs = dir.join("takeover-specs");
     std::fs::create_dir_all(&specs).map_err(|er| TaskError::failure(format!("{}: {er}", specs.display())))?;
+    let world = dir.join("takeover-world");
     let mut w = Workers {
         exe: std::env::current_exe().map_err(|er| TaskError::failure(format!("cannot find this binary: {er}")))?,
         url: url.to_string(),
-        world: dir.join("takeover-world"),
+        world: world.clone(),
+        lease_ms,
         kids: Vec::new(),
     };
     w.spawn()?;
     w.spawn()?;
     let tag = format!("{}-{}", std::process::id(), now_ms());
-    let mut ms = Vec::new();
-    for k in 0..kills {
-        let id = format!("takeover-{tag}-{k}");
-        let spec = specs.join(format!("{id}.toml"));
-        std::fs::write(&spec, takeover_spec(&id))
-            .map_err(|er| TaskError::failure(format!("{}: {er}", spec.display())))?;
-        let out = Command::new(&w.exe)
-            .args(["task", "submit"])
-            .arg(&spec)
-            .args(["--db", url, "--world"])
-            .arg(&w.world)
-            .output()
-            .map_err(|er| TaskError::failure(format!("cannot run `task submit`: {er}")))?;
-        if !out.status.success() {
-            return Err(TaskError::failure(format!("task submit: {}", String::from_utf8_lossy(&out.stderr))));
+    let mut out = serde_json::json!({
+        "lease_ms": lease_ms,
+        "poll_ms": 200,
+        "step_delay_ms": TAKEOVER_STEP_DELAY_MS,
+        "case": "two `task worker`s; the holder SIGKILLed; cross-host rule (the same-host pid rule disabled): \
+                 its PostgreSQL session gone, the dropped-session rule decides",
+    });
+    for (series, n) in [(Series::Fenced, kills), (Series::Unfenced, unfenced_kills)] {
+        let mut samples = Vec::new();
+        let mut missed = 0;
+        let mut ids = Vec::new();
+        while samples.len() < n as usize {
+            let id = format!("takeover-{tag}-{:?}-{}", series, samples.len() + missed).to_lowercase();
+            match one_kill(&mut c, &name, &mut w, &specs, &world, &id, series)? {
+                Some(k) => samples.push(k),
+                None => missed += 1,
+            }
+            ids.push(id);
+            if missed > n as usize + 10 {
+                return Err(TaskError::failure(format!("takeover bench: {missed} kills missed the window")));
+            }
         }
-        // the holder has made two durable model steps
-        let t = Instant::now();
-        let (pid, epoch) = loop {
-            let n: i64 = c
-                .query_one("SELECT count(*) FROM log_records WHERE task_id=$1 AND kind='model'", &[&id])
-                .map_err(e("reading the log"))?
-                .get(0);
-            if n >= 2 {
-                let r = c
-                    .query_one("SELECT pid, epoch FROM leases WHERE task_id=$1", &[&id])
-                    .map_err(e("reading the lease"))?;
-                break (r.get::<_, i64>(0) as u32, r.get::<_, i64>(1));
+        let dups = duplicates(&world, &ids)?;
+        let early = samples.iter().filter(|k| k.lease_after_expiry_ms < 0.0).count();
+        let mut v = serde_json::json!({ "kills": n, "missed_window": missed, "duplicates": dups });
+        let merge = |v: &mut serde_json::Value, x: serde_json::Value| {
+            for (k, val) in x.as_object().into_iter().flatten() {
+                v[k] = val.clone();
             }
-            if t.elapsed() > Duration::from_secs(30) {
-                return Err(TaskError::failure(format!("{id}: no worker ran it within 30 s")));
-            }
-            std::thread::sleep(Duration::from_millis(2));
         };
-        let Some(i) = w.kids.iter().position(|k| k.id() == pid) else {
-            return Err(TaskError::failure(format!("{id}: held by pid {pid}, not one of our workers")));
-        };
-        let mut victim = w.kids.swap_remove(i);
-        let t_kill = now_ms();
-        let _ = victim.kill();
-        let _ = victim.wait();
-        // the first durable step of the next holder
-        let t = Instant::now();
-        let at: i64 = loop {
-            let r = c
-                .query_opt(
-                    "SELECT at_ms FROM log_records WHERE task_id=$1 AND epoch > $2 AND kind <> 'lease' ORDER BY seq LIMIT 1",
-                    &[&id, &epoch],
-                )
-                .map_err(e("reading the log"))?;
-            if let Some(r) = r {
-                break r.get(0);
+        merge(&mut v, figures("takeover_ms", &samples.iter().map(|k| k.to_step_ms).collect::<Vec<_>>()));
+        merge(&mut v, figures("lease_record_ms", &samples.iter().map(|k| k.to_lease_ms).collect::<Vec<_>>()));
+        if series == Series::Unfenced {
+            merge(&mut v, figures("after_expiry_ms", &samples.iter().map(|k| k.after_expiry_ms).collect::<Vec<_>>()));
+            let lease_after: Vec<f64> = samples.iter().map(|k| k.lease_after_expiry_ms).collect();
+            merge(&mut v, figures("lease_after_expiry_ms", &lease_after));
+            v["before_expiry"] = early.into();
+        }
+        out[if series == Series::Fenced { "fenced" } else { "unfenced" }] = v;
+    }
+    Ok(out)
+}
+
+/// Submits task `id` of `series`, kills its holder at the series' point, and times the takeover;
+/// `None` when the kill missed the point (the unfenced series: the email's result was recorded
+/// first).
+fn one_kill(
+    c: &mut Client,
+    name: &str,
+    w: &mut Workers,
+    specs: &Path,
+    world: &Path,
+    id: &str,
+    series: Series,
+) -> TaskResult<Option<Kill>> {
+    let e = |what: &'static str| move |err: postgres::Error| pg_error(name, what, &err);
+    let spec = specs.join(format!("{id}.toml"));
+    std::fs::write(&spec, takeover_spec(id, series))
+        .map_err(|er| TaskError::failure(format!("{}: {er}", spec.display())))?;
+    let out = Command::new(&w.exe)
+        .args(["task", "submit"])
+        .arg(&spec)
+        .args(["--db", &w.url, "--world"])
+        .arg(world)
+        .output()
+        .map_err(|er| TaskError::failure(format!("cannot run `task submit`: {er}")))?;
+    if !out.status.success() {
+        return Err(TaskError::failure(format!("task submit: {}", String::from_utf8_lossy(&out.stderr))));
+    }
+    // the point: two durable model steps (fenced), or the email applied in the tool's file
+    let emails = world.join("emails.sqlite");
+    poll("the holder reached its point", 30, || {
+        Ok(match series {
+            Series::Fenced => {
+                let n: i64 = c
+                    .query_one("SELECT count(*) FROM log_records WHERE task_id=$1 AND kind='model'", &[&id])
+                    .map_err(e("reading the log"))?
+                    .get(0);
+                (n >= 2).then_some(())
             }
-            if t.elapsed() > Duration::from_secs(60) {
-                return Err(TaskError::failure(format!("{id}: not taken over within 60 s")));
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        };
-        ms.push((at - t_kill) as f64);
-        // the replacement only now: started earlier, its first claim would race the idle worker's
-        // poll and flatter the figure
-        w.spawn()?;
-        // wait for it to finish, so an idle worker is there for the next task
-        let t = Instant::now();
-        loop {
-            let n: i64 = c
-                .query_one("SELECT count(*) FROM log_records WHERE task_id=$1 AND kind='completed'", &[&id])
-                .map_err(e("reading the log"))?
-                .get(0);
-            if n > 0 {
-                break;
-            }
-            if t.elapsed() > Duration::from_secs(60) {
-                return Err(TaskError::failure(format!("{id}: not completed within 60 s")));
-            }
-            std::thread::sleep(Duration::from_millis(5));
+            Series::Unfenced => email_applied(&emails, id).then_some(()),
+        })
+    })?;
+    let r = c
+        .query_one("SELECT pid, epoch, expires_at_ms FROM leases WHERE task_id=$1", &[&id])
+        .map_err(e("reading the lease"))?;
+    let (pid, epoch, expires): (u32, i64, i64) = (r.get::<_, i64>(0) as u32, r.get(1), r.get(2));
+    let Some(i) = w.kids.iter().position(|k| k.id() == pid) else {
+        return Err(TaskError::failure(format!("{id}: held by pid {pid}, not one of our workers")));
+    };
+    let mut victim = w.kids.swap_remove(i);
+    let t_kill = now_ms();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    if series == Series::Unfenced {
+        let last: String = c
+            .query_one("SELECT kind FROM log_records WHERE task_id=$1 ORDER BY seq DESC LIMIT 1", &[&id])
+            .map_err(e("reading the log"))?
+            .get(0);
+        if last != "tool-intent" {
+            // the result was recorded before the kill: not the case measured
+            w.spawn()?;
+            wait_settled(c, name, id)?;
+            return Ok(None);
         }
     }
-    drop(w);
-    let mut sorted = ms.clone();
-    sorted.sort_by(f64::total_cmp);
-    let mean = sorted.iter().sum::<f64>() / sorted.len().max(1) as f64;
-    Ok(serde_json::json!({
-        "kills": kills,
-        "lease_ms": 5000,
-        "poll_ms": 200,
-        "case": "cross-host rule (holder's PostgreSQL session gone, advisory lock), same-host pid rule disabled",
-        "takeover_ms_p50": percentile(&sorted, 50.0),
-        "takeover_ms_p99": percentile(&sorted, 99.0),
-        "takeover_ms_max": sorted.last().copied().unwrap_or(0.0),
-        "takeover_ms_min": sorted.first().copied().unwrap_or(0.0),
-        "takeover_ms_mean": round(mean),
+    // the next holder's lease record and first durable step
+    let (lease_at, step_at): (i64, i64) = poll("the task taken over", 60, || {
+        let rows = c
+            .query(
+                "SELECT kind, at_ms FROM log_records WHERE task_id=$1 AND epoch > $2 ORDER BY seq LIMIT 2",
+                &[&id, &epoch],
+            )
+            .map_err(e("reading the log"))?;
+        Ok((rows.len() == 2).then(|| (rows[0].get(1), rows[1].get(1))))
+    })?;
+    // the replacement only now: started earlier, its first claim would race the idle worker's
+    // wait and flatter the figure
+    w.spawn()?;
+    wait_settled(c, name, id)?;
+    Ok(Some(Kill {
+        to_lease_ms: (lease_at - t_kill) as f64,
+        to_step_ms: (step_at - t_kill) as f64,
+        after_expiry_ms: (step_at - expires) as f64,
+        lease_after_expiry_ms: (lease_at - expires) as f64,
     }))
+}
+
+/// Whether the email tool's file holds an applied call by `task`.
+fn email_applied(file: &Path, task: &str) -> bool {
+    let Ok(c) = rusqlite::Connection::open_with_flags(file, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY) else {
+        return false;
+    };
+    c.query_row("SELECT count(*) FROM calls WHERE task_id=?1 AND applied=1", [task], |r| r.get::<_, i64>(0))
+        .is_ok_and(|n| n > 0)
+}
+
+/// Waits until task `id` completed or paused for review (out of the workers' hands), so an idle
+/// worker is there for the next kill.
+fn wait_settled(c: &mut Client, name: &str, id: &str) -> TaskResult<()> {
+    poll("the task settled", 60, || {
+        let n: i64 = c
+            .query_one(
+                "SELECT count(*) FROM log_records WHERE task_id=$1 AND kind IN ('completed', 'needs-review')",
+                &[&id],
+            )
+            .map_err(|er| pg_error(name, "reading the log", &er))?
+            .get(0);
+        Ok((n > 0).then_some(()))
+    })
+}
+
+/// Side effects applied more than once for a (task, step) among `ids`, from the tools' files.
+fn duplicates(world: &Path, ids: &[String]) -> TaskResult<u64> {
+    let mut dups = 0;
+    for f in ["payments.sqlite", "emails.sqlite"] {
+        let path = world.join(f);
+        if !path.exists() {
+            continue;
+        }
+        let c = rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .map_err(|er| TaskError::failure(format!("{}: {er}", path.display())))?;
+        for id in ids {
+            let n: i64 = c
+                .query_row(
+                    "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM calls WHERE task_id=?1 AND applied=1 \
+                     GROUP BY step)",
+                    [id],
+                    |r| r.get(0),
+                )
+                .map_err(|er| TaskError::failure(format!("{}: {er}", path.display())))?;
+            dups += n as u64;
+        }
+    }
+    Ok(dups)
 }

@@ -15,11 +15,17 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use brokerlab_core::runner::{
-    Event, LeaseDecision, LeaseView, MAX_FRAME_LEN, Record, TaskId, TaskState, check_fence, decide_lease, emit, frame,
+    Event, Holder, LeaseDecision, LeaseView, MAX_FRAME_LEN, Record, TaskId, TaskState, check_fence, decide_lease, emit,
+    frame,
 };
+use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 
-use super::ident::{Me, now_ms, provably_dead};
+use super::backend::{
+    Access, AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, RawLease, TaskRow, busy_ms, fold_in, lease_row,
+};
+use super::faults;
+use super::ident::{now_ms, provably_dead};
 use crate::task::error::{TaskError, TaskResult};
 
 /// Format tag stored in `meta`.
@@ -32,39 +38,8 @@ pub struct Store {
     pub conn: Connection,
     /// Its file.
     pub path: PathBuf,
-}
-
-/// What a runner asks for when it takes a task's lease (one argument for every backend's
-/// `acquire`).
-#[derive(Debug, Clone, Copy)]
-pub struct LeaseAsk<'a> {
-    /// The task.
-    pub id: &'a str,
-    /// The runner asking.
-    pub me: &'a Me,
-    /// The lease's time to live, ms.
-    pub ttl_ms: i64,
-    /// The task's current fold (after `create.records` for a new task).
-    pub state: &'a TaskState,
-    /// The task's first rows, when this run creates it.
-    pub create: Option<&'a NewTask>,
-    /// Delete a pending suspend request in the same transaction.
-    pub clear_suspend: bool,
-}
-
-/// A lease held by this process.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Lease {
-    /// Task.
-    pub task: String,
-    /// Owner string.
-    pub owner: String,
-    /// Fencing epoch.
-    pub epoch: u64,
-    /// Time to live after each append, ms.
-    pub ttl_ms: i64,
-    /// When it was taken (ms; the lease lasts `ttl_ms` from then until the next append).
-    pub taken_at_ms: i64,
+    /// Whether it is a fault-injection database (`meta` holds [`faults::META_KEY`]).
+    pub fault_injection: bool,
 }
 
 /// What the SQLite store can fail with: SQLite's own errors, and the store's checks that are not
@@ -96,6 +71,16 @@ pub enum StoreError {
     /// A record could not be framed for the log.
     #[error("cannot frame record: {0}")]
     Frame(String),
+    /// A row that no runner could have written (a value of the wrong type or out of range).
+    #[error("{table} row of task {task:?}: {detail}")]
+    CorruptRow {
+        /// The table.
+        table: &'static str,
+        /// The row's task.
+        task: String,
+        /// What is wrong with it.
+        detail: String,
+    },
 }
 
 impl StoreError {
@@ -108,103 +93,27 @@ impl StoreError {
     }
 }
 
-/// Why an append was refused. `E` is the database's error (SQLite's here; a [`TaskError`] that
-/// names the database behind the [`super::backend::TaskStore`] trait).
-#[derive(Debug)]
-pub enum AppendError<E = StoreError> {
-    /// The lease is no longer ours (another runner took over): fencing.
-    Fenced {
-        /// Our epoch.
-        epoch: u64,
-        /// The holder now, if any.
-        holder: Option<(String, u64)>,
-    },
-    /// The database failed.
-    Sql(E),
-}
-
-impl From<rusqlite::Error> for AppendError {
+impl From<rusqlite::Error> for AppendError<StoreError> {
     fn from(e: rusqlite::Error) -> Self {
         AppendError::Sql(e.into())
     }
 }
 
-impl From<StoreError> for AppendError {
+impl From<StoreError> for AppendError<StoreError> {
     fn from(e: StoreError) -> Self {
         AppendError::Sql(e)
     }
 }
 
-/// Why a lease could not be taken. `E` as for [`AppendError`].
-#[derive(Debug)]
-pub enum LeaseError<E = StoreError> {
-    /// A live runner holds it.
-    Held {
-        /// Its owner string.
-        owner: String,
-        /// Its epoch.
-        epoch: u64,
-        /// Milliseconds until it expires.
-        expires_in_ms: i64,
-    },
-    /// The task id already exists (create raced with another `run`).
-    Exists,
-    /// The log has records the caller's state does not (PostgreSQL: a commit that a killed
-    /// holder had sent landed after the caller read the log); nothing was written: read the log
-    /// again and retry.
-    Stale,
-    /// The database failed.
-    Sql(E),
-}
-
-impl From<rusqlite::Error> for LeaseError {
+impl From<rusqlite::Error> for LeaseError<StoreError> {
     fn from(e: rusqlite::Error) -> Self {
         LeaseError::Sql(e.into())
     }
 }
 
-impl From<StoreError> for LeaseError {
+impl From<StoreError> for LeaseError<StoreError> {
     fn from(e: StoreError) -> Self {
         LeaseError::Sql(e)
-    }
-}
-
-/// A row of `tasks`.
-#[derive(Debug, Clone)]
-pub struct TaskRow {
-    /// Id.
-    pub id: String,
-    /// Canonical spec JSON.
-    pub spec: String,
-    /// Parent task of a fork.
-    pub parent: Option<String>,
-    /// The world directory used at creation.
-    pub world: Option<String>,
-    /// The last parent record a fork copied.
-    pub parent_seq: Option<i64>,
-}
-
-/// A row of `leases`.
-#[derive(Debug, Clone)]
-pub struct LeaseRow {
-    /// Owner string.
-    pub owner: String,
-    /// Epoch.
-    pub epoch: u64,
-    /// Expiry (ms since epoch; 0 = released).
-    pub expires_at_ms: i64,
-    /// Host id.
-    pub host: String,
-    /// Pid.
-    pub pid: u32,
-    /// Start time.
-    pub pid_start: u64,
-}
-
-impl LeaseRow {
-    /// Whether a live process holds it now (unexpired, and not provably dead).
-    pub fn live(&self, now: i64) -> bool {
-        self.expires_at_ms > now && !provably_dead(&self.host, self.pid, self.pid_start)
     }
 }
 
@@ -213,6 +122,9 @@ impl LeaseRow {
 pub fn sql_error(path: &Path, what: &str, e: impl Into<StoreError>) -> TaskError {
     let e: StoreError = e.into();
     let p = path.display();
+    if let StoreError::CorruptRow { table, task, detail } = e {
+        return TaskError::CorruptRow { db: p.to_string(), table, task, detail };
+    }
     match e.sqlite_error_code() {
         Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => {
             TaskError::bad_input(format!("{p}: database is locked by another process ({what}); nothing was written"))
@@ -228,21 +140,6 @@ pub fn sql_error(path: &Path, what: &str, e: impl Into<StoreError>) -> TaskError
             TaskError::bad_input(format!("{p}: cannot open for writing ({what}): {e}"))
         }
         _ => TaskError::failure(format!("{p}: {what}: {e}")),
-    }
-}
-
-/// The busy timeout: `$BROKERLAB_BUSY_MS` (0 to 3,600,000), default 5,000. A malformed value is
-/// bad input, not silently ignored.
-pub fn busy_ms() -> TaskResult<u64> {
-    const MAX_BUSY_MS: u64 = 3_600_000;
-    match std::env::var("BROKERLAB_BUSY_MS") {
-        Err(_) => Ok(5000),
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(ms) if ms <= MAX_BUSY_MS => Ok(ms),
-            _ => Err(TaskError::bad_input(format!(
-                "BROKERLAB_BUSY_MS={v:?}: expected a whole number of milliseconds from 0 to {MAX_BUSY_MS}"
-            ))),
-        },
     }
 }
 
@@ -285,10 +182,54 @@ fn try_open(path: &Path, create: bool, busy_ms: u64) -> Result<Connection, Store
     Ok(conn)
 }
 
+/// Opens a SQLite file read-only for the commands that only read (`list`, `inspect`): no WAL
+/// switch, no schema, so a file this user may read but not write works. A WAL database is read
+/// through its `-shm` index, which SQLite must be able to create; where it cannot (no `-wal` and a
+/// directory this user may not write), nothing writes the file either (a writer keeps its `-wal`
+/// and `-shm` while it has the file open), and it is read as an immutable file.
+pub fn open_read_only(path: &Path) -> TaskResult<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let busy = busy_ms()?;
+    let probe = |c: Connection| -> Result<Connection, rusqlite::Error> {
+        c.busy_timeout(Duration::from_millis(busy))?;
+        c.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0))?;
+        Ok(c)
+    };
+    match Connection::open_with_flags(path, flags).and_then(probe) {
+        Ok(c) => Ok(c),
+        Err(e)
+            if matches!(e.sqlite_error_code(), Some(ErrorCode::CannotOpen | ErrorCode::ReadOnly))
+                && !wal_of(path).exists() =>
+        {
+            let uri = format!("file:{}?immutable=1", uri_path(path));
+            Connection::open_with_flags(uri, flags | OpenFlags::SQLITE_OPEN_URI)
+                .and_then(probe)
+                .map_err(|e| sql_error(path, "opening read-only", e))
+        }
+        Err(e) => Err(sql_error(path, "opening read-only", e)),
+    }
+}
+
+/// The `-wal` file next to `path`.
+fn wal_of(path: &Path) -> PathBuf {
+    let mut w = path.as_os_str().to_owned();
+    w.push("-wal");
+    PathBuf::from(w)
+}
+
+/// `path` for a `file:` URI: `%`, `?` and `#` escaped.
+fn uri_path(path: &Path) -> String {
+    let p = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    p.to_string_lossy().replace('%', "%25").replace('?', "%3f").replace('#', "%23")
+}
+
 /// What an existing file is, read without changing a byte of it.
 enum Existing {
-    /// Our log (its format tag matches).
-    Ours,
+    /// Our log (its format tag matches); whether it is a fault-injection database.
+    Ours {
+        /// `meta` holds [`faults::META_KEY`].
+        faults: bool,
+    },
     /// A SQLite database with no tables: adopt it.
     Empty,
 }
@@ -298,10 +239,8 @@ enum Existing {
 /// written to it, not even the switch to WAL.
 fn check_existing(path: &Path) -> TaskResult<Existing> {
     let p = path.display();
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let c = open_read_only(path)?;
     let look = || -> Result<Result<Existing, String>, rusqlite::Error> {
-        let c = Connection::open_with_flags(path, flags)?;
-        c.busy_timeout(Duration::from_millis(busy_ms().unwrap_or(5000)))?;
         let tables: i64 = c.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
         if tables == 0 {
             return Ok(Ok(Existing::Empty));
@@ -316,12 +255,14 @@ fn check_existing(path: &Path) -> TaskResult<Existing> {
         if fmt.as_deref() != Some(FORMAT) {
             return Ok(Err(format!("not a brokerlab task log (format {fmt:?}, expected {FORMAT:?})")));
         }
-        Ok(Ok(Existing::Ours))
+        let marked: Option<String> =
+            c.query_row("SELECT value FROM meta WHERE key=?1", [faults::META_KEY], |r| r.get(0)).optional()?;
+        Ok(Ok(Existing::Ours { faults: marked.is_some() }))
     };
     match look() {
         Ok(Ok(e)) => Ok(e),
         Ok(Err(why)) => Err(TaskError::bad_input(format!("{p}: {why}; the file was left as it was"))),
-        Err(e) => Err(sql_error(path, "checking the file before opening it for writing", e)),
+        Err(e) => Err(sql_error(path, "checking the file before using it", e)),
     }
 }
 
@@ -341,23 +282,57 @@ CREATE TABLE IF NOT EXISTS suspend_requests(task_id TEXT PRIMARY KEY, at_ms INTE
 ";
 
 impl Store {
-    /// Opens (and with `create`, creates) the log database. Errors name the file. An existing
-    /// file is checked read-only first ([`check_existing`]): one that is not our log is never
-    /// changed.
-    pub fn open(path: &Path, create: bool) -> TaskResult<Store> {
-        if !create && !path.exists() {
+    /// Opens the log database (`access`: read only, read and append, or create it). Errors name
+    /// the file. An existing file is checked read-only first ([`check_existing`]): one that is not
+    /// our log is never changed. The fault hooks are armed (or refused) from its mark before
+    /// anything is written ([`faults::arm`]).
+    pub fn open(path: &Path, access: Access) -> TaskResult<Store> {
+        if access != Access::Create && !path.exists() {
             return Err(TaskError::bad_input(format!("{}: no such log database (use --db FILE)", path.display())));
         }
         let existing = if path.exists() { Some(check_existing(path)?) } else { None };
-        let conn = open_sqlite(path, create)?;
-        let store = Store { conn, path: path.to_path_buf() };
-        if !matches!(existing, Some(Existing::Ours)) {
-            store.init().map_err(|e| sql_error(path, "creating the schema", e))??;
+        let marked = matches!(existing, Some(Existing::Ours { faults: true }));
+        faults::arm(&path.display().to_string(), marked)?;
+        if access == Access::Read {
+            if !matches!(existing, Some(Existing::Ours { .. })) {
+                return Err(TaskError::bad_input(format!(
+                    "{}: no brokerlab task log in this file (it has no tables; `task run` creates one)",
+                    path.display()
+                )));
+            }
+            return Ok(Store { conn: open_read_only(path)?, path: path.to_path_buf(), fault_injection: marked });
+        }
+        let conn = open_sqlite(path, access == Access::Create)?;
+        let store = Store { conn, path: path.to_path_buf(), fault_injection: marked };
+        if !matches!(existing, Some(Existing::Ours { .. })) {
+            store.init(false).map_err(|e| sql_error(path, "creating the schema", e))??;
         }
         Ok(store)
     }
 
-    fn init(&self) -> Result<TaskResult<()>, rusqlite::Error> {
+    /// `task init [--fault-injection]`: creates the log in a new (or empty) file, marked as a
+    /// fault-injection database with `faults`. An existing log is left as it is (and, asked for
+    /// the mark it does not have, refused: a log is marked only when it is created). Returns
+    /// whether the schema was created now.
+    pub fn init_file(path: &Path, faults: bool) -> TaskResult<bool> {
+        let existing = if path.exists() { Some(check_existing(path)?) } else { None };
+        match existing {
+            Some(Existing::Ours { faults: marked }) => {
+                if faults && !marked {
+                    return Err(not_markable(&path.display().to_string()));
+                }
+                Ok(false)
+            }
+            Some(Existing::Empty) | None => {
+                let store = Store { conn: open_sqlite(path, true)?, path: path.to_path_buf(), fault_injection: faults };
+                store.init(faults).map_err(|e| sql_error(path, "creating the schema", e))?
+            }
+        }
+    }
+
+    /// Creates the schema (with `faults`, the fault-injection mark) in one transaction, unless
+    /// another runner created it meanwhile; returns whether it did.
+    fn init(&self, faults: bool) -> Result<TaskResult<bool>, rusqlite::Error> {
         let tx = immediate(&self.conn)?;
         let has_meta: bool =
             self.conn
@@ -373,7 +348,22 @@ impl Store {
                     fmt
                 ))));
             }
-            return Ok(Ok(()));
+            let marked: Option<String> = self
+                .conn
+                .query_row("SELECT value FROM meta WHERE key=?1", [faults::META_KEY], |r| r.get(0))
+                .optional()?;
+            if marked.is_some() != faults {
+                // created meanwhile, with the other marking: neither runner's expectation holds
+                return Ok(Err(if faults {
+                    not_markable(&self.path.display().to_string())
+                } else {
+                    TaskError::bad_input(format!(
+                        "{}: created meanwhile as a fault-injection database; use another file",
+                        self.path.display()
+                    ))
+                }));
+            }
+            return Ok(Ok(false));
         }
         let others: i64 = self.conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))?;
         if others > 0 {
@@ -383,24 +373,61 @@ impl Store {
             ))));
         }
         self.conn.execute_batch(&format!("{SCHEMA} INSERT OR IGNORE INTO meta VALUES('format', '{FORMAT}');"))?;
+        if faults {
+            self.conn.execute("INSERT INTO meta VALUES(?1, ?2)", [faults::META_KEY, faults::META_VALUE])?;
+        }
         tx.commit()?;
-        Ok(Ok(()))
+        Ok(Ok(true))
     }
 
-    /// The task row, if the task exists.
+    /// The task row, if the task exists. A row whose columns do not hold what a runner writes
+    /// (a spec that is not text, say) is a corrupt row: exit 2 naming it.
     pub fn task(&self, id: &str) -> TaskResult<Option<TaskRow>> {
-        self.conn
+        let row: Option<[Value; 5]> = self
+            .conn
             .query_row("SELECT task_id, spec, parent, world, parent_seq FROM tasks WHERE task_id=?1", [id], |r| {
-                Ok(TaskRow {
-                    id: r.get(0)?,
-                    spec: r.get(1)?,
-                    parent: r.get(2)?,
-                    world: r.get(3)?,
-                    parent_seq: r.get(4)?,
-                })
+                Ok([raw(r, 0)?, raw(r, 1)?, raw(r, 2)?, raw(r, 3)?, raw(r, 4)?])
             })
             .optional()
-            .map_err(|e| sql_error(&self.path, "reading tasks", e))
+            .map_err(|e| sql_error(&self.path, "reading tasks", e))?;
+        let Some([task_id, spec, parent, world, parent_seq]) = row else { return Ok(None) };
+        let corrupt = |detail: String| sql_error(&self.path, "reading tasks", corrupt_row("tasks", id, detail));
+        let text = |v: Value, col: &str| match v {
+            Value::Text(t) => Ok(t),
+            Value::Blob(b) => match String::from_utf8(b) {
+                // a TEXT column read back as bytes: fine if it is UTF-8 (SQLite does not check)
+                Ok(t) => Ok(t),
+                Err(_) => Err(corrupt(format!("column {col} holds bytes that are not UTF-8 text"))),
+            },
+            other => Err(corrupt(format!("column {col} holds {other:?}, expected text"))),
+        };
+        let opt_text = |v: Value, col: &str| match v {
+            Value::Null => Ok(None),
+            v => text(v, col).map(Some),
+        };
+        Ok(Some(TaskRow {
+            id: text(task_id, "task_id")?,
+            spec: text(spec, "spec")?,
+            parent: opt_text(parent, "parent")?,
+            world: opt_text(world, "world")?,
+            parent_seq: match parent_seq {
+                Value::Null => None,
+                Value::Integer(n) if n >= 0 => Some(n),
+                other => return Err(corrupt(format!("column parent_seq holds {other:?}, expected a seq"))),
+            },
+        }))
+    }
+
+    /// The forks of `id` (tasks whose parent it is), with their cut (the last parent seq each
+    /// copied).
+    pub fn forks_of(&self, id: &str) -> TaskResult<Vec<(String, i64)>> {
+        let read = || -> Result<Vec<(String, i64)>, rusqlite::Error> {
+            let mut st = self.conn.prepare_cached(
+                "SELECT task_id, parent_seq FROM tasks WHERE parent=?1 AND parent_seq IS NOT NULL ORDER BY task_id",
+            )?;
+            st.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))?.collect()
+        };
+        read().map_err(|e| sql_error(&self.path, "reading tasks", e))
     }
 
     /// The task row, or exit 2 naming the id.
@@ -445,12 +472,12 @@ impl Store {
     /// Replays the task: its state is the fold of its records.
     pub fn replay(&self, id: &str) -> TaskResult<TaskState> {
         let recs = self.records(id)?;
-        fold(&self.path, id, &recs)
+        fold_in(&self.path.display(), id, &recs)
     }
 
-    /// The lease row.
+    /// The lease row (a corrupt one is exit 2 naming it).
     pub fn lease(&self, id: &str) -> TaskResult<Option<LeaseRow>> {
-        read_lease(&self.conn, id).map_err(|e| sql_error(&self.path, "reading leases", e))
+        read_lease(&self.conn, id, now_ms()).map_err(|e| sql_error(&self.path, "reading leases", e))
     }
 
     /// Whether `task suspend` asked this task to stop.
@@ -470,8 +497,8 @@ impl Store {
     /// Takes the lease on `id` (and, with `create`, creates the task with its first records) in
     /// one transaction; appends the `LeaseAcquired` record. `state` is the task's current fold
     /// (after `create.records` for a new task).
-    pub fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError> {
-        let LeaseAsk { id, me, ttl_ms, state, create, clear_suspend } = *ask;
+    pub fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError<StoreError>> {
+        let LeaseAsk { id, me, ttl_ms, state, create, clear_suspend, open, witness } = *ask;
         let now = now_ms();
         let expires = expiry(now, ttl_ms)?;
         let tx = immediate(&self.conn)?;
@@ -487,22 +514,42 @@ impl Store {
                 insert_record(&self.conn, rec, 0, now)?;
             }
         }
-        let row = read_lease(&self.conn, id)?;
+        let row = read_lease(&self.conn, id, now)?;
         let owner = me.owner();
         let view = row.as_ref().map(|r| LeaseView {
             epoch: r.epoch,
             expires_at_ms: r.expires_at_ms,
             ours: r.owner == owner,
-            // only looked at when it matters (unexpired, someone else's)
-            holder_dead: r.owner != owner && r.expires_at_ms > now && provably_dead(&r.host, r.pid, r.pid_start),
+            // only looked at when it matters (unexpired, someone else's); SQLite has no session
+            // to lose, so a holder is provably dead or nothing is known
+            holder: if r.owner != owner && r.expires_at_ms > now && provably_dead(&r.host, r.pid, r.pid_start) {
+                Holder::Dead
+            } else {
+                Holder::Unknown
+            },
         });
-        let epoch = match decide_lease(view, state.epoch(), now) {
+        let epoch = match decide_lease(view, state.epoch(), now, open) {
             LeaseDecision::Take { epoch, .. } => epoch,
-            LeaseDecision::Refuse { epoch, expires_in_ms } => {
+            LeaseDecision::Refuse { epoch, expires_in_ms, why } => {
                 let holder = row.map(|r| r.owner).unwrap_or_default();
-                return Err(LeaseError::Held { owner: holder, epoch, expires_in_ms });
+                return Err(LeaseError::Held { owner: holder, epoch, expires_in_ms, why });
             }
         };
+        if create.is_none() {
+            // (a holder that may still act was refused above, whatever the caller read)
+            // under the write lock no holder can append any more; one that appended after the
+            // caller read the log (its lease expired, it woke) makes the caller's state stale
+            let last: Option<i64> =
+                self.conn.prepare_cached("SELECT max(seq) FROM log WHERE task_id=?1")?.query_row([id], |r| r.get(0))?;
+            if last.is_some_and(|l| l >= i64::from(state.next_seq)) {
+                return Err(LeaseError::Stale);
+            }
+        }
+        // the log as of the lease is `state`: the witness reads the world against it, here,
+        // where no holder can add to the log (dropped without commit on its error)
+        if let Some(check) = witness {
+            check().map_err(LeaseError::Witness)?;
+        }
         self.conn.execute(
             "INSERT OR REPLACE INTO leases VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![id, owner, epoch as i64, expires, me.host, me.pid, me.start as i64],
@@ -529,13 +576,13 @@ impl Store {
 
     /// Renews the lease (a fenced transaction that appends nothing): refused when another runner
     /// took the lease over.
-    pub fn renew(&self, lease: &Lease) -> Result<(), AppendError> {
+    pub fn renew(&self, lease: &Lease) -> Result<(), AppendError<StoreError>> {
         self.append(lease, &[])
     }
 
     /// Appends `recs` under `lease` in one transaction (a checkpoint). Refused when the lease's
     /// epoch is no longer current (fencing). Renews the lease.
-    pub fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError> {
+    pub fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<StoreError>> {
         let mut out = self.append_groups(&[(lease, recs)])?;
         out.pop().unwrap_or(Ok(()))
     }
@@ -543,7 +590,10 @@ impl Store {
     /// Group commit: appends several tasks' checkpoints in one transaction; each group is fenced
     /// on its own lease (a refused group does not affect the others). The outer error means the
     /// transaction failed and nothing was written.
-    pub fn append_groups(&self, groups: &[(&Lease, &[Record])]) -> Result<Vec<Result<(), AppendError>>, AppendError> {
+    pub fn append_groups(
+        &self,
+        groups: &[(&Lease, &[Record])],
+    ) -> Result<Vec<Result<(), AppendError<StoreError>>>, AppendError<StoreError>> {
         let now = now_ms();
         let mut tx = immediate(&self.conn)?;
         let mut results = Vec::with_capacity(groups.len());
@@ -557,7 +607,12 @@ impl Store {
 
 /// One task's checkpoint inside a group commit, in a savepoint: refused (fenced) or failed, it
 /// leaves the other groups' records alone.
-fn append_one(tx: &mut Transaction<'_>, lease: &Lease, recs: &[Record], now: i64) -> Result<(), AppendError> {
+fn append_one(
+    tx: &mut Transaction<'_>,
+    lease: &Lease,
+    recs: &[Record],
+    now: i64,
+) -> Result<(), AppendError<StoreError>> {
     let cur: Option<(String, i64)> = tx
         .prepare_cached("SELECT owner, epoch FROM leases WHERE task_id=?1")?
         .query_row([&lease.task], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -587,36 +642,61 @@ fn expiry(now_ms: i64, ttl_ms: i64) -> Result<i64, StoreError> {
     now_ms.checked_add(ttl_ms).ok_or(StoreError::ExpiryOverflow { now_ms, ttl_ms })
 }
 
-/// A new task's first records and spec.
-#[derive(Debug, Clone)]
-pub struct NewTask {
-    /// Canonical spec JSON.
-    pub spec_json: String,
-    /// Its digest.
-    pub digest: u32,
-    /// Parent (forks).
-    pub parent: Option<String>,
-    /// Parent seq (forks).
-    pub parent_seq: Option<i64>,
-    /// World directory.
-    pub world: Option<String>,
-    /// `Created` (and for a fork `ForkedFrom` and the copied prefix), seq 0.., already folded.
-    pub records: Vec<Record>,
+/// The lease row of `id`, checked ([`lease_row`]): a value of the wrong type or out of range is a
+/// corrupt row, not a lease.
+fn read_lease(conn: &Connection, id: &str, now: i64) -> Result<Option<LeaseRow>, StoreError> {
+    let row: Option<[Value; 6]> = conn
+        .prepare_cached("SELECT owner, epoch, expires_at_ms, host, pid, pid_start FROM leases WHERE task_id=?1")?
+        .query_row([id], |r| Ok([raw(r, 0)?, raw(r, 1)?, raw(r, 2)?, raw(r, 3)?, raw(r, 4)?, raw(r, 5)?]))
+        .optional()?;
+    let Some([owner, epoch, expires, host, pid, start]) = row else { return Ok(None) };
+    let corrupt = |detail: String| corrupt_row("leases", id, detail);
+    let text = |v: Value, col: &str| match v {
+        Value::Text(t) => Ok(t),
+        other => Err(corrupt(format!("column {col} holds {other:?}, expected text"))),
+    };
+    let int = |v: Value, col: &str| match v {
+        Value::Integer(n) => Ok(n),
+        other => Err(corrupt(format!("column {col} holds {other:?}, expected an integer"))),
+    };
+    let raw = RawLease {
+        owner: text(owner, "owner")?,
+        epoch: int(epoch, "epoch")?,
+        expires_at_ms: int(expires, "expires_at_ms")?,
+        host: text(host, "host")?,
+        pid: int(pid, "pid")?,
+        pid_start: int(start, "pid_start")?,
+    };
+    lease_row(raw, now).map_err(corrupt)
 }
 
-fn read_lease(conn: &Connection, id: &str) -> Result<Option<LeaseRow>, rusqlite::Error> {
-    conn.prepare_cached("SELECT owner, epoch, expires_at_ms, host, pid, pid_start FROM leases WHERE task_id=?1")?
-        .query_row([id], |r| {
-            Ok(LeaseRow {
-                owner: r.get(0)?,
-                epoch: r.get::<_, i64>(1)? as u64,
-                expires_at_ms: r.get(2)?,
-                host: r.get(3)?,
-                pid: r.get::<_, i64>(4)? as u32,
-                pid_start: r.get::<_, i64>(5)? as u64,
-            })
-        })
-        .optional()
+/// Column `i` as stored, whatever it holds: text that is not UTF-8 (which SQLite does not check)
+/// comes back as a blob, for the caller to name as corrupt.
+fn raw(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Value> {
+    use rusqlite::types::ValueRef;
+    Ok(match r.get_ref(i)? {
+        ValueRef::Text(b) => match std::str::from_utf8(b) {
+            Ok(t) => Value::Text(t.to_string()),
+            Err(_) => Value::Blob(b.to_vec()),
+        },
+        ValueRef::Null => Value::Null,
+        ValueRef::Integer(n) => Value::Integer(n),
+        ValueRef::Real(x) => Value::Real(x),
+        ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+    })
+}
+
+fn corrupt_row(table: &'static str, task: &str, detail: String) -> StoreError {
+    StoreError::CorruptRow { table, task: task.to_string(), detail }
+}
+
+/// The error for a mark asked of an existing log.
+pub fn not_markable(db: &str) -> TaskError {
+    TaskError::bad_input(format!(
+        "{db}: an existing task log cannot be marked as a fault-injection database (the mark is written only when \
+         a database is created for fault injection, so that no production log ever gets it); use a new file or an \
+         empty database"
+    ))
 }
 
 fn insert_record(conn: &Connection, rec: &Record, epoch: u64, now: i64) -> Result<(), StoreError> {
@@ -633,26 +713,6 @@ fn insert_record(conn: &Connection, rec: &Record, epoch: u64, now: i64) -> Resul
         now
     ])?;
     Ok(())
-}
-
-/// Folds records into a state; an inconsistent log is a clear error naming the file and seq.
-pub fn fold(path: &Path, id: &str, recs: &[Record]) -> TaskResult<TaskState> {
-    fold_in(&path.display(), id, recs)
-}
-
-/// [`fold`] for any database (`db`: the file or the URL, for the message).
-pub fn fold_in(db: &dyn std::fmt::Display, id: &str, recs: &[Record]) -> TaskResult<TaskState> {
-    let task = TaskId::try_from(id).map_err(|_| TaskError::bad_input(format!("task id {id:?} too long")))?;
-    let mut st = TaskState::new(task);
-    for rec in recs {
-        st.apply(rec).map_err(|e| TaskError::LogCorrupt {
-            db: db.to_string(),
-            task: id.to_string(),
-            seq: None,
-            detail: format!("inconsistent log: {e}"),
-        })?;
-    }
-    Ok(st)
 }
 
 /// Decodes one log row's payload (the core's frame) and checks it against its row (task, seq):

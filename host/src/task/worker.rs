@@ -8,7 +8,10 @@
 //! `suspended` marker (the suspend rule), leaves the task queued for another worker, and the
 //! worker exits 0. The claim protocol (a short `SKIP LOCKED` pick plus a claim lock keyed by the
 //! lease epoch) is [`Claimer`]'s; when the server goes away each slot abandons its run as a crash
-//! would and reconnects with backoff ([`RECONNECT_FIRST_MS`] to [`RECONNECT_MAX_MS`]).
+//! would and reconnects with backoff ([`RECONNECT_FIRST_MS`] to [`RECONNECT_MAX_MS`]). An idle
+//! slot does not poll blindly: it waits ([`Claimer::wait`]) for a NOTIFY (a task queued, a lease
+//! released), for the session of a queued task's holder to end (its session lock), or for the
+//! earliest live lease's expiry, whichever comes first, and at most `--poll-ms`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -187,7 +190,14 @@ fn slot_loop(slot: u32, url: &str, run: &RunOpts, opts: &WorkerOpts) -> TaskResu
                     break;
                 }
                 skip.clear();
-                std::thread::sleep(Duration::from_millis(opts.poll_ms));
+                // event-driven: back at once when a task is queued or released, a holder's
+                // session ends, or a live lease expires; at most --poll-ms otherwise
+                if let Err(e) = sess.claimer.wait(Duration::from_millis(opts.poll_ms)) {
+                    if !e.server_gone() {
+                        return Err(e);
+                    }
+                    s = None;
+                }
                 continue;
             }
             Err(e) if e.server_gone() => {

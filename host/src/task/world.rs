@@ -18,8 +18,10 @@
 //! any host that reaches the database.
 //!
 //! `lookup` is read-only and keeps no file. A tool named in `$BROKERLAB_UNFENCED_TOOLS`
-//! (comma-separated) records tokens but does not check them: it stands for a real API that
-//! cannot (the runner's margin rule is then the only guard; docs/RUNNER.md).
+//! (comma-separated; a fault hook, acting only on a fault-injection database, see
+//! [`super::faults`]) records tokens but does not check them: it stands for a real API that
+//! cannot (the runner's margin rule is then the only guard, and a takeover of a holder whose
+//! session is gone waits for its expiry: the dropped-session rule; docs/RUNNER.md).
 
 use std::path::{Path, PathBuf};
 
@@ -175,7 +177,7 @@ impl World {
     /// A world in directory `at`, or in the PostgreSQL database `at` names (`postgres://...`);
     /// created on the first side effect.
     pub fn new(at: &Path) -> World {
-        let unfenced = std::env::var("BROKERLAB_UNFENCED_TOOLS")
+        let unfenced = super::faults::var("BROKERLAB_UNFENCED_TOOLS")
             .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
             .unwrap_or_default();
         let backing = match DbTarget::parse(at) {
@@ -183,6 +185,13 @@ impl World {
             DbTarget::Sqlite(dir) => Backing::Files { dir, conns: [None, None] },
         };
         World { at: at.to_path_buf(), backing, unfenced }
+    }
+
+    /// Whether tool `name` refuses a stale fencing token: the tools that keep a file (or table)
+    /// do, unless `BROKERLAB_UNFENCED_TOOLS` names them (a fault hook); an unknown tool is
+    /// taken to check none (the careful side of the dropped-session rule).
+    pub fn checks_fence(&self, name: &str) -> bool {
+        ToolFile::of_tool(name).is_some() && !self.unfenced.iter().any(|t| t == name)
     }
 
     /// `--world` as given (a directory or a URL).

@@ -21,6 +21,13 @@ impl Dir {
         std::fs::create_dir_all(&p).unwrap();
         Dir(p)
     }
+    /// A scratch directory whose log (`tasks.sqlite`) is a fault-injection database (`task init
+    /// --fault-injection`): the fault hooks act on it.
+    pub fn faults(name: &str) -> Dir {
+        let d = Dir::new(name);
+        d.run(&["init", "--fault-injection"]).expect(0);
+        d
+    }
     pub fn path(&self, f: &str) -> PathBuf {
         self.0.join(f)
     }
@@ -34,7 +41,7 @@ impl Dir {
         c.current_dir(&self.0).args(["task"]).args(args);
         c.env_remove("BROKERLAB_CRASH_AT").env_remove("BROKERLAB_STEP_DELAY_MS").env_remove("BROKERLAB_LEASE_MS");
         c.env_remove("BROKERLAB_PAUSE_AT").env_remove("BROKERLAB_UNFENCED_TOOLS").env_remove("BROKERLAB_BUSY_MS");
-        c.env_remove("BROKERLAB_DB");
+        c.env_remove("BROKERLAB_DB").env_remove("BROKERLAB_AS_HOST").env_remove("PGPASSWORD");
         c
     }
     pub fn run(&self, args: &[&str]) -> Out {

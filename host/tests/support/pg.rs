@@ -264,6 +264,30 @@ impl PgServer {
         }
     }
 
+    /// Immediate shutdown (SIGQUIT: every session ends at once, no checkpoint; the next start
+    /// runs crash recovery), as `pg_ctl stop -m immediate` does. Start it again with
+    /// [`PgServer::restart`].
+    pub fn stop_immediate(&mut self) {
+        let Some(mut c) = self.child.take() else { return };
+        // SAFETY: sending a signal has no memory effects in this process.
+        unsafe {
+            libc::kill(c.id() as libc::pid_t, libc::SIGQUIT);
+        }
+        let _ = c.wait();
+    }
+
+    /// Creates login role `user` with `password` and makes the server ask for it
+    /// (`scram-sha-256`) on TCP connections of that role; the others stay `trust`.
+    pub fn require_password(&self, user: &str, password: &str) {
+        self.client("postgres").batch_execute(&format!("CREATE ROLE {user} LOGIN PASSWORD '{password}'")).unwrap();
+        let hba = self.dir.join("data/pg_hba.conf");
+        let old = std::fs::read_to_string(&hba).unwrap();
+        // first match wins: this line before the trust lines (written in place: same owner)
+        std::fs::write(&hba, format!("host all {user} 127.0.0.1/32 scram-sha-256\n{old}")).unwrap();
+        self.client("postgres").batch_execute("SELECT pg_reload_conf()").unwrap();
+        std::thread::sleep(Duration::from_millis(300)); // the postmaster reads it on SIGHUP
+    }
+
     fn stop_child(&mut self) {
         let Some(mut c) = self.child.take() else { return };
         // SAFETY: sending a signal has no memory effects in this process.

@@ -34,7 +34,10 @@ pub struct BatchedConfig {
     pub profile: Profile,
     /// The step cost model.
     pub cost: StepCost,
-    /// Advance runs of identical decode steps at once (same results; off only to test that).
+    /// Advance runs of identical decode steps at once (same results). Turning it off is test
+    /// support, to show that it changes nothing (feature `harness`; without it the engine always
+    /// fast-forwards: [`BatchedConfig::fast_forwards`]).
+    #[cfg(feature = "harness")]
     pub fast_forward: bool,
 }
 
@@ -46,7 +49,21 @@ impl BatchedConfig {
             max_num_batched_tokens: 8192,
             profile,
             cost: StepCost::Linear(profile.coefficients()),
+            #[cfg(feature = "harness")]
             fast_forward: true,
+        }
+    }
+
+    /// Whether the engine advances runs of identical decode steps at once: always, unless a test
+    /// (feature `harness`) turned it off.
+    pub const fn fast_forwards(&self) -> bool {
+        #[cfg(feature = "harness")]
+        {
+            self.fast_forward
+        }
+        #[cfg(not(feature = "harness"))]
+        {
+            true
         }
     }
 
@@ -1030,7 +1047,7 @@ impl Engine for BatchedEngine<'_> {
         if self.is_idle() || self.next_start_ns >= t_ns {
             return Ok(false);
         }
-        if !(self.cfg.fast_forward && self.fast_forward(ff_ns, ev)?) {
+        if !(self.cfg.fast_forwards() && self.fast_forward(ff_ns, ev)?) {
             self.step(ev)?;
         }
         Ok(true)

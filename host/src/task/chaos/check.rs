@@ -1,11 +1,11 @@
 //! The exactly-once checker: a task's spec, its log and the tools' own files, compared.
 
-use brokerlab_core::runner::{Decision, End, Event, idempotency_key};
+use brokerlab_core::runner::{Decision, End, Event, Record, idempotency_key};
 use serde::Serialize;
 
 use super::super::backend::TaskStore;
+use super::super::backend::fold_in;
 use super::super::spec::Spec;
-use super::super::store::fold_in;
 use super::super::world::{ToolFile, World};
 use crate::task::error::TaskResult;
 
@@ -30,6 +30,22 @@ pub struct TaskCheck {
     pub reviews_retry: u64,
     /// What was wrong, one line each.
     pub problems: Vec<String>,
+}
+
+/// The steps whose tool intent a fork copied from its parent (the records between `forked-from`
+/// and the fork's first `lease`): their calls are the parent's, never the fork's (the fork rule).
+/// Empty for a task that is not a fork.
+pub fn copied_intent_steps(recs: &[Record]) -> Vec<u16> {
+    if !recs.iter().any(|r| matches!(r.event, Event::ForkedFrom { .. })) {
+        return Vec::new();
+    }
+    recs.iter()
+        .take_while(|r| !matches!(r.event, Event::LeaseAcquired { .. }))
+        .filter_map(|r| match r.event {
+            Event::ToolIntent { step, .. } => Some(step),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Checks task `id` against its spec (stored in the log database), its log and the tools' own
@@ -67,6 +83,9 @@ pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskRes
             _ => {}
         }
     }
+    // a fork's copied intents are its parent's calls: the parent's own check counts them once,
+    // and the fork must not have made them
+    let copied = copied_intent_steps(&recs);
     let payments = world.calls(ToolFile::Payments, id)?;
     let emails = world.calls(ToolFile::Emails, id)?;
     c.deduplicated = payments.iter().filter(|r| !r.applied && !r.fenced()).count() as u64;
@@ -89,6 +108,15 @@ pub fn check_task(store: &dyn TaskStore, world: &mut World, id: &str) -> TaskRes
         };
         let file_name = file.file();
         let applied = rows.iter().filter(|r| r.step == step && r.applied).count() as u64;
+        if copied.contains(&step) {
+            if applied > 0 {
+                c.duplicates += applied;
+                c.problems.push(format!(
+                    "{id} step {i}: {file_name} applied {applied} call(s) by the fork for its parent's intent"
+                ));
+            }
+            continue;
+        }
         match applied {
             0 => {
                 c.lost += 1;

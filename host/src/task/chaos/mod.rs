@@ -62,7 +62,7 @@ use std::time::{Duration, Instant};
 use brokerlab_core::runner::{Phase, TaskState};
 use serde::Serialize;
 
-use super::backend::TaskStore;
+use super::backend::{Access, TaskStore};
 use super::pg::PgStore;
 use super::spec::Spec;
 use super::store::Store;
@@ -135,13 +135,13 @@ pub mod spec;
 
 mod workers;
 
-pub use check::{TaskCheck, check_task};
+pub use check::{TaskCheck, check_task, copied_intent_steps};
 
 pub use report::ChaosReport;
 use report::{finish, progress};
 use restart::{restarter, server_down, wait_for_server};
 pub use spec::{Draws, chaos_spec};
-use supervise::{KillPlan, Pace, iteration, review, stderr_of, wait_or_kill, world_retry};
+use supervise::{KillPlan, Pace, iteration, review, says_corruption, stderr_of, wait_or_kill, world_retry};
 
 /// Calls the task made to the tools that keep files, so far.
 fn calls_made(world: &mut World, task: &str) -> TaskResult<usize> {
@@ -249,7 +249,7 @@ fn task_state_once(store: &mut Slot, ctx: &Ctx, id: &str) -> TaskResult<Option<T
                 return Ok(None);
             }
             // a runner killed while creating the file leaves it without the schema: not ours yet
-            match Store::open(&ctx.db, false) {
+            match Store::open(&ctx.db, Access::Read) {
                 Ok(s) => *store = Some(Box::new(s)),
                 Err(_) => return Ok(None),
             }
@@ -315,9 +315,11 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
     }
     let dir = std::path::absolute(&dir).unwrap_or(dir);
     if let Some(url) = &opts.db {
-        // the schema before the first runner, and a database without tasks: the chaos tasks'
-        // ids repeat from run to run
-        let s = PgStore::open(url, true)?;
+        // the schema before the first runner, created as a fault-injection database (the
+        // runners' pauses and crashes are fault hooks), and a database without tasks: the chaos
+        // tasks' ids repeat from run to run
+        PgStore::init_db(url, true)?;
+        let s = PgStore::open(url, false)?;
         let n = s.task_ids()?.len();
         if n > 0 {
             return Err(TaskError::bad_input(format!(
@@ -343,6 +345,11 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
     };
     std::fs::create_dir_all(&ctx.specs)
         .map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", ctx.specs.display())))?;
+    if !ctx.pg {
+        // created before the first runner, as a fault-injection database: the runners' pauses
+        // are fault hooks, which act on no other database
+        Store::init_file(&ctx.db, true)?;
+    }
     let mut rep = ChaosReport {
         iterations: opts.iterations,
         steps: opts.steps,
@@ -442,7 +449,7 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
 fn verify(dir: &Path, url: Option<&str>, world_url: Option<&str>, json: bool) -> TaskResult<i32> {
     let store: Box<dyn TaskStore> = match url {
         Some(u) => Box::new(PgStore::open(u, false)?),
-        None => Box::new(Store::open(&dir.join("tasks.sqlite"), false)?),
+        None => Box::new(Store::open(&dir.join("tasks.sqlite"), Access::Read)?),
     };
     let store = &*store;
     let mut world = World::new(&world_url.map_or_else(|| dir.join("world"), PathBuf::from));

@@ -78,6 +78,22 @@ pub struct ChaosReport {
     pub worker_fenced_stops: u64,
     /// Lines in the workers' stderr saying a slot reconnected after the server went away.
     pub worker_reconnects: u64,
+    /// Sessions of a worker holding a live lease ended with `pg_terminate_backend` (half of them
+    /// with the worker parked by SIGSTOP first): the process lives on, its session does not
+    /// (the dropped-session rule: a dropped session is not a dead holder).
+    pub session_drops: u64,
+    /// Of which the worker was parked first (and woken after a takeover or its lease).
+    pub session_drops_parked: u64,
+    /// `task fork ID --at SEQ` of a task whose holder was running, cut at its open email intent.
+    pub live_forks: u64,
+    /// Of which refused because the parent's runner could still make the call (the fork rule).
+    pub live_forks_refused: u64,
+    /// Of which made (the holder had let go meanwhile): the forks are run to their end and
+    /// checked with their parents.
+    pub live_forks_made: u64,
+    /// "log corruption" reported by a runner, a worker or a fork on a healthy task: a false
+    /// alarm (the run never corrupts a log; must be 0).
+    pub false_corruption: u64,
     /// Where the tools' records were: `files` (DIR/world) or `postgres`.
     pub world: String,
     /// The children's step delay.
@@ -188,6 +204,17 @@ pub(super) fn print_text(rep: &ChaosReport) {
         rep.reviews_mark_done,
         rep.reviews_retry
     );
+    if rep.workers > 0 {
+        say!(
+            "  sessions dropped             {} (holder parked first: {}); live forks {} (refused {}, made {})",
+            rep.session_drops,
+            rep.session_drops_parked,
+            rep.live_forks,
+            rep.live_forks_refused,
+            rep.live_forks_made
+        );
+    }
+    say!("  false corruption reports     {}", rep.false_corruption);
     say!("  duplicates                   {}", rep.duplicates);
     say!("  lost steps                   {}", rep.lost);
     say!("  runner errors                {}", rep.errors);

@@ -213,6 +213,7 @@ pub(super) fn iteration(
             }
             _ => {
                 rep.errors += 1;
+                rep.false_corruption += u64::from(says_corruption(&err));
                 rep.problem(format!("{id}: runner exited with {status}: {err}"));
                 return Ok(());
             }
@@ -258,6 +259,7 @@ pub(super) fn pause_then_takeover(
                 }
                 _ => {
                     rep.errors += 1;
+                    rep.false_corruption += u64::from(says_corruption(&err));
                     rep.problem(format!("{id}: runner (pause at {at}) exited with {status}: {err}"));
                     Ok(true)
                 }
@@ -295,6 +297,7 @@ pub(super) fn pause_then_takeover(
             }
             _ => {
                 rep.errors += 1;
+                rep.false_corruption += u64::from(says_corruption(&err));
                 rep.problem(format!("{id}: takeover runner exited with {status}: {err}"));
                 break;
             }
@@ -315,6 +318,7 @@ pub(super) fn pause_then_takeover(
         _ if ctx.pg && server_down(&err) => rep.paused_conn_lost += 1,
         _ => {
             rep.errors += 1;
+            rep.false_corruption += u64::from(says_corruption(&err));
             rep.problem(format!("{id}: the paused runner (at {at}) exited with {status} on waking: {err}"));
         }
     }
@@ -335,7 +339,15 @@ pub(super) fn world_retry<T>(world: &mut World, mut read: impl FnMut(&mut World)
     }
 }
 
-/// Reviews the paused step as a human would, from the email tool's own file.
+/// A runner's complaint that the log is corrupt: the run never corrupts a log, so on a healthy
+/// task this is a false alarm (`false_corruption`).
+pub(super) fn says_corruption(err: &str) -> bool {
+    err.contains("log corruption")
+}
+
+/// Reviews the paused step as a human would, from the email tool's own file. A fork's step whose
+/// intent it copied from its parent is the parent's call, which the run finishes: marked done
+/// (the fork rule: a fork never sends its parent's call).
 pub(super) fn review(
     rep: &mut ChaosReport,
     store: &mut Slot,
@@ -349,7 +361,12 @@ pub(super) fn review(
     let Phase::Review { .. } = st.phase else {
         return Err(TaskError::failure(format!("{id}: exit 3 but no step waits for review")));
     };
-    let sent = world_retry(world, |w| w.calls(ToolFile::Emails, id))?.iter().any(|c| c.step == st.step && c.applied);
+    let parents_call = match store.as_deref() {
+        Some(s) => copied_intent_steps(&s.records(id)?).contains(&st.step),
+        None => false,
+    };
+    let sent = parents_call
+        || world_retry(world, |w| w.calls(ToolFile::Emails, id))?.iter().any(|c| c.step == st.step && c.applied);
     let decision = if sent { "--mark-done" } else { "--retry" };
     if sent {
         rep.reviews_mark_done += 1;

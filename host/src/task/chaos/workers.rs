@@ -13,7 +13,18 @@
 //! * parked with SIGSTOP (about one choice in six) until its lease has expired and another worker
 //!   took the task over (a higher epoch in the lease row) or finished it, then woken with
 //!   SIGCONT: its next commit is fenced by the log, its next call by the tool's token or by the
-//!   margin rule.
+//!   margin rule; or
+//! * its **sessions dropped** (one choice in six): `pg_terminate_backend` of every session of
+//!   the worker process (found by their `application_name`), half the time with the worker parked
+//!   first; the process lives on. A dropped session is not a dead holder (the dropped-session rule): another worker
+//!   takes the task over at once only because every call the holder could still make is fenced
+//!   (the run's tools check tokens); or
+//! * its task **forked at an open intent** while the holder runs (one choice in six): once the
+//!   log of a task held by a running worker ends with an email's intent, `task fork ID --at SEQ`
+//!   is run; it must be refused while the holder can still send it (the fork rule). A fork made
+//!   anyway (the holder let go meanwhile) is queued for the workers, its review of the copied
+//!   email answered "done" (the parent's call, which the run finishes), and checked with its
+//!   parent: the fork never applies the parent's call.
 //!
 //! A task the workers paused for review (they take it out of the queue) is reviewed from the
 //! email tool's records as a human would and queued again. With `--pg-stop-cmd/--pg-start-cmd`
@@ -25,15 +36,18 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use brokerlab_core::runner::{End, Phase};
+use brokerlab_core::runner::{End, Event, Phase};
 
+use super::super::backend::NewTask;
 use super::super::exec::new_task;
 use super::super::ident::host_id;
 use super::super::pg::PgStore;
 use super::super::spec::Spec;
-use super::super::store::NewTask;
 use super::super::world::{ToolFile, World};
-use super::{ChaosOpts, ChaosReport, Ctx, Draws, Slot, calls_made, chaos_spec, review, task_state, wait_for_server};
+use super::{
+    ChaosOpts, ChaosReport, Ctx, Draws, Slot, calls_made, chaos_spec, review, says_corruption, task_state,
+    wait_for_server,
+};
 use crate::task::error::SERVER_GONE_NOTE;
 use crate::task::error::{TaskError, TaskResult};
 
@@ -182,15 +196,18 @@ pub(super) fn run(
     let mut rng = Draws::new(opts.seed ^ 0x0057_0E4C);
     let mut done: HashSet<String> = HashSet::new();
     let mut kills_of: HashMap<String, u32> = HashMap::new();
+    // forks made by the live-fork fault: run by the workers too, checked with their parents
+    let mut forks: Vec<String> = Vec::new();
     // a task's expected time, to space the actions
     let task_ms = u64::from(opts.steps) * (2 * ctx.step_delay_ms + 4);
     let mut next_action = Instant::now() + Duration::from_millis(20 + rng.below(task_ms.max(2) / 2));
     let mut next_scan = Instant::now();
     let deadline = Instant::now() + Duration::from_secs(120 + 3 * u64::from(opts.iterations));
-    while done.len() < tasks.len() {
+    while done.len() < tasks.len() + forks.len() {
         if Instant::now() > deadline {
+            let all = tasks.len() + forks.len();
             rep.errors += 1;
-            rep.problem(format!("{} of {} tasks not finished in time", tasks.len() - done.len(), tasks.len()));
+            rep.problem(format!("{} of {all} tasks not finished in time", all - done.len()));
             break;
         }
         // workers that ended on their own: a failure, started again
@@ -253,6 +270,24 @@ pub(super) fn run(
                         }
                     }
                 }
+                for id in &forks {
+                    if done.contains(id) || queued.contains(id) {
+                        continue;
+                    }
+                    let Some(st) = task_state(store, ctx, id)? else { continue };
+                    if st.end.is_some() {
+                        done.insert(id.clone());
+                        continue;
+                    }
+                    if let Phase::Review { .. } = st.phase {
+                        review(rep, store, ctx, world, id)?;
+                    }
+                    if let Some(s) = pg(&mut parent, &url)
+                        && s.enqueue(id).is_err()
+                    {
+                        parent = None;
+                    }
+                }
             } else {
                 parent = None;
             }
@@ -271,11 +306,31 @@ pub(super) fn run(
         }
         let (i, task, epoch) = cands[rng.below(cands.len() as u64) as usize].clone();
         *kills_of.entry(task.clone()).or_insert(0) += 1;
-        if rng.below(6) == 0 && pool.ws.iter().all(|w| w.stopped.is_none()) {
+        let fault = rng.below(12);
+        if fault < 2 && pool.ws.iter().all(|w| w.stopped.is_none()) {
             if crate::sys::stop_or_continue(pool.ws[i].child.id(), true) {
                 pool.ws[i].stopped = Some((Instant::now(), task, epoch));
                 rep.pauses += 1;
             }
+            continue;
+        }
+        if (2..4).contains(&fault) {
+            // drop the holder's sessions; half the time with the holder parked first
+            let pid = pool.ws[i].child.id();
+            let park = rng.below(2) == 0 && pool.ws.iter().all(|w| w.stopped.is_none());
+            if park && crate::sys::stop_or_continue(pid, true) {
+                pool.ws[i].stopped = Some((Instant::now(), task.clone(), epoch));
+                rep.session_drops_parked += 1;
+            }
+            match pg(&mut parent, &url).map(|s| s.terminate_sessions_of(pid)) {
+                Some(Ok(n)) if n > 0 => rep.session_drops += 1,
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => parent = None,
+            }
+            continue;
+        }
+        if (4..6).contains(&fault) {
+            live_fork(rep, store, ctx, &cands, task_ms, &mut forks)?;
             continue;
         }
         let aimed = rng.below(2) == 0;
@@ -337,7 +392,68 @@ pub(super) fn run(
     if done.len() < tasks.len() && ctx.pg {
         wait_for_server(ctx);
     }
-    Ok(tasks.into_iter().map(|(id, _)| id).collect())
+    Ok(tasks.into_iter().map(|(id, _)| id).chain(forks).collect())
+}
+
+/// The fork fault: waits (up to `task_ms`) until the log of one of the `held` tasks ends with an
+/// email's intent, then runs `task fork ID --at SEQ` cut at it while its holder runs. Refused is
+/// what the fork rule says (the parent's runner can still send it); a fork made anyway (the
+/// holder let go meanwhile) joins `forks`.
+fn live_fork(
+    rep: &mut ChaosReport,
+    store: &mut Slot,
+    ctx: &Ctx,
+    held: &[(usize, String, u64)],
+    task_ms: u64,
+    forks: &mut Vec<String>,
+) -> TaskResult<()> {
+    let t = Instant::now();
+    let mut pick = None;
+    'watch: while t.elapsed() < Duration::from_millis(task_ms.max(50)) {
+        for (_, task, _) in held {
+            let Some(s) = store.as_deref() else { break 'watch };
+            let Ok(recs) = s.records(task) else { continue };
+            let Some(last) = recs.last() else { continue };
+            if let Event::ToolIntent { tool, .. } = &last.event
+                && tool.as_str() == "send_email"
+            {
+                pick = Some((task.clone(), last.seq));
+                break 'watch;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let Some((task, seq)) = pick else { return Ok(()) };
+    rep.live_forks += 1;
+    let mut c = ctx.cmd();
+    c.args(["task", "fork", &task, "--at", &seq.to_string(), "--db"]).arg(&ctx.db);
+    c.arg("--world").arg(&ctx.world).args(["--step-delay-ms", &ctx.step_delay_ms.to_string()]);
+    c.args(["--lease-ms", &ctx.lease_ms.to_string()]).env("BROKERLAB_BUSY_MS", "100").stdout(Stdio::piped());
+    let out = c.output().map_err(|e| TaskError::failure(format!("cannot start `task fork`: {e}")))?;
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    match out.status.code() {
+        Some(1) if stderr.contains("cannot fork") => rep.live_forks_refused += 1,
+        Some(0 | 3) => {
+            let id = stdout.lines().find(|l| l.contains("forked from")).and_then(|l| l.split_whitespace().nth(1));
+            match id {
+                Some(id) => {
+                    forks.push(id.trim_end_matches(':').to_string());
+                    rep.live_forks_made += 1;
+                }
+                None => {
+                    rep.errors += 1;
+                    rep.problem(format!("{task}: `task fork --at {seq}` said nothing of a fork: {stdout}"));
+                }
+            }
+        }
+        _ if stderr.contains(SERVER_GONE_NOTE) => rep.server_aborts += 1,
+        _ => {
+            rep.errors += 1;
+            rep.false_corruption += u64::from(says_corruption(&stderr));
+            rep.problem(format!("{task}: `task fork --at {seq}` exited with {}: {}", out.status, stderr.trim()));
+        }
+    }
+    Ok(())
 }
 
 /// What the workers wrote to stderr: fenced stops and reconnections are counted; any other
@@ -350,11 +466,16 @@ fn scan_logs(rep: &mut ChaosReport, dir: &std::path::Path) {
     for e in rd.flatten() {
         let text = std::fs::read_to_string(e.path()).unwrap_or_default();
         for line in text.lines() {
-            if line.contains("fenced") {
+            if says_corruption(line) {
+                rep.false_corruption += 1;
+                rep.errors += 1;
+                rep.problem(format!("{}: {line}", e.path().display()));
+            } else if line.contains("fenced") {
                 rep.worker_fenced_stops += 1;
             } else if line.contains("reconnected") {
                 rep.worker_reconnects += 1;
             } else if line.contains("already being run by")
+                || line.contains("may still be run by")
                 || line.contains("locked by another runner")
                 || line.contains("the log changed")
                 || line.contains("unreachable, retrying")

@@ -41,8 +41,9 @@ impl Point {
 /// One `POINT[:N]` or `N` target.
 pub(super) type Target = (Option<Point>, u32);
 
-pub(super) fn parse_target(var: &str) -> TaskResult<Option<Target>> {
-    let Ok(v) = std::env::var(var) else { return Ok(None) };
+/// Parses `POINT[:N]` or `N`, the value of `var` (`None`: not set).
+pub(super) fn parse_target(var: &str, value: Option<String>) -> TaskResult<Option<Target>> {
+    let Some(v) = value else { return Ok(None) };
     let bad = || {
         TaskError::bad_input(format!(
             "{var}={v:?}: expected N or POINT[:N] with POINT one of before-commit, after-commit, before-tool, \
@@ -86,13 +87,21 @@ impl Chaos {
         Chaos::default()
     }
 
-    /// Reads `BROKERLAB_CRASH_AT` and `BROKERLAB_PAUSE_AT`; a malformed value is bad input.
+    /// Reads `BROKERLAB_CRASH_AT` and `BROKERLAB_PAUSE_AT`, which act only on a fault-injection
+    /// database ([`crate::task::faults`]: unarmed, this is [`Chaos::none`]); a malformed value is
+    /// bad input.
     pub fn from_env() -> TaskResult<Chaos> {
-        Ok(Chaos {
-            crash: parse_target("BROKERLAB_CRASH_AT")?,
-            pause: parse_target("BROKERLAB_PAUSE_AT")?,
-            ..Chaos::default()
-        })
+        let var = |v: &str| parse_target(v, crate::task::faults::var(v));
+        Ok(Chaos { crash: var("BROKERLAB_CRASH_AT")?, pause: var("BROKERLAB_PAUSE_AT")?, ..Chaos::default() })
+    }
+
+    /// Checks the syntax of `BROKERLAB_CRASH_AT` and `BROKERLAB_PAUSE_AT` as set, before any
+    /// database is opened (whether they may act is decided once it is).
+    pub fn check_env() -> TaskResult<()> {
+        for v in ["BROKERLAB_CRASH_AT", "BROKERLAB_PAUSE_AT"] {
+            parse_target(v, std::env::var(v).ok())?;
+        }
+        Ok(())
     }
 
     /// Passes `p`; crashes or parks the process if it is a chosen point.

@@ -9,15 +9,16 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use brokerlab_core::runner::{
-    Action, Decision, DriveError, Effects, End, Event, ForkStart, Journal, Key, ModelReply, Phase, Record, Stop,
-    TaskId, TaskState, ToolCall, ToolClass, ToolOutput, copied_by_fork, drive, fork_start, may_call, next_action,
-    renewal_due, review,
+    Action, Decision, DriveError, Effects, End, Event, ForkStart, Journal, Key, ModelReply, OpenCall, ParentGuard,
+    Phase, Record, Stop, TaskId, TaskState, ToolCall, ToolClass, ToolOutput, copied_by_fork, drive, fork_start,
+    may_call, next_action, open_call, parent_guard, renewal_due, review,
 };
 
-use super::backend::{DbTarget, Renewal, TaskStore, open};
+use super::backend::{
+    Access, AppendError, DbTarget, Lease, LeaseAsk, LeaseError, NewTask, Renewal, TaskStore, fold_in, open,
+};
 use super::ident::{Me, now_ms};
 use super::spec::{Spec, check_id};
-use super::store::{AppendError, Lease, LeaseAsk, LeaseError, NewTask, fold_in};
 use super::world::{CallOutcome, ToolFile, World};
 use crate::error::{EXIT_FAILURE, EXIT_NEEDS_REVIEW};
 use crate::task::error::{TaskError, TaskResult};
@@ -96,7 +97,12 @@ pub fn status_of(st: &TaskState) -> String {
 /// The world as a witness: every call a tool's own file holds for `id` must have its intent in
 /// the log. A call without one means the log lost its tail or was changed: resuming would repeat a
 /// side effect the world has already seen, so this is reported as corruption and nothing runs.
-fn check_witness(store: &dyn TaskStore, world: &mut World, id: &str, recs: &[Record]) -> TaskResult<()> {
+/// Checked **under the lease, against the log as of the lease** (`LeaseAsk::witness`, called by
+/// `acquire` once no holder can append and `recs` is known to be the whole log): a runner holds
+/// no call of its own without a durable intent, so no live runner can make this fire. Checked
+/// before the lease, with a log read earlier, a live runner's intent committed and called in
+/// between made it fire falsely (issue 21).
+fn check_witness(db: &str, world: &mut World, id: &str, recs: &[Record]) -> TaskResult<()> {
     for f in ToolFile::ALL {
         for c in world.calls(f, id)? {
             let has_intent = recs.iter().any(|r| {
@@ -107,7 +113,7 @@ fn check_witness(store: &dyn TaskStore, world: &mut World, id: &str, recs: &[Rec
                     "{}: task {id:?} step {}: log corruption: the {} tool's own file ({}) has a call for this step \
                      (applied {}, token {}) but the log has no intent for it: the log's tail was lost or changed; \
                      nothing was re-sent and nothing was written",
-                    store.name(),
+                    db,
                     c.step,
                     f.tool(),
                     world.place(f),
@@ -134,6 +140,24 @@ fn fence_in_flight(world: &mut World, id: &str, st: &TaskState) -> TaskResult<()
     }
 }
 
+/// The call the current holder of `id`'s lease could still make, from `state` (the log as the
+/// caller read it; `acquire` checks under the lease that it is still the whole log): the dropped-session rule's
+/// input. A tool checks tokens unless the world says it does not (`BROKERLAB_UNFENCED_TOOLS`).
+pub fn open_call_of(state: &TaskState, world: &World) -> OpenCall {
+    open_call(state, |tool| world.checks_fence(tool))
+}
+
+/// How [`execute`] starts.
+pub(crate) struct Start<'a> {
+    /// The task's first rows, when this run creates it.
+    pub create: Option<NewTask>,
+    /// With `create`: if the id exists meanwhile, resume that task (`task run`); else fail with
+    /// [`TaskError::TaskExists`] (a fork tries its next id).
+    pub resume_if_exists: bool,
+    /// Called once the lease is taken (and a new task created), before the run: says so.
+    pub on_start: Option<&'a dyn Fn()>,
+}
+
 /// Runs (or resumes) a task until it completes, suspends or pauses. Returns the exit code.
 fn execute(
     store: &dyn TaskStore,
@@ -141,10 +165,11 @@ fn execute(
     spec: &Spec,
     world: PathBuf,
     opts: &RunOpts,
-    create: Option<NewTask>,
+    start: Start<'_>,
 ) -> TaskResult<i32> {
     let chaos = Chaos::from_env()?;
     let me = Me::current();
+    let create = start.create;
     let recs = match &create {
         Some(new) => new.records.clone(),
         None => store.records(id)?,
@@ -157,35 +182,47 @@ fn execute(
         )));
     }
     let mut world = World::new(&world);
-    check_witness(store, &mut world, id, &recs)?;
-    let (lease, rec) = match store.acquire(&LeaseAsk {
-        id,
-        me: &me,
-        ttl_ms: opts.lease_ms,
-        state: &state,
-        create: create.as_ref(),
-        clear_suspend: true,
-    }) {
+    let open = open_call_of(&state, &world);
+    let taken = {
+        let w = std::cell::RefCell::new(&mut world);
+        let db = store.name();
+        let witness = || check_witness(&db, &mut w.borrow_mut(), id, &recs);
+        store.acquire(&LeaseAsk {
+            id,
+            me: &me,
+            ttl_ms: opts.lease_ms,
+            state: &state,
+            create: create.as_ref(),
+            clear_suspend: true,
+            open,
+            witness: Some(&witness),
+        })
+    };
+    let again = |create: Option<NewTask>| {
+        let start = Start { create, resume_if_exists: start.resume_if_exists, on_start: start.on_start };
+        execute(store, id, spec, world.dir().to_path_buf(), opts, start)
+    };
+    let (lease, rec) = match taken {
         Ok(x) => x,
-        Err(LeaseError::Held { owner, epoch, expires_in_ms }) => {
-            return Err(TaskError::Held { task: id.to_string(), owner: owner.to_string(), epoch, expires_in_ms });
+        Err(LeaseError::Held { owner, epoch, expires_in_ms, why }) => {
+            return Err(TaskError::Held { task: id.to_string(), owner: owner.to_string(), epoch, expires_in_ms, why });
         }
         // created since we looked: by another runner, or by our own earlier create whose commit
         // landed although its connection broke (a server restart). Resume it as any runner would:
         // the stored log is read again, its spec digest checked, and its lease decides.
-        Err(LeaseError::Exists) if create.is_some() => {
-            return execute(store, id, spec, world.dir().to_path_buf(), opts, None);
-        }
+        Err(LeaseError::Exists) if create.is_some() && start.resume_if_exists => return again(None),
+        Err(LeaseError::Exists) if create.is_some() => return Err(TaskError::TaskExists { task: id.to_string() }),
         Err(LeaseError::Exists) => {
             return Err(TaskError::failure(format!("task {id:?} was created concurrently by another runner")));
         }
-        // a dead holder's last commit landed after we read the log: read it again
-        Err(LeaseError::Stale) if create.is_none() => {
-            return execute(store, id, spec, world.dir().to_path_buf(), opts, None);
-        }
+        // a holder's last commit landed after we read the log: read it again
+        Err(LeaseError::Stale) if create.is_none() => return again(None),
         Err(LeaseError::Stale) => return Err(TaskError::LogChanged { task: id.to_string() }),
-        Err(LeaseError::Sql(e)) => return Err(e),
+        Err(LeaseError::Witness(e) | LeaseError::Sql(e)) => return Err(e),
     };
+    if let Some(f) = start.on_start {
+        f();
+    }
     state.apply(&rec).map_err(|e| TaskError::failure(format!("lease record: {e}")))?;
     fence_in_flight(&mut world, id, &state)?;
     let mut journal = HostJournal::new(store, lease.clone(), &chaos);
@@ -237,7 +274,7 @@ fn new_id() -> String {
 /// `task run SPEC`: starts the task, or resumes it when its id already exists.
 pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> TaskResult<i32> {
     let spec = Spec::load(spec_path)?;
-    let store = open(db, true)?;
+    let store = open(db, Access::Create)?;
     let store = &*store;
     let id = spec.id.clone().unwrap_or_else(new_id);
     if let Some(row) = store.task(&id)? {
@@ -255,8 +292,9 @@ pub fn run(db: &DbTarget, spec_path: &Path, opts: &RunOpts) -> TaskResult<i32> {
     }
     let world = world_dir(opts, None);
     let new = new_task(&spec, &id, &world)?;
-    say!("task {id}: started ({} steps)", spec.steps.len());
-    execute(store, &id, &spec, world, opts, Some(new))
+    let n = spec.steps.len();
+    let said = || say!("task {id}: started ({n} steps)");
+    execute(store, &id, &spec, world, opts, Start { create: Some(new), resume_if_exists: true, on_start: Some(&said) })
 }
 
 /// A new task's rows: its spec and its `Created` record (seq 0), the world directory made
@@ -282,7 +320,7 @@ pub fn task_id_of(spec: &Spec) -> String {
 
 /// `task resume ID`.
 pub fn resume(db: &DbTarget, id: &str, opts: &RunOpts) -> TaskResult<i32> {
-    let store = open(db, false)?;
+    let store = open(db, Access::Write)?;
     let store = &*store;
     let row = store.task_or_err(id)?;
     let spec = Spec::stored(&row.spec, &store.name(), id)?;
@@ -313,7 +351,14 @@ pub fn resume_row(
         }
         _ => {}
     }
-    execute(store, id, spec, world_dir(opts, world), opts, None)
+    execute(
+        store,
+        id,
+        spec,
+        world_dir(opts, world),
+        opts,
+        Start { create: None, resume_if_exists: true, on_start: None },
+    )
 }
 
 /// The tool class of a call, for tables.
