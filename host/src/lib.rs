@@ -21,6 +21,7 @@ macro_rules! say_raw {
 
 pub mod audit;
 pub mod error;
+pub mod exit;
 pub mod fleet;
 pub mod mem;
 pub mod outfile;

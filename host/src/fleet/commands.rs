@@ -31,7 +31,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             cfg.validate().map_err(run::config_error)?;
             let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
             if format != formats::Format::Mooncake {
-                return formats::replay(a, format, cfg);
+                return super::replay::format(a, format, cfg);
             }
             formats::only_token_hash(&a.hash, format)?;
             let trace_block_size = a.trace_block_size.unwrap_or(512);
@@ -248,7 +248,7 @@ fn check_sweep_memory(gens: &[scenario::Generated], specs: &[sweep::PointSpec], 
         let s = run::FifoSizes::of(&p.cfg);
         let l =
             brokerlab_core::fleet::FifoLayout::new(&p.cfg, s.queue_per_pod, s.pending).map_err(run::config_error)?;
-        let needs = crate::audit::fleet_needs(&p.cfg, &l);
+        let needs = crate::fleet::run::sizes::fleet_needs(&p.cfg, &l);
         let total = needs.iter().map(|n| n.bytes).sum::<u64>();
         if total > largest_total {
             (largest, largest_total) = (needs, total);

@@ -177,7 +177,7 @@ pub fn runs_layout(cfg: &FleetConfig, group_blocks: u32) -> Option<(usize, usize
 /// known. Returns the needs and what the budget's message calls the run.
 pub fn fifo_needs(cfg: &FleetConfig, sizes: FifoSizes, run: &Shape<'_>) -> CliResult<(String, Vec<Need>)> {
     let l = FifoLayout::new(cfg, sizes.queue_per_pod, sizes.pending).map_err(config_error)?;
-    let mut needs = crate::audit::fleet_needs(cfg, &l);
+    let mut needs = crate::fleet::run::sizes::fleet_needs(cfg, &l);
     let router_bytes = cfg.router_layout().map_err(config_error)?.bytes(cfg.pods) as u64;
     if router_bytes > 0 {
         needs.push(Need {

@@ -6,6 +6,7 @@ pub mod collect;
 pub mod drive;
 pub mod engines;
 pub mod outcomes;
+pub mod sizes;
 pub mod source;
 pub mod summary;
 

@@ -6,9 +6,8 @@ use std::path::Path;
 use brokerlab_core::fleet::workload::{
     DocOrder, Layout, MAX_OUTPUT_CHOICES, MAX_STAGES, Popularity, Stage, SuffixScope, WorkloadSpec,
 };
-use brokerlab_core::fleet::{EngineConfig, FifoConfig, FleetConfig, RouterSpec, ViewConfig};
+use brokerlab_core::fleet::{EngineConfig, Field, FifoConfig, FleetConfig, RouterSpec, ScalePolicy, ViewConfig};
 
-use super::ScaleArgs;
 use crate::error::{CliError, CliResult, FleetError};
 
 // The file's schema (serde types and their defaults) and the generated workloads are their own
@@ -207,16 +206,8 @@ impl Scenario {
                 scale: match &f.autoscale {
                     None => None,
                     Some(a) => Some(
-                        ScaleArgs::policy_from(
-                            f.pods,
-                            a.min,
-                            a.initial,
-                            a.interval_s,
-                            a.up_queue,
-                            a.down_queue,
-                            a.startup_s,
-                        )
-                        .map_err(|(field, expected, got)| bad(&super::fields::key(field), expected, &got))?,
+                        scale_policy(f.pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s)
+                            .map_err(|(field, expected, got)| bad(&super::fields::key(field), expected, &got))?,
                     ),
                 },
             },
@@ -307,4 +298,47 @@ pub fn rate_milli(v: f64) -> Result<u64, String> {
 /// digits).
 pub fn num(v: f64) -> String {
     if v.is_finite() && v != 0.0 && !(1e-6..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
+}
+/// Builds and checks a policy for `pods` pods from flag or scenario values; errors are
+/// (field, expected, got), named by the caller through [`super::fields`].
+pub fn scale_policy(
+    pods: usize,
+    min: u32,
+    initial: Option<u32>,
+    interval_s: f64,
+    up_queue: f64,
+    down_queue: f64,
+    startup_s: f64,
+) -> Result<ScalePolicy, (Field, &'static str, String)> {
+    let ns = |v: f64, field| match v {
+        v if (0.0..=1e9).contains(&v) => Ok((v * 1e9).round() as u64),
+        v => Err((field, "seconds between 0 and 1e9", num(v))),
+    };
+    let milli = |v: f64, field| match v {
+        v if (0.0..=1e6).contains(&v) => Ok((v * 1000.0).round() as u32),
+        v => Err((field, "a mean queue length between 0 and 1e6", num(v))),
+    };
+    let p = ScalePolicy {
+        min_pods: min,
+        initial_pods: initial.unwrap_or(min),
+        interval_ns: ns(interval_s, Field::ScaleInterval)?,
+        up_milli: milli(up_queue, Field::ScaleUpQueue)?,
+        down_milli: milli(down_queue, Field::ScaleDownQueue)?,
+        startup_ns: ns(startup_s, Field::ScaleStartup)?,
+    };
+    p.validate(pods).map_err(|e| match e {
+        brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
+            let got = match field {
+                Field::ScaleMin => min.to_string(),
+                Field::ScaleInitial => p.initial_pods.to_string(),
+                Field::ScaleInterval => num(interval_s),
+                Field::ScaleUpQueue => num(up_queue),
+                Field::ScaleStartup => num(startup_s),
+                _ => num(down_queue),
+            };
+            (field, expected, got)
+        }
+        other => (Field::ScaleMin, "a valid policy", other.to_string()),
+    })?;
+    Ok(p)
 }
