@@ -36,3 +36,10 @@ if ! pg_found || { [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; }; then
 fi
 
 cargo test --workspace "$@"
+
+# The independent Python references check themselves against hand-computed cases (the P/D and
+# offload-tier reference also against the batched reference with both features off).
+for tool in python3 zstd; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "test.sh: $tool is required by tests/reference" >&2; exit 1; }
+done
+(cd tests/reference && python3 -m unittest test_deploy_model)
