@@ -2,9 +2,9 @@
 # Runs every test of the workspace. Sets up what the tests need when it is missing:
 # the thumbv7m-none-eabi target (firmware build), qemu-system-arm (firmware run), the
 # PostgreSQL server (the runner's PostgreSQL tests start their own, host/tests/support/pg.rs),
-# python3 (the independent references: host/tests/reference*.rs) and util-linux `script` (a
-# terminal for the progress-bar test, host/tests/fleet_output.rs). A test whose tool is missing
-# fails; it never passes without having run.
+# python3 and zstd (the independent references: host/tests/reference*.rs, tests/reference/) and
+# util-linux `script` (a terminal for the progress-bar test, host/tests/fleet_output.rs). A test
+# whose tool is missing fails; it never passes without having run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +23,7 @@ apt_install() {
 }
 command -v qemu-system-arm >/dev/null 2>&1 || apt_install qemu-system-arm
 command -v python3 >/dev/null 2>&1 || apt_install python3
+command -v zstd >/dev/null 2>&1 || apt_install zstd
 # `script` is util-linux's, packaged in bsdutils on Debian and Ubuntu
 command -v script >/dev/null 2>&1 || apt_install bsdutils
 
