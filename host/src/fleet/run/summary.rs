@@ -145,7 +145,7 @@ pub struct BatchedSummary {
     /// M.
     pub max_num_batched_tokens: u32,
     /// Profile the coefficients started from.
-    pub profile: String,
+    pub profile: brokerlab_core::fleet::Profile,
     /// Step overhead, ns.
     pub t_overhead_ns: u64,
     /// Per prefill token, ns.
@@ -433,7 +433,7 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         alpha: cfg.alpha,
         max_num_seqs: e.max_num_seqs,
         max_num_batched_tokens: e.max_num_batched_tokens,
-        profile: e.profile.name().into(),
+        profile: e.profile,
         t_overhead_ns: linear.t_overhead_ns,
         t_prefill_token_ns: linear.t_prefill_token_ns,
         t_decode_seq_ns: linear.t_decode_seq_ns,
