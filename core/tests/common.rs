@@ -17,7 +17,7 @@ pub struct Bufs {
 
 impl Bufs {
     pub fn new(cfg: FleetConfig) -> Self {
-        let l = FleetLayout::new(&cfg, 64, 4096).unwrap();
+        let l = FifoLayout::new(&cfg, 64, 4096).unwrap();
         Bufs {
             cfg,
             slots: vec![Slot::default(); l.pods * l.slots_per_pod],
@@ -32,11 +32,11 @@ impl Bufs {
     }
 
     /// A fleet over these buffers with a custom router.
-    pub fn fleet_with<R: Router>(&mut self, router: R) -> Result<Fleet<'_, R>, Error> {
-        Fleet::with_router(
+    pub fn fleet_with<R: Router>(&mut self, router: R) -> Result<FifoFleet<'_, R>, Error> {
+        FifoFleet::with_router(
             self.cfg,
             router,
-            FleetBuffers {
+            FifoBuffers {
                 slots: &mut self.slots,
                 tables: &mut self.tables,
                 queues: &mut self.queues,
@@ -49,10 +49,10 @@ impl Bufs {
         )
     }
 
-    pub fn fleet(&mut self) -> Fleet<'_> {
-        Fleet::new(
+    pub fn fleet(&mut self) -> FifoFleet<'_> {
+        FifoFleet::new(
             self.cfg,
-            FleetBuffers {
+            FifoBuffers {
                 slots: &mut self.slots,
                 tables: &mut self.tables,
                 queues: &mut self.queues,
@@ -77,4 +77,25 @@ pub fn keys_of(ids: &[u64]) -> Vec<u64> {
 /// A request at `ms` milliseconds with prompt blocks `ids` (+ `extra` tokens of a partial block).
 pub fn req<'k>(ms: u64, keys: &'k [u64], extra: u64) -> Request<'k> {
     Request { arrival_ns: ms * 1_000_000, input_tokens: keys.len() as u64 * 16 + extra, output_tokens: 0, keys }
+}
+
+/// The FIFO engine's settings of `c` (a FIFO configuration).
+pub fn fifo(c: &mut FleetConfig) -> &mut FifoConfig {
+    c.fifo_mut().expect("a FIFO configuration")
+}
+
+/// The view of `c` (a FIFO configuration).
+pub fn view(c: &mut FleetConfig) -> &mut ViewConfig {
+    c.view_mut().expect("a FIFO configuration")
+}
+
+/// The autoscaling policy of `c` (a FIFO configuration).
+pub fn scale(c: &mut FleetConfig) -> &mut Option<ScalePolicy> {
+    c.scale_mut().expect("a FIFO configuration")
+}
+
+/// `c` changed by `f`.
+pub fn with(mut c: FleetConfig, f: impl FnOnce(&mut FleetConfig)) -> FleetConfig {
+    f(&mut c);
+    c
 }

@@ -45,7 +45,7 @@ impl Sink {
 struct Run {
     done: Vec<Completion>,
     itl: Vec<u64>,
-    stats: Vec<EngineStats>,
+    stats: Vec<BatchedStats>,
     pods: Vec<u32>,
 }
 
@@ -55,8 +55,9 @@ fn keys_of(ids: &[u64]) -> Vec<u64> {
     out
 }
 
-fn run_with(cfg: FleetConfig, ecfg: EngineConfig, reqs: &[R]) -> Run {
-    let l = EngineLayout::new(&cfg, &ecfg, 1024, 1 << 16).unwrap();
+fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {
+    let cfg = FleetConfig { engine: EngineConfig::Batched(ecfg), ..cfg };
+    let l = BatchedLayout::new(&cfg, 1024, 1 << 16).unwrap();
     let mut blocks = vec![KvBlock::default(); l.pods * l.blocks_per_pod];
     let mut tables = vec![0u32; l.pods * l.table_per_pod];
     let mut rq = vec![ReqSlot::default(); l.pods * l.requests_per_pod];
@@ -65,8 +66,7 @@ fn run_with(cfg: FleetConfig, ecfg: EngineConfig, reqs: &[R]) -> Run {
     let mut ks = vec![0u64; l.pods * l.keys_per_pod];
     let mut f = BatchedFleet::new(
         cfg,
-        ecfg,
-        EngineBuffers {
+        BatchedBuffers {
             blocks: &mut blocks,
             tables: &mut tables,
             requests: &mut rq,
@@ -97,14 +97,14 @@ fn run_with(cfg: FleetConfig, ecfg: EngineConfig, reqs: &[R]) -> Run {
         assert_eq!(c.output_tokens, reqs[i].out.max(1));
         assert!(c.arrival_ns < c.first_token_ns && c.first_token_ns <= c.finish_ns);
     }
-    let stats: Vec<EngineStats> = (0..cfg.pods).map(|p| *f.pod_stats(p).unwrap()).collect();
+    let stats: Vec<BatchedStats> = (0..cfg.pods).map(|p| *f.pod_stats(p).unwrap()).collect();
     let produced: u64 = stats.iter().map(|s| s.output_tokens).sum();
     assert_eq!(produced, reqs.iter().map(|q| q.out.max(1)).sum::<u64>(), "tokens produced = output lengths");
     Run { itl: sink.itl_samples(), done: sink.done, stats, pods }
 }
 
 /// Runs step by step and with fast-forward; both must give the same numbers.
-fn run(cfg: FleetConfig, mut ecfg: EngineConfig, reqs: &[R]) -> Run {
+fn run(cfg: FleetConfig, mut ecfg: BatchedConfig, reqs: &[R]) -> Run {
     ecfg.fast_forward = false;
     let slow = run_with(cfg, ecfg, reqs);
     ecfg.fast_forward = true;
@@ -120,11 +120,16 @@ const O_NS: u64 = 1000;
 const P_NS: u64 = 10;
 const D_NS: u64 = 100;
 
-fn ecfg(seqs: u32, budget: u32) -> EngineConfig {
-    let mut e = EngineConfig::new(Profile::Seed);
+fn ecfg(seqs: u32, budget: u32) -> BatchedConfig {
+    let mut e = BatchedConfig::new(Profile::Seed);
     e.max_num_seqs = seqs;
     e.max_num_batched_tokens = budget;
-    e.cost = StepCost { t_overhead_ns: O_NS, t_prefill_token_ns: P_NS, t_decode_seq_ns: D_NS, t_kv_token_ns: 0 };
+    e.cost = StepCost::Linear(LinearCost {
+        t_overhead_ns: O_NS,
+        t_prefill_token_ns: P_NS,
+        t_decode_seq_ns: D_NS,
+        t_kv_token_ns: 0,
+    });
     e
 }
 
@@ -287,8 +292,8 @@ fn load(n: u64, gap_ns: u64, out: u64, seed: u64) -> Vec<R> {
         .collect()
 }
 
-fn real_cost(seqs: u32, budget: u32) -> EngineConfig {
-    let mut e = EngineConfig::new(Profile::Llama31_8bH100);
+fn real_cost(seqs: u32, budget: u32) -> BatchedConfig {
+    let mut e = BatchedConfig::new(Profile::Llama31_8bH100);
     e.max_num_seqs = seqs;
     e.max_num_batched_tokens = budget;
     e
@@ -368,8 +373,12 @@ impl Router for Spy {
     fn needs_index(&self) -> bool {
         false
     }
+    fn needs_loads(&self) -> bool {
+        true
+    }
     fn route(&mut self, view: &RouteView<'_, '_>, _keys: &[u64]) -> Route {
-        self.seen.push((view.queue_lens.to_vec(), view.loads.expect("batched engines give load signals").to_vec()));
+        self.seen
+            .push((view.queue_lens.to_vec(), view.loads.expect("a router that reads loads is given them").to_vec()));
         Route { pod: 0, believed_match_blocks: 0 }
     }
 }
@@ -379,16 +388,15 @@ fn routers_see_the_load_signals() {
     // A (L = 100, O = 5) at 0: step 1 runs [0, 2000). B and C (L = 40) at 500; D at 2000 (step 2
     // starts at 2000, after D is queued) and E at 2001 (step 2 has run: A decodes, B and C are
     // admitted whole).
-    let cfg = one_pod(64);
-    let e = ecfg(4, 8192);
-    let l = EngineLayout::new(&cfg, &e, 16, 256).unwrap();
+    let cfg = FleetConfig { engine: EngineConfig::Batched(ecfg(4, 8192)), ..one_pod(64) };
+    let l = BatchedLayout::new(&cfg, 16, 256).unwrap();
     let mut blocks = vec![KvBlock::default(); l.blocks_per_pod];
     let mut tables = vec![0u32; l.table_per_pod];
     let mut rq = vec![ReqSlot::default(); l.requests_per_pod];
     let mut waiting = vec![0u32; l.requests_per_pod];
     let mut running = vec![0u32; l.running_per_pod];
     let mut ks = vec![0u64; l.keys_per_pod];
-    let bufs = EngineBuffers {
+    let bufs = BatchedBuffers {
         blocks: &mut blocks,
         tables: &mut tables,
         requests: &mut rq,
@@ -396,7 +404,7 @@ fn routers_see_the_load_signals() {
         running: &mut running,
         keys: &mut ks,
     };
-    let mut f = BatchedFleet::with_router(cfg, e, Spy::default(), bufs).unwrap();
+    let mut f = BatchedFleet::with_router(cfg, Spy::default(), bufs).unwrap();
     let mut sink = Sink::default();
     let ka = keys_of(&[1, 2, 3, 4, 5, 6]);
     let kb = keys_of(&[7, 8]);
@@ -441,8 +449,8 @@ fn random_small_fleets_keep_the_invariants_and_fast_forward_is_exact() {
         let budget = seqs + (lcg(&mut x) % 120) as u32;
         let router = RouterKind::ALL[(lcg(&mut x) % 3) as usize];
         let mut e = ecfg(seqs, budget);
-        e.cost.t_kv_token_ns = lcg(&mut x) % 3;
-        e.cost.t_decode_seq_ns = lcg(&mut x) % 200;
+        e.cost.linear_mut().unwrap().t_kv_token_ns = lcg(&mut x) % 3;
+        e.cost.linear_mut().unwrap().t_decode_seq_ns = lcg(&mut x) % 200;
         let mut at = 0u64;
         let mut reqs = Vec::new();
         for _ in 0..(5 + lcg(&mut x) % 40) {
@@ -465,4 +473,41 @@ fn random_small_fleets_keep_the_invariants_and_fast_forward_is_exact() {
         }
     }
     assert!(preempted > 50, "the cases must preempt: {preempted}");
+}
+
+/// A broken invariant inside the engine is an error in every build (not an index out of bounds
+/// later, not a wrong result), and the fleet refuses every call after it.
+#[test]
+fn a_broken_invariant_is_an_error_and_poisons_the_fleet() {
+    let cfg = FleetConfig::batched(1, 64, RouterKind::RoundRobin, BatchedConfig::new(Profile::Qwen3_32bH100x2));
+    let l = BatchedLayout::new(&cfg, 16, 256).unwrap();
+    let mut blocks = vec![KvBlock::default(); l.pods * l.blocks_per_pod];
+    let mut tables = vec![0u32; l.pods * l.table_per_pod];
+    let mut rq = vec![ReqSlot::default(); l.pods * l.requests_per_pod];
+    let mut waiting = vec![0u32; l.pods * l.requests_per_pod];
+    let mut running = vec![0u32; l.pods * l.running_per_pod];
+    let mut ks = vec![0u64; l.pods * l.keys_per_pod];
+    let bufs = BatchedBuffers {
+        blocks: &mut blocks,
+        tables: &mut tables,
+        requests: &mut rq,
+        waiting: &mut waiting,
+        running: &mut running,
+        keys: &mut ks,
+    };
+    let mut f = BatchedFleet::new(cfg, bufs).unwrap();
+    let mut sink = Sink::default();
+    let k = keys_of(&[1, 2, 3]);
+    let req = |at_ns| Request { arrival_ns: at_ns, input_tokens: 48, output_tokens: 50, keys: &k };
+    f.dispatch(&req(0), &mut sink).unwrap();
+    // one step runs: the request is admitted and holds its blocks
+    assert!(f.advance_next(u64::MAX, &mut sink).unwrap());
+    f.pods_mut()[0].break_block_count();
+    assert_eq!(
+        f.advance_next(u64::MAX, &mut sink),
+        Err(Error::Invariant { what: Invariant::PinnedPlusFree }),
+        "the next step finds the count broken"
+    );
+    assert_eq!(f.dispatch(&req(1_000_000_000), &mut sink).map(|_| ()), Err(Error::Poisoned));
+    assert_eq!(f.finish(&mut sink), Err(Error::Poisoned));
 }

@@ -17,12 +17,12 @@ fn tail_first_keeps_the_prefix_in_order_does_not() {
     let b = keys_of(&[1, 9]);
     for (order, want) in [(TouchOrder::TailFirst, 2), (TouchOrder::InOrder, 1)] {
         let mut c = cfg(1, 3, RouterKind::RoundRobin);
-        c.order = order;
+        fifo(&mut c).order = order;
         let mut bufs = Bufs::new(c);
         let mut f = bufs.fleet();
-        assert_eq!(f.dispatch(&req(0, &a, 0)).unwrap().hit_blocks, 0);
-        assert_eq!(f.dispatch(&req(0, &b, 0)).unwrap().hit_blocks, 1);
-        assert_eq!(f.dispatch(&req(0, &a, 0)).unwrap().hit_blocks, want, "{order:?}");
+        assert_eq!(f.dispatch(&req(0, &a, 0), &mut ()).unwrap().hit_blocks, 0);
+        assert_eq!(f.dispatch(&req(0, &b, 0), &mut ()).unwrap().hit_blocks, 1);
+        assert_eq!(f.dispatch(&req(0, &a, 0), &mut ()).unwrap().hit_blocks, want, "{order:?}");
     }
 }
 
@@ -32,12 +32,12 @@ fn request_longer_than_the_cache() {
     let a = keys_of(&[1, 2, 3, 4]);
     for (order, want, content) in [(TouchOrder::TailFirst, 2, [a[0], a[1]]), (TouchOrder::InOrder, 0, [a[3], a[2]])] {
         let mut c = cfg(1, 2, RouterKind::RoundRobin);
-        c.order = order;
+        fifo(&mut c).order = order;
         let mut bufs = Bufs::new(c);
         let mut f = bufs.fleet();
-        f.dispatch(&req(0, &a, 0)).unwrap();
+        f.dispatch(&req(0, &a, 0), &mut ()).unwrap();
         assert_eq!(f.pod_cache(0).unwrap().iter_mru().collect::<Vec<_>>(), content);
-        assert_eq!(f.dispatch(&req(0, &a, 0)).unwrap().hit_blocks, want, "{order:?}");
+        assert_eq!(f.dispatch(&req(0, &a, 0), &mut ()).unwrap().hit_blocks, want, "{order:?}");
     }
 }
 
@@ -46,13 +46,13 @@ fn partial_trailing_block_is_never_a_hit() {
     let mut bufs = Bufs::new(cfg(1, 8, RouterKind::RoundRobin));
     let mut f = bufs.fleet();
     let a = keys_of(&[1, 2]);
-    f.dispatch(&req(0, &a, 15)).unwrap();
-    let o = f.dispatch(&req(0, &a, 15)).unwrap();
+    f.dispatch(&req(0, &a, 15), &mut ()).unwrap();
+    let o = f.dispatch(&req(0, &a, 15), &mut ()).unwrap();
     assert_eq!((o.hit_tokens, o.prefill_tokens), (32, 15));
-    let o = f.dispatch(&req(0, &[], 15)).unwrap();
+    let o = f.dispatch(&req(0, &[], 15), &mut ()).unwrap();
     assert_eq!((o.hit_tokens, o.prefill_tokens), (0, 15));
     // Keys must cover exactly floor(L/16) blocks.
-    assert!(matches!(f.dispatch(&req(0, &a[..1], 16)), Err(Error::InvalidRequest { .. })));
+    assert!(matches!(f.dispatch(&req(0, &a[..1], 16), &mut ()), Err(Error::InvalidRequest { .. })));
 }
 
 #[test]
@@ -60,7 +60,7 @@ fn round_robin_is_i_mod_n() {
     let mut bufs = Bufs::new(cfg(3, 8, RouterKind::RoundRobin));
     let mut f = bufs.fleet();
     let a = keys_of(&[1]);
-    let pods: Vec<u32> = (0..7).map(|_| f.dispatch(&req(0, &a, 0)).unwrap().pod).collect();
+    let pods: Vec<u32> = (0..7).map(|_| f.dispatch(&req(0, &a, 0), &mut ()).unwrap().pod).collect();
     assert_eq!(pods, [0, 1, 2, 0, 1, 2, 0]);
 }
 
@@ -73,7 +73,7 @@ fn least_loaded_ties_to_lowest_index() {
     let a = keys_of(&ids);
     let pods: Vec<(u32, u32)> = (0..5)
         .map(|_| {
-            let o = f.dispatch(&req(0, &a, 0)).unwrap();
+            let o = f.dispatch(&req(0, &a, 0), &mut ()).unwrap();
             (o.pod, o.queue_len)
         })
         .collect();
@@ -85,23 +85,23 @@ fn fifo_timing_and_queue_length() {
     let mut bufs = Bufs::new(cfg(1, 64, RouterKind::RoundRobin));
     let mut f = bufs.fleet();
     let r0 = Request { arrival_ns: 0, input_tokens: 100, output_tokens: 0, keys: &keys_of(&[1, 2, 3, 4, 5, 6])[..] };
-    let o0 = f.dispatch(&r0).unwrap();
+    let o0 = f.dispatch(&r0, &mut ()).unwrap();
     assert_eq!((o0.start_ns, o0.finish_ns), (0, 5_000_000));
     let k1 = keys_of(&[7, 8]);
-    let o1 = f.dispatch(&req(1, &k1, 0)).unwrap();
+    let o1 = f.dispatch(&req(1, &k1, 0), &mut ()).unwrap();
     assert_eq!((o1.queue_len, o1.start_ns, o1.finish_ns, o1.latency_ns()), (1, 5_000_000, 6_600_000, 5_600_000));
     // At t = 5 ms request 0 has finished (finish > arrival is required to count).
-    let o2 = f.dispatch(&req(5, &k1, 0)).unwrap();
+    let o2 = f.dispatch(&req(5, &k1, 0), &mut ()).unwrap();
     assert_eq!((o2.queue_len, o2.hit_blocks, o2.start_ns, o2.finish_ns), (1, 2, 6_600_000, 6_600_000));
     // Decode cost per output token.
     let mut c = cfg(1, 64, RouterKind::RoundRobin);
-    c.t_decode_ns = 1_000;
+    fifo(&mut c).t_decode_ns = 1_000;
     let mut bufs = Bufs::new(c);
     let mut f = bufs.fleet();
     let r = Request { arrival_ns: 7, input_tokens: 3, output_tokens: 10, keys: &[] };
-    assert_eq!(f.dispatch(&r).unwrap().finish_ns, 7 + 3 * 50_000 + 10 * 1_000);
+    assert_eq!(f.dispatch(&r, &mut ()).unwrap().finish_ns, 7 + 3 * 50_000 + 10 * 1_000);
     let late = Request { arrival_ns: 6, ..r };
-    assert!(matches!(f.dispatch(&late), Err(Error::ArrivalOutOfOrder { .. })));
+    assert!(matches!(f.dispatch(&late, &mut ()), Err(Error::ArrivalOutOfOrder { .. })));
 }
 
 #[test]
@@ -110,13 +110,13 @@ fn prefix_aware_ties_to_smaller_queue_then_lowest_index() {
     let mut f = bufs.fleet();
     // r0: nothing cached, equal scores and queues -> lowest index (pod 0), busy 0.8 ms.
     let one = keys_of(&[1]);
-    assert_eq!(f.dispatch(&req(0, &one, 0)).unwrap().pod, 0);
+    assert_eq!(f.dispatch(&req(0, &one, 0), &mut ()).unwrap().pod, 0);
     // r1: pod 0 match 1 - alpha*1 = 0, pod 1 match 0 - 0 = 0: tie -> smaller queue -> pod 1.
     let one_five = keys_of(&[1, 5]);
-    let o = f.dispatch(&req(0, &one_five, 0)).unwrap();
+    let o = f.dispatch(&req(0, &one_five, 0), &mut ()).unwrap();
     assert_eq!((o.pod, o.believed_match_blocks, o.hit_blocks), (1, 0, 0));
     // Later, both idle: pod 0 match 1, pod 1 match 2 -> pod 1 by score.
-    let o = f.dispatch(&req(100, &one_five, 0)).unwrap();
+    let o = f.dispatch(&req(100, &one_five, 0), &mut ()).unwrap();
     assert_eq!((o.pod, o.believed_match_blocks, o.hit_blocks), (1, 2, 2));
     // alpha = 2.5: a long match loses to an idle pod when the queue is long enough.
     let mut c = cfg(2, 16, RouterKind::PrefixAware);
@@ -124,9 +124,9 @@ fn prefix_aware_ties_to_smaller_queue_then_lowest_index() {
     let mut bufs = Bufs::new(c);
     let mut f = bufs.fleet();
     let ab = keys_of(&[1, 2]);
-    assert_eq!(f.dispatch(&req(0, &ab, 0)).unwrap().pod, 0);
+    assert_eq!(f.dispatch(&req(0, &ab, 0), &mut ()).unwrap().pod, 0);
     // pod 0: 2 - 2.5*1 = -0.5 < pod 1: 0.
-    assert_eq!(f.dispatch(&req(0, &ab, 0)).unwrap().pod, 1);
+    assert_eq!(f.dispatch(&req(0, &ab, 0), &mut ()).unwrap().pod, 1);
 }
 
 /// r0 [1,2] -> pod 0; r1 [1] -> pod 1 (tie on score, smaller queue); r2 [3,4] -> pod 0, which
@@ -141,19 +141,19 @@ fn stale_scenario(k: u32, neutral_before_r3: bool) -> (Vec<Outcome>, FleetTotals
 
 fn stale_scenario_with(k: u32, neutral_before_r3: bool, index: IndexKind) -> (Vec<Outcome>, FleetTotals) {
     let mut c = cfg(2, 2, RouterKind::PrefixAware);
-    c.stale_delay = k;
-    c.index = index;
+    view(&mut c).stale_delay = k;
+    view(&mut c).index = index;
     let mut bufs = Bufs::new(c);
     let mut f = bufs.fleet();
     let (a, one, b, n) = (keys_of(&[1, 2]), keys_of(&[1]), keys_of(&[3, 4]), keys_of(&[8]));
     let mut out = vec![];
-    out.push(f.dispatch(&req(0, &a, 0)).unwrap());
-    out.push(f.dispatch(&req(0, &one, 0)).unwrap());
-    out.push(f.dispatch(&req(100, &b, 0)).unwrap());
+    out.push(f.dispatch(&req(0, &a, 0), &mut ()).unwrap());
+    out.push(f.dispatch(&req(0, &one, 0), &mut ()).unwrap());
+    out.push(f.dispatch(&req(100, &b, 0), &mut ()).unwrap());
     if neutral_before_r3 {
-        out.push(f.dispatch(&req(150, &n, 0)).unwrap());
+        out.push(f.dispatch(&req(150, &n, 0), &mut ()).unwrap());
     }
-    out.push(f.dispatch(&req(200, &a, 0)).unwrap());
+    out.push(f.dispatch(&req(200, &a, 0), &mut ()).unwrap());
     (out, *f.totals())
 }
 
@@ -185,15 +185,15 @@ fn stale_evict_is_dropped_when_the_pod_reinserted_the_key() {
     // 1 pod, C = 1, k = 5: [1] evicted by [2], then [1] re-inserted (evicting [2]).
     // The first eviction of [1] must not erase the belief created by the re-insert.
     let mut c = cfg(1, 1, RouterKind::PrefixAware);
-    c.stale_delay = 5;
+    view(&mut c).stale_delay = 5;
     let mut bufs = Bufs::new(c);
     let mut f = bufs.fleet();
     let (one, two) = (keys_of(&[1]), keys_of(&[2]));
     for (i, k) in [&one, &two, &one].into_iter().enumerate() {
-        f.dispatch(&req(i as u64 * 100, k, 0)).unwrap();
+        f.dispatch(&req(i as u64 * 100, k, 0), &mut ()).unwrap();
     }
     for i in 3..12 {
-        let o = f.dispatch(&req(i * 100, &one, 0)).unwrap();
+        let o = f.dispatch(&req(i * 100, &one, 0), &mut ()).unwrap();
         assert_eq!((o.believed_match_blocks, o.hit_blocks), (1, 1), "request {i}");
     }
 }
@@ -224,13 +224,13 @@ fn cpu_tier_catches_demoted_blocks() {
     let b = keys_of(&[7, 8]);
     for (cpu, want_cpu_blocks, want_service) in [(4usize, 3u32, 48 * 5_000u64), (0, 0, 48 * 50_000)] {
         let mut c = cfg(1, 2, RouterKind::RoundRobin);
-        c.cpu_capacity_blocks = cpu;
-        c.t_cpu_ns = 5_000;
+        fifo(&mut c).cpu_capacity_blocks = cpu;
+        fifo(&mut c).t_cpu_ns = 5_000;
         let mut bufs = Bufs::new(c);
         let mut f = bufs.fleet();
-        f.dispatch(&req(0, &a, 0)).unwrap();
-        f.dispatch(&req(10, &b, 0)).unwrap();
-        let o = f.dispatch(&req(20, &a, 0)).unwrap();
+        f.dispatch(&req(0, &a, 0), &mut ()).unwrap();
+        f.dispatch(&req(10, &b, 0), &mut ()).unwrap();
+        let o = f.dispatch(&req(20, &a, 0), &mut ()).unwrap();
         assert_eq!((o.hit_blocks, o.cpu_hit_blocks), (0, want_cpu_blocks), "cpu tier {cpu}");
         assert_eq!(o.prefill_tokens, 48 - 16 * want_cpu_blocks as u64);
         assert_eq!(o.latency_ns(), want_service);
@@ -242,12 +242,12 @@ fn cpu_tier_catches_demoted_blocks() {
 fn cpu_tier_hit_starts_where_the_gpu_hit_ends() {
     // GPU C = 1 keeps k0 (tail-first); the CPU tier has k1 demoted: a re-request hits 1 + 1.
     let mut c = cfg(1, 1, RouterKind::RoundRobin);
-    c.cpu_capacity_blocks = 8;
+    fifo(&mut c).cpu_capacity_blocks = 8;
     let mut bufs = Bufs::new(c);
     let mut f = bufs.fleet();
     let a = keys_of(&[1, 2]);
-    f.dispatch(&req(0, &a, 0)).unwrap();
-    let o = f.dispatch(&req(10, &a, 0)).unwrap();
+    f.dispatch(&req(0, &a, 0), &mut ()).unwrap();
+    let o = f.dispatch(&req(10, &a, 0), &mut ()).unwrap();
     assert_eq!((o.hit_blocks, o.cpu_hit_blocks, o.prefill_tokens), (1, 1, 0));
 }
 
@@ -259,10 +259,10 @@ fn req_out(ms: u64, keys: &[u64], output: u64) -> Request<'_> {
 
 fn scaled(pods: usize, router: RouterKind, index: IndexKind) -> FleetConfig {
     let mut c = cfg(pods, 8, router);
-    c.index = index;
-    c.t_prefill_ns = 0;
-    c.t_decode_ns = 1_000_000;
-    c.scale = Some(ScalePolicy {
+    view(&mut c).index = index;
+    fifo(&mut c).t_prefill_ns = 0;
+    fifo(&mut c).t_decode_ns = 1_000_000;
+    *scale(&mut c) = Some(ScalePolicy {
         min_pods: 1,
         initial_pods: 1,
         interval_ns: 1_000_000_000,
@@ -285,7 +285,7 @@ fn autoscaler_boots_a_cold_pod_after_the_startup_and_drops_it_when_idle() {
     let mut f = bufs.fleet();
     let mut outs = Vec::new();
     for ms in [0, 0, 0, 1_000, 2_000, 3_000] {
-        outs.push(f.dispatch(&req_out(ms, &a, 640)).unwrap());
+        outs.push(f.dispatch(&req_out(ms, &a, 640), &mut ()).unwrap());
     }
     let pods: Vec<u32> = outs.iter().map(|o| o.pod).collect();
     let active: Vec<u32> = outs.iter().map(|o| o.active_pods).collect();
@@ -295,7 +295,7 @@ fn autoscaler_boots_a_cold_pod_after_the_startup_and_drops_it_when_idle() {
     assert_eq!((outs[5].hit_blocks, outs[5].queue_len, outs[5].start_ns), (0, 0, 3_000_000_000), "pod 1 starts cold");
     assert_eq!(f.totals().scale_outs, 1);
     assert_eq!(f.pod_cache(1).unwrap().len(), 4);
-    let o = f.dispatch(&req_out(10_000, &a, 640)).unwrap();
+    let o = f.dispatch(&req_out(10_000, &a, 640), &mut ()).unwrap();
     assert_eq!((o.pod, o.active_pods), (0, 1));
     assert_eq!(f.totals().scale_ins, 1);
     assert_eq!(f.pod_cache(1).unwrap().len(), 0, "a dropped pod loses its cache");
@@ -312,7 +312,7 @@ fn autoscaler_boots_a_cold_pod_after_the_startup_and_drops_it_when_idle() {
 /// dropped), with boot time `startup_ns`.
 fn two_pods_busy_drop(startup_ns: u64) -> FleetConfig {
     let mut c = scaled(2, RouterKind::RoundRobin, IndexKind::PodTables);
-    c.scale = c.scale.map(|p| ScalePolicy { startup_ns, down_milli: 1_200, ..p });
+    *scale(&mut c) = c.scale().map(|p| ScalePolicy { startup_ns, down_milli: 1_200, ..p });
     c
 }
 
@@ -325,12 +325,12 @@ fn a_dropped_pod_is_charged_its_drain() {
     let mut bufs = Bufs::new(two_pods_busy_drop(0));
     let mut f = bufs.fleet();
     for ms in [0, 0, 0] {
-        f.dispatch(&req_out(ms, &a, 640)).unwrap();
+        f.dispatch(&req_out(ms, &a, 640), &mut ()).unwrap();
     }
     // 1.0 s: 2 in the system > 1.5 -> boot pod 1, routable at once; request 3 (odd) -> pod 1.
-    let o = f.dispatch(&req_out(1_000, &a, 10_000)).unwrap();
+    let o = f.dispatch(&req_out(1_000, &a, 10_000), &mut ()).unwrap();
     assert_eq!((o.pod, o.active_pods, o.finish_ns), (1, 2, 11_000_000_000));
-    let o = f.dispatch(&req_out(5_000, &a, 1)).unwrap();
+    let o = f.dispatch(&req_out(5_000, &a, 1), &mut ()).unwrap();
     assert_eq!((o.pod, o.active_pods), (0, 1));
     assert_eq!(f.totals().scale_ins, 1);
     let end = f.totals().makespan_ns;
@@ -358,11 +358,12 @@ fn autoscaling_gives_the_same_results_with_either_index_and_a_stale_index_never_
         .collect();
     let run = |index: IndexKind, stale: u32| {
         let mut c = scaled(4, RouterKind::PrefixAware, index);
-        c.stale_delay = stale;
-        c.scale = c.scale.map(|p| ScalePolicy { startup_ns: 500_000_000, ..p });
+        view(&mut c).stale_delay = stale;
+        *scale(&mut c) = c.scale().map(|p| ScalePolicy { startup_ns: 500_000_000, ..p });
         let mut bufs = Bufs::new(c);
         let mut f = bufs.fleet();
-        let outs: Vec<Outcome> = reqs.iter().map(|(ms, k, o)| f.dispatch(&req_out(*ms, k, *o)).unwrap()).collect();
+        let outs: Vec<Outcome> =
+            reqs.iter().map(|(ms, k, o)| f.dispatch(&req_out(*ms, k, *o), &mut ()).unwrap()).collect();
         (outs, *f.totals())
     };
     let (a, ta) = run(IndexKind::PodTables, 0);
@@ -380,7 +381,7 @@ fn autoscaling_gives_the_same_results_with_either_index_and_a_stale_index_never_
 
 #[test]
 fn autoscale_policy_errors_name_the_field() {
-    let base = scaled(4, RouterKind::RoundRobin, IndexKind::PodTables).scale.unwrap();
+    let base = scaled(4, RouterKind::RoundRobin, IndexKind::PodTables).scale().unwrap();
     for (policy, field) in [
         (ScalePolicy { min_pods: 0, ..base }, "scale-min"),
         (ScalePolicy { min_pods: 5, initial_pods: 5, ..base }, "scale-min"),
@@ -389,7 +390,8 @@ fn autoscale_policy_errors_name_the_field() {
         (ScalePolicy { interval_ns: 0, ..base }, "scale-interval"),
         (ScalePolicy { down_milli: 1_500, ..base }, "scale-down-queue"),
     ] {
-        let c = FleetConfig { scale: Some(policy), ..cfg(4, 8, RouterKind::RoundRobin) };
+        let mut c = cfg(4, 8, RouterKind::RoundRobin);
+        *scale(&mut c) = Some(policy);
         match c.validate() {
             Err(Error::InvalidConfig { field: f, .. }) => assert_eq!(f.name(), field, "{policy:?}"),
             other => panic!("{policy:?}: {other:?}"),
@@ -406,7 +408,7 @@ fn a_rebooted_pod_counts_as_empty_when_the_rule_reads_the_queues() {
     let a = keys_of(&[1]);
     let mut bufs = Bufs::new(two_pods_busy_drop(500_000_000));
     let mut f = bufs.fleet();
-    let mut send = |ms: u64, out: u64| f.dispatch(&req_out(ms, &a, out)).unwrap();
+    let mut send = |ms: u64, out: u64| f.dispatch(&req_out(ms, &a, out), &mut ()).unwrap();
     for _ in 0..3 {
         send(0, 640);
     }
@@ -422,4 +424,15 @@ fn a_rebooted_pod_counts_as_empty_when_the_rule_reads_the_queues() {
     let o = send(5_000, 1);
     assert_eq!(o.active_pods, 1, "the new pod 1 was empty, so the mean was 1.0 < 1.2: dropped");
     assert_eq!((f.totals().scale_outs, f.totals().scale_ins), (2, 2));
+}
+
+/// The core words a conflict between settings its own way (the host words it with its flags and
+/// keys: host/src/fleet/fields.rs `rule`): no rule names a CLI flag.
+#[test]
+fn conflict_rules_name_no_flag() {
+    for r in Rule::ALL {
+        assert!(!r.name().contains("--"), "{r:?}: {}", r.name());
+        let e = Error::Conflict { field: Field::Cache, rule: *r };
+        assert!(!e.to_string().contains("--"), "{e}");
+    }
 }

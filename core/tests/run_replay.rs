@@ -5,9 +5,9 @@
 mod common;
 
 use brokerlab_core::fleet::limits::MAX_PODS;
-use brokerlab_core::fleet::router::PrefixAware;
+use brokerlab_core::fleet::route::seed::PrefixAware;
 use brokerlab_core::fleet::*;
-use common::Bufs;
+use common::{Bufs, fifo, view, with};
 use proptest::prelude::*;
 
 /// A trace request: arrival step (ms), prompt ids, prompt length in tokens.
@@ -57,7 +57,7 @@ fn replay(
         let mut keys = vec![0; (r.tokens / 16) as usize];
         let n = keys::trace_keys(&r.ids, r.tokens, group_blocks * 16, &mut keys).unwrap();
         let req = Request { arrival_ns: ms * 1_000_000, input_tokens: r.tokens, output_tokens: 3, keys: &keys[..n] };
-        out.push(f.dispatch(&req).unwrap());
+        out.push(f.dispatch(&req, &mut ()).unwrap());
     }
     let stats = (0..cfg.pods).map(|p| *f.pod_stats(p).unwrap()).collect();
     (out, *f.totals(), stats)
@@ -73,7 +73,9 @@ proptest! {
         router in 0usize..3,
         alpha in 0.0f64..40.0,
     ) {
-        let cfg = FleetConfig { alpha, t_decode_ns: 7, ..FleetConfig::new(pods, capacity, RouterKind::ALL[router]) };
+        let cfg = with(FleetConfig { alpha, ..FleetConfig::new(pods, capacity, RouterKind::ALL[router]) }, |c| {
+            fifo(c).t_decode_ns = 7
+        });
         let blocks = replay(cfg, group, &reqs, false);
         let runs = replay(cfg, group, &reqs, true);
         prop_assert_eq!(blocks, runs);
@@ -84,11 +86,11 @@ proptest! {
 fn unsupported_configurations_stay_per_block() {
     let base = FleetConfig::new(2, 64, RouterKind::PrefixAware);
     let per_block = [
-        FleetConfig { stale_delay: 1, ..base },
-        FleetConfig { cpu_capacity_blocks: 8, ..base },
-        FleetConfig { index: IndexKind::Global, ..base },
-        FleetConfig { order: TouchOrder::InOrder, ..base },
-        FleetConfig { cache: CacheMode::Global, ..base },
+        with(base, |c| view(c).stale_delay = 1),
+        with(base, |c| fifo(c).cpu_capacity_blocks = 8),
+        with(base, |c| view(c).index = IndexKind::Global),
+        with(base, |c| fifo(c).order = TouchOrder::InOrder),
+        with(base, |c| fifo(c).cache = CacheMode::Global),
     ];
     for cfg in per_block {
         assert_eq!(Fleet::runs_layout(&cfg), None, "{cfg:?}");

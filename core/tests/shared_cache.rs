@@ -5,7 +5,7 @@ use brokerlab_core::fleet::*;
 use common::*;
 
 fn global(pods: usize, cap: usize, router: RouterKind) -> FleetConfig {
-    FleetConfig { cache: CacheMode::Global, ..FleetConfig::new(pods, cap, router) }
+    with(FleetConfig::new(pods, cap, router), |c| fifo(c).cache = CacheMode::Global)
 }
 
 #[test]
@@ -13,11 +13,11 @@ fn a_block_stored_by_pod_0_hits_on_pod_1() {
     // Round-robin, 2 pods x 2 blocks. A = [1, 2] twice at t = 0: pod 0 computes it, pod 1 gets it.
     let a = keys_of(&[1, 2]);
     for (mode, want_hit) in [(CacheMode::Local, 0), (CacheMode::Global, 2)] {
-        let mut bufs = Bufs::new(FleetConfig { cache: mode, ..FleetConfig::new(2, 2, RouterKind::RoundRobin) });
+        let mut bufs = Bufs::new(with(FleetConfig::new(2, 2, RouterKind::RoundRobin), |c| fifo(c).cache = mode));
         let mut f = bufs.fleet();
-        let o = f.dispatch(&req(0, &a, 0)).unwrap();
+        let o = f.dispatch(&req(0, &a, 0), &mut ()).unwrap();
         assert_eq!((o.pod, o.hit_blocks, o.prefill_tokens, o.finish_ns), (0, 0, 32, 32 * 50_000));
-        let o = f.dispatch(&req(0, &a, 0)).unwrap();
+        let o = f.dispatch(&req(0, &a, 0), &mut ()).unwrap();
         assert_eq!(o.pod, 1, "{mode:?}");
         assert_eq!(o.hit_blocks, want_hit, "{mode:?}");
         // The routed pod still does the prefill of what it missed, on its own server.
@@ -42,23 +42,23 @@ fn eviction_is_one_fleet_wide_lru() {
     let mut f = bufs.fleet();
     assert!(f.pod_cache(0).is_none() && f.pod_cache(1).is_none());
     for r in [&k12, &k3, &k4, &k5] {
-        assert_eq!(f.dispatch(&req(0, r, 0)).unwrap().hit_blocks, 0);
+        assert_eq!(f.dispatch(&req(0, r, 0), &mut ()).unwrap().hit_blocks, 0);
     }
-    let pool = |f: &Fleet<'_>| f.shared_cache().unwrap().iter_mru().collect::<Vec<_>>();
+    let pool = |f: &FifoFleet<'_>| f.shared_cache().unwrap().iter_mru().collect::<Vec<_>>();
     assert_eq!(pool(&f), [k5[0], k4[0], k3[0], k12[0]]);
     assert_eq!(f.shared_cache().unwrap().capacity(), 4);
-    let o = f.dispatch(&req(0, &k12, 0)).unwrap();
+    let o = f.dispatch(&req(0, &k12, 0), &mut ()).unwrap();
     assert_eq!((o.pod, o.hit_blocks), (0, 1));
     assert_eq!(pool(&f), [k12[0], k12[1], k5[0], k4[0]]);
-    let o = f.dispatch(&req(0, &k3, 0)).unwrap();
+    let o = f.dispatch(&req(0, &k3, 0), &mut ()).unwrap();
     assert_eq!((o.pod, o.hit_blocks), (1, 0));
     // Per-pod caches of 2 blocks each would have kept [3] on pod 1: r5 hits there.
     let mut bufs = Bufs::new(FleetConfig::new(2, 2, RouterKind::RoundRobin));
     let mut f = bufs.fleet();
     for r in [&k12, &k3, &k4, &k5, &k12] {
-        f.dispatch(&req(0, r, 0)).unwrap();
+        f.dispatch(&req(0, r, 0), &mut ()).unwrap();
     }
-    assert_eq!(f.dispatch(&req(0, &k3, 0)).unwrap().hit_blocks, 1);
+    assert_eq!(f.dispatch(&req(0, &k3, 0), &mut ()).unwrap().hit_blocks, 1);
 }
 
 #[test]
@@ -69,10 +69,10 @@ fn a_hit_on_any_pod_refreshes_the_block_for_all() {
     let (k1, k2, k3) = (keys_of(&[1]), keys_of(&[2]), keys_of(&[3]));
     let mut bufs = Bufs::new(global(2, 1, RouterKind::RoundRobin));
     let mut f = bufs.fleet();
-    f.dispatch(&req(0, &k1, 0)).unwrap(); // pod 0
-    f.dispatch(&req(0, &k2, 0)).unwrap(); // pod 1: 2 1
-    assert_eq!(f.dispatch(&req(0, &k1, 0)).unwrap().hit_blocks, 1); // pod 0, refreshes: 1 2
-    f.dispatch(&req(0, &k3, 0)).unwrap(); // pod 1: evicts 2 -> 3 1
+    f.dispatch(&req(0, &k1, 0), &mut ()).unwrap(); // pod 0
+    f.dispatch(&req(0, &k2, 0), &mut ()).unwrap(); // pod 1: 2 1
+    assert_eq!(f.dispatch(&req(0, &k1, 0), &mut ()).unwrap().hit_blocks, 1); // pod 0, refreshes: 1 2
+    f.dispatch(&req(0, &k3, 0), &mut ()).unwrap(); // pod 1: evicts 2 -> 3 1
     assert_eq!(f.shared_cache().unwrap().iter_mru().collect::<Vec<_>>(), [k3[0], k1[0]]);
 }
 
@@ -84,10 +84,10 @@ fn prefix_aware_sees_the_pool_on_every_pod() {
     //     believed 2 and hit 2. Local: pod 0 scores 1, pod 1 scores 0 -> pod 0, hit 2.
     let a = keys_of(&[1, 2]);
     for (mode, want_pod, want_queue) in [(CacheMode::Global, 1, 0), (CacheMode::Local, 0, 1)] {
-        let mut bufs = Bufs::new(FleetConfig { cache: mode, ..FleetConfig::new(2, 4, RouterKind::PrefixAware) });
+        let mut bufs = Bufs::new(with(FleetConfig::new(2, 4, RouterKind::PrefixAware), |c| fifo(c).cache = mode));
         let mut f = bufs.fleet();
-        assert_eq!(f.dispatch(&req(0, &a, 0)).unwrap().pod, 0);
-        let o = f.dispatch(&req(0, &a, 0)).unwrap();
+        assert_eq!(f.dispatch(&req(0, &a, 0), &mut ()).unwrap().pod, 0);
+        let o = f.dispatch(&req(0, &a, 0), &mut ()).unwrap();
         assert_eq!(
             (o.pod, o.believed_match_blocks, o.hit_blocks, o.queue_len),
             (want_pod, 2, 2, want_queue),
@@ -99,18 +99,18 @@ fn prefix_aware_sees_the_pool_on_every_pod() {
 #[test]
 fn global_layout_and_rejected_combinations() {
     let c = global(3, 5, RouterKind::RoundRobin);
-    let l = FleetLayout::new(&c, 8, 0).unwrap();
+    let l = FifoLayout::new(&c, 8, 0).unwrap();
     assert_eq!((l.slots_per_pod, l.table_per_pod, l.shared_table), (5, 0, LruPod::table_len(15)));
     assert_eq!(l.tables_len(), 32);
-    let local = FleetLayout::new(&FleetConfig::new(3, 5, RouterKind::RoundRobin), 8, 0).unwrap();
+    let local = FifoLayout::new(&FleetConfig::new(3, 5, RouterKind::RoundRobin), 8, 0).unwrap();
     assert_eq!((local.shared_table, local.tables_len()), (0, 3 * LruPod::table_len(5)));
     // A table sized for per-pod caches is refused.
     let mut slots = vec![Slot::default(); 15];
     let mut tables = vec![0u32; 3 * LruPod::table_len(5)];
     let mut queues = vec![0u64; 24];
-    let r = Fleet::new(
+    let r = FifoFleet::new(
         c,
-        FleetBuffers {
+        FifoBuffers {
             slots: &mut slots,
             tables: &mut tables,
             queues: &mut queues,
@@ -121,27 +121,22 @@ fn global_layout_and_rejected_combinations() {
             cpu_tables: &mut [],
         },
     );
-    assert!(matches!(r, Err(Error::BufferSize { buffer: "tables", expected: 32, .. })));
+    assert!(matches!(r, Err(Error::BufferSize { buffer: Buffer::Tables, expected: 32, .. })));
     let bad = |c: FleetConfig, field: &str| {
-        assert!(matches!(c.validate(), Err(Error::InvalidConfig { field: f, .. }) if f.name() == field), "{field}");
+        // a value out of range, or one a global cache rules out (a conflict between settings)
+        let refused = |f: Field| f.name() == field;
+        assert!(
+            matches!(c.validate(), Err(Error::InvalidConfig { field: f, .. } | Error::Conflict { field: f, .. }) if refused(f)),
+            "{field}: {:?}",
+            c.validate()
+        );
     };
-    bad(FleetConfig { cpu_capacity_blocks: 4, ..c }, "cpu-capacity");
-    bad(FleetConfig { stale_delay: 1, ..global(3, 5, RouterKind::PrefixAware) }, "stale");
-    bad(FleetConfig { index: IndexKind::Global, ..global(3, 5, RouterKind::PrefixAware) }, "index");
-    bad(
-        FleetConfig {
-            scale: Some(ScalePolicy {
-                min_pods: 1,
-                initial_pods: 1,
-                interval_ns: 1,
-                up_milli: 2000,
-                down_milli: 500,
-                startup_ns: 0,
-            }),
-            ..c
-        },
-        "scale-min",
-    );
+    bad(with(c, |c| fifo(c).cpu_capacity_blocks = 4), "cpu-capacity");
+    bad(with(global(3, 5, RouterKind::PrefixAware), |c| view(c).stale_delay = 1), "stale");
+    bad(with(global(3, 5, RouterKind::PrefixAware), |c| view(c).index = IndexKind::Global), "index");
+    let policy =
+        ScalePolicy { min_pods: 1, initial_pods: 1, interval_ns: 1, up_milli: 2000, down_milli: 500, startup_ns: 0 };
+    bad(with(c, |c| *scale(c) = Some(policy)), "scale-min");
     bad(global(64, MAX_POD_BLOCKS_PER_TEST, RouterKind::RoundRobin), "capacity");
 }
 

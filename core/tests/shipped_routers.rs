@@ -7,6 +7,10 @@ mod common;
 use brokerlab_core::fleet::*;
 use common::{Bufs, keys_of};
 
+fn config_view(c: &mut FleetConfig) -> &mut ViewConfig {
+    common::view(c)
+}
+
 /// Exact cache contents per pod, as a hand-built index.
 struct Held(Vec<Vec<u64>>);
 
@@ -443,7 +447,7 @@ impl Router for LastPod {
 #[test]
 fn a_router_naming_a_pod_not_yet_booted_is_an_error_not_a_panic() {
     let mut c = FleetConfig::new(2, 8, RouterKind::RoundRobin);
-    c.scale = Some(ScalePolicy {
+    *common::scale(&mut c) = Some(ScalePolicy {
         min_pods: 1,
         initial_pods: 1,
         interval_ns: 1_000_000_000,
@@ -454,7 +458,7 @@ fn a_router_naming_a_pod_not_yet_booted_is_an_error_not_a_panic() {
     let mut bufs = Bufs::new(c);
     let mut f = bufs.fleet_with(LastPod).unwrap();
     let k = keys_of(&[1, 2]);
-    let r = f.dispatch(&Request { arrival_ns: 0, input_tokens: 32, output_tokens: 0, keys: &k });
+    let r = f.dispatch(&Request { arrival_ns: 0, input_tokens: 32, output_tokens: 0, keys: &k }, &mut ());
     assert_eq!(
         r,
         Err(Error::InvalidConfig { field: Field::Router, expected: "a routable pod (index below the active pods)" })
@@ -466,8 +470,8 @@ fn presets_run_in_a_fifo_fleet() {
     // Every preset runs a small fleet end to end (router-side storage from the layout).
     for kind in RouterKind::PRESETS {
         let mut c = FleetConfig::new(4, 64, kind);
-        c.index = IndexKind::Global;
-        let l = FleetLayout::new(&c, 64, 0).unwrap();
+        config_view(&mut c).index = IndexKind::Global;
+        let l = FifoLayout::new(&c, 64, 0).unwrap();
         let rl = c.router_layout().unwrap();
         let mut slots = vec![Slot::default(); l.pods * l.slots_per_pod];
         let mut tables = vec![0u32; l.tables_len()];
@@ -476,9 +480,9 @@ fn presets_run_in_a_fifo_fleet() {
         let mut rs = vec![Slot::default(); l.pods * rl.slots_per_pod];
         let mut rt = vec![0u32; l.pods * rl.table_per_pod];
         let mut ri = vec![IndexEntry::default(); rl.index];
-        let mut f = Fleet::with_router_buffers(
+        let mut f = FifoFleet::with_router_buffers(
             c,
-            FleetBuffers {
+            FifoBuffers {
                 slots: &mut slots,
                 tables: &mut tables,
                 queues: &mut queues,
@@ -494,7 +498,10 @@ fn presets_run_in_a_fifo_fleet() {
         let mut hits = 0;
         for i in 0..40u64 {
             let k = keys_of(&[1, 2, 3, 4, 100 + i]);
-            let o = f.dispatch(&Request { arrival_ns: i * 1_000_000, input_tokens: 80, output_tokens: 1, keys: &k });
+            let o = f.dispatch(
+                &Request { arrival_ns: i * 1_000_000, input_tokens: 80, output_tokens: 1, keys: &k },
+                &mut (),
+            );
             hits += o.unwrap().hit_blocks;
         }
         assert!(hits > 0, "{kind}");

@@ -4,15 +4,15 @@
 mod common;
 
 use brokerlab_core::fleet::*;
-use common::{Bufs, keys_of};
+use common::{Bufs, keys_of, view};
 
 const MS: u64 = 1_000_000;
 
 /// 2 pods of 4 blocks, prefix-aware (alpha 1), 64-token prompts served in 3.2 ms.
 fn cfg(delay_ms: u64, ttl_ms: u64) -> FleetConfig {
     let mut c = FleetConfig::new(2, 4, RouterKind::PrefixAware);
-    c.event_delay_ns = delay_ms * MS;
-    c.speculative_ttl_ns = ttl_ms * MS;
+    view(&mut c).event_delay_ns = delay_ms * MS;
+    view(&mut c).speculative_ttl_ns = ttl_ms * MS;
     c
 }
 
@@ -26,7 +26,7 @@ fn run(c: FleetConfig, reqs: &[(u64, &[u64])]) -> Vec<(u32, u32, u32)> {
     let mut f = bufs.fleet();
     reqs.iter()
         .map(|&(ms, k)| {
-            let o = f.dispatch(&at(ms, k)).unwrap();
+            let o = f.dispatch(&at(ms, k), &mut ()).unwrap();
             (o.pod, o.believed_match_blocks, o.hit_blocks)
         })
         .collect()
@@ -77,15 +77,14 @@ fn speculative_entries_cover_the_delay_and_expire() {
 #[test]
 fn delays_in_time_are_checked() {
     let mut c = cfg(10, 0);
-    c.stale_delay = 2;
-    assert!(matches!(c.validate(), Err(Error::InvalidConfig { field: Field::EventDelay, .. })));
+    view(&mut c).stale_delay = 2;
+    assert_eq!(c.validate(), Err(Error::Conflict { field: Field::EventDelay, rule: Rule::OneStaleDelay }));
     let c = cfg(10, 5);
     assert_eq!(c.pending_queues(), 3);
-    let e = EngineConfig::new(Profile::Seed);
-    // each delay named by its own field (issue 22: both used to name --stale)
-    assert!(matches!(batched::validate(&c, &e), Err(Error::InvalidConfig { field: Field::EventDelay, .. })));
-    let ttl = cfg(0, 5);
-    assert!(matches!(batched::validate(&ttl, &e), Err(Error::InvalidConfig { field: Field::SpeculativeTtl, .. })));
+    // The batched engine reads its caches exactly: its configuration has no delay to set.
+    let mut b = FleetConfig::batched(2, 4, RouterKind::PrefixAware, BatchedConfig::new(Profile::Seed));
+    assert!(b.view_mut().is_none());
+    assert_eq!(b.view(), ViewConfig::EXACT);
     // Routers that do not read the exact index keep no queues.
     let mut rr = cfg(10, 5);
     rr.router = RouterKind::RoundRobin;

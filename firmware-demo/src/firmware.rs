@@ -217,7 +217,7 @@ fn main() -> ! {
         stack_end - sdata,
         ram_end - ram_start,
         scenario::storage_bytes(),
-        core::mem::size_of::<brokerlab_core::fleet::Fleet<'static>>(),
+        core::mem::size_of::<brokerlab_core::fleet::FifoFleet<'static>>(),
         core::mem::size_of::<brokerlab_core::fleet::BatchedFleet<'static>>(),
     ];
     for (name, value) in FW_MEASUREMENTS.iter().zip(values) {

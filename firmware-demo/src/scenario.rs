@@ -22,7 +22,6 @@
 //! **Flash log.** Last, [`run_power_cuts`] puts that run's records through the core's
 //! `runner::harness::power_cut_sweep` on a mock NOR flash: a power cut at every byte.
 
-use brokerlab_core::fleet::engine::Engine;
 use brokerlab_core::fleet::hash::fmix64;
 use brokerlab_core::fleet::keys::token_keys;
 use brokerlab_core::fleet::stats::{LogHistogram, REPORTED_PERCENTILES, nearest_rank_index};
@@ -30,9 +29,10 @@ use brokerlab_core::fleet::workload::{
     DocOrder, Layout, MAX_STAGES, Popularity, Stage, SuffixScope, Workload, WorkloadSpec,
 };
 use brokerlab_core::fleet::{
-    BatchedFleet, BlockIndex, Completion, EngineBuffers, EngineConfig, EngineEvents, EngineLayout, Error, Fleet,
-    FleetBuffers, FleetConfig, FleetLayout, IndexEntry, KvBlock, LruPod, Outcome, PendingEntry, PendingEvicts,
-    PendingRecord, Profile, ReqSlot, Request, RouterKind, ScalePolicy, Slot,
+    BatchedBuffers, BatchedConfig, BatchedEngine, BatchedFleet, BatchedLayout, BatchedStats, BlockIndex, Buffer,
+    Completion, EngineConfig, EngineEvents, Error, FifoBuffers, FifoConfig, FifoFleet, FifoLayout, FleetConfig,
+    IndexEntry, KvBlock, LruPod, Outcome, PendingEntry, PendingEvicts, PendingRecord, Profile, ReqSlot, Request,
+    RouterKind, ScalePolicy, Slot, ViewConfig, defaults,
 };
 
 use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, PowerCutViolation, SimWorld, Violation};
@@ -135,8 +135,8 @@ pub const BATCHED_WORKLOAD: WorkloadSpec =
 pub const BATCHED_CAPACITY_BLOCKS: usize = 256;
 /// The batched engine: BLIS's llama-3.1-8b H100 step cost, at most 32 running requests and 1,024
 /// tokens per step (chunked prefill: the longest prompt, 896 tokens, fits one chunk).
-pub const BATCHED_ENGINE: EngineConfig =
-    EngineConfig { max_num_seqs: 32, max_num_batched_tokens: 1_024, ..EngineConfig::new(Profile::Llama31_8bH100) };
+pub const BATCHED_ENGINE: BatchedConfig =
+    BatchedConfig { max_num_seqs: 32, max_num_batched_tokens: 1_024, ..BatchedConfig::new(Profile::Llama31_8bH100) };
 /// Requests tracked at once per pod (waiting, running, or finished behind an unfinished one);
 /// a run fails with `CapacityExceeded` past this.
 pub const BATCHED_REQUESTS_PER_POD: usize = 128;
@@ -169,7 +169,7 @@ pub const HISTOGRAMS_LEN: usize = RUNS.len();
 /// Length of [`Storage::kv_blocks`].
 pub const KV_BLOCKS_LEN: usize = PODS * BATCHED_CAPACITY_BLOCKS;
 /// Length of [`Storage::kv_tables`].
-pub const KV_TABLES_LEN: usize = PODS * Engine::table_len(BATCHED_CAPACITY_BLOCKS);
+pub const KV_TABLES_LEN: usize = PODS * BatchedEngine::table_len(BATCHED_CAPACITY_BLOCKS);
 /// Length of [`Storage::engine_requests`] and [`Storage::engine_waiting`].
 pub const ENGINE_REQUESTS_LEN: usize = PODS * BATCHED_REQUESTS_PER_POD;
 /// Length of [`Storage::engine_running`].
@@ -350,7 +350,7 @@ fn workload<'b>(cdf: &'b mut [u64]) -> Result<Workload<'b>, Error> {
 fn workload_of(spec: WorkloadSpec, cdf: &mut [u64]) -> Result<Workload<'_>, Error> {
     let len = Workload::cdf_len(&spec);
     let got = cdf.len();
-    Workload::new(spec, cdf.get_mut(..len).ok_or(Error::BufferSize { buffer: "zipf cdf", expected: len, got })?)
+    Workload::new(spec, cdf.get_mut(..len).ok_or(Error::BufferSize { buffer: Buffer::ZipfCdf, expected: len, got })?)
 }
 
 /// Sends the workload's own figures (independent of the fleet): request, token and block totals,
@@ -402,10 +402,30 @@ fn workload_summary(st: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), Ru
     Ok(())
 }
 
+/// The error of a latency storage shorter than a run's requests (sized statically: a build
+/// error of the scenario, not of the core).
+fn short_latencies(run: &'static str) -> RunError {
+    RunError {
+        run,
+        request: u32::MAX,
+        error: Cause::Scenario("the latency storage holds fewer values than the run's requests"),
+    }
+}
+
 /// Carves `len` elements off the front of a buffer.
-fn take<'b, T>(buf: &'b mut [T], len: usize, name: &'static str) -> Result<&'b mut [T], Error> {
+fn take<T>(buf: &mut [T], len: usize, name: Buffer) -> Result<&mut [T], Error> {
     let got = buf.len();
     buf.get_mut(..len).ok_or(Error::BufferSize { buffer: name, expected: len, got })
+}
+
+/// The FIFO fleet of [`RUNS`]' runs: `router`, a stale view of `stale_delay` requests, `scale`.
+const fn fifo_config(router: RouterKind, stale_delay: u32, scale: Option<ScalePolicy>) -> FleetConfig {
+    let engine = FifoConfig { t_prefill_ns: T_PREFILL_NS, t_decode_ns: T_DECODE_NS, ..defaults::FIFO };
+    let view = ViewConfig { stale_delay, ..defaults::VIEW };
+    FleetConfig {
+        engine: EngineConfig::Fifo { engine, view, scale },
+        ..FleetConfig::new(PODS, CAPACITY_BLOCKS, router)
+    }
 }
 
 /// One run of the fleet with `router` over the whole request stream.
@@ -419,23 +439,19 @@ fn run_fleet(
     sink: &mut impl Sink,
 ) -> Result<(), RunError> {
     let setup = |e: Error| RunError { run: group, request: u32::MAX, error: e.into() };
-    let mut cfg = FleetConfig::new(PODS, CAPACITY_BLOCKS, router);
-    cfg.stale_delay = stale_delay;
-    cfg.scale = scale;
-    cfg.t_prefill_ns = T_PREFILL_NS;
-    cfg.t_decode_ns = T_DECODE_NS;
-    let l = FleetLayout::new(&cfg, QUEUE_PER_POD, PENDING).map_err(setup)?;
-    let buffers = FleetBuffers {
-        slots: take(st.slots, l.pods * l.slots_per_pod, "slots").map_err(setup)?,
-        tables: take(st.tables, l.pods * l.table_per_pod, "tables").map_err(setup)?,
-        queues: take(st.queues, l.pods * l.queue_per_pod, "queues").map_err(setup)?,
-        index: take(st.index, l.index, "index").map_err(setup)?,
-        pending: take(st.pending, l.pending, "pending").map_err(setup)?,
-        pending_table: take(st.pending_table, l.pending_table, "pending_table").map_err(setup)?,
+    let cfg = fifo_config(router, stale_delay, scale);
+    let l = FifoLayout::new(&cfg, QUEUE_PER_POD, PENDING).map_err(setup)?;
+    let buffers = FifoBuffers {
+        slots: take(st.slots, l.pods * l.slots_per_pod, Buffer::Slots).map_err(setup)?,
+        tables: take(st.tables, l.pods * l.table_per_pod, Buffer::Tables).map_err(setup)?,
+        queues: take(st.queues, l.pods * l.queue_per_pod, Buffer::Queues).map_err(setup)?,
+        index: take(st.index, l.index, Buffer::Index).map_err(setup)?,
+        pending: take(st.pending, l.pending, Buffer::Pending).map_err(setup)?,
+        pending_table: take(st.pending_table, l.pending_table, Buffer::PendingTable).map_err(setup)?,
         cpu_slots: &mut [],
         cpu_tables: &mut [],
     };
-    let mut fleet = Fleet::new(cfg, buffers).map_err(setup)?;
+    let mut fleet = FifoFleet::new(cfg, buffers).map_err(setup)?;
     if !histogram.is_empty() {
         return Err(RunError {
             run: group,
@@ -443,7 +459,7 @@ fn run_fleet(
             error: Cause::Scenario("the histogram must start empty"),
         });
     }
-    let latencies = take(st.latencies, REQUESTS as usize, "latencies").map_err(setup)?;
+    let latencies = st.latencies.get_mut(..REQUESTS as usize).ok_or(short_latencies(group))?;
 
     let mut generator = workload(st.zipf_cdf).map_err(setup)?;
     let mut keys = [0u64; MAX_REQUEST_BLOCKS];
@@ -461,12 +477,15 @@ fn run_fleet(
         let prompt = st.tokens.get(..req.input_tokens as usize).unwrap_or_default();
         let n = token_keys(prompt, &mut keys).map_err(fail)?;
         let out = fleet
-            .dispatch(&Request {
-                arrival_ns: req.arrival_ns,
-                input_tokens: req.input_tokens,
-                output_tokens: req.output_tokens,
-                keys: &keys[..n],
-            })
+            .dispatch(
+                &Request {
+                    arrival_ns: req.arrival_ns,
+                    input_tokens: req.input_tokens,
+                    output_tokens: req.output_tokens,
+                    keys: &keys[..n],
+                },
+                &mut (),
+            )
             .map_err(fail)?;
         digest = mix_outcome(digest, &out);
         *latency = out.latency_ns();
@@ -582,20 +601,20 @@ fn run_batched_one(
     sink: &mut impl Sink,
 ) -> Result<(), RunError> {
     let setup = |e: Error| RunError { run: group, request: u32::MAX, error: e.into() };
-    let cfg = FleetConfig::new(PODS, BATCHED_CAPACITY_BLOCKS, router);
-    let l = EngineLayout::new(&cfg, &BATCHED_ENGINE, BATCHED_REQUESTS_PER_POD, BATCHED_KEYS_PER_POD).map_err(setup)?;
-    let buffers = EngineBuffers {
-        blocks: take(st.kv_blocks, l.pods * l.blocks_per_pod, "kv_blocks").map_err(setup)?,
-        tables: take(st.kv_tables, l.pods * l.table_per_pod, "kv_tables").map_err(setup)?,
-        requests: take(st.engine_requests, l.pods * l.requests_per_pod, "engine_requests").map_err(setup)?,
-        waiting: take(st.engine_waiting, l.pods * l.requests_per_pod, "engine_waiting").map_err(setup)?,
-        running: take(st.engine_running, l.pods * l.running_per_pod, "engine_running").map_err(setup)?,
-        keys: take(st.engine_keys, l.pods * l.keys_per_pod, "engine_keys").map_err(setup)?,
+    let cfg = FleetConfig::batched(PODS, BATCHED_CAPACITY_BLOCKS, router, BATCHED_ENGINE);
+    let l = BatchedLayout::new(&cfg, BATCHED_REQUESTS_PER_POD, BATCHED_KEYS_PER_POD).map_err(setup)?;
+    let buffers = BatchedBuffers {
+        blocks: take(st.kv_blocks, l.pods * l.blocks_per_pod, Buffer::EngineBlocks).map_err(setup)?,
+        tables: take(st.kv_tables, l.pods * l.table_per_pod, Buffer::EngineTables).map_err(setup)?,
+        requests: take(st.engine_requests, l.pods * l.requests_per_pod, Buffer::EngineRequests).map_err(setup)?,
+        waiting: take(st.engine_waiting, l.pods * l.requests_per_pod, Buffer::EngineWaiting).map_err(setup)?,
+        running: take(st.engine_running, l.pods * l.running_per_pod, Buffer::EngineRunning).map_err(setup)?,
+        keys: take(st.engine_keys, l.pods * l.keys_per_pod, Buffer::EngineKeys).map_err(setup)?,
     };
-    let mut fleet = BatchedFleet::new(cfg, BATCHED_ENGINE, buffers).map_err(setup)?;
+    let mut fleet = BatchedFleet::new(cfg, buffers).map_err(setup)?;
     let n = BATCHED_REQUESTS as usize;
     let (ttft, rest) = st.latencies.split_at_mut(n.min(st.latencies.len()));
-    let e2e = take(rest, n, "latencies").map_err(setup)?;
+    let e2e = rest.get_mut(..n).ok_or(short_latencies(group))?;
     ttft.fill(0);
     e2e.fill(0);
     let mut ev = BatchedEvents {
@@ -656,8 +675,8 @@ fn run_batched_one(
     if ev.output_tokens != asked_output {
         return Err(broken("output tokens: tokens produced = max(output_length, 1) summed"));
     }
-    let mut total = brokerlab_core::fleet::EngineStats::default();
-    let mut per_pod = [brokerlab_core::fleet::EngineStats::default(); PODS];
+    let mut total = BatchedStats::default();
+    let mut per_pod = [BatchedStats::default(); PODS];
     for (p, s) in per_pod.iter_mut().enumerate() {
         *s = fleet.pod_stats(p).copied().unwrap_or_default();
         total.requests += s.requests;
@@ -845,8 +864,8 @@ pub fn run_fleets(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(),
     workload_summary(storage, sink)?;
     let histograms = core::mem::take(&mut storage.histograms);
     if histograms.len() < RUNS.len() {
-        let error = Error::BufferSize { buffer: "histograms", expected: RUNS.len(), got: histograms.len() };
-        return Err(RunError { run: "setup", request: u32::MAX, error: error.into() });
+        let error = Cause::Scenario("fewer histograms than RUNS");
+        return Err(RunError { run: "setup", request: u32::MAX, error });
     }
     for ((group, router, stale, scale), histogram) in RUNS.into_iter().zip(histograms.iter_mut()) {
         run_fleet(group, router, stale, scale, storage, histogram, sink)?;

@@ -7,12 +7,7 @@ use brokerlab_core::fleet::{Field, Limit, Quantity};
 
 use crate::fleet::fields;
 
-/// Exit code for bad input (a flag, a file, a line, a field).
-pub const EXIT_BAD_INPUT: i32 = 2;
-/// Exit code for any other failure.
-pub const EXIT_FAILURE: i32 = 1;
-/// Exit code of `task run`/`task resume` when the task paused for review.
-pub const EXIT_NEEDS_REVIEW: i32 = 3;
+pub use crate::exit::{EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_NEEDS_REVIEW};
 
 /// An error the CLI prints on stderr before exiting with [`CliError::code`].
 #[derive(Debug, thiserror::Error)]

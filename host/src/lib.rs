@@ -22,6 +22,7 @@ macro_rules! say_raw {
 pub mod agent;
 pub mod audit;
 pub mod error;
+pub mod exit;
 pub mod fleet;
 pub mod mem;
 pub mod outfile;

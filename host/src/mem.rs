@@ -1,5 +1,5 @@
 //! The memory budget: before a run allocates, the bytes it needs (per structure, from the audit's
-//! formulas: [`crate::audit::fleet_rows`]) are compared with `--max-memory` (default: the memory
+//! formulas: [`crate::fleet::run::sizes::fleet_rows`]) are compared with `--max-memory` (default: the memory
 //! this process can still get, less a margin). Over budget is exit 2 naming each structure and the
 //! flag or scenario key that lowers it; an allocation that fails anyway is an error, not an abort.
 

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use brokerlab::fleet::run::{TraceSource, simulate};
+use brokerlab::fleet::run::{Fifo, TraceSource, simulate, with_view};
 use brokerlab::fleet::scenario::{Generated, write_trace};
 use brokerlab::fleet::{experiments, input};
 use brokerlab_core::fleet::RouterKind;
@@ -210,10 +210,10 @@ fn generated_traces_replay_exactly_when_compressed() {
     for (name, bytes) in [("gen.jsonl.gz", gzip(&text)), ("gen.jsonl.zst", zstd(&text))] {
         let path = write(name, &bytes);
         for router in RouterKind::ALL {
-            let cfg = brokerlab_core::fleet::FleetConfig { router, stale_delay: 3, ..sc.fleet };
-            let direct = simulate(cfg, &mut &g, true).unwrap();
+            let cfg = with_view(brokerlab_core::fleet::FleetConfig { router, ..sc.fleet }, |v| v.stale_delay = 3);
+            let direct = simulate::<Fifo>(cfg, &mut &g, true).unwrap();
             let mut src = TraceSource::new(path.clone(), 16);
-            let replay = simulate(cfg, &mut src, true).unwrap();
+            let replay = simulate::<Fifo>(cfg, &mut src, true).unwrap();
             assert_eq!(direct.summary, replay.summary, "{name} {router:?}");
             assert_eq!(direct.outcomes, replay.outcomes, "{name} {router:?}");
         }

@@ -5,9 +5,9 @@ use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::Command;
 
-use brokerlab::fleet::engine::simulate_batched;
 use brokerlab::fleet::run::TraceSource;
-use brokerlab_core::fleet::{EngineConfig, FleetConfig, Profile, RouterKind};
+use brokerlab::fleet::run::{Batched, simulate};
+use brokerlab_core::fleet::{BatchedConfig, FleetConfig, Profile, RouterKind};
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_brokerlab"))
@@ -43,14 +43,14 @@ fn conversation_head_fast_forward_equals_step_by_step() {
     // check the invariants after every step.
     let (path, outputs) = head("conversation_trace.jsonl", 2000);
     for router in [RouterKind::RoundRobin, RouterKind::PrefixAware] {
-        let mut cfg = FleetConfig::new(8, 8192, router);
-        cfg.alpha = 16.0;
-        let mut e = EngineConfig::new(Profile::Qwen3_32bH100x2);
+        let e = BatchedConfig::new(Profile::Qwen3_32bH100x2);
+        let cfg = |fast_forward| {
+            let e = BatchedConfig { fast_forward, ..e };
+            FleetConfig { alpha: 16.0, ..FleetConfig::batched(8, 8192, router, e) }
+        };
         let mut src = TraceSource::new(path.clone(), 512);
-        e.fast_forward = false;
-        let slow = simulate_batched(cfg, e, &mut src, true).unwrap();
-        e.fast_forward = true;
-        let fast = simulate_batched(cfg, e, &mut src, true).unwrap();
+        let slow = simulate::<Batched>(cfg(false), &mut src, true).unwrap();
+        let fast = simulate::<Batched>(cfg(true), &mut src, true).unwrap();
         assert_eq!(slow.summary, fast.summary, "{router:?}");
         assert_eq!(slow.completions, fast.completions, "{router:?}");
         let s = &fast.summary;

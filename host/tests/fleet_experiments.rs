@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use brokerlab::fleet::experiments::{self, Experiments, STALE_KS};
 use brokerlab::fleet::progress::Progress;
-use brokerlab::fleet::run::{TraceSource, simulate};
+use brokerlab::fleet::run::{Fifo, TraceSource, simulate, with_fifo, with_view};
 use brokerlab::fleet::scenario::{Generated, write_trace};
 use brokerlab::fleet::sweep;
 use brokerlab_core::fleet::CacheMode;
@@ -86,10 +86,10 @@ fn generated_trace_replays_exactly_like_the_direct_run() {
         write_trace(&g, &mut f).unwrap();
         drop(f);
         for router in RouterKind::ALL {
-            let cfg = brokerlab_core::fleet::FleetConfig { router, stale_delay: 3, ..sc.fleet };
-            let direct = simulate(cfg, &mut &g, true).unwrap();
+            let cfg = with_view(brokerlab_core::fleet::FleetConfig { router, ..sc.fleet }, |v| v.stale_delay = 3);
+            let direct = simulate::<Fifo>(cfg, &mut &g, true).unwrap();
             let mut src = TraceSource::new(path.clone(), 16);
-            let replay = simulate(cfg, &mut src, true).unwrap();
+            let replay = simulate::<Fifo>(cfg, &mut src, true).unwrap();
             assert_eq!(direct.summary, replay.summary, "{name} {router:?}");
             assert_eq!(direct.outcomes, replay.outcomes, "{name} {router:?}");
             assert!(direct.summary.hit_tokens > 0);
@@ -107,8 +107,8 @@ fn sweeps_do_not_depend_on_thread_count() {
         .map(|&c| (c as f64, 0, brokerlab_core::fleet::FleetConfig { capacity_blocks: c as usize, ..sc.fleet }))
         .collect();
     let specs = sweep::for_each_router(&values);
-    let one = sweep::run_points("capacity", &g, &specs, 1, &Progress::hidden()).unwrap();
-    let two = sweep::run_points("capacity", &g, &specs, 3, &Progress::hidden()).unwrap();
+    let one = sweep::run_points::<Fifo>(sweep::SweepParam::Capacity, &g, &specs, 1, &Progress::hidden()).unwrap();
+    let two = sweep::run_points::<Fifo>(sweep::SweepParam::Capacity, &g, &specs, 3, &Progress::hidden()).unwrap();
     assert_eq!(sweep::to_csv(&one).unwrap(), sweep::to_csv(&two).unwrap());
 }
 
@@ -210,10 +210,11 @@ fn the_global_pools_hit_rate_does_not_depend_on_the_router() {
         [(RouterKind::RoundRobin, 1.0), (RouterKind::LeastLoaded, 1.0), (RouterKind::PrefixAware, 16.0)]
             .into_iter()
             .map(|(router, alpha)| {
-                let cfg =
-                    FleetConfig { alpha, cache: CacheMode::Global, ..FleetConfig::new(PODS, BLOCKS_PER_POD, router) };
+                let cfg = with_fifo(FleetConfig { alpha, ..FleetConfig::new(PODS, BLOCKS_PER_POD, router) }, |f| {
+                    f.cache = CacheMode::Global
+                });
                 let mut src = TraceSource::new(path.clone(), 512);
-                simulate(cfg, &mut src, false).unwrap().summary.hit_tokens
+                simulate::<Fifo>(cfg, &mut src, false).unwrap().summary.hit_tokens
             })
             .collect();
     assert!(hits.iter().all(|&h| h == hits[0] && h > 0), "{hits:?}");

@@ -6,10 +6,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use brokerlab::fleet::engine::simulate_batched;
 use brokerlab::fleet::formats::{Format, FormatSource, HashArgs, HashKind, Keyer};
-use brokerlab::fleet::run::{Summary, TraceSource, simulate};
-use brokerlab_core::fleet::{EngineConfig, FleetConfig, Profile, RouterKind};
+use brokerlab::fleet::run::{Batched, Fifo, Summary, TraceSource, simulate, with_view};
+use brokerlab_core::fleet::{BatchedConfig, FleetConfig, Profile, RouterKind};
 use serde_json::Value;
 
 fn dir() -> PathBuf {
@@ -297,7 +296,7 @@ fn mooncake_re_expressed_as_bailian_gives_identical_hits() {
     let configs = [
         FleetConfig { alpha: 16.0, ..FleetConfig::new(4, 4096, RouterKind::PrefixAware) },
         FleetConfig::new(4, 2048, RouterKind::RoundRobin),
-        FleetConfig { stale_delay: 8, ..FleetConfig::new(8, 8192, RouterKind::PrefixAware) },
+        with_view(FleetConfig::new(8, 8192, RouterKind::PrefixAware), |v| v.stale_delay = 8),
     ];
     for cfg in configs {
         let mut ms = TraceSource::new(m.clone(), 512);
@@ -313,8 +312,8 @@ fn mooncake_re_expressed_as_bailian_gives_identical_hits() {
             read: Default::default(),
             growth: None,
         };
-        let a: Summary = simulate(cfg, &mut ms, false).unwrap().summary;
-        let c = simulate(cfg, &mut bs, true).unwrap();
+        let a: Summary = simulate::<Fifo>(cfg, &mut ms, false).unwrap().summary;
+        let c = simulate::<Fifo>(cfg, &mut bs, true).unwrap();
         assert_eq!(a.requests, 3000);
         assert!(a.hit_tokens > 0, "the prefix is shared, so something hits");
         assert!(a.hit_tokens < a.input_tokens);
@@ -355,25 +354,24 @@ fn bailian_source(path: &Path) -> FormatSource {
 fn mooncake_re_expressed_as_bailian_gives_the_identical_batched_summary() {
     let (mooncake, bailian) = mooncake_and_bailian(1000);
     let (m, b) = (write("mc-b.jsonl", &mooncake), write("mc-b-as-bailian.jsonl", &bailian));
-    let engine = EngineConfig::new(Profile::Qwen3_32bH100x2);
+    let engine = BatchedConfig::new(Profile::Qwen3_32bH100x2);
     // the second: small pods, so requests wait, get preempted and recomputed
     // (the longest request needs 7,649 blocks)
-    let small = EngineConfig { max_num_seqs: 16, max_num_batched_tokens: 2048, ..engine };
+    let small = BatchedConfig { max_num_seqs: 16, max_num_batched_tokens: 2048, ..engine };
     let runs = [
-        (FleetConfig { alpha: 16.0, ..FleetConfig::new(4, 8192, RouterKind::PrefixAware) }, engine),
-        (FleetConfig::new(2, 7700, RouterKind::RoundRobin), small),
+        FleetConfig { alpha: 16.0, ..FleetConfig::batched(4, 8192, RouterKind::PrefixAware, engine) },
+        FleetConfig::batched(2, 7700, RouterKind::RoundRobin, small),
     ];
-    for (cfg, e) in runs {
-        let a = simulate_batched(cfg, e, &mut TraceSource::new(m.clone(), 512), true).unwrap();
-        let c = simulate_batched(cfg, e, &mut bailian_source(&b), true).unwrap();
+    for cfg in runs {
+        let a = simulate::<Batched>(cfg, &mut TraceSource::new(m.clone(), 512), true).unwrap();
+        let c = simulate::<Batched>(cfg, &mut bailian_source(&b), true).unwrap();
         assert_eq!(a.summary.requests, 1000);
         assert!(a.summary.hit_tokens > 0 && a.summary.hit_tokens < a.summary.input_tokens);
-        assert_eq!(a.summary, c.summary, "{cfg:?} {e:?}");
+        assert_eq!(a.summary, c.summary, "{cfg:?}");
         assert_eq!(a.completions, c.completions);
     }
     assert!(
-        simulate_batched(runs[1].0, small, &mut TraceSource::new(m.clone(), 512), false).unwrap().summary.preemptions
-            > 0,
+        simulate::<Batched>(runs[1], &mut TraceSource::new(m.clone(), 512), false).unwrap().summary.preemptions > 0,
         "the small pods preempt, so recompute is compared too"
     );
     // Through the CLI, detecting both formats; --outcomes writes the same lines.

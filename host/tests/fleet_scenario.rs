@@ -28,7 +28,7 @@ fn built_in_scenarios_parse() {
         assert_eq!(sc.name, name);
     }
     let auto = parse(BUILTIN.iter().find(|(n, _)| *n == "autoscale").unwrap().1).unwrap();
-    let p = auto.fleet.scale.expect("autoscale scenario has a policy");
+    let p = auto.fleet.scale().expect("autoscale scenario has a policy");
     assert_eq!((p.min_pods, p.initial_pods, p.interval_ns, p.startup_ns), (2, 2, 10_000_000_000, 30_000_000_000));
     assert_eq!((p.up_milli, p.down_milli), (2_000, 500));
     let w = auto.workload;
@@ -103,8 +103,8 @@ fn the_cache_key_equals_the_flag() {
     let d = std::env::temp_dir().join(format!("brokerlab-scenario-cache-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     let text = BASE.replace("pods = 4", "pods = 4\nrouter = \"round-robin\"\ncache = \"global\"");
-    assert_eq!(parse(&text).unwrap().fleet.cache, brokerlab_core::fleet::CacheMode::Global);
-    assert_eq!(parse(BASE).unwrap().fleet.cache, brokerlab_core::fleet::defaults::CACHE);
+    assert_eq!(parse(&text).unwrap().fifo().cache, brokerlab_core::fleet::CacheMode::Global);
+    assert_eq!(parse(BASE).unwrap().fifo().cache, brokerlab_core::fleet::defaults::CACHE);
     let (global, local) = (d.join("global.toml"), d.join("local.toml"));
     std::fs::write(&global, &text).unwrap();
     std::fs::write(&local, text.replace("cache = \"global\"", "")).unwrap();

@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use brokerlab::fleet::run::{TraceSource, simulate};
+use brokerlab::fleet::run::{Fifo, TraceSource, simulate, with_view};
 use brokerlab::fleet::trace::TraceReader;
 use brokerlab_core::fleet::{FleetConfig, RouterKind};
 
@@ -62,7 +62,9 @@ impl Trie {
     }
 }
 
-fn check_trace(name: &str) {
+/// Checks the replay of `name` against the trie; returns the trie's reuse ceiling (hit tokens /
+/// input tokens of one pod that never evicts), computed without the simulator.
+fn check_trace(name: &str) -> f64 {
     let path = trace(name);
     let recs = load(&path);
     let subs = 512 / 16;
@@ -75,7 +77,7 @@ fn check_trace(name: &str) {
     assert!(distinct as u64 <= total_blocks);
     let cfg = FleetConfig::new(1, distinct, RouterKind::RoundRobin);
     let mut src = TraceSource::new(path.clone(), 512);
-    let res = simulate(cfg, &mut src, true).unwrap();
+    let res = simulate::<Fifo>(cfg, &mut src, true).unwrap();
     let s = &res.summary;
     assert_eq!(s.requests, recs.len() as u64);
     assert_eq!(s.input_tokens, input_tokens);
@@ -85,22 +87,42 @@ fn check_trace(name: &str) {
 
     // Round-robin over 4 unbounded pods: each pod is the trie of its own subsequence.
     let cfg = FleetConfig::new(4, distinct, RouterKind::RoundRobin);
-    let res = simulate(cfg, &mut src, true).unwrap();
+    let res = simulate::<Fifo>(cfg, &mut src, true).unwrap();
     let mut tries: Vec<Trie> = (0..4).map(|_| Trie::default()).collect();
     for (i, (rec, out)) in recs.iter().zip(&res.outcomes).enumerate() {
         assert_eq!(out.pod as usize, i % 4);
         assert_eq!(out.hit_blocks as usize, tries[i % 4].serve(rec, subs), "{name}: request {i}");
     }
+    want_hit_blocks as f64 * 16.0 / input_tokens as f64
+}
+
+/// The reuse ceilings README states ("A single unbounded pod gives this trace's reuse ceiling:
+/// 37.4% (synthetic trace: 65.1%)"), as printed there: (conversation, synthetic).
+fn readme_ceilings() -> (String, String) {
+    let readme = std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md")).unwrap();
+    let at =
+        readme.find("reuse\nceiling: ").or_else(|| readme.find("reuse ceiling: ")).expect("README states the ceiling");
+    let rest = &readme[at..];
+    let pct = |s: &str| s[..s.find('%').expect("a percentage")].rsplit(' ').next().unwrap().to_string();
+    let conv = pct(&rest[rest.find(": ").unwrap() + 2..]);
+    let syn =
+        &rest[rest.find("synthetic trace: ").expect("the synthetic trace's ceiling") + "synthetic trace: ".len()..];
+    (conv, pct(syn))
 }
 
 #[test]
 fn conversation_trace_matches_independent_reuse() {
-    check_trace("conversation_trace.jsonl.zst");
+    let ceiling = check_trace("conversation_trace.jsonl.zst");
+    // README's figure is this independent computation's, to the digit it prints
+    assert_eq!(format!("{:.1}", ceiling * 100.0), "37.4");
+    assert_eq!(readme_ceilings().0, "37.4");
 }
 
 #[test]
 fn synthetic_trace_matches_independent_reuse() {
-    check_trace("synthetic_trace.jsonl.zst");
+    let ceiling = check_trace("synthetic_trace.jsonl.zst");
+    assert_eq!(format!("{:.1}", ceiling * 100.0), "65.1");
+    assert_eq!(readme_ceilings().1, "65.1");
 }
 
 #[test]
@@ -108,10 +130,10 @@ fn replay_is_deterministic_and_timing_is_consistent() {
     let path = trace("synthetic_trace.jsonl.zst");
     for router in RouterKind::ALL {
         let mut cfg = FleetConfig::new(8, 2048, router);
-        cfg.stale_delay = if router == RouterKind::PrefixAware { 3 } else { 0 };
+        cfg = with_view(cfg, |v| v.stale_delay = if router == RouterKind::PrefixAware { 3 } else { 0 });
         let mut src = TraceSource::new(path.clone(), 512);
-        let a = simulate(cfg, &mut src, true).unwrap();
-        let b = simulate(cfg, &mut src, true).unwrap();
+        let a = simulate::<Fifo>(cfg, &mut src, true).unwrap();
+        let b = simulate::<Fifo>(cfg, &mut src, true).unwrap();
         assert_eq!(a.summary, b.summary);
         assert_eq!(a.outcomes, b.outcomes);
         // Per pod, FIFO: each start is max(arrival, previous finish on that pod).
@@ -132,11 +154,11 @@ fn global_index_and_pod_tables_give_identical_results() {
     let path = trace("conversation_trace.jsonl.zst");
     for (stale, alpha, cap) in [(0, 1.0, 4096), (5, 16.0, 4096), (40, 0.5, 1024)] {
         let mut cfg = FleetConfig::new(8, cap, RouterKind::PrefixAware);
-        cfg.stale_delay = stale;
+        cfg = with_view(cfg, |v| v.stale_delay = stale);
         cfg.alpha = alpha;
         let mut src = TraceSource::new(path.clone(), 512);
-        let pods = simulate(FleetConfig { index: IndexKind::PodTables, ..cfg }, &mut src, true).unwrap();
-        let global = simulate(FleetConfig { index: IndexKind::Global, ..cfg }, &mut src, true).unwrap();
+        let pods = simulate::<Fifo>(with_view(cfg, |v| v.index = IndexKind::PodTables), &mut src, true).unwrap();
+        let global = simulate::<Fifo>(with_view(cfg, |v| v.index = IndexKind::Global), &mut src, true).unwrap();
         assert_eq!(pods.summary, global.summary, "stale {stale}");
         assert_eq!(pods.outcomes, global.outcomes, "stale {stale}");
         assert!(pods.summary.hit_tokens > 0);

@@ -8,7 +8,7 @@ use brokerlab_fw_tools as firmware;
 
 use std::sync::OnceLock;
 
-use brokerlab::fleet::engine::simulate_batched;
+use brokerlab::fleet::run::{Batched, simulate};
 use brokerlab::fleet::scenario::Generated;
 use brokerlab_core::fleet::stats::{LogHistogram, REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::{FleetConfig, IndexEntry, KvBlock, PendingEntry, PendingRecord, ReqSlot, Slot};
@@ -160,8 +160,9 @@ fn batched_runs_equal_the_host_cli() {
                 .map(|m| m.3)
                 .unwrap_or_else(|| panic!("{group}: no metric {name} {index}"))
         };
-        let cfg = FleetConfig::new(scenario::PODS, scenario::BATCHED_CAPACITY_BLOCKS, router);
-        let cli = simulate_batched(cfg, scenario::BATCHED_ENGINE, &mut &workload, true).expect("host CLI batched run");
+        let cfg =
+            FleetConfig::batched(scenario::PODS, scenario::BATCHED_CAPACITY_BLOCKS, router, scenario::BATCHED_ENGINE);
+        let cli = simulate::<Batched>(cfg, &mut &workload, true).expect("host CLI batched run");
         let s = &cli.summary;
         let digest = cli.completions.iter().fold(scenario::completion_digest_seed(), scenario::mix_completion);
         assert_eq!(digest, get("completion_digest", 0), "{group}: completions (every field, completion order)");

@@ -6,12 +6,17 @@
 //! QEMU (mps2-an385), prints its decoded defmt log and memory figures, writes the figures as JSON
 //! to `<target>/firmware/figures.json` (what `brokerlab audit` reads) and exits with the
 //! firmware's status. `--json` prints the JSON summary instead of the log.
+//!
+//! `cargo xtask deps` checks that no import cycle runs between files of different folders in
+//! `core/src` and `host/src` (`deps.rs` says how it reads them) and prints the folder layers.
 
 use std::path::PathBuf;
 
 use brokerlab_fw_tools as firmware;
 
-const USAGE: &str = "usage: cargo xtask fw [--json]";
+mod deps;
+
+const USAGE: &str = "usage: cargo xtask fw [--json] | cargo xtask deps";
 
 /// Where `cargo xtask fw` writes the firmware's figures (`brokerlab audit --firmware-figures`).
 fn figures_path() -> PathBuf {
@@ -20,9 +25,26 @@ fn figures_path() -> PathBuf {
 
 fn main() {
     let mut args = std::env::args().skip(1).filter(|a| a != "--");
-    if args.next().as_deref() != Some("fw") {
-        eprintln!("{USAGE}");
-        std::process::exit(2);
+    match args.next().as_deref() {
+        Some("fw") => {}
+        Some("deps") if args.next().is_none() => {
+            // The crates whose files must not import each other in a cycle across folders.
+            let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+            let root = root.canonicalize().unwrap_or(root);
+            let roots = [root.join("core/src"), root.join("host/src")];
+            match deps::check(&roots) {
+                Ok(true) => std::process::exit(0),
+                Ok(false) => std::process::exit(1),
+                Err(e) => {
+                    eprintln!("error: reading the sources: {e}");
+                    std::process::exit(2);
+                }
+            }
+        }
+        _ => {
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
     }
     let json = match args.next().as_deref() {
         None => false,

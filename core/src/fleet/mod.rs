@@ -1,302 +1,57 @@
 //! The fleet simulator core: chained block keys, fixed-capacity LRU pods, the block index with a
-//! stale-evict delay, the routers and the FIFO timing model.
+//! stale-evict delay, the routers and the engines (FIFO single servers, vLLM-style batching).
 //!
 //! The model is specified in `docs/MODEL.md`; every rule lives here once and the host, the
 //! firmware and the tests call it. Every buffer is provided by the caller ("bring your own
 //! storage", as in smoltcp), so the host can run pods of millions of blocks while this crate never
-//! allocates. [`FleetLayout`] says how large each buffer must be.
+//! allocates. [`FifoLayout`] and [`BatchedLayout`] say how large each buffer must be.
+//!
+//! Layers, each importing only those below it (docs/ARCHITECTURE.md):
+//!
+//! * [`base`]: errors, limits, integer math, percentiles, load signals, pod bitmasks;
+//! * [`keys`]: block keys of trace ids and token ids (the model's hash, vLLM's);
+//! * [`cache`]: the LRU pods, the run-length LRU, the exact and approximate indexes;
+//! * [`route`]: the routers; [`cost`]: step costs; [`engine`]: the engines (above the costs,
+//!   beside the routers);
+//! * [`sim`]: the fleet that drives engines behind a router, its configuration and defaults;
+//! * [`workload`]: the seeded workload generator.
+//!
+//! This file only names the layers and re-exports their public types.
 
-pub mod approx;
-pub mod batched;
+pub mod base;
+pub mod cache;
 pub mod cost;
-pub mod defaults;
 pub mod engine;
-pub mod fixmath;
-pub mod hash;
-pub mod index;
 pub mod keys;
-pub mod limits;
-pub mod pipeline;
-pub mod pod;
-pub mod router;
-pub mod runs;
-pub mod scale;
-pub mod server;
+pub mod route;
 pub mod sim;
-pub mod stats;
-mod table;
-pub mod vllm;
 pub mod workload;
 
-pub use approx::ApproxIndex;
-pub use batched::{BatchedFleet, EngineBuffers, EngineCaches, EngineLayout};
-pub use engine::{
-    Completion, EngineConfig, EngineEvents, EngineStats, KvBlock, PodBuffers, PodLoad, Profile, ReqSlot, StepCost,
+pub use base::error::{Buffer, Error, Field, Invariant, Limit, Quantity, RequestField, Rule};
+pub use base::load::PodLoad;
+pub use base::{fixmath, limits, stats};
+pub use cache::CacheEvents;
+pub use cache::approx::ApproxIndex;
+pub use cache::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
+pub use cache::lru::{LruPod, Slot};
+pub use cache::runs::{Run, RunLru};
+pub use cost::{BatchShape, LinearCost, Profile, StepCost};
+pub use engine::batched::{BatchedConfig, BatchedEngine, BatchedStats, KvBlock, PodBuffers, ReqSlot};
+pub use engine::fifo::{CacheMode, FifoConfig, FifoEngine, Outcome, PodStats, TouchOrder};
+pub use engine::server::FifoServer;
+pub use engine::{Completion, Engine, EngineEvents, Request, Routed};
+pub use keys::{hash, vllm};
+pub use route::kind::{AnyRouter, RouterKind};
+pub use route::shipped::{Evaluation, ShippedRouter};
+pub use route::spec::{
+    FilterKind, MAX_FILTERS, MAX_SCORERS, MAX_WEIGHT, PickerKind, Policy, PrefixSource, RouterBuffers, RouterKey,
+    RouterLayout, RouterParams, RouterSpec, ScorerKind, WeightedScorer,
 };
-pub use index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
-pub use pipeline::{
-    Evaluation, FilterKind, MAX_FILTERS, MAX_SCORERS, MAX_WEIGHT, PickerKind, Policy, PrefixSource, RouterBuffers,
-    RouterKey, RouterLayout, RouterParams, RouterSpec, ScorerKind, ShippedRouter, WeightedScorer,
-};
-pub use pod::{CacheEvents, LruPod, Slot};
-pub use router::{AnyRouter, Holders, KeyHolders, Route, RouteView, Router, RouterKind};
-pub use runs::{Run, RunLru};
-pub use scale::{ScaleAction, ScalePolicy, ScaleState};
-pub use server::FifoServer;
-pub use sim::{
-    CacheMode, Fleet, FleetBuffers, FleetConfig, FleetLayout, FleetTotals, IndexKind, Outcome, Pod, PodCaches,
-    PodStats, Request, TouchOrder,
-};
-
-use core::fmt;
-
-/// Everything that can go wrong in the fleet core. Small on purpose: each variant names the field,
-/// buffer or limit involved so the host can turn it into a message that says what to fix.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub enum Error {
-    /// A configuration value is out of range.
-    InvalidConfig {
-        /// The configuration field (the host maps it to its flag and scenario key).
-        field: Field,
-        /// What is accepted.
-        expected: &'static str,
-    },
-    /// A caller-provided buffer has the wrong length.
-    BufferSize {
-        /// Which buffer.
-        buffer: &'static str,
-        /// The length required by [`FleetLayout`].
-        expected: usize,
-        /// The length given.
-        got: usize,
-    },
-    /// A fixed capacity was exhausted while running (the caller may retry with a larger buffer).
-    CapacityExceeded {
-        /// The named limit that was hit.
-        limit: Limit,
-        /// Its capacity.
-        capacity: usize,
-    },
-    /// A request is inconsistent with the model.
-    InvalidRequest {
-        /// The request field.
-        field: &'static str,
-        /// What is accepted.
-        expected: &'static str,
-    },
-    /// A trace line has fewer hash ids than its full blocks need.
-    TooFewHashIds {
-        /// Hash ids needed to cover `floor(input_length / 16)` blocks.
-        needed: usize,
-        /// Hash ids present.
-        got: usize,
-    },
-    /// Requests must arrive in non-decreasing time order.
-    ArrivalOutOfOrder {
-        /// Arrival of the previous request, ns.
-        previous_ns: u64,
-        /// Arrival of this request, ns.
-        arrival_ns: u64,
-    },
-    /// An integer computation would overflow `u64` (absurd lengths or times).
-    Overflow {
-        /// The quantity that overflowed.
-        what: Quantity,
-    },
-    /// A previous call failed half-way; this fleet's state is no longer meaningful.
-    Poisoned,
-}
-
-impl fmt::Display for Error {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            Error::InvalidConfig { field, expected } => write!(f, "invalid {field}: expected {expected}"),
-            Error::BufferSize { buffer, expected, got } => {
-                write!(f, "buffer `{buffer}` has length {got}, expected {expected}")
-            }
-            Error::CapacityExceeded { limit, capacity } => {
-                write!(f, "limit `{limit}` exceeded (capacity {capacity})")
-            }
-            Error::InvalidRequest { field, expected } => write!(f, "request field `{field}`: expected {expected}"),
-            Error::TooFewHashIds { needed, got } => write!(
-                f,
-                "field `hash_ids`: has {got} ids but input_length needs at least {needed} (one per trace block)"
-            ),
-            Error::ArrivalOutOfOrder { previous_ns, arrival_ns } => write!(
-                f,
-                "field `timestamp`: arrival {arrival_ns} ns is before the previous request's {previous_ns} ns (must not decrease)"
-            ),
-            Error::Overflow { what } => write!(f, "{what} overflows 64-bit integers"),
-            Error::Poisoned => f.write_str("the fleet failed earlier and must be rebuilt"),
-        }
-    }
-}
-
-impl core::error::Error for Error {}
-
-/// Declares a fieldless enum with a `name()` (its spelling in messages), `ALL` and `Display`.
-macro_rules! named_enum {
-    ($(#[$m:meta])* $vis:vis enum $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal,)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-        $vis enum $name { $($(#[$vm])* $v,)* }
-
-        impl $name {
-            /// Every variant, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$v,)*];
-
-            /// Its spelling in messages (the CLI's for configuration fields).
-            pub const fn name(self) -> &'static str {
-                match self { $($name::$v => $s,)* }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-    };
-}
-
-named_enum! {
-    /// A configuration field the core checks ([`Error::InvalidConfig`]). The host maps each one to
-    /// its CLI flag and its scenario key in one table (`host/src/fleet/fields.rs`); the name here is
-    /// the flag without its dashes, as the core's own messages print it.
-    pub enum Field {
-        /// N, [`FleetConfig::pods`].
-        Pods => "pods",
-        /// C, [`FleetConfig::capacity_blocks`].
-        Capacity => "capacity",
-        /// [`FleetConfig::alpha`].
-        Alpha => "alpha",
-        /// [`FleetConfig::cpu_capacity_blocks`].
-        CpuCapacity => "cpu-capacity",
-        /// [`FleetConfig::stale_delay`].
-        Stale => "stale",
-        /// [`FleetConfig::event_delay_ns`].
-        EventDelay => "event-delay-ms",
-        /// [`FleetConfig::speculative_ttl_ns`].
-        SpeculativeTtl => "speculative-ttl-ms",
-        /// The approximate prefix index's LRU size per pod ([`RouterParams::approx_lru_blocks`]).
-        ApproxLruBlocks => "approx-lru-blocks",
-        /// A scorer's weight in a router config.
-        ScorerWeight => "weight",
-        /// The scorers of a router config.
-        Scorers => "scorers",
-        /// [`RouterParams::load_aware_threshold`].
-        LoadAwareThreshold => "load-aware-threshold",
-        /// [`RouterParams::token_load_threshold`].
-        TokenLoadThreshold => "token-load-threshold",
-        /// [`RouterParams::no_hit_lru_size`].
-        NoHitLruSize => "no-hit-lru-size",
-        /// [`RouterParams::affinity_threshold`].
-        AffinityThreshold => "affinity-threshold",
-        /// [`RouterParams::max_ttft_penalty_ms`].
-        MaxTtftPenaltyMs => "max-ttft-penalty-ms",
-        /// [`RouterParams::peak_prefill_tokens_per_s`].
-        PeakPrefillTokensPerS => "peak-prefill-tokens-per-s",
-        /// [`RouterParams::overlap_score_weight`].
-        OverlapScoreWeight => "overlap-score-weight",
-        /// [`RouterParams::router_temperature`].
-        RouterTemperature => "router-temperature",
-        /// [`RouterParams::cache_threshold`].
-        CacheThreshold => "cache-threshold",
-        /// [`RouterParams::balance_rel_threshold`].
-        BalanceRelThreshold => "balance-rel-threshold",
-        /// [`RouterParams::vllm_beta`].
-        VllmBeta => "vllm-beta",
-        /// [`FleetConfig::index`].
-        Index => "index",
-        /// [`FleetConfig::cache`].
-        Cache => "cache",
-        /// The router's choice (a custom router picked a pod that does not exist).
-        Router => "router",
-        /// [`ScalePolicy::min_pods`].
-        ScaleMin => "scale-min",
-        /// [`ScalePolicy::initial_pods`].
-        ScaleInitial => "scale-initial",
-        /// [`ScalePolicy::interval_ns`].
-        ScaleInterval => "scale-interval",
-        /// [`ScalePolicy::up_milli`].
-        ScaleUpQueue => "scale-up-queue",
-        /// [`ScalePolicy::down_milli`] (must be below `up_milli`).
-        ScaleDownQueue => "scale-down-queue",
-        /// [`ScalePolicy::startup_ns`].
-        ScaleStartup => "scale-startup",
-        /// The vLLM block size (tokens per hashed block).
-        BlockSize => "block-size",
-        /// S, tokens per trace hash id.
-        TraceBlockSize => "trace-block-size",
-        /// [`EngineConfig::max_num_batched_tokens`].
-        MaxNumBatchedTokens => "max-num-batched-tokens",
-        /// [`EngineConfig::max_num_seqs`].
-        MaxNumSeqs => "max-num-seqs",
-        /// The batched engine's fixed step cost.
-        TOverheadNs => "t-overhead-ns",
-        /// The generated workload as a whole.
-        Workload => "workload",
-        /// [`workload::WorkloadSpec::requests`].
-        WorkloadRequests => "workload.requests",
-        /// [`workload::WorkloadSpec::tenants`].
-        WorkloadTenants => "workload.tenants",
-        /// [`workload::WorkloadSpec::users_per_tenant`].
-        WorkloadUsersPerTenant => "workload.users_per_tenant",
-        /// The suffix length range.
-        WorkloadSuffixTokens => "workload.suffix_tokens",
-        /// The output length range.
-        WorkloadOutputTokens => "workload.output_tokens",
-        /// The output length choices.
-        WorkloadOutputTokensChoices => "workload.output_tokens_choices",
-        /// The RAG documents.
-        WorkloadRag => "workload.rag",
-        /// The burst.
-        WorkloadBurst => "workload.burst",
-        /// The popularity law ([`workload::Popularity`]).
-        WorkloadPopularity => "workload.popularity",
-        /// The rate stages ([`workload::Stage`]).
-        WorkloadStages => "workload.stages",
-    }
-}
-
-named_enum! {
-    /// A fixed capacity a run can exhaust ([`Error::CapacityExceeded`]); the host grows the
-    /// buffer behind it and retries, or reports it.
-    pub enum Limit {
-        /// Queued requests tracked per pod ([`FifoServer`]).
-        QueuePerPod => "queue per pod",
-        /// Evictions waiting out the stale delay ([`PendingEvicts`]).
-        PendingEvictions => "pending evictions",
-        /// Distinct keys of the global block index ([`BlockIndex`]).
-        IndexKeys => "index keys",
-        /// Running requests per pod of the batched engine.
-        RequestsPerPod => "requests per pod",
-        /// Prompt keys of the tracked requests per pod of the batched engine.
-        KeysPerPod => "keys per pod",
-        /// The caller's own storage (a sink that cannot grow its vectors).
-        CallerMemory => "host memory",
-    }
-}
-
-named_enum! {
-    /// A quantity whose computation would overflow `u64` ([`Error::Overflow`]).
-    pub enum Quantity {
-        /// A FIFO request's service time (prefill, CPU-tier loads and decode).
-        ServiceTime => "service time",
-        /// A FIFO request's finish time.
-        FinishTime => "finish time",
-        /// A batched step's duration.
-        StepTime => "step time",
-        /// A batched step's end time.
-        StepEndTime => "step end time",
-        /// The autoscaler's next evaluation.
-        AutoscalerEvaluationTime => "autoscaler evaluation time",
-        /// A booting pod's ready time.
-        PodReadyTime => "pod ready time",
-        /// The global index's key count (pods x capacity).
-        IndexSize => "index size",
-    }
-}
+pub use route::{Holders, KeyHolders, Route, RouteView, Router};
+pub use sim::batched::{BatchedBuffers, BatchedFleet, BatchedLayout};
+pub use sim::config::{EngineConfig, FleetConfig};
+pub use sim::defaults;
+pub use sim::fifo::{FifoBuffers, FifoFleet, FifoLayout};
+pub use sim::scale::{ScaleAction, ScalePolicy, ScaleState};
+pub use sim::view::{IndexKind, ViewConfig};
+pub use sim::{Exact, Fleet, FleetEngine, FleetTotals};

@@ -8,11 +8,11 @@ use std::time::Instant;
 
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::{
-    BlockIndex, EngineConfig, FleetConfig, IndexEntry, IndexKind, LruPod, Profile, Request, RouterKind, Slot, keys,
+    BatchedConfig, BlockIndex, FleetConfig, IndexEntry, IndexKind, LruPod, Profile, Request, RouterKind, Slot, keys,
 };
 use serde::Serialize;
 
-use super::run::{OwnedFleet, Summary};
+use super::run::{Batched, Fifo, FifoSizes, OwnedFifo, Summary, with_view};
 use super::trace::{TraceReader, TraceRecord};
 use crate::error::{CliError, CliResult};
 
@@ -116,18 +116,20 @@ impl super::run::RequestSource for LoadedSource<'_> {
     }
 }
 
+/// The FIFO buffers of the dispatch loop: room for the whole trace's queue, no stale view.
+const BENCH_SIZES: FifoSizes = FifoSizes { queue_per_pod: 1 << 16, pending: 0 };
+
 fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> CliResult<Vec<EngineBench>> {
     let mut out = Vec::new();
     let runs = [(RouterKind::RoundRobin, true), (RouterKind::PrefixAware, true), (RouterKind::RoundRobin, false)];
     for (kind, fast_forward) in runs {
-        let cfg = FleetConfig { alpha: 16.0, ..FleetConfig::new(pods, capacity, kind) };
-        let mut e = EngineConfig::new(Profile::Qwen3_32bH100x2);
-        e.fast_forward = fast_forward;
+        let e = BatchedConfig { fast_forward, ..BatchedConfig::new(Profile::Qwen3_32bH100x2) };
+        let cfg = FleetConfig { alpha: 16.0, ..FleetConfig::batched(pods, capacity, kind, e) };
         let mut best = f64::INFINITY;
         let mut summary = None;
         for _ in 0..repeats.max(1) {
             let t = Instant::now();
-            let r = super::engine::simulate_batched(cfg, e, &mut LoadedSource(l), false)?;
+            let r = super::run::simulate::<Batched>(cfg, &mut LoadedSource(l), false)?;
             best = best.min(t.elapsed().as_secs_f64());
             summary = Some(r.summary);
         }
@@ -254,8 +256,8 @@ pub fn run(
     py: &PythonModel,
 ) -> CliResult<BenchReport> {
     for index in [IndexKind::Global, IndexKind::PodTables] {
-        let cfg = FleetConfig { index, ..FleetConfig::new(pods, capacity, RouterKind::PrefixAware) };
-        super::run::check_memory(&cfg, 1 << 16, 0, None, false)?;
+        let cfg = with_view(FleetConfig::new(pods, capacity, RouterKind::PrefixAware), |v| v.index = index);
+        super::run::check_memory(&cfg, BENCH_SIZES, None, false)?;
     }
     let (l, parse_mb_per_s, hash_keys_per_s) = load(&trace, trace_block, repeats)?;
     let touches = l.keys.len() as u64;
@@ -268,14 +270,14 @@ pub fn run(
         (RouterKind::PrefixAware, IndexKind::Global, "prefix-aware (global index)"),
     ];
     for (kind, index, label) in runs {
-        let cfg = FleetConfig { index, ..FleetConfig::new(pods, capacity, kind) };
+        let cfg = with_view(FleetConfig::new(pods, capacity, kind), |v| v.index = index);
         routers.push(dispatch_bench(&l, cfg, repeats, label)?);
     }
     // The shipped presets, per block (the run-length replay serves the seed routers only), with
     // the defaults `fleet replay --router NAME` uses.
     for kind in RouterKind::PRESETS {
         let cfg = FleetConfig::new(pods, capacity, kind);
-        super::run::check_memory(&cfg, 1 << 16, 0, None, false)?;
+        super::run::check_memory(&cfg, BENCH_SIZES, None, false)?;
         routers.push(dispatch_bench(&l, cfg, repeats, kind.name())?);
     }
     let pod_table = table_bench(&l, pods, capacity, repeats)?;
@@ -307,7 +309,7 @@ fn dispatch_bench(l: &Loaded, cfg: FleetConfig, repeats: usize, label: &str) -> 
     let mut best = f64::INFINITY;
     let mut hit_rate = 0.0;
     for _ in 0..repeats.max(1) {
-        let mut owned = OwnedFleet::new(cfg, 1 << 16, 0)?;
+        let mut owned = OwnedFifo::new(cfg, BENCH_SIZES, 1)?;
         let mut fleet = owned.fleet().map_err(super::run::config_error)?;
         let t = Instant::now();
         for (arrival_ns, input, output, range) in &l.reqs {
@@ -317,7 +319,7 @@ fn dispatch_bench(l: &Loaded, cfg: FleetConfig, repeats: usize, label: &str) -> 
                 output_tokens: *output,
                 keys: &l.keys[range.clone()],
             };
-            fleet.dispatch(&req).map_err(|e| CliError::failure(format!("bench dispatch ({label}): {e}")))?;
+            fleet.dispatch(&req, &mut ()).map_err(|e| CliError::failure(format!("bench dispatch ({label}): {e}")))?;
         }
         best = best.min(t.elapsed().as_secs_f64());
         let tot = fleet.totals();
@@ -486,7 +488,7 @@ pub fn sweep_bench(repeats: usize) -> CliResult<SweepBench> {
     let point_s = |p: &PointSpec| -> CliResult<f64> {
         let t = Instant::now();
         let mut src = &workloads[p.workload];
-        super::run::simulate(p.cfg, &mut src, false)?;
+        super::run::simulate::<Fifo>(p.cfg, &mut src, false)?;
         Ok(t.elapsed().as_secs_f64())
     };
     let (mut one, mut many, mut longest) = (f64::INFINITY, f64::INFINITY, 0.0f64);
@@ -692,7 +694,7 @@ impl super::run::RequestSource for HashingSource<'_> {
 fn replay_once(l: &Loaded, cfg: FleetConfig, group: u32) -> CliResult<(f64, Summary)> {
     let mut src = HashingSource { loaded: l, group, own_s: 0.0 };
     let t = Instant::now();
-    let r = super::run::simulate(cfg, &mut src, false)?;
+    let r = super::run::simulate::<Fifo>(cfg, &mut src, false)?;
     Ok((t.elapsed().as_secs_f64() - src.own_s, r.summary))
 }
 

@@ -3,9 +3,13 @@
 use std::path::PathBuf;
 
 use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_TRACE_BLOCK_TOKENS};
-use brokerlab_core::fleet::{CacheMode, Field, FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder, defaults};
+use brokerlab_core::fleet::{
+    CacheMode, EngineConfig, FifoConfig, FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder, ViewConfig,
+    defaults,
+};
 use clap::{Args, Subcommand};
 
+use super::flag::whole;
 use super::progress::OutputArgs;
 use super::{engine, fields, formats, router_config, scenario, shard, trace};
 use crate::error::{CliError, CliResult};
@@ -147,33 +151,6 @@ pub struct MergeArgs {
     /// Output directory: the files a one-machine sweep with this `--out` writes.
     #[arg(long, default_value = "out/sweep")]
     pub out: PathBuf,
-}
-
-/// A whole number of type `T` for a flag; the message says the accepted range (clap names the
-/// flag and the value). Negative numbers reach it (`allow_negative_numbers`) instead of being
-/// taken for a flag.
-pub(super) fn whole<T: TryFrom<u64> + num_max::Max>(s: &str) -> Result<T, String> {
-    s.trim()
-        .parse::<u64>()
-        .ok()
-        .and_then(|v| T::try_from(v).ok())
-        .ok_or_else(|| format!("expected a whole number between 0 and {}", T::MAX_STR))
-}
-
-mod num_max {
-    /// The largest value of an integer type, for messages.
-    pub trait Max {
-        const MAX_STR: &'static str;
-    }
-    impl Max for u32 {
-        const MAX_STR: &'static str = "4294967295";
-    }
-    impl Max for u64 {
-        const MAX_STR: &'static str = "18446744073709551615";
-    }
-    impl Max for usize {
-        const MAX_STR: &'static str = "18446744073709551615";
-    }
 }
 
 fn parse_pods(s: &str) -> Result<usize, String> {
@@ -324,7 +301,7 @@ impl ScaleArgs {
         let Some(min) = self.scale_min else {
             return Ok(None);
         };
-        let p = Self::policy_from(
+        let p = scenario::scale_policy(
             pods,
             min,
             self.scale_initial,
@@ -338,50 +315,6 @@ impl ScaleArgs {
         })?;
         Ok(Some(p))
     }
-
-    /// Builds and checks a policy for `pods` pods from flag or scenario values; errors are
-    /// (field, expected, got), named by the caller through [`fields`].
-    pub fn policy_from(
-        pods: usize,
-        min: u32,
-        initial: Option<u32>,
-        interval_s: f64,
-        up_queue: f64,
-        down_queue: f64,
-        startup_s: f64,
-    ) -> Result<ScalePolicy, (Field, &'static str, String)> {
-        let ns = |v: f64, field| match v {
-            v if (0.0..=1e9).contains(&v) => Ok((v * 1e9).round() as u64),
-            v => Err((field, "seconds between 0 and 1e9", scenario::num(v))),
-        };
-        let milli = |v: f64, field| match v {
-            v if (0.0..=1e6).contains(&v) => Ok((v * 1000.0).round() as u32),
-            v => Err((field, "a mean queue length between 0 and 1e6", scenario::num(v))),
-        };
-        let p = ScalePolicy {
-            min_pods: min,
-            initial_pods: initial.unwrap_or(min),
-            interval_ns: ns(interval_s, Field::ScaleInterval)?,
-            up_milli: milli(up_queue, Field::ScaleUpQueue)?,
-            down_milli: milli(down_queue, Field::ScaleDownQueue)?,
-            startup_ns: ns(startup_s, Field::ScaleStartup)?,
-        };
-        p.validate(pods).map_err(|e| match e {
-            brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
-                let got = match field {
-                    Field::ScaleMin => min.to_string(),
-                    Field::ScaleInitial => p.initial_pods.to_string(),
-                    Field::ScaleInterval => scenario::num(interval_s),
-                    Field::ScaleUpQueue => scenario::num(up_queue),
-                    Field::ScaleStartup => scenario::num(startup_s),
-                    _ => scenario::num(down_queue),
-                };
-                (field, expected, got)
-            }
-            other => (Field::ScaleMin, "a valid policy", other.to_string()),
-        })?;
-        Ok(p)
-    }
 }
 
 fn ms_to_ns(ms: u64, flag: &str) -> CliResult<u64> {
@@ -392,23 +325,28 @@ fn ms_to_ns(ms: u64, flag: &str) -> CliResult<u64> {
 impl FleetArgs {
     /// The core configuration.
     pub fn config(&self) -> CliResult<FleetConfig> {
+        let engine = FifoConfig {
+            t_prefill_ns: self.t_prefill_ns,
+            t_decode_ns: self.t_decode_ns,
+            order: self.order,
+            cpu_capacity_blocks: self.cpu_capacity,
+            t_cpu_ns: self.t_cpu_ns,
+            cache: self.cache,
+        };
+        let view = ViewConfig {
+            index: self.index,
+            stale_delay: self.stale,
+            event_delay_ns: ms_to_ns(self.event_delay_ms, "--event-delay-ms")?,
+            speculative_ttl_ns: ms_to_ns(self.speculative_ttl_ms, "--speculative-ttl-ms")?,
+        };
+        let scale = self.scale.policy(self.pods)?;
         let mut cfg = FleetConfig {
             pods: self.pods,
             capacity_blocks: self.capacity,
             router: self.router.unwrap_or(RouterKind::Custom),
             alpha: self.alpha,
-            stale_delay: self.stale,
-            order: self.order,
-            t_prefill_ns: self.t_prefill_ns,
-            t_decode_ns: self.t_decode_ns,
-            index: self.index,
-            cpu_capacity_blocks: self.cpu_capacity,
-            t_cpu_ns: self.t_cpu_ns,
-            scale: self.scale.policy(self.pods)?,
-            cache: self.cache,
             routing: None,
-            event_delay_ns: ms_to_ns(self.event_delay_ms, "--event-delay-ms")?,
-            speculative_ttl_ns: ms_to_ns(self.speculative_ttl_ms, "--speculative-ttl-ms")?,
+            engine: EngineConfig::Fifo { engine, view, scale },
         };
         // A trace replay has no scenario seed: the shipped routers' RNG starts from 0.
         router_config::apply(&mut cfg, self.router_config.as_deref(), 0)?;

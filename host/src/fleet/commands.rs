@@ -6,10 +6,10 @@ use std::path::Path;
 use brokerlab_core::fleet::FleetConfig;
 
 use super::progress::{Progress, Tracked, Unit};
-use super::run::{self, TraceSource, render_table, simulate};
+use super::run::{self, Batched, Fifo, RunSummary, TraceSource};
 use super::{
     FleetCmd, MergeArgs, SweepArgs, bench, check_trace_block, engine, experiments, formats, route_bench, router_config,
-    scenario, shard, sweep, sweep_batched, sweep_values,
+    scenario, shard, sweep, sweep_values,
 };
 use crate::error::{CliError, CliResult};
 use crate::provenance::Provenance;
@@ -31,7 +31,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             cfg.validate().map_err(run::config_error)?;
             let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
             if format != formats::Format::Mooncake {
-                return formats::replay(a, format, cfg);
+                return super::replay::format(a, format, cfg);
             }
             formats::only_token_hash(&a.hash, format)?;
             let trace_block_size = a.trace_block_size.unwrap_or(512);
@@ -45,14 +45,18 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let mut prov = Provenance::of_this_run(a.output.no_date);
             prov.add_file("trace", &a.trace)?;
             router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
-            let engine = a.engine.resolve(None)?.map(|e| (e, a.engine.outcomes.as_deref()));
-            let title = format!("trace {}", a.trace.display());
             let out = Output {
                 json: a.json.then_some(&prov),
-                title: &title,
+                title: &format!("trace {}", a.trace.display()),
                 pipeline: pipeline(&a.fleet.router_config, &cfg),
+                outcomes: a.engine.outcomes.as_deref(),
+                format: None,
             };
-            run_print(cfg, engine, (&mut src, Unit::TraceBytes), progress, out)
+            let cfg = match a.engine.resolve(None)? {
+                Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
+                None => cfg,
+            };
+            run_print(cfg, (&mut src, Unit::TraceBytes), progress, out)
         }
         FleetCmd::Run(a) => {
             crate::mem::set_budget(a.mem.max_memory);
@@ -74,15 +78,19 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let mut prov = Provenance::of_this_run(a.output.no_date);
             prov.add_file("scenario", &a.scenario)?;
             router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
-            let engine = a.engine.resolve(sc.engine.as_ref())?.map(|e| (e, a.engine.outcomes.as_deref()));
-            if let Some((e, _)) = &engine {
+            let out = Output {
+                json: a.json.then_some(&prov),
+                title: &format!("scenario {} ({})", sc.name, a.scenario.display()),
+                pipeline: pipeline(&a.router_config, &cfg),
+                outcomes: a.engine.outcomes.as_deref(),
+                format: None,
+            };
+            let cfg = match a.engine.resolve(sc.engine.as_ref())? {
                 // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
-                brokerlab_core::fleet::batched::validate(&cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
-            }
-            let title = format!("scenario {} ({})", sc.name, a.scenario.display());
-            let out =
-                Output { json: a.json.then_some(&prov), title: &title, pipeline: pipeline(&a.router_config, &cfg) };
-            run_print(cfg, engine, (&mut src, Unit::Requests), progress, out)
+                Some(e) => engine::batched(cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?,
+                None => cfg,
+            };
+            run_print(cfg, (&mut src, Unit::Requests), progress, out)
         }
         FleetCmd::GenTrace(a) => {
             crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
@@ -156,11 +164,56 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
 }
 
 /// How a run's result is printed: one JSON object with the provenance `json`, or a table under
-/// `title`; `pipeline` describes a `--router-config` router.
-struct Output<'a> {
-    json: Option<&'a Provenance>,
-    title: &'a str,
-    pipeline: Option<String>,
+/// `title`; `pipeline` describes a `--router-config` router; `outcomes`: the file for the batched
+/// engine's per-request lines.
+pub(super) struct Output<'a> {
+    pub(super) json: Option<&'a Provenance>,
+    pub(super) title: &'a str,
+    pub(super) pipeline: Option<String>,
+    pub(super) outcomes: Option<&'a Path>,
+    /// The trace format, named first in JSON (formats other than Mooncake).
+    pub(super) format: Option<&'static str>,
+}
+
+impl Output<'_> {
+    /// Writes the per-request lines when asked (`more`: a request's extra fields), then prints
+    /// `summary` (with `extra` beside it in JSON, under it in a table).
+    pub(super) fn print<X: serde::Serialize>(
+        self,
+        res: &mut run::RunResult,
+        more: Option<&dyn Fn(u64) -> String>,
+        extra: Option<(&X, String)>,
+    ) -> CliResult<i32> {
+        if let Some(path) = self.outcomes {
+            run::outcomes::write_outcomes(path, &res.completions, more)?;
+        }
+        res.summary.set_pipeline(self.pipeline);
+        match self.json {
+            Some(prov) => {
+                /// The JSON of a run: the format (other formats than Mooncake), the summary, the
+                /// breakdown (Bailian).
+                #[derive(serde::Serialize)]
+                struct With<'a, X> {
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    format: Option<&'static str>,
+                    #[serde(flatten)]
+                    summary: &'a RunSummary,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    breakdown: Option<&'a X>,
+                }
+                let with = With { format: self.format, summary: &res.summary, breakdown: extra.as_ref().map(|e| e.0) };
+                say!("{}", prov.json_with(&with))
+            }
+            None => {
+                say!("{}", self.title);
+                say_raw!("{}", res.summary.render());
+                if let Some((_, text)) = extra {
+                    say_raw!("{text}");
+                }
+            }
+        }
+        Ok(0)
+    }
 }
 
 /// The one-line description of the router of a `--router-config` run (None without one).
@@ -168,65 +221,18 @@ fn pipeline(router_config: &Option<std::path::PathBuf>, cfg: &FleetConfig) -> Op
     router_config.as_ref().and_then(|_| router_config::describe(cfg))
 }
 
-/// Runs `src` (counted in `unit` on `progress`) through the FIFO fleet or, with `engine`, the
-/// batched engine (and the file for its per-request lines), and prints the result as `out`
-/// says. Shared by `fleet replay` and `fleet run`.
+/// Runs `src` (counted in `unit` on `progress`) through a fleet of `cfg`'s engine and prints the
+/// result as `out` says. Shared by `fleet replay` and `fleet run`.
 fn run_print(
     cfg: FleetConfig,
-    engine: Option<(brokerlab_core::fleet::EngineConfig, Option<&Path>)>,
     (src, unit): (&mut dyn run::RequestSource, Unit),
     progress: Progress,
     out: Output<'_>,
 ) -> CliResult<i32> {
     let mut tracked = Tracked { inner: src, progress: &progress, unit };
-    if let Some((e, outcomes)) = engine {
-        let res = engine_run(cfg, e, &mut tracked, outcomes, false);
-        progress.finish();
-        let mut res = res?;
-        res.summary.pipeline = out.pipeline;
-        return engine_print(&res, out.json, out.title);
-    }
-    let res = simulate(cfg, &mut tracked, false);
+    let res = run::simulate_any(cfg, &mut tracked, out.outcomes.is_some());
     progress.finish();
-    let mut res = res?;
-    res.summary.pipeline = out.pipeline;
-    match out.json {
-        Some(prov) => say!("{}", prov.json_with(&res.summary)),
-        None => {
-            say!("{}", out.title);
-            say_raw!("{}", render_table(&res.summary));
-        }
-    }
-    Ok(0)
-}
-
-/// Runs the batched engine (`--engine batched`); with `outcomes`, writes the per-request lines;
-/// the completions are kept in the result with `outcomes` or `keep`.
-pub(super) fn engine_run(
-    cfg: FleetConfig,
-    e: brokerlab_core::fleet::EngineConfig,
-    src: &mut dyn run::RequestSource,
-    outcomes: Option<&Path>,
-    keep: bool,
-) -> CliResult<engine::BatchedResult> {
-    brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(run::config_error)?;
-    let res = engine::simulate_batched(cfg, e, src, keep || outcomes.is_some())?;
-    if let Some(path) = outcomes {
-        engine::write_outcomes(path, &res.completions, None)?;
-    }
-    Ok(res)
-}
-
-/// Prints a batched run; `json` carries the provenance.
-fn engine_print(res: &engine::BatchedResult, json: Option<&Provenance>, title: &str) -> CliResult<i32> {
-    match json {
-        Some(prov) => say!("{}", prov.json_with(&res.summary)),
-        None => {
-            say!("{title}");
-            say_raw!("{}", engine::render_batched(&res.summary));
-        }
-    }
-    Ok(0)
+    out.print::<()>(&mut res?, None, None)
 }
 
 /// Checks the memory budget of a sweep: its workloads plus one fleet per worker thread (the
@@ -237,10 +243,12 @@ fn check_sweep_memory(gens: &[scenario::Generated], specs: &[sweep::PointSpec], 
     let mut largest: Vec<crate::mem::Need> = Vec::new();
     let mut largest_total = 0u64;
     for p in specs {
-        let queue = 4096;
-        let pending = if p.cfg.stale_delay > 0 { ((p.cfg.stale_delay as usize + 1) * 256).min(1 << 20) } else { 0 };
-        let l = brokerlab_core::fleet::FleetLayout::new(&p.cfg, queue, pending).map_err(run::config_error)?;
-        let needs = crate::audit::fleet_needs(&p.cfg, &l);
+        // the batched engine's buffers grow from small; the FIFO engine's are counted at the start
+        let Some(_) = p.cfg.fifo() else { continue };
+        let s = run::FifoSizes::of(&p.cfg);
+        let l =
+            brokerlab_core::fleet::FifoLayout::new(&p.cfg, s.queue_per_pod, s.pending).map_err(run::config_error)?;
+        let needs = crate::fleet::run::sizes::fleet_needs(&p.cfg, &l);
         let total = needs.iter().map(|n| n.bytes).sum::<u64>();
         if total > largest_total {
             (largest, largest_total) = (needs, total);
@@ -264,16 +272,23 @@ fn check_sweep_memory(gens: &[scenario::Generated], specs: &[sweep::PointSpec], 
 
 fn merge_cmd(a: MergeArgs) -> CliResult<i32> {
     let parts = shard::read_all(&a.dirs)?;
-    let text = if parts[0].1.engine == "batched" {
-        let m = shard::merge::<sweep_batched::BatchedPoint>(parts, &a.out)?;
-        shard::write_batched(&a.out, &m.scenario_name, &m.param, &m.points, &m.provenance)?
+    let text = if parts[0].1.engine == <run::BatchedSummary as sweep::SweepSummary>::ENGINE {
+        merge_write::<run::BatchedSummary>(parts, &a.out)?
     } else {
-        let m = shard::merge::<sweep::Point>(parts, &a.out)?;
-        shard::write_fifo(&a.out, &m.scenario_name, &m.param, &m.points, &m.provenance)?
+        merge_write::<run::Summary>(parts, &a.out)?
     };
     sweep::commit_files()?;
     say_raw!("{text}");
     Ok(0)
+}
+
+/// Puts the shards' points back in order and writes the files one sweep writes.
+fn merge_write<S: sweep::SweepSummary>(
+    parts: Vec<(std::path::PathBuf, shard::Partial)>,
+    out: &Path,
+) -> CliResult<String> {
+    let m = shard::merge::<sweep::Point<S>>(parts, out)?;
+    shard::write_points(out, &m.scenario_name, m.param, &m.points, &m.provenance)
 }
 
 fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
@@ -281,12 +296,18 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     crate::outfile::check_output_dir("--out", &a.out, &[("the scenario", a.scenario.as_path())])?;
     let sc = scenario::Scenario::load(&a.scenario)?;
     let engine = a.engine.resolve(sc.engine.as_ref())?;
-    if let Some(e) = &engine {
+    if let Some(e) = engine {
         // the scenario's keys (`fleet.cache`, `fleet.index`, ...) named as in the file
-        brokerlab_core::fleet::batched::validate(&sc.fleet, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
+        engine::batched(sc.fleet, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
     }
-    let (gens, values) = sweep_values(&sc, &a)?;
-    let specs = sweep::for_each_router(&values);
+    let sweep_values::Values { gens, values, param } = sweep_values(&sc, &a)?;
+    let mut specs = sweep::for_each_router(&values);
+    if let Some(e) = engine {
+        // each point's values (`--param stale` ...) named as flags
+        for p in &mut specs {
+            p.cfg = engine::batched(p.cfg, e).map_err(run::config_error)?;
+        }
+    }
     check_sweep_memory(&gens, &specs, a.threads)?;
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file("scenario", &a.scenario)?;
@@ -296,25 +317,15 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
         let mine: Vec<sweep::PointSpec> = idx.iter().map(|&k| specs[k].clone()).collect();
         let p = Progress::new(
             a.output.quiet,
-            &format!("sweep {} shard {}", a.param, sh.index),
+            &format!("sweep {param} shard {}", sh.index),
             Unit::Points,
             Some(mine.len() as u64),
         );
-        let kind = if engine.is_some() { "batched" } else { "fifo" };
-        let id = shard::sweep_id(&prov.inputs, &a.param, engine.as_ref(), &specs);
+        let id = shard::sweep_id(&prov.inputs, param, engine.as_ref(), &specs);
+        let args = ShardArgs { out: &a.out, shard: sh, id, prov: &prov, name: &sc.name, param, threads: a.threads };
         match engine {
-            Some(e) => {
-                let points = sweep_batched::run_points(&a.param, &gens, &mine, e, a.threads, &p);
-                p.finish();
-                let points: Vec<_> = idx.into_iter().zip(points?).collect();
-                shard::write_partial(&a.out, sh, id, &prov, &sc.name, &a.param, kind, &points)?;
-            }
-            None => {
-                let points = sweep::run_points(&a.param, &gens, &mine, a.threads, &p);
-                p.finish();
-                let points: Vec<_> = idx.into_iter().zip(points?).collect();
-                shard::write_partial(&a.out, sh, id, &prov, &sc.name, &a.param, kind, &points)?;
-            }
+            Some(_) => run_shard::<Batched>(&args, &gens, &idx, &mine, p)?,
+            None => run_shard::<Fifo>(&args, &gens, &idx, &mine, p)?,
         }
         sweep::commit_files()?;
         say!(
@@ -328,20 +339,60 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
         );
         return Ok(0);
     }
-    let progress = Progress::new(a.output.quiet, &format!("sweep {}", a.param), Unit::Points, Some(specs.len() as u64));
+    let progress = Progress::new(a.output.quiet, &format!("sweep {param}"), Unit::Points, Some(specs.len() as u64));
     let text = match engine {
-        Some(e) => {
-            let points = sweep_batched::run_points(&a.param, &gens, &specs, e, a.threads, &progress);
-            progress.finish();
-            shard::write_batched(&a.out, &sc.name, &a.param, &points?, &prov)?
-        }
-        None => {
-            let points = sweep::run_points(&a.param, &gens, &specs, a.threads, &progress);
-            progress.finish();
-            shard::write_fifo(&a.out, &sc.name, &a.param, &points?, &prov)?
-        }
+        Some(_) => run_sweep::<Batched>(&a, param, &sc.name, &gens, &specs, &prov, progress)?,
+        None => run_sweep::<Fifo>(&a, param, &sc.name, &gens, &specs, &prov, progress)?,
     };
     sweep::commit_files()?;
     say_raw!("{text}");
     Ok(0)
+}
+
+/// A sweep's points under engine `K`, written as one sweep writes them.
+fn run_sweep<K: run::HostEngine>(
+    a: &SweepArgs,
+    param: sweep::SweepParam,
+    name: &str,
+    gens: &[scenario::Generated],
+    specs: &[sweep::PointSpec],
+    prov: &Provenance,
+    progress: Progress,
+) -> CliResult<String>
+where
+    K::Summary: sweep::SweepSummary,
+{
+    let points = sweep::run_points::<K>(param, gens, specs, a.threads, &progress);
+    progress.finish();
+    shard::write_points(&a.out, name, param, &points?, prov)
+}
+
+/// Where a shard's results go and what names it.
+struct ShardArgs<'a> {
+    out: &'a Path,
+    shard: shard::Shard,
+    id: shard::SweepId,
+    prov: &'a Provenance,
+    name: &'a str,
+    param: sweep::SweepParam,
+    threads: usize,
+}
+
+/// This shard's points (`mine`, at `idx` in the whole sweep) under engine `K`, written to its
+/// `partial.json`.
+fn run_shard<K: run::HostEngine>(
+    a: &ShardArgs<'_>,
+    gens: &[scenario::Generated],
+    idx: &[usize],
+    mine: &[sweep::PointSpec],
+    progress: Progress,
+) -> CliResult<()>
+where
+    K::Summary: sweep::SweepSummary,
+{
+    let points = sweep::run_points::<K>(a.param, gens, mine, a.threads, &progress);
+    progress.finish();
+    let points: Vec<_> = idx.iter().copied().zip(points?).collect();
+    let kind = <K::Summary as sweep::SweepSummary>::ENGINE;
+    shard::write_partial(a.out, a.shard, a.id.clone(), a.prov, a.name, a.param, kind, &points)
 }

@@ -2,19 +2,18 @@
 //! as a closed loop: a session's next turn arrives `delay` after its previous turn COMPLETES in
 //! the simulation, as in aisimulate-core 0.13.0 (`src/replay/loadgen/driver.rs`, `resolve_turn`),
 //! the replay library of dynamo-mocker 1.6.1. Arrivals depend on simulated finish times, so this
-//! drives the fleet itself instead of streaming requests to `run::simulate`, and holds the trace
-//! in memory (the sessions' turns).
+//! drives the fleet itself (one closed loop for either engine) instead of streaming requests to
+//! `run::simulate`, and holds the trace in memory (the sessions' turns).
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::path::{Path, PathBuf};
 
 use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
-use brokerlab_core::fleet::{EngineConfig, Error as CoreError, FleetConfig, Limit, Request, keys};
+use brokerlab_core::fleet::{Error as CoreError, FleetConfig, Request, keys};
 
-use super::engine::BatchedResult;
 use super::formats::{Fields, Lines, fields, int_array, ns_field, u64_field};
-use super::run::{OwnedFleet, RunResult, check_memory_runs, config_error, summarize};
+use super::run::{HostEngine, Ran, Shape, drive};
 use crate::error::{CliError, CliResult};
 
 /// One turn of a session.
@@ -224,6 +223,9 @@ fn held_needs(trace: &Trace, per_request: u64) -> Vec<crate::mem::Need> {
     ]
 }
 
+/// The (session, turn) of each request of a replay, by dispatch index.
+pub type TurnOf = Vec<(u32, u32)>;
+
 /// The turn as a request arriving at `arrival_ns`, its block keys (trace ids of `s` tokens) hashed
 /// into `keys_buf`; the error names what is wrong, the caller adds the file and line.
 fn turn_request<'k>(t: &Turn, arrival_ns: u64, s: u32, keys_buf: &'k mut Vec<u64>) -> Result<Request<'k>, CoreError> {
@@ -232,82 +234,29 @@ fn turn_request<'k>(t: &Turn, arrival_ns: u64, s: u32, keys_buf: &'k mut Vec<u64
     Ok(Request { arrival_ns, input_tokens: t.input_length, output_tokens: t.output_length, keys: keys_buf })
 }
 
-/// Replays `trace` in closed loop through a fleet of `cfg`: every session's first turn is ready at
-/// its timestamp; turn k+1 is ready at turn k's simulated finish plus its delay; ready turns are
-/// dispatched in (ready time, session order) order. On a full internal buffer the run restarts
-/// with a larger one (deterministic, so the result is the same).
-pub fn simulate(cfg: FleetConfig, trace: &Trace, path: &Path, s: u32, keep_outcomes: bool) -> CliResult<RunResult> {
-    let mut queue_per_pod = 4096usize;
-    let mut pending = if cfg.stale_delay > 0 { ((cfg.stale_delay as usize + 1) * 256).min(1 << 20) } else { 0 };
-    let n = trace.requests();
-    let at = |t: &Turn| format!("{}:{}", PathBuf::from(path).display(), t.line);
-    loop {
-        check_memory_runs(&cfg, queue_per_pod, pending, Some(n), keep_outcomes, 1, &held_needs(trace, 0))?;
-        let mut owned = OwnedFleet::new(cfg, queue_per_pod, pending)?;
-        let mut fleet = owned.fleet().map_err(config_error)?;
-        let mut latencies = Vec::new();
-        crate::mem::try_grow(&mut latencies, n as usize, "the latencies (8 bytes per request)")?;
-        let mut outcomes = Vec::new();
-        let mut ready: BinaryHeap<Reverse<(u64, usize, usize)>> =
-            trace.sessions.iter().enumerate().map(|(si, turns)| Reverse((turns[0].at_ns, si, 0))).collect();
-        let mut keys_buf = Vec::new();
-        let mut full = None;
-        while let Some(Reverse((arrival_ns, si, ti))) = ready.pop() {
-            let t = &trace.sessions[si][ti];
-            let req = turn_request(t, arrival_ns, s, &mut keys_buf)
-                .map_err(|e| CliError::bad_input(format!("{}: {e}", at(t))))?;
-            let out = match fleet.dispatch(&req) {
-                Ok(out) => out,
-                Err(CoreError::CapacityExceeded { limit, .. }) => {
-                    full = Some(limit);
-                    break;
-                }
-                Err(e) => return Err(CliError::bad_input(format!("{}: {e}", at(t)))),
-            };
-            latencies.push(out.latency_ns());
-            if keep_outcomes {
-                if outcomes.len() == outcomes.capacity() {
-                    let extra = outcomes.len().max(1024);
-                    crate::mem::try_grow(&mut outcomes, extra, "the per-request outcomes")?;
-                }
-                outcomes.push(out);
-            }
-            if let Some(next) = trace.sessions[si].get(ti + 1) {
-                let when = out.finish_ns.checked_add(next.at_ns).ok_or_else(|| {
-                    CliError::bad_input(format!("{}: the turn's arrival overflows 64-bit nanoseconds", at(next)))
-                })?;
-                ready.push(Reverse((when, si, ti + 1)));
-            }
-        }
-        match full {
-            Some(Limit::QueuePerPod) => queue_per_pod *= 2,
-            Some(Limit::PendingEvictions) => pending = (pending * 2).max(1024),
-            Some(limit) => return Err(crate::error::FleetError::Limit(limit).into()),
-            None => return Ok(RunResult { summary: summarize(&fleet, latencies), outcomes }),
-        }
-    }
-}
-
-/// Replays `trace` in closed loop through batched engines (`--engine batched`): as
-/// [`simulate`], with a turn's completion the time its last output token is produced. The fleet
-/// runs its steps in order of start ([`brokerlab_core::fleet::BatchedFleet::advance_next`]) and
-/// stops at each completion, so a next turn it makes ready is dispatched before any step that
-/// starts after its arrival. With `keep`, the completions are kept (`--outcomes`). Returns the
-/// result and the (session, turn) of each request, by dispatch index.
-pub fn simulate_batched(
+/// Replays `trace` in closed loop through a fleet of `cfg` (engine `K`): every session's first
+/// turn is ready at its timestamp; turn k+1 is ready at turn k's simulated finish plus its delay;
+/// ready turns are dispatched in (ready time, session order) order. The fleet runs its events in
+/// order of start ([`brokerlab_core::fleet::Fleet::advance_next`]: the batched engine's steps;
+/// the FIFO engine has none, its completions come at dispatch) and stops at each completion, so
+/// a next turn it makes ready is dispatched before any step that starts after its arrival. With
+/// `keep`, what each request did is kept. Returns the result and the (session, turn) of each
+/// request, by dispatch index. On a full internal buffer the run restarts with a larger one
+/// (deterministic, so the result is the same).
+pub fn simulate<K: HostEngine>(
     cfg: FleetConfig,
-    engine: EngineConfig,
     trace: &Trace,
     path: &Path,
     s: u32,
     keep: bool,
-) -> CliResult<(BatchedResult, Vec<(u32, u32)>)> {
+) -> CliResult<(Ran<K::Summary>, TurnOf)> {
     let at = |t: &Turn| format!("{}:{}", PathBuf::from(path).display(), t.line);
     let n = trace.requests();
     let held = held_needs(trace, std::mem::size_of::<(u32, u32)>() as u64);
+    let run = Shape { keep, closed_loop: true, group_blocks: 1, requests: Some(n), held: &held, ..Shape::default() };
     // (session, turn) of each request, by dispatch index (Completion::request)
-    let mut turn_of: Vec<(u32, u32)> = Vec::new();
-    let res = super::engine::drive_batched(cfg, engine, keep, true, None, &held, &mut |d| {
+    let mut turn_of: TurnOf = Vec::new();
+    let res = drive::<K>(cfg, &run, &mut |d| {
         let mut ready: BinaryHeap<Reverse<(u64, usize, usize)>> =
             trace.sessions.iter().enumerate().map(|(si, turns)| Reverse((turns[0].at_ns, si, 0))).collect();
         turn_of.clear();
@@ -316,10 +265,9 @@ pub fn simulate_batched(
         let failure = |e: CoreError| CliError::failure(e.to_string());
         loop {
             let next_ns = ready.peek().map_or(u64::MAX, |r| r.0.0);
-            // Steps that start before the next arrival, up to the first that finishes a request.
+            // Events that start before the next arrival, up to the first that completes a request.
             while !d.sink.has_fresh() {
-                let r = d.fleet.advance_next(next_ns, d.sink);
-                if !d.check(r).map_err(failure)? {
+                if !d.advance_next(next_ns).map_err(failure)? {
                     break;
                 }
             }
@@ -344,9 +292,9 @@ pub fn simulate_batched(
             let t = &trace.sessions[si][ti];
             let req = turn_request(t, arrival_ns, s, &mut keys_buf)
                 .map_err(|e| CliError::bad_input(format!("{}: {e}", at(t))))?;
-            let r = d.fleet.dispatch(&req, d.sink);
-            d.check(r).map_err(|e| CliError::bad_input(format!("{}: {e}", at(t))))?;
+            // recorded first: a FIFO engine completes the request within the dispatch
             turn_of.push((si as u32, ti as u32));
+            d.dispatch(&req).map_err(|e| CliError::bad_input(format!("{}: {e}", at(t))))?;
         }
         Ok(())
     })?;

@@ -9,11 +9,13 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
-use brokerlab_core::fleet::{EngineConfig, Error as CoreError, FleetConfig, Profile, Request, RouterKind, keys};
+use brokerlab_core::fleet::{
+    BatchedConfig, Error as CoreError, FleetConfig, Profile, Request, RouterKind, StepCost, keys,
+};
 use serde::Serialize;
 
-use super::engine::{BatchedSummary, simulate_batched};
-use super::run::{RequestSource, Summary, simulate};
+use super::engine::batched;
+use super::run::{Batched, BatchedSummary, Fifo, RequestSource, Summary, config_error, simulate};
 use super::scenario::Scenario;
 use super::trace::TraceReader;
 use crate::error::{CliError, CliResult};
@@ -39,8 +41,8 @@ pub const ENGINE_POINTS: u64 = 6;
 
 /// The batched engine's settings for both workloads: vLLM's H100 defaults (S 1024, M 8192) and
 /// the default profile.
-pub fn engine_config() -> EngineConfig {
-    EngineConfig::new(Profile::Qwen3_32bH100x2)
+pub fn engine_config() -> BatchedConfig {
+    BatchedConfig::new(Profile::Qwen3_32bH100x2)
 }
 
 /// A trace held in memory: (arrival ns, L, O, key range) per request.
@@ -154,9 +156,9 @@ pub fn run(
         let cfg = FleetConfig { router: r, ..llmd.fleet };
         let fifo = match llmd_fifo(r) {
             Some(s) => s,
-            None => simulate(cfg, &mut &g, false)?.summary,
+            None => simulate::<Fifo>(cfg, &mut &g, false)?.summary,
         };
-        let batched = simulate_batched(cfg, e, &mut &g, false)?.summary;
+        let batched = simulate::<Batched>(batched(cfg, e).map_err(config_error)?, &mut &g, false)?.summary;
         inc();
         runs.push(EngineRun { workload: "llm-d".into(), router: r, alpha: cfg.alpha, fifo, batched });
     }
@@ -166,9 +168,9 @@ pub fn run(
     for r in ENGINE_ROUTERS {
         let mut cfg = FleetConfig::new(CONVERSATION_PODS, CONVERSATION_CAPACITY, r);
         cfg.alpha = CONVERSATION_ALPHA;
-        let fifo = simulate(cfg, &mut &trace, false)?.summary;
+        let fifo = simulate::<Fifo>(cfg, &mut &trace, false)?.summary;
         inc();
-        let batched = simulate_batched(cfg, e, &mut &trace, false)?.summary;
+        let batched = simulate::<Batched>(batched(cfg, e).map_err(config_error)?, &mut &trace, false)?.summary;
         inc();
         runs.push(EngineRun { workload: "conversation".into(), router: r, alpha: cfg.alpha, fifo, batched });
     }
@@ -269,6 +271,7 @@ fn times(a: Option<f64>, b: Option<f64>) -> String {
 /// "What changes and why", one paragraph per workload, formatted from the results (Markdown).
 pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
     let e = engine_config();
+    let StepCost::Linear(cost) = e.cost;
     let mut out = Vec::new();
     let (Some(lrr), Some(lpa)) = (c.get("llm-d", RouterKind::RoundRobin), c.get("llm-d", RouterKind::PrefixAware))
     else {
@@ -278,8 +281,8 @@ pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
     let prompt = w.prefix_tokens as f64 + (w.suffix_min_tokens + w.suffix_max_tokens) as f64 / 2.0;
     // All-miss service time per request: FIFO prefill x L; batched: the per-token cost plus the
     // step overhead spread over a full step of M tokens.
-    let fifo_s = prompt * llmd.fleet.t_prefill_ns as f64 / 1e9;
-    let per_token_ns = e.cost.t_prefill_token_ns as f64 + e.cost.t_overhead_ns as f64 / e.max_num_batched_tokens as f64;
+    let fifo_s = prompt * llmd.fifo().t_prefill_ns as f64 / 1e9;
+    let per_token_ns = cost.t_prefill_token_ns as f64 + cost.t_overhead_ns as f64 / e.max_num_batched_tokens as f64;
     let batched_s = prompt * per_token_ns / 1e9;
     let pods = llmd.fleet.pods as f64;
     let rate = w.rate_milli_per_s as f64 / 1e3;
@@ -304,10 +307,10 @@ pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
         w.output_min_tokens,
         w.output_max_tokens,
         e.max_num_batched_tokens,
-        e.cost.t_overhead_ns as f64 / 1e6,
-        e.cost.t_prefill_token_ns as f64 / 1e3,
+        cost.t_overhead_ns as f64 / 1e6,
+        cost.t_prefill_token_ns as f64 / 1e3,
         per_token_ns / 1e3,
-        llmd.fleet.t_prefill_ns as f64 / 1e3,
+        llmd.fifo().t_prefill_ns as f64 / 1e3,
         pods / batched_s,
         llmd.fleet.pods,
         prompt,

@@ -9,12 +9,12 @@
 use std::fmt::Write as _;
 
 use brokerlab_core::fleet::stats::nearest_rank_index;
-use brokerlab_core::fleet::{Completion, EngineConfig, FleetConfig, RouterKind, RouterSpec};
+use brokerlab_core::fleet::{BatchedConfig, Completion, FleetConfig, RouterKind, RouterSpec};
 use serde::Serialize;
 
-use super::engine::{BatchedSummary, simulate_batched};
+use super::engine::batched;
 use super::engine_report::{self, MemTrace, thousands};
-use super::run::{Summary, simulate};
+use super::run::{Batched, BatchedSummary, Fifo, Summary, config_error, simulate};
 use super::scenario::{Generated, Scenario};
 use crate::error::{CliError, CliResult};
 
@@ -327,7 +327,7 @@ pub fn scenario(divisor: u64) -> CliResult<Scenario> {
 }
 
 /// The batched engine's settings of the scenario.
-pub fn engine(sc: &Scenario) -> CliResult<EngineConfig> {
+pub fn engine(sc: &Scenario) -> CliResult<BatchedConfig> {
     let settings = sc.engine.clone().ok_or_else(|| CliError::failure(format!("{SCENARIO_NAME}: no [fleet.engine]")))?;
     settings.config(&|k| format!("{SCENARIO_NAME}: `fleet.engine.{k}`"))
 }
@@ -347,7 +347,7 @@ pub fn run_scaled(stage_divisor: u64, trace_divisor: u64, inc: &dyn Fn()) -> Cli
     let mut ramp = Vec::new();
     for p in Preset::ALL {
         let cfg = p.fleet(sc.fleet, sc.workload.seed);
-        let res = simulate_batched(cfg, e, &mut &g, true)?;
+        let res = simulate::<Batched>(batched(cfg, e).map_err(config_error)?, &mut &g, true)?;
         ramp.push(ramp_run(p, &sc, res.summary, &res.completions));
         inc();
     }
@@ -363,9 +363,9 @@ pub fn run_scaled(stage_divisor: u64, trace_divisor: u64, inc: &dyn Fn()) -> Cli
             s.params.seed = TRACE_ROUTER_SEED;
             s
         });
-        let summary = simulate_batched(cfg, ce, &mut &trace, false)?.summary;
+        let summary = simulate::<Batched>(batched(cfg, ce).map_err(config_error)?, &mut &trace, false)?.summary;
         let fifo_cfg = FleetConfig { capacity_blocks: TRACE_FIFO_CAPACITY, ..cfg };
-        let fifo = simulate(fifo_cfg, &mut &trace, false)?.summary;
+        let fifo = simulate::<Fifo>(fifo_cfg, &mut &trace, false)?.summary;
         runs.push(TraceRun { label, summary, fifo });
         inc();
     }

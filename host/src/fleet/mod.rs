@@ -7,6 +7,7 @@ pub mod engine;
 pub mod engine_report;
 pub mod experiments;
 pub mod fields;
+pub mod flag;
 pub mod formats;
 pub mod input;
 pub mod llmd;
@@ -27,8 +28,9 @@ pub mod trace;
 // `fleet::FleetArgs`, `fleet::main`, `fleet::sweep_values`.
 mod cli;
 mod commands;
+mod replay;
 mod sweep_values;
 
 pub use cli::*;
 pub use commands::main;
-pub use sweep_values::{SweepValue, sweep_values};
+pub use sweep_values::{SweepValue, Values, sweep_values};

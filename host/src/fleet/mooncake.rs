@@ -11,7 +11,7 @@ use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::{CacheMode, FleetConfig, RouterKind};
 use serde::Serialize;
 
-use super::run::{EmbeddedTrace, Summary, simulate};
+use super::run::{EmbeddedTrace, Fifo, Summary, simulate, with_fifo};
 use crate::error::CliResult;
 use crate::provenance::Provenance;
 
@@ -116,13 +116,13 @@ impl MooncakeTrace {
 }
 
 fn cfg(router: RouterKind, alpha: f64, cache: CacheMode) -> FleetConfig {
-    FleetConfig { alpha, cache, ..FleetConfig::new(PODS, BLOCKS_PER_POD, router) }
+    with_fifo(FleetConfig { alpha, ..FleetConfig::new(PODS, BLOCKS_PER_POD, router) }, |f| f.cache = cache)
 }
 
 fn one(trace: usize, router: RouterKind, alpha: f64, cache: CacheMode) -> CliResult<MooncakeRun> {
     let mut src =
         EmbeddedTrace { name: TRACE_NAMES[trace], bytes: TRACE_BYTES[trace], trace_block_tokens: TRACE_BLOCK_TOKENS };
-    let summary = simulate(cfg(router, alpha, cache), &mut src, false)?.summary;
+    let summary = simulate::<Fifo>(cfg(router, alpha, cache), &mut src, false)?.summary;
     Ok(MooncakeRun { cache: cache.name().into(), router, alpha, summary })
 }
 

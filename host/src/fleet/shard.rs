@@ -23,8 +23,8 @@ use sha2::{Digest, Sha256};
 
 use brokerlab_core::fleet::RouterKind;
 
-use super::sweep::{self, Point};
-use super::sweep_batched::BatchedPoint;
+use super::run::summary::EngineKind;
+use super::sweep::{self, Point, SweepParam, SweepSummary};
 use crate::error::{CliError, CliResult};
 use crate::provenance::{Input, Provenance};
 
@@ -84,9 +84,9 @@ pub struct Partial {
     /// The scenario's name (plot titles).
     pub scenario_name: String,
     /// The swept parameter.
-    pub param: String,
-    /// `fifo` or `batched`.
-    pub engine: String,
+    pub param: SweepParam,
+    /// The engine (`fifo` or `batched`).
+    pub engine: EngineKind,
     /// This shard's points: (index in the sweep, point).
     pub points: Vec<(usize, serde_json::Value)>,
     /// SHA-256 of `points` as serialized here (compact JSON), lowercase hex.
@@ -94,6 +94,7 @@ pub struct Partial {
 }
 
 /// What names a sweep in its shards: the digest of what decides its results, and the plan.
+#[derive(Debug, Clone)]
 pub struct SweepId {
     digest: String,
     plan: Vec<(f64, RouterKind)>,
@@ -103,8 +104,8 @@ pub struct SweepId {
 /// SHA-256, not their paths) under `engine` (None: FIFO).
 pub fn sweep_id(
     inputs: &[Input],
-    param: &str,
-    engine: Option<&brokerlab_core::fleet::EngineConfig>,
+    param: SweepParam,
+    engine: Option<&brokerlab_core::fleet::BatchedConfig>,
     specs: &[sweep::PointSpec],
 ) -> SweepId {
     let mut h = Sha256::new();
@@ -162,8 +163,8 @@ pub fn write_partial<P: Serialize>(
     id: SweepId,
     prov: &Provenance,
     scenario_name: &str,
-    param: &str,
-    engine: &str,
+    param: SweepParam,
+    engine: EngineKind,
     points: &[(usize, P)],
 ) -> CliResult<()> {
     let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
@@ -183,8 +184,8 @@ pub fn write_partial<P: Serialize>(
         args,
         inputs: prov.inputs.clone(),
         scenario_name: scenario_name.into(),
-        param: param.into(),
-        engine: engine.into(),
+        param,
+        engine,
         points,
     };
     let text = serde_json::to_string(&partial).map_err(|e| CliError::failure(format!("partial.json: {e}")))?;
@@ -213,7 +214,7 @@ pub struct Merged<P> {
     /// Scenario name.
     pub scenario_name: String,
     /// Swept parameter.
-    pub param: String,
+    pub param: SweepParam,
 }
 
 /// The engine of the sweep whose shards are in `dirs` (`fifo` or `batched`), after checking them.
@@ -281,10 +282,8 @@ fn check_points(dir: &Path, p: &Partial) -> CliResult<()> {
                 .into(),
         ));
     }
-    let field = match p.param.as_str() {
-        "capacity" | "alpha" | "stale" | "pods" => Some(p.param.as_str()),
-        _ => None, // rate: the workload's, not a field of the fleet
-    };
+    // rate: the workload's, not a field of the fleet
+    let field = p.param.summary_field();
     for (k, v) in &p.points {
         let Some(&(value, router)) = p.plan.get(*k) else { continue }; // reported by `merge`
         let router_ok = serde_json::to_value(router).is_ok_and(|r| v.get("router") == Some(&r));
@@ -338,43 +337,25 @@ pub fn merge<P: serde::de::DeserializeOwned>(parts: Vec<(PathBuf, Partial)>, out
     Ok(Merged { points, provenance, scenario_name: first.scenario_name, param: first.param })
 }
 
-/// Writes the files of a FIFO sweep (shared by `fleet sweep` and `fleet merge`).
-pub fn write_fifo(out: &Path, name: &str, param: &str, points: &[Point], prov: &Provenance) -> CliResult<String> {
-    sweep::write_file(out, "points.csv", sweep::to_csv(points)?.as_bytes())?;
-    sweep::write_file(out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
-    #[derive(Serialize)]
-    struct Points<'a> {
-        points: &'a [Point],
-    }
-    sweep::write_file(out, "points.json", prov.json_with(&Points { points }).as_bytes())?;
-    let written = super::report::sweep_plots(out, name, param, points)?;
-    Ok(format!(
-        "{}wrote {}/points.csv (+ points.provenance.json), points.json{written}\n",
-        super::report::sweep_table(param, points),
-        out.display()
-    ))
-}
-
-/// Writes the files of a batched sweep (shared by `fleet sweep` and `fleet merge`).
-pub fn write_batched(
+/// Writes the files of a sweep of either engine (shared by `fleet sweep` and `fleet merge`).
+pub fn write_points<S: SweepSummary>(
     out: &Path,
     name: &str,
-    param: &str,
-    points: &[BatchedPoint],
+    param: SweepParam,
+    points: &[Point<S>],
     prov: &Provenance,
 ) -> CliResult<String> {
-    use super::sweep_batched as b;
-    sweep::write_file(out, "points.csv", b::to_csv(points)?.as_bytes())?;
+    sweep::write_file(out, "points.csv", S::csv(points)?.as_bytes())?;
     sweep::write_file(out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
     #[derive(Serialize)]
-    struct Points<'a> {
-        points: &'a [BatchedPoint],
+    struct Points<'a, S: Serialize> {
+        points: &'a [Point<S>],
     }
     sweep::write_file(out, "points.json", prov.json_with(&Points { points }).as_bytes())?;
-    let written = b::plots(out, name, param, points)?;
+    let written = S::plots(out, name, param, points)?;
     Ok(format!(
         "{}wrote {}/points.csv (+ points.provenance.json), points.json{written}\n",
-        b::table(param, points),
+        S::table(param, points),
         out.display()
     ))
 }

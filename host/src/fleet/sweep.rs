@@ -1,13 +1,16 @@
-//! Sweeps: many fleet configurations over fixed workloads, in parallel on all cores. Results are
-//! stored by point index, so they are identical for any number of threads.
+//! Sweeps: many fleet configurations over fixed workloads, in parallel on all cores, for either
+//! engine (one path: [`run_points`]; each engine's summary says how its points are written,
+//! [`SweepSummary`]). Results are stored by point index, so they are identical for any number
+//! of threads.
 
 use std::path::Path;
 
 use brokerlab_core::fleet::{CacheMode, FleetConfig, RouterKind, TouchOrder};
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use super::progress::Progress;
-use super::run::{Summary, simulate};
+use super::run::{EngineKind, HostEngine, Summary, simulate};
 use super::scenario::Generated;
 use crate::error::{CliError, CliResult, FleetError};
 
@@ -22,16 +25,110 @@ pub struct PointSpec {
     pub cfg: FleetConfig,
 }
 
-/// One measured point.
+/// A parameter a sweep varies: `fleet sweep --param` ([`SweepParam::FLAG`]) and the report's
+/// own sweeps (CPU-tier capacity, RAG document order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepParam {
+    /// Blocks per pod C.
+    Capacity,
+    /// The prefix-aware router's load penalty.
+    Alpha,
+    /// The stale view's delay k, in requests.
+    Stale,
+    /// Pods N.
+    Pods,
+    /// The workload's arrival rate, requests/s.
+    Rate,
+    /// The CPU tier's blocks per pod (the report).
+    CpuCapacity,
+    /// RAG documents sorted or not (the report).
+    RagSorted,
+}
+
+impl SweepParam {
+    /// What `fleet sweep --param` accepts.
+    pub const FLAG: [SweepParam; 5] =
+        [SweepParam::Capacity, SweepParam::Alpha, SweepParam::Stale, SweepParam::Pods, SweepParam::Rate];
+
+    /// Its spelling in outputs and on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SweepParam::Capacity => "capacity",
+            SweepParam::Alpha => "alpha",
+            SweepParam::Stale => "stale",
+            SweepParam::Pods => "pods",
+            SweepParam::Rate => "rate",
+            SweepParam::CpuCapacity => "cpu_capacity",
+            SweepParam::RagSorted => "rag_sorted",
+        }
+    }
+
+    /// `--param`'s value `s` (one of [`Self::FLAG`]); the error names the flag and what it takes.
+    pub fn from_flag(s: &str) -> CliResult<Self> {
+        Self::FLAG.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            crate::error::CliError::bad_input(format!("--param {s}: expected capacity, alpha, stale, pods or rate"))
+        })
+    }
+
+    /// The summary field a point of this parameter has its value in (None: the workload's rate,
+    /// and the report's own parameters).
+    pub const fn summary_field(self) -> Option<&'static str> {
+        match self {
+            SweepParam::Capacity | SweepParam::Alpha | SweepParam::Stale | SweepParam::Pods => Some(self.name()),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SweepParam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
+/// One measured point: the FIFO engine's ([`Summary`]) or the batched engine's
+/// ([`super::run::BatchedSummary`]).
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct Point {
+#[serde(bound(deserialize = "S: DeserializeOwned"))]
+pub struct Point<S = Summary> {
     /// Swept parameter.
-    pub param: String,
+    pub param: SweepParam,
     /// Its value.
     pub value: f64,
     /// Metrics (router, config and results).
     #[serde(flatten)]
-    pub summary: Summary,
+    pub summary: S,
+}
+
+/// What a sweep writes of an engine's points: its `points.csv`, its plots and its table.
+pub trait SweepSummary: Serialize + DeserializeOwned + Clone + Send {
+    /// The engine's name in a shard's `partial.json`.
+    const ENGINE: EngineKind;
+    /// The point's router, pods, blocks per pod and load penalty.
+    fn fleet(&self) -> (RouterKind, usize, usize, f64);
+    /// `points.csv`.
+    fn csv(points: &[Point<Self>]) -> CliResult<String>;
+    /// Writes the plots into `dir`; returns a note listing them.
+    fn plots(dir: &Path, name: &str, param: SweepParam, points: &[Point<Self>]) -> CliResult<String>;
+    /// A readable table: one row per value, one column group per router.
+    fn table(param: SweepParam, points: &[Point<Self>]) -> String;
+}
+
+impl SweepSummary for Summary {
+    const ENGINE: EngineKind = EngineKind::Fifo;
+    fn fleet(&self) -> (RouterKind, usize, usize, f64) {
+        (self.router, self.pods, self.capacity, self.alpha)
+    }
+    fn csv(points: &[Point]) -> CliResult<String> {
+        to_csv(points)
+    }
+    fn plots(dir: &Path, name: &str, param: SweepParam, points: &[Point]) -> CliResult<String> {
+        super::report::sweep_plots(dir, name, param, points)
+    }
+    fn table(param: SweepParam, points: &[Point]) -> String {
+        super::report::sweep_table(param, points)
+    }
 }
 
 /// Runs `f` on every point on a work-stealing pool of `threads` threads (0: all cores); results
@@ -60,18 +157,21 @@ pub fn par_points<T: Send>(
     })
 }
 
-/// Runs every point (the FIFO engine) on `threads` threads (0: all cores).
-pub fn run_points(
-    param: &str,
+/// Runs every point (each a configuration of engine `K`) on `threads` threads (0: all cores).
+pub fn run_points<K: HostEngine>(
+    param: SweepParam,
     workloads: &[Generated],
     specs: &[PointSpec],
     threads: usize,
     progress: &Progress,
-) -> CliResult<Vec<Point>> {
+) -> CliResult<Vec<Point<K::Summary>>>
+where
+    K::Summary: Send,
+{
     par_points(specs, threads, progress, |p| {
         let mut src = &workloads[p.workload];
-        let summary = simulate(p.cfg, &mut src, false)?.summary;
-        Ok(Point { param: param.to_string(), value: p.value, summary })
+        let summary = simulate::<K>(p.cfg, &mut src, false)?.summary;
+        Ok(Point { param, value: p.value, summary })
     })
 }
 
@@ -90,44 +190,62 @@ pub fn for_each_router(values: &[(f64, usize, FleetConfig)]) -> Vec<PointSpec> {
 pub fn to_csv(points: &[Point]) -> CliResult<String> {
     csv_of(points.iter().map(|p| {
         let s = &p.summary;
-        CsvRow {
-            param: &p.param,
-            value: p.value,
-            router: s.router,
-            pods: s.pods,
-            capacity: s.capacity,
-            alpha: s.alpha,
-            stale: s.stale,
-            order: s.order,
-            cache: s.cache.unwrap_or_default(),
-            requests: s.requests,
-            input_tokens: s.input_tokens,
-            hit_tokens: s.hit_tokens,
-            prefill_tokens: s.prefill_tokens,
-            hit_rate: s.hit_rate,
-            latency_p50_s: s.latency_p50,
-            latency_p90_s: s.latency_p90,
-            latency_p99_s: s.latency_p99,
-            chased_requests: s.chased_requests,
-            phantom_blocks: s.phantom_blocks,
-            max_pod_share: s.per_pod_requests.iter().max().copied().unwrap_or(0) as f64 / s.requests.max(1) as f64,
-            cpu_capacity: s.cpu_capacity,
-            cpu_hit_rate: s.cpu_hit_rate,
-        }
+        (
+            CsvHead::of(p),
+            CsvRow {
+                stale: s.stale,
+                order: s.order,
+                cache: s.cache.unwrap_or_default(),
+                requests: s.requests,
+                input_tokens: s.input_tokens,
+                hit_tokens: s.hit_tokens,
+                prefill_tokens: s.prefill_tokens,
+                hit_rate: s.hit_rate,
+                latency_p50_s: s.latency_p50,
+                latency_p90_s: s.latency_p90,
+                latency_p99_s: s.latency_p99,
+                chased_requests: s.chased_requests,
+                phantom_blocks: s.phantom_blocks,
+                max_pod_share: s.per_pod_requests.iter().max().copied().unwrap_or(0) as f64 / s.requests.max(1) as f64,
+                cpu_capacity: s.cpu_capacity,
+                cpu_hit_rate: s.cpu_hit_rate,
+            },
+        )
     }))
 }
 
-/// One row of a FIFO sweep's `points.csv`; the header is the field names.
+/// The columns every sweep's `points.csv` starts with: the point and its fleet. A row is this
+/// and the engine's own columns, serialized as a pair (the csv crate writes both structs' field
+/// names as one header).
 #[derive(Serialize)]
-struct CsvRow<'a> {
-    param: &'a str,
+pub struct CsvHead<'a> {
+    /// The swept parameter.
+    pub param: &'a str,
+    /// Its value.
     #[serde(serialize_with = "csv_num::f64")]
-    value: f64,
-    router: RouterKind,
-    pods: usize,
-    capacity: usize,
+    pub value: f64,
+    /// The router.
+    pub router: RouterKind,
+    /// Pods.
+    pub pods: usize,
+    /// Blocks per pod.
+    pub capacity: usize,
+    /// Load penalty.
     #[serde(serialize_with = "csv_num::f64")]
-    alpha: f64,
+    pub alpha: f64,
+}
+
+impl<'a> CsvHead<'a> {
+    /// The head of point `p`'s row.
+    pub fn of<S: SweepSummary>(p: &'a Point<S>) -> Self {
+        let (router, pods, capacity, alpha) = p.summary.fleet();
+        CsvHead { param: p.param.name(), value: p.value, router, pods, capacity, alpha }
+    }
+}
+
+/// The rest of a FIFO sweep's `points.csv` row, after [`CsvHead`]; the header is the field names.
+#[derive(Serialize)]
+struct CsvRow {
     stale: u32,
     order: TouchOrder,
     /// local or global (`--cache`, `fleet.cache`).

@@ -1,100 +1,77 @@
-//! `fleet sweep ... --engine batched` (or a scenario with `[fleet.engine]`): the same points as a
-//! FIFO sweep (every router over a parameter), run through the batched engine, with its metrics:
-//! TTFT, E2E and inter-token latency percentiles, output and prefill tokens/s, KV utilization and
-//! preemptions. Results are stored by point index, so they do not depend on the thread count.
+//! `fleet sweep ... --engine batched` (or a scenario with `[fleet.engine]`): what a sweep writes
+//! of the batched engine's points (the points run as every sweep's, [`super::sweep::run_points`]):
+//! its metrics, TTFT, E2E and inter-token latency percentiles, output and prefill tokens/s, KV
+//! utilization and preemptions.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
-use brokerlab_core::fleet::{EngineConfig, RouterKind};
+use brokerlab_core::fleet::RouterKind;
 use serde::Serialize;
 
-use super::engine::{BatchedSummary, simulate_batched};
-use super::progress::Progress;
 use super::report::{router_table, series_per_router, write_chart};
-use super::scenario::Generated;
-use super::sweep::{self, PointSpec, csv_num, par_points};
+use super::run::{BatchedSummary, EngineKind};
+use super::sweep::{self, Point, SweepParam, SweepSummary, csv_num};
 use crate::error::CliResult;
 use crate::plot::{Chart, Series};
 
 /// One measured point of a batched sweep.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
-pub struct BatchedPoint {
-    /// Swept parameter.
-    pub param: String,
-    /// Its value.
-    pub value: f64,
-    /// The batched engine's metrics.
-    #[serde(flatten)]
-    pub summary: BatchedSummary,
-}
+pub type BatchedPoint = Point<BatchedSummary>;
 
-/// Runs every point through the batched engine on `threads` threads (0: all cores).
-pub fn run_points(
-    param: &str,
-    workloads: &[Generated],
-    specs: &[PointSpec],
-    engine: EngineConfig,
-    threads: usize,
-    progress: &Progress,
-) -> CliResult<Vec<BatchedPoint>> {
-    for p in specs {
-        brokerlab_core::fleet::batched::validate(&p.cfg, &engine).map_err(super::run::config_error)?;
+impl SweepSummary for BatchedSummary {
+    const ENGINE: EngineKind = EngineKind::Batched;
+    fn fleet(&self) -> (RouterKind, usize, usize, f64) {
+        (self.router, self.pods, self.capacity, self.alpha)
     }
-    par_points(specs, threads, progress, |p| {
-        let mut src = &workloads[p.workload];
-        let summary = simulate_batched(p.cfg, engine, &mut src, false)?.summary;
-        Ok(BatchedPoint { param: param.to_string(), value: p.value, summary })
-    })
+    fn csv(points: &[BatchedPoint]) -> CliResult<String> {
+        to_csv(points)
+    }
+    fn plots(dir: &Path, name: &str, param: SweepParam, points: &[BatchedPoint]) -> CliResult<String> {
+        plots(dir, name, param, points)
+    }
+    fn table(param: SweepParam, points: &[BatchedPoint]) -> String {
+        table(param, points)
+    }
 }
 
 /// CSV of all points (one row per point: the configuration, then the batched metrics).
 pub fn to_csv(points: &[BatchedPoint]) -> CliResult<String> {
     sweep::csv_of(points.iter().map(|p| {
         let s = &p.summary;
-        CsvRow {
-            param: &p.param,
-            value: p.value,
-            router: s.router,
-            pods: s.pods,
-            capacity: s.capacity,
-            alpha: s.alpha,
-            max_num_seqs: s.max_num_seqs,
-            max_num_batched_tokens: s.max_num_batched_tokens,
-            profile: &s.profile,
-            requests: s.requests,
-            hit_rate: s.hit_rate,
-            ttft_p50_s: s.ttft_p50,
-            ttft_p90_s: s.ttft_p90,
-            ttft_p99_s: s.ttft_p99,
-            e2e_p50_s: s.e2e_p50,
-            e2e_p90_s: s.e2e_p90,
-            e2e_p99_s: s.e2e_p99,
-            itl_p50_s: s.itl_p50,
-            itl_p90_s: s.itl_p90,
-            itl_p99_s: s.itl_p99,
-            output_tok_per_s: s.output_tok_per_s,
-            prefill_tok_per_s: s.prefill_tok_per_s,
-            kv_util_mean: s.kv_util_mean,
-            kv_util_peak: s.kv_util_peak,
-            preemptions: s.preemptions,
-            steps: s.steps,
-            mean_waiting: s.mean_waiting,
-            makespan_s: s.makespan_s,
-        }
+        (
+            sweep::CsvHead::of(p),
+            CsvRow {
+                max_num_seqs: s.max_num_seqs,
+                max_num_batched_tokens: s.max_num_batched_tokens,
+                profile: s.profile.name(),
+                requests: s.requests,
+                hit_rate: s.hit_rate,
+                ttft_p50_s: s.ttft_p50,
+                ttft_p90_s: s.ttft_p90,
+                ttft_p99_s: s.ttft_p99,
+                e2e_p50_s: s.e2e_p50,
+                e2e_p90_s: s.e2e_p90,
+                e2e_p99_s: s.e2e_p99,
+                itl_p50_s: s.itl_p50,
+                itl_p90_s: s.itl_p90,
+                itl_p99_s: s.itl_p99,
+                output_tok_per_s: s.output_tok_per_s,
+                prefill_tok_per_s: s.prefill_tok_per_s,
+                kv_util_mean: s.kv_util_mean,
+                kv_util_peak: s.kv_util_peak,
+                preemptions: s.preemptions,
+                steps: s.steps,
+                mean_waiting: s.mean_waiting,
+                makespan_s: s.makespan_s,
+            },
+        )
     }))
 }
 
-/// One row of a batched sweep's `points.csv`; the header is the field names.
+/// The rest of a batched sweep's `points.csv` row, after [`sweep::CsvHead`]; the header is the
+/// field names.
 #[derive(Serialize)]
 struct CsvRow<'a> {
-    param: &'a str,
-    #[serde(serialize_with = "csv_num::f64")]
-    value: f64,
-    router: RouterKind,
-    pods: usize,
-    capacity: usize,
-    #[serde(serialize_with = "csv_num::f64")]
-    alpha: f64,
     max_num_seqs: u32,
     max_num_batched_tokens: u32,
     profile: &'a str,
@@ -141,13 +118,20 @@ fn series_by_router(points: &[BatchedPoint], y: impl Fn(&BatchedSummary) -> Opti
 
 /// Writes the batched sweep's plots (TTFT p90, output tok/s, preemptions vs the parameter);
 /// returns a note listing them.
-pub fn plots(dir: &std::path::Path, name: &str, param: &str, points: &[BatchedPoint]) -> CliResult<String> {
-    let x_log = param == "capacity";
+pub fn plots(dir: &std::path::Path, name: &str, param: SweepParam, points: &[BatchedPoint]) -> CliResult<String> {
+    let x_log = param == SweepParam::Capacity;
     let chart = |stem: &str, title: String, y: &str, series: Vec<Series>| {
         // TTFT spans milliseconds to minutes once a router falls behind: a log axis keeps both
         let y_log = stem == "ttft_p90";
-        let c =
-            Chart { title, x_label: param.to_string(), y_label: y.into(), series, x_log, y_log, ..Chart::default() };
+        let c = Chart {
+            title,
+            x_label: param.name().to_string(),
+            y_label: y.into(),
+            series,
+            x_log,
+            y_log,
+            ..Chart::default()
+        };
         (stem.to_string(), c)
     };
     let charts = [
@@ -179,9 +163,9 @@ pub fn plots(dir: &std::path::Path, name: &str, param: &str, points: &[BatchedPo
 }
 
 /// A readable table: one row per value, TTFT p90, output tok/s and preemptions per router.
-pub fn table(param: &str, points: &[BatchedPoint]) -> String {
+pub fn table(param: SweepParam, points: &[BatchedPoint]) -> String {
     router_table(
-        param,
+        param.name(),
         points,
         |p| (p.summary.router, p.value),
         "TTFT p90 s  out tok/s  preempt",

@@ -103,7 +103,7 @@ impl<'de> serde::de::Visitor<'de> for LineSeed<'_> {
                 Key::Other => None,
             };
             if let Some(name) = twice {
-                *self.field_err = Some(super::formats::twice_message(name));
+                *self.field_err = Some(twice_message(name));
                 return Err(serde::de::Error::custom("a field given twice"));
             }
             match key {
@@ -395,6 +395,11 @@ impl TraceReader {
         self.last_ts = Some(self.rec.timestamp_ms);
         Ok(true)
     }
+}
+
+/// The error of a field given twice in one line.
+pub fn twice_message(name: &str) -> String {
+    format!("field `{name}` is given twice: expected each field once (JSON readers disagree on which one counts)")
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use brokerlab_core::runner::RefuseReason;
 use postgres::error::SqlState;
 
-use crate::error::{EXIT_BAD_INPUT, EXIT_FAILURE};
+use crate::exit::{EXIT_BAD_INPUT, EXIT_FAILURE};
 
 /// Said in every message of an error that means the PostgreSQL server went away or does not (yet)
 /// accept sessions. Another process (the chaos supervisor reading a runner's stderr) can only see

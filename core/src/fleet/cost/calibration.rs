@@ -5,7 +5,7 @@
 //! where the fit starts and what it falls back to for a factor no point informs.
 
 use super::{CostField, Error, MAX_MEMORY_BYTES, MAX_OVERHEAD_NS, PPM, check};
-use crate::fleet::limits::quoting;
+use crate::fleet::base::limits::quoting;
 
 /// Calibration factors of a [`super::Physics`] profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

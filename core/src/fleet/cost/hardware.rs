@@ -4,7 +4,7 @@
 //! sparse figure, twice the dense one, with an asterisk); link rates per direction.
 
 use super::{CostField, Error, MAX_MEMORY_BYTES, MAX_RATE, check, cost_enum};
-use crate::fleet::limits::quoting;
+use crate::fleet::base::limits::quoting;
 
 /// One GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

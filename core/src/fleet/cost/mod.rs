@@ -1,3 +1,7 @@
+//! Step costs: what one engine step costs in time. The engines ask through one seam ([`step`]:
+//! [`StepCost::step_ns`] of a [`BatchShape`]); the models behind it are the linear one
+//! ([`linear`]: coefficients and the built-in [`Profile`]s) and the physics one below.
+//!
 //! The physics step cost: the time of one engine step from the model's shape, the GPU's datasheet
 //! and the batch the scheduler formed, and the KV capacity of a pod derived the way vLLM sizes it.
 //!
@@ -15,17 +19,21 @@
 
 pub mod calibration;
 pub mod hardware;
+pub mod linear;
 pub mod model;
 pub mod physics;
 pub mod profiles;
 pub mod shape;
+pub mod step;
 
 pub use calibration::Calibration;
 pub use hardware::{Gpu, Hardware};
+pub use linear::{LinearCost, Profile};
 pub use model::{Dtype, Mla, Model, ModelDesc, Moe, Sliding};
 pub use physics::{Physics, StepTerms};
 pub use profiles::PhysicsProfile;
 pub use shape::BatchShape;
+pub use step::StepCost;
 
 use core::fmt;
 
@@ -54,7 +62,7 @@ pub const MAX_OVERHEAD_NS: u64 = 10_000_000_000;
 /// One, in parts per million: the largest efficiency factor and `gpu_memory_utilization`.
 pub const PPM: u32 = 1_000_000;
 /// Tokens per KV block (vLLM's CUDA default, as the batched engine's pool).
-pub const KV_BLOCK_TOKENS: u64 = super::limits::BLOCK_TOKENS as u64;
+pub const KV_BLOCK_TOKENS: u64 = crate::fleet::base::limits::BLOCK_TOKENS as u64;
 
 /// Everything that can go wrong in the cost model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,37 +106,8 @@ impl fmt::Display for Error {
 
 impl core::error::Error for Error {}
 
-/// Declares a fieldless enum with `name()` (its spelling), `ALL`, `parse` and `Display`.
-macro_rules! cost_enum {
-    ($(#[$m:meta])* $vis:vis enum $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal,)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-        $vis enum $name { $($(#[$vm])* $v,)* }
-
-        impl $name {
-            /// Every variant, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$v,)*];
-
-            /// Its spelling (the CLI's or the TOML key's).
-            pub const fn name(self) -> &'static str {
-                match self { $($name::$v => $s,)* }
-            }
-
-            /// The variant spelled `s`.
-            pub fn parse(s: &str) -> Option<$name> {
-                Self::ALL.iter().copied().find(|v| v.name() == s)
-            }
-        }
-
-        impl ::core::fmt::Display for $name {
-            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-    };
-}
-pub(crate) use cost_enum;
+// The named enums' macro is the fleet's (`base::error`): name, ALL, parse, Display.
+pub(crate) use crate::fleet::base::error::named_enum as cost_enum;
 
 cost_enum! {
     /// A described value the cost model checks ([`Error::Invalid`]). The name is the key of the

@@ -9,7 +9,7 @@ use super::{
     CostField, Error, MAX_EXPERTS, MAX_HEAD_DIM, MAX_HEADS, MAX_LAYERS, MAX_PARAMS, MAX_VOCAB, MAX_WIDTH, check,
     cost_enum,
 };
-use crate::fleet::limits::quoting;
+use crate::fleet::base::limits::quoting;
 
 cost_enum! {
     /// Storage type of weights or KV. Sizes are in bits per 32 values so that MXFP4 (32 four-bit

@@ -21,7 +21,7 @@ use super::{
     Calibration, CostField, CostQuantity, Dtype, Error, Hardware, KV_BLOCK_TOKENS, MAX_TP, ModelDesc, PPM, at_rate_ns,
     check,
 };
-use crate::fleet::limits::quoting;
+use crate::fleet::base::limits::quoting;
 
 /// The parts of one step's time, ns ([`Physics::step_terms`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -27,11 +27,11 @@ pub fn report(
         svgs.push((section.into(), stem.into(), svg));
         Ok(())
     };
-    for (stem, c) in sweep_charts("stable prefix first", "capacity", &ex.capacity) {
+    for (stem, c) in sweep_charts("stable prefix first", SweepParam::Capacity, &ex.capacity) {
         add("capacity", &format!("capacity_{stem}"), &c)?;
     }
-    let ts_hit = sweep_charts("timestamp first", "capacity", &ex.timestamp_first).remove(0).1;
-    let mut both = sweep_charts("layout", "capacity", &ex.capacity).remove(0).1;
+    let ts_hit = sweep_charts("timestamp first", SweepParam::Capacity, &ex.timestamp_first).remove(0).1;
+    let mut both = sweep_charts("layout", SweepParam::Capacity, &ex.capacity).remove(0).1;
     both.title = "prompt layout: hit rate vs capacity; (ts) = timestamp on line one".into();
     // Lines that lie on one another (the timestamp-first runs all hit 0%) are drawn with nested
     // markers; the legend says so, with the value read from the data.
@@ -204,8 +204,8 @@ pub fn report(
         &Chart {
             title: format!(
                 "CPU tier: p90 latency vs CPU tier size (load {} us/token, prefill {} us/token)",
-                us(q.multi_tenant.fleet.t_cpu_ns),
-                us(q.multi_tenant.fleet.t_prefill_ns)
+                us(q.multi_tenant.fifo().t_cpu_ns),
+                us(q.multi_tenant.fifo().t_prefill_ns)
             ),
             x_label: "CPU-tier blocks per pod".into(),
             y_label: "p90 latency (s)".into(),
@@ -228,7 +228,7 @@ pub fn report(
         &Chart {
             title: format!(
                 "autoscaling: routable pods over time (burst from {from_s} s to {to_s} s, {} s boot)",
-                q.autoscale.fleet.scale.map_or(0.0, |p| secs(p.startup_ns))
+                q.autoscale.fleet.scale().map_or(0.0, |p| secs(p.startup_ns))
             ),
             x_label: "time (s)".into(),
             y_label: "routable pods".into(),

@@ -59,7 +59,8 @@ pub fn llmd_text(sc: &Scenario) -> String {
     let prompt = u64::from(w.prefix_tokens) + u64::from(w.suffix_max_tokens);
     let demand = w.hot_set_blocks() as f64 / f.capacity_blocks as f64;
     // All-miss service time of one request: every prompt token prefilled, the longest output decoded.
-    let miss_ns = prompt * f.t_prefill_ns + u64::from(w.output_max_tokens) * f.t_decode_ns;
+    let fifo = sc.fifo();
+    let miss_ns = prompt * fifo.t_prefill_ns + u64::from(w.output_max_tokens) * fifo.t_decode_ns;
     format!(
         "{} groups x {} users, {}-token system prompt, {suffix}-token questions, {} pods, cache demand about {}x one pod. \
          The simulator's latency is prefill x {} us + FIFO queueing: compare orderings and ratios, not seconds. The gap \
@@ -72,7 +73,7 @@ pub fn llmd_text(sc: &Scenario) -> String {
         engine_report::thousands(w.prefix_tokens.into()),
         f.pods,
         (demand * 10.0).round() / 10.0,
-        us(f.t_prefill_ns),
+        us(fifo.t_prefill_ns),
         w.prefix_tokens,
         (demand * 10.0).round() / 10.0,
         f.pods,
@@ -95,15 +96,15 @@ pub fn cpu_text(sc: &Scenario) -> String {
         "Each pod gets a second LRU tier in CPU memory: blocks evicted from the GPU tier are demoted into it, and a \
          request's prefix hit continues there at {} us per token instead of {} us of prefill. GPU capacity is held at \
          hot/6. The prefix-aware router still matches on the GPU tier only.",
-        us(sc.fleet.t_cpu_ns),
-        us(sc.fleet.t_prefill_ns)
+        us(sc.fifo().t_cpu_ns),
+        us(sc.fifo().t_prefill_ns)
     )
 }
 
 /// Section 8's paragraph, from `scenarios/autoscale.toml`.
 pub fn autoscale_text(sc: &Scenario) -> String {
     let (w, f) = (&sc.workload, &sc.fleet);
-    let scaler = match f.scale {
+    let scaler = match f.scale() {
         Some(p) => format!(
             "The fleet starts with {} pods and may grow to {}. Every {} s the scaler looks at the mean queue length of \
              the routable pods: above {} it boots a pod (routable {} s later, cold: empty cache and queue), below {} it \
@@ -216,7 +217,7 @@ pub fn render_markdown(ex: &Experiments, q: &Quoted, prov: &Provenance) -> Strin
     let _ = writeln!(
         o,
         "\nThe simulator has no GPU model: latency is prefill tokens x {} us plus FIFO queueing, so absolute seconds are not comparable; what transfers is the ordering and which parameters open the gap (see below).\n",
-        us(q.llmd.fleet.t_prefill_ns)
+        us(q.llmd.fifo().t_prefill_ns)
     );
     o += "## Stale index\n\n| k | gain kept | chased requests | phantom blocks |\n|---|---|---|---|\n";
     for (p, (k, g)) in ex.stale.iter().zip(ex.stale_gain_kept()) {

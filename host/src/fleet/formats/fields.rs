@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 
+pub use super::super::trace::twice_message;
+
 /// A line's fields: name -> raw JSON text. Unknown fields are kept and ignored by the formats.
 pub type Fields<'a> = BTreeMap<String, &'a RawValue>;
 
@@ -23,11 +25,6 @@ pub fn fields<'a>(line: &'a str, example: &str) -> Result<Fields<'a>, String> {
         let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
         format!("column {}: expected a JSON object like {example}: {msg}", e.column())
     })
-}
-
-/// The error of a field given twice in one line.
-pub fn twice_message(name: &str) -> String {
-    format!("field `{name}` is given twice: expected each field once (JSON readers disagree on which one counts)")
 }
 
 /// A line's fields, each name once; a repeated name goes to `twice`.

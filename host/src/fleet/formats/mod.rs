@@ -14,7 +14,7 @@ use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
 use crate::error::{CliError, CliResult};
 
 // The token-id format and its hash (`--hash`, `fleet keys`), and the field helpers every
-// format's parser uses, are their own files; this one reads the formats and replays them.
+// format's parser uses, are their own files; this one reads the formats (`super::replay` runs them).
 mod fields;
 mod tokens;
 
@@ -301,9 +301,10 @@ impl super::run::RequestSource for FormatSource {
             };
             sink(&req).map_err(|e| match e {
                 // a tokens line has no `input_length`: its prompt is the token ids
-                brokerlab_core::fleet::Error::InvalidRequest { field: "input_length", expected }
-                    if self.format == Format::Tokens =>
-                {
+                brokerlab_core::fleet::Error::InvalidRequest {
+                    field: brokerlab_core::fleet::RequestField::InputLength,
+                    expected,
+                } if self.format == Format::Tokens => {
                     lines.error(format_args!("field `token_ids` ({input} tokens, the prompt): expected {expected}"))
                 }
                 e => lines.error(e),
@@ -339,143 +340,6 @@ pub fn only_token_hash(h: &HashArgs, format: Format) -> CliResult<()> {
         "{flag}: applies to token ids (--format tokens); a {} trace carries hash ids, keyed by the model's hash (--trace-block-size sets their size)",
         format.name()
     )))
-}
-
-/// The JSON of `fleet replay --json` for a format other than Mooncake: the FIFO or the batched
-/// engine's summary.
-#[derive(serde::Serialize)]
-struct ReplayJson<'a, S: serde::Serialize> {
-    format: &'static str,
-    #[serde(flatten)]
-    summary: &'a S,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    breakdown: Option<&'a Breakdown>,
-}
-
-/// A replay's result under either engine.
-enum Replayed {
-    Fifo(Box<super::run::RunResult>),
-    Batched(Box<super::engine::BatchedResult>),
-}
-
-/// `fleet replay` of a bailian, dynamo or tokens trace (`cfg` already checked), under the FIFO
-/// engine or `--engine batched`.
-pub fn replay(a: super::ReplayArgs, format: Format, cfg: brokerlab_core::fleet::FleetConfig) -> CliResult<i32> {
-    use super::progress::{Progress, Tracked, Unit};
-    use super::run::simulate;
-    only_token_hash(&a.hash, format)?;
-    let engine = a.engine.resolve(None)?;
-    let outcomes = a.engine.outcomes.as_deref();
-    let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
-    let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
-    let mut breakdown = None;
-    let res = match format {
-        Format::Tokens | Format::Bailian => {
-            let mut src = format_source(&a, format)?;
-            let bailian = format == Format::Bailian;
-            let mut tracked = Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes };
-            match engine {
-                Some(e) => {
-                    let res = super::commands::engine_run(cfg, e, &mut tracked, outcomes, bailian)?;
-                    if bailian {
-                        let done = res.completions.iter().map(|c| (c.request, c.input_tokens, c.hit_tokens));
-                        breakdown = Some(src.breakdown(done));
-                    }
-                    Replayed::Batched(Box::new(res))
-                }
-                None => {
-                    let res = simulate(cfg, &mut tracked, bailian)?;
-                    if bailian {
-                        let done =
-                            res.outcomes.iter().map(|o| (o.request, o.hit_tokens + o.prefill_tokens, o.hit_tokens));
-                        breakdown = Some(src.breakdown(done));
-                    }
-                    Replayed::Fifo(Box::new(res))
-                }
-            }
-        }
-        Format::Dynamo | Format::Mooncake => {
-            let s = a.trace_block_size.unwrap_or(512);
-            let trace = super::dynamo::load(&a.trace, s, a.max_line_bytes, a.max_blank_lines)?;
-            match engine {
-                Some(e) => {
-                    brokerlab_core::fleet::batched::validate(&cfg, &e).map_err(super::run::config_error)?;
-                    let (res, turn_of) =
-                        super::dynamo::simulate_batched(cfg, e, &trace, &a.trace, s, outcomes.is_some())?;
-                    if let Some(path) = outcomes {
-                        let more = |request| super::dynamo::outcome_fields(&trace, &turn_of, request);
-                        super::engine::write_outcomes(path, &res.completions, Some(&more))?;
-                    }
-                    Replayed::Batched(Box::new(res))
-                }
-                None => Replayed::Fifo(Box::new(super::dynamo::simulate(cfg, &trace, &a.trace, s, false)?)),
-            }
-        }
-    };
-    progress.finish();
-    let mut res = res;
-    let pipeline = a.fleet.router_config.as_ref().and_then(|_| super::router_config::describe(&cfg));
-    match &mut res {
-        Replayed::Fifo(r) => r.summary.pipeline = pipeline,
-        Replayed::Batched(r) => r.summary.pipeline = pipeline,
-    }
-    let title = format!("trace {} (format {})", a.trace.display(), format.name());
-    let json = a.json.then(|| {
-        let mut prov = crate::provenance::Provenance::of_this_run(a.output.no_date);
-        prov.add_file("trace", &a.trace)?;
-        super::router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
-        Ok::<_, CliError>(prov)
-    });
-    let prov = json.transpose()?;
-    let (name, b) = (format.name(), breakdown.as_ref());
-    match (&res, prov) {
-        (Replayed::Fifo(r), Some(p)) => {
-            say!("{}", p.json_with(&ReplayJson { format: name, summary: &r.summary, breakdown: b }))
-        }
-        (Replayed::Batched(r), Some(p)) => {
-            say!("{}", p.json_with(&ReplayJson { format: name, summary: &r.summary, breakdown: b }))
-        }
-        (Replayed::Fifo(r), None) => {
-            say!("{title}");
-            say_raw!("{}", super::run::render_table(&r.summary));
-        }
-        (Replayed::Batched(r), None) => {
-            say!("{title}");
-            say_raw!("{}", super::engine::render_batched(&r.summary));
-        }
-    }
-    if let (Some(b), false) = (&breakdown, a.json) {
-        say_raw!("{}", render_breakdown(b));
-    }
-    Ok(0)
-}
-
-/// The request source of a tokens or bailian trace, its flags checked.
-fn format_source(a: &super::ReplayArgs, format: Format) -> CliResult<FormatSource> {
-    let keyer = Keyer::new(&a.hash)?;
-    if keyer.block_tokens() != BLOCK_TOKENS {
-        return Err(CliError::bad_input(format!(
-            "--block-size {}: fleet replay caches 16-token blocks (the model's B), so it replays vLLM keys of 16-token blocks only; other sizes are for `fleet keys`",
-            keyer.block_tokens()
-        )));
-    }
-    if format == Format::Tokens && a.trace_block_size.is_some() {
-        return Err(CliError::bad_input(
-            "--trace-block-size: a tokens trace has no hash ids (its keys' block size is --block-size)",
-        ));
-    }
-    Ok(FormatSource {
-        path: a.trace.clone(),
-        format,
-        keyer,
-        trace_block_tokens: a.trace_block_size.unwrap_or(BLOCK_TOKENS as u32),
-        labels: Vec::new(),
-        types: Vec::new(),
-        max_line_bytes: a.max_line_bytes,
-        max_blank_lines: a.max_blank_lines,
-        read: Default::default(),
-        growth: None,
-    })
 }
 
 /// The per-type and per-turn table of a Bailian replay.

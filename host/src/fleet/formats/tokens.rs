@@ -37,7 +37,7 @@ pub struct HashArgs {
     pub hash_seed: Option<String>,
     /// vllm-sha256-cbor: tokens per block B (vLLM's --block-size; default 16, llm-d's guides use
     /// 64), 1..=1048576. The brokerlab hash always uses 16.
-    #[arg(long, allow_negative_numbers = true, value_parser = super::super::cli::whole::<usize>)]
+    #[arg(long, allow_negative_numbers = true, value_parser = super::super::flag::whole::<usize>)]
     pub block_size: Option<usize>,
 }
 

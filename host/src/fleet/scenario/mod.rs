@@ -6,9 +6,8 @@ use std::path::Path;
 use brokerlab_core::fleet::workload::{
     DocOrder, Layout, MAX_OUTPUT_CHOICES, MAX_STAGES, Popularity, Stage, SuffixScope, WorkloadSpec,
 };
-use brokerlab_core::fleet::{FleetConfig, RouterSpec};
+use brokerlab_core::fleet::{EngineConfig, Field, FifoConfig, FleetConfig, RouterSpec, ScalePolicy, ViewConfig};
 
-use super::ScaleArgs;
 use crate::error::{CliError, CliResult, FleetError};
 
 // The file's schema (serde types and their defaults) and the generated workloads are their own
@@ -28,7 +27,8 @@ pub struct Scenario {
     pub description: String,
     /// Workload.
     pub workload: WorkloadSpec,
-    /// Fleet.
+    /// Fleet, under the FIFO engine (with `engine`, the run converts it:
+    /// [`super::engine::batched`]).
     pub fleet: FleetConfig,
     /// The file (or built-in name) it came from, for messages.
     pub origin: String,
@@ -36,13 +36,19 @@ pub struct Scenario {
     pub engine: Option<super::engine::EngineSettings>,
 }
 
+impl Scenario {
+    /// The FIFO engine's settings of the scenario's `[fleet]` (a scenario's fleet is read under
+    /// the FIFO engine; its `[fleet.engine]` is `engine`).
+    pub fn fifo(&self) -> brokerlab_core::fleet::FifoConfig {
+        self.fleet.fifo().copied().unwrap_or(brokerlab_core::fleet::defaults::FIFO)
+    }
+}
+
 /// A configuration error of a scenario file `origin`, naming the scenario key of the field.
 pub fn key_error(origin: &str, e: brokerlab_core::fleet::Error) -> CliError {
-    match e {
-        brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
-            FleetError::Key { origin: origin.to_string(), field, expected }.into()
-        }
-        other => CliError::bad_input(format!("{origin}: {other}")),
+    match super::fields::refused(e) {
+        Ok((field, expected)) => FleetError::Key { origin: origin.to_string(), field, expected }.into(),
+        Err(other) => CliError::bad_input(format!("{origin}: {other}")),
     }
 }
 
@@ -173,40 +179,35 @@ impl Scenario {
         };
         workload.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
         let f = &t.fleet;
+        let engine = FifoConfig {
+            t_prefill_ns: f.t_prefill_ns,
+            t_decode_ns: f.t_decode_ns,
+            order: f.order,
+            cpu_capacity_blocks: f.cpu_capacity,
+            t_cpu_ns: f.t_cpu_ns,
+            cache: f.cache,
+        };
+        let view = ViewConfig { index: f.index, stale_delay: f.stale, ..brokerlab_core::fleet::defaults::VIEW };
         let fleet = FleetConfig {
             pods: f.pods,
             capacity_blocks: f.capacity,
             router: f.router,
             alpha: f.alpha,
-            stale_delay: f.stale,
-            order: f.order,
-            t_prefill_ns: f.t_prefill_ns,
-            t_decode_ns: f.t_decode_ns,
-            index: f.index,
-            cpu_capacity_blocks: f.cpu_capacity,
-            t_cpu_ns: f.t_cpu_ns,
-            cache: f.cache,
             // The preset's defaults, its RNG seeded from the scenario's seed.
             routing: RouterSpec::preset(f.router).map(|mut s| {
                 s.params.seed = w.seed;
                 s
             }),
-            event_delay_ns: 0,
-            speculative_ttl_ns: 0,
-            scale: match &f.autoscale {
-                None => None,
-                Some(a) => Some(
-                    ScaleArgs::policy_from(
-                        f.pods,
-                        a.min,
-                        a.initial,
-                        a.interval_s,
-                        a.up_queue,
-                        a.down_queue,
-                        a.startup_s,
-                    )
-                    .map_err(|(field, expected, got)| bad(&super::fields::key(field), expected, &got))?,
-                ),
+            engine: EngineConfig::Fifo {
+                engine,
+                view,
+                scale: match &f.autoscale {
+                    None => None,
+                    Some(a) => Some(
+                        scale_policy(f.pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s)
+                            .map_err(|(field, expected, got)| bad(&super::fields::key(field), expected, &got))?,
+                    ),
+                },
             },
         };
         fleet.validate().map_err(|e| key_error(origin, e))?;
@@ -226,7 +227,7 @@ impl Scenario {
                     };
                     let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
                     let ecfg = s.config(&key)?;
-                    brokerlab_core::fleet::batched::validate(&fleet, &ecfg).map_err(|e| key_error(origin, e))?;
+                    super::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
                     Some(s)
                 }
                 other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
@@ -295,4 +296,47 @@ pub fn rate_milli(v: f64) -> Result<u64, String> {
 /// digits).
 pub fn num(v: f64) -> String {
     if v.is_finite() && v != 0.0 && !(1e-6..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
+}
+/// Builds and checks a policy for `pods` pods from flag or scenario values; errors are
+/// (field, expected, got), named by the caller through [`super::fields`].
+pub fn scale_policy(
+    pods: usize,
+    min: u32,
+    initial: Option<u32>,
+    interval_s: f64,
+    up_queue: f64,
+    down_queue: f64,
+    startup_s: f64,
+) -> Result<ScalePolicy, (Field, &'static str, String)> {
+    let ns = |v: f64, field| match v {
+        v if (0.0..=1e9).contains(&v) => Ok((v * 1e9).round() as u64),
+        v => Err((field, "seconds between 0 and 1e9", num(v))),
+    };
+    let milli = |v: f64, field| match v {
+        v if (0.0..=1e6).contains(&v) => Ok((v * 1000.0).round() as u32),
+        v => Err((field, "a mean queue length between 0 and 1e6", num(v))),
+    };
+    let p = ScalePolicy {
+        min_pods: min,
+        initial_pods: initial.unwrap_or(min),
+        interval_ns: ns(interval_s, Field::ScaleInterval)?,
+        up_milli: milli(up_queue, Field::ScaleUpQueue)?,
+        down_milli: milli(down_queue, Field::ScaleDownQueue)?,
+        startup_ns: ns(startup_s, Field::ScaleStartup)?,
+    };
+    p.validate(pods).map_err(|e| match e {
+        brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
+            let got = match field {
+                Field::ScaleMin => min.to_string(),
+                Field::ScaleInitial => p.initial_pods.to_string(),
+                Field::ScaleInterval => num(interval_s),
+                Field::ScaleUpQueue => num(up_queue),
+                Field::ScaleStartup => num(startup_s),
+                _ => num(down_queue),
+            };
+            (field, expected, got)
+        }
+        other => (Field::ScaleMin, "a valid policy", other.to_string()),
+    })?;
+    Ok(p)
 }

@@ -490,8 +490,3 @@ pub fn resume_row(
     let mut kit = Kit::from_spec(spec, &dir)?;
     run_and_report(store, id, spec, &mut kit, opts, Start { create: None, resume_if_exists: true, on_start: None })
 }
-
-/// The tool class of a call, for tables.
-pub fn class_name(c: ToolClass) -> &'static str {
-    c.name()
-}

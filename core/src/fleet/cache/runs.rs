@@ -1,0 +1,331 @@
+//! A pod's LRU kept as runs of trace ids instead of single blocks: the same cache as
+//! [`super::lru::LruPod`] (same hits, same final content and recency order), with work per run
+//! instead of per block.
+//!
+//! Why it is exact (docs/MODEL.md, "Run-length replay"): with trace ids of S tokens, block j of a
+//! request is sub-block j mod R of id j div R (R = S / 16 blocks per id, the *group*), and its key
+//! is a function of the group's first key and the sub-block number (the chain). Touching
+//! tail-first, a request touches each of its groups' sub-blocks t-1, ..., 0 in a row, so after it
+//! they are the most recent blocks of that group, more recent the lower the sub-block. An LRU
+//! evicts the least recent block, i.e. the highest sub-block of some group. By induction, each
+//! group's held sub-blocks are always a prefix `0..n`, with recency decreasing along it: it is cut
+//! into *runs* `lo..hi` of consecutive sub-blocks with consecutive recency, the most recent run
+//! starting at 0. A request touching `0..t` of a group removes the runs below `t`, shortens the one
+//! straddling `t`, and puts one run `0..t` at the most recent end; eviction trims blocks from the
+//! end of the least recent run. The content after a request is the C most recently touched blocks
+//! in both representations (an LRU property that does not depend on when the evictions happen),
+//! so hits and matches are equal as long as keys do not collide (as for every result here).
+//!
+//! Not modelled here (callers use the per-block pod): in-order touches (the prefix would not be
+//! the most recent), event feeds (a global index, a stale index, a CPU tier), clearing.
+//!
+//! Layout: `runs` holds C + 1 [`Run`]s (a request's group is pushed before the cache is trimmed
+//! back to C blocks); `table` maps a group's first key to its most recent run (power of two, at
+//! least [`RunLru::table_len`]).
+
+use super::table::{self, Probe};
+use crate::fleet::base::error::{Buffer, Error, Field};
+use crate::fleet::base::limits::MAX_POD_BLOCKS;
+
+/// "No run" in the links.
+const NIL: u32 = u32::MAX;
+
+/// A run of consecutive sub-blocks `lo..hi` of one group, with consecutive recency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// The group's first key (sub-block 0).
+    key: u64,
+    /// Towards more recent (recency list); next free run on the free list.
+    prev: u32,
+    /// Towards less recent.
+    next: u32,
+    /// The same group's next run (higher sub-blocks, less recent), NIL for its last.
+    older: u32,
+    lo: u32,
+    hi: u32,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run { key: 0, prev: NIL, next: NIL, older: NIL, lo: 0, hi: 0 }
+    }
+}
+
+/// An LRU of at most `capacity` blocks, kept as runs of trace-id groups.
+#[derive(Debug)]
+pub struct RunLru<'a> {
+    runs: &'a mut [Run],
+    /// 0 when empty, else the run index + 1 of a group's most recent run.
+    table: &'a mut [u32],
+    shift: u32,
+    capacity: u32,
+    /// Blocks held.
+    len: u32,
+    mru: u32,
+    lru: u32,
+    free: u32,
+    /// Runs never used yet start here.
+    fresh: u32,
+}
+
+struct GroupTable<'t> {
+    runs: &'t [Run],
+    table: &'t mut [u32],
+    shift: u32,
+}
+
+impl Probe for GroupTable<'_> {
+    fn slots(&self) -> usize {
+        self.table.len()
+    }
+    fn is_empty(&self, i: usize) -> bool {
+        self.table[i] == 0
+    }
+    fn home_of(&self, i: usize) -> usize {
+        table::home(self.runs[self.table[i] as usize - 1].key, self.shift)
+    }
+    fn move_entry(&mut self, from: usize, to: usize) {
+        self.table[to] = self.table[from];
+    }
+    fn clear(&mut self, i: usize) {
+        self.table[i] = 0;
+    }
+}
+
+impl<'a> RunLru<'a> {
+    /// Runs a pod of `capacity` blocks needs (C + 1).
+    pub const fn runs_len(capacity: usize) -> usize {
+        capacity.saturating_add(1)
+    }
+
+    /// Group-table length for a pod of `capacity` blocks (0 when it does not fit in `usize`).
+    pub const fn table_len(capacity: usize) -> usize {
+        match table::table_len_for(capacity.saturating_add(1)) {
+            Some(n) => n,
+            None => 0,
+        }
+    }
+
+    /// An empty cache of `capacity` blocks over `runs` ([`Self::runs_len`]) and `table`
+    /// ([`Self::table_len`] or a longer power of two).
+    pub fn new(capacity: usize, runs: &'a mut [Run], table: &'a mut [u32]) -> Result<Self, Error> {
+        if capacity == 0 || capacity >= MAX_POD_BLOCKS {
+            return Err(Error::InvalidConfig { field: Field::Capacity, expected: "between 1 and 4294967293 blocks" });
+        }
+        if runs.len() != Self::runs_len(capacity) {
+            return Err(Error::BufferSize {
+                buffer: Buffer::Runs,
+                expected: Self::runs_len(capacity),
+                got: runs.len(),
+            });
+        }
+        let required = Self::table_len(capacity);
+        if required == 0 || !table::check_len(table.len(), required) {
+            return Err(Error::BufferSize { buffer: Buffer::RunTable, expected: required, got: table.len() });
+        }
+        table.fill(0);
+        let shift = table::shift_for(table.len());
+        Ok(RunLru { runs, table, shift, capacity: capacity as u32, len: 0, mru: NIL, lru: NIL, free: NIL, fresh: 0 })
+    }
+
+    /// Blocks held now.
+    pub fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// True when no block is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Table position and most recent run of the group whose first key is `key`, or the empty
+    /// position that ended the probe.
+    #[inline]
+    fn probe(&self, key: u64) -> Result<(usize, u32), usize> {
+        let mask = self.table.len() - 1;
+        let mut i = table::home(key, self.shift);
+        loop {
+            let e = self.table[i];
+            if e == 0 {
+                return Err(i);
+            }
+            if self.runs[e as usize - 1].key == key {
+                return Ok((i, e - 1));
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Sub-blocks `0..n` of the group whose first key is `key` are held: returns n.
+    #[inline]
+    pub fn held(&self, key: u64) -> u32 {
+        match self.probe(key) {
+            Ok((_, mut r)) => loop {
+                let run = &self.runs[r as usize];
+                if run.older == NIL {
+                    return run.hi;
+                }
+                r = run.older;
+            },
+            Err(_) => 0,
+        }
+    }
+
+    /// The largest h such that blocks `0..h` of a request are held, for a request of `blocks`
+    /// blocks whose groups (R = `group` blocks each) start with `first_keys`.
+    #[inline]
+    pub fn hit_blocks(&self, keys: &[u64], group: usize) -> usize {
+        debug_assert!(group > 0);
+        let mut h = 0;
+        for (g, &key) in keys.iter().step_by(group).enumerate() {
+            let t = (keys.len() - g * group).min(group) as u32;
+            let n = self.held(key);
+            if n < t {
+                return h + n as usize;
+            }
+            h += t as usize;
+        }
+        h
+    }
+
+    fn unlink(&mut self, r: u32) {
+        let Run { prev, next, .. } = self.runs[r as usize];
+        match prev {
+            NIL => self.mru = next,
+            p => self.runs[p as usize].next = next,
+        }
+        match next {
+            NIL => self.lru = prev,
+            n => self.runs[n as usize].prev = prev,
+        }
+    }
+
+    fn push_mru(&mut self, r: u32) {
+        let old = self.mru;
+        self.runs[r as usize].prev = NIL;
+        self.runs[r as usize].next = old;
+        match old {
+            NIL => self.lru = r,
+            o => self.runs[o as usize].prev = r,
+        }
+        self.mru = r;
+    }
+
+    fn alloc(&mut self) -> u32 {
+        if self.free != NIL {
+            let r = self.free;
+            self.free = self.runs[r as usize].prev;
+            return r;
+        }
+        // At most C runs are held between requests' groups and one more while a group is pushed.
+        debug_assert!((self.fresh as usize) < self.runs.len(), "more than C + 1 runs");
+        self.fresh += 1;
+        self.fresh - 1
+    }
+
+    fn release(&mut self, r: u32) {
+        self.runs[r as usize].prev = self.free;
+        self.free = r;
+    }
+
+    /// Touches sub-blocks `0..t` of the group whose first key is `key` tail-first (t-1 first,
+    /// 0 last), then evicts least recent blocks down to the capacity.
+    pub fn touch_group(&mut self, key: u64, t: u32) {
+        debug_assert!(t > 0);
+        let (pos, rest, held) = match self.probe(key) {
+            Ok((pos, head)) => {
+                // Runs below t are touched again: they leave; one straddling t keeps its top.
+                let mut r = head;
+                let mut held;
+                let rest = loop {
+                    let run = self.runs[r as usize];
+                    held = run.hi;
+                    if run.lo >= t {
+                        break r;
+                    }
+                    if run.hi > t {
+                        self.runs[r as usize].lo = t;
+                        break r;
+                    }
+                    self.unlink(r);
+                    self.release(r);
+                    if run.older == NIL {
+                        break NIL;
+                    }
+                    r = run.older;
+                };
+                (Ok(pos), rest, held)
+            }
+            Err(empty) => (Err(empty), NIL, 0),
+        };
+        let new = self.alloc();
+        self.runs[new as usize] = Run { key, prev: NIL, next: NIL, older: rest, lo: 0, hi: t };
+        self.push_mru(new);
+        match pos {
+            Ok(pos) => self.table[pos] = new + 1,
+            Err(empty) => self.table[empty] = new + 1,
+        }
+        self.len += t.saturating_sub(held);
+        self.trim();
+    }
+
+    /// Touches a whole request's blocks tail-first, `group` blocks per trace id.
+    pub fn touch_request(&mut self, keys: &[u64], group: usize) {
+        debug_assert!(group > 0);
+        let groups = keys.len().div_ceil(group);
+        for g in (0..groups).rev() {
+            let t = (keys.len() - g * group).min(group) as u32;
+            self.touch_group(keys[g * group], t);
+        }
+    }
+
+    /// Evicts least recent blocks until at most `capacity` are held.
+    fn trim(&mut self) {
+        while self.len > self.capacity {
+            let r = self.lru;
+            let run = self.runs[r as usize];
+            let take = (self.len - self.capacity).min(run.hi - run.lo);
+            self.len -= take;
+            if take < run.hi - run.lo {
+                self.runs[r as usize].hi -= take;
+                continue;
+            }
+            // The run empties; it is its group's last (least recent) run.
+            self.unlink(r);
+            self.drop_last_run(run.key, r);
+            self.release(r);
+        }
+    }
+
+    /// Forgets run `r`, the last run of the group `key`.
+    fn drop_last_run(&mut self, key: u64, r: u32) {
+        let Ok((pos, head)) = self.probe(key) else {
+            debug_assert!(false, "a held run's group is in the table");
+            return;
+        };
+        debug_assert_eq!(self.runs[r as usize].older, NIL, "the least recent run is its group's last");
+        if head == r {
+            let mut view = GroupTable { runs: self.runs, table: self.table, shift: self.shift };
+            table::remove_at(&mut view, pos);
+            return;
+        }
+        let mut p = head;
+        while self.runs[p as usize].older != r {
+            p = self.runs[p as usize].older;
+        }
+        self.runs[p as usize].older = NIL;
+    }
+
+    /// Runs from most to least recent, as (first key of the group, lo, hi).
+    pub fn iter_mru(&self) -> impl Iterator<Item = (u64, u32, u32)> + '_ {
+        let mut r = self.mru;
+        core::iter::from_fn(move || {
+            if r == NIL {
+                return None;
+            }
+            let run = self.runs[r as usize];
+            r = run.next;
+            Some((run.key, run.lo, run.hi))
+        })
+    }
+}

@@ -1,0 +1,1140 @@
+//! The batched engine of one pod: vLLM's iteration-level scheduler (waiting queue, running list,
+//! token budget, chunked prefill, prefix hit at admission, a KV block pool with reference counts
+//! and an LRU free queue, preemption by recompute); each step's time from the cost model
+//! ([`crate::fleet::cost`]) in integer ns.
+//!
+//! docs/MODEL.md, "The batched engine", is the specification; this file follows it rule by rule.
+//! Every buffer is the caller's ([`crate::fleet::sim::batched::BatchedLayout`] gives the lengths).
+
+use super::{Completion, Engine, EngineEvents, Request, Routed};
+use crate::fleet::base::error::{Buffer, Error, Field, Invariant, Limit, Quantity, RequestField};
+use crate::fleet::base::limits::{
+    BLOCK_TOKENS, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_OUTPUT_TOKENS, MAX_POD_BLOCKS, quoting,
+};
+use crate::fleet::base::load::PodLoad;
+use crate::fleet::cache::CacheEvents;
+use crate::fleet::cache::table::{self, Probe};
+use crate::fleet::cost::linear::Profile;
+use crate::fleet::cost::shape::BatchShape;
+use crate::fleet::cost::step::{StepCost, decodes_after};
+
+/// "No block / no request" in links.
+const NIL: u32 = u32::MAX;
+const B: u64 = BLOCK_TOKENS as u64;
+
+/// The batched engine's parameters (one set for every pod).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct BatchedConfig {
+    /// Most running requests per pod S.
+    pub max_num_seqs: u32,
+    /// Token budget of one step M.
+    pub max_num_batched_tokens: u32,
+    /// The profile the cost model came from (reporting only).
+    pub profile: Profile,
+    /// The step cost model.
+    pub cost: StepCost,
+    /// Advance runs of identical decode steps at once (same results). Turning it off is test
+    /// support, to show that it changes nothing (feature `harness`; without it the engine always
+    /// fast-forwards: [`BatchedConfig::fast_forwards`]).
+    #[cfg(feature = "harness")]
+    pub fast_forward: bool,
+}
+
+impl BatchedConfig {
+    /// vLLM's H100 API-server defaults (S = 1024, M = 8192) with `profile`'s coefficients.
+    pub const fn new(profile: Profile) -> Self {
+        BatchedConfig {
+            max_num_seqs: 1024,
+            max_num_batched_tokens: 8192,
+            profile,
+            cost: StepCost::Linear(profile.coefficients()),
+            #[cfg(feature = "harness")]
+            fast_forward: true,
+        }
+    }
+
+    /// Whether the engine advances runs of identical decode steps at once: always, unless a test
+    /// (feature `harness`) turned it off.
+    pub const fn fast_forwards(&self) -> bool {
+        #[cfg(feature = "harness")]
+        {
+            self.fast_forward
+        }
+        #[cfg(not(feature = "harness"))]
+        {
+            true
+        }
+    }
+
+    /// Checks every field against the model's limits.
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.max_num_batched_tokens == 0 || self.max_num_batched_tokens > MAX_BATCHED_TOKENS {
+            return Err(Error::InvalidConfig {
+                field: Field::MaxNumBatchedTokens,
+                expected: quoting!("between 1 and 16777216", MAX_BATCHED_TOKENS),
+            });
+        }
+        if self.max_num_seqs == 0 || self.max_num_seqs > MAX_NUM_SEQS {
+            return Err(Error::InvalidConfig {
+                field: Field::MaxNumSeqs,
+                expected: quoting!("between 1 and 65536", MAX_NUM_SEQS),
+            });
+        }
+        if self.max_num_seqs > self.max_num_batched_tokens {
+            return Err(Error::InvalidConfig {
+                field: Field::MaxNumSeqs,
+                expected: "at most max-num-batched-tokens (each running request needs a token per step)",
+            });
+        }
+        self.cost.validate()
+    }
+}
+
+/// One KV block of a pod: its key when cached, its reference count and its links (free queue
+/// while unreferenced; the owning request's chain while in use).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvBlock {
+    key: u64,
+    refs: u32,
+    /// Free queue: towards the head. Unused while referenced.
+    prev: u32,
+    /// Free queue: towards the tail; while in use, the owner's previous own block.
+    next: u32,
+    keyed: bool,
+}
+
+impl Default for KvBlock {
+    fn default() -> Self {
+        KvBlock { key: 0, refs: 0, prev: NIL, next: NIL, keyed: false }
+    }
+}
+
+/// One request on a pod (a slot of the pod's request ring).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReqSlot {
+    id: u64,
+    arrival_ns: u64,
+    input: u64,
+    output: u64,
+    generated: u64,
+    computed: u64,
+    /// Absolute position of its keys in the pod's key ring.
+    keys_at: u64,
+    keys_len: u32,
+    hit: u32,
+    /// Prompt blocks below this index have been considered for caching.
+    considered: u32,
+    own_head: u32,
+    own_len: u32,
+    sched: u64,
+    hit_tokens: u64,
+    prefill_tokens: u64,
+    first_token_ns: u64,
+    last_token_ns: u64,
+    preemptions: u32,
+    queue_len: u32,
+    admitted: bool,
+    finished: bool,
+}
+
+/// A pod engine's counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct BatchedStats {
+    /// Requests routed here.
+    pub requests: u64,
+    /// Requests finished.
+    pub finished: u64,
+    /// Sum of L.
+    pub input_tokens: u64,
+    /// Sum of first-admission hit tokens.
+    pub hit_tokens: u64,
+    /// Prefill tokens computed (recompute included).
+    pub prefill_tokens: u64,
+    /// Output tokens produced.
+    pub output_tokens: u64,
+    /// Steps run.
+    pub steps: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Integral of pinned blocks over steps, block-ns.
+    pub kv_pinned_block_ns: u128,
+    /// Most pinned blocks during a step.
+    pub kv_peak_blocks: u32,
+    /// Integral of the waiting-queue length, request-ns.
+    pub waiting_request_ns: u128,
+    /// Longest queue_len seen at an arrival routed here.
+    pub max_queue_len: u32,
+    /// Last finish, ns.
+    pub last_finish_ns: u64,
+}
+
+/// One pod's buffers (see [`crate::fleet::sim::batched::BatchedLayout`]).
+pub struct PodBuffers<'a> {
+    /// C KV blocks.
+    pub blocks: &'a mut [KvBlock],
+    /// [`BatchedEngine::table_len`] cache-map entries.
+    pub table: &'a mut [u32],
+    /// Request slots (requests tracked at once).
+    pub reqs: &'a mut [ReqSlot],
+    /// The waiting ring, as long as `reqs`.
+    pub waiting: &'a mut [u32],
+    /// `max_num_seqs` running slots.
+    pub running: &'a mut [u32],
+    /// Prompt keys of the tracked requests.
+    pub keys: &'a mut [u64],
+}
+
+/// One pod's batched engine over caller buffers.
+pub struct BatchedEngine<'a> {
+    cfg: BatchedConfig,
+    pod: u32,
+    blocks: &'a mut [KvBlock],
+    table: &'a mut [u32],
+    shift: u32,
+    free_head: u32,
+    free_tail: u32,
+    free_len: u32,
+    cached: u32,
+    pinned: u32,
+    refs_total: u64,
+    reqs: &'a mut [ReqSlot],
+    req_head: u64,
+    req_tail: u64,
+    waiting: &'a mut [u32],
+    w_head: u32,
+    w_len: u32,
+    running: &'a mut [u32],
+    r_len: u32,
+    keys: &'a mut [u64],
+    key_head: u64,
+    key_tail: u64,
+    next_start_ns: u64,
+    last_end_ns: u64,
+    last_step_finished: u32,
+    /// The first invariant found broken inside a step (reported by [`Self::check`] at its end).
+    broken: Option<Invariant>,
+    w_since_ns: u64,
+    pending_prefill: u64,
+    stats: BatchedStats,
+}
+
+struct TableView<'t> {
+    blocks: &'t [KvBlock],
+    table: &'t mut [u32],
+    shift: u32,
+}
+
+impl Probe for TableView<'_> {
+    fn slots(&self) -> usize {
+        self.table.len()
+    }
+    fn is_empty(&self, i: usize) -> bool {
+        self.table[i] == 0
+    }
+    fn home_of(&self, i: usize) -> usize {
+        table::home(self.blocks[self.table[i] as usize - 1].key, self.shift)
+    }
+    fn move_entry(&mut self, from: usize, to: usize) {
+        self.table[to] = self.table[from];
+    }
+    fn clear(&mut self, i: usize) {
+        self.table[i] = 0;
+    }
+}
+
+/// ceil(tokens / 16).
+#[inline]
+fn blocks_for(tokens: u64) -> u64 {
+    tokens.div_ceil(B)
+}
+
+impl<'a> BatchedEngine<'a> {
+    /// Key-table length for a pod of `capacity` blocks (0 when it does not fit). A `const fn`, so
+    /// that callers without a heap can size their statics with it.
+    pub const fn table_len(capacity: usize) -> usize {
+        match table::table_len_for(capacity) {
+            Some(n) => n,
+            None => 0,
+        }
+    }
+
+    /// An idle engine with `blocks.len()` KV blocks, all free. `reqs` and `waiting` have the same
+    /// length (requests tracked at once), `running` has `max_num_seqs` entries.
+    pub fn new(cfg: BatchedConfig, pod: u32, bufs: PodBuffers<'a>) -> Result<Self, Error> {
+        cfg.validate()?;
+        let PodBuffers { blocks, table, reqs, waiting, running, keys } = bufs;
+        let c = blocks.len();
+        if c == 0 || c > MAX_POD_BLOCKS {
+            return Err(Error::InvalidConfig {
+                field: Field::Capacity,
+                expected: quoting!("between 1 and 4294967294 blocks", MAX_POD_BLOCKS),
+            });
+        }
+        let tl = Self::table_len(c);
+        if tl == 0 || table.len() != tl {
+            return Err(Error::BufferSize { buffer: Buffer::EngineTable, expected: tl, got: table.len() });
+        }
+        if reqs.is_empty() || waiting.len() != reqs.len() || reqs.len() > u32::MAX as usize {
+            return Err(Error::BufferSize {
+                buffer: Buffer::EngineWaiting,
+                expected: reqs.len().max(1),
+                got: waiting.len(),
+            });
+        }
+        if running.len() != cfg.max_num_seqs as usize {
+            return Err(Error::BufferSize {
+                buffer: Buffer::EngineRunning,
+                expected: cfg.max_num_seqs as usize,
+                got: running.len(),
+            });
+        }
+        if keys.is_empty() {
+            return Err(Error::BufferSize { buffer: Buffer::EngineKeys, expected: 1, got: 0 });
+        }
+        table.fill(0);
+        // The free queue holds every block, in index order.
+        for (i, b) in blocks.iter_mut().enumerate() {
+            *b = KvBlock {
+                key: 0,
+                refs: 0,
+                prev: if i == 0 { NIL } else { i as u32 - 1 },
+                next: if i + 1 == c { NIL } else { i as u32 + 1 },
+                keyed: false,
+            };
+        }
+        Ok(BatchedEngine {
+            cfg,
+            pod,
+            shift: table::shift_for(table.len()),
+            blocks,
+            table,
+            free_head: 0,
+            free_tail: c as u32 - 1,
+            free_len: c as u32,
+            cached: 0,
+            pinned: 0,
+            refs_total: 0,
+            reqs,
+            req_head: 0,
+            req_tail: 0,
+            waiting,
+            w_head: 0,
+            w_len: 0,
+            running,
+            r_len: 0,
+            keys,
+            key_head: 0,
+            key_tail: 0,
+            next_start_ns: 0,
+            last_end_ns: 0,
+            last_step_finished: 0,
+            broken: None,
+            w_since_ns: 0,
+            pending_prefill: 0,
+            stats: BatchedStats::default(),
+        })
+    }
+
+    /// KV capacity C, blocks.
+    pub fn capacity(&self) -> usize {
+        self.blocks.len()
+    }
+
+    /// True when nothing is waiting or running.
+    pub fn is_idle(&self) -> bool {
+        self.w_len == 0 && self.r_len == 0
+    }
+
+    /// True when `key` is in the cache map (pinned or free).
+    #[inline]
+    pub fn contains(&self, key: u64) -> bool {
+        self.lookup(key).is_some()
+    }
+
+    // ----- cache map -----
+
+    #[inline]
+    fn lookup(&self, key: u64) -> Option<u32> {
+        let mask = self.table.len() - 1;
+        let mut i = table::home(key, self.shift);
+        loop {
+            let e = self.table[i];
+            if e == 0 {
+                return None;
+            }
+            if self.blocks[e as usize - 1].key == key {
+                return Some(e - 1);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn map_insert(&mut self, key: u64, b: u32) {
+        let mask = self.table.len() - 1;
+        let mut i = table::home(key, self.shift);
+        while self.table[i] != 0 {
+            i = (i + 1) & mask;
+        }
+        self.table[i] = b + 1;
+    }
+
+    fn map_remove(&mut self, key: u64, b: u32) {
+        let mask = self.table.len() - 1;
+        let mut i = table::home(key, self.shift);
+        loop {
+            let e = self.table[i];
+            if e == 0 {
+                self.broken = Some(Invariant::MappedKey);
+                return;
+            }
+            if e == b + 1 {
+                break;
+            }
+            i = (i + 1) & mask;
+        }
+        let mut view = TableView { blocks: self.blocks, table: self.table, shift: self.shift };
+        table::remove_at(&mut view, i);
+    }
+
+    // ----- free queue -----
+
+    fn fq_push_tail(&mut self, b: u32) {
+        debug_assert!(self.blocks[b as usize].refs == 0, "only an unreferenced block is freed");
+        debug_assert!(b != self.free_tail && (self.free_len as usize) < self.blocks.len(), "not already free");
+        let old = self.free_tail;
+        self.blocks[b as usize].prev = old;
+        self.blocks[b as usize].next = NIL;
+        if old == NIL {
+            self.free_head = b;
+        } else {
+            self.blocks[old as usize].next = b;
+        }
+        self.free_tail = b;
+        self.free_len += 1;
+    }
+
+    fn fq_unlink(&mut self, b: u32) {
+        let KvBlock { prev, next, .. } = self.blocks[b as usize];
+        debug_assert!(self.free_len > 0, "unlinks from a non-empty free queue");
+        // LRU links: b's neighbours point back at it (or b is the queue's end).
+        debug_assert!(if prev == NIL { self.free_head == b } else { self.blocks[prev as usize].next == b });
+        debug_assert!(if next == NIL { self.free_tail == b } else { self.blocks[next as usize].prev == b });
+        if prev == NIL {
+            self.free_head = next;
+        } else {
+            self.blocks[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.free_tail = prev;
+        } else {
+            self.blocks[next as usize].prev = prev;
+        }
+        self.free_len -= 1;
+    }
+
+    /// Pops the free-queue head (evicting its key) and gives it to request slot `r`.
+    fn alloc_own(&mut self, r: usize) {
+        let b = self.free_head;
+        debug_assert!(b != NIL);
+        self.fq_unlink(b);
+        if self.blocks[b as usize].keyed {
+            let key = self.blocks[b as usize].key;
+            self.map_remove(key, b);
+            self.blocks[b as usize].keyed = false;
+            self.cached -= 1;
+        }
+        self.blocks[b as usize].refs = 1;
+        self.pinned += 1;
+        self.refs_total += 1;
+        self.blocks[b as usize].next = self.reqs[r].own_head;
+        self.reqs[r].own_head = b;
+        self.reqs[r].own_len += 1;
+    }
+
+    fn unref(&mut self, b: u32) {
+        let blk = &mut self.blocks[b as usize];
+        debug_assert!(blk.refs > 0);
+        blk.refs -= 1;
+        self.refs_total -= 1;
+        if blk.refs == 0 {
+            self.pinned -= 1;
+            self.fq_push_tail(b);
+        }
+    }
+
+    #[inline]
+    fn key_of(&self, r: usize, j: u32) -> u64 {
+        let at = ((self.reqs[r].keys_at + j as u64) % self.keys.len() as u64) as usize;
+        self.keys[at]
+    }
+
+    /// Releases every block of request slot `r`, last block first.
+    fn release(&mut self, r: usize) {
+        let mut b = self.reqs[r].own_head;
+        while b != NIL {
+            let older = self.blocks[b as usize].next;
+            self.unref(b);
+            b = older;
+        }
+        for j in (0..self.reqs[r].hit).rev() {
+            let key = self.key_of(r, j);
+            match self.lookup(key) {
+                Some(b) => self.unref(b),
+                None => self.broken = Some(Invariant::HitBlockCached),
+            }
+        }
+        let q = &mut self.reqs[r];
+        q.own_head = NIL;
+        q.own_len = 0;
+        q.hit = 0;
+    }
+
+    /// The prefix hit of a request with c = 0: (h, hit blocks with reference count 0).
+    fn hit_of(&self, r: usize) -> (u32, u32) {
+        let q = &self.reqs[r];
+        let n_tok = q.input + q.generated;
+        let h_max = (q.keys_len as u64).min((n_tok - 1) / B) as u32;
+        let mut free_hits = 0;
+        for j in 0..h_max {
+            match self.lookup(self.key_of(r, j)) {
+                Some(b) => free_hits += u32::from(self.blocks[b as usize].refs == 0),
+                None => return (j, free_hits),
+            }
+        }
+        (h_max, free_hits)
+    }
+
+    /// Gives the request's own full prompt blocks below floor(min(upto, L) / 16) their keys.
+    fn cache_prompt_blocks(&mut self, r: usize, upto_tokens: u64) {
+        let q = self.reqs[r];
+        let full = (upto_tokens.min(q.input) / B).min(q.keys_len as u64) as u32;
+        if full <= q.considered {
+            return;
+        }
+        // Own blocks cover indices hit .. hit + own_len, newest first in the chain.
+        let mut idx = q.hit + q.own_len;
+        let mut b = q.own_head;
+        while b != NIL && idx > q.considered {
+            idx -= 1;
+            let older = self.blocks[b as usize].next;
+            if idx < full {
+                let key = self.key_of(r, idx);
+                if self.lookup(key).is_none() {
+                    self.blocks[b as usize].key = key;
+                    self.blocks[b as usize].keyed = true;
+                    self.map_insert(key, b);
+                    self.cached += 1;
+                }
+            }
+            b = older;
+        }
+        self.reqs[r].considered = full;
+    }
+
+    // ----- queues -----
+
+    fn w_push_back(&mut self, r: u32) {
+        let cap = self.waiting.len() as u32;
+        debug_assert!(self.w_len < cap, "the waiting ring has room (enqueue checks it)");
+        self.waiting[((self.w_head + self.w_len) % cap) as usize] = r;
+        self.w_len += 1;
+    }
+
+    fn w_push_front(&mut self, r: u32) {
+        let cap = self.waiting.len() as u32;
+        debug_assert!(self.w_len < cap, "a preempted request's slot was taken from the running set");
+        self.w_head = (self.w_head + cap - 1) % cap;
+        self.waiting[self.w_head as usize] = r;
+        self.w_len += 1;
+    }
+
+    fn w_pop_front(&mut self) -> u32 {
+        debug_assert!(self.w_len > 0, "pops a non-empty waiting queue");
+        let r = self.waiting[self.w_head as usize];
+        self.w_head = (self.w_head + 1) % self.waiting.len() as u32;
+        self.w_len -= 1;
+        r
+    }
+
+    /// Adds |W| x (now - since) to the waiting integral.
+    fn waiting_until(&mut self, now_ns: u64) {
+        let dt = now_ns.saturating_sub(self.w_since_ns);
+        self.stats.waiting_request_ns += self.w_len as u128 * dt as u128;
+        self.w_since_ns = self.w_since_ns.max(now_ns);
+    }
+
+    /// Queues a request routed here at `arrival_ns` (after [`Engine::advance`] to that time).
+    pub fn enqueue(
+        &mut self,
+        id: u64,
+        arrival_ns: u64,
+        input_tokens: u64,
+        output_tokens: u64,
+        keys: &[u64],
+        queue_len: u32,
+    ) -> Result<(), Error> {
+        if input_tokens == 0 {
+            return Err(Error::InvalidRequest { field: RequestField::InputLength, expected: "at least 1 token" });
+        }
+        let output = output_tokens.max(1);
+        if output > MAX_OUTPUT_TOKENS {
+            return Err(Error::InvalidRequest {
+                field: RequestField::OutputLength,
+                expected: quoting!("at most 16777216 tokens", MAX_OUTPUT_TOKENS),
+            });
+        }
+        let need_blocks = blocks_for(input_tokens + output - 1);
+        if need_blocks > self.blocks.len() as u64 {
+            return Err(Error::InvalidRequest {
+                field: RequestField::InputLength,
+                expected: "input_length + output_length - 1 at most one pod's KV capacity (--capacity x 16 tokens)",
+            });
+        }
+        let cap = self.reqs.len() as u64;
+        if self.req_head - self.req_tail == cap {
+            return Err(Error::CapacityExceeded { limit: Limit::RequestsPerPod, capacity: cap as usize });
+        }
+        // Keys: a contiguous range of the key ring.
+        let klen = self.keys.len() as u64;
+        let m = keys.len() as u64;
+        if self.req_head == self.req_tail {
+            self.key_head = 0;
+            self.key_tail = 0;
+        }
+        let mut start = self.key_head;
+        if start % klen + m > klen {
+            start = start.div_ceil(klen) * klen;
+        }
+        if start + m - self.key_tail > klen {
+            return Err(Error::CapacityExceeded { limit: Limit::KeysPerPod, capacity: klen as usize });
+        }
+        let at = (start % klen) as usize;
+        self.keys[at..at + keys.len()].copy_from_slice(keys);
+        self.key_head = start + m;
+        let slot = (self.req_head % cap) as usize;
+        self.reqs[slot] = ReqSlot {
+            id,
+            arrival_ns,
+            input: input_tokens,
+            output,
+            keys_at: start,
+            keys_len: keys.len() as u32,
+            own_head: NIL,
+            queue_len,
+            ..ReqSlot::default()
+        };
+        self.req_head += 1;
+        if self.is_idle() {
+            self.next_start_ns = arrival_ns.max(self.last_end_ns);
+        }
+        self.waiting_until(arrival_ns);
+        self.w_push_back(slot as u32);
+        self.pending_prefill += input_tokens;
+        let s = &mut self.stats;
+        s.requests += 1;
+        s.input_tokens += input_tokens;
+        s.max_queue_len = s.max_queue_len.max(queue_len);
+        Ok(())
+    }
+
+    fn preempt(&mut self, v: usize) {
+        self.release(v);
+        let q = &mut self.reqs[v];
+        // Recompute: everything computed is lost; the tokens it produced stand.
+        let was = q.input + q.generated - q.computed;
+        q.computed = 0;
+        q.preemptions += 1;
+        let now = q.input + q.generated;
+        self.pending_prefill += now - if was > 1 { was } else { 0 };
+        self.stats.preemptions += 1;
+        self.w_push_front(v as u32);
+    }
+
+    /// Tokens `r` still has to prefill (n_tok - c when that is more than one token).
+    #[inline]
+    fn pending_of(q: &ReqSlot) -> u64 {
+        let need = q.input + q.generated - q.computed;
+        if need > 1 { need } else { 0 }
+    }
+
+    /// One step at `next_start_ns` (docs/MODEL.md, "One step"): schedule the running requests,
+    /// then admit waiting ones unless a request was preempted, ask the cost model for the step's
+    /// time, and apply its outputs at its end.
+    fn step(&mut self, ev: &mut impl EngineEvents) -> Result<(), Error> {
+        let s = self.next_start_ns;
+        self.waiting_until(s);
+        let mut budget = self.cfg.max_num_batched_tokens as u64;
+        // 1. Running requests, in order; 2. waiting requests, FCFS, only if nothing was preempted.
+        if !self.schedule_running(&mut budget) {
+            self.admit_waiting(&mut budget);
+        }
+        // 3. Step time.
+        let shape = self.step_shape()?;
+        debug_assert!(shape.tokens() > 0, "a step with work schedules a token");
+        let d = self.cfg.cost.step_ns(&shape)?;
+        let e = s.checked_add(d).ok_or(Error::Overflow { what: Quantity::StepEndTime })?;
+        let st = &mut self.stats;
+        st.steps += 1;
+        st.prefill_tokens += shape.prefill_tokens;
+        st.kv_pinned_block_ns += self.pinned as u128 * d as u128;
+        st.kv_peak_blocks = st.kv_peak_blocks.max(self.pinned);
+        // 4. Outputs at e.
+        self.last_step_finished = self.outputs(e, ev);
+        self.next_start_ns = e;
+        self.last_end_ns = e;
+        self.check()
+    }
+
+    /// Step 1: the running requests in R order get their tokens, preempting the most recently
+    /// admitted while blocks are short. Returns whether a request was preempted.
+    fn schedule_running(&mut self, budget: &mut u64) -> bool {
+        let mut preempted = false;
+        let mut i = 0;
+        while i < self.r_len as usize {
+            let x = self.running[i] as usize;
+            if *budget == 0 {
+                break;
+            }
+            let q = self.reqs[x];
+            let need = q.input + q.generated - q.computed;
+            let n = need.min(*budget);
+            let new = blocks_for(q.computed + n) - (q.hit + q.own_len) as u64;
+            let mut self_preempted = false;
+            while new > self.free_len as u64 {
+                self.r_len -= 1;
+                let v = self.running[self.r_len as usize] as usize;
+                self.preempt(v);
+                preempted = true;
+                if v == x {
+                    self_preempted = true;
+                    break;
+                }
+            }
+            if self_preempted {
+                break;
+            }
+            for _ in 0..new {
+                self.alloc_own(x);
+            }
+            self.cache_prompt_blocks(x, q.computed + n);
+            self.reqs[x].sched = n;
+            *budget -= n;
+            i += 1;
+        }
+        for k in i..self.r_len as usize {
+            let r = self.running[k] as usize;
+            self.reqs[r].sched = 0;
+        }
+        preempted
+    }
+
+    /// Step 2: waiting requests in FCFS order while the budget, the running slots and the free
+    /// blocks allow (strict FCFS: the first that does not fit stops admission).
+    fn admit_waiting(&mut self, budget: &mut u64) {
+        while self.w_len > 0 && *budget > 0 && self.r_len < self.cfg.max_num_seqs {
+            let y = self.waiting[self.w_head as usize] as usize;
+            let (h, free_hits) = self.hit_of(y);
+            let q = self.reqs[y];
+            let c = h as u64 * B;
+            let n = (q.input + q.generated - c).min(*budget);
+            let new = blocks_for(c + n) - h as u64;
+            if new + free_hits as u64 > self.free_len as u64 {
+                break;
+            }
+            self.w_pop_front();
+            self.running[self.r_len as usize] = y as u32;
+            self.r_len += 1;
+            for j in 0..h {
+                let Some(b) = self.lookup(self.key_of(y, j)) else {
+                    self.broken = Some(Invariant::HitBlockCached);
+                    break;
+                };
+                if self.blocks[b as usize].refs == 0 {
+                    self.fq_unlink(b);
+                    self.pinned += 1;
+                }
+                self.blocks[b as usize].refs += 1;
+                self.refs_total += 1;
+            }
+            self.pending_prefill -= q.input + q.generated;
+            let r = &mut self.reqs[y];
+            r.hit = h;
+            r.considered = h;
+            r.computed = c;
+            if !r.admitted {
+                r.admitted = true;
+                r.hit_tokens = c;
+                self.stats.hit_tokens += c;
+            }
+            self.pending_prefill += Self::pending_of(&self.reqs[y]);
+            for _ in 0..new {
+                self.alloc_own(y);
+            }
+            self.cache_prompt_blocks(y, c + n);
+            self.reqs[y].sched = n;
+            *budget -= n;
+        }
+    }
+
+    /// True when a request scheduled now decodes: it has produced a token and needs one more.
+    #[inline]
+    fn decodes(q: &ReqSlot) -> bool {
+        q.generated >= 1 && q.input + q.generated - q.computed == 1
+    }
+
+    /// Step 3's input: the scheduled chunks, with n and c taken before the update (a decode is
+    /// its one token over c cached; anything else, recompute included, a prefill chunk).
+    fn step_shape(&self) -> Result<BatchShape, Error> {
+        let mut s = self.cfg.cost.shape();
+        for k in 0..self.r_len as usize {
+            let q = &self.reqs[self.running[k] as usize];
+            if q.sched > 0 {
+                let r = if Self::decodes(q) { s.add_decode(q.computed) } else { s.add_prefill(q.computed, q.sched) };
+                r.map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
+            }
+        }
+        Ok(s)
+    }
+
+    /// The batch of the `done`-th step of a decode run: every running request decoding one
+    /// token with `done` more tokens cached than now (a shift of `base`, the run's first step,
+    /// when the cost model allows; else summed again).
+    fn decode_run_shape(&self, base: &BatchShape, done: u64) -> Result<BatchShape, Error> {
+        if let Some(s) = decodes_after(base, done)? {
+            return Ok(s);
+        }
+        let mut s = self.cfg.cost.shape();
+        for k in 0..self.r_len as usize {
+            let c = self.reqs[self.running[k] as usize].computed + done;
+            s.add_decode(c).map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
+        }
+        Ok(s)
+    }
+
+    /// Step 4: each scheduled request in R order computes its chunk; one whose tokens are all
+    /// computed produces a token at `e`, and finishes when it has produced O'. Returns the
+    /// requests finished.
+    fn outputs(&mut self, e: u64, ev: &mut impl EngineEvents) -> u32 {
+        let mut kept = 0usize;
+        let mut finished = 0u32;
+        for k in 0..self.r_len as usize {
+            let x = self.running[k] as usize;
+            let q = self.reqs[x];
+            if q.sched > 0 {
+                let before = Self::pending_of(&q);
+                let r = &mut self.reqs[x];
+                if !Self::decodes(&q) {
+                    r.prefill_tokens += q.sched;
+                }
+                r.computed += q.sched;
+                r.sched = 0;
+                if r.computed == r.input + r.generated {
+                    r.generated += 1;
+                    if r.generated == 1 {
+                        r.first_token_ns = e;
+                    } else {
+                        ev.itl(e - r.last_token_ns, 1);
+                    }
+                    r.last_token_ns = e;
+                    self.stats.output_tokens += 1;
+                }
+                let after = Self::pending_of(&self.reqs[x]);
+                self.pending_prefill = self.pending_prefill - before + after;
+                if self.reqs[x].generated == self.reqs[x].output {
+                    self.finish(x, ev);
+                    finished += 1;
+                    continue;
+                }
+            }
+            self.running[kept] = x as u32;
+            kept += 1;
+        }
+        self.r_len = kept as u32;
+        finished
+    }
+
+    fn finish(&mut self, x: usize, ev: &mut impl EngineEvents) {
+        self.release(x);
+        let q = &mut self.reqs[x];
+        debug_assert!(!q.finished, "a request finishes once");
+        debug_assert_eq!(q.generated, q.output, "tokens produced = output length");
+        q.finished = true;
+        let c = Completion {
+            request: q.id,
+            pod: self.pod,
+            arrival_ns: q.arrival_ns,
+            first_token_ns: q.first_token_ns,
+            finish_ns: q.last_token_ns,
+            input_tokens: q.input,
+            output_tokens: q.output,
+            hit_tokens: q.hit_tokens,
+            prefill_tokens: q.prefill_tokens,
+            preemptions: q.preemptions,
+            queue_len: q.queue_len,
+        };
+        self.stats.finished += 1;
+        self.stats.last_finish_ns = self.stats.last_finish_ns.max(c.finish_ns);
+        ev.completed(&c);
+        // Reclaim the oldest slots (and their keys) once finished.
+        let cap = self.reqs.len() as u64;
+        while self.req_tail < self.req_head && self.reqs[(self.req_tail % cap) as usize].finished {
+            self.req_tail += 1;
+        }
+        self.key_tail = if self.req_tail < self.req_head {
+            self.reqs[(self.req_tail % cap) as usize].keys_at
+        } else {
+            self.key_head
+        };
+    }
+
+    /// Advances a run of identical pure-decode steps at once, when the next step is one: every
+    /// running request decodes and none can be admitted. Returns false (nothing done) otherwise.
+    /// The run stops before a step that needs a block or finishes a request (those run one by
+    /// one) and before the first step starting at or after `t_ns`. Same results as step by step
+    /// (tested).
+    fn fast_forward(&mut self, t_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
+        let r_len = self.r_len as usize;
+        if r_len == 0 {
+            return Ok(false);
+        }
+        // Steps before a request needs a new block (its c is a multiple of 16) or finishes.
+        let mut k_max = u64::MAX;
+        let mut base = self.cfg.cost.shape();
+        for k in 0..r_len {
+            let q = &self.reqs[self.running[k] as usize];
+            if q.generated == 0 || q.input + q.generated - q.computed != 1 {
+                return Ok(false);
+            }
+            // The step run with c = computed + i needs a block when (computed + i) % 16 == 0:
+            // steps i < to_boundary need none. The (output - generated)-th step finishes it.
+            let to_boundary = (B - q.computed % B) % B;
+            k_max = k_max.min(to_boundary + 1).min(q.output - q.generated);
+            base.add_decode(q.computed).map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
+        }
+        // During the run nothing is allocated or released and the cache map does not change, so
+        // if the head of W cannot be admitted now, it cannot at any step of the run.
+        let m = self.cfg.max_num_batched_tokens as u64;
+        if self.w_len > 0 && self.r_len < self.cfg.max_num_seqs && m > r_len as u64 {
+            let y = self.waiting[self.w_head as usize] as usize;
+            let (h, free_hits) = self.hit_of(y);
+            let q = self.reqs[y];
+            let c = h as u64 * B;
+            let n = (q.input + q.generated - c).min(m - r_len as u64);
+            if blocks_for(c + n) - h as u64 + free_hits as u64 <= self.free_len as u64 {
+                return Ok(false);
+            }
+        }
+        // k_max counts the step that needs a block or finishes a request: it runs normally.
+        if k_max < 2 {
+            return Ok(false);
+        }
+        let run = k_max - 1;
+        let rl = r_len as u64;
+        let start = self.next_start_ns;
+        let mut s = start;
+        let mut last_start = start;
+        let mut done = 0u64;
+        while done < run && s < t_ns {
+            let d = self.cfg.cost.step_ns(&self.decode_run_shape(&base, done)?)?;
+            let e = s.checked_add(d).ok_or(Error::Overflow { what: Quantity::StepEndTime })?;
+            if done == 0 {
+                // A request skipped by an earlier step (budget) produced its last token earlier.
+                for k in 0..r_len {
+                    ev.itl(e - self.reqs[self.running[k] as usize].last_token_ns, 1);
+                }
+            } else {
+                ev.itl(d, rl);
+            }
+            self.stats.kv_pinned_block_ns += self.pinned as u128 * d as u128;
+            last_start = s;
+            s = e;
+            done += 1;
+        }
+        if done == 0 {
+            return Ok(false);
+        }
+        // |W| is constant during the run; the integral is taken up to the last step's start, as
+        // a step does (an arrival before the run's end may still change W).
+        self.stats.waiting_request_ns += self.w_len as u128 * (last_start - self.w_since_ns.min(last_start)) as u128;
+        self.w_since_ns = self.w_since_ns.max(last_start);
+        self.stats.kv_peak_blocks = self.stats.kv_peak_blocks.max(self.pinned);
+        self.stats.steps += done;
+        self.stats.output_tokens += done * rl;
+        for k in 0..r_len {
+            let r = &mut self.reqs[self.running[k] as usize];
+            r.computed += done;
+            r.generated += done;
+            r.last_token_ns = s;
+        }
+        self.next_start_ns = s;
+        self.last_end_ns = s;
+        self.last_step_finished = 0;
+        self.check()?;
+        Ok(true)
+    }
+
+    /// Invariants after every step, in every build, O(1): nothing broken inside the step (a held
+    /// hit block that left the cache, a cached key not in the map); pinned + free = C; cached
+    /// blocks <= C; at most max_num_seqs running. A broken one is an error (the fleet poisons
+    /// itself), never an index out of bounds later. Debug builds also check that the reference
+    /// counts add up to the blocks the running requests hold (O(running requests): measured at
+    /// 5 to 10% of `fleet bench`'s batched runs in release) and audit every block of small pods.
+    fn check(&self) -> Result<(), Error> {
+        let broken = |what| Err(Error::Invariant { what });
+        if let Some(what) = self.broken {
+            return broken(what);
+        }
+        let c = self.blocks.len() as u64;
+        if self.pinned as u64 + self.free_len as u64 != c {
+            return broken(Invariant::PinnedPlusFree);
+        }
+        if self.cached as u64 > c {
+            return broken(Invariant::CachedBlocks);
+        }
+        if self.r_len > self.cfg.max_num_seqs {
+            return broken(Invariant::RunningSlots);
+        }
+        if cfg!(debug_assertions) {
+            let held: u64 = self.running[..self.r_len as usize]
+                .iter()
+                .map(|&r| (self.reqs[r as usize].hit + self.reqs[r as usize].own_len) as u64)
+                .sum();
+            if held != self.refs_total {
+                return broken(Invariant::HeldReferences);
+            }
+            if c <= 4096 {
+                self.audit();
+            }
+        }
+        Ok(())
+    }
+
+    /// Breaks the block count on purpose (one block counted pinned that is not): test support
+    /// (feature `harness`) for the invariant checks of [`Self::check`].
+    #[cfg(feature = "harness")]
+    pub fn break_block_count(&mut self) {
+        self.pinned += 1;
+    }
+
+    /// Every block of the pod against the counters (debug builds, small pods: tests).
+    fn audit(&self) {
+        let mut pinned = 0u64;
+        let mut refs = 0u64;
+        let mut keyed = 0u64;
+        for b in self.blocks.iter() {
+            pinned += u64::from(b.refs > 0);
+            refs += b.refs as u64;
+            keyed += u64::from(b.keyed);
+        }
+        debug_assert_eq!(pinned, self.pinned as u64);
+        debug_assert_eq!(refs, self.refs_total);
+        debug_assert_eq!(keyed, self.cached as u64);
+        let mut n = 0u64;
+        let mut b = self.free_head;
+        while b != NIL {
+            debug_assert_eq!(self.blocks[b as usize].refs, 0, "only unreferenced blocks are free");
+            n += 1;
+            b = self.blocks[b as usize].next;
+        }
+        debug_assert_eq!(n, self.free_len as u64);
+        let pending: u64 = (0..self.w_len)
+            .map(|i| {
+                let r = self.waiting[((self.w_head + i) % self.waiting.len() as u32) as usize] as usize;
+                self.reqs[r].input + self.reqs[r].generated
+            })
+            .sum::<u64>()
+            + self.running[..self.r_len as usize]
+                .iter()
+                .map(|&r| Self::pending_of(&self.reqs[r as usize]))
+                .sum::<u64>();
+        debug_assert_eq!(pending, self.pending_prefill);
+    }
+}
+
+impl Engine for BatchedEngine<'_> {
+    type Outcome = Routed;
+    type Shared = ();
+    type Stats = BatchedStats;
+
+    /// Queues the request; the engine's steps serve it (its completion comes from them).
+    fn serve(
+        &mut self,
+        _shared: &mut (),
+        req: &Request<'_>,
+        routed: Routed,
+        _cache: &mut impl CacheEvents,
+        _ev: &mut impl EngineEvents,
+    ) -> Result<Routed, Error> {
+        self.enqueue(routed.request, req.arrival_ns, req.input_tokens, req.output_tokens, req.keys, routed.queue_len)?;
+        Ok(routed)
+    }
+
+    /// If the next step starts before `t_ns`, runs it: one step, or a run of identical decode
+    /// steps (which finishes no request) each starting before `ff_ns` (at most `t_ns`).
+    fn advance_once(&mut self, t_ns: u64, ff_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
+        debug_assert!(ff_ns <= t_ns, "a fast-forward never runs past the step limit");
+        if self.is_idle() || self.next_start_ns >= t_ns {
+            return Ok(false);
+        }
+        if !(self.cfg.fast_forwards() && self.fast_forward(ff_ns, ev)?) {
+            self.step(ev)?;
+        }
+        Ok(true)
+    }
+
+    /// Start of the next step (None when idle).
+    fn next_event_ns(&self) -> Option<u64> {
+        (!self.is_idle()).then_some(self.next_start_ns)
+    }
+
+    /// |W| + |R| + the requests that finished in the last step if it ends after `t_ns`.
+    fn queue_len_at(&mut self, t_ns: u64) -> u32 {
+        let in_flight = if self.last_end_ns > t_ns { self.last_step_finished } else { 0 };
+        self.w_len + self.r_len + in_flight
+    }
+
+    /// The engine's own signals (docs/MODEL.md, "Load signals").
+    fn load(&self, _queue_len: u32, _t_ns: u64) -> PodLoad {
+        PodLoad {
+            waiting: self.w_len,
+            running: self.r_len,
+            kv_used_blocks: self.pinned,
+            kv_capacity_blocks: self.blocks.len() as u32,
+            pending_prefill_tokens: self.pending_prefill,
+        }
+    }
+
+    /// The pods whose cache map holds `key` (a cached block, pinned or free).
+    fn holds(pods: &[Self], _shared: &(), key: u64, candidates: u64) -> u64 {
+        let mut out = 0;
+        let mut rest = candidates;
+        while rest != 0 {
+            let p = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if pods.get(p).is_some_and(|e| e.contains(key)) {
+                out |= 1 << p;
+            }
+        }
+        out
+    }
+
+    fn stats(&self) -> &BatchedStats {
+        &self.stats
+    }
+
+    fn last_finish_ns(&self) -> u64 {
+        self.stats.last_finish_ns
+    }
+
+    /// Not supported: the batched fleet does not autoscale (its configuration cannot say so).
+    fn shut_down(&mut self, _shared: &mut (), _cache: &mut impl CacheEvents) -> Result<(), Error> {
+        Err(Error::InvalidConfig { field: Field::ScaleMin, expected: "no autoscaling with the batched engine" })
+    }
+
+    /// Not supported (see [`Self::shut_down`]).
+    fn boot(&mut self) -> Result<(), Error> {
+        Err(Error::InvalidConfig { field: Field::ScaleMin, expected: "no autoscaling with the batched engine" })
+    }
+}

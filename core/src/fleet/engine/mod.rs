@@ -1,0 +1,177 @@
+//! The engines: what one pod does with the requests routed to it, in time. One trait,
+//! [`Engine`], that the FIFO single server ([`fifo`], over [`server`]) and vLLM-style continuous
+//! batching ([`batched`]) implement; the fleet (`sim`) drives any of them behind any router.
+//!
+//! What the fleet asks of a pod's engine, in the order of one dispatch at arrival t
+//! (docs/MODEL.md, "Fleet and time"):
+//!
+//! 1. [`Engine::advance`] to t: run the work that starts before t (the batched engine's steps;
+//!    the FIFO server decides everything at arrival and has none), reporting completions;
+//! 2. [`Engine::queue_len_at`] t and, for routers that read them, [`Engine::load`]: the signals
+//!    a router sees;
+//! 3. [`Engine::holds`]: which keys the pod's cache holds (the exact view);
+//! 4. [`Engine::serve`] the request routed to it: the FIFO server serves it at once (its cache
+//!    effects, start and finish); the batched engine queues it for its steps.
+//!
+//! Closed loops (a completion makes the next arrival) step the fleet event by event with
+//! [`Engine::next_event_ns`] and [`Engine::advance_once`]. Cache events (a key stored or evicted)
+//! go to the caller's [`CacheEvents`], which feeds the fleet's view of the caches.
+
+pub mod batched;
+pub mod fifo;
+pub mod server;
+
+use crate::fleet::base::error::Error;
+use crate::fleet::base::load::PodLoad;
+use crate::fleet::cache::CacheEvents;
+
+/// One request as an engine (and the fleet) sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'k> {
+    /// Arrival time, ns from the start of the run.
+    pub arrival_ns: u64,
+    /// Prompt length L in tokens.
+    pub input_tokens: u64,
+    /// Output length O in tokens.
+    pub output_tokens: u64,
+    /// Keys of the floor(L/16) full blocks.
+    pub keys: &'k [u64],
+}
+
+/// The fleet's decision for one request, handed to the engine of the pod it chose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Routed {
+    /// 0-based request index, in dispatch order.
+    pub request: u64,
+    /// The pod.
+    pub pod: u32,
+    /// queue_len of that pod at arrival.
+    pub queue_len: u32,
+    /// Blocks the router believed the pod held (0 for routers that do not match prefixes).
+    pub believed_match_blocks: u32,
+    /// Routable pods when it was routed (all pods without autoscaling).
+    pub active_pods: u32,
+}
+
+/// A finished request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Completion {
+    /// 0-based request index (dispatch order).
+    pub request: u64,
+    /// Pod.
+    pub pod: u32,
+    /// Arrival, ns.
+    pub arrival_ns: u64,
+    /// Time of its first output token, ns (the FIFO server has no tokens: its finish).
+    pub first_token_ns: u64,
+    /// Time of its last output token (its finish), ns.
+    pub finish_ns: u64,
+    /// Prompt length L.
+    pub input_tokens: u64,
+    /// Tokens produced: O' = max(O, 1) for the batched engine, O for the FIFO server.
+    pub output_tokens: u64,
+    /// 16 x hit blocks (the batched engine: at its first admission).
+    pub hit_tokens: u64,
+    /// Prefill tokens computed for it (recompute included).
+    pub prefill_tokens: u64,
+    /// Times it was preempted.
+    pub preemptions: u32,
+    /// queue_len of its pod when it was routed.
+    pub queue_len: u32,
+}
+
+impl Completion {
+    /// Time to first token, ns.
+    pub fn ttft_ns(&self) -> u64 {
+        self.first_token_ns - self.arrival_ns
+    }
+    /// End to end, ns.
+    pub fn e2e_ns(&self) -> u64 {
+        self.finish_ns - self.arrival_ns
+    }
+}
+
+/// Receives what the engines produce.
+pub trait EngineEvents {
+    /// A request's completion is final: the batched engine reports it when the request finishes;
+    /// the FIFO server when it serves the request (its finish is decided at its arrival).
+    fn completed(&mut self, c: &Completion);
+    /// `count` inter-token latency samples of `itl_ns` each (the batched engine).
+    fn itl(&mut self, itl_ns: u64, count: u64);
+}
+
+/// Ignores every event.
+impl EngineEvents for () {
+    #[inline]
+    fn completed(&mut self, _: &Completion) {}
+    #[inline]
+    fn itl(&mut self, _: u64, _: u64) {}
+}
+
+/// One pod's engine.
+pub trait Engine: Sized {
+    /// What serving a request returns at its dispatch (the FIFO server: the request's whole
+    /// outcome; the batched engine: where it went).
+    type Outcome: Copy;
+    /// Storage the pods of one fleet share (the FIFO engine's pool under a global cache).
+    type Shared;
+    /// The pod's counters.
+    type Stats: Copy;
+
+    /// Serves request `req`, routed here as `routed`, at its arrival (after [`Self::advance`] to
+    /// it). Cache stores and evictions go to `cache`; completions to `ev`.
+    fn serve(
+        &mut self,
+        shared: &mut Self::Shared,
+        req: &Request<'_>,
+        routed: Routed,
+        cache: &mut impl CacheEvents,
+        ev: &mut impl EngineEvents,
+    ) -> Result<Self::Outcome, Error>;
+
+    /// If the pod's next event starts before `t_ns`, runs it (an event, or a run of events that
+    /// completes nothing and whose members each start before `ff_ns` <= `t_ns`); returns whether
+    /// anything ran.
+    fn advance_once(&mut self, t_ns: u64, ff_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error>;
+
+    /// Runs every event that starts before `t_ns` (all of them for `u64::MAX`).
+    fn advance(&mut self, t_ns: u64, ev: &mut impl EngineEvents) -> Result<(), Error> {
+        while self.advance_once(t_ns, t_ns, ev)? {}
+        Ok(())
+    }
+
+    /// Start of the pod's next event, ns (None when it has nothing to do).
+    fn next_event_ns(&self) -> Option<u64>;
+
+    /// Requests routed here with finish > `t_ns` (docs/MODEL.md: queue_len). `t_ns` must not
+    /// decrease between calls.
+    fn queue_len_at(&mut self, t_ns: u64) -> u32;
+
+    /// The load signals at `t_ns`, its queue_len then being `queue_len`.
+    fn load(&self, queue_len: u32, t_ns: u64) -> PodLoad;
+
+    /// Bitmask of the `candidates` pods of `pods` (a fleet's pods, pod p at index p) whose cache
+    /// holds `key`: the exact view.
+    fn holds(pods: &[Self], shared: &Self::Shared, key: u64, candidates: u64) -> u64;
+
+    /// match_p for the pods `0..out.len()`: the longest leading run of `keys` pod p holds, when
+    /// the engine computes it faster than key by key ([`Self::holds`]); false to let the caller
+    /// ask key by key.
+    fn leading_matches(_pods: &[Self], _shared: &Self::Shared, _keys: &[u64], _out: &mut [u32]) -> bool {
+        false
+    }
+
+    /// The pod's counters.
+    fn stats(&self) -> &Self::Stats;
+
+    /// Finish of the pod's last request so far, ns.
+    fn last_finish_ns(&self) -> u64;
+
+    /// Autoscaling: the pod stops taking requests; its cache is dropped (every block evicted,
+    /// least recent first, through `cache`). Requests queued on it still finish there.
+    fn shut_down(&mut self, shared: &mut Self::Shared, cache: &mut impl CacheEvents) -> Result<(), Error>;
+
+    /// Autoscaling: the pod comes up as a new machine (empty cache, empty queue).
+    fn boot(&mut self) -> Result<(), Error>;
+}

@@ -1,0 +1,190 @@
+//! Routers: one trait ([`Router`]) and the view of the fleet it decides from ([`RouteView`]);
+//! the seed's round-robin, least-loaded and prefix-aware ([`seed`]), and the shipped routers'
+//! presets and pipelines (filters -> weighted scorers -> picker, Dynamo, SGLang; [`spec`],
+//! [`shipped`]). A user can plug their own router.
+//!
+//! The route layer sits above the caches (it reads the exact index and the pending events) and
+//! beside the engines: both read the load signals of `base::load`, neither imports the other.
+
+pub mod kind;
+pub mod policies;
+pub mod rng;
+pub mod scorers;
+pub mod seed;
+pub mod shipped;
+pub mod spec;
+
+use crate::fleet::base::error::Error;
+use crate::fleet::base::load::PodLoad;
+use crate::fleet::base::mask::pods_mask;
+use crate::fleet::cache::index::{BlockIndex, PendingEvicts};
+
+/// "Which of these pods hold this key": implemented by whatever holds the exact cache state (the
+/// FIFO pods' key tables, the batched engines' cache maps), so the router needs no knowledge of
+/// the fleet or engine types.
+pub trait KeyHolders {
+    /// Bitmask of the `candidates` pods whose cache holds `key`.
+    fn mask(&self, key: u64, candidates: u64) -> u64;
+
+    /// match_p for the pods `0..out.len()` (the longest leading run of `keys` pod p holds), when
+    /// the holder computes it faster than key by key (the run-length replay); false to be asked
+    /// key by key ([`Self::mask`]).
+    fn leading_matches(&self, _keys: &[u64], _out: &mut [u32]) -> bool {
+        false
+    }
+}
+
+/// Where "which pods hold this key" comes from.
+pub enum Holders<'v, 'a> {
+    /// No index: the router does not look at caches.
+    None,
+    /// The global block index.
+    Index(&'v BlockIndex<'a>),
+    /// The pods' own caches (FIFO key tables or batched cache maps), asked directly.
+    Exact(&'v dyn KeyHolders),
+}
+
+/// What a router may look at when it routes request `request`.
+pub struct RouteView<'v, 'a> {
+    /// 0-based index of the request, in file order.
+    pub request: u64,
+    /// queue_len(p) at the request's arrival, one per pod.
+    pub queue_lens: &'v [u32],
+    /// Which pods hold a key now (exact), when the router asked for it ([`Router::needs_index`]).
+    pub held: Holders<'v, 'a>,
+    /// Evictions that have not reached the router yet (stale index: delay k > 0 requests, or
+    /// `event_delay_ns` > 0).
+    pub pending: Option<&'v PendingEvicts<'a>>,
+    /// Stores that have not reached the router yet (`event_delay_ns` > 0).
+    pub pending_stores: Option<&'v PendingEvicts<'a>>,
+    /// llm-d's speculative entries: keys routed to a pod in the last `speculative_ttl_ns`.
+    pub speculative: Option<&'v PendingEvicts<'a>>,
+    /// Load signals, one per routable pod: the batched engine's own, or, when the router asks
+    /// for them ([`Router::needs_loads`]), the FIFO engine's (docs/MODEL.md, "Load signals
+    /// under FIFO"); None otherwise.
+    pub loads: Option<&'v [PodLoad]>,
+    /// The request's arrival, ns.
+    pub now_ns: u64,
+}
+
+impl RouteView<'_, '_> {
+    /// Pods the index believes hold `key`, restricted to `candidates`.
+    #[inline]
+    pub fn believed_mask(&self, key: u64, candidates: u64) -> u64 {
+        let held = match &self.held {
+            Holders::None => 0,
+            Holders::Index(ix) => ix.mask(key) & candidates,
+            Holders::Exact(pods) => pods.mask(key, candidates),
+        };
+        let mut believed = match self.pending {
+            Some(p) if !p.is_empty() => {
+                let mut ghosts = 0;
+                let mut rest = candidates & !held;
+                while rest != 0 {
+                    let pod = rest.trailing_zeros() as usize;
+                    rest &= rest - 1;
+                    if p.contains(key, pod) {
+                        ghosts |= 1 << pod;
+                    }
+                }
+                held | ghosts
+            }
+            _ => held,
+        };
+        if let Some(s) = self.pending_stores
+            && !s.is_empty()
+        {
+            believed = self.without_unseen_stores(s, key, held, believed);
+        }
+        if let Some(s) = self.speculative
+            && !s.is_empty()
+        {
+            let mut rest = candidates & !believed;
+            while rest != 0 {
+                let pod = rest.trailing_zeros() as usize;
+                rest &= rest - 1;
+                if s.contains(key, pod) {
+                    believed |= 1 << pod;
+                }
+            }
+        }
+        believed
+    }
+
+    /// With stores delayed too (docs/MODEL.md, "Staleness in time"): a pod that stored `key`
+    /// within the delay is believed to hold it only if it also evicted it within the delay (it
+    /// held it before: the shortest history); a ghost (evicted within the delay) that was also
+    /// stored within it was not held before.
+    #[cold]
+    fn without_unseen_stores(&self, stores: &PendingEvicts<'_>, key: u64, held: u64, believed: u64) -> u64 {
+        let evicted = |pod: usize| self.pending.is_some_and(|p| p.contains(key, pod));
+        let mut out = believed;
+        let mut rest = believed;
+        while rest != 0 {
+            let pod = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            if !stores.contains(key, pod) {
+                continue;
+            }
+            let holds_now = held & (1 << pod) != 0;
+            if !holds_now || !evicted(pod) {
+                out &= !(1u64 << pod);
+            }
+        }
+        out
+    }
+
+    /// match_p for every pod: the longest leading run of `keys` the index says pod p holds.
+    pub fn matches(&self, keys: &[u64], out: &mut [u32]) {
+        let n = self.queue_lens.len();
+        let quiet = |q: Option<&PendingEvicts<'_>>| q.is_none_or(PendingEvicts::is_empty);
+        if let Holders::Exact(h) = &self.held
+            && quiet(self.pending)
+            && quiet(self.pending_stores)
+            && quiet(self.speculative)
+            && h.leading_matches(keys, &mut out[..n])
+        {
+            return;
+        }
+        let mut alive = pods_mask(n);
+        out[..n].fill(keys.len() as u32);
+        for (j, &key) in keys.iter().enumerate() {
+            let b = self.believed_mask(key, alive);
+            let mut dead = alive & !b;
+            while dead != 0 {
+                out[dead.trailing_zeros() as usize] = j as u32;
+                dead &= dead - 1;
+            }
+            alive = b;
+            if alive == 0 {
+                break;
+            }
+        }
+    }
+}
+
+/// The router's decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// Chosen pod.
+    pub pod: usize,
+    /// Blocks the router believed the pod held (prefix-aware only; 0 otherwise).
+    pub believed_match_blocks: u32,
+}
+
+/// A routing policy.
+pub trait Router {
+    /// Whether the fleet must maintain the block index for this router.
+    fn needs_index(&self) -> bool;
+    /// Picks a pod for the request whose block keys are `keys`. The fleet checks that the pod is
+    /// routable (an error, not a panic, otherwise).
+    fn route(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route;
+    /// Whether [`RouteView::loads`] must be filled under the FIFO engine too.
+    fn needs_loads(&self) -> bool {
+        false
+    }
+    /// The fleet accepted the route: router-side state (an approximate index) records it.
+    fn routed(&mut self, _pod: usize, _keys: &[u64], _now_ns: u64) -> Result<(), Error> {
+        Ok(())
+    }
+}

@@ -1,0 +1,211 @@
+//! The pipeline's scorers and its filter (docs/MODEL.md, "Pipeline"), and the set helpers the
+//! policies share: s(p) in [0, 1] per candidate, from its match and its load signals.
+
+use super::spec::{RouterParams, ScorerKind};
+use crate::fleet::base::limits::MAX_PODS;
+use crate::fleet::base::load::PodLoad;
+use crate::fleet::base::mask::for_each;
+
+/// LRU of pod ids (no-hit-lru), oldest first.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct PodLru {
+    pub(super) order: [u8; MAX_PODS],
+    pub(super) len: usize,
+    cap: usize,
+}
+
+impl PodLru {
+    pub(super) fn new(size: u32) -> Self {
+        PodLru { order: [0; MAX_PODS], len: 0, cap: (size as usize).min(MAX_PODS) }
+    }
+    pub(super) fn position(&self, pod: usize) -> Option<usize> {
+        self.order[..self.len].iter().position(|&p| p as usize == pod)
+    }
+    /// Makes `pod` the most recent (golang-lru `Add`), dropping the oldest when full.
+    pub(super) fn add(&mut self, pod: usize) {
+        if let Some(i) = self.position(pod) {
+            self.order.copy_within(i + 1..self.len, i);
+            self.len -= 1;
+        } else if self.len == self.cap {
+            self.order.copy_within(1..self.len, 0);
+            self.len -= 1;
+        }
+        self.order[self.len] = pod as u8;
+        self.len += 1;
+    }
+}
+
+/// Per-pod inputs of one decision.
+pub(super) struct Inputs<'x> {
+    pub(super) candidates: u64,
+    pub(super) total: u32,
+    pub(super) matches: &'x [u32; MAX_PODS],
+    pub(super) loads: &'x [PodLoad; MAX_PODS],
+}
+
+/// The pods of `cand` with the highest total (exact float equality is a tie).
+pub(super) fn max_set(cand: u64, totals: &[f64; MAX_PODS]) -> u64 {
+    let mut best = f64::NEG_INFINITY;
+    let mut set = 0u64;
+    for_each(cand, |p| {
+        if totals[p] > best {
+            best = totals[p];
+            set = 1 << p;
+        } else if totals[p] == best {
+            set |= 1 << p;
+        }
+    });
+    set
+}
+
+/// min and max of `f(p)` over the pods of `cand` (non-empty).
+pub(super) fn min_max<T: Copy + PartialOrd>(cand: u64, f: impl Fn(usize) -> T) -> (T, T) {
+    let first = f(cand.trailing_zeros() as usize);
+    let (mut lo, mut hi) = (first, first);
+    for_each(cand, |p| {
+        let v = f(p);
+        if v < lo {
+            lo = v;
+        }
+        if v > hi {
+            hi = v;
+        }
+    });
+    (lo, hi)
+}
+
+/// One scorer's s(p) for every candidate (no-hit-lru aside).
+pub(super) fn score(kind: ScorerKind, inp: &Inputs<'_>, prm: &RouterParams, s: &mut [f64; MAX_PODS]) {
+    let cand = inp.candidates;
+    if cand == 0 {
+        return;
+    }
+    let total = inp.total as f64;
+    let ratio = |p: usize| if inp.total == 0 { 0.0 } else { inp.matches[p] as f64 / total };
+    match kind {
+        ScorerKind::PrefixCache | ScorerKind::PrecisePrefixCache => for_each(cand, |p| s[p] = ratio(p).min(1.0)),
+        ScorerKind::PrecisePrefixCacheMinMax => {
+            let holders = cand & mask_where(cand, |p| inp.matches[p] > 0);
+            if holders == 0 {
+                return;
+            }
+            let (lo, hi) = min_max(holders, |p| inp.matches[p]);
+            for_each(holders, |p| {
+                s[p] = if hi == lo { 1.0 } else { (inp.matches[p] - lo) as f64 / (hi - lo) as f64 };
+            });
+        }
+        ScorerKind::Queue => {
+            let (lo, hi) = min_max(cand, |p| inp.loads[p].waiting);
+            for_each(cand, |p| {
+                s[p] = if hi == lo { 1.0 } else { (hi - inp.loads[p].waiting) as f64 / (hi - lo) as f64 };
+            });
+        }
+        ScorerKind::KvCacheUtilization => for_each(cand, |p| {
+            let l = inp.loads[p];
+            let used =
+                if l.kv_capacity_blocks == 0 { 0.0 } else { l.kv_used_blocks as f64 / l.kv_capacity_blocks as f64 };
+            s[p] = 1.0 - used;
+        }),
+        ScorerKind::TokenLoad => for_each(cand, |p| {
+            let l = inp.loads[p].pending_prefill_tokens;
+            let q = prm.token_load_threshold;
+            s[p] = if l == 0 { 1.0 } else { 1.0 - l.min(q) as f64 / q as f64 };
+        }),
+        ScorerKind::ActiveRequests => {
+            let active = |p: usize| inp.loads[p].waiting as u64 + inp.loads[p].running as u64;
+            let (_, hi) = min_max(cand, active);
+            for_each(cand, |p| {
+                let c = active(p);
+                s[p] = if c == 0 { 1.0 } else { (hi - c) as f64 / hi as f64 };
+            });
+        }
+        ScorerKind::LoadAware => for_each(cand, |p| {
+            let q = inp.loads[p].waiting;
+            let t = prm.load_aware_threshold;
+            s[p] = if q == 0 { 0.5 } else { 0.5 * (1.0 - q.min(t) as f64 / t as f64) };
+        }),
+        ScorerKind::NoHitLru => {}
+    }
+}
+
+pub(super) fn mask_where(cand: u64, f: impl Fn(usize) -> bool) -> u64 {
+    let mut m = 0;
+    for_each(cand, |p| {
+        if f(p) {
+            m |= 1 << p;
+        }
+    });
+    m
+}
+
+/// no-hit-lru: returns whether the request is cold (then the chosen pod moves to the LRU's
+/// most recent end once routed).
+pub(super) fn no_hit_lru(inp: &Inputs<'_>, lru: &PodLru, s: &mut [f64; MAX_PODS]) -> bool {
+    let cand = inp.candidates;
+    if cand == 0 {
+        return false;
+    }
+    if mask_where(cand, |p| inp.matches[p] > 0) != 0 {
+        for_each(cand, |p| s[p] = 0.5);
+        return false;
+    }
+    let n = cand.count_ones() as u64;
+    if n == 1 {
+        for_each(cand, |p| s[p] = 1.0);
+        return true;
+    }
+    let denom = (n - 1) as f64;
+    let mut rank = 0u64;
+    // Never-used pods first, in pod order; then the used ones, least recent first.
+    for_each(cand, |p| {
+        if lru.position(p).is_none() {
+            s[p] = 1.0 - rank as f64 / denom;
+            rank += 1;
+        }
+    });
+    // A used pod's rank is #never-used + its position in the whole LRU (llm-d counts pods that
+    // are not candidates too).
+    let never = rank;
+    for (pos, &p) in lru.order[..lru.len].iter().enumerate() {
+        let p = p as usize;
+        if cand & (1 << p) != 0 {
+            s[p] = (1.0 - (never + pos as u64) as f64 / denom).max(0.0);
+        }
+    }
+    true
+}
+
+/// The prefix-cache-affinity filter: the candidates it keeps.
+pub(super) fn affinity_filter(inp: &Inputs<'_>, prm: &RouterParams) -> u64 {
+    let cand = inp.candidates;
+    if cand.count_ones() <= 1 || prm.affinity_threshold <= 0.0 {
+        return cand;
+    }
+    let ratio = |p: usize| if inp.total == 0 { 0.0 } else { inp.matches[p] as f64 / inp.total as f64 };
+    let sticky = mask_where(cand, |p| ratio(p) >= prm.affinity_threshold);
+    let others = cand & !sticky;
+    if sticky == 0 {
+        return cand;
+    }
+    if prm.max_ttft_penalty_ms > 0.0 && others != 0 {
+        let ttft = |p: usize| inp.loads[p].pending_prefill_tokens as f64 / prm.peak_prefill_tokens_per_s * 1000.0;
+        let (best_sticky, _) = min_max(sticky, ttft);
+        let (best_other, _) = min_max(others, ttft);
+        if best_sticky - best_other > prm.max_ttft_penalty_ms {
+            return cand;
+        }
+    }
+    sticky
+}
+
+/// Lowest-index pod with the smallest `f`.
+pub(super) fn first_min(cand: u64, f: impl Fn(usize) -> u64) -> usize {
+    let (lo, _) = min_max(cand, &f);
+    mask_where(cand, |p| f(p) == lo).trailing_zeros() as usize
+}
+
+/// Lowest-index pod with the largest `f`.
+pub(super) fn first_max(cand: u64, f: impl Fn(usize) -> u32) -> usize {
+    let (_, hi) = min_max(cand, &f);
+    mask_where(cand, |p| f(p) == hi).trailing_zeros() as usize
+}

@@ -1,0 +1,223 @@
+//! The shipped routers at run time: a configurable pipeline (filters -> weighted scorers ->
+//! picker, as llm-d and the Gateway API Inference Extension build theirs), Dynamo's KV router,
+//! SGLang's cache-aware policy and the vLLM load-aware formula. Every formula, its
+//! upstream file and version are in docs/MODEL.md ("Shipped routers"); allocation-free, and the
+//! only randomness is a SplitMix64 seeded from [`RouterParams::seed`].
+
+use super::policies::{dynamo_logits, dynamo_pick, sglang_pick, vllm_pick};
+use super::rng::{SplitMix64, pick_uniform};
+use super::scorers::{Inputs, PodLru, affinity_filter, max_set, no_hit_lru, score};
+use super::spec::{FilterKind, PickerKind, Policy, PrefixSource, RouterBuffers, RouterSpec, ScorerKind};
+use super::{Route, RouteView, Router};
+use crate::fleet::base::error::Error;
+use crate::fleet::base::limits::MAX_PODS;
+use crate::fleet::base::load::PodLoad;
+use crate::fleet::base::mask::{for_each, pods_mask};
+use crate::fleet::cache::approx::ApproxIndex;
+
+/// What a pipeline computed before its pick ([`ShippedRouter::evaluate`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Evaluation {
+    /// The pods left by the filters (a bitmask).
+    pub candidates: u64,
+    /// sum_i w_i clamp(s_i(p), 0, 1) for each candidate p (0 for the others).
+    pub totals: [f64; MAX_PODS],
+    /// The match (blocks) each pod has in the filter's / no-hit-lru's prefix source.
+    pub matches: [u32; MAX_PODS],
+    /// No candidate had a match (no-hit-lru's cold request), when no-hit-lru is in the pipeline.
+    pub cold: bool,
+}
+
+/// A shipped router at run time: its spec, approximate index, RNG and no-hit LRU.
+#[derive(Debug)]
+pub struct ShippedRouter<'a> {
+    spec: RouterSpec,
+    approx: Option<ApproxIndex<'a>>,
+    rng: SplitMix64,
+    no_hit: PodLru,
+    last_cold: bool,
+}
+
+impl<'a> ShippedRouter<'a> {
+    /// The router of `spec` over `pods` pods; `buffers` as [`RouterSpec::layout`] says.
+    pub fn new(spec: RouterSpec, pods: usize, buffers: RouterBuffers<'a>) -> Result<Self, Error> {
+        spec.validate()?;
+        let approx = if spec.needs_approx() {
+            Some(ApproxIndex::new(pods, buffers.slots, buffers.tables, buffers.index)?)
+        } else {
+            None
+        };
+        Ok(ShippedRouter {
+            spec,
+            approx,
+            // The seed is mixed once so that seed 0 does not start at SplitMix64's zero state.
+            rng: SplitMix64::new(spec.params.seed ^ 0x005e_ed0f_b07e_5a11),
+            no_hit: PodLru::new(spec.params.no_hit_lru_size),
+            last_cold: false,
+        })
+    }
+
+    /// Its spec.
+    pub fn spec(&self) -> &RouterSpec {
+        &self.spec
+    }
+
+    /// The approximate index (None when the router keeps none).
+    pub fn approx(&self) -> Option<&ApproxIndex<'a>> {
+        self.approx.as_ref()
+    }
+
+    /// Whether the fleet must keep the exact index.
+    pub fn needs_index(&self) -> bool {
+        self.spec.needs_index()
+    }
+
+    /// Load signals are read by every policy but a pure-prefix pipeline; asking is cheap.
+    pub fn needs_loads(&self) -> bool {
+        true
+    }
+
+    fn loads(view: &RouteView<'_, '_>, out: &mut [PodLoad; MAX_PODS]) {
+        match view.loads {
+            Some(l) => out[..l.len()].copy_from_slice(l),
+            // A fleet that gives no loads: the queue length is all there is.
+            None => {
+                for (o, &q) in out.iter_mut().zip(view.queue_lens) {
+                    *o = PodLoad { waiting: q, ..PodLoad::default() };
+                }
+            }
+        }
+    }
+
+    fn approx_greedy(&self, keys: &[u64], cand: u64, out: &mut [u32; MAX_PODS]) {
+        if let Some(a) = &self.approx {
+            a.greedy_matches(keys, cand, out);
+        }
+    }
+
+    fn approx_leading(&self, keys: &[u64], cand: u64, out: &mut [u32; MAX_PODS]) {
+        if let Some(a) = &self.approx {
+            a.leading_matches(keys, cand, out);
+        }
+    }
+
+    /// The pipeline's work before the pick: the candidates left by the filters and each one's
+    /// total score (docs/MODEL.md, "Pipeline"). Changes no state; public so that tests and
+    /// users can see why a pod was chosen.
+    pub fn evaluate(&self, view: &RouteView<'_, '_>, keys: &[u64]) -> Evaluation {
+        let n = view.queue_lens.len();
+        let mut cand = pods_mask(n);
+        let mut loads = [PodLoad::default(); MAX_PODS];
+        Self::loads(view, &mut loads);
+        let spec = &self.spec;
+        let mut exact = [0u32; MAX_PODS];
+        if spec.needs_index() {
+            view.matches(keys, &mut exact);
+        }
+        let mut approx = [0u32; MAX_PODS];
+        self.approx_greedy(keys, cand, &mut approx);
+        let info = match spec.prefix_source() {
+            PrefixSource::Precise => exact,
+            _ => approx,
+        };
+        let total = keys.len() as u32;
+        for f in spec.filters.iter().flatten() {
+            match f {
+                FilterKind::PrefixCacheAffinity => {
+                    let inp = Inputs { candidates: cand, total, matches: &info, loads: &loads };
+                    cand = affinity_filter(&inp, &spec.params);
+                }
+            }
+        }
+        let mut totals = [0.0f64; MAX_PODS];
+        let mut cold = false;
+        for w in spec.scorers.iter().flatten() {
+            let mut s = [0.0f64; MAX_PODS];
+            let m = match w.kind {
+                ScorerKind::PrefixCache => &approx,
+                ScorerKind::NoHitLru => &info,
+                _ => &exact,
+            };
+            let inp = Inputs { candidates: cand, total, matches: m, loads: &loads };
+            match w.kind {
+                ScorerKind::NoHitLru => cold = no_hit_lru(&inp, &self.no_hit, &mut s),
+                k => score(k, &inp, &spec.params, &mut s),
+            }
+            for_each(cand, |p| totals[p] += w.weight * s[p].clamp(0.0, 1.0));
+        }
+        Evaluation { candidates: cand, totals, matches: info, cold }
+    }
+
+    fn route_pipeline(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+        let e = self.evaluate(view, keys);
+        self.last_cold = e.cold;
+        let pod = match self.spec.picker {
+            PickerKind::Random => pick_uniform(&mut self.rng, e.candidates),
+            PickerKind::MaxScore => pick_uniform(&mut self.rng, max_set(e.candidates, &e.totals)),
+            PickerKind::MaxScoreLowestIndex => max_set(e.candidates, &e.totals).trailing_zeros() as usize,
+        };
+        Route { pod, believed_match_blocks: e.matches[pod] }
+    }
+
+    fn route_dynamo(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+        let n = view.queue_lens.len();
+        let cand = pods_mask(n);
+        let mut loads = [PodLoad::default(); MAX_PODS];
+        Self::loads(view, &mut loads);
+        let mut overlap = [0u32; MAX_PODS];
+        view.matches(keys, &mut overlap);
+        let mut logits = [0.0f64; MAX_PODS];
+        dynamo_logits(cand, keys.len() as u32, &overlap, &loads, self.spec.params.overlap_score_weight, &mut logits);
+        let pod = dynamo_pick(&mut self.rng, cand, &logits, self.spec.params.router_temperature);
+        Route { pod, believed_match_blocks: overlap[pod] }
+    }
+
+    fn route_sglang(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+        let cand = pods_mask(view.queue_lens.len());
+        let mut loads = [PodLoad::default(); MAX_PODS];
+        Self::loads(view, &mut loads);
+        let mut m = [0u32; MAX_PODS];
+        self.approx_leading(keys, cand, &mut m);
+        let approx = self.approx.as_ref();
+        let held = |p: usize| approx.map_or(0, |a| a.held_blocks(p));
+        let pod = sglang_pick(&mut self.rng, cand, keys.len() as u32, &m, &loads, &self.spec.params, held);
+        Route { pod, believed_match_blocks: m[pod] }
+    }
+
+    fn route_vllm(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+        let cand = pods_mask(view.queue_lens.len());
+        let mut loads = [PodLoad::default(); MAX_PODS];
+        Self::loads(view, &mut loads);
+        let mut m = [0u32; MAX_PODS];
+        self.approx_leading(keys, cand, &mut m);
+        let pod = vllm_pick(cand, keys.len() as u32, &m, &loads, self.spec.params.vllm_beta);
+        Route { pod, believed_match_blocks: m[pod] }
+    }
+}
+
+impl Router for ShippedRouter<'_> {
+    fn needs_index(&self) -> bool {
+        self.spec.needs_index()
+    }
+    fn needs_loads(&self) -> bool {
+        true
+    }
+    fn route(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+        match self.spec.policy {
+            Policy::Pipeline => self.route_pipeline(view, keys),
+            Policy::DynamoKv => self.route_dynamo(view, keys),
+            Policy::SglangCacheAware => self.route_sglang(view, keys),
+            Policy::VllmLoadaware => self.route_vllm(view, keys),
+        }
+    }
+    fn routed(&mut self, pod: usize, keys: &[u64], _now_ns: u64) -> Result<(), Error> {
+        if self.last_cold {
+            self.no_hit.add(pod);
+            self.last_cold = false;
+        }
+        match self.approx.as_mut() {
+            Some(a) => a.record(pod, keys),
+            None => Ok(()),
+        }
+    }
+}

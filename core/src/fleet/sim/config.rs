@@ -1,0 +1,238 @@
+//! A fleet's configuration: the pods, the router and one engine's configuration, so that a
+//! combination the engines do not support cannot be written (the batched engine's variant has no
+//! field for a CPU tier, a global cache, a stale view or autoscaling).
+
+use super::defaults;
+use super::scale::ScalePolicy;
+use super::view::{IndexKind, ViewConfig};
+use crate::fleet::base::error::{Error, Field, Rule};
+use crate::fleet::base::limits::{MAX_ALPHA, MAX_POD_BLOCKS, MAX_PODS, quoting};
+use crate::fleet::cache::lru::LruPod;
+use crate::fleet::engine::batched::{BatchedConfig, BatchedEngine};
+use crate::fleet::engine::fifo::{CacheMode, FifoConfig};
+use crate::fleet::route::kind::RouterKind;
+use crate::fleet::route::spec::{RouterLayout, RouterSpec};
+
+/// Which engine every pod runs, with its parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum EngineConfig {
+    /// FIFO single servers, and the fleet features only they support so far: a stale or global
+    /// view of the caches and autoscaling.
+    Fifo {
+        /// The servers and their caches.
+        engine: FifoConfig,
+        /// The routers' view of the caches.
+        view: ViewConfig,
+        /// Autoscaling (None: all pods routable all the time; `pods` is then the most pods).
+        scale: Option<ScalePolicy>,
+    },
+    /// vLLM-style continuous batching: the routers read the engines' cache maps exactly and
+    /// every pod serves from the start.
+    Batched(BatchedConfig),
+}
+
+impl EngineConfig {
+    /// The FIFO engine with the model's defaults (`sim::defaults`), an exact view, no autoscaling.
+    pub const fn fifo() -> Self {
+        EngineConfig::Fifo { engine: defaults::FIFO, view: defaults::VIEW, scale: None }
+    }
+
+    /// The engine's name in outputs (`fifo` or `batched`).
+    pub const fn name(&self) -> &'static str {
+        match self {
+            EngineConfig::Fifo { .. } => "fifo",
+            EngineConfig::Batched(_) => "batched",
+        }
+    }
+}
+
+/// A fleet's configuration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FleetConfig {
+    /// Number of pods N (1..=64).
+    pub pods: usize,
+    /// Blocks per pod C.
+    pub capacity_blocks: usize,
+    /// The router.
+    pub router: RouterKind,
+    /// Load penalty of the prefix-aware router, in blocks per queued request.
+    pub alpha: f64,
+    /// A shipped router's pipeline and parameters (None: the preset of `router` with its
+    /// defaults; required for [`RouterKind::Custom`]; ignored by the seed's routers).
+    pub routing: Option<RouterSpec>,
+    /// The engine every pod runs.
+    pub engine: EngineConfig,
+}
+
+impl FleetConfig {
+    /// The FIFO engine and the model's defaults for everything but pods, capacity and router.
+    pub const fn new(pods: usize, capacity_blocks: usize, router: RouterKind) -> Self {
+        FleetConfig {
+            pods,
+            capacity_blocks,
+            router,
+            alpha: defaults::ALPHA,
+            routing: None,
+            engine: EngineConfig::fifo(),
+        }
+    }
+
+    /// The batched engine `engine` and the model's defaults for the rest.
+    pub const fn batched(pods: usize, capacity_blocks: usize, router: RouterKind, engine: BatchedConfig) -> Self {
+        FleetConfig { engine: EngineConfig::Batched(engine), ..Self::new(pods, capacity_blocks, router) }
+    }
+
+    /// The FIFO engine's configuration (None under the batched engine).
+    pub fn fifo(&self) -> Option<&FifoConfig> {
+        match &self.engine {
+            EngineConfig::Fifo { engine, .. } => Some(engine),
+            EngineConfig::Batched(_) => None,
+        }
+    }
+
+    /// The FIFO engine's configuration to change.
+    pub fn fifo_mut(&mut self) -> Option<&mut FifoConfig> {
+        match &mut self.engine {
+            EngineConfig::Fifo { engine, .. } => Some(engine),
+            EngineConfig::Batched(_) => None,
+        }
+    }
+
+    /// The batched engine's configuration (None under the FIFO engine).
+    pub fn batched_config(&self) -> Option<&BatchedConfig> {
+        match &self.engine {
+            EngineConfig::Batched(e) => Some(e),
+            EngineConfig::Fifo { .. } => None,
+        }
+    }
+
+    /// The routers' view of the caches (exact for the batched engine).
+    pub fn view(&self) -> ViewConfig {
+        match &self.engine {
+            EngineConfig::Fifo { view, .. } => *view,
+            EngineConfig::Batched(_) => ViewConfig::EXACT,
+        }
+    }
+
+    /// The view to change (None under the batched engine, whose view is always exact).
+    pub fn view_mut(&mut self) -> Option<&mut ViewConfig> {
+        match &mut self.engine {
+            EngineConfig::Fifo { view, .. } => Some(view),
+            EngineConfig::Batched(_) => None,
+        }
+    }
+
+    /// The autoscaling policy to set (None under the batched engine, which does not scale).
+    pub fn scale_mut(&mut self) -> Option<&mut Option<ScalePolicy>> {
+        match &mut self.engine {
+            EngineConfig::Fifo { scale, .. } => Some(scale),
+            EngineConfig::Batched(_) => None,
+        }
+    }
+
+    /// Autoscaling (None without it).
+    pub fn scale(&self) -> Option<ScalePolicy> {
+        match &self.engine {
+            EngineConfig::Fifo { scale, .. } => *scale,
+            EngineConfig::Batched(_) => None,
+        }
+    }
+
+    /// Pending-event queues the view needs (with `pending` records each): 0 unless the router
+    /// reads the exact view.
+    pub fn pending_queues(&self) -> usize {
+        if self.uses_exact_index() { self.view().queues() } else { 0 }
+    }
+
+    /// The shipped router's spec: `routing`, else the preset of `router` (None for the seed's
+    /// routers).
+    pub fn router_spec(&self) -> Option<RouterSpec> {
+        if self.router.is_seed() { None } else { self.routing.or(RouterSpec::preset(self.router)) }
+    }
+
+    /// Whether the router reads the exact index (prefix-aware, precise scorers, Dynamo).
+    pub fn uses_exact_index(&self) -> bool {
+        match self.router_spec() {
+            Some(spec) => spec.needs_index(),
+            None => self.router == RouterKind::PrefixAware,
+        }
+    }
+
+    /// Buffer lengths of the router's own state (an approximate index), all 0 for most routers.
+    pub fn router_layout(&self) -> Result<RouterLayout, Error> {
+        match self.router_spec() {
+            Some(spec) => spec.layout(self.pods, self.capacity_blocks),
+            None => Ok(RouterLayout::default()),
+        }
+    }
+
+    /// Checks every field against the model's limits and the combinations the engine supports.
+    pub fn validate(&self) -> Result<(), Error> {
+        if !self.router.is_seed() {
+            match self.router_spec() {
+                Some(spec) => spec.validate()?,
+                None => {
+                    return Err(Error::Conflict { field: Field::Router, rule: Rule::PipelineFile });
+                }
+            }
+        }
+        if self.pods == 0 || self.pods > MAX_PODS {
+            return Err(Error::InvalidConfig {
+                field: Field::Pods,
+                expected: quoting!("between 1 and 64 (the index stores pods as a 64-bit mask)", MAX_PODS),
+            });
+        }
+        if self.capacity_blocks == 0
+            || self.capacity_blocks > MAX_POD_BLOCKS
+            || LruPod::table_len(self.capacity_blocks) == 0
+        {
+            return Err(Error::InvalidConfig {
+                field: Field::Capacity,
+                expected: quoting!(
+                    "between 1 and 4294967294 blocks (MAX_POD_BLOCKS: slot indices are u32)",
+                    MAX_POD_BLOCKS
+                ),
+            });
+        }
+        if !(self.alpha >= 0.0 && self.alpha <= MAX_ALPHA) {
+            return Err(Error::InvalidConfig { field: Field::Alpha, expected: "a number between 0 and 1e9" });
+        }
+        match &self.engine {
+            EngineConfig::Fifo { engine, view, scale } => self.validate_fifo(engine, view, scale.as_ref()),
+            EngineConfig::Batched(e) => {
+                e.validate()?;
+                if BatchedEngine::table_len(self.capacity_blocks) == 0 {
+                    return Err(Error::InvalidConfig {
+                        field: Field::Capacity,
+                        expected: "a block count that fits in memory",
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The FIFO engine's checks, in the order their messages were always given.
+    fn validate_fifo(&self, e: &FifoConfig, view: &ViewConfig, scale: Option<&ScalePolicy>) -> Result<(), Error> {
+        // the CPU tier's own limit first, then the view's, the policy's, and the global cache's
+        // combinations last
+        FifoConfig { cache: CacheMode::Local, ..*e }.validate(self.pods, self.capacity_blocks)?;
+        view.validate()?;
+        if let Some(policy) = scale {
+            policy.validate(self.pods)?;
+        }
+        if e.cache == CacheMode::Global {
+            e.validate(self.pods, self.capacity_blocks)?;
+            if view.is_stale() {
+                return Err(Error::Conflict { field: Field::Stale, rule: Rule::GlobalStale });
+            }
+            if view.index != IndexKind::PodTables {
+                return Err(Error::Conflict { field: Field::Index, rule: Rule::GlobalIndex });
+            }
+            if scale.is_some() {
+                return Err(Error::Conflict { field: Field::ScaleMin, rule: Rule::GlobalScale });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,424 @@
+//! The fleet: N pods of one engine behind a router, dispatching one request at a time in arrival
+//! order (docs/MODEL.md is the specification this follows). One type, [`Fleet`], for any engine
+//! ([`FleetEngine`]: the FIFO single server, [`fifo`]; the batched engine, [`batched`]) and any
+//! router; the fleet-level features (the routers' view of the caches, [`view`]; autoscaling,
+//! [`scale`]) live here once.
+
+pub mod batched;
+pub mod config;
+pub mod defaults;
+pub mod fifo;
+pub mod scale;
+pub mod view;
+
+use heapless::Vec as HVec;
+
+use self::config::FleetConfig;
+use self::scale::{ScaleAction, ScaleState};
+use self::view::View;
+use crate::fleet::base::error::{Error, Field, RequestField};
+use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_PODS};
+use crate::fleet::base::load::PodLoad;
+use crate::fleet::engine::{Engine, EngineEvents, Request, Routed};
+use crate::fleet::route::kind::AnyRouter;
+use crate::fleet::route::spec::RouterBuffers;
+use crate::fleet::route::{Holders, KeyHolders, Route, RouteView, Router};
+
+/// An engine the fleet can build from a [`FleetConfig`] and caller buffers.
+pub trait FleetEngine<'a>: Engine {
+    /// The engine's own configuration (a variant of [`config::EngineConfig`]).
+    type Config: Copy;
+    /// Caller storage of the pods (and of the routers' view, for the engines that support a
+    /// stale or global view), lengths from the engine's layout.
+    type Buffers;
+
+    /// This engine's configuration in `cfg` (None when `cfg` configures another engine).
+    fn config(cfg: &FleetConfig) -> Option<Self::Config>;
+
+    /// The pods of `cfg` (already checked; its engine `engine`) over `b`, the storage they share,
+    /// and the part of `b` that is the view's. An error when a buffer's length is wrong.
+    #[allow(clippy::type_complexity)]
+    fn pods(
+        cfg: &FleetConfig,
+        engine: &Self::Config,
+        b: Self::Buffers,
+    ) -> Result<(HVec<Self, MAX_PODS>, Self::Shared, view::ViewBuffers<'a>), Error>;
+
+    /// Counts a served request in the fleet's totals (the figures an engine knows at dispatch).
+    fn count(totals: &mut FleetTotals, out: &Self::Outcome);
+}
+
+/// Fleet-wide counters. The batched engine counts in its pods ([`Engine::stats`]): its figures
+/// here are the requests, tokens asked for and pods.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+pub struct FleetTotals {
+    /// Requests dispatched.
+    pub requests: u64,
+    /// Sum of L.
+    pub input_tokens: u64,
+    /// Sum of O.
+    pub output_tokens: u64,
+    /// Sum of hit tokens.
+    pub hit_tokens: u64,
+    /// Sum of tokens loaded from CPU tiers.
+    pub cpu_hit_tokens: u64,
+    /// Sum of prefill tokens.
+    pub prefill_tokens: u64,
+    /// Sum of latencies, ns.
+    pub latency_ns_sum: u64,
+    /// Requests where the router believed in more blocks than the pod had (stale chases).
+    pub chased_requests: u64,
+    /// Sum over requests of believed - actual blocks, when positive.
+    pub phantom_blocks: u64,
+    /// Last finish time, ns.
+    pub makespan_ns: u64,
+    /// Pods booted by the autoscaler.
+    pub scale_outs: u64,
+    /// Pods dropped by the autoscaler.
+    pub scale_ins: u64,
+    /// Most routable pods at any arrival.
+    pub max_active_pods: u32,
+    /// Requests routed while more pods than `initial_pods` were routable (autoscaling only).
+    pub scaled_out_requests: u64,
+    /// Of those, requests routed to a pod the autoscaler added (index >= `initial_pods`).
+    pub new_pod_requests: u64,
+    /// Their fair share: the sum over those requests of 1000 (active - initial) / active, rounded
+    /// down. `new_pod_requests * 1000 / fair_new_pod_milli` is 1 when the router spreads
+    /// load onto new pods like round-robin, below 1 when it keeps traffic on the warm ones.
+    pub fair_new_pod_milli: u64,
+}
+
+/// The pods' own caches seen as the exact index: each engine answers for its pods.
+pub struct Exact<'v, E: Engine> {
+    pods: &'v [E],
+    shared: &'v E::Shared,
+}
+
+impl<E: Engine> KeyHolders for Exact<'_, E> {
+    #[inline]
+    fn mask(&self, key: u64, candidates: u64) -> u64 {
+        E::holds(self.pods, self.shared, key, candidates)
+    }
+    #[inline]
+    fn leading_matches(&self, keys: &[u64], out: &mut [u32]) -> bool {
+        E::leading_matches(self.pods, self.shared, keys, out)
+    }
+}
+
+/// N pods of engine `E` behind router `R`.
+pub struct Fleet<'a, E: FleetEngine<'a>, R: Router = AnyRouter<'a>> {
+    cfg: FleetConfig,
+    engine: E::Config,
+    router: R,
+    pods: HVec<E, MAX_PODS>,
+    shared: E::Shared,
+    view: View<'a>,
+    scale: Option<ScaleState>,
+    next_request: u64,
+    last_arrival_ns: u64,
+    totals: FleetTotals,
+    poisoned: bool,
+}
+
+impl<'a, E: FleetEngine<'a>> Fleet<'a, E, AnyRouter<'a>> {
+    /// A fleet with the built-in router named by `cfg.router` (one without router-side storage;
+    /// see [`Self::with_router_buffers`]).
+    pub fn new(cfg: FleetConfig, buffers: E::Buffers) -> Result<Self, Error> {
+        Self::with_router_buffers(cfg, buffers, RouterBuffers::default())
+    }
+
+    /// A fleet with the built-in router named by `cfg.router` and `cfg.routing`, its
+    /// approximate index in `router` ([`FleetConfig::router_layout`]).
+    pub fn with_router_buffers(
+        cfg: FleetConfig,
+        buffers: E::Buffers,
+        router: RouterBuffers<'a>,
+    ) -> Result<Self, Error> {
+        cfg.validate()?;
+        let r = AnyRouter::build(cfg.router, cfg.alpha, cfg.router_spec().as_ref(), cfg.pods, router)?;
+        Self::with_router(cfg, r, buffers)
+    }
+}
+
+impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
+    /// A fleet with a custom router. `cfg.router` is ignored except for buffer sizing.
+    pub fn with_router(cfg: FleetConfig, router: R, b: E::Buffers) -> Result<Self, Error> {
+        cfg.validate()?;
+        let engine = E::config(&cfg).ok_or(Error::InvalidConfig {
+            field: Field::Engine,
+            expected: "the configuration of the engine the fleet is built for",
+        })?;
+        let (pods, shared, view_buffers) = E::pods(&cfg, &engine, b)?;
+        let view = View::new(cfg.view(), router.needs_index(), cfg.pods, cfg.capacity_blocks, view_buffers)?;
+        let scale = match cfg.scale() {
+            Some(policy) => Some(ScaleState::new(policy, cfg.pods)?),
+            None => None,
+        };
+        Ok(Fleet {
+            cfg,
+            engine,
+            router,
+            pods,
+            shared,
+            view,
+            scale,
+            next_request: 0,
+            last_arrival_ns: 0,
+            totals: FleetTotals::default(),
+            poisoned: false,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &FleetConfig {
+        &self.cfg
+    }
+
+    /// The engines' configuration (one for every pod).
+    pub fn engine_config(&self) -> &E::Config {
+        &self.engine
+    }
+
+    /// The router.
+    pub fn router(&self) -> &R {
+        &self.router
+    }
+
+    /// Fleet-wide counters so far.
+    pub fn totals(&self) -> &FleetTotals {
+        &self.totals
+    }
+
+    /// The pods' engines.
+    pub fn pods(&self) -> &[E] {
+        &self.pods
+    }
+
+    /// The pods' engines to change: test support (feature `harness`), to break an engine's
+    /// state on purpose and see the fleet refuse to go on.
+    #[cfg(feature = "harness")]
+    pub fn pods_mut(&mut self) -> &mut [E] {
+        &mut self.pods
+    }
+
+    /// Counters of pod `p`.
+    pub fn pod_stats(&self, p: usize) -> Option<&E::Stats> {
+        self.pods.get(p).map(E::stats)
+    }
+
+    /// The last finish so far, ns.
+    pub fn makespan_ns(&self) -> u64 {
+        let pods = self.pods.iter().map(E::last_finish_ns).max().unwrap_or(0);
+        pods.max(self.totals.makespan_ns)
+    }
+
+    /// Provisioned pod-time until `end_ns`, ns: with autoscaling, see [`ScaleState::pod_ns`];
+    /// without, every pod from 0 to `end_ns`.
+    pub fn pod_ns(&self, end_ns: u64) -> u64 {
+        match &self.scale {
+            Some(s) => s.pod_ns(end_ns),
+            None => end_ns.saturating_mul(self.pods.len() as u64),
+        }
+    }
+
+    /// Runs the pods up to request `req`'s arrival, routes it and serves it. Completions (and
+    /// the batched engine's inter-token latencies) go to `ev`.
+    pub fn dispatch(&mut self, req: &Request<'_>, ev: &mut impl EngineEvents) -> Result<E::Outcome, Error> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        self.check(req)?;
+        let r = self.dispatch_inner(req, ev);
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
+    fn check(&self, req: &Request<'_>) -> Result<(), Error> {
+        if req.keys.len() as u64 != req.input_tokens / BLOCK_TOKENS as u64 {
+            return Err(Error::InvalidRequest {
+                field: RequestField::Keys,
+                expected: "one key per full 16-token block of the prompt",
+            });
+        }
+        if req.arrival_ns < self.last_arrival_ns {
+            return Err(Error::ArrivalOutOfOrder { previous_ns: self.last_arrival_ns, arrival_ns: req.arrival_ns });
+        }
+        Ok(())
+    }
+
+    fn dispatch_inner(&mut self, req: &Request<'_>, ev: &mut impl EngineEvents) -> Result<E::Outcome, Error> {
+        let i = self.next_request;
+        let t = req.arrival_ns;
+        // 1. The view catches up with the events it may know of at t.
+        self.view.deliver(i, t);
+        // 2. Every pod runs what starts before t; queue lengths at arrival.
+        let mut queue_lens = [0u32; MAX_PODS];
+        for (q, pod) in queue_lens.iter_mut().zip(self.pods.iter_mut()) {
+            pod.advance(t, ev)?;
+            *q = pod.queue_len_at(t);
+        }
+        // 3. Autoscaling: the routable pods are 0..active.
+        let active = self.autoscale(i, t, &mut queue_lens)?;
+        let queue_lens = &queue_lens[..active];
+        // 4. Route.
+        let route = self.route(i, req, queue_lens)?;
+        let p = route.pod;
+        // 5. Serve, feeding the pod's cache events to the view.
+        let routed = Routed {
+            request: i,
+            pod: p as u32,
+            queue_len: queue_lens[p],
+            believed_match_blocks: route.believed_match_blocks,
+            active_pods: active as u32,
+        };
+        let stamp = self.view.stamp(i, t);
+        let mut feed = self.view.feed(p, stamp);
+        let out = self.pods[p].serve(&mut self.shared, req, routed, &mut feed, ev)?;
+        feed.finish()?;
+        // 6. Counters.
+        self.count(req, &out, p, active);
+        self.next_request += 1;
+        self.last_arrival_ns = t;
+        Ok(out)
+    }
+
+    /// Step 4 of a dispatch: the router picks a routable pod from its view (queue lengths, the
+    /// caches as the view has them, the load signals when it reads them).
+    fn route(&mut self, i: u64, req: &Request<'_>, queue_lens: &[u32]) -> Result<Route, Error> {
+        let active = queue_lens.len();
+        let t = req.arrival_ns;
+        let exact = Exact { pods: &self.pods, shared: &self.shared };
+        let held = match self.view.index.as_ref() {
+            Some(ix) => Holders::Index(ix),
+            None => Holders::Exact(&exact),
+        };
+        let mut loads = [PodLoad::default(); MAX_PODS];
+        let loads = if self.router.needs_loads() {
+            for (p, l) in loads[..active].iter_mut().enumerate() {
+                *l = self.pods[p].load(queue_lens[p], t);
+            }
+            Some(&loads[..active])
+        } else {
+            None
+        };
+        let view = RouteView {
+            request: i,
+            queue_lens,
+            held,
+            pending: self.view.pending.as_ref(),
+            pending_stores: self.view.stores.as_ref(),
+            speculative: self.view.speculative.as_ref(),
+            loads,
+            now_ns: t,
+        };
+        let route = self.router.route(&view, req.keys);
+        // A custom router may name a pod that does not exist or is not booted yet.
+        if route.pod >= active {
+            return Err(Error::InvalidConfig {
+                field: Field::Router,
+                expected: "a routable pod (index below the active pods)",
+            });
+        }
+        self.router.routed(route.pod, req.keys, t)?;
+        self.view.routed(route.pod, req.keys, t)?;
+        Ok(route)
+    }
+
+    /// Runs the autoscaler at the arrival of request `i` (docs/MODEL.md, "Autoscaling"); returns
+    /// the number of routable pods. `queue_lens` is updated for a pod that comes up.
+    fn autoscale(&mut self, i: u64, t_ns: u64, queue_lens: &mut [u32; MAX_PODS]) -> Result<usize, Error> {
+        let Some(scale) = self.scale.as_mut() else { return Ok(self.pods.len()) };
+        // Before the rule reads the queue lengths, and again after it (a startup of 0).
+        come_up(scale.activate_ready(t_ns), &mut self.pods, queue_lens)?;
+        match scale.evaluate(t_ns, &queue_lens[..scale.active()])? {
+            ScaleAction::Hold => {}
+            ScaleAction::Out { .. } => self.totals.scale_outs += 1,
+            ScaleAction::In { pod } => {
+                let stamp = self.view.stamp(i, t_ns);
+                let mut feed = self.view.feed(pod, stamp);
+                self.pods[pod].shut_down(&mut self.shared, &mut feed)?;
+                feed.finish()?;
+                scale.release(pod, t_ns.max(self.pods[pod].last_finish_ns()));
+                self.totals.scale_ins += 1;
+            }
+        }
+        come_up(scale.activate_ready(t_ns), &mut self.pods, queue_lens)?;
+        Ok(scale.active())
+    }
+
+    /// Step 6: the fleet's counters.
+    fn count(&mut self, req: &Request<'_>, out: &E::Outcome, p: usize, active: usize) {
+        let t = &mut self.totals;
+        t.requests += 1;
+        t.input_tokens += req.input_tokens;
+        t.output_tokens += req.output_tokens;
+        t.max_active_pods = t.max_active_pods.max(active as u32);
+        E::count(t, out);
+        if let Some(policy) = self.cfg.scale()
+            && active > policy.initial_pods as usize
+        {
+            let initial = policy.initial_pods as usize;
+            t.scaled_out_requests += 1;
+            t.new_pod_requests += u64::from(p >= initial);
+            t.fair_new_pod_milli += ((active - initial) * 1000 / active) as u64;
+        }
+    }
+
+    /// Runs the pod whose next event starts first, if that is before `t_ns`: one event, or a run
+    /// of events that completes no request, cut so that each starts at most when another pod's
+    /// next event does. Returns false when no event starts before `t_ns`.
+    ///
+    /// For closed loops (docs/MODEL.md, "dynamo"), where a completion makes the next arrival:
+    /// events run in order of start over the fleet, and a batched step lasts at least 1 ns (a
+    /// step cost of at least 1), so a completion reported later ends after every step already
+    /// run; an arrival it causes then sees the pods as [`Self::dispatch`] would (every step
+    /// before it run, no other). The FIFO engine has no events: its completions come with
+    /// [`Self::dispatch`].
+    pub fn advance_next(&mut self, t_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        let starts = || self.pods.iter().enumerate().filter_map(|(p, e)| e.next_event_ns().map(|s| (p, s)));
+        // The earliest next event (the lowest pod on ties), and the earliest of the other pods'.
+        let Some((p, s)) = starts().min_by_key(|&(_, s)| s) else { return Ok(false) };
+        let other_ns = starts().filter(|&(q, _)| q != p).map(|(_, s)| s).min().unwrap_or(u64::MAX);
+        if s >= t_ns {
+            return Ok(false);
+        }
+        let ff_ns = t_ns.min(other_ns.saturating_add(1));
+        let r = self.pods[p].advance_once(t_ns, ff_ns, ev);
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
+    /// Runs every pod until it has nothing left to do.
+    pub fn finish(&mut self, ev: &mut impl EngineEvents) -> Result<(), Error> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        for e in self.pods.iter_mut() {
+            if let Err(err) = e.advance(u64::MAX, ev) {
+                self.poisoned = true;
+                return Err(err);
+            }
+            debug_assert!(e.next_event_ns().is_none(), "a pod advanced to the end of time has no work left");
+        }
+        Ok(())
+    }
+}
+
+/// A pod that comes up is a new machine (its engine boots; requests of its previous life finish
+/// elsewhere): nothing queued.
+fn come_up<E: Engine>(pod: Option<usize>, pods: &mut [E], queue_lens: &mut [u32; MAX_PODS]) -> Result<(), Error> {
+    if let Some(p) = pod {
+        pods[p].boot()?;
+        queue_lens[p] = 0;
+    }
+    Ok(())
+}

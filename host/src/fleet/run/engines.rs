@@ -1,0 +1,344 @@
+//! The two engines as the host runs them ([`HostEngine`]): their heap buffers (the core borrows
+//! them), the sizes a run may fill and how they start, and what the memory budget counts.
+
+use brokerlab_core::fleet::{
+    BatchedBuffers, BatchedEngine, BatchedFleet, BatchedLayout, Error as CoreError, FifoBuffers, FifoEngine, FifoFleet,
+    FifoLayout, FleetConfig, IndexEntry, KvBlock, Limit, Outcome, PendingEntry, PendingRecord, ReqSlot, Routed,
+    RouterBuffers, Run, Slot,
+};
+
+use super::collect::{Kind, Samples};
+use super::drive::{HostEngine, Shape};
+use super::summary::{BatchedSummary, Summary, summarize_batched, summarize_fifo};
+use super::{config_error, run_context};
+use crate::error::CliResult;
+use crate::mem::{Need, try_vec};
+
+/// The FIFO engine on the host.
+pub struct Fifo;
+
+/// The batched engine on the host.
+pub struct Batched;
+
+/// Queued requests tracked per pod at the start of a FIFO run (doubled when full).
+pub const INITIAL_QUEUE_PER_POD: usize = 4096;
+/// Pending-event records per request of stale delay at the start (the evictions of k + 1
+/// dispatches, about 256 each), at most [`MAX_INITIAL_PENDING`] (doubled when full).
+pub const PENDING_PER_DELAYED_REQUEST: usize = 256;
+/// Most pending-event records a FIFO run starts with.
+pub const MAX_INITIAL_PENDING: usize = 1 << 20;
+/// Fewest pending-event records after the first growth.
+pub const MIN_GROWN_PENDING: usize = 1024;
+/// Requests tracked per pod at the start of a batched run (doubled when full).
+pub const INITIAL_REQUESTS_PER_POD: usize = 1024;
+/// Prompt keys per pod at the start of a batched run (doubled when full: start small so a small
+/// `--max-memory` still fits).
+pub const INITIAL_KEYS_PER_POD: usize = 1 << 16;
+
+/// A FIFO run's growable sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FifoSizes {
+    /// Queued requests tracked per pod.
+    pub queue_per_pod: usize,
+    /// Pending-event records per queue of a stale view.
+    pub pending: usize,
+}
+
+impl FifoSizes {
+    /// The sizes a run of `cfg` starts with.
+    pub fn of(cfg: &FleetConfig) -> Self {
+        let stale = cfg.view().stale_delay as usize;
+        let pending = if stale > 0 { ((stale + 1) * PENDING_PER_DELAYED_REQUEST).min(MAX_INITIAL_PENDING) } else { 0 };
+        FifoSizes { queue_per_pod: INITIAL_QUEUE_PER_POD, pending }
+    }
+}
+
+/// A batched run's growable sizes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BatchedSizes {
+    /// Requests tracked at once per pod.
+    pub requests_per_pod: usize,
+    /// Prompt keys kept per pod.
+    pub keys_per_pod: usize,
+}
+
+/// Heap buffers of a shipped router's approximate index (empty for the other routers).
+pub struct OwnedRouter {
+    slots: Vec<Slot>,
+    tables: Vec<u32>,
+    index: Vec<IndexEntry>,
+}
+
+impl OwnedRouter {
+    /// Allocates what `cfg`'s router needs ([`FleetConfig::router_layout`]).
+    pub fn new(cfg: &FleetConfig) -> CliResult<Self> {
+        let l = cfg.router_layout().map_err(config_error)?;
+        let n = |per_pod: usize| cfg.pods.saturating_mul(per_pod);
+        Ok(OwnedRouter {
+            slots: try_vec(n(l.slots_per_pod), Slot::default(), "the router's approximate-index LRUs")?,
+            tables: try_vec(n(l.table_per_pod), 0, "the router's approximate-index key tables")?,
+            index: try_vec(l.index, IndexEntry::default(), "the router's approximate index")?,
+        })
+    }
+
+    /// The core's view of them.
+    pub fn buffers(&mut self) -> RouterBuffers<'_> {
+        RouterBuffers { slots: &mut self.slots, tables: &mut self.tables, index: &mut self.index }
+    }
+}
+
+/// Heap buffers for one FIFO fleet.
+pub struct OwnedFifo {
+    cfg: FleetConfig,
+    layout: FifoLayout,
+    slots: Vec<Slot>,
+    tables: Vec<u32>,
+    queues: Vec<u64>,
+    index: Vec<IndexEntry>,
+    pending: Vec<PendingRecord>,
+    pending_table: Vec<PendingEntry>,
+    cpu_slots: Vec<Slot>,
+    cpu_tables: Vec<u32>,
+    router: OwnedRouter,
+    /// Blocks per trace id of the run-length replay (1: per block, and the run buffers are empty).
+    group_blocks: u32,
+    runs: Vec<Run>,
+    run_tables: Vec<u32>,
+}
+
+impl OwnedFifo {
+    /// Allocates the buffers [`FifoLayout`] asks for (an allocation failure is an error naming
+    /// the buffer, never an abort). The caller checks the memory budget first. With requests
+    /// keyed from trace ids of `group_blocks` > 1 blocks and a configuration that supports it,
+    /// the fleet replays per run of blocks ([`FifoFleet::attach_runs`]: the same results, less
+    /// work).
+    pub fn new(cfg: FleetConfig, sizes: FifoSizes, group_blocks: u32) -> CliResult<Self> {
+        let l = FifoLayout::new(&cfg, sizes.queue_per_pod, sizes.pending).map_err(config_error)?;
+        let n = |per_pod: usize| l.pods.saturating_mul(per_pod);
+        let (runs_len, run_tables_len) = runs_layout(&cfg, group_blocks).unwrap_or((0, 0));
+        Ok(OwnedFifo {
+            cfg,
+            layout: l,
+            slots: try_vec(n(l.slots_per_pod), Slot::default(), "the pods' LRU slots")?,
+            tables: try_vec(l.tables_len(), 0, "the pods' key tables")?,
+            queues: try_vec(n(l.queue_per_pod), 0, "the pods' queues")?,
+            index: try_vec(l.index, IndexEntry::default(), "the block index")?,
+            pending: try_vec(l.pending, PendingRecord::default(), "the stale-evict FIFO")?,
+            pending_table: try_vec(l.pending_table, PendingEntry::default(), "the stale-evict table")?,
+            cpu_slots: try_vec(n(l.cpu_slots_per_pod), Slot::default(), "the CPU tier's slots")?,
+            cpu_tables: try_vec(n(l.cpu_table_per_pod), 0, "the CPU tier's key tables")?,
+            router: OwnedRouter::new(&cfg)?,
+            // Last: a failed allocation names the per-block buffers first, as without runs.
+            group_blocks,
+            runs: try_vec(runs_len, Run::default(), "the pods' runs (run-length replay)")?,
+            run_tables: try_vec(run_tables_len, 0, "the pods' run tables (run-length replay)")?,
+        })
+    }
+
+    /// The buffer layout.
+    pub fn layout(&self) -> &FifoLayout {
+        &self.layout
+    }
+
+    /// A fresh fleet over these buffers (replaying per run when they were allocated for it).
+    pub fn fleet(&mut self) -> Result<FifoFleet<'_>, CoreError> {
+        let mut fleet = FifoFleet::with_router_buffers(
+            self.cfg,
+            FifoBuffers {
+                slots: &mut self.slots,
+                tables: &mut self.tables,
+                queues: &mut self.queues,
+                index: &mut self.index,
+                pending: &mut self.pending,
+                pending_table: &mut self.pending_table,
+                cpu_slots: &mut self.cpu_slots,
+                cpu_tables: &mut self.cpu_tables,
+            },
+            self.router.buffers(),
+        )?;
+        if !self.runs.is_empty() {
+            fleet.attach_runs(self.group_blocks, &mut self.runs, &mut self.run_tables)?;
+        }
+        Ok(fleet)
+    }
+}
+
+/// Run buffer lengths when `cfg` replays per run with ids of `group_blocks` blocks (None: per
+/// block; one block per id gains nothing).
+pub fn runs_layout(cfg: &FleetConfig, group_blocks: u32) -> Option<(usize, usize)> {
+    if group_blocks <= 1 {
+        return None;
+    }
+    FifoFleet::runs_layout(cfg)
+}
+
+/// What a FIFO run of `cfg` with these sizes needs (the audit's formulas), with its router's
+/// index, the run-length replay's buffers, and the per-request vectors when the requests are
+/// known. Returns the needs and what the budget's message calls the run.
+pub fn fifo_needs(cfg: &FleetConfig, sizes: FifoSizes, run: &Shape<'_>) -> CliResult<(String, Vec<Need>)> {
+    let l = FifoLayout::new(cfg, sizes.queue_per_pod, sizes.pending).map_err(config_error)?;
+    let mut needs = crate::fleet::run::sizes::fleet_needs(cfg, &l);
+    let router_bytes = cfg.router_layout().map_err(config_error)?.bytes(cfg.pods) as u64;
+    if router_bytes > 0 {
+        needs.push(Need {
+            what: "the router's approximate index".into(),
+            bytes: router_bytes,
+            lowered_by: "--capacity, or [params] approx_lru_blocks in --router-config".into(),
+        });
+    }
+    if let Some((runs, tables)) = runs_layout(cfg, run.group_blocks) {
+        needs.push(Need {
+            what: "run-length replay (runs and run tables)".into(),
+            bytes: (runs * std::mem::size_of::<Run>() + tables * 4) as u64,
+            lowered_by: "--capacity".into(),
+        });
+    }
+    if let Some(n) = run.requests {
+        let per = 8 + if run.keep { std::mem::size_of::<Outcome>() as u64 } else { 0 };
+        needs.push(Need {
+            what: "latencies (exact percentiles)".into(),
+            bytes: n.saturating_mul(per),
+            lowered_by: "workload.requests".into(),
+        });
+    }
+    needs.extend_from_slice(run.held);
+    Ok((run_context(cfg), needs))
+}
+
+impl HostEngine for Fifo {
+    type Engine<'a> = FifoEngine<'a>;
+    type Summary = Summary;
+    type Sizes = FifoSizes;
+    type Owned = OwnedFifo;
+    const KIND: Kind = Kind::Latency;
+    const KEEPS_COMPLETIONS: bool = false;
+
+    fn sizes(cfg: &FleetConfig) -> FifoSizes {
+        FifoSizes::of(cfg)
+    }
+
+    fn grown(s: FifoSizes, limit: Limit) -> Option<FifoSizes> {
+        match limit {
+            Limit::QueuePerPod => Some(FifoSizes { queue_per_pod: s.queue_per_pod * 2, ..s }),
+            Limit::PendingEvictions => Some(FifoSizes { pending: (s.pending * 2).max(MIN_GROWN_PENDING), ..s }),
+            _ => None,
+        }
+    }
+
+    fn needs(cfg: &FleetConfig, sizes: FifoSizes, run: &Shape<'_>) -> CliResult<(String, Vec<Need>)> {
+        fifo_needs(cfg, sizes, run)
+    }
+
+    fn alloc(cfg: &FleetConfig, sizes: FifoSizes, group_blocks: u32) -> CliResult<OwnedFifo> {
+        OwnedFifo::new(*cfg, sizes, group_blocks)
+    }
+
+    fn fleet(owned: &mut OwnedFifo) -> Result<FifoFleet<'_>, CoreError> {
+        owned.fleet()
+    }
+
+    fn outcome(out: &Outcome) -> Option<Outcome> {
+        Some(*out)
+    }
+
+    fn summarize(fleet: &FifoFleet<'_>, samples: &mut Samples) -> Summary {
+        summarize_fifo(fleet, std::mem::take(&mut samples.e2e))
+    }
+}
+
+/// Heap buffers for one batched fleet.
+pub struct OwnedBatched {
+    cfg: FleetConfig,
+    blocks: Vec<KvBlock>,
+    tables: Vec<u32>,
+    requests: Vec<ReqSlot>,
+    waiting: Vec<u32>,
+    running: Vec<u32>,
+    keys: Vec<u64>,
+    router: OwnedRouter,
+}
+
+/// What a batched run of `l` is called in a memory-budget message.
+fn batched_context(l: &BatchedLayout) -> String {
+    format!("a batched run of {} pods x {} blocks", l.pods, l.blocks_per_pod)
+}
+
+impl HostEngine for Batched {
+    type Engine<'a> = BatchedEngine<'a>;
+    type Summary = BatchedSummary;
+    type Sizes = BatchedSizes;
+    type Owned = OwnedBatched;
+    const KIND: Kind = Kind::Tokens;
+    const KEEPS_COMPLETIONS: bool = true;
+
+    fn sizes(_cfg: &FleetConfig) -> BatchedSizes {
+        BatchedSizes { requests_per_pod: INITIAL_REQUESTS_PER_POD, keys_per_pod: INITIAL_KEYS_PER_POD }
+    }
+
+    fn grown(s: BatchedSizes, limit: Limit) -> Option<BatchedSizes> {
+        match limit {
+            Limit::RequestsPerPod => Some(BatchedSizes { requests_per_pod: s.requests_per_pod * 2, ..s }),
+            Limit::KeysPerPod => Some(BatchedSizes { keys_per_pod: s.keys_per_pod * 2, ..s }),
+            _ => None,
+        }
+    }
+
+    /// The engines' buffers (the caller's held structures beside them); the per-request samples
+    /// grow within the budget as they come.
+    fn needs(cfg: &FleetConfig, s: BatchedSizes, run: &Shape<'_>) -> CliResult<(String, Vec<Need>)> {
+        let l = BatchedLayout::new(cfg, s.requests_per_pod, s.keys_per_pod).map_err(config_error)?;
+        let bytes = |n: usize, per: usize| (n as u64).saturating_mul(l.pods as u64).saturating_mul(per as u64);
+        let pods = "--capacity or --pods (fleet.capacity, fleet.pods)";
+        let need = |what: &str, bytes: u64, by: &str| Need { what: what.into(), bytes, lowered_by: by.into() };
+        let mut needs = vec![
+            need("pod KV blocks", bytes(l.blocks_per_pod, std::mem::size_of::<KvBlock>()), pods),
+            need("pod KV key tables", bytes(l.table_per_pod, 4), pods),
+            need(
+                "request slots and queues",
+                bytes(l.requests_per_pod, std::mem::size_of::<ReqSlot>() + 4),
+                "fewer requests in flight per pod",
+            ),
+            need("running sets", bytes(l.running_per_pod, 4), "--max-num-seqs"),
+            need("prompt keys in flight", bytes(l.keys_per_pod, 8), "shorter prompts or fewer in flight"),
+        ];
+        needs.extend_from_slice(run.held);
+        Ok((batched_context(&l), needs))
+    }
+
+    fn alloc(cfg: &FleetConfig, s: BatchedSizes, _group_blocks: u32) -> CliResult<OwnedBatched> {
+        let l = BatchedLayout::new(cfg, s.requests_per_pod, s.keys_per_pod).map_err(config_error)?;
+        Ok(OwnedBatched {
+            cfg: *cfg,
+            blocks: try_vec(l.pods * l.blocks_per_pod, KvBlock::default(), "the pods' KV blocks")?,
+            tables: try_vec(l.pods * l.table_per_pod, 0u32, "the pods' KV key tables")?,
+            requests: try_vec(l.pods * l.requests_per_pod, ReqSlot::default(), "the request slots")?,
+            waiting: try_vec(l.pods * l.requests_per_pod, 0u32, "the waiting queues")?,
+            running: try_vec(l.pods * l.running_per_pod, 0u32, "the running sets")?,
+            keys: try_vec(l.pods * l.keys_per_pod, 0u64, "the prompt keys in flight")?,
+            router: OwnedRouter::new(cfg)?,
+        })
+    }
+
+    fn fleet(o: &mut OwnedBatched) -> Result<BatchedFleet<'_>, CoreError> {
+        BatchedFleet::with_router_buffers(
+            o.cfg,
+            BatchedBuffers {
+                blocks: &mut o.blocks,
+                tables: &mut o.tables,
+                requests: &mut o.requests,
+                waiting: &mut o.waiting,
+                running: &mut o.running,
+                keys: &mut o.keys,
+            },
+            o.router.buffers(),
+        )
+    }
+
+    fn outcome(_: &Routed) -> Option<Outcome> {
+        None
+    }
+
+    fn summarize(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> BatchedSummary {
+        summarize_batched(fleet, samples)
+    }
+}

@@ -1,0 +1,174 @@
+//! Where a run's requests come from: a stream that can be fed again from the start (a retry
+//! after a full buffer), and the Mooncake traces (a file, or one compiled into the binary).
+
+use std::path::{Path, PathBuf};
+
+use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
+use brokerlab_core::fleet::{Error as CoreError, Request, keys};
+
+use crate::error::{CliError, CliResult};
+use crate::fleet::trace::{BytesRead, TraceReader};
+use crate::mem::Growth;
+
+/// A stream of requests that can be fed again from the start (a retry after a full buffer).
+pub trait RequestSource {
+    /// Calls `sink` on every request in order. When `sink` fails, stop and return an error that
+    /// says where (file and line, or request number).
+    fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()>;
+
+    /// Why [`Self::feed`] cannot start over from the first request, if it cannot.
+    fn restart_error(&self) -> Option<String> {
+        None
+    }
+
+    /// Requests it will feed, when known before reading (for the memory budget), and the
+    /// scenario key that sets it.
+    fn len_hint(&self) -> Option<u64> {
+        None
+    }
+
+    /// Blocks per trace id when every request's keys come from trace ids of that many 16-token
+    /// blocks (block j is sub-block j mod R of id j div R); 1 otherwise. Lets the fleet replay
+    /// per run of blocks.
+    fn id_blocks(&self) -> u32 {
+        1
+    }
+
+    /// The count of trace bytes it reads, for a progress display (None: it reads no file).
+    fn bytes_read(&self) -> Option<BytesRead> {
+        None
+    }
+
+    /// The run's memory growth, for what the source itself keeps per request (a Bailian
+    /// trace's labels); called before each [`Self::feed`].
+    fn grow_into(&mut self, _growth: &Growth) {}
+}
+
+/// What a run keeps per request, as named in a memory-budget message.
+pub const LATENCIES: &str = "latencies (exact percentiles, 8 B per request)";
+/// The same, for the kept outcomes.
+pub const OUTCOMES: &str = "per-request outcomes (for the breakdowns)";
+
+/// A Mooncake JSONL trace file.
+pub struct TraceSource {
+    /// The file.
+    pub path: PathBuf,
+    /// Trace block size S, tokens per hash id.
+    pub trace_block_tokens: u32,
+    /// Longest line accepted, bytes (`--max-line-bytes`; [`crate::fleet::trace::DEFAULT_MAX_LINE_BYTES`]).
+    pub max_line_bytes: u64,
+    /// Most blank lines accepted (`--max-blank-lines`; [`crate::fleet::trace::DEFAULT_MAX_BLANK_LINES`]).
+    pub max_blank_lines: u64,
+    /// The bytes read (for a progress display).
+    pub read: BytesRead,
+}
+
+impl TraceSource {
+    /// A trace with lines up to [`crate::fleet::trace::DEFAULT_MAX_LINE_BYTES`].
+    pub fn new(path: PathBuf, trace_block_tokens: u32) -> Self {
+        TraceSource {
+            path,
+            trace_block_tokens,
+            max_line_bytes: crate::fleet::trace::DEFAULT_MAX_LINE_BYTES,
+            max_blank_lines: crate::fleet::trace::DEFAULT_MAX_BLANK_LINES,
+            read: BytesRead::default(),
+        }
+    }
+}
+
+/// Why a trace at `path` cannot be read a second time, if it cannot: reopening a pipe
+/// (`/dev/stdin`, `<(zcat ...)`) continues where the first pass stopped, and the run would
+/// silently replay a truncated trace.
+pub fn restart_error_for(path: &Path) -> Option<String> {
+    let regular = std::fs::metadata(path).is_ok_and(|m| m.is_file());
+    (!regular).then(|| {
+        format!(
+            "--trace {}: the run must read the trace a second time (an internal buffer filled up), but it is not a regular file (a pipe?); write it to a file first",
+            path.display()
+        )
+    })
+}
+
+impl RequestSource for TraceSource {
+    fn restart_error(&self) -> Option<String> {
+        restart_error_for(&self.path)
+    }
+
+    fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
+        let reader = TraceReader::open_limited(&self.path, self.max_line_bytes)?
+            .max_blank_lines(self.max_blank_lines)
+            .counting(&self.read);
+        feed_trace(reader, self.trace_block_tokens, sink)
+    }
+
+    fn id_blocks(&self) -> u32 {
+        self.trace_block_tokens / BLOCK_TOKENS as u32
+    }
+
+    fn bytes_read(&self) -> Option<BytesRead> {
+        Some(self.read.clone())
+    }
+}
+
+/// A Mooncake trace compiled into the binary (the report's built-in traces): replayed like a file,
+/// re-decompressed on every pass.
+pub struct EmbeddedTrace {
+    /// Its name in messages.
+    pub name: &'static str,
+    /// The compressed (or plain) JSONL bytes.
+    pub bytes: &'static [u8],
+    /// Tokens per trace block id.
+    pub trace_block_tokens: u32,
+}
+
+impl RequestSource for EmbeddedTrace {
+    fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
+        let (_, r) = crate::fleet::input::reader(std::io::Cursor::new(self.bytes))
+            .map_err(|e| CliError::failure(format!("{}: {e}", self.name)))?;
+        feed_trace(TraceReader::new(PathBuf::from(self.name), r), self.trace_block_tokens, sink)
+    }
+
+    fn id_blocks(&self) -> u32 {
+        self.trace_block_tokens / BLOCK_TOKENS as u32
+    }
+}
+
+/// Feeds every line of `reader` as a request (keys from its hash ids).
+fn feed_trace(
+    mut reader: TraceReader,
+    trace_block_tokens: u32,
+    sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>,
+) -> CliResult<()> {
+    let mut keys_buf: Vec<u64> = Vec::new();
+    while reader.advance()? {
+        let rec = reader.record();
+        let m = (rec.input_length / BLOCK_TOKENS as u64) as usize;
+        let located = |e: CoreError, r: &TraceReader| CliError::bad_input(format!("{}: {e}", r.location()));
+        if rec.input_length > MAX_PROMPT_TOKENS {
+            return Err(CliError::bad_input(format!(
+                "{}: field `input_length`: {} exceeds the limit of {} tokens",
+                reader.location(),
+                rec.input_length,
+                MAX_PROMPT_TOKENS
+            )));
+        }
+        keys_buf.resize(m, 0);
+        let n = keys::trace_keys(&rec.hash_ids, rec.input_length, trace_block_tokens, &mut keys_buf)
+            .map_err(|e| located(e, &reader))?;
+        let arrival_ns = rec.timestamp_ms.checked_mul(1_000_000).ok_or_else(|| {
+            CliError::bad_input(format!(
+                "{}: field `timestamp`: {} ms overflows 64-bit nanoseconds",
+                reader.location(),
+                rec.timestamp_ms
+            ))
+        })?;
+        let req = Request {
+            arrival_ns,
+            input_tokens: rec.input_length,
+            output_tokens: rec.output_length,
+            keys: &keys_buf[..n],
+        };
+        sink(&req).map_err(|e| located(e, &reader))?;
+    }
+    Ok(())
+}

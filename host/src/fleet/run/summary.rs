@@ -1,0 +1,604 @@
+//! What a run reports: one summary type, [`RunSummary`], whose variant is the engine's own part
+//! ([`Summary`] of the FIFO engine, [`BatchedSummary`] of the batched engine: the JSON object of
+//! `fleet replay --json`), built from the fleet's counters and the run's exact samples; and the
+//! readable table of each.
+
+use brokerlab_core::fleet::limits::BLOCK_TOKENS;
+use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
+use brokerlab_core::fleet::{BatchedFleet, BatchedStats, CacheMode, FifoFleet, StepCost};
+use serde::Serialize;
+
+use super::collect::Samples;
+
+/// Headline metrics of one run (the JSON object of `fleet replay --json`).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct Summary {
+    /// Router name.
+    pub router: brokerlab_core::fleet::RouterKind,
+    /// Pods N.
+    pub pods: usize,
+    /// Blocks per pod C.
+    pub capacity: usize,
+    /// Load penalty.
+    pub alpha: f64,
+    /// Stale-evict delay k.
+    pub stale: u32,
+    /// Touch order.
+    pub order: brokerlab_core::fleet::TouchOrder,
+    /// ns per prefill token.
+    pub t_prefill_ns: u64,
+    /// ns per output token.
+    pub t_decode_ns: u64,
+    /// Requests.
+    pub requests: u64,
+    /// Sum of L.
+    pub input_tokens: u64,
+    /// Sum of O.
+    pub output_tokens: u64,
+    /// Sum of hit tokens.
+    pub hit_tokens: u64,
+    /// CPU-tier blocks per pod (0: no CPU tier).
+    pub cpu_capacity: usize,
+    /// Sum of tokens loaded from the CPU tier.
+    pub cpu_hit_tokens: u64,
+    /// cpu_hit_tokens / input_tokens.
+    pub cpu_hit_rate: Option<f64>,
+    /// Sum of prefill tokens.
+    pub prefill_tokens: u64,
+    /// hit_tokens / input_tokens (null without input).
+    pub hit_rate: Option<f64>,
+    /// Latency p50, s (null without requests).
+    pub latency_p50: Option<f64>,
+    /// Latency p90, s.
+    pub latency_p90: Option<f64>,
+    /// Latency p99, s.
+    pub latency_p99: Option<f64>,
+    /// Mean latency, s.
+    pub latency_mean: Option<f64>,
+    /// Latency p90 in integer ns (exact).
+    pub latency_ns_p90: Option<u64>,
+    /// Requests per pod.
+    pub per_pod_requests: Vec<u64>,
+    /// Hit rate per pod.
+    pub per_pod_hit_rate: Vec<Option<f64>>,
+    /// Longest queue seen per pod.
+    pub per_pod_max_queue: Vec<u32>,
+    /// Requests where the router believed in more cached blocks than the pod had.
+    pub chased_requests: u64,
+    /// Believed-but-gone blocks, summed.
+    pub phantom_blocks: u64,
+    /// Finish time of the last request, s.
+    pub makespan_s: f64,
+    /// Autoscaling figures (null without autoscaling).
+    pub autoscale: Option<AutoscaleSummary>,
+    /// `"global"` with `--cache global` (one shared pool of pods x capacity blocks); absent for
+    /// per-pod caches, so the default output is unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheMode>,
+    /// With `--router-config`: the resolved router in one line (`router` alone says `custom`
+    /// for any pipeline); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<String>,
+}
+
+/// What the autoscaler did (docs/MODEL.md, "Autoscaling").
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct AutoscaleSummary {
+    /// Fewest routable pods.
+    pub min_pods: u32,
+    /// Routable pods at the start.
+    pub initial_pods: u32,
+    /// Pods booted.
+    pub scale_outs: u64,
+    /// Pods dropped.
+    pub scale_ins: u64,
+    /// Most routable pods at any arrival.
+    pub max_active_pods: u32,
+    /// Provisioned pod-time until the last finish, pod-seconds (the cost).
+    pub pod_seconds: f64,
+    /// pod_seconds / makespan: the time-averaged fleet size.
+    pub mean_pods: Option<f64>,
+    /// Requests routed while added pods were routable.
+    pub scaled_out_requests: u64,
+    /// Of those, requests routed to added pods.
+    pub new_pod_requests: u64,
+    /// new_pod_requests / their fair share (1: spread like round-robin; below 1: the router
+    /// keeps traffic on the warm pods). Fair share rounded down to 1/1000 per request.
+    pub new_pod_traffic_ratio: Option<f64>,
+}
+
+/// Which engine a result came from, as outputs spell it (`fifo`, `batched`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// FIFO single servers.
+    Fifo,
+    /// vLLM-style continuous batching.
+    Batched,
+}
+
+impl EngineKind {
+    /// Its spelling in outputs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EngineKind::Fifo => "fifo",
+            EngineKind::Batched => "batched",
+        }
+    }
+}
+
+/// The batched engine's summary (docs/MODEL.md, "Metrics of the batched engine").
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct BatchedSummary {
+    /// Always [`EngineKind::Batched`].
+    pub engine: EngineKind,
+    /// Router.
+    pub router: brokerlab_core::fleet::RouterKind,
+    /// Pods N.
+    pub pods: usize,
+    /// Blocks per pod C.
+    pub capacity: usize,
+    /// Load penalty.
+    pub alpha: f64,
+    /// S.
+    pub max_num_seqs: u32,
+    /// M.
+    pub max_num_batched_tokens: u32,
+    /// Profile the coefficients started from.
+    pub profile: brokerlab_core::fleet::Profile,
+    /// Step overhead, ns.
+    pub t_overhead_ns: u64,
+    /// Per prefill token, ns.
+    pub t_prefill_token_ns: u64,
+    /// Per decoding request, ns.
+    pub t_decode_seq_ns: u64,
+    /// Per context token, ns.
+    pub t_kv_token_ns: u64,
+    /// Requests.
+    pub requests: u64,
+    /// Sum of L.
+    pub input_tokens: u64,
+    /// Sum of O' = max(O, 1).
+    pub output_tokens: u64,
+    /// First-admission hits.
+    pub hit_tokens: u64,
+    /// hit_tokens / input_tokens.
+    pub hit_rate: Option<f64>,
+    /// Prefill tokens computed (recompute included).
+    pub prefill_tokens: u64,
+    /// TTFT p50, s.
+    pub ttft_p50: Option<f64>,
+    /// TTFT p90, s.
+    pub ttft_p90: Option<f64>,
+    /// TTFT p99, s.
+    pub ttft_p99: Option<f64>,
+    /// Mean TTFT, s.
+    pub ttft_mean: Option<f64>,
+    /// TTFT p90, ns.
+    pub ttft_ns_p90: Option<u64>,
+    /// E2E p50, s.
+    pub e2e_p50: Option<f64>,
+    /// E2E p90, s.
+    pub e2e_p90: Option<f64>,
+    /// E2E p99, s.
+    pub e2e_p99: Option<f64>,
+    /// Mean E2E, s.
+    pub e2e_mean: Option<f64>,
+    /// E2E p90, ns.
+    pub e2e_ns_p90: Option<u64>,
+    /// = e2e_p50 (the FIFO key's meaning: finish - arrival).
+    pub latency_p50: Option<f64>,
+    /// = e2e_p90.
+    pub latency_p90: Option<f64>,
+    /// = e2e_p99.
+    pub latency_p99: Option<f64>,
+    /// = e2e_mean.
+    pub latency_mean: Option<f64>,
+    /// = e2e_ns_p90.
+    pub latency_ns_p90: Option<u64>,
+    /// ITL p50, s.
+    pub itl_p50: Option<f64>,
+    /// ITL p90, s.
+    pub itl_p90: Option<f64>,
+    /// ITL p99, s.
+    pub itl_p99: Option<f64>,
+    /// ITL p90, ns.
+    pub itl_ns_p90: Option<u64>,
+    /// ITL samples (one per token after a request's first).
+    pub itl_samples: u64,
+    /// output_tokens / makespan.
+    pub output_tok_per_s: Option<f64>,
+    /// prefill_tokens / makespan.
+    pub prefill_tok_per_s: Option<f64>,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Per pod.
+    pub per_pod_preemptions: Vec<u64>,
+    /// Engine steps.
+    pub steps: u64,
+    /// Per pod.
+    pub per_pod_steps: Vec<u64>,
+    /// Mean of the pods' time-weighted KV utilization.
+    pub kv_util_mean: Option<f64>,
+    /// Max of the pods' peaks.
+    pub kv_util_peak: f64,
+    /// Per pod, time-weighted over [0, makespan].
+    pub per_pod_kv_util_mean: Vec<Option<f64>>,
+    /// Per pod, most pinned blocks / C.
+    pub per_pod_kv_util_peak: Vec<f64>,
+    /// Time-weighted mean waiting-queue length, averaged over pods.
+    pub mean_waiting: Option<f64>,
+    /// Requests per pod.
+    pub per_pod_requests: Vec<u64>,
+    /// Longest queue_len at an arrival, per pod.
+    pub per_pod_max_queue: Vec<u32>,
+    /// Last finish, s.
+    pub makespan_s: f64,
+    /// With `--router-config`: the resolved router in one line; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pipeline: Option<String>,
+}
+
+/// A run's summary: the engine's own part (serialized as that part alone, so the JSON of each
+/// engine is what it always was).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum RunSummary {
+    /// The batched engine's (its JSON has `"engine": "batched"`; tried first when reading).
+    Batched(Box<BatchedSummary>),
+    /// The FIFO engine's.
+    Fifo(Box<Summary>),
+}
+
+impl RunSummary {
+    /// The router.
+    pub fn router(&self) -> brokerlab_core::fleet::RouterKind {
+        match self {
+            RunSummary::Fifo(s) => s.router,
+            RunSummary::Batched(s) => s.router,
+        }
+    }
+
+    /// The FIFO engine's part.
+    pub fn fifo(&self) -> Option<&Summary> {
+        match self {
+            RunSummary::Fifo(s) => Some(s),
+            RunSummary::Batched(_) => None,
+        }
+    }
+
+    /// The batched engine's part.
+    pub fn batched(&self) -> Option<&BatchedSummary> {
+        match self {
+            RunSummary::Batched(s) => Some(s),
+            RunSummary::Fifo(_) => None,
+        }
+    }
+
+    /// The resolved router in one line (`--router-config`), shown instead of the router's name.
+    pub fn set_pipeline(&mut self, pipeline: Option<String>) {
+        match self {
+            RunSummary::Fifo(s) => s.pipeline = pipeline,
+            RunSummary::Batched(s) => s.pipeline = pipeline,
+        }
+    }
+
+    /// The readable table.
+    pub fn render(&self) -> String {
+        match self {
+            RunSummary::Fifo(s) => render_table(s),
+            RunSummary::Batched(s) => render_batched(s),
+        }
+    }
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "n/a".to_string(), |x| format!("{x:.digits$}"))
+}
+
+/// Seconds from integer ns (reporting only; all model arithmetic is in integer ns).
+pub fn secs(ns: u64) -> f64 {
+    ns as f64 / 1e9
+}
+
+fn ratio(a: u64, b: u64) -> Option<f64> {
+    (b > 0).then(|| a as f64 / b as f64)
+}
+
+/// The nearest-rank [`REPORTED_PERCENTILES`] of `values` (reordered): the same values a full sort
+/// gives, by selection in O(n) instead of an O(n log n) sort.
+pub fn exact_percentiles(values: &mut [u64]) -> [Option<u64>; 3] {
+    let ranks = REPORTED_PERCENTILES.map(|(num, den)| nearest_rank_index(values.len(), num, den));
+    debug_assert!(ranks.windows(2).all(|w| w[0] <= w[1]), "percentiles in increasing order");
+    // Each selection leaves everything after the chosen index at least as large: the next
+    // (higher) rank is selected in that tail only.
+    let mut start = 0;
+    ranks.map(|rank| {
+        let i = rank?;
+        if i >= start {
+            values[start..].select_nth_unstable(i - start);
+            start = i;
+        }
+        Some(values[i])
+    })
+}
+
+/// Nearest-rank percentiles of (value, count) pairs.
+fn weighted_pcts(pairs: &mut [(u64, u64)]) -> ([Option<u64>; 3], u64) {
+    pairs.sort_unstable();
+    let total: u64 = pairs.iter().map(|p| p.1).sum();
+    let out = REPORTED_PERCENTILES.map(|(num, den)| {
+        let idx = nearest_rank_index(total as usize, num, den)? as u64;
+        let mut seen = 0;
+        pairs
+            .iter()
+            .find(|p| {
+                seen += p.1;
+                seen > idx
+            })
+            .map(|p| p.0)
+    });
+    (out, total)
+}
+
+fn mean(v: &[u64]) -> Option<f64> {
+    (!v.is_empty()).then(|| v.iter().map(|&x| x as u128).sum::<u128>() as f64 / v.len() as f64 / 1e9)
+}
+
+fn per_s(n: u64, ns: u64) -> Option<f64> {
+    (ns > 0).then(|| n as f64 / secs(ns))
+}
+
+/// Builds the summary of a finished run; `latencies` in ns, any order.
+pub fn summarize_fifo(fleet: &FifoFleet<'_>, mut latencies: Vec<u64>) -> Summary {
+    let cfg = fleet.config();
+    let f = fleet.engine_config();
+    let view = cfg.view();
+    let t = fleet.totals();
+    let [p50, p90, p99] = exact_percentiles(&mut latencies);
+    let pods: Vec<_> = (0..cfg.pods).filter_map(|p| fleet.pod_stats(p).copied()).collect();
+    Summary {
+        router: cfg.router,
+        pods: cfg.pods,
+        capacity: cfg.capacity_blocks,
+        alpha: cfg.alpha,
+        stale: view.stale_delay,
+        order: f.order,
+        t_prefill_ns: f.t_prefill_ns,
+        t_decode_ns: f.t_decode_ns,
+        requests: t.requests,
+        input_tokens: t.input_tokens,
+        output_tokens: t.output_tokens,
+        hit_tokens: t.hit_tokens,
+        cpu_capacity: f.cpu_capacity_blocks,
+        cpu_hit_tokens: t.cpu_hit_tokens,
+        cpu_hit_rate: ratio(t.cpu_hit_tokens, t.input_tokens),
+        prefill_tokens: t.prefill_tokens,
+        hit_rate: ratio(t.hit_tokens, t.input_tokens),
+        latency_p50: p50.map(secs),
+        latency_p90: p90.map(secs),
+        latency_p99: p99.map(secs),
+        latency_mean: (t.requests > 0).then(|| t.latency_ns_sum as f64 / t.requests as f64 / 1e9),
+        latency_ns_p90: p90,
+        per_pod_requests: pods.iter().map(|s| s.requests).collect(),
+        per_pod_hit_rate: pods.iter().map(|s| ratio(s.hit_tokens, s.input_tokens)).collect(),
+        per_pod_max_queue: pods.iter().map(|s| s.max_queue_len).collect(),
+        chased_requests: t.chased_requests,
+        phantom_blocks: t.phantom_blocks,
+        makespan_s: secs(t.makespan_ns),
+        autoscale: cfg.scale().map(|policy| AutoscaleSummary {
+            min_pods: policy.min_pods,
+            initial_pods: policy.initial_pods,
+            scale_outs: t.scale_outs,
+            scale_ins: t.scale_ins,
+            max_active_pods: t.max_active_pods,
+            pod_seconds: secs(fleet.pod_ns(t.makespan_ns)),
+            mean_pods: ratio(fleet.pod_ns(t.makespan_ns), t.makespan_ns),
+            scaled_out_requests: t.scaled_out_requests,
+            new_pod_requests: t.new_pod_requests,
+            new_pod_traffic_ratio: ratio(t.new_pod_requests * 1000, t.fair_new_pod_milli),
+        }),
+        cache: (f.cache != CacheMode::Local).then_some(f.cache),
+        pipeline: None,
+    }
+}
+
+/// Builds the summary of a finished batched run from what `samples` collected.
+pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> BatchedSummary {
+    let cfg = fleet.config();
+    let e = fleet.engine_config();
+    // the linear model's coefficients (the one model today: docs/MODEL.md, "Step-cost profiles")
+    let StepCost::Linear(linear) = e.cost;
+    let [t50, t90, t99] = exact_percentiles(&mut samples.ttft);
+    let [e50, e90, e99] = exact_percentiles(&mut samples.e2e);
+    let ([i50, i90, i99], itl_samples) = weighted_pcts(&mut samples.itl);
+    let stats: Vec<_> = (0..cfg.pods).filter_map(|p| fleet.pod_stats(p).copied()).collect();
+    let makespan = fleet.makespan_ns();
+    let sum = |f: &dyn Fn(&BatchedStats) -> u64| stats.iter().map(f).sum::<u64>();
+    let c = cfg.capacity_blocks as f64;
+    let kv_mean: Vec<Option<f64>> =
+        stats.iter().map(|s| (makespan > 0).then(|| s.kv_pinned_block_ns as f64 / (c * makespan as f64))).collect();
+    let kv_peak: Vec<f64> = stats.iter().map(|s| s.kv_peak_blocks as f64 / c).collect();
+    let waiting = (makespan > 0)
+        .then(|| stats.iter().map(|s| s.waiting_request_ns as f64 / makespan as f64).sum::<f64>() / stats.len() as f64);
+    let input_tokens = sum(&|s| s.input_tokens);
+    let output_tokens = sum(&|s| s.output_tokens);
+    let prefill_tokens = sum(&|s| s.prefill_tokens);
+    let e2e_mean = mean(&samples.e2e);
+    BatchedSummary {
+        engine: EngineKind::Batched,
+        router: cfg.router,
+        pods: cfg.pods,
+        capacity: cfg.capacity_blocks,
+        alpha: cfg.alpha,
+        max_num_seqs: e.max_num_seqs,
+        max_num_batched_tokens: e.max_num_batched_tokens,
+        profile: e.profile,
+        t_overhead_ns: linear.t_overhead_ns,
+        t_prefill_token_ns: linear.t_prefill_token_ns,
+        t_decode_seq_ns: linear.t_decode_seq_ns,
+        t_kv_token_ns: linear.t_kv_token_ns,
+        requests: sum(&|s| s.requests),
+        input_tokens,
+        output_tokens,
+        hit_tokens: samples.hit_tokens,
+        hit_rate: (input_tokens > 0).then(|| samples.hit_tokens as f64 / input_tokens as f64),
+        prefill_tokens,
+        ttft_p50: t50.map(secs),
+        ttft_p90: t90.map(secs),
+        ttft_p99: t99.map(secs),
+        ttft_mean: mean(&samples.ttft),
+        ttft_ns_p90: t90,
+        e2e_p50: e50.map(secs),
+        e2e_p90: e90.map(secs),
+        e2e_p99: e99.map(secs),
+        e2e_mean,
+        e2e_ns_p90: e90,
+        latency_p50: e50.map(secs),
+        latency_p90: e90.map(secs),
+        latency_p99: e99.map(secs),
+        latency_mean: e2e_mean,
+        latency_ns_p90: e90,
+        itl_p50: i50.map(secs),
+        itl_p90: i90.map(secs),
+        itl_p99: i99.map(secs),
+        itl_ns_p90: i90,
+        itl_samples,
+        output_tok_per_s: per_s(output_tokens, makespan),
+        prefill_tok_per_s: per_s(prefill_tokens, makespan),
+        preemptions: sum(&|s| s.preemptions),
+        per_pod_preemptions: stats.iter().map(|s| s.preemptions).collect(),
+        steps: sum(&|s| s.steps),
+        per_pod_steps: stats.iter().map(|s| s.steps).collect(),
+        kv_util_mean: (makespan > 0).then(|| kv_mean.iter().flatten().sum::<f64>() / stats.len() as f64),
+        kv_util_peak: kv_peak.iter().copied().fold(0.0, f64::max),
+        per_pod_kv_util_mean: kv_mean,
+        per_pod_kv_util_peak: kv_peak,
+        mean_waiting: waiting,
+        per_pod_requests: stats.iter().map(|s| s.requests).collect(),
+        per_pod_max_queue: stats.iter().map(|s| s.max_queue_len).collect(),
+        makespan_s: secs(makespan),
+        pipeline: None,
+    }
+}
+
+/// The readable table of `fleet replay`.
+pub fn render_table(s: &Summary) -> String {
+    let mut o = String::new();
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
+    line("router", s.pipeline.clone().unwrap_or_else(|| s.router.to_string()));
+    line(
+        "pods x capacity",
+        format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * BLOCK_TOKENS),
+    );
+    if let Some(c) = &s.cache {
+        line("cache", format!("{c}: one pool of {} blocks every pod reads", s.pods * s.capacity));
+    }
+    line("alpha / stale / order", format!("{} / {} / {}", s.alpha, s.stale, s.order));
+    line("t_prefill / t_decode", format!("{} ns / {} ns per token", s.t_prefill_ns, s.t_decode_ns));
+    line("requests", s.requests.to_string());
+    line("input tokens", s.input_tokens.to_string());
+    line("hit tokens", s.hit_tokens.to_string());
+    if s.cpu_capacity > 0 {
+        line(
+            "CPU tier",
+            format!(
+                "{} blocks per pod, {} tokens loaded ({} %)",
+                s.cpu_capacity,
+                s.cpu_hit_tokens,
+                opt(s.cpu_hit_rate.map(|h| h * 100.0), 2)
+            ),
+        );
+    }
+    line("prefill tokens", s.prefill_tokens.to_string());
+    line("hit rate", opt(s.hit_rate.map(|h| h * 100.0), 2) + " %");
+    line(
+        "latency p50/p90/p99",
+        format!("{} / {} / {} s", opt(s.latency_p50, 4), opt(s.latency_p90, 4), opt(s.latency_p99, 4)),
+    );
+    line("stale chases", format!("{} requests, {} phantom blocks", s.chased_requests, s.phantom_blocks));
+    if let Some(a) = &s.autoscale {
+        line(
+            "autoscaling",
+            format!(
+                "{}..{} pods (start {}), {} out / {} in, at most {} routable",
+                a.min_pods, s.pods, a.initial_pods, a.scale_outs, a.scale_ins, a.max_active_pods
+            ),
+        );
+        line("pod-seconds", format!("{:.1} (mean {} pods)", a.pod_seconds, opt(a.mean_pods, 2)));
+        line(
+            "added pods' traffic",
+            format!(
+                "{} of {} requests while scaled out; {} x their fair share",
+                a.new_pod_requests,
+                a.scaled_out_requests,
+                opt(a.new_pod_traffic_ratio, 2)
+            ),
+        );
+    }
+    o.push_str("\npod  requests  hit rate  max queue\n");
+    for p in 0..s.pods {
+        o.push_str(&format!(
+            "{p:>3}  {:>8}  {:>8}  {:>9}\n",
+            s.per_pod_requests[p],
+            opt(s.per_pod_hit_rate[p].map(|h| h * 100.0), 2),
+            s.per_pod_max_queue[p]
+        ));
+    }
+    o
+}
+/// The readable table of a batched run.
+pub fn render_batched(s: &BatchedSummary) -> String {
+    let mut o = String::new();
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:<22} {v}\n"));
+    line("engine", "batched (vLLM-style continuous batching, simplified: docs/MODEL.md)".into());
+    line("router", s.pipeline.clone().unwrap_or_else(|| s.router.to_string()));
+    line(
+        "pods x capacity",
+        format!("{} x {} blocks ({} tokens per pod)", s.pods, s.capacity, s.capacity * BLOCK_TOKENS),
+    );
+    line("alpha", s.alpha.to_string());
+    line("max seqs / tokens", format!("{} / {} per step", s.max_num_seqs, s.max_num_batched_tokens));
+    line(
+        "step cost",
+        format!(
+            "{} ns + {} ns/prefill token + {} ns/decode + {} ns/context token (profile {})",
+            s.t_overhead_ns, s.t_prefill_token_ns, s.t_decode_seq_ns, s.t_kv_token_ns, s.profile
+        ),
+    );
+    line("requests", s.requests.to_string());
+    line("input / output tokens", format!("{} / {}", s.input_tokens, s.output_tokens));
+    line("hit tokens", format!("{} ({} %)", s.hit_tokens, opt(s.hit_rate.map(|h| h * 100.0), 2)));
+    line("prefill tokens", s.prefill_tokens.to_string());
+    line("TTFT p50/p90/p99", format!("{} / {} / {} s", opt(s.ttft_p50, 4), opt(s.ttft_p90, 4), opt(s.ttft_p99, 4)));
+    line("E2E p50/p90/p99", format!("{} / {} / {} s", opt(s.e2e_p50, 4), opt(s.e2e_p90, 4), opt(s.e2e_p99, 4)));
+    line(
+        "ITL p50/p90/p99",
+        format!("{} / {} / {} s ({} samples)", opt(s.itl_p50, 4), opt(s.itl_p90, 4), opt(s.itl_p99, 4), s.itl_samples),
+    );
+    line("output / prefill tok/s", format!("{} / {}", opt(s.output_tok_per_s, 1), opt(s.prefill_tok_per_s, 1)));
+    line(
+        "KV utilization",
+        format!(
+            "mean {} %, peak {} %",
+            opt(s.kv_util_mean.map(|v| v * 100.0), 1),
+            format_args!("{:.1}", s.kv_util_peak * 100.0)
+        ),
+    );
+    line("preemptions", s.preemptions.to_string());
+    line("mean waiting", opt(s.mean_waiting, 2));
+    line("steps", s.steps.to_string());
+    line("makespan", format!("{:.3} s", s.makespan_s));
+    o.push_str("\npod  requests  preempt  KV mean  KV peak  max queue\n");
+    for p in 0..s.pods {
+        o.push_str(&format!(
+            "{p:>3}  {:>8}  {:>7}  {:>7}  {:>7}  {:>9}\n",
+            s.per_pod_requests[p],
+            s.per_pod_preemptions[p],
+            opt(s.per_pod_kv_util_mean[p].map(|v| v * 100.0), 1),
+            format!("{:.1}", s.per_pod_kv_util_peak[p] * 100.0),
+            s.per_pod_max_queue[p]
+        ));
+    }
+    o
+}
