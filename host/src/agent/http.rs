@@ -207,7 +207,7 @@ impl Tool for HttpTool {
         // raising a fence is idempotent (the server keeps the highest epoch), so a server that
         // is restarting or busy is asked again, with the tool's retries and backoff
         let p = self.spec.patience;
-        let salt = crate::agent::salt(&[fence.task.as_bytes(), b"fence"]);
+        let salt = super::jitter::salt(&[fence.task.as_bytes(), b"fence"]);
         let mut attempt = 0;
         loop {
             let why = match self.send("POST", &url, None, &[(FENCE_HEADER, fence.to_string())]) {

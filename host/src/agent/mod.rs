@@ -59,6 +59,7 @@
 pub mod command;
 pub mod defaults;
 pub mod http;
+pub mod jitter;
 pub mod model;
 pub mod openai;
 pub mod script;
@@ -71,6 +72,7 @@ use std::path::{Path, PathBuf};
 use brokerlab_core::runner::{Event, MIN_LEASE_MS, Stop};
 
 pub use brokerlab_core::runner::{Decision, ToolClass};
+pub use jitter::salt;
 pub use model::{Model, ModelError, ModelRequest, ModelTurn, Turn, TurnCall, TurnOutcome, call_id};
 pub use tool::{Fence, Tool, ToolDef, ToolReply, ToolRequest};
 
@@ -80,19 +82,6 @@ use crate::task::exec::{self, Kit, RunOpts, Start};
 use crate::task::spec::{ModelSpec, Patience, Spec, ToolKind, ToolSpec, check_id, check_tool_name};
 use crate::task::world::World;
 use toolbox::Toolbox;
-
-/// A 64-bit FNV-1a of `parts` (each length-prefixed): the deterministic "jitter" of retry
-/// pauses, so two runs of the same task wait the same and no random source is read.
-pub fn salt(parts: &[&[u8]]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for p in parts {
-        for b in (p.len() as u32).to_le_bytes().iter().chain(p.iter()) {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0000_0100_0000_01b3);
-        }
-    }
-    h
-}
 
 /// A task for [`Runner::run`]: its id (the same id resumes it), the user's request, and limits.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -303,7 +303,7 @@ impl Model for OpenAiModel {
         let p = self.spec.patience;
         let mut note: Option<String> = None;
         let mut last = String::new();
-        let salt = super::salt(&[req.task.as_bytes(), &req.step.to_le_bytes()]);
+        let salt = super::jitter::salt(&[req.task.as_bytes(), &req.step.to_le_bytes()]);
         for attempt in 0..=p.retries {
             let body = self.body(req, note.as_deref());
             let pause = match self.post(&body) {

@@ -258,7 +258,7 @@ pub fn serve(o: &ServeModelOpts) -> TaskResult<i32> {
     let mut n: u64 = 0;
     for mut rq in server.incoming_requests() {
         n += 1;
-        let d = o.faults.map(|s| crate::agent::salt(&[&s.to_le_bytes(), &n.to_le_bytes(), b"model"]) % 1000);
+        let d = o.faults.map(|s| crate::agent::jitter::salt(&[&s.to_le_bytes(), &n.to_le_bytes(), b"model"]) % 1000);
         let mut body = String::new();
         let _ = rq.as_reader().take(MAX_REQUEST_BYTES).read_to_string(&mut body);
         let mut extra = Vec::new();

@@ -109,7 +109,7 @@ pub fn exit_with_parent() {
 
 /// A uniform draw in 0..1000 from the seed and the request number.
 fn draw(seed: u64, n: u64) -> u64 {
-    crate::agent::salt(&[&seed.to_le_bytes(), &n.to_le_bytes()]) % 1000
+    crate::agent::jitter::salt(&[&seed.to_le_bytes(), &n.to_le_bytes()]) % 1000
 }
 
 struct Call<'a> {

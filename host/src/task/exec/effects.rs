@@ -229,7 +229,7 @@ impl Effects for HostEffects<'_, '_> {
         self.chaos.point(Point::BeforeTool, &what);
         let p = self.kit.tools.patience(&call.tool);
         let args = String::from_utf8_lossy(&call.args).into_owned();
-        let salt = crate::agent::salt(&[task.as_bytes(), &step.to_le_bytes(), call.tool.as_bytes()]);
+        let salt = crate::agent::jitter::salt(&[task.as_bytes(), &step.to_le_bytes(), call.tool.as_bytes()]);
         let mut attempt = 0u32;
         loop {
             self.check_lease(task, step, &call.tool)?;

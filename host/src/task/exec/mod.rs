@@ -181,7 +181,7 @@ impl Kit<'static> {
             None => (Box::new(ScriptModel::new(spec)), String::new(), None),
             Some(ModelSpec::Openai(o)) => {
                 let m = OpenAiModel::new(o).map_err(|e| match e {
-                    crate::agent::ModelError::Refused(m) | crate::agent::ModelError::Unavailable(m) => {
+                    crate::agent::model::ModelError::Refused(m) | crate::agent::model::ModelError::Unavailable(m) => {
                         TaskError::bad_input(m)
                     }
                 })?;
