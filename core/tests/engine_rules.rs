@@ -529,3 +529,40 @@ fn the_physics_step_cost_drives_the_engine_and_fast_forward_stays_exact() {
         }
     }
 }
+
+/// A broken invariant inside the engine is an error in every build (not an index out of bounds
+/// later, not a wrong result), and the fleet refuses every call after it.
+#[test]
+fn a_broken_invariant_is_an_error_and_poisons_the_fleet() {
+    let cfg = FleetConfig::batched(1, 64, RouterKind::RoundRobin, BatchedConfig::new(Profile::Qwen3_32bH100x2));
+    let l = BatchedLayout::new(&cfg, 16, 256).unwrap();
+    let mut blocks = vec![KvBlock::default(); l.pods * l.blocks_per_pod];
+    let mut tables = vec![0u32; l.pods * l.table_per_pod];
+    let mut rq = vec![ReqSlot::default(); l.pods * l.requests_per_pod];
+    let mut waiting = vec![0u32; l.pods * l.requests_per_pod];
+    let mut running = vec![0u32; l.pods * l.running_per_pod];
+    let mut ks = vec![0u64; l.pods * l.keys_per_pod];
+    let bufs = BatchedBuffers {
+        blocks: &mut blocks,
+        tables: &mut tables,
+        requests: &mut rq,
+        waiting: &mut waiting,
+        running: &mut running,
+        keys: &mut ks,
+    };
+    let mut f = BatchedFleet::new(cfg, bufs).unwrap();
+    let mut sink = Sink::default();
+    let k = keys_of(&[1, 2, 3]);
+    let req = |at_ns| Request { arrival_ns: at_ns, input_tokens: 48, output_tokens: 50, keys: &k };
+    f.dispatch(&req(0), &mut sink).unwrap();
+    // one step runs: the request is admitted and holds its blocks
+    assert!(f.advance_next(u64::MAX, &mut sink).unwrap());
+    f.pods_mut()[0].break_references();
+    assert_eq!(
+        f.advance_next(u64::MAX, &mut sink),
+        Err(Error::Invariant { what: Invariant::HeldReferences }),
+        "the next step finds the count broken"
+    );
+    assert_eq!(f.dispatch(&req(1_000_000_000), &mut sink).map(|_| ()), Err(Error::Poisoned));
+    assert_eq!(f.finish(&mut sink), Err(Error::Poisoned));
+}

@@ -604,10 +604,40 @@ proptest! {
         let crc = crc::Crc32c::new().update(&f).update(&body).finish();
         f.extend_from_slice(&crc.to_le_bytes());
         f.extend_from_slice(&body);
-        if let Ok((rec, n)) = parse(&f) {
-            prop_assert_eq!(n, f.len());
-            let mut again = [0u8; MAX_FRAME_LEN];
-            prop_assert!(emit(&rec, &mut again).is_ok());
+        // the header and the CRC are valid: the body is the only thing that can be wrong, and the
+        // error says so; a body that decodes is exactly the canonical encoding of its record
+        match parse(&f) {
+            Ok((rec, n)) => {
+                prop_assert_eq!(n, f.len());
+                let mut again = [0u8; MAX_FRAME_LEN];
+                let k = emit(&rec, &mut again).unwrap();
+                prop_assert_eq!(&again[..k], &f[..], "decoded {:?}", rec);
+            }
+            Err(e) => prop_assert_eq!(e, frame::FrameError::BadRecord),
+        }
+    }
+
+    /// A CRC-valid frame whose body is not a record (a record with a byte appended, or cut
+    /// short) is `BadRecord`, whatever record it started from.
+    #[test]
+    fn crc_valid_garbage_body_is_bad_record(which in 0usize..12, extra in any::<u8>(), cut in 1usize..4) {
+        let rec = &sample_records("garbage", 12)[which];
+        let mut fb = [0u8; MAX_FRAME_LEN];
+        let n = emit(rec, &mut fb).unwrap();
+        let body = &fb[frame::HEADER_LEN..n];
+        let mut appended = body.to_vec();
+        appended.push(extra);
+        let short = &body[..body.len().saturating_sub(cut).max(1)];
+        for bad in [&appended[..], short] {
+            if bad == body {
+                continue;
+            }
+            let mut f = std::vec![frame::MAGIC, FORMAT_VERSION];
+            f.extend_from_slice(&(bad.len() as u16).to_le_bytes());
+            let crc = crc::Crc32c::new().update(&f).update(bad).finish();
+            f.extend_from_slice(&crc.to_le_bytes());
+            f.extend_from_slice(bad);
+            prop_assert_eq!(parse(&f), Err(frame::FrameError::BadRecord), "body {:?}", bad);
         }
     }
 
@@ -671,11 +701,19 @@ proptest! {
 
     /// Random records roundtrip through a frame.
     #[test]
-    fn records_roundtrip(step in any::<u16>(), seq in any::<u32>(), text in "[a-zé ]{0,80}", ok in any::<bool>()) {
-        let ev = if ok {
-            Event::ModelResponse { step, text: ModelText::try_from(text.as_str()).unwrap(), call: Some(call(ToolClass::ReadOnly)) }
+    fn records_roundtrip(
+        step in any::<u16>(),
+        seq in any::<u32>(),
+        text in "[a-zé ]{0,80}",
+        tool_result in any::<bool>(),
+        ok in any::<bool>(),
+    ) {
+        // the variant and a tool result's `ok` flag are drawn apart: both flags of both variants
+        let ev = if tool_result {
+            let output: std::string::String = text.chars().take(40).collect();
+            Event::ToolResult { step, ok, output: ResultText::try_from(output.as_str()).unwrap() }
         } else {
-            Event::ToolResult { step, ok, output: ResultText::try_from(text.chars().take(40).collect::<std::string::String>().as_str()).unwrap() }
+            Event::ModelResponse { step, text: ModelText::try_from(text.as_str()).unwrap(), call: ok.then(|| call(ToolClass::ReadOnly)) }
         };
         let rec = Record::new(tid("p"), seq, ev);
         let mut fb = [0u8; MAX_FRAME_LEN];

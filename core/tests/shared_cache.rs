@@ -121,7 +121,7 @@ fn global_layout_and_rejected_combinations() {
             cpu_tables: &mut [],
         },
     );
-    assert!(matches!(r, Err(Error::BufferSize { buffer: "tables", expected: 32, .. })));
+    assert!(matches!(r, Err(Error::BufferSize { buffer: Buffer::Tables, expected: 32, .. })));
     let bad = |c: FleetConfig, field: &str| {
         assert!(matches!(c.validate(), Err(Error::InvalidConfig { field: f, .. }) if f.name() == field), "{field}");
     };

@@ -29,10 +29,10 @@ use brokerlab_core::fleet::workload::{
     DocOrder, Layout, MAX_STAGES, Popularity, Stage, SuffixScope, Workload, WorkloadSpec,
 };
 use brokerlab_core::fleet::{
-    BatchedBuffers, BatchedConfig, BatchedEngine, BatchedFleet, BatchedLayout, BatchedStats, BlockIndex, Completion,
-    EngineConfig, EngineEvents, Error, FifoBuffers, FifoConfig, FifoFleet, FifoLayout, FleetConfig, IndexEntry,
-    KvBlock, LruPod, Outcome, PendingEntry, PendingEvicts, PendingRecord, Profile, ReqSlot, Request, RouterKind,
-    ScalePolicy, Slot, ViewConfig, defaults,
+    BatchedBuffers, BatchedConfig, BatchedEngine, BatchedFleet, BatchedLayout, BatchedStats, BlockIndex, Buffer,
+    Completion, EngineConfig, EngineEvents, Error, FifoBuffers, FifoConfig, FifoFleet, FifoLayout, FleetConfig,
+    IndexEntry, KvBlock, LruPod, Outcome, PendingEntry, PendingEvicts, PendingRecord, Profile, ReqSlot, Request,
+    RouterKind, ScalePolicy, Slot, ViewConfig, defaults,
 };
 
 use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, PowerCutViolation, SimWorld, Violation};
@@ -350,7 +350,7 @@ fn workload<'b>(cdf: &'b mut [u64]) -> Result<Workload<'b>, Error> {
 fn workload_of(spec: WorkloadSpec, cdf: &mut [u64]) -> Result<Workload<'_>, Error> {
     let len = Workload::cdf_len(&spec);
     let got = cdf.len();
-    Workload::new(spec, cdf.get_mut(..len).ok_or(Error::BufferSize { buffer: "zipf cdf", expected: len, got })?)
+    Workload::new(spec, cdf.get_mut(..len).ok_or(Error::BufferSize { buffer: Buffer::ZipfCdf, expected: len, got })?)
 }
 
 /// Sends the workload's own figures (independent of the fleet): request, token and block totals,
@@ -402,8 +402,18 @@ fn workload_summary(st: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), Ru
     Ok(())
 }
 
+/// The error of a latency storage shorter than a run's requests (sized statically: a build
+/// error of the scenario, not of the core).
+fn short_latencies(run: &'static str) -> RunError {
+    RunError {
+        run,
+        request: u32::MAX,
+        error: Cause::Scenario("the latency storage holds fewer values than the run's requests"),
+    }
+}
+
 /// Carves `len` elements off the front of a buffer.
-fn take<'b, T>(buf: &'b mut [T], len: usize, name: &'static str) -> Result<&'b mut [T], Error> {
+fn take<T>(buf: &mut [T], len: usize, name: Buffer) -> Result<&mut [T], Error> {
     let got = buf.len();
     buf.get_mut(..len).ok_or(Error::BufferSize { buffer: name, expected: len, got })
 }
@@ -432,12 +442,12 @@ fn run_fleet(
     let cfg = fifo_config(router, stale_delay, scale);
     let l = FifoLayout::new(&cfg, QUEUE_PER_POD, PENDING).map_err(setup)?;
     let buffers = FifoBuffers {
-        slots: take(st.slots, l.pods * l.slots_per_pod, "slots").map_err(setup)?,
-        tables: take(st.tables, l.pods * l.table_per_pod, "tables").map_err(setup)?,
-        queues: take(st.queues, l.pods * l.queue_per_pod, "queues").map_err(setup)?,
-        index: take(st.index, l.index, "index").map_err(setup)?,
-        pending: take(st.pending, l.pending, "pending").map_err(setup)?,
-        pending_table: take(st.pending_table, l.pending_table, "pending_table").map_err(setup)?,
+        slots: take(st.slots, l.pods * l.slots_per_pod, Buffer::Slots).map_err(setup)?,
+        tables: take(st.tables, l.pods * l.table_per_pod, Buffer::Tables).map_err(setup)?,
+        queues: take(st.queues, l.pods * l.queue_per_pod, Buffer::Queues).map_err(setup)?,
+        index: take(st.index, l.index, Buffer::Index).map_err(setup)?,
+        pending: take(st.pending, l.pending, Buffer::Pending).map_err(setup)?,
+        pending_table: take(st.pending_table, l.pending_table, Buffer::PendingTable).map_err(setup)?,
         cpu_slots: &mut [],
         cpu_tables: &mut [],
     };
@@ -449,7 +459,7 @@ fn run_fleet(
             error: Cause::Scenario("the histogram must start empty"),
         });
     }
-    let latencies = take(st.latencies, REQUESTS as usize, "latencies").map_err(setup)?;
+    let latencies = st.latencies.get_mut(..REQUESTS as usize).ok_or(short_latencies(group))?;
 
     let mut generator = workload(st.zipf_cdf).map_err(setup)?;
     let mut keys = [0u64; MAX_REQUEST_BLOCKS];
@@ -594,17 +604,17 @@ fn run_batched_one(
     let cfg = FleetConfig::batched(PODS, BATCHED_CAPACITY_BLOCKS, router, BATCHED_ENGINE);
     let l = BatchedLayout::new(&cfg, BATCHED_REQUESTS_PER_POD, BATCHED_KEYS_PER_POD).map_err(setup)?;
     let buffers = BatchedBuffers {
-        blocks: take(st.kv_blocks, l.pods * l.blocks_per_pod, "kv_blocks").map_err(setup)?,
-        tables: take(st.kv_tables, l.pods * l.table_per_pod, "kv_tables").map_err(setup)?,
-        requests: take(st.engine_requests, l.pods * l.requests_per_pod, "engine_requests").map_err(setup)?,
-        waiting: take(st.engine_waiting, l.pods * l.requests_per_pod, "engine_waiting").map_err(setup)?,
-        running: take(st.engine_running, l.pods * l.running_per_pod, "engine_running").map_err(setup)?,
-        keys: take(st.engine_keys, l.pods * l.keys_per_pod, "engine_keys").map_err(setup)?,
+        blocks: take(st.kv_blocks, l.pods * l.blocks_per_pod, Buffer::EngineBlocks).map_err(setup)?,
+        tables: take(st.kv_tables, l.pods * l.table_per_pod, Buffer::EngineTables).map_err(setup)?,
+        requests: take(st.engine_requests, l.pods * l.requests_per_pod, Buffer::EngineRequests).map_err(setup)?,
+        waiting: take(st.engine_waiting, l.pods * l.requests_per_pod, Buffer::EngineWaiting).map_err(setup)?,
+        running: take(st.engine_running, l.pods * l.running_per_pod, Buffer::EngineRunning).map_err(setup)?,
+        keys: take(st.engine_keys, l.pods * l.keys_per_pod, Buffer::EngineKeys).map_err(setup)?,
     };
     let mut fleet = BatchedFleet::new(cfg, buffers).map_err(setup)?;
     let n = BATCHED_REQUESTS as usize;
     let (ttft, rest) = st.latencies.split_at_mut(n.min(st.latencies.len()));
-    let e2e = take(rest, n, "latencies").map_err(setup)?;
+    let e2e = rest.get_mut(..n).ok_or(short_latencies(group))?;
     ttft.fill(0);
     e2e.fill(0);
     let mut ev = BatchedEvents {
@@ -854,8 +864,8 @@ pub fn run_fleets(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(),
     workload_summary(storage, sink)?;
     let histograms = core::mem::take(&mut storage.histograms);
     if histograms.len() < RUNS.len() {
-        let error = Error::BufferSize { buffer: "histograms", expected: RUNS.len(), got: histograms.len() };
-        return Err(RunError { run: "setup", request: u32::MAX, error: error.into() });
+        let error = Cause::Scenario("fewer histograms than RUNS");
+        return Err(RunError { run: "setup", request: u32::MAX, error });
     }
     for ((group, router, stale, scale), histogram) in RUNS.into_iter().zip(histograms.iter_mut()) {
         run_fleet(group, router, stale, scale, storage, histogram, sink)?;

@@ -256,10 +256,12 @@ fn piped_sweep_prints_its_table_on_stdout_and_writes_provenance() {
 /// stderr with bytes, rate, ETA and requests; stdout, redirected, still holds only the JSON.
 #[test]
 fn on_a_terminal_replay_draws_a_bar_and_quiet_draws_nothing() {
-    if Command::new("script").arg("--version").output().is_err() {
-        eprintln!("skipped: util-linux `script` is not installed");
-        return;
-    }
+    // util-linux `script` gives the binary a terminal; scripts/test.sh installs it (bsdutils)
+    let script = Command::new("script").arg("--version").output();
+    assert!(
+        script.is_ok_and(|o| o.status.success()),
+        "util-linux `script` is not installed (scripts/test.sh installs it)"
+    );
     let sc = small_scenario("tty", 8000);
     let trace = sc.with_file_name("t.jsonl");
     let g = bin().args(["fleet", "gen-trace"]).arg(&sc).arg("-o").arg(&trace).output().unwrap();

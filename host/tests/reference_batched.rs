@@ -16,13 +16,11 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// The reference needs python3 (CI has it); without it the test says so and passes.
-fn python3() -> bool {
+/// The reference needs python3 (scripts/test.sh installs it): without it the comparison cannot
+/// run, and a comparison that did not run is a failure, not a pass.
+fn need_python3() {
     let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 not found; the batched reference comparison needs it");
-    }
-    ok
+    assert!(ok, "python3 not found: the batched reference comparison needs it (scripts/test.sh installs it)");
 }
 
 fn tmp(name: &str) -> PathBuf {
@@ -161,9 +159,7 @@ fn field(o: &Value, k: &str) -> u64 {
 
 #[test]
 fn one_request_alone() {
-    if !python3() {
-        return;
-    }
+    need_python3();
     let t = write_trace("one", &[(0, 100, 5, ids(1..8))]);
     let seen = compare(&t, &small(1, 64, "round-robin", 8192, 1024, 1.0), "one");
     // hand-computed: one prefill step of 100 tokens, then 4 decode steps (K = c + n)
@@ -176,9 +172,7 @@ fn one_request_alone() {
 
 #[test]
 fn edge_cases_match_the_reference() {
-    if !python3() {
-        return;
-    }
+    need_python3();
     // two requests sharing one step's budget (M = 64: 40 + a chunk of 24)
     let shared = write_trace("shared", &[(0, 40, 3, ids(10..12)), (0, 50, 4, ids(20..23))]);
     for m in [64, 90, 8192] {
@@ -291,9 +285,7 @@ fn edge_cases_match_the_reference() {
 /// outputs of 0 to 59 tokens) on tight pods: every rule at once.
 #[test]
 fn mixed_trace_matches_the_reference() {
-    if !python3() {
-        return;
-    }
+    need_python3();
     let mut reqs = Vec::new();
     let mut x = 11u64;
     let mut ts = 0u64;
@@ -337,9 +329,7 @@ fn head(name: &str, router: &str) -> PathBuf {
 /// Default profile and budget (qwen3-32b-h100x2, M = 8192, S = 1024), pods and capacity that
 /// preempt hundreds of times.
 fn real(name: &str, router: &str, pods: &str, cap: &str, extra: &[&str]) {
-    if !python3() {
-        return;
-    }
+    need_python3();
     let t = head(name, router);
     let mut args = strings(&["--pods", pods, "--capacity", cap, "--router", router]);
     args.extend(strings(extra));
@@ -372,9 +362,7 @@ fn synthetic_head_prefix_aware() {
 /// Inputs the engine rejects are rejected by both, naming the same line.
 #[test]
 fn rejected_inputs_match_the_reference() {
-    if !python3() {
-        return;
-    }
+    need_python3();
     let cases: [(&str, Vec<Line>, u32); 3] = [
         ("too-long", vec![(0, 32, 1, vec![1, 2]), (1, 40, 10, vec![1, 2, 3])], 3),
         ("empty-prompt", vec![(0, 32, 1, vec![1, 2]), (1, 0, 3, vec![])], 8),

@@ -23,7 +23,7 @@ use rand_core::{Rng, SeedableRng};
 use super::fixmath::{exp2_neg_q32, log2_q32, neg_ln_uniform_q32};
 use super::hash::fmix64;
 use super::limits::{MAX_REQUESTS, quoting};
-use super::{Error, Field};
+use super::{Buffer, Error, Field};
 
 /// Most RAG documents per tenant.
 pub const MAX_RAG_DOCS: usize = 256;
@@ -361,7 +361,7 @@ impl<'a> Workload<'a> {
     pub fn new(spec: WorkloadSpec, cdf: &'a mut [u64]) -> Result<Self, Error> {
         spec.validate()?;
         if cdf.len() != Self::cdf_len(&spec) {
-            return Err(Error::BufferSize { buffer: "zipf cdf", expected: Self::cdf_len(&spec), got: cdf.len() });
+            return Err(Error::BufferSize { buffer: Buffer::ZipfCdf, expected: Self::cdf_len(&spec), got: cdf.len() });
         }
         if let Popularity::Zipf { s_milli } = spec.popularity {
             let mut total = 0u64;
@@ -461,7 +461,7 @@ impl<'a> Workload<'a> {
         }
         if (tokens.len() as u64) < s.max_prompt_tokens() {
             return Err(Error::BufferSize {
-                buffer: "tokens",
+                buffer: Buffer::Tokens,
                 expected: s.max_prompt_tokens() as usize,
                 got: tokens.len(),
             });

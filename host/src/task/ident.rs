@@ -57,12 +57,9 @@ fn host_id_in(proc: &Path) -> String {
     format!("{}/{}", host.trim(), boot)
 }
 
-/// Start time of `pid` (field 22 of `/proc/<pid>/stat`), or None if it does not exist, is a
-/// zombie (a killed child not yet reaped is gone for our purposes), or `/proc` is missing.
-pub fn start_time(pid: u32) -> Option<u64> {
-    start_time_in(Path::new(PROC), pid)
-}
-
+/// Start time of `pid` in `proc` (field 22 of `<proc>/<pid>/stat`), or None if it does not
+/// exist, is a zombie (a killed child not yet reaped is gone for our purposes), or `/proc` is
+/// missing.
 fn start_time_in(proc: &Path, pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(proc.join(format!("{pid}/stat"))).ok()?;
     // the command name is in parentheses and may contain spaces: split after the last ')'

@@ -1,5 +1,6 @@
 //! Everything that can go wrong in the fleet core, and the names an error carries: the
-//! configuration field ([`Field`]), the fixed capacity ([`Limit`]) or the quantity ([`Quantity`]).
+//! configuration field ([`Field`]), the caller buffer ([`Buffer`]), the request field
+//! ([`RequestField`]), the fixed capacity ([`Limit`]) or the quantity ([`Quantity`]).
 
 use core::fmt;
 
@@ -19,7 +20,7 @@ pub enum Error {
     /// A caller-provided buffer has the wrong length.
     BufferSize {
         /// Which buffer.
-        buffer: &'static str,
+        buffer: Buffer,
         /// The length required by [`FleetLayout`].
         expected: usize,
         /// The length given.
@@ -35,7 +36,7 @@ pub enum Error {
     /// A request is inconsistent with the model.
     InvalidRequest {
         /// The request field.
-        field: &'static str,
+        field: RequestField,
         /// What is accepted.
         expected: &'static str,
     },
@@ -57,6 +58,12 @@ pub enum Error {
     Overflow {
         /// The quantity that overflowed.
         what: Quantity,
+    },
+    /// An internal invariant did not hold (a bug): the call stops before it could index out of
+    /// bounds or report a wrong result, and the fleet is poisoned.
+    Invariant {
+        /// The invariant.
+        what: Invariant,
     },
     /// A previous call failed half-way; this fleet's state is no longer meaningful.
     Poisoned,
@@ -82,6 +89,7 @@ impl fmt::Display for Error {
                 "field `timestamp`: arrival {arrival_ns} ns is before the previous request's {previous_ns} ns (must not decrease)"
             ),
             Error::Overflow { what } => write!(f, "{what} overflows 64-bit integers"),
+            Error::Invariant { what } => write!(f, "internal invariant broken: {what} (a bug; please report it)"),
             Error::Poisoned => f.write_str("the fleet failed earlier and must be rebuilt"),
         }
     }
@@ -255,5 +263,97 @@ named_enum! {
         PodReadyTime => "pod ready time",
         /// The global index's key count (pods x capacity).
         IndexSize => "index size",
+    }
+}
+
+named_enum! {
+    /// A caller-provided buffer whose length is wrong ([`Error::BufferSize`]); the name is the
+    /// one its messages print.
+    pub enum Buffer {
+        /// The LRU pods' slots (FIFO fleet).
+        Slots => "slots",
+        /// The LRU pods' key tables (FIFO fleet).
+        Tables => "tables",
+        /// One LRU pod's key table.
+        PodTable => "pod table",
+        /// The FIFO servers' queues.
+        Queues => "queues",
+        /// One FIFO server's queue.
+        Queue => "queue",
+        /// The CPU tier's slots.
+        CpuSlots => "cpu slots",
+        /// The CPU tier's key tables.
+        CpuTables => "cpu tables",
+        /// The global block index.
+        Index => "index",
+        /// The stale view's pending-evict rings.
+        Pending => "pending",
+        /// The stale view's pending-evict tables.
+        PendingTable => "pending table",
+        /// One pending-evict FIFO's table.
+        PendingEvictTable => "pending-evict table",
+        /// The run-length replay's runs.
+        Runs => "runs",
+        /// The run-length replay's group tables.
+        RunTables => "run tables",
+        /// One run-length pod's group table.
+        RunTable => "run table",
+        /// The approximate router's LRU slots.
+        RouterSlots => "router slots",
+        /// The approximate router's key tables.
+        RouterTables => "router tables",
+        /// The approximate router's index.
+        RouterIndex => "router index",
+        /// The batched engines' KV blocks.
+        EngineBlocks => "engine blocks",
+        /// The batched engines' cache maps.
+        EngineTables => "engine tables",
+        /// One batched engine's cache map.
+        EngineTable => "engine table",
+        /// The batched engines' request slots.
+        EngineRequests => "engine requests",
+        /// The batched engines' waiting rings.
+        EngineWaiting => "engine waiting",
+        /// The batched engines' running slots.
+        EngineRunning => "engine running",
+        /// The batched engines' prompt keys.
+        EngineKeys => "engine keys",
+        /// A request's block keys.
+        Keys => "keys",
+        /// The workload generator's Zipf CDF.
+        ZipfCdf => "zipf cdf",
+        /// The workload generator's prompt tokens.
+        Tokens => "tokens",
+    }
+}
+
+named_enum! {
+    /// A field of a request the core refuses ([`Error::InvalidRequest`]), as trace formats name it.
+    pub enum RequestField {
+        /// The prompt length L.
+        InputLength => "input_length",
+        /// The output length O.
+        OutputLength => "output_length",
+        /// The request's block keys.
+        Keys => "keys",
+    }
+}
+
+named_enum! {
+    /// An invariant the core keeps in every build ([`Error::Invariant`]), checked where breaking
+    /// it would index out of bounds or corrupt a result.
+    pub enum Invariant {
+        /// A batched engine's pinned and free blocks add up to its capacity C.
+        PinnedPlusFree => "pinned + free blocks = capacity",
+        /// A batched engine caches at most C blocks.
+        CachedBlocks => "cached blocks <= capacity",
+        /// A batched engine's block references are the blocks its running requests hold.
+        HeldReferences => "references = blocks held by running requests",
+        /// A batched engine runs at most max_num_seqs requests.
+        RunningSlots => "running requests <= max_num_seqs",
+        /// A running request's hit blocks stay cached while it holds them.
+        HitBlockCached => "a held hit block stays cached",
+        /// A cached block's key is in the engine's cache map.
+        MappedKey => "a cached block's key is in the cache map",
     }
 }

@@ -12,7 +12,7 @@ use heapless::Vec as HVec;
 use super::CacheEvents;
 use super::index::{BlockIndex, IndexEntry};
 use super::lru::{LruPod, Slot};
-use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::base::mask::{for_each, pods_mask};
 
@@ -71,20 +71,20 @@ impl<'a> ApproxIndex<'a> {
     ) -> Result<Self, Error> {
         let wrong = |buffer, expected, got| Error::BufferSize { buffer, expected, got };
         if pods == 0 || pods > MAX_PODS || slots.is_empty() || !slots.len().is_multiple_of(pods) {
-            return Err(wrong("router slots", pods.max(1), slots.len()));
+            return Err(wrong(Buffer::RouterSlots, pods.max(1), slots.len()));
         }
         let lru = slots.len() / pods;
         let table = LruPod::table_len(lru);
         if tables.len() != pods * table {
-            return Err(wrong("router tables", pods * table, tables.len()));
+            return Err(wrong(Buffer::RouterTables, pods * table, tables.len()));
         }
         if index.len() != Self::index_len(pods, lru) {
-            return Err(wrong("router index", Self::index_len(pods, lru), index.len()));
+            return Err(wrong(Buffer::RouterIndex, Self::index_len(pods, lru), index.len()));
         }
         let index = if pods <= PROBE_MAX_PODS { None } else { Some(BlockIndex::new(index)?) };
         let mut lrus = HVec::new();
         for (s, t) in slots.chunks_exact_mut(lru).zip(tables.chunks_exact_mut(table)) {
-            lrus.push(LruPod::new(s, t)?).map_err(|_| wrong("router slots", MAX_PODS, pods))?;
+            lrus.push(LruPod::new(s, t)?).map_err(|_| wrong(Buffer::RouterSlots, MAX_PODS, pods))?;
         }
         Ok(ApproxIndex { pods: lrus, index })
     }

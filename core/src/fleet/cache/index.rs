@@ -13,7 +13,7 @@
 //! key after the eviction"): the proof is in MODEL.md, "Stale index".
 
 use super::table::{self, Probe};
-use crate::fleet::base::error::{Error, Limit};
+use crate::fleet::base::error::{Buffer, Error, Limit};
 
 /// One index entry: a key and the bitmask of pods that hold it (`mask == 0` marks an empty entry).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -61,7 +61,7 @@ impl<'a> BlockIndex<'a> {
     /// An empty index over `entries` (length: a power of two, see [`Self::table_len`]).
     pub fn new(entries: &'a mut [IndexEntry]) -> Result<Self, Error> {
         if !table::check_len(entries.len(), 2) {
-            return Err(Error::BufferSize { buffer: "index", expected: 2, got: entries.len() });
+            return Err(Error::BufferSize { buffer: Buffer::Index, expected: 2, got: entries.len() });
         }
         entries.fill(IndexEntry::default());
         let shift = table::shift_for(entries.len());
@@ -220,7 +220,7 @@ impl<'a> PendingEvicts<'a> {
     pub fn new(ring: &'a mut [PendingRecord], table: &'a mut [PendingEntry]) -> Result<Self, Error> {
         let required = Self::table_len(ring.len());
         if ring.is_empty() || table.len() != required {
-            return Err(Error::BufferSize { buffer: "pending-evict table", expected: required, got: table.len() });
+            return Err(Error::BufferSize { buffer: Buffer::PendingEvictTable, expected: required, got: table.len() });
         }
         table.fill(PendingEntry::default());
         let shift = table::shift_for(table.len());

@@ -14,7 +14,7 @@
 
 use super::CacheEvents;
 use super::table::{self, Probe};
-use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::MAX_POD_BLOCKS;
 
 /// "No slot" in the recency links.
@@ -131,7 +131,7 @@ impl<'a> LruPod<'a> {
         }
         let required = Self::min_table_len(capacity);
         if required == 0 || !table::check_len(table.len(), required) {
-            return Err(Error::BufferSize { buffer: "pod table", expected: required, got: table.len() });
+            return Err(Error::BufferSize { buffer: Buffer::PodTable, expected: required, got: table.len() });
         }
         table.fill(0);
         slots.fill(Slot::default());

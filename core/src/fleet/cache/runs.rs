@@ -24,7 +24,7 @@
 //! least [`RunLru::table_len`]).
 
 use super::table::{self, Probe};
-use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::MAX_POD_BLOCKS;
 
 /// "No run" in the links.
@@ -113,11 +113,15 @@ impl<'a> RunLru<'a> {
             return Err(Error::InvalidConfig { field: Field::Capacity, expected: "between 1 and 4294967293 blocks" });
         }
         if runs.len() != Self::runs_len(capacity) {
-            return Err(Error::BufferSize { buffer: "runs", expected: Self::runs_len(capacity), got: runs.len() });
+            return Err(Error::BufferSize {
+                buffer: Buffer::Runs,
+                expected: Self::runs_len(capacity),
+                got: runs.len(),
+            });
         }
         let required = Self::table_len(capacity);
         if required == 0 || !table::check_len(table.len(), required) {
-            return Err(Error::BufferSize { buffer: "run table", expected: required, got: table.len() });
+            return Err(Error::BufferSize { buffer: Buffer::RunTable, expected: required, got: table.len() });
         }
         table.fill(0);
         let shift = table::shift_for(table.len());

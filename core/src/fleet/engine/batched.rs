@@ -7,7 +7,7 @@
 //! Every buffer is the caller's ([`crate::fleet::sim::batched::BatchedLayout`] gives the lengths).
 
 use super::{Completion, Engine, EngineEvents, Request, Routed};
-use crate::fleet::base::error::{Error, Field, Limit, Quantity};
+use crate::fleet::base::error::{Buffer, Error, Field, Invariant, Limit, Quantity, RequestField};
 use crate::fleet::base::limits::{
     BLOCK_TOKENS, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_OUTPUT_TOKENS, MAX_POD_BLOCKS, quoting,
 };
@@ -226,6 +226,8 @@ pub struct BatchedEngine<'a> {
     next_start_ns: u64,
     last_end_ns: u64,
     last_step_finished: u32,
+    /// The first invariant found broken inside a step (reported by [`Self::check`] at its end).
+    broken: Option<Invariant>,
     w_since_ns: u64,
     pending_prefill: u64,
     stats: BatchedStats,
@@ -285,24 +287,24 @@ impl<'a> BatchedEngine<'a> {
         }
         let tl = Self::table_len(c);
         if tl == 0 || table.len() != tl {
-            return Err(Error::BufferSize { buffer: "engine table", expected: tl, got: table.len() });
+            return Err(Error::BufferSize { buffer: Buffer::EngineTable, expected: tl, got: table.len() });
         }
         if reqs.is_empty() || waiting.len() != reqs.len() || reqs.len() > u32::MAX as usize {
             return Err(Error::BufferSize {
-                buffer: "engine waiting",
+                buffer: Buffer::EngineWaiting,
                 expected: reqs.len().max(1),
                 got: waiting.len(),
             });
         }
         if running.len() != cfg.max_num_seqs as usize {
             return Err(Error::BufferSize {
-                buffer: "engine running",
+                buffer: Buffer::EngineRunning,
                 expected: cfg.max_num_seqs as usize,
                 got: running.len(),
             });
         }
         if keys.is_empty() {
-            return Err(Error::BufferSize { buffer: "engine keys", expected: 1, got: 0 });
+            return Err(Error::BufferSize { buffer: Buffer::EngineKeys, expected: 1, got: 0 });
         }
         table.fill(0);
         // The free queue holds every block, in index order.
@@ -341,6 +343,7 @@ impl<'a> BatchedEngine<'a> {
             next_start_ns: 0,
             last_end_ns: 0,
             last_step_finished: 0,
+            broken: None,
             w_since_ns: 0,
             pending_prefill: 0,
             stats: BatchedStats::default(),
@@ -395,8 +398,8 @@ impl<'a> BatchedEngine<'a> {
         let mut i = table::home(key, self.shift);
         loop {
             let e = self.table[i];
-            debug_assert!(e != 0, "a cached block's key is in the map");
             if e == 0 {
+                self.broken = Some(Invariant::MappedKey);
                 return;
             }
             if e == b + 1 {
@@ -492,7 +495,7 @@ impl<'a> BatchedEngine<'a> {
             let key = self.key_of(r, j);
             match self.lookup(key) {
                 Some(b) => self.unref(b),
-                None => debug_assert!(false, "a pinned hit block stays cached"),
+                None => self.broken = Some(Invariant::HitBlockCached),
             }
         }
         let q = &mut self.reqs[r];
@@ -586,19 +589,19 @@ impl<'a> BatchedEngine<'a> {
         queue_len: u32,
     ) -> Result<(), Error> {
         if input_tokens == 0 {
-            return Err(Error::InvalidRequest { field: "input_length", expected: "at least 1 token" });
+            return Err(Error::InvalidRequest { field: RequestField::InputLength, expected: "at least 1 token" });
         }
         let output = output_tokens.max(1);
         if output > MAX_OUTPUT_TOKENS {
             return Err(Error::InvalidRequest {
-                field: "output_length",
+                field: RequestField::OutputLength,
                 expected: quoting!("at most 16777216 tokens", MAX_OUTPUT_TOKENS),
             });
         }
         let need_blocks = blocks_for(input_tokens + output - 1);
         if need_blocks > self.blocks.len() as u64 {
             return Err(Error::InvalidRequest {
-                field: "input_length",
+                field: RequestField::InputLength,
                 expected: "input_length + output_length - 1 at most one pod's KV capacity (--capacity x 16 tokens)",
             });
         }
@@ -694,8 +697,7 @@ impl<'a> BatchedEngine<'a> {
         self.last_step_finished = self.outputs(e, ev);
         self.next_start_ns = e;
         self.last_end_ns = e;
-        self.check();
-        Ok(())
+        self.check()
     }
 
     /// Step 1: the running requests in R order get their tokens, preempting the most recently
@@ -758,8 +760,10 @@ impl<'a> BatchedEngine<'a> {
             self.running[self.r_len as usize] = y as u32;
             self.r_len += 1;
             for j in 0..h {
-                let b = self.lookup(self.key_of(y, j)).unwrap_or(NIL);
-                debug_assert!(b != NIL);
+                let Some(b) = self.lookup(self.key_of(y, j)) else {
+                    self.broken = Some(Invariant::HitBlockCached);
+                    break;
+                };
                 if self.blocks[b as usize].refs == 0 {
                     self.fq_unlink(b);
                     self.pinned += 1;
@@ -980,58 +984,82 @@ impl<'a> BatchedEngine<'a> {
         self.next_start_ns = s;
         self.last_end_ns = s;
         self.last_step_finished = 0;
-        self.check();
+        self.check()?;
         Ok(true)
     }
 
-    /// Invariants after every step (debug builds): pinned + free = C; the reference counts add up
-    /// to the blocks the running requests hold; cached blocks <= C. A full audit of every block
-    /// runs for small pods (tests).
-    fn check(&self) {
-        if !cfg!(debug_assertions) {
-            return;
+    /// Invariants after every step, in every build (O(running requests), as the step itself):
+    /// pinned + free = C; cached blocks <= C; at most max_num_seqs running; the reference counts
+    /// add up to the blocks the running requests hold; nothing broken inside the step. A broken
+    /// one is an error (the fleet poisons itself), never an index out of bounds later. Debug
+    /// builds also audit every block of small pods (tests).
+    fn check(&self) -> Result<(), Error> {
+        let broken = |what| Err(Error::Invariant { what });
+        if let Some(what) = self.broken {
+            return broken(what);
         }
         let c = self.blocks.len() as u64;
-        debug_assert_eq!(self.pinned as u64 + self.free_len as u64, c, "pinned + free = C");
-        debug_assert!(self.cached as u64 <= c);
+        if self.pinned as u64 + self.free_len as u64 != c {
+            return broken(Invariant::PinnedPlusFree);
+        }
+        if self.cached as u64 > c {
+            return broken(Invariant::CachedBlocks);
+        }
+        if self.r_len > self.cfg.max_num_seqs {
+            return broken(Invariant::RunningSlots);
+        }
         let held: u64 = self.running[..self.r_len as usize]
             .iter()
             .map(|&r| (self.reqs[r as usize].hit + self.reqs[r as usize].own_len) as u64)
             .sum();
-        debug_assert_eq!(held, self.refs_total, "references = blocks held by running requests");
-        debug_assert!(self.r_len <= self.cfg.max_num_seqs);
-        if c <= 4096 {
-            let mut pinned = 0u64;
-            let mut refs = 0u64;
-            let mut keyed = 0u64;
-            for b in self.blocks.iter() {
-                pinned += u64::from(b.refs > 0);
-                refs += b.refs as u64;
-                keyed += u64::from(b.keyed);
-            }
-            debug_assert_eq!(pinned, self.pinned as u64);
-            debug_assert_eq!(refs, self.refs_total);
-            debug_assert_eq!(keyed, self.cached as u64);
-            let mut n = 0u64;
-            let mut b = self.free_head;
-            while b != NIL {
-                debug_assert_eq!(self.blocks[b as usize].refs, 0, "only unreferenced blocks are free");
-                n += 1;
-                b = self.blocks[b as usize].next;
-            }
-            debug_assert_eq!(n, self.free_len as u64);
-            let pending: u64 = (0..self.w_len)
-                .map(|i| {
-                    let r = self.waiting[((self.w_head + i) % self.waiting.len() as u32) as usize] as usize;
-                    self.reqs[r].input + self.reqs[r].generated
-                })
-                .sum::<u64>()
-                + self.running[..self.r_len as usize]
-                    .iter()
-                    .map(|&r| Self::pending_of(&self.reqs[r as usize]))
-                    .sum::<u64>();
-            debug_assert_eq!(pending, self.pending_prefill);
+        if held != self.refs_total {
+            return broken(Invariant::HeldReferences);
         }
+        if cfg!(debug_assertions) && c <= 4096 {
+            self.audit();
+        }
+        Ok(())
+    }
+
+    /// Breaks the reference count on purpose: test support (feature `harness`) for the
+    /// invariant checks of [`Self::check`].
+    #[cfg(feature = "harness")]
+    pub fn break_references(&mut self) {
+        self.refs_total += 1;
+    }
+
+    /// Every block of the pod against the counters (debug builds, small pods: tests).
+    fn audit(&self) {
+        let mut pinned = 0u64;
+        let mut refs = 0u64;
+        let mut keyed = 0u64;
+        for b in self.blocks.iter() {
+            pinned += u64::from(b.refs > 0);
+            refs += b.refs as u64;
+            keyed += u64::from(b.keyed);
+        }
+        debug_assert_eq!(pinned, self.pinned as u64);
+        debug_assert_eq!(refs, self.refs_total);
+        debug_assert_eq!(keyed, self.cached as u64);
+        let mut n = 0u64;
+        let mut b = self.free_head;
+        while b != NIL {
+            debug_assert_eq!(self.blocks[b as usize].refs, 0, "only unreferenced blocks are free");
+            n += 1;
+            b = self.blocks[b as usize].next;
+        }
+        debug_assert_eq!(n, self.free_len as u64);
+        let pending: u64 = (0..self.w_len)
+            .map(|i| {
+                let r = self.waiting[((self.w_head + i) % self.waiting.len() as u32) as usize] as usize;
+                self.reqs[r].input + self.reqs[r].generated
+            })
+            .sum::<u64>()
+            + self.running[..self.r_len as usize]
+                .iter()
+                .map(|&r| Self::pending_of(&self.reqs[r as usize]))
+                .sum::<u64>();
+        debug_assert_eq!(pending, self.pending_prefill);
     }
 }
 

@@ -1,6 +1,6 @@
 //! The per-pod FIFO single server: start, finish and queue length, in integer nanoseconds.
 
-use crate::fleet::base::error::{Error, Limit, Quantity};
+use crate::fleet::base::error::{Buffer, Error, Limit, Quantity};
 
 /// A pod's server: the finish times of requests not yet finished, oldest first, in a ring.
 #[derive(Debug)]
@@ -15,7 +15,7 @@ impl<'a> FifoServer<'a> {
     /// An idle server that can track up to `finishes.len()` queued requests.
     pub fn new(finishes: &'a mut [u64]) -> Result<Self, Error> {
         if finishes.is_empty() {
-            return Err(Error::BufferSize { buffer: "queue", expected: 1, got: 0 });
+            return Err(Error::BufferSize { buffer: Buffer::Queue, expected: 1, got: 0 });
         }
         Ok(FifoServer { finishes, head: 0, len: 0, last_finish_ns: 0 })
     }

@@ -4,7 +4,7 @@ pub mod hash;
 pub mod vllm;
 
 use self::hash::{ROOT_KEY, chain_tokens, chain_trace_mixed, trace_id_mix};
-use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::error::{Buffer, Error, Field, RequestField};
 use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS, MAX_TRACE_BLOCK_TOKENS, quoting};
 
 /// Checks a trace block size S: a non-zero multiple of 16, at most [`MAX_TRACE_BLOCK_TOKENS`].
@@ -22,7 +22,7 @@ pub fn check_trace_block_tokens(s: u32) -> Result<(), Error> {
 pub fn full_blocks(input_tokens: u64) -> Result<usize, Error> {
     if input_tokens > MAX_PROMPT_TOKENS {
         return Err(Error::InvalidRequest {
-            field: "input_length",
+            field: RequestField::InputLength,
             expected: quoting!("at most 16777216 tokens", MAX_PROMPT_TOKENS),
         });
     }
@@ -46,7 +46,7 @@ pub fn trace_keys(
         return Err(Error::TooFewHashIds { needed, got: hash_ids.len() });
     }
     let Some(out) = out.get_mut(..m) else {
-        return Err(Error::BufferSize { buffer: "keys", expected: m, got: out.len() });
+        return Err(Error::BufferSize { buffer: Buffer::Keys, expected: m, got: out.len() });
     };
     // Per id, then per sub-block: no division per block, and the id's own mix computed once
     // (the keys are those of `chain_trace`; `fleet bench` times this loop as "hash").
@@ -66,7 +66,7 @@ pub fn trace_keys(
 pub fn token_keys(tokens: &[u32], out: &mut [u64]) -> Result<usize, Error> {
     let m = tokens.len() / BLOCK_TOKENS;
     let Some(out) = out.get_mut(..m) else {
-        return Err(Error::BufferSize { buffer: "keys", expected: m, got: out.len() });
+        return Err(Error::BufferSize { buffer: Buffer::Keys, expected: m, got: out.len() });
     };
     let mut parent = ROOT_KEY;
     for (key, block) in out.iter_mut().zip(tokens.chunks_exact(BLOCK_TOKENS)) {

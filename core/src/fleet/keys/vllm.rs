@@ -12,7 +12,7 @@
 
 use sha2::{Digest as _, Sha256};
 
-use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::{MAX_VLLM_BLOCK_TOKENS, quoting};
 
 /// A SHA-256 digest (vLLM's `BlockHash`, 32 bytes).
@@ -143,7 +143,7 @@ pub fn token_keys(seed: &Digest, tokens: &[u32], block_tokens: usize, out: &mut 
     check_block_tokens(block_tokens)?;
     let m = tokens.len() / block_tokens;
     let Some(out) = out.get_mut(..m) else {
-        return Err(Error::BufferSize { buffer: "keys", expected: m, got: out.len() });
+        return Err(Error::BufferSize { buffer: Buffer::Keys, expected: m, got: out.len() });
     };
     let mut parent = *seed;
     for (key, block) in out.iter_mut().zip(tokens.chunks_exact(block_tokens)) {

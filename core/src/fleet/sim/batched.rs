@@ -7,7 +7,7 @@ use super::config::FleetConfig;
 use super::view::ViewBuffers;
 use super::{Fleet, FleetEngine, FleetTotals};
 use crate::fleet::base::carve::chunks;
-use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::engine::Routed;
 use crate::fleet::engine::batched::{BatchedConfig, BatchedEngine, KvBlock, PodBuffers, ReqSlot};
@@ -99,12 +99,12 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
         let per = |len: usize| len / n;
         let requests_per_pod = per(b.requests.len());
         let keys_per_pod = per(b.keys.len());
-        let blocks = chunks(b.blocks, n, cfg.capacity_blocks, "engine blocks")?;
-        let tables = chunks(b.tables, n, BatchedEngine::table_len(cfg.capacity_blocks), "engine tables")?;
-        let reqs = chunks(b.requests, n, requests_per_pod, "engine requests")?;
-        let waiting = chunks(b.waiting, n, requests_per_pod, "engine waiting")?;
-        let running = chunks(b.running, n, engine.max_num_seqs as usize, "engine running")?;
-        let keys = chunks(b.keys, n, keys_per_pod, "engine keys")?;
+        let blocks = chunks(b.blocks, n, cfg.capacity_blocks, Buffer::EngineBlocks)?;
+        let tables = chunks(b.tables, n, BatchedEngine::table_len(cfg.capacity_blocks), Buffer::EngineTables)?;
+        let reqs = chunks(b.requests, n, requests_per_pod, Buffer::EngineRequests)?;
+        let waiting = chunks(b.waiting, n, requests_per_pod, Buffer::EngineWaiting)?;
+        let running = chunks(b.running, n, engine.max_num_seqs as usize, Buffer::EngineRunning)?;
+        let keys = chunks(b.keys, n, keys_per_pod, Buffer::EngineKeys)?;
         let mut engines = HVec::new();
         for (p, (((((bl, t), r), w), ru), k)) in
             blocks.zip(tables).zip(reqs).zip(waiting).zip(running).zip(keys).enumerate()

@@ -7,7 +7,7 @@ use super::config::{EngineConfig, FleetConfig};
 use super::view::{IndexKind, ViewBuffers, ViewLayout};
 use super::{Fleet, FleetEngine, FleetTotals};
 use crate::fleet::base::carve::chunks;
-use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_PODS};
 use crate::fleet::cache::index::{IndexEntry, PendingEntry, PendingRecord};
 use crate::fleet::cache::lru::{LruPod, Slot};
@@ -133,24 +133,24 @@ impl<'a> FleetEngine<'a> for FifoEngine<'a> {
         let (pool, slots, tables) = if f.cache == CacheMode::Global {
             let total = cfg.pods * cfg.capacity_blocks;
             if b.slots.len() != total {
-                return Err(Error::BufferSize { buffer: "slots", expected: total, got: b.slots.len() });
+                return Err(Error::BufferSize { buffer: Buffer::Slots, expected: total, got: b.slots.len() });
             }
             let want = LruPod::table_len(total);
             if b.tables.len() != want {
-                return Err(Error::BufferSize { buffer: "tables", expected: want, got: b.tables.len() });
+                return Err(Error::BufferSize { buffer: Buffer::Tables, expected: want, got: b.tables.len() });
             }
             (Some(LruPod::new(b.slots, b.tables)?), None, None)
         } else {
-            let slots = chunks(b.slots, cfg.pods, cfg.capacity_blocks, "slots")?;
-            let tables = chunks(b.tables, cfg.pods, LruPod::table_len(cfg.capacity_blocks), "tables")?;
+            let slots = chunks(b.slots, cfg.pods, cfg.capacity_blocks, Buffer::Slots)?;
+            let tables = chunks(b.tables, cfg.pods, LruPod::table_len(cfg.capacity_blocks), Buffer::Tables)?;
             (None, Some(slots), Some(tables))
         };
         let mut own = slots.zip(tables).map(|(s, t)| s.zip(t));
-        let queues = chunks(b.queues, cfg.pods, queue_per_pod, "queues")?;
+        let queues = chunks(b.queues, cfg.pods, queue_per_pod, Buffer::Queues)?;
         let cpu_cap = f.cpu_capacity_blocks;
         let mut cpu_tiers = if cpu_cap > 0 {
-            let cs = chunks(b.cpu_slots, cfg.pods, cpu_cap, "cpu slots")?;
-            let ct = chunks(b.cpu_tables, cfg.pods, LruPod::table_len(cpu_cap), "cpu tables")?;
+            let cs = chunks(b.cpu_slots, cfg.pods, cpu_cap, Buffer::CpuSlots)?;
+            let ct = chunks(b.cpu_tables, cfg.pods, LruPod::table_len(cpu_cap), Buffer::CpuTables)?;
             Some(cs.zip(ct))
         } else {
             None
@@ -244,12 +244,12 @@ impl<'a> Fleet<'a, FifoEngine<'a>, AnyRouter<'a>> {
             });
         }
         let pods = self.cfg.pods;
-        let mut runs_each = chunks(runs, pods, runs_len / pods, "runs")?;
-        let mut tables_each = chunks(tables, pods, tables_len / pods, "run tables")?;
+        let mut runs_each = chunks(runs, pods, runs_len / pods, Buffer::Runs)?;
+        let mut tables_each = chunks(tables, pods, tables_len / pods, Buffer::RunTables)?;
         for pod in self.pods.iter_mut() {
             let (r, t) = (runs_each.next(), tables_each.next());
             let (Some(r), Some(t)) = (r, t) else {
-                return Err(Error::BufferSize { buffer: "runs", expected: runs_len, got: 0 });
+                return Err(Error::BufferSize { buffer: Buffer::Runs, expected: runs_len, got: 0 });
             };
             pod.use_runs(RunLru::new(self.cfg.capacity_blocks, r, t)?, group_blocks as usize);
         }

@@ -16,7 +16,7 @@ use heapless::Vec as HVec;
 use self::config::FleetConfig;
 use self::scale::{ScaleAction, ScaleState};
 use self::view::View;
-use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::error::{Error, Field, RequestField};
 use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_PODS};
 use crate::fleet::base::load::PodLoad;
 use crate::fleet::engine::{Engine, EngineEvents, Request, Routed};
@@ -196,6 +196,13 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         &self.pods
     }
 
+    /// The pods' engines to change: test support (feature `harness`), to break an engine's
+    /// state on purpose and see the fleet refuse to go on.
+    #[cfg(feature = "harness")]
+    pub fn pods_mut(&mut self) -> &mut [E] {
+        &mut self.pods
+    }
+
     /// Counters of pod `p`.
     pub fn pod_stats(&self, p: usize) -> Option<&E::Stats> {
         self.pods.get(p).map(E::stats)
@@ -233,7 +240,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     fn check(&self, req: &Request<'_>) -> Result<(), Error> {
         if req.keys.len() as u64 != req.input_tokens / BLOCK_TOKENS as u64 {
             return Err(Error::InvalidRequest {
-                field: "keys",
+                field: RequestField::Keys,
                 expected: "one key per full 16-token block of the prompt",
             });
         }

@@ -4,7 +4,7 @@
 //! speculative entries. Fed by the pods' cache events ([`Feed`]); a fleet-level feature.
 
 use crate::fleet::base::carve::chunks;
-use crate::fleet::base::error::{Error, Field, Quantity};
+use crate::fleet::base::error::{Buffer, Error, Field, Quantity};
 use crate::fleet::base::limits::MAX_STALE_DELAY;
 use crate::fleet::cache::CacheEvents;
 use crate::fleet::cache::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
@@ -185,7 +185,7 @@ impl<'a> View<'a> {
         let index = if cfg.index == IndexKind::Global {
             if b.index.is_empty() {
                 return Err(Error::BufferSize {
-                    buffer: "index",
+                    buffer: Buffer::Index,
                     expected: BlockIndex::table_len(pods * capacity_blocks),
                     got: 0,
                 });
@@ -310,12 +310,12 @@ fn pending_queues<'a>(
         return Ok((None, None, None));
     }
     let (ring_each, table_each) = (ring.len() / n, table.len() / n);
-    let mut rings = chunks(ring, n, ring_each, "pending")?;
-    let mut tables = chunks(table, n, table_each, "pending table")?;
+    let mut rings = chunks(ring, n, ring_each, Buffer::Pending)?;
+    let mut tables = chunks(table, n, table_each, Buffer::PendingTable)?;
     let mut next = || -> Result<Option<PendingEvicts<'a>>, Error> {
         match (rings.next(), tables.next()) {
             (Some(r), Some(t)) => Ok(Some(PendingEvicts::new(r, t)?)),
-            _ => Err(Error::BufferSize { buffer: "pending", expected: n, got: 0 }),
+            _ => Err(Error::BufferSize { buffer: Buffer::Pending, expected: n, got: 0 }),
         }
     };
     let evicts = if cfg.stale_delay > 0 || cfg.event_delay_ns > 0 { next()? } else { None };

@@ -301,9 +301,10 @@ impl super::run::RequestSource for FormatSource {
             };
             sink(&req).map_err(|e| match e {
                 // a tokens line has no `input_length`: its prompt is the token ids
-                brokerlab_core::fleet::Error::InvalidRequest { field: "input_length", expected }
-                    if self.format == Format::Tokens =>
-                {
+                brokerlab_core::fleet::Error::InvalidRequest {
+                    field: brokerlab_core::fleet::RequestField::InputLength,
+                    expected,
+                } if self.format == Format::Tokens => {
                     lines.error(format_args!("field `token_ids` ({input} tokens, the prompt): expected {expected}"))
                 }
                 e => lines.error(e),

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use brokerlab_core::runner::{
     Action, Decision, DriveError, Effects, End, Event, ForkStart, Journal, Key, ModelReply, OpenCall, ParentGuard,
-    Phase, Record, Stop, TaskId, TaskState, ToolCall, ToolClass, ToolOutput, copied_by_fork, drive, fork_start,
-    may_call, next_action, open_call, parent_guard, renewal_due, review,
+    Phase, Record, Stop, TaskId, TaskState, ToolCall, ToolOutput, copied_by_fork, drive, fork_start, may_call,
+    next_action, open_call, parent_guard, renewal_due, review,
 };
 
 use super::backend::{
@@ -359,9 +359,4 @@ pub fn resume_row(
         opts,
         Start { create: None, resume_if_exists: true, on_start: None },
     )
-}
-
-/// The tool class of a call, for tables.
-pub fn class_name(c: ToolClass) -> &'static str {
-    c.name()
 }
