@@ -182,7 +182,10 @@ impl EngineSettings {
             && m.name() != chosen.profile.step_model()
         {
             let p = self.profile.as_deref().unwrap_or_default();
-            return Err(bad(p, format!("a {} profile, but {} is {}", chosen.profile.step_model(), name("step_model"), m.name())));
+            return Err(bad(
+                p,
+                format!("a {} profile, but {} is {}", chosen.profile.step_model(), name("step_model"), m.name()),
+            ));
         }
         Ok(chosen)
     }
@@ -248,14 +251,15 @@ pub fn derived_capacity(e: &BatchedConfig, flag: &str) -> CliResult<Option<usize
     let Some(p) = e.cost.physics() else {
         return Ok(None);
     };
-    let blocks = p.kv_capacity_blocks().map_err(|err| {
-        CliError::bad_input(format!("{flag} {}: {err}; give --capacity", e.profile.name()))
-    })?;
-    usize::try_from(blocks)
-        .ok()
-        .filter(|&b| b >= 1 && b < u32::MAX as usize)
-        .map(Some)
-        .ok_or_else(|| CliError::bad_input(format!("{flag} {}: derived capacity {blocks} blocks: expected 1 to 4294967294; give --capacity", e.profile.name())))
+    let blocks = p
+        .kv_capacity_blocks()
+        .map_err(|err| CliError::bad_input(format!("{flag} {}: {err}; give --capacity", e.profile.name())))?;
+    usize::try_from(blocks).ok().filter(|&b| b >= 1 && b < u32::MAX as usize).map(Some).ok_or_else(|| {
+        CliError::bad_input(format!(
+            "{flag} {}: derived capacity {blocks} blocks: expected 1 to 4294967294; give --capacity",
+            e.profile.name()
+        ))
+    })
 }
 
 impl EngineArgs {

@@ -9,9 +9,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
-use brokerlab_core::fleet::{
-    BatchedConfig, Error as CoreError, FleetConfig, Profile, Request, RouterKind, keys,
-};
+use brokerlab_core::fleet::{BatchedConfig, Error as CoreError, FleetConfig, Profile, Request, RouterKind, keys};
 use serde::Serialize;
 
 use super::engine::batched;

@@ -611,10 +611,9 @@ fn step_cost_line(s: &BatchedSummary) -> String {
             p.attention_ppm as f64 / 1e4,
             p.memory_ppm as f64 / 1e4
         ),
-        (None, Some(o), Some(pt), Some(d), Some(k)) => format!(
-            "{o} ns + {pt} ns/prefill token + {d} ns/decode + {k} ns/context token (profile {})",
-            s.profile
-        ),
+        (None, Some(o), Some(pt), Some(d), Some(k)) => {
+            format!("{o} ns + {pt} ns/prefill token + {d} ns/decode + {k} ns/context token (profile {})", s.profile)
+        }
         _ => format!("profile {}", s.profile),
     }
 }
