@@ -557,10 +557,10 @@ fn a_broken_invariant_is_an_error_and_poisons_the_fleet() {
     f.dispatch(&req(0), &mut sink).unwrap();
     // one step runs: the request is admitted and holds its blocks
     assert!(f.advance_next(u64::MAX, &mut sink).unwrap());
-    f.pods_mut()[0].break_references();
+    f.pods_mut()[0].break_block_count();
     assert_eq!(
         f.advance_next(u64::MAX, &mut sink),
-        Err(Error::Invariant { what: Invariant::HeldReferences }),
+        Err(Error::Invariant { what: Invariant::PinnedPlusFree }),
         "the next step finds the count broken"
     );
     assert_eq!(f.dispatch(&req(1_000_000_000), &mut sink).map(|_| ()), Err(Error::Poisoned));

@@ -425,3 +425,14 @@ fn a_rebooted_pod_counts_as_empty_when_the_rule_reads_the_queues() {
     assert_eq!(o.active_pods, 1, "the new pod 1 was empty, so the mean was 1.0 < 1.2: dropped");
     assert_eq!((f.totals().scale_outs, f.totals().scale_ins), (2, 2));
 }
+
+/// The core words a conflict between settings its own way (the host words it with its flags and
+/// keys: host/src/fleet/fields.rs `rule`): no rule names a CLI flag.
+#[test]
+fn conflict_rules_name_no_flag() {
+    for r in Rule::ALL {
+        assert!(!r.name().contains("--"), "{r:?}: {}", r.name());
+        let e = Error::Conflict { field: Field::Cache, rule: *r };
+        assert!(!e.to_string().contains("--"), "{e}");
+    }
+}

@@ -78,7 +78,7 @@ fn speculative_entries_cover_the_delay_and_expire() {
 fn delays_in_time_are_checked() {
     let mut c = cfg(10, 0);
     view(&mut c).stale_delay = 2;
-    assert!(matches!(c.validate(), Err(Error::InvalidConfig { field: Field::EventDelay, .. })));
+    assert_eq!(c.validate(), Err(Error::Conflict { field: Field::EventDelay, rule: Rule::OneStaleDelay }));
     let c = cfg(10, 5);
     assert_eq!(c.pending_queues(), 3);
     // The batched engine reads its caches exactly: its configuration has no delay to set.

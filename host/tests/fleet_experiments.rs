@@ -107,8 +107,8 @@ fn sweeps_do_not_depend_on_thread_count() {
         .map(|&c| (c as f64, 0, brokerlab_core::fleet::FleetConfig { capacity_blocks: c as usize, ..sc.fleet }))
         .collect();
     let specs = sweep::for_each_router(&values);
-    let one = sweep::run_points::<Fifo>("capacity", &g, &specs, 1, &Progress::hidden()).unwrap();
-    let two = sweep::run_points::<Fifo>("capacity", &g, &specs, 3, &Progress::hidden()).unwrap();
+    let one = sweep::run_points::<Fifo>(sweep::SweepParam::Capacity, &g, &specs, 1, &Progress::hidden()).unwrap();
+    let two = sweep::run_points::<Fifo>(sweep::SweepParam::Capacity, &g, &specs, 3, &Progress::hidden()).unwrap();
     assert_eq!(sweep::to_csv(&one).unwrap(), sweep::to_csv(&two).unwrap());
 }
 

@@ -27,7 +27,7 @@ pub mod route;
 pub mod sim;
 pub mod workload;
 
-pub use base::error::{Buffer, Error, Field, Invariant, Limit, Quantity, RequestField};
+pub use base::error::{Buffer, Error, Field, Invariant, Limit, Quantity, RequestField, Rule};
 pub use base::load::PodLoad;
 pub use base::{fixmath, limits, stats};
 pub use cache::CacheEvents;

@@ -293,7 +293,7 @@ fn merge_write<S: sweep::SweepSummary>(
     out: &Path,
 ) -> CliResult<String> {
     let m = shard::merge::<sweep::Point<S>>(parts, out)?;
-    shard::write_points(out, &m.scenario_name, &m.param, &m.points, &m.provenance)
+    shard::write_points(out, &m.scenario_name, m.param, &m.points, &m.provenance)
 }
 
 fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
@@ -305,7 +305,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
         // the scenario's keys (`fleet.cache`, `fleet.index`, ...) named as in the file
         engine::batched(sc.fleet, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
     }
-    let (gens, values) = sweep_values(&sc, &a)?;
+    let sweep_values::Values { gens, values, param } = sweep_values(&sc, &a)?;
     let mut specs = sweep::for_each_router(&values);
     if let Some(e) = engine {
         // each point's values (`--param stale` ...) named as flags
@@ -322,13 +322,12 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
         let mine: Vec<sweep::PointSpec> = idx.iter().map(|&k| specs[k].clone()).collect();
         let p = Progress::new(
             a.output.quiet,
-            &format!("sweep {} shard {}", a.param, sh.index),
+            &format!("sweep {param} shard {}", sh.index),
             Unit::Points,
             Some(mine.len() as u64),
         );
-        let id = shard::sweep_id(&prov.inputs, &a.param, engine.as_ref(), &specs);
-        let args =
-            ShardArgs { out: &a.out, shard: sh, id, prov: &prov, name: &sc.name, param: &a.param, threads: a.threads };
+        let id = shard::sweep_id(&prov.inputs, param, engine.as_ref(), &specs);
+        let args = ShardArgs { out: &a.out, shard: sh, id, prov: &prov, name: &sc.name, param, threads: a.threads };
         match engine {
             Some(_) => run_shard::<Batched>(&args, &gens, &idx, &mine, p)?,
             None => run_shard::<Fifo>(&args, &gens, &idx, &mine, p)?,
@@ -345,10 +344,10 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
         );
         return Ok(0);
     }
-    let progress = Progress::new(a.output.quiet, &format!("sweep {}", a.param), Unit::Points, Some(specs.len() as u64));
+    let progress = Progress::new(a.output.quiet, &format!("sweep {param}"), Unit::Points, Some(specs.len() as u64));
     let text = match engine {
-        Some(_) => run_sweep::<Batched>(&a, &sc.name, &gens, &specs, &prov, progress)?,
-        None => run_sweep::<Fifo>(&a, &sc.name, &gens, &specs, &prov, progress)?,
+        Some(_) => run_sweep::<Batched>(&a, param, &sc.name, &gens, &specs, &prov, progress)?,
+        None => run_sweep::<Fifo>(&a, param, &sc.name, &gens, &specs, &prov, progress)?,
     };
     sweep::commit_files()?;
     say_raw!("{text}");
@@ -358,6 +357,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
 /// A sweep's points under engine `K`, written as one sweep writes them.
 fn run_sweep<K: run::HostEngine>(
     a: &SweepArgs,
+    param: sweep::SweepParam,
     name: &str,
     gens: &[scenario::Generated],
     specs: &[sweep::PointSpec],
@@ -367,9 +367,9 @@ fn run_sweep<K: run::HostEngine>(
 where
     K::Summary: sweep::SweepSummary,
 {
-    let points = sweep::run_points::<K>(&a.param, gens, specs, a.threads, &progress);
+    let points = sweep::run_points::<K>(param, gens, specs, a.threads, &progress);
     progress.finish();
-    shard::write_points(&a.out, name, &a.param, &points?, prov)
+    shard::write_points(&a.out, name, param, &points?, prov)
 }
 
 /// Where a shard's results go and what names it.
@@ -379,7 +379,7 @@ struct ShardArgs<'a> {
     id: shard::SweepId,
     prov: &'a Provenance,
     name: &'a str,
-    param: &'a str,
+    param: sweep::SweepParam,
     threads: usize,
 }
 

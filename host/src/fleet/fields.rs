@@ -3,7 +3,7 @@
 //! `fleet.autoscale.interval_s` in a scenario file. The match is exhaustive: a field added to the
 //! core does not compile here until it is named.
 
-use brokerlab_core::fleet::Field;
+use brokerlab_core::fleet::{Error, Field, Rule};
 
 /// Where a field is set: its flag and its scenario key (None where there is none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +77,33 @@ pub fn flag(field: Field) -> String {
 /// The scenario key of `field` for a message about a scenario file (its core name if none).
 pub fn key(field: Field) -> String {
     names(field).key.map_or_else(|| field.name().to_string(), str::to_string)
+}
+
+/// What a [`Rule`] expects, naming the other setting by its flag (the core's words name it by
+/// the model's). The match is exhaustive: a rule added to the core does not compile here until it
+/// is worded.
+pub const fn rule(r: Rule) -> &'static str {
+    match r {
+        Rule::PresetOrPipeline => "a preset name, or a pipeline from --router-config",
+        Rule::Pipeline => "a pipeline from --router-config",
+        Rule::PipelineFile => "a pipeline (--router-config FILE)",
+        Rule::GlobalPool => "pods x capacity at most 4294967294 blocks with --cache global (one pool)",
+        Rule::GlobalCpuTier => "0 with --cache global",
+        Rule::GlobalStale => "no stale index (--stale, --event-delay-ms, --speculative-ttl-ms) with --cache global",
+        Rule::GlobalIndex => "pod-tables with --cache global",
+        Rule::GlobalScale => "no autoscaling with --cache global",
+        Rule::OneStaleDelay => "0 with --stale (a delay in requests or in time, not both)",
+    }
+}
+
+/// A configuration error's field and what it expects, in the host's words ([`rule`] for a
+/// conflict between settings); any other error back.
+pub fn refused(e: Error) -> Result<(Field, &'static str), Error> {
+    match e {
+        Error::InvalidConfig { field, expected } => Ok((field, expected)),
+        Error::Conflict { field, rule: r } => Ok((field, rule(r))),
+        other => Err(other),
+    }
 }
 
 #[cfg(test)]

@@ -33,4 +33,4 @@ mod sweep_values;
 
 pub use cli::*;
 pub use commands::main;
-pub use sweep_values::{SweepValue, sweep_values};
+pub use sweep_values::{SweepValue, Values, sweep_values};

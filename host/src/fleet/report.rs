@@ -8,7 +8,7 @@ use brokerlab_core::fleet::RouterKind;
 
 use super::run::Summary;
 use super::scenario::Scenario;
-use super::sweep::{self, Point};
+use super::sweep::{self, Point, SweepParam};
 use crate::error::CliResult;
 use crate::plot::{self, Chart, Series};
 
@@ -49,14 +49,14 @@ pub fn series_per_router<P>(
         .collect()
 }
 
-fn param_label(param: &str) -> String {
+fn param_label(param: SweepParam) -> String {
     match param {
-        "capacity" => "capacity per pod (16-token blocks, log)".into(),
-        "alpha" => "load penalty alpha (blocks per queued request)".into(),
-        "stale" => "stale-evict delay k (requests)".into(),
-        "pods" => "pods".into(),
-        "rate" => "arrival rate (requests/s)".into(),
-        other => other.into(),
+        SweepParam::Capacity => "capacity per pod (16-token blocks, log)".into(),
+        SweepParam::Alpha => "load penalty alpha (blocks per queued request)".into(),
+        SweepParam::Stale => "stale-evict delay k (requests)".into(),
+        SweepParam::Pods => "pods".into(),
+        SweepParam::Rate => "arrival rate (requests/s)".into(),
+        other => other.name().into(),
     }
 }
 
@@ -73,8 +73,8 @@ fn chart(title: String, x_label: String, y_label: &str, series: Vec<Series>, x_l
 }
 
 /// The three standard plots of a sweep (hit rate, prefill tokens, p90 latency vs the parameter).
-pub fn sweep_charts(name: &str, param: &str, points: &[Point]) -> Vec<(String, Chart)> {
-    let log = param == "capacity";
+pub fn sweep_charts(name: &str, param: SweepParam, points: &[Point]) -> Vec<(String, Chart)> {
+    let log = param == SweepParam::Capacity;
     let x = param_label(param);
     vec![
         (
@@ -111,7 +111,7 @@ pub fn sweep_charts(name: &str, param: &str, points: &[Point]) -> Vec<(String, C
 }
 
 /// Writes the sweep's plots; returns a note listing them.
-pub fn sweep_plots(dir: &Path, name: &str, param: &str, points: &[Point]) -> CliResult<String> {
+pub fn sweep_plots(dir: &Path, name: &str, param: SweepParam, points: &[Point]) -> CliResult<String> {
     let mut names = String::new();
     for (stem, c) in sweep_charts(name, param, points) {
         write_chart(dir, &stem, &c)?;
@@ -129,9 +129,9 @@ fn secs(v: Option<f64>) -> String {
 }
 
 /// A readable table of a sweep: one row per value, hit rate and p90 per router.
-pub fn sweep_table(param: &str, points: &[Point]) -> String {
+pub fn sweep_table(param: SweepParam, points: &[Point]) -> String {
     router_table(
-        param,
+        param.name(),
         points,
         |p| (p.summary.router, p.value),
         "hit  p90 s",

@@ -263,13 +263,13 @@ pub fn record(prov: &mut crate::provenance::Provenance, path: Option<&Path>, cfg
 }
 
 fn core_error(origin: &str, e: CoreError) -> CliError {
-    match e {
-        CoreError::InvalidConfig { field, expected } => {
+    match super::fields::refused(e) {
+        Ok((field, expected)) => {
             // the config file's key, from the one table of fields
             let key = super::fields::key(field);
             CliError::bad_input(format!("{origin}: key `{key}`: expected {expected}"))
         }
-        other => CliError::bad_input(format!("{origin}: {other}")),
+        Err(other) => CliError::bad_input(format!("{origin}: {other}")),
     }
 }
 

@@ -23,7 +23,8 @@ use sha2::{Digest, Sha256};
 
 use brokerlab_core::fleet::RouterKind;
 
-use super::sweep::{self, Point, SweepSummary};
+use super::run::summary::EngineKind;
+use super::sweep::{self, Point, SweepParam, SweepSummary};
 use crate::error::{CliError, CliResult};
 use crate::provenance::{Input, Provenance};
 
@@ -83,9 +84,9 @@ pub struct Partial {
     /// The scenario's name (plot titles).
     pub scenario_name: String,
     /// The swept parameter.
-    pub param: String,
-    /// `fifo` or `batched`.
-    pub engine: String,
+    pub param: SweepParam,
+    /// The engine (`fifo` or `batched`).
+    pub engine: EngineKind,
     /// This shard's points: (index in the sweep, point).
     pub points: Vec<(usize, serde_json::Value)>,
     /// SHA-256 of `points` as serialized here (compact JSON), lowercase hex.
@@ -103,7 +104,7 @@ pub struct SweepId {
 /// SHA-256, not their paths) under `engine` (None: FIFO).
 pub fn sweep_id(
     inputs: &[Input],
-    param: &str,
+    param: SweepParam,
     engine: Option<&brokerlab_core::fleet::BatchedConfig>,
     specs: &[sweep::PointSpec],
 ) -> SweepId {
@@ -162,8 +163,8 @@ pub fn write_partial<P: Serialize>(
     id: SweepId,
     prov: &Provenance,
     scenario_name: &str,
-    param: &str,
-    engine: &str,
+    param: SweepParam,
+    engine: EngineKind,
     points: &[(usize, P)],
 ) -> CliResult<()> {
     let args: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
@@ -183,8 +184,8 @@ pub fn write_partial<P: Serialize>(
         args,
         inputs: prov.inputs.clone(),
         scenario_name: scenario_name.into(),
-        param: param.into(),
-        engine: engine.into(),
+        param,
+        engine,
         points,
     };
     let text = serde_json::to_string(&partial).map_err(|e| CliError::failure(format!("partial.json: {e}")))?;
@@ -213,7 +214,7 @@ pub struct Merged<P> {
     /// Scenario name.
     pub scenario_name: String,
     /// Swept parameter.
-    pub param: String,
+    pub param: SweepParam,
 }
 
 /// The engine of the sweep whose shards are in `dirs` (`fifo` or `batched`), after checking them.
@@ -281,10 +282,8 @@ fn check_points(dir: &Path, p: &Partial) -> CliResult<()> {
                 .into(),
         ));
     }
-    let field = match p.param.as_str() {
-        "capacity" | "alpha" | "stale" | "pods" => Some(p.param.as_str()),
-        _ => None, // rate: the workload's, not a field of the fleet
-    };
+    // rate: the workload's, not a field of the fleet
+    let field = p.param.summary_field();
     for (k, v) in &p.points {
         let Some(&(value, router)) = p.plan.get(*k) else { continue }; // reported by `merge`
         let router_ok = serde_json::to_value(router).is_ok_and(|r| v.get("router") == Some(&r));
@@ -342,7 +341,7 @@ pub fn merge<P: serde::de::DeserializeOwned>(parts: Vec<(PathBuf, Partial)>, out
 pub fn write_points<S: SweepSummary>(
     out: &Path,
     name: &str,
-    param: &str,
+    param: SweepParam,
     points: &[Point<S>],
     prov: &Provenance,
 ) -> CliResult<String> {

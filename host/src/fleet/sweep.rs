@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::progress::Progress;
-use super::run::{HostEngine, Summary, simulate};
+use super::run::{EngineKind, HostEngine, Summary, simulate};
 use super::scenario::Generated;
 use crate::error::{CliError, CliResult, FleetError};
 
@@ -25,13 +25,75 @@ pub struct PointSpec {
     pub cfg: FleetConfig,
 }
 
+/// A parameter a sweep varies: `fleet sweep --param` ([`SweepParam::FLAG`]) and the report's
+/// own sweeps (CPU-tier capacity, RAG document order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepParam {
+    /// Blocks per pod C.
+    Capacity,
+    /// The prefix-aware router's load penalty.
+    Alpha,
+    /// The stale view's delay k, in requests.
+    Stale,
+    /// Pods N.
+    Pods,
+    /// The workload's arrival rate, requests/s.
+    Rate,
+    /// The CPU tier's blocks per pod (the report).
+    CpuCapacity,
+    /// RAG documents sorted or not (the report).
+    RagSorted,
+}
+
+impl SweepParam {
+    /// What `fleet sweep --param` accepts.
+    pub const FLAG: [SweepParam; 5] =
+        [SweepParam::Capacity, SweepParam::Alpha, SweepParam::Stale, SweepParam::Pods, SweepParam::Rate];
+
+    /// Its spelling in outputs and on the command line.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SweepParam::Capacity => "capacity",
+            SweepParam::Alpha => "alpha",
+            SweepParam::Stale => "stale",
+            SweepParam::Pods => "pods",
+            SweepParam::Rate => "rate",
+            SweepParam::CpuCapacity => "cpu_capacity",
+            SweepParam::RagSorted => "rag_sorted",
+        }
+    }
+
+    /// `--param`'s value `s` (one of [`Self::FLAG`]); the error names the flag and what it takes.
+    pub fn from_flag(s: &str) -> CliResult<Self> {
+        Self::FLAG.into_iter().find(|p| p.name() == s).ok_or_else(|| {
+            crate::error::CliError::bad_input(format!("--param {s}: expected capacity, alpha, stale, pods or rate"))
+        })
+    }
+
+    /// The summary field a point of this parameter has its value in (None: the workload's rate,
+    /// and the report's own parameters).
+    pub const fn summary_field(self) -> Option<&'static str> {
+        match self {
+            SweepParam::Capacity | SweepParam::Alpha | SweepParam::Stale | SweepParam::Pods => Some(self.name()),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SweepParam {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.name())
+    }
+}
+
 /// One measured point: the FIFO engine's ([`Summary`]) or the batched engine's
 /// ([`super::run::BatchedSummary`]).
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 #[serde(bound(deserialize = "S: DeserializeOwned"))]
 pub struct Point<S = Summary> {
     /// Swept parameter.
-    pub param: String,
+    pub param: SweepParam,
     /// Its value.
     pub value: f64,
     /// Metrics (router, config and results).
@@ -42,29 +104,29 @@ pub struct Point<S = Summary> {
 /// What a sweep writes of an engine's points: its `points.csv`, its plots and its table.
 pub trait SweepSummary: Serialize + DeserializeOwned + Clone + Send {
     /// The engine's name in a shard's `partial.json`.
-    const ENGINE: &'static str;
+    const ENGINE: EngineKind;
     /// The point's router, pods, blocks per pod and load penalty.
     fn fleet(&self) -> (RouterKind, usize, usize, f64);
     /// `points.csv`.
     fn csv(points: &[Point<Self>]) -> CliResult<String>;
     /// Writes the plots into `dir`; returns a note listing them.
-    fn plots(dir: &Path, name: &str, param: &str, points: &[Point<Self>]) -> CliResult<String>;
+    fn plots(dir: &Path, name: &str, param: SweepParam, points: &[Point<Self>]) -> CliResult<String>;
     /// A readable table: one row per value, one column group per router.
-    fn table(param: &str, points: &[Point<Self>]) -> String;
+    fn table(param: SweepParam, points: &[Point<Self>]) -> String;
 }
 
 impl SweepSummary for Summary {
-    const ENGINE: &'static str = "fifo";
+    const ENGINE: EngineKind = EngineKind::Fifo;
     fn fleet(&self) -> (RouterKind, usize, usize, f64) {
         (self.router, self.pods, self.capacity, self.alpha)
     }
     fn csv(points: &[Point]) -> CliResult<String> {
         to_csv(points)
     }
-    fn plots(dir: &Path, name: &str, param: &str, points: &[Point]) -> CliResult<String> {
+    fn plots(dir: &Path, name: &str, param: SweepParam, points: &[Point]) -> CliResult<String> {
         super::report::sweep_plots(dir, name, param, points)
     }
-    fn table(param: &str, points: &[Point]) -> String {
+    fn table(param: SweepParam, points: &[Point]) -> String {
         super::report::sweep_table(param, points)
     }
 }
@@ -97,7 +159,7 @@ pub fn par_points<T: Send>(
 
 /// Runs every point (each a configuration of engine `K`) on `threads` threads (0: all cores).
 pub fn run_points<K: HostEngine>(
-    param: &str,
+    param: SweepParam,
     workloads: &[Generated],
     specs: &[PointSpec],
     threads: usize,
@@ -109,7 +171,7 @@ where
     par_points(specs, threads, progress, |p| {
         let mut src = &workloads[p.workload];
         let summary = simulate::<K>(p.cfg, &mut src, false)?.summary;
-        Ok(Point { param: param.to_string(), value: p.value, summary })
+        Ok(Point { param, value: p.value, summary })
     })
 }
 
@@ -177,7 +239,7 @@ impl<'a> CsvHead<'a> {
     /// The head of point `p`'s row.
     pub fn of<S: SweepSummary>(p: &'a Point<S>) -> Self {
         let (router, pods, capacity, alpha) = p.summary.fleet();
-        CsvHead { param: &p.param, value: p.value, router, pods, capacity, alpha }
+        CsvHead { param: p.param.name(), value: p.value, router, pods, capacity, alpha }
     }
 }
 

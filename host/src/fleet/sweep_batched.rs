@@ -10,8 +10,8 @@ use brokerlab_core::fleet::RouterKind;
 use serde::Serialize;
 
 use super::report::{router_table, series_per_router, write_chart};
-use super::run::BatchedSummary;
-use super::sweep::{self, Point, SweepSummary, csv_num};
+use super::run::{BatchedSummary, EngineKind};
+use super::sweep::{self, Point, SweepParam, SweepSummary, csv_num};
 use crate::error::CliResult;
 use crate::plot::{Chart, Series};
 
@@ -19,17 +19,17 @@ use crate::plot::{Chart, Series};
 pub type BatchedPoint = Point<BatchedSummary>;
 
 impl SweepSummary for BatchedSummary {
-    const ENGINE: &'static str = "batched";
+    const ENGINE: EngineKind = EngineKind::Batched;
     fn fleet(&self) -> (RouterKind, usize, usize, f64) {
         (self.router, self.pods, self.capacity, self.alpha)
     }
     fn csv(points: &[BatchedPoint]) -> CliResult<String> {
         to_csv(points)
     }
-    fn plots(dir: &Path, name: &str, param: &str, points: &[BatchedPoint]) -> CliResult<String> {
+    fn plots(dir: &Path, name: &str, param: SweepParam, points: &[BatchedPoint]) -> CliResult<String> {
         plots(dir, name, param, points)
     }
-    fn table(param: &str, points: &[BatchedPoint]) -> String {
+    fn table(param: SweepParam, points: &[BatchedPoint]) -> String {
         table(param, points)
     }
 }
@@ -118,13 +118,20 @@ fn series_by_router(points: &[BatchedPoint], y: impl Fn(&BatchedSummary) -> Opti
 
 /// Writes the batched sweep's plots (TTFT p90, output tok/s, preemptions vs the parameter);
 /// returns a note listing them.
-pub fn plots(dir: &std::path::Path, name: &str, param: &str, points: &[BatchedPoint]) -> CliResult<String> {
-    let x_log = param == "capacity";
+pub fn plots(dir: &std::path::Path, name: &str, param: SweepParam, points: &[BatchedPoint]) -> CliResult<String> {
+    let x_log = param == SweepParam::Capacity;
     let chart = |stem: &str, title: String, y: &str, series: Vec<Series>| {
         // TTFT spans milliseconds to minutes once a router falls behind: a log axis keeps both
         let y_log = stem == "ttft_p90";
-        let c =
-            Chart { title, x_label: param.to_string(), y_label: y.into(), series, x_log, y_log, ..Chart::default() };
+        let c = Chart {
+            title,
+            x_label: param.name().to_string(),
+            y_label: y.into(),
+            series,
+            x_log,
+            y_log,
+            ..Chart::default()
+        };
         (stem.to_string(), c)
     };
     let charts = [
@@ -156,9 +163,9 @@ pub fn plots(dir: &std::path::Path, name: &str, param: &str, points: &[BatchedPo
 }
 
 /// A readable table: one row per value, TTFT p90, output tok/s and preemptions per router.
-pub fn table(param: &str, points: &[BatchedPoint]) -> String {
+pub fn table(param: SweepParam, points: &[BatchedPoint]) -> String {
     router_table(
-        param,
+        param.name(),
         points,
         |p| (p.summary.router, p.value),
         "TTFT p90 s  out tok/s  preempt",

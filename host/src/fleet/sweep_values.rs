@@ -3,6 +3,7 @@
 
 use brokerlab_core::fleet::FleetConfig;
 
+use super::sweep::SweepParam;
 use super::{SweepArgs, scenario, sweep};
 use crate::error::{CliError, CliResult};
 
@@ -54,9 +55,22 @@ fn whole_value(flag: &str, param: &str, v: f64) -> CliResult<f64> {
 /// One sweep value: (parameter value, workload index, fleet configuration).
 pub type SweepValue = (f64, usize, FleetConfig);
 
+/// A sweep's points: the workloads generated here, each point's (value, workload index, config),
+/// and the parameter (`--param`, checked here).
+pub struct Values {
+    /// The workloads.
+    pub gens: Vec<scenario::Generated>,
+    /// The points.
+    pub values: Vec<SweepValue>,
+    /// The swept parameter.
+    pub param: SweepParam,
+}
+
 /// Parameter values of a sweep, as (value, workload index, config) with workloads generated here.
-pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<(Vec<scenario::Generated>, Vec<SweepValue>)> {
+pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<Values> {
     let base = sc.fleet;
+    // an unknown --param is reported where it always was: after the range flags' checks
+    let param = SweepParam::from_flag(&a.param);
     let from = if a.from_fit { Some("fit".to_string()) } else { a.from.clone() };
     if a.steps < 2 {
         return Err(CliError::bad_input(format!("--steps {}: expected at least 2 points", a.steps)));
@@ -68,7 +82,7 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<(Vec<sc
             _ => Err(CliError::bad_input(format!("--param {kind}: give --values, or both --from and --to"))),
         }
     };
-    if a.param == "rate" {
+    if matches!(param, Ok(SweepParam::Rate)) {
         let milli = |flag: &str, v: f64| {
             scenario::rate_milli(v)
                 .map_err(|e| CliError::bad_input(format!("{flag} {}: expected {e}", scenario::num(v))))
@@ -98,11 +112,12 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<(Vec<sc
             gens.push(scenario::Generated::with_origin(w, &sc.origin)?);
             out.push((*m as f64 / 1000.0, i, base));
         }
-        return Ok((gens, out));
+        return Ok(Values { gens, values: out, param: SweepParam::Rate });
     }
     let g = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
-    let vals: Vec<f64> = match a.param.as_str() {
-        "capacity" => {
+    let param = param?;
+    let vals: Vec<f64> = match param {
+        SweepParam::Capacity => {
             let fit = g.distinct_blocks();
             let hot = sc.workload.hot_set_blocks();
             match range("capacity")? {
@@ -117,8 +132,8 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<(Vec<sc
                 }
             }
         }
-        "alpha" | "stale" | "pods" => {
-            let p = a.param.as_str();
+        SweepParam::Alpha | SweepParam::Stale | SweepParam::Pods => {
+            let p = param.name();
             match range(p)? {
                 None => a
                     .values
@@ -141,22 +156,22 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<(Vec<sc
                 }
             }
         }
-        other => {
-            return Err(CliError::bad_input(format!("--param {other}: expected capacity, alpha, stale, pods or rate")));
+        // rate returned above; the report's own parameters are no flag values
+        SweepParam::Rate | SweepParam::CpuCapacity | SweepParam::RagSorted => {
+            return Err(CliError::bad_input(format!("--param {param}: expected capacity, alpha, stale, pods or rate")));
         }
     };
     let mut out = Vec::new();
     for v in vals {
         let mut cfg = base;
-        match a.param.as_str() {
-            "capacity" => cfg.capacity_blocks = v as usize,
-            "alpha" => cfg.alpha = v,
-            "stale" => cfg = super::run::with_view(cfg, |view| view.stale_delay = v as u32),
+        match param {
+            SweepParam::Capacity => cfg.capacity_blocks = v as usize,
+            SweepParam::Alpha => cfg.alpha = v,
+            SweepParam::Stale => cfg = super::run::with_view(cfg, |view| view.stale_delay = v as u32),
             _ => cfg.pods = v as usize,
         }
-        cfg.validate()
-            .map_err(|e| CliError::bad_input(format!("--param {} value {}: {e}", a.param, scenario::num(v))))?;
+        cfg.validate().map_err(|e| CliError::bad_input(format!("--param {param} value {}: {e}", scenario::num(v))))?;
         out.push((v, 0, cfg));
     }
-    Ok((vec![g], out))
+    Ok(Values { gens: vec![g], values: out, param })
 }

@@ -17,6 +17,14 @@ pub enum Error {
         /// What is accepted.
         expected: &'static str,
     },
+    /// A configuration value refused because of another setting ([`Rule`]); the core names the
+    /// settings in its own words, the host names them as the user gave them (flags, keys).
+    Conflict {
+        /// The field refused.
+        field: Field,
+        /// The rule it breaks.
+        rule: Rule,
+    },
     /// A caller-provided buffer has the wrong length.
     BufferSize {
         /// Which buffer.
@@ -73,6 +81,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Error::InvalidConfig { field, expected } => write!(f, "invalid {field}: expected {expected}"),
+            Error::Conflict { field, rule } => write!(f, "invalid {field}: expected {rule}"),
             Error::BufferSize { buffer, expected, got } => {
                 write!(f, "buffer `{buffer}` has length {got}, expected {expected}")
             }
@@ -97,7 +106,9 @@ impl fmt::Display for Error {
 
 impl core::error::Error for Error {}
 
-/// Declares a fieldless enum with a `name()` (its spelling in messages), `ALL` and `Display`.
+/// Declares a fieldless enum with `name()` (its spelling in messages: the CLI's for configuration
+/// fields, the TOML key's for the cost model's), `ALL`, `parse` and `Display`; the fleet's and the
+/// cost model's named enums all come from here.
 macro_rules! named_enum {
     ($(#[$m:meta])* $vis:vis enum $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal,)* }) => {
         $(#[$m])*
@@ -109,19 +120,25 @@ macro_rules! named_enum {
             /// Every variant, in declaration order.
             pub const ALL: &'static [$name] = &[$($name::$v,)*];
 
-            /// Its spelling in messages (the CLI's for configuration fields).
+            /// Its spelling (in messages; the CLI's or a TOML key's).
             pub const fn name(self) -> &'static str {
                 match self { $($name::$v => $s,)* }
             }
+
+            /// The variant spelled `s`.
+            pub fn parse(s: &str) -> Option<$name> {
+                Self::ALL.iter().copied().find(|v| v.name() == s)
+            }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::core::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
                 f.write_str(self.name())
             }
         }
     };
 }
+pub(crate) use named_enum;
 
 named_enum! {
     /// A configuration field the core checks ([`Error::InvalidConfig`]). The host maps each one to
@@ -357,3 +374,34 @@ named_enum! {
         MappedKey => "a cached block's key is in the cache map",
     }
 }
+
+named_enum! {
+    /// A rule between two settings ([`Error::Conflict`]): what the refused field must be given
+    /// the other setting, in the core's words (the host has its own, naming its flags and keys).
+    pub enum Rule {
+        /// A shipped router needs its preset or a pipeline.
+        PresetOrPipeline => "a preset name, or a pipeline from a router config",
+        /// A custom router needs a pipeline.
+        Pipeline => "a pipeline from a router config",
+        /// A custom router's configuration needs its pipeline.
+        PipelineFile => "a pipeline (a router config file)",
+        /// A global cache is one pool of pods x capacity blocks.
+        GlobalPool => "pods x capacity at most 4294967294 blocks with a global cache (one pool)",
+        /// A global cache has no CPU tier.
+        GlobalCpuTier => "0 with a global cache",
+        /// A global cache has no stale view.
+        GlobalStale => "no stale index (a delay in requests or in time, or speculative entries) with a global cache",
+        /// A global cache needs no index.
+        GlobalIndex => "pod-tables with a global cache",
+        /// A global cache does not autoscale.
+        GlobalScale => "no autoscaling with a global cache",
+        /// A stale view delays in requests or in time.
+        OneStaleDelay => "0 with a stale delay in requests (a delay in requests or in time, not both)",
+    }
+}
+
+// The pool's limit, quoted in GlobalPool's words.
+const _: () = assert!(
+    crate::fleet::base::limits::mentions(Rule::GlobalPool.name(), crate::fleet::base::limits::MAX_POD_BLOCKS as u64),
+    "Rule::GlobalPool does not quote MAX_POD_BLOCKS"
+);

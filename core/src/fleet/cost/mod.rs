@@ -106,37 +106,8 @@ impl fmt::Display for Error {
 
 impl core::error::Error for Error {}
 
-/// Declares a fieldless enum with `name()` (its spelling), `ALL`, `parse` and `Display`.
-macro_rules! cost_enum {
-    ($(#[$m:meta])* $vis:vis enum $name:ident { $($(#[$vm:meta])* $v:ident => $s:literal,)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-        #[cfg_attr(feature = "defmt", derive(defmt::Format))]
-        $vis enum $name { $($(#[$vm])* $v,)* }
-
-        impl $name {
-            /// Every variant, in declaration order.
-            pub const ALL: &'static [$name] = &[$($name::$v,)*];
-
-            /// Its spelling (the CLI's or the TOML key's).
-            pub const fn name(self) -> &'static str {
-                match self { $($name::$v => $s,)* }
-            }
-
-            /// The variant spelled `s`.
-            pub fn parse(s: &str) -> Option<$name> {
-                Self::ALL.iter().copied().find(|v| v.name() == s)
-            }
-        }
-
-        impl ::core::fmt::Display for $name {
-            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
-                f.write_str(self.name())
-            }
-        }
-    };
-}
-pub(crate) use cost_enum;
+// The named enums' macro is the fleet's (`base::error`): name, ALL, parse, Display.
+pub(crate) use crate::fleet::base::error::named_enum as cost_enum;
 
 cost_enum! {
     /// A described value the cost model checks ([`Error::Invalid`]). The name is the key of the

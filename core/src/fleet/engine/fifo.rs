@@ -11,7 +11,7 @@
 
 use super::server::FifoServer;
 use super::{Completion, Engine, EngineEvents, Request, Routed};
-use crate::fleet::base::error::{Error, Field, Quantity};
+use crate::fleet::base::error::{Error, Field, Quantity, Rule};
 use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_POD_BLOCKS, quoting};
 use crate::fleet::base::load::PodLoad;
 use crate::fleet::cache::CacheEvents;
@@ -135,16 +135,10 @@ impl FifoConfig {
         if self.cache == CacheMode::Global {
             let total = pods.saturating_mul(capacity_blocks);
             if total > MAX_POD_BLOCKS || LruPod::table_len(total) == 0 {
-                return Err(Error::InvalidConfig {
-                    field: Field::Capacity,
-                    expected: quoting!(
-                        "pods x capacity at most 4294967294 blocks with --cache global (one pool)",
-                        MAX_POD_BLOCKS
-                    ),
-                });
+                return Err(Error::Conflict { field: Field::Capacity, rule: Rule::GlobalPool });
             }
             if self.cpu_capacity_blocks > 0 {
-                return Err(Error::InvalidConfig { field: Field::CpuCapacity, expected: "0 with --cache global" });
+                return Err(Error::Conflict { field: Field::CpuCapacity, rule: Rule::GlobalCpuTier });
             }
         }
         Ok(())

@@ -5,7 +5,7 @@ use super::seed::{LeastLoaded, PrefixAware, RoundRobin};
 use super::shipped::ShippedRouter;
 use super::spec::{RouterBuffers, RouterSpec};
 use super::{Route, RouteView, Router};
-use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::error::{Error, Field, Rule};
 
 /// Which built-in router.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -136,10 +136,8 @@ impl<'a> AnyRouter<'a> {
             RouterKind::LeastLoaded => Ok(AnyRouter::LeastLoaded(LeastLoaded)),
             RouterKind::PrefixAware => Ok(AnyRouter::PrefixAware(PrefixAware { alpha })),
             _ => {
-                let spec = RouterSpec::preset(kind).ok_or(Error::InvalidConfig {
-                    field: Field::Router,
-                    expected: "a preset name, or a pipeline from --router-config",
-                })?;
+                let spec = RouterSpec::preset(kind)
+                    .ok_or(Error::Conflict { field: Field::Router, rule: Rule::PresetOrPipeline })?;
                 Self::build(kind, alpha, Some(&spec), 1, RouterBuffers::default())
             }
         }
@@ -162,10 +160,8 @@ impl<'a> AnyRouter<'a> {
         let spec = match spec {
             Some(s) => s,
             None => {
-                preset = RouterSpec::preset(kind).ok_or(Error::InvalidConfig {
-                    field: Field::Router,
-                    expected: "a pipeline from --router-config",
-                })?;
+                preset =
+                    RouterSpec::preset(kind).ok_or(Error::Conflict { field: Field::Router, rule: Rule::Pipeline })?;
                 &preset
             }
         };

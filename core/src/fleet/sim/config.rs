@@ -5,7 +5,7 @@
 use super::defaults;
 use super::scale::ScalePolicy;
 use super::view::{IndexKind, ViewConfig};
-use crate::fleet::base::error::{Error, Field};
+use crate::fleet::base::error::{Error, Field, Rule};
 use crate::fleet::base::limits::{MAX_ALPHA, MAX_POD_BLOCKS, MAX_PODS, quoting};
 use crate::fleet::cache::lru::LruPod;
 use crate::fleet::engine::batched::{BatchedConfig, BatchedEngine};
@@ -172,10 +172,7 @@ impl FleetConfig {
             match self.router_spec() {
                 Some(spec) => spec.validate()?,
                 None => {
-                    return Err(Error::InvalidConfig {
-                        field: Field::Router,
-                        expected: "a pipeline (--router-config FILE)",
-                    });
+                    return Err(Error::Conflict { field: Field::Router, rule: Rule::PipelineFile });
                 }
             }
         }
@@ -227,19 +224,13 @@ impl FleetConfig {
         if e.cache == CacheMode::Global {
             e.validate(self.pods, self.capacity_blocks)?;
             if view.is_stale() {
-                return Err(Error::InvalidConfig {
-                    field: Field::Stale,
-                    expected: "no stale index (--stale, --event-delay-ms, --speculative-ttl-ms) with --cache global",
-                });
+                return Err(Error::Conflict { field: Field::Stale, rule: Rule::GlobalStale });
             }
             if view.index != IndexKind::PodTables {
-                return Err(Error::InvalidConfig { field: Field::Index, expected: "pod-tables with --cache global" });
+                return Err(Error::Conflict { field: Field::Index, rule: Rule::GlobalIndex });
             }
             if scale.is_some() {
-                return Err(Error::InvalidConfig {
-                    field: Field::ScaleMin,
-                    expected: "no autoscaling with --cache global",
-                });
+                return Err(Error::Conflict { field: Field::ScaleMin, rule: Rule::GlobalScale });
             }
         }
         Ok(())

@@ -4,7 +4,7 @@
 //! speculative entries. Fed by the pods' cache events ([`Feed`]); a fleet-level feature.
 
 use crate::fleet::base::carve::chunks;
-use crate::fleet::base::error::{Buffer, Error, Field, Quantity};
+use crate::fleet::base::error::{Buffer, Error, Field, Quantity, Rule};
 use crate::fleet::base::limits::MAX_STALE_DELAY;
 use crate::fleet::cache::CacheEvents;
 use crate::fleet::cache::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
@@ -88,10 +88,7 @@ impl ViewConfig {
             return Err(Error::InvalidConfig { field: Field::Stale, expected: "at most 16777216 requests" });
         }
         if self.event_delay_ns > 0 && self.stale_delay > 0 {
-            return Err(Error::InvalidConfig {
-                field: Field::EventDelay,
-                expected: "0 with --stale (a delay in requests or in time, not both)",
-            });
+            return Err(Error::Conflict { field: Field::EventDelay, rule: Rule::OneStaleDelay });
         }
         Ok(())
     }

@@ -27,11 +27,11 @@ pub fn report(
         svgs.push((section.into(), stem.into(), svg));
         Ok(())
     };
-    for (stem, c) in sweep_charts("stable prefix first", "capacity", &ex.capacity) {
+    for (stem, c) in sweep_charts("stable prefix first", SweepParam::Capacity, &ex.capacity) {
         add("capacity", &format!("capacity_{stem}"), &c)?;
     }
-    let ts_hit = sweep_charts("timestamp first", "capacity", &ex.timestamp_first).remove(0).1;
-    let mut both = sweep_charts("layout", "capacity", &ex.capacity).remove(0).1;
+    let ts_hit = sweep_charts("timestamp first", SweepParam::Capacity, &ex.timestamp_first).remove(0).1;
+    let mut both = sweep_charts("layout", SweepParam::Capacity, &ex.capacity).remove(0).1;
     both.title = "prompt layout: hit rate vs capacity; (ts) = timestamp on line one".into();
     // Lines that lie on one another (the timestamp-first runs all hit 0%) are drawn with nested
     // markers; the legend says so, with the value read from the data.

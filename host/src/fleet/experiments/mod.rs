@@ -27,7 +27,7 @@ use super::progress::Progress;
 use super::report::{BUILTIN, builtin, sweep_charts, write_chart};
 use super::run::{Fifo, Summary, with_fifo, with_view};
 use super::scenario::{Generated, Scenario};
-use super::sweep::{self, Point, PointSpec};
+use super::sweep::{self, Point, PointSpec, SweepParam};
 use crate::error::CliResult;
 use crate::plot::{Chart, Series};
 use crate::provenance::Provenance;
@@ -176,9 +176,9 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     let cap_specs: Vec<PointSpec> = specs(&caps.iter().map(|&c| at(c, 0)).collect::<Vec<_>>());
     let ts_specs: Vec<PointSpec> = specs(&caps.iter().map(|&c| at(c, 1)).collect::<Vec<_>>());
     progress.set_message("capacity sweep");
-    let capacity = sweep::run_points::<Fifo>("capacity", &wls, &cap_specs, threads, progress)?;
+    let capacity = sweep::run_points::<Fifo>(SweepParam::Capacity, &wls, &cap_specs, threads, progress)?;
     progress.set_message("timestamp-first");
-    let timestamp_first = sweep::run_points::<Fifo>("capacity", &wls, &ts_specs, threads, progress)?;
+    let timestamp_first = sweep::run_points::<Fifo>(SweepParam::Capacity, &wls, &ts_specs, threads, progress)?;
 
     // 3: stale index at hot/6.
     let small = FleetConfig { capacity_blocks: (hot / 6) as usize, ..mt.fleet };
@@ -192,12 +192,12 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         .collect();
     st.push(PointSpec { value: 0.0, workload: 0, cfg: FleetConfig { router: RouterKind::RoundRobin, ..small } });
     progress.set_message("stale index");
-    let mut stale = sweep::run_points::<Fifo>("stale", &wls, &st, threads, progress)?;
+    let mut stale = sweep::run_points::<Fifo>(SweepParam::Stale, &wls, &st, threads, progress)?;
     let stale_baseline = stale.pop().expect("baseline point");
     let tiers: Vec<_> =
         CPU_TIERS.iter().map(|&c| (c as f64, 0, with_fifo(small, |f| f.cpu_capacity_blocks = c))).collect();
     progress.set_message("cpu tier");
-    let cpu_tier = sweep::run_points::<Fifo>("cpu_capacity", &wls, &specs(&tiers), threads, progress)?;
+    let cpu_tier = sweep::run_points::<Fifo>(SweepParam::CpuCapacity, &wls, &specs(&tiers), threads, progress)?;
 
     // 4: alpha.
     let al = scenario("alpha", shrink)?;
@@ -216,7 +216,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         }
     }
     progress.set_message("alpha");
-    let alpha = sweep::run_points::<Fifo>("alpha", &alw, &a_specs, threads, progress)?;
+    let alpha = sweep::run_points::<Fifo>(SweepParam::Alpha, &alw, &a_specs, threads, progress)?;
 
     // 5: llm-d shape.
     let ld = scenario("llm-d", shrink)?;
@@ -228,7 +228,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         cfg: with_view(FleetConfig { router: RouterKind::PrefixAware, ..ld.fleet }, |v| v.stale_delay = 64),
     });
     progress.set_message("llm-d shape");
-    let llmd = sweep::run_points::<Fifo>("stale", &ldw, &l_specs, threads, progress)?;
+    let llmd = sweep::run_points::<Fifo>(SweepParam::Stale, &ldw, &l_specs, threads, progress)?;
 
     // 6: RAG.
     let rg = scenario("rag", shrink)?;
@@ -238,7 +238,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     ];
     progress.set_message("rag");
     let rag_specs = specs(&[(0.0, 0, rg.fleet), (1.0, 1, rg.fleet)]);
-    let rag = sweep::run_points::<Fifo>("rag_sorted", &rgw, &rag_specs, threads, progress)?;
+    let rag = sweep::run_points::<Fifo>(SweepParam::RagSorted, &rgw, &rag_specs, threads, progress)?;
 
     // 8: autoscaling.
     progress.set_message("autoscaling");
@@ -308,7 +308,7 @@ fn autoscale_runs(shrink: u64, progress: &Progress) -> CliResult<(Vec<Point>, Ve
         if keep {
             timelines.push((autoscale_label(i, sc.fleet.pods, true), step_line(&res.outcomes)));
         }
-        points.push(Point { param: "alpha".into(), value: alpha, summary: res.summary });
+        points.push(Point { param: SweepParam::Alpha, value: alpha, summary: res.summary });
         progress.inc(1);
     }
     Ok((points, timelines))

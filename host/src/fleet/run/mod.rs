@@ -16,7 +16,8 @@ pub use self::drive::{Driving, HostEngine, Ran, Shape, drive};
 pub use self::engines::{Batched, Fifo, FifoSizes, OwnedFifo, OwnedRouter, fifo_needs, runs_layout};
 pub use self::source::{EmbeddedTrace, RequestSource, TraceSource, restart_error_for};
 pub use self::summary::{
-    AutoscaleSummary, BatchedSummary, RunSummary, Summary, exact_percentiles, render_batched, render_table, secs,
+    AutoscaleSummary, BatchedSummary, EngineKind, RunSummary, Summary, exact_percentiles, render_batched, render_table,
+    secs,
 };
 use crate::error::{CliError, CliResult, FleetError};
 
@@ -85,9 +86,9 @@ pub fn run_context(cfg: &FleetConfig) -> String {
 
 /// Turns a configuration error from the core into a message naming the CLI flag.
 pub fn config_error(e: CoreError) -> CliError {
-    match e {
-        CoreError::InvalidConfig { field, expected } => FleetError::Flag { field, expected }.into(),
-        other => CliError::failure(other.to_string()),
+    match super::fields::refused(e) {
+        Ok((field, expected)) => FleetError::Flag { field, expected }.into(),
+        Err(other) => CliError::failure(other.to_string()),
     }
 }
 

@@ -167,11 +167,31 @@ impl PhysicsPart {
     }
 }
 
+/// Which engine a result came from, as outputs spell it (`fifo`, `batched`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EngineKind {
+    /// FIFO single servers.
+    Fifo,
+    /// vLLM-style continuous batching.
+    Batched,
+}
+
+impl EngineKind {
+    /// Its spelling in outputs.
+    pub const fn name(self) -> &'static str {
+        match self {
+            EngineKind::Fifo => "fifo",
+            EngineKind::Batched => "batched",
+        }
+    }
+}
+
 /// The batched engine's summary (docs/MODEL.md, "Metrics of the batched engine").
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct BatchedSummary {
-    /// Always "batched".
-    pub engine: String,
+    /// Always [`EngineKind::Batched`].
+    pub engine: EngineKind,
     /// Router.
     pub router: brokerlab_core::fleet::RouterKind,
     /// Pods N.
@@ -474,7 +494,7 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
     let prefill_tokens = sum(&|s| s.prefill_tokens);
     let e2e_mean = mean(&samples.e2e);
     BatchedSummary {
-        engine: "batched".into(),
+        engine: EngineKind::Batched,
         router: cfg.router,
         pods: cfg.pods,
         capacity: cfg.capacity_blocks,

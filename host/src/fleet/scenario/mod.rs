@@ -46,11 +46,9 @@ impl Scenario {
 
 /// A configuration error of a scenario file `origin`, naming the scenario key of the field.
 pub fn key_error(origin: &str, e: brokerlab_core::fleet::Error) -> CliError {
-    match e {
-        brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
-            FleetError::Key { origin: origin.to_string(), field, expected }.into()
-        }
-        other => CliError::bad_input(format!("{origin}: {other}")),
+    match super::fields::refused(e) {
+        Ok((field, expected)) => FleetError::Key { origin: origin.to_string(), field, expected }.into(),
+        Err(other) => CliError::bad_input(format!("{origin}: {other}")),
     }
 }
 
