@@ -12,6 +12,9 @@ use super::shape::BatchShape;
 use crate::fleet::base::error::{Error, Field, Quantity};
 
 /// A step-cost model.
+// The physics variant is ~450 bytes: no Box without alloc, and a configuration is copied once per
+// engine (a fleet holds a few KB of them, docs/ARCHITECTURE.md).
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum StepCost {
