@@ -447,11 +447,21 @@ pub(super) fn render_html(
         let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
     }
     {
-        let md = cost_section();
-        let (intro, table) = md.split_once("\n\n").unwrap_or(("", &md));
-        let _ =
-            write!(o, "<h2>9b. What the cost model says, and how wrong it is</h2><p>{}</p>", md_inline_to_html(intro));
-        o += &md_table_to_html(table);
+        o += "<h2>9b. What the cost model says, and how wrong it is</h2>";
+        // paragraphs, tables (code spans shown plain) and the notes list, block by block
+        for block in cost_section().split("\n\n") {
+            if block.starts_with('|') {
+                o += &md_table_to_html(&block.replace('`', ""));
+            } else if block.starts_with("Notes:") {
+                o += "<ul>";
+                for item in block.lines().filter_map(|l| l.strip_prefix("- ")) {
+                    let _ = write!(o, "<li>{}</li>", md_inline_to_html(item));
+                }
+                o += "</ul>";
+            } else {
+                let _ = write!(o, "<p>{}</p>", md_inline_to_html(block));
+            }
+        }
     }
     {
         use crate::fleet::mooncake as mc;
