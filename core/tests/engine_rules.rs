@@ -475,6 +475,61 @@ fn random_small_fleets_keep_the_invariants_and_fast_forward_is_exact() {
     assert!(preempted > 50, "the cases must preempt: {preempted}");
 }
 
+#[test]
+fn the_physics_step_cost_drives_the_engine_and_fast_forward_stays_exact() {
+    // One request alone: its first token comes after one prefill step whose time is the physics
+    // model's for that chunk; each later token after a decode step over a context one longer.
+    let phys = PhysicsProfile::Qwen3_32bH100Tp2.physics().unwrap();
+    let mut e = BatchedConfig::physics(PhysicsProfile::Qwen3_32bH100Tp2).unwrap();
+    e.max_num_seqs = 8;
+    e.max_num_batched_tokens = 256;
+    let res = run(one_pod(64), e, &[r(0, &[1, 2, 3], 5, 40)]);
+    let mut s = phys.shape();
+    s.add_prefill(0, 53).unwrap();
+    let prefill = phys.step_ns(&s).unwrap();
+    assert_eq!(res.done[0].first_token_ns, prefill);
+    let mut t = prefill;
+    for c in 53..53 + 39 {
+        let mut s = phys.shape();
+        s.add_decode(c).unwrap();
+        t += phys.step_ns(&s).unwrap();
+    }
+    assert_eq!(res.done[0].finish_ns, t, "the decode steps are summed exactly as the context grows");
+    let distinct = res.itl.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(distinct > 0, "decode steps cost more as their context grows: {:?}", res.itl);
+
+    // Small pods under pressure with the dense and the sliding-window (gpt-oss) profiles: run()
+    // compares fast-forward with step by step.
+    let mut x = 77u64;
+    for profile in [PhysicsProfile::Qwen3_32bH100Tp2, PhysicsProfile::GptOss120bH100Tp1] {
+        for case in 0..40 {
+            let pods = 1 + (lcg(&mut x) % 3) as usize;
+            let cap = 8 + (lcg(&mut x) % 40) as usize;
+            let mut e = BatchedConfig::physics(profile).unwrap();
+            e.max_num_seqs = 1 + (lcg(&mut x) % 6) as u32;
+            e.max_num_batched_tokens = e.max_num_seqs + (lcg(&mut x) % 120) as u32;
+            let router = RouterKind::ALL[(lcg(&mut x) % 3) as usize];
+            let mut at = 0u64;
+            let mut reqs = Vec::new();
+            for _ in 0..(5 + lcg(&mut x) % 30) {
+                at += lcg(&mut x) % 50_000_000;
+                let shared = lcg(&mut x) % 4;
+                let mut blocks: Vec<u64> = (0..lcg(&mut x) % 4).map(|j| shared * 100 + j).collect();
+                blocks.extend((0..lcg(&mut x) % 4).map(|_| 10_000 + lcg(&mut x)));
+                let extra = lcg(&mut x) % 16;
+                let out = lcg(&mut x) % 150;
+                let len = blocks.len() as u64 * 16 + extra;
+                if len == 0 || len + out.max(1) - 1 > cap as u64 * 16 {
+                    continue;
+                }
+                reqs.push(r(at, &blocks, extra, out));
+            }
+            let res = run(FleetConfig::new(pods, cap, router), e, &reqs);
+            assert_eq!(res.done.len(), reqs.len(), "{profile} case {case}");
+        }
+    }
+}
+
 /// A broken invariant inside the engine is an error in every build (not an index out of bounds
 /// later, not a wrong result), and the fleet refuses every call after it.
 #[test]

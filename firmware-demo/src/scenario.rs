@@ -31,8 +31,8 @@ use brokerlab_core::fleet::workload::{
 use brokerlab_core::fleet::{
     BatchedBuffers, BatchedConfig, BatchedEngine, BatchedFleet, BatchedLayout, BatchedStats, BlockIndex, Buffer,
     Completion, EngineConfig, EngineEvents, Error, FifoBuffers, FifoConfig, FifoFleet, FifoLayout, FleetConfig,
-    IndexEntry, KvBlock, LruPod, Outcome, PendingEntry, PendingEvicts, PendingRecord, Profile, ReqSlot, Request,
-    RouterKind, ScalePolicy, Slot, ViewConfig, defaults,
+    IndexEntry, KvBlock, LruPod, Outcome, PendingEntry, PendingEvicts, PendingRecord, PhysicsProfile, Profile, ReqSlot,
+    Request, RouterKind, ScalePolicy, Slot, ViewConfig, defaults,
 };
 
 use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, PowerCutViolation, SimWorld, Violation};
@@ -142,9 +142,36 @@ pub const BATCHED_ENGINE: BatchedConfig =
 pub const BATCHED_REQUESTS_PER_POD: usize = 128;
 /// Prompt keys of the tracked requests, per pod (`CapacityExceeded` past this).
 pub const BATCHED_KEYS_PER_POD: usize = 4_096;
-/// The batched runs, in report order: (group name, router).
-pub const BATCHED_RUNS: [(&str, RouterKind); 2] =
-    [("batched-round-robin", RouterKind::RoundRobin), ("batched-prefix-aware", RouterKind::PrefixAware)];
+/// The step cost of a batched run: [`BATCHED_ENGINE`]'s linear profile, or a built-in physics
+/// profile with the same limits (S = 32, M = 1,024) and the same small pods (its derived KV
+/// capacity, about 8,900 blocks for Llama-3.1-8B on an H100, does not fit the machine's RAM).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BatchedCost {
+    /// [`BATCHED_ENGINE`].
+    Linear,
+    /// The physics step cost of this profile (docs/MODEL.md, "The physics step cost").
+    Physics(PhysicsProfile),
+}
+
+/// The batched engine of a run with step cost `cost` (None: a physics profile the core refuses;
+/// the built-in ones are checked by the core's tests).
+pub fn batched_engine(cost: BatchedCost) -> Option<BatchedConfig> {
+    match cost {
+        BatchedCost::Linear => Some(BATCHED_ENGINE),
+        BatchedCost::Physics(p) => Some(BatchedConfig {
+            max_num_seqs: BATCHED_ENGINE.max_num_seqs,
+            max_num_batched_tokens: BATCHED_ENGINE.max_num_batched_tokens,
+            ..BatchedConfig::physics(p).ok()?
+        }),
+    }
+}
+
+/// The batched runs, in report order: (group name, router, step cost).
+pub const BATCHED_RUNS: [(&str, RouterKind, BatchedCost); 3] = [
+    ("batched-round-robin", RouterKind::RoundRobin, BatchedCost::Linear),
+    ("batched-prefix-aware", RouterKind::PrefixAware, BatchedCost::Linear),
+    ("batched-physics-prefix-aware", RouterKind::PrefixAware, BatchedCost::Physics(PhysicsProfile::Llama31_8bH100Tp1)),
+];
 
 /// Length of [`Storage::slots`].
 pub const SLOTS_LEN: usize = PODS * CAPACITY_BLOCKS;
@@ -597,11 +624,17 @@ impl EngineEvents for BatchedEvents<'_> {
 fn run_batched_one(
     group: &'static str,
     router: RouterKind,
+    cost: BatchedCost,
     st: &mut Storage<'_>,
     sink: &mut impl Sink,
 ) -> Result<(), RunError> {
     let setup = |e: Error| RunError { run: group, request: u32::MAX, error: e.into() };
-    let cfg = FleetConfig::batched(PODS, BATCHED_CAPACITY_BLOCKS, router, BATCHED_ENGINE);
+    let engine = batched_engine(cost).ok_or(RunError {
+        run: group,
+        request: u32::MAX,
+        error: Cause::Scenario("the physics profile is invalid"),
+    })?;
+    let cfg = FleetConfig::batched(PODS, BATCHED_CAPACITY_BLOCKS, router, engine);
     let l = BatchedLayout::new(&cfg, BATCHED_REQUESTS_PER_POD, BATCHED_KEYS_PER_POD).map_err(setup)?;
     let buffers = BatchedBuffers {
         blocks: take(st.kv_blocks, l.pods * l.blocks_per_pod, Buffer::EngineBlocks).map_err(setup)?,
@@ -745,8 +778,8 @@ fn run_batched_one(
 
 /// The batched-engine part: every run of [`BATCHED_RUNS`].
 pub fn run_batched(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
-    for (group, router) in BATCHED_RUNS {
-        run_batched_one(group, router, storage, sink)?;
+    for (group, router, cost) in BATCHED_RUNS {
+        run_batched_one(group, router, cost, storage, sink)?;
     }
     Ok(())
 }

@@ -350,3 +350,151 @@ fn calibrate_bad_input_is_exit_2_naming_the_problem() {
         run(&["fleet", "calibrate", "--model", "qwen3-8b", "--gpu", s(&g), "--steps", "x.csv", "-o", "o.toml"]);
     assert!(code == 2 && err.contains("gpu.toml") && err.contains("hbm_bytes_per_s"), "{err}");
 }
+
+const VLLM_SAMPLE: &str = "tests/data/calibrate/vllm-qwen3-32b-h100-tp2.json";
+const VLLM_REQUESTS: usize = 200;
+const VLLM_SEED: u64 = 2424;
+const VLLM_RATE_MILLI: u64 = 2_000;
+const VLLM_NOISE_PPM: u32 = 30_000;
+
+#[test]
+fn the_sample_vllm_result_is_generated_from_the_known_profile() {
+    let text = brokerlab::fleet::cost::serve::generate_result(
+        &known(),
+        VLLM_REQUESTS,
+        VLLM_SEED,
+        VLLM_RATE_MILLI,
+        VLLM_NOISE_PPM,
+    )
+    .unwrap();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(VLLM_SAMPLE);
+    if std::env::var_os("BROKERLAB_WRITE_SAMPLES").is_some() {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let checked_in =
+        std::fs::read_to_string(&path).expect("the checked-in sample (BROKERLAB_WRITE_SAMPLES=1 writes it)");
+    assert_eq!(checked_in, text, "{VLLM_SAMPLE} is not what the generator gives");
+    let r = brokerlab::fleet::cost::vllm_result::parse(&text).unwrap();
+    assert_eq!(r.requests.len(), VLLM_REQUESTS);
+}
+
+#[test]
+fn calibrate_through_the_engine_recovers_the_known_profile_from_the_vllm_sample() {
+    let d = dir("vllm");
+    let out = d.join("fitted.toml");
+    let sample = Path::new(env!("CARGO_MANIFEST_DIR")).join(VLLM_SAMPLE);
+    let args = ["fleet", "calibrate", "--model", "qwen3-32b", "--gpu", "h100", "--tp", "2", "--vllm-result"];
+    let mut all = args.to_vec();
+    all.extend([s(&sample), "-o", s(&out)]);
+    let (code, stdout, err) = run(&all);
+    assert_eq!(code, 0, "{err}");
+    eprintln!("{stdout}");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let want = *known().calibration();
+    for (key, truth, bound) in VLLM_BOUNDS {
+        let truth = truth(&want);
+        let got = toml_num(&text, "calibration", key);
+        assert!((got / truth - 1.0).abs() <= *bound, "{key}: fitted {got}, truth {truth}");
+    }
+    // the noise is uniform within 3%; TTFT's tail is wider (a step a little longer or shorter
+    // moves a prompt's chunks into other steps). Measured: TTFT median 2.4% / 2.5% held out,
+    // p90 8.4% / 8.3%; mean ITL 0.2% and 0.5%.
+    for (table, k, bound) in [
+        ("fit.ttft", "fit_median", 0.035),
+        ("fit.ttft", "held_out_median", 0.035),
+        ("fit.ttft", "fit_p90", 0.10),
+        ("fit.ttft", "held_out_p90", 0.10),
+        ("fit.itl", "fit_median", 0.01),
+        ("fit.itl", "held_out_median", 0.01),
+        ("fit.itl", "fit_p90", 0.01),
+        ("fit.itl", "held_out_p90", 0.01),
+    ] {
+        let e = toml_num(&text, table, k);
+        assert!(e.is_finite() && e < bound, "{table}.{k} = {e}");
+    }
+    assert_eq!(toml_num(&text, "fit.ttft", "held_out_requests"), (VLLM_REQUESTS / 5) as f64);
+    let svg = std::fs::read_to_string(d.join("fitted.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("TTFT, held out"));
+    assert!(std::fs::read(d.join("fitted.png")).unwrap().starts_with(b"\x89PNG"));
+    // the fitted profile runs the batched engine
+    let trace = d.join("t.jsonl");
+    std::fs::write(&trace, "{\"timestamp\": 0, \"input_length\": 400, \"output_length\": 20, \"hash_ids\": [1]}\n")
+        .unwrap();
+    let (code, stdout, err) = run(&[
+        "fleet",
+        "replay",
+        "--trace",
+        s(&trace),
+        "--pods",
+        "1",
+        "--router",
+        "round-robin",
+        "--engine",
+        "batched",
+        "--profile",
+        s(&out),
+        "--json",
+        "--no-date",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(v["profile"], "file");
+    assert_eq!(v["physics"]["step_ns"].as_u64().unwrap() as f64, toml_num(&text, "calibration", "step_ns"));
+}
+
+/// The stated bounds of the fit through the engine (docs/MODEL.md, "Fitting your own server"),
+/// with the value each is measured against; measured at this commit: compute -2.0%, memory
+/// -0.7%, step -0.2%. Not recovered from this sample, and stated so in the docs: attention
+/// (+20%: prompts of at most 8,192 tokens leave attention a small share of a prefill) and the
+/// per-request overhead (-83%: 25 us of a ~20 ms step).
+type Truth = fn(&Calibration) -> f64;
+const VLLM_BOUNDS: &[(&str, Truth, f64)] = &[
+    ("compute_ppm", |c| c.compute_ppm as f64, 0.03),
+    ("memory_ppm", |c| c.memory_ppm as f64, 0.02),
+    ("step_ns", |c| c.step_ns as f64, 0.02),
+];
+
+#[test]
+fn calibrate_from_a_vllm_result_refuses_missing_fields_and_too_few_requests() {
+    let d = dir("vllm-bad");
+    let sample = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(VLLM_SAMPLE)).unwrap();
+    let calibrate = |name: &str, text: &str| {
+        let f = d.join(name);
+        std::fs::write(&f, text).unwrap();
+        let out = d.join(format!("{name}.toml"));
+        let (code, _, err) = run(&[
+            "fleet",
+            "calibrate",
+            "--model",
+            "qwen3-32b",
+            "--gpu",
+            "h100",
+            "--tp",
+            "2",
+            "--vllm-result",
+            s(&f),
+            "-o",
+            s(&out),
+        ]);
+        assert!(!out.exists(), "{name}: no profile on bad input");
+        (code, err)
+    };
+    for key in ["input_lens", "output_lens", "ttfts", "itls", "start_times"] {
+        let (code, err) = calibrate(&format!("no-{key}.json"), &sample.replacen(&format!("\"{key}\""), "\"x\"", 1));
+        assert_eq!(code, 2, "{key}: {err}");
+        assert!(err.contains(&format!("no-{key}.json")) && err.contains(&format!("field `{key}`")), "{err}");
+    }
+    // 20 requests: 16 fit rows for 5 factors need 25
+    let few: String = {
+        let v: Value = serde_json::from_str(&sample).unwrap();
+        let mut o = v.as_object().unwrap().clone();
+        for k in ["input_lens", "output_lens", "start_times", "ttfts", "itls", "errors"] {
+            let a: Vec<Value> = o[k].as_array().unwrap().iter().take(20).cloned().collect();
+            o.insert(k.into(), Value::Array(a));
+        }
+        serde_json::to_string(&o).unwrap()
+    };
+    let (code, err) = calibrate("few.json", &few);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("too few") && err.contains("few.json"), "{err}");
+}

@@ -299,3 +299,114 @@ fn batched_sweep_over_the_rate() {
     assert!(rr[0] < rr[1] && rr[1] < rr[2], "output tok/s rises with the rate: {rr:?}");
     assert!(rows.iter().all(|r| !r[col("ttft_p90_s")].is_empty()), "{csv}");
 }
+
+/// Runs `fleet replay` of `trace` with exactly `flags`.
+fn replay_bare(trace: &PathBuf, flags: &[&str]) -> (i32, String, String) {
+    let out = bin().args(["fleet", "replay", "--trace"]).arg(trace).args(flags).output().unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn linear_profiles_keep_their_results_byte_for_byte() {
+    // host/tests/data/linear-golden/README.md: stdout and outcomes written before the physics
+    // step cost reached the engine; the linear profiles, named or with --step-model linear, must
+    // give the same bytes.
+    let (trace, _) = head("conversation_trace.jsonl", 300);
+    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/linear-golden");
+    for p in ["qwen3-32b-h100x2", "llama-3.1-8b-h100", "seed"] {
+        let want = std::fs::read_to_string(golden.join(format!("{p}.json"))).unwrap();
+        let want_sha = std::fs::read_to_string(golden.join(format!("{p}.outcomes.sha256"))).unwrap();
+        for extra in [&[][..], &["--step-model", "linear"][..]] {
+            let outcomes = tmp(&format!("golden-{p}-{}.jsonl", extra.len()), "");
+            std::fs::remove_file(&outcomes).unwrap();
+            let mut flags = vec!["--engine", "batched", "--profile", p, "--pods", "4", "--capacity", "8192"];
+            flags.extend(["--router", "prefix-aware", "--json", "--no-date", "--outcomes", outcomes.to_str().unwrap()]);
+            flags.extend(extra);
+            let (code, out, err) = replay_bare(&trace, &flags);
+            assert_eq!(code, 0, "{p} {extra:?}: {err}");
+            let at = out.find("  \"engine\"").expect("the summary follows the provenance");
+            assert_eq!(&out[at..], want, "{p} {extra:?}: stdout changed");
+            let sha = brokerlab::fleet::cost::calibrate::sha256_hex(&std::fs::read(&outcomes).unwrap());
+            assert_eq!(sha, want_sha.trim(), "{p} {extra:?}: outcomes changed");
+        }
+    }
+}
+
+#[test]
+fn a_physics_profile_replays_the_vendored_trace_with_its_derived_capacity() {
+    let (trace, outputs) = head("conversation_trace.jsonl", 1000);
+    let run = |extra: &[&str]| {
+        let mut flags = vec!["--engine", "batched", "--profile", "qwen3-32b-h100-tp2", "--pods", "4"];
+        flags.extend(["--router", "prefix-aware", "--json", "--no-date"]);
+        flags.extend(extra);
+        let (code, out, err) = replay_bare(&trace, &flags);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let v = run(&[]);
+    assert_eq!(v["profile"], "qwen3-32b-h100-tp2");
+    assert_eq!(v["physics"]["step_model"], "physics");
+    assert_eq!(v["physics"]["tp"], 2);
+    // vLLM's rule on 2 x H100 with the published reserve: 19,221 blocks = 307,536 tokens
+    // (docs/MODEL.md, "KV capacity of a pod"; llm-d measured 307,328).
+    assert_eq!(v["capacity"], 19_221);
+    assert_eq!(v["physics"]["kv_capacity_blocks_derived"], 19_221);
+    assert!(v.get("t_overhead_ns").is_none(), "a physics run has no linear coefficients");
+    assert_eq!(v["requests"], 1000);
+    assert_eq!(v["output_tokens"], outputs);
+    let ttft = v["ttft_p50"].as_f64().unwrap();
+    let itl = v["itl_p50"].as_f64().unwrap();
+    assert!(ttft > 0.0 && itl > 0.01 && itl < 0.2, "ttft {ttft} itl {itl}");
+    // --capacity overrides the derived capacity; --step-model physics alone is the same profile.
+    let w = run(&["--capacity", "8192"]);
+    assert_eq!(w["capacity"], 8192);
+    assert_eq!(w["physics"]["kv_capacity_blocks_derived"], 19_221);
+    let d = run(&["--step-model", "physics"]);
+    assert_eq!(d["ttft_p90"], v["ttft_p90"]);
+    assert_eq!(d["e2e_p90"], v["e2e_p90"]);
+}
+
+#[test]
+fn bad_step_model_input_is_exit_2_naming_the_flag_or_the_file() {
+    let t = tmp("good-phys.jsonl", GOOD);
+    let prof = tmp("bad-profile.toml", "tp = 2\n[model]\nlayers = 0\n");
+    let no_cal = tmp("no-cal.toml", &{
+        let mut s = String::from("tp = 1\n");
+        s += "[model]\nlayers = 2\nhidden = 64\nheads = 4\nintermediate = 128\nvocab = 1000\n";
+        s += "[gpu]\nflops_bf16 = 1e15\nhbm_bytes_per_s = 3e12\nmemory_bytes = 8e10\nlink_bytes_per_s = 4e11\npcie_bytes_per_s = 6e10\n";
+        s += "[calibration]\ncompute_ppm = 0\nattention_ppm = 1\nmoe_ppm = 1\nmemory_ppm = 1\nlink_ppm = 1\n";
+        s += "step_ns = 1\nrequest_ns = 0\nlayer_ns = 0\nallreduce_ns = 0\nreserve_bytes = 0\ngpu_memory_utilization_ppm = 900000\n";
+        s
+    });
+    let p = prof.to_str().unwrap();
+    let n = no_cal.to_str().unwrap();
+    for (flags, needles) in [
+        (
+            vec!["--engine", "batched", "--profile", "seed", "--step-model", "physics", "--capacity", "16"],
+            vec!["--profile", "linear", "--step-model"],
+        ),
+        (
+            vec!["--engine", "batched", "--profile", "qwen3-32b-h100-tp2", "--t-overhead-ns", "5"],
+            vec!["--t-overhead-ns", "physics"],
+        ),
+        (
+            vec!["--engine", "batched", "--profile", "h100", "--capacity", "16"],
+            vec!["--profile", "qwen3-32b-h100-tp2", "seed"],
+        ),
+        (vec!["--engine", "batched"], vec!["--capacity"]),
+        (vec!["--capacity", "16", "--step-model", "physics"], vec!["--step-model", "only with --engine batched"]),
+        (vec!["--engine", "batched", "--profile", p], vec!["bad-profile.toml", "missing field"]),
+        (vec!["--engine", "batched", "--profile", n], vec!["no-cal.toml", "calibration.compute_ppm"]),
+        (vec!["--engine", "batched", "--profile", "missing.toml"], vec!["--profile", "missing.toml"]),
+    ] {
+        let mut all = vec!["--pods", "2", "--router", "round-robin"];
+        all.extend(flags.iter().copied());
+        let (code, _, err) = replay_bare(&t, &all);
+        assert_eq!(code, 2, "{flags:?}: {err}");
+        for needle in needles {
+            assert!(err.contains(needle), "{flags:?}: {needle:?} not in {err}");
+        }
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

@@ -153,6 +153,14 @@ const CASES: &[&str] = &[
     "calibrate-tp",
     "calibrate-gpu",
     "calibrate-output",
+    "calibrate-vllm-field",
+    "calibrate-vllm-too-few",
+    // the step model and the physics profiles of the batched engine, tested in host/tests/fleet_engine.rs
+    "step-model-mismatch",
+    "step-model-linear-flag",
+    "profile-name",
+    "profile-file",
+    "capacity-missing",
 ];
 
 #[test]

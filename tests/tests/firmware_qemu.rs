@@ -135,13 +135,16 @@ fn firmware_metrics_are_bit_identical_with_the_host() {
     }
     // The batched runs reached the engine's interesting paths: chunked prefill is not needed for
     // these prompts, but preemption is (both routers), and prefix hits are (prefix-aware).
-    for (group, _) in scenario::BATCHED_RUNS {
+    for (group, ..) in scenario::BATCHED_RUNS {
         let get = |name: &str| host.iter().find(|m| m.0 == group && m.1 == name).map(|m| m.3);
         assert_eq!(get("finished"), Some(u64::from(scenario::BATCHED_REQUESTS)), "{group}: finished");
         assert!(get("preemptions").is_some_and(|p| p > 0), "{group}: preemptions {:?}", get("preemptions"));
         assert!(get("hit_tokens").is_some_and(|h| h > 0), "{group}: hit tokens {:?}", get("hit_tokens"));
         assert_eq!(get("kv_peak_blocks"), Some(scenario::BATCHED_CAPACITY_BLOCKS as u64), "{group}: KV full at peak");
     }
+    // One batched run prices its steps with the physics model (issue 24), bit-identical too.
+    let physics = scenario::BATCHED_RUNS.iter().filter(|r| matches!(r.2, scenario::BatchedCost::Physics(_))).count();
+    assert_eq!(physics, 1, "one batched run with the physics step cost");
     assert_eq!(run.end.map(|(n, _)| n), Some(host.len() as u64), "metric count in the end frame");
 }
 
@@ -153,15 +156,15 @@ fn firmware_metrics_are_bit_identical_with_the_host() {
 fn batched_runs_equal_the_host_cli() {
     let host = host();
     let workload = Generated::new(scenario::BATCHED_WORKLOAD).expect("batched workload");
-    for (group, router) in scenario::BATCHED_RUNS {
+    for (group, router, cost) in scenario::BATCHED_RUNS {
         let get = |name: &str, index: u32| {
             host.iter()
                 .find(|m| m.0 == group && m.1 == name && m.2 == index)
                 .map(|m| m.3)
                 .unwrap_or_else(|| panic!("{group}: no metric {name} {index}"))
         };
-        let cfg =
-            FleetConfig::batched(scenario::PODS, scenario::BATCHED_CAPACITY_BLOCKS, router, scenario::BATCHED_ENGINE);
+        let engine = scenario::batched_engine(cost).expect("the batched runs' engines are valid");
+        let cfg = FleetConfig::batched(scenario::PODS, scenario::BATCHED_CAPACITY_BLOCKS, router, engine);
         let cli = simulate::<Batched>(cfg, &mut &workload, true).expect("host CLI batched run");
         let s = &cli.summary;
         let digest = cli.completions.iter().fold(scenario::completion_digest_seed(), scenario::mix_completion);

@@ -35,7 +35,7 @@ pub use cache::approx::ApproxIndex;
 pub use cache::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 pub use cache::lru::{LruPod, Slot};
 pub use cache::runs::{Run, RunLru};
-pub use cost::{BatchShape, LinearCost, Profile, StepCost};
+pub use cost::{BatchShape, LinearCost, Physics, PhysicsProfile, Profile, StepCost, StepProfile};
 pub use engine::batched::{BatchedConfig, BatchedEngine, BatchedStats, KvBlock, PodBuffers, ReqSlot};
 pub use engine::fifo::{CacheMode, FifoConfig, FifoEngine, Outcome, PodStats, TouchOrder};
 pub use engine::server::FifoServer;

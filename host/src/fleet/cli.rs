@@ -218,9 +218,10 @@ pub struct FleetArgs {
     /// Number of pods N (1..=64).
     #[arg(long, allow_negative_numbers = true, value_parser = parse_pods)]
     pub pods: usize,
-    /// Blocks (16 tokens each) per pod C (1..=4294967294).
+    /// Blocks (16 tokens each) per pod C (1..=4294967294); with --engine batched and a physics
+    /// --profile, derived from the profile when absent (vLLM's rule, docs/MODEL.md).
     #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
-    pub capacity: usize,
+    pub capacity: Option<usize>,
     /// round-robin | least-loaded | prefix-aware, or a shipped router's preset: llm-d-precise,
     /// llm-d-approximate, llm-d-load, random, gie-default, llm-d-affinity, dynamo-kv,
     /// sglang-cache-aware, vllm-loadaware (docs/MODEL.md, "Shipped routers").
@@ -323,8 +324,14 @@ fn ms_to_ns(ms: u64, flag: &str) -> CliResult<u64> {
 }
 
 impl FleetArgs {
-    /// The core configuration.
-    pub fn config(&self) -> CliResult<FleetConfig> {
+    /// The core configuration; `derived` is the capacity a physics profile gives when
+    /// --capacity is absent.
+    pub fn config(&self, derived: Option<usize>) -> CliResult<FleetConfig> {
+        let capacity = self.capacity.or(derived).ok_or_else(|| {
+            CliError::bad_input(
+                "--capacity: required (blocks per pod), unless --engine batched with a physics --profile derives it",
+            )
+        })?;
         let engine = FifoConfig {
             t_prefill_ns: self.t_prefill_ns,
             t_decode_ns: self.t_decode_ns,
@@ -342,7 +349,7 @@ impl FleetArgs {
         let scale = self.scale.policy(self.pods)?;
         let mut cfg = FleetConfig {
             pods: self.pods,
-            capacity_blocks: self.capacity,
+            capacity_blocks: capacity,
             router: self.router.unwrap_or(RouterKind::Custom),
             alpha: self.alpha,
             routing: None,

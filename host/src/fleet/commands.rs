@@ -27,11 +27,16 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             if let Some(s) = a.trace_block_size {
                 check_trace_block(s)?;
             }
-            let cfg = a.fleet.config()?;
+            let engine = a.engine.resolve(None)?;
+            let derived = match &engine {
+                Some(e) => engine::derived_capacity(e, "--profile")?,
+                None => None,
+            };
+            let cfg = a.fleet.config(derived)?;
             cfg.validate().map_err(run::config_error)?;
             let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
             if format != formats::Format::Mooncake {
-                return super::replay::format(a, format, cfg);
+                return super::replay::format(a, format, cfg, engine);
             }
             formats::only_token_hash(&a.hash, format)?;
             let trace_block_size = a.trace_block_size.unwrap_or(512);
@@ -52,7 +57,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 outcomes: a.engine.outcomes.as_deref(),
                 format: None,
             };
-            let cfg = match a.engine.resolve(None)? {
+            let cfg = match engine {
                 Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
                 None => cfg,
             };

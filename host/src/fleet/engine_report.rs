@@ -9,9 +9,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
-use brokerlab_core::fleet::{
-    BatchedConfig, Error as CoreError, FleetConfig, Profile, Request, RouterKind, StepCost, keys,
-};
+use brokerlab_core::fleet::{BatchedConfig, Error as CoreError, FleetConfig, Profile, Request, RouterKind, keys};
 use serde::Serialize;
 
 use super::engine::batched;
@@ -271,7 +269,7 @@ fn times(a: Option<f64>, b: Option<f64>) -> String {
 /// "What changes and why", one paragraph per workload, formatted from the results (Markdown).
 pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
     let e = engine_config();
-    let StepCost::Linear(cost) = e.cost;
+    let cost = *e.cost.linear().expect("the engine comparison runs the linear profile");
     let mut out = Vec::new();
     let (Some(lrr), Some(lpa)) = (c.get("llm-d", RouterKind::RoundRobin), c.get("llm-d", RouterKind::PrefixAware))
     else {

@@ -10,12 +10,17 @@ use crate::error::{CliError, CliResult};
 
 /// `fleet replay` of a bailian, dynamo or tokens trace (`cfg` already checked), under the FIFO
 /// engine or `--engine batched`.
-pub fn format(a: ReplayArgs, format: Format, cfg: FleetConfig) -> CliResult<i32> {
+pub fn format(
+    a: ReplayArgs,
+    format: Format,
+    cfg: FleetConfig,
+    engine: Option<brokerlab_core::fleet::BatchedConfig>,
+) -> CliResult<i32> {
     use super::progress::{Progress, Tracked, Unit};
     use super::run::{self, Batched, Fifo, RunResult, RunSummary};
     only_token_hash(&a.hash, format)?;
     let outcomes = a.engine.outcomes.as_deref();
-    let run_cfg = match a.engine.resolve(None)? {
+    let run_cfg = match engine {
         Some(e) => super::engine::batched(cfg, e).map_err(run::config_error)?,
         None => cfg,
     };

@@ -43,7 +43,7 @@ pub fn to_csv(points: &[BatchedPoint]) -> CliResult<String> {
             CsvRow {
                 max_num_seqs: s.max_num_seqs,
                 max_num_batched_tokens: s.max_num_batched_tokens,
-                profile: s.profile.name(),
+                profile: &s.profile,
                 requests: s.requests,
                 hit_rate: s.hit_rate,
                 ttft_p50_s: s.ttft_p50,

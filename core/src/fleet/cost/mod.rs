@@ -33,7 +33,7 @@ pub use model::{Dtype, Mla, Model, ModelDesc, Moe, Sliding};
 pub use physics::{Physics, StepTerms};
 pub use profiles::PhysicsProfile;
 pub use shape::BatchShape;
-pub use step::StepCost;
+pub use step::{StepCost, StepProfile};
 
 use core::fmt;
 

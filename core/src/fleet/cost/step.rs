@@ -1,20 +1,60 @@
 //! The seam between the engines and the cost models: an engine sums up what a step does into a
 //! [`BatchShape`] (prefill tokens and their chunks' attention work, decoding requests, cached
 //! context) and asks a [`StepCost`] for its time. The engines never see a model's form; a model
-//! is a variant here ([`StepCost::Linear`] today; the physics model of [`super::physics`] is the
-//! next), its coefficients in its own type. A FIFO server serving one request alone could ask
-//! the same for a one-chunk prefill ([`BatchShape::add_prefill`] with c = the hit).
+//! is a variant here ([`StepCost::Linear`], [`StepCost::Physics`]), its coefficients in its own
+//! type. A FIFO server serving one request alone could ask the same for a one-chunk prefill
+//! ([`BatchShape::add_prefill`] with c = the hit).
 
-use super::linear::LinearCost;
+use super::linear::{LinearCost, Profile};
+use super::physics::Physics;
+use super::profiles::PhysicsProfile;
 use super::shape::BatchShape;
 use crate::fleet::base::error::{Error, Field, Quantity};
 
 /// A step-cost model.
+// The physics variant is ~450 bytes: no Box without alloc, and a configuration is copied once per
+// engine (a fleet holds a few KB of them, docs/ARCHITECTURE.md).
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub enum StepCost {
     /// [`LinearCost`].
     Linear(LinearCost),
+    /// [`Physics`]: model + GPU + TP + calibration (checked when it was built; its `step_ns` is
+    /// at least 1 ns).
+    Physics(Physics),
+}
+
+/// Which step model a run used, and the profile it came from (reporting; the cost itself is the
+/// [`StepCost`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum StepProfile {
+    /// A built-in linear profile (its coefficients possibly changed one by one).
+    Linear(Profile),
+    /// A built-in physics profile.
+    Physics(PhysicsProfile),
+    /// A physics profile read from a file (`fleet calibrate`'s output) or fitted in the run.
+    PhysicsFile,
+}
+
+impl StepProfile {
+    /// The profile's name (`--profile`); a file profile is `file`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            StepProfile::Linear(p) => p.name(),
+            StepProfile::Physics(p) => p.name(),
+            StepProfile::PhysicsFile => "file",
+        }
+    }
+
+    /// The step model's name (`--step-model`): `linear` or `physics`.
+    pub const fn step_model(self) -> &'static str {
+        match self {
+            StepProfile::Linear(_) => "linear",
+            StepProfile::Physics(_) | StepProfile::PhysicsFile => "physics",
+        }
+    }
 }
 
 impl StepCost {
@@ -23,6 +63,7 @@ impl StepCost {
     pub const fn shape(&self) -> BatchShape {
         match self {
             StepCost::Linear(_) => BatchShape::new(0),
+            StepCost::Physics(p) => p.shape(),
         }
     }
 
@@ -31,6 +72,8 @@ impl StepCost {
     pub fn step_ns(&self, s: &BatchShape) -> Result<u64, Error> {
         match self {
             StepCost::Linear(c) => c.step_ns(s),
+            // the physics model's only error at step time is an overflow of its integers
+            StepCost::Physics(p) => p.step_ns(s).map_err(|_| Error::Overflow { what: Quantity::StepTime }),
         }
     }
 
@@ -38,6 +81,7 @@ impl StepCost {
     pub fn linear(&self) -> Option<&LinearCost> {
         match self {
             StepCost::Linear(c) => Some(c),
+            StepCost::Physics(_) => None,
         }
     }
 
@@ -45,6 +89,15 @@ impl StepCost {
     pub fn linear_mut(&mut self) -> Option<&mut LinearCost> {
         match self {
             StepCost::Linear(c) => Some(c),
+            StepCost::Physics(_) => None,
+        }
+    }
+
+    /// The physics profile, when the model is physics.
+    pub fn physics(&self) -> Option<&Physics> {
+        match self {
+            StepCost::Physics(p) => Some(p),
+            StepCost::Linear(_) => None,
         }
     }
 
@@ -56,6 +109,8 @@ impl StepCost {
                 Err(Error::InvalidConfig { field: Field::TOverheadNs, expected: "at least 1 ns" })
             }
             StepCost::Linear(_) => Ok(()),
+            // Physics::new and with_calibration check the calibration (step_ns >= 1)
+            StepCost::Physics(_) => Ok(()),
         }
     }
 }

@@ -15,8 +15,10 @@ use crate::fleet::base::load::PodLoad;
 use crate::fleet::cache::CacheEvents;
 use crate::fleet::cache::table::{self, Probe};
 use crate::fleet::cost::linear::Profile;
+use crate::fleet::cost::physics::Physics;
+use crate::fleet::cost::profiles::PhysicsProfile;
 use crate::fleet::cost::shape::BatchShape;
-use crate::fleet::cost::step::{StepCost, decodes_after};
+use crate::fleet::cost::step::{StepCost, StepProfile, decodes_after};
 
 /// "No block / no request" in links.
 const NIL: u32 = u32::MAX;
@@ -30,8 +32,8 @@ pub struct BatchedConfig {
     pub max_num_seqs: u32,
     /// Token budget of one step M.
     pub max_num_batched_tokens: u32,
-    /// The profile the cost model came from (reporting only).
-    pub profile: Profile,
+    /// The step model and profile the cost model came from (reporting only).
+    pub profile: StepProfile,
     /// The step cost model.
     pub cost: StepCost,
     /// Advance runs of identical decode steps at once (same results). Turning it off is test
@@ -47,11 +49,22 @@ impl BatchedConfig {
         BatchedConfig {
             max_num_seqs: 1024,
             max_num_batched_tokens: 8192,
-            profile,
+            profile: StepProfile::Linear(profile),
             cost: StepCost::Linear(profile.coefficients()),
             #[cfg(feature = "harness")]
             fast_forward: true,
         }
+    }
+
+    /// vLLM's defaults with the physics step cost `p`, which came from `profile`.
+    pub const fn with_physics(profile: StepProfile, p: Physics) -> Self {
+        BatchedConfig { profile, cost: StepCost::Physics(p), ..BatchedConfig::new(Profile::Qwen3_32bH100x2) }
+    }
+
+    /// vLLM's defaults with the built-in physics profile `p` (docs/MODEL.md, "The physics step
+    /// cost").
+    pub fn physics(p: PhysicsProfile) -> Result<Self, crate::fleet::cost::Error> {
+        Ok(Self::with_physics(StepProfile::Physics(p), p.physics()?))
     }
 
     /// Whether the engine advances runs of identical decode steps at once: always, unless a test

@@ -14,6 +14,8 @@ use crate::fleet::route::kind::RouterKind;
 use crate::fleet::route::spec::{RouterLayout, RouterSpec};
 
 /// Which engine every pod runs, with its parameters.
+// The batched variant holds a physics step cost (~450 bytes); no Box without alloc.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum EngineConfig {
     /// FIFO single servers, and the fleet features only they support so far: a stale or global

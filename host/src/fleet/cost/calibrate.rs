@@ -196,7 +196,7 @@ impl Factor {
     }
 
     /// The value as the search sees it: a fraction for efficiencies, ns for overheads.
-    fn get(self, c: &Calibration) -> f64 {
+    pub(crate) fn get(self, c: &Calibration) -> f64 {
         match self {
             Factor::Compute => c.compute_ppm as f64 / PPM as f64,
             Factor::Attention => c.attention_ppm as f64 / PPM as f64,
@@ -207,7 +207,7 @@ impl Factor {
         }
     }
 
-    fn set(self, c: &mut Calibration, v: f64) {
+    pub(crate) fn set(self, c: &mut Calibration, v: f64) {
         let ppm = (v * PPM as f64).round().clamp(1.0, PPM as f64) as u32;
         let ns = v.round().clamp(1.0, MAX_OVERHEAD_NS as f64) as u64;
         match self {
@@ -232,7 +232,7 @@ impl Factor {
         }
     }
 
-    fn bounds(self) -> (f64, f64) {
+    pub(crate) fn bounds(self) -> (f64, f64) {
         if self.is_ppm() { (1e-3, 1.0) } else { (1.0, MAX_OVERHEAD_NS as f64) }
     }
 }
@@ -251,7 +251,7 @@ fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
     sorted[i - 1]
 }
 
-fn stats(errs: &mut [f64]) -> ErrorStats {
+pub(crate) fn stats(errs: &mut [f64]) -> ErrorStats {
     errs.sort_by(f64::total_cmp);
     if errs.is_empty() {
         return ErrorStats { rows: 0, median: f64::NAN, p90: f64::NAN };
@@ -412,18 +412,20 @@ pub fn start_calibration(layers: u32) -> Calibration {
     Calibration { step_ns: p.step_ns + layers as u64 * p.layer_ns, layer_ns: 0, ..p }
 }
 
-/// The profile TOML (reads back as a profile; the `[fit]` table records the fit).
-pub fn profile_toml(f: &StepFit, source: &str, sha256: &str) -> String {
-    let c = f.physics.calibration();
+/// A profile file's `tp`, `[model]`, `[gpu]` and `[calibration]` (what `--profile FILE.toml`
+/// reads back), with a comment naming its source.
+pub fn profile_head(p: &Physics, source: &str, sha256: &str) -> String {
+    let c = p.calibration();
     let mut s = format!(
         "# brokerlab physics profile, fitted by `brokerlab fleet calibrate` (brokerlab {}) on {source}\n\
-         # (sha256 {sha256}). Keys: docs/MODEL.md, \"The physics step cost\".\ntp = {}\n\n",
+         # (sha256 {sha256}). Keys: docs/MODEL.md, \"The physics step cost\"; run it with\n\
+         # `fleet replay --engine batched --profile FILE.toml`.\ntp = {}\n\n",
         env!("CARGO_PKG_VERSION"),
-        f.physics.tp()
+        p.tp()
     );
-    s += &model_toml(f.physics.model(), "model");
+    s += &model_toml(p.model(), "model");
     s += "\n";
-    s += &gpu_toml(f.physics.hardware(), "gpu");
+    s += &gpu_toml(p.hardware(), "gpu");
     let _ = write!(
         s,
         "\n[calibration]\ncompute_ppm = {}\nattention_ppm = {}\nmoe_ppm = {}\nmemory_ppm = {}\nlink_ppm = {}\n\
@@ -441,6 +443,12 @@ pub fn profile_toml(f: &StepFit, source: &str, sha256: &str) -> String {
         c.reserve_bytes,
         c.gpu_memory_utilization_ppm
     );
+    s
+}
+
+/// The profile TOML (reads back as a profile; the `[fit]` table records the fit).
+pub fn profile_toml(f: &StepFit, source: &str, sha256: &str) -> String {
+    let mut s = profile_head(&f.physics, source, sha256);
     let keys: Vec<String> = f.factors.iter().map(|k| format!("\"{}\"", k.key())).collect();
     let weak: Vec<String> = f
         .factors

@@ -439,3 +439,56 @@ mod tests {
         );
     }
 }
+
+/// The report's section "What the cost model says, and how wrong it is": the table of
+/// [`markdown`] with a paragraph, from the same [`run`] as `fleet cost-check`. Refuses (Err naming
+/// the row) a shown row that is missing from the check or whose prediction is missing or not finite
+/// (a not-modelled row has none by design).
+pub fn report_section(c: &Check) -> Result<String, String> {
+    for pt in super::published::points().iter().filter(|p| p.shown) {
+        let row = c.rows.iter().find(|r| r.id == pt.id).ok_or_else(|| format!("row `{}` missing", pt.id))?;
+        let modelled = !matches!(pt.role, super::published::Role::NotModelled(_));
+        if modelled && !row.predicted.is_some_and(f64::is_finite) {
+            return Err(format!("row `{}`: prediction {:?}", pt.id, row.predicted));
+        }
+    }
+    for kv in super::published::kv_points() {
+        let row = c.rows.iter().find(|r| r.id == kv.id).ok_or_else(|| format!("row `{}` missing", kv.id))?;
+        if !row.predicted.is_some_and(f64::is_finite) || !row.error.is_some_and(f64::is_finite) {
+            return Err(format!("row `{}`: prediction {:?}, error {:?}", kv.id, row.predicted, row.error));
+        }
+    }
+    let mut s = String::from(
+        "The batched engine's physics step cost (docs/MODEL.md, \"The physics step cost\"), fitted on published \
+         calibration points and judged on points it was not fitted on: each fitted point left out in turn (\"left \
+         out\"), the checks never fitted, and the KV capacity of a pod derived as vLLM sizes it. The same numbers \
+         as `brokerlab fleet cost-check`.\n\n",
+    );
+    s += &markdown(c);
+    Ok(s)
+}
+
+#[cfg(test)]
+mod report_tests {
+    use super::*;
+
+    #[test]
+    fn the_report_section_has_every_row_and_refuses_a_missing_or_nan_one() {
+        let c = run();
+        let md = report_section(&c).unwrap();
+        for pt in super::super::published::points().iter().filter(|p| p.shown) {
+            assert!(md.contains(&format!("`{}`", pt.id)), "{} missing", pt.id);
+        }
+        for kv in super::super::published::kv_points() {
+            assert!(md.contains(&format!("`{}`", kv.id)), "{} missing", kv.id);
+        }
+        assert!(!md.contains("NaN") && !md.contains("| inf"), "{md}");
+        let mut nan = c.clone();
+        let i = nan.rows.iter().position(|r| r.kind == "kv").unwrap();
+        nan.rows[i].predicted = Some(f64::NAN);
+        assert!(report_section(&nan).is_err());
+        let mut gone = c.clone();
+        gone.rows.retain(|r| r.kind != "step");
+        assert!(report_section(&gone).is_err());
+    }
+}

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use brokerlab_core::fleet::cost::{
-    CostField, Dtype, Error as CostError, Gpu, Hardware, Mla, Model, ModelDesc, Moe, Sliding,
+    Calibration, CostField, Dtype, Error as CostError, Gpu, Hardware, Mla, Model, ModelDesc, Moe, Physics, Sliding,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -243,6 +243,94 @@ pub fn load_gpu(spec: &str) -> CliResult<Hardware> {
     let hw = t.hardware();
     hw.validate().map_err(|e| CliError::bad_input(format!("{}: {e}", path.display())))?;
     Ok(hw)
+}
+
+/// The `[calibration]` table of a profile file: every factor of [`Calibration`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibrationToml {
+    compute_ppm: u32,
+    attention_ppm: u32,
+    moe_ppm: u32,
+    memory_ppm: u32,
+    link_ppm: u32,
+    step_ns: u64,
+    request_ns: u64,
+    layer_ns: u64,
+    allreduce_ns: u64,
+    reserve_bytes: u64,
+    gpu_memory_utilization_ppm: u32,
+}
+
+/// A physics profile file, as `fleet calibrate` writes it: `tp`, `[model]`, `[gpu]`,
+/// `[calibration]`, and the `[fit]` record (read, not used).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileToml {
+    tp: u32,
+    model: ModelToml,
+    gpu: GpuToml,
+    calibration: CalibrationToml,
+    #[allow(dead_code)]
+    fit: Option<toml::Value>,
+}
+
+/// A physics profile from a `.toml` file (`fleet calibrate`'s output); `what` names the flag or
+/// key in messages. Every problem is bad input naming the file and the key.
+pub fn load_profile(path: &Path, what: &str) -> CliResult<Physics> {
+    let text = read(path, what)?;
+    let file = path.display();
+    let t: ProfileToml = toml::from_str(text.trim_start_matches('\u{feff}'))
+        .map_err(|e| CliError::bad_input(format!("{what} {file}: {e}")))?;
+    let c = &t.calibration;
+    let cal = Calibration {
+        compute_ppm: c.compute_ppm,
+        attention_ppm: c.attention_ppm,
+        moe_ppm: c.moe_ppm,
+        memory_ppm: c.memory_ppm,
+        link_ppm: c.link_ppm,
+        step_ns: c.step_ns,
+        request_ns: c.request_ns,
+        layer_ns: c.layer_ns,
+        allreduce_ns: c.allreduce_ns,
+        reserve_bytes: c.reserve_bytes,
+        gpu_memory_utilization_ppm: c.gpu_memory_utilization_ppm,
+    };
+    let named = |e: CostError| match e {
+        CostError::Invalid { field, expected } => {
+            let table = if field == CostField::Tp {
+                String::new()
+            } else if is_calibration(field) {
+                "calibration.".into()
+            } else {
+                "model.".into()
+            };
+            CliError::bad_input(format!("{what} {file}: `{table}{field}`: expected {expected}"))
+        }
+        other => CliError::bad_input(format!("{what} {file}: {other}")),
+    };
+    let hw = t.gpu.hardware();
+    hw.validate().map_err(|e| CliError::bad_input(format!("{what} {file}: [gpu] {e}")))?;
+    Physics::new(t.model.desc(), hw, t.tp, cal).map_err(named)
+}
+
+/// Whether `f` is a key of the `[calibration]` table.
+fn is_calibration(f: CostField) -> bool {
+    use CostField as F;
+    matches!(
+        f,
+        F::ComputePpm
+            | F::MoePpm
+            | F::AttentionPpm
+            | F::MemoryPpm
+            | F::LinkPpm
+            | F::StepNs
+            | F::RequestNs
+            | F::LayerNs
+            | F::AllreduceNs
+            | F::ReserveBytes
+            | F::GpuMemoryUtilizationPpm
+    )
 }
 
 /// The `config.json` key behind a description field (for messages about a Hugging Face config).

@@ -237,6 +237,8 @@ pub fn render_markdown(ex: &Experiments, q: &Quoted, prov: &Provenance) -> Strin
     for p in engine_report::prose(&ex.engines, &q.llmd) {
         let _ = write!(o, "\n{p}\n");
     }
+    o += "\n## What the cost model says, and how wrong it is\n\n";
+    o += &cost_section();
     o += "\n";
     o += &crate::fleet::mooncake::markdown(&ex.mooncake);
     o += "\n";
@@ -251,6 +253,12 @@ pub fn render_markdown(ex: &Experiments, q: &Quoted, prov: &Provenance) -> Strin
     o += &runs_table(ex);
     o += "\nEverything else as in the scenario files (`scenarios/`); the experiments vary capacity, layout, stale delay, alpha, document order, CPU tier and autoscaling as each section says.\n";
     o
+}
+
+/// The cost model's section (the same check as `fleet cost-check`; deterministic, no run needed).
+fn cost_section() -> String {
+    let c = crate::fleet::cost::check::run();
+    crate::fleet::cost::check::report_section(&c).unwrap_or_else(|e| panic!("the cost check lost a row: {e}"))
 }
 
 fn autoscale_table(ex: &Experiments, pods: usize) -> String {
@@ -437,6 +445,23 @@ pub(super) fn render_html(
     o += &md_table_to_html(&engine_report::table(&ex.engines));
     for p in engine_report::prose(&ex.engines, &q.llmd) {
         let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
+    }
+    {
+        o += "<h2>9b. What the cost model says, and how wrong it is</h2>";
+        // paragraphs, tables (code spans shown plain) and the notes list, block by block
+        for block in cost_section().split("\n\n") {
+            if block.starts_with('|') {
+                o += &md_table_to_html(&block.replace('`', ""));
+            } else if block.starts_with("Notes:") {
+                o += "<ul>";
+                for item in block.lines().filter_map(|l| l.strip_prefix("- ")) {
+                    let _ = write!(o, "<li>{}</li>", md_inline_to_html(item));
+                }
+                o += "</ul>";
+            } else {
+                let _ = write!(o, "<p>{}</p>", md_inline_to_html(block));
+            }
+        }
     }
     {
         use crate::fleet::mooncake as mc;

@@ -5,7 +5,7 @@
 
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::stats::{REPORTED_PERCENTILES, nearest_rank_index};
-use brokerlab_core::fleet::{BatchedFleet, BatchedStats, CacheMode, FifoFleet, StepCost};
+use brokerlab_core::fleet::{BatchedFleet, BatchedStats, CacheMode, FifoFleet};
 use serde::Serialize;
 
 use super::collect::Samples;
@@ -107,6 +107,66 @@ pub struct AutoscaleSummary {
     pub new_pod_traffic_ratio: Option<f64>,
 }
 
+/// The physics step cost of a batched run (docs/MODEL.md, "The physics step cost").
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct PhysicsPart {
+    /// Always "physics".
+    pub step_model: String,
+    /// Tensor-parallel GPUs per pod.
+    pub tp: u32,
+    /// Model parameters.
+    pub params: u64,
+    /// Weight bytes per GPU.
+    pub weight_bytes_per_gpu: u64,
+    /// KV bytes of one token on one GPU.
+    pub kv_bytes_per_token_gpu: u64,
+    /// The KV capacity per pod the profile derives (vLLM's rule), blocks; the run's capacity is
+    /// this unless --capacity (or the scenario's `capacity`) set it.
+    pub kv_capacity_blocks_derived: Option<u64>,
+    /// Calibration: achieved fraction of the GEMM peak, ppm.
+    pub compute_ppm: u32,
+    /// Of the GEMM peak on routed experts, ppm.
+    pub moe_ppm: u32,
+    /// Of the bf16 peak in attention, ppm.
+    pub attention_ppm: u32,
+    /// Of the HBM bandwidth, ppm.
+    pub memory_ppm: u32,
+    /// Of the TP link, ppm.
+    pub link_ppm: u32,
+    /// Per step, ns.
+    pub step_ns: u64,
+    /// Per request in a step, ns.
+    pub request_ns: u64,
+    /// Per layer per step, ns.
+    pub layer_ns: u64,
+    /// Per all-reduce, ns.
+    pub allreduce_ns: u64,
+}
+
+impl PhysicsPart {
+    /// The part of a physics profile.
+    pub fn of(p: &brokerlab_core::fleet::Physics) -> Self {
+        let c = p.calibration();
+        PhysicsPart {
+            step_model: "physics".into(),
+            tp: p.tp(),
+            params: p.model().params() as u64,
+            weight_bytes_per_gpu: p.weight_bytes_per_gpu(),
+            kv_bytes_per_token_gpu: p.kv_bytes_per_token_gpu(),
+            kv_capacity_blocks_derived: p.kv_capacity_blocks().ok(),
+            compute_ppm: c.compute_ppm,
+            moe_ppm: c.moe_ppm,
+            attention_ppm: c.attention_ppm,
+            memory_ppm: c.memory_ppm,
+            link_ppm: c.link_ppm,
+            step_ns: c.step_ns,
+            request_ns: c.request_ns,
+            layer_ns: c.layer_ns,
+            allreduce_ns: c.allreduce_ns,
+        }
+    }
+}
+
 /// Which engine a result came from, as outputs spell it (`fifo`, `batched`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -144,16 +204,25 @@ pub struct BatchedSummary {
     pub max_num_seqs: u32,
     /// M.
     pub max_num_batched_tokens: u32,
-    /// Profile the coefficients started from.
-    pub profile: brokerlab_core::fleet::Profile,
-    /// Step overhead, ns.
-    pub t_overhead_ns: u64,
-    /// Per prefill token, ns.
-    pub t_prefill_token_ns: u64,
-    /// Per decoding request, ns.
-    pub t_decode_seq_ns: u64,
-    /// Per context token, ns.
-    pub t_kv_token_ns: u64,
+    /// Profile the coefficients started from (a linear or a physics profile's name, `file` for
+    /// a physics profile file).
+    pub profile: String,
+    /// The physics step cost, when it ran (absent: the linear one, whose coefficients follow;
+    /// a linear run's JSON is what it was before the physics model).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub physics: Option<PhysicsPart>,
+    /// Linear: step overhead, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_overhead_ns: Option<u64>,
+    /// Linear: per prefill token, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_prefill_token_ns: Option<u64>,
+    /// Linear: per decoding request, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_decode_seq_ns: Option<u64>,
+    /// Linear: per context token, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub t_kv_token_ns: Option<u64>,
     /// Requests.
     pub requests: u64,
     /// Sum of L.
@@ -407,8 +476,7 @@ pub fn summarize_fifo(fleet: &FifoFleet<'_>, mut latencies: Vec<u64>) -> Summary
 pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> BatchedSummary {
     let cfg = fleet.config();
     let e = fleet.engine_config();
-    // the linear model's coefficients (the one model today: docs/MODEL.md, "Step-cost profiles")
-    let StepCost::Linear(linear) = e.cost;
+    let linear = e.cost.linear();
     let [t50, t90, t99] = exact_percentiles(&mut samples.ttft);
     let [e50, e90, e99] = exact_percentiles(&mut samples.e2e);
     let ([i50, i90, i99], itl_samples) = weighted_pcts(&mut samples.itl);
@@ -433,11 +501,12 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         alpha: cfg.alpha,
         max_num_seqs: e.max_num_seqs,
         max_num_batched_tokens: e.max_num_batched_tokens,
-        profile: e.profile,
-        t_overhead_ns: linear.t_overhead_ns,
-        t_prefill_token_ns: linear.t_prefill_token_ns,
-        t_decode_seq_ns: linear.t_decode_seq_ns,
-        t_kv_token_ns: linear.t_kv_token_ns,
+        profile: e.profile.name().into(),
+        physics: e.cost.physics().map(PhysicsPart::of),
+        t_overhead_ns: linear.map(|l| l.t_overhead_ns),
+        t_prefill_token_ns: linear.map(|l| l.t_prefill_token_ns),
+        t_decode_seq_ns: linear.map(|l| l.t_decode_seq_ns),
+        t_kv_token_ns: linear.map(|l| l.t_kv_token_ns),
         requests: sum(&|s| s.requests),
         input_tokens,
         output_tokens,
@@ -547,6 +616,28 @@ pub fn render_table(s: &Summary) -> String {
     }
     o
 }
+/// The step-cost line of a batched run's table.
+fn step_cost_line(s: &BatchedSummary) -> String {
+    match (&s.physics, s.t_overhead_ns, s.t_prefill_token_ns, s.t_decode_seq_ns, s.t_kv_token_ns) {
+        (Some(p), ..) => format!(
+            "physics, profile {} (TP {}, {:.1} GB weights and {} KV bytes/token per GPU, derived capacity {} blocks; \
+             compute {:.1}%, attention {:.1}%, memory {:.1}% of peak)",
+            s.profile,
+            p.tp,
+            p.weight_bytes_per_gpu as f64 / 1e9,
+            p.kv_bytes_per_token_gpu,
+            p.kv_capacity_blocks_derived.map_or("none".into(), |b| b.to_string()),
+            p.compute_ppm as f64 / 1e4,
+            p.attention_ppm as f64 / 1e4,
+            p.memory_ppm as f64 / 1e4
+        ),
+        (None, Some(o), Some(pt), Some(d), Some(k)) => {
+            format!("{o} ns + {pt} ns/prefill token + {d} ns/decode + {k} ns/context token (profile {})", s.profile)
+        }
+        _ => format!("profile {}", s.profile),
+    }
+}
+
 /// The readable table of a batched run.
 pub fn render_batched(s: &BatchedSummary) -> String {
     let mut o = String::new();
@@ -559,13 +650,7 @@ pub fn render_batched(s: &BatchedSummary) -> String {
     );
     line("alpha", s.alpha.to_string());
     line("max seqs / tokens", format!("{} / {} per step", s.max_num_seqs, s.max_num_batched_tokens));
-    line(
-        "step cost",
-        format!(
-            "{} ns + {} ns/prefill token + {} ns/decode + {} ns/context token (profile {})",
-            s.t_overhead_ns, s.t_prefill_token_ns, s.t_decode_seq_ns, s.t_kv_token_ns, s.profile
-        ),
-    );
+    line("step cost", step_cost_line(s));
     line("requests", s.requests.to_string());
     line("input / output tokens", format!("{} / {}", s.input_tokens, s.output_tokens));
     line("hit tokens", format!("{} ({} %)", s.hit_tokens, opt(s.hit_rate.map(|h| h * 100.0), 2)));

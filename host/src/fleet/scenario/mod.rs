@@ -216,8 +216,16 @@ impl Scenario {
             Some(e) => match e.model.as_deref().unwrap_or("batched") {
                 "fifo" => None,
                 "batched" => {
+                    let step_model = match e.step_model.as_deref() {
+                        None => None,
+                        Some(m) => Some(
+                            super::engine::StepModel::parse(m)
+                                .ok_or_else(|| bad("fleet.engine.step_model", "\"linear\" or \"physics\"", m))?,
+                        ),
+                    };
                     let s = super::engine::EngineSettings {
                         profile: e.profile.clone(),
+                        step_model,
                         max_num_seqs: e.max_num_seqs,
                         max_num_batched_tokens: e.max_num_batched_tokens,
                         t_overhead_ns: e.t_overhead_ns,

@@ -169,9 +169,12 @@ pub struct EngineToml {
     /// "batched" (default) or "fifo".
     #[serde(default)]
     pub model: Option<String>,
-    /// Step-cost profile.
+    /// Step-cost profile (linear or physics, or a physics profile file).
     #[serde(default)]
     pub profile: Option<String>,
+    /// Step-cost model: "linear" or "physics".
+    #[serde(default)]
+    pub step_model: Option<String>,
     /// S.
     #[serde(default)]
     pub max_num_seqs: Option<u32>,
