@@ -13,7 +13,7 @@
 #            package: offline; --strict refuses unknown fields). `kubectl apply --dry-run=client`
 #            needs a cluster's API server (it downloads the OpenAPI document), so it is not used.
 #
-# Usage: scripts/check_deploy.sh [BINARY]   (default target/debug/brokerlab, built if missing)
+# Usage: scripts/check_deploy.sh [BINARY]   (default $CARGO_TARGET_DIR or target, /debug/brokerlab, built if missing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,7 +22,7 @@ SECURITY_MAX=30
 KV_VERSION=1.37.0
 unit=deploy/systemd/brokerlab-worker.service
 deployment=deploy/kubernetes/worker-deployment.yaml
-bin=${1:-target/debug/brokerlab}
+bin=${1:-${CARGO_TARGET_DIR:-target}/debug/brokerlab}
 [ -x "$bin" ] || cargo build -q -p brokerlab --bin brokerlab
 bin=$(realpath "$bin")
 work=$(mktemp -d)
