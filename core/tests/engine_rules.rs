@@ -73,6 +73,8 @@ fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {
             waiting: &mut waiting,
             running: &mut running,
             keys: &mut ks,
+            cpu_slots: &mut [],
+            cpu_tables: &mut [],
         },
     )
     .unwrap();
@@ -403,6 +405,8 @@ fn routers_see_the_load_signals() {
         waiting: &mut waiting,
         running: &mut running,
         keys: &mut ks,
+        cpu_slots: &mut [],
+        cpu_tables: &mut [],
     };
     let mut f = BatchedFleet::with_router(cfg, Spy::default(), bufs).unwrap();
     let mut sink = Sink::default();
@@ -549,6 +553,8 @@ fn a_broken_invariant_is_an_error_and_poisons_the_fleet() {
         waiting: &mut waiting,
         running: &mut running,
         keys: &mut ks,
+        cpu_slots: &mut [],
+        cpu_tables: &mut [],
     };
     let mut f = BatchedFleet::new(cfg, bufs).unwrap();
     let mut sink = Sink::default();

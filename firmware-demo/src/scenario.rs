@@ -643,6 +643,8 @@ fn run_batched_one(
         waiting: take(st.engine_waiting, l.pods * l.requests_per_pod, Buffer::EngineWaiting).map_err(setup)?,
         running: take(st.engine_running, l.pods * l.running_per_pod, Buffer::EngineRunning).map_err(setup)?,
         keys: take(st.engine_keys, l.pods * l.keys_per_pod, Buffer::EngineKeys).map_err(setup)?,
+        cpu_slots: &mut [],
+        cpu_tables: &mut [],
     };
     let mut fleet = BatchedFleet::new(cfg, buffers).map_err(setup)?;
     let n = BATCHED_REQUESTS as usize;

@@ -875,6 +875,7 @@ mod tests {
             prefill_tokens: 16,
             preemptions: 0,
             queue_len: 0,
+            offload_hit_tokens: 0,
         }
     }
 

@@ -153,6 +153,14 @@ named_enum! {
         Alpha => "alpha",
         /// [`FleetConfig::cpu_capacity_blocks`].
         CpuCapacity => "cpu-capacity",
+        /// The offload tier's host-to-device bandwidth (`Offload::pcie_bytes_per_s`).
+        PcieBytesPerS => "pcie-bytes-per-s",
+        /// The offload tier's load latency (`Offload::pcie_latency_ns`).
+        PcieLatencyNs => "pcie-latency-ns",
+        /// The tiered prefix score's CPU weight (`Offload::cpu_tier_weight_milli`).
+        CpuTierWeight => "cpu-tier-weight",
+        /// KV bytes of one token of a pod (`Offload::kv_bytes_per_token`).
+        KvBytesPerToken => "kv-bytes-per-token",
         /// [`FleetConfig::stale_delay`].
         Stale => "stale",
         /// [`FleetConfig::event_delay_ns`].
@@ -360,6 +368,8 @@ named_enum! {
     /// An invariant the core keeps in every build ([`Error::Invariant`]), checked where breaking
     /// it would index out of bounds or corrupt a result.
     pub enum Invariant {
+        /// A batched step that schedules nothing waits for a load of the offload tier.
+        EmptyStep => "a step that schedules nothing has a request loading",
         /// A batched engine's pinned and free blocks add up to its capacity C.
         PinnedPlusFree => "pinned + free blocks = capacity",
         /// A batched engine caches at most C blocks.

@@ -354,6 +354,7 @@ impl<'a> Engine for FifoEngine<'a> {
             prefill_tokens,
             preemptions: 0,
             queue_len: routed.queue_len,
+            offload_hit_tokens: 0,
         });
         Ok(Outcome {
             request: routed.request,

@@ -19,6 +19,7 @@
 
 pub mod batched;
 pub mod fifo;
+pub mod offload;
 pub mod server;
 
 use crate::fleet::base::error::Error;
@@ -79,6 +80,9 @@ pub struct Completion {
     pub preemptions: u32,
     /// queue_len of its pod when it was routed.
     pub queue_len: u32,
+    /// 16 x blocks loaded from the pod's CPU tier at its first admission (the batched engine's
+    /// offload tier; 0 without one).
+    pub offload_hit_tokens: u64,
 }
 
 impl Completion {

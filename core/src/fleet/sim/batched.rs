@@ -9,6 +9,7 @@ use super::{Fleet, FleetEngine, FleetTotals};
 use crate::fleet::base::carve::chunks;
 use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::MAX_PODS;
+use crate::fleet::cache::lru::{LruPod, Slot};
 use crate::fleet::engine::Routed;
 use crate::fleet::engine::batched::{BatchedConfig, BatchedEngine, KvBlock, PodBuffers, ReqSlot};
 use crate::fleet::route::kind::AnyRouter;
@@ -31,6 +32,10 @@ pub struct BatchedLayout {
     pub running_per_pod: usize,
     /// Prompt keys kept per pod (of the requests tracked).
     pub keys_per_pod: usize,
+    /// Offload-tier LRU slots per pod (C2; 0 without a tier).
+    pub cpu_slots_per_pod: usize,
+    /// Offload-tier key-table entries per pod (0 without a tier).
+    pub cpu_table_per_pod: usize,
 }
 
 impl BatchedLayout {
@@ -46,6 +51,8 @@ impl BatchedLayout {
             requests_per_pod: requests_per_pod.max(1),
             running_per_pod: e.max_num_seqs as usize,
             keys_per_pod: keys_per_pod.max(1),
+            cpu_slots_per_pod: e.offload.cpu_capacity as usize,
+            cpu_table_per_pod: if e.offload.is_on() { LruPod::table_len(e.offload.cpu_capacity as usize) } else { 0 },
         })
     }
 
@@ -57,7 +64,9 @@ impl BatchedLayout {
                 + self.table_per_pod * 4
                 + self.requests_per_pod * (size_of::<ReqSlot>() + 4)
                 + self.running_per_pod * 4
-                + self.keys_per_pod * 8)
+                + self.keys_per_pod * 8
+                + self.cpu_slots_per_pod * size_of::<Slot>()
+                + self.cpu_table_per_pod * 4)
     }
 }
 
@@ -75,6 +84,10 @@ pub struct BatchedBuffers<'a> {
     pub running: &'a mut [u32],
     /// `keys_per_pod` prompt keys per pod.
     pub keys: &'a mut [u64],
+    /// `cpu_slots_per_pod` offload-tier slots per pod (empty without a tier).
+    pub cpu_slots: &'a mut [Slot],
+    /// `cpu_table_per_pod` offload-tier table entries per pod (empty without a tier).
+    pub cpu_tables: &'a mut [u32],
 }
 
 fn not_batched() -> Error {
@@ -105,11 +118,45 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
         let waiting = chunks(b.waiting, n, requests_per_pod, Buffer::EngineWaiting)?;
         let running = chunks(b.running, n, engine.max_num_seqs as usize, Buffer::EngineRunning)?;
         let keys = chunks(b.keys, n, keys_per_pod, Buffer::EngineKeys)?;
+        let c2 = engine.offload.cpu_capacity as usize;
+        let (mut cpu_slots, mut cpu_tables) = (Some(b.cpu_slots), Some(b.cpu_tables));
+        if c2 > 0 {
+            let want = (n * c2, n * LruPod::table_len(c2));
+            let got = (cpu_slots.as_ref().map_or(0, |s| s.len()), cpu_tables.as_ref().map_or(0, |s| s.len()));
+            if got.0 != want.0 {
+                return Err(Error::BufferSize { buffer: Buffer::CpuSlots, expected: want.0, got: got.0 });
+            }
+            if got.1 != want.1 {
+                return Err(Error::BufferSize { buffer: Buffer::CpuTables, expected: want.1, got: got.1 });
+            }
+        }
         let mut engines = HVec::new();
         for (p, (((((bl, t), r), w), ru), k)) in
             blocks.zip(tables).zip(reqs).zip(waiting).zip(running).zip(keys).enumerate()
         {
-            let bufs = PodBuffers { blocks: bl, table: t, reqs: r, waiting: w, running: ru, keys: k };
+            // each pod's share of the tier's buffers (empty slices without a tier)
+            let (cs, ct) = if c2 > 0 {
+                let tl = LruPod::table_len(c2);
+                let s = cpu_slots.take().unwrap_or_default();
+                let tb = cpu_tables.take().unwrap_or_default();
+                let (a, rest_s) = s.split_at_mut(c2);
+                let (bt, rest_t) = tb.split_at_mut(tl);
+                cpu_slots = Some(rest_s);
+                cpu_tables = Some(rest_t);
+                (a, bt)
+            } else {
+                (&mut [][..], &mut [][..])
+            };
+            let bufs = PodBuffers {
+                blocks: bl,
+                table: t,
+                reqs: r,
+                waiting: w,
+                running: ru,
+                keys: k,
+                cpu_slots: cs,
+                cpu_table: ct,
+            };
             let e = BatchedEngine::new(engine, p as u32, bufs)?;
             if engines.push(e).is_err() {
                 return Err(Error::InvalidConfig { field: Field::Pods, expected: "at most 64" });

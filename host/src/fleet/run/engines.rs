@@ -255,6 +255,8 @@ pub struct OwnedBatched {
     waiting: Vec<u32>,
     running: Vec<u32>,
     keys: Vec<u64>,
+    cpu_slots: Vec<Slot>,
+    cpu_tables: Vec<u32>,
     router: OwnedRouter,
 }
 
@@ -301,6 +303,10 @@ impl HostEngine for Batched {
             need("running sets", bytes(l.running_per_pod, 4), "--max-num-seqs"),
             need("prompt keys in flight", bytes(l.keys_per_pod, 8), "shorter prompts or fewer in flight"),
         ];
+        if l.cpu_slots_per_pod > 0 {
+            let per = std::mem::size_of::<Slot>() + 4 * l.cpu_table_per_pod / l.cpu_slots_per_pod;
+            needs.push(need("offload tiers", bytes(l.cpu_slots_per_pod, per), "--cpu-capacity"));
+        }
         needs.extend_from_slice(run.held);
         Ok((batched_context(&l), needs))
     }
@@ -315,6 +321,8 @@ impl HostEngine for Batched {
             waiting: try_vec(l.pods * l.requests_per_pod, 0u32, "the waiting queues")?,
             running: try_vec(l.pods * l.running_per_pod, 0u32, "the running sets")?,
             keys: try_vec(l.pods * l.keys_per_pod, 0u64, "the prompt keys in flight")?,
+            cpu_slots: try_vec(l.pods * l.cpu_slots_per_pod, Slot::default(), "the offload tiers")?,
+            cpu_tables: try_vec(l.pods * l.cpu_table_per_pod, 0u32, "the offload tiers' key tables")?,
             router: OwnedRouter::new(cfg)?,
         })
     }
@@ -329,6 +337,8 @@ impl HostEngine for Batched {
                 waiting: &mut o.waiting,
                 running: &mut o.running,
                 keys: &mut o.keys,
+                cpu_slots: &mut o.cpu_slots,
+                cpu_tables: &mut o.cpu_tables,
             },
             o.router.buffers(),
         )
