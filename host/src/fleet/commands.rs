@@ -61,7 +61,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
                 None => cfg,
             };
-            run_print(cfg, (&mut src, Unit::TraceBytes), progress, out)
+            let slo = super::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+            run_print(cfg, (&mut src, Unit::TraceBytes), progress, out, slo)
         }
         FleetCmd::Run(a) => {
             crate::mem::set_budget(a.mem.max_memory);
@@ -95,7 +96,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 Some(e) => engine::batched(cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?,
                 None => cfg,
             };
-            run_print(cfg, (&mut src, Unit::Requests), progress, out)
+            let slo = super::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+            run_print(cfg, (&mut src, Unit::Requests), progress, out, slo)
         }
         FleetCmd::GenTrace(a) => {
             crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
@@ -233,9 +235,10 @@ fn run_print(
     (src, unit): (&mut dyn run::RequestSource, Unit),
     progress: Progress,
     out: Output<'_>,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
 ) -> CliResult<i32> {
     let mut tracked = Tracked { inner: src, progress: &progress, unit };
-    let res = run::simulate_any(cfg, &mut tracked, out.outcomes.is_some());
+    let res = run::simulate_any(cfg, &mut tracked, out.outcomes.is_some(), slo);
     progress.finish();
     out.print::<()>(&mut res?, None, None)
 }

@@ -249,11 +249,13 @@ pub fn simulate<K: HostEngine>(
     path: &Path,
     s: u32,
     keep: bool,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
 ) -> CliResult<(Ran<K::Summary>, TurnOf)> {
     let at = |t: &Turn| format!("{}:{}", PathBuf::from(path).display(), t.line);
     let n = trace.requests();
     let held = held_needs(trace, std::mem::size_of::<(u32, u32)>() as u64);
-    let run = Shape { keep, closed_loop: true, group_blocks: 1, requests: Some(n), held: &held, ..Shape::default() };
+    let run =
+        Shape { keep, closed_loop: true, group_blocks: 1, requests: Some(n), held: &held, slo, ..Shape::default() };
     // (session, turn) of each request, by dispatch index (Completion::request)
     let mut turn_of: TurnOf = Vec::new();
     let res = drive::<K>(cfg, &run, &mut |d| {

@@ -96,6 +96,28 @@ pub struct EngineArgs {
     /// with tests/reference/batched_model.py by host/tests/reference_batched.rs).
     #[arg(long, value_name = "FILE")]
     pub outcomes: Option<std::path::PathBuf>,
+    /// Batched, offload tier (--cpu-capacity): host-to-device bytes/s of a pod (default
+    /// 64000000000).
+    #[arg(long)]
+    pub pcie_bytes_per_s: Option<u64>,
+    /// Batched, offload tier: ns added to each load (default 1000).
+    #[arg(long)]
+    pub pcie_latency_ns: Option<u64>,
+    /// Batched, offload tier: weight of a CPU-tier block in the prefix-aware match, a decimal in
+    /// [0, 1] with at most three digits after the point (default 0.8, llm-d's).
+    #[arg(long)]
+    pub cpu_tier_weight: Option<String>,
+    /// Batched: KV bytes of one token of a pod (default: the profile's model).
+    #[arg(long)]
+    pub kv_bytes_per_token: Option<u64>,
+    /// SLO goodput (every engine): a request is good when its TTFT is at most this many ms
+    /// (and its TPOT within --slo-tpot-ms when given).
+    #[arg(long)]
+    pub slo_ttft_ms: Option<String>,
+    /// SLO goodput (every engine): a request is good when (e2e - ttft) / (output tokens - 1) is
+    /// at most this many ms.
+    #[arg(long)]
+    pub slo_tpot_ms: Option<String>,
 }
 
 /// Engine settings from flags or a scenario: every field optional, the profile's and vLLM's
@@ -118,6 +140,17 @@ pub struct EngineSettings {
     pub t_decode_seq_ns: Option<u64>,
     /// Cost per context token, ns.
     pub t_kv_token_ns: Option<u64>,
+    /// Offload tier: CPU-tier blocks per pod (the scenario's `[fleet.engine] cpu_capacity`;
+    /// the flag `--cpu-capacity` reaches the engine through [`batched`]).
+    pub cpu_capacity: Option<u32>,
+    /// Offload tier: host-to-device bytes/s.
+    pub pcie_bytes_per_s: Option<u64>,
+    /// Offload tier: ns per load.
+    pub pcie_latency_ns: Option<u64>,
+    /// Offload tier: CPU-tier weight, decimal text.
+    pub cpu_tier_weight: Option<String>,
+    /// KV bytes of one token of a pod.
+    pub kv_bytes_per_token: Option<u64>,
 }
 
 impl EngineSettings {
@@ -137,6 +170,11 @@ impl EngineSettings {
         add(self.t_prefill_token_ns.is_some(), "t-prefill-token-ns");
         add(self.t_decode_seq_ns.is_some(), "t-decode-seq-ns");
         add(self.t_kv_token_ns.is_some(), "t-kv-token-ns");
+        add(self.cpu_capacity.is_some(), "cpu-capacity");
+        add(self.pcie_bytes_per_s.is_some(), "pcie-bytes-per-s");
+        add(self.pcie_latency_ns.is_some(), "pcie-latency-ns");
+        add(self.cpu_tier_weight.is_some(), "cpu-tier-weight");
+        add(self.kv_bytes_per_token.is_some(), "kv-bytes-per-token");
         v
     }
 
@@ -152,6 +190,13 @@ impl EngineSettings {
         self.t_prefill_token_ns = o.t_prefill_token_ns.or(self.t_prefill_token_ns);
         self.t_decode_seq_ns = o.t_decode_seq_ns.or(self.t_decode_seq_ns);
         self.t_kv_token_ns = o.t_kv_token_ns.or(self.t_kv_token_ns);
+        self.cpu_capacity = o.cpu_capacity.or(self.cpu_capacity);
+        self.pcie_bytes_per_s = o.pcie_bytes_per_s.or(self.pcie_bytes_per_s);
+        self.pcie_latency_ns = o.pcie_latency_ns.or(self.pcie_latency_ns);
+        if o.cpu_tier_weight.is_some() {
+            self.cpu_tier_weight.clone_from(&o.cpu_tier_weight);
+        }
+        self.kv_bytes_per_token = o.kv_bytes_per_token.or(self.kv_bytes_per_token);
         self
     }
 
@@ -230,6 +275,22 @@ impl EngineSettings {
                 }
             }
         }
+        let kv_default = e.profile_kv_bytes_per_token();
+        let off = &mut e.offload;
+        off.kv_bytes_per_token = self.kv_bytes_per_token.unwrap_or(kv_default);
+        if let Some(v) = self.cpu_capacity {
+            off.cpu_capacity = v;
+        }
+        if let Some(v) = self.pcie_bytes_per_s {
+            off.pcie_bytes_per_s = v;
+        }
+        if let Some(v) = self.pcie_latency_ns {
+            off.pcie_latency_ns = v;
+        }
+        if let Some(w) = &self.cpu_tier_weight {
+            off.cpu_tier_weight_milli = super::deploy::parse_weight_milli(w)
+                .map_err(|why| CliError::bad_input(format!("{} {w:?}: {why}", name("cpu_tier_weight"))))?;
+        }
         e.validate().map_err(|err| match err {
             CoreError::InvalidConfig { field, expected } => {
                 CliError::bad_input(format!("{}: expected {expected}", name(field.name())))
@@ -274,6 +335,11 @@ impl EngineArgs {
             t_prefill_token_ns: self.t_prefill_token_ns,
             t_decode_seq_ns: self.t_decode_seq_ns,
             t_kv_token_ns: self.t_kv_token_ns,
+            cpu_capacity: None,
+            pcie_bytes_per_s: self.pcie_bytes_per_s,
+            pcie_latency_ns: self.pcie_latency_ns,
+            cpu_tier_weight: self.cpu_tier_weight.clone(),
+            kv_bytes_per_token: self.kv_bytes_per_token,
         }
     }
 
@@ -307,6 +373,17 @@ impl EngineArgs {
 pub fn batched(cfg: FleetConfig, e: BatchedConfig) -> Result<FleetConfig, CoreError> {
     let bad = |field, expected| Err(CoreError::InvalidConfig { field, expected });
     cfg.validate()?;
+    let mut e = e;
+    if let Some(f) = cfg.fifo()
+        && f.cpu_capacity_blocks > 0
+    {
+        // --cpu-capacity under the batched engine: its offload tier (docs/MODEL.md, "The KV
+        // offload tier"), vLLM's store-on-compute rule rather than the FIFO tier's
+        let Ok(c2) = u32::try_from(f.cpu_capacity_blocks) else {
+            return bad(Field::CpuCapacity, "at most 4294967294 blocks");
+        };
+        e.offload.cpu_capacity = c2;
+    }
     let b = FleetConfig { engine: EngineConfig::Batched(e), ..cfg };
     b.validate()?;
     let view = cfg.view();
@@ -325,9 +402,6 @@ pub fn batched(cfg: FleetConfig, e: BatchedConfig) -> Result<FleetConfig, CoreEr
         return bad(Field::Index, "pod-tables with --engine batched");
     }
     if let Some(f) = cfg.fifo() {
-        if f.cpu_capacity_blocks > 0 {
-            return bad(Field::CpuCapacity, "0 with --engine batched");
-        }
         if cfg.scale().is_some() {
             return bad(Field::ScaleMin, "no autoscaling with --engine batched");
         }

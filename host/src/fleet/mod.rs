@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod cost;
 pub mod dynamo;
+pub mod deploy;
 pub mod engine;
 pub mod engine_report;
 pub mod experiments;

@@ -20,6 +20,7 @@ pub fn format(
     use super::run::{self, Batched, Fifo, RunResult, RunSummary};
     only_token_hash(&a.hash, format)?;
     let outcomes = a.engine.outcomes.as_deref();
+    let slo = super::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
     let run_cfg = match engine {
         Some(e) => super::engine::batched(cfg, e).map_err(run::config_error)?,
         None => cfg,
@@ -33,7 +34,7 @@ pub fn format(
             let mut src = format_source(&a, format)?;
             let bailian = format == Format::Bailian;
             let mut tracked = Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes };
-            let res = run::simulate_any(run_cfg, &mut tracked, bailian || outcomes.is_some())?;
+            let res = run::simulate_any(run_cfg, &mut tracked, bailian || outcomes.is_some(), slo)?;
             if bailian {
                 // (request, L, hit tokens) of each request, from what its engine kept
                 let fifo = res.outcomes.iter().map(|o| {
@@ -51,7 +52,7 @@ pub fn format(
             let keep = outcomes.is_some();
             let (res, turn_of) = match run_cfg.engine {
                 brokerlab_core::fleet::EngineConfig::Fifo { .. } => {
-                    let (r, t) = super::dynamo::simulate::<Fifo>(run_cfg, &trace, &a.trace, s, keep)?;
+                    let (r, t) = super::dynamo::simulate::<Fifo>(run_cfg, &trace, &a.trace, s, keep, slo)?;
                     (
                         RunResult {
                             summary: RunSummary::Fifo(Box::new(r.summary)),
@@ -62,7 +63,7 @@ pub fn format(
                     )
                 }
                 brokerlab_core::fleet::EngineConfig::Batched(_) => {
-                    let (r, t) = super::dynamo::simulate::<Batched>(run_cfg, &trace, &a.trace, s, keep)?;
+                    let (r, t) = super::dynamo::simulate::<Batched>(run_cfg, &trace, &a.trace, s, keep, slo)?;
                     let summary = RunSummary::Batched(Box::new(r.summary));
                     (RunResult { summary, outcomes: r.outcomes, completions: r.completions }, t)
                 }

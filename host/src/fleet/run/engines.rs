@@ -242,7 +242,10 @@ impl HostEngine for Fifo {
     }
 
     fn summarize(fleet: &FifoFleet<'_>, samples: &mut Samples) -> Summary {
-        summarize_fifo(fleet, std::mem::take(&mut samples.e2e))
+        let mut s = summarize_fifo(fleet, std::mem::take(&mut samples.e2e));
+        let t = fleet.totals();
+        s.slo = samples.slo.map(|(slo, good)| super::deploy::SloKeys::of(&slo, good, t.requests, t.makespan_ns));
+        s
     }
 }
 

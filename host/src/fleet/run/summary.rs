@@ -79,6 +79,9 @@ pub struct Summary {
     /// for any pipeline); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<String>,
+    /// SLO goodput (absent without an SLO flag).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::deploy::SloKeys>,
 }
 
 /// What the autoscaler did (docs/MODEL.md, "Autoscaling").
@@ -306,6 +309,12 @@ pub struct BatchedSummary {
     /// With `--router-config`: the resolved router in one line; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<String>,
+    /// The offload tier's keys (absent without a tier).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<super::deploy::OffloadKeys>,
+    /// SLO goodput (absent without an SLO flag).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::deploy::SloKeys>,
 }
 
 /// A run's summary: the engine's own part (serialized as that part alone, so the JSON of each
@@ -469,6 +478,7 @@ pub fn summarize_fifo(fleet: &FifoFleet<'_>, mut latencies: Vec<u64>) -> Summary
         }),
         cache: (f.cache != CacheMode::Local).then_some(f.cache),
         pipeline: None,
+        slo: None,
     }
 }
 
@@ -548,6 +558,8 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         per_pod_max_queue: stats.iter().map(|s| s.max_queue_len).collect(),
         makespan_s: secs(makespan),
         pipeline: None,
+        offload: super::deploy::OffloadKeys::of(e, &stats, input_tokens),
+        slo: samples.slo.map(|(s, good)| super::deploy::SloKeys::of(&s, good, sum(&|s| s.requests), makespan)),
     }
 }
 

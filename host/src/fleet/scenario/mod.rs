@@ -232,6 +232,12 @@ impl Scenario {
                         t_prefill_token_ns: e.t_prefill_token_ns,
                         t_decode_seq_ns: e.t_decode_seq_ns,
                         t_kv_token_ns: e.t_kv_token_ns,
+                        cpu_capacity: e.cpu_capacity,
+                        pcie_bytes_per_s: e.pcie_bytes_per_s,
+                        pcie_latency_ns: e.pcie_latency_ns,
+                        // a TOML number: its shortest decimal text, checked as the flag's is
+                        cpu_tier_weight: e.cpu_tier_weight.map(|w| format!("{w}")),
+                        kv_bytes_per_token: e.kv_bytes_per_token,
                     };
                     let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
                     let ecfg = s.config(&key)?;

@@ -193,6 +193,21 @@ pub struct EngineToml {
     /// ns per context token.
     #[serde(default)]
     pub t_kv_token_ns: Option<u64>,
+    /// Offload tier: CPU-tier blocks per pod (docs/MODEL.md, "The KV offload tier").
+    #[serde(default)]
+    pub cpu_capacity: Option<u32>,
+    /// Offload tier: host-to-device bytes/s.
+    #[serde(default)]
+    pub pcie_bytes_per_s: Option<u64>,
+    /// Offload tier: ns per load.
+    #[serde(default)]
+    pub pcie_latency_ns: Option<u64>,
+    /// Offload tier: weight of a CPU-tier block in the prefix-aware match (0 ..= 1, thousandths).
+    #[serde(default)]
+    pub cpu_tier_weight: Option<f64>,
+    /// KV bytes of one token of a pod.
+    #[serde(default)]
+    pub kv_bytes_per_token: Option<u64>,
 }
 
 /// A scenario file.
