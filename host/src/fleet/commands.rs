@@ -192,7 +192,8 @@ impl Output<'_> {
         extra: Option<(&X, String)>,
     ) -> CliResult<i32> {
         if let Some(path) = self.outcomes {
-            run::outcomes::write_outcomes(path, &res.completions, more)?;
+            let offload = res.summary.batched().is_some_and(|b| b.offload.is_some());
+            run::outcomes::write_outcomes(path, &res.completions, more, offload)?;
         }
         res.summary.set_pipeline(self.pipeline);
         match self.json {

@@ -6,11 +6,13 @@ use brokerlab_core::fleet::Completion;
 use crate::error::{CliError, CliResult};
 
 /// Writes a run's completions (kept with `keep`) as JSON lines in request order (`--outcomes`);
-/// `more` gives a request's extra fields (`,"key":value...`), e.g. a Dynamo turn's session.
+/// `more` gives a request's extra fields (`,"key":value...`), e.g. a Dynamo turn's session; with
+/// `offload` (a run with the offload tier) each line ends with its `offload_hit_tokens`.
 pub fn write_outcomes(
     path: &std::path::Path,
     completions: &[Completion],
     more: Option<&dyn Fn(u64) -> String>,
+    offload: bool,
 ) -> CliResult<()> {
     let mut sorted: Vec<&Completion> = completions.iter().collect();
     sorted.sort_unstable_by_key(|c| c.request);
@@ -20,7 +22,7 @@ pub fn write_outcomes(
             writeln!(
                 w,
                 "{{\"index\":{},\"pod\":{},\"arrival_ns\":{},\"queue_len\":{},\"hit_tokens\":{},\"prefill_tokens\":{},\
-                 \"ttft_ns\":{},\"e2e_ns\":{},\"preemptions\":{}{}}}",
+                 \"ttft_ns\":{},\"e2e_ns\":{},\"preemptions\":{}{}{}}}",
                 c.request,
                 c.pod,
                 c.arrival_ns,
@@ -30,6 +32,7 @@ pub fn write_outcomes(
                 c.ttft_ns(),
                 c.e2e_ns(),
                 c.preemptions,
+                if offload { format!(",\"offload_hit_tokens\":{}", c.offload_hit_tokens) } else { String::new() },
                 more.map_or_else(String::new, |f| f(c.request))
             )?;
         }
