@@ -6,7 +6,9 @@ pub mod collect;
 pub mod deploy;
 pub mod drive;
 pub mod engines;
+pub mod fields;
 pub mod outcomes;
+pub mod progress;
 pub mod sizes;
 pub mod source;
 pub mod summary;
@@ -103,7 +105,7 @@ pub fn run_context(cfg: &FleetConfig) -> String {
 
 /// Turns a configuration error from the core into a message naming the CLI flag.
 pub fn config_error(e: CoreError) -> CliError {
-    match super::fields::refused(e) {
+    match crate::fleet::run::fields::refused(e) {
         Ok((field, expected)) => FleetError::Flag { field, expected }.into(),
         Err(other) => CliError::failure(other.to_string()),
     }

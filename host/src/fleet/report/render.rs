@@ -48,13 +48,9 @@ fn milli(v: u64) -> f64 {
 pub fn llmd_text(sc: &Scenario) -> String {
     let (w, f) = (&sc.workload, &sc.fleet);
     let suffix = if w.suffix_min_tokens == w.suffix_max_tokens {
-        engine_report::thousands(w.suffix_min_tokens.into())
+        engine::thousands(w.suffix_min_tokens.into())
     } else {
-        format!(
-            "{}-{}",
-            engine_report::thousands(w.suffix_min_tokens.into()),
-            engine_report::thousands(w.suffix_max_tokens.into())
-        )
+        format!("{}-{}", engine::thousands(w.suffix_min_tokens.into()), engine::thousands(w.suffix_max_tokens.into()))
     };
     let prompt = u64::from(w.prefix_tokens) + u64::from(w.suffix_max_tokens);
     let demand = w.hot_set_blocks() as f64 / f.capacity_blocks as f64;
@@ -70,7 +66,7 @@ pub fn llmd_text(sc: &Scenario) -> String {
          bound while prefix-aware stays far below saturation.",
         w.tenants,
         w.users_per_tenant,
-        engine_report::thousands(w.prefix_tokens.into()),
+        engine::thousands(w.prefix_tokens.into()),
         f.pods,
         (demand * 10.0).round() / 10.0,
         us(fifo.t_prefill_ns),
@@ -233,16 +229,16 @@ pub fn render_markdown(ex: &Experiments, q: &Quoted, prov: &Provenance) -> Strin
     o += "\n## The batched engine: llm-d shape and conversation trace, beside the FIFO engine\n\n";
     o += &engines_intro(ex);
     o += "\n\n";
-    o += &engine_report::table(&ex.engines);
-    for p in engine_report::prose(&ex.engines, &q.llmd) {
+    o += &engine::table(&ex.engines);
+    for p in engine::prose(&ex.engines, &q.llmd) {
         let _ = write!(o, "\n{p}\n");
     }
     o += "\n## What the cost model says, and how wrong it is\n\n";
     o += &cost_section();
     o += "\n";
-    o += &crate::fleet::mooncake::markdown(&ex.mooncake);
+    o += &crate::fleet::report::mooncake::markdown(&ex.mooncake);
     o += "\n";
-    o += &crate::fleet::llmd::markdown(&ex.llmd_bench);
+    o += &crate::fleet::report::llmd::markdown(&ex.llmd_bench);
     o += "\n## Capacity sweep (stable prefix first)\n\n";
     o += &points_table(&ex.capacity, "capacity");
     o += "\n## Capacity sweep (timestamp first)\n\n";
@@ -442,8 +438,8 @@ pub(super) fn render_html(
         "<h2>9. The batched engine: llm-d shape and conversation trace</h2><p>{}</p>",
         md_inline_to_html(&engines_intro(ex))
     );
-    o += &md_table_to_html(&engine_report::table(&ex.engines));
-    for p in engine_report::prose(&ex.engines, &q.llmd) {
+    o += &md_table_to_html(&engine::table(&ex.engines));
+    for p in engine::prose(&ex.engines, &q.llmd) {
         let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
     }
     {
@@ -464,7 +460,7 @@ pub(super) fn render_html(
         }
     }
     {
-        use crate::fleet::mooncake as mc;
+        use crate::fleet::report::mooncake as mc;
         let _ = write!(o, "<h2>10. {}</h2><p>{}</p>", html_escape(mc::TITLE), md_inline_to_html(&mc::intro()));
         o += &md_table_to_html(&mc::ratio_table(&ex.mooncake));
         o += &md_table_to_html(&mc::runs_table(&ex.mooncake));
@@ -472,7 +468,7 @@ pub(super) fn render_html(
             write!(o, "<p>{}</p><p>{}</p>", md_inline_to_html(&mc::verdict(&ex.mooncake)), md_inline_to_html(mc::WHY));
     }
     {
-        use crate::fleet::llmd::{self, Block};
+        use crate::fleet::report::llmd::{self, Block};
         let _ = write!(o, "<h2>11. {}</h2>", html_escape(llmd::TITLE));
         for b in llmd::blocks(&ex.llmd_bench) {
             match b {
@@ -504,7 +500,7 @@ pub(super) fn render_html(
 /// Section 9's first paragraph (Markdown).
 fn engines_intro(ex: &Experiments) -> String {
     let c = &ex.engines;
-    let e = engine_report::engine_config();
+    let e = engine::engine_config();
     let mut o = format!(
         "The same runs under both engine models: the FIFO engine (prefill tokens x {} us, FIFO queueing, no decode) \
          and the batched engine (vLLM-style continuous batching, docs/MODEL.md \"The batched engine\": profile `{}`, \
@@ -517,13 +513,13 @@ fn engines_intro(ex: &Experiments) -> String {
         e.profile.name(),
         e.max_num_seqs,
         e.max_num_batched_tokens,
-        engine_report::thousands(c.llmd_requests_run),
-        engine_report::thousands(c.conversation_requests_run),
-        engine_report::thousands(c.conversation_requests_in_trace),
-        engine_report::CONVERSATION_PODS,
-        engine_report::thousands(engine_report::CONVERSATION_CAPACITY as u64),
+        engine::thousands(c.llmd_requests_run),
+        engine::thousands(c.conversation_requests_run),
+        engine::thousands(c.conversation_requests_in_trace),
+        engine::CONVERSATION_PODS,
+        engine::thousands(engine::CONVERSATION_CAPACITY as u64),
     );
-    if let Some(n) = engine_report::cut_note(c) {
+    if let Some(n) = engine::cut_note(c) {
         let _ = write!(o, " {n}");
     }
     o
@@ -532,7 +528,7 @@ fn engines_intro(ex: &Experiments) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::report::BUILTIN;
+    use crate::fleet::scenario::builtin::BUILTIN;
 
     /// The built-in scenario `name` with `edits` (old, new) applied to its file's text.
     fn edited(name: &str, edits: &[(&str, &str)]) -> Scenario {

@@ -37,7 +37,7 @@ pub struct HashArgs {
     pub hash_seed: Option<String>,
     /// vllm-sha256-cbor: tokens per block B (vLLM's --block-size; default 16, llm-d's guides use
     /// 64), 1..=1048576. The brokerlab hash always uses 16.
-    #[arg(long, allow_negative_numbers = true, value_parser = super::super::flag::whole::<usize>)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::fleet::cli::flag::whole::<usize>)]
     pub block_size: Option<usize>,
 }
 
@@ -191,10 +191,10 @@ pub struct KeysArgs {
     #[command(flatten)]
     pub hash: HashArgs,
     /// Longest trace line accepted, bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = super::super::trace::DEFAULT_MAX_LINE_BYTES, value_parser = crate::mem::parse_size)]
+    #[arg(long, value_name = "BYTES", default_value_t = crate::fleet::input::trace::DEFAULT_MAX_LINE_BYTES, value_parser = crate::mem::parse_size)]
     pub max_line_bytes: u64,
     /// Most blank lines accepted in the trace; one more is exit 2.
-    #[arg(long, value_name = "N", default_value_t = super::super::trace::DEFAULT_MAX_BLANK_LINES)]
+    #[arg(long, value_name = "N", default_value_t = crate::fleet::input::trace::DEFAULT_MAX_BLANK_LINES)]
     pub max_blank_lines: u64,
 }
 

@@ -3,6 +3,8 @@
 //! Everything reported comes from one run: parse, hashing and dispatch are timed separately,
 //! with the trace held in memory for the dispatch phase so file I/O does not blur it.
 
+pub mod route;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -12,9 +14,9 @@ use brokerlab_core::fleet::{
 };
 use serde::Serialize;
 
-use super::run::{Batched, Fifo, FifoSizes, OwnedFifo, Summary, with_view};
-use super::trace::{TraceReader, TraceRecord};
 use crate::error::{CliError, CliResult};
+use crate::fleet::input::trace::{TraceReader, TraceRecord};
+use crate::fleet::run::{Batched, Fifo, FifoSizes, OwnedFifo, Summary, with_view};
 
 /// One router's dispatch throughput.
 #[derive(Debug, Serialize)]
@@ -98,7 +100,7 @@ impl Loaded {
 /// The loaded trace as a request source.
 struct LoadedSource<'l>(&'l Loaded);
 
-impl super::run::RequestSource for LoadedSource<'_> {
+impl crate::fleet::run::RequestSource for LoadedSource<'_> {
     fn feed(
         &mut self,
         sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
@@ -129,7 +131,7 @@ fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> Cli
         let mut summary = None;
         for _ in 0..repeats.max(1) {
             let t = Instant::now();
-            let r = super::run::simulate::<Batched>(cfg, &mut LoadedSource(l), false)?;
+            let r = crate::fleet::run::simulate::<Batched>(cfg, &mut LoadedSource(l), false)?;
             best = best.min(t.elapsed().as_secs_f64());
             summary = Some(r.summary);
         }
@@ -193,7 +195,7 @@ struct Loaded {
 
 fn load(path: &Path, trace_block: u32, repeats: usize) -> CliResult<(Loaded, f64, f64)> {
     // JSONL bytes, decompressed: the parse rate of a compressed trace includes decompressing it.
-    let mut text = super::input::open(path)?;
+    let mut text = crate::fleet::input::file::open(path)?;
     let bytes = std::io::copy(&mut text, &mut std::io::sink())
         .map_err(|e| CliError::bad_input(format!("--trace {}: cannot read: {e}", path.display())))?;
     drop(text);
@@ -257,7 +259,7 @@ pub fn run(
 ) -> CliResult<BenchReport> {
     for index in [IndexKind::Global, IndexKind::PodTables] {
         let cfg = with_view(FleetConfig::new(pods, capacity, RouterKind::PrefixAware), |v| v.index = index);
-        super::run::check_memory(&cfg, BENCH_SIZES, None, false)?;
+        crate::fleet::run::check_memory(&cfg, BENCH_SIZES, None, false)?;
     }
     let (l, parse_mb_per_s, hash_keys_per_s) = load(&trace, trace_block, repeats)?;
     let touches = l.keys.len() as u64;
@@ -277,7 +279,7 @@ pub fn run(
     // the defaults `fleet replay --router NAME` uses.
     for kind in RouterKind::PRESETS {
         let cfg = FleetConfig::new(pods, capacity, kind);
-        super::run::check_memory(&cfg, BENCH_SIZES, None, false)?;
+        crate::fleet::run::check_memory(&cfg, BENCH_SIZES, None, false)?;
         routers.push(dispatch_bench(&l, cfg, repeats, kind.name())?);
     }
     let pod_table = table_bench(&l, pods, capacity, repeats)?;
@@ -310,7 +312,7 @@ fn dispatch_bench(l: &Loaded, cfg: FleetConfig, repeats: usize, label: &str) -> 
     let mut hit_rate = 0.0;
     for _ in 0..repeats.max(1) {
         let mut owned = OwnedFifo::new(cfg, BENCH_SIZES, 1)?;
-        let mut fleet = owned.fleet().map_err(super::run::config_error)?;
+        let mut fleet = owned.fleet().map_err(crate::fleet::run::config_error)?;
         let t = Instant::now();
         for (arrival_ns, input, output, range) in &l.reqs {
             let req = Request {
@@ -465,11 +467,11 @@ pub struct SweepBench {
 
 /// Measures [`SweepBench`] on the built-in multi-tenant scenario's capacity sweep.
 pub fn sweep_bench(repeats: usize) -> CliResult<SweepBench> {
-    use super::progress::{Progress, Unit};
-    use super::sweep::{PointSpec, par_points};
-    let sc = super::report::builtin("multi-tenant")?;
+    use crate::fleet::run::progress::{Progress, Unit};
+    use crate::fleet::sweep::{PointSpec, par_points};
+    let sc = crate::fleet::scenario::builtin::builtin("multi-tenant")?;
     let t = Instant::now();
-    let g = super::scenario::Generated::new(sc.workload)?;
+    let g = crate::fleet::scenario::Generated::new(sc.workload)?;
     let generate_s = t.elapsed().as_secs_f64();
     let capacities = [1024usize, 1448, 2048, 2896, 4096, 5793, 8192, 11585, 16384, 23170, 32768, 46341];
     let specs: Vec<PointSpec> = RouterKind::ALL
@@ -488,7 +490,7 @@ pub fn sweep_bench(repeats: usize) -> CliResult<SweepBench> {
     let point_s = |p: &PointSpec| -> CliResult<f64> {
         let t = Instant::now();
         let mut src = &workloads[p.workload];
-        super::run::simulate::<Fifo>(p.cfg, &mut src, false)?;
+        crate::fleet::run::simulate::<Fifo>(p.cfg, &mut src, false)?;
         Ok(t.elapsed().as_secs_f64())
     };
     let (mut one, mut many, mut longest) = (f64::INFINITY, f64::INFINITY, 0.0f64);
@@ -645,7 +647,7 @@ struct HashingSource<'l> {
     own_s: f64,
 }
 
-impl super::run::RequestSource for HashingSource<'_> {
+impl crate::fleet::run::RequestSource for HashingSource<'_> {
     fn feed(
         &mut self,
         sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
@@ -694,7 +696,7 @@ impl super::run::RequestSource for HashingSource<'_> {
 fn replay_once(l: &Loaded, cfg: FleetConfig, group: u32) -> CliResult<(f64, Summary)> {
     let mut src = HashingSource { loaded: l, group, own_s: 0.0 };
     let t = Instant::now();
-    let r = super::run::simulate::<Fifo>(cfg, &mut src, false)?;
+    let r = crate::fleet::run::simulate::<Fifo>(cfg, &mut src, false)?;
     Ok((t.elapsed().as_secs_f64() - src.own_s, r.summary))
 }
 
@@ -858,8 +860,9 @@ pub fn replays(
 ) -> CliResult<Vec<ReplayBench>> {
     let mut out = Vec::new();
     // The Python model reads plain JSONL.
-    let plain =
-        scratch("trace.jsonl", |f| std::io::copy(&mut super::input::open(trace).map_err(std::io::Error::other)?, f))?;
+    let plain = scratch("trace.jsonl", |f| {
+        std::io::copy(&mut crate::fleet::input::file::open(trace).map_err(std::io::Error::other)?, f)
+    })?;
     let (l, _, _) = load(trace, trace_block, repeats)?;
     out.push(replay_bench(&trace.display().to_string(), &l, &plain.0, pods, capacity, repeats, py)?);
     drop(l);

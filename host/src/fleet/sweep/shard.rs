@@ -23,9 +23,9 @@ use sha2::{Digest, Sha256};
 
 use brokerlab_core::fleet::RouterKind;
 
-use super::run::summary::EngineKind;
-use super::sweep::{self, Point, SweepParam, SweepSummary};
 use crate::error::{CliError, CliResult};
+use crate::fleet::run::summary::EngineKind;
+use crate::fleet::sweep::{self, Point, SweepParam, SweepSummary};
 use crate::provenance::{Input, Provenance};
 
 /// The partial file's format tag.

@@ -12,14 +12,14 @@ use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::{BatchedConfig, Error as CoreError, FleetConfig, Profile, Request, RouterKind, keys};
 use serde::Serialize;
 
-use super::engine::batched;
-use super::run::{Batched, BatchedSummary, Fifo, RequestSource, Summary, config_error, simulate};
-use super::scenario::Scenario;
-use super::trace::TraceReader;
 use crate::error::{CliError, CliResult};
+use crate::fleet::input::trace::TraceReader;
+use crate::fleet::run::{Batched, BatchedSummary, Fifo, RequestSource, Summary, config_error, simulate};
+use crate::fleet::scenario::Scenario;
+use crate::fleet::scenario::engine::batched;
 
 /// The vendored Mooncake conversation trace, compiled in.
-pub const CONVERSATION_TRACE: &[u8] = include_bytes!("../../../traces/conversation_trace.jsonl.zst");
+pub const CONVERSATION_TRACE: &[u8] = include_bytes!("../../../../traces/conversation_trace.jsonl.zst");
 /// Its name in messages and provenance.
 pub const CONVERSATION_TRACE_NAME: &str = "traces/conversation_trace.jsonl.zst (built in)";
 /// Tokens per hash id of the Mooncake traces.
@@ -56,7 +56,7 @@ pub struct MemTrace {
 impl MemTrace {
     /// The first `limit` requests of the built-in conversation trace (all with `None`).
     pub fn conversation(limit: Option<u64>) -> CliResult<Self> {
-        let (_, reader) = super::input::reader(std::io::Cursor::new(CONVERSATION_TRACE))
+        let (_, reader) = crate::fleet::input::file::reader(std::io::Cursor::new(CONVERSATION_TRACE))
             .map_err(|e| CliError::failure(format!("{CONVERSATION_TRACE_NAME}: {e}")))?;
         let mut r = TraceReader::new(PathBuf::from(CONVERSATION_TRACE_NAME), reader);
         let (mut requests, mut all, mut buf) = (Vec::new(), Vec::new(), Vec::new());
@@ -149,7 +149,7 @@ pub fn run(
 ) -> CliResult<EngineComparison> {
     let e = engine_config();
     let mut runs = Vec::new();
-    let g = super::scenario::Generated::new(llmd.workload)?;
+    let g = crate::fleet::scenario::Generated::new(llmd.workload)?;
     for r in ENGINE_ROUTERS {
         let cfg = FleetConfig { router: r, ..llmd.fleet };
         let fifo = match llmd_fifo(r) {

@@ -1,5 +1,5 @@
-//! Value parsers of flags that the clap arguments of several files share (`cli.rs`, the token
-//! hash's flags in `formats/tokens.rs`).
+//! Value parsers of flags that the clap arguments of several files share (`cli/args.rs`, the token
+//! hash's flags in `input/formats/tokens.rs`).
 
 /// A whole number of type `T` for a flag; the message says the accepted range (clap names the
 /// flag and the value). Negative numbers reach it (`allow_negative_numbers`) instead of being

@@ -14,11 +14,11 @@ use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
 use crate::error::{CliError, CliResult};
 
 // The token-id format and its hash (`--hash`, `fleet keys`), and the field helpers every
-// format's parser uses, are their own files; this one reads the formats (`super::replay` runs them).
+// format's parser uses, are their own files; this one reads the formats (`crate::fleet::cli::replay` runs them).
 mod fields;
 mod tokens;
 
-pub use super::trace::Lines;
+pub use crate::fleet::input::trace::Lines;
 pub use fields::*;
 pub use tokens::*;
 
@@ -162,7 +162,7 @@ pub struct Breakdown {
     pub by_turn: BTreeMap<u64, Group>,
 }
 
-/// A Bailian, tokens or Dynamo-free trace as a request source for [`super::run::simulate`].
+/// A Bailian, tokens or Dynamo-free trace as a request source for [`crate::fleet::run::simulate`].
 pub struct FormatSource {
     /// The file.
     pub path: PathBuf,
@@ -181,7 +181,7 @@ pub struct FormatSource {
     /// Most blank lines accepted (`--max-blank-lines`).
     pub max_blank_lines: u64,
     /// The bytes read (for a progress display).
-    pub read: super::trace::BytesRead,
+    pub read: crate::fleet::input::trace::BytesRead,
     /// The run's memory growth, which the labels grow into (set by the run).
     pub growth: Option<crate::mem::Growth>,
 }
@@ -213,12 +213,12 @@ impl FormatSource {
     }
 }
 
-impl super::run::RequestSource for FormatSource {
+impl crate::fleet::run::RequestSource for FormatSource {
     fn restart_error(&self) -> Option<String> {
-        super::run::restart_error_for(&self.path)
+        crate::fleet::run::restart_error_for(&self.path)
     }
 
-    fn bytes_read(&self) -> Option<super::trace::BytesRead> {
+    fn bytes_read(&self) -> Option<crate::fleet::input::trace::BytesRead> {
         Some(self.read.clone())
     }
 

@@ -3,16 +3,21 @@
 //! [`SweepSummary`]). Results are stored by point index, so they are identical for any number
 //! of threads.
 
+pub mod batched;
+pub mod plots;
+pub mod shard;
+pub mod values;
+
 use std::path::Path;
 
 use brokerlab_core::fleet::{CacheMode, FleetConfig, RouterKind, TouchOrder};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::progress::Progress;
-use super::run::{EngineKind, HostEngine, Summary, simulate};
-use super::scenario::Generated;
 use crate::error::{CliError, CliResult, FleetError};
+use crate::fleet::run::progress::Progress;
+use crate::fleet::run::{EngineKind, HostEngine, Summary, simulate};
+use crate::fleet::scenario::Generated;
 
 /// One point of a sweep: a parameter value, a workload and a fleet configuration.
 #[derive(Debug, Clone)]
@@ -88,7 +93,7 @@ impl std::fmt::Display for SweepParam {
 }
 
 /// One measured point: the FIFO engine's ([`Summary`]) or the batched engine's
-/// ([`super::run::BatchedSummary`]).
+/// ([`crate::fleet::run::BatchedSummary`]).
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 #[serde(bound(deserialize = "S: DeserializeOwned"))]
 pub struct Point<S = Summary> {
@@ -124,10 +129,10 @@ impl SweepSummary for Summary {
         to_csv(points)
     }
     fn plots(dir: &Path, name: &str, param: SweepParam, points: &[Point]) -> CliResult<String> {
-        super::report::sweep_plots(dir, name, param, points)
+        crate::fleet::sweep::plots::sweep_plots(dir, name, param, points)
     }
     fn table(param: SweepParam, points: &[Point]) -> String {
-        super::report::sweep_table(param, points)
+        crate::fleet::sweep::plots::sweep_table(param, points)
     }
 }
 

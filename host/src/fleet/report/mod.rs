@@ -9,8 +9,8 @@
 //! 7. a CPU tier under the GPU cache;
 //! 8. autoscaling: a burst, a scaler, and whether the router fights it;
 //! 9. the batched engine: the llm-d shape and the conversation trace, beside the FIFO engine.
-//! 10. Mooncake's local-vs-global cache result on the vendored traces ([`super::mooncake`]).
-//! 11. llm-d's benchmark reproduced, and every router on the conversation trace ([`super::llmd`]).
+//! 10. Mooncake's local-vs-global cache result on the vendored traces ([`crate::fleet::report::mooncake`]).
+//! 11. llm-d's benchmark reproduced, and every router on the conversation trace ([`crate::fleet::report::llmd`]).
 //!
 //! This module runs the experiments (data); [`charts`] draws them and [`render`] writes the
 //! Markdown and HTML, with prose filled from the scenarios.
@@ -22,17 +22,21 @@ use brokerlab_core::fleet::workload::{DocOrder, Layout, WorkloadSpec};
 use brokerlab_core::fleet::{FleetConfig, RouterKind};
 use serde::Serialize;
 
-use super::engine_report::{self, EngineComparison};
-use super::progress::Progress;
-use super::report::{BUILTIN, builtin, sweep_charts, write_chart};
-use super::run::{Fifo, Summary, with_fifo, with_view};
-use super::scenario::{Generated, Scenario};
-use super::sweep::{self, Point, PointSpec, SweepParam};
+use self::engine::EngineComparison;
 use crate::error::CliResult;
+use crate::fleet::run::progress::Progress;
+use crate::fleet::run::{Fifo, Summary, with_fifo, with_view};
+use crate::fleet::scenario::builtin::{BUILTIN, builtin};
+use crate::fleet::scenario::{Generated, Scenario};
+use crate::fleet::sweep::plots::{sweep_charts, write_chart};
+use crate::fleet::sweep::{self, Point, PointSpec, SweepParam};
 use crate::plot::{Chart, Series};
 use crate::provenance::Provenance;
 
 mod charts;
+pub mod engine;
+pub mod llmd;
+pub mod mooncake;
 mod render;
 
 pub use charts::report;
@@ -76,7 +80,7 @@ pub struct Experiments {
     /// Routable pods over time for the runs of [`AUTOSCALE_TIMELINES`]: (label, [(s, pods)]).
     pub autoscale_timeline: Vec<Timeline>,
     /// Mooncake: local vs global cache on the vendored traces (always full size).
-    pub mooncake: Vec<super::mooncake::MooncakeTrace>,
+    pub mooncake: Vec<crate::fleet::report::mooncake::MooncakeTrace>,
     /// Every scenario's request count was divided by this (1: full size).
     pub shrink: u64,
     /// The request count each scenario actually ran.
@@ -84,7 +88,7 @@ pub struct Experiments {
     /// The batched engine beside the FIFO engine (section 9).
     pub engines: EngineComparison,
     /// llm-d's benchmark reproduced (section 11).
-    pub llmd_bench: super::llmd::LlmdSection,
+    pub llmd_bench: crate::fleet::report::llmd::LlmdSection,
 }
 
 /// A built-in scenario as it ran.
@@ -155,8 +159,8 @@ pub fn total_points(caps: usize) -> u64 {
         + 4
         + 2 * per_router
         + AUTOSCALE_RUNS.len()) as u64
-        + engine_report::ENGINE_POINTS
-        + super::llmd::points()
+        + engine::ENGINE_POINTS
+        + crate::fleet::report::llmd::points()
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -247,11 +251,11 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     // 9: the batched engine beside the FIFO engine (FIFO on the llm-d shape: the runs of 5).
     progress.set_message("batched engine");
     let llmd_fifo = |r: RouterKind| find(&llmd, r, 0.0).map(|p| p.summary.clone());
-    let engines = engine_report::run(&ld, &llmd_fifo, shrink, &|| progress.inc(1))?;
+    let engines = engine::run(&ld, &llmd_fifo, shrink, &|| progress.inc(1))?;
 
     // 11: llm-d's benchmark reproduced.
     progress.set_message("llm-d benchmark");
-    let llmd_bench = super::llmd::run(shrink, &|| progress.inc(1))?;
+    let llmd_bench = crate::fleet::report::llmd::run(shrink, &|| progress.inc(1))?;
 
     Ok(Experiments {
         capacity,
@@ -266,7 +270,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         cpu_tier,
         autoscale,
         autoscale_timeline,
-        mooncake: super::mooncake::run()?,
+        mooncake: crate::fleet::report::mooncake::run()?,
         shrink: shrink.max(1),
         scenarios: scenarios_run(shrink)?,
         engines,
@@ -304,7 +308,7 @@ fn autoscale_runs(shrink: u64, progress: &Progress) -> CliResult<(Vec<Point>, Ve
     let (mut points, mut timelines) = (Vec::new(), Vec::new());
     for (i, &(_, alpha, _)) in AUTOSCALE_RUNS.iter().enumerate() {
         let keep = AUTOSCALE_TIMELINES.contains(&i);
-        let res = super::run::simulate::<Fifo>(autoscale_cfg(&sc, i), &mut &g, keep)?;
+        let res = crate::fleet::run::simulate::<Fifo>(autoscale_cfg(&sc, i), &mut &g, keep)?;
         if keep {
             timelines.push((autoscale_label(i, sc.fleet.pods, true), step_line(&res.outcomes)));
         }

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
 use brokerlab_core::fleet::{Error as CoreError, FleetConfig, Request, keys};
 
-use super::formats::{Fields, Lines, fields, int_array, ns_field, u64_field};
-use super::run::{HostEngine, Ran, Shape, drive};
 use crate::error::{CliError, CliResult};
+use crate::fleet::input::formats::{Fields, Lines, fields, int_array, ns_field, u64_field};
+use crate::fleet::run::{HostEngine, Ran, Shape, drive};
 
 /// One turn of a session.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -263,10 +263,10 @@ pub fn record(prov: &mut crate::provenance::Provenance, path: Option<&Path>, cfg
 }
 
 fn core_error(origin: &str, e: CoreError) -> CliError {
-    match super::fields::refused(e) {
+    match crate::fleet::run::fields::refused(e) {
         Ok((field, expected)) => {
             // the config file's key, from the one table of fields
-            let key = super::fields::key(field);
+            let key = crate::fleet::run::fields::key(field);
             CliError::bad_input(format!("{origin}: key `{key}`: expected {expected}"))
         }
         Err(other) => CliError::bad_input(format!("{origin}: {other}")),

@@ -6,26 +6,10 @@ use std::path::Path;
 
 use brokerlab_core::fleet::RouterKind;
 
-use super::run::Summary;
-use super::scenario::Scenario;
-use super::sweep::{self, Point, SweepParam};
 use crate::error::CliResult;
+use crate::fleet::run::Summary;
+use crate::fleet::sweep::{self, Point, SweepParam};
 use crate::plot::{self, Chart, Series};
-
-/// Built-in scenarios (the files in `scenarios/`, compiled in so the report needs nothing else).
-pub const BUILTIN: [(&str, &str); 5] = [
-    ("multi-tenant", include_str!("../../../scenarios/multi-tenant.toml")),
-    ("alpha", include_str!("../../../scenarios/alpha.toml")),
-    ("llm-d", include_str!("../../../scenarios/llm-d.toml")),
-    ("rag", include_str!("../../../scenarios/rag.toml")),
-    ("autoscale", include_str!("../../../scenarios/autoscale.toml")),
-];
-
-/// A built-in scenario by name.
-pub fn builtin(name: &str) -> CliResult<Scenario> {
-    let (_, text) = BUILTIN.iter().find(|(n, _)| *n == name).expect("built-in scenario exists");
-    Scenario::parse(text, &format!("scenarios/{name}.toml"), name)
-}
 
 fn series_by_router(points: &[Point], y: impl Fn(&Summary) -> Option<f64>) -> Vec<Series> {
     series_per_router(points, |p| (p.summary.router, p.value), |p| y(&p.summary))

@@ -16,9 +16,13 @@ pub fn report(
     for (name, text) in BUILTIN {
         prov.add_bytes("scenario", &format!("scenarios/{name}.toml (built in)"), text.as_bytes());
     }
-    prov.add_bytes("trace", engine_report::CONVERSATION_TRACE_NAME, engine_report::CONVERSATION_TRACE);
-    crate::fleet::mooncake::add_provenance(&mut prov);
-    prov.add_bytes("scenario", crate::fleet::llmd::SCENARIO_NAME, crate::fleet::llmd::SCENARIO_TEXT.as_bytes());
+    prov.add_bytes("trace", engine::CONVERSATION_TRACE_NAME, engine::CONVERSATION_TRACE);
+    crate::fleet::report::mooncake::add_provenance(&mut prov);
+    prov.add_bytes(
+        "scenario",
+        crate::fleet::report::llmd::SCENARIO_NAME,
+        crate::fleet::report::llmd::SCENARIO_TEXT.as_bytes(),
+    );
     let ex = run_all(threads, shrink, progress)?;
     let q = Quoted::new(&ex)?;
     let mut svgs: Vec<(String, String, String)> = Vec::new(); // (section, caption, svg)

@@ -1,12 +1,12 @@
 //! `fleet replay` of a bailian, dynamo or tokens trace: the trace's request source
-//! ([`super::formats`] reads the lines) driven by either engine, and what it prints.
+//! ([`crate::fleet::input::formats`] reads the lines) driven by either engine, and what it prints.
 
 use brokerlab_core::fleet::FleetConfig;
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 
-use super::cli::ReplayArgs;
-use super::formats::{Format, FormatSource, Keyer, only_token_hash, render_breakdown};
 use crate::error::{CliError, CliResult};
+use crate::fleet::cli::args::ReplayArgs;
+use crate::fleet::input::formats::{Format, FormatSource, Keyer, only_token_hash, render_breakdown};
 
 /// `fleet replay` of a bailian, dynamo or tokens trace (`cfg` already checked), under the FIFO
 /// engine or `--engine batched`.
@@ -16,13 +16,13 @@ pub fn format(
     cfg: FleetConfig,
     engine: Option<brokerlab_core::fleet::BatchedConfig>,
 ) -> CliResult<i32> {
-    use super::progress::{Progress, Tracked, Unit};
-    use super::run::{self, Batched, Fifo, RunResult, RunSummary};
+    use crate::fleet::run::progress::{Progress, Tracked, Unit};
+    use crate::fleet::run::{self, Batched, Fifo, RunResult, RunSummary};
     only_token_hash(&a.hash, format)?;
     let outcomes = a.engine.outcomes.as_deref();
-    let slo = super::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+    let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
     let run_cfg = match engine {
-        Some(e) => super::engine::batched(cfg, e).map_err(run::config_error)?,
+        Some(e) => crate::fleet::scenario::engine::batched(cfg, e).map_err(run::config_error)?,
         None => cfg,
     };
     let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
@@ -48,11 +48,11 @@ pub fn format(
         }
         Format::Dynamo | Format::Mooncake => {
             let s = a.trace_block_size.unwrap_or(512);
-            let trace = super::dynamo::load(&a.trace, s, a.max_line_bytes, a.max_blank_lines)?;
+            let trace = crate::fleet::input::dynamo::load(&a.trace, s, a.max_line_bytes, a.max_blank_lines)?;
             let keep = outcomes.is_some();
             let (res, turn_of) = match run_cfg.engine {
                 brokerlab_core::fleet::EngineConfig::Fifo { .. } => {
-                    let (r, t) = super::dynamo::simulate::<Fifo>(run_cfg, &trace, &a.trace, s, keep, slo)?;
+                    let (r, t) = crate::fleet::input::dynamo::simulate::<Fifo>(run_cfg, &trace, &a.trace, s, keep, slo)?;
                     (
                         RunResult {
                             summary: RunSummary::Fifo(Box::new(r.summary)),
@@ -63,7 +63,7 @@ pub fn format(
                     )
                 }
                 brokerlab_core::fleet::EngineConfig::Batched(_) => {
-                    let (r, t) = super::dynamo::simulate::<Batched>(run_cfg, &trace, &a.trace, s, keep, slo)?;
+                    let (r, t) = crate::fleet::input::dynamo::simulate::<Batched>(run_cfg, &trace, &a.trace, s, keep, slo)?;
                     let summary = RunSummary::Batched(Box::new(r.summary));
                     (RunResult { summary, outcomes: r.outcomes, completions: r.completions }, t)
                 }
@@ -76,19 +76,20 @@ pub fn format(
     let json = a.json.then(|| {
         let mut prov = crate::provenance::Provenance::of_this_run(a.output.no_date);
         prov.add_file("trace", &a.trace)?;
-        super::router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
+        crate::fleet::cli::router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
         Ok::<_, CliError>(prov)
     });
     let prov = json.transpose()?;
-    let out = super::commands::Output {
+    let out = crate::fleet::cli::commands::Output {
         json: prov.as_ref(),
         title: &format!("trace {} (format {})", a.trace.display(), format.name()),
-        pipeline: a.fleet.router_config.as_ref().and_then(|_| super::router_config::describe(&cfg)),
+        pipeline: a.fleet.router_config.as_ref().and_then(|_| crate::fleet::cli::router_config::describe(&cfg)),
         outcomes,
         format: Some(format.name()),
     };
-    let more =
-        turns.as_ref().map(|(trace, turn_of)| move |request| super::dynamo::outcome_fields(trace, turn_of, request));
+    let more = turns
+        .as_ref()
+        .map(|(trace, turn_of)| move |request| crate::fleet::input::dynamo::outcome_fields(trace, turn_of, request));
     let more = more.as_ref().map(|f| f as &dyn Fn(u64) -> String);
     let extra = breakdown.as_ref().map(|b| (b, render_breakdown(b)));
     out.print(&mut { res }, more, extra)

@@ -216,10 +216,10 @@ pub struct Lines {
 }
 
 impl Lines {
-    /// Opens `path` ([`super::input::open`]); a line longer than `max_line_bytes`
+    /// Opens `path` ([`crate::fleet::input::file::open`]); a line longer than `max_line_bytes`
     /// (`--max-line-bytes`) is an error.
     pub fn open(path: &Path, max_line_bytes: u64) -> CliResult<Self> {
-        Ok(Self::new(path.to_path_buf(), super::input::open(path)?, max_line_bytes))
+        Ok(Self::new(path.to_path_buf(), crate::fleet::input::file::open(path)?, max_line_bytes))
     }
 
     /// Reads from any buffered reader; `path` is used in messages.
@@ -327,7 +327,7 @@ pub struct TraceReader {
 }
 
 impl TraceReader {
-    /// Opens `path`: plain, gzip or zstd, detected by its first bytes ([`super::input`]); lines
+    /// Opens `path`: plain, gzip or zstd, detected by its first bytes ([`crate::fleet::input::file`]); lines
     /// up to [`DEFAULT_MAX_LINE_BYTES`].
     pub fn open(path: &Path) -> CliResult<Self> {
         Self::open_limited(path, DEFAULT_MAX_LINE_BYTES)

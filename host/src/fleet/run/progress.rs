@@ -16,9 +16,9 @@ use brokerlab_core::fleet::{Error as CoreError, Request};
 use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
-use super::run::RequestSource;
-use super::trace::BytesRead;
 use crate::error::CliResult;
+use crate::fleet::input::trace::BytesRead;
+use crate::fleet::run::RequestSource;
 
 /// Flags every long fleet command takes.
 #[derive(Debug, Args, Clone, Copy, Default)]

@@ -216,7 +216,7 @@ impl EngineSettings {
                 } else if let Some(ph) = PhysicsProfile::parse(p) {
                     physics_config(ph)
                 } else if Path::new(p).extension().is_some_and(|e| e == "toml") {
-                    let phys = super::cost::describe::load_profile(Path::new(p), &name("profile"))?;
+                    let phys = crate::fleet::cost::describe::load_profile(Path::new(p), &name("profile"))?;
                     BatchedConfig::with_physics(StepProfile::PhysicsFile, phys)
                 } else {
                     return Err(bad(p, format!("expected one of {}", profile_names())));

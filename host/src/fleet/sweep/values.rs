@@ -3,9 +3,10 @@
 
 use brokerlab_core::fleet::FleetConfig;
 
-use super::sweep::SweepParam;
-use super::{SweepArgs, scenario, sweep};
 use crate::error::{CliError, CliResult};
+use crate::fleet::cli::args::SweepArgs;
+use crate::fleet::sweep::SweepParam;
+use crate::fleet::{scenario, sweep};
 
 fn capacity_value(flag: &str, s: &str, fit: usize, hot: u64) -> CliResult<u64> {
     let bad = |why: &str| CliError::bad_input(format!("{flag}: capacity value `{s}`: {why}"));
@@ -167,7 +168,7 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<Values>
         match param {
             SweepParam::Capacity => cfg.capacity_blocks = v as usize,
             SweepParam::Alpha => cfg.alpha = v,
-            SweepParam::Stale => cfg = super::run::with_view(cfg, |view| view.stale_delay = v as u32),
+            SweepParam::Stale => cfg = crate::fleet::run::with_view(cfg, |view| view.stale_delay = v as u32),
             _ => cfg.pods = v as usize,
         }
         cfg.validate().map_err(|e| CliError::bad_input(format!("--param {param} value {}: {e}", scenario::num(v))))?;

@@ -13,8 +13,8 @@ use brokerlab_core::fleet::{
 };
 use serde::Serialize;
 
-use super::run::OwnedRouter;
 use crate::error::{CliError, CliResult};
+use crate::fleet::run::OwnedRouter;
 
 /// Heap allocations made by this process so far (when [`CountingAlloc`] is the global allocator).
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::value::RawValue;
 
-pub use super::super::trace::twice_message;
+pub use crate::fleet::input::trace::twice_message;
 
 /// A line's fields: name -> raw JSON text. Unknown fields are kept and ignored by the formats.
 pub type Fields<'a> = BTreeMap<String, &'a RawValue>;

@@ -9,10 +9,14 @@ use brokerlab_core::fleet::{
 };
 use clap::{Args, Subcommand};
 
-use super::flag::whole;
-use super::progress::OutputArgs;
-use super::{engine, fields, formats, router_config, scenario, shard, trace};
 use crate::error::{CliError, CliResult};
+use crate::fleet::cli::flag::whole;
+use crate::fleet::cli::router_config;
+use crate::fleet::input::{formats, trace};
+use crate::fleet::run::fields;
+use crate::fleet::run::progress::OutputArgs;
+use crate::fleet::scenario::{self, engine};
+use crate::fleet::sweep::shard;
 
 /// `brokerlab fleet` subcommands.
 #[derive(Debug, Subcommand)]
@@ -37,10 +41,10 @@ pub enum FleetCmd {
     /// trace of token ids, e.g. to check them against a vLLM fleet's KV events.
     Keys(formats::KeysArgs),
     /// Fit a physics step-cost profile to a step log (CSV) of your own server.
-    Calibrate(super::cost::CalibrateArgs),
+    Calibrate(crate::fleet::cost::CalibrateArgs),
     /// The physics step cost against published measurements: "What the cost model says, and how
     /// wrong it is".
-    CostCheck(super::cost::CostCheckArgs),
+    CostCheck(crate::fleet::cost::CostCheckArgs),
 }
 
 /// `fleet report` arguments.

@@ -11,8 +11,8 @@ use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::{CacheMode, FleetConfig, RouterKind};
 use serde::Serialize;
 
-use super::run::{EmbeddedTrace, Fifo, Summary, simulate, with_fifo};
 use crate::error::CliResult;
+use crate::fleet::run::{EmbeddedTrace, Fifo, Summary, simulate, with_fifo};
 use crate::provenance::Provenance;
 
 /// Prefill nodes in Mooncake's experiment.
@@ -30,7 +30,7 @@ pub const TRACES: [(&str, &str, f64); 2] =
 
 /// The vendored traces, compiled in (the report needs nothing outside the binary).
 const TRACE_BYTES: [&[u8]; 2] =
-    [super::engine_report::CONVERSATION_TRACE, include_bytes!("../../../traces/synthetic_trace.jsonl.zst")];
+    [crate::fleet::report::engine::CONVERSATION_TRACE, include_bytes!("../../../../traces/synthetic_trace.jsonl.zst")];
 
 /// The names the report uses for them (messages, provenance).
 const TRACE_NAMES: [&str; 2] =

@@ -12,14 +12,14 @@ use brokerlab_core::fleet::stats::nearest_rank_index;
 use brokerlab_core::fleet::{BatchedConfig, Completion, FleetConfig, RouterKind, RouterSpec};
 use serde::Serialize;
 
-use super::engine::batched;
-use super::engine_report::{self, MemTrace, thousands};
-use super::run::{Batched, BatchedSummary, Fifo, Summary, config_error, simulate};
-use super::scenario::{Generated, Scenario};
 use crate::error::{CliError, CliResult};
+use crate::fleet::report::engine::{self, MemTrace, thousands};
+use crate::fleet::run::{Batched, BatchedSummary, Fifo, Summary, config_error, simulate};
+use crate::fleet::scenario::engine::batched;
+use crate::fleet::scenario::{Generated, Scenario};
 
 /// The scenario, compiled in.
-pub const SCENARIO_TEXT: &str = include_str!("../../../scenarios/llm-d-ramp.toml");
+pub const SCENARIO_TEXT: &str = include_str!("../../../../scenarios/llm-d-ramp.toml");
 /// Its name in messages and provenance.
 pub const SCENARIO_NAME: &str = "scenarios/llm-d-ramp.toml (built in)";
 /// Stages at the start of the ramp that are warmup, left out of the published summaries
@@ -354,10 +354,10 @@ pub fn run_scaled(stage_divisor: u64, trace_divisor: u64, inc: &dyn Fn()) -> Cli
     let full = MemTrace::conversation(None)?;
     let td = trace_divisor.max(1);
     let trace = if td > 1 { MemTrace::conversation(Some((full.total / td).max(1)))? } else { full };
-    let ce = engine_report::engine_config();
+    let ce = engine::engine_config();
     let mut runs = Vec::new();
     for (label, router, alpha) in trace_routers() {
-        let mut cfg = FleetConfig::new(engine_report::CONVERSATION_PODS, engine_report::CONVERSATION_CAPACITY, router);
+        let mut cfg = FleetConfig::new(engine::CONVERSATION_PODS, engine::CONVERSATION_CAPACITY, router);
         cfg.alpha = alpha;
         cfg.routing = RouterSpec::preset(router).map(|mut s| {
             s.params.seed = TRACE_ROUTER_SEED;
@@ -822,9 +822,9 @@ fn trace_intro(s: &LlmdSection) -> String {
          Output tok/s on the trace is its demand over the makespan (every run produces the same tokens), not a capacity.",
         thousands(s.trace_requests),
         thousands(s.trace_requests_in_file),
-        engine_report::CONVERSATION_PODS,
-        thousands(engine_report::CONVERSATION_CAPACITY as u64),
-        engine_report::CONVERSATION_PODS,
+        engine::CONVERSATION_PODS,
+        thousands(engine::CONVERSATION_CAPACITY as u64),
+        engine::CONVERSATION_PODS,
         thousands(TRACE_FIFO_CAPACITY as u64),
     )
 }

@@ -5,13 +5,17 @@ use std::path::Path;
 
 use brokerlab_core::fleet::FleetConfig;
 
-use super::progress::{Progress, Tracked, Unit};
-use super::run::{self, Batched, Fifo, RunSummary, TraceSource};
-use super::{
-    FleetCmd, MergeArgs, SweepArgs, bench, check_trace_block, engine, experiments, formats, route_bench, router_config,
-    scenario, shard, sweep, sweep_values,
-};
 use crate::error::{CliError, CliResult};
+use crate::fleet::bench::{self, route};
+use crate::fleet::cli::args::{FleetCmd, MergeArgs, SweepArgs, check_trace_block};
+use crate::fleet::cli::router_config;
+use crate::fleet::input::formats;
+use crate::fleet::report;
+use crate::fleet::run::progress::{Progress, Tracked, Unit};
+use crate::fleet::run::{self, Batched, Fifo, RunSummary, TraceSource};
+use crate::fleet::scenario::{self, engine};
+use crate::fleet::sweep::values::{Values, sweep_values};
+use crate::fleet::sweep::{self, shard};
 use crate::provenance::Provenance;
 
 /// Runs one `fleet` subcommand; returns the exit code.
@@ -36,7 +40,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             cfg.validate().map_err(run::config_error)?;
             let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
             if format != formats::Format::Mooncake {
-                return super::replay::format(a, format, cfg, engine);
+                return crate::fleet::cli::replay::format(a, format, cfg, engine);
             }
             formats::only_token_hash(&a.hash, format)?;
             let trace_block_size = a.trace_block_size.unwrap_or(512);
@@ -61,7 +65,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
                 None => cfg,
             };
-            let slo = super::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+            let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
             run_print(cfg, (&mut src, Unit::TraceBytes), progress, out, slo)
         }
         FleetCmd::Run(a) => {
@@ -96,7 +100,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 Some(e) => engine::batched(cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?,
                 None => cfg,
             };
-            let slo = super::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+            let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
             run_print(cfg, (&mut src, Unit::Requests), progress, out, slo)
         }
         FleetCmd::GenTrace(a) => {
@@ -115,19 +119,19 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::Sweep(a) => sweep_cmd(a),
         FleetCmd::Merge(a) => merge_cmd(a),
         FleetCmd::Keys(a) => formats::keys_cmd(a),
-        FleetCmd::Calibrate(a) => super::cost::calibrate_cmd(a),
-        FleetCmd::CostCheck(a) => super::cost::cost_check_cmd(a),
+        FleetCmd::Calibrate(a) => crate::fleet::cost::calibrate_cmd(a),
+        FleetCmd::CostCheck(a) => crate::fleet::cost::cost_check_cmd(a),
         FleetCmd::Report(a) => {
             let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
             let prov = Provenance::of_this_run(a.output.no_date);
-            let ex = experiments::report(&a.out, a.threads, a.shrink, &progress, prov)?;
+            let ex = report::report(&a.out, a.threads, a.shrink, &progress, prov)?;
             progress.finish();
             sweep::commit_files()?;
             if ex.shrink > 1 {
                 say!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
             }
-            say!("{}\n", experiments::the_number(&ex));
-            for (k, v) in experiments::headlines(&ex) {
+            say!("{}\n", report::the_number(&ex));
+            for (k, v) in report::headlines(&ex) {
                 say!("{k:<52} {v}");
             }
             say!(
@@ -141,11 +145,11 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             crate::mem::set_budget(a.mem.max_memory);
             check_trace_block(a.trace_block_size)?;
             if a.route {
-                let r = route_bench::run(200, a.repeats)?;
+                let r = route::run(200, a.repeats)?;
                 if a.json {
                     say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
                 } else {
-                    say_raw!("{}", route_bench::render(&r));
+                    say_raw!("{}", route::render(&r));
                 }
                 return Ok(0);
             }
@@ -309,7 +313,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
         // the scenario's keys (`fleet.cache`, `fleet.index`, ...) named as in the file
         engine::batched(sc.fleet, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
     }
-    let sweep_values::Values { gens, values, param } = sweep_values(&sc, &a)?;
+    let Values { gens, values, param } = sweep_values(&sc, &a)?;
     let mut specs = sweep::for_each_router(&values);
     if let Some(e) = engine {
         // each point's values (`--param stale` ...) named as flags

@@ -1,5 +1,5 @@
 //! `fleet sweep ... --engine batched` (or a scenario with `[fleet.engine]`): what a sweep writes
-//! of the batched engine's points (the points run as every sweep's, [`super::sweep::run_points`]):
+//! of the batched engine's points (the points run as every sweep's, [`crate::fleet::sweep::run_points`]):
 //! its metrics, TTFT, E2E and inter-token latency percentiles, output and prefill tokens/s, KV
 //! utilization and preemptions.
 
@@ -9,10 +9,10 @@ use std::path::Path;
 use brokerlab_core::fleet::RouterKind;
 use serde::Serialize;
 
-use super::report::{router_table, series_per_router, write_chart};
-use super::run::{BatchedSummary, EngineKind};
-use super::sweep::{self, Point, SweepParam, SweepSummary, csv_num};
 use crate::error::CliResult;
+use crate::fleet::run::{BatchedSummary, EngineKind};
+use crate::fleet::sweep::plots::{router_table, series_per_router, write_chart};
+use crate::fleet::sweep::{self, Point, SweepParam, SweepSummary, csv_num};
 use crate::plot::{Chart, Series};
 
 /// One measured point of a batched sweep.
