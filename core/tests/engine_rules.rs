@@ -75,6 +75,7 @@ fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {
             keys: &mut ks,
             cpu_slots: &mut [],
             cpu_tables: &mut [],
+            pd: Default::default(),
         },
     )
     .unwrap();
@@ -407,6 +408,7 @@ fn routers_see_the_load_signals() {
         keys: &mut ks,
         cpu_slots: &mut [],
         cpu_tables: &mut [],
+        pd: Default::default(),
     };
     let mut f = BatchedFleet::with_router(cfg, Spy::default(), bufs).unwrap();
     let mut sink = Sink::default();
@@ -555,6 +557,7 @@ fn a_broken_invariant_is_an_error_and_poisons_the_fleet() {
         keys: &mut ks,
         cpu_slots: &mut [],
         cpu_tables: &mut [],
+        pd: Default::default(),
     };
     let mut f = BatchedFleet::new(cfg, bufs).unwrap();
     let mut sink = Sink::default();

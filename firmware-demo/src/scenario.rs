@@ -477,6 +477,7 @@ fn run_fleet(
         pending_table: take(st.pending_table, l.pending_table, Buffer::PendingTable).map_err(setup)?,
         cpu_slots: &mut [],
         cpu_tables: &mut [],
+        pd: Default::default(),
     };
     let mut fleet = FifoFleet::new(cfg, buffers).map_err(setup)?;
     if !histogram.is_empty() {
@@ -645,6 +646,7 @@ fn run_batched_one(
         keys: take(st.engine_keys, l.pods * l.keys_per_pod, Buffer::EngineKeys).map_err(setup)?,
         cpu_slots: &mut [],
         cpu_tables: &mut [],
+        pd: Default::default(),
     };
     let mut fleet = BatchedFleet::new(cfg, buffers).map_err(setup)?;
     let n = BATCHED_REQUESTS as usize;

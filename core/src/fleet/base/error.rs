@@ -153,6 +153,16 @@ named_enum! {
         Alpha => "alpha",
         /// [`FleetConfig::cpu_capacity_blocks`].
         CpuCapacity => "cpu-capacity",
+        /// P/D: the prefill pool's size.
+        PrefillPods => "prefill-pods",
+        /// P/D: KV blocks of each prefill pod.
+        PrefillCapacity => "prefill-capacity",
+        /// P/D: the prefix-threshold decider's N_T.
+        PdThresholdTokens => "pd-threshold-tokens",
+        /// P/D: each decode pod's incoming link.
+        PdLinkBytesPerS => "pd-link-bytes-per-s",
+        /// P/D: latency added to each transfer.
+        PdLinkLatencyNs => "pd-link-latency-ns",
         /// The offload tier's host-to-device bandwidth (`Offload::pcie_bytes_per_s`).
         PcieBytesPerS => "pcie-bytes-per-s",
         /// The offload tier's load latency (`Offload::pcie_latency_ns`).
@@ -266,6 +276,8 @@ named_enum! {
         KeysPerPod => "keys per pod",
         /// The caller's own storage (a sink that cannot grow its vectors).
         CallerMemory => "host memory",
+        /// KV transfers in flight (P/D: joins, transfers on one decode pod's link, deliveries).
+        PdTransfers => "kv transfers in flight",
     }
 }
 
@@ -307,6 +319,8 @@ named_enum! {
         Queue => "queue",
         /// The CPU tier's slots.
         CpuSlots => "cpu slots",
+        /// P/D: the decode pods' links.
+        PdLinks => "pd links",
         /// The CPU tier's key tables.
         CpuTables => "cpu tables",
         /// The global block index.
@@ -370,6 +384,8 @@ named_enum! {
     pub enum Invariant {
         /// A batched step that schedules nothing waits for a load of the offload tier.
         EmptyStep => "a step that schedules nothing has a request loading",
+        /// P/D: a prefill job's request waits parked on its decode pod.
+        ParkedRequest => "a prefill job's request is parked on its decode pod",
         /// A batched engine's pinned and free blocks add up to its capacity C.
         PinnedPlusFree => "pinned + free blocks = capacity",
         /// A batched engine caches at most C blocks.

@@ -7,6 +7,7 @@
 //! Every buffer is the caller's ([`crate::fleet::sim::batched::BatchedLayout`] gives the lengths).
 
 use super::offload::Offload;
+use super::pd::{PdConfig, PdOutcome};
 use super::{Completion, Engine, EngineEvents, Request, Routed};
 use crate::fleet::base::error::{Buffer, Error, Field, Invariant, Limit, Quantity, RequestField};
 use crate::fleet::base::limits::{
@@ -40,6 +41,8 @@ pub struct BatchedConfig {
     pub cost: StepCost,
     /// The KV offload tier (off unless `offload.cpu_capacity` > 0).
     pub offload: Offload,
+    /// Prefill/decode disaggregation (None: every pod aggregated).
+    pub pd: Option<PdConfig>,
     /// Advance runs of identical decode steps at once (same results). Turning it off is test
     /// support, to show that it changes nothing (feature `harness`; without it the engine always
     /// fast-forwards: [`BatchedConfig::fast_forwards`]).
@@ -56,6 +59,7 @@ impl BatchedConfig {
             profile: StepProfile::Linear(profile),
             cost: StepCost::Linear(profile.coefficients()),
             offload: Offload::OFF,
+            pd: None,
             #[cfg(feature = "harness")]
             fast_forward: true,
         }
@@ -175,6 +179,14 @@ pub struct ReqSlot {
     /// Offload tier: its first loaded block (own blocks from there were loaded).
     loaded_from: u32,
     offload_hit_tokens: u64,
+    /// P/D: a prefill job (its output token is discarded, not counted).
+    job: bool,
+    /// P/D: routed here for decode, its KV not delivered yet.
+    parked: bool,
+    /// P/D: delivered, not admitted yet (admitted with c = L - 1).
+    transferred: bool,
+    prefill_done_ns: u64,
+    pd: PdOutcome,
 }
 
 /// A pod engine's counters.
@@ -274,6 +286,8 @@ pub struct BatchedEngine<'a> {
     pcie_free_ns: u64,
     /// The last step scheduled nothing: the pod waits for a load (or an arrival).
     waiting_for_load: bool,
+    /// P/D: requests parked here (routed for decode, KV not delivered).
+    parked: u32,
     /// (start, pinned blocks) of that step: its blocks count in the utilization until the next
     /// step starts.
     gap: Option<(u64, u32)>,
@@ -408,6 +422,7 @@ impl<'a> BatchedEngine<'a> {
             cpu,
             pcie_free_ns: 0,
             waiting_for_load: false,
+            parked: 0,
             gap: None,
             stats: BatchedStats::default(),
         })
@@ -651,6 +666,38 @@ impl<'a> BatchedEngine<'a> {
         keys: &[u64],
         queue_len: u32,
     ) -> Result<(), Error> {
+        let slot = self.new_slot(id, arrival_ns, input_tokens, output_tokens, keys, queue_len)?;
+        self.into_waiting(slot, arrival_ns);
+        let s = &mut self.stats;
+        s.requests += 1;
+        s.input_tokens += input_tokens;
+        s.max_queue_len = s.max_queue_len.max(queue_len);
+        Ok(())
+    }
+
+    /// Appends slot `slot` to W at `t_ns` (an arrival, or a P/D delivery).
+    fn into_waiting(&mut self, slot: usize, t_ns: u64) {
+        if self.is_idle() {
+            self.next_start_ns = t_ns.max(self.last_end_ns);
+        } else if self.waiting_for_load && t_ns < self.next_start_ns {
+            // an arrival wakes a pod waiting for a load (docs/MODEL.md, "The KV offload tier")
+            self.next_start_ns = t_ns;
+        }
+        self.waiting_until(t_ns);
+        self.w_push_back(slot as u32);
+        self.pending_prefill += self.reqs[slot].input;
+    }
+
+    /// Checks a request and gives it a slot (and its keys a place in the key ring).
+    fn new_slot(
+        &mut self,
+        id: u64,
+        arrival_ns: u64,
+        input_tokens: u64,
+        output_tokens: u64,
+        keys: &[u64],
+        queue_len: u32,
+    ) -> Result<usize, Error> {
         if input_tokens == 0 {
             return Err(Error::InvalidRequest { field: RequestField::InputLength, expected: "at least 1 token" });
         }
@@ -702,20 +749,7 @@ impl<'a> BatchedEngine<'a> {
             ..ReqSlot::default()
         };
         self.req_head += 1;
-        if self.is_idle() {
-            self.next_start_ns = arrival_ns.max(self.last_end_ns);
-        } else if self.waiting_for_load && arrival_ns < self.next_start_ns {
-            // an arrival wakes a pod waiting for a load (docs/MODEL.md, "The KV offload tier")
-            self.next_start_ns = arrival_ns;
-        }
-        self.waiting_until(arrival_ns);
-        self.w_push_back(slot as u32);
-        self.pending_prefill += input_tokens;
-        let s = &mut self.stats;
-        s.requests += 1;
-        s.input_tokens += input_tokens;
-        s.max_queue_len = s.max_queue_len.max(queue_len);
-        Ok(())
+        Ok(slot)
     }
 
     fn preempt(&mut self, v: usize) {
@@ -830,6 +864,12 @@ impl<'a> BatchedEngine<'a> {
         while self.w_len > 0 && *budget > 0 && self.r_len < self.cfg.max_num_seqs {
             let y = self.waiting[self.w_head as usize] as usize;
             let (h, free_hits) = self.hit_of(y);
+            if self.reqs[y].transferred {
+                if !self.admit_transferred(y, h, free_hits, budget) {
+                    break;
+                }
+                continue;
+            }
             let h2 = self.cpu_hit(y, h);
             if h2 > 0 {
                 if h2 as u64 + free_hits as u64 > self.free_len as u64 {
@@ -870,6 +910,42 @@ impl<'a> BatchedEngine<'a> {
             *budget -= n;
         }
         Ok(())
+    }
+
+    /// P/D: admits waiting head `y`, a transferred request with GPU hit `h` (`free_hits` of
+    /// them unreferenced): its prompt's KV arrived, so c = L - 1 and the last prompt token is
+    /// recomputed (docs/MODEL.md, "Decode on d"); no CPU-tier lookup. False when it does not fit.
+    fn admit_transferred(&mut self, y: usize, h: u32, free_hits: u32, budget: &mut u64) -> bool {
+        let q = self.reqs[y];
+        let c = q.input - 1;
+        let n = (q.input + q.generated - c).min(*budget);
+        let new = blocks_for(c + n) - h as u64;
+        if new + free_hits as u64 > self.free_len as u64 {
+            return false;
+        }
+        self.w_pop_front();
+        self.running[self.r_len as usize] = y as u32;
+        self.r_len += 1;
+        self.pin_hits(y, h);
+        self.pending_prefill -= q.input + q.generated;
+        let r = &mut self.reqs[y];
+        r.hit = h;
+        r.considered = h;
+        r.computed = c;
+        r.transferred = false;
+        if !r.admitted {
+            r.admitted = true;
+            r.pd.decode_hit_tokens = h as u64 * B;
+        }
+        self.pending_prefill += Self::pending_of(&self.reqs[y]);
+        for _ in 0..new {
+            self.alloc_own(y);
+        }
+        self.cache_prompt_blocks(y, c + n);
+        self.store(y, c + n);
+        self.reqs[y].sched = n;
+        *budget -= n;
+        true
     }
 
     /// Pins the hit blocks 0..h of waiting head `y` (popped from W into R).
@@ -1131,7 +1207,7 @@ impl<'a> BatchedEngine<'a> {
                         ev.itl(e - r.last_token_ns, 1);
                     }
                     r.last_token_ns = e;
-                    self.stats.output_tokens += 1;
+                    self.stats.output_tokens += u64::from(!r.job);
                 }
                 let after = Self::pending_of(&self.reqs[x]);
                 self.pending_prefill = self.pending_prefill - before + after;
@@ -1167,8 +1243,11 @@ impl<'a> BatchedEngine<'a> {
             preemptions: q.preemptions,
             queue_len: q.queue_len,
             offload_hit_tokens: q.offload_hit_tokens,
+            pd: q.pd,
         };
-        self.stats.finished += 1;
+        if !q.job {
+            self.stats.finished += 1;
+        }
         self.stats.last_finish_ns = self.stats.last_finish_ns.max(c.finish_ns);
         ev.completed(&c);
         // Reclaim the oldest slots (and their keys) once finished.
@@ -1213,13 +1292,18 @@ impl<'a> BatchedEngine<'a> {
         if self.w_len > 0 && self.r_len < self.cfg.max_num_seqs && m > r_len as u64 {
             let y = self.waiting[self.w_head as usize] as usize;
             let (h, free_hits) = self.hit_of(y);
-            // the step at the run's start considers the head: its tier touches (idempotent
-            // while nothing is stored, as in a run of decode steps) happen here
-            let h2 = self.cpu_hit(y, h);
             let q = self.reqs[y];
-            let c = h as u64 * B;
-            let n = (q.input + q.generated - c).min(m - r_len as u64);
-            let need = if h2 > 0 { h2 as u64 } else { blocks_for(c + n) - h as u64 };
+            let need = if q.transferred {
+                let c = q.input - 1;
+                blocks_for(c + (q.input + q.generated - c).min(m - r_len as u64)) - h as u64
+            } else {
+                // the step at the run's start considers the head: its tier touches (idempotent
+                // while nothing is stored, as in a run of decode steps) happen here
+                let h2 = self.cpu_hit(y, h);
+                let c = h as u64 * B;
+                let n = (q.input + q.generated - c).min(m - r_len as u64);
+                if h2 > 0 { h2 as u64 } else { blocks_for(c + n) - h as u64 }
+            };
             if need + free_hits as u64 <= self.free_len as u64 {
                 return Ok(false);
             }
@@ -1391,7 +1475,7 @@ impl Engine for BatchedEngine<'_> {
     /// |W| + |R| + the requests that finished in the last step if it ends after `t_ns`.
     fn queue_len_at(&mut self, t_ns: u64) -> u32 {
         let in_flight = if self.last_end_ns > t_ns { self.last_step_finished } else { 0 };
-        self.w_len + self.r_len + in_flight
+        self.w_len + self.r_len + in_flight + self.parked
     }
 
     /// The engine's own signals (docs/MODEL.md, "Load signals").
@@ -1417,6 +1501,66 @@ impl Engine for BatchedEngine<'_> {
             }
         }
         out
+    }
+
+    fn park(&mut self, req: &Request<'_>, routed: Routed, pd: PdOutcome) -> Result<u32, Error> {
+        let slot = self.new_slot(
+            routed.request,
+            req.arrival_ns,
+            req.input_tokens,
+            req.output_tokens,
+            req.keys,
+            routed.queue_len,
+        )?;
+        let r = &mut self.reqs[slot];
+        r.parked = true;
+        r.pd = pd;
+        self.parked += 1;
+        let s = &mut self.stats;
+        s.requests += 1;
+        s.input_tokens += req.input_tokens;
+        s.max_queue_len = s.max_queue_len.max(routed.queue_len);
+        Ok(slot as u32)
+    }
+
+    fn serve_job(&mut self, req: &Request<'_>, routed: Routed, decode_pod: u32, decode_slot: u32) -> Result<(), Error> {
+        let slot = self.new_slot(routed.request, req.arrival_ns, req.input_tokens, 1, req.keys, routed.queue_len)?;
+        let r = &mut self.reqs[slot];
+        r.job = true;
+        r.pd = PdOutcome { decode_pod, decode_slot, ..PdOutcome::NONE };
+        self.into_waiting(slot, req.arrival_ns);
+        let s = &mut self.stats;
+        s.requests += 1;
+        s.max_queue_len = s.max_queue_len.max(routed.queue_len);
+        Ok(())
+    }
+
+    fn note_prefill(&mut self, slot: u32, job: &Completion) -> Result<(), Error> {
+        let Some(r) = self.reqs.get_mut(slot as usize).filter(|r| r.parked && r.id == job.request) else {
+            return Err(Error::Invariant { what: Invariant::ParkedRequest });
+        };
+        r.hit_tokens = job.hit_tokens;
+        r.offload_hit_tokens = job.offload_hit_tokens;
+        r.prefill_tokens += job.prefill_tokens;
+        r.preemptions += job.preemptions;
+        r.prefill_done_ns = job.finish_ns;
+        Ok(())
+    }
+
+    fn deliver(&mut self, slot: u32, t_ns: u64) -> Result<(), Error> {
+        let Some(r) = self.reqs.get_mut(slot as usize).filter(|r| r.parked) else {
+            return Err(Error::Invariant { what: Invariant::ParkedRequest });
+        };
+        r.parked = false;
+        r.transferred = true;
+        r.pd.transfer_ns = t_ns - r.prefill_done_ns;
+        self.parked -= 1;
+        self.into_waiting(slot as usize, t_ns);
+        Ok(())
+    }
+
+    fn full_match(&self, keys: &[u64]) -> u32 {
+        self.tier_match_blocks(keys)
     }
 
     /// With an offload tier on the pods, the tiered match (docs/MODEL.md, "Routing with the

@@ -355,6 +355,7 @@ impl<'a> Engine for FifoEngine<'a> {
             preemptions: 0,
             queue_len: routed.queue_len,
             offload_hit_tokens: 0,
+            pd: super::pd::PdOutcome::NONE,
         });
         Ok(Outcome {
             request: routed.request,

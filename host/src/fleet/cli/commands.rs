@@ -197,7 +197,8 @@ impl Output<'_> {
     ) -> CliResult<i32> {
         if let Some(path) = self.outcomes {
             let offload = res.summary.batched().is_some_and(|b| b.offload.is_some());
-            run::outcomes::write_outcomes(path, &res.completions, more, offload)?;
+            let pd = res.summary.batched().is_some_and(|b| b.pd.is_some());
+            run::outcomes::write_outcomes(path, &res.completions, more, offload, pd)?;
         }
         res.summary.set_pipeline(self.pipeline);
         match self.json {

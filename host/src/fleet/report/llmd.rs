@@ -876,6 +876,7 @@ mod tests {
             preemptions: 0,
             queue_len: 0,
             offload_hit_tokens: 0,
+            pd: brokerlab_core::fleet::engine::pd::PdOutcome::NONE,
         }
     }
 

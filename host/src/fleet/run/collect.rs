@@ -39,6 +39,10 @@ pub struct Samples {
     pub hit_tokens: u64,
     /// With SLOs: them and the requests meeting them so far.
     pub slo: Option<(Slo, u64)>,
+    /// P/D: transfer_ns of each disaggregated request (8 B each, beside the TTFT samples).
+    pub transfer_ns: Vec<u64>,
+    /// P/D: their transfer bytes, summed.
+    pub transfer_bytes: u64,
 }
 
 /// Collects a run's completions and inter-token latencies.
@@ -125,6 +129,10 @@ impl EngineEvents for Collect {
         self.samples.hit_tokens += c.hit_tokens;
         if let Some((slo, good)) = self.samples.slo.as_mut() {
             *good += u64::from(slo.good_completion(c, self.fifo_t_decode_ns));
+        }
+        if c.pd.disaggregated() {
+            self.samples.transfer_ns.push(c.pd.transfer_ns);
+            self.samples.transfer_bytes += c.pd.transfer_bytes;
         }
         if self.closed_loop {
             // taken at once by the driver: a handful at a time

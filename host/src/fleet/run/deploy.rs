@@ -3,6 +3,7 @@
 //! writes what it always wrote.
 
 use brokerlab_core::fleet::slo::Slo;
+use brokerlab_core::fleet::stats::REPORTED_PERCENTILES;
 use brokerlab_core::fleet::{BatchedConfig, BatchedStats};
 use serde::Serialize;
 
@@ -45,8 +46,9 @@ pub struct OffloadKeys {
     pub pcie_latency_ns: u64,
     /// Weight of a CPU-tier block in the prefix-aware match.
     pub cpu_tier_weight: f64,
-    /// KV bytes of one token of a pod.
-    pub kv_bytes_per_token: u64,
+    /// KV bytes of one token of a pod (with P/D: among P/D's keys).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_bytes_per_token: Option<u64>,
     /// Sum of first-admission CPU hits, tokens.
     pub offload_hit_tokens: u64,
     /// offload_hit_tokens / input tokens.
@@ -75,13 +77,72 @@ impl OffloadKeys {
             pcie_bytes_per_s: o.pcie_bytes_per_s,
             pcie_latency_ns: o.pcie_latency_ns,
             cpu_tier_weight: o.cpu_tier_weight_milli as f64 / 1000.0,
-            kv_bytes_per_token: o.kv_bytes_per_token,
+            kv_bytes_per_token: e.pd.is_none().then_some(o.kv_bytes_per_token),
             offload_hit_tokens: hit,
             offload_hit_rate: (input_tokens > 0).then(|| hit as f64 / input_tokens as f64),
             offload_loads: sum(&|s| s.offload_loads),
             offload_load_blocks: sum(&|s| s.offload_load_blocks),
             offload_stored_blocks: sum(&|s| s.offload_stored_blocks),
             per_pod_offload_loads: stats.iter().map(|s| s.offload_loads).collect(),
+        })
+    }
+}
+
+/// Prefill/decode disaggregation of a batched run (with `--prefill-pods` > 0).
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct PdKeys {
+    /// NP.
+    pub prefill_pods: u32,
+    /// N - NP.
+    pub decode_pods: u32,
+    /// C_P.
+    pub prefill_capacity: usize,
+    /// The decider.
+    pub pd_decider: String,
+    /// N_T.
+    pub pd_threshold_tokens: u64,
+    /// Each decode pod's incoming link, bytes/s.
+    pub pd_link_bytes_per_s: u64,
+    /// Per transfer, ns.
+    pub pd_link_latency_ns: u64,
+    /// KV bytes of one token of a pod.
+    pub kv_bytes_per_token: u64,
+    /// Requests prefilled remotely.
+    pub disaggregated: u64,
+    /// Their transfer bytes, summed.
+    pub transfer_bytes: u64,
+    /// transfer_ns (delivery - end of the prefill) p50 by nearest rank, over them.
+    pub transfer_ns_p50: Option<u64>,
+    /// p90.
+    pub transfer_ns_p90: Option<u64>,
+    /// p99.
+    pub transfer_ns_p99: Option<u64>,
+    /// Largest.
+    pub transfer_ns_max: Option<u64>,
+}
+
+impl PdKeys {
+    /// The keys of engine `e` with the disaggregated requests' `transfer_ns` (reordered) and
+    /// `transfer_bytes` (None without P/D).
+    pub fn of(e: &BatchedConfig, pods: usize, transfer_ns: &mut [u64], transfer_bytes: u64) -> Option<Self> {
+        let pd = e.pd?;
+        let [p50, p90, p99] = super::summary::exact_percentiles(transfer_ns);
+        debug_assert_eq!(REPORTED_PERCENTILES.len(), 3);
+        Some(PdKeys {
+            prefill_pods: pd.prefill_pods,
+            decode_pods: pods as u32 - pd.prefill_pods,
+            prefill_capacity: pd.prefill_capacity_blocks,
+            pd_decider: pd.decider.name().into(),
+            pd_threshold_tokens: pd.threshold_tokens,
+            pd_link_bytes_per_s: pd.link_bytes_per_s,
+            pd_link_latency_ns: pd.link_latency_ns,
+            kv_bytes_per_token: e.offload.kv_bytes_per_token,
+            disaggregated: transfer_ns.len() as u64,
+            transfer_bytes,
+            transfer_ns_p50: p50,
+            transfer_ns_p90: p90,
+            transfer_ns_p99: p99,
+            transfer_ns_max: transfer_ns.iter().copied().max(),
         })
     }
 }

@@ -13,6 +13,7 @@ pub fn write_outcomes(
     completions: &[Completion],
     more: Option<&dyn Fn(u64) -> String>,
     offload: bool,
+    pd: bool,
 ) -> CliResult<()> {
     let mut sorted: Vec<&Completion> = completions.iter().collect();
     sorted.sort_unstable_by_key(|c| c.request);
@@ -22,7 +23,7 @@ pub fn write_outcomes(
             writeln!(
                 w,
                 "{{\"index\":{},\"pod\":{},\"arrival_ns\":{},\"queue_len\":{},\"hit_tokens\":{},\"prefill_tokens\":{},\
-                 \"ttft_ns\":{},\"e2e_ns\":{},\"preemptions\":{}{}{}}}",
+                 \"ttft_ns\":{},\"e2e_ns\":{},\"preemptions\":{}{}{}{}}}",
                 c.request,
                 c.pod,
                 c.arrival_ns,
@@ -32,6 +33,7 @@ pub fn write_outcomes(
                 c.ttft_ns(),
                 c.e2e_ns(),
                 c.preemptions,
+                if pd { pd_fields(c) } else { String::new() },
                 if offload { format!(",\"offload_hit_tokens\":{}", c.offload_hit_tokens) } else { String::new() },
                 more.map_or_else(String::new, |f| f(c.request))
             )?;
@@ -39,4 +41,17 @@ pub fn write_outcomes(
         Ok(())
     })
     .map_err(|e| CliError::failure(format!("--outcomes {}: cannot write: {e}", path.display())))
+}
+
+/// A request's P/D fields (docs/MODEL.md, "Metrics with P/D"): null or 0 when it was not
+/// prefilled remotely.
+fn pd_fields(c: &Completion) -> String {
+    let p = &c.pd;
+    if !p.disaggregated() {
+        return ",\"prefill_pod\":null,\"prefill_queue_len\":null,\"decode_hit_tokens\":null,\"transfer_bytes\":0,\"transfer_ns\":null".into();
+    }
+    format!(
+        ",\"prefill_pod\":{},\"prefill_queue_len\":{},\"decode_hit_tokens\":{},\"transfer_bytes\":{},\"transfer_ns\":{}",
+        p.prefill_pod, p.prefill_queue_len, p.decode_hit_tokens, p.transfer_bytes, p.transfer_ns
+    )
 }

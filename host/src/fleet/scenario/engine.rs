@@ -5,6 +5,7 @@
 
 use std::path::Path;
 
+use brokerlab_core::fleet::engine::pd::{Decider, PdConfig};
 use brokerlab_core::fleet::{
     BatchedConfig, CacheMode, EngineConfig, Error as CoreError, Field, FleetConfig, IndexKind, PhysicsProfile, Profile,
     StepProfile,
@@ -110,6 +111,29 @@ pub struct EngineArgs {
     /// Batched: KV bytes of one token of a pod (default: the profile's model).
     #[arg(long)]
     pub kv_bytes_per_token: Option<u64>,
+    /// Batched: prefill/decode disaggregation: pods 0 .. NP - 1 prefill, the others decode
+    /// (default 0: off).
+    #[arg(long)]
+    pub prefill_pods: Option<u32>,
+    /// P/D: KV blocks of each prefill pod (default --capacity).
+    #[arg(long)]
+    pub prefill_capacity: Option<usize>,
+    /// P/D: the prefill pool's step-cost profile (default: the decode pool's coefficients).
+    #[arg(long)]
+    pub prefill_profile: Option<String>,
+    /// P/D: prefix-threshold (default) | always | never.
+    #[arg(long)]
+    pub pd_decider: Option<String>,
+    /// P/D: prefill remotely iff the decode pod's cached prefix leaves at least this many
+    /// uncached prompt tokens (default 16; 0: never).
+    #[arg(long)]
+    pub pd_threshold_tokens: Option<u64>,
+    /// P/D: each decode pod's incoming link, bytes/s (default 25000000000).
+    #[arg(long)]
+    pub pd_link_bytes_per_s: Option<u64>,
+    /// P/D: ns added to each KV transfer (default 50000).
+    #[arg(long)]
+    pub pd_link_latency_ns: Option<u64>,
     /// SLO goodput (every engine): a request is good when its TTFT is at most this many ms
     /// (and its TPOT within --slo-tpot-ms when given).
     #[arg(long)]
@@ -151,6 +175,34 @@ pub struct EngineSettings {
     pub cpu_tier_weight: Option<String>,
     /// KV bytes of one token of a pod.
     pub kv_bytes_per_token: Option<u64>,
+    /// P/D: NP (0 or None: off).
+    pub prefill_pods: Option<u32>,
+    /// P/D: C_P.
+    pub prefill_capacity: Option<usize>,
+    /// P/D: the prefill pool's profile.
+    pub prefill_profile: Option<String>,
+    /// P/D: the decider's name.
+    pub pd_decider: Option<String>,
+    /// P/D: N_T.
+    pub pd_threshold_tokens: Option<u64>,
+    /// P/D: link bytes/s.
+    pub pd_link_bytes_per_s: Option<u64>,
+    /// P/D: link latency, ns.
+    pub pd_link_latency_ns: Option<u64>,
+}
+
+/// The `[fleet.pd]` key of a P/D setting's field name (None for other fields).
+pub fn pd_key(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "prefill_pods" => "prefill_pods",
+        "prefill_capacity" => "prefill_capacity",
+        "prefill_profile" => "prefill_profile",
+        "pd_decider" => "decider",
+        "pd_threshold_tokens" => "threshold_tokens",
+        "pd_link_bytes_per_s" => "link_bytes_per_s",
+        "pd_link_latency_ns" => "link_latency_ns",
+        _ => return None,
+    })
 }
 
 impl EngineSettings {
@@ -175,6 +227,13 @@ impl EngineSettings {
         add(self.pcie_latency_ns.is_some(), "pcie-latency-ns");
         add(self.cpu_tier_weight.is_some(), "cpu-tier-weight");
         add(self.kv_bytes_per_token.is_some(), "kv-bytes-per-token");
+        add(self.prefill_pods.is_some(), "prefill-pods");
+        add(self.prefill_capacity.is_some(), "prefill-capacity");
+        add(self.prefill_profile.is_some(), "prefill-profile");
+        add(self.pd_decider.is_some(), "pd-decider");
+        add(self.pd_threshold_tokens.is_some(), "pd-threshold-tokens");
+        add(self.pd_link_bytes_per_s.is_some(), "pd-link-bytes-per-s");
+        add(self.pd_link_latency_ns.is_some(), "pd-link-latency-ns");
         v
     }
 
@@ -197,6 +256,17 @@ impl EngineSettings {
             self.cpu_tier_weight.clone_from(&o.cpu_tier_weight);
         }
         self.kv_bytes_per_token = o.kv_bytes_per_token.or(self.kv_bytes_per_token);
+        self.prefill_pods = o.prefill_pods.or(self.prefill_pods);
+        self.prefill_capacity = o.prefill_capacity.or(self.prefill_capacity);
+        if o.prefill_profile.is_some() {
+            self.prefill_profile.clone_from(&o.prefill_profile);
+        }
+        if o.pd_decider.is_some() {
+            self.pd_decider.clone_from(&o.pd_decider);
+        }
+        self.pd_threshold_tokens = o.pd_threshold_tokens.or(self.pd_threshold_tokens);
+        self.pd_link_bytes_per_s = o.pd_link_bytes_per_s.or(self.pd_link_bytes_per_s);
+        self.pd_link_latency_ns = o.pd_link_latency_ns.or(self.pd_link_latency_ns);
         self
     }
 
@@ -291,6 +361,9 @@ impl EngineSettings {
             off.cpu_tier_weight_milli = super::deploy::parse_weight_milli(w)
                 .map_err(|why| CliError::bad_input(format!("{} {w:?}: {why}", name("cpu_tier_weight"))))?;
         }
+        if let Some(np) = self.prefill_pods.filter(|&np| np > 0) {
+            e.pd = Some(self.pd_config(np, &e, name)?);
+        }
         e.validate().map_err(|err| match err {
             CoreError::InvalidConfig { field, expected } => {
                 CliError::bad_input(format!("{}: expected {expected}", name(field.name())))
@@ -298,6 +371,42 @@ impl EngineSettings {
             other => CliError::bad_input(other.to_string()),
         })?;
         Ok(e)
+    }
+}
+
+impl EngineSettings {
+    /// The P/D configuration with NP = `np` over the decode pool's engine `decode`; C_P is 0
+    /// ("the decode pool's C") until [`batched`] knows C.
+    fn pd_config(&self, np: u32, decode: &BatchedConfig, name: &dyn Fn(&str) -> String) -> CliResult<PdConfig> {
+        let mut pd = PdConfig::new(np, 0);
+        if let Some(c) = self.prefill_capacity {
+            if c == 0 {
+                return Err(CliError::bad_input(format!("{}: expected at least 1 block", name("prefill_capacity"))));
+            }
+            pd.prefill_capacity_blocks = c;
+        }
+        if let Some(p) = &self.prefill_profile {
+            let one = EngineSettings { profile: Some(p.clone()), ..EngineSettings::default() };
+            let rename = |k: &str| if k == "profile" { name("prefill_profile") } else { name(k) };
+            let c = one.step_profile(&rename)?;
+            pd.prefill_cost = Some((c.profile, c.cost));
+        }
+        if let Some(d) = &self.pd_decider {
+            pd.decider = Decider::parse(d).ok_or_else(|| {
+                CliError::bad_input(format!("{} {d:?}: expected prefix-threshold, always or never", name("pd_decider")))
+            })?;
+        }
+        if let Some(v) = self.pd_threshold_tokens {
+            pd.threshold_tokens = v;
+        }
+        if let Some(v) = self.pd_link_bytes_per_s {
+            pd.link_bytes_per_s = v;
+        }
+        if let Some(v) = self.pd_link_latency_ns {
+            pd.link_latency_ns = v;
+        }
+        let _ = decode;
+        Ok(pd)
     }
 }
 
@@ -340,6 +449,13 @@ impl EngineArgs {
             pcie_latency_ns: self.pcie_latency_ns,
             cpu_tier_weight: self.cpu_tier_weight.clone(),
             kv_bytes_per_token: self.kv_bytes_per_token,
+            prefill_pods: self.prefill_pods,
+            prefill_capacity: self.prefill_capacity,
+            prefill_profile: self.prefill_profile.clone(),
+            pd_decider: self.pd_decider.clone(),
+            pd_threshold_tokens: self.pd_threshold_tokens,
+            pd_link_bytes_per_s: self.pd_link_bytes_per_s,
+            pd_link_latency_ns: self.pd_link_latency_ns,
         }
     }
 
@@ -383,6 +499,11 @@ pub fn batched(cfg: FleetConfig, e: BatchedConfig) -> Result<FleetConfig, CoreEr
             return bad(Field::CpuCapacity, "at most 4294967294 blocks");
         };
         e.offload.cpu_capacity = c2;
+    }
+    if let Some(pd) = e.pd.as_mut()
+        && pd.prefill_capacity_blocks == 0
+    {
+        pd.prefill_capacity_blocks = cfg.capacity_blocks;
     }
     let b = FleetConfig { engine: EngineConfig::Batched(e), ..cfg };
     b.validate()?;

@@ -216,6 +216,11 @@ impl Scenario {
             },
         };
         fleet.validate().map_err(|e| key_error(origin, e))?;
+        if f.pd.is_some() && f.engine.as_ref().is_none_or(|e| e.model.as_deref() == Some("fifo")) {
+            return Err(CliError::bad_input(format!(
+                "{origin}: `fleet.pd`: only with the batched engine (`[fleet.engine]`)"
+            )));
+        }
         let engine = match &f.engine {
             None => None,
             Some(e) => match e.model.as_deref().unwrap_or("batched") {
@@ -243,8 +248,21 @@ impl Scenario {
                         // a TOML number: its shortest decimal text, checked as the flag's is
                         cpu_tier_weight: e.cpu_tier_weight.map(|w| format!("{w}")),
                         kv_bytes_per_token: e.kv_bytes_per_token,
+                        prefill_pods: f.pd.as_ref().map(|p| p.prefill_pods),
+                        prefill_capacity: f.pd.as_ref().and_then(|p| p.prefill_capacity),
+                        prefill_profile: f.pd.as_ref().and_then(|p| p.prefill_profile.clone()),
+                        pd_decider: f.pd.as_ref().and_then(|p| p.decider.clone()),
+                        pd_threshold_tokens: f.pd.as_ref().and_then(|p| p.threshold_tokens),
+                        pd_link_bytes_per_s: f.pd.as_ref().and_then(|p| p.link_bytes_per_s),
+                        pd_link_latency_ns: f.pd.as_ref().and_then(|p| p.link_latency_ns),
                     };
-                    let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
+                    let key = |k: &str| {
+                        let k = k.replace('-', "_");
+                        match crate::fleet::scenario::engine::pd_key(&k) {
+                            Some(pk) => format!("{origin}: `fleet.pd.{pk}`"),
+                            None => format!("{origin}: `fleet.engine.{k}`"),
+                        }
+                    };
                     let ecfg = s.config(&key)?;
                     crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
                     Some(s)

@@ -159,6 +159,36 @@ pub struct FleetToml {
     /// The batched engine (absent: the FIFO engine).
     #[serde(default)]
     pub engine: Option<EngineToml>,
+    /// Prefill/decode disaggregation (batched engine; docs/MODEL.md, "Prefill/decode
+    /// disaggregation").
+    #[serde(default)]
+    pub pd: Option<PdToml>,
+}
+
+/// `[fleet.pd]`: prefill/decode disaggregation; keys left out take their defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PdToml {
+    /// NP.
+    pub prefill_pods: u32,
+    /// C_P.
+    #[serde(default)]
+    pub prefill_capacity: Option<usize>,
+    /// The prefill pool's profile.
+    #[serde(default)]
+    pub prefill_profile: Option<String>,
+    /// prefix-threshold | always | never.
+    #[serde(default)]
+    pub decider: Option<String>,
+    /// N_T.
+    #[serde(default)]
+    pub threshold_tokens: Option<u64>,
+    /// Each decode pod's incoming link, bytes/s.
+    #[serde(default)]
+    pub link_bytes_per_s: Option<u64>,
+    /// Per transfer, ns.
+    #[serde(default)]
+    pub link_latency_ns: Option<u64>,
 }
 
 /// `[fleet.engine]`: the batched engine (docs/MODEL.md, "The batched engine"); keys left out take
