@@ -91,6 +91,18 @@ fn compare(trace: &Path, args: &[String], label: &str) -> Seen {
             "per_pod_offload_loads",
         ]);
     }
+    let pd = t.get("disaggregated").is_some();
+    assert_eq!(summary.get("disaggregated").is_some(), pd, "{label}: P/D keys only with P/D");
+    if pd {
+        keys.extend([
+            "disaggregated",
+            "transfer_bytes",
+            "transfer_ns_p50",
+            "transfer_ns_p90",
+            "transfer_ns_p99",
+            "transfer_ns_max",
+        ]);
+    }
     let slo = t.get("slo_good_requests").is_some();
     assert_eq!(summary.get("slo_good_requests").is_some(), slo, "{label}: SLO keys only with an SLO");
     if slo {
@@ -166,9 +178,9 @@ fn trace(seed: u64, n: u64, families: u64) -> PathBuf {
 
 /// The arguments of case `seed`: pods, capacity, budget and router from the seed; the tier on
 /// (`c2` > 0) with a PCIe link from fast to slow enough that loads outlast steps.
-fn args(seed: u64, c2: u64, slo: bool) -> Vec<String> {
+fn args(seed: u64, c2: u64, slo: bool, pd: bool) -> Vec<String> {
     let mut g = Lcg(seed ^ 0xABCD);
-    let pods = 1 + g.below(3);
+    let pods = if pd { 2 + g.below(3) } else { 1 + g.below(3) };
     let cap = 24 + g.below(40);
     let m = [33, 64, 128, 8192][g.below(4) as usize];
     let s = (1 + g.below(8)).min(m);
@@ -220,13 +232,45 @@ fn args(seed: u64, c2: u64, slo: bool) -> Vec<String> {
             .map(|s| s.to_string()),
         );
     }
+    if pd {
+        let np = 1 + g.below(pods - 1);
+        let pcap = cap + [0, 16, 200][g.below(3) as usize];
+        a.extend(
+            [
+                "--prefill-pods",
+                &np.to_string(),
+                "--prefill-capacity",
+                &pcap.to_string(),
+                "--pd-decider",
+                ["prefix-threshold", "prefix-threshold", "always", "never"][g.below(4) as usize],
+                "--pd-threshold-tokens",
+                ["16", "0", "48", "160"][g.below(4) as usize],
+                "--pd-link-bytes-per-s",
+                ["25000000000", "640000000", "64000000", "6400000"][g.below(4) as usize],
+                "--pd-link-latency-ns",
+                ["0", "50000", "7"][g.below(3) as usize],
+                "--kv-bytes-per-token",
+                "4096",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
+        if g.below(4) == 0 {
+            a.extend(["--prefill-profile".to_string(), "seed".to_string()]);
+        }
+        if c2 > 0 {
+            // --kv-bytes-per-token given twice otherwise
+            let i = a.iter().rposition(|x| x == "--kv-bytes-per-token").unwrap();
+            a.drain(i..i + 2);
+        }
+    }
     if slo {
         a.extend(["--slo-ttft-ms", "0.05", "--slo-tpot-ms", "0.004"].iter().map(|s| s.to_string()));
     }
     a
 }
 
-/// Many seeds, the tier off and on (two sizes), SLO goodput on half of them: every request's
+/// Many seeds, P/D off and on, the tier off and on (two sizes), SLO goodput on half of them: every request's
 /// times and counters agree, and the rare branches of the tier are reached somewhere.
 #[test]
 fn generated_cases_match_the_reference_request_by_request() {
@@ -235,8 +279,8 @@ fn generated_cases_match_the_reference_request_by_request() {
     let mut loads = 0;
     for seed in 0..24u64 {
         let t = trace(seed, 120, 4 + seed % 5);
-        for c2 in [0, 16, 200] {
-            let seen = compare(&t, &args(seed, c2, seed % 2 == 0), &format!("s{seed}-c{c2}"));
+        for (c2, pd) in [(0, false), (16, false), (200, false), (0, true), (16, true)] {
+            let seen = compare(&t, &args(seed, c2, seed % 2 == 0, pd), &format!("s{seed}-c{c2}-pd{pd}"));
             for (k, v) in seen.coverage {
                 *coverage.entry(k).or_default() += v;
             }
@@ -245,7 +289,18 @@ fn generated_cases_match_the_reference_request_by_request() {
         std::fs::remove_file(&t).ok();
     }
     assert!(loads > 100, "the tier loads blocks: {loads}");
-    for branch in ["preempt", "preempt_loading", "skip_loading", "wait", "wake", "load_blocked", "tier_full"] {
+    for branch in [
+        "preempt",
+        "preempt_loading",
+        "skip_loading",
+        "wait",
+        "wake",
+        "load_blocked",
+        "tier_full",
+        "shared_link",
+        "transferred_admission",
+        "transferred_blocked",
+    ] {
         assert!(coverage.get(branch).copied().unwrap_or(0) > 0, "branch {branch} not reached: {coverage:?}");
     }
 }
@@ -256,7 +311,7 @@ fn generated_cases_match_the_reference_request_by_request() {
 fn tier_of_zero_blocks_is_todays_engine() {
     need_python3();
     let t = trace(99, 150, 6);
-    let a = args(99, 0, false);
+    let a = args(99, 0, false, false);
     let off = compare(&t, &a, "off");
     let mut zero = a.clone();
     zero.extend(["--cpu-capacity".to_string(), "0".to_string()]);

@@ -524,7 +524,8 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         t_prefill_token_ns: linear.map(|l| l.t_prefill_token_ns),
         t_decode_seq_ns: linear.map(|l| l.t_decode_seq_ns),
         t_kv_token_ns: linear.map(|l| l.t_kv_token_ns),
-        requests: sum(&|s| s.requests),
+        // P/D: a prefill pod's requests are prefill jobs; every request has one decode pick
+        requests: stats[e.pd.map_or(0, |p| p.prefill_pods as usize)..].iter().map(|s| s.requests).sum(),
         input_tokens,
         output_tokens,
         hit_tokens: samples.hit_tokens,
@@ -567,7 +568,7 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         pipeline: None,
         pd: super::deploy::PdKeys::of(e, cfg.pods, &mut samples.transfer_ns, samples.transfer_bytes),
         offload: super::deploy::OffloadKeys::of(e, &stats, input_tokens),
-        slo: samples.slo.map(|(s, good)| super::deploy::SloKeys::of(&s, good, sum(&|s| s.requests), makespan)),
+        slo: samples.slo.map(|(s, good)| super::deploy::SloKeys::of(&s, good, fleet.totals().requests, makespan)),
     }
 }
 
