@@ -51,6 +51,7 @@ impl Decider {
 
 /// P/D parameters of a batched fleet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct PdConfig {
     /// NP: pods 0 .. NP - 1 form the prefill pool (1 ..= N - 1).
     pub prefill_pods: u32,

@@ -376,7 +376,8 @@ fn run_sweep<K: run::HostEngine>(
 where
     K::Summary: sweep::SweepSummary,
 {
-    let points = sweep::run_points::<K>(param, gens, specs, a.threads, &progress);
+    let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+    let points = sweep::run_points_slo::<K>(param, gens, specs, a.threads, &progress, slo);
     progress.finish();
     shard::write_points(&a.out, name, param, &points?, prov)
 }

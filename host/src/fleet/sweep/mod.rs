@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 
 use crate::error::{CliError, CliResult, FleetError};
 use crate::fleet::run::progress::Progress;
-use crate::fleet::run::{EngineKind, HostEngine, Summary, simulate};
+use crate::fleet::run::{EngineKind, HostEngine, Summary, simulate_slo};
 use crate::fleet::scenario::Generated;
 
 /// One point of a sweep: a parameter value, a workload and a fleet configuration.
@@ -173,9 +173,24 @@ pub fn run_points<K: HostEngine>(
 where
     K::Summary: Send,
 {
+    run_points_slo::<K>(param, workloads, specs, threads, progress, None)
+}
+
+/// [`run_points`], each point's summary with SLO goodput for `slo`.
+pub fn run_points_slo<K: HostEngine>(
+    param: SweepParam,
+    workloads: &[Generated],
+    specs: &[PointSpec],
+    threads: usize,
+    progress: &Progress,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
+) -> CliResult<Vec<Point<K::Summary>>>
+where
+    K::Summary: Send,
+{
     par_points(specs, threads, progress, |p| {
         let mut src = &workloads[p.workload];
-        let summary = simulate::<K>(p.cfg, &mut src, false)?.summary;
+        let summary = simulate_slo::<K>(p.cfg, &mut src, false, slo)?.summary;
         Ok(Point { param, value: p.value, summary })
     })
 }
