@@ -477,7 +477,6 @@ fn run_fleet(
         pending_table: take(st.pending_table, l.pending_table, Buffer::PendingTable).map_err(setup)?,
         cpu_slots: &mut [],
         cpu_tables: &mut [],
-        pd: Default::default(),
     };
     let mut fleet = FifoFleet::new(cfg, buffers).map_err(setup)?;
     if !histogram.is_empty() {

@@ -158,7 +158,8 @@ fn the_tier_raises_hits_and_lowers_ttft_when_the_working_set_fits_gpu_and_cpu() 
     let mut tier = base.to_vec();
     tier.extend(["--cpu-capacity", "128"]);
     let (on, o_on) = replay(&t, &tier);
-    let hits = |s: &Value| s["hit_tokens"].as_u64().unwrap() + s.get("offload_hit_tokens").map_or(0, |v| v.as_u64().unwrap());
+    let hits =
+        |s: &Value| s["hit_tokens"].as_u64().unwrap() + s.get("offload_hit_tokens").map_or(0, |v| v.as_u64().unwrap());
     assert!(hits(&on) > 2 * hits(&off) + 1000, "hits with the tier {} vs without {}", hits(&on), hits(&off));
     assert!(on["offload_loads"].as_u64().unwrap() > 50);
     assert!(mean_ttft(&o_on) < 0.7 * mean_ttft(&o_off), "TTFT {} vs {}", mean_ttft(&o_on), mean_ttft(&o_off));
@@ -166,7 +167,12 @@ fn the_tier_raises_hits_and_lowers_ttft_when_the_working_set_fits_gpu_and_cpu() 
     let mut slow = tier.clone();
     slow.extend(["--pcie-bytes-per-s", "1000"]);
     let (_, o_slow) = replay(&t, &slow);
-    assert!(mean_ttft(&o_slow) > 10.0 * mean_ttft(&o_off), "slow PCIe {} vs none {}", mean_ttft(&o_slow), mean_ttft(&o_off));
+    assert!(
+        mean_ttft(&o_slow) > 10.0 * mean_ttft(&o_off),
+        "slow PCIe {} vs none {}",
+        mean_ttft(&o_slow),
+        mean_ttft(&o_off)
+    );
     std::fs::remove_file(&t).ok();
 }
 

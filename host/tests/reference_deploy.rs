@@ -169,7 +169,9 @@ fn trace(seed: u64, n: u64, families: u64) -> PathBuf {
         let blocks = ids.len() as u64;
         let len = (16 * blocks).saturating_sub(g.below(16)).max(1);
         let out = g.below(41);
-        lines.push(format!("{{\"timestamp\": {ts}, \"input_length\": {len}, \"output_length\": {out}, \"hash_ids\": {ids:?}}}"));
+        lines.push(format!(
+            "{{\"timestamp\": {ts}, \"input_length\": {len}, \"output_length\": {out}, \"hash_ids\": {ids:?}}}"
+        ));
     }
     let p = tmp(&format!("trace-{seed}.jsonl"));
     std::fs::write(&p, lines.join("\n")).unwrap();

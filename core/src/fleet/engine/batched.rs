@@ -667,7 +667,7 @@ impl<'a> BatchedEngine<'a> {
         queue_len: u32,
     ) -> Result<(), Error> {
         let slot = self.new_slot(id, arrival_ns, input_tokens, output_tokens, keys, queue_len)?;
-        self.into_waiting(slot, arrival_ns);
+        self.append_waiting(slot, arrival_ns);
         let s = &mut self.stats;
         s.requests += 1;
         s.input_tokens += input_tokens;
@@ -676,7 +676,7 @@ impl<'a> BatchedEngine<'a> {
     }
 
     /// Appends slot `slot` to W at `t_ns` (an arrival, or a P/D delivery).
-    fn into_waiting(&mut self, slot: usize, t_ns: u64) {
+    fn append_waiting(&mut self, slot: usize, t_ns: u64) {
         if self.is_idle() {
             self.next_start_ns = t_ns.max(self.last_end_ns);
         } else if self.waiting_for_load && t_ns < self.next_start_ns {
@@ -1142,9 +1142,8 @@ impl<'a> BatchedEngine<'a> {
 
     /// The leading run of `keys` held in the cache map or the tier, unweighted.
     pub fn tier_match_blocks(&self, keys: &[u64]) -> u32 {
-        keys.iter()
-            .take_while(|&&k| self.contains(k) || self.cpu.as_ref().is_some_and(|c| c.contains(k)))
-            .count() as u32
+        keys.iter().take_while(|&&k| self.contains(k) || self.cpu.as_ref().is_some_and(|c| c.contains(k))).count()
+            as u32
     }
 
     /// True when a request scheduled now decodes: it has produced a token and needs one more.
@@ -1528,7 +1527,7 @@ impl Engine for BatchedEngine<'_> {
         let r = &mut self.reqs[slot];
         r.job = true;
         r.pd = PdOutcome { decode_pod, decode_slot, ..PdOutcome::NONE };
-        self.into_waiting(slot, req.arrival_ns);
+        self.append_waiting(slot, req.arrival_ns);
         let s = &mut self.stats;
         s.requests += 1;
         s.max_queue_len = s.max_queue_len.max(routed.queue_len);
@@ -1555,7 +1554,7 @@ impl Engine for BatchedEngine<'_> {
         r.transferred = true;
         r.pd.transfer_ns = t_ns - r.prefill_done_ns;
         self.parked -= 1;
-        self.into_waiting(slot as usize, t_ns);
+        self.append_waiting(slot as usize, t_ns);
         Ok(())
     }
 
@@ -1566,7 +1565,7 @@ impl Engine for BatchedEngine<'_> {
     /// With an offload tier on the pods, the tiered match (docs/MODEL.md, "Routing with the
     /// tier"); without, the caller asks key by key (today's match).
     fn leading_matches(pods: &[Self], _shared: &(), keys: &[u64], out: &mut [u32]) -> bool {
-        if !pods.first().is_some_and(|e| e.cpu.is_some()) {
+        if pods.first().is_none_or(|e| e.cpu.is_none()) {
             return false;
         }
         for (o, e) in out.iter_mut().zip(pods.iter()) {

@@ -191,7 +191,13 @@ pub trait Engine: Sized {
     /// P/D: queues the prefill job of a request whose decode pod is `decode_pod` (its slot
     /// there `decode_slot`): the request with one output token, reported as a completion with
     /// those in its [`Completion::pd`].
-    fn serve_job(&mut self, _req: &Request<'_>, _routed: Routed, _decode_pod: u32, _decode_slot: u32) -> Result<(), Error> {
+    fn serve_job(
+        &mut self,
+        _req: &Request<'_>,
+        _routed: Routed,
+        _decode_pod: u32,
+        _decode_slot: u32,
+    ) -> Result<(), Error> {
         Err(pd_unsupported())
     }
 

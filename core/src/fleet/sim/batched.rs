@@ -94,11 +94,11 @@ impl BatchedLayout {
             + self.pd_transfers_len() * size_of::<super::pd::Transfer>()
             + self.pd_in_flight * (size_of::<super::pd::Join>() + size_of::<super::pd::Delivery>())
             + self.pods
-            * (self.requests_per_pod * (size_of::<ReqSlot>() + 4)
-                + self.running_per_pod * 4
-                + self.keys_per_pod * 8
-                + self.cpu_slots_per_pod * size_of::<Slot>()
-                + self.cpu_table_per_pod * 4)
+                * (self.requests_per_pod * (size_of::<ReqSlot>() + 4)
+                    + self.running_per_pod * 4
+                    + self.keys_per_pod * 8
+                    + self.cpu_slots_per_pod * size_of::<Slot>()
+                    + self.cpu_table_per_pod * 4)
     }
 }
 

@@ -234,7 +234,13 @@ impl<V: EngineEvents> EngineEvents for PdEvents<'_, '_, V> {
 impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     /// Runs the P/D event loop: every step starting before `t_ns`, and every link completion,
     /// join and delivery at or before it (`inclusive`) or before it. Returns whether anything ran.
-    pub(super) fn pd_run(&mut self, t_ns: u64, inclusive: bool, once: bool, ev: &mut impl EngineEvents) -> Result<bool, Error> {
+    pub(super) fn pd_run(
+        &mut self,
+        t_ns: u64,
+        inclusive: bool,
+        once: bool,
+        ev: &mut impl EngineEvents,
+    ) -> Result<bool, Error> {
         let n = self.pods.len();
         let mut ran = false;
         loop {
@@ -300,13 +306,9 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
                 }
             }
             // joins at t in request order: each advances its link to t, then adds its transfer
-            loop {
-                let Some(i) = (0..pd.joins_len)
-                    .filter(|&i| pd.joins[i].at_ns == t)
-                    .min_by_key(|&i| pd.joins[i].job.request)
-                else {
-                    break;
-                };
+            while let Some(i) =
+                (0..pd.joins_len).filter(|&i| pd.joins[i].at_ns == t).min_by_key(|&i| pd.joins[i].job.request)
+            {
                 let j = pd.joins[i];
                 pd.joins_len -= 1;
                 pd.joins[i] = pd.joins[pd.joins_len];
@@ -316,27 +318,26 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
                 }
                 self.pods[d].note_prefill(j.job.pd.decode_slot, &j.job)?;
                 pd.advance_link(d, t)?;
-                let bytes = j.job.input_tokens.div_ceil(BLOCK_TOKENS as u64)
-                    * BLOCK_TOKENS as u64
-                    * pd.kv_bytes_per_token;
+                let bytes =
+                    j.job.input_tokens.div_ceil(BLOCK_TOKENS as u64) * BLOCK_TOKENS as u64 * pd.kv_bytes_per_token;
                 let len = pd.link_len[d] as usize;
                 if len == pd.per_link {
                     return Err(Error::CapacityExceeded { limit: Limit::PdTransfers, capacity: pd.per_link });
                 }
-                pd.transfers[(d - pd.np) * pd.per_link + len] =
-                    Transfer { request: j.job.request, slot: j.job.pd.decode_slot, work: bytes as u128 * 1_000_000_000 };
+                pd.transfers[(d - pd.np) * pd.per_link + len] = Transfer {
+                    request: j.job.request,
+                    slot: j.job.pd.decode_slot,
+                    work: bytes as u128 * 1_000_000_000,
+                };
                 pd.link_len[d] += 1;
             }
             return Ok(());
         }
         // deliveries at t, in (completion time, request) order
-        loop {
-            let Some(i) = (0..pd.deliveries_len)
-                .filter(|&i| pd.deliveries[i].at_ns == t)
-                .min_by_key(|&i| (pd.deliveries[i].done_ns, pd.deliveries[i].request))
-            else {
-                break;
-            };
+        while let Some(i) = (0..pd.deliveries_len)
+            .filter(|&i| pd.deliveries[i].at_ns == t)
+            .min_by_key(|&i| (pd.deliveries[i].done_ns, pd.deliveries[i].request))
+        {
             let dl = pd.deliveries[i];
             pd.deliveries_len -= 1;
             pd.deliveries[i] = pd.deliveries[pd.deliveries_len];
@@ -368,8 +369,13 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         }
         // 2. Decode pick over the decode pool.
         let d = np + self.pd_pick(i, req.keys, np, n, &queue_lens, t)?.pod;
-        let routed_d =
-            Routed { request: i, pod: d as u32, queue_len: queue_lens[d], believed_match_blocks: 0, active_pods: n as u32 };
+        let routed_d = Routed {
+            request: i,
+            pod: d as u32,
+            queue_len: queue_lens[d],
+            believed_match_blocks: 0,
+            active_pods: n as u32,
+        };
         // 3. The decider on d's caches.
         let matched = self.pods[d].full_match(req.keys) as u64;
         let out = if !cfg.disaggregates(req.input_tokens, matched) {
@@ -389,8 +395,13 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             };
             let slot = self.pods[d].park(req, routed_d, outcome)?;
             let job = Request { output_tokens: 1, ..*req };
-            let routed_p =
-                Routed { request: i, pod: p as u32, queue_len: queue_lens[p], believed_match_blocks: 0, active_pods: n as u32 };
+            let routed_p = Routed {
+                request: i,
+                pod: p as u32,
+                queue_len: queue_lens[p],
+                believed_match_blocks: 0,
+                active_pods: n as u32,
+            };
             self.pods[p].serve_job(&job, routed_p, d as u32, slot)?;
             if let Some(s) = self.pd.as_mut() {
                 s.disaggregated += 1;
@@ -409,7 +420,15 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
 
     /// The router's pick among pods `lo .. hi` (their own queue lengths and caches), as an index
     /// in that range; `request` is what round-robin counts.
-    fn pd_pick(&mut self, request: u64, keys: &[u64], lo: usize, hi: usize, q: &[u32; MAX_PODS], t: u64) -> Result<Route, Error> {
+    fn pd_pick(
+        &mut self,
+        request: u64,
+        keys: &[u64],
+        lo: usize,
+        hi: usize,
+        q: &[u32; MAX_PODS],
+        t: u64,
+    ) -> Result<Route, Error> {
         let exact = super::Exact { pods: &self.pods[lo..hi], shared: &self.shared };
         let view = RouteView {
             request,

@@ -65,7 +65,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
                 None => cfg,
             };
-            let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+            let slo =
+                crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
             run_print(cfg, (&mut src, Unit::TraceBytes), progress, out, slo)
         }
         FleetCmd::Run(a) => {
@@ -100,7 +101,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 Some(e) => engine::batched(cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?,
                 None => cfg,
             };
-            let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+            let slo =
+                crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
             run_print(cfg, (&mut src, Unit::Requests), progress, out, slo)
         }
         FleetCmd::GenTrace(a) => {

@@ -52,7 +52,8 @@ pub fn format(
             let keep = outcomes.is_some();
             let (res, turn_of) = match run_cfg.engine {
                 brokerlab_core::fleet::EngineConfig::Fifo { .. } => {
-                    let (r, t) = crate::fleet::input::dynamo::simulate::<Fifo>(run_cfg, &trace, &a.trace, s, keep, slo)?;
+                    let (r, t) =
+                        crate::fleet::input::dynamo::simulate::<Fifo>(run_cfg, &trace, &a.trace, s, keep, slo)?;
                     (
                         RunResult {
                             summary: RunSummary::Fifo(Box::new(r.summary)),
@@ -63,7 +64,8 @@ pub fn format(
                     )
                 }
                 brokerlab_core::fleet::EngineConfig::Batched(_) => {
-                    let (r, t) = crate::fleet::input::dynamo::simulate::<Batched>(run_cfg, &trace, &a.trace, s, keep, slo)?;
+                    let (r, t) =
+                        crate::fleet::input::dynamo::simulate::<Batched>(run_cfg, &trace, &a.trace, s, keep, slo)?;
                     let summary = RunSummary::Batched(Box::new(r.summary));
                     (RunResult { summary, outcomes: r.outcomes, completions: r.completions }, t)
                 }

@@ -319,8 +319,8 @@ impl HostEngine for Batched {
             needs.push(need("KV transfers in flight", bytes, "fewer requests in flight"));
         }
         if l.cpu_slots_per_pod > 0 {
-            let per = std::mem::size_of::<Slot>() + 4 * l.cpu_table_per_pod / l.cpu_slots_per_pod;
-            needs.push(need("offload tiers", bytes(l.cpu_slots_per_pod, per), "--cpu-capacity"));
+            let b = bytes(l.cpu_slots_per_pod, std::mem::size_of::<Slot>()) + bytes(l.cpu_table_per_pod, 4);
+            needs.push(need("offload tiers", b, "--cpu-capacity"));
         }
         needs.extend_from_slice(run.held);
         Ok((batched_context(&l), needs))
