@@ -204,3 +204,65 @@ fn features_off_are_todays_results() {
     assert!(!today.contains("offload") && !today.contains("disaggregated") && !today.contains("slo"));
     std::fs::remove_file(&t).ok();
 }
+
+/// Bad P/D, tier and SLO input exits 2 naming the flag or the scenario key; a scenario with
+/// `[fleet.pd]` and the tier's `[fleet.engine]` keys runs and reports their keys.
+#[test]
+fn bad_input_names_the_flag_and_scenarios_take_the_tables() {
+    let t = write("bad", &[(0, 64, 3, vec![1, 2, 3, 4])]);
+    let base = ["--router", "round-robin", "--capacity", "64", "--engine", "batched"];
+    for (extra, flag) in [
+        (&["--pods", "2", "--prefill-pods", "2"][..], "--prefill-pods"),
+        (&["--pods", "3", "--prefill-pods", "1", "--pd-decider", "foo"][..], "--pd-decider"),
+        (&["--pods", "3", "--prefill-pods", "1", "--pd-link-bytes-per-s", "0"][..], "--pd-link-bytes-per-s"),
+        (&["--pods", "3", "--prefill-pods", "1", "--prefill-capacity", "2"][..], "--prefill-capacity"),
+        (&["--pods", "1", "--cpu-capacity", "8", "--cpu-tier-weight", "2"][..], "--cpu-tier-weight"),
+        (&["--pods", "1", "--cpu-capacity", "8", "--pcie-bytes-per-s", "0"][..], "--pcie-bytes-per-s"),
+        (&["--pods", "1", "--kv-bytes-per-token", "0"][..], "--kv-bytes-per-token"),
+        (&["--pods", "1", "--slo-tpot-ms", "1e3"][..], "--slo-tpot-ms"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+            .args(["fleet", "replay", "-q", "--trace-block-size", "16", "--trace"])
+            .arg(&t)
+            .args(base)
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains(flag), "{extra:?}: {err}");
+    }
+    let o = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+        .args(["fleet", "replay", "-q", "--trace-block-size", "16", "--pods", "2", "--prefill-pods", "1"])
+        .args(["--router", "round-robin", "--capacity", "64", "--trace"])
+        .arg(&t)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--prefill-pods: only with --engine batched"));
+    // a scenario
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../scenarios/rag.toml")).unwrap();
+    let sc = src.replace("requests = 4000", "requests = 200")
+        + "\n[fleet.engine]\ncpu_capacity = 2048\ncpu_tier_weight = 0.4\n\n[fleet.pd]\nprefill_pods = 3\nlink_bytes_per_s = 50000000000\n";
+    let p = tmp("rag-pd.toml");
+    std::fs::write(&p, &sc).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+        .args(["fleet", "run", "--json", "-q", "--slo-ttft-ms", "2000"])
+        .arg(&p)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let s: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!((s["prefill_pods"].as_u64(), s["decode_pods"].as_u64()), (Some(3), Some(5)));
+    assert_eq!(s["cpu_capacity"], 2048);
+    assert_eq!(s["cpu_tier_weight"], 0.4);
+    assert!(s["disaggregated"].as_u64().unwrap() > 0);
+    assert_eq!(s["requests"], 200);
+    assert!(s["slo_good_requests"].as_u64().is_some());
+    std::fs::write(&p, sc.replace("prefill_pods = 3", "prefill_pods = 8")).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_brokerlab")).args(["fleet", "run", "-q"]).arg(&p).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("`fleet.pd.prefill_pods`"));
+    std::fs::remove_file(&p).ok();
+    std::fs::remove_file(&t).ok();
+}
