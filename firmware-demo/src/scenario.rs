@@ -10,7 +10,8 @@
 //!
 //! **Batched engine.** Then the core's `BatchedFleet` (vLLM-style continuous batching) serves the
 //! first [`BATCHED_REQUESTS`] requests of the workload on [`PODS`] pods of
-//! [`BATCHED_CAPACITY_BLOCKS`] KV blocks, round-robin and prefix-aware ([`run_batched`]): every
+//! [`BATCHED_CAPACITY_BLOCKS`] KV blocks, round-robin and prefix-aware, then prefix-aware with
+//! prefill/decode disaggregation and with a CPU offload tier ([`BATCHED_RUNS`], [`run_batched`]): every
 //! engine counter, exact TTFT and E2E percentiles and digests of every dispatch, inter-token
 //! latency report and completion; the KV pool is small, so both runs preempt.
 //!
