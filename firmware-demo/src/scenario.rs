@@ -246,8 +246,9 @@ pub const CPU_SLOTS_LEN: usize = PODS * CPU_TIER_BLOCKS;
 pub const CPU_TABLES_LEN: usize = PODS * LruPod::table_len(CPU_TIER_BLOCKS);
 /// KV transfers, joins and deliveries in flight in the P/D run (the requests all pods track).
 pub const PD_IN_FLIGHT: usize = PODS * BATCHED_REQUESTS_PER_POD;
-/// Length of [`Storage::pd_transfers`]: each decode pod's link holds [`PD_IN_FLIGHT`].
-pub const PD_TRANSFERS_LEN: usize = (PODS - PD_PREFILL_PODS as usize) * PD_IN_FLIGHT;
+/// Length of [`Storage::pd_transfers`]: each decode pod's link holds as many transfers as the
+/// pod tracks requests.
+pub const PD_TRANSFERS_LEN: usize = (PODS - PD_PREFILL_PODS as usize) * BATCHED_REQUESTS_PER_POD;
 /// Length of [`Storage::engine_keys`].
 pub const ENGINE_KEYS_LEN: usize = PODS * BATCHED_KEYS_PER_POD;
 // The batched runs keep TTFT and E2E per request in the two halves of `latencies`.

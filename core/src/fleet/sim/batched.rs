@@ -42,8 +42,8 @@ pub struct BatchedLayout {
     pub prefill_blocks_per_pod: usize,
     /// P/D: cache-map entries per prefill pod.
     pub prefill_table_per_pod: usize,
-    /// P/D: transfers in flight, per decode pod; joins and deliveries waiting, in all (0
-    /// without P/D).
+    /// P/D: joins and deliveries waiting, in all (0 without P/D). Each decode pod's link holds
+    /// `requests_per_pod` transfers: a transfer's request holds a slot on its decode pod.
     pub pd_in_flight: usize,
 }
 
@@ -83,7 +83,7 @@ impl BatchedLayout {
 
     /// P/D: transfer slots of all decode pods' links (0 without P/D).
     pub fn pd_transfers_len(&self) -> usize {
-        if self.prefill_pods == 0 { 0 } else { (self.pods - self.prefill_pods) * self.pd_in_flight }
+        if self.prefill_pods == 0 { 0 } else { (self.pods - self.prefill_pods) * self.requests_per_pod }
     }
 
     /// Total bytes of the buffers.
