@@ -73,6 +73,9 @@ fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {
             waiting: &mut waiting,
             running: &mut running,
             keys: &mut ks,
+            cpu_slots: &mut [],
+            cpu_tables: &mut [],
+            pd: Default::default(),
         },
     )
     .unwrap();
@@ -403,6 +406,9 @@ fn routers_see_the_load_signals() {
         waiting: &mut waiting,
         running: &mut running,
         keys: &mut ks,
+        cpu_slots: &mut [],
+        cpu_tables: &mut [],
+        pd: Default::default(),
     };
     let mut f = BatchedFleet::with_router(cfg, Spy::default(), bufs).unwrap();
     let mut sink = Sink::default();
@@ -549,6 +555,9 @@ fn a_broken_invariant_is_an_error_and_poisons_the_fleet() {
         waiting: &mut waiting,
         running: &mut running,
         keys: &mut ks,
+        cpu_slots: &mut [],
+        cpu_tables: &mut [],
+        pd: Default::default(),
     };
     let mut f = BatchedFleet::new(cfg, bufs).unwrap();
     let mut sink = Sink::default();

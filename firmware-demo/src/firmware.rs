@@ -4,6 +4,7 @@
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use brokerlab_core::fleet::sim::pd::{Delivery, Join, Transfer};
 use brokerlab_core::fleet::stats::LogHistogram;
 use brokerlab_core::fleet::{IndexEntry, KvBlock, PendingEntry, PendingRecord, ReqSlot, Slot};
 use brokerlab_core::runner::harness::SimWorld;
@@ -48,6 +49,11 @@ struct Buffers {
     engine_waiting: [u32; scenario::ENGINE_REQUESTS_LEN],
     engine_running: [u32; scenario::ENGINE_RUNNING_LEN],
     engine_keys: [u64; scenario::ENGINE_KEYS_LEN],
+    cpu_slots: [Slot; scenario::CPU_SLOTS_LEN],
+    cpu_tables: [u32; scenario::CPU_TABLES_LEN],
+    pd_transfers: [Transfer; scenario::PD_TRANSFERS_LEN],
+    pd_joins: [Join; scenario::PD_IN_FLIGHT],
+    pd_deliveries: [Delivery; scenario::PD_IN_FLIGHT],
 }
 
 /// Zeroed at reset with the rest of .bss. Every field is an array of structs of plain integers,
@@ -169,6 +175,11 @@ fn main() -> ! {
         engine_waiting: &mut b.engine_waiting,
         engine_running: &mut b.engine_running,
         engine_keys: &mut b.engine_keys,
+        cpu_slots: &mut b.cpu_slots,
+        cpu_tables: &mut b.cpu_tables,
+        pd_transfers: &mut b.pd_transfers,
+        pd_joins: &mut b.pd_joins,
+        pd_deliveries: &mut b.pd_deliveries,
     };
     let mut sink = |group: &'static str, name: &'static str, index: u32, value: u64| {
         defmt::println!("BL m {=str} {=str} {=u32} {=u64}", group, name, index, value);

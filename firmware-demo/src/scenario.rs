@@ -10,7 +10,8 @@
 //!
 //! **Batched engine.** Then the core's `BatchedFleet` (vLLM-style continuous batching) serves the
 //! first [`BATCHED_REQUESTS`] requests of the workload on [`PODS`] pods of
-//! [`BATCHED_CAPACITY_BLOCKS`] KV blocks, round-robin and prefix-aware ([`run_batched`]): every
+//! [`BATCHED_CAPACITY_BLOCKS`] KV blocks, round-robin and prefix-aware, then prefix-aware with
+//! prefill/decode disaggregation and with a CPU offload tier ([`BATCHED_RUNS`], [`run_batched`]): every
 //! engine counter, exact TTFT and E2E percentiles and digests of every dispatch, inter-token
 //! latency report and completion; the KV pool is small, so both runs preempt.
 //!
@@ -35,6 +36,8 @@ use brokerlab_core::fleet::{
     Request, RouterKind, ScalePolicy, Slot, ViewConfig, defaults,
 };
 
+use brokerlab_core::fleet::engine::pd::PdConfig;
+use brokerlab_core::fleet::sim::pd::{Delivery, Join, PdBuffers, Transfer};
 use brokerlab_core::runner::harness::{self, DEMO_SCRIPT, PowerCutViolation, SimWorld, Violation};
 use brokerlab_core::runner::{Event, RamLog, Record, TaskId, crc32c, parse};
 
@@ -166,11 +169,47 @@ pub fn batched_engine(cost: BatchedCost) -> Option<BatchedConfig> {
     }
 }
 
-/// The batched runs, in report order: (group name, router, step cost).
-pub const BATCHED_RUNS: [(&str, RouterKind, BatchedCost); 3] = [
-    ("batched-round-robin", RouterKind::RoundRobin, BatchedCost::Linear),
-    ("batched-prefix-aware", RouterKind::PrefixAware, BatchedCost::Linear),
-    ("batched-physics-prefix-aware", RouterKind::PrefixAware, BatchedCost::Physics(PhysicsProfile::Llama31_8bH100Tp1)),
+/// What a batched run deploys beside the engine (docs/MODEL.md, "Prefill/decode
+/// disaggregation", "The KV offload tier").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Deploy {
+    /// Every pod aggregated, GPU KV only.
+    Aggregated,
+    /// [`PD_PREFILL_PODS`] prefill pods, the others decode, the default decider and link.
+    Pd,
+    /// A CPU tier of [`CPU_TIER_BLOCKS`] blocks per pod, default PCIe link.
+    Tier,
+}
+
+/// The prefill pool of the P/D run.
+pub const PD_PREFILL_PODS: u32 = 1;
+/// CPU-tier blocks per pod of the tier run.
+pub const CPU_TIER_BLOCKS: usize = 512;
+
+/// The engine of a batched run: `cost`'s, with `deploy`'s features.
+pub fn deploy_engine(cost: BatchedCost, deploy: Deploy) -> Option<BatchedConfig> {
+    let mut e = batched_engine(cost)?;
+    e.offload.kv_bytes_per_token = e.profile_kv_bytes_per_token();
+    match deploy {
+        Deploy::Aggregated => {}
+        Deploy::Pd => e.pd = Some(PdConfig::new(PD_PREFILL_PODS, BATCHED_CAPACITY_BLOCKS)),
+        Deploy::Tier => e.offload.cpu_capacity = CPU_TIER_BLOCKS as u32,
+    }
+    Some(e)
+}
+
+/// The batched runs, in report order: (group name, router, step cost, deployment).
+pub const BATCHED_RUNS: [(&str, RouterKind, BatchedCost, Deploy); 5] = [
+    ("batched-round-robin", RouterKind::RoundRobin, BatchedCost::Linear, Deploy::Aggregated),
+    ("batched-prefix-aware", RouterKind::PrefixAware, BatchedCost::Linear, Deploy::Aggregated),
+    (
+        "batched-physics-prefix-aware",
+        RouterKind::PrefixAware,
+        BatchedCost::Physics(PhysicsProfile::Llama31_8bH100Tp1),
+        Deploy::Aggregated,
+    ),
+    ("batched-pd-prefix-aware", RouterKind::PrefixAware, BatchedCost::Linear, Deploy::Pd),
+    ("batched-tier-prefix-aware", RouterKind::PrefixAware, BatchedCost::Linear, Deploy::Tier),
 ];
 
 /// Length of [`Storage::slots`].
@@ -201,6 +240,15 @@ pub const KV_TABLES_LEN: usize = PODS * BatchedEngine::table_len(BATCHED_CAPACIT
 pub const ENGINE_REQUESTS_LEN: usize = PODS * BATCHED_REQUESTS_PER_POD;
 /// Length of [`Storage::engine_running`].
 pub const ENGINE_RUNNING_LEN: usize = PODS * BATCHED_ENGINE.max_num_seqs as usize;
+/// Length of [`Storage::cpu_slots`] (the tier run's CPU tiers).
+pub const CPU_SLOTS_LEN: usize = PODS * CPU_TIER_BLOCKS;
+/// Length of [`Storage::cpu_tables`].
+pub const CPU_TABLES_LEN: usize = PODS * LruPod::table_len(CPU_TIER_BLOCKS);
+/// KV transfers, joins and deliveries in flight in the P/D run (the requests all pods track).
+pub const PD_IN_FLIGHT: usize = PODS * BATCHED_REQUESTS_PER_POD;
+/// Length of [`Storage::pd_transfers`]: each decode pod's link holds as many transfers as the
+/// pod tracks requests.
+pub const PD_TRANSFERS_LEN: usize = (PODS - PD_PREFILL_PODS as usize) * BATCHED_REQUESTS_PER_POD;
 /// Length of [`Storage::engine_keys`].
 pub const ENGINE_KEYS_LEN: usize = PODS * BATCHED_KEYS_PER_POD;
 // The batched runs keep TTFT and E2E per request in the two halves of `latencies`.
@@ -249,6 +297,16 @@ pub struct Storage<'a> {
     pub engine_running: &'a mut [u32],
     /// The batched engines' prompt keys in flight.
     pub engine_keys: &'a mut [u64],
+    /// The tier run's CPU-tier slots.
+    pub cpu_slots: &'a mut [Slot],
+    /// The tier run's CPU-tier key tables.
+    pub cpu_tables: &'a mut [u32],
+    /// The P/D run's link slots.
+    pub pd_transfers: &'a mut [Transfer],
+    /// The P/D run's joins waiting.
+    pub pd_joins: &'a mut [Join],
+    /// The P/D run's deliveries waiting.
+    pub pd_deliveries: &'a mut [Delivery],
 }
 
 /// Total bytes of the [`Storage`] buffers.
@@ -272,6 +330,10 @@ pub const fn storage_bytes() -> usize {
         + ENGINE_REQUESTS_LEN * (size_of::<ReqSlot>() + size_of::<u32>())
         + ENGINE_RUNNING_LEN * size_of::<u32>()
         + ENGINE_KEYS_LEN * size_of::<u64>()
+        + CPU_SLOTS_LEN * size_of::<Slot>()
+        + CPU_TABLES_LEN * size_of::<u32>()
+        + PD_TRANSFERS_LEN * size_of::<Transfer>()
+        + PD_IN_FLIGHT * (size_of::<Join>() + size_of::<Delivery>())
 }
 
 /// Why a run failed.
@@ -364,6 +426,22 @@ pub fn mix_completion(mut d: u64, c: &Completion) -> u64 {
         u64::from(c.queue_len),
     ] {
         d = mix(d, v);
+    }
+    // the deployment features' fields, when a run has them (the other runs' digests unchanged)
+    if c.offload_hit_tokens != 0 {
+        d = mix(d, c.offload_hit_tokens);
+    }
+    let p = &c.pd;
+    if p.disaggregated() {
+        for v in [
+            u64::from(p.prefill_pod),
+            u64::from(p.prefill_queue_len),
+            p.decode_hit_tokens,
+            p.transfer_bytes,
+            p.transfer_ns,
+        ] {
+            d = mix(d, v);
+        }
     }
     d
 }
@@ -622,14 +700,12 @@ impl EngineEvents for BatchedEvents<'_> {
 /// and digests of every dispatch and every completion. Checks that every request finishes
 /// exactly once and that the tokens produced are the output tokens asked for (O' = max(O, 1)).
 fn run_batched_one(
-    group: &'static str,
-    router: RouterKind,
-    cost: BatchedCost,
+    (group, router, cost, deploy): (&'static str, RouterKind, BatchedCost, Deploy),
     st: &mut Storage<'_>,
     sink: &mut impl Sink,
 ) -> Result<(), RunError> {
     let setup = |e: Error| RunError { run: group, request: u32::MAX, error: e.into() };
-    let engine = batched_engine(cost).ok_or(RunError {
+    let engine = deploy_engine(cost, deploy).ok_or(RunError {
         run: group,
         request: u32::MAX,
         error: Cause::Scenario("the physics profile is invalid"),
@@ -637,12 +713,19 @@ fn run_batched_one(
     let cfg = FleetConfig::batched(PODS, BATCHED_CAPACITY_BLOCKS, router, engine);
     let l = BatchedLayout::new(&cfg, BATCHED_REQUESTS_PER_POD, BATCHED_KEYS_PER_POD).map_err(setup)?;
     let buffers = BatchedBuffers {
-        blocks: take(st.kv_blocks, l.pods * l.blocks_per_pod, Buffer::EngineBlocks).map_err(setup)?,
-        tables: take(st.kv_tables, l.pods * l.table_per_pod, Buffer::EngineTables).map_err(setup)?,
+        blocks: take(st.kv_blocks, l.blocks_len(), Buffer::EngineBlocks).map_err(setup)?,
+        tables: take(st.kv_tables, l.tables_len(), Buffer::EngineTables).map_err(setup)?,
         requests: take(st.engine_requests, l.pods * l.requests_per_pod, Buffer::EngineRequests).map_err(setup)?,
         waiting: take(st.engine_waiting, l.pods * l.requests_per_pod, Buffer::EngineWaiting).map_err(setup)?,
         running: take(st.engine_running, l.pods * l.running_per_pod, Buffer::EngineRunning).map_err(setup)?,
         keys: take(st.engine_keys, l.pods * l.keys_per_pod, Buffer::EngineKeys).map_err(setup)?,
+        cpu_slots: take(st.cpu_slots, l.pods * l.cpu_slots_per_pod, Buffer::CpuSlots).map_err(setup)?,
+        cpu_tables: take(st.cpu_tables, l.pods * l.cpu_table_per_pod, Buffer::CpuTables).map_err(setup)?,
+        pd: PdBuffers {
+            transfers: take(st.pd_transfers, l.pd_transfers_len(), Buffer::PdLinks).map_err(setup)?,
+            joins: take(st.pd_joins, l.pd_in_flight, Buffer::PdLinks).map_err(setup)?,
+            deliveries: take(st.pd_deliveries, l.pd_in_flight, Buffer::PdLinks).map_err(setup)?,
+        },
     };
     let mut fleet = BatchedFleet::new(cfg, buffers).map_err(setup)?;
     let n = BATCHED_REQUESTS as usize;
@@ -712,7 +795,11 @@ fn run_batched_one(
     let mut per_pod = [BatchedStats::default(); PODS];
     for (p, s) in per_pod.iter_mut().enumerate() {
         *s = fleet.pod_stats(p).copied().unwrap_or_default();
-        total.requests += s.requests;
+        // P/D: a prefill pod's requests are prefill jobs (each request counts once, on its
+        // decode pod)
+        if p >= engine.pd.map_or(0, |x| x.prefill_pods as usize) {
+            total.requests += s.requests;
+        }
         total.finished += s.finished;
         total.input_tokens += s.input_tokens;
         total.hit_tokens += s.hit_tokens;
@@ -778,8 +865,8 @@ fn run_batched_one(
 
 /// The batched-engine part: every run of [`BATCHED_RUNS`].
 pub fn run_batched(storage: &mut Storage<'_>, sink: &mut impl Sink) -> Result<(), RunError> {
-    for (group, router, cost) in BATCHED_RUNS {
-        run_batched_one(group, router, cost, storage, sink)?;
+    for run in BATCHED_RUNS {
+        run_batched_one(run, storage, sink)?;
     }
     Ok(())
 }

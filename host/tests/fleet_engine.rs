@@ -24,7 +24,7 @@ fn tmp(name: &str, text: &str) -> PathBuf {
 /// The first `n` lines of a vendored trace (traces/NAME.zst), as a file.
 fn head(name: &str, n: usize) -> (PathBuf, u64) {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces").join(format!("{name}.zst"));
-    let f = brokerlab::fleet::input::open(&src).expect("vendored trace");
+    let f = brokerlab::fleet::input::file::open(&src).expect("vendored trace");
     let mut out = String::new();
     let mut outputs = 0u64;
     for line in f.lines().take(n) {
@@ -171,7 +171,10 @@ fn bad_engine_input_is_exit_2_naming_the_flag() {
         (vec!["--engine", "fifo", "--t-kv-token-ns", "8"], "--t-kv-token-ns"),
         (vec!["--engine", "batched", "--stale", "2"], "--stale"),
         (vec!["--engine", "batched", "--index", "global"], "--index"),
-        (vec!["--engine", "batched", "--cpu-capacity", "8"], "--cpu-capacity"),
+        // --cpu-capacity is the batched engine's offload tier; its other flags are checked
+        (vec!["--engine", "batched", "--cpu-capacity", "8", "--cpu-tier-weight", "1.5"], "--cpu-tier-weight"),
+        (vec!["--engine", "fifo", "--prefill-pods", "1"], "--prefill-pods"),
+        (vec!["--engine", "fifo", "--pcie-bytes-per-s", "8"], "--pcie-bytes-per-s"),
         (vec!["--engine", "turbo"], "--engine"),
     ] {
         let (code, _, err) = replay(&t, &flags);

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 
 use brokerlab::fleet::run::{Batched, simulate};
 use brokerlab::fleet::scenario::Generated;
+use brokerlab_core::fleet::sim::pd::{Delivery, Join, Transfer};
 use brokerlab_core::fleet::stats::{LogHistogram, REPORTED_PERCENTILES, nearest_rank_index};
 use brokerlab_core::fleet::{FleetConfig, IndexEntry, KvBlock, PendingEntry, PendingRecord, ReqSlot, Slot};
 use brokerlab_core::runner::harness::SimWorld;
@@ -49,6 +50,11 @@ fn host_metrics() -> Vec<Metric> {
     let mut engine_waiting = vec![0u32; scenario::ENGINE_REQUESTS_LEN];
     let mut engine_running = vec![0u32; scenario::ENGINE_RUNNING_LEN];
     let mut engine_keys = vec![0u64; scenario::ENGINE_KEYS_LEN];
+    let mut cpu_slots = vec![Slot::default(); scenario::CPU_SLOTS_LEN];
+    let mut cpu_tables = vec![0u32; scenario::CPU_TABLES_LEN];
+    let mut pd_transfers = vec![Transfer::default(); scenario::PD_TRANSFERS_LEN];
+    let mut pd_joins = vec![Join::default(); scenario::PD_IN_FLIGHT];
+    let mut pd_deliveries = vec![Delivery::default(); scenario::PD_IN_FLIGHT];
     let mut storage = Storage {
         slots: &mut slots,
         tables: &mut tables,
@@ -69,6 +75,11 @@ fn host_metrics() -> Vec<Metric> {
         engine_waiting: &mut engine_waiting,
         engine_running: &mut engine_running,
         engine_keys: &mut engine_keys,
+        cpu_slots: &mut cpu_slots,
+        cpu_tables: &mut cpu_tables,
+        pd_transfers: &mut pd_transfers,
+        pd_joins: &mut pd_joins,
+        pd_deliveries: &mut pd_deliveries,
     };
     let mut out = Vec::new();
     let mut sink = |g: &'static str, n: &'static str, i: u32, v: u64| out.push((g.to_string(), n.to_string(), i, v));
@@ -156,14 +167,14 @@ fn firmware_metrics_are_bit_identical_with_the_host() {
 fn batched_runs_equal_the_host_cli() {
     let host = host();
     let workload = Generated::new(scenario::BATCHED_WORKLOAD).expect("batched workload");
-    for (group, router, cost) in scenario::BATCHED_RUNS {
+    for (group, router, cost, deploy) in scenario::BATCHED_RUNS {
         let get = |name: &str, index: u32| {
             host.iter()
                 .find(|m| m.0 == group && m.1 == name && m.2 == index)
                 .map(|m| m.3)
                 .unwrap_or_else(|| panic!("{group}: no metric {name} {index}"))
         };
-        let engine = scenario::batched_engine(cost).expect("the batched runs' engines are valid");
+        let engine = scenario::deploy_engine(cost, deploy).expect("the batched runs' engines are valid");
         let cfg = FleetConfig::batched(scenario::PODS, scenario::BATCHED_CAPACITY_BLOCKS, router, engine);
         let cli = simulate::<Batched>(cfg, &mut &workload, true).expect("host CLI batched run");
         let s = &cli.summary;

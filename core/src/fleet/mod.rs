@@ -25,6 +25,7 @@ pub mod engine;
 pub mod keys;
 pub mod route;
 pub mod sim;
+pub mod slo;
 pub mod workload;
 
 pub use base::error::{Buffer, Error, Field, Invariant, Limit, Quantity, RequestField, Rule};

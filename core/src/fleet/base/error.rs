@@ -153,6 +153,24 @@ named_enum! {
         Alpha => "alpha",
         /// [`FleetConfig::cpu_capacity_blocks`].
         CpuCapacity => "cpu-capacity",
+        /// P/D: the prefill pool's size.
+        PrefillPods => "prefill-pods",
+        /// P/D: KV blocks of each prefill pod.
+        PrefillCapacity => "prefill-capacity",
+        /// P/D: the prefix-threshold decider's N_T.
+        PdThresholdTokens => "pd-threshold-tokens",
+        /// P/D: each decode pod's incoming link.
+        PdLinkBytesPerS => "pd-link-bytes-per-s",
+        /// P/D: latency added to each transfer.
+        PdLinkLatencyNs => "pd-link-latency-ns",
+        /// The offload tier's host-to-device bandwidth (`Offload::pcie_bytes_per_s`).
+        PcieBytesPerS => "pcie-bytes-per-s",
+        /// The offload tier's load latency (`Offload::pcie_latency_ns`).
+        PcieLatencyNs => "pcie-latency-ns",
+        /// The tiered prefix score's CPU weight (`Offload::cpu_tier_weight_milli`).
+        CpuTierWeight => "cpu-tier-weight",
+        /// KV bytes of one token of a pod (`Offload::kv_bytes_per_token`).
+        KvBytesPerToken => "kv-bytes-per-token",
         /// [`FleetConfig::stale_delay`].
         Stale => "stale",
         /// [`FleetConfig::event_delay_ns`].
@@ -258,6 +276,8 @@ named_enum! {
         KeysPerPod => "keys per pod",
         /// The caller's own storage (a sink that cannot grow its vectors).
         CallerMemory => "host memory",
+        /// KV transfers in flight (P/D: joins, transfers on one decode pod's link, deliveries).
+        PdTransfers => "kv transfers in flight",
     }
 }
 
@@ -299,6 +319,8 @@ named_enum! {
         Queue => "queue",
         /// The CPU tier's slots.
         CpuSlots => "cpu slots",
+        /// P/D: the decode pods' links.
+        PdLinks => "pd links",
         /// The CPU tier's key tables.
         CpuTables => "cpu tables",
         /// The global block index.
@@ -360,6 +382,10 @@ named_enum! {
     /// An invariant the core keeps in every build ([`Error::Invariant`]), checked where breaking
     /// it would index out of bounds or corrupt a result.
     pub enum Invariant {
+        /// A batched step that schedules nothing waits for a load of the offload tier.
+        EmptyStep => "a step that schedules nothing has a request loading",
+        /// P/D: a prefill job's request waits parked on its decode pod.
+        ParkedRequest => "a prefill job's request is parked on its decode pod",
         /// A batched engine's pinned and free blocks add up to its capacity C.
         PinnedPlusFree => "pinned + free blocks = capacity",
         /// A batched engine caches at most C blocks.

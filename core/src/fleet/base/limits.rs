@@ -31,6 +31,12 @@ pub const MAX_BATCHED_TOKENS: u32 = 1 << 24;
 pub const MAX_NUM_SEQS: u32 = 1 << 16;
 /// Longest output accepted by the batched engine, in tokens.
 pub const MAX_OUTPUT_TOKENS: u64 = 1 << 24;
+/// Fastest link the model accepts (a PCIe or KV-transfer link), bytes/s (10 TB/s).
+pub const MAX_LINK_BYTES_PER_S: u64 = 10_000_000_000_000;
+/// Longest fixed latency of one transfer or load, ns (1,000 s).
+pub const MAX_LINK_LATENCY_NS: u64 = 1_000_000_000_000;
+/// Largest KV size of one token of a pod, bytes (2^24).
+pub const MAX_KV_BYTES_PER_TOKEN: u64 = 1 << 24;
 
 /// Whether `text` quotes `n` in decimal as a whole number (not inside a longer one). The core's
 /// error messages are `&'static str` (it cannot format), so each one that quotes a limit is

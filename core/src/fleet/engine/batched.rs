@@ -6,6 +6,8 @@
 //! docs/MODEL.md, "The batched engine", is the specification; this file follows it rule by rule.
 //! Every buffer is the caller's ([`crate::fleet::sim::batched::BatchedLayout`] gives the lengths).
 
+use super::offload::Offload;
+use super::pd::{PdConfig, PdOutcome};
 use super::{Completion, Engine, EngineEvents, Request, Routed};
 use crate::fleet::base::error::{Buffer, Error, Field, Invariant, Limit, Quantity, RequestField};
 use crate::fleet::base::limits::{
@@ -13,6 +15,7 @@ use crate::fleet::base::limits::{
 };
 use crate::fleet::base::load::PodLoad;
 use crate::fleet::cache::CacheEvents;
+use crate::fleet::cache::lru::{LruPod, Slot};
 use crate::fleet::cache::table::{self, Probe};
 use crate::fleet::cost::linear::Profile;
 use crate::fleet::cost::physics::Physics;
@@ -36,6 +39,10 @@ pub struct BatchedConfig {
     pub profile: StepProfile,
     /// The step cost model.
     pub cost: StepCost,
+    /// The KV offload tier (off unless `offload.cpu_capacity` > 0).
+    pub offload: Offload,
+    /// Prefill/decode disaggregation (None: every pod aggregated).
+    pub pd: Option<PdConfig>,
     /// Advance runs of identical decode steps at once (same results). Turning it off is test
     /// support, to show that it changes nothing (feature `harness`; without it the engine always
     /// fast-forwards: [`BatchedConfig::fast_forwards`]).
@@ -51,6 +58,8 @@ impl BatchedConfig {
             max_num_batched_tokens: 8192,
             profile: StepProfile::Linear(profile),
             cost: StepCost::Linear(profile.coefficients()),
+            offload: Offload::OFF,
+            pd: None,
             #[cfg(feature = "harness")]
             fast_forward: true,
         }
@@ -100,7 +109,20 @@ impl BatchedConfig {
                 expected: "at most max-num-batched-tokens (each running request needs a token per step)",
             });
         }
+        self.offload.validate()?;
         self.cost.validate()
+    }
+
+    /// KV bytes of one token of the whole pod for the profile (docs/MODEL.md, "KV transfer"):
+    /// 2 x layers x KV heads x head_dim x 2 bytes of the profile's model (bf16); a physics
+    /// profile's per-GPU figure times its tensor-parallel GPUs.
+    pub fn profile_kv_bytes_per_token(&self) -> u64 {
+        match (self.profile, self.cost.physics()) {
+            (StepProfile::Linear(Profile::Qwen3_32bH100x2), _) => 2 * 64 * 8 * 128 * 2,
+            (StepProfile::Linear(_), _) => super::offload::KV_BYTES_PER_TOKEN,
+            (_, Some(p)) => p.kv_bytes_per_token_gpu().saturating_mul(p.tp() as u64),
+            (_, None) => super::offload::KV_BYTES_PER_TOKEN,
+        }
     }
 }
 
@@ -149,6 +171,22 @@ pub struct ReqSlot {
     queue_len: u32,
     admitted: bool,
     finished: bool,
+    /// Offload tier: blocks below this index were stored (never reset while the request lives).
+    stored_upto: u32,
+    /// Offload tier: waiting for its load, which ends at `load_end_ns`.
+    loading: bool,
+    load_end_ns: u64,
+    /// Offload tier: its first loaded block (own blocks from there were loaded).
+    loaded_from: u32,
+    offload_hit_tokens: u64,
+    /// P/D: a prefill job (its output token is discarded, not counted).
+    job: bool,
+    /// P/D: routed here for decode, its KV not delivered yet.
+    parked: bool,
+    /// P/D: delivered, not admitted yet (admitted with c = L - 1).
+    transferred: bool,
+    prefill_done_ns: u64,
+    pd: PdOutcome,
 }
 
 /// A pod engine's counters.
@@ -181,6 +219,14 @@ pub struct BatchedStats {
     pub max_queue_len: u32,
     /// Last finish, ns.
     pub last_finish_ns: u64,
+    /// Offload tier: sum of first-admission CPU hits, tokens.
+    pub offload_hit_tokens: u64,
+    /// Offload tier: loads issued (re-admissions included).
+    pub offload_loads: u64,
+    /// Offload tier: blocks loaded.
+    pub offload_load_blocks: u64,
+    /// Offload tier: keys inserted into the tier.
+    pub offload_stored_blocks: u64,
 }
 
 /// One pod's buffers (see [`crate::fleet::sim::batched::BatchedLayout`]).
@@ -197,6 +243,10 @@ pub struct PodBuffers<'a> {
     pub running: &'a mut [u32],
     /// Prompt keys of the tracked requests.
     pub keys: &'a mut [u64],
+    /// Offload tier: C2 LRU slots (empty without a tier).
+    pub cpu_slots: &'a mut [Slot],
+    /// Offload tier: [`LruPod::table_len`] of C2 entries (empty without a tier).
+    pub cpu_table: &'a mut [u32],
 }
 
 /// One pod's batched engine over caller buffers.
@@ -230,6 +280,17 @@ pub struct BatchedEngine<'a> {
     broken: Option<Invariant>,
     w_since_ns: u64,
     pending_prefill: u64,
+    /// Offload tier (None without one).
+    cpu: Option<LruPod<'a>>,
+    /// When the pod's host-to-device link is free, ns.
+    pcie_free_ns: u64,
+    /// The last step scheduled nothing: the pod waits for a load (or an arrival).
+    waiting_for_load: bool,
+    /// P/D: requests parked here (routed for decode, KV not delivered).
+    parked: u32,
+    /// (start, pinned blocks) of that step: its blocks count in the utilization until the next
+    /// step starts.
+    gap: Option<(u64, u32)>,
     stats: BatchedStats,
 }
 
@@ -277,7 +338,19 @@ impl<'a> BatchedEngine<'a> {
     /// length (requests tracked at once), `running` has `max_num_seqs` entries.
     pub fn new(cfg: BatchedConfig, pod: u32, bufs: PodBuffers<'a>) -> Result<Self, Error> {
         cfg.validate()?;
-        let PodBuffers { blocks, table, reqs, waiting, running, keys } = bufs;
+        let PodBuffers { blocks, table, reqs, waiting, running, keys, cpu_slots, cpu_table } = bufs;
+        let cpu = if cfg.offload.is_on() {
+            if cpu_slots.len() != cfg.offload.cpu_capacity as usize {
+                return Err(Error::BufferSize {
+                    buffer: Buffer::CpuSlots,
+                    expected: cfg.offload.cpu_capacity as usize,
+                    got: cpu_slots.len(),
+                });
+            }
+            Some(LruPod::new(cpu_slots, cpu_table)?)
+        } else {
+            None
+        };
         let c = blocks.len();
         if c == 0 || c > MAX_POD_BLOCKS {
             return Err(Error::InvalidConfig {
@@ -346,6 +419,11 @@ impl<'a> BatchedEngine<'a> {
             broken: None,
             w_since_ns: 0,
             pending_prefill: 0,
+            cpu,
+            pcie_free_ns: 0,
+            waiting_for_load: false,
+            parked: 0,
+            gap: None,
             stats: BatchedStats::default(),
         })
     }
@@ -588,6 +666,38 @@ impl<'a> BatchedEngine<'a> {
         keys: &[u64],
         queue_len: u32,
     ) -> Result<(), Error> {
+        let slot = self.new_slot(id, arrival_ns, input_tokens, output_tokens, keys, queue_len)?;
+        self.append_waiting(slot, arrival_ns);
+        let s = &mut self.stats;
+        s.requests += 1;
+        s.input_tokens += input_tokens;
+        s.max_queue_len = s.max_queue_len.max(queue_len);
+        Ok(())
+    }
+
+    /// Appends slot `slot` to W at `t_ns` (an arrival, or a P/D delivery).
+    fn append_waiting(&mut self, slot: usize, t_ns: u64) {
+        if self.is_idle() {
+            self.next_start_ns = t_ns.max(self.last_end_ns);
+        } else if self.waiting_for_load && t_ns < self.next_start_ns {
+            // an arrival wakes a pod waiting for a load (docs/MODEL.md, "The KV offload tier")
+            self.next_start_ns = t_ns;
+        }
+        self.waiting_until(t_ns);
+        self.w_push_back(slot as u32);
+        self.pending_prefill += self.reqs[slot].input;
+    }
+
+    /// Checks a request and gives it a slot (and its keys a place in the key ring).
+    fn new_slot(
+        &mut self,
+        id: u64,
+        arrival_ns: u64,
+        input_tokens: u64,
+        output_tokens: u64,
+        keys: &[u64],
+        queue_len: u32,
+    ) -> Result<usize, Error> {
         if input_tokens == 0 {
             return Err(Error::InvalidRequest { field: RequestField::InputLength, expected: "at least 1 token" });
         }
@@ -639,17 +749,7 @@ impl<'a> BatchedEngine<'a> {
             ..ReqSlot::default()
         };
         self.req_head += 1;
-        if self.is_idle() {
-            self.next_start_ns = arrival_ns.max(self.last_end_ns);
-        }
-        self.waiting_until(arrival_ns);
-        self.w_push_back(slot as u32);
-        self.pending_prefill += input_tokens;
-        let s = &mut self.stats;
-        s.requests += 1;
-        s.input_tokens += input_tokens;
-        s.max_queue_len = s.max_queue_len.max(queue_len);
-        Ok(())
+        Ok(slot)
     }
 
     fn preempt(&mut self, v: usize) {
@@ -658,6 +758,7 @@ impl<'a> BatchedEngine<'a> {
         // Recompute: everything computed is lost; the tokens it produced stand.
         let was = q.input + q.generated - q.computed;
         q.computed = 0;
+        q.loading = false;
         q.preemptions += 1;
         let now = q.input + q.generated;
         self.pending_prefill += now - if was > 1 { was } else { 0 };
@@ -677,15 +778,22 @@ impl<'a> BatchedEngine<'a> {
     /// time, and apply its outputs at its end.
     fn step(&mut self, ev: &mut impl EngineEvents) -> Result<(), Error> {
         let s = self.next_start_ns;
+        self.close_gap(s);
         self.waiting_until(s);
+        self.waiting_for_load = false;
+        if self.cpu.is_some() {
+            self.ready_loads(s);
+        }
         let mut budget = self.cfg.max_num_batched_tokens as u64;
         // 1. Running requests, in order; 2. waiting requests, FCFS, only if nothing was preempted.
         if !self.schedule_running(&mut budget) {
-            self.admit_waiting(&mut budget);
+            self.admit_waiting(&mut budget, s)?;
         }
         // 3. Step time.
         let shape = self.step_shape()?;
-        debug_assert!(shape.tokens() > 0, "a step with work schedules a token");
+        if shape.tokens() == 0 {
+            return self.wait_for_load(s);
+        }
         let d = self.cfg.cost.step_ns(&shape)?;
         let e = s.checked_add(d).ok_or(Error::Overflow { what: Quantity::StepEndTime })?;
         let st = &mut self.stats;
@@ -707,6 +815,12 @@ impl<'a> BatchedEngine<'a> {
         let mut i = 0;
         while i < self.r_len as usize {
             let x = self.running[i] as usize;
+            if self.reqs[x].loading {
+                // a request waiting for its load is skipped (no token, no budget)
+                self.reqs[x].sched = 0;
+                i += 1;
+                continue;
+            }
             if *budget == 0 {
                 break;
             }
@@ -732,6 +846,7 @@ impl<'a> BatchedEngine<'a> {
                 self.alloc_own(x);
             }
             self.cache_prompt_blocks(x, q.computed + n);
+            self.store(x, q.computed + n);
             self.reqs[x].sched = n;
             *budget -= n;
             i += 1;
@@ -745,10 +860,24 @@ impl<'a> BatchedEngine<'a> {
 
     /// Step 2: waiting requests in FCFS order while the budget, the running slots and the free
     /// blocks allow (strict FCFS: the first that does not fit stops admission).
-    fn admit_waiting(&mut self, budget: &mut u64) {
+    fn admit_waiting(&mut self, budget: &mut u64, s: u64) -> Result<(), Error> {
         while self.w_len > 0 && *budget > 0 && self.r_len < self.cfg.max_num_seqs {
             let y = self.waiting[self.w_head as usize] as usize;
             let (h, free_hits) = self.hit_of(y);
+            if self.reqs[y].transferred {
+                if !self.admit_transferred(y, h, free_hits, budget) {
+                    break;
+                }
+                continue;
+            }
+            let h2 = self.cpu_hit(y, h);
+            if h2 > 0 {
+                if h2 as u64 + free_hits as u64 > self.free_len as u64 {
+                    break;
+                }
+                self.admit_loading(y, h, h2, s)?;
+                continue;
+            }
             let q = self.reqs[y];
             let c = h as u64 * B;
             let n = (q.input + q.generated - c).min(*budget);
@@ -759,18 +888,7 @@ impl<'a> BatchedEngine<'a> {
             self.w_pop_front();
             self.running[self.r_len as usize] = y as u32;
             self.r_len += 1;
-            for j in 0..h {
-                let Some(b) = self.lookup(self.key_of(y, j)) else {
-                    self.broken = Some(Invariant::HitBlockCached);
-                    break;
-                };
-                if self.blocks[b as usize].refs == 0 {
-                    self.fq_unlink(b);
-                    self.pinned += 1;
-                }
-                self.blocks[b as usize].refs += 1;
-                self.refs_total += 1;
-            }
+            self.pin_hits(y, h);
             self.pending_prefill -= q.input + q.generated;
             let r = &mut self.reqs[y];
             r.hit = h;
@@ -778,6 +896,7 @@ impl<'a> BatchedEngine<'a> {
             r.computed = c;
             if !r.admitted {
                 r.admitted = true;
+                r.offload_hit_tokens = 0;
                 r.hit_tokens = c;
                 self.stats.hit_tokens += c;
             }
@@ -786,9 +905,245 @@ impl<'a> BatchedEngine<'a> {
                 self.alloc_own(y);
             }
             self.cache_prompt_blocks(y, c + n);
+            self.store(y, c + n);
             self.reqs[y].sched = n;
             *budget -= n;
         }
+        Ok(())
+    }
+
+    /// P/D: admits waiting head `y`, a transferred request with GPU hit `h` (`free_hits` of
+    /// them unreferenced): its prompt's KV arrived, so c = L - 1 and the last prompt token is
+    /// recomputed (docs/MODEL.md, "Decode on d"); no CPU-tier lookup. False when it does not fit.
+    fn admit_transferred(&mut self, y: usize, h: u32, free_hits: u32, budget: &mut u64) -> bool {
+        let q = self.reqs[y];
+        let c = q.input - 1;
+        let n = (q.input + q.generated - c).min(*budget);
+        let new = blocks_for(c + n) - h as u64;
+        if new + free_hits as u64 > self.free_len as u64 {
+            return false;
+        }
+        self.w_pop_front();
+        self.running[self.r_len as usize] = y as u32;
+        self.r_len += 1;
+        self.pin_hits(y, h);
+        self.pending_prefill -= q.input + q.generated;
+        let r = &mut self.reqs[y];
+        r.hit = h;
+        r.considered = h;
+        r.computed = c;
+        r.transferred = false;
+        if !r.admitted {
+            r.admitted = true;
+            r.pd.decode_hit_tokens = h as u64 * B;
+        }
+        self.pending_prefill += Self::pending_of(&self.reqs[y]);
+        for _ in 0..new {
+            self.alloc_own(y);
+        }
+        self.cache_prompt_blocks(y, c + n);
+        self.store(y, c + n);
+        self.reqs[y].sched = n;
+        *budget -= n;
+        true
+    }
+
+    /// Pins the hit blocks 0..h of waiting head `y` (popped from W into R).
+    fn pin_hits(&mut self, y: usize, h: u32) {
+        for j in 0..h {
+            let Some(b) = self.lookup(self.key_of(y, j)) else {
+                self.broken = Some(Invariant::HitBlockCached);
+                break;
+            };
+            if self.blocks[b as usize].refs == 0 {
+                self.fq_unlink(b);
+                self.pinned += 1;
+            }
+            self.blocks[b as usize].refs += 1;
+            self.refs_total += 1;
+        }
+    }
+
+    // ----- offload tier (docs/MODEL.md, "The KV offload tier") -----
+
+    /// Lookup at an admission attempt of waiting head `y` with GPU hit `h`: touches every prompt
+    /// key the tier holds, last block first (the first ends most recent), then returns h2, the
+    /// blocks h .. h + h2 - 1 the tier holds, within the GPU hit's cap h_max. 0 without a tier.
+    fn cpu_hit(&mut self, y: usize, h: u32) -> u32 {
+        if self.cpu.is_none() {
+            return 0;
+        }
+        let q = self.reqs[y];
+        for j in (0..q.keys_len).rev() {
+            let k = self.key_of(y, j);
+            if let Some(cpu) = self.cpu.as_mut()
+                && cpu.contains(k)
+            {
+                cpu.touch(k, &mut ());
+            }
+        }
+        let h_max = (q.keys_len as u64).min((q.input + q.generated - 1) / B) as u32;
+        let mut h2 = 0;
+        while h + h2 < h_max && self.cpu.as_ref().is_some_and(|c| c.contains(self.key_of(y, h + h2))) {
+            h2 += 1;
+        }
+        h2
+    }
+
+    /// Admits waiting head `y` with GPU hit `h` and CPU hit `h2` >= 1 as a loading request: its
+    /// hits pinned, h2 own blocks for the loaded KV, no token this step; its load queues on the
+    /// pod's host-to-device link from `s`.
+    fn admit_loading(&mut self, y: usize, h: u32, h2: u32, s: u64) -> Result<(), Error> {
+        let x_ns = s
+            .max(self.pcie_free_ns)
+            .checked_add(self.cfg.offload.load_ns(h2 as u64)?)
+            .ok_or(Error::Overflow { what: Quantity::StepEndTime })?;
+        self.w_pop_front();
+        self.running[self.r_len as usize] = y as u32;
+        self.r_len += 1;
+        self.pin_hits(y, h);
+        let q = self.reqs[y];
+        self.pending_prefill -= q.input + q.generated;
+        let c = (h + h2) as u64 * B;
+        let r = &mut self.reqs[y];
+        r.hit = h;
+        r.considered = h;
+        r.computed = c;
+        r.stored_upto = h + h2;
+        r.loaded_from = h;
+        r.loading = true;
+        r.load_end_ns = x_ns;
+        r.sched = 0;
+        if !r.admitted {
+            r.admitted = true;
+            r.hit_tokens = h as u64 * B;
+            r.offload_hit_tokens = h2 as u64 * B;
+            self.stats.hit_tokens += h as u64 * B;
+            self.stats.offload_hit_tokens += h2 as u64 * B;
+        }
+        self.pending_prefill += Self::pending_of(&self.reqs[y]);
+        for _ in 0..h2 {
+            self.alloc_own(y);
+        }
+        self.pcie_free_ns = x_ns;
+        self.stats.offload_loads += 1;
+        self.stats.offload_load_blocks += h2 as u64;
+        Ok(())
+    }
+
+    /// At the start of the step at `s`: every loading request whose load ended by `s` becomes an
+    /// ordinary running request, its loaded blocks keyed (each unless its key is cached already).
+    fn ready_loads(&mut self, s: u64) {
+        for k in 0..self.r_len as usize {
+            let x = self.running[k] as usize;
+            let q = self.reqs[x];
+            if !q.loading || q.load_end_ns > s {
+                continue;
+            }
+            // own blocks loaded_from .. loaded_from + own_len, newest first in the chain (as
+            // `cache_prompt_blocks` walks them)
+            let mut idx = q.hit + q.own_len;
+            let mut b = q.own_head;
+            while b != NIL && idx > q.loaded_from {
+                idx -= 1;
+                let older = self.blocks[b as usize].next;
+                let key = self.key_of(x, idx);
+                if self.lookup(key).is_none() {
+                    self.blocks[b as usize].key = key;
+                    self.blocks[b as usize].keyed = true;
+                    self.map_insert(key, b);
+                    self.cached += 1;
+                }
+                b = older;
+            }
+            let r = &mut self.reqs[x];
+            r.considered = (q.computed / B) as u32;
+            r.loading = false;
+        }
+    }
+
+    /// Store on compute: after request `r` was given tokens up to `upto_tokens`, its prompt
+    /// blocks from its store index to floor(min(upto, L) / 16) go to the tier (the absent ones,
+    /// in block order, each most recent); if any went, every prompt key below that the tier
+    /// holds is touched, last block first.
+    fn store(&mut self, r: usize, upto_tokens: u64) {
+        let Some(cpu) = self.cpu.as_mut() else { return };
+        let q = self.reqs[r];
+        let up = (upto_tokens.min(q.input) / B).min(q.keys_len as u64) as u32;
+        if up <= q.stored_upto {
+            return;
+        }
+        let klen = self.keys.len() as u64;
+        let key = |j: u32| self.keys[((q.keys_at + j as u64) % klen) as usize];
+        let mut inserted = 0u64;
+        for j in q.stored_upto..up {
+            let k = key(j);
+            if !cpu.contains(k) {
+                cpu.touch(k, &mut ());
+                inserted += 1;
+            }
+        }
+        if inserted > 0 {
+            for j in (0..up).rev() {
+                let k = key(j);
+                if cpu.contains(k) {
+                    cpu.touch(k, &mut ());
+                }
+            }
+        }
+        self.stats.offload_stored_blocks += inserted;
+        self.reqs[r].stored_upto = up;
+    }
+
+    /// A step that scheduled nothing (every running request loading, or preempted): no time
+    /// passes; the pod waits for its earliest load (an arrival may wake it earlier).
+    fn wait_for_load(&mut self, s: u64) -> Result<(), Error> {
+        let mut x_min = u64::MAX;
+        for k in 0..self.r_len as usize {
+            let q = &self.reqs[self.running[k] as usize];
+            if q.loading {
+                x_min = x_min.min(q.load_end_ns);
+            }
+        }
+        if x_min == u64::MAX || x_min <= s {
+            return Err(Error::Invariant { what: Invariant::EmptyStep });
+        }
+        self.stats.kv_peak_blocks = self.stats.kv_peak_blocks.max(self.pinned);
+        self.gap = Some((s, self.pinned));
+        self.waiting_for_load = true;
+        self.next_start_ns = x_min;
+        self.check()
+    }
+
+    /// The pinned blocks of a waiting pod count in the utilization until its next step `s`.
+    fn close_gap(&mut self, s: u64) {
+        if let Some((g0, pinned)) = self.gap.take() {
+            self.stats.kv_pinned_block_ns += pinned as u128 * (s - g0) as u128;
+        }
+    }
+
+    /// The tiered match of `keys` on this pod (docs/MODEL.md, "Routing with the tier"): the
+    /// leading run held in the cache map or the tier, each block weighing 1000 or the tier's
+    /// weight, floor(sum / 1000).
+    fn tiered_match(&self, keys: &[u64]) -> u32 {
+        let w_cpu = self.cfg.offload.cpu_tier_weight_milli as u64;
+        let mut total = 0u64;
+        for &k in keys {
+            if self.contains(k) {
+                total += 1000;
+            } else if self.cpu.as_ref().is_some_and(|c| c.contains(k)) {
+                total += w_cpu;
+            } else {
+                break;
+            }
+        }
+        (total / 1000) as u32
+    }
+
+    /// The leading run of `keys` held in the cache map or the tier, unweighted.
+    pub fn tier_match_blocks(&self, keys: &[u64]) -> u32 {
+        keys.iter().take_while(|&&k| self.contains(k) || self.cpu.as_ref().is_some_and(|c| c.contains(k))).count()
+            as u32
     }
 
     /// True when a request scheduled now decodes: it has produced a token and needs one more.
@@ -851,7 +1206,7 @@ impl<'a> BatchedEngine<'a> {
                         ev.itl(e - r.last_token_ns, 1);
                     }
                     r.last_token_ns = e;
-                    self.stats.output_tokens += 1;
+                    self.stats.output_tokens += u64::from(!r.job);
                 }
                 let after = Self::pending_of(&self.reqs[x]);
                 self.pending_prefill = self.pending_prefill - before + after;
@@ -886,8 +1241,12 @@ impl<'a> BatchedEngine<'a> {
             prefill_tokens: q.prefill_tokens,
             preemptions: q.preemptions,
             queue_len: q.queue_len,
+            offload_hit_tokens: q.offload_hit_tokens,
+            pd: q.pd,
         };
-        self.stats.finished += 1;
+        if !q.job {
+            self.stats.finished += 1;
+        }
         self.stats.last_finish_ns = self.stats.last_finish_ns.max(c.finish_ns);
         ev.completed(&c);
         // Reclaim the oldest slots (and their keys) once finished.
@@ -917,7 +1276,7 @@ impl<'a> BatchedEngine<'a> {
         let mut base = self.cfg.cost.shape();
         for k in 0..r_len {
             let q = &self.reqs[self.running[k] as usize];
-            if q.generated == 0 || q.input + q.generated - q.computed != 1 {
+            if q.loading || q.generated == 0 || q.input + q.generated - q.computed != 1 {
                 return Ok(false);
             }
             // The step run with c = computed + i needs a block when (computed + i) % 16 == 0:
@@ -933,9 +1292,18 @@ impl<'a> BatchedEngine<'a> {
             let y = self.waiting[self.w_head as usize] as usize;
             let (h, free_hits) = self.hit_of(y);
             let q = self.reqs[y];
-            let c = h as u64 * B;
-            let n = (q.input + q.generated - c).min(m - r_len as u64);
-            if blocks_for(c + n) - h as u64 + free_hits as u64 <= self.free_len as u64 {
+            let need = if q.transferred {
+                let c = q.input - 1;
+                blocks_for(c + (q.input + q.generated - c).min(m - r_len as u64)) - h as u64
+            } else {
+                // the step at the run's start considers the head: its tier touches (idempotent
+                // while nothing is stored, as in a run of decode steps) happen here
+                let h2 = self.cpu_hit(y, h);
+                let c = h as u64 * B;
+                let n = (q.input + q.generated - c).min(m - r_len as u64);
+                if h2 > 0 { h2 as u64 } else { blocks_for(c + n) - h as u64 }
+            };
+            if need + free_hits as u64 <= self.free_len as u64 {
                 return Ok(false);
             }
         }
@@ -946,6 +1314,7 @@ impl<'a> BatchedEngine<'a> {
         let run = k_max - 1;
         let rl = r_len as u64;
         let start = self.next_start_ns;
+        self.close_gap(start);
         let mut s = start;
         let mut last_start = start;
         let mut done = 0u64;
@@ -1105,7 +1474,7 @@ impl Engine for BatchedEngine<'_> {
     /// |W| + |R| + the requests that finished in the last step if it ends after `t_ns`.
     fn queue_len_at(&mut self, t_ns: u64) -> u32 {
         let in_flight = if self.last_end_ns > t_ns { self.last_step_finished } else { 0 };
-        self.w_len + self.r_len + in_flight
+        self.w_len + self.r_len + in_flight + self.parked
     }
 
     /// The engine's own signals (docs/MODEL.md, "Load signals").
@@ -1131,6 +1500,78 @@ impl Engine for BatchedEngine<'_> {
             }
         }
         out
+    }
+
+    fn park(&mut self, req: &Request<'_>, routed: Routed, pd: PdOutcome) -> Result<u32, Error> {
+        let slot = self.new_slot(
+            routed.request,
+            req.arrival_ns,
+            req.input_tokens,
+            req.output_tokens,
+            req.keys,
+            routed.queue_len,
+        )?;
+        let r = &mut self.reqs[slot];
+        r.parked = true;
+        r.pd = pd;
+        self.parked += 1;
+        let s = &mut self.stats;
+        s.requests += 1;
+        s.input_tokens += req.input_tokens;
+        s.max_queue_len = s.max_queue_len.max(routed.queue_len);
+        Ok(slot as u32)
+    }
+
+    fn serve_job(&mut self, req: &Request<'_>, routed: Routed, decode_pod: u32, decode_slot: u32) -> Result<(), Error> {
+        let slot = self.new_slot(routed.request, req.arrival_ns, req.input_tokens, 1, req.keys, routed.queue_len)?;
+        let r = &mut self.reqs[slot];
+        r.job = true;
+        r.pd = PdOutcome { decode_pod, decode_slot, ..PdOutcome::NONE };
+        self.append_waiting(slot, req.arrival_ns);
+        let s = &mut self.stats;
+        s.requests += 1;
+        s.max_queue_len = s.max_queue_len.max(routed.queue_len);
+        Ok(())
+    }
+
+    fn note_prefill(&mut self, slot: u32, job: &Completion) -> Result<(), Error> {
+        let Some(r) = self.reqs.get_mut(slot as usize).filter(|r| r.parked && r.id == job.request) else {
+            return Err(Error::Invariant { what: Invariant::ParkedRequest });
+        };
+        r.hit_tokens = job.hit_tokens;
+        r.offload_hit_tokens = job.offload_hit_tokens;
+        r.prefill_tokens += job.prefill_tokens;
+        r.preemptions += job.preemptions;
+        r.prefill_done_ns = job.finish_ns;
+        Ok(())
+    }
+
+    fn deliver(&mut self, slot: u32, t_ns: u64) -> Result<(), Error> {
+        let Some(r) = self.reqs.get_mut(slot as usize).filter(|r| r.parked) else {
+            return Err(Error::Invariant { what: Invariant::ParkedRequest });
+        };
+        r.parked = false;
+        r.transferred = true;
+        r.pd.transfer_ns = t_ns - r.prefill_done_ns;
+        self.parked -= 1;
+        self.append_waiting(slot as usize, t_ns);
+        Ok(())
+    }
+
+    fn full_match(&self, keys: &[u64]) -> u32 {
+        self.tier_match_blocks(keys)
+    }
+
+    /// With an offload tier on the pods, the tiered match (docs/MODEL.md, "Routing with the
+    /// tier"); without, the caller asks key by key (today's match).
+    fn leading_matches(pods: &[Self], _shared: &(), keys: &[u64], out: &mut [u32]) -> bool {
+        if pods.first().is_none_or(|e| e.cpu.is_none()) {
+            return false;
+        }
+        for (o, e) in out.iter_mut().zip(pods.iter()) {
+            *o = e.tiered_match(keys);
+        }
+        true
     }
 
     fn stats(&self) -> &BatchedStats {

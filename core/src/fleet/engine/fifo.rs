@@ -354,6 +354,8 @@ impl<'a> Engine for FifoEngine<'a> {
             prefill_tokens,
             preemptions: 0,
             queue_len: routed.queue_len,
+            offload_hit_tokens: 0,
+            pd: super::pd::PdOutcome::NONE,
         });
         Ok(Outcome {
             request: routed.request,

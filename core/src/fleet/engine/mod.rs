@@ -19,6 +19,8 @@
 
 pub mod batched;
 pub mod fifo;
+pub mod offload;
+pub mod pd;
 pub mod server;
 
 use crate::fleet::base::error::Error;
@@ -79,6 +81,11 @@ pub struct Completion {
     pub preemptions: u32,
     /// queue_len of its pod when it was routed.
     pub queue_len: u32,
+    /// 16 x blocks loaded from the pod's CPU tier at its first admission (the batched engine's
+    /// offload tier; 0 without one).
+    pub offload_hit_tokens: u64,
+    /// Prefill/decode disaggregation ([`pd::PdOutcome::NONE`] without it).
+    pub pd: pd::PdOutcome,
 }
 
 impl Completion {
@@ -174,4 +181,42 @@ pub trait Engine: Sized {
 
     /// Autoscaling: the pod comes up as a new machine (empty cache, empty queue).
     fn boot(&mut self) -> Result<(), Error>;
+
+    /// P/D: queues a request routed here (its decode pod) whose prompt is prefilled elsewhere:
+    /// it counts in queue_len from now, and waits for [`Self::deliver`]. Returns its slot.
+    fn park(&mut self, _req: &Request<'_>, _routed: Routed, _pd: pd::PdOutcome) -> Result<u32, Error> {
+        Err(pd_unsupported())
+    }
+
+    /// P/D: queues the prefill job of a request whose decode pod is `decode_pod` (its slot
+    /// there `decode_slot`): the request with one output token, reported as a completion with
+    /// those in its [`Completion::pd`].
+    fn serve_job(
+        &mut self,
+        _req: &Request<'_>,
+        _routed: Routed,
+        _decode_pod: u32,
+        _decode_slot: u32,
+    ) -> Result<(), Error> {
+        Err(pd_unsupported())
+    }
+
+    /// P/D: the prefill job of the request parked in `slot` finished (`job`, its completion).
+    fn note_prefill(&mut self, _slot: u32, _job: &Completion) -> Result<(), Error> {
+        Err(pd_unsupported())
+    }
+
+    /// P/D: the KV of the request parked in `slot` arrived at `t_ns`: it joins the waiting queue.
+    fn deliver(&mut self, _slot: u32, _t_ns: u64) -> Result<(), Error> {
+        Err(pd_unsupported())
+    }
+
+    /// P/D's decider: the leading run of `keys` the pod holds in any tier, unweighted.
+    fn full_match(&self, _keys: &[u64]) -> u32 {
+        0
+    }
+}
+
+fn pd_unsupported() -> Error {
+    Error::InvalidConfig { field: crate::fleet::base::error::Field::PrefillPods, expected: "0 unless --engine batched" }
 }

@@ -203,6 +203,21 @@ impl FleetConfig {
             EngineConfig::Fifo { engine, view, scale } => self.validate_fifo(engine, view, scale.as_ref()),
             EngineConfig::Batched(e) => {
                 e.validate()?;
+                if let Some(pd) = &e.pd {
+                    pd.validate(self.pods)?;
+                    if !self.router.is_seed() {
+                        return Err(Error::InvalidConfig {
+                            field: Field::Router,
+                            expected: "round-robin, least-loaded or prefix-aware with --prefill-pods",
+                        });
+                    }
+                    if BatchedEngine::table_len(pd.prefill_capacity_blocks) == 0 {
+                        return Err(Error::InvalidConfig {
+                            field: Field::PrefillCapacity,
+                            expected: "a block count that fits in memory",
+                        });
+                    }
+                }
                 if BatchedEngine::table_len(self.capacity_blocks) == 0 {
                     return Err(Error::InvalidConfig {
                         field: Field::Capacity,

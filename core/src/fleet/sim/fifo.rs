@@ -126,7 +126,7 @@ impl<'a> FleetEngine<'a> for FifoEngine<'a> {
         cfg: &FleetConfig,
         f: &FifoConfig,
         b: FifoBuffers<'a>,
-    ) -> Result<(HVec<Self, MAX_PODS>, Pool<'a>, ViewBuffers<'a>), Error> {
+    ) -> Result<(HVec<Self, MAX_PODS>, Pool<'a>, ViewBuffers<'a>, super::pd::PdBuffers<'a>), Error> {
         let f = *f;
         let queue_per_pod = b.queues.len() / cfg.pods;
         // With a shared cache, the whole slot and table buffers are the pool.
@@ -171,7 +171,7 @@ impl<'a> FleetEngine<'a> for FifoEngine<'a> {
             }
         }
         let view = ViewBuffers { index: b.index, pending: b.pending, pending_table: b.pending_table };
-        Ok((pods, pool, view))
+        Ok((pods, pool, view, super::pd::PdBuffers::default()))
     }
 
     fn count(t: &mut FleetTotals, out: &Outcome) {

@@ -8,6 +8,7 @@ pub mod batched;
 pub mod config;
 pub mod defaults;
 pub mod fifo;
+pub mod pd;
 pub mod scale;
 pub mod view;
 
@@ -42,10 +43,15 @@ pub trait FleetEngine<'a>: Engine {
         cfg: &FleetConfig,
         engine: &Self::Config,
         b: Self::Buffers,
-    ) -> Result<(HVec<Self, MAX_PODS>, Self::Shared, view::ViewBuffers<'a>), Error>;
+    ) -> Result<(HVec<Self, MAX_PODS>, Self::Shared, view::ViewBuffers<'a>, pd::PdBuffers<'a>), Error>;
 
     /// Counts a served request in the fleet's totals (the figures an engine knows at dispatch).
     fn count(totals: &mut FleetTotals, out: &Self::Outcome);
+
+    /// A P/D dispatch's outcome (only the batched engine runs P/D).
+    fn outcome_of(_routed: Routed) -> Result<Self::Outcome, Error> {
+        Err(Error::InvalidConfig { field: Field::PrefillPods, expected: "0 unless --engine batched" })
+    }
 }
 
 /// Fleet-wide counters. The batched engine counts in its pods ([`Engine::stats`]): its figures
@@ -116,6 +122,8 @@ pub struct Fleet<'a, E: FleetEngine<'a>, R: Router = AnyRouter<'a>> {
     shared: E::Shared,
     view: View<'a>,
     scale: Option<ScaleState>,
+    /// Prefill/decode disaggregation (None: every pod aggregated).
+    pd: Option<pd::PdState<'a>>,
     next_request: u64,
     last_arrival_ns: u64,
     totals: FleetTotals,
@@ -150,7 +158,14 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             field: Field::Engine,
             expected: "the configuration of the engine the fleet is built for",
         })?;
-        let (pods, shared, view_buffers) = E::pods(&cfg, &engine, b)?;
+        let (pods, shared, view_buffers, pd_buffers) = E::pods(&cfg, &engine, b)?;
+        let pd = match cfg.batched_config() {
+            Some(e) => match e.pd {
+                Some(p) => Some(pd::PdState::new(p, e.offload.kv_bytes_per_token, cfg.pods, pd_buffers)?),
+                None => None,
+            },
+            None => None,
+        };
         let view = View::new(cfg.view(), router.needs_index(), cfg.pods, cfg.capacity_blocks, view_buffers)?;
         let scale = match cfg.scale() {
             Some(policy) => Some(ScaleState::new(policy, cfg.pods)?),
@@ -164,6 +179,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             shared,
             view,
             scale,
+            pd,
             next_request: 0,
             last_arrival_ns: 0,
             totals: FleetTotals::default(),
@@ -251,6 +267,10 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     }
 
     fn dispatch_inner(&mut self, req: &Request<'_>, ev: &mut impl EngineEvents) -> Result<E::Outcome, Error> {
+        if self.pd.is_some() {
+            let routed = self.pd_dispatch(req, ev)?;
+            return E::outcome_of(routed);
+        }
         let i = self.next_request;
         let t = req.arrival_ns;
         // 1. The view catches up with the events it may know of at t.
@@ -382,6 +402,13 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         if self.poisoned {
             return Err(Error::Poisoned);
         }
+        if self.pd.is_some() {
+            let r = self.pd_run(t_ns, false, true, ev);
+            if r.is_err() {
+                self.poisoned = true;
+            }
+            return r;
+        }
         let starts = || self.pods.iter().enumerate().filter_map(|(p, e)| e.next_event_ns().map(|s| (p, s)));
         // The earliest next event (the lowest pod on ties), and the earliest of the other pods'.
         let Some((p, s)) = starts().min_by_key(|&(_, s)| s) else { return Ok(false) };
@@ -401,6 +428,13 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     pub fn finish(&mut self, ev: &mut impl EngineEvents) -> Result<(), Error> {
         if self.poisoned {
             return Err(Error::Poisoned);
+        }
+        if self.pd.is_some() {
+            let r = self.pd_run(u64::MAX, true, false, ev).map(|_| ());
+            if r.is_err() {
+                self.poisoned = true;
+            }
+            return r;
         }
         for e in self.pods.iter_mut() {
             if let Err(err) = e.advance(u64::MAX, ev) {

@@ -2,6 +2,7 @@
 //! samples its exact percentiles come from, the completions it keeps when asked, and, for a
 //! closed loop, the completions not yet taken.
 
+use brokerlab_core::fleet::slo::Slo;
 use brokerlab_core::fleet::{Completion, EngineEvents};
 
 use crate::error::CliError;
@@ -36,6 +37,12 @@ pub struct Samples {
     pub itl: Vec<(u64, u64)>,
     /// Sum of the completions' hit tokens.
     pub hit_tokens: u64,
+    /// With SLOs: them and the requests meeting them so far.
+    pub slo: Option<(Slo, u64)>,
+    /// P/D: transfer_ns of each disaggregated request (8 B each, beside the TTFT samples).
+    pub transfer_ns: Vec<u64>,
+    /// P/D: their transfer bytes, summed.
+    pub transfer_bytes: u64,
 }
 
 /// Collects a run's completions and inter-token latencies.
@@ -53,6 +60,8 @@ pub struct Collect {
     growth: Option<Growth>,
     /// The first growth past the memory budget (the driver stops and reports it).
     pub(super) over: Option<CliError>,
+    /// A FIFO run's decode cost per token, ns (its first token for SLO goodput; None: batched).
+    pub(super) fifo_t_decode_ns: Option<u64>,
 }
 
 impl Collect {
@@ -68,6 +77,7 @@ impl Collect {
             closed_loop,
             growth,
             over: None,
+            fifo_t_decode_ns: None,
         }
     }
 
@@ -117,6 +127,13 @@ impl Collect {
 impl EngineEvents for Collect {
     fn completed(&mut self, c: &Completion) {
         self.samples.hit_tokens += c.hit_tokens;
+        if let Some((slo, good)) = self.samples.slo.as_mut() {
+            *good += u64::from(slo.good_completion(c, self.fifo_t_decode_ns));
+        }
+        if c.pd.disaggregated() {
+            self.samples.transfer_ns.push(c.pd.transfer_ns);
+            self.samples.transfer_bytes += c.pd.transfer_bytes;
+        }
         if self.closed_loop {
             // taken at once by the driver: a handful at a time
             self.fresh.push(*c);

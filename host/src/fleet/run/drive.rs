@@ -66,6 +66,8 @@ pub struct Shape<'h> {
     pub requests: Option<u64>,
     /// What the caller holds while the run lasts (the memory budget).
     pub held: &'h [Need],
+    /// SLO goodput's SLOs (None: no SLO keys).
+    pub slo: Option<brokerlab_core::fleet::slo::Slo>,
 }
 
 /// A run's result.
@@ -157,6 +159,8 @@ pub fn drive<K: HostEngine>(
         let mut owned = K::alloc(&cfg, sizes, run.group_blocks)?;
         let mut fleet = K::fleet(&mut owned).map_err(config_error)?;
         let mut sink = Collect::new(K::KIND, run.keep && K::KEEPS_COMPLETIONS, run.closed_loop, Some(growth));
+        sink.samples.slo = run.slo.map(|s| (s, 0));
+        sink.fifo_t_decode_ns = cfg.fifo().map(|f| f.t_decode_ns);
         if let (Some(n), Kind::Latency) = (run.requests, K::KIND) {
             mem::try_grow(&mut sink.samples.e2e, n as usize, "the latencies (8 bytes per request)")?;
         }

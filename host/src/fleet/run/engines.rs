@@ -7,6 +7,8 @@ use brokerlab_core::fleet::{
     RouterBuffers, Run, Slot,
 };
 
+use brokerlab_core::fleet::sim::pd::{Delivery, Join, PdBuffers, Transfer};
+
 use super::collect::{Kind, Samples};
 use super::drive::{HostEngine, Shape};
 use super::summary::{BatchedSummary, Summary, summarize_batched, summarize_fifo};
@@ -242,7 +244,10 @@ impl HostEngine for Fifo {
     }
 
     fn summarize(fleet: &FifoFleet<'_>, samples: &mut Samples) -> Summary {
-        summarize_fifo(fleet, std::mem::take(&mut samples.e2e))
+        let mut s = summarize_fifo(fleet, std::mem::take(&mut samples.e2e));
+        let t = fleet.totals();
+        s.slo = samples.slo.map(|(slo, good)| super::deploy::SloKeys::of(&slo, good, t.requests, t.makespan_ns));
+        s
     }
 }
 
@@ -255,6 +260,11 @@ pub struct OwnedBatched {
     waiting: Vec<u32>,
     running: Vec<u32>,
     keys: Vec<u64>,
+    cpu_slots: Vec<Slot>,
+    cpu_tables: Vec<u32>,
+    pd_transfers: Vec<Transfer>,
+    pd_joins: Vec<Join>,
+    pd_deliveries: Vec<Delivery>,
     router: OwnedRouter,
 }
 
@@ -279,6 +289,8 @@ impl HostEngine for Batched {
         match limit {
             Limit::RequestsPerPod => Some(BatchedSizes { requests_per_pod: s.requests_per_pod * 2, ..s }),
             Limit::KeysPerPod => Some(BatchedSizes { keys_per_pod: s.keys_per_pod * 2, ..s }),
+            // the P/D buffers are sized from the request slots
+            Limit::PdTransfers => Some(BatchedSizes { requests_per_pod: s.requests_per_pod * 2, ..s }),
             _ => None,
         }
     }
@@ -291,8 +303,8 @@ impl HostEngine for Batched {
         let pods = "--capacity or --pods (fleet.capacity, fleet.pods)";
         let need = |what: &str, bytes: u64, by: &str| Need { what: what.into(), bytes, lowered_by: by.into() };
         let mut needs = vec![
-            need("pod KV blocks", bytes(l.blocks_per_pod, std::mem::size_of::<KvBlock>()), pods),
-            need("pod KV key tables", bytes(l.table_per_pod, 4), pods),
+            need("pod KV blocks", l.blocks_len() as u64 * std::mem::size_of::<KvBlock>() as u64, pods),
+            need("pod KV key tables", l.tables_len() as u64 * 4, pods),
             need(
                 "request slots and queues",
                 bytes(l.requests_per_pod, std::mem::size_of::<ReqSlot>() + 4),
@@ -301,6 +313,15 @@ impl HostEngine for Batched {
             need("running sets", bytes(l.running_per_pod, 4), "--max-num-seqs"),
             need("prompt keys in flight", bytes(l.keys_per_pod, 8), "shorter prompts or fewer in flight"),
         ];
+        if l.prefill_pods > 0 {
+            let per = std::mem::size_of::<Join>() + std::mem::size_of::<Delivery>();
+            let bytes = (l.pd_transfers_len() * std::mem::size_of::<Transfer>() + l.pd_in_flight * per) as u64;
+            needs.push(need("KV transfers in flight", bytes, "fewer requests in flight"));
+        }
+        if l.cpu_slots_per_pod > 0 {
+            let b = bytes(l.cpu_slots_per_pod, std::mem::size_of::<Slot>()) + bytes(l.cpu_table_per_pod, 4);
+            needs.push(need("offload tiers", b, "--cpu-capacity"));
+        }
         needs.extend_from_slice(run.held);
         Ok((batched_context(&l), needs))
     }
@@ -309,12 +330,17 @@ impl HostEngine for Batched {
         let l = BatchedLayout::new(cfg, s.requests_per_pod, s.keys_per_pod).map_err(config_error)?;
         Ok(OwnedBatched {
             cfg: *cfg,
-            blocks: try_vec(l.pods * l.blocks_per_pod, KvBlock::default(), "the pods' KV blocks")?,
-            tables: try_vec(l.pods * l.table_per_pod, 0u32, "the pods' KV key tables")?,
+            blocks: try_vec(l.blocks_len(), KvBlock::default(), "the pods' KV blocks")?,
+            tables: try_vec(l.tables_len(), 0u32, "the pods' KV key tables")?,
             requests: try_vec(l.pods * l.requests_per_pod, ReqSlot::default(), "the request slots")?,
             waiting: try_vec(l.pods * l.requests_per_pod, 0u32, "the waiting queues")?,
             running: try_vec(l.pods * l.running_per_pod, 0u32, "the running sets")?,
             keys: try_vec(l.pods * l.keys_per_pod, 0u64, "the prompt keys in flight")?,
+            cpu_slots: try_vec(l.pods * l.cpu_slots_per_pod, Slot::default(), "the offload tiers")?,
+            cpu_tables: try_vec(l.pods * l.cpu_table_per_pod, 0u32, "the offload tiers' key tables")?,
+            pd_transfers: try_vec(l.pd_transfers_len(), Transfer::default(), "the KV transfers in flight")?,
+            pd_joins: try_vec(l.pd_in_flight, Join::default(), "the KV transfers waiting to start")?,
+            pd_deliveries: try_vec(l.pd_in_flight, Delivery::default(), "the KV transfers waiting for delivery")?,
             router: OwnedRouter::new(cfg)?,
         })
     }
@@ -329,6 +355,13 @@ impl HostEngine for Batched {
                 waiting: &mut o.waiting,
                 running: &mut o.running,
                 keys: &mut o.keys,
+                cpu_slots: &mut o.cpu_slots,
+                cpu_tables: &mut o.cpu_tables,
+                pd: PdBuffers {
+                    transfers: &mut o.pd_transfers,
+                    joins: &mut o.pd_joins,
+                    deliveries: &mut o.pd_deliveries,
+                },
             },
             o.router.buffers(),
         )

@@ -3,9 +3,12 @@
 //! collects ([`collect`]) and its summary ([`summary`]: one type with each engine's part).
 
 pub mod collect;
+pub mod deploy;
 pub mod drive;
 pub mod engines;
+pub mod fields;
 pub mod outcomes;
+pub mod progress;
 pub mod sizes;
 pub mod source;
 pub mod summary;
@@ -28,7 +31,18 @@ pub fn simulate<K: HostEngine>(
     source: &mut dyn RequestSource,
     keep: bool,
 ) -> CliResult<Ran<K::Summary>> {
+    simulate_slo::<K>(cfg, source, keep, None)
+}
+
+/// [`simulate`] counting the requests that meet `slo` (SLO goodput).
+pub fn simulate_slo<K: HostEngine>(
+    cfg: FleetConfig,
+    source: &mut dyn RequestSource,
+    keep: bool,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
+) -> CliResult<Ran<K::Summary>> {
     let run = Shape {
+        slo,
         keep,
         restart_error: source.restart_error(),
         group_blocks: source.id_blocks(),
@@ -60,13 +74,18 @@ impl RunResult {
 }
 
 /// [`simulate`] under the engine `cfg` names.
-pub fn simulate_any(cfg: FleetConfig, source: &mut dyn RequestSource, keep: bool) -> CliResult<RunResult> {
+pub fn simulate_any(
+    cfg: FleetConfig,
+    source: &mut dyn RequestSource,
+    keep: bool,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
+) -> CliResult<RunResult> {
     match cfg.engine {
         EngineConfig::Fifo { .. } => {
-            Ok(RunResult::of(simulate::<Fifo>(cfg, source, keep)?, |s| RunSummary::Fifo(Box::new(s))))
+            Ok(RunResult::of(simulate_slo::<Fifo>(cfg, source, keep, slo)?, |s| RunSummary::Fifo(Box::new(s))))
         }
         EngineConfig::Batched(_) => {
-            Ok(RunResult::of(simulate::<Batched>(cfg, source, keep)?, |s| RunSummary::Batched(Box::new(s))))
+            Ok(RunResult::of(simulate_slo::<Batched>(cfg, source, keep, slo)?, |s| RunSummary::Batched(Box::new(s))))
         }
     }
 }
@@ -86,7 +105,7 @@ pub fn run_context(cfg: &FleetConfig) -> String {
 
 /// Turns a configuration error from the core into a message naming the CLI flag.
 pub fn config_error(e: CoreError) -> CliError {
-    match super::fields::refused(e) {
+    match crate::fleet::run::fields::refused(e) {
         Ok((field, expected)) => FleetError::Flag { field, expected }.into(),
         Err(other) => CliError::failure(other.to_string()),
     }

@@ -79,6 +79,9 @@ pub struct Summary {
     /// for any pipeline); absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<String>,
+    /// SLO goodput (absent without an SLO flag).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::deploy::SloKeys>,
 }
 
 /// What the autoscaler did (docs/MODEL.md, "Autoscaling").
@@ -306,6 +309,15 @@ pub struct BatchedSummary {
     /// With `--router-config`: the resolved router in one line; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pipeline: Option<String>,
+    /// Prefill/decode disaggregation's keys (absent without it).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub pd: Option<super::deploy::PdKeys>,
+    /// The offload tier's keys (absent without a tier).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<super::deploy::OffloadKeys>,
+    /// SLO goodput (absent without an SLO flag).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub slo: Option<super::deploy::SloKeys>,
 }
 
 /// A run's summary: the engine's own part (serialized as that part alone, so the JSON of each
@@ -469,6 +481,7 @@ pub fn summarize_fifo(fleet: &FifoFleet<'_>, mut latencies: Vec<u64>) -> Summary
         }),
         cache: (f.cache != CacheMode::Local).then_some(f.cache),
         pipeline: None,
+        slo: None,
     }
 }
 
@@ -483,10 +496,14 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
     let stats: Vec<_> = (0..cfg.pods).filter_map(|p| fleet.pod_stats(p).copied()).collect();
     let makespan = fleet.makespan_ns();
     let sum = |f: &dyn Fn(&BatchedStats) -> u64| stats.iter().map(f).sum::<u64>();
-    let c = cfg.capacity_blocks as f64;
-    let kv_mean: Vec<Option<f64>> =
-        stats.iter().map(|s| (makespan > 0).then(|| s.kv_pinned_block_ns as f64 / (c * makespan as f64))).collect();
-    let kv_peak: Vec<f64> = stats.iter().map(|s| s.kv_peak_blocks as f64 / c).collect();
+    // each pod over its own capacity (P/D: a prefill pod's is C_P)
+    let caps: Vec<f64> = fleet.pods().iter().map(|e| e.capacity() as f64).collect();
+    let kv_mean: Vec<Option<f64>> = stats
+        .iter()
+        .zip(&caps)
+        .map(|(s, &c)| (makespan > 0).then(|| s.kv_pinned_block_ns as f64 / (c * makespan as f64)))
+        .collect();
+    let kv_peak: Vec<f64> = stats.iter().zip(&caps).map(|(s, &c)| s.kv_peak_blocks as f64 / c).collect();
     let waiting = (makespan > 0)
         .then(|| stats.iter().map(|s| s.waiting_request_ns as f64 / makespan as f64).sum::<f64>() / stats.len() as f64);
     let input_tokens = sum(&|s| s.input_tokens);
@@ -507,7 +524,8 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         t_prefill_token_ns: linear.map(|l| l.t_prefill_token_ns),
         t_decode_seq_ns: linear.map(|l| l.t_decode_seq_ns),
         t_kv_token_ns: linear.map(|l| l.t_kv_token_ns),
-        requests: sum(&|s| s.requests),
+        // P/D: a prefill pod's requests are prefill jobs; every request has one decode pick
+        requests: stats[e.pd.map_or(0, |p| p.prefill_pods as usize)..].iter().map(|s| s.requests).sum(),
         input_tokens,
         output_tokens,
         hit_tokens: samples.hit_tokens,
@@ -548,6 +566,9 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         per_pod_max_queue: stats.iter().map(|s| s.max_queue_len).collect(),
         makespan_s: secs(makespan),
         pipeline: None,
+        pd: super::deploy::PdKeys::of(e, cfg.pods, &mut samples.transfer_ns, samples.transfer_bytes),
+        offload: super::deploy::OffloadKeys::of(e, &stats, input_tokens),
+        slo: samples.slo.map(|(s, good)| super::deploy::SloKeys::of(&s, good, fleet.totals().requests, makespan)),
     }
 }
 

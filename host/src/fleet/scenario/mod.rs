@@ -12,6 +12,9 @@ use crate::error::{CliError, CliResult, FleetError};
 
 // The file's schema (serde types and their defaults) and the generated workloads are their own
 // files; this one turns a parsed file into the checked core configuration.
+pub mod builtin;
+pub mod deploy;
+pub mod engine;
 mod generated;
 mod schema;
 
@@ -28,12 +31,12 @@ pub struct Scenario {
     /// Workload.
     pub workload: WorkloadSpec,
     /// Fleet, under the FIFO engine (with `engine`, the run converts it:
-    /// [`super::engine::batched`]).
+    /// [`crate::fleet::scenario::engine::batched`]).
     pub fleet: FleetConfig,
     /// The file (or built-in name) it came from, for messages.
     pub origin: String,
     /// `[fleet.engine]` when it selects the batched engine (None: FIFO).
-    pub engine: Option<super::engine::EngineSettings>,
+    pub engine: Option<crate::fleet::scenario::engine::EngineSettings>,
 }
 
 impl Scenario {
@@ -46,7 +49,7 @@ impl Scenario {
 
 /// A configuration error of a scenario file `origin`, naming the scenario key of the field.
 pub fn key_error(origin: &str, e: brokerlab_core::fleet::Error) -> CliError {
-    match super::fields::refused(e) {
+    match crate::fleet::run::fields::refused(e) {
         Ok((field, expected)) => FleetError::Key { origin: origin.to_string(), field, expected }.into(),
         Err(other) => CliError::bad_input(format!("{origin}: {other}")),
     }
@@ -205,12 +208,19 @@ impl Scenario {
                     None => None,
                     Some(a) => Some(
                         scale_policy(f.pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s)
-                            .map_err(|(field, expected, got)| bad(&super::fields::key(field), expected, &got))?,
+                            .map_err(|(field, expected, got)| {
+                                bad(&crate::fleet::run::fields::key(field), expected, &got)
+                            })?,
                     ),
                 },
             },
         };
         fleet.validate().map_err(|e| key_error(origin, e))?;
+        if f.pd.is_some() && f.engine.as_ref().is_none_or(|e| e.model.as_deref() == Some("fifo")) {
+            return Err(CliError::bad_input(format!(
+                "{origin}: `fleet.pd`: only with the batched engine (`[fleet.engine]`)"
+            )));
+        }
         let engine = match &f.engine {
             None => None,
             Some(e) => match e.model.as_deref().unwrap_or("batched") {
@@ -219,11 +229,11 @@ impl Scenario {
                     let step_model = match e.step_model.as_deref() {
                         None => None,
                         Some(m) => Some(
-                            super::engine::StepModel::parse(m)
+                            crate::fleet::scenario::engine::StepModel::parse(m)
                                 .ok_or_else(|| bad("fleet.engine.step_model", "\"linear\" or \"physics\"", m))?,
                         ),
                     };
-                    let s = super::engine::EngineSettings {
+                    let s = crate::fleet::scenario::engine::EngineSettings {
                         profile: e.profile.clone(),
                         step_model,
                         max_num_seqs: e.max_num_seqs,
@@ -232,10 +242,29 @@ impl Scenario {
                         t_prefill_token_ns: e.t_prefill_token_ns,
                         t_decode_seq_ns: e.t_decode_seq_ns,
                         t_kv_token_ns: e.t_kv_token_ns,
+                        cpu_capacity: e.cpu_capacity,
+                        pcie_bytes_per_s: e.pcie_bytes_per_s,
+                        pcie_latency_ns: e.pcie_latency_ns,
+                        // a TOML number: its shortest decimal text, checked as the flag's is
+                        cpu_tier_weight: e.cpu_tier_weight.map(|w| format!("{w}")),
+                        kv_bytes_per_token: e.kv_bytes_per_token,
+                        prefill_pods: f.pd.as_ref().map(|p| p.prefill_pods),
+                        prefill_capacity: f.pd.as_ref().and_then(|p| p.prefill_capacity),
+                        prefill_profile: f.pd.as_ref().and_then(|p| p.prefill_profile.clone()),
+                        pd_decider: f.pd.as_ref().and_then(|p| p.decider.clone()),
+                        pd_threshold_tokens: f.pd.as_ref().and_then(|p| p.threshold_tokens),
+                        pd_link_bytes_per_s: f.pd.as_ref().and_then(|p| p.link_bytes_per_s),
+                        pd_link_latency_ns: f.pd.as_ref().and_then(|p| p.link_latency_ns),
                     };
-                    let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
+                    let key = |k: &str| {
+                        let k = k.replace('-', "_");
+                        match crate::fleet::scenario::engine::pd_key(&k) {
+                            Some(pk) => format!("{origin}: `fleet.pd.{pk}`"),
+                            None => format!("{origin}: `fleet.engine.{k}`"),
+                        }
+                    };
                     let ecfg = s.config(&key)?;
-                    super::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
+                    crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
                     Some(s)
                 }
                 other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
@@ -306,7 +335,7 @@ pub fn num(v: f64) -> String {
     if v.is_finite() && v != 0.0 && !(1e-6..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
 }
 /// Builds and checks a policy for `pods` pods from flag or scenario values; errors are
-/// (field, expected, got), named by the caller through [`super::fields`].
+/// (field, expected, got), named by the caller through [`crate::fleet::run::fields`].
 pub fn scale_policy(
     pods: usize,
     min: u32,

@@ -159,6 +159,36 @@ pub struct FleetToml {
     /// The batched engine (absent: the FIFO engine).
     #[serde(default)]
     pub engine: Option<EngineToml>,
+    /// Prefill/decode disaggregation (batched engine; docs/MODEL.md, "Prefill/decode
+    /// disaggregation").
+    #[serde(default)]
+    pub pd: Option<PdToml>,
+}
+
+/// `[fleet.pd]`: prefill/decode disaggregation; keys left out take their defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PdToml {
+    /// NP.
+    pub prefill_pods: u32,
+    /// C_P.
+    #[serde(default)]
+    pub prefill_capacity: Option<usize>,
+    /// The prefill pool's profile.
+    #[serde(default)]
+    pub prefill_profile: Option<String>,
+    /// prefix-threshold | always | never.
+    #[serde(default)]
+    pub decider: Option<String>,
+    /// N_T.
+    #[serde(default)]
+    pub threshold_tokens: Option<u64>,
+    /// Each decode pod's incoming link, bytes/s.
+    #[serde(default)]
+    pub link_bytes_per_s: Option<u64>,
+    /// Per transfer, ns.
+    #[serde(default)]
+    pub link_latency_ns: Option<u64>,
 }
 
 /// `[fleet.engine]`: the batched engine (docs/MODEL.md, "The batched engine"); keys left out take
@@ -193,6 +223,21 @@ pub struct EngineToml {
     /// ns per context token.
     #[serde(default)]
     pub t_kv_token_ns: Option<u64>,
+    /// Offload tier: CPU-tier blocks per pod (docs/MODEL.md, "The KV offload tier").
+    #[serde(default)]
+    pub cpu_capacity: Option<u32>,
+    /// Offload tier: host-to-device bytes/s.
+    #[serde(default)]
+    pub pcie_bytes_per_s: Option<u64>,
+    /// Offload tier: ns per load.
+    #[serde(default)]
+    pub pcie_latency_ns: Option<u64>,
+    /// Offload tier: weight of a CPU-tier block in the prefix-aware match (0 ..= 1, thousandths).
+    #[serde(default)]
+    pub cpu_tier_weight: Option<f64>,
+    /// KV bytes of one token of a pod.
+    #[serde(default)]
+    pub kv_bytes_per_token: Option<u64>,
 }
 
 /// A scenario file.

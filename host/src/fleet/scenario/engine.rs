@@ -1,0 +1,534 @@
+//! The engine a run uses, from flags or a scenario: `--engine` and the batched engine's settings
+//! (docs/MODEL.md, "The batched engine"), and the one place that turns a fleet's configuration
+//! into the batched engine's, refusing what only the FIFO engine supports, in the words of the
+//! flag or the scenario key that set it.
+
+use std::path::Path;
+
+use brokerlab_core::fleet::engine::pd::{Decider, PdConfig};
+use brokerlab_core::fleet::{
+    BatchedConfig, CacheMode, EngineConfig, Error as CoreError, Field, FleetConfig, IndexKind, PhysicsProfile, Profile,
+    StepProfile,
+};
+use clap::{Args, ValueEnum};
+
+use crate::error::{CliError, CliResult};
+
+/// Which engine model each pod runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineKind {
+    /// The seed's FIFO single server (default).
+    Fifo,
+    /// vLLM-style continuous batching (docs/MODEL.md, "The batched engine").
+    Batched,
+}
+
+/// The batched engine's step-cost model (docs/MODEL.md, "Step-cost profiles" and "The physics
+/// step cost").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StepModel {
+    /// `t_overhead + t_prefill_token P + t_decode_seq D + t_kv_token K` (profiles qwen3-32b-h100x2,
+    /// llama-3.1-8b-h100, seed).
+    Linear,
+    /// From the model's shape, the GPU and the batch (profiles such as qwen3-32b-h100-tp2, or a
+    /// profile TOML written by `fleet calibrate`).
+    Physics,
+}
+
+impl StepModel {
+    /// Its name (flag value and scenario key value).
+    pub const fn name(self) -> &'static str {
+        match self {
+            StepModel::Linear => "linear",
+            StepModel::Physics => "physics",
+        }
+    }
+
+    /// The model spelled `s`.
+    pub fn parse(s: &str) -> Option<Self> {
+        [StepModel::Linear, StepModel::Physics].into_iter().find(|m| m.name() == s)
+    }
+}
+
+/// Every profile name of both step models, for messages.
+pub fn profile_names() -> String {
+    let linear = Profile::ALL.map(Profile::name);
+    let physics = PhysicsProfile::ALL.iter().map(|p| p.name());
+    format!("linear: {}; physics: {}, or a profile .toml", linear.join(", "), physics.collect::<Vec<_>>().join(", "))
+}
+
+/// Engine flags shared by `fleet replay` and `fleet run`.
+#[derive(Debug, Args, Clone, Default)]
+pub struct EngineArgs {
+    /// fifo | batched (default fifo; `fleet run`: the scenario's `[fleet.engine]`).
+    #[arg(long, value_enum)]
+    pub engine: Option<EngineKind>,
+    /// Batched: step-cost profile: linear qwen3-32b-h100x2 (default) | llama-3.1-8b-h100 | seed;
+    /// physics qwen3-32b-h100-tp2 | qwen3-32b-h200-tp2 | qwen3-8b-h100-tp1 | llama-3.1-8b-h100-tp1 |
+    /// llama-3.1-8b-a100-tp1 | llama-3.1-8b-l40s-tp1 | llama-3.1-70b-h100-tp4 |
+    /// llama-3.1-70b-b200-tp2 | gpt-oss-120b-h100-tp1 | deepseek-v3-h200-tp8, or a profile FILE.toml
+    /// from `fleet calibrate`. A physics profile derives the KV capacity per pod unless --capacity.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Batched: step-cost model, linear | physics (default: the profile's; physics without
+    /// --profile is qwen3-32b-h100-tp2).
+    #[arg(long, value_enum)]
+    pub step_model: Option<StepModel>,
+    /// Batched: most running requests per pod.
+    #[arg(long)]
+    pub max_num_seqs: Option<u32>,
+    /// Batched: token budget of one step.
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// Batched: fixed cost per step, ns (>= 1).
+    #[arg(long)]
+    pub t_overhead_ns: Option<u64>,
+    /// Batched: cost per prefill token, ns.
+    #[arg(long)]
+    pub t_prefill_token_ns: Option<u64>,
+    /// Batched: cost per decoding request in a step, ns.
+    #[arg(long)]
+    pub t_decode_seq_ns: Option<u64>,
+    /// Batched: cost per context token of the step's requests, ns.
+    #[arg(long)]
+    pub t_kv_token_ns: Option<u64>,
+    /// Batched: also write one JSON line per request to FILE, in request order: index, pod,
+    /// arrival_ns, queue_len, hit_tokens, prefill_tokens, ttft_ns, e2e_ns, preemptions (compared
+    /// with tests/reference/batched_model.py by host/tests/reference_batched.rs).
+    #[arg(long, value_name = "FILE")]
+    pub outcomes: Option<std::path::PathBuf>,
+    /// Batched, offload tier (--cpu-capacity): host-to-device bytes/s of a pod (default
+    /// 64000000000).
+    #[arg(long)]
+    pub pcie_bytes_per_s: Option<u64>,
+    /// Batched, offload tier: ns added to each load (default 1000).
+    #[arg(long)]
+    pub pcie_latency_ns: Option<u64>,
+    /// Batched, offload tier: weight of a CPU-tier block in the prefix-aware match, a decimal in
+    /// [0, 1] with at most three digits after the point (default 0.8, llm-d's).
+    #[arg(long)]
+    pub cpu_tier_weight: Option<String>,
+    /// Batched: KV bytes of one token of a pod (default: the profile's model).
+    #[arg(long)]
+    pub kv_bytes_per_token: Option<u64>,
+    /// Batched: prefill/decode disaggregation: pods 0 .. NP - 1 prefill, the others decode
+    /// (default 0: off).
+    #[arg(long)]
+    pub prefill_pods: Option<u32>,
+    /// P/D: KV blocks of each prefill pod (default --capacity).
+    #[arg(long)]
+    pub prefill_capacity: Option<usize>,
+    /// P/D: the prefill pool's step-cost profile (default: the decode pool's coefficients).
+    #[arg(long)]
+    pub prefill_profile: Option<String>,
+    /// P/D: prefix-threshold (default) | always | never.
+    #[arg(long)]
+    pub pd_decider: Option<String>,
+    /// P/D: prefill remotely iff the decode pod's cached prefix leaves at least this many
+    /// uncached prompt tokens (default 16; 0: never).
+    #[arg(long)]
+    pub pd_threshold_tokens: Option<u64>,
+    /// P/D: each decode pod's incoming link, bytes/s (default 25000000000).
+    #[arg(long)]
+    pub pd_link_bytes_per_s: Option<u64>,
+    /// P/D: ns added to each KV transfer (default 50000).
+    #[arg(long)]
+    pub pd_link_latency_ns: Option<u64>,
+    /// SLO goodput (every engine): a request is good when its TTFT is at most this many ms
+    /// (and its TPOT within --slo-tpot-ms when given).
+    #[arg(long)]
+    pub slo_ttft_ms: Option<String>,
+    /// SLO goodput (every engine): a request is good when (e2e - ttft) / (output tokens - 1) is
+    /// at most this many ms.
+    #[arg(long)]
+    pub slo_tpot_ms: Option<String>,
+}
+
+/// Engine settings from flags or a scenario: every field optional, the profile's and vLLM's
+/// defaults fill the rest.
+#[derive(Debug, Clone, Default)]
+pub struct EngineSettings {
+    /// Profile name (or a physics profile file).
+    pub profile: Option<String>,
+    /// Step-cost model.
+    pub step_model: Option<StepModel>,
+    /// Most running requests per pod S.
+    pub max_num_seqs: Option<u32>,
+    /// Token budget per step M.
+    pub max_num_batched_tokens: Option<u32>,
+    /// Fixed cost per step, ns.
+    pub t_overhead_ns: Option<u64>,
+    /// Cost per prefill token, ns.
+    pub t_prefill_token_ns: Option<u64>,
+    /// Cost per decoding request, ns.
+    pub t_decode_seq_ns: Option<u64>,
+    /// Cost per context token, ns.
+    pub t_kv_token_ns: Option<u64>,
+    /// Offload tier: CPU-tier blocks per pod (the scenario's `[fleet.engine] cpu_capacity`;
+    /// the flag `--cpu-capacity` reaches the engine through [`batched`]).
+    pub cpu_capacity: Option<u32>,
+    /// Offload tier: host-to-device bytes/s.
+    pub pcie_bytes_per_s: Option<u64>,
+    /// Offload tier: ns per load.
+    pub pcie_latency_ns: Option<u64>,
+    /// Offload tier: CPU-tier weight, decimal text.
+    pub cpu_tier_weight: Option<String>,
+    /// KV bytes of one token of a pod.
+    pub kv_bytes_per_token: Option<u64>,
+    /// P/D: NP (0 or None: off).
+    pub prefill_pods: Option<u32>,
+    /// P/D: C_P.
+    pub prefill_capacity: Option<usize>,
+    /// P/D: the prefill pool's profile.
+    pub prefill_profile: Option<String>,
+    /// P/D: the decider's name.
+    pub pd_decider: Option<String>,
+    /// P/D: N_T.
+    pub pd_threshold_tokens: Option<u64>,
+    /// P/D: link bytes/s.
+    pub pd_link_bytes_per_s: Option<u64>,
+    /// P/D: link latency, ns.
+    pub pd_link_latency_ns: Option<u64>,
+}
+
+/// The `[fleet.pd]` key of a P/D setting's field name (None for other fields).
+pub fn pd_key(field: &str) -> Option<&'static str> {
+    Some(match field {
+        "prefill_pods" => "prefill_pods",
+        "prefill_capacity" => "prefill_capacity",
+        "prefill_profile" => "prefill_profile",
+        "pd_decider" => "decider",
+        "pd_threshold_tokens" => "threshold_tokens",
+        "pd_link_bytes_per_s" => "link_bytes_per_s",
+        "pd_link_latency_ns" => "link_latency_ns",
+        _ => return None,
+    })
+}
+
+impl EngineSettings {
+    /// Field names set, for "only with the batched engine" errors.
+    fn set_names(&self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        let mut add = |set: bool, name| {
+            if set {
+                v.push(name);
+            }
+        };
+        add(self.profile.is_some(), "profile");
+        add(self.step_model.is_some(), "step-model");
+        add(self.max_num_seqs.is_some(), "max-num-seqs");
+        add(self.max_num_batched_tokens.is_some(), "max-num-batched-tokens");
+        add(self.t_overhead_ns.is_some(), "t-overhead-ns");
+        add(self.t_prefill_token_ns.is_some(), "t-prefill-token-ns");
+        add(self.t_decode_seq_ns.is_some(), "t-decode-seq-ns");
+        add(self.t_kv_token_ns.is_some(), "t-kv-token-ns");
+        add(self.cpu_capacity.is_some(), "cpu-capacity");
+        add(self.pcie_bytes_per_s.is_some(), "pcie-bytes-per-s");
+        add(self.pcie_latency_ns.is_some(), "pcie-latency-ns");
+        add(self.cpu_tier_weight.is_some(), "cpu-tier-weight");
+        add(self.kv_bytes_per_token.is_some(), "kv-bytes-per-token");
+        add(self.prefill_pods.is_some(), "prefill-pods");
+        add(self.prefill_capacity.is_some(), "prefill-capacity");
+        add(self.prefill_profile.is_some(), "prefill-profile");
+        add(self.pd_decider.is_some(), "pd-decider");
+        add(self.pd_threshold_tokens.is_some(), "pd-threshold-tokens");
+        add(self.pd_link_bytes_per_s.is_some(), "pd-link-bytes-per-s");
+        add(self.pd_link_latency_ns.is_some(), "pd-link-latency-ns");
+        v
+    }
+
+    /// Overrides the fields set in `o`.
+    pub fn overridden_by(mut self, o: &EngineSettings) -> Self {
+        if o.profile.is_some() {
+            self.profile.clone_from(&o.profile);
+        }
+        self.step_model = o.step_model.or(self.step_model);
+        self.max_num_seqs = o.max_num_seqs.or(self.max_num_seqs);
+        self.max_num_batched_tokens = o.max_num_batched_tokens.or(self.max_num_batched_tokens);
+        self.t_overhead_ns = o.t_overhead_ns.or(self.t_overhead_ns);
+        self.t_prefill_token_ns = o.t_prefill_token_ns.or(self.t_prefill_token_ns);
+        self.t_decode_seq_ns = o.t_decode_seq_ns.or(self.t_decode_seq_ns);
+        self.t_kv_token_ns = o.t_kv_token_ns.or(self.t_kv_token_ns);
+        self.cpu_capacity = o.cpu_capacity.or(self.cpu_capacity);
+        self.pcie_bytes_per_s = o.pcie_bytes_per_s.or(self.pcie_bytes_per_s);
+        self.pcie_latency_ns = o.pcie_latency_ns.or(self.pcie_latency_ns);
+        if o.cpu_tier_weight.is_some() {
+            self.cpu_tier_weight.clone_from(&o.cpu_tier_weight);
+        }
+        self.kv_bytes_per_token = o.kv_bytes_per_token.or(self.kv_bytes_per_token);
+        self.prefill_pods = o.prefill_pods.or(self.prefill_pods);
+        self.prefill_capacity = o.prefill_capacity.or(self.prefill_capacity);
+        if o.prefill_profile.is_some() {
+            self.prefill_profile.clone_from(&o.prefill_profile);
+        }
+        if o.pd_decider.is_some() {
+            self.pd_decider.clone_from(&o.pd_decider);
+        }
+        self.pd_threshold_tokens = o.pd_threshold_tokens.or(self.pd_threshold_tokens);
+        self.pd_link_bytes_per_s = o.pd_link_bytes_per_s.or(self.pd_link_bytes_per_s);
+        self.pd_link_latency_ns = o.pd_link_latency_ns.or(self.pd_link_latency_ns);
+        self
+    }
+
+    /// The step model and profile: `--profile` names a linear or a physics profile (or a physics
+    /// profile file); `--step-model` picks the family when no profile is named and must agree
+    /// with it when one is.
+    fn step_profile(&self, name: &dyn Fn(&str) -> String) -> CliResult<BatchedConfig> {
+        let bad = |p: &str, why: String| CliError::bad_input(format!("{} {p:?}: {why}", name("profile")));
+        let chosen = match self.profile.as_deref() {
+            None => match self.step_model {
+                None | Some(StepModel::Linear) => BatchedConfig::new(Profile::Qwen3_32bH100x2),
+                Some(StepModel::Physics) => physics_config(PhysicsProfile::Qwen3_32bH100Tp2),
+            },
+            Some(p) => {
+                if let Some(l) = Profile::parse(p) {
+                    BatchedConfig::new(l)
+                } else if let Some(ph) = PhysicsProfile::parse(p) {
+                    physics_config(ph)
+                } else if Path::new(p).extension().is_some_and(|e| e == "toml") {
+                    let phys = crate::fleet::cost::describe::load_profile(Path::new(p), &name("profile"))?;
+                    BatchedConfig::with_physics(StepProfile::PhysicsFile, phys)
+                } else {
+                    return Err(bad(p, format!("expected one of {}", profile_names())));
+                }
+            }
+        };
+        if let Some(m) = self.step_model
+            && m.name() != chosen.profile.step_model()
+        {
+            let p = self.profile.as_deref().unwrap_or_default();
+            return Err(bad(
+                p,
+                format!("a {} profile, but {} is {}", chosen.profile.step_model(), name("step_model"), m.name()),
+            ));
+        }
+        Ok(chosen)
+    }
+
+    /// The core configuration; errors name the key as `name(key)` gives it (flag or TOML key).
+    pub fn config(&self, name: &dyn Fn(&str) -> String) -> CliResult<BatchedConfig> {
+        let mut e = self.step_profile(name)?;
+        if let Some(v) = self.max_num_seqs {
+            e.max_num_seqs = v;
+        }
+        if let Some(v) = self.max_num_batched_tokens {
+            e.max_num_batched_tokens = v;
+        }
+        let linear = [
+            (self.t_overhead_ns, "t_overhead_ns"),
+            (self.t_prefill_token_ns, "t_prefill_token_ns"),
+            (self.t_decode_seq_ns, "t_decode_seq_ns"),
+            (self.t_kv_token_ns, "t_kv_token_ns"),
+        ];
+        match e.cost.linear_mut() {
+            // a linear profile's coefficients can be changed one by one
+            Some(c) => {
+                for (v, slot) in [
+                    (self.t_overhead_ns, &mut c.t_overhead_ns),
+                    (self.t_prefill_token_ns, &mut c.t_prefill_token_ns),
+                    (self.t_decode_seq_ns, &mut c.t_decode_seq_ns),
+                    (self.t_kv_token_ns, &mut c.t_kv_token_ns),
+                ] {
+                    if let Some(v) = v {
+                        *slot = v;
+                    }
+                }
+            }
+            None => {
+                if let Some((_, k)) = linear.iter().find(|(v, _)| v.is_some()) {
+                    return Err(CliError::bad_input(format!(
+                        "{}: only with the linear step model ({} {:?} is a physics profile)",
+                        name(k),
+                        name("profile"),
+                        e.profile.name()
+                    )));
+                }
+            }
+        }
+        let kv_default = e.profile_kv_bytes_per_token();
+        let off = &mut e.offload;
+        off.kv_bytes_per_token = self.kv_bytes_per_token.unwrap_or(kv_default);
+        if let Some(v) = self.cpu_capacity {
+            off.cpu_capacity = v;
+        }
+        if let Some(v) = self.pcie_bytes_per_s {
+            off.pcie_bytes_per_s = v;
+        }
+        if let Some(v) = self.pcie_latency_ns {
+            off.pcie_latency_ns = v;
+        }
+        if let Some(w) = &self.cpu_tier_weight {
+            off.cpu_tier_weight_milli = super::deploy::parse_weight_milli(w)
+                .map_err(|why| CliError::bad_input(format!("{} {w:?}: {why}", name("cpu_tier_weight"))))?;
+        }
+        if let Some(np) = self.prefill_pods.filter(|&np| np > 0) {
+            e.pd = Some(self.pd_config(np, &e, name)?);
+        }
+        e.validate().map_err(|err| match err {
+            CoreError::InvalidConfig { field, expected } => {
+                CliError::bad_input(format!("{}: expected {expected}", name(field.name())))
+            }
+            other => CliError::bad_input(other.to_string()),
+        })?;
+        Ok(e)
+    }
+}
+
+impl EngineSettings {
+    /// The P/D configuration with NP = `np` over the decode pool's engine `decode`; C_P is 0
+    /// ("the decode pool's C") until [`batched`] knows C.
+    fn pd_config(&self, np: u32, decode: &BatchedConfig, name: &dyn Fn(&str) -> String) -> CliResult<PdConfig> {
+        let mut pd = PdConfig::new(np, 0);
+        if let Some(c) = self.prefill_capacity {
+            if c == 0 {
+                return Err(CliError::bad_input(format!("{}: expected at least 1 block", name("prefill_capacity"))));
+            }
+            pd.prefill_capacity_blocks = c;
+        }
+        if let Some(p) = &self.prefill_profile {
+            let one = EngineSettings { profile: Some(p.clone()), ..EngineSettings::default() };
+            let rename = |k: &str| if k == "profile" { name("prefill_profile") } else { name(k) };
+            let c = one.step_profile(&rename)?;
+            pd.prefill_cost = Some((c.profile, c.cost));
+        }
+        if let Some(d) = &self.pd_decider {
+            pd.decider = Decider::parse(d).ok_or_else(|| {
+                CliError::bad_input(format!("{} {d:?}: expected prefix-threshold, always or never", name("pd_decider")))
+            })?;
+        }
+        if let Some(v) = self.pd_threshold_tokens {
+            pd.threshold_tokens = v;
+        }
+        if let Some(v) = self.pd_link_bytes_per_s {
+            pd.link_bytes_per_s = v;
+        }
+        if let Some(v) = self.pd_link_latency_ns {
+            pd.link_latency_ns = v;
+        }
+        let _ = decode;
+        Ok(pd)
+    }
+}
+
+/// A built-in physics profile's configuration (the built-in profiles are checked by tests).
+fn physics_config(p: PhysicsProfile) -> BatchedConfig {
+    BatchedConfig::physics(p).expect("the built-in physics profiles are valid")
+}
+
+/// A pod's KV capacity in blocks as the physics profile derives it (vLLM's rule), None under the
+/// linear step model; an error (exit 2) when the profile leaves no memory for the KV cache.
+pub fn derived_capacity(e: &BatchedConfig, flag: &str) -> CliResult<Option<usize>> {
+    let Some(p) = e.cost.physics() else {
+        return Ok(None);
+    };
+    let blocks = p
+        .kv_capacity_blocks()
+        .map_err(|err| CliError::bad_input(format!("{flag} {}: {err}; give --capacity", e.profile.name())))?;
+    usize::try_from(blocks).ok().filter(|&b| b >= 1 && b < u32::MAX as usize).map(Some).ok_or_else(|| {
+        CliError::bad_input(format!(
+            "{flag} {}: derived capacity {blocks} blocks: expected 1 to 4294967294; give --capacity",
+            e.profile.name()
+        ))
+    })
+}
+
+impl EngineArgs {
+    /// The settings given as flags.
+    pub fn settings(&self) -> EngineSettings {
+        EngineSettings {
+            profile: self.profile.clone(),
+            step_model: self.step_model,
+            max_num_seqs: self.max_num_seqs,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            t_overhead_ns: self.t_overhead_ns,
+            t_prefill_token_ns: self.t_prefill_token_ns,
+            t_decode_seq_ns: self.t_decode_seq_ns,
+            t_kv_token_ns: self.t_kv_token_ns,
+            cpu_capacity: None,
+            pcie_bytes_per_s: self.pcie_bytes_per_s,
+            pcie_latency_ns: self.pcie_latency_ns,
+            cpu_tier_weight: self.cpu_tier_weight.clone(),
+            kv_bytes_per_token: self.kv_bytes_per_token,
+            prefill_pods: self.prefill_pods,
+            prefill_capacity: self.prefill_capacity,
+            prefill_profile: self.prefill_profile.clone(),
+            pd_decider: self.pd_decider.clone(),
+            pd_threshold_tokens: self.pd_threshold_tokens,
+            pd_link_bytes_per_s: self.pd_link_bytes_per_s,
+            pd_link_latency_ns: self.pd_link_latency_ns,
+        }
+    }
+
+    /// The engine to run: None for FIFO. `scenario` is a scenario's `[fleet.engine]` (already
+    /// checked), which the flags override.
+    pub fn resolve(&self, scenario: Option<&EngineSettings>) -> CliResult<Option<BatchedConfig>> {
+        let flags = self.settings();
+        let kind = self.engine.unwrap_or(if scenario.is_some() { EngineKind::Batched } else { EngineKind::Fifo });
+        match kind {
+            EngineKind::Fifo => {
+                if let Some(n) = flags.set_names().first() {
+                    return Err(CliError::bad_input(format!("--{n}: only with --engine batched")));
+                }
+                if self.outcomes.is_some() {
+                    return Err(CliError::bad_input("--outcomes: only with --engine batched"));
+                }
+                Ok(None)
+            }
+            EngineKind::Batched => {
+                let s = scenario.cloned().unwrap_or_default().overridden_by(&flags);
+                Ok(Some(s.config(&|k| format!("--{}", k.replace('_', "-")))?))
+            }
+        }
+    }
+}
+
+/// `cfg` (a FIFO configuration: flags, or a scenario's `[fleet]`, already checked) under the
+/// batched engine `e`: what only the FIFO engine supports (a stale or global view, a CPU tier,
+/// autoscaling, a global cache) must be off; the error names the field, which the caller names
+/// by its flag or its scenario key.
+pub fn batched(cfg: FleetConfig, e: BatchedConfig) -> Result<FleetConfig, CoreError> {
+    let bad = |field, expected| Err(CoreError::InvalidConfig { field, expected });
+    cfg.validate()?;
+    let mut e = e;
+    if let Some(f) = cfg.fifo()
+        && f.cpu_capacity_blocks > 0
+    {
+        // --cpu-capacity under the batched engine: its offload tier (docs/MODEL.md, "The KV
+        // offload tier"), vLLM's store-on-compute rule rather than the FIFO tier's
+        let Ok(c2) = u32::try_from(f.cpu_capacity_blocks) else {
+            return bad(Field::CpuCapacity, "at most 4294967294 blocks");
+        };
+        e.offload.cpu_capacity = c2;
+    }
+    if let Some(pd) = e.pd.as_mut()
+        && pd.prefill_capacity_blocks == 0
+    {
+        pd.prefill_capacity_blocks = cfg.capacity_blocks;
+    }
+    let b = FleetConfig { engine: EngineConfig::Batched(e), ..cfg };
+    b.validate()?;
+    let view = cfg.view();
+    // each staleness named by its own field (the batched engine's index is exact)
+    let exact = "0 with --engine batched (its index is exact)";
+    if view.stale_delay > 0 {
+        return bad(Field::Stale, exact);
+    }
+    if view.event_delay_ns > 0 {
+        return bad(Field::EventDelay, exact);
+    }
+    if view.speculative_ttl_ns > 0 {
+        return bad(Field::SpeculativeTtl, exact);
+    }
+    if view.index != IndexKind::PodTables {
+        return bad(Field::Index, "pod-tables with --engine batched");
+    }
+    if let Some(f) = cfg.fifo() {
+        if cfg.scale().is_some() {
+            return bad(Field::ScaleMin, "no autoscaling with --engine batched");
+        }
+        if f.cache != CacheMode::Local {
+            return bad(Field::Cache, "local with --engine batched");
+        }
+    }
+    Ok(b)
+}
