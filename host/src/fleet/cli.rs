@@ -41,6 +41,12 @@ pub enum FleetCmd {
     /// The physics step cost against published measurements: "What the cost model says, and how
     /// wrong it is".
     CostCheck(super::cost::CostCheckArgs),
+    /// Every router (presets and router config files) on one workload (a trace, a scenario or an
+    /// inference-perf config), in parallel; writes a page (HTML + Markdown), plots and JSON.
+    Compare(super::compare::CompareArgs),
+    /// Write another tool's workload configuration as a scenario file (inference-perf).
+    #[command(subcommand)]
+    Import(super::import::ImportCmd),
 }
 
 /// `fleet report` arguments.

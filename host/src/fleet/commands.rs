@@ -115,6 +115,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::Keys(a) => formats::keys_cmd(a),
         FleetCmd::Calibrate(a) => super::cost::calibrate_cmd(a),
         FleetCmd::CostCheck(a) => super::cost::cost_check_cmd(a),
+        FleetCmd::Compare(a) => super::compare::main(a),
+        FleetCmd::Import(c) => super::import::main(c),
         FleetCmd::Report(a) => {
             let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
             let prov = Provenance::of_this_run(a.output.no_date);

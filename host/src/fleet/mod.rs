@@ -1,6 +1,8 @@
 //! `brokerlab fleet ...`: the fleet simulator on the host.
 
 pub mod bench;
+pub mod bench_json;
+pub mod compare;
 pub mod cost;
 pub mod dynamo;
 pub mod engine;
@@ -9,6 +11,7 @@ pub mod experiments;
 pub mod fields;
 pub mod flag;
 pub mod formats;
+pub mod import;
 pub mod input;
 pub mod llmd;
 pub mod mooncake;
