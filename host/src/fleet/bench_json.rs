@@ -154,3 +154,27 @@ mod tests {
         assert_eq!(np_percentile(&[5.0], 99.0), 5.0);
     }
 }
+
+/// Writes `--report-json` for a run: vLLM's keys, the router and pods, and the provenance when
+/// the run has one; exit 2 under the FIFO engine (it has no tokens, so no TTFT or ITL).
+pub fn write(
+    path: &std::path::Path,
+    res: &super::run::RunResult,
+    prov: Option<&crate::provenance::Provenance>,
+) -> crate::error::CliResult<()> {
+    use crate::error::CliError;
+    let Some(b) = res.summary.batched() else {
+        return Err(CliError::bad_input(
+            "--report-json: only with --engine batched (the FIFO engine has no token stream: no TTFT, TPOT or ITL)",
+        ));
+    };
+    let mut o = vllm_result(&res.completions, b);
+    o.insert("router".into(), json!(b.pipeline.clone().unwrap_or_else(|| b.router.name().to_string())));
+    o.insert("pods".into(), json!(b.pods));
+    let text = match prov {
+        Some(p) => p.json_with(&o),
+        None => serde_json::to_string_pretty(&o).expect("a JSON map serializes"),
+    };
+    crate::outfile::write(path, text.as_bytes())
+        .map_err(|e| CliError::failure(format!("--report-json {}: cannot write: {e}", path.display())))
+}

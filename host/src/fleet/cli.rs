@@ -91,6 +91,10 @@ pub struct RunArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the results under `vllm bench serve`'s key names and units (JSON; batched
+    /// engine; docs/MODEL.md, "--report-json").
+    #[arg(long, value_name = "FILE")]
+    pub report_json: Option<PathBuf>,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]
@@ -396,6 +400,10 @@ pub struct ReplayArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the results under `vllm bench serve`'s key names and units (JSON; batched
+    /// engine; docs/MODEL.md, "--report-json").
+    #[arg(long, value_name = "FILE")]
+    pub report_json: Option<PathBuf>,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]

@@ -24,6 +24,9 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             if let Some(o) = &a.engine.outcomes {
                 crate::outfile::check_output("--outcomes", o, &inputs)?;
             }
+            if let Some(o) = &a.report_json {
+                crate::outfile::check_output("--report-json", o, &inputs)?;
+            }
             if let Some(s) = a.trace_block_size {
                 check_trace_block(s)?;
             }
@@ -56,6 +59,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 pipeline: pipeline(&a.fleet.router_config, &cfg),
                 outcomes: a.engine.outcomes.as_deref(),
                 format: None,
+                report_json: a.report_json.as_deref(),
             };
             let cfg = match engine {
                 Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
@@ -69,6 +73,9 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             inputs.extend(a.router_config.as_deref().map(|p| ("--router-config", p)));
             if let Some(o) = &a.engine.outcomes {
                 crate::outfile::check_output("--outcomes", o, &inputs)?;
+            }
+            if let Some(o) = &a.report_json {
+                crate::outfile::check_output("--report-json", o, &inputs)?;
             }
             let sc = scenario::Scenario::load(&a.scenario)?;
             let mut cfg = sc.fleet;
@@ -89,6 +96,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 pipeline: pipeline(&a.router_config, &cfg),
                 outcomes: a.engine.outcomes.as_deref(),
                 format: None,
+                report_json: a.report_json.as_deref(),
             };
             let cfg = match a.engine.resolve(sc.engine.as_ref())? {
                 // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
@@ -180,6 +188,8 @@ pub(super) struct Output<'a> {
     pub(super) outcomes: Option<&'a Path>,
     /// The trace format, named first in JSON (formats other than Mooncake).
     pub(super) format: Option<&'static str>,
+    /// `--report-json`: the file for vLLM's result keys (needs the completions kept).
+    pub(super) report_json: Option<&'a Path>,
 }
 
 impl Output<'_> {
@@ -195,6 +205,9 @@ impl Output<'_> {
             run::outcomes::write_outcomes(path, &res.completions, more)?;
         }
         res.summary.set_pipeline(self.pipeline);
+        if let Some(path) = self.report_json {
+            super::bench_json::write(path, res, self.json)?;
+        }
         match self.json {
             Some(prov) => {
                 /// The JSON of a run: the format (other formats than Mooncake), the summary, the
@@ -237,7 +250,7 @@ fn run_print(
     out: Output<'_>,
 ) -> CliResult<i32> {
     let mut tracked = Tracked { inner: src, progress: &progress, unit };
-    let res = run::simulate_any(cfg, &mut tracked, out.outcomes.is_some());
+    let res = run::simulate_any(cfg, &mut tracked, out.outcomes.is_some() || out.report_json.is_some());
     progress.finish();
     out.print::<()>(&mut res?, None, None)
 }

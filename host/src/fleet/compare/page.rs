@@ -79,7 +79,7 @@ pub fn html(title: &str, blocks: &[Block], provenance: &str) -> String {
          body{{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222;padding:0 1em}}\
          table{{border-collapse:collapse;margin:1em 0;font-size:.9em}}\
          td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}th{{background:#f3f3f3}}\
-         td:first-child,th:first-child{{text-align:left}}\
+         td:first-child,th:first-child{{text-align:left;white-space:nowrap}}td.t{{text-align:left}}\
          figure{{margin:1em 0}}figure svg{{max-width:100%;height:auto}}\
          .call{{font-size:1.1em;background:#fffbe6;padding:10px;border-left:4px solid #e69f00}}\
          nav{{background:#f7f7f7;padding:8px}}\
@@ -111,7 +111,10 @@ pub fn html(title: &str, blocks: &[Block], provenance: &str) -> String {
                 for r in rows {
                     o += "<tr>";
                     for c in r {
-                        let _ = write!(o, "<td>{}</td>", esc(c));
+                        // numbers right-aligned (they line up by digit), words left
+                        let num = c.starts_with(|ch: char| ch.is_ascii_digit()) || c == "n/a";
+                        let class = if num { "" } else { " class=\"t\"" };
+                        let _ = write!(o, "<td{class}>{}</td>", esc(c));
                     }
                     o += "</tr>\n";
                 }
