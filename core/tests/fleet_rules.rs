@@ -427,7 +427,7 @@ fn a_rebooted_pod_counts_as_empty_when_the_rule_reads_the_queues() {
 }
 
 /// The core words a conflict between settings its own way (the host words it with its flags and
-/// keys: host/src/fleet/fields.rs `rule`): no rule names a CLI flag.
+/// keys: host/src/fleet/run/fields.rs `rule`): no rule names a CLI flag.
 #[test]
 fn conflict_rules_name_no_flag() {
     for r in Rule::ALL {

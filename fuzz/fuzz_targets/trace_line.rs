@@ -1,9 +1,9 @@
-//! The trace-line parser (`brokerlab::fleet::trace::parse_line`) on arbitrary text. Never panics;
+//! The trace-line parser (`brokerlab::fleet::input::trace::parse_line`) on arbitrary text. Never panics;
 //! an accepted line's record, written back as a trace line, parses to the same record; a rejected
 //! line gives a non-empty message.
 #![no_main]
 
-use brokerlab::fleet::trace::{TraceRecord, parse_line};
+use brokerlab::fleet::input::trace::{TraceRecord, parse_line};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use brokerlab_core::fleet::{Field, Limit, Quantity};
 
-use crate::fleet::fields;
+use crate::fleet::run::fields;
 
 pub use crate::exit::{EXIT_BAD_INPUT, EXIT_FAILURE, EXIT_NEEDS_REVIEW};
 

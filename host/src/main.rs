@@ -7,7 +7,7 @@ use clap::{Parser, Subcommand};
 
 /// Counts heap allocations for `fleet bench --route` (one relaxed atomic add per allocation).
 #[global_allocator]
-static GLOBAL: brokerlab::fleet::route_bench::CountingAlloc = brokerlab::fleet::route_bench::CountingAlloc;
+static GLOBAL: brokerlab::fleet::bench::route::CountingAlloc = brokerlab::fleet::bench::route::CountingAlloc;
 
 /// brokerlab: a fleet simulator for prefix-aware routing and a durable task runner.
 #[derive(Debug, Parser)]
@@ -55,9 +55,9 @@ struct AuditArgs {
 }
 
 fn audit(a: AuditArgs) -> brokerlab::error::CliResult<i32> {
-    use brokerlab::fleet::{report, scenario::Scenario};
-    let sc = if report::BUILTIN.iter().any(|(n, _)| *n == a.scenario) {
-        report::builtin(&a.scenario)?
+    use brokerlab::fleet::scenario::{Scenario, builtin};
+    let sc = if builtin::BUILTIN.iter().any(|(n, _)| *n == a.scenario) {
+        builtin::builtin(&a.scenario)?
     } else {
         Scenario::load(std::path::Path::new(&a.scenario))?
     };

@@ -6,9 +6,10 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use brokerlab::fleet::input::file;
+use brokerlab::fleet::report;
 use brokerlab::fleet::run::{Fifo, TraceSource, simulate, with_view};
 use brokerlab::fleet::scenario::{Generated, write_trace};
-use brokerlab::fleet::{experiments, input};
 use brokerlab_core::fleet::RouterKind;
 
 fn vendored(name: &str) -> PathBuf {
@@ -31,7 +32,7 @@ fn write(name: &str, bytes: &[u8]) -> PathBuf {
 /// the `zstd` tool, is verified on the way).
 fn decompressed(path: &Path) -> Vec<u8> {
     let mut out = Vec::new();
-    input::open(path).unwrap().read_to_end(&mut out).unwrap();
+    file::open(path).unwrap().read_to_end(&mut out).unwrap();
     out
 }
 
@@ -202,7 +203,7 @@ fn corrupt_or_truncated_compressed_traces_are_exit_2_naming_the_file() {
 
 #[test]
 fn generated_traces_replay_exactly_when_compressed() {
-    let mut sc = experiments::scenario("multi-tenant", 8).unwrap();
+    let mut sc = report::scenario("multi-tenant", 8).unwrap();
     sc.workload.rate_milli_per_s = 25_000;
     let g = Generated::new(sc.workload).unwrap();
     let mut text = Vec::new();

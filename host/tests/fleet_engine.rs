@@ -24,7 +24,7 @@ fn tmp(name: &str, text: &str) -> PathBuf {
 /// The first `n` lines of a vendored trace (traces/NAME.zst), as a file.
 fn head(name: &str, n: usize) -> (PathBuf, u64) {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../traces").join(format!("{name}.zst"));
-    let f = brokerlab::fleet::input::open(&src).expect("vendored trace");
+    let f = brokerlab::fleet::input::file::open(&src).expect("vendored trace");
     let mut out = String::new();
     let mut outputs = 0u64;
     for line in f.lines().take(n) {

@@ -3,8 +3,8 @@
 
 use std::sync::OnceLock;
 
-use brokerlab::fleet::experiments::{self, Experiments, STALE_KS};
-use brokerlab::fleet::progress::Progress;
+use brokerlab::fleet::report::{self, Experiments, STALE_KS};
+use brokerlab::fleet::run::progress::Progress;
 use brokerlab::fleet::run::{Fifo, TraceSource, simulate, with_fifo, with_view};
 use brokerlab::fleet::scenario::{Generated, write_trace};
 use brokerlab::fleet::sweep;
@@ -13,7 +13,7 @@ use brokerlab_core::fleet::RouterKind;
 
 fn ex() -> &'static Experiments {
     static EX: OnceLock<Experiments> = OnceLock::new();
-    EX.get_or_init(|| experiments::run_all(0, 1, &Progress::hidden()).expect("experiments run"))
+    EX.get_or_init(|| report::run_all(0, 1, &Progress::hidden()).expect("experiments run"))
 }
 
 #[test]
@@ -78,7 +78,7 @@ fn alpha_has_an_interior_minimum() {
 #[test]
 fn generated_trace_replays_exactly_like_the_direct_run() {
     for name in ["multi-tenant", "rag"] {
-        let mut sc = experiments::scenario(name, 8).unwrap();
+        let mut sc = report::scenario(name, 8).unwrap();
         sc.workload.rate_milli_per_s = 25_000;
         let g = Generated::new(sc.workload).unwrap();
         let path = std::env::temp_dir().join(format!("brokerlab-gen-{}-{name}.jsonl", std::process::id()));
@@ -100,7 +100,7 @@ fn generated_trace_replays_exactly_like_the_direct_run() {
 
 #[test]
 fn sweeps_do_not_depend_on_thread_count() {
-    let sc = experiments::scenario("multi-tenant", 16).unwrap();
+    let sc = report::scenario("multi-tenant", 16).unwrap();
     let g = [Generated::new(sc.workload).unwrap()];
     let values: Vec<_> = [256u64, 512, 1024]
         .iter()
@@ -117,7 +117,7 @@ fn a_bigger_cpu_tier_never_costs_round_robin_prefill() {
     // Round-robin's routing does not depend on cache state, and an LRU tier of C blocks holds a
     // subset of what a tier of C' > C holds (the LRU stack property): prefill can only fall.
     let pts: Vec<_> = ex().cpu_tier.iter().filter(|p| p.summary.router == RouterKind::RoundRobin).collect();
-    assert_eq!(pts.len(), experiments::CPU_TIERS.len());
+    assert_eq!(pts.len(), report::CPU_TIERS.len());
     for w in pts.windows(2) {
         assert!(w[1].value > w[0].value);
         assert!(w[1].summary.prefill_tokens <= w[0].summary.prefill_tokens, "{} -> {}", w[0].value, w[1].value);
@@ -134,11 +134,11 @@ fn autoscaling_what_to_look_for() {
     // pod-seconds than round-robin for a far lower p90.
     let ex = ex();
     let runs = &ex.autoscale;
-    assert_eq!(runs.len(), experiments::AUTOSCALE_RUNS.len());
+    assert_eq!(runs.len(), report::AUTOSCALE_RUNS.len());
     let a = |i: usize| runs[i].summary.autoscale.clone().expect("autoscaled run");
     let (rr, pa1, pa64) = (a(0), a(3), a(5));
     for (i, s) in [(0, &rr), (3, &pa1), (5, &pa64)] {
-        assert!(s.scale_outs >= 1 && s.scale_ins >= 1, "{}: {s:?}", experiments::autoscale_label(i, 8, false));
+        assert!(s.scale_outs >= 1 && s.scale_ins >= 1, "{}: {s:?}", report::autoscale_label(i, 8, false));
     }
     let ratio = |s: &brokerlab::fleet::run::AutoscaleSummary| s.new_pod_traffic_ratio.unwrap();
     assert!((ratio(&rr) - 1.0).abs() < 0.02, "round-robin spreads evenly: {rr:?}");
@@ -162,7 +162,7 @@ fn autoscaling_what_to_look_for() {
 
 #[test]
 fn a_burst_raises_the_arrival_rate_in_its_window_only() {
-    let sc = experiments::scenario("autoscale", 1).unwrap();
+    let sc = report::scenario("autoscale", 1).unwrap();
     let g = Generated::new(sc.workload).unwrap();
     let count = |from_s: f64, to_s: f64| {
         g.requests.iter().filter(|r| (from_s * 1e9..to_s * 1e9).contains(&(r.0 as f64))).count() as f64
@@ -176,7 +176,7 @@ fn a_burst_raises_the_arrival_rate_in_its_window_only() {
 
 #[test]
 fn mooncake_global_beats_local_on_both_traces() {
-    use brokerlab::fleet::mooncake;
+    use brokerlab::fleet::report::mooncake;
     let mc = &ex().mooncake;
     assert_eq!(mc.iter().map(|t| t.trace.as_str()).collect::<Vec<_>>(), ["conversation", "synthetic"]);
     for t in mc {
@@ -203,7 +203,7 @@ fn mooncake_global_beats_local_on_both_traces() {
 
 #[test]
 fn the_global_pools_hit_rate_does_not_depend_on_the_router() {
-    use brokerlab::fleet::mooncake::{BLOCKS_PER_POD, PODS, traces_dir};
+    use brokerlab::fleet::report::mooncake::{BLOCKS_PER_POD, PODS, traces_dir};
     use brokerlab_core::fleet::{CacheMode, FleetConfig};
     let path = traces_dir().join("synthetic_trace.jsonl.zst");
     let hits: Vec<u64> =
@@ -222,7 +222,7 @@ fn the_global_pools_hit_rate_does_not_depend_on_the_router() {
 
 #[test]
 fn batched_engine_section_what_to_look_for() {
-    use brokerlab::fleet::engine_report::{ENGINE_ROUTERS, MemTrace};
+    use brokerlab::fleet::report::engine::{ENGINE_ROUTERS, MemTrace};
     let c = &ex().engines;
     assert_eq!(c.runs.len(), 2 * ENGINE_ROUTERS.len());
     // The full trace ran (the report at full size cuts nothing).

@@ -6,7 +6,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use brokerlab::fleet::formats::{Format, FormatSource, HashArgs, HashKind, Keyer};
+use brokerlab::fleet::input::formats::{Format, FormatSource, HashArgs, HashKind, Keyer};
 use brokerlab::fleet::run::{Batched, Fifo, Summary, TraceSource, simulate, with_view};
 use brokerlab_core::fleet::{BatchedConfig, FleetConfig, Profile, RouterKind};
 use serde_json::Value;
@@ -161,15 +161,20 @@ fn formats_are_detected_from_the_first_line() {
     for (i, (text, want)) in cases.iter().enumerate() {
         let p = write(&format!("detect{i}.jsonl"), text);
         assert_eq!(
-            brokerlab::fleet::formats::resolve_format(None, &p, brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES, 9)
-                .unwrap(),
+            brokerlab::fleet::input::formats::resolve_format(
+                None,
+                &p,
+                brokerlab::fleet::input::trace::DEFAULT_MAX_LINE_BYTES,
+                9
+            )
+            .unwrap(),
             *want
         );
         assert_eq!(
-            brokerlab::fleet::formats::resolve_format(
+            brokerlab::fleet::input::formats::resolve_format(
                 Some(Format::Dynamo),
                 &p,
-                brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES,
+                brokerlab::fleet::input::trace::DEFAULT_MAX_LINE_BYTES,
                 9
             )
             .unwrap(),
@@ -177,8 +182,13 @@ fn formats_are_detected_from_the_first_line() {
         );
     }
     let p = write("detect-none.jsonl", "{\"timestamp\": 0}\n");
-    let err = brokerlab::fleet::formats::resolve_format(None, &p, brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES, 9)
-        .unwrap_err();
+    let err = brokerlab::fleet::input::formats::resolve_format(
+        None,
+        &p,
+        brokerlab::fleet::input::trace::DEFAULT_MAX_LINE_BYTES,
+        9,
+    )
+    .unwrap_err();
     let msg = err.to_string();
     assert_eq!(err.code(), 2);
     assert!(msg.contains("detect-none.jsonl:1: cannot tell the trace format"), "{msg}");
@@ -262,7 +272,7 @@ fn vendored(name: &str) -> PathBuf {
 /// ceil(L/16) blocks need), milliseconds become seconds.
 fn mooncake_and_bailian(n: usize) -> (String, String) {
     let mut text = String::new();
-    let mut r = brokerlab::fleet::input::open(&vendored("conversation_trace.jsonl.zst")).unwrap();
+    let mut r = brokerlab::fleet::input::file::open(&vendored("conversation_trace.jsonl.zst")).unwrap();
     r.read_to_string(&mut text).unwrap();
     let mooncake: String = text.lines().take(n).map(|l| format!("{l}\n")).collect();
     let mut bailian = String::new();
@@ -307,8 +317,8 @@ fn mooncake_re_expressed_as_bailian_gives_identical_hits() {
             trace_block_tokens: 16,
             labels: vec![],
             types: vec![],
-            max_line_bytes: brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES,
-            max_blank_lines: brokerlab::fleet::trace::DEFAULT_MAX_BLANK_LINES,
+            max_line_bytes: brokerlab::fleet::input::trace::DEFAULT_MAX_LINE_BYTES,
+            max_blank_lines: brokerlab::fleet::input::trace::DEFAULT_MAX_BLANK_LINES,
             read: Default::default(),
             growth: None,
         };
@@ -341,8 +351,8 @@ fn bailian_source(path: &Path) -> FormatSource {
         trace_block_tokens: 16,
         labels: vec![],
         types: vec![],
-        max_line_bytes: brokerlab::fleet::trace::DEFAULT_MAX_LINE_BYTES,
-        max_blank_lines: brokerlab::fleet::trace::DEFAULT_MAX_BLANK_LINES,
+        max_line_bytes: brokerlab::fleet::input::trace::DEFAULT_MAX_LINE_BYTES,
+        max_blank_lines: brokerlab::fleet::input::trace::DEFAULT_MAX_BLANK_LINES,
         read: Default::default(),
         growth: None,
     }
@@ -565,7 +575,7 @@ fn bad_lines_under_the_batched_engine_are_exit_2_naming_file_line_and_field() {
 
 #[test]
 fn seconds_become_ns_exactly_rounding_half_up() {
-    use brokerlab::fleet::formats::decimal_to_ns;
+    use brokerlab::fleet::input::formats::decimal_to_ns;
     assert_eq!(decimal_to_ns("61.114", 9), Some(61_114_000_000));
     assert_eq!(decimal_to_ns("0.1", 9), Some(100_000_000));
     assert_eq!(decimal_to_ns("1e-9", 9), Some(1));

@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use brokerlab::fleet::import::inference_perf::{FleetFlags, import};
+use brokerlab::fleet::scenario::inference_perf::{FleetFlags, import};
 use brokerlab::fleet::scenario::Scenario;
 
 const BIN: &str = env!("CARGO_BIN_EXE_brokerlab");

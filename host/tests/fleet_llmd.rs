@@ -4,7 +4,7 @@
 
 use std::sync::OnceLock;
 
-use brokerlab::fleet::llmd::{self, LlmdSection, Preset};
+use brokerlab::fleet::report::llmd::{self, LlmdSection, Preset};
 use brokerlab::fleet::scenario::Generated;
 
 fn section() -> &'static LlmdSection {

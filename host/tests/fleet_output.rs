@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use brokerlab::fleet::experiments;
-use brokerlab::fleet::progress::Progress;
+use brokerlab::fleet::report;
+use brokerlab::fleet::run::progress::Progress;
 use sha2::{Digest, Sha256};
 
 fn bin() -> Command {
@@ -147,12 +147,12 @@ fn report_is_byte_identical_apart_from_the_date_line_and_says_what_it_ran() {
 #[test]
 fn report_progress_counts_every_point() {
     let p = Progress::hidden();
-    let ex = experiments::run_all(0, 40, &p).unwrap();
+    let ex = report::run_all(0, 40, &p).unwrap();
     let (max, _) = ex.capacity_ends();
     assert!(max > 0.0);
     let caps = ex.capacity.len() / 3;
-    assert_eq!(p.length(), Some(experiments::total_points(caps)));
-    assert_eq!(p.position(), experiments::total_points(caps));
+    assert_eq!(p.length(), Some(report::total_points(caps)));
+    assert_eq!(p.position(), report::total_points(caps));
 }
 
 fn text(b: &[u8]) -> String {

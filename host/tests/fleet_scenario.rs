@@ -1,8 +1,8 @@
 //! Scenario files: every built-in one parses, and a bad key or value is an error (exit code 2)
 //! that names the key and what it expects.
 
-use brokerlab::fleet::report::BUILTIN;
 use brokerlab::fleet::scenario::Scenario;
+use brokerlab::fleet::scenario::builtin::BUILTIN;
 
 const BASE: &str = r#"
 [workload]

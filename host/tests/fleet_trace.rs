@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+use brokerlab::fleet::input::trace::TraceReader;
 use brokerlab::fleet::run::{Fifo, TraceSource, simulate, with_view};
-use brokerlab::fleet::trace::TraceReader;
 use brokerlab_core::fleet::{FleetConfig, RouterKind};
 
 fn trace(name: &str) -> PathBuf {

@@ -3,7 +3,7 @@
 //! record decoder's equivalents live in core (`core/src/runner/tests.rs`: random bytes, valid
 //! headers with random bodies, mutated bodies, random flash images).
 
-use brokerlab::fleet::trace::{TraceRecord, parse_line};
+use brokerlab::fleet::input::trace::{TraceRecord, parse_line};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 

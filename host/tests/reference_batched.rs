@@ -318,8 +318,11 @@ fn mixed_trace_matches_the_reference() {
 fn head(name: &str, router: &str) -> PathBuf {
     let src = repo().join(format!("traces/{name}.jsonl.zst"));
     let mut text = String::new();
-    std::io::Read::read_to_string(&mut brokerlab::fleet::input::open(&src).expect("vendored trace present"), &mut text)
-        .unwrap();
+    std::io::Read::read_to_string(
+        &mut brokerlab::fleet::input::file::open(&src).expect("vendored trace present"),
+        &mut text,
+    )
+    .unwrap();
     let lines: Vec<&str> = text.lines().take(2000).collect();
     let p = tmp(&format!("{name}-{router}-head.jsonl"));
     std::fs::write(&p, lines.join("\n")).unwrap();

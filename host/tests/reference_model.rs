@@ -112,8 +112,11 @@ fn edge_cases_match_the_reference() {
 fn real_trace_prefix_matches_the_reference() {
     let src = repo().join("traces/synthetic_trace.jsonl.zst");
     let mut text = String::new();
-    std::io::Read::read_to_string(&mut brokerlab::fleet::input::open(&src).expect("vendored trace present"), &mut text)
-        .unwrap();
+    std::io::Read::read_to_string(
+        &mut brokerlab::fleet::input::file::open(&src).expect("vendored trace present"),
+        &mut text,
+    )
+    .unwrap();
     let head: Vec<&str> = text.lines().take(400).collect();
     let t = std::env::temp_dir().join(format!("brokerlab-ref-head-{}.jsonl", std::process::id()));
     std::fs::write(&t, head.join("\n")).unwrap();

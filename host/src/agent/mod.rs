@@ -76,7 +76,8 @@ pub use jitter::salt;
 pub use model::{Model, ModelError, ModelRequest, ModelTurn, Turn, TurnCall, TurnOutcome, call_id};
 pub use tool::{Fence, Tool, ToolDef, ToolReply, ToolRequest};
 
-use crate::task::backend::{Access, DbTarget, TaskStore, open};
+use crate::task::backend::{Access, DbTarget, TaskStore};
+use crate::task::db::open;
 use crate::task::error::{TaskError, TaskResult};
 use crate::task::exec::{self, Kit, RunOpts, Start};
 use crate::task::spec::{ModelSpec, Patience, Spec, ToolKind, ToolSpec, check_id, check_tool_name};

@@ -1,7 +1,8 @@
 //! The journal's storage as the runner sees it: one trait ([`TaskStore`]), two bindings, the
 //! SQLite file ([`super::store::Store`], the embedded default) and PostgreSQL
 //! ([`super::pg::PgStore`], `--db postgres://USER@HOST:PORT/DB`), and the types they share (the
-//! lease asked for and held, the rows, the errors). `exec.rs` and the `task` commands speak only
+//! lease asked for and held, the rows, the errors). Neither binding imports the other; the file
+//! that picks one for a `--db` is [`super::db`]. `exec.rs` and the `task` commands speak only
 //! to the trait; the lease and fencing decisions are the core's (`decide_lease`, `check_fence`),
 //! evaluated by each binding inside its own transactions.
 
@@ -10,7 +11,6 @@ use std::path::{Path, PathBuf};
 use brokerlab_core::runner::{MAX_OWNER, OpenCall, Owner, Record, RefuseReason, TaskId, TaskState, check_lease_row};
 
 use super::ident::{Me, provably_dead};
-use super::store::{Store, StoreError, sql_error};
 use crate::task::error::{TaskError, TaskResult};
 
 /// What a runner asks for when it takes a task's lease (one argument for every backend's
@@ -68,7 +68,7 @@ pub struct Lease {
 /// Why an append was refused. `E` is the database's error (SQLite's in the SQLite binding; a
 /// [`TaskError`] that names the database behind the [`TaskStore`] trait).
 #[derive(Debug)]
-pub enum AppendError<E = StoreError> {
+pub enum AppendError<E> {
     /// The lease is no longer ours (another runner took over): fencing.
     Fenced {
         /// Our epoch.
@@ -82,7 +82,7 @@ pub enum AppendError<E = StoreError> {
 
 /// Why a lease could not be taken. `E` as for [`AppendError`].
 #[derive(Debug)]
-pub enum LeaseError<E = StoreError> {
+pub enum LeaseError<E> {
     /// A runner that may still act holds it (`why`: it may be alive, or its session is gone but
     /// an unfenceable call is in flight: the dropped-session rule).
     Held {
@@ -270,15 +270,6 @@ pub enum Access {
     Create,
 }
 
-/// Opens the log. Errors name the file or the URL (its password hidden). The fault hooks are
-/// armed (or refused) here, from the database's mark ([`super::faults`]).
-pub fn open(db: &DbTarget, access: Access) -> TaskResult<Box<dyn TaskStore>> {
-    Ok(match db {
-        DbTarget::Sqlite(p) => Box::new(Store::open(p, access)?),
-        DbTarget::Postgres(url) => Box::new(super::pg::PgStore::open(url, access != Access::Read)?),
-    })
-}
-
 /// What a [`TaskStore::checkpoint`] did with the lease's expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Renewal {
@@ -365,58 +356,11 @@ pub trait TaskStore {
     }
 }
 
-fn map_lease(path: &Path, e: LeaseError<StoreError>) -> LeaseError<TaskError> {
-    match e {
-        LeaseError::Held { owner, epoch, expires_in_ms, why } => LeaseError::Held { owner, epoch, expires_in_ms, why },
-        LeaseError::Witness(e) => LeaseError::Witness(e),
-        LeaseError::Exists => LeaseError::Exists,
-        LeaseError::Stale => LeaseError::Stale,
-        LeaseError::Sql(e) => LeaseError::Sql(sql_error(path, "taking the lease", e)),
-    }
-}
-
-fn map_append(path: &Path, what: &str, e: AppendError<StoreError>) -> AppendError<TaskError> {
-    match e {
-        AppendError::Fenced { epoch, holder } => AppendError::Fenced { epoch, holder },
-        AppendError::Sql(e) => AppendError::Sql(sql_error(path, what, e)),
-    }
-}
-
-impl TaskStore for Store {
-    fn name(&self) -> String {
-        self.path.display().to_string()
-    }
-    fn task(&self, id: &str) -> TaskResult<Option<TaskRow>> {
-        Store::task(self, id)
-    }
-    fn task_ids(&self) -> TaskResult<Vec<String>> {
-        Store::task_ids(self)
-    }
-    fn forks_of(&self, id: &str) -> TaskResult<Vec<(String, i64)>> {
-        Store::forks_of(self, id)
-    }
-    fn records(&self, id: &str) -> TaskResult<Vec<Record>> {
-        Store::records(self, id)
-    }
-    fn lease(&self, id: &str) -> TaskResult<Option<LeaseRow>> {
-        Store::lease(self, id)
-    }
-    fn suspend_requested(&self, id: &str) -> TaskResult<bool> {
-        Store::suspend_requested(self, id).map_err(|e| sql_error(&self.path, "polling suspend requests", e))
-    }
-    fn request_suspend(&self, id: &str) -> TaskResult<()> {
-        Store::request_suspend(self, id)
-    }
-    fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError<TaskError>> {
-        Store::acquire(self, ask).map_err(|e| map_lease(&self.path, e))
-    }
-    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<TaskError>> {
-        Store::append(self, lease, recs).map_err(|e| map_append(&self.path, "appending a checkpoint", e))
-    }
-    fn renew(&self, lease: &Lease) -> Result<(), AppendError<TaskError>> {
-        Store::renew(self, lease).map_err(|e| map_append(&self.path, "renewing the lease", e))
-    }
-    fn release(&self, lease: &Lease) {
-        Store::release(self, lease)
-    }
+/// The error for a mark asked of an existing log.
+pub fn not_markable(db: &str) -> TaskError {
+    TaskError::bad_input(format!(
+        "{db}: an existing task log cannot be marked as a fault-injection database (the mark is written only when \
+         a database is created for fault injection, so that no production log ever gets it); use a new file or an \
+         empty database"
+    ))
 }

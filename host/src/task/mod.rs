@@ -14,6 +14,7 @@
 pub mod backend;
 pub mod bench;
 pub mod chaos;
+pub mod db;
 pub mod error;
 pub mod exec;
 pub mod faults;
@@ -395,7 +396,7 @@ fn init(db: &DbTarget, faults: bool) -> TaskResult<i32> {
 }
 
 fn inspect(db: &DbTarget, id: &str) -> TaskResult<i32> {
-    let store = backend::open(db, Access::Read)?;
+    let store = db::open(db, Access::Read)?;
     let store = &*store;
     let row = store.task_or_err(id)?;
     checked_state(store, id)?;
@@ -436,7 +437,7 @@ fn checked_state(store: &dyn TaskStore, id: &str) -> TaskResult<brokerlab_core::
 }
 
 fn list(db: &DbTarget) -> TaskResult<i32> {
-    let store = backend::open(db, Access::Read)?;
+    let store = db::open(db, Access::Read)?;
     let store = &*store;
     let ids = store.task_ids()?;
     say!("{:<24} {:>7} {:>8}  {:<40} lease", "task", "steps", "records", "status");

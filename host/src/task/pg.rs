@@ -274,7 +274,7 @@ impl PgStore {
         };
         match store.check_existing()? {
             Existing::Ours { faults: marked } if marked || !faults => Ok(false),
-            Existing::Ours { .. } | Existing::V1 if faults => Err(super::store::not_markable(&store.name)),
+            Existing::Ours { .. } | Existing::V1 if faults => Err(super::backend::not_markable(&store.name)),
             Existing::Ours { .. } | Existing::V1 => store.create_schema(false).map(|()| false),
             Existing::Empty => store.create_schema(faults).map(|()| true),
         }
@@ -352,7 +352,7 @@ impl PgStore {
             // another runner may have created or migrated it between our look and our lock
             match look(&mut tx, &self.name)? {
                 Ok(Existing::Ours { faults }) if faults == mark || !mark => Ok(Ok(None)),
-                Ok(Existing::Ours { .. }) => Ok(Err(super::store::not_markable(&self.name))),
+                Ok(Existing::Ours { .. }) => Ok(Err(super::backend::not_markable(&self.name))),
                 Ok(Existing::Empty) => {
                     if let Err(e) = Self::check_create(&mut tx, &self.name)? {
                         return Ok(Err(e));

@@ -22,7 +22,8 @@ use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::backend::{
-    Access, AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, RawLease, TaskRow, busy_ms, fold_in, lease_row,
+    Access, AppendError, Lease, LeaseAsk, LeaseError, LeaseRow, RawLease, TaskRow, TaskStore, busy_ms, fold_in,
+    lease_row, not_markable,
 };
 use super::faults;
 use super::ident::{now_ms, provably_dead};
@@ -690,15 +691,6 @@ fn corrupt_row(table: &'static str, task: &str, detail: String) -> StoreError {
     StoreError::CorruptRow { table, task: task.to_string(), detail }
 }
 
-/// The error for a mark asked of an existing log.
-pub fn not_markable(db: &str) -> TaskError {
-    TaskError::bad_input(format!(
-        "{db}: an existing task log cannot be marked as a fault-injection database (the mark is written only when \
-         a database is created for fault injection, so that no production log ever gets it); use a new file or an \
-         empty database"
-    ))
-}
-
 fn insert_record(conn: &Connection, rec: &Record, epoch: u64, now: i64) -> Result<(), StoreError> {
     let mut buf = [0u8; MAX_FRAME_LEN];
     let n = emit(rec, &mut buf).map_err(|e| StoreError::Frame(e.to_string()))?;
@@ -739,4 +731,60 @@ pub fn decode_row(db: &dyn std::fmt::Display, id: &str, seq: i64, payload: &[u8]
 /// lock is taken at the start, so the fencing read and the append see the same state.
 fn immediate(conn: &Connection) -> Result<Transaction<'_>, rusqlite::Error> {
     Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
+}
+
+fn map_lease(path: &Path, e: LeaseError<StoreError>) -> LeaseError<TaskError> {
+    match e {
+        LeaseError::Held { owner, epoch, expires_in_ms, why } => LeaseError::Held { owner, epoch, expires_in_ms, why },
+        LeaseError::Witness(e) => LeaseError::Witness(e),
+        LeaseError::Exists => LeaseError::Exists,
+        LeaseError::Stale => LeaseError::Stale,
+        LeaseError::Sql(e) => LeaseError::Sql(sql_error(path, "taking the lease", e)),
+    }
+}
+
+fn map_append(path: &Path, what: &str, e: AppendError<StoreError>) -> AppendError<TaskError> {
+    match e {
+        AppendError::Fenced { epoch, holder } => AppendError::Fenced { epoch, holder },
+        AppendError::Sql(e) => AppendError::Sql(sql_error(path, what, e)),
+    }
+}
+
+impl TaskStore for Store {
+    fn name(&self) -> String {
+        self.path.display().to_string()
+    }
+    fn task(&self, id: &str) -> TaskResult<Option<TaskRow>> {
+        Store::task(self, id)
+    }
+    fn task_ids(&self) -> TaskResult<Vec<String>> {
+        Store::task_ids(self)
+    }
+    fn forks_of(&self, id: &str) -> TaskResult<Vec<(String, i64)>> {
+        Store::forks_of(self, id)
+    }
+    fn records(&self, id: &str) -> TaskResult<Vec<Record>> {
+        Store::records(self, id)
+    }
+    fn lease(&self, id: &str) -> TaskResult<Option<LeaseRow>> {
+        Store::lease(self, id)
+    }
+    fn suspend_requested(&self, id: &str) -> TaskResult<bool> {
+        Store::suspend_requested(self, id).map_err(|e| sql_error(&self.path, "polling suspend requests", e))
+    }
+    fn request_suspend(&self, id: &str) -> TaskResult<()> {
+        Store::request_suspend(self, id)
+    }
+    fn acquire(&self, ask: &LeaseAsk<'_>) -> Result<(Lease, Record), LeaseError<TaskError>> {
+        Store::acquire(self, ask).map_err(|e| map_lease(&self.path, e))
+    }
+    fn append(&self, lease: &Lease, recs: &[Record]) -> Result<(), AppendError<TaskError>> {
+        Store::append(self, lease, recs).map_err(|e| map_append(&self.path, "appending a checkpoint", e))
+    }
+    fn renew(&self, lease: &Lease) -> Result<(), AppendError<TaskError>> {
+        Store::renew(self, lease).map_err(|e| map_append(&self.path, "renewing the lease", e))
+    }
+    fn release(&self, lease: &Lease) {
+        Store::release(self, lease)
+    }
 }

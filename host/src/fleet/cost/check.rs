@@ -324,7 +324,7 @@ fn value(v: Option<f64>, unit: &str) -> String {
         (Some(v), "s") if v < 1.0 => format!("{:.1} ms", v * 1e3),
         (Some(v), "s") => format!("{v:.3} s"),
         (Some(v), "x") => format!("{v:.2}x"),
-        (Some(v), "tokens") => crate::fleet::engine_report::thousands(v.round() as u64),
+        (Some(v), "tokens") => crate::fleet::report::engine::thousands(v.round() as u64),
         (Some(v), u) => format!("{v:.2} {u}"),
     }
 }
@@ -374,7 +374,7 @@ pub fn markdown(c: &Check) -> String {
             "| `{}` | {:.2} GiB | {} | {:.1} ms | {:.2} ms | {:.2} ms |\n",
             p.profile,
             p.weights_gib_per_gpu,
-            p.kv_tokens.map_or("no room".into(), |t| format!("{} tokens", crate::fleet::engine_report::thousands(t))),
+            p.kv_tokens.map_or("no room".into(), |t| format!("{} tokens", crate::fleet::report::engine::thousands(t))),
             p.prefill_8192_ms,
             p.decode_1_ms,
             p.decode_64_ms

@@ -2,10 +2,13 @@
 //! memory budget, retry on a full buffer), the requests' sources ([`source`]), what a run
 //! collects ([`collect`]) and its summary ([`summary`]: one type with each engine's part).
 
+pub mod bench_json;
 pub mod collect;
 pub mod drive;
 pub mod engines;
+pub mod fields;
 pub mod outcomes;
+pub mod progress;
 pub mod sizes;
 pub mod source;
 pub mod summary;
@@ -86,7 +89,7 @@ pub fn run_context(cfg: &FleetConfig) -> String {
 
 /// Turns a configuration error from the core into a message naming the CLI flag.
 pub fn config_error(e: CoreError) -> CliError {
-    match super::fields::refused(e) {
+    match crate::fleet::run::fields::refused(e) {
         Ok((field, expected)) => FleetError::Flag { field, expected }.into(),
         Err(other) => CliError::failure(other.to_string()),
     }

@@ -7,7 +7,7 @@ use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_PROMPT_TOKENS};
 use brokerlab_core::fleet::{Error as CoreError, Request, keys};
 
 use crate::error::{CliError, CliResult};
-use crate::fleet::trace::{BytesRead, TraceReader};
+use crate::fleet::input::trace::{BytesRead, TraceReader};
 use crate::mem::Growth;
 
 /// A stream of requests that can be fed again from the start (a retry after a full buffer).
@@ -55,22 +55,22 @@ pub struct TraceSource {
     pub path: PathBuf,
     /// Trace block size S, tokens per hash id.
     pub trace_block_tokens: u32,
-    /// Longest line accepted, bytes (`--max-line-bytes`; [`crate::fleet::trace::DEFAULT_MAX_LINE_BYTES`]).
+    /// Longest line accepted, bytes (`--max-line-bytes`; [`crate::fleet::input::trace::DEFAULT_MAX_LINE_BYTES`]).
     pub max_line_bytes: u64,
-    /// Most blank lines accepted (`--max-blank-lines`; [`crate::fleet::trace::DEFAULT_MAX_BLANK_LINES`]).
+    /// Most blank lines accepted (`--max-blank-lines`; [`crate::fleet::input::trace::DEFAULT_MAX_BLANK_LINES`]).
     pub max_blank_lines: u64,
     /// The bytes read (for a progress display).
     pub read: BytesRead,
 }
 
 impl TraceSource {
-    /// A trace with lines up to [`crate::fleet::trace::DEFAULT_MAX_LINE_BYTES`].
+    /// A trace with lines up to [`crate::fleet::input::trace::DEFAULT_MAX_LINE_BYTES`].
     pub fn new(path: PathBuf, trace_block_tokens: u32) -> Self {
         TraceSource {
             path,
             trace_block_tokens,
-            max_line_bytes: crate::fleet::trace::DEFAULT_MAX_LINE_BYTES,
-            max_blank_lines: crate::fleet::trace::DEFAULT_MAX_BLANK_LINES,
+            max_line_bytes: crate::fleet::input::trace::DEFAULT_MAX_LINE_BYTES,
+            max_blank_lines: crate::fleet::input::trace::DEFAULT_MAX_BLANK_LINES,
             read: BytesRead::default(),
         }
     }
@@ -123,7 +123,7 @@ pub struct EmbeddedTrace {
 
 impl RequestSource for EmbeddedTrace {
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
-        let (_, r) = crate::fleet::input::reader(std::io::Cursor::new(self.bytes))
+        let (_, r) = crate::fleet::input::file::reader(std::io::Cursor::new(self.bytes))
             .map_err(|e| CliError::failure(format!("{}: {e}", self.name)))?;
         feed_trace(TraceReader::new(PathBuf::from(self.name), r), self.trace_block_tokens, sink)
     }

@@ -6,8 +6,8 @@ use brokerlab_core::fleet::workload::{Workload, WorkloadSpec};
 use brokerlab_core::fleet::{Request, keys};
 use serde::Serialize;
 
-use super::super::run::RequestSource;
 use crate::error::{CliError, CliResult};
+use crate::fleet::run::RequestSource;
 use crate::mem::{Need, try_grow, try_vec};
 
 /// A workload generated once and kept in memory (keys of every request), so sweeps over fleet

@@ -12,6 +12,9 @@ use crate::error::{CliError, CliResult, FleetError};
 
 // The file's schema (serde types and their defaults) and the generated workloads are their own
 // files; this one turns a parsed file into the checked core configuration.
+pub mod builtin;
+pub mod engine;
+pub mod inference_perf;
 mod generated;
 mod schema;
 
@@ -28,12 +31,12 @@ pub struct Scenario {
     /// Workload.
     pub workload: WorkloadSpec,
     /// Fleet, under the FIFO engine (with `engine`, the run converts it:
-    /// [`super::engine::batched`]).
+    /// [`crate::fleet::scenario::engine::batched`]).
     pub fleet: FleetConfig,
     /// The file (or built-in name) it came from, for messages.
     pub origin: String,
     /// `[fleet.engine]` when it selects the batched engine (None: FIFO).
-    pub engine: Option<super::engine::EngineSettings>,
+    pub engine: Option<crate::fleet::scenario::engine::EngineSettings>,
 }
 
 impl Scenario {
@@ -46,7 +49,7 @@ impl Scenario {
 
 /// A configuration error of a scenario file `origin`, naming the scenario key of the field.
 pub fn key_error(origin: &str, e: brokerlab_core::fleet::Error) -> CliError {
-    match super::fields::refused(e) {
+    match crate::fleet::run::fields::refused(e) {
         Ok((field, expected)) => FleetError::Key { origin: origin.to_string(), field, expected }.into(),
         Err(other) => CliError::bad_input(format!("{origin}: {other}")),
     }
@@ -205,7 +208,9 @@ impl Scenario {
                     None => None,
                     Some(a) => Some(
                         scale_policy(f.pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s)
-                            .map_err(|(field, expected, got)| bad(&super::fields::key(field), expected, &got))?,
+                            .map_err(|(field, expected, got)| {
+                                bad(&crate::fleet::run::fields::key(field), expected, &got)
+                            })?,
                     ),
                 },
             },
@@ -219,11 +224,11 @@ impl Scenario {
                     let step_model = match e.step_model.as_deref() {
                         None => None,
                         Some(m) => Some(
-                            super::engine::StepModel::parse(m)
+                            crate::fleet::scenario::engine::StepModel::parse(m)
                                 .ok_or_else(|| bad("fleet.engine.step_model", "\"linear\" or \"physics\"", m))?,
                         ),
                     };
-                    let s = super::engine::EngineSettings {
+                    let s = crate::fleet::scenario::engine::EngineSettings {
                         profile: e.profile.clone(),
                         step_model,
                         max_num_seqs: e.max_num_seqs,
@@ -235,7 +240,7 @@ impl Scenario {
                     };
                     let key = |k: &str| format!("{origin}: `fleet.engine.{}`", k.replace('-', "_"));
                     let ecfg = s.config(&key)?;
-                    super::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
+                    crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
                     Some(s)
                 }
                 other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
@@ -306,7 +311,7 @@ pub fn num(v: f64) -> String {
     if v.is_finite() && v != 0.0 && !(1e-6..1e15).contains(&v.abs()) { format!("{v:e}") } else { v.to_string() }
 }
 /// Builds and checks a policy for `pods` pods from flag or scenario values; errors are
-/// (field, expected, got), named by the caller through [`super::fields`].
+/// (field, expected, got), named by the caller through [`crate::fleet::run::fields`].
 pub fn scale_policy(
     pods: usize,
     min: u32,

@@ -20,8 +20,9 @@ use crate::agent::script::ScriptModel;
 use crate::agent::toolbox::Toolbox;
 
 use super::backend::{
-    Access, AppendError, DbTarget, Lease, LeaseAsk, LeaseError, NewTask, Renewal, TaskStore, fold_in, open,
+    Access, AppendError, DbTarget, Lease, LeaseAsk, LeaseError, NewTask, Renewal, TaskStore, fold_in,
 };
+use super::db::open;
 use super::ident::{Me, now_ms};
 use super::spec::{ModelSpec, Spec, check_id};
 use super::world::{ToolFile, World};

@@ -1,0 +1,462 @@
+//! The `fleet` command line: clap arguments of every subcommand and their value parsers.
+
+use std::path::PathBuf;
+
+use brokerlab_core::fleet::limits::{BLOCK_TOKENS, MAX_TRACE_BLOCK_TOKENS};
+use brokerlab_core::fleet::{
+    CacheMode, EngineConfig, FifoConfig, FleetConfig, IndexKind, RouterKind, ScalePolicy, TouchOrder, ViewConfig,
+    defaults,
+};
+use clap::{Args, Subcommand};
+
+use crate::error::{CliError, CliResult};
+use crate::fleet::cli::flag::whole;
+use crate::fleet::cli::router_config;
+use crate::fleet::input::{formats, trace};
+use crate::fleet::run::fields;
+use crate::fleet::run::progress::OutputArgs;
+use crate::fleet::scenario::{self, engine};
+use crate::fleet::sweep::shard;
+
+/// `brokerlab fleet` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum FleetCmd {
+    /// Replay a trace (Mooncake, Bailian, Dynamo sessions or token ids) through N pods and a
+    /// router; print the metrics.
+    Replay(ReplayArgs),
+    /// Measure core throughput (requests/s, block touches/s) and memory per cached block.
+    Bench(BenchArgs),
+    /// Run one scenario file (workload + fleet + router + timing).
+    Run(RunArgs),
+    /// Write a scenario's workload as a Mooncake JSONL trace (trace block size 16).
+    GenTrace(GenTraceArgs),
+    /// Sweep one parameter of a scenario for every router; write CSV, JSON and plots.
+    Sweep(SweepArgs),
+    /// Combine the partial results of `fleet sweep --shard I/N` runs into the files one sweep
+    /// writes.
+    Merge(MergeArgs),
+    /// Run the standard experiments on built-in scenarios; write an HTML report and a summary.
+    Report(ReportArgs),
+    /// Print each request's block keys (decimal u64, space-separated, one line per request) of a
+    /// trace of token ids, e.g. to check them against a vLLM fleet's KV events.
+    Keys(formats::KeysArgs),
+    /// Fit a physics step-cost profile to a step log (CSV) of your own server.
+    Calibrate(crate::fleet::cost::CalibrateArgs),
+    /// The physics step cost against published measurements: "What the cost model says, and how
+    /// wrong it is".
+    CostCheck(crate::fleet::cost::CostCheckArgs),
+    /// Every router (presets and router config files) on one workload (a trace, a scenario or an
+    /// inference-perf config), in parallel; writes a page (HTML + Markdown), plots and JSON.
+    Compare(super::compare::CompareArgs),
+    /// Write another tool's workload configuration as a scenario file (inference-perf).
+    #[command(subcommand)]
+    Import(super::import::ImportCmd),
+}
+
+/// `fleet report` arguments.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// Output directory.
+    #[arg(long, default_value = "out/report")]
+    pub out: PathBuf,
+    /// Worker threads (0 = all cores). Results do not depend on it.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    /// Divide every scenario's request count by this (quick look; default 1 = full size).
+    #[arg(long, default_value_t = 1)]
+    pub shrink: u64,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// The memory budget flag (host/src/mem.rs).
+#[derive(Debug, Args, Clone)]
+pub struct MemArgs {
+    /// Most bytes a run may allocate, checked before allocating (e.g. 500000000, 512M, 4G);
+    /// default: the available memory (or `ulimit -v`) less 1/8, at least 256 MiB less.
+    #[arg(long, value_name = "BYTES", value_parser = crate::mem::parse_size)]
+    pub max_memory: Option<u64>,
+}
+
+/// `fleet run` arguments.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Scenario TOML file.
+    pub scenario: PathBuf,
+    /// Override the scenario's router (any `--router` name of `fleet replay`).
+    #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse))]
+    pub router: Option<RouterKind>,
+    /// A shipped-router pipeline (TOML; docs/MODEL.md, "Router config files"); overrides the
+    /// scenario's router and --router.
+    #[arg(long, value_name = "FILE.toml")]
+    pub router_config: Option<PathBuf>,
+    #[command(flatten)]
+    pub engine: engine::EngineArgs,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the results under `vllm bench serve`'s key names and units (JSON; batched
+    /// engine; docs/MODEL.md, "--report-json").
+    #[arg(long, value_name = "FILE")]
+    pub report_json: Option<PathBuf>,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `fleet gen-trace` arguments.
+#[derive(Debug, Args)]
+pub struct GenTraceArgs {
+    /// Scenario TOML file.
+    pub scenario: PathBuf,
+    /// Output JSONL file.
+    #[arg(short = 'o', long = "output")]
+    pub output: PathBuf,
+}
+
+/// `fleet sweep` arguments.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// Scenario TOML file.
+    pub scenario: PathBuf,
+    /// capacity | alpha | stale | pods | rate
+    #[arg(long)]
+    pub param: String,
+    /// Explicit values, comma separated (capacity also accepts fit, hot/K, hot*K).
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    pub values: Vec<String>,
+    /// First value of a range (capacity: fit, hot/K, hot*K or a number).
+    #[arg(long, allow_negative_numbers = true)]
+    pub from: Option<String>,
+    /// Same as --from fit.
+    #[arg(long)]
+    pub from_fit: bool,
+    /// Last value of a range.
+    #[arg(long, allow_negative_numbers = true)]
+    pub to: Option<String>,
+    /// Points in the range, at least 2 (geometric for capacity, linear otherwise).
+    #[arg(long, default_value_t = 12, allow_negative_numbers = true, value_parser = parse_steps)]
+    pub steps: usize,
+    /// Worker threads (0 = all cores). Results do not depend on it.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<usize>)]
+    pub threads: usize,
+    /// Output directory.
+    #[arg(long, default_value = "out/sweep")]
+    pub out: PathBuf,
+    /// Run only the I-th of N disjoint slices of the points (0-based, e.g. $JOB_COMPLETION_INDEX)
+    /// and write `partial.json` to --out; combine the N results with `fleet merge`.
+    #[arg(long, value_name = "I/N", value_parser = shard::parse_shard)]
+    pub shard: Option<shard::Shard>,
+    #[command(flatten)]
+    pub engine: engine::EngineArgs,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `fleet merge` arguments.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The shards' output directories (each holds a `partial.json`), in any order.
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Output directory: the files a one-machine sweep with this `--out` writes.
+    #[arg(long, default_value = "out/sweep")]
+    pub out: PathBuf,
+}
+
+fn parse_pods(s: &str) -> Result<usize, String> {
+    let max = brokerlab_core::fleet::limits::MAX_PODS;
+    match s.trim().parse::<i128>() {
+        Ok(v) if v >= 1 && v <= max as i128 => Ok(v as usize),
+        _ => Err(format!("pods must be 1..={max} (the index stores pods as a 64-bit mask)")),
+    }
+}
+
+fn parse_blocks(min: usize, s: &str) -> Result<usize, String> {
+    let max = brokerlab_core::fleet::limits::MAX_POD_BLOCKS;
+    match s.trim().parse::<i128>() {
+        Ok(v) if v >= min as i128 && v <= max as i128 => Ok(v as usize),
+        _ => Err(format!(
+            "expected a number of 16-token blocks per pod, {min}..={max} (MAX_POD_BLOCKS: slot indices are u32)"
+        )),
+    }
+}
+
+fn parse_capacity(s: &str) -> Result<usize, String> {
+    parse_blocks(1, s)
+}
+
+fn parse_cpu_capacity(s: &str) -> Result<usize, String> {
+    parse_blocks(0, s)
+}
+
+/// Most repeats of a benchmark (`fleet bench --repeats`).
+pub const MAX_REPEATS: usize = 1000;
+
+fn parse_repeats(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i128>() {
+        Ok(v) if v >= 1 && v <= MAX_REPEATS as i128 => Ok(v as usize),
+        _ => Err(format!("expected 1 to {MAX_REPEATS} repeats (the best of them is reported)")),
+    }
+}
+
+/// Most points of a `--from`/`--to` range.
+pub const MAX_SWEEP_STEPS: usize = 10_000;
+
+fn parse_steps(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i128>() {
+        Ok(v) if v >= 2 && v <= MAX_SWEEP_STEPS as i128 => Ok(v as usize),
+        _ => Err(format!("expected at least 2 points (a range has two ends), at most {MAX_SWEEP_STEPS}")),
+    }
+}
+
+/// A clap parser for one of the core's kinds (router, index, cache, order): the core's names are
+/// the possible values (listed in `--help` and in the error), the core's `parse` turns one into
+/// the enum. One place parses each kind; no name is compared here.
+fn kind<T: Copy + Send + Sync + 'static>(
+    all: &'static [T],
+    name: fn(T) -> &'static str,
+    parse: fn(&str) -> Option<T>,
+) -> impl clap::builder::TypedValueParser<Value = T> {
+    use clap::builder::TypedValueParser as _;
+    clap::builder::PossibleValuesParser::new(all.iter().map(|&k| name(k)))
+        .try_map(move |s| parse(&s).ok_or("a possible value the core does not parse"))
+}
+
+/// The fleet and model parameters shared by replay and the scenario commands.
+#[derive(Debug, Args, Clone)]
+pub struct FleetArgs {
+    /// Number of pods N (1..=64).
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_pods)]
+    pub pods: usize,
+    /// Blocks (16 tokens each) per pod C (1..=4294967294); with --engine batched and a physics
+    /// --profile, derived from the profile when absent (vLLM's rule, docs/MODEL.md).
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
+    pub capacity: Option<usize>,
+    /// round-robin | least-loaded | prefix-aware, or a shipped router's preset: llm-d-precise,
+    /// llm-d-approximate, llm-d-load, random, gie-default, llm-d-affinity, dynamo-kv,
+    /// sglang-cache-aware, vllm-loadaware (docs/MODEL.md, "Shipped routers").
+    #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse), required_unless_present = "router_config")]
+    pub router: Option<RouterKind>,
+    /// A shipped-router pipeline or a preset with changed parameters (TOML; docs/MODEL.md,
+    /// "Router config files"); overrides --router.
+    #[arg(long, value_name = "FILE.toml")]
+    pub router_config: Option<PathBuf>,
+    /// Load penalty of prefix-aware: blocks per queued request.
+    #[arg(long, default_value_t = defaults::ALPHA, allow_negative_numbers = true)]
+    pub alpha: f64,
+    /// Stale-evict delay k, in requests (0 = exact index).
+    #[arg(long, default_value_t = defaults::STALE_DELAY, allow_negative_numbers = true, value_parser = whole::<u32>)]
+    pub stale: u32,
+    /// Staleness in time: the exact index learns of each store and eviction D ms after it
+    /// happens (KV events in flight; 0 = at once; not with --stale).
+    #[arg(long, value_name = "D", default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub event_delay_ms: u64,
+    /// llm-d's speculative entries: a routed request's blocks count as held by its pod for T ms
+    /// unless a real store confirms them (0 = off).
+    #[arg(long, value_name = "T", default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub speculative_ttl_ms: u64,
+    /// tail-first | in-order
+    #[arg(long, default_value = defaults::ORDER.name(), value_parser = kind(&TouchOrder::ALL, TouchOrder::name, TouchOrder::parse))]
+    pub order: TouchOrder,
+    /// Prefill cost, ns per uncached prompt token.
+    #[arg(long, default_value_t = defaults::T_PREFILL_NS, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub t_prefill_ns: u64,
+    /// Decode cost, ns per output token.
+    #[arg(long, default_value_t = defaults::T_DECODE_NS, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub t_decode_ns: u64,
+    /// Prefix-aware index: pod-tables (ask the pods' own tables) | global (a key -> pod-mask
+    /// table fed by insert/evict events). Same results; pod-tables is faster and smaller.
+    #[arg(long, default_value = defaults::INDEX.name(), value_parser = kind(&IndexKind::ALL, IndexKind::name, IndexKind::parse))]
+    pub index: IndexKind,
+    /// Blocks per pod in a second (CPU memory) tier; 0 = none (at most 4294967294).
+    #[arg(long, default_value_t = defaults::CPU_CAPACITY_BLOCKS, allow_negative_numbers = true, value_parser = parse_cpu_capacity)]
+    pub cpu_capacity: usize,
+    /// Cost of loading a CPU-tier block, ns per token.
+    #[arg(long, default_value_t = defaults::T_CPU_NS, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub t_cpu_ns: u64,
+    /// local (each pod its own LRU of --capacity blocks) | global (one fleet-wide LRU of
+    /// pods x capacity blocks every pod reads: Mooncake's global cache; docs/MODEL.md).
+    #[arg(long, default_value = defaults::CACHE.name(), value_parser = kind(&CacheMode::ALL, CacheMode::name, CacheMode::parse))]
+    pub cache: CacheMode,
+    #[command(flatten)]
+    pub scale: ScaleArgs,
+}
+
+/// Autoscaling flags (docs/MODEL.md, "Autoscaling"); `--scale-min` turns it on and `--pods` is
+/// then the most pods.
+#[derive(Debug, Args, Clone)]
+pub struct ScaleArgs {
+    /// Autoscale between this many pods and --pods (off when absent).
+    #[arg(long, allow_negative_numbers = true, value_parser = whole::<u32>)]
+    pub scale_min: Option<u32>,
+    /// Routable pods at the start (default: --scale-min).
+    #[arg(long, allow_negative_numbers = true, value_parser = whole::<u32>)]
+    pub scale_initial: Option<u32>,
+    /// Seconds between autoscaler evaluations.
+    #[arg(long, default_value_t = defaults::SCALE_INTERVAL_NS as f64 / 1e9, allow_negative_numbers = true)]
+    pub scale_interval_s: f64,
+    /// Scale out when the mean queue length of the routable pods exceeds this.
+    #[arg(long, default_value_t = defaults::SCALE_UP_MILLI as f64 / 1e3, allow_negative_numbers = true)]
+    pub scale_up_queue: f64,
+    /// Scale in when the mean queue length is below this.
+    #[arg(long, default_value_t = defaults::SCALE_DOWN_MILLI as f64 / 1e3, allow_negative_numbers = true)]
+    pub scale_down_queue: f64,
+    /// Seconds from a scale-out decision until the new pod takes requests.
+    #[arg(long, default_value_t = defaults::SCALE_STARTUP_NS as f64 / 1e9, allow_negative_numbers = true)]
+    pub scale_startup_s: f64,
+}
+
+impl ScaleArgs {
+    /// The policy for `pods` pods, or None without --scale-min; an error names the flag.
+    pub fn policy(&self, pods: usize) -> CliResult<Option<ScalePolicy>> {
+        let Some(min) = self.scale_min else {
+            return Ok(None);
+        };
+        let p = scenario::scale_policy(
+            pods,
+            min,
+            self.scale_initial,
+            self.scale_interval_s,
+            self.scale_up_queue,
+            self.scale_down_queue,
+            self.scale_startup_s,
+        )
+        .map_err(|(field, expected, got)| {
+            CliError::bad_input(format!("{}: {got}: expected {expected}", fields::flag(field)))
+        })?;
+        Ok(Some(p))
+    }
+}
+
+fn ms_to_ns(ms: u64, flag: &str) -> CliResult<u64> {
+    ms.checked_mul(1_000_000)
+        .ok_or_else(|| CliError::bad_input(format!("{flag} {ms}: expected at most {} ms", u64::MAX / 1_000_000)))
+}
+
+impl FleetArgs {
+    /// The core configuration; `derived` is the capacity a physics profile gives when
+    /// --capacity is absent.
+    pub fn config(&self, derived: Option<usize>) -> CliResult<FleetConfig> {
+        let capacity = self.capacity.or(derived).ok_or_else(|| {
+            CliError::bad_input(
+                "--capacity: required (blocks per pod), unless --engine batched with a physics --profile derives it",
+            )
+        })?;
+        let engine = FifoConfig {
+            t_prefill_ns: self.t_prefill_ns,
+            t_decode_ns: self.t_decode_ns,
+            order: self.order,
+            cpu_capacity_blocks: self.cpu_capacity,
+            t_cpu_ns: self.t_cpu_ns,
+            cache: self.cache,
+        };
+        let view = ViewConfig {
+            index: self.index,
+            stale_delay: self.stale,
+            event_delay_ns: ms_to_ns(self.event_delay_ms, "--event-delay-ms")?,
+            speculative_ttl_ns: ms_to_ns(self.speculative_ttl_ms, "--speculative-ttl-ms")?,
+        };
+        let scale = self.scale.policy(self.pods)?;
+        let mut cfg = FleetConfig {
+            pods: self.pods,
+            capacity_blocks: capacity,
+            router: self.router.unwrap_or(RouterKind::Custom),
+            alpha: self.alpha,
+            routing: None,
+            engine: EngineConfig::Fifo { engine, view, scale },
+        };
+        // A trace replay has no scenario seed: the shipped routers' RNG starts from 0.
+        router_config::apply(&mut cfg, self.router_config.as_deref(), 0)?;
+        Ok(cfg)
+    }
+}
+
+/// `fleet replay` arguments.
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// JSONL trace, plain or gzip/zstd-compressed (detected from the first bytes).
+    #[arg(long)]
+    pub trace: PathBuf,
+    /// Trace format (docs/MODEL.md, "Trace formats"); detected from the first line when omitted.
+    #[arg(long, value_enum)]
+    pub format: Option<formats::Format>,
+    /// Tokens per trace hash id S (a multiple of 16; default 512, bailian 16).
+    #[arg(long, allow_negative_numbers = true, value_parser = whole::<u32>)]
+    pub trace_block_size: Option<u32>,
+    #[command(flatten)]
+    pub hash: formats::HashArgs,
+    /// Longest trace line accepted, bytes (the longest valid line is about 23 MB: 1,048,576 ids
+    /// of up to 20 digits).
+    #[arg(long, value_name = "BYTES", default_value_t = trace::DEFAULT_MAX_LINE_BYTES, value_parser = crate::mem::parse_size)]
+    pub max_line_bytes: u64,
+    /// Most blank lines accepted in the trace; one more is exit 2 (a trace of little but empty
+    /// lines is likely damaged, and reading it costs time for nothing).
+    #[arg(long, value_name = "N", default_value_t = trace::DEFAULT_MAX_BLANK_LINES, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub max_blank_lines: u64,
+    #[command(flatten)]
+    pub fleet: FleetArgs,
+    #[command(flatten)]
+    pub engine: engine::EngineArgs,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the results under `vllm bench serve`'s key names and units (JSON; batched
+    /// engine; docs/MODEL.md, "--report-json").
+    #[arg(long, value_name = "FILE")]
+    pub report_json: Option<PathBuf>,
+    #[command(flatten)]
+    pub mem: MemArgs,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `fleet bench` arguments.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Trace to replay (plain, gzip or zstd; the default is the vendored copy, relative to the
+    /// repository root).
+    #[arg(long, default_value = "traces/conversation_trace.jsonl.zst")]
+    pub trace: PathBuf,
+    /// Tokens per trace hash id S.
+    #[arg(long, default_value_t = 512)]
+    pub trace_block_size: u32,
+    /// Pods (1..=64).
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true, value_parser = parse_pods)]
+    pub pods: usize,
+    /// Blocks per pod.
+    #[arg(long, default_value_t = 16384, allow_negative_numbers = true, value_parser = parse_capacity)]
+    pub capacity: usize,
+    /// Repeats per router (1..=1000); the best is reported.
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = parse_repeats)]
+    pub repeats: usize,
+    /// Measure a sweep instead: workload generation, the points on 1 thread and on every core.
+    #[arg(long)]
+    pub sweep: bool,
+    /// Measure one routing decision instead: a 240K-token prompt (15,000 blocks) over MAX_PODS
+    /// pods, per router (time and heap allocations).
+    #[arg(long, conflicts_with = "sweep")]
+    pub route: bool,
+    /// The Python model the replays are compared with (run only when python3 is present).
+    #[arg(long, default_value = "tests/reference/fleet_model.py")]
+    pub python_model: PathBuf,
+    /// Do not run the Python model.
+    #[arg(long)]
+    pub no_python: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub mem: MemArgs,
+}
+
+pub(crate) fn check_trace_block(s: u32) -> CliResult<()> {
+    brokerlab_core::fleet::keys::check_trace_block_tokens(s).map_err(|_| {
+        CliError::bad_input(format!(
+            "--trace-block-size {s}: expected a non-zero multiple of {BLOCK_TOKENS}, at most {MAX_TRACE_BLOCK_TOKENS}"
+        ))
+    })
+}

@@ -1,0 +1,422 @@
+//! Runs each `fleet` subcommand: reads its arguments, calls the simulator, prints or writes the
+//! results.
+
+use std::path::Path;
+
+use brokerlab_core::fleet::FleetConfig;
+
+use crate::error::{CliError, CliResult};
+use crate::fleet::bench::{self, route};
+use crate::fleet::cli::args::{FleetCmd, MergeArgs, SweepArgs, check_trace_block};
+use crate::fleet::cli::router_config;
+use crate::fleet::input::formats;
+use crate::fleet::report;
+use crate::fleet::run::progress::{Progress, Tracked, Unit};
+use crate::fleet::run::{self, Batched, Fifo, RunSummary, TraceSource};
+use crate::fleet::scenario::{self, engine};
+use crate::fleet::sweep::values::{Values, sweep_values};
+use crate::fleet::sweep::{self, shard};
+use crate::provenance::Provenance;
+
+/// Runs one `fleet` subcommand; returns the exit code.
+pub fn main(cmd: FleetCmd) -> CliResult<i32> {
+    match cmd {
+        FleetCmd::Replay(a) => {
+            crate::mem::set_budget(a.mem.max_memory);
+            let mut inputs = vec![("--trace", a.trace.as_path())];
+            inputs.extend(a.fleet.router_config.as_deref().map(|p| ("--router-config", p)));
+            if let Some(o) = &a.engine.outcomes {
+                crate::outfile::check_output("--outcomes", o, &inputs)?;
+            }
+            if let Some(o) = &a.report_json {
+                crate::outfile::check_output("--report-json", o, &inputs)?;
+            }
+            if let Some(s) = a.trace_block_size {
+                check_trace_block(s)?;
+            }
+            let engine = a.engine.resolve(None)?;
+            let derived = match &engine {
+                Some(e) => engine::derived_capacity(e, "--profile")?,
+                None => None,
+            };
+            let cfg = a.fleet.config(derived)?;
+            cfg.validate().map_err(run::config_error)?;
+            let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
+            if format != formats::Format::Mooncake {
+                return crate::fleet::cli::replay::format(a, format, cfg, engine);
+            }
+            formats::only_token_hash(&a.hash, format)?;
+            let trace_block_size = a.trace_block_size.unwrap_or(512);
+            let mut src = TraceSource {
+                max_line_bytes: a.max_line_bytes,
+                max_blank_lines: a.max_blank_lines,
+                ..TraceSource::new(a.trace.clone(), trace_block_size)
+            };
+            let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
+            let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
+            let mut prov = Provenance::of_this_run(a.output.no_date);
+            prov.add_file("trace", &a.trace)?;
+            router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
+            let out = Output {
+                json: a.json.then_some(&prov),
+                title: &format!("trace {}", a.trace.display()),
+                pipeline: pipeline(&a.fleet.router_config, &cfg),
+                outcomes: a.engine.outcomes.as_deref(),
+                format: None,
+                report_json: a.report_json.as_deref(),
+            };
+            let cfg = match engine {
+                Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
+                None => cfg,
+            };
+            run_print(cfg, (&mut src, Unit::TraceBytes), progress, out)
+        }
+        FleetCmd::Run(a) => {
+            crate::mem::set_budget(a.mem.max_memory);
+            let mut inputs = vec![("the scenario", a.scenario.as_path())];
+            inputs.extend(a.router_config.as_deref().map(|p| ("--router-config", p)));
+            if let Some(o) = &a.engine.outcomes {
+                crate::outfile::check_output("--outcomes", o, &inputs)?;
+            }
+            if let Some(o) = &a.report_json {
+                crate::outfile::check_output("--report-json", o, &inputs)?;
+            }
+            let sc = scenario::Scenario::load(&a.scenario)?;
+            let mut cfg = sc.fleet;
+            if let Some(r) = a.router {
+                cfg.router = r;
+                cfg.routing = None;
+            }
+            router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
+            // Streamed: the generator is seeded and sequential, so the workload is never held.
+            let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+            let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
+            let mut prov = Provenance::of_this_run(a.output.no_date);
+            prov.add_file("scenario", &a.scenario)?;
+            router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
+            let out = Output {
+                json: a.json.then_some(&prov),
+                title: &format!("scenario {} ({})", sc.name, a.scenario.display()),
+                pipeline: pipeline(&a.router_config, &cfg),
+                outcomes: a.engine.outcomes.as_deref(),
+                format: None,
+                report_json: a.report_json.as_deref(),
+            };
+            let cfg = match a.engine.resolve(sc.engine.as_ref())? {
+                // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
+                Some(e) => engine::batched(cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?,
+                None => cfg,
+            };
+            run_print(cfg, (&mut src, Unit::Requests), progress, out)
+        }
+        FleetCmd::GenTrace(a) => {
+            crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
+            let sc = scenario::Scenario::load(&a.scenario)?;
+            let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+            crate::outfile::write_with(&a.output, |w| scenario::write_trace_from(&mut src, w))
+                .map_err(|e| CliError::failure(format!("-o {}: cannot write: {e}", a.output.display())))?;
+            crate::print_stderr(&format!(
+                "wrote {} requests to {} (replay with --trace-block-size 16)",
+                sc.workload.requests,
+                a.output.display()
+            ));
+            Ok(0)
+        }
+        FleetCmd::Sweep(a) => sweep_cmd(a),
+        FleetCmd::Merge(a) => merge_cmd(a),
+        FleetCmd::Keys(a) => formats::keys_cmd(a),
+        FleetCmd::Calibrate(a) => crate::fleet::cost::calibrate_cmd(a),
+        FleetCmd::CostCheck(a) => crate::fleet::cost::cost_check_cmd(a),
+        FleetCmd::Compare(a) => super::compare::main(a),
+        FleetCmd::Import(c) => super::import::main(c),
+        FleetCmd::Report(a) => {
+            let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
+            let prov = Provenance::of_this_run(a.output.no_date);
+            let ex = report::report(&a.out, a.threads, a.shrink, &progress, prov)?;
+            progress.finish();
+            sweep::commit_files()?;
+            if ex.shrink > 1 {
+                say!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
+            }
+            say!("{}\n", report::the_number(&ex));
+            for (k, v) in report::headlines(&ex) {
+                say!("{k:<52} {v}");
+            }
+            say!(
+                "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv (+ points.provenance.json), \
+                 experiments.json",
+                a.out.display()
+            );
+            Ok(0)
+        }
+        FleetCmd::Bench(a) => {
+            crate::mem::set_budget(a.mem.max_memory);
+            check_trace_block(a.trace_block_size)?;
+            if a.route {
+                let r = route::run(200, a.repeats)?;
+                if a.json {
+                    say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+                } else {
+                    say_raw!("{}", route::render(&r));
+                }
+                return Ok(0);
+            }
+            if a.sweep {
+                let s = bench::sweep_bench(a.repeats)?;
+                if a.json {
+                    say!("{}", serde_json::to_string_pretty(&s).expect("report serializes"));
+                } else {
+                    say_raw!("{}", bench::render_sweep(&s));
+                }
+                return Ok(0);
+            }
+            let py = bench::PythonModel { script: a.python_model, enabled: !a.no_python };
+            let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats, &py)?;
+            if a.json {
+                say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+            } else {
+                say_raw!("{}", bench::render(&r));
+            }
+            Ok(0)
+        }
+    }
+}
+
+/// How a run's result is printed: one JSON object with the provenance `json`, or a table under
+/// `title`; `pipeline` describes a `--router-config` router; `outcomes`: the file for the batched
+/// engine's per-request lines.
+pub(super) struct Output<'a> {
+    pub(super) json: Option<&'a Provenance>,
+    pub(super) title: &'a str,
+    pub(super) pipeline: Option<String>,
+    pub(super) outcomes: Option<&'a Path>,
+    /// The trace format, named first in JSON (formats other than Mooncake).
+    pub(super) format: Option<&'static str>,
+    /// `--report-json`: the file for vLLM's result keys (needs the completions kept).
+    pub(super) report_json: Option<&'a Path>,
+}
+
+impl Output<'_> {
+    /// Writes the per-request lines when asked (`more`: a request's extra fields), then prints
+    /// `summary` (with `extra` beside it in JSON, under it in a table).
+    pub(super) fn print<X: serde::Serialize>(
+        self,
+        res: &mut run::RunResult,
+        more: Option<&dyn Fn(u64) -> String>,
+        extra: Option<(&X, String)>,
+    ) -> CliResult<i32> {
+        if let Some(path) = self.outcomes {
+            run::outcomes::write_outcomes(path, &res.completions, more)?;
+        }
+        res.summary.set_pipeline(self.pipeline);
+        if let Some(path) = self.report_json {
+            crate::fleet::run::bench_json::write(path, res, self.json)?;
+        }
+        match self.json {
+            Some(prov) => {
+                /// The JSON of a run: the format (other formats than Mooncake), the summary, the
+                /// breakdown (Bailian).
+                #[derive(serde::Serialize)]
+                struct With<'a, X> {
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    format: Option<&'static str>,
+                    #[serde(flatten)]
+                    summary: &'a RunSummary,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    breakdown: Option<&'a X>,
+                }
+                let with = With { format: self.format, summary: &res.summary, breakdown: extra.as_ref().map(|e| e.0) };
+                say!("{}", prov.json_with(&with))
+            }
+            None => {
+                say!("{}", self.title);
+                say_raw!("{}", res.summary.render());
+                if let Some((_, text)) = extra {
+                    say_raw!("{text}");
+                }
+            }
+        }
+        Ok(0)
+    }
+}
+
+/// The one-line description of the router of a `--router-config` run (None without one).
+fn pipeline(router_config: &Option<std::path::PathBuf>, cfg: &FleetConfig) -> Option<String> {
+    router_config.as_ref().and_then(|_| router_config::describe(cfg))
+}
+
+/// Runs `src` (counted in `unit` on `progress`) through a fleet of `cfg`'s engine and prints the
+/// result as `out` says. Shared by `fleet replay` and `fleet run`.
+fn run_print(
+    cfg: FleetConfig,
+    (src, unit): (&mut dyn run::RequestSource, Unit),
+    progress: Progress,
+    out: Output<'_>,
+) -> CliResult<i32> {
+    let mut tracked = Tracked { inner: src, progress: &progress, unit };
+    let res = run::simulate_any(cfg, &mut tracked, out.outcomes.is_some() || out.report_json.is_some());
+    progress.finish();
+    out.print::<()>(&mut res?, None, None)
+}
+
+/// Checks the memory budget of a sweep: its workloads plus one fleet per worker thread (the
+/// largest point's).
+fn check_sweep_memory(gens: &[scenario::Generated], specs: &[sweep::PointSpec], threads: usize) -> CliResult<()> {
+    let threads = if threads == 0 { std::thread::available_parallelism().map_or(1, |n| n.get()) } else { threads };
+    let workers = threads.min(specs.len()).max(1) as u64;
+    let mut largest: Vec<crate::mem::Need> = Vec::new();
+    let mut largest_total = 0u64;
+    for p in specs {
+        // the batched engine's buffers grow from small; the FIFO engine's are counted at the start
+        let Some(_) = p.cfg.fifo() else { continue };
+        let s = run::FifoSizes::of(&p.cfg);
+        let l =
+            brokerlab_core::fleet::FifoLayout::new(&p.cfg, s.queue_per_pod, s.pending).map_err(run::config_error)?;
+        let needs = crate::fleet::run::sizes::fleet_needs(&p.cfg, &l);
+        let total = needs.iter().map(|n| n.bytes).sum::<u64>();
+        if total > largest_total {
+            (largest, largest_total) = (needs, total);
+        }
+    }
+    let mut needs: Vec<crate::mem::Need> = largest
+        .into_iter()
+        .map(|n| crate::mem::Need {
+            what: format!("{} x {workers} threads", n.what),
+            bytes: n.bytes.saturating_mul(workers),
+            lowered_by: format!("{}, or --threads", n.lowered_by),
+        })
+        .collect();
+    needs.push(crate::mem::Need {
+        what: "generated workloads".into(),
+        bytes: gens.iter().map(|g| g.bytes()).sum(),
+        lowered_by: "workload.requests".into(),
+    });
+    crate::mem::check("the sweep", &needs).map(|_| ())
+}
+
+fn merge_cmd(a: MergeArgs) -> CliResult<i32> {
+    let parts = shard::read_all(&a.dirs)?;
+    let text = if parts[0].1.engine == <run::BatchedSummary as sweep::SweepSummary>::ENGINE {
+        merge_write::<run::BatchedSummary>(parts, &a.out)?
+    } else {
+        merge_write::<run::Summary>(parts, &a.out)?
+    };
+    sweep::commit_files()?;
+    say_raw!("{text}");
+    Ok(0)
+}
+
+/// Puts the shards' points back in order and writes the files one sweep writes.
+fn merge_write<S: sweep::SweepSummary>(
+    parts: Vec<(std::path::PathBuf, shard::Partial)>,
+    out: &Path,
+) -> CliResult<String> {
+    let m = shard::merge::<sweep::Point<S>>(parts, out)?;
+    shard::write_points(out, &m.scenario_name, m.param, &m.points, &m.provenance)
+}
+
+fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
+    crate::mem::set_budget(a.mem.max_memory);
+    crate::outfile::check_output_dir("--out", &a.out, &[("the scenario", a.scenario.as_path())])?;
+    let sc = scenario::Scenario::load(&a.scenario)?;
+    let engine = a.engine.resolve(sc.engine.as_ref())?;
+    if let Some(e) = engine {
+        // the scenario's keys (`fleet.cache`, `fleet.index`, ...) named as in the file
+        engine::batched(sc.fleet, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
+    }
+    let Values { gens, values, param } = sweep_values(&sc, &a)?;
+    let mut specs = sweep::for_each_router(&values);
+    if let Some(e) = engine {
+        // each point's values (`--param stale` ...) named as flags
+        for p in &mut specs {
+            p.cfg = engine::batched(p.cfg, e).map_err(run::config_error)?;
+        }
+    }
+    check_sweep_memory(&gens, &specs, a.threads)?;
+    let mut prov = Provenance::of_this_run(a.output.no_date);
+    prov.add_file("scenario", &a.scenario)?;
+    if let Some(sh) = a.shard {
+        // this shard's points, with their indices in the whole sweep
+        let idx: Vec<usize> = (0..specs.len()).filter(|k| sh.owns(*k)).collect();
+        let mine: Vec<sweep::PointSpec> = idx.iter().map(|&k| specs[k].clone()).collect();
+        let p = Progress::new(
+            a.output.quiet,
+            &format!("sweep {param} shard {}", sh.index),
+            Unit::Points,
+            Some(mine.len() as u64),
+        );
+        let id = shard::sweep_id(&prov.inputs, param, engine.as_ref(), &specs);
+        let args = ShardArgs { out: &a.out, shard: sh, id, prov: &prov, name: &sc.name, param, threads: a.threads };
+        match engine {
+            Some(_) => run_shard::<Batched>(&args, &gens, &idx, &mine, p)?,
+            None => run_shard::<Fifo>(&args, &gens, &idx, &mine, p)?,
+        }
+        sweep::commit_files()?;
+        say!(
+            "wrote {}/{} (shard {}/{}: {} of {} points); combine all shards with `brokerlab fleet merge DIR... --out OUT`",
+            a.out.display(),
+            shard::FILE,
+            sh.index,
+            sh.count,
+            mine.len(),
+            specs.len()
+        );
+        return Ok(0);
+    }
+    let progress = Progress::new(a.output.quiet, &format!("sweep {param}"), Unit::Points, Some(specs.len() as u64));
+    let text = match engine {
+        Some(_) => run_sweep::<Batched>(&a, param, &sc.name, &gens, &specs, &prov, progress)?,
+        None => run_sweep::<Fifo>(&a, param, &sc.name, &gens, &specs, &prov, progress)?,
+    };
+    sweep::commit_files()?;
+    say_raw!("{text}");
+    Ok(0)
+}
+
+/// A sweep's points under engine `K`, written as one sweep writes them.
+fn run_sweep<K: run::HostEngine>(
+    a: &SweepArgs,
+    param: sweep::SweepParam,
+    name: &str,
+    gens: &[scenario::Generated],
+    specs: &[sweep::PointSpec],
+    prov: &Provenance,
+    progress: Progress,
+) -> CliResult<String>
+where
+    K::Summary: sweep::SweepSummary,
+{
+    let points = sweep::run_points::<K>(param, gens, specs, a.threads, &progress);
+    progress.finish();
+    shard::write_points(&a.out, name, param, &points?, prov)
+}
+
+/// Where a shard's results go and what names it.
+struct ShardArgs<'a> {
+    out: &'a Path,
+    shard: shard::Shard,
+    id: shard::SweepId,
+    prov: &'a Provenance,
+    name: &'a str,
+    param: sweep::SweepParam,
+    threads: usize,
+}
+
+/// This shard's points (`mine`, at `idx` in the whole sweep) under engine `K`, written to its
+/// `partial.json`.
+fn run_shard<K: run::HostEngine>(
+    a: &ShardArgs<'_>,
+    gens: &[scenario::Generated],
+    idx: &[usize],
+    mine: &[sweep::PointSpec],
+    progress: Progress,
+) -> CliResult<()>
+where
+    K::Summary: sweep::SweepSummary,
+{
+    let points = sweep::run_points::<K>(a.param, gens, mine, a.threads, &progress);
+    progress.finish();
+    let points: Vec<_> = idx.iter().copied().zip(points?).collect();
+    let kind = <K::Summary as sweep::SweepSummary>::ENGINE;
+    shard::write_partial(a.out, a.shard, a.id.clone(), a.prov, a.name, a.param, kind, &points)
+}
