@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use brokerlab::fleet::scenario::inference_perf::{FleetFlags, import};
 use brokerlab::fleet::scenario::Scenario;
+use brokerlab::fleet::scenario::inference_perf::{FleetFlags, import};
 
 const BIN: &str = env!("CARGO_BIN_EXE_brokerlab");
 
@@ -125,7 +125,10 @@ fn unsupported_keys_are_exit_2_naming_them() {
         (&BASE.replace("    num_groups: 3\n", "    num_groups: 3\n    bogus_key: 1\n"), "bogus_key"),
         (&BASE.replace("type: poisson", "type: concurrent"), "load.type"),
         (&BASE.replace("type: poisson", "type: constant"), "load.type"),
-        (&format!("{BASE}  enable_multi_turn_chat: true\n").replace("  enable_multi", "    enable_multi"), "enable_multi_turn_chat"),
+        (
+            &format!("{BASE}  enable_multi_turn_chat: true\n").replace("  enable_multi", "    enable_multi"),
+            "enable_multi_turn_chat",
+        ),
         (&BASE.replace("  stages:", "  request_timeout: 30\n  stages:"), "load.request_timeout"),
         (&BASE.replace("  stages:", "  num_workers: 4\n  stages:"), "load.num_workers"),
         (&BASE.replace("  stages:", "  interval: 5\n  stages:"), "load.interval"),

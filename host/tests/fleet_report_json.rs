@@ -74,11 +74,8 @@ fn run_report_json_reads_back_with_vllm_keys() {
     let text = std::fs::read_to_string(&json).unwrap();
     let broken = d.join("broken.json");
     std::fs::write(&broken, text.replace("\"mean_itl_ms\"", "\"mean_itl\"")).unwrap();
-    let o = Command::new("python3")
-        .arg(repo().join("tests/reference/read_vllm_result.py"))
-        .arg(&broken)
-        .output()
-        .unwrap();
+    let o =
+        Command::new("python3").arg(repo().join("tests/reference/read_vllm_result.py")).arg(&broken).output().unwrap();
     assert!(!o.status.success(), "a missing key must fail");
     let _ = std::fs::remove_dir_all(&d);
 }
@@ -131,7 +128,13 @@ fn compare_report_json_has_a_run_per_router() {
     }
     let md = std::fs::read_to_string(out.join("summary.md")).unwrap();
     let html = std::fs::read_to_string(out.join("index.html")).unwrap();
-    for needle in ["Routers at 2 pods", "Routers at 3 pods", "Winner per metric", "Death-spiral check", "What the model leaves out"] {
+    for needle in [
+        "Routers at 2 pods",
+        "Routers at 3 pods",
+        "Winner per metric",
+        "Death-spiral check",
+        "What the model leaves out",
+    ] {
         assert!(md.contains(needle) && html.contains(needle), "{needle}");
     }
     // deterministic: the same command gives the same bytes

@@ -39,7 +39,8 @@ pub fn main(cmd: ImportCmd) -> CliResult<i32> {
             }
             let text = std::fs::read_to_string(&a.config)
                 .map_err(|e| CliError::bad_input(format!("{}: cannot read: {e}", a.config.display())))?;
-            let imported = crate::fleet::scenario::inference_perf::import(&text, &a.config.display().to_string(), &a.fleet)?;
+            let imported =
+                crate::fleet::scenario::inference_perf::import(&text, &a.config.display().to_string(), &a.fleet)?;
             for note in &imported.notes {
                 crate::print_stderr(&format!("note: {note}"));
             }

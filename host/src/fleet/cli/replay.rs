@@ -33,7 +33,8 @@ pub fn format(
             let mut src = format_source(&a, format)?;
             let bailian = format == Format::Bailian;
             let mut tracked = Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes };
-            let res = run::simulate_any(run_cfg, &mut tracked, bailian || outcomes.is_some() || a.report_json.is_some())?;
+            let res =
+                run::simulate_any(run_cfg, &mut tracked, bailian || outcomes.is_some() || a.report_json.is_some())?;
             if bailian {
                 // (request, L, hit tokens) of each request, from what its engine kept
                 let fifo = res.outcomes.iter().map(|o| {

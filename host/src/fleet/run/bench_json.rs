@@ -140,21 +140,6 @@ pub fn vllm_result(done: &[Completion], s: &BatchedSummary) -> Map<String, Value
     o
 }
 
-#[cfg(test)]
-mod tests {
-    use super::np_percentile;
-
-    #[test]
-    fn percentile_interpolates_as_numpy() {
-        // np.percentile([1, 2, 3, 4], [50, 90, 99]) = [2.5, 3.7, 3.97]
-        let v = [1.0, 2.0, 3.0, 4.0];
-        assert_eq!(np_percentile(&v, 50.0), 2.5);
-        assert!((np_percentile(&v, 90.0) - 3.7).abs() < 1e-12);
-        assert!((np_percentile(&v, 99.0) - 3.97).abs() < 1e-12);
-        assert_eq!(np_percentile(&[5.0], 99.0), 5.0);
-    }
-}
-
 /// Writes `--report-json` for a run: vLLM's keys, the router and pods, and the provenance when
 /// the run has one; exit 2 under the FIFO engine (it has no tokens, so no TTFT or ITL).
 pub fn write(
@@ -177,4 +162,19 @@ pub fn write(
     };
     crate::outfile::write(path, text.as_bytes())
         .map_err(|e| CliError::failure(format!("--report-json {}: cannot write: {e}", path.display())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::np_percentile;
+
+    #[test]
+    fn percentile_interpolates_as_numpy() {
+        // np.percentile([1, 2, 3, 4], [50, 90, 99]) = [2.5, 3.7, 3.97]
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(np_percentile(&v, 50.0), 2.5);
+        assert!((np_percentile(&v, 90.0) - 3.7).abs() < 1e-12);
+        assert!((np_percentile(&v, 99.0) - 3.97).abs() < 1e-12);
+        assert_eq!(np_percentile(&[5.0], 99.0), 5.0);
+    }
 }

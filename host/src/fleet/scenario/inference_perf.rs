@@ -8,8 +8,8 @@ use clap::Args;
 use serde::Deserialize;
 use serde_norway::Value;
 
-use crate::error::{CliError, CliResult};
 use super::Scenario;
+use crate::error::{CliError, CliResult};
 
 /// The scenario's `workload.requests` when `--requests` is absent: this many times the stages'
 /// expected request count (sum of rate x duration), so a Poisson sample above its mean is not cut
@@ -313,13 +313,15 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
     let data = cfg.data.as_ref();
     let kind = data.and_then(|d| d.kind.as_deref()).unwrap_or("mock");
     let mut w = String::new();
-    let seed = l.base_seed.or_else(|| data.and_then(|d| d.shared_prefix.as_ref()).and_then(|s| s.seed)).unwrap_or(f.seed);
+    let seed =
+        l.base_seed.or_else(|| data.and_then(|d| d.shared_prefix.as_ref()).and_then(|s| s.seed)).unwrap_or(f.seed);
     let requests = match f.requests {
         Some(r) => r,
         None => (expected * REQUEST_CAP_FACTOR).ceil() as u64,
     };
     let _ = writeln!(w, "seed = {seed}");
-    let _ = writeln!(w, "# A cap only: generation ends with the last stage ({} requests expected).", thousands(expected));
+    let _ =
+        writeln!(w, "# A cap only: generation ends with the last stage ({} requests expected).", thousands(expected));
     let _ = writeln!(w, "requests = {requests}");
     match kind {
         "shared_prefix" => {
@@ -331,7 +333,10 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
                     "only with data.type random or synthetic (shared_prefix takes its lengths from data.shared_prefix)",
                 ));
             }
-            let sp = d.shared_prefix.as_ref().ok_or_else(|| refuse("data.shared_prefix", "required with data.type shared_prefix"))?;
+            let sp = d
+                .shared_prefix
+                .as_ref()
+                .ok_or_else(|| refuse("data.shared_prefix", "required with data.type shared_prefix"))?;
             if sp.enable_multi_turn_chat == Some(true) {
                 return Err(refuse(
                     "data.shared_prefix.enable_multi_turn_chat",
@@ -348,7 +353,8 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
                     ));
                 }
             };
-            let question = length(sp.question_len.as_ref(), DEFAULT_QUESTION_LEN, "data.shared_prefix.question_len", &refuse)?;
+            let question =
+                length(sp.question_len.as_ref(), DEFAULT_QUESTION_LEN, "data.shared_prefix.question_len", &refuse)?;
             let output = length(sp.output_len.as_ref(), DEFAULT_OUTPUT_LEN, "data.shared_prefix.output_len", &refuse)?;
             let _ = writeln!(w, "tenants = {}", sp.num_groups.unwrap_or(DEFAULT_NUM_GROUPS));
             let _ = writeln!(w, "users_per_tenant = {}", sp.num_prompts_per_group.unwrap_or(DEFAULT_PROMPTS_PER_GROUP));
@@ -394,7 +400,10 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
     let name = f.name.clone().unwrap_or_else(|| stem(origin));
     let mut t = String::new();
     let _ = writeln!(t, "# Imported by `brokerlab fleet import inference-perf` from {origin}.");
-    let _ = writeln!(t, "# The fleet (pods, capacity, router, engine) came from the flags; docs/MODEL.md, \"inference-perf configs\".");
+    let _ = writeln!(
+        t,
+        "# The fleet (pods, capacity, router, engine) came from the flags; docs/MODEL.md, \"inference-perf configs\"."
+    );
     for n in &notes {
         let _ = writeln!(t, "# note: {n}");
     }
@@ -490,7 +499,7 @@ fn thousands(v: f64) -> String {
     let s = n.to_string();
     let mut o = String::new();
     for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i) % 3 == 0 {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
             o.push(',');
         }
         o.push(c);
@@ -514,5 +523,8 @@ fn quote(s: &str) -> String {
 }
 
 fn stem(origin: &str) -> String {
-    std::path::Path::new(origin).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "imported".into())
+    std::path::Path::new(origin)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "imported".into())
 }

@@ -14,8 +14,8 @@ use crate::error::{CliError, CliResult, FleetError};
 // files; this one turns a parsed file into the checked core configuration.
 pub mod builtin;
 pub mod engine;
-pub mod inference_perf;
 mod generated;
+pub mod inference_perf;
 mod schema;
 
 pub use generated::{Generated, Streamed, write_trace, write_trace_from};

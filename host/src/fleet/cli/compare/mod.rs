@@ -12,12 +12,12 @@ use serde::Serialize;
 
 use self::page::Block;
 use super::router_config;
+use crate::error::{CliError, CliResult};
 use crate::fleet::report::llmd;
 use crate::fleet::run::progress::{OutputArgs, Progress, Unit};
 use crate::fleet::run::{self, RunSummary, TraceSource};
 use crate::fleet::scenario::engine::{self, EngineKind};
 use crate::fleet::scenario::{self, inference_perf};
-use crate::error::{CliError, CliResult};
 use crate::plot::{Chart, Series};
 use crate::provenance::Provenance;
 
@@ -283,7 +283,9 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     };
     let pods_list: Vec<usize> = match (&a.pods[..], &base) {
         ([], Some(b)) => vec![b.pods],
-        ([], None) => return Err(CliError::bad_input("--pods: required with --trace (e.g. --pods 8 or --pods 4,8,16)")),
+        ([], None) => {
+            return Err(CliError::bad_input("--pods: required with --trace (e.g. --pods 8 or --pods 4,8,16)"));
+        }
         (l, _) => l.to_vec(),
     };
     let kinds = routers(&a.routers)?;
@@ -394,7 +396,9 @@ fn write_report_json(path: &Path, specs: &[Spec], results: &[run::RunResult], pr
     let mut runs = Vec::new();
     for (s, r) in specs.iter().zip(results) {
         let Some(b) = r.summary.batched() else {
-            return Err(CliError::bad_input("--report-json: only with --engine batched (the FIFO engine has no tokens)"));
+            return Err(CliError::bad_input(
+                "--report-json: only with --engine batched (the FIFO engine has no tokens)",
+            ));
         };
         let mut o = crate::fleet::run::bench_json::vllm_result(&r.completions, b);
         o.insert("router".into(), serde_json::json!(s.label));
@@ -451,7 +455,8 @@ fn write_page(
     prov: &Provenance,
 ) -> CliResult<String> {
     let mut blocks = Vec::new();
-    let engine = if batched { "batched (vLLM-style continuous batching)" } else { "FIFO (one request at a time per pod)" };
+    let engine =
+        if batched { "batched (vLLM-style continuous batching)" } else { "FIFO (one request at a time per pod)" };
     blocks.push(Block::Para(format!(
         "Workload: {name}. Engine: {engine}. {} pods x {} blocks of 16 tokens per pod ({} tokens). {} routers, {} runs.",
         pods_list.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", "),
@@ -491,7 +496,7 @@ fn write_page(
                     f3(r.e2e_p90_s),
                     tok(r.output_tok_per_s),
                     pct(r.hit_rate),
-                    r.preemptions.map_or("n/a".into(), |p| crate::fleet::report::engine::thousands(p)),
+                    r.preemptions.map_or("n/a".into(), crate::fleet::report::engine::thousands),
                     format!("{:.2}x", r.max_share),
                     r.spiral.to_string(),
                 ]
@@ -532,7 +537,8 @@ fn write_page(
         blocks.push(Block::Para(format!("Winner per metric at {pods} pods (ties listed):")));
         blocks.push(Block::Table(vec!["metric".into(), "best".into(), "value".into()], wins));
 
-        let spirals: Vec<String> = rs.iter().filter(|r| r.spiral != "no").map(|r| format!("{} ({})", r.router, r.spiral)).collect();
+        let spirals: Vec<String> =
+            rs.iter().filter(|r| r.spiral != "no").map(|r| format!("{} ({})", r.router, r.spiral)).collect();
         blocks.push(Block::Callout(if spirals.is_empty() {
             format!("Death-spiral check at {pods} pods: no router pinned or skewed its load.")
         } else {
@@ -573,20 +579,23 @@ fn write_page(
                 .map(|l| {
                     Series::new(
                         l.clone(),
-                        rows.iter().filter(|r| &r.router == l).map(|r| (r.pods as f64, get(r).unwrap_or(f64::NAN))).collect(),
+                        rows.iter()
+                            .filter(|r| &r.router == l)
+                            .map(|r| (r.pods as f64, get(r).unwrap_or(f64::NAN)))
+                            .collect(),
                     )
                 })
                 .collect()
         };
-        let (y, what): (&dyn Fn(&Row) -> Option<f64>, &str) =
-            if batched { (&|r: &Row| r.ttft_p90_s, "TTFT p90 (s, log)") } else { (&|r: &Row| r.e2e_p90_s, "latency p90 (s, log)") };
+        let y: fn(&Row) -> Option<f64> = if batched { |r| r.ttft_p90_s } else { |r| r.e2e_p90_s };
+        let what = if batched { "TTFT p90 (s, log)" } else { "latency p90 (s, log)" };
         charts.push((
             "p90_vs_pods".into(),
             Chart {
                 title: format!("{} vs pods", what.trim_end_matches(", log)").trim_end_matches(" (s")),
                 x_label: "pods".into(),
                 y_label: what.into(),
-                series: series(y),
+                series: series(&y),
                 y_log: true,
                 ..Chart::default()
             },
@@ -698,7 +707,11 @@ fn write_page(
         workload: &'a str,
         runs: &'a [Row],
     }
-    crate::fleet::sweep::write_file(out, "compare.json", prov.json_with(&Json { workload: name, runs: rows }).as_bytes())?;
+    crate::fleet::sweep::write_file(
+        out,
+        "compare.json",
+        prov.json_with(&Json { workload: name, runs: rows }).as_bytes(),
+    )?;
 
     // the terminal's summary
     let mut t = format!("{name}\n");

@@ -21,7 +21,18 @@ pub enum Block {
 }
 
 fn anchor(title: &str) -> String {
-    title.chars().filter_map(|c| if c.is_ascii_alphanumeric() { Some(c.to_ascii_lowercase()) } else if c == ' ' { Some('-') } else { None }).collect()
+    title
+        .chars()
+        .filter_map(|c| {
+            if c.is_ascii_alphanumeric() {
+                Some(c.to_ascii_lowercase())
+            } else if c == ' ' {
+                Some('-')
+            } else {
+                None
+            }
+        })
+        .collect()
 }
 
 fn esc(s: &str) -> String {
@@ -35,7 +46,8 @@ fn md_cell(s: &str) -> String {
 /// The page as Markdown (`provenance`: its Markdown section).
 pub fn markdown(title: &str, blocks: &[Block], provenance: &str) -> String {
     let mut o = format!("# {title}\n\n");
-    let heads: Vec<&String> = blocks.iter().filter_map(|b| if let Block::Heading(h) = b { Some(h) } else { None }).collect();
+    let heads: Vec<&String> =
+        blocks.iter().filter_map(|b| if let Block::Heading(h) = b { Some(h) } else { None }).collect();
     o += "Contents: ";
     o += &heads.iter().map(|h| format!("[{h}](#{})", anchor(h))).collect::<Vec<_>>().join(" · ");
     o += "\n\n";
@@ -88,7 +100,8 @@ pub fn html(title: &str, blocks: &[Block], provenance: &str) -> String {
         t = esc(title)
     );
     o += "<nav>Contents: ";
-    let heads: Vec<&String> = blocks.iter().filter_map(|b| if let Block::Heading(h) = b { Some(h) } else { None }).collect();
+    let heads: Vec<&String> =
+        blocks.iter().filter_map(|b| if let Block::Heading(h) = b { Some(h) } else { None }).collect();
     o += &heads.iter().map(|h| format!("<a href=\"#{}\">{}</a>", anchor(h), esc(h))).collect::<Vec<_>>().join(" · ");
     o += "</nav>\n";
     for b in blocks {
