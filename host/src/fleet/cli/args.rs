@@ -397,6 +397,16 @@ pub struct ReplayArgs {
     /// lines is likely damaged, and reading it costs time for nothing).
     #[arg(long, value_name = "N", default_value_t = trace::DEFAULT_MAX_BLANK_LINES, allow_negative_numbers = true, value_parser = whole::<u64>)]
     pub max_blank_lines: u64,
+    /// Replay the arrivals X times faster (0.5: twice slower), exactly in integer ns:
+    /// floor((t - start) / X) (Dynamo's `arrival_speedup_ratio`; Mooncake traces).
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub speedup: Option<String>,
+    /// Skip the requests that arrive before S seconds; the replay's time 0 is there.
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    pub start_at: Option<String>,
+    /// Replay at most N requests (from --start-at).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub max_requests: Option<u64>,
     #[command(flatten)]
     pub fleet: FleetArgs,
     #[command(flatten)]

@@ -42,7 +42,14 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let cfg = a.fleet.config(derived)?;
             cfg.validate().map_err(run::config_error)?;
             let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
+            let retime = retime_of(&a)?;
             if format != formats::Format::Mooncake {
+                if retime != crate::fleet::run::retime::Retime::NONE {
+                    return Err(CliError::bad_input(format!(
+                        "--speedup, --start-at, --max-requests: Mooncake traces only (this one is {})",
+                        format.name()
+                    )));
+                }
                 return crate::fleet::cli::replay::format(a, format, cfg, engine);
             }
             formats::only_token_hash(&a.hash, format)?;
@@ -69,7 +76,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
                 Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
                 None => cfg,
             };
-            run_print(cfg, (&mut src, Unit::TraceBytes), progress, out)
+            let mut retimed = crate::fleet::run::retime::Retimed { inner: &mut src, retime };
+            run_print(cfg, (&mut retimed, Unit::TraceBytes), progress, out)
         }
         FleetCmd::Run(a) => {
             crate::mem::set_budget(a.mem.max_memory);
@@ -180,6 +188,24 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             Ok(0)
         }
     }
+}
+
+/// The retiming flags of `fleet replay` (exact fractions; docs/MODEL.md, "Trace speed").
+fn retime_of(a: &super::args::ReplayArgs) -> CliResult<crate::fleet::run::retime::Retime> {
+    use crate::fleet::run::retime::{Retime, parse_decimal};
+    let (num, den) = match &a.speedup {
+        Some(x) => parse_decimal(x, "--speedup", true)?,
+        None => (1, 1),
+    };
+    let start_at_ns = match &a.start_at {
+        Some(x) => {
+            let (n, d) = parse_decimal(x, "--start-at", false)?;
+            let ns = n as u128 * 1_000_000_000 / d as u128;
+            u64::try_from(ns).map_err(|_| CliError::bad_input(format!("--start-at {x}: too large")))?
+        }
+        None => 0,
+    };
+    Ok(Retime { num, den, start_at_ns, max_requests: a.max_requests })
 }
 
 /// How a run's result is printed: one JSON object with the provenance `json`, or a table under

@@ -9,6 +9,7 @@ pub mod engines;
 pub mod fields;
 pub mod outcomes;
 pub mod progress;
+pub mod retime;
 pub mod sizes;
 pub mod source;
 pub mod summary;

@@ -607,6 +607,8 @@ fn write_page(
                 x_label: "pods".into(),
                 y_label: "output tokens/s".into(),
                 series: series(&|r: &Row| r.output_tok_per_s),
+                // from 0: a zoomed axis would blow a 0.1% difference up to the whole height
+                y_min: Some(0.0),
                 ..Chart::default()
             },
         ));
