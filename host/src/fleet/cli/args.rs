@@ -239,12 +239,16 @@ pub struct FleetArgs {
     /// round-robin | least-loaded | prefix-aware, or a shipped router's preset: llm-d-precise,
     /// llm-d-approximate, llm-d-load, random, gie-default, llm-d-affinity, dynamo-kv,
     /// sglang-cache-aware, vllm-loadaware (docs/MODEL.md, "Shipped routers").
-    #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse), required_unless_present = "router_config")]
+    #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse), required_unless_present_any = ["router_config", "routing_scorers"])]
     pub router: Option<RouterKind>,
     /// A shipped-router pipeline or a preset with changed parameters (TOML; docs/MODEL.md,
     /// "Router config files"); overrides --router.
     #[arg(long, value_name = "FILE.toml")]
     pub router_config: Option<PathBuf>,
+    /// Inline scorers, BLIS-style: "precise-prefix-cache:2,kv-cache-utilization:1,queue:1" is
+    /// the router config file of those `[[scorers]]` (docs/MODEL.md, "Router config files").
+    #[arg(long, value_name = "NAME:W,...", conflicts_with = "router_config")]
+    pub routing_scorers: Option<String>,
     /// Load penalty of prefix-aware: blocks per queued request.
     #[arg(long, default_value_t = defaults::ALPHA, allow_negative_numbers = true)]
     pub alpha: f64,
@@ -370,7 +374,10 @@ impl FleetArgs {
             engine: EngineConfig::Fifo { engine, view, scale },
         };
         // A trace replay has no scenario seed: the shipped routers' RNG starts from 0.
-        router_config::apply(&mut cfg, self.router_config.as_deref(), 0)?;
+        match &self.routing_scorers {
+            Some(list) => router_config::apply_scorers(&mut cfg, list, 0)?,
+            None => router_config::apply(&mut cfg, self.router_config.as_deref(), 0)?,
+        }
         Ok(cfg)
     }
 }

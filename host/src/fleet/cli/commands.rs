@@ -67,7 +67,11 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let out = Output {
                 json: a.json.then_some(&prov),
                 title: &format!("trace {}", a.trace.display()),
-                pipeline: pipeline(&a.fleet.router_config, &cfg),
+                pipeline: if a.fleet.routing_scorers.is_some() {
+                    router_config::describe(&cfg)
+                } else {
+                    pipeline(&a.fleet.router_config, &cfg)
+                },
                 outcomes: a.engine.outcomes.as_deref(),
                 format: None,
                 report_json: a.report_json.as_deref(),
