@@ -111,7 +111,7 @@ impl File {
 pub fn load(path: &Path) -> CliResult<(RouterKind, RouterSpec, bool)> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| CliError::bad_input(format!("--router-config {}: cannot read: {e}", path.display())))?;
-    parse(&text, &format!("--router-config {}", path.display()))
+    parse(&text, "--router-config", &path.display().to_string())
 }
 
 /// Most scorers of `--routing-scorers`.
@@ -147,9 +147,9 @@ pub fn scorers_toml(list: &str) -> CliResult<String> {
     Ok(t)
 }
 
-/// Router config text (`shown` names it in messages): as [`load`].
-pub fn parse(text: &str, shown: &str) -> CliResult<(RouterKind, RouterSpec, bool)> {
-    let f: File = toml::from_str(text).map_err(|e| CliError::bad_input(format!("{shown}: {e}")))?;
+/// Router config text given with `flag` (`shown`: the file, named in messages): as [`load`].
+pub fn parse(text: &str, flag: &str, shown: &str) -> CliResult<(RouterKind, RouterSpec, bool)> {
+    let f: File = toml::from_str(text).map_err(|e| CliError::bad_input(format!("{flag} {shown}: {e}")))?;
     let bad = |key: &str, expected: &str| CliError::bad_input(format!("{shown}: key `{key}`: expected {expected}"));
     let (kind, mut spec) = match &f.preset {
         Some(name) => {
@@ -215,7 +215,7 @@ pub fn parse(text: &str, shown: &str) -> CliResult<(RouterKind, RouterSpec, bool
         balance_rel_threshold,
         vllm_beta
     );
-    spec.validate().map_err(|e| core_error(&shown.to_string(), e))?;
+    spec.validate().map_err(|e| core_error(shown, e))?;
     if let Some(k) = present.into_iter().find(|&k| !spec.reads(k)) {
         return Err(CliError::bad_input(format!(
             "{shown}: key `{}`: this router does not read it ({}); only {} does: remove the key, or give a \
@@ -318,7 +318,7 @@ pub fn apply(cfg: &mut FleetConfig, router_config: Option<&Path>, seed: u64) -> 
 
 /// [`apply`] for `--routing-scorers LIST` ([`scorers_toml`]).
 pub fn apply_scorers(cfg: &mut FleetConfig, list: &str, seed: u64) -> CliResult<()> {
-    let loaded = parse(&scorers_toml(list)?, &format!("--routing-scorers {list:?}"))?;
+    let loaded = parse(&scorers_toml(list)?, "--routing-scorers", &format!("{list:?}"))?;
     apply_loaded(cfg, Some(loaded), seed)
 }
 
