@@ -295,6 +295,7 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
 
     // every (pods, router) configuration
     let mut specs = Vec::new();
+    let mut pipelines: Vec<(String, String)> = Vec::new();
     for &pods in &pods_list {
         let mut base_cfg = base.unwrap_or(FleetConfig {
             pods,
@@ -320,8 +321,13 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         for p in &a.router_config {
             let mut c = base_cfg;
             router_config::apply(&mut c, Some(p), seed)?;
-            let label = router_config::describe(&c).unwrap_or_else(|| p.display().to_string());
-            runs.push((format!("{} ({label})", p.display()), c));
+            // the file's name in tables and plots; its pipeline listed under the tables
+            let name = p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned());
+            let pipeline = router_config::describe(&c).unwrap_or_else(|| "custom".into());
+            if !pipelines.iter().any(|(n, _): &(String, String)| *n == name) {
+                pipelines.push((name.clone(), pipeline));
+            }
+            runs.push((name, c));
         }
         for (label, c) in runs {
             c.validate().map_err(run::config_error)?;
@@ -353,7 +359,7 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     if let Some(j) = &a.report_json {
         write_report_json(j, &specs, &results, &prov)?;
     }
-    let text = write_page(&a.out, &name, &rows, &pods_list, batched.is_some(), capacity, &prov)?;
+    let text = write_page(&a.out, &name, &rows, &pods_list, (batched.is_some(), capacity), &pipelines, &prov)?;
     crate::fleet::sweep::commit_files()?;
     say_raw!("{text}");
     Ok(0)
@@ -444,14 +450,13 @@ fn winner(rows: &[&Row], get: impl Fn(&Row) -> Option<f64>, lower: bool) -> Opti
     Some((best, vals.iter().filter(|v| v.0 == best).map(|v| v.1.to_string()).collect()))
 }
 
-#[allow(clippy::too_many_arguments)]
 fn write_page(
     out: &Path,
     name: &str,
     rows: &[Row],
     pods_list: &[usize],
-    batched: bool,
-    capacity: usize,
+    (batched, capacity): (bool, usize),
+    pipelines: &[(String, String)],
     prov: &Provenance,
 ) -> CliResult<String> {
     let mut blocks = Vec::new();
@@ -465,6 +470,10 @@ fn write_page(
         rows.len() / pods_list.len().max(1),
         rows.len()
     )));
+    if !pipelines.is_empty() {
+        blocks.push(Block::Para("Router config files run (each as its pipeline):".into()));
+        blocks.push(Block::List(pipelines.iter().map(|(n, p)| format!("{n}: {p}")).collect()));
+    }
 
     for &pods in pods_list {
         let rs: Vec<&Row> = rows.iter().filter(|r| r.pods == pods).collect();
