@@ -148,3 +148,47 @@ fn unsupported_keys_are_exit_2_naming_them() {
     let (code, err) = run_import(ok);
     assert_eq!(code, 0, "{err}");
 }
+
+#[test]
+fn fleet_run_inference_perf_equals_running_the_import() {
+    let dir = std::env::temp_dir().join(format!("brokerlab-import-run-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("c.yml");
+    std::fs::write(&cfg, BASE.replace("num_groups: 3\n", "num_groups: 3\n    system_prompt_len: 512\n")).unwrap();
+    let toml = dir.join("c.toml");
+    let fleet = ["--pods", "2", "--capacity", "400"];
+    let o = Command::new(BIN)
+        .args(["fleet", "import", "inference-perf"])
+        .arg(&cfg)
+        .arg("-o")
+        .arg(&toml)
+        .args(fleet)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let run = |args: &[&std::ffi::OsStr]| {
+        let o = Command::new(BIN).args(["fleet", "run", "-q", "--json", "--no-date"]).args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("provenance");
+        v
+    };
+    let direct = run(&[
+        "--inference-perf".as_ref(),
+        cfg.as_os_str(),
+        "--pods".as_ref(),
+        "2".as_ref(),
+        "--capacity".as_ref(),
+        "400".as_ref(),
+    ]);
+    let imported = run(&[toml.as_os_str()]);
+    assert_eq!(direct, imported);
+    assert_eq!(direct["requests"].as_u64(), imported["requests"].as_u64());
+    // --pods overrides a scenario's
+    let more = run(&[toml.as_os_str(), "--pods".as_ref(), "4".as_ref()]);
+    assert_eq!(more["pods"].as_u64(), Some(4));
+    // --inference-perf without the fleet is exit 2
+    let o = Command::new(BIN).args(["fleet", "run", "--inference-perf"]).arg(&cfg).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -81,8 +81,20 @@ pub struct MemArgs {
 /// `fleet run` arguments.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Scenario TOML file.
-    pub scenario: PathBuf,
+    /// Scenario TOML file (or --inference-perf).
+    #[arg(required_unless_present = "inference_perf")]
+    pub scenario: Option<PathBuf>,
+    /// An inference-perf config (YAML) instead of a scenario, imported as `fleet import
+    /// inference-perf` does (with --pods and --capacity; --engine batched --profile P for the
+    /// batched engine).
+    #[arg(long, value_name = "FILE.yml", conflicts_with = "scenario", requires_all = ["pods", "capacity"])]
+    pub inference_perf: Option<PathBuf>,
+    /// Override the scenario's pods.
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_pods)]
+    pub pods: Option<usize>,
+    /// Override the scenario's KV blocks (16 tokens) per pod.
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
+    pub capacity: Option<usize>,
     /// Override the scenario's router (any `--router` name of `fleet replay`).
     #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse))]
     pub router: Option<RouterKind>,

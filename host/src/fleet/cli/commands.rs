@@ -85,7 +85,12 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         }
         FleetCmd::Run(a) => {
             crate::mem::set_budget(a.mem.max_memory);
-            let mut inputs = vec![("the scenario", a.scenario.as_path())];
+            let (input_kind, input) = match (&a.scenario, &a.inference_perf) {
+                (Some(p), _) => ("the scenario", p.as_path()),
+                (None, Some(p)) => ("--inference-perf", p.as_path()),
+                (None, None) => return Err(CliError::bad_input("a SCENARIO file or --inference-perf FILE")),
+            };
+            let mut inputs = vec![(input_kind, input)];
             inputs.extend(a.router_config.as_deref().map(|p| ("--router-config", p)));
             if let Some(o) = &a.engine.outcomes {
                 crate::outfile::check_output("--outcomes", o, &inputs)?;
@@ -93,7 +98,38 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             if let Some(o) = &a.report_json {
                 crate::outfile::check_output("--report-json", o, &inputs)?;
             }
-            let sc = scenario::Scenario::load(&a.scenario)?;
+            let mut sc = match &a.inference_perf {
+                None => scenario::Scenario::load(input)?,
+                Some(p) => {
+                    let text = std::fs::read_to_string(p)
+                        .map_err(|e| CliError::bad_input(format!("{}: cannot read: {e}", p.display())))?;
+                    let flags = scenario::inference_perf::FleetFlags {
+                        pods: a.pods.unwrap_or(1),
+                        capacity: a.capacity.unwrap_or(1),
+                        router: brokerlab_core::fleet::defaults::ROUTER.name().into(),
+                        alpha: brokerlab_core::fleet::defaults::ALPHA,
+                        profile: None,
+                        seed: brokerlab_core::fleet::defaults::WORKLOAD_SEED,
+                        requests: None,
+                        name: None,
+                    };
+                    let imp = scenario::inference_perf::import(&text, &p.display().to_string(), &flags)?;
+                    for n in &imp.notes {
+                        crate::print_stderr(&format!("note: {n}"));
+                    }
+                    imp.scenario
+                }
+            };
+            // --pods and --capacity override the file's (checked with the rest of the fleet below)
+            if let Some(p) = a.pods {
+                sc.fleet.pods = p;
+            }
+            if let Some(c) = a.capacity {
+                sc.fleet.capacity_blocks = c;
+            }
+            if a.pods.is_some() || a.capacity.is_some() {
+                sc.fleet.validate().map_err(run::config_error)?;
+            }
             let mut cfg = sc.fleet;
             if let Some(r) = a.router {
                 cfg.router = r;
@@ -104,11 +140,11 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
             let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
             let mut prov = Provenance::of_this_run(a.output.no_date);
-            prov.add_file("scenario", &a.scenario)?;
+            prov.add_file(if a.inference_perf.is_some() { "inference-perf config" } else { "scenario" }, input)?;
             router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
             let out = Output {
                 json: a.json.then_some(&prov),
-                title: &format!("scenario {} ({})", sc.name, a.scenario.display()),
+                title: &format!("scenario {} ({})", sc.name, input.display()),
                 pipeline: pipeline(&a.router_config, &cfg),
                 outcomes: a.engine.outcomes.as_deref(),
                 format: None,
