@@ -31,7 +31,7 @@ pub const DEFAULT_CAPACITY_BLOCKS: usize = 19_208;
 const TOK_S_PLOT_SPREAD: f64 = 1.01;
 
 /// Pixels per router in a bar chart, so the routers' names (up to 18 characters) fit side by side.
-const BAR_GROUP_PX: u32 = 110;
+const BAR_GROUP_PX: u32 = 125;
 
 /// Most runs (routers x pod counts) one compare makes.
 pub const MAX_RUNS: usize = 512;
