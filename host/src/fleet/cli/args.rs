@@ -45,6 +45,12 @@ pub enum FleetCmd {
     /// The physics step cost against published measurements: "What the cost model says, and how
     /// wrong it is".
     CostCheck(crate::fleet::cost::CostCheckArgs),
+    /// Every router (presets and router config files) on one workload (a trace, a scenario or an
+    /// inference-perf config), in parallel; writes a page (HTML + Markdown), plots and JSON.
+    Compare(super::compare::CompareArgs),
+    /// Write another tool's workload configuration as a scenario file (inference-perf).
+    #[command(subcommand)]
+    Import(super::import::ImportCmd),
 }
 
 /// `fleet report` arguments.
@@ -75,8 +81,20 @@ pub struct MemArgs {
 /// `fleet run` arguments.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Scenario TOML file.
-    pub scenario: PathBuf,
+    /// Scenario TOML file (or --inference-perf).
+    #[arg(required_unless_present = "inference_perf")]
+    pub scenario: Option<PathBuf>,
+    /// An inference-perf config (YAML) instead of a scenario, imported as `fleet import
+    /// inference-perf` does (with --pods and --capacity; --engine batched --profile P for the
+    /// batched engine).
+    #[arg(long, value_name = "FILE.yml", conflicts_with = "scenario", requires_all = ["pods", "capacity"])]
+    pub inference_perf: Option<PathBuf>,
+    /// Override the scenario's pods.
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_pods)]
+    pub pods: Option<usize>,
+    /// Override the scenario's KV blocks (16 tokens) per pod.
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
+    pub capacity: Option<usize>,
     /// Override the scenario's router (any `--router` name of `fleet replay`).
     #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse))]
     pub router: Option<RouterKind>,
@@ -89,6 +107,10 @@ pub struct RunArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the results under `vllm bench serve`'s key names and units (JSON; batched
+    /// engine; docs/MODEL.md, "--report-json").
+    #[arg(long, value_name = "FILE")]
+    pub report_json: Option<PathBuf>,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]
@@ -229,12 +251,16 @@ pub struct FleetArgs {
     /// round-robin | least-loaded | prefix-aware, or a shipped router's preset: llm-d-precise,
     /// llm-d-approximate, llm-d-load, random, gie-default, llm-d-affinity, dynamo-kv,
     /// sglang-cache-aware, vllm-loadaware (docs/MODEL.md, "Shipped routers").
-    #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse), required_unless_present = "router_config")]
+    #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse), required_unless_present_any = ["router_config", "routing_scorers"])]
     pub router: Option<RouterKind>,
     /// A shipped-router pipeline or a preset with changed parameters (TOML; docs/MODEL.md,
     /// "Router config files"); overrides --router.
     #[arg(long, value_name = "FILE.toml")]
     pub router_config: Option<PathBuf>,
+    /// Inline scorers, BLIS-style: "precise-prefix-cache:2,kv-cache-utilization:1,queue:1" is
+    /// the router config file of those `[[scorers]]` (docs/MODEL.md, "Router config files").
+    #[arg(long, value_name = "NAME:W,...", conflicts_with = "router_config")]
+    pub routing_scorers: Option<String>,
     /// Load penalty of prefix-aware: blocks per queued request.
     #[arg(long, default_value_t = defaults::ALPHA, allow_negative_numbers = true)]
     pub alpha: f64,
@@ -360,7 +386,10 @@ impl FleetArgs {
             engine: EngineConfig::Fifo { engine, view, scale },
         };
         // A trace replay has no scenario seed: the shipped routers' RNG starts from 0.
-        router_config::apply(&mut cfg, self.router_config.as_deref(), 0)?;
+        match &self.routing_scorers {
+            Some(list) => router_config::apply_scorers(&mut cfg, list, 0)?,
+            None => router_config::apply(&mut cfg, self.router_config.as_deref(), 0)?,
+        }
         Ok(cfg)
     }
 }
@@ -387,6 +416,16 @@ pub struct ReplayArgs {
     /// lines is likely damaged, and reading it costs time for nothing).
     #[arg(long, value_name = "N", default_value_t = trace::DEFAULT_MAX_BLANK_LINES, allow_negative_numbers = true, value_parser = whole::<u64>)]
     pub max_blank_lines: u64,
+    /// Replay the arrivals X times faster (0.5: twice slower), exactly in integer ns:
+    /// floor((t - start) / X) (Dynamo's `arrival_speedup_ratio`; Mooncake traces).
+    #[arg(long, value_name = "X", allow_negative_numbers = true)]
+    pub speedup: Option<String>,
+    /// Skip the requests that arrive before S seconds; the replay's time 0 is there.
+    #[arg(long, value_name = "S", allow_negative_numbers = true)]
+    pub start_at: Option<String>,
+    /// Replay at most N requests (from --start-at).
+    #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub max_requests: Option<u64>,
     #[command(flatten)]
     pub fleet: FleetArgs,
     #[command(flatten)]
@@ -394,6 +433,10 @@ pub struct ReplayArgs {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the results under `vllm bench serve`'s key names and units (JSON; batched
+    /// engine; docs/MODEL.md, "--report-json").
+    #[arg(long, value_name = "FILE")]
+    pub report_json: Option<PathBuf>,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]

@@ -28,6 +28,9 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             if let Some(o) = &a.engine.outcomes {
                 crate::outfile::check_output("--outcomes", o, &inputs)?;
             }
+            if let Some(o) = &a.report_json {
+                crate::outfile::check_output("--report-json", o, &inputs)?;
+            }
             if let Some(s) = a.trace_block_size {
                 check_trace_block(s)?;
             }
@@ -39,7 +42,14 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let cfg = a.fleet.config(derived)?;
             cfg.validate().map_err(run::config_error)?;
             let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
+            let retime = retime_of(&a)?;
             if format != formats::Format::Mooncake {
+                if retime != crate::fleet::run::retime::Retime::NONE {
+                    return Err(CliError::bad_input(format!(
+                        "--speedup, --start-at, --max-requests: Mooncake traces only (this one is {})",
+                        format.name()
+                    )));
+                }
                 return crate::fleet::cli::replay::format(a, format, cfg, engine);
             }
             formats::only_token_hash(&a.hash, format)?;
@@ -57,9 +67,14 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let out = Output {
                 json: a.json.then_some(&prov),
                 title: &format!("trace {}", a.trace.display()),
-                pipeline: pipeline(&a.fleet.router_config, &cfg),
+                pipeline: if a.fleet.routing_scorers.is_some() {
+                    router_config::describe(&cfg)
+                } else {
+                    pipeline(&a.fleet.router_config, &cfg)
+                },
                 outcomes: a.engine.outcomes.as_deref(),
                 format: None,
+                report_json: a.report_json.as_deref(),
             };
             let cfg = match engine {
                 Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
@@ -67,16 +82,56 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             };
             let slo =
                 crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
-            run_print(cfg, (&mut src, Unit::TraceBytes), progress, out, slo)
+            let mut retimed = crate::fleet::run::retime::Retimed { inner: &mut src, retime };
+            run_print(cfg, (&mut retimed, Unit::TraceBytes), progress, out, slo)
         }
         FleetCmd::Run(a) => {
             crate::mem::set_budget(a.mem.max_memory);
-            let mut inputs = vec![("the scenario", a.scenario.as_path())];
+            let (input_kind, input) = match (&a.scenario, &a.inference_perf) {
+                (Some(p), _) => ("the scenario", p.as_path()),
+                (None, Some(p)) => ("--inference-perf", p.as_path()),
+                (None, None) => return Err(CliError::bad_input("a SCENARIO file or --inference-perf FILE")),
+            };
+            let mut inputs = vec![(input_kind, input)];
             inputs.extend(a.router_config.as_deref().map(|p| ("--router-config", p)));
             if let Some(o) = &a.engine.outcomes {
                 crate::outfile::check_output("--outcomes", o, &inputs)?;
             }
-            let sc = scenario::Scenario::load(&a.scenario)?;
+            if let Some(o) = &a.report_json {
+                crate::outfile::check_output("--report-json", o, &inputs)?;
+            }
+            let mut sc = match &a.inference_perf {
+                None => scenario::Scenario::load(input)?,
+                Some(p) => {
+                    let text = std::fs::read_to_string(p)
+                        .map_err(|e| CliError::bad_input(format!("{}: cannot read: {e}", p.display())))?;
+                    let flags = scenario::inference_perf::FleetFlags {
+                        pods: a.pods.unwrap_or(1),
+                        capacity: a.capacity.unwrap_or(1),
+                        router: brokerlab_core::fleet::defaults::ROUTER.name().into(),
+                        alpha: brokerlab_core::fleet::defaults::ALPHA,
+                        profile: None,
+                        seed: brokerlab_core::fleet::defaults::WORKLOAD_SEED,
+                        requests: None,
+                        name: None,
+                    };
+                    let imp = scenario::inference_perf::import(&text, &p.display().to_string(), &flags)?;
+                    for n in &imp.notes {
+                        crate::print_stderr(&format!("note: {n}"));
+                    }
+                    imp.scenario
+                }
+            };
+            // --pods and --capacity override the file's (checked with the rest of the fleet below)
+            if let Some(p) = a.pods {
+                sc.fleet.pods = p;
+            }
+            if let Some(c) = a.capacity {
+                sc.fleet.capacity_blocks = c;
+            }
+            if a.pods.is_some() || a.capacity.is_some() {
+                sc.fleet.validate().map_err(run::config_error)?;
+            }
             let mut cfg = sc.fleet;
             if let Some(r) = a.router {
                 cfg.router = r;
@@ -87,14 +142,15 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
             let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
             let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
             let mut prov = Provenance::of_this_run(a.output.no_date);
-            prov.add_file("scenario", &a.scenario)?;
+            prov.add_file(if a.inference_perf.is_some() { "inference-perf config" } else { "scenario" }, input)?;
             router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
             let out = Output {
                 json: a.json.then_some(&prov),
-                title: &format!("scenario {} ({})", sc.name, a.scenario.display()),
+                title: &format!("scenario {} ({})", sc.name, input.display()),
                 pipeline: pipeline(&a.router_config, &cfg),
                 outcomes: a.engine.outcomes.as_deref(),
                 format: None,
+                report_json: a.report_json.as_deref(),
             };
             let cfg = match a.engine.resolve(sc.engine.as_ref())? {
                 // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
@@ -123,6 +179,8 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::Keys(a) => formats::keys_cmd(a),
         FleetCmd::Calibrate(a) => crate::fleet::cost::calibrate_cmd(a),
         FleetCmd::CostCheck(a) => crate::fleet::cost::cost_check_cmd(a),
+        FleetCmd::Compare(a) => super::compare::main(a),
+        FleetCmd::Import(c) => super::import::main(c),
         FleetCmd::Report(a) => {
             let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
             let prov = Provenance::of_this_run(a.output.no_date);
@@ -176,6 +234,24 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     }
 }
 
+/// The retiming flags of `fleet replay` (exact fractions; docs/MODEL.md, "Trace speed").
+fn retime_of(a: &super::args::ReplayArgs) -> CliResult<crate::fleet::run::retime::Retime> {
+    use crate::fleet::run::retime::{Retime, parse_decimal};
+    let (num, den) = match &a.speedup {
+        Some(x) => parse_decimal(x, "--speedup", true)?,
+        None => (1, 1),
+    };
+    let start_at_ns = match &a.start_at {
+        Some(x) => {
+            let (n, d) = parse_decimal(x, "--start-at", false)?;
+            let ns = n as u128 * 1_000_000_000 / d as u128;
+            u64::try_from(ns).map_err(|_| CliError::bad_input(format!("--start-at {x}: too large")))?
+        }
+        None => 0,
+    };
+    Ok(Retime { num, den, start_at_ns, max_requests: a.max_requests })
+}
+
 /// How a run's result is printed: one JSON object with the provenance `json`, or a table under
 /// `title`; `pipeline` describes a `--router-config` router; `outcomes`: the file for the batched
 /// engine's per-request lines.
@@ -186,6 +262,8 @@ pub(super) struct Output<'a> {
     pub(super) outcomes: Option<&'a Path>,
     /// The trace format, named first in JSON (formats other than Mooncake).
     pub(super) format: Option<&'static str>,
+    /// `--report-json`: the file for vLLM's result keys (needs the completions kept).
+    pub(super) report_json: Option<&'a Path>,
 }
 
 impl Output<'_> {
@@ -203,6 +281,9 @@ impl Output<'_> {
             run::outcomes::write_outcomes(path, &res.completions, more, offload, pd)?;
         }
         res.summary.set_pipeline(self.pipeline);
+        if let Some(path) = self.report_json {
+            crate::fleet::run::bench_json::write(path, res, self.json)?;
+        }
         match self.json {
             Some(prov) => {
                 /// The JSON of a run: the format (other formats than Mooncake), the summary, the
@@ -246,7 +327,7 @@ fn run_print(
     slo: Option<brokerlab_core::fleet::slo::Slo>,
 ) -> CliResult<i32> {
     let mut tracked = Tracked { inner: src, progress: &progress, unit };
-    let res = run::simulate_any(cfg, &mut tracked, out.outcomes.is_some(), slo);
+    let res = run::simulate_any(cfg, &mut tracked, out.outcomes.is_some() || out.report_json.is_some(), slo);
     progress.finish();
     out.print::<()>(&mut res?, None, None)
 }

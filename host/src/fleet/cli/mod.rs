@@ -4,6 +4,8 @@
 
 pub mod args;
 pub mod commands;
+pub mod compare;
 pub mod flag;
+pub mod import;
 pub mod replay;
 pub mod router_config;

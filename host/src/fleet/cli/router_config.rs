@@ -109,10 +109,47 @@ impl File {
 /// Reads `path`: the router kind (the preset, or `custom`), its spec, and whether the file set
 /// the seed. A key the resolved router does not read is exit 2 ([`RouterSpec::reads`]).
 pub fn load(path: &Path) -> CliResult<(RouterKind, RouterSpec, bool)> {
-    let shown = path.display();
     let text = std::fs::read_to_string(path)
-        .map_err(|e| CliError::bad_input(format!("--router-config {shown}: cannot read: {e}")))?;
-    let f: File = toml::from_str(&text).map_err(|e| CliError::bad_input(format!("--router-config {shown}: {e}")))?;
+        .map_err(|e| CliError::bad_input(format!("--router-config {}: cannot read: {e}", path.display())))?;
+    parse(&text, "--router-config", &path.display().to_string())
+}
+
+/// Most scorers of `--routing-scorers`.
+pub const MAX_INLINE_SCORERS: usize = 16;
+
+/// `--routing-scorers "precise-prefix-cache:2,kv-cache-utilization:1,queue:1"` (BLIS's inline
+/// scorer list) as the router config file it stands for: those `[[scorers]]` with their weights,
+/// no preset (the default policy, filters and picker), read by [`parse`] like any file.
+pub fn scorers_toml(list: &str) -> CliResult<String> {
+    let bad = |what: &str| {
+        CliError::bad_input(format!(
+            "--routing-scorers {list:?}: {what}; expected NAME:WEIGHT pairs separated by commas, e.g. \
+             precise-prefix-cache:2,kv-cache-utilization:1,queue:1"
+        ))
+    };
+    let mut t = String::new();
+    let pairs: Vec<&str> = list.split(',').map(str::trim).filter(|p| !p.is_empty()).collect();
+    if pairs.is_empty() || pairs.len() > MAX_INLINE_SCORERS {
+        return Err(bad(&format!("1 to {MAX_INLINE_SCORERS} scorers")));
+    }
+    for p in pairs {
+        let (name, w) = p.split_once(':').ok_or_else(|| bad(&format!("`{p}` has no weight")))?;
+        let w: f64 = w.trim().parse().map_err(|_| bad(&format!("`{p}`: the weight is not a number")))?;
+        if !w.is_finite() {
+            return Err(bad(&format!("`{p}`: the weight is not finite")));
+        }
+        let name = name.trim();
+        if !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') || name.is_empty() {
+            return Err(bad(&format!("`{name}` is not a scorer name")));
+        }
+        t += &format!("[[scorers]]\ntype = \"{name}\"\nweight = {w:?}\n");
+    }
+    Ok(t)
+}
+
+/// Router config text given with `flag` (`shown`: the file, named in messages): as [`load`].
+pub fn parse(text: &str, flag: &str, shown: &str) -> CliResult<(RouterKind, RouterSpec, bool)> {
+    let f: File = toml::from_str(text).map_err(|e| CliError::bad_input(format!("{flag} {shown}: {e}")))?;
     let bad = |key: &str, expected: &str| CliError::bad_input(format!("{shown}: key `{key}`: expected {expected}"));
     let (kind, mut spec) = match &f.preset {
         Some(name) => {
@@ -178,7 +215,7 @@ pub fn load(path: &Path) -> CliResult<(RouterKind, RouterSpec, bool)> {
         balance_rel_threshold,
         vllm_beta
     );
-    spec.validate().map_err(|e| core_error(&shown.to_string(), e))?;
+    spec.validate().map_err(|e| core_error(shown, e))?;
     if let Some(k) = present.into_iter().find(|&k| !spec.reads(k)) {
         return Err(CliError::bad_input(format!(
             "{shown}: key `{}`: this router does not read it ({}); only {} does: remove the key, or give a \
@@ -276,9 +313,19 @@ fn core_error(origin: &str, e: CoreError) -> CliError {
 /// Applies `--router-config` (when given) to `cfg`, and gives a shipped router the run's `seed`
 /// (unless the file set one).
 pub fn apply(cfg: &mut FleetConfig, router_config: Option<&Path>, seed: u64) -> CliResult<()> {
+    apply_loaded(cfg, router_config.map(load).transpose()?, seed)
+}
+
+/// [`apply`] for `--routing-scorers LIST` ([`scorers_toml`]).
+pub fn apply_scorers(cfg: &mut FleetConfig, list: &str, seed: u64) -> CliResult<()> {
+    let loaded = parse(&scorers_toml(list)?, "--routing-scorers", &format!("{list:?}"))?;
+    apply_loaded(cfg, Some(loaded), seed)
+}
+
+fn apply_loaded(cfg: &mut FleetConfig, loaded: Option<(RouterKind, RouterSpec, bool)>, seed: u64) -> CliResult<()> {
     let mut seeded = false;
-    if let Some(path) = router_config {
-        let (kind, spec, file_seed) = load(path)?;
+    if let Some(loaded) = loaded {
+        let (kind, spec, file_seed) = loaded;
         cfg.router = kind;
         cfg.routing = Some(spec);
         seeded = file_seed;

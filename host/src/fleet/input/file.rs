@@ -70,14 +70,20 @@ const COMPRESSED_BUFFER: usize = 1 << 16;
 /// A pipe cannot be read twice: it is checked as it is read, and damage shows up as an error at the
 /// first garbage line or, at the latest, at the end of the stream (never as a finished run).
 pub fn open(path: &Path) -> CliResult<Box<dyn BufRead>> {
+    Ok(open_sized(path)?.0)
+}
+
+/// [`open`], and for a compressed regular file the length of its text (known from the check),
+/// so that progress counts text read out of text in the file, not out of its compressed size.
+pub fn open_sized(path: &Path) -> CliResult<(Box<dyn BufRead>, Option<u64>)> {
     let (kind, mut text) = open_once(path)?;
     let regular = std::fs::metadata(path).is_ok_and(|m| m.is_file());
     if kind == Compression::Plain || !regular {
-        return Ok(text);
+        return Ok((text, None));
     }
-    io::copy(&mut text, &mut io::sink())
+    let len = io::copy(&mut text, &mut io::sink())
         .map_err(|e| CliError::bad_input(format!("--trace {}: {e}", path.display())))?;
-    Ok(open_once(path)?.1)
+    Ok((open_once(path)?.1, Some(len)))
 }
 
 fn open_once(path: &Path) -> CliResult<(Compression, Box<dyn BufRead>)> {

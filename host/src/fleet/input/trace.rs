@@ -34,7 +34,7 @@ pub const DEFAULT_MAX_BLANK_LINES: u64 = 1_000_000;
 /// Bytes of a trace a reader has consumed, shared with the progress display (read only for
 /// display; clones count into the same total).
 #[derive(Debug, Clone, Default)]
-pub struct BytesRead(Arc<AtomicU64>);
+pub struct BytesRead(Arc<AtomicU64>, Arc<AtomicU64>);
 
 impl BytesRead {
     /// Counts `n` more bytes.
@@ -45,6 +45,17 @@ impl BytesRead {
     /// The bytes counted so far.
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
+    }
+
+    /// Records the length of the text to be read (a compressed file's text, known once checked).
+    pub fn set_total(&self, n: u64) {
+        // stored plus one: 0 means unknown
+        self.1.store(n.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// The length of the text, when known (a compressed file: its size on disk is not it).
+    pub fn total(&self) -> Option<u64> {
+        self.1.load(Ordering::Relaxed).checked_sub(1)
     }
 }
 
@@ -213,13 +224,18 @@ pub struct Lines {
     max_blank_lines: u64,
     blank_lines: u64,
     read: BytesRead,
+    /// A compressed file's text length (for progress), None for plain text.
+    text_len: Option<u64>,
 }
 
 impl Lines {
     /// Opens `path` ([`crate::fleet::input::file::open`]); a line longer than `max_line_bytes`
     /// (`--max-line-bytes`) is an error.
     pub fn open(path: &Path, max_line_bytes: u64) -> CliResult<Self> {
-        Ok(Self::new(path.to_path_buf(), crate::fleet::input::file::open(path)?, max_line_bytes))
+        let (reader, text_len) = crate::fleet::input::file::open_sized(path)?;
+        let mut lines = Self::new(path.to_path_buf(), reader, max_line_bytes);
+        lines.text_len = text_len;
+        Ok(lines)
     }
 
     /// Reads from any buffered reader; `path` is used in messages.
@@ -233,6 +249,7 @@ impl Lines {
             max_blank_lines: DEFAULT_MAX_BLANK_LINES,
             blank_lines: 0,
             read: BytesRead::default(),
+            text_len: None,
         }
     }
 
@@ -246,6 +263,9 @@ impl Lines {
     /// Counts the bytes it consumes into `read` (for a progress display).
     pub fn counting(mut self, read: &BytesRead) -> Self {
         self.read = read.clone();
+        if let Some(n) = self.text_len {
+            self.read.set_total(n);
+        }
         self
     }
 

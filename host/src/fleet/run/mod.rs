@@ -2,6 +2,7 @@
 //! memory budget, retry on a full buffer), the requests' sources ([`source`]), what a run
 //! collects ([`collect`]) and its summary ([`summary`]: one type with each engine's part).
 
+pub mod bench_json;
 pub mod collect;
 pub mod deploy;
 pub mod drive;
@@ -9,6 +10,7 @@ pub mod engines;
 pub mod fields;
 pub mod outcomes;
 pub mod progress;
+pub mod retime;
 pub mod sizes;
 pub mod source;
 pub mod summary;

@@ -271,6 +271,10 @@ impl RequestSource for Tracked<'_> {
         let start = bytes();
         let show = |n: u64| match unit {
             Unit::TraceBytes => {
+                // a compressed trace: its text read out of its text, not out of the file's size
+                if let Some(total) = read.as_ref().and_then(BytesRead::total) {
+                    p.set_length(total);
+                }
                 p.set_position(bytes().saturating_sub(start));
                 p.set_message(format!("{n} requests replayed"));
             }

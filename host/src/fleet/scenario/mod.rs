@@ -16,6 +16,7 @@ pub mod builtin;
 pub mod deploy;
 pub mod engine;
 mod generated;
+pub mod inference_perf;
 mod schema;
 
 pub use generated::{Generated, Streamed, write_trace, write_trace_from};

@@ -1,0 +1,530 @@
+//! inference-perf configs (kubernetes-sigs/inference-perf, `inference_perf/config/*.py` at
+//! 7de5ef2e, version 0.5.0) as scenario files. What each key becomes, and what is refused, is in
+//! docs/MODEL.md, "inference-perf configs"; a key outside that list is exit 2 naming it.
+
+use std::fmt::Write as _;
+
+use clap::Args;
+use serde::Deserialize;
+use serde_norway::Value;
+
+use super::Scenario;
+use crate::error::{CliError, CliResult};
+
+/// The scenario's `workload.requests` when `--requests` is absent: this many times the stages'
+/// expected request count (sum of rate x duration), so a Poisson sample above its mean is not cut
+/// off; generation ends with the last stage, the cap is a guard only.
+pub const REQUEST_CAP_FACTOR: f64 = 2.0;
+
+/// The fleet an inference-perf config does not describe (it names a server URL, not its pods).
+#[derive(Debug, Args, Clone)]
+pub struct FleetFlags {
+    /// Pods behind the benchmarked endpoint.
+    #[arg(long)]
+    pub pods: usize,
+    /// KV blocks (16 tokens) per pod.
+    #[arg(long)]
+    pub capacity: usize,
+    /// Router of the scenario (any `--router` name).
+    #[arg(long, default_value = brokerlab_core::fleet::defaults::ROUTER.name())]
+    pub router: String,
+    /// Load penalty alpha of prefix-aware.
+    #[arg(long, default_value_t = brokerlab_core::fleet::defaults::ALPHA)]
+    pub alpha: f64,
+    /// Batched engine step-cost profile (`[fleet.engine] profile`); absent: the FIFO engine.
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Workload seed (inference-perf's `load.base_seed` wins when the config sets it).
+    #[arg(long, default_value_t = brokerlab_core::fleet::defaults::WORKLOAD_SEED)]
+    pub seed: u64,
+    /// `workload.requests`, a cap (default: 2 x the stages' expected count).
+    #[arg(long)]
+    pub requests: Option<u64>,
+    /// Scenario name (default: the config file's stem).
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+// ---- the config's schema: only what is modelled; `deny_unknown_fields` names anything else ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default)]
+    api: Option<Api>,
+    #[serde(default)]
+    data: Option<Data>,
+    load: Load,
+    #[serde(default)]
+    server: Option<Server>,
+    // Where reports go and how prompts are tokenized: no effect on the simulated workload
+    // (lengths are in tokens already); accepted whole, listed in the notes.
+    #[serde(default)]
+    tokenizer: Option<Value>,
+    #[serde(default)]
+    report: Option<Value>,
+    #[serde(default)]
+    storage: Option<Value>,
+    #[serde(default)]
+    metrics: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Api {
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    streaming: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Server {
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    model_name: Option<String>,
+    #[serde(default)]
+    base_url: Option<String>,
+    #[serde(default)]
+    ignore_eos: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Load {
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    stages: Vec<LoadStage>,
+    // Set explicitly, these are refused with a reason (see `refuse_load`); their defaults are
+    // what the notes describe.
+    #[serde(default)]
+    interval: Option<f64>,
+    #[serde(default)]
+    num_workers: Option<u64>,
+    #[serde(default)]
+    worker_max_concurrency: Option<u64>,
+    #[serde(default)]
+    worker_max_tcp_connections: Option<u64>,
+    #[serde(default)]
+    request_timeout: Option<f64>,
+    #[serde(default)]
+    base_seed: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LoadStage {
+    #[serde(default)]
+    rate: Option<f64>,
+    #[serde(default)]
+    duration: Option<u64>,
+    #[serde(default)]
+    num_requests: Option<u64>,
+    #[serde(default)]
+    concurrency_level: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Data {
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+    #[serde(default)]
+    input_distribution: Option<Distribution>,
+    #[serde(default)]
+    output_distribution: Option<Distribution>,
+    #[serde(default)]
+    shared_prefix: Option<SharedPrefix>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SharedPrefix {
+    #[serde(default, alias = "num_unique_system_prompts")]
+    num_groups: Option<u32>,
+    #[serde(default, alias = "num_users_per_system_prompt")]
+    num_prompts_per_group: Option<u32>,
+    #[serde(default)]
+    system_prompt_len: Option<Length>,
+    #[serde(default)]
+    question_len: Option<Length>,
+    #[serde(default)]
+    output_len: Option<Length>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    enable_multi_turn_chat: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Length {
+    Tokens(u32),
+    Dist(Distribution),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Distribution {
+    #[serde(default)]
+    min: Option<u32>,
+    #[serde(default)]
+    max: Option<u32>,
+    #[serde(default)]
+    mean: Option<f64>,
+    #[serde(default)]
+    std_dev: Option<f64>,
+    #[serde(default)]
+    variance: Option<f64>,
+    #[serde(default)]
+    skew: Option<f64>,
+    #[serde(default)]
+    total_count: Option<u64>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
+}
+
+// inference-perf's defaults (the pydantic models' `default=`), used when a key is absent.
+const DEFAULT_NUM_GROUPS: u32 = 10;
+const DEFAULT_PROMPTS_PER_GROUP: u32 = 10;
+const DEFAULT_SYSTEM_PROMPT_LEN: u32 = 100;
+const DEFAULT_QUESTION_LEN: u32 = 50;
+const DEFAULT_OUTPUT_LEN: u32 = 50;
+const DEFAULT_DIST_MIN: u32 = 10;
+const DEFAULT_DIST_MAX: u32 = 1024;
+const DEFAULT_DIST_MEAN: f64 = 512.0;
+
+/// An imported config: the scenario TOML and what the reader should know about it.
+#[derive(Debug)]
+pub struct Imported {
+    /// The scenario file's text (checked: it parses as a scenario).
+    pub toml: String,
+    /// The parsed scenario.
+    pub scenario: Scenario,
+    /// What is approximated or carries no meaning here (printed as notes).
+    pub notes: Vec<String>,
+}
+
+/// Imports inference-perf config `text` (`origin` names it in messages) with the fleet `f`.
+pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
+    let cfg: Config = serde_norway::from_str(text).map_err(|e| {
+        CliError::bad_input(format!(
+            "{origin}: {e} (a key brokerlab does not model is refused, never ignored: docs/MODEL.md, \"inference-perf configs\")"
+        ))
+    })?;
+    let refuse = |key: &str, why: &str| CliError::bad_input(format!("{origin}: `{key}`: {why}"));
+    let mut notes = Vec::new();
+
+    // ---- load ----
+    let l = &cfg.load;
+    match l.kind.as_deref().unwrap_or("constant") {
+        "poisson" => {}
+        "constant" => {
+            return Err(refuse(
+                "load.type",
+                "constant (evenly spaced arrivals) is not modelled: the simulator's stages are Poisson; use poisson",
+            ));
+        }
+        "concurrent" => {
+            return Err(refuse(
+                "load.type",
+                "concurrent (a closed loop of N clients) is not modelled yet: the simulator's arrivals are open-loop Poisson",
+            ));
+        }
+        other => return Err(refuse("load.type", &format!("{other:?}: only poisson is modelled"))),
+    }
+    refuse_load(l, &refuse)?;
+    if l.stages.is_empty() {
+        return Err(refuse("load.stages", "at least one stage (rate and duration)"));
+    }
+    let mut stages = Vec::new();
+    let mut expected = 0.0;
+    for (i, st) in l.stages.iter().enumerate() {
+        let key = |k: &str| format!("load.stages[{i}].{k}");
+        if st.num_requests.is_some() {
+            return Err(refuse(&key("num_requests"), "only with load.type concurrent, which is not modelled"));
+        }
+        if st.concurrency_level.is_some() {
+            return Err(refuse(&key("concurrency_level"), "only with load.type concurrent, which is not modelled"));
+        }
+        let rate = st.rate.ok_or_else(|| refuse(&key("rate"), "required (requests/s)"))?;
+        let duration = st.duration.ok_or_else(|| refuse(&key("duration"), "required (whole seconds)"))?;
+        if !(rate > 0.0 && rate.is_finite()) || duration == 0 {
+            return Err(refuse(&key("rate"), "rate > 0 and duration > 0, as inference-perf requires"));
+        }
+        expected += rate * duration as f64;
+        stages.push((rate, duration));
+    }
+    if l.stages.len() > 1 {
+        notes.push(format!(
+            "inference-perf waits for each stage's requests to finish, then `load.interval` ({} s), before the next stage; \
+             the scenario runs the stages back to back (no drain, no pause): later stages start with the earlier ones' queues",
+            num(l.interval.unwrap_or(1.0))
+        ));
+    }
+    notes.push(
+        "inference-perf caps requests in flight at num_workers x worker_max_concurrency (default: CPUs x 100) and times \
+         requests out (its HTTP client: 300 s); neither is modelled: queues grow without bound"
+            .into(),
+    );
+
+    // ---- server, api ----
+    let ignore_eos = cfg.server.as_ref().and_then(|s| s.ignore_eos).unwrap_or(true);
+    if !ignore_eos {
+        notes.push(
+            "server.ignore_eos false: the real outputs stop at the model's end-of-sequence, so their lengths are at most \
+             the configured ones; the scenario produces exactly the configured lengths (an upper bound)"
+                .into(),
+        );
+    }
+    if let Some(s) = &cfg.server {
+        let _ = (&s.kind, &s.model_name, &s.base_url); // where the real run sent requests: not simulated
+    }
+    if let Some(a) = &cfg.api {
+        if let Some(k) = a.kind.as_deref().filter(|k| *k != "completion" && *k != "chat") {
+            return Err(refuse("api.type", &format!("{k:?}: completion or chat")));
+        }
+        if a.streaming == Some(false) {
+            notes.push(
+                "api.streaming false: inference-perf then measures no TTFT; the simulation reports it anyway".into(),
+            );
+        }
+    }
+    let ignored: Vec<&str> = [
+        ("tokenizer", cfg.tokenizer.is_some()),
+        ("report", cfg.report.is_some()),
+        ("storage", cfg.storage.is_some()),
+        ("metrics", cfg.metrics.is_some()),
+        ("server.type/model_name/base_url", cfg.server.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(k, set)| set.then_some(k))
+    .collect();
+    if !ignored.is_empty() {
+        notes.push(format!(
+            "{}: where the real run sends requests and writes reports; lengths are already in tokens, so no effect here",
+            ignored.join(", ")
+        ));
+    }
+
+    // ---- data ----
+    let data = cfg.data.as_ref();
+    let kind = data.and_then(|d| d.kind.as_deref()).unwrap_or("mock");
+    let mut w = String::new();
+    let seed =
+        l.base_seed.or_else(|| data.and_then(|d| d.shared_prefix.as_ref()).and_then(|s| s.seed)).unwrap_or(f.seed);
+    let requests = match f.requests {
+        Some(r) => r,
+        None => (expected * REQUEST_CAP_FACTOR).ceil() as u64,
+    };
+    let _ = writeln!(w, "seed = {seed}");
+    let _ =
+        writeln!(w, "# A cap only: generation ends with the last stage ({} requests expected).", thousands(expected));
+    let _ = writeln!(w, "requests = {requests}");
+    match kind {
+        "shared_prefix" => {
+            let d = data.expect("kind came from data");
+            let dd = d.input_distribution.is_some() || d.output_distribution.is_some();
+            if dd {
+                return Err(refuse(
+                    "data.input_distribution",
+                    "only with data.type random or synthetic (shared_prefix takes its lengths from data.shared_prefix)",
+                ));
+            }
+            let sp = d
+                .shared_prefix
+                .as_ref()
+                .ok_or_else(|| refuse("data.shared_prefix", "required with data.type shared_prefix"))?;
+            if sp.enable_multi_turn_chat == Some(true) {
+                return Err(refuse(
+                    "data.shared_prefix.enable_multi_turn_chat",
+                    "multi-turn chats (each prompt extending the group's conversation) are not modelled",
+                ));
+            }
+            let system = match &sp.system_prompt_len {
+                None => DEFAULT_SYSTEM_PROMPT_LEN,
+                Some(Length::Tokens(t)) => *t,
+                Some(Length::Dist(_)) => {
+                    return Err(refuse(
+                        "data.shared_prefix.system_prompt_len",
+                        "a fixed length (the simulator's shared prefix has one length)",
+                    ));
+                }
+            };
+            let question =
+                length(sp.question_len.as_ref(), DEFAULT_QUESTION_LEN, "data.shared_prefix.question_len", &refuse)?;
+            let output = length(sp.output_len.as_ref(), DEFAULT_OUTPUT_LEN, "data.shared_prefix.output_len", &refuse)?;
+            let _ = writeln!(w, "tenants = {}", sp.num_groups.unwrap_or(DEFAULT_NUM_GROUPS));
+            let _ = writeln!(w, "users_per_tenant = {}", sp.num_prompts_per_group.unwrap_or(DEFAULT_PROMPTS_PER_GROUP));
+            let _ = writeln!(w, "prefix_tokens = {system}");
+            let _ = writeln!(w, "suffix_tokens = [{}, {}]", question[0], question[1]);
+            // inference-perf draws each prompt's question once, at generation: a user's prompt repeats
+            let _ = writeln!(w, "suffix_scope = \"user\"");
+            let _ = writeln!(w, "output_tokens = [{}, {}]", output[0], output[1]);
+            // the prompts are shuffled once and sent in turn (data_index % len(prompts))
+            let _ = writeln!(w, "popularity = \"cycle\"");
+            let _ = writeln!(w, "layout = \"stable-prefix-first\"");
+        }
+        "random" | "synthetic" => {
+            let d = data.expect("kind came from data");
+            if d.shared_prefix.is_some() {
+                return Err(refuse("data.shared_prefix", "only with data.type shared_prefix"));
+            }
+            let input = dist(d.input_distribution.as_ref(), "data.input_distribution", &refuse)?;
+            let output = dist(d.output_distribution.as_ref(), "data.output_distribution", &refuse)?;
+            if kind == "synthetic" {
+                notes.push(
+                    "data.type synthetic: inference-perf cuts prompts from a text corpus; modelled as prompts sharing no \
+                     prefix (as random)"
+                        .into(),
+                );
+            }
+            let _ = writeln!(w, "tenants = 1");
+            let _ = writeln!(w, "prefix_tokens = 0");
+            let _ = writeln!(w, "suffix_tokens = [{}, {}]", input[0], input[1]);
+            let _ = writeln!(w, "output_tokens = [{}, {}]", output[0], output[1]);
+        }
+        other => {
+            return Err(refuse(
+                "data.type",
+                &format!("{other:?}: shared_prefix, random or synthetic (datasets and traces are not imported)"),
+            ));
+        }
+    }
+    for (rate, duration) in &stages {
+        let _ = write!(w, "\n[[workload.stages]]\nrate_per_s = {}\nduration_s = {duration}\n", num(*rate));
+    }
+
+    let name = f.name.clone().unwrap_or_else(|| stem(origin));
+    let mut t = String::new();
+    let _ = writeln!(t, "# Imported by `brokerlab fleet import inference-perf` from {origin}.");
+    let _ = writeln!(
+        t,
+        "# The fleet (pods, capacity, router, engine) came from the flags; docs/MODEL.md, \"inference-perf configs\"."
+    );
+    for n in &notes {
+        let _ = writeln!(t, "# note: {n}");
+    }
+    let _ = writeln!(t, "name = {}", quote(&name));
+    let _ = writeln!(t, "description = {}", quote(&format!("inference-perf {origin}, {} stages", stages.len())));
+    let _ = write!(t, "\n[workload]\n{w}");
+    let _ = write!(
+        t,
+        "\n[fleet]\npods = {}\ncapacity = {}\nrouter = {}\nalpha = {}\n",
+        f.pods,
+        f.capacity,
+        quote(&f.router),
+        num(f.alpha)
+    );
+    if let Some(p) = &f.profile {
+        let _ = write!(t, "\n[fleet.engine]\nprofile = {}\n", quote(p));
+    }
+    let scenario = Scenario::parse(&t, &format!("{origin} (imported)"), &name)?;
+    Ok(Imported { toml: t, scenario, notes })
+}
+
+/// Refuses the explicitly set load keys that are not modelled, each with its reason.
+fn refuse_load(l: &Load, refuse: &dyn Fn(&str, &str) -> CliError) -> CliResult<()> {
+    let cap = "an in-flight cap per worker is not modelled (open-loop arrivals; queues grow without bound)";
+    if l.interval.is_some() {
+        return Err(refuse(
+            "load.interval",
+            "the pause between stages is not modelled (stages run back to back, without inference-perf's drain)",
+        ));
+    }
+    if l.num_workers.is_some() {
+        return Err(refuse("load.num_workers", cap));
+    }
+    if l.worker_max_concurrency.is_some() {
+        return Err(refuse("load.worker_max_concurrency", cap));
+    }
+    if l.worker_max_tcp_connections.is_some() {
+        return Err(refuse("load.worker_max_tcp_connections", cap));
+    }
+    if l.request_timeout.is_some() {
+        return Err(refuse("load.request_timeout", "client time-outs are not modelled (every request completes)"));
+    }
+    Ok(())
+}
+
+/// A length key: a number of tokens, or a fixed/uniform distribution, as `[min, max]`.
+fn length(v: Option<&Length>, default: u32, key: &str, refuse: &dyn Fn(&str, &str) -> CliError) -> CliResult<[u32; 2]> {
+    match v {
+        None => Ok([default, default]),
+        Some(Length::Tokens(t)) => Ok([*t, *t]),
+        Some(Length::Dist(d)) => dist(Some(d), key, refuse),
+    }
+}
+
+/// A distribution as the simulator's uniform `[min, max]`: `fixed` (the mean) and `uniform` (min
+/// to max) are exact; every other shape is refused.
+fn dist(d: Option<&Distribution>, key: &str, refuse: &dyn Fn(&str, &str) -> CliError) -> CliResult<[u32; 2]> {
+    let Some(d) = d else {
+        return Err(refuse(key, "required (type fixed or uniform)"));
+    };
+    let _ = (d.std_dev, d.variance, d.skew, d.total_count); // shapes refused below use them
+    match d.kind.as_deref().unwrap_or("normal") {
+        "fixed" => {
+            let m = d.mean.unwrap_or(DEFAULT_DIST_MEAN);
+            if !(m >= 0.0 && m <= u32::MAX as f64) || m.fract() != 0.0 {
+                return Err(refuse(&format!("{key}.mean"), "a whole number of tokens"));
+            }
+            Ok([m as u32, m as u32])
+        }
+        "uniform" => {
+            let (lo, hi) = (d.min.unwrap_or(DEFAULT_DIST_MIN), d.max.unwrap_or(DEFAULT_DIST_MAX));
+            if lo > hi {
+                return Err(refuse(&format!("{key}.min"), "at most max"));
+            }
+            Ok([lo, hi])
+        }
+        other => Err(refuse(
+            &format!("{key}.type"),
+            &format!(
+                "{other:?}: only fixed and uniform lengths are modelled (the simulator draws lengths uniformly from [min, max]; \
+                 inference-perf's default type is normal)"
+            ),
+        )),
+    }
+}
+
+fn num(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 { format!("{}", v as i64) } else { format!("{v}") }
+}
+
+fn thousands(v: f64) -> String {
+    let n = v.round() as u64;
+    let s = n.to_string();
+    let mut o = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            o.push(',');
+        }
+        o.push(c);
+    }
+    o
+}
+
+fn quote(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o += "\\\"",
+            '\\' => o += "\\\\",
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o + "\""
+}
+
+fn stem(origin: &str) -> String {
+    std::path::Path::new(origin)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "imported".into())
+}
