@@ -92,7 +92,12 @@ impl RequestSource for &MemTrace {
                 output_tokens: *output,
                 keys: &self.keys[range.clone()],
             };
-            sink(&req).map_err(|e| CliError::bad_input(format!("{CONVERSATION_TRACE_NAME}: request {i}: {e}")))?;
+            sink(&req).map_err(|e| {
+                CliError::bad_input(format!(
+                    "{CONVERSATION_TRACE_NAME}: request {i}: {e}{}",
+                    crate::fleet::run::fields::request_hint(&e)
+                ))
+            })?;
         }
         Ok(())
     }

@@ -3,7 +3,8 @@
 //! `fleet.autoscale.interval_s` in a scenario file. The match is exhaustive: a field added to the
 //! core does not compile here until it is named.
 
-use brokerlab_core::fleet::{Error, Field, Rule};
+use brokerlab_core::fleet::engine::batched::OVER_KV_CAPACITY;
+use brokerlab_core::fleet::{Error, Field, RequestField, Rule};
 
 /// Where a field is set: its flag and its scenario key (None where there is none).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +104,17 @@ pub fn refused(e: Error) -> Result<(Field, &'static str), Error> {
         Error::InvalidConfig { field, expected } => Ok((field, expected)),
         Error::Conflict { field, rule: r } => Ok((field, rule(r))),
         other => Err(other),
+    }
+}
+
+/// What the host adds to the core's error about one request: where the limit the request broke
+/// is set (a flag, a scenario key; the core names neither). Empty for any other error.
+pub fn request_hint(e: &Error) -> String {
+    match e {
+        Error::InvalidRequest { field: RequestField::InputLength, expected } if *expected == OVER_KV_CAPACITY => {
+            format!(" (the capacity: {} or `{}`, blocks)", flag(Field::Capacity), key(Field::Capacity))
+        }
+        _ => String::new(),
     }
 }
 
