@@ -4,6 +4,7 @@
 
 pub mod args;
 pub mod commands;
+pub mod engine_args;
 pub mod flag;
 pub mod replay;
 pub mod router_config;
