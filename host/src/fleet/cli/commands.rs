@@ -7,7 +7,9 @@ use brokerlab_core::fleet::FleetConfig;
 
 use crate::error::{CliError, CliResult};
 use crate::fleet::bench::{self, route};
-use crate::fleet::cli::args::{FleetCmd, MergeArgs, SweepArgs, check_trace_block};
+use crate::fleet::cli::args::{
+    BenchArgs, FleetCmd, GenTraceArgs, MergeArgs, ReplayArgs, ReportArgs, RunArgs, SweepArgs, check_trace_block,
+};
 use crate::fleet::cli::router_config;
 use crate::fleet::input::formats;
 use crate::fleet::report;
@@ -21,155 +23,170 @@ use crate::provenance::Provenance;
 /// Runs one `fleet` subcommand; returns the exit code.
 pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     match cmd {
-        FleetCmd::Replay(a) => {
-            crate::mem::set_budget(a.mem.max_memory);
-            let mut inputs = vec![("--trace", a.trace.as_path())];
-            inputs.extend(a.fleet.router_config.as_deref().map(|p| ("--router-config", p)));
-            if let Some(o) = &a.engine.outcomes {
-                crate::outfile::check_output("--outcomes", o, &inputs)?;
-            }
-            if let Some(s) = a.trace_block_size {
-                check_trace_block(s)?;
-            }
-            let engine = a.engine.resolve(None)?;
-            let derived = match &engine {
-                Some(e) => engine::derived_capacity(e, "--profile")?,
-                None => None,
-            };
-            let cfg = a.fleet.config(derived)?;
-            cfg.validate().map_err(run::config_error)?;
-            let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
-            if format != formats::Format::Mooncake {
-                return crate::fleet::cli::replay::format(a, format, cfg, engine);
-            }
-            formats::only_token_hash(&a.hash, format)?;
-            let trace_block_size = a.trace_block_size.unwrap_or(512);
-            let mut src = TraceSource {
-                max_line_bytes: a.max_line_bytes,
-                max_blank_lines: a.max_blank_lines,
-                ..TraceSource::new(a.trace.clone(), trace_block_size)
-            };
-            let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
-            let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
-            let mut prov = Provenance::of_this_run(a.output.no_date);
-            prov.add_file("trace", &a.trace)?;
-            router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
-            let out = Output {
-                json: a.json.then_some(&prov),
-                title: &format!("trace {}", a.trace.display()),
-                pipeline: pipeline(&a.fleet.router_config, &cfg),
-                outcomes: a.engine.outcomes.as_deref(),
-                format: None,
-            };
-            let cfg = match engine {
-                Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
-                None => cfg,
-            };
-            run_print(cfg, (&mut src, Unit::TraceBytes), progress, out)
-        }
-        FleetCmd::Run(a) => {
-            crate::mem::set_budget(a.mem.max_memory);
-            let mut inputs = vec![("the scenario", a.scenario.as_path())];
-            inputs.extend(a.router_config.as_deref().map(|p| ("--router-config", p)));
-            if let Some(o) = &a.engine.outcomes {
-                crate::outfile::check_output("--outcomes", o, &inputs)?;
-            }
-            let sc = scenario::Scenario::load(&a.scenario)?;
-            let mut cfg = sc.fleet;
-            if let Some(r) = a.router {
-                cfg.router = r;
-                cfg.routing = None;
-            }
-            router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
-            // Streamed: the generator is seeded and sequential, so the workload is never held.
-            let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
-            let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
-            let mut prov = Provenance::of_this_run(a.output.no_date);
-            prov.add_file("scenario", &a.scenario)?;
-            router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
-            let out = Output {
-                json: a.json.then_some(&prov),
-                title: &format!("scenario {} ({})", sc.name, a.scenario.display()),
-                pipeline: pipeline(&a.router_config, &cfg),
-                outcomes: a.engine.outcomes.as_deref(),
-                format: None,
-            };
-            let cfg = match a.engine.resolve(sc.engine.as_ref())? {
-                // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
-                Some(e) => engine::batched(cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?,
-                None => cfg,
-            };
-            run_print(cfg, (&mut src, Unit::Requests), progress, out)
-        }
-        FleetCmd::GenTrace(a) => {
-            crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
-            let sc = scenario::Scenario::load(&a.scenario)?;
-            let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
-            crate::outfile::write_with(&a.output, |w| scenario::write_trace_from(&mut src, w))
-                .map_err(|e| CliError::failure(format!("-o {}: cannot write: {e}", a.output.display())))?;
-            crate::print_stderr(&format!(
-                "wrote {} requests to {} (replay with --trace-block-size 16)",
-                sc.workload.requests,
-                a.output.display()
-            ));
-            Ok(0)
-        }
+        FleetCmd::Replay(a) => replay_cmd(a),
+        FleetCmd::Run(a) => run_cmd(a),
+        FleetCmd::GenTrace(a) => gen_trace_cmd(a),
         FleetCmd::Sweep(a) => sweep_cmd(a),
         FleetCmd::Merge(a) => merge_cmd(a),
         FleetCmd::Keys(a) => formats::keys_cmd(a),
         FleetCmd::Calibrate(a) => crate::fleet::cost::calibrate_cmd(a),
         FleetCmd::CostCheck(a) => crate::fleet::cost::cost_check_cmd(a),
-        FleetCmd::Report(a) => {
-            let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
-            let prov = Provenance::of_this_run(a.output.no_date);
-            let ex = report::report(&a.out, a.threads, a.shrink, &progress, prov)?;
-            progress.finish();
-            sweep::commit_files()?;
-            if ex.shrink > 1 {
-                say!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
-            }
-            say!("{}\n", report::the_number(&ex));
-            for (k, v) in report::headlines(&ex) {
-                say!("{k:<52} {v}");
-            }
-            say!(
-                "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv (+ points.provenance.json), \
-                 experiments.json",
-                a.out.display()
-            );
-            Ok(0)
-        }
-        FleetCmd::Bench(a) => {
-            crate::mem::set_budget(a.mem.max_memory);
-            check_trace_block(a.trace_block_size)?;
-            if a.route {
-                let r = route::run(200, a.repeats)?;
-                if a.json {
-                    say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
-                } else {
-                    say_raw!("{}", route::render(&r));
-                }
-                return Ok(0);
-            }
-            if a.sweep {
-                let s = bench::sweep_bench(a.repeats)?;
-                if a.json {
-                    say!("{}", serde_json::to_string_pretty(&s).expect("report serializes"));
-                } else {
-                    say_raw!("{}", bench::render_sweep(&s));
-                }
-                return Ok(0);
-            }
-            let py = bench::PythonModel { script: a.python_model, enabled: !a.no_python };
-            let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats, &py)?;
-            if a.json {
-                say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
-            } else {
-                say_raw!("{}", bench::render(&r));
-            }
-            Ok(0)
-        }
+        FleetCmd::Report(a) => report_cmd(a),
+        FleetCmd::Bench(a) => bench_cmd(a),
     }
+}
+
+/// `fleet replay`: a Mooncake trace here; the other formats in [`super::replay`].
+fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
+    crate::mem::set_budget(a.mem.max_memory);
+    let mut inputs = vec![("--trace", a.trace.as_path())];
+    inputs.extend(a.fleet.router_config.as_deref().map(|p| ("--router-config", p)));
+    if let Some(o) = &a.engine.outcomes {
+        crate::outfile::check_output("--outcomes", o, &inputs)?;
+    }
+    if let Some(s) = a.trace_block_size {
+        check_trace_block(s)?;
+    }
+    let engine = a.engine.resolve(None)?;
+    let derived = match &engine {
+        Some(e) => engine::derived_capacity(e, "--profile")?,
+        None => None,
+    };
+    let cfg = a.fleet.config(derived)?;
+    cfg.validate().map_err(run::config_error)?;
+    let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
+    if format != formats::Format::Mooncake {
+        return crate::fleet::cli::replay::format(a, format, cfg, engine);
+    }
+    formats::only_token_hash(&a.hash, format)?;
+    let trace_block_size = a.trace_block_size.unwrap_or(512);
+    let mut src = TraceSource {
+        max_line_bytes: a.max_line_bytes,
+        max_blank_lines: a.max_blank_lines,
+        ..TraceSource::new(a.trace.clone(), trace_block_size)
+    };
+    let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
+    let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
+    let mut prov = Provenance::of_this_run(a.output.no_date);
+    prov.add_file("trace", &a.trace)?;
+    router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
+    let out = Output {
+        json: a.json.then_some(&prov),
+        title: &format!("trace {}", a.trace.display()),
+        pipeline: pipeline(&a.fleet.router_config, &cfg),
+        outcomes: a.engine.outcomes.as_deref(),
+        format: None,
+    };
+    let cfg = match engine {
+        Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
+        None => cfg,
+    };
+    run_print(cfg, (&mut src, Unit::TraceBytes), progress, out)
+}
+
+/// `fleet run`: one scenario file, its workload streamed.
+fn run_cmd(a: RunArgs) -> CliResult<i32> {
+    crate::mem::set_budget(a.mem.max_memory);
+    let mut inputs = vec![("the scenario", a.scenario.as_path())];
+    inputs.extend(a.router_config.as_deref().map(|p| ("--router-config", p)));
+    if let Some(o) = &a.engine.outcomes {
+        crate::outfile::check_output("--outcomes", o, &inputs)?;
+    }
+    let sc = scenario::Scenario::load(&a.scenario)?;
+    let mut cfg = sc.fleet;
+    if let Some(r) = a.router {
+        cfg.router = r;
+        cfg.routing = None;
+    }
+    router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
+    // Streamed: the generator is seeded and sequential, so the workload is never held.
+    let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+    let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
+    let mut prov = Provenance::of_this_run(a.output.no_date);
+    prov.add_file("scenario", &a.scenario)?;
+    router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
+    let out = Output {
+        json: a.json.then_some(&prov),
+        title: &format!("scenario {} ({})", sc.name, a.scenario.display()),
+        pipeline: pipeline(&a.router_config, &cfg),
+        outcomes: a.engine.outcomes.as_deref(),
+        format: None,
+    };
+    let cfg = match a.engine.resolve(sc.engine.as_ref())? {
+        // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
+        Some(e) => engine::batched(cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?,
+        None => cfg,
+    };
+    run_print(cfg, (&mut src, Unit::Requests), progress, out)
+}
+
+/// `fleet gen-trace`: a scenario's workload written as a 16-token Mooncake trace.
+fn gen_trace_cmd(a: GenTraceArgs) -> CliResult<i32> {
+    crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
+    let sc = scenario::Scenario::load(&a.scenario)?;
+    let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+    crate::outfile::write_with(&a.output, |w| scenario::write_trace_from(&mut src, w))
+        .map_err(|e| CliError::failure(format!("-o {}: cannot write: {e}", a.output.display())))?;
+    crate::print_stderr(&format!(
+        "wrote {} requests to {} (replay with --trace-block-size 16)",
+        sc.workload.requests,
+        a.output.display()
+    ));
+    Ok(0)
+}
+
+/// `fleet report`.
+fn report_cmd(a: ReportArgs) -> CliResult<i32> {
+    let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
+    let prov = Provenance::of_this_run(a.output.no_date);
+    let ex = report::report(&a.out, a.threads, a.shrink, &progress, prov)?;
+    progress.finish();
+    sweep::commit_files()?;
+    if ex.shrink > 1 {
+        say!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
+    }
+    say!("{}\n", report::the_number(&ex));
+    for (k, v) in report::headlines(&ex) {
+        say!("{k:<52} {v}");
+    }
+    say!(
+        "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv (+ points.provenance.json), \
+         experiments.json",
+        a.out.display()
+    );
+    Ok(0)
+}
+
+/// `fleet bench`: the replay throughput, or `--route` (one decision), or `--sweep`.
+fn bench_cmd(a: BenchArgs) -> CliResult<i32> {
+    crate::mem::set_budget(a.mem.max_memory);
+    check_trace_block(a.trace_block_size)?;
+    if a.route {
+        let r = route::run(200, a.repeats)?;
+        if a.json {
+            say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+        } else {
+            say_raw!("{}", route::render(&r));
+        }
+        return Ok(0);
+    }
+    if a.sweep {
+        let s = bench::sweep_bench(a.repeats)?;
+        if a.json {
+            say!("{}", serde_json::to_string_pretty(&s).expect("report serializes"));
+        } else {
+            say_raw!("{}", bench::render_sweep(&s));
+        }
+        return Ok(0);
+    }
+    let py = bench::PythonModel { script: a.python_model, enabled: !a.no_python };
+    let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats, &py)?;
+    if a.json {
+        say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+    } else {
+        say_raw!("{}", bench::render(&r));
+    }
+    Ok(0)
 }
 
 /// How a run's result is printed: one JSON object with the provenance `json`, or a table under
