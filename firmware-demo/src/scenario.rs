@@ -708,6 +708,20 @@ fn run_batched_one(
     if ev.output_tokens != asked_output {
         return Err(broken("output tokens: tokens produced = max(output_length, 1) summed"));
     }
+    emit_batched(group, &fleet, &mut ev, (max_queue, believed, dispatch_digest), sink)
+}
+
+/// Checks the engines' counters against the completions, then writes every metric of one
+/// batched run: the totals, each pod's counters, the percentiles and the digests. `dispatched`:
+/// the longest queue seen at a dispatch, the believed match blocks summed, the dispatch digest.
+fn emit_batched(
+    group: &'static str,
+    fleet: &BatchedFleet<'_>,
+    ev: &mut BatchedEvents<'_>,
+    (max_queue, believed, dispatch_digest): (u32, u64, u64),
+    sink: &mut impl Sink,
+) -> Result<(), RunError> {
+    let broken = |what: &'static str| RunError { run: group, request: u32::MAX, error: Cause::Scenario(what) };
     let mut total = BatchedStats::default();
     let mut per_pod = [BatchedStats::default(); PODS];
     for (p, s) in per_pod.iter_mut().enumerate() {
