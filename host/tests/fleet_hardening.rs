@@ -973,7 +973,7 @@ fn bench_inputs_are_checked() {
         &["fleet", "bench", "--trace", p(&f), "--capacity", "16", "--no-python", "--repeats", "1"],
         &[
             "bench.jsonl:2: request 0: request field `input_length`",
-            "(the capacity: --capacity or `fleet.capacity`, blocks)",
+            "at most one pod's KV capacity (--capacity x 16 tokens)",
         ],
     );
     // bench-repeats-zero: "best of 0" is not a measurement

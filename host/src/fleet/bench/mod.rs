@@ -113,7 +113,7 @@ impl crate::fleet::run::RequestSource for LoadedSource<'_> {
                 keys: &self.0.keys[range.clone()],
             };
             sink(&req).map_err(|e| {
-                CliError::bad_input(format!("{}: {e}{}", self.0.at(i), crate::fleet::run::fields::request_hint(&e)))
+                CliError::bad_input(format!("{}: {}", self.0.at(i), crate::fleet::run::fields::request_message(&e)))
             })?;
         }
         Ok(())
@@ -684,9 +684,9 @@ impl crate::fleet::run::RequestSource for HashingSource<'_> {
                 let req = Request { keys: &buf[range.clone()], ..*req };
                 sink(&req).map_err(|e| {
                     CliError::bad_input(format!(
-                        "{}: {e}{}",
+                        "{}: {}",
                         l.at(first + i),
-                        crate::fleet::run::fields::request_hint(&e)
+                        crate::fleet::run::fields::request_message(&e)
                     ))
                 })?;
             }

@@ -63,7 +63,7 @@ impl RequestSource for Requests<'_> {
                 keys: &keys,
             };
             sink(&req).map_err(|e| {
-                CliError::bad_input(format!("request {i}: {e}{}", crate::fleet::run::fields::request_hint(&e)))
+                CliError::bad_input(format!("request {i}: {}", crate::fleet::run::fields::request_message(&e)))
             })?;
         }
         Ok(())

@@ -94,8 +94,8 @@ impl RequestSource for &MemTrace {
             };
             sink(&req).map_err(|e| {
                 CliError::bad_input(format!(
-                    "{CONVERSATION_TRACE_NAME}: request {i}: {e}{}",
-                    crate::fleet::run::fields::request_hint(&e)
+                    "{CONVERSATION_TRACE_NAME}: request {i}: {}",
+                    crate::fleet::run::fields::request_message(&e)
                 ))
             })?;
         }

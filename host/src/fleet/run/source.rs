@@ -144,7 +144,7 @@ fn feed_trace(
         let rec = reader.record();
         let m = (rec.input_length / BLOCK_TOKENS as u64) as usize;
         let located = |e: CoreError, r: &TraceReader| {
-            CliError::bad_input(format!("{}: {e}{}", r.location(), crate::fleet::run::fields::request_hint(&e)))
+            CliError::bad_input(format!("{}: {}", r.location(), crate::fleet::run::fields::request_message(&e)))
         };
         if rec.input_length > MAX_PROMPT_TOKENS {
             return Err(CliError::bad_input(format!(

@@ -97,8 +97,8 @@ fn request_error(origin: &str, i: usize, e: brokerlab_core::fleet::Error) -> Cli
         E::Overflow { .. } => ": lower `fleet.autoscale.interval_s` or `fleet.autoscale.startup_s`",
         _ => "",
     };
-    let capacity = crate::fleet::run::fields::request_hint(&e);
-    CliError::bad_input(format!("{origin}: request {i}: {e}{capacity}{hint}"))
+    let e = crate::fleet::run::fields::request_message(&e);
+    CliError::bad_input(format!("{origin}: request {i}: {e}{hint}"))
 }
 
 impl RequestSource for &Generated {

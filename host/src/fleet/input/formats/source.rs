@@ -171,18 +171,16 @@ impl crate::fleet::run::RequestSource for FormatSource {
                 output_tokens: output,
                 keys: &keys_buf,
             };
-            sink(&req).map_err(|e| {
-                let capacity = crate::fleet::run::fields::request_hint(&e);
-                match e {
-                    // a tokens line has no `input_length`: its prompt is the token ids
-                    brokerlab_core::fleet::Error::InvalidRequest {
-                        field: brokerlab_core::fleet::RequestField::InputLength,
-                        expected,
-                    } if self.format == Format::Tokens => lines.error(format_args!(
-                        "field `token_ids` ({input} tokens, the prompt): expected {expected}{capacity}"
-                    )),
-                    e => lines.error(format_args!("{e}{capacity}")),
-                }
+            sink(&req).map_err(|e| match e {
+                // a tokens line has no `input_length`: its prompt is the token ids
+                brokerlab_core::fleet::Error::InvalidRequest {
+                    field: brokerlab_core::fleet::RequestField::InputLength,
+                    expected,
+                } if self.format == Format::Tokens => lines.error(format_args!(
+                    "field `token_ids` ({input} tokens, the prompt): expected {}",
+                    crate::fleet::run::fields::request_expected(expected)
+                )),
+                e => lines.error(crate::fleet::run::fields::request_message(&e)),
             })?;
         }
         Ok(())
