@@ -369,7 +369,7 @@ fn measure(opts: &BenchOpts, dir: &Path) -> TaskResult<serde_json::Value> {
                 opts.takeover_kills,
                 opts.takeover_unfenced_kills,
                 opts.takeover_lease_ms,
-                &dir,
+                dir,
             )?;
         }
     }

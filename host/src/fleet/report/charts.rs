@@ -174,7 +174,7 @@ fn alpha_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) 
 /// The llm-d shape per router beside the published p90.
 fn llmd_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) {
     // llm-d: p90 per router next to the published figures (log y would hide nothing here: bars).
-    let ld_rows = llmd_rows(&ex);
+    let ld_rows = llmd_rows(ex);
     out.push((
         "llmd",
         "llmd_p90".into(),
