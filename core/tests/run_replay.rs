@@ -113,18 +113,18 @@ fn a_partial_hit_splits_a_run_and_eviction_trims_the_cold_end() {
     keys::trace_keys(&[7, 8], 64 * 16, 512, &mut k).unwrap();
     // Request A: ids 7 (32 blocks) and 8 (32 blocks): 64 blocks into 40: id 7 whole (most
     // recent), then blocks 0..8 of id 8.
-    runs.touch_request(&k, 32);
+    runs.touch_request(&k, 32).unwrap();
     assert_eq!(runs.iter_mru().map(|(_, lo, hi)| (lo, hi)).collect::<Vec<_>>(), [(0, 32), (0, 8)]);
     assert_eq!(runs.len(), 40);
     assert_eq!(runs.hit_blocks(&k, 32), 40);
     // Request B: the first 10 blocks of id 7: run 0..32 splits into 0..10 (most recent) and 10..32.
-    runs.touch_request(&k[..10], 32);
+    runs.touch_request(&k[..10], 32).unwrap();
     assert_eq!(runs.iter_mru().map(|(_, lo, hi)| (lo, hi)).collect::<Vec<_>>(), [(0, 10), (10, 32), (0, 8)]);
     // Request C: a new id of 32 blocks evicts 32 from the cold end: id 8's 8 blocks, id 7's run
     // 10..32, and blocks 8..10 of its run 0..10.
     let mut c = vec![0u64; 32];
     keys::trace_keys(&[9], 32 * 16, 512, &mut c).unwrap();
-    runs.touch_request(&c, 32);
+    runs.touch_request(&c, 32).unwrap();
     assert_eq!(runs.iter_mru().map(|(_, lo, hi)| (lo, hi)).collect::<Vec<_>>(), [(0, 32), (0, 8)]);
     assert_eq!(runs.held(k[0]), 8);
     assert_eq!(runs.hit_blocks(&k, 32), 8);

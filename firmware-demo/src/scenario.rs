@@ -791,13 +791,29 @@ fn run_batched_one(
     if ev.output_tokens != asked_output {
         return Err(broken("output tokens: tokens produced = max(output_length, 1) summed"));
     }
+    let prefill_pods = engine.pd.map_or(0, |x| x.prefill_pods as usize);
+    emit_batched(group, &fleet, &mut ev, (max_queue, believed, dispatch_digest, prefill_pods), sink)
+}
+
+/// Checks the engines' counters against the completions, then writes every metric of one
+/// batched run: the totals, each pod's counters, the percentiles and the digests. `dispatched`:
+/// the longest queue seen at a dispatch, the believed match blocks summed, the dispatch digest,
+/// the prefill pods (P/D; 0 without it).
+fn emit_batched(
+    group: &'static str,
+    fleet: &BatchedFleet<'_>,
+    ev: &mut BatchedEvents<'_>,
+    (max_queue, believed, dispatch_digest, prefill_pods): (u32, u64, u64, usize),
+    sink: &mut impl Sink,
+) -> Result<(), RunError> {
+    let broken = |what: &'static str| RunError { run: group, request: u32::MAX, error: Cause::Scenario(what) };
     let mut total = BatchedStats::default();
     let mut per_pod = [BatchedStats::default(); PODS];
     for (p, s) in per_pod.iter_mut().enumerate() {
         *s = fleet.pod_stats(p).copied().unwrap_or_default();
         // P/D: a prefill pod's requests are prefill jobs (each request counts once, on its
         // decode pod)
-        if p >= engine.pd.map_or(0, |x| x.prefill_pods as usize) {
+        if p >= prefill_pods {
             total.requests += s.requests;
         }
         total.finished += s.finished;

@@ -971,7 +971,10 @@ fn bench_inputs_are_checked() {
     let f = file("bench.jsonl", t.as_bytes());
     bad(
         &["fleet", "bench", "--trace", p(&f), "--capacity", "16", "--no-python", "--repeats", "1"],
-        &["bench.jsonl:2: request 0: request field `input_length`"],
+        &[
+            "bench.jsonl:2: request 0: request field `input_length`",
+            "at most one pod's KV capacity (--capacity x 16 tokens)",
+        ],
     );
     // bench-repeats-zero: "best of 0" is not a measurement
     for r in ["0", "-1", "1001"] {

@@ -227,6 +227,16 @@ impl TaskState {
     /// here: another task, a gap in `seq`, a status that does not match the kind, or an event
     /// that is impossible in the current phase. On error `self` is left unchanged.
     pub fn apply(&mut self, rec: &Record) -> Result<(), RunnerError> {
+        self.check_place(rec)?;
+        let mut next = self.fold(rec)?;
+        next.next_seq = self.next_seq.wrapping_add(1);
+        *self = next;
+        Ok(())
+    }
+
+    /// Whether `rec` belongs here at all, whatever its event: this task, the next `seq`, the
+    /// status its kind has, `created` first, nothing but a lease after the end.
+    fn check_place(&self, rec: &Record) -> Result<(), RunnerError> {
         if rec.task_id != self.task_id {
             return Err(RunnerError::WrongTask { seq: rec.seq });
         }
@@ -243,6 +253,24 @@ impl TaskState {
         if self.end.is_some() && !matches!(rec.event, Event::LeaseAcquired { .. }) {
             return Err(bad("the task has already ended"));
         }
+        Ok(())
+    }
+
+    /// A model call (a response or the answer) for `step` is expected now; else why not.
+    fn expect_model_call(&self, step: u16) -> Result<(), &'static str> {
+        if self.suspended {
+            return Err("the task is suspended");
+        }
+        if step != self.step || self.phase != Phase::Model || step >= self.steps || self.answered {
+            return Err("no model call expected for this step");
+        }
+        Ok(())
+    }
+
+    /// The state after `rec`'s event (its `seq` not yet counted), or why the event is impossible
+    /// in the current phase.
+    fn fold(&self, rec: &Record) -> Result<Self, RunnerError> {
+        let bad = |what: &'static str| RunnerError::Unexpected { seq: rec.seq, kind: rec.kind(), what };
         let mut next = self.clone();
         match &rec.event {
             Event::Created { spec_digest, steps } => {
@@ -264,12 +292,7 @@ impl TaskState {
                 next.counters.leases += 1;
             }
             Event::ModelResponse { step, call, .. } => {
-                if self.suspended {
-                    return Err(bad("the task is suspended"));
-                }
-                if *step != self.step || self.phase != Phase::Model || *step >= self.steps || self.answered {
-                    return Err(bad("no model call expected for this step"));
-                }
+                self.expect_model_call(*step).map_err(bad)?;
                 next.counters.model_responses += 1;
                 match call {
                     Some(c) => next.phase = Phase::Tool { call: c.clone() },
@@ -280,12 +303,7 @@ impl TaskState {
                 }
             }
             Event::Answer { step, .. } => {
-                if self.suspended {
-                    return Err(bad("the task is suspended"));
-                }
-                if *step != self.step || self.phase != Phase::Model || *step >= self.steps || self.answered {
-                    return Err(bad("no model call expected for this step"));
-                }
+                self.expect_model_call(*step).map_err(bad)?;
                 next.counters.model_responses += 1;
                 next.answered = true;
                 next.step += 1;
@@ -364,9 +382,7 @@ impl TaskState {
             }
             Event::Failed { .. } => next.end = Some(End::Failed),
         }
-        next.next_seq = self.next_seq.wrapping_add(1);
-        *self = next;
-        Ok(())
+        Ok(next)
     }
 }
 

@@ -362,23 +362,7 @@ impl Frame<'_> {
         }
 
         if chart.bars {
-            let n = chart.series.len().max(1) as f64;
-            let group = 0.8;
-            for (k, s) in chart.series.iter().enumerate() {
-                let color = style::series_style(k).color;
-                let base = 0f64.clamp(ylo, yhi);
-                let bars = s.points.iter().filter_map(|&(x, y)| {
-                    let ci = self.categories.iter().position(|&c| c == x)? as f64;
-                    let x0 = ci - group / 2.0 + group / n * k as f64;
-                    (y.is_finite()).then(|| {
-                        let mut r =
-                            Rectangle::new([(x0, base), (x0 + group / n * 0.92, y.clamp(ylo, yhi))], color.filled());
-                        r.set_margin(0, 0, 0, 0);
-                        r
-                    })
-                });
-                cc.draw_series(bars)?;
-            }
+            self.draw_bars(&mut cc, ylo, yhi)?;
         } else {
             for (i, s) in chart.series.iter().enumerate() {
                 self.draw_series(&mut cc, i, s, &inside)?;
@@ -386,6 +370,53 @@ impl Frame<'_> {
         }
 
         // Annotations: a ring at the point, a dashed drop line to the x axis, the text beside it.
+        self.draw_annotations(area, &mut cc, &inside)?;
+        if !chart.series.iter().flat_map(|s| &s.points).any(|p| inside(p.0, p.1) || (chart.bars && p.1.is_finite())) {
+            let (mid_x, mid_y) = (cc.as_coord_spec().x_spec().middle(), cc.as_coord_spec().y_spec().middle());
+            let t = font(sz.label, NOTE).pos(Pos::new(HPos::Center, VPos::Center));
+            cc.draw_series(std::iter::once(Text::new("no data", (mid_x, mid_y), t)))?;
+        }
+        Ok(())
+    }
+
+    /// Bar series: one group per category, a bar per series, from 0 (within the y range).
+    fn draw_bars<DB: DrawingBackend>(
+        &self,
+        cc: &mut ChartContext<DB, Cartesian2d<Axis, Axis>>,
+        ylo: f64,
+        yhi: f64,
+    ) -> DrawResult<DB> {
+        let chart = self.chart;
+        let n = chart.series.len().max(1) as f64;
+        let group = 0.8;
+        for (k, s) in chart.series.iter().enumerate() {
+            let color = style::series_style(k).color;
+            let base = 0f64.clamp(ylo, yhi);
+            let bars = s.points.iter().filter_map(|&(x, y)| {
+                let ci = self.categories.iter().position(|&c| c == x)? as f64;
+                let x0 = ci - group / 2.0 + group / n * k as f64;
+                (y.is_finite()).then(|| {
+                    let mut r =
+                        Rectangle::new([(x0, base), (x0 + group / n * 0.92, y.clamp(ylo, yhi))], color.filled());
+                    r.set_margin(0, 0, 0, 0);
+                    r
+                })
+            });
+            cc.draw_series(bars)?;
+        }
+        Ok(())
+    }
+
+    /// Annotations: a ring at the point, a dashed drop line to the x axis, the text beside it.
+    fn draw_annotations<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        cc: &mut ChartContext<DB, Cartesian2d<Axis, Axis>>,
+        inside: &dyn Fn(f64, f64) -> bool,
+    ) -> DrawResult<DB> {
+        let (chart, sz) = (self.chart, self.sz);
+        let (xr, yr) = (cc.x_range(), cc.y_range());
+        let (ylo, yhi) = (yr.start, yr.end);
         for (ax, ay, text) in &chart.annotations {
             let ax = if chart.bars {
                 match self.categories.iter().position(|c| c == ax) {
@@ -428,11 +459,6 @@ impl Frame<'_> {
                 ))?;
             }
             cc.draw_series(std::iter::once(label))?;
-        }
-        if !chart.series.iter().flat_map(|s| &s.points).any(|p| inside(p.0, p.1) || (chart.bars && p.1.is_finite())) {
-            let (mid_x, mid_y) = (cc.as_coord_spec().x_spec().middle(), cc.as_coord_spec().y_spec().middle());
-            let t = font(sz.label, NOTE).pos(Pos::new(HPos::Center, VPos::Center));
-            cc.draw_series(std::iter::once(Text::new("no data", (mid_x, mid_y), t)))?;
         }
         Ok(())
     }

@@ -268,6 +268,34 @@ fn run_grouped(dir: &Path, steps: u32, tasks: u32) -> TaskResult<Concurrent> {
 
 /// `task bench`.
 pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
+    check_opts(opts)?;
+    let (dir, cleanup) = match &opts.dir {
+        Some(d) => (d.clone(), false),
+        None => (std::env::temp_dir().join(format!("brokerlab-bench-{}", std::process::id())), true),
+    };
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", dir.display())))?;
+    for f in ["raw", "single", "ungrouped", "grouped"] {
+        for ext in ["sqlite", "sqlite-wal", "sqlite-shm"] {
+            let _ = std::fs::remove_file(dir.join(format!("{f}.{ext}")));
+        }
+    }
+    let result = measure(opts, &dir);
+    if cleanup {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let v = result?;
+    if opts.json {
+        say!("{v}");
+        return Ok(0);
+    }
+    print_sqlite(opts, &v);
+    print_postgres(&v);
+    Ok(0)
+}
+
+/// The options' own consistency; a takeover's database created for its fault hooks.
+fn check_opts(opts: &BenchOpts) -> TaskResult<()> {
     if opts.steps == 0 || opts.steps > brokerlab_core::runner::MAX_STEPS as u32 {
         return Err(TaskError::bad_input(format!(
             "--steps {}: expected 1..={}",
@@ -288,114 +316,103 @@ pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
         // them, never on an existing log
         super::pg::PgStore::init_db(url, true)?;
     }
-    let (dir, cleanup) = match &opts.dir {
-        Some(d) => (d.clone(), false),
-        None => (std::env::temp_dir().join(format!("brokerlab-bench-{}", std::process::id())), true),
-    };
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", dir.display())))?;
-    for f in ["raw", "single", "ungrouped", "grouped"] {
-        for ext in ["sqlite", "sqlite-wal", "sqlite-shm"] {
-            let _ = std::fs::remove_file(dir.join(format!("{f}.{ext}")));
+    Ok(())
+}
+
+/// Every measurement, as the `--json` object (files in `dir`).
+fn measure(opts: &BenchOpts, dir: &Path) -> TaskResult<serde_json::Value> {
+    // Raw rate measured before and after the runner (disk speed drifts under other load);
+    // the ratio uses the faster of the two, so it errs against the runner.
+    let raw_n = opts.steps.max(500);
+    let raw_before = raw_commit_rate(dir, raw_n)?;
+    // one task
+    let path = dir.join("single.sqlite");
+    let store = Store::open(&path, Access::Create)?;
+    let (mut st, lease) = create_task(&store, "bench", opts.steps)?;
+    let chaos = Chaos::none();
+    let mut j = HostJournal::new(&store, lease, &chaos);
+    let t = Instant::now();
+    check_done(drive(&mut st, &mut j, &mut BenchFx))?;
+    let el = t.elapsed();
+    let steps_per_s = opts.steps as f64 / el.as_secs_f64();
+    let raw_after = raw_commit_rate(dir, raw_n)?;
+    let raw = raw_before.max(raw_after);
+    let mut v = serde_json::json!({
+        "raw_commits_per_s_before": round(raw_before),
+        "raw_commits_per_s_after": round(raw_after),
+        "steps": opts.steps,
+        "tasks": opts.tasks,
+        "records": st.next_seq,
+        "commits": j.commits,
+        "commits_per_step": j.commits as f64 / opts.steps as f64,
+        "steps_per_s": round(steps_per_s),
+        "raw_commits_per_s": round(raw),
+        "ratio": round3(steps_per_s / raw),
+        "dir": dir.display().to_string(),
+    });
+    if opts.tasks > 1 {
+        let u = run_ungrouped(dir, opts.steps, opts.tasks)?;
+        let g = run_grouped(dir, opts.steps, opts.tasks)?;
+        v["ungrouped_steps_per_s"] = round(u.steps_per_s).into();
+        v["ungrouped_commits"] = u.commits.into();
+        v["group_steps_per_s"] = round(g.steps_per_s).into();
+        v["group_ratio"] = round3(g.steps_per_s / raw).into();
+        v["group_commits"] = g.commits.into();
+        v["group_checkpoints"] = g.checkpoints.into();
+        v["checkpoints_per_commit"] = round3(g.checkpoints as f64 / g.commits.max(1) as f64).into();
+    }
+    if let Some(url) = &opts.db {
+        v["postgres"] = super::pgbench::throughput(url, opts.steps)?;
+        if opts.takeover_kills > 0 {
+            v["takeover"] = super::pgbench::takeover(
+                url,
+                opts.takeover_kills,
+                opts.takeover_unfenced_kills,
+                opts.takeover_lease_ms,
+                dir,
+            )?;
         }
     }
-    let result = (|| -> TaskResult<serde_json::Value> {
-        // Raw rate measured before and after the runner (disk speed drifts under other load);
-        // the ratio uses the faster of the two, so it errs against the runner.
-        let raw_n = opts.steps.max(500);
-        let raw_before = raw_commit_rate(&dir, raw_n)?;
-        // one task
-        let path = dir.join("single.sqlite");
-        let store = Store::open(&path, Access::Create)?;
-        let (mut st, lease) = create_task(&store, "bench", opts.steps)?;
-        let chaos = Chaos::none();
-        let mut j = HostJournal::new(&store, lease, &chaos);
-        let t = Instant::now();
-        check_done(drive(&mut st, &mut j, &mut BenchFx))?;
-        let el = t.elapsed();
-        let steps_per_s = opts.steps as f64 / el.as_secs_f64();
-        let raw_after = raw_commit_rate(&dir, raw_n)?;
-        let raw = raw_before.max(raw_after);
-        let mut v = serde_json::json!({
-            "raw_commits_per_s_before": round(raw_before),
-            "raw_commits_per_s_after": round(raw_after),
-            "steps": opts.steps,
-            "tasks": opts.tasks,
-            "records": st.next_seq,
-            "commits": j.commits,
-            "commits_per_step": j.commits as f64 / opts.steps as f64,
-            "steps_per_s": round(steps_per_s),
-            "raw_commits_per_s": round(raw),
-            "ratio": round3(steps_per_s / raw),
-            "dir": dir.display().to_string(),
-        });
-        if opts.tasks > 1 {
-            let u = run_ungrouped(&dir, opts.steps, opts.tasks)?;
-            let g = run_grouped(&dir, opts.steps, opts.tasks)?;
-            v["ungrouped_steps_per_s"] = round(u.steps_per_s).into();
-            v["ungrouped_commits"] = u.commits.into();
-            v["group_steps_per_s"] = round(g.steps_per_s).into();
-            v["group_ratio"] = round3(g.steps_per_s / raw).into();
-            v["group_commits"] = g.commits.into();
-            v["group_checkpoints"] = g.checkpoints.into();
-            v["checkpoints_per_commit"] = round3(g.checkpoints as f64 / g.commits.max(1) as f64).into();
-        }
-        if let Some(url) = &opts.db {
-            v["postgres"] = super::pgbench::throughput(url, opts.steps)?;
-            if opts.takeover_kills > 0 {
-                v["takeover"] = super::pgbench::takeover(
-                    url,
-                    opts.takeover_kills,
-                    opts.takeover_unfenced_kills,
-                    opts.takeover_lease_ms,
-                    &dir,
-                )?;
-            }
-        }
-        Ok(v)
-    })();
-    if cleanup {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    let v = result?;
-    if opts.json {
-        say!("{v}");
-    } else {
+    Ok(v)
+}
+
+/// The SQLite figures as text.
+fn print_sqlite(opts: &BenchOpts, v: &serde_json::Value) {
+    say!(
+        "raw SQLite (WAL, synchronous=FULL, 1 row/commit): {:>9.0} commits/s  (best of {} before, {} after)",
+        v["raw_commits_per_s"].as_f64().unwrap_or(0.0),
+        v["raw_commits_per_s_before"],
+        v["raw_commits_per_s_after"]
+    );
+    say!(
+        "runner, 1 task, {} model+tool steps:      {:>9.0} steps/s  ({:.2}x raw; {} records in {} commits)",
+        opts.steps,
+        v["steps_per_s"].as_f64().unwrap_or(0.0),
+        v["ratio"].as_f64().unwrap_or(0.0),
+        v["records"],
+        v["commits"]
+    );
+    if opts.tasks > 1 {
         say!(
-            "raw SQLite (WAL, synchronous=FULL, 1 row/commit): {:>9.0} commits/s  (best of {} before, {} after)",
-            v["raw_commits_per_s"].as_f64().unwrap_or(0.0),
-            v["raw_commits_per_s_before"],
-            v["raw_commits_per_s_after"]
+            "runner, {} tasks, one connection each:    {:>9.0} steps/s  ({} commits)",
+            opts.tasks,
+            v["ungrouped_steps_per_s"].as_f64().unwrap_or(0.0),
+            v["ungrouped_commits"]
         );
         say!(
-            "runner, 1 task, {} model+tool steps:      {:>9.0} steps/s  ({:.2}x raw; {} records in {} commits)",
-            opts.steps,
-            v["steps_per_s"].as_f64().unwrap_or(0.0),
-            v["ratio"].as_f64().unwrap_or(0.0),
-            v["records"],
-            v["commits"]
+            "runner, {} tasks, group commit:           {:>9.0} steps/s  ({:.2}x raw; {} checkpoints in {} commits, {:.1} per commit)",
+            opts.tasks,
+            v["group_steps_per_s"].as_f64().unwrap_or(0.0),
+            v["group_ratio"].as_f64().unwrap_or(0.0),
+            v["group_checkpoints"],
+            v["group_commits"],
+            v["checkpoints_per_commit"].as_f64().unwrap_or(0.0)
         );
-        if opts.tasks > 1 {
-            say!(
-                "runner, {} tasks, one connection each:    {:>9.0} steps/s  ({} commits)",
-                opts.tasks,
-                v["ungrouped_steps_per_s"].as_f64().unwrap_or(0.0),
-                v["ungrouped_commits"]
-            );
-            say!(
-                "runner, {} tasks, group commit:           {:>9.0} steps/s  ({:.2}x raw; {} checkpoints in {} commits, {:.1} per commit)",
-                opts.tasks,
-                v["group_steps_per_s"].as_f64().unwrap_or(0.0),
-                v["group_ratio"].as_f64().unwrap_or(0.0),
-                v["group_checkpoints"],
-                v["group_commits"],
-                v["checkpoints_per_commit"].as_f64().unwrap_or(0.0)
-            );
-        }
     }
-    if opts.json {
-        return Ok(0);
-    }
+}
+
+/// The PostgreSQL figures (throughput, takeover) as text, when measured.
+fn print_postgres(v: &serde_json::Value) {
     if let Some(p) = v.get("postgres") {
         let f = |k: &str| p[k].as_f64().unwrap_or(0.0);
         say!(
@@ -442,7 +459,6 @@ pub fn bench(opts: &BenchOpts) -> TaskResult<i32> {
             }
         }
     }
-    Ok(0)
 }
 
 pub(crate) fn round(x: f64) -> f64 {

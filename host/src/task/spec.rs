@@ -605,11 +605,10 @@ impl ModelFile {
 }
 
 impl ToolFile {
-    fn validate(self, at: &str, dir: Option<&Path>) -> Result<ToolSpec, String> {
-        check_tool_name(&self.name).map_err(|m| format!("{at}.name: {:?} {m}", self.name))?;
-        let kind = self.kind.clone().unwrap_or_default();
-        let builtin = tool_class(&self.name);
-        let class = match (&self.class, kind.as_str(), builtin) {
+    /// The tool's class: a built-in tool's own (a `class` key may only repeat it), else the
+    /// `class` key, which is required (what a retry may do is the spec writer's to say).
+    fn class_of(&self, at: &str, kind: &str, builtin: Option<ToolClass>) -> Result<ToolClass, String> {
+        Ok(match (&self.class, kind, builtin) {
             (Some(c), "builtin", Some(b)) if parse_class(c) != Some(b) => {
                 return Err(format!("{at}.class: the built-in {} is {}", self.name, b.name()));
             }
@@ -629,7 +628,14 @@ impl ToolFile {
                      by the Idempotency-Key, or \"non-idempotent\")"
                 ));
             }
-        };
+        })
+    }
+
+    fn validate(self, at: &str, dir: Option<&Path>) -> Result<ToolSpec, String> {
+        check_tool_name(&self.name).map_err(|m| format!("{at}.name: {:?} {m}", self.name))?;
+        let kind = self.kind.clone().unwrap_or_default();
+        let builtin = tool_class(&self.name);
+        let class = self.class_of(at, &kind, builtin)?;
         if builtin.is_some() && kind != "builtin" {
             return Err(format!("{at}.name: {:?} is a built-in tool's name; give this tool another", self.name));
         }

@@ -398,6 +398,13 @@ named_enum! {
         HitBlockCached => "a held hit block stays cached",
         /// A cached block's key is in the engine's cache map.
         MappedKey => "a cached block's key is in the cache map",
+        /// A run-length cache holds at most C + 1 runs (C between requests, one more while a
+        /// group is pushed).
+        RunSlots => "runs held <= capacity + 1",
+        /// A held run's group is in the run-length cache's table.
+        RunGroupMapped => "a held run's group is in the run table",
+        /// The least recent run is its group's last (oldest) run.
+        RunLastOfGroup => "the least recent run is its group's last",
     }
 }
 

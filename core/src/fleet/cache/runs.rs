@@ -24,7 +24,7 @@
 //! least [`RunLru::table_len`]).
 
 use super::table::{self, Probe};
-use crate::fleet::base::error::{Buffer, Error, Field};
+use crate::fleet::base::error::{Buffer, Error, Field, Invariant};
 use crate::fleet::base::limits::MAX_POD_BLOCKS;
 
 /// "No run" in the links.
@@ -211,16 +211,19 @@ impl<'a> RunLru<'a> {
         self.mru = r;
     }
 
-    fn alloc(&mut self) -> u32 {
+    fn alloc(&mut self) -> Result<u32, Error> {
         if self.free != NIL {
             let r = self.free;
             self.free = self.runs[r as usize].prev;
-            return r;
+            return Ok(r);
         }
-        // At most C runs are held between requests' groups and one more while a group is pushed.
-        debug_assert!((self.fresh as usize) < self.runs.len(), "more than C + 1 runs");
+        // At most C runs are held between requests' groups and one more while a group is pushed;
+        // checked in every build: past it the next run would be written out of bounds.
+        if self.fresh as usize >= self.runs.len() {
+            return Err(Error::Invariant { what: Invariant::RunSlots });
+        }
         self.fresh += 1;
-        self.fresh - 1
+        Ok(self.fresh - 1)
     }
 
     fn release(&mut self, r: u32) {
@@ -229,8 +232,9 @@ impl<'a> RunLru<'a> {
     }
 
     /// Touches sub-blocks `0..t` of the group whose first key is `key` tail-first (t-1 first,
-    /// 0 last), then evicts least recent blocks down to the capacity.
-    pub fn touch_group(&mut self, key: u64, t: u32) {
+    /// 0 last), then evicts least recent blocks down to the capacity. An error is a broken
+    /// invariant (a bug): the cache is then unusable, and the fleet that owns it poisoned.
+    pub fn touch_group(&mut self, key: u64, t: u32) -> Result<(), Error> {
         debug_assert!(t > 0);
         let (pos, rest, held) = match self.probe(key) {
             Ok((pos, head)) => {
@@ -258,7 +262,7 @@ impl<'a> RunLru<'a> {
             }
             Err(empty) => (Err(empty), NIL, 0),
         };
-        let new = self.alloc();
+        let new = self.alloc()?;
         self.runs[new as usize] = Run { key, prev: NIL, next: NIL, older: rest, lo: 0, hi: t };
         self.push_mru(new);
         match pos {
@@ -266,21 +270,23 @@ impl<'a> RunLru<'a> {
             Err(empty) => self.table[empty] = new + 1,
         }
         self.len += t.saturating_sub(held);
-        self.trim();
+        self.trim()
     }
 
-    /// Touches a whole request's blocks tail-first, `group` blocks per trace id.
-    pub fn touch_request(&mut self, keys: &[u64], group: usize) {
+    /// Touches a whole request's blocks tail-first, `group` blocks per trace id. An error is a
+    /// broken invariant, as for [`Self::touch_group`].
+    pub fn touch_request(&mut self, keys: &[u64], group: usize) -> Result<(), Error> {
         debug_assert!(group > 0);
         let groups = keys.len().div_ceil(group);
         for g in (0..groups).rev() {
             let t = (keys.len() - g * group).min(group) as u32;
-            self.touch_group(keys[g * group], t);
+            self.touch_group(keys[g * group], t)?;
         }
+        Ok(())
     }
 
     /// Evicts least recent blocks until at most `capacity` are held.
-    fn trim(&mut self) {
+    fn trim(&mut self) -> Result<(), Error> {
         while self.len > self.capacity {
             let r = self.lru;
             let run = self.runs[r as usize];
@@ -292,28 +298,35 @@ impl<'a> RunLru<'a> {
             }
             // The run empties; it is its group's last (least recent) run.
             self.unlink(r);
-            self.drop_last_run(run.key, r);
+            self.drop_last_run(run.key, r)?;
             self.release(r);
         }
+        Ok(())
     }
 
-    /// Forgets run `r`, the last run of the group `key`.
-    fn drop_last_run(&mut self, key: u64, r: u32) {
-        let Ok((pos, head)) = self.probe(key) else {
-            debug_assert!(false, "a held run's group is in the table");
-            return;
-        };
-        debug_assert_eq!(self.runs[r as usize].older, NIL, "the least recent run is its group's last");
+    /// Forgets run `r`, the last run of the group `key`. The links it follows are checked in
+    /// every build: a broken one would otherwise index with `NIL`, out of bounds.
+    fn drop_last_run(&mut self, key: u64, r: u32) -> Result<(), Error> {
+        let broken = |what| Err(Error::Invariant { what });
+        let Ok((pos, head)) = self.probe(key) else { return broken(Invariant::RunGroupMapped) };
+        if self.runs[r as usize].older != NIL {
+            return broken(Invariant::RunLastOfGroup);
+        }
         if head == r {
             let mut view = GroupTable { runs: self.runs, table: self.table, shift: self.shift };
             table::remove_at(&mut view, pos);
-            return;
+            return Ok(());
         }
         let mut p = head;
-        while self.runs[p as usize].older != r {
-            p = self.runs[p as usize].older;
+        loop {
+            match self.runs[p as usize].older {
+                NIL => return broken(Invariant::RunLastOfGroup),
+                o if o == r => break,
+                o => p = o,
+            }
         }
         self.runs[p as usize].older = NIL;
+        Ok(())
     }
 
     /// Runs from most to least recent, as (first key of the group, lo, hi).
@@ -327,5 +340,56 @@ impl<'a> RunLru<'a> {
             r = run.next;
             Some((run.key, run.lo, run.hi))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const C: usize = 8;
+
+    fn keys(first: u64, n: usize) -> [u64; C] {
+        let mut k = [0; C];
+        for (i, x) in k.iter_mut().enumerate().take(n) {
+            *x = first + i as u64;
+        }
+        k
+    }
+
+    /// A broken invariant is an error in every build (release included), never an index out of
+    /// bounds: each of the three checks, with the state corrupted by hand.
+    #[test]
+    fn broken_links_are_errors_not_out_of_bounds() {
+        let mut runs = [Run::default(); RunLru::runs_len(C)];
+        let mut table = [0u32; RunLru::table_len(C)];
+        let mut lru = RunLru::new(C, &mut runs, &mut table).unwrap();
+        lru.touch_request(&keys(100, 4)[..4], 4).unwrap();
+        lru.touch_request(&keys(200, 4)[..4], 4).unwrap();
+        // Every slot used and none free: the next run has nowhere to go.
+        lru.fresh = lru.runs.len() as u32;
+        let full = lru.touch_request(&keys(300, 4)[..4], 4);
+        assert_eq!(full, Err(Error::Invariant { what: Invariant::RunSlots }));
+
+        let mut runs = [Run::default(); RunLru::runs_len(C)];
+        let mut table = [0u32; RunLru::table_len(C)];
+        let mut lru = RunLru::new(C, &mut runs, &mut table).unwrap();
+        lru.touch_request(&keys(100, 4)[..4], 4).unwrap();
+        lru.touch_request(&keys(200, 4)[..4], 4).unwrap();
+        // The least recent run's group missing from the table: eviction cannot find it.
+        lru.table.fill(0);
+        let unmapped = lru.touch_request(&keys(300, 4)[..4], 4);
+        assert_eq!(unmapped, Err(Error::Invariant { what: Invariant::RunGroupMapped }));
+
+        let mut runs = [Run::default(); RunLru::runs_len(C)];
+        let mut table = [0u32; RunLru::table_len(C)];
+        let mut lru = RunLru::new(C, &mut runs, &mut table).unwrap();
+        lru.touch_request(&keys(100, 4)[..4], 4).unwrap();
+        lru.touch_request(&keys(200, 4)[..4], 4).unwrap();
+        // The least recent run points at an older run of its group (it must be the last).
+        let r = lru.lru;
+        lru.runs[r as usize].older = r;
+        let linked = lru.touch_request(&keys(300, 4)[..4], 4);
+        assert_eq!(linked, Err(Error::Invariant { what: Invariant::RunLastOfGroup }));
     }
 }

@@ -23,6 +23,11 @@ use crate::fleet::cost::profiles::PhysicsProfile;
 use crate::fleet::cost::shape::BatchShape;
 use crate::fleet::cost::step::{StepCost, StepProfile, decodes_after};
 
+/// What a request larger than one pod's KV cache is refused with ([`Error::InvalidRequest`] on
+/// `input_length`). The host adds where the capacity was set (the core names no flag).
+pub const OVER_KV_CAPACITY: &str =
+    "input_length + output_length - 1 at most one pod's KV capacity (capacity x 16 tokens)";
+
 /// "No block / no request" in links.
 const NIL: u32 = u32::MAX;
 const B: u64 = BLOCK_TOKENS as u64;
@@ -710,10 +715,7 @@ impl<'a> BatchedEngine<'a> {
         }
         let need_blocks = blocks_for(input_tokens + output - 1);
         if need_blocks > self.blocks.len() as u64 {
-            return Err(Error::InvalidRequest {
-                field: RequestField::InputLength,
-                expected: "input_length + output_length - 1 at most one pod's KV capacity (--capacity x 16 tokens)",
-            });
+            return Err(Error::InvalidRequest { field: RequestField::InputLength, expected: OVER_KV_CAPACITY });
         }
         let cap = self.reqs.len() as u64;
         if self.req_head - self.req_tail == cap {

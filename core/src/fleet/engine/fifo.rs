@@ -259,7 +259,7 @@ impl<'a> FifoEngine<'a> {
     ) -> Result<(usize, usize), Error> {
         if let Some(runs) = self.runs.as_mut() {
             let hit = runs.hit_blocks(keys, self.group_blocks);
-            runs.touch_request(keys, self.group_blocks);
+            runs.touch_request(keys, self.group_blocks)?;
             return Ok((hit, 0));
         }
         let cache = match self.cache.as_mut() {

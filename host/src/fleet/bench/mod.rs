@@ -112,7 +112,9 @@ impl crate::fleet::run::RequestSource for LoadedSource<'_> {
                 output_tokens: *output,
                 keys: &self.0.keys[range.clone()],
             };
-            sink(&req).map_err(|e| CliError::bad_input(format!("{}: {e}", self.0.at(i))))?;
+            sink(&req).map_err(|e| {
+                CliError::bad_input(format!("{}: {}", self.0.at(i), crate::fleet::run::fields::request_message(&e)))
+            })?;
         }
         Ok(())
     }
@@ -680,7 +682,13 @@ impl crate::fleet::run::RequestSource for HashingSource<'_> {
             self.own_s += t.elapsed().as_secs_f64();
             for (i, (req, range)) in batch.iter().enumerate() {
                 let req = Request { keys: &buf[range.clone()], ..*req };
-                sink(&req).map_err(|e| CliError::bad_input(format!("{}: {e}", l.at(first + i))))?;
+                sink(&req).map_err(|e| {
+                    CliError::bad_input(format!(
+                        "{}: {}",
+                        l.at(first + i),
+                        crate::fleet::run::fields::request_message(&e)
+                    ))
+                })?;
             }
         }
         Ok(())

@@ -10,12 +10,13 @@ use brokerlab_core::fleet::{
 use clap::{Args, Subcommand};
 
 use crate::error::{CliError, CliResult};
+use crate::fleet::cli::engine_args::EngineArgs;
 use crate::fleet::cli::flag::whole;
 use crate::fleet::cli::router_config;
 use crate::fleet::input::{formats, trace};
 use crate::fleet::run::fields;
 use crate::fleet::run::progress::OutputArgs;
-use crate::fleet::scenario::{self, engine};
+use crate::fleet::scenario::{self};
 use crate::fleet::sweep::shard;
 
 /// `brokerlab fleet` subcommands.
@@ -103,7 +104,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE.toml")]
     pub router_config: Option<PathBuf>,
     #[command(flatten)]
-    pub engine: engine::EngineArgs,
+    pub engine: EngineArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -161,7 +162,7 @@ pub struct SweepArgs {
     #[arg(long, value_name = "I/N", value_parser = shard::parse_shard)]
     pub shard: Option<shard::Shard>,
     #[command(flatten)]
-    pub engine: engine::EngineArgs,
+    pub engine: EngineArgs,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]
@@ -429,7 +430,7 @@ pub struct ReplayArgs {
     #[command(flatten)]
     pub fleet: FleetArgs,
     #[command(flatten)]
-    pub engine: engine::EngineArgs,
+    pub engine: EngineArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,

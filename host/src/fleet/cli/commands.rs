@@ -7,7 +7,9 @@ use brokerlab_core::fleet::FleetConfig;
 
 use crate::error::{CliError, CliResult};
 use crate::fleet::bench::{self, route};
-use crate::fleet::cli::args::{FleetCmd, MergeArgs, SweepArgs, check_trace_block};
+use crate::fleet::cli::args::{
+    BenchArgs, FleetCmd, GenTraceArgs, MergeArgs, ReplayArgs, ReportArgs, RunArgs, SweepArgs, check_trace_block,
+};
 use crate::fleet::cli::router_config;
 use crate::fleet::input::formats;
 use crate::fleet::report;
@@ -21,159 +23,9 @@ use crate::provenance::Provenance;
 /// Runs one `fleet` subcommand; returns the exit code.
 pub fn main(cmd: FleetCmd) -> CliResult<i32> {
     match cmd {
-        FleetCmd::Replay(a) => {
-            crate::mem::set_budget(a.mem.max_memory);
-            let mut inputs = vec![("--trace", a.trace.as_path())];
-            inputs.extend(a.fleet.router_config.as_deref().map(|p| ("--router-config", p)));
-            if let Some(o) = &a.engine.outcomes {
-                crate::outfile::check_output("--outcomes", o, &inputs)?;
-            }
-            if let Some(o) = &a.report_json {
-                crate::outfile::check_output("--report-json", o, &inputs)?;
-            }
-            if let Some(s) = a.trace_block_size {
-                check_trace_block(s)?;
-            }
-            let engine = a.engine.resolve(None)?;
-            let derived = match &engine {
-                Some(e) => engine::derived_capacity(e, "--profile")?,
-                None => None,
-            };
-            let cfg = a.fleet.config(derived)?;
-            cfg.validate().map_err(run::config_error)?;
-            let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
-            let retime = retime_of(&a)?;
-            if format != formats::Format::Mooncake {
-                if retime != crate::fleet::run::retime::Retime::NONE {
-                    return Err(CliError::bad_input(format!(
-                        "--speedup, --start-at, --max-requests: Mooncake traces only (this one is {})",
-                        format.name()
-                    )));
-                }
-                return crate::fleet::cli::replay::format(a, format, cfg, engine);
-            }
-            formats::only_token_hash(&a.hash, format)?;
-            let trace_block_size = a.trace_block_size.unwrap_or(512);
-            let mut src = TraceSource {
-                max_line_bytes: a.max_line_bytes,
-                max_blank_lines: a.max_blank_lines,
-                ..TraceSource::new(a.trace.clone(), trace_block_size)
-            };
-            let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
-            let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
-            let mut prov = Provenance::of_this_run(a.output.no_date);
-            prov.add_file("trace", &a.trace)?;
-            router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
-            let out = Output {
-                json: a.json.then_some(&prov),
-                title: &format!("trace {}", a.trace.display()),
-                pipeline: if a.fleet.routing_scorers.is_some() {
-                    router_config::describe(&cfg)
-                } else {
-                    pipeline(&a.fleet.router_config, &cfg)
-                },
-                outcomes: a.engine.outcomes.as_deref(),
-                format: None,
-                report_json: a.report_json.as_deref(),
-            };
-            let cfg = match engine {
-                Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
-                None => cfg,
-            };
-            let slo =
-                crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
-            let mut retimed = crate::fleet::run::retime::Retimed { inner: &mut src, retime };
-            run_print(cfg, (&mut retimed, Unit::TraceBytes), progress, out, slo)
-        }
-        FleetCmd::Run(a) => {
-            crate::mem::set_budget(a.mem.max_memory);
-            let (input_kind, input) = match (&a.scenario, &a.inference_perf) {
-                (Some(p), _) => ("the scenario", p.as_path()),
-                (None, Some(p)) => ("--inference-perf", p.as_path()),
-                (None, None) => return Err(CliError::bad_input("a SCENARIO file or --inference-perf FILE")),
-            };
-            let mut inputs = vec![(input_kind, input)];
-            inputs.extend(a.router_config.as_deref().map(|p| ("--router-config", p)));
-            if let Some(o) = &a.engine.outcomes {
-                crate::outfile::check_output("--outcomes", o, &inputs)?;
-            }
-            if let Some(o) = &a.report_json {
-                crate::outfile::check_output("--report-json", o, &inputs)?;
-            }
-            let mut sc = match &a.inference_perf {
-                None => scenario::Scenario::load(input)?,
-                Some(p) => {
-                    let text = std::fs::read_to_string(p)
-                        .map_err(|e| CliError::bad_input(format!("{}: cannot read: {e}", p.display())))?;
-                    let flags = scenario::inference_perf::FleetFlags {
-                        pods: a.pods.unwrap_or(1),
-                        capacity: a.capacity.unwrap_or(1),
-                        router: brokerlab_core::fleet::defaults::ROUTER.name().into(),
-                        alpha: brokerlab_core::fleet::defaults::ALPHA,
-                        profile: None,
-                        seed: brokerlab_core::fleet::defaults::WORKLOAD_SEED,
-                        requests: None,
-                        name: None,
-                    };
-                    let imp = scenario::inference_perf::import(&text, &p.display().to_string(), &flags)?;
-                    for n in &imp.notes {
-                        crate::print_stderr(&format!("note: {n}"));
-                    }
-                    imp.scenario
-                }
-            };
-            // --pods and --capacity override the file's (checked with the rest of the fleet below)
-            if let Some(p) = a.pods {
-                sc.fleet.pods = p;
-            }
-            if let Some(c) = a.capacity {
-                sc.fleet.capacity_blocks = c;
-            }
-            if a.pods.is_some() || a.capacity.is_some() {
-                sc.fleet.validate().map_err(run::config_error)?;
-            }
-            let mut cfg = sc.fleet;
-            if let Some(r) = a.router {
-                cfg.router = r;
-                cfg.routing = None;
-            }
-            router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
-            // Streamed: the generator is seeded and sequential, so the workload is never held.
-            let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
-            let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
-            let mut prov = Provenance::of_this_run(a.output.no_date);
-            prov.add_file(if a.inference_perf.is_some() { "inference-perf config" } else { "scenario" }, input)?;
-            router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
-            let out = Output {
-                json: a.json.then_some(&prov),
-                title: &format!("scenario {} ({})", sc.name, input.display()),
-                pipeline: pipeline(&a.router_config, &cfg),
-                outcomes: a.engine.outcomes.as_deref(),
-                format: None,
-                report_json: a.report_json.as_deref(),
-            };
-            let cfg = match a.engine.resolve(sc.engine.as_ref())? {
-                // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
-                Some(e) => engine::batched(cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?,
-                None => cfg,
-            };
-            let slo =
-                crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
-            run_print(cfg, (&mut src, Unit::Requests), progress, out, slo)
-        }
-        FleetCmd::GenTrace(a) => {
-            crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
-            let sc = scenario::Scenario::load(&a.scenario)?;
-            let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
-            crate::outfile::write_with(&a.output, |w| scenario::write_trace_from(&mut src, w))
-                .map_err(|e| CliError::failure(format!("-o {}: cannot write: {e}", a.output.display())))?;
-            crate::print_stderr(&format!(
-                "wrote {} requests to {} (replay with --trace-block-size 16)",
-                sc.workload.requests,
-                a.output.display()
-            ));
-            Ok(0)
-        }
+        FleetCmd::Replay(a) => replay_cmd(a),
+        FleetCmd::Run(a) => run_cmd(a),
+        FleetCmd::GenTrace(a) => gen_trace_cmd(a),
         FleetCmd::Sweep(a) => sweep_cmd(a),
         FleetCmd::Merge(a) => merge_cmd(a),
         FleetCmd::Keys(a) => formats::keys_cmd(a),
@@ -181,57 +33,220 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::CostCheck(a) => crate::fleet::cost::cost_check_cmd(a),
         FleetCmd::Compare(a) => super::compare::main(a),
         FleetCmd::Import(c) => super::import::main(c),
-        FleetCmd::Report(a) => {
-            let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
-            let prov = Provenance::of_this_run(a.output.no_date);
-            let ex = report::report(&a.out, a.threads, a.shrink, &progress, prov)?;
-            progress.finish();
-            sweep::commit_files()?;
-            if ex.shrink > 1 {
-                say!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
-            }
-            say!("{}\n", report::the_number(&ex));
-            for (k, v) in report::headlines(&ex) {
-                say!("{k:<52} {v}");
-            }
-            say!(
-                "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv (+ points.provenance.json), \
-                 experiments.json",
-                a.out.display()
-            );
-            Ok(0)
-        }
-        FleetCmd::Bench(a) => {
-            crate::mem::set_budget(a.mem.max_memory);
-            check_trace_block(a.trace_block_size)?;
-            if a.route {
-                let r = route::run(200, a.repeats)?;
-                if a.json {
-                    say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
-                } else {
-                    say_raw!("{}", route::render(&r));
-                }
-                return Ok(0);
-            }
-            if a.sweep {
-                let s = bench::sweep_bench(a.repeats)?;
-                if a.json {
-                    say!("{}", serde_json::to_string_pretty(&s).expect("report serializes"));
-                } else {
-                    say_raw!("{}", bench::render_sweep(&s));
-                }
-                return Ok(0);
-            }
-            let py = bench::PythonModel { script: a.python_model, enabled: !a.no_python };
-            let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats, &py)?;
-            if a.json {
-                say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
-            } else {
-                say_raw!("{}", bench::render(&r));
-            }
-            Ok(0)
-        }
+        FleetCmd::Report(a) => report_cmd(a),
+        FleetCmd::Bench(a) => bench_cmd(a),
     }
+}
+
+/// `fleet replay`: a Mooncake trace here; the other formats in [`super::replay`].
+fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
+    crate::mem::set_budget(a.mem.max_memory);
+    let mut inputs = vec![("--trace", a.trace.as_path())];
+    inputs.extend(a.fleet.router_config.as_deref().map(|p| ("--router-config", p)));
+    if let Some(o) = &a.engine.outcomes {
+        crate::outfile::check_output("--outcomes", o, &inputs)?;
+    }
+    if let Some(o) = &a.report_json {
+        crate::outfile::check_output("--report-json", o, &inputs)?;
+    }
+    if let Some(s) = a.trace_block_size {
+        check_trace_block(s)?;
+    }
+    let engine = a.engine.resolve(None)?;
+    let derived = match &engine {
+        Some(e) => engine::derived_capacity(e, "--profile")?,
+        None => None,
+    };
+    let cfg = a.fleet.config(derived)?;
+    cfg.validate().map_err(run::config_error)?;
+    let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
+    let retime = retime_of(&a)?;
+    if format != formats::Format::Mooncake {
+        if retime != crate::fleet::run::retime::Retime::NONE {
+            return Err(CliError::bad_input(format!(
+                "--speedup, --start-at, --max-requests: Mooncake traces only (this one is {})",
+                format.name()
+            )));
+        }
+        return crate::fleet::cli::replay::format(a, format, cfg, engine);
+    }
+    formats::only_token_hash(&a.hash, format)?;
+    let trace_block_size = a.trace_block_size.unwrap_or(512);
+    let mut src = TraceSource {
+        max_line_bytes: a.max_line_bytes,
+        max_blank_lines: a.max_blank_lines,
+        ..TraceSource::new(a.trace.clone(), trace_block_size)
+    };
+    let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
+    let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
+    let mut prov = Provenance::of_this_run(a.output.no_date);
+    prov.add_file("trace", &a.trace)?;
+    router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
+    let out = Output {
+        json: a.json.then_some(&prov),
+        title: &format!("trace {}", a.trace.display()),
+        pipeline: if a.fleet.routing_scorers.is_some() {
+            router_config::describe(&cfg)
+        } else {
+            pipeline(&a.fleet.router_config, &cfg)
+        },
+        outcomes: a.engine.outcomes.as_deref(),
+        format: None,
+        report_json: a.report_json.as_deref(),
+    };
+    let cfg = match engine {
+        Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
+        None => cfg,
+    };
+    let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+    let mut retimed = crate::fleet::run::retime::Retimed { inner: &mut src, retime };
+    run_print(cfg, (&mut retimed, Unit::TraceBytes), progress, out, slo)
+}
+
+/// `fleet run`: one scenario file, its workload streamed.
+fn run_cmd(a: RunArgs) -> CliResult<i32> {
+    crate::mem::set_budget(a.mem.max_memory);
+    let (input_kind, input) = match (&a.scenario, &a.inference_perf) {
+        (Some(p), _) => ("the scenario", p.as_path()),
+        (None, Some(p)) => ("--inference-perf", p.as_path()),
+        (None, None) => return Err(CliError::bad_input("a SCENARIO file or --inference-perf FILE")),
+    };
+    let mut inputs = vec![(input_kind, input)];
+    inputs.extend(a.router_config.as_deref().map(|p| ("--router-config", p)));
+    if let Some(o) = &a.engine.outcomes {
+        crate::outfile::check_output("--outcomes", o, &inputs)?;
+    }
+    if let Some(o) = &a.report_json {
+        crate::outfile::check_output("--report-json", o, &inputs)?;
+    }
+    let mut sc = match &a.inference_perf {
+        None => scenario::Scenario::load(input)?,
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| CliError::bad_input(format!("{}: cannot read: {e}", p.display())))?;
+            let flags = scenario::inference_perf::FleetFlags {
+                pods: a.pods.unwrap_or(1),
+                capacity: a.capacity.unwrap_or(1),
+                router: brokerlab_core::fleet::defaults::ROUTER.name().into(),
+                alpha: brokerlab_core::fleet::defaults::ALPHA,
+                profile: None,
+                seed: brokerlab_core::fleet::defaults::WORKLOAD_SEED,
+                requests: None,
+                name: None,
+            };
+            let imp = scenario::inference_perf::import(&text, &p.display().to_string(), &flags)?;
+            for n in &imp.notes {
+                crate::print_stderr(&format!("note: {n}"));
+            }
+            imp.scenario
+        }
+    };
+    // --pods and --capacity override the file's (checked with the rest of the fleet below)
+    if let Some(p) = a.pods {
+        sc.fleet.pods = p;
+    }
+    if let Some(c) = a.capacity {
+        sc.fleet.capacity_blocks = c;
+    }
+    if a.pods.is_some() || a.capacity.is_some() {
+        sc.fleet.validate().map_err(run::config_error)?;
+    }
+    let mut cfg = sc.fleet;
+    if let Some(r) = a.router {
+        cfg.router = r;
+        cfg.routing = None;
+    }
+    router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
+    // Streamed: the generator is seeded and sequential, so the workload is never held.
+    let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+    let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
+    let mut prov = Provenance::of_this_run(a.output.no_date);
+    prov.add_file(if a.inference_perf.is_some() { "inference-perf config" } else { "scenario" }, input)?;
+    router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
+    let out = Output {
+        json: a.json.then_some(&prov),
+        title: &format!("scenario {} ({})", sc.name, input.display()),
+        pipeline: pipeline(&a.router_config, &cfg),
+        outcomes: a.engine.outcomes.as_deref(),
+        format: None,
+        report_json: a.report_json.as_deref(),
+    };
+    let cfg = match a.engine.resolve(sc.engine.as_ref())? {
+        // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
+        Some(e) => engine::batched(cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?,
+        None => cfg,
+    };
+    let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+    run_print(cfg, (&mut src, Unit::Requests), progress, out, slo)
+}
+
+/// `fleet gen-trace`: a scenario's workload written as a 16-token Mooncake trace.
+fn gen_trace_cmd(a: GenTraceArgs) -> CliResult<i32> {
+    crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
+    let sc = scenario::Scenario::load(&a.scenario)?;
+    let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+    crate::outfile::write_with(&a.output, |w| scenario::write_trace_from(&mut src, w))
+        .map_err(|e| CliError::failure(format!("-o {}: cannot write: {e}", a.output.display())))?;
+    crate::print_stderr(&format!(
+        "wrote {} requests to {} (replay with --trace-block-size 16)",
+        sc.workload.requests,
+        a.output.display()
+    ));
+    Ok(0)
+}
+
+/// `fleet report`.
+fn report_cmd(a: ReportArgs) -> CliResult<i32> {
+    let progress = Progress::new(a.output.quiet, "report", Unit::Points, None);
+    let prov = Provenance::of_this_run(a.output.no_date);
+    let ex = report::report(&a.out, a.threads, a.shrink, &progress, prov)?;
+    progress.finish();
+    sweep::commit_files()?;
+    if ex.shrink > 1 {
+        say!("shrunk run: every scenario ran its request count divided by {}\n", ex.shrink);
+    }
+    say!("{}\n", report::the_number(&ex));
+    for (k, v) in report::headlines(&ex) {
+        say!("{k:<52} {v}");
+    }
+    say!(
+        "\nwrote {0}/index.html, {0}/summary.md, plots (.svg, .png), points.csv (+ points.provenance.json), \
+         experiments.json",
+        a.out.display()
+    );
+    Ok(0)
+}
+
+/// `fleet bench`: the replay throughput, or `--route` (one decision), or `--sweep`.
+fn bench_cmd(a: BenchArgs) -> CliResult<i32> {
+    crate::mem::set_budget(a.mem.max_memory);
+    check_trace_block(a.trace_block_size)?;
+    if a.route {
+        let r = route::run(200, a.repeats)?;
+        if a.json {
+            say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+        } else {
+            say_raw!("{}", route::render(&r));
+        }
+        return Ok(0);
+    }
+    if a.sweep {
+        let s = bench::sweep_bench(a.repeats)?;
+        if a.json {
+            say!("{}", serde_json::to_string_pretty(&s).expect("report serializes"));
+        } else {
+            say_raw!("{}", bench::render_sweep(&s));
+        }
+        return Ok(0);
+    }
+    let py = bench::PythonModel { script: a.python_model, enabled: !a.no_python };
+    let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats, &py)?;
+    if a.json {
+        say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+    } else {
+        say_raw!("{}", bench::render(&r));
+    }
+    Ok(0)
 }
 
 /// The retiming flags of `fleet replay` (exact fractions; docs/MODEL.md, "Trace speed").

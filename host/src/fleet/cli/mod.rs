@@ -5,6 +5,7 @@
 pub mod args;
 pub mod commands;
 pub mod compare;
+pub mod engine_args;
 pub mod flag;
 pub mod import;
 pub mod replay;

@@ -62,7 +62,9 @@ impl RequestSource for Requests<'_> {
                 output_tokens: r.output_tokens,
                 keys: &keys,
             };
-            sink(&req).map_err(|e| CliError::bad_input(format!("request {i}: {e}")))?;
+            sink(&req).map_err(|e| {
+                CliError::bad_input(format!("request {i}: {}", crate::fleet::run::fields::request_message(&e)))
+            })?;
         }
         Ok(())
     }

@@ -26,13 +26,42 @@ pub fn report(
     let ex = run_all(threads, shrink, progress)?;
     let q = Quoted::new(&ex)?;
     let mut svgs: Vec<(String, String, String)> = Vec::new(); // (section, caption, svg)
-    let mut add = |section: &str, stem: &str, c: &Chart| -> CliResult<()> {
-        let svg = write_chart(out, stem, c)?;
-        svgs.push((section.into(), stem.into(), svg));
-        Ok(())
-    };
+    for (section, stem, c) in seed_charts(&ex, &q) {
+        let svg = write_chart(out, &stem, &c)?;
+        svgs.push((section.into(), stem, svg));
+    }
+    let html = render_html(&ex, &q, &svgs, &prov);
+    sweep::write_file(out, "index.html", html.as_bytes())?;
+    sweep::write_file(out, "summary.md", render_markdown(&ex, &q, &prov).as_bytes())?;
+    let all: Vec<&Point> =
+        [&ex.capacity, &ex.timestamp_first, &ex.stale, &ex.alpha, &ex.llmd, &ex.rag, &ex.cpu_tier, &ex.autoscale]
+            .into_iter()
+            .flatten()
+            .collect();
+    let owned: Vec<Point> = all.into_iter().cloned().collect();
+    sweep::write_file(out, "points.csv", sweep::to_csv(&owned)?.as_bytes())?;
+    sweep::write_file(out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
+    sweep::write_file(out, "experiments.json", prov.json_with(&ex).as_bytes())?;
+    Ok(ex)
+}
+
+/// Every chart of the seed's experiments, in page order: (section, file stem, chart).
+fn seed_charts(ex: &Experiments, q: &Quoted) -> Vec<(&'static str, String, Chart)> {
+    let mut out = Vec::new();
+    capacity_charts(ex, &mut out);
+    stale_charts(ex, &mut out);
+    alpha_charts(ex, &mut out);
+    llmd_charts(ex, &mut out);
+    rag_charts(ex, &mut out);
+    cpu_charts(ex, q, &mut out);
+    autoscale_charts(ex, q, &mut out);
+    out
+}
+
+/// Hit rate vs capacity, and the prompt layouts.
+fn capacity_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) {
     for (stem, c) in sweep_charts("stable prefix first", SweepParam::Capacity, &ex.capacity) {
-        add("capacity", &format!("capacity_{stem}"), &c)?;
+        out.push(("capacity", format!("capacity_{stem}"), c));
     }
     let ts_hit = sweep_charts("timestamp first", SweepParam::Capacity, &ex.timestamp_first).remove(0).1;
     let mut both = sweep_charts("layout", SweepParam::Capacity, &ex.capacity).remove(0).1;
@@ -47,7 +76,11 @@ pub fn report(
     for s in ts_hit.series {
         both.series.push(Series { label: format!("{} (ts)", s.label), points: s.points });
     }
-    add("layout", "layout_hit_rate", &both)?;
+    out.push(("layout", "layout_hit_rate".into(), both));
+}
+
+/// What a stale index keeps of the gain, and the requests it sends astray.
+fn stale_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) {
     let gain = ex.stale_gain_kept();
     let chased: Vec<(f64, f64)> = ex
         .stale
@@ -55,10 +88,10 @@ pub fn report(
         .map(|p| (p.value.max(0.5), 100.0 * p.summary.chased_requests as f64 / p.summary.requests.max(1) as f64))
         .collect();
     let k_label = "stale delay k (requests, log; k = 0 at 0.5)";
-    add(
+    out.push((
         "stale",
-        "stale_gain",
-        &Chart {
+        "stale_gain".into(),
+        Chart {
             title: "stale index: share of prefix-aware's gain over round-robin that survives".into(),
             x_label: k_label.into(),
             y_label: "gain kept (%)".into(),
@@ -69,11 +102,11 @@ pub fn report(
             x_log: true,
             ..Chart::default()
         },
-    )?;
-    add(
+    ));
+    out.push((
         "stale",
-        "stale_chased",
-        &Chart {
+        "stale_chased".into(),
+        Chart {
             title: "stale index: requests routed to a pod for blocks it had evicted".into(),
             x_label: k_label.into(),
             y_label: "chased requests (% of requests)".into(),
@@ -81,7 +114,11 @@ pub fn report(
             x_log: true,
             ..Chart::default()
         },
-    )?;
+    ));
+}
+
+/// p90 vs alpha, and the load per pod at three alphas.
+fn alpha_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) {
     let mut alpha_series: Vec<Series> = RouterKind::ALL
         .iter()
         .map(|r| Series {
@@ -96,10 +133,10 @@ pub fn report(
         .collect();
     alpha_series.rotate_left(2); // prefix-aware first
     let (best_a, best_p90) = ex.best_alpha();
-    add(
+    out.push((
         "alpha",
-        "alpha_p90",
-        &Chart {
+        "alpha_p90".into(),
+        Chart {
             title: "p90 latency vs load penalty alpha (round-robin, least-loaded: flat references)".into(),
             x_label: "alpha (blocks per queued request), log scale".into(),
             y_label: "p90 latency (s)".into(),
@@ -109,7 +146,7 @@ pub fn report(
             annotations: vec![(best_a, best_p90, format!("sweet spot alpha = {best_a}"))],
             ..Chart::default()
         },
-    )?;
+    ));
     let pa: Vec<&Point> = ex.alpha.iter().filter(|p| p.summary.router == RouterKind::PrefixAware).collect();
     let pick = [pa.first().copied(), pa.iter().find(|p| p.value == best_a).copied(), pa.last().copied()];
     let load_series: Vec<Series> = pick
@@ -120,10 +157,10 @@ pub fn report(
             points: p.summary.per_pod_requests.iter().enumerate().map(|(i, &n)| (i as f64, n as f64)).collect(),
         })
         .collect();
-    add(
+    out.push((
         "alpha",
-        "alpha_pod_load",
-        &Chart {
+        "alpha_pod_load".into(),
+        Chart {
             title: "requests per pod, prefix-aware: too low, sweet spot, too high".into(),
             x_label: "pod".into(),
             y_label: "requests".into(),
@@ -131,13 +168,17 @@ pub fn report(
             bars: true,
             ..Chart::default()
         },
-    )?;
+    ));
+}
+
+/// The llm-d shape per router beside the published p90.
+fn llmd_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) {
     // llm-d: p90 per router next to the published figures (log y would hide nothing here: bars).
-    let ld_rows = llmd_rows(&ex);
-    add(
+    let ld_rows = llmd_rows(ex);
+    out.push((
         "llmd",
-        "llmd_p90",
-        &Chart {
+        "llmd_p90".into(),
+        Chart {
             title: "llm-d shape: p90 latency per router, simulated vs published TTFT p90".into(),
             x_label: "PA prefix-aware, LL least-loaded, RR round-robin".into(),
             x_categories: vec!["PA".into(), "PA k=64".into(), "LL".into(), "RR".into()],
@@ -155,7 +196,11 @@ pub fn report(
             bars: true,
             ..Chart::default()
         },
-    )?;
+    ));
+}
+
+/// RAG tenants, retrieval order vs sorted documents.
+fn rag_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) {
     let rag_series = |sorted: f64, label: &str| Series {
         label: label.into(),
         points: RouterKind::ALL
@@ -164,10 +209,10 @@ pub fn report(
             .map(|(i, r)| (i as f64, find(&ex.rag, *r, sorted).map_or(f64::NAN, |p| hit(p) * 100.0)))
             .collect(),
     };
-    add(
+    out.push((
         "rag",
-        "rag_hit_rate",
-        &Chart {
+        "rag_hit_rate".into(),
+        Chart {
             title: "RAG tenants: hit rate with documents in retrieval order vs sorted by id".into(),
             x_label: "RR round-robin, LL least-loaded, PA prefix-aware".into(),
             x_categories: vec!["RR".into(), "LL".into(), "PA".into()],
@@ -176,7 +221,11 @@ pub fn report(
             bars: true,
             ..Chart::default()
         },
-    )?;
+    ));
+}
+
+/// The CPU tier, hit rate and p90.
+fn cpu_charts(ex: &Experiments, q: &Quoted, out: &mut Vec<(&'static str, String, Chart)>) {
     let tier_series = |y: &dyn Fn(&Summary) -> f64| -> Vec<Series> {
         RouterKind::ALL
             .iter()
@@ -191,21 +240,21 @@ pub fn report(
             })
             .collect()
     };
-    add(
+    out.push((
         "cpu",
-        "cpu_tier_hit_rate",
-        &Chart {
+        "cpu_tier_hit_rate".into(),
+        Chart {
             title: "CPU tier: tokens served from GPU + CPU cache vs CPU tier size (GPU = hot/6)".into(),
             x_label: "CPU-tier blocks per pod".into(),
             y_label: "GPU + CPU hit rate (% of prompt tokens)".into(),
             series: tier_series(&|s| (s.hit_rate.unwrap_or(0.0) + s.cpu_hit_rate.unwrap_or(0.0)) * 100.0),
             ..Chart::default()
         },
-    )?;
-    add(
+    ));
+    out.push((
         "cpu",
-        "cpu_tier_p90",
-        &Chart {
+        "cpu_tier_p90".into(),
+        Chart {
             title: format!(
                 "CPU tier: p90 latency vs CPU tier size (load {} us/token, prefill {} us/token)",
                 us(q.multi_tenant.fifo().t_cpu_ns),
@@ -216,7 +265,11 @@ pub fn report(
             series: tier_series(&|s| s.latency_p90.unwrap_or(f64::NAN)),
             ..Chart::default()
         },
-    )?;
+    ));
+}
+
+/// Routable pods over time under autoscaling.
+fn autoscale_charts(ex: &Experiments, q: &Quoted, out: &mut Vec<(&'static str, String, Chart)>) {
     let steps: Vec<Series> =
         ex.autoscale_timeline.iter().map(|(label, pts)| Series { label: label.clone(), points: pts.clone() }).collect();
     let w = q.autoscale.workload;
@@ -226,10 +279,10 @@ pub fn report(
     } else {
         Vec::new()
     };
-    add(
+    out.push((
         "autoscale",
-        "autoscale_pods",
-        &Chart {
+        "autoscale_pods".into(),
+        Chart {
             title: format!(
                 "autoscaling: routable pods over time (burst from {from_s} s to {to_s} s, {} s boot)",
                 q.autoscale.fleet.scale().map_or(0.0, |p| secs(p.startup_ns))
@@ -240,18 +293,5 @@ pub fn report(
             shades,
             ..Chart::default()
         },
-    )?;
-    let html = render_html(&ex, &q, &svgs, &prov);
-    sweep::write_file(out, "index.html", html.as_bytes())?;
-    sweep::write_file(out, "summary.md", render_markdown(&ex, &q, &prov).as_bytes())?;
-    let all: Vec<&Point> =
-        [&ex.capacity, &ex.timestamp_first, &ex.stale, &ex.alpha, &ex.llmd, &ex.rag, &ex.cpu_tier, &ex.autoscale]
-            .into_iter()
-            .flatten()
-            .collect();
-    let owned: Vec<Point> = all.into_iter().cloned().collect();
-    sweep::write_file(out, "points.csv", sweep::to_csv(&owned)?.as_bytes())?;
-    sweep::write_file(out, "points.provenance.json", prov.sidecar_json().as_bytes())?;
-    sweep::write_file(out, "experiments.json", prov.json_with(&ex).as_bytes())?;
-    Ok(ex)
+    ));
 }

@@ -92,7 +92,12 @@ impl RequestSource for &MemTrace {
                 output_tokens: *output,
                 keys: &self.keys[range.clone()],
             };
-            sink(&req).map_err(|e| CliError::bad_input(format!("{CONVERSATION_TRACE_NAME}: request {i}: {e}")))?;
+            sink(&req).map_err(|e| {
+                CliError::bad_input(format!(
+                    "{CONVERSATION_TRACE_NAME}: request {i}: {}",
+                    crate::fleet::run::fields::request_message(&e)
+                ))
+            })?;
         }
         Ok(())
     }
@@ -268,12 +273,22 @@ fn times(a: Option<f64>, b: Option<f64>) -> String {
 
 /// "What changes and why", one paragraph per workload, formatted from the results (Markdown).
 pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
+    // the conversation paragraph only after the llm-d one (each needs both routers' runs)
+    let mut out = Vec::new();
+    let Some(p) = llmd_paragraph(c, llmd) else { return out };
+    out.push(p);
+    out.extend(conversation_paragraph(c));
+    out
+}
+
+/// The llm-d shape under both engines: why round-robin queues and prefix-aware does not, from
+/// the cost model's figures; None without both routers' runs.
+fn llmd_paragraph(c: &EngineComparison, llmd: &Scenario) -> Option<String> {
     let e = engine_config();
     let cost = *e.cost.linear().expect("the engine comparison runs the linear profile");
-    let mut out = Vec::new();
     let (Some(lrr), Some(lpa)) = (c.get("llm-d", RouterKind::RoundRobin), c.get("llm-d", RouterKind::PrefixAware))
     else {
-        return out;
+        return None;
     };
     let w = llmd.workload;
     let prompt = w.prefix_tokens as f64 + (w.suffix_min_tokens + w.suffix_max_tokens) as f64 / 2.0;
@@ -284,7 +299,7 @@ pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
     let batched_s = prompt * per_token_ns / 1e9;
     let pods = llmd.fleet.pods as f64;
     let rate = w.rate_milli_per_s as f64 / 1e3;
-    out.push(format!(
+    Some(format!(
         "**llm-d shape.** Under the batched engine prefix-aware's TTFT p90 is {} s against round-robin's {} s \
          ({} lower; FIFO p90: {} s vs {} s). The shape asks for one output token per request (`output_tokens = [{}, {}]` is \
          max(O, 1) = 1), so the engine's difference is its cost model, not decoding: a step of up to {} tokens costs {:.3} ms \
@@ -326,11 +341,16 @@ pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
         lpa.batched.preemptions,
         tok_s(lrr.batched.output_tok_per_s),
         tok_s(lpa.batched.output_tok_per_s),
-    ));
+    ))
+}
+
+/// The conversation trace under both engines: hits, preemptions, TTFT and why; None without
+/// both routers' runs.
+fn conversation_paragraph(c: &EngineComparison) -> Option<String> {
     let (Some(crr), Some(cpa)) =
         (c.get("conversation", RouterKind::RoundRobin), c.get("conversation", RouterKind::PrefixAware))
     else {
-        return out;
+        return None;
     };
     let (tr, tp) = (crr.batched.ttft_p90.unwrap_or(f64::NAN), cpa.batched.ttft_p90.unwrap_or(f64::NAN));
     let (fr, fp) = (crr.fifo.latency_p90.unwrap_or(f64::NAN), cpa.fifo.latency_p90.unwrap_or(f64::NAN));
@@ -350,7 +370,7 @@ pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
             "the prefill its hits save outweighs that queueing."
         }
     );
-    out.push(format!(
+    Some(format!(
         "**Conversation trace** ({} of its {} requests, {} pods x {} blocks, the trace's own output lengths: {} output \
          tokens). Prefix-aware (alpha {}) raises the batched hit rate from {} to {} (FIFO: {} to {}; the engines count a hit at \
          different moments, FIFO at arrival, batched at admission against a cache whose pinned blocks cannot be \
@@ -388,8 +408,7 @@ pub fn prose(c: &EngineComparison, llmd: &Scenario) -> Vec<String> {
         makespan_diff,
         s3(crr.batched.e2e_p90),
         s3(cpa.batched.e2e_p90),
-    ));
-    out
+    ))
 }
 
 /// A note when the trace was cut.

@@ -34,6 +34,7 @@ use crate::plot::{Chart, Series};
 use crate::provenance::Provenance;
 
 mod charts;
+mod cost;
 pub mod engine;
 pub mod llmd;
 pub mod mooncake;

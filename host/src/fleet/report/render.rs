@@ -234,7 +234,7 @@ pub fn render_markdown(ex: &Experiments, q: &Quoted, prov: &Provenance) -> Strin
         let _ = write!(o, "\n{p}\n");
     }
     o += "\n## What the cost model says, and how wrong it is\n\n";
-    o += &cost_section();
+    o += &super::cost::markdown();
     o += "\n";
     o += &crate::fleet::report::mooncake::markdown(&ex.mooncake);
     o += "\n";
@@ -249,12 +249,6 @@ pub fn render_markdown(ex: &Experiments, q: &Quoted, prov: &Provenance) -> Strin
     o += &runs_table(ex);
     o += "\nEverything else as in the scenario files (`scenarios/`); the experiments vary capacity, layout, stale delay, alpha, document order, CPU tier and autoscaling as each section says.\n";
     o
-}
-
-/// The cost model's section (the same check as `fleet cost-check`; deterministic, no run needed).
-fn cost_section() -> String {
-    let c = crate::fleet::cost::check::run();
-    crate::fleet::cost::check::report_section(&c).unwrap_or_else(|e| panic!("the cost check lost a row: {e}"))
 }
 
 fn autoscale_table(ex: &Experiments, pods: usize) -> String {
@@ -304,7 +298,7 @@ fn cpu_table(ex: &Experiments) -> String {
     o
 }
 
-fn md_table_to_html(md: &str) -> String {
+pub(super) fn md_table_to_html(md: &str) -> String {
     let mut o = String::from("<table>");
     for (i, line) in md.lines().filter(|l| l.starts_with('|')).enumerate() {
         if i == 1 {
@@ -320,7 +314,7 @@ fn md_table_to_html(md: &str) -> String {
     o + "</table>"
 }
 
-fn html_escape(s: &str) -> String {
+pub(super) fn html_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
@@ -338,7 +332,7 @@ fn figures(svgs: &[(String, String, String)], section: &str) -> String {
 }
 
 /// Markdown emphasis and code of [`scale_note`] as HTML.
-fn md_inline_to_html(md: &str) -> String {
+pub(super) fn md_inline_to_html(md: &str) -> String {
     let mut o = String::new();
     let mut code = false;
     for (i, part) in md.split("**").enumerate() {
@@ -352,6 +346,51 @@ fn md_inline_to_html(md: &str) -> String {
             }
             o += &html_escape(piece);
         }
+    }
+    o
+}
+
+/// Section 10 (the Mooncake local vs global cache) as HTML.
+fn mooncake_html(ex: &Experiments) -> String {
+    use crate::fleet::report::mooncake as mc;
+    let mut o = String::new();
+    let _ = write!(o, "<h2>10. {}</h2><p>{}</p>", html_escape(mc::TITLE), md_inline_to_html(&mc::intro()));
+    o += &md_table_to_html(&mc::ratio_table(&ex.mooncake));
+    o += &md_table_to_html(&mc::runs_table(&ex.mooncake));
+    let _ = write!(o, "<p>{}</p><p>{}</p>", md_inline_to_html(&mc::verdict(&ex.mooncake)), md_inline_to_html(mc::WHY));
+    o
+}
+
+/// Section 11 (the llm-d benchmark reproduced) as HTML, with its scenario file.
+fn llmd_bench_html(ex: &Experiments) -> String {
+    use crate::fleet::report::llmd::{self, Block};
+    let mut o = String::new();
+    let _ = write!(o, "<h2>11. {}</h2>", html_escape(llmd::TITLE));
+    for b in llmd::blocks(&ex.llmd_bench) {
+        match b {
+            Block::Para(p) => {
+                let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
+            }
+            Block::Table(t) => o += &md_table_to_html(&t),
+        }
+    }
+    let _ = write!(o, "<h3>{}</h3><pre>{}</pre>", html_escape(llmd::SCENARIO_NAME), html_escape(llmd::SCENARIO_TEXT));
+    o
+}
+
+/// The built-in scenarios as run (the request counts after `--shrink`), as HTML.
+fn parameters_html(ex: &Experiments) -> String {
+    let mut o = String::from("<h2>Parameters</h2>");
+    for ((name, text), run) in BUILTIN.iter().zip(&ex.scenarios) {
+        let ran = if run.requests_run == run.requests_in_file {
+            format!("Ran as written: {} requests.", run.requests_run)
+        } else {
+            format!(
+                "Ran <b>{} requests</b>, not the {} below (<code>--shrink {}</code>).",
+                run.requests_run, run.requests_in_file, ex.shrink
+            )
+        };
+        let _ = write!(o, "<h3>scenarios/{name}.toml</h3><p>{ran}</p><pre>{}</pre>", html_escape(text));
     }
     o
 }
@@ -442,57 +481,10 @@ pub(super) fn render_html(
     for p in engine::prose(&ex.engines, &q.llmd) {
         let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
     }
-    {
-        o += "<h2>9b. What the cost model says, and how wrong it is</h2>";
-        // paragraphs, tables (code spans shown plain) and the notes list, block by block
-        for block in cost_section().split("\n\n") {
-            if block.starts_with('|') {
-                o += &md_table_to_html(&block.replace('`', ""));
-            } else if block.starts_with("Notes:") {
-                o += "<ul>";
-                for item in block.lines().filter_map(|l| l.strip_prefix("- ")) {
-                    let _ = write!(o, "<li>{}</li>", md_inline_to_html(item));
-                }
-                o += "</ul>";
-            } else {
-                let _ = write!(o, "<p>{}</p>", md_inline_to_html(block));
-            }
-        }
-    }
-    {
-        use crate::fleet::report::mooncake as mc;
-        let _ = write!(o, "<h2>10. {}</h2><p>{}</p>", html_escape(mc::TITLE), md_inline_to_html(&mc::intro()));
-        o += &md_table_to_html(&mc::ratio_table(&ex.mooncake));
-        o += &md_table_to_html(&mc::runs_table(&ex.mooncake));
-        let _ =
-            write!(o, "<p>{}</p><p>{}</p>", md_inline_to_html(&mc::verdict(&ex.mooncake)), md_inline_to_html(mc::WHY));
-    }
-    {
-        use crate::fleet::report::llmd::{self, Block};
-        let _ = write!(o, "<h2>11. {}</h2>", html_escape(llmd::TITLE));
-        for b in llmd::blocks(&ex.llmd_bench) {
-            match b {
-                Block::Para(p) => {
-                    let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
-                }
-                Block::Table(t) => o += &md_table_to_html(&t),
-            }
-        }
-        let _ =
-            write!(o, "<h3>{}</h3><pre>{}</pre>", html_escape(llmd::SCENARIO_NAME), html_escape(llmd::SCENARIO_TEXT));
-    }
-    o += "<h2>Parameters</h2>";
-    for ((name, text), run) in BUILTIN.iter().zip(&ex.scenarios) {
-        let ran = if run.requests_run == run.requests_in_file {
-            format!("Ran as written: {} requests.", run.requests_run)
-        } else {
-            format!(
-                "Ran <b>{} requests</b>, not the {} below (<code>--shrink {}</code>).",
-                run.requests_run, run.requests_in_file, ex.shrink
-            )
-        };
-        let _ = write!(o, "<h3>scenarios/{name}.toml</h3><p>{ran}</p><pre>{}</pre>", html_escape(text));
-    }
+    o += &super::cost::html();
+    o += &mooncake_html(ex);
+    o += &llmd_bench_html(ex);
+    o += &parameters_html(ex);
     o += "<p>Model: docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds; the latency model is approximate by design (no decode batching, no GPU model).</p></body></html>";
     o
 }

@@ -16,6 +16,14 @@ use super::{config_error, run_context};
 use crate::error::CliResult;
 use crate::mem::{Need, try_vec};
 
+/// `T { a: &mut owner.a, b: &mut owner.b, .. }`: an engine's core buffer struct over the owned
+/// vectors of the same names (each engine names its buffers once, here and in its struct).
+macro_rules! borrow_buffers {
+    ($owner:expr => $T:ident { $($f:ident),* $(,)? } $(+ { $($g:ident : $e:expr),* $(,)? })?) => {
+        $T { $($f: &mut $owner.$f,)* $($($g: $e),*)? }
+    };
+}
+
 /// The FIFO engine on the host.
 pub struct Fifo;
 
@@ -144,20 +152,10 @@ impl OwnedFifo {
 
     /// A fresh fleet over these buffers (replaying per run when they were allocated for it).
     pub fn fleet(&mut self) -> Result<FifoFleet<'_>, CoreError> {
-        let mut fleet = FifoFleet::with_router_buffers(
-            self.cfg,
-            FifoBuffers {
-                slots: &mut self.slots,
-                tables: &mut self.tables,
-                queues: &mut self.queues,
-                index: &mut self.index,
-                pending: &mut self.pending,
-                pending_table: &mut self.pending_table,
-                cpu_slots: &mut self.cpu_slots,
-                cpu_tables: &mut self.cpu_tables,
-            },
-            self.router.buffers(),
-        )?;
+        let buffers = borrow_buffers!(self => FifoBuffers {
+            slots, tables, queues, index, pending, pending_table, cpu_slots, cpu_tables
+        });
+        let mut fleet = FifoFleet::with_router_buffers(self.cfg, buffers, self.router.buffers())?;
         if !self.runs.is_empty() {
             fleet.attach_runs(self.group_blocks, &mut self.runs, &mut self.run_tables)?;
         }
@@ -346,25 +344,12 @@ impl HostEngine for Batched {
     }
 
     fn fleet(o: &mut OwnedBatched) -> Result<BatchedFleet<'_>, CoreError> {
-        BatchedFleet::with_router_buffers(
-            o.cfg,
-            BatchedBuffers {
-                blocks: &mut o.blocks,
-                tables: &mut o.tables,
-                requests: &mut o.requests,
-                waiting: &mut o.waiting,
-                running: &mut o.running,
-                keys: &mut o.keys,
-                cpu_slots: &mut o.cpu_slots,
-                cpu_tables: &mut o.cpu_tables,
-                pd: PdBuffers {
-                    transfers: &mut o.pd_transfers,
-                    joins: &mut o.pd_joins,
-                    deliveries: &mut o.pd_deliveries,
-                },
-            },
-            o.router.buffers(),
-        )
+        let buffers = borrow_buffers!(o => BatchedBuffers {
+            blocks, tables, requests, waiting, running, keys, cpu_slots, cpu_tables
+        } + {
+            pd: PdBuffers { transfers: &mut o.pd_transfers, joins: &mut o.pd_joins, deliveries: &mut o.pd_deliveries }
+        });
+        BatchedFleet::with_router_buffers(o.cfg, buffers, o.router.buffers())
     }
 
     fn outcome(_: &Routed) -> Option<Outcome> {

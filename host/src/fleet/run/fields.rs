@@ -3,6 +3,7 @@
 //! `fleet.autoscale.interval_s` in a scenario file. The match is exhaustive: a field added to the
 //! core does not compile here until it is named.
 
+use brokerlab_core::fleet::engine::batched::OVER_KV_CAPACITY;
 use brokerlab_core::fleet::{Error, Field, Rule};
 
 /// Where a field is set: its flag and its scenario key (None where there is none).
@@ -115,6 +116,26 @@ pub fn refused(e: Error) -> Result<(Field, &'static str), Error> {
     }
 }
 
+/// What a request over one pod's KV capacity must be, in the host's words: the core's
+/// ([`OVER_KV_CAPACITY`]) names no flag; this names the one that sets the capacity.
+const OVER_KV_CAPACITY_FLAG: &str =
+    "input_length + output_length - 1 at most one pod's KV capacity (--capacity x 16 tokens)";
+
+/// What a request field must be, in the host's words (the core's where it names no setting).
+pub fn request_expected(expected: &'static str) -> &'static str {
+    if expected == OVER_KV_CAPACITY { OVER_KV_CAPACITY_FLAG } else { expected }
+}
+
+/// A core error about one request, in the host's words ([`request_expected`]).
+pub fn request_message(e: &Error) -> String {
+    match *e {
+        Error::InvalidRequest { field, expected } => {
+            Error::InvalidRequest { field, expected: request_expected(expected) }.to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,5 +156,17 @@ mod tests {
         }
         assert_eq!(key(Field::CpuCapacity), "fleet.cpu_capacity");
         assert_eq!(flag(Field::ScaleInterval), "--scale-interval-s");
+    }
+
+    /// The core's refusal of a request over a pod's KV capacity names no flag; the host's says
+    /// which flag sets the capacity. Other errors pass through.
+    #[test]
+    fn the_host_names_the_capacity_flag() {
+        use brokerlab_core::fleet::RequestField;
+        let e = Error::InvalidRequest { field: RequestField::InputLength, expected: OVER_KV_CAPACITY };
+        assert!(!e.to_string().contains("--"), "{e}");
+        assert!(request_message(&e).ends_with("(--capacity x 16 tokens)"), "{}", request_message(&e));
+        let other = Error::InvalidRequest { field: RequestField::InputLength, expected: "at least 1 token" };
+        assert_eq!(request_message(&other), other.to_string());
     }
 }

@@ -143,7 +143,9 @@ fn feed_trace(
     while reader.advance()? {
         let rec = reader.record();
         let m = (rec.input_length / BLOCK_TOKENS as u64) as usize;
-        let located = |e: CoreError, r: &TraceReader| CliError::bad_input(format!("{}: {e}", r.location()));
+        let located = |e: CoreError, r: &TraceReader| {
+            CliError::bad_input(format!("{}: {}", r.location(), crate::fleet::run::fields::request_message(&e)))
+        };
         if rec.input_length > MAX_PROMPT_TOKENS {
             return Err(CliError::bad_input(format!(
                 "{}: field `input_length`: {} exceeds the limit of {} tokens",

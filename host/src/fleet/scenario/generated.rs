@@ -97,6 +97,7 @@ fn request_error(origin: &str, i: usize, e: brokerlab_core::fleet::Error) -> Cli
         E::Overflow { .. } => ": lower `fleet.autoscale.interval_s` or `fleet.autoscale.startup_s`",
         _ => "",
     };
+    let e = crate::fleet::run::fields::request_message(&e);
     CliError::bad_input(format!("{origin}: request {i}: {e}{hint}"))
 }
 

@@ -72,205 +72,9 @@ impl Scenario {
         let bad = |field: &str, expected: &str, got: &str| {
             CliError::bad_input(format!("{origin}: `{field}` = {got:?}: expected {expected}"))
         };
-        let w = &t.workload;
-        let popularity = match w.popularity.split_once(':') {
-            None if w.popularity == "uniform" => Popularity::Uniform,
-            None if w.popularity == "cycle" => Popularity::Cycle,
-            Some(("zipf", s)) => match s.parse::<f64>().ok().and_then(|v| milli_exact(v, 10.0).ok()) {
-                Some(m) => Popularity::Zipf { s_milli: m as u32 },
-                _ => {
-                    return Err(bad(
-                        "workload.popularity",
-                        "zipf:S with 0 <= S <= 10, a multiple of 0.001",
-                        &w.popularity,
-                    ));
-                }
-            },
-            _ => return Err(bad("workload.popularity", "\"uniform\", \"zipf:S\" or \"cycle\"", &w.popularity)),
-        };
-        let layout = match w.layout.as_str() {
-            "stable-prefix-first" => Layout::StablePrefixFirst,
-            "timestamp-first" => Layout::TimestampFirst,
-            other => return Err(bad("workload.layout", "\"stable-prefix-first\" or \"timestamp-first\"", other)),
-        };
-        let (stages, stages_len) = parse_stages(w.stages.as_deref(), &bad)?;
-        let rate_milli_per_s = match (w.rate_per_s, stages_len) {
-            (Some(r), 0) => rate_milli(r).map_err(|exp| bad("workload.rate_per_s", &exp, &num(r)))?,
-            (None, 0) => {
-                return Err(bad("workload.rate_per_s", "a rate in requests/s (or [[workload.stages]])", "none"));
-            }
-            (Some(r), _) => {
-                return Err(bad("workload.rate_per_s", "absent when [[workload.stages]] is given", &num(r)));
-            }
-            (None, _) => 0,
-        };
-        let suffix_scope = match w.suffix_scope.as_deref() {
-            None | Some("request") => SuffixScope::Request,
-            Some("user") => SuffixScope::User,
-            Some(other) => return Err(bad("workload.suffix_scope", "\"request\" or \"user\"", other)),
-        };
-        let (rag_docs, rag_doc_tokens, rag_per_request, rag_order) = match &w.rag {
-            None => (0, 0, 0, DocOrder::Random),
-            Some(r) => {
-                let order = match r.order.as_str() {
-                    "random" => DocOrder::Random,
-                    "sorted" => DocOrder::Sorted,
-                    other => return Err(bad("workload.rag.order", "\"random\" or \"sorted\"", other)),
-                };
-                (r.docs, r.doc_tokens, r.per_request, order)
-            }
-        };
-        let (burst_rate_milli_per_s, burst_start_ms, burst_ms) = match &w.burst {
-            None => (0, 0, 0),
-            Some(b) => {
-                let rate =
-                    rate_milli(b.rate_per_s).map_err(|e| bad("workload.burst.rate_per_s", &e, &num(b.rate_per_s)))?;
-                let secs = |v: f64, key| milli_exact(v, 1e10).map_err(|e| bad(key, &format!("seconds: {e}"), &num(v)));
-                let start = secs(b.start_s, "workload.burst.start_s")?;
-                let len = secs(b.duration_s, "workload.burst.duration_s")?;
-                (rate, start, len)
-            }
-        };
-        let out_range = w.output_tokens.unwrap_or([0, 0]);
-        let mut output_choices = [0u32; MAX_OUTPUT_CHOICES];
-        let output_choices_len = match &w.output_tokens_choices {
-            None => 0,
-            Some(_) if w.output_tokens.is_some() => {
-                return Err(bad(
-                    "workload.output_tokens_choices",
-                    "either output_tokens or output_tokens_choices",
-                    "both",
-                ));
-            }
-            Some(v) if v.is_empty() || v.len() > MAX_OUTPUT_CHOICES => {
-                return Err(bad(
-                    "workload.output_tokens_choices",
-                    &format!("1 to {MAX_OUTPUT_CHOICES} values"),
-                    &format!("{v:?}"),
-                ));
-            }
-            Some(v) => {
-                output_choices[..v.len()].copy_from_slice(v);
-                v.len() as u32
-            }
-        };
-        let workload = WorkloadSpec {
-            seed: w.seed,
-            requests: w.requests,
-            tenants: w.tenants,
-            users_per_tenant: w.users_per_tenant,
-            prefix_tokens: w.prefix_tokens,
-            suffix_min_tokens: w.suffix_tokens[0],
-            suffix_max_tokens: w.suffix_tokens[1],
-            output_min_tokens: out_range[0],
-            output_max_tokens: out_range[1],
-            output_choices,
-            output_choices_len,
-            popularity,
-            rate_milli_per_s,
-            layout,
-            header_tokens: w.header_tokens,
-            rag_docs,
-            rag_doc_tokens,
-            rag_per_request,
-            rag_order,
-            burst_rate_milli_per_s,
-            burst_start_ms,
-            burst_ms,
-            suffix_scope,
-            stages,
-            stages_len,
-        };
-        workload.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
-        let f = &t.fleet;
-        let engine = FifoConfig {
-            t_prefill_ns: f.t_prefill_ns,
-            t_decode_ns: f.t_decode_ns,
-            order: f.order,
-            cpu_capacity_blocks: f.cpu_capacity,
-            t_cpu_ns: f.t_cpu_ns,
-            cache: f.cache,
-        };
-        let view = ViewConfig { index: f.index, stale_delay: f.stale, ..brokerlab_core::fleet::defaults::VIEW };
-        let fleet = FleetConfig {
-            pods: f.pods,
-            capacity_blocks: f.capacity,
-            router: f.router,
-            alpha: f.alpha,
-            // The preset's defaults, its RNG seeded from the scenario's seed.
-            routing: RouterSpec::preset(f.router).map(|mut s| {
-                s.params.seed = w.seed;
-                s
-            }),
-            engine: EngineConfig::Fifo {
-                engine,
-                view,
-                scale: match &f.autoscale {
-                    None => None,
-                    Some(a) => Some(
-                        scale_policy(f.pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s)
-                            .map_err(|(field, expected, got)| {
-                                bad(&crate::fleet::run::fields::key(field), expected, &got)
-                            })?,
-                    ),
-                },
-            },
-        };
-        fleet.validate().map_err(|e| key_error(origin, e))?;
-        if f.pd.is_some() && f.engine.as_ref().is_none_or(|e| e.model.as_deref() == Some("fifo")) {
-            return Err(CliError::bad_input(format!(
-                "{origin}: `fleet.pd`: only with the batched engine (`[fleet.engine]`)"
-            )));
-        }
-        let engine = match &f.engine {
-            None => None,
-            Some(e) => match e.model.as_deref().unwrap_or("batched") {
-                "fifo" => None,
-                "batched" => {
-                    let step_model = match e.step_model.as_deref() {
-                        None => None,
-                        Some(m) => Some(
-                            crate::fleet::scenario::engine::StepModel::parse(m)
-                                .ok_or_else(|| bad("fleet.engine.step_model", "\"linear\" or \"physics\"", m))?,
-                        ),
-                    };
-                    let s = crate::fleet::scenario::engine::EngineSettings {
-                        profile: e.profile.clone(),
-                        step_model,
-                        max_num_seqs: e.max_num_seqs,
-                        max_num_batched_tokens: e.max_num_batched_tokens,
-                        t_overhead_ns: e.t_overhead_ns,
-                        t_prefill_token_ns: e.t_prefill_token_ns,
-                        t_decode_seq_ns: e.t_decode_seq_ns,
-                        t_kv_token_ns: e.t_kv_token_ns,
-                        cpu_capacity: e.cpu_capacity,
-                        pcie_bytes_per_s: e.pcie_bytes_per_s,
-                        pcie_latency_ns: e.pcie_latency_ns,
-                        // a TOML number: its shortest decimal text, checked as the flag's is
-                        cpu_tier_weight: e.cpu_tier_weight.map(|w| format!("{w}")),
-                        kv_bytes_per_token: e.kv_bytes_per_token,
-                        prefill_pods: f.pd.as_ref().map(|p| p.prefill_pods),
-                        prefill_capacity: f.pd.as_ref().and_then(|p| p.prefill_capacity),
-                        prefill_profile: f.pd.as_ref().and_then(|p| p.prefill_profile.clone()),
-                        pd_decider: f.pd.as_ref().and_then(|p| p.decider.clone()),
-                        pd_threshold_tokens: f.pd.as_ref().and_then(|p| p.threshold_tokens),
-                        pd_link_bytes_per_s: f.pd.as_ref().and_then(|p| p.link_bytes_per_s),
-                        pd_link_latency_ns: f.pd.as_ref().and_then(|p| p.link_latency_ns),
-                    };
-                    let key = |k: &str| {
-                        let k = k.replace('-', "_");
-                        match crate::fleet::scenario::engine::pd_key(&k) {
-                            Some(pk) => format!("{origin}: `fleet.pd.{pk}`"),
-                            None => format!("{origin}: `fleet.engine.{k}`"),
-                        }
-                    };
-                    let ecfg = s.config(&key)?;
-                    crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
-                    Some(s)
-                }
-                other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
-            },
-        };
+        let workload = workload_spec(&t.workload, origin, &bad)?;
+        let fleet = fleet_config(&t.fleet, t.workload.seed, origin, &bad)?;
+        let engine = engine_settings(t.fleet.engine.as_ref(), t.fleet.pd.as_ref(), fleet, origin, &bad)?;
         Ok(Scenario {
             engine,
             name: t.name.unwrap_or_else(|| default_name.to_string()),
@@ -280,6 +84,226 @@ impl Scenario {
             origin: origin.to_string(),
         })
     }
+}
+
+/// A scenario's `[workload]` as the core's workload, checked; errors name the key.
+fn workload_spec(
+    w: &WorkloadToml,
+    origin: &str,
+    bad: &dyn Fn(&str, &str, &str) -> CliError,
+) -> CliResult<WorkloadSpec> {
+    let popularity = match w.popularity.split_once(':') {
+        None if w.popularity == "uniform" => Popularity::Uniform,
+        None if w.popularity == "cycle" => Popularity::Cycle,
+        Some(("zipf", s)) => match s.parse::<f64>().ok().and_then(|v| milli_exact(v, 10.0).ok()) {
+            Some(m) => Popularity::Zipf { s_milli: m as u32 },
+            _ => {
+                return Err(bad("workload.popularity", "zipf:S with 0 <= S <= 10, a multiple of 0.001", &w.popularity));
+            }
+        },
+        _ => return Err(bad("workload.popularity", "\"uniform\", \"zipf:S\" or \"cycle\"", &w.popularity)),
+    };
+    let layout = match w.layout.as_str() {
+        "stable-prefix-first" => Layout::StablePrefixFirst,
+        "timestamp-first" => Layout::TimestampFirst,
+        other => return Err(bad("workload.layout", "\"stable-prefix-first\" or \"timestamp-first\"", other)),
+    };
+    let (stages, stages_len) = parse_stages(w.stages.as_deref(), bad)?;
+    let rate_milli_per_s = match (w.rate_per_s, stages_len) {
+        (Some(r), 0) => rate_milli(r).map_err(|exp| bad("workload.rate_per_s", &exp, &num(r)))?,
+        (None, 0) => {
+            return Err(bad("workload.rate_per_s", "a rate in requests/s (or [[workload.stages]])", "none"));
+        }
+        (Some(r), _) => {
+            return Err(bad("workload.rate_per_s", "absent when [[workload.stages]] is given", &num(r)));
+        }
+        (None, _) => 0,
+    };
+    let suffix_scope = match w.suffix_scope.as_deref() {
+        None | Some("request") => SuffixScope::Request,
+        Some("user") => SuffixScope::User,
+        Some(other) => return Err(bad("workload.suffix_scope", "\"request\" or \"user\"", other)),
+    };
+    let (rag_docs, rag_doc_tokens, rag_per_request, rag_order) = match &w.rag {
+        None => (0, 0, 0, DocOrder::Random),
+        Some(r) => {
+            let order = match r.order.as_str() {
+                "random" => DocOrder::Random,
+                "sorted" => DocOrder::Sorted,
+                other => return Err(bad("workload.rag.order", "\"random\" or \"sorted\"", other)),
+            };
+            (r.docs, r.doc_tokens, r.per_request, order)
+        }
+    };
+    let (burst_rate_milli_per_s, burst_start_ms, burst_ms) = match &w.burst {
+        None => (0, 0, 0),
+        Some(b) => {
+            let rate =
+                rate_milli(b.rate_per_s).map_err(|e| bad("workload.burst.rate_per_s", &e, &num(b.rate_per_s)))?;
+            let secs = |v: f64, key| milli_exact(v, 1e10).map_err(|e| bad(key, &format!("seconds: {e}"), &num(v)));
+            let start = secs(b.start_s, "workload.burst.start_s")?;
+            let len = secs(b.duration_s, "workload.burst.duration_s")?;
+            (rate, start, len)
+        }
+    };
+    let out_range = w.output_tokens.unwrap_or([0, 0]);
+    let mut output_choices = [0u32; MAX_OUTPUT_CHOICES];
+    let output_choices_len = match &w.output_tokens_choices {
+        None => 0,
+        Some(_) if w.output_tokens.is_some() => {
+            return Err(bad("workload.output_tokens_choices", "either output_tokens or output_tokens_choices", "both"));
+        }
+        Some(v) if v.is_empty() || v.len() > MAX_OUTPUT_CHOICES => {
+            return Err(bad(
+                "workload.output_tokens_choices",
+                &format!("1 to {MAX_OUTPUT_CHOICES} values"),
+                &format!("{v:?}"),
+            ));
+        }
+        Some(v) => {
+            output_choices[..v.len()].copy_from_slice(v);
+            v.len() as u32
+        }
+    };
+    let workload = WorkloadSpec {
+        seed: w.seed,
+        requests: w.requests,
+        tenants: w.tenants,
+        users_per_tenant: w.users_per_tenant,
+        prefix_tokens: w.prefix_tokens,
+        suffix_min_tokens: w.suffix_tokens[0],
+        suffix_max_tokens: w.suffix_tokens[1],
+        output_min_tokens: out_range[0],
+        output_max_tokens: out_range[1],
+        output_choices,
+        output_choices_len,
+        popularity,
+        rate_milli_per_s,
+        layout,
+        header_tokens: w.header_tokens,
+        rag_docs,
+        rag_doc_tokens,
+        rag_per_request,
+        rag_order,
+        burst_rate_milli_per_s,
+        burst_start_ms,
+        burst_ms,
+        suffix_scope,
+        stages,
+        stages_len,
+    };
+    workload.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+    Ok(workload)
+}
+
+/// A scenario's `[fleet]` as the core's FIFO fleet configuration, checked (the preset router's
+/// RNG seeded from the workload's `seed`); errors name the key.
+fn fleet_config(
+    f: &FleetToml,
+    seed: u64,
+    origin: &str,
+    bad: &dyn Fn(&str, &str, &str) -> CliError,
+) -> CliResult<FleetConfig> {
+    let engine = FifoConfig {
+        t_prefill_ns: f.t_prefill_ns,
+        t_decode_ns: f.t_decode_ns,
+        order: f.order,
+        cpu_capacity_blocks: f.cpu_capacity,
+        t_cpu_ns: f.t_cpu_ns,
+        cache: f.cache,
+    };
+    let view = ViewConfig { index: f.index, stale_delay: f.stale, ..brokerlab_core::fleet::defaults::VIEW };
+    let fleet = FleetConfig {
+        pods: f.pods,
+        capacity_blocks: f.capacity,
+        router: f.router,
+        alpha: f.alpha,
+        // The preset's defaults, its RNG seeded from the scenario's seed.
+        routing: RouterSpec::preset(f.router).map(|mut s| {
+            s.params.seed = seed;
+            s
+        }),
+        engine: EngineConfig::Fifo {
+            engine,
+            view,
+            scale: match &f.autoscale {
+                None => None,
+                Some(a) => Some(
+                    scale_policy(f.pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s)
+                        .map_err(|(field, expected, got)| {
+                            bad(&crate::fleet::run::fields::key(field), expected, &got)
+                        })?,
+                ),
+            },
+        },
+    };
+    fleet.validate().map_err(|e| key_error(origin, e))?;
+    Ok(fleet)
+}
+
+/// A scenario's `[fleet.engine]`: None for the FIFO engine, else the batched engine's settings,
+/// checked against `fleet` (what only the FIFO engine supports is refused, naming the key).
+fn engine_settings(
+    engine: Option<&EngineToml>,
+    pd: Option<&schema::PdToml>,
+    fleet: FleetConfig,
+    origin: &str,
+    bad: &dyn Fn(&str, &str, &str) -> CliError,
+) -> CliResult<Option<crate::fleet::scenario::engine::EngineSettings>> {
+    if pd.is_some() && engine.is_none_or(|e| e.model.as_deref() == Some("fifo")) {
+        return Err(CliError::bad_input(format!(
+            "{origin}: `fleet.pd`: only with the batched engine (`[fleet.engine]`)"
+        )));
+    }
+    Ok(match engine {
+        None => None,
+        Some(e) => match e.model.as_deref().unwrap_or("batched") {
+            "fifo" => None,
+            "batched" => {
+                let step_model = match e.step_model.as_deref() {
+                    None => None,
+                    Some(m) => Some(
+                        crate::fleet::scenario::engine::StepModel::parse(m)
+                            .ok_or_else(|| bad("fleet.engine.step_model", "\"linear\" or \"physics\"", m))?,
+                    ),
+                };
+                let s = crate::fleet::scenario::engine::EngineSettings {
+                    profile: e.profile.clone(),
+                    step_model,
+                    max_num_seqs: e.max_num_seqs,
+                    max_num_batched_tokens: e.max_num_batched_tokens,
+                    t_overhead_ns: e.t_overhead_ns,
+                    t_prefill_token_ns: e.t_prefill_token_ns,
+                    t_decode_seq_ns: e.t_decode_seq_ns,
+                    t_kv_token_ns: e.t_kv_token_ns,
+                    cpu_capacity: e.cpu_capacity,
+                    pcie_bytes_per_s: e.pcie_bytes_per_s,
+                    pcie_latency_ns: e.pcie_latency_ns,
+                    // a TOML number: its shortest decimal text, checked as the flag's is
+                    cpu_tier_weight: e.cpu_tier_weight.map(|w| format!("{w}")),
+                    kv_bytes_per_token: e.kv_bytes_per_token,
+                    prefill_pods: pd.map(|p| p.prefill_pods),
+                    prefill_capacity: pd.and_then(|p| p.prefill_capacity),
+                    prefill_profile: pd.and_then(|p| p.prefill_profile.clone()),
+                    pd_decider: pd.and_then(|p| p.decider.clone()),
+                    pd_threshold_tokens: pd.and_then(|p| p.threshold_tokens),
+                    pd_link_bytes_per_s: pd.and_then(|p| p.link_bytes_per_s),
+                    pd_link_latency_ns: pd.and_then(|p| p.link_latency_ns),
+                };
+                let key = |k: &str| {
+                    let k = k.replace('-', "_");
+                    match crate::fleet::scenario::engine::pd_key(&k) {
+                        Some(pk) => format!("{origin}: `fleet.pd.{pk}`"),
+                        None => format!("{origin}: `fleet.engine.{k}`"),
+                    }
+                };
+                let ecfg = s.config(&key)?;
+                crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
+                Some(s)
+            }
+            other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
+        },
+    })
 }
 
 /// `[[workload.stages]]` as the core's fixed array and its length; errors name the stage (1-based).

@@ -300,11 +300,8 @@ fn check_one(
     Ok(())
 }
 
-/// `task chaos`.
-pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
-    if let Some(dir) = &opts.verify {
-        return verify(dir, opts.db.as_deref(), opts.world.as_deref(), opts.json);
-    }
+/// The options' own consistency (before anything is created).
+fn check_opts(opts: &ChaosOpts) -> TaskResult<()> {
     if opts.iterations == 0 {
         return Err(TaskError::bad_input("--iterations must be at least 1"));
     }
@@ -327,6 +324,12 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
     if opts.pg_stop_cmd.is_some() && opts.db.is_none() {
         return Err(TaskError::bad_input("--pg-stop-cmd and --pg-start-cmd need --db postgres://..."));
     }
+    Ok(())
+}
+
+/// The run's directory (a temporary one when none is given: true) and its database, both
+/// checked to be empty: the chaos tasks' ids repeat from run to run.
+fn prepare(opts: &ChaosOpts) -> TaskResult<(PathBuf, bool)> {
     let (dir, temp) = match &opts.dir {
         Some(d) => (d.clone(), false),
         None => (std::env::temp_dir().join(format!("brokerlab-chaos-{}", std::process::id())), true),
@@ -354,6 +357,64 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
     }
     std::fs::create_dir_all(&dir)
         .map_err(|e| TaskError::bad_input(format!("{}: cannot create: {e}", dir.display())))?;
+    Ok((dir, temp))
+}
+
+/// Calibration: one task without kills, to scale the kill delays (not counted; the workers mode
+/// spaces its actions by the step delay instead).
+fn calibrate(opts: &ChaosOpts, ctx: &Ctx, world: &mut World) -> TaskResult<Pace> {
+    let calib = format!("chaos-{}-calibration", opts.seed);
+    let calib_spec = ctx.specs.join(format!("{calib}.toml"));
+    let text = chaos_spec_for(&calib, opts.steps, &mut Draws::new(opts.seed ^ 0xCA11), ctx.tools, ctx.model, &ctx.at);
+    std::fs::write(&calib_spec, text).map_err(|e| TaskError::failure(format!("{}: {e}", calib_spec.display())))?;
+    let t0 = Instant::now();
+    let mut child = ctx.spawn_run(&calib_spec, None)?;
+    let status = wait_or_kill(&mut child, t0, KillPlan::Never, world, &calib, 0)?;
+    let pace = Pace { ms: t0.elapsed().as_secs_f64() * 1000.0, steps: f64::from(opts.steps) };
+    if !status.success() {
+        return Err(TaskError::failure(format!(
+            "the calibration run (no kill) failed with {status}: {}",
+            stderr_of(&mut child)
+        )));
+    }
+    Ok(pace)
+}
+
+/// Runs the tasks (by `task run` children, or by `--workers`) and checks each as it ends; the
+/// first error stops the run.
+fn run_tasks(
+    rep: &mut ChaosReport,
+    store: &mut Slot,
+    ctx: &Ctx,
+    world: &mut World,
+    opts: &ChaosOpts,
+    pace: &mut Pace,
+    t: Instant,
+) -> TaskResult<()> {
+    let tty = std::io::stderr().is_terminal();
+    if opts.workers > 0 {
+        let ids = workers::run(rep, store, ctx, world, opts, opts.workers)?;
+        for (n, id) in ids.iter().enumerate() {
+            check_one(rep, store, ctx, world, id, opts.steps)?;
+            progress(tty, n as u32 + 1, rep, t);
+        }
+    }
+    for i in (0..opts.iterations).filter(|_| opts.workers == 0) {
+        iteration(rep, store, ctx, world, opts, i, pace)?;
+        let id = format!("chaos-{}-{i}", opts.seed);
+        check_one(rep, store, ctx, world, &id, opts.steps)?;
+        progress(tty, i + 1, rep, t);
+    }
+    Ok(())
+}
+
+/// `task chaos`.
+pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
+    if let Some(dir) = &opts.verify {
+        return verify(dir, opts.db.as_deref(), opts.world.as_deref(), opts.json);
+    }
+    check_opts(opts)?;
+    let (dir, temp) = prepare(opts)?;
     let exe = std::env::current_exe().map_err(|e| TaskError::failure(format!("cannot find this binary: {e}")))?;
     // the servers live as long as this run (dropped, they are killed)
     let servers = Servers::start(&exe, &dir, opts.tools, opts.model, opts.seed)?;
@@ -399,26 +460,9 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
         ToolsMode::Http => World::tool_server(&servers::tool_file(&dir)),
         ToolsMode::Builtin => World::new(&ctx.world),
     };
-    // Calibration: one task without kills, to scale the kill delays (not counted; the workers
-    // mode spaces its actions by the step delay instead).
-    let mut pace = Pace { ms: 0.0, steps: 1.0 };
-    if opts.workers == 0 {
-        let calib = format!("chaos-{}-calibration", opts.seed);
-        let calib_spec = ctx.specs.join(format!("{calib}.toml"));
-        let text =
-            chaos_spec_for(&calib, opts.steps, &mut Draws::new(opts.seed ^ 0xCA11), ctx.tools, ctx.model, &ctx.at);
-        std::fs::write(&calib_spec, text).map_err(|e| TaskError::failure(format!("{}: {e}", calib_spec.display())))?;
-        let t0 = Instant::now();
-        let mut child = ctx.spawn_run(&calib_spec, None)?;
-        let status = wait_or_kill(&mut child, t0, KillPlan::Never, &mut world, &calib, 0)?;
-        pace = Pace { ms: t0.elapsed().as_secs_f64() * 1000.0, steps: f64::from(opts.steps) };
-        if !status.success() {
-            return Err(TaskError::failure(format!(
-                "the calibration run (no kill) failed with {status}: {}",
-                stderr_of(&mut child)
-            )));
-        }
-    }
+    // one task without kills first, to scale the kill delays (the workers mode spaces its actions
+    // by the step delay instead)
+    let mut pace = if opts.workers == 0 { calibrate(opts, &ctx, &mut world)? } else { Pace { ms: 0.0, steps: 1.0 } };
     let stop = Arc::new(AtomicBool::new(false));
     let restarts = match (&opts.pg_stop_cmd, &opts.pg_start_cmd) {
         (Some(a), Some(b)) => {
@@ -429,34 +473,7 @@ pub fn chaos(opts: &ChaosOpts) -> TaskResult<i32> {
     };
     // the tool server's restarts start after the calibration (which must finish unkilled)
     let server_restarts = servers.restart_tools_every(opts.seed, stop.clone());
-    let tty = std::io::stderr().is_terminal();
-    let mut failed = None;
-    if opts.workers > 0 {
-        match workers::run(&mut rep, &mut store, &ctx, &mut world, opts, opts.workers) {
-            Ok(ids) => {
-                for (n, id) in ids.iter().enumerate() {
-                    if let Err(e) = check_one(&mut rep, &mut store, &ctx, &mut world, id, opts.steps) {
-                        failed = Some(e);
-                        break;
-                    }
-                    progress(tty, n as u32 + 1, &rep, t);
-                }
-            }
-            Err(e) => failed = Some(e),
-        }
-    }
-    for i in (0..opts.iterations).filter(|_| opts.workers == 0) {
-        if let Err(e) = iteration(&mut rep, &mut store, &ctx, &mut world, opts, i, &mut pace) {
-            failed = Some(e);
-            break;
-        }
-        let id = format!("chaos-{}-{i}", opts.seed);
-        if let Err(e) = check_one(&mut rep, &mut store, &ctx, &mut world, &id, opts.steps) {
-            failed = Some(e);
-            break;
-        }
-        progress(tty, i + 1, &rep, t);
-    }
+    let failed = run_tasks(&mut rep, &mut store, &ctx, &mut world, opts, &mut pace, t).err();
     stop.store(true, Ordering::Relaxed);
     if let Some(h) = restarts {
         let r = h.join().unwrap_or_default();

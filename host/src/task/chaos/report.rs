@@ -206,6 +206,9 @@ pub(super) fn print_text(rep: &ChaosReport) {
         rep.model
     );
     let pct = |n: u64| if rep.kills == 0 { 0.0 } else { 100.0 * n as f64 / rep.kills as f64 };
+    say!(
+        "  bookkeeping: what the run did (each kill and pause counted in one class: the classes add up by construction)"
+    );
     say!("  runner processes started     {}", rep.runs);
     say!(
         "  SIGKILLs                     {} ({} aimed at the window, the rest at uniform delays)",
@@ -260,6 +263,7 @@ pub(super) fn print_text(rep: &ChaosReport) {
             rep.tool_server_restarts
         );
     }
+    say!("  checks: read back from the tools' own files and the task logs (each must be 0)");
     say!("  false corruption reports     {}", rep.false_corruption);
     say!("  duplicates                   {}", rep.duplicates);
     say!("  lost steps                   {}", rep.lost);

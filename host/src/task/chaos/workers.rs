@@ -69,6 +69,33 @@ struct Pool {
 }
 
 impl Pool {
+    /// `k` workers on the log at `url`, their stderr in DIR/workers.
+    fn start(rep: &mut ChaosReport, ctx: &Ctx, url: &str, k: u32) -> TaskResult<Pool> {
+        let logs = PathBuf::from(&rep.dir).join("workers");
+        std::fs::create_dir_all(&logs).map_err(|e| TaskError::failure(format!("{}: {e}", logs.display())))?;
+        let mut pool = Pool {
+            url: url.to_string(),
+            ctx_args: vec![
+                "--world".into(),
+                ctx.world.to_string_lossy().into_owned(),
+                "--step-delay-ms".into(),
+                ctx.step_delay_ms.to_string(),
+                "--lease-ms".into(),
+                ctx.lease_ms.to_string(),
+            ],
+            exe: ctx.exe.clone(),
+            logs,
+            next_log: 0,
+            ws: Vec::new(),
+        };
+        for _ in 0..k {
+            let w = pool.spawn()?;
+            pool.ws.push(w);
+            rep.runs += 1;
+        }
+        Ok(pool)
+    }
+
     fn spawn(&mut self) -> TaskResult<Worker> {
         let log = self.logs.join(format!("worker-{}.log", self.next_log));
         self.next_log += 1;
@@ -158,40 +185,8 @@ pub(super) fn run(
 ) -> TaskResult<Vec<String>> {
     let url = ctx.db.to_string_lossy().into_owned();
     let mut parent: Option<PgStore> = PgStore::open(&url, false).ok();
-    // the tasks, all submitted before the first worker starts
-    let mut tasks: Vec<(String, NewTask)> = Vec::new();
-    for i in 0..opts.iterations {
-        let id = format!("chaos-{}-{i}", opts.seed);
-        let mut rng = Draws::new(opts.seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ (u64::from(i) << 1 | 1));
-        let text = chaos_spec(&id, opts.steps, &mut rng);
-        let spec = Spec::parse(&text).map_err(|e| TaskError::failure(format!("generated spec {id}: {e}")))?;
-        let new = new_task(&spec, &id, &ctx.world)?;
-        let s = pg(&mut parent, &url).ok_or_else(|| TaskError::failure(format!("{url}: cannot connect")))?;
-        s.submit(&id, &new)?;
-        tasks.push((id, new));
-    }
-    let logs = PathBuf::from(&rep.dir).join("workers");
-    std::fs::create_dir_all(&logs).map_err(|e| TaskError::failure(format!("{}: {e}", logs.display())))?;
-    let mut pool = Pool {
-        url: url.clone(),
-        ctx_args: vec![
-            "--world".into(),
-            ctx.world.to_string_lossy().into_owned(),
-            "--step-delay-ms".into(),
-            ctx.step_delay_ms.to_string(),
-            "--lease-ms".into(),
-            ctx.lease_ms.to_string(),
-        ],
-        exe: ctx.exe.clone(),
-        logs,
-        next_log: 0,
-        ws: Vec::new(),
-    };
-    for _ in 0..k {
-        let w = pool.spawn()?;
-        pool.ws.push(w);
-        rep.runs += 1;
-    }
+    let tasks = submit_all(&mut parent, &url, ctx, opts)?;
+    let mut pool = Pool::start(rep, ctx, &url, k)?;
     let me = host_id();
     let mut rng = Draws::new(opts.seed ^ 0x0057_0E4C);
     let mut done: HashSet<String> = HashSet::new();
@@ -210,15 +205,7 @@ pub(super) fn run(
             rep.problem(format!("{} of {all} tasks not finished in time", all - done.len()));
             break;
         }
-        // workers that ended on their own: a failure, started again
-        for i in 0..pool.ws.len() {
-            if let Ok(Some(st)) = pool.ws[i].child.try_wait() {
-                rep.errors += 1;
-                rep.problem(format!("worker {} exited on its own with {st}", pool.ws[i].child.id()));
-                pool.ws[i] = pool.spawn()?;
-                rep.runs += 1;
-            }
-        }
+        restart_exited(rep, &mut pool)?;
         // parked workers whose task was taken over (or finished), or that waited long enough
         let leases = pg(&mut parent, &url).map(|s| s.live_leases());
         let leases = match leases {
@@ -228,69 +215,11 @@ pub(super) fn run(
                 Vec::new()
             }
         };
-        for w in pool.ws.iter_mut() {
-            let Some((since, task, epoch)) = w.stopped.clone() else { continue };
-            let moved = done.contains(&task) || leases.iter().any(|(t, e, _, _)| *t == task && *e > epoch);
-            let waited = since.elapsed();
-            if (waited > Duration::from_millis(ctx.lease_ms + 50) && moved) || waited > Duration::from_secs(10) {
-                if !crate::sys::stop_or_continue(w.child.id(), false) {
-                    rep.problem(format!("SIGCONT to worker {} failed", w.child.id()));
-                }
-                w.stopped = None;
-            }
-        }
+        wake_parked(rep, &mut pool, &leases, &done, ctx);
         // finished tasks, and tasks paused for review (the workers took them out of the queue)
         if Instant::now() >= next_scan {
             next_scan = Instant::now() + Duration::from_millis(100);
-            let queued = pg(&mut parent, &url).map(|s| s.queued_ids());
-            if let Some(Ok(queued)) = queued {
-                let queued: HashSet<String> = queued.into_iter().collect();
-                for (id, new) in &tasks {
-                    if done.contains(id) || queued.contains(id) {
-                        continue;
-                    }
-                    let Some(st) = task_state(store, ctx, id)? else { continue };
-                    if st.end.is_some() {
-                        if st.end != Some(End::Completed) {
-                            rep.errors += 1;
-                            rep.problem(format!("{id}: ended {:?}", st.end));
-                        }
-                        done.insert(id.clone());
-                    } else if let Phase::Review { .. } = st.phase {
-                        review(rep, store, ctx, world, id)?;
-                        if let Some(s) = pg(&mut parent, &url)
-                            && s.submit(id, new).is_err()
-                        {
-                            parent = None;
-                        }
-                    } else if let Some(s) = pg(&mut parent, &url) {
-                        // left the queue otherwise (suspended by SIGTERM is kept queued): queue again
-                        if s.submit(id, new).is_err() {
-                            parent = None;
-                        }
-                    }
-                }
-                for id in &forks {
-                    if done.contains(id) || queued.contains(id) {
-                        continue;
-                    }
-                    let Some(st) = task_state(store, ctx, id)? else { continue };
-                    if st.end.is_some() {
-                        done.insert(id.clone());
-                        continue;
-                    }
-                    if let Phase::Review { .. } = st.phase {
-                        review(rep, store, ctx, world, id)?;
-                    }
-                    if let Some(s) = pg(&mut parent, &url)
-                        && s.enqueue(id).is_err()
-                    {
-                        parent = None;
-                    }
-                }
-            } else {
-                parent = None;
-            }
+            scan(rep, store, ctx, world, (&mut parent, &url), (&tasks, &forks), &mut done)?;
         }
         if Instant::now() < next_action {
             std::thread::sleep(Duration::from_millis(2));
@@ -335,18 +264,7 @@ pub(super) fn run(
         }
         let aimed = rng.below(2) == 0;
         if aimed {
-            // once the tools have a new call for the task, within the time its result needs
-            let before = calls_made(world, &task).unwrap_or(0);
-            let t = Instant::now();
-            let mut hit = false;
-            while t.elapsed() < Duration::from_millis(task_ms.max(50)) {
-                if calls_made(world, &task).unwrap_or(0) > before {
-                    hit = true;
-                    break;
-                }
-                std::thread::sleep(Duration::from_micros(300));
-            }
-            if !hit {
+            if !new_call_within(world, &task, task_ms) {
                 continue;
             }
             std::thread::sleep(Duration::from_micros(rng.below((2 * ctx.step_delay_ms + 4) * 1000)));
@@ -361,6 +279,152 @@ pub(super) fn run(
         rep.runs += 1;
     }
     // the end: wake the parked, ask every worker to stop; each must exit 0
+    stop_all(rep, &mut pool);
+    scan_logs(rep, &pool.logs);
+    if done.len() < tasks.len() && ctx.pg {
+        wait_for_server(ctx);
+    }
+    Ok(tasks.into_iter().map(|(id, _)| id).chain(forks).collect())
+}
+
+/// Workers that ended on their own: each is a failure, and is started again.
+fn restart_exited(rep: &mut ChaosReport, pool: &mut Pool) -> TaskResult<()> {
+    for i in 0..pool.ws.len() {
+        if let Ok(Some(st)) = pool.ws[i].child.try_wait() {
+            rep.errors += 1;
+            rep.problem(format!("worker {} exited on its own with {st}", pool.ws[i].child.id()));
+            pool.ws[i] = pool.spawn()?;
+            rep.runs += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Wakes the parked workers whose task was taken over (a higher epoch in `leases`) or finished,
+/// once their lease has run out, and any parked for 10 s.
+fn wake_parked(
+    rep: &mut ChaosReport,
+    pool: &mut Pool,
+    leases: &[(String, u64, String, u32)],
+    done: &HashSet<String>,
+    ctx: &Ctx,
+) {
+    for w in pool.ws.iter_mut() {
+        let Some((since, task, epoch)) = w.stopped.clone() else { continue };
+        let moved = done.contains(&task) || leases.iter().any(|(t, e, _, _)| *t == task && *e > epoch);
+        let waited = since.elapsed();
+        if (waited > Duration::from_millis(ctx.lease_ms + 50) && moved) || waited > Duration::from_secs(10) {
+            if !crate::sys::stop_or_continue(w.child.id(), false) {
+                rep.problem(format!("SIGCONT to worker {} failed", w.child.id()));
+            }
+            w.stopped = None;
+        }
+    }
+}
+
+/// An aimed kill's moment: true once the tools have a new call for `task`, within the time its
+/// result needs (`task_ms`, at least 50 ms); false when none came.
+fn new_call_within(world: &mut World, task: &str, task_ms: u64) -> bool {
+    let before = calls_made(world, task).unwrap_or(0);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_millis(task_ms.max(50)) {
+        if calls_made(world, task).unwrap_or(0) > before {
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    false
+}
+
+/// The tasks of the run, each submitted before the first worker starts.
+fn submit_all(
+    parent: &mut Option<PgStore>,
+    url: &str,
+    ctx: &Ctx,
+    opts: &ChaosOpts,
+) -> TaskResult<Vec<(String, NewTask)>> {
+    let mut tasks: Vec<(String, NewTask)> = Vec::new();
+    for i in 0..opts.iterations {
+        let id = format!("chaos-{}-{i}", opts.seed);
+        let mut rng = Draws::new(opts.seed.wrapping_mul(0xD134_2543_DE82_EF95) ^ (u64::from(i) << 1 | 1));
+        let text = chaos_spec(&id, opts.steps, &mut rng);
+        let spec = Spec::parse(&text).map_err(|e| TaskError::failure(format!("generated spec {id}: {e}")))?;
+        let new = new_task(&spec, &id, &ctx.world)?;
+        let s = pg(parent, url).ok_or_else(|| TaskError::failure(format!("{url}: cannot connect")))?;
+        s.submit(&id, &new)?;
+        tasks.push((id, new));
+    }
+    Ok(tasks)
+}
+
+/// One scan of the tasks (and forks) that left the queue: finished ones go to `done` (an end
+/// other than completed is an error), one paused for review is reviewed and queued again, any
+/// other is queued again. A lost connection to the server is dropped (`parent` None), to be
+/// opened again at the next use.
+fn scan(
+    rep: &mut ChaosReport,
+    store: &mut Slot,
+    ctx: &Ctx,
+    world: &mut World,
+    (parent, url): (&mut Option<PgStore>, &str),
+    (tasks, forks): (&[(String, NewTask)], &[String]),
+    done: &mut HashSet<String>,
+) -> TaskResult<()> {
+    let queued = pg(parent, url).map(|s| s.queued_ids());
+    if let Some(Ok(queued)) = queued {
+        let queued: HashSet<String> = queued.into_iter().collect();
+        for (id, new) in tasks {
+            if done.contains(id) || queued.contains(id) {
+                continue;
+            }
+            let Some(st) = task_state(store, ctx, id)? else { continue };
+            if st.end.is_some() {
+                if st.end != Some(End::Completed) {
+                    rep.errors += 1;
+                    rep.problem(format!("{id}: ended {:?}", st.end));
+                }
+                done.insert(id.clone());
+            } else if let Phase::Review { .. } = st.phase {
+                review(rep, store, ctx, world, id)?;
+                if let Some(s) = pg(parent, url)
+                    && s.submit(id, new).is_err()
+                {
+                    *parent = None;
+                }
+            } else if let Some(s) = pg(parent, url) {
+                // left the queue otherwise (suspended by SIGTERM is kept queued): queue again
+                if s.submit(id, new).is_err() {
+                    *parent = None;
+                }
+            }
+        }
+        for id in forks {
+            if done.contains(id) || queued.contains(id) {
+                continue;
+            }
+            let Some(st) = task_state(store, ctx, id)? else { continue };
+            if st.end.is_some() {
+                done.insert(id.clone());
+                continue;
+            }
+            if let Phase::Review { .. } = st.phase {
+                review(rep, store, ctx, world, id)?;
+            }
+            if let Some(s) = pg(parent, url)
+                && s.enqueue(id).is_err()
+            {
+                *parent = None;
+            }
+        }
+    } else {
+        *parent = None;
+    }
+    Ok(())
+}
+
+/// Wakes every parked worker and sends each SIGTERM: each must exit 0 within 30 s (an error
+/// otherwise, and then it is killed).
+fn stop_all(rep: &mut ChaosReport, pool: &mut Pool) {
     for w in pool.ws.iter_mut() {
         if w.stopped.take().is_some() {
             crate::sys::stop_or_continue(w.child.id(), false);
@@ -388,11 +452,6 @@ pub(super) fn run(
             }
         }
     }
-    scan_logs(rep, &pool.logs);
-    if done.len() < tasks.len() && ctx.pg {
-        wait_for_server(ctx);
-    }
-    Ok(tasks.into_iter().map(|(id, _)| id).chain(forks).collect())
 }
 
 /// The fork fault: waits (up to `task_ms`) until the log of one of the `held` tasks ends with an

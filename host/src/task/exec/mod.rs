@@ -248,6 +248,29 @@ pub(crate) fn execute(
     }
 }
 
+/// A lease refused, as the run's outcome: held by another runner, a task created or a log moved
+/// on since it was read (then read again: [`Try::Again`], when that is safe), or the database's
+/// error. `created`: this run creates the task.
+fn lease_refused(e: LeaseError<TaskError>, id: &str, created: bool, resume_if_exists: bool) -> TaskResult<Try> {
+    match e {
+        LeaseError::Held { owner, epoch, expires_in_ms, why } => {
+            Err(TaskError::Held { task: id.to_string(), owner: owner.to_string(), epoch, expires_in_ms, why })
+        }
+        // created since we looked: by another runner, or by our own earlier create whose commit
+        // landed although its connection broke (a server restart). Resume it as any runner would:
+        // the stored log is read again, its spec digest checked, and its lease decides.
+        LeaseError::Exists if created && resume_if_exists => Ok(Try::Again),
+        LeaseError::Exists if created => Err(TaskError::TaskExists { task: id.to_string() }),
+        LeaseError::Exists => {
+            Err(TaskError::failure(format!("task {id:?} was created concurrently by another runner")))
+        }
+        // a holder's last commit landed after we read the log: read it again
+        LeaseError::Stale if !created => Ok(Try::Again),
+        LeaseError::Stale => Err(TaskError::LogChanged { task: id.to_string() }),
+        LeaseError::Witness(e) | LeaseError::Sql(e) => Err(e),
+    }
+}
+
 fn execute_once(
     store: &dyn TaskStore,
     id: &str,
@@ -288,21 +311,7 @@ fn execute_once(
     };
     let (lease, rec) = match taken {
         Ok(x) => x,
-        Err(LeaseError::Held { owner, epoch, expires_in_ms, why }) => {
-            return Err(TaskError::Held { task: id.to_string(), owner: owner.to_string(), epoch, expires_in_ms, why });
-        }
-        // created since we looked: by another runner, or by our own earlier create whose commit
-        // landed although its connection broke (a server restart). Resume it as any runner would:
-        // the stored log is read again, its spec digest checked, and its lease decides.
-        Err(LeaseError::Exists) if create.is_some() && start.resume_if_exists => return Ok(Try::Again),
-        Err(LeaseError::Exists) if create.is_some() => return Err(TaskError::TaskExists { task: id.to_string() }),
-        Err(LeaseError::Exists) => {
-            return Err(TaskError::failure(format!("task {id:?} was created concurrently by another runner")));
-        }
-        // a holder's last commit landed after we read the log: read it again
-        Err(LeaseError::Stale) if create.is_none() => return Ok(Try::Again),
-        Err(LeaseError::Stale) => return Err(TaskError::LogChanged { task: id.to_string() }),
-        Err(LeaseError::Witness(e) | LeaseError::Sql(e)) => return Err(e),
+        Err(e) => return lease_refused(e, id, create.is_some(), start.resume_if_exists),
     };
     if let Some(f) = start.on_start {
         f();

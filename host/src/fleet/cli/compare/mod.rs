@@ -68,7 +68,7 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = defaults::ALPHA)]
     pub alpha: f64,
     #[command(flatten)]
-    pub engine: engine::EngineArgs,
+    pub engine: crate::fleet::cli::engine_args::EngineArgs,
     /// Worker threads (0 = all cores). Results do not depend on it.
     #[arg(long, default_value_t = 0)]
     pub threads: usize,
