@@ -135,6 +135,19 @@ impl<'a> BlockIndex<'a> {
         }
     }
 
+    /// The slot holding `key`, if any pod holds it (for [`Self::word`]).
+    #[inline]
+    pub fn slot_of(&self, key: u64) -> Option<usize> {
+        self.find(key).ok()
+    }
+
+    /// Word `w` (pods 64 w .. 64 w + 63) of the pod set in slot `slot` (0 beyond the index's
+    /// words).
+    #[inline]
+    pub fn word(&self, slot: usize, w: usize) -> u64 {
+        if w < self.words { self.entries[slot * self.words + w].mask } else { 0 }
+    }
+
     /// The pods holding `key`, as a set of `W` words (W at least `ceil(pods / 64)`; pods beyond
     /// 64 W are not reported).
     #[inline]

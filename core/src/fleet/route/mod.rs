@@ -17,7 +17,7 @@ pub mod spec;
 use crate::fleet::base::error::Error;
 use crate::fleet::base::load::PodLoad;
 use crate::fleet::base::limits::MAX_PODS;
-use crate::fleet::base::mask::{POD_WORDS, PodSet, WORD_PODS, width_words};
+use crate::fleet::base::mask::{POD_WORDS, PodSet, WORD_PODS, for_each, width_words};
 use crate::fleet::cache::index::{BlockIndex, PendingEvicts};
 
 /// "Which of these pods hold this key": implemented by whatever holds the exact cache state (the
@@ -157,6 +157,12 @@ impl RouteView<'_, '_> {
         const _: () = assert!(POD_WORDS * WORD_PODS == MAX_PODS);
         if width_words(n) == 1 {
             self.matches_in::<1>(keys, n, out);
+        } else if let Holders::Index(ix) = &self.held
+            && quiet(self.pending)
+            && quiet(self.pending_stores)
+            && quiet(self.speculative)
+        {
+            index_matches(ix, keys, n, out);
         } else {
             self.matches_in::<POD_WORDS>(keys, n, out);
         }
@@ -171,6 +177,37 @@ impl RouteView<'_, '_> {
             if alive.is_empty() {
                 break;
             }
+        }
+    }
+}
+
+/// [`RouteView::matches`] from the global index alone (no event in flight), above 64 pods: the
+/// same walk as the generic one, reading only the words of a key's pod set that still hold live
+/// pods (the live words shrink as the walk goes on), so that a key costs the cache lines of the
+/// live words, not of all ceil(N / 64).
+fn index_matches(ix: &BlockIndex<'_>, keys: &[u64], n: usize, out: &mut [u32]) {
+    let mut alive = PodSet::<POD_WORDS>::first(n).0;
+    let (mut lo, mut hi) = (0, n.div_ceil(WORD_PODS));
+    for (j, &key) in keys.iter().enumerate() {
+        let slot = ix.slot_of(key);
+        let mut any = false;
+        for (w, a) in alive.iter_mut().enumerate().take(hi).skip(lo) {
+            if *a == 0 {
+                continue;
+            }
+            let b = slot.map_or(0, |s| ix.word(s, w)) & *a;
+            for_each(*a & !b, |p| out[w * WORD_PODS + p] = j as u32);
+            *a = b;
+            any |= b != 0;
+        }
+        if !any {
+            break;
+        }
+        while alive[lo] == 0 {
+            lo += 1;
+        }
+        while alive[hi - 1] == 0 {
+            hi -= 1;
         }
     }
 }
@@ -198,5 +235,54 @@ pub trait Router {
     /// The fleet accepted the route: router-side state (an approximate index) records it.
     fn routed(&mut self, _pod: usize, _keys: &[u64], _now_ns: u64) -> Result<(), Error> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::cache::index::IndexEntry;
+
+    /// match_p over the global index above 64 pods (the live-words walk, and the
+    /// generic walk over 16-word sets) against a brute-force leading run per pod.
+    #[test]
+    fn wide_index_matches_are_leading_runs() {
+        for pods in [65, 130, MAX_PODS] {
+            let mut entries = [IndexEntry::default(); 64 * POD_WORDS];
+            let mut ix = BlockIndex::with_pods(&mut entries[..BlockIndex::table_len_for_pods(40, pods)], pods).unwrap();
+            let keys: [u64; 40] = core::array::from_fn(|i| 1000 + i as u64);
+            let mut x = pods as u64;
+            // Pod p holds a leading run of about (p * 7919) % 41 keys, with holes.
+            for p in 0..pods {
+                let run = (p * 7919) % 41;
+                for (i, &k) in keys.iter().enumerate().take(run) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    if (x >> 60) != 0 || i == 0 {
+                        ix.insert(k, p).unwrap();
+                    }
+                }
+            }
+            let queue = [0u32; MAX_PODS];
+            let view = RouteView {
+                request: 0,
+                queue_lens: &queue[..pods],
+                held: Holders::Index(&ix),
+                pending: None,
+                pending_stores: None,
+                speculative: None,
+                loads: None,
+                now_ns: 0,
+            };
+            let mut out = [u32::MAX; MAX_PODS];
+            view.matches(&keys, &mut out);
+            let mut generic = [u32::MAX; MAX_PODS];
+            generic[..pods].fill(keys.len() as u32);
+            view.matches_in::<POD_WORDS>(&keys, pods, &mut generic);
+            for p in 0..pods {
+                let expect = keys.iter().take_while(|&&k| ix.holders::<POD_WORDS>(k).contains(p)).count() as u32;
+                assert_eq!((out[p], generic[p]), (expect, expect), "{pods} pods, pod {p}");
+            }
+            assert!(out[pods..].iter().all(|&m| m == u32::MAX), "pods beyond the fleet untouched");
+        }
     }
 }
