@@ -87,7 +87,7 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
     ]);
     rows.push(row(
         "Fleet value (this host)",
-        "64 pod slots inline (heapless::Vec)".into(),
+        format!("{} pod slots inline (heapless::Vec)", brokerlab_core::fleet::limits::MAX_PODS),
         "Fleet",
         size_of::<FifoFleet<'_>>(),
         1,

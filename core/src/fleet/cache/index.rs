@@ -111,8 +111,30 @@ impl<'a> BlockIndex<'a> {
         if self.words == 1 { self.entries[i].mask == 0 } else { self.entries[i * self.words + 1].key == 0 }
     }
 
+    /// [`Self::find`] for an index of one unit per slot (at most 64 pods): the probe of a plain
+    /// `u64`-mask table, no multiply by the slot width on the hot path.
+    #[inline(always)]
+    fn find_narrow(&self, key: u64) -> Result<usize, usize> {
+        debug_assert_eq!(self.words, 1);
+        let mask = self.entries.len() - 1;
+        let mut i = table::home(key, self.shift);
+        loop {
+            let e = self.entries[i];
+            if e.mask == 0 {
+                return Err(i);
+            }
+            if e.key == key {
+                return Ok(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
     #[inline]
     fn find(&self, key: u64) -> Result<usize, usize> {
+        if self.words == 1 {
+            return self.find_narrow(key);
+        }
         let mask = self.entries.len() / self.words - 1;
         let mut i = table::home(key, self.shift);
         loop {
@@ -129,6 +151,12 @@ impl<'a> BlockIndex<'a> {
     /// Bitmask of pods 0..64 holding `key` (the whole set for an index of at most 64 pods).
     #[inline]
     pub fn mask(&self, key: u64) -> u64 {
+        if self.words == 1 {
+            return match self.find_narrow(key) {
+                Ok(i) => self.entries[i].mask,
+                Err(_) => 0,
+            };
+        }
         match self.find(key) {
             Ok(i) => self.entries[i * self.words].mask,
             Err(_) => 0,
@@ -152,7 +180,12 @@ impl<'a> BlockIndex<'a> {
     /// 64 W are not reported).
     #[inline]
     pub fn holders<const W: usize>(&self, key: u64) -> PodSet<W> {
+        debug_assert!(self.words <= W, "a set as wide as the index");
         let mut out = PodSet::EMPTY;
+        if W == 1 {
+            out.0[0] = self.mask(key);
+            return out;
+        }
         if let Ok(i) = self.find(key) {
             let base = i * self.words;
             for (o, e) in out.0.iter_mut().zip(&self.entries[base..base + self.words]) {
@@ -165,6 +198,20 @@ impl<'a> BlockIndex<'a> {
     /// Pod `pod` now holds `key`.
     pub fn insert(&mut self, key: u64, pod: usize) -> Result<(), Error> {
         debug_assert!(pod < self.words * WORD_PODS, "a pod of the index");
+        if self.words == 1 {
+            // One unit per slot: the plain-mask update.
+            match self.find_narrow(key) {
+                Ok(i) => self.entries[i].mask |= 1 << pod,
+                Err(i) => {
+                    if self.len == self.max_len {
+                        return Err(Error::CapacityExceeded { limit: Limit::IndexKeys, capacity: self.max_len });
+                    }
+                    self.entries[i] = IndexEntry { key, mask: 1 << pod };
+                    self.len += 1;
+                }
+            }
+            return Ok(());
+        }
         let (w, bit) = (pod / WORD_PODS, 1u64 << (pod % WORD_PODS));
         let i = match self.find(key) {
             Ok(i) => i,
@@ -189,6 +236,16 @@ impl<'a> BlockIndex<'a> {
     /// Pod `pod` no longer holds `key`.
     pub fn remove(&mut self, key: u64, pod: usize) {
         debug_assert!(pod < self.words * WORD_PODS, "a pod of the index");
+        if self.words == 1 {
+            if let Ok(i) = self.find_narrow(key) {
+                self.entries[i].mask &= !(1u64 << pod);
+                if self.entries[i].mask == 0 {
+                    table::remove_at(self, i);
+                    self.len -= 1;
+                }
+            }
+            return;
+        }
         let (w, bit) = (pod / WORD_PODS, 1u64 << (pod % WORD_PODS));
         if let Ok(i) = self.find(key) {
             let base = i * self.words;
