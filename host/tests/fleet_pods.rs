@@ -18,7 +18,7 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// `n` requests (trace block size 16): 40 families of shared prefixes (2 to 9 blocks) plus a
+/// `n` requests (trace block size 16): 400 families of shared prefixes (2 to 9 blocks) plus a
 /// unique tail, arrivals in bursts of 300 within a millisecond so that queues spread the
 /// requests over hundreds of pods.
 fn trace(n: u64) -> PathBuf {
@@ -26,7 +26,7 @@ fn trace(n: u64) -> PathBuf {
     let mut text = String::new();
     for i in 0..n {
         x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let family = (x >> 33) % 40;
+        let family = (x >> 33) % 400;
         let depth = 2 + (x >> 20) % 8;
         let mut ids: Vec<u64> = (0..depth).map(|d| family * 1000 + d).collect();
         ids.extend([1_000_000 + 2 * i, 1_000_001 + 2 * i]);
@@ -84,7 +84,7 @@ fn llm_d_precise_on_1024_pods_batched_counts_add_up() {
         assert_eq!(per_pod[p].as_u64().unwrap(), *c, "pod {p}");
     }
     let used: BTreeSet<usize> = (0..1024).filter(|&p| tally[p] > 0).collect();
-    assert!(used.len() > 300, "the bursts spread over hundreds of pods: {}", used.len());
+    assert!(used.len() > 200, "the bursts spread over hundreds of pods: {}", used.len());
     assert!(used.iter().any(|&p| p >= 960), "pods in the last word are routed to");
     // The precise scorer finds prefixes held by pods above 64 (wide sets from the exact view).
     assert!(hits_above > 100, "prefix hits on pods >= 64: {hits_above}");
