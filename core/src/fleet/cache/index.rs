@@ -38,23 +38,34 @@ pub struct BlockIndex<'a> {
     max_len: usize,
 }
 
+// One unit per slot (at most 64 pods) is tested first in each method: the eviction path's
+// backward shift then costs what it cost with plain `u64` masks.
 impl Probe for BlockIndex<'_> {
     fn slots(&self) -> usize {
-        self.entries.len() / self.words
+        if self.words == 1 { self.entries.len() } else { self.entries.len() / self.words }
     }
     fn is_empty(&self, i: usize) -> bool {
         self.vacant(i)
     }
     fn home_of(&self, i: usize) -> usize {
-        table::home(self.entries[i * self.words].key, self.shift)
+        let key = if self.words == 1 { self.entries[i].key } else { self.entries[i * self.words].key };
+        table::home(key, self.shift)
     }
     fn move_entry(&mut self, from: usize, to: usize) {
         let w = self.words;
-        self.entries.copy_within(from * w..from * w + w, to * w);
+        if w == 1 {
+            self.entries[to] = self.entries[from];
+        } else {
+            self.entries.copy_within(from * w..from * w + w, to * w);
+        }
     }
     fn clear(&mut self, i: usize) {
         let w = self.words;
-        self.entries[i * w..i * w + w].fill(IndexEntry::default());
+        if w == 1 {
+            self.entries[i] = IndexEntry::default();
+        } else {
+            self.entries[i * w..i * w + w].fill(IndexEntry::default());
+        }
     }
 }
 
