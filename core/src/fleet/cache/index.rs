@@ -451,7 +451,7 @@ mod tests {
             let key = (x >> 33) % 40;
             let pod = ((x >> 13) % 1024) as usize;
             let pod = if step % 3 == 0 { pod % 70 } else { pod };
-            if (x >> 7) % 2 == 0 {
+            if (x >> 7) & 1 == 0 {
                 ix.insert(key * 0x1_0000_0001, pod).unwrap();
                 model[key as usize].insert(pod);
             } else {

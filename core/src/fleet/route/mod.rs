@@ -15,8 +15,8 @@ pub mod shipped;
 pub mod spec;
 
 use crate::fleet::base::error::Error;
-use crate::fleet::base::load::PodLoad;
 use crate::fleet::base::limits::MAX_PODS;
+use crate::fleet::base::load::PodLoad;
 use crate::fleet::base::mask::{POD_WORDS, PodSet, WORD_PODS, for_each, width_words};
 use crate::fleet::cache::index::{BlockIndex, PendingEvicts};
 

@@ -133,7 +133,6 @@ pub(super) fn score<const W: usize, const P: usize>(
     }
 }
 
-
 /// no-hit-lru: returns whether the request is cold (then the chosen pod moves to the LRU's
 /// most recent end once routed).
 pub(super) fn no_hit_lru<const W: usize, const P: usize>(
@@ -176,10 +175,7 @@ pub(super) fn no_hit_lru<const W: usize, const P: usize>(
 }
 
 /// The prefix-cache-affinity filter: the candidates it keeps.
-pub(super) fn affinity_filter<const W: usize, const P: usize>(
-    inp: &Inputs<'_, W, P>,
-    prm: &RouterParams,
-) -> PodSet<W> {
+pub(super) fn affinity_filter<const W: usize, const P: usize>(inp: &Inputs<'_, W, P>, prm: &RouterParams) -> PodSet<W> {
     let cand = inp.candidates;
     if cand.count() <= 1 || prm.affinity_threshold <= 0.0 {
         return cand;

@@ -186,10 +186,7 @@ impl FleetConfig {
             }
         }
         if self.pods == 0 || self.pods > MAX_PODS {
-            return Err(Error::InvalidConfig {
-                field: Field::Pods,
-                expected: PODS_EXPECTED,
-            });
+            return Err(Error::InvalidConfig { field: Field::Pods, expected: PODS_EXPECTED });
         }
         if self.capacity_blocks == 0
             || self.capacity_blocks > MAX_POD_BLOCKS

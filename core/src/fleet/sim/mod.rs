@@ -232,7 +232,11 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         self.check(req)?;
         // Per-dispatch scratch of 64 entries up to 64 pods (the memory traffic of a 64-pod
         // bound), MAX_PODS above.
-        let r = if self.pods.len() <= 64 { self.dispatch_inner::<64>(req, ev) } else { self.dispatch_inner::<MAX_PODS>(req, ev) };
+        let r = if self.pods.len() <= 64 {
+            self.dispatch_inner::<64>(req, ev)
+        } else {
+            self.dispatch_inner::<MAX_PODS>(req, ev)
+        };
         if r.is_err() {
             self.poisoned = true;
         }
