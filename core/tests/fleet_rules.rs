@@ -1,9 +1,9 @@
 //! Hand-computed cases for every rule of docs/MODEL.md.
 
 mod common;
+use brokerlab_core::fleet::limits::MAX_PODS;
 use brokerlab_core::fleet::*;
 use common::*;
-use brokerlab_core::fleet::limits::MAX_PODS;
 
 fn cfg(pods: usize, cap: usize, router: RouterKind) -> FleetConfig {
     FleetConfig::new(pods, cap, router)
