@@ -234,7 +234,7 @@ run_errors() {
         cmd errors/fifo-profile fleet replay --no-date -q --trace too-long.jsonl $b --profile seed
         cmd errors/fifo-outcomes fleet replay --no-date -q --trace too-long.jsonl $b --outcomes x.jsonl
         cmd errors/stale-event fleet replay --no-date -q --trace too-long.jsonl $b --stale 2 --event-delay-ms 3
-        cmd errors/pods fleet replay --no-date -q --trace too-long.jsonl --trace-block-size 16 --pods 65 --capacity 3 --router round-robin
+        cmd errors/pods fleet replay --no-date -q --trace too-long.jsonl --trace-block-size 16 --pods 1025 --capacity 3 --router round-robin
         cmd errors/sweep-param fleet sweep scenarios/rag.toml -q --param nope --values 1 --out sw
         cmd errors/sweep-stale-batched fleet sweep scenarios/rag.toml -q --param stale --values 1 --engine batched --out sw
     }

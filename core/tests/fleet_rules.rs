@@ -1,6 +1,7 @@
 //! Hand-computed cases for every rule of docs/MODEL.md.
 
 mod common;
+use brokerlab_core::fleet::limits::MAX_PODS;
 use brokerlab_core::fleet::*;
 use common::*;
 
@@ -202,7 +203,7 @@ fn stale_evict_is_dropped_when_the_pod_reinserted_the_key() {
 fn bad_configs_are_errors() {
     for (c, field) in [
         (cfg(0, 8, RouterKind::RoundRobin), "pods"),
-        (cfg(65, 8, RouterKind::RoundRobin), "pods"),
+        (cfg(MAX_PODS + 1, 8, RouterKind::RoundRobin), "pods"),
         (cfg(2, 0, RouterKind::RoundRobin), "capacity"),
         (FleetConfig { alpha: f64::NAN, ..cfg(2, 8, RouterKind::PrefixAware) }, "alpha"),
         (FleetConfig { alpha: -1.0, ..cfg(2, 8, RouterKind::PrefixAware) }, "alpha"),
@@ -213,6 +214,7 @@ fn bad_configs_are_errors() {
         }
     }
     assert!(cfg(64, 8, RouterKind::PrefixAware).validate().is_ok());
+    assert!(cfg(MAX_PODS, 8, RouterKind::PrefixAware).validate().is_ok());
 }
 
 #[test]

@@ -15,9 +15,10 @@ fn config_view(c: &mut FleetConfig) -> &mut ViewConfig {
 struct Held(Vec<Vec<u64>>);
 
 impl KeyHolders for Held {
-    fn mask(&self, key: u64, candidates: u64) -> u64 {
+    fn mask(&self, key: u64, word: usize, candidates: u64) -> u64 {
         let mut m = 0;
-        for (p, keys) in self.0.iter().enumerate() {
+        for (p, keys) in self.0.iter().enumerate().skip(64 * word).take(64) {
+            let p = p % 64;
             if candidates & (1 << p) != 0 && keys.contains(&key) {
                 m |= 1 << p;
             }
@@ -220,17 +221,17 @@ fn affinity_filter_keeps_sticky_pods_unless_they_wait_too_long() {
     l[3].pending_prefill_tokens = per_s; // 1,000 ms; pod 2: 0 ms
     let r = router(affinity_spec(), 4, 0);
     // best sticky 18,000 - best other 0 = 18,000: not > maxTTFTPenaltyMs -> the sticky pods.
-    assert_eq!(r.evaluate(&view(&held, &q, &l), &keys).candidates, 0b0011);
+    assert_eq!(r.evaluate(&view(&held, &q, &l), &keys).candidates.0[0], 0b0011);
     l[1].pending_prefill_tokens = 19 * per_s; // 19,000 - 0 > 18,000 -> every pod
-    assert_eq!(r.evaluate(&view(&held, &q, &l), &keys).candidates, 0b1111);
+    assert_eq!(r.evaluate(&view(&held, &q, &l), &keys).candidates.0[0], 0b1111);
     // No sticky pod -> every pod.
     let none = Held(vec![vec![]; 4]);
-    assert_eq!(r.evaluate(&view(&none, &q, &l), &keys).candidates, 0b1111);
+    assert_eq!(r.evaluate(&view(&none, &q, &l), &keys).candidates.0[0], 0b1111);
     // maxTTFTPenaltyMs = 0: always the sticky ones.
     let mut s = affinity_spec();
     s.params.max_ttft_penalty_ms = 0.0;
     let r = router(s, 4, 0);
-    assert_eq!(r.evaluate(&view(&held, &q, &l), &keys).candidates, 0b0011);
+    assert_eq!(r.evaluate(&view(&held, &q, &l), &keys).candidates.0[0], 0b0011);
 }
 
 #[test]
@@ -336,7 +337,7 @@ fn preset_llm_d_affinity() {
     assert!(first == 0 || first == 1);
     r.routed(2, &K, 0).unwrap();
     let e = r.evaluate(&view(&held, &q, &l), &K);
-    assert_eq!(e.candidates, 0b100);
+    assert_eq!(e.candidates.0[0], 0b100);
     assert_eq!(r.route(&view(&held, &q, &l), &K).pod, 2);
 }
 
@@ -560,8 +561,8 @@ proptest::proptest! {
             }
             for cand in [0, 1, 2, 5, 7, 0x0f0, 0x801, u64::MAX] {
                 let (mut greedy, mut leading) = ([u32::MAX; brokerlab_core::fleet::limits::MAX_PODS], [u32::MAX; brokerlab_core::fleet::limits::MAX_PODS]);
-                ix.greedy_matches(keys, cand, &mut greedy);
-                ix.leading_matches(keys, cand, &mut leading);
+                ix.greedy_matches(keys, PodSet::<1>([cand]), &mut greedy);
+                ix.leading_matches(keys, PodSet::<1>([cand]), &mut leading);
                 for p in 0..pods {
                     let mine = |k: &u64| model.mask(*k) & 1 << p != 0;
                     let walk = keys.iter().take_while(|k| model.mask(**k) & cand != 0);

@@ -87,7 +87,7 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
     ]);
     rows.push(row(
         "Fleet value (this host)",
-        "64 pod slots inline (heapless::Vec)".into(),
+        format!("{} pod slots inline (heapless::Vec)", brokerlab_core::fleet::limits::MAX_PODS),
         "Fleet",
         size_of::<FifoFleet<'_>>(),
         1,
@@ -104,7 +104,8 @@ pub fn audit(sc: &Scenario, queue_per_pod: usize, pending: usize) -> CliResult<A
         total_bytes,
         pod_bytes_per_block: pod_bytes as f64 / (n * c) as f64,
         fleet_bytes_per_block: fleet_bytes as f64 / (n * c) as f64,
-        index_max_keys: if l.index > 0 { l.index / 4 * 3 } else { 0 },
+        // One slot per key, ceil(N / 64) entries per slot.
+        index_max_keys: if l.index > 0 { l.index / n.div_ceil(64).max(1) / 4 * 3 } else { 0 },
         no_heap,
         firmware: None,
     })

@@ -122,7 +122,7 @@ fn bad_input_names_the_line_or_flag() {
             "bad.jsonl:1: field `timestamp`: expected a non-negative integer",
         ),
         (GOOD.to_string(), vec!["--pods", "0"], "--pods"),
-        (GOOD.to_string(), vec!["--pods", "65"], "--pods"),
+        (GOOD.to_string(), vec!["--pods", "1025"], "--pods"),
         (GOOD.to_string(), vec!["--capacity", "0"], "--capacity"),
         (GOOD.to_string(), vec!["--router", "no-such-router"], "--router"),
         (GOOD.to_string(), vec!["--alpha", "-1"], "--alpha"),

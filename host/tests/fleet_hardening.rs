@@ -376,8 +376,8 @@ fn wording() {
     let (code, _, err) = run(&["fleet", "run", p(&bom)]);
     assert_eq!(code, 0, "{err}");
     // pods-negative
-    for v in ["-1", "0", "65"] {
-        bad(&args(&replay(&["--pods", v])), &["--pods", "pods must be 1..=64"]);
+    for v in ["-1", "0", "1025"] {
+        bad(&args(&replay(&["--pods", v])), &["--pods", "pods must be 1..=1024 (MAX_PODS)"]);
     }
     // huge-float
     let err = bad(&args(&replay(&["--scale-min", "1", "--scale-startup-s", "1e300"])), &["--scale-startup-s: 1e300"]);

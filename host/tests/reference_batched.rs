@@ -314,6 +314,35 @@ fn mixed_trace_matches_the_reference() {
     std::fs::remove_file(&t).ok();
 }
 
+/// More than 64 pods (pod sets of several 64-bit words): a burst of 150 requests with distinct
+/// prefixes at t = 0 spreads over pods 0..149 (each sees the earlier ones queued), then 250
+/// requests reuse those prefixes and follow them to pods above 64. prefix-aware reads the exact
+/// index through the wide sets; the reference knows nothing of words.
+#[test]
+fn more_than_64_pods_match_the_reference() {
+    need_python3();
+    let mut reqs = Vec::new();
+    let mut x = 5u64;
+    for i in 0..400u64 {
+        x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let (ts, family) = if i < 150 { (0, i) } else { (1 + (i - 150) * 3, (x >> 33) % 150) };
+        let depth = 2 + (x >> 20) % 3;
+        let mut v: Vec<u64> = (0..depth).map(|d| family * 100 + d).collect();
+        v.push(100_000 + i);
+        reqs.push((ts, 16 * (depth + 1), 1 + (x >> 8) % 20, v));
+    }
+    let t = write_trace("wide", &reqs);
+    for pods in [150, 1024] {
+        let seen = compare(&t, &small(pods, 40, "prefix-aware", 64, 4, 1.0), &format!("wide-{pods}"));
+        let above = seen.outcomes.iter().filter(|o| o["pod"].as_u64().unwrap() >= 64).count();
+        let hits_above =
+            seen.outcomes.iter().filter(|o| o["pod"].as_u64().unwrap() >= 64 && o["hit_tokens"].as_u64().unwrap() > 0);
+        assert!(above > 100, "{pods} pods: {above} requests on pods >= 64");
+        assert!(hits_above.count() > 20, "{pods} pods: prefix hits on pods >= 64");
+    }
+    std::fs::remove_file(&t).ok();
+}
+
 /// The first 2,000 lines of a vendored trace, as plain JSONL.
 fn head(name: &str, router: &str) -> PathBuf {
     let src = repo().join(format!("traces/{name}.jsonl.zst"));

@@ -30,6 +30,7 @@ pub mod workload;
 
 pub use base::error::{Buffer, Error, Field, Invariant, Limit, Quantity, RequestField, Rule};
 pub use base::load::PodLoad;
+pub use base::mask::PodSet;
 pub use base::{fixmath, limits, stats};
 pub use cache::CacheEvents;
 pub use cache::approx::ApproxIndex;

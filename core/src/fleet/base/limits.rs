@@ -2,7 +2,14 @@
 
 /// Tokens per KV block (the model's B).
 pub const BLOCK_TOKENS: usize = 16;
-/// Most pods in one fleet: the block index stores the set of pods holding a key as a `u64` bitmask.
+/// Most pods in one fleet: 1,024 with the `large-fleets` feature (the host's), 64 without (the
+/// firmware's: the fleet value holds its pods inline, and a 64-pod bound keeps it and the routers'
+/// per-decision scratch small in RAM). Sets of pods are bitsets of `MAX_PODS / 64` words
+/// (`base::mask::PodSet`); a fleet of at most 64 pods is routed with one word whatever the bound.
+#[cfg(feature = "large-fleets")]
+pub const MAX_PODS: usize = 1024;
+/// See above: without the `large-fleets` feature.
+#[cfg(not(feature = "large-fleets"))]
 pub const MAX_PODS: usize = 64;
 /// Most blocks one pod can cache: slot indices are `u32` and `u32::MAX` marks "none".
 pub const MAX_POD_BLOCKS: usize = (u32::MAX - 1) as usize;

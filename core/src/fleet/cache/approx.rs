@@ -14,7 +14,7 @@ use super::index::{BlockIndex, IndexEntry};
 use super::lru::{LruPod, Slot};
 use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::MAX_PODS;
-use crate::fleet::base::mask::{for_each, pods_mask};
+use crate::fleet::base::mask::PodSet;
 
 /// Most pods whose LRUs are asked directly; above this a key -> pods table is kept. Measured
 /// (`fleet bench`, conversation trace, 8 pods, 91% misses): asking was about twice as fast for
@@ -57,7 +57,7 @@ impl<'a> ApproxIndex<'a> {
             return 0;
         }
         match pods.checked_mul(lru_blocks) {
-            Some(keys) => BlockIndex::table_len(keys),
+            Some(keys) => BlockIndex::table_len_for_pods(keys, pods),
             None => 0,
         }
     }
@@ -81,7 +81,7 @@ impl<'a> ApproxIndex<'a> {
         if index.len() != Self::index_len(pods, lru) {
             return Err(wrong(Buffer::RouterIndex, Self::index_len(pods, lru), index.len()));
         }
-        let index = if pods <= PROBE_MAX_PODS { None } else { Some(BlockIndex::new(index)?) };
+        let index = if pods <= PROBE_MAX_PODS { None } else { Some(BlockIndex::with_pods(index, pods)?) };
         let mut lrus = HVec::new();
         for (s, t) in slots.chunks_exact_mut(lru).zip(tables.chunks_exact_mut(table)) {
             lrus.push(LruPod::new(s, t)?).map_err(|_| wrong(Buffer::RouterSlots, MAX_PODS, pods))?;
@@ -89,21 +89,22 @@ impl<'a> ApproxIndex<'a> {
         Ok(ApproxIndex { pods: lrus, index })
     }
 
-    /// Pods that the router believes hold `key`.
+    /// Pods 0..64 that the router believes hold `key`.
     #[inline]
     pub fn mask(&self, key: u64) -> u64 {
-        self.holders(key, u64::MAX)
+        self.holders(key, PodSet::<1>([u64::MAX])).0[0]
     }
 
-    /// The pods of `candidates` that hold `key`: from the table, or one probe per pod, none
-    /// waiting for another's result, so that their cache misses overlap.
+    /// The pods of `candidates` that hold `key` (a set of `W` words, at least the fleet's
+    /// `ceil(pods / 64)`): from the table, or one probe per pod, none waiting for another's
+    /// result, so that their cache misses overlap.
     #[inline]
-    fn holders(&self, key: u64, candidates: u64) -> u64 {
+    pub fn holders<const W: usize>(&self, key: u64, candidates: PodSet<W>) -> PodSet<W> {
         if let Some(index) = &self.index {
-            return index.mask(key) & candidates;
+            return index.holders::<W>(key).and(candidates);
         }
-        let mut m = 0u64;
-        for_each(candidates & pods_mask(self.pods.len()), |p| m |= u64::from(self.pods[p].contains(key)) << p);
+        let mut m = PodSet::EMPTY;
+        candidates.and(PodSet::first(self.pods.len())).for_each(|p| m.set_if(p, self.pods[p].contains(key)));
         m
     }
 
@@ -137,35 +138,45 @@ impl<'a> ApproxIndex<'a> {
     /// llm-d's match (`matchLongestPrefix`): walk the keys in order and stop at the first key no
     /// candidate holds; every candidate holding a key before that gets one block. `out[p]` for
     /// every p in `candidates` (others untouched).
-    pub fn greedy_matches(&self, keys: &[u64], candidates: u64, out: &mut [u32; MAX_PODS]) {
-        for_each(candidates, |p| out[p] = 0);
+    pub fn greedy_matches<const W: usize, const P: usize>(
+        &self,
+        keys: &[u64],
+        candidates: PodSet<W>,
+        out: &mut [u32; P],
+    ) {
+        candidates.for_each(|p| out[p] = 0);
         // Runs of keys with the same holder set are counted once per run (prompts sent to the
         // same pods share long runs): the cost is one lookup (or a probe per
         // candidate) per key plus one pass per run.
-        let (mut run_mask, mut run_len) = (0u64, 0u32);
+        let (mut run_mask, mut run_len) = (PodSet::<W>::EMPTY, 0u32);
         for &key in keys {
             let m = self.holders(key, candidates);
             if m != run_mask {
-                for_each(run_mask, |p| out[p] += run_len);
+                run_mask.for_each(|p| out[p] += run_len);
                 (run_mask, run_len) = (m, 0);
             }
-            if m == 0 {
+            if m.is_empty() {
                 break;
             }
             run_len += 1;
         }
-        for_each(run_mask, |p| out[p] += run_len);
+        run_mask.for_each(|p| out[p] += run_len);
     }
 
     /// Longest leading run of `keys` each candidate holds (SGLang's per-tenant tree match).
-    pub fn leading_matches(&self, keys: &[u64], candidates: u64, out: &mut [u32; MAX_PODS]) {
-        for_each(candidates, |p| out[p] = keys.len() as u32);
+    pub fn leading_matches<const W: usize, const P: usize>(
+        &self,
+        keys: &[u64],
+        candidates: PodSet<W>,
+        out: &mut [u32; P],
+    ) {
+        candidates.for_each(|p| out[p] = keys.len() as u32);
         let mut alive = candidates;
         for (j, &key) in keys.iter().enumerate() {
             let b = self.holders(key, alive);
-            for_each(alive & !b, |p| out[p] = j as u32);
+            alive.and_not(b).for_each(|p| out[p] = j as u32);
             alive = b;
-            if alive == 0 {
+            if alive.is_empty() {
                 break;
             }
         }

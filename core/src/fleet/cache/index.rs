@@ -14,43 +14,63 @@
 
 use super::table::{self, Probe};
 use crate::fleet::base::error::{Buffer, Error, Limit};
+use crate::fleet::base::mask::{PodSet, WORD_PODS, words_for};
 
-/// One index entry: a key and the bitmask of pods that hold it (`mask == 0` marks an empty entry).
+/// One 16-byte unit of the index table: a key and a 64-pod word of the set of pods holding it.
+/// A fleet of at most 64 pods uses one unit per slot (`mask == 0` marks an empty slot); a larger
+/// one `ceil(pods / 64)` consecutive units per slot: the first unit's `key` is the key, unit j's
+/// `mask` is word j (pods 64 j .. 64 j + 63), and the second unit's `key` counts the holders
+/// (0 marks an empty slot).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IndexEntry {
     key: u64,
     mask: u64,
 }
 
-/// Key -> bitmask of pods holding it, over a caller-provided power-of-two table.
+/// Key -> set of pods holding it, over a caller-provided power-of-two table.
 #[derive(Debug)]
 pub struct BlockIndex<'a> {
     entries: &'a mut [IndexEntry],
+    /// Units per slot: `ceil(pods / 64)`.
+    words: usize,
     shift: u32,
     len: usize,
     max_len: usize,
 }
 
+// One unit per slot (at most 64 pods) is tested first in each method: the eviction path's
+// backward shift then costs what it cost with plain `u64` masks.
 impl Probe for BlockIndex<'_> {
     fn slots(&self) -> usize {
-        self.entries.len()
+        if self.words == 1 { self.entries.len() } else { self.entries.len() / self.words }
     }
     fn is_empty(&self, i: usize) -> bool {
-        self.entries[i].mask == 0
+        self.vacant(i)
     }
     fn home_of(&self, i: usize) -> usize {
-        table::home(self.entries[i].key, self.shift)
+        let key = if self.words == 1 { self.entries[i].key } else { self.entries[i * self.words].key };
+        table::home(key, self.shift)
     }
     fn move_entry(&mut self, from: usize, to: usize) {
-        self.entries[to] = self.entries[from];
+        let w = self.words;
+        if w == 1 {
+            self.entries[to] = self.entries[from];
+        } else {
+            self.entries.copy_within(from * w..from * w + w, to * w);
+        }
     }
     fn clear(&mut self, i: usize) {
-        self.entries[i] = IndexEntry::default();
+        let w = self.words;
+        if w == 1 {
+            self.entries[i] = IndexEntry::default();
+        } else {
+            self.entries[i * w..i * w + w].fill(IndexEntry::default());
+        }
     }
 }
 
 impl<'a> BlockIndex<'a> {
-    /// Table length for an index that must hold up to `keys` distinct keys.
+    /// Table length for an index of at most 64 pods that must hold up to `keys` distinct keys.
     pub const fn table_len(keys: usize) -> usize {
         match table::table_len_for(keys) {
             Some(n) => n,
@@ -58,15 +78,33 @@ impl<'a> BlockIndex<'a> {
         }
     }
 
-    /// An empty index over `entries` (length: a power of two, see [`Self::table_len`]).
+    /// Table length (in [`IndexEntry`] units) for an index of `pods` pods that must hold up to
+    /// `keys` distinct keys: [`Self::table_len`] slots of `ceil(pods / 64)` units (0 when it
+    /// does not fit in memory).
+    pub const fn table_len_for_pods(keys: usize, pods: usize) -> usize {
+        match Self::table_len(keys).checked_mul(words_for(pods)) {
+            Some(n) => n,
+            None => 0,
+        }
+    }
+
+    /// An empty index of at most 64 pods over `entries` (length: a power of two, see
+    /// [`Self::table_len`]).
     pub fn new(entries: &'a mut [IndexEntry]) -> Result<Self, Error> {
-        if !table::check_len(entries.len(), 2) {
-            return Err(Error::BufferSize { buffer: Buffer::Index, expected: 2, got: entries.len() });
+        Self::with_pods(entries, WORD_PODS)
+    }
+
+    /// An empty index of `pods` pods over `entries` (length: see [`Self::table_len_for_pods`]).
+    pub fn with_pods(entries: &'a mut [IndexEntry], pods: usize) -> Result<Self, Error> {
+        let words = words_for(pods);
+        let slots = entries.len() / words;
+        if !entries.len().is_multiple_of(words) || !table::check_len(slots, 2) {
+            return Err(Error::BufferSize { buffer: Buffer::Index, expected: 2 * words, got: entries.len() });
         }
         entries.fill(IndexEntry::default());
-        let shift = table::shift_for(entries.len());
-        let max_len = table::max_entries(entries.len());
-        Ok(BlockIndex { entries, shift, len: 0, max_len })
+        let shift = table::shift_for(slots);
+        let max_len = table::max_entries(slots);
+        Ok(BlockIndex { entries, words, shift, len: 0, max_len })
     }
 
     /// Distinct keys held by at least one pod.
@@ -79,8 +117,16 @@ impl<'a> BlockIndex<'a> {
         self.len == 0
     }
 
-    #[inline]
-    fn find(&self, key: u64) -> Result<usize, usize> {
+    #[inline(always)]
+    fn vacant(&self, i: usize) -> bool {
+        if self.words == 1 { self.entries[i].mask == 0 } else { self.entries[i * self.words + 1].key == 0 }
+    }
+
+    /// [`Self::find`] for an index of one unit per slot (at most 64 pods): the probe of a plain
+    /// `u64`-mask table, no multiply by the slot width on the hot path.
+    #[inline(always)]
+    fn find_narrow(&self, key: u64) -> Result<usize, usize> {
+        debug_assert_eq!(self.words, 1);
         let mask = self.entries.len() - 1;
         let mut i = table::home(key, self.shift);
         loop {
@@ -95,35 +141,133 @@ impl<'a> BlockIndex<'a> {
         }
     }
 
-    /// Bitmask of pods holding `key`.
+    #[inline]
+    fn find(&self, key: u64) -> Result<usize, usize> {
+        if self.words == 1 {
+            return self.find_narrow(key);
+        }
+        let mask = self.entries.len() / self.words - 1;
+        let mut i = table::home(key, self.shift);
+        loop {
+            if self.vacant(i) {
+                return Err(i);
+            }
+            if self.entries[i * self.words].key == key {
+                return Ok(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Bitmask of pods 0..64 holding `key` (the whole set for an index of at most 64 pods).
     #[inline]
     pub fn mask(&self, key: u64) -> u64 {
+        if self.words == 1 {
+            return match self.find_narrow(key) {
+                Ok(i) => self.entries[i].mask,
+                Err(_) => 0,
+            };
+        }
         match self.find(key) {
-            Ok(i) => self.entries[i].mask,
+            Ok(i) => self.entries[i * self.words].mask,
             Err(_) => 0,
         }
     }
 
+    /// The slot holding `key`, if any pod holds it (for [`Self::word`]).
+    #[inline]
+    pub fn slot_of(&self, key: u64) -> Option<usize> {
+        self.find(key).ok()
+    }
+
+    /// Word `w` (pods 64 w .. 64 w + 63) of the pod set in slot `slot` (0 beyond the index's
+    /// words).
+    #[inline]
+    pub fn word(&self, slot: usize, w: usize) -> u64 {
+        if w < self.words { self.entries[slot * self.words + w].mask } else { 0 }
+    }
+
+    /// The pods holding `key`, as a set of `W` words (W at least `ceil(pods / 64)`; pods beyond
+    /// 64 W are not reported).
+    #[inline]
+    pub fn holders<const W: usize>(&self, key: u64) -> PodSet<W> {
+        debug_assert!(self.words <= W, "a set as wide as the index");
+        let mut out = PodSet::EMPTY;
+        if W == 1 {
+            out.0[0] = self.mask(key);
+            return out;
+        }
+        if let Ok(i) = self.find(key) {
+            let base = i * self.words;
+            for (o, e) in out.0.iter_mut().zip(&self.entries[base..base + self.words]) {
+                *o = e.mask;
+            }
+        }
+        out
+    }
+
     /// Pod `pod` now holds `key`.
     pub fn insert(&mut self, key: u64, pod: usize) -> Result<(), Error> {
-        match self.find(key) {
-            Ok(i) => self.entries[i].mask |= 1 << pod,
+        debug_assert!(pod < self.words * WORD_PODS, "a pod of the index");
+        if self.words == 1 {
+            // One unit per slot: the plain-mask update.
+            match self.find_narrow(key) {
+                Ok(i) => self.entries[i].mask |= 1 << pod,
+                Err(i) => {
+                    if self.len == self.max_len {
+                        return Err(Error::CapacityExceeded { limit: Limit::IndexKeys, capacity: self.max_len });
+                    }
+                    self.entries[i] = IndexEntry { key, mask: 1 << pod };
+                    self.len += 1;
+                }
+            }
+            return Ok(());
+        }
+        let (w, bit) = (pod / WORD_PODS, 1u64 << (pod % WORD_PODS));
+        let i = match self.find(key) {
+            Ok(i) => i,
             Err(i) => {
                 if self.len == self.max_len {
                     return Err(Error::CapacityExceeded { limit: Limit::IndexKeys, capacity: self.max_len });
                 }
-                self.entries[i] = IndexEntry { key, mask: 1 << pod };
+                self.entries[i * self.words].key = key;
                 self.len += 1;
+                i
             }
+        };
+        let base = i * self.words;
+        let e = &mut self.entries[base + w].mask;
+        if self.words > 1 && *e & bit == 0 {
+            self.entries[base + 1].key += 1;
         }
+        self.entries[base + w].mask |= bit;
         Ok(())
     }
 
     /// Pod `pod` no longer holds `key`.
     pub fn remove(&mut self, key: u64, pod: usize) {
+        debug_assert!(pod < self.words * WORD_PODS, "a pod of the index");
+        if self.words == 1 {
+            if let Ok(i) = self.find_narrow(key) {
+                self.entries[i].mask &= !(1u64 << pod);
+                if self.entries[i].mask == 0 {
+                    table::remove_at(self, i);
+                    self.len -= 1;
+                }
+            }
+            return;
+        }
+        let (w, bit) = (pod / WORD_PODS, 1u64 << (pod % WORD_PODS));
         if let Ok(i) = self.find(key) {
-            self.entries[i].mask &= !(1u64 << pod);
-            if self.entries[i].mask == 0 {
+            let base = i * self.words;
+            if self.entries[base + w].mask & bit == 0 {
+                return;
+            }
+            self.entries[base + w].mask &= !bit;
+            if self.words > 1 {
+                self.entries[base + 1].key -= 1;
+            }
+            if self.vacant(i) {
                 table::remove_at(self, i);
                 self.len -= 1;
             }
@@ -284,5 +428,41 @@ impl<'a> PendingEvicts<'a> {
     #[inline]
     pub fn contains(&self, key: u64, pod: usize) -> bool {
         self.table.find(key, pod as u32).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 1,024-pod index against a model (per key, the set of pods), through inserts and removes
+    /// that shift probe runs: the holder counts and the backward-shift deletion over 16-unit
+    /// slots.
+    #[test]
+    fn wide_index_matches_a_model() {
+        let pods = 1024;
+        let mut entries = [IndexEntry::default(); 16 * 64];
+        assert_eq!(BlockIndex::table_len_for_pods(40, pods), entries.len());
+        let mut ix = BlockIndex::with_pods(&mut entries, pods).unwrap();
+        let mut model = [PodSet::<16>::EMPTY; 40];
+        let mut x = 7u64;
+        for step in 0..4000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let key = (x >> 33) % 40;
+            let pod = ((x >> 13) % 1024) as usize;
+            let pod = if step % 3 == 0 { pod % 70 } else { pod };
+            if (x >> 7) & 1 == 0 {
+                ix.insert(key * 0x1_0000_0001, pod).unwrap();
+                model[key as usize].insert(pod);
+            } else {
+                ix.remove(key * 0x1_0000_0001, pod);
+                model[key as usize].remove(pod);
+            }
+            for (k, m) in model.iter().enumerate() {
+                assert_eq!(ix.holders::<16>(k as u64 * 0x1_0000_0001), *m, "key {k} at step {step}");
+            }
+            assert_eq!(ix.len(), model.iter().filter(|m| !m.is_empty()).count());
+        }
+        assert!(BlockIndex::with_pods(&mut [IndexEntry::default(); 17], pods).is_err());
     }
 }

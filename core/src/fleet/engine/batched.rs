@@ -14,6 +14,7 @@ use crate::fleet::base::limits::{
     BLOCK_TOKENS, MAX_BATCHED_TOKENS, MAX_NUM_SEQS, MAX_OUTPUT_TOKENS, MAX_POD_BLOCKS, quoting,
 };
 use crate::fleet::base::load::PodLoad;
+use crate::fleet::base::mask::WORD_PODS;
 use crate::fleet::cache::CacheEvents;
 use crate::fleet::cache::lru::{LruPod, Slot};
 use crate::fleet::cache::table::{self, Probe};
@@ -1491,7 +1492,8 @@ impl Engine for BatchedEngine<'_> {
     }
 
     /// The pods whose cache map holds `key` (a cached block, pinned or free).
-    fn holds(pods: &[Self], _shared: &(), key: u64, candidates: u64) -> u64 {
+    fn holds(pods: &[Self], _shared: &(), key: u64, word: usize, candidates: u64) -> u64 {
+        let pods = pods.get(word * WORD_PODS..).unwrap_or_default();
         let mut out = 0;
         let mut rest = candidates;
         while rest != 0 {

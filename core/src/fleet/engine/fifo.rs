@@ -14,6 +14,7 @@ use super::{Completion, Engine, EngineEvents, Request, Routed};
 use crate::fleet::base::error::{Error, Field, Quantity, Rule};
 use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_POD_BLOCKS, quoting};
 use crate::fleet::base::load::PodLoad;
+use crate::fleet::base::mask::WORD_PODS;
 use crate::fleet::cache::CacheEvents;
 use crate::fleet::cache::lru::LruPod;
 use crate::fleet::cache::runs::RunLru;
@@ -401,11 +402,12 @@ impl<'a> Engine for FifoEngine<'a> {
         }
     }
 
-    fn holds(pods: &[Self], pool: &Pool<'a>, key: u64, candidates: u64) -> u64 {
+    fn holds(pods: &[Self], pool: &Pool<'a>, key: u64, word: usize, candidates: u64) -> u64 {
         if let Some(pool) = pool {
             // Every pod reads the pool: all of them hold what it holds.
             return if pool.contains(key) { candidates } else { 0 };
         }
+        let pods = pods.get(word * WORD_PODS..).unwrap_or_default();
         let mut out = 0;
         let mut rest = candidates;
         while rest != 0 {

@@ -158,9 +158,9 @@ pub trait Engine: Sized {
     /// The load signals at `t_ns`, its queue_len then being `queue_len`.
     fn load(&self, queue_len: u32, t_ns: u64) -> PodLoad;
 
-    /// Bitmask of the `candidates` pods of `pods` (a fleet's pods, pod p at index p) whose cache
-    /// holds `key`: the exact view.
-    fn holds(pods: &[Self], shared: &Self::Shared, key: u64, candidates: u64) -> u64;
+    /// Bitmask of the `candidates` pods of word `word` of `pods` (a fleet's pods, pod p at index
+    /// p; bit b is pod 64 word + b) whose cache holds `key`: the exact view.
+    fn holds(pods: &[Self], shared: &Self::Shared, key: u64, word: usize, candidates: u64) -> u64;
 
     /// match_p for the pods `0..out.len()`: the longest leading run of `keys` pod p holds, when
     /// the engine computes it faster than key by key ([`Self::holds`]); false to let the caller

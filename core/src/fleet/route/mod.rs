@@ -15,16 +15,18 @@ pub mod shipped;
 pub mod spec;
 
 use crate::fleet::base::error::Error;
+use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::base::load::PodLoad;
-use crate::fleet::base::mask::pods_mask;
+use crate::fleet::base::mask::{POD_WORDS, PodSet, WORD_PODS, for_each, width_words};
 use crate::fleet::cache::index::{BlockIndex, PendingEvicts};
 
 /// "Which of these pods hold this key": implemented by whatever holds the exact cache state (the
 /// FIFO pods' key tables, the batched engines' cache maps), so the router needs no knowledge of
 /// the fleet or engine types.
 pub trait KeyHolders {
-    /// Bitmask of the `candidates` pods whose cache holds `key`.
-    fn mask(&self, key: u64, candidates: u64) -> u64;
+    /// Bitmask of the `candidates` pods of word `word` (bit b is pod 64 word + b) whose cache
+    /// holds `key`.
+    fn mask(&self, key: u64, word: usize, candidates: u64) -> u64;
 
     /// match_p for the pods `0..out.len()` (the longest leading run of `keys` pod p holds), when
     /// the holder computes it faster than key by key (the run-length replay); false to be asked
@@ -68,26 +70,34 @@ pub struct RouteView<'v, 'a> {
 }
 
 impl RouteView<'_, '_> {
-    /// Pods the index believes hold `key`, restricted to `candidates`.
+    /// Pods the index believes hold `key`, restricted to `candidates` (pods 0..64).
     #[inline]
     pub fn believed_mask(&self, key: u64, candidates: u64) -> u64 {
+        self.believed(key, PodSet::<1>([candidates])).0[0]
+    }
+
+    /// Pods the index believes hold `key`, restricted to `candidates`, as a set of `W` words
+    /// (`W` at least the fleet's `ceil(pods / 64)`).
+    #[inline]
+    pub fn believed<const W: usize>(&self, key: u64, candidates: PodSet<W>) -> PodSet<W> {
         let held = match &self.held {
-            Holders::None => 0,
-            Holders::Index(ix) => ix.mask(key) & candidates,
-            Holders::Exact(pods) => pods.mask(key, candidates),
+            Holders::None => PodSet::EMPTY,
+            Holders::Index(ix) => ix.holders::<W>(key).and(candidates),
+            Holders::Exact(pods) => {
+                let mut out = PodSet::EMPTY;
+                for (w, (o, &c)) in out.0.iter_mut().zip(&candidates.0).enumerate() {
+                    if c != 0 {
+                        *o = pods.mask(key, w, c);
+                    }
+                }
+                out
+            }
         };
         let mut believed = match self.pending {
             Some(p) if !p.is_empty() => {
-                let mut ghosts = 0;
-                let mut rest = candidates & !held;
-                while rest != 0 {
-                    let pod = rest.trailing_zeros() as usize;
-                    rest &= rest - 1;
-                    if p.contains(key, pod) {
-                        ghosts |= 1 << pod;
-                    }
-                }
-                held | ghosts
+                let mut ghosts = PodSet::EMPTY;
+                candidates.and_not(held).for_each(|pod| ghosts.set_if(pod, p.contains(key, pod)));
+                held.or(ghosts)
             }
             _ => held,
         };
@@ -99,14 +109,7 @@ impl RouteView<'_, '_> {
         if let Some(s) = self.speculative
             && !s.is_empty()
         {
-            let mut rest = candidates & !believed;
-            while rest != 0 {
-                let pod = rest.trailing_zeros() as usize;
-                rest &= rest - 1;
-                if s.contains(key, pod) {
-                    believed |= 1 << pod;
-                }
-            }
+            candidates.and_not(believed).for_each(|pod| believed.set_if(pod, s.contains(key, pod)));
         }
         believed
     }
@@ -116,21 +119,24 @@ impl RouteView<'_, '_> {
     /// held it before: the shortest history); a ghost (evicted within the delay) that was also
     /// stored within it was not held before.
     #[cold]
-    fn without_unseen_stores(&self, stores: &PendingEvicts<'_>, key: u64, held: u64, believed: u64) -> u64 {
+    fn without_unseen_stores<const W: usize>(
+        &self,
+        stores: &PendingEvicts<'_>,
+        key: u64,
+        held: PodSet<W>,
+        believed: PodSet<W>,
+    ) -> PodSet<W> {
         let evicted = |pod: usize| self.pending.is_some_and(|p| p.contains(key, pod));
         let mut out = believed;
-        let mut rest = believed;
-        while rest != 0 {
-            let pod = rest.trailing_zeros() as usize;
-            rest &= rest - 1;
+        believed.for_each(|pod| {
             if !stores.contains(key, pod) {
-                continue;
+                return;
             }
-            let holds_now = held & (1 << pod) != 0;
+            let holds_now = held.contains(pod);
             if !holds_now || !evicted(pod) {
-                out &= !(1u64 << pod);
+                out.remove(pod);
             }
-        }
+        });
         out
     }
 
@@ -146,19 +152,62 @@ impl RouteView<'_, '_> {
         {
             return;
         }
-        let mut alive = pods_mask(n);
         out[..n].fill(keys.len() as u32);
+        // One word for a fleet of at most 64 pods (the plain-bitmask code), else the widest set.
+        const _: () = assert!(POD_WORDS * WORD_PODS == MAX_PODS);
+        if width_words(n) == 1 {
+            self.matches_in::<1>(keys, n, out);
+        } else if let Holders::Index(ix) = &self.held
+            && quiet(self.pending)
+            && quiet(self.pending_stores)
+            && quiet(self.speculative)
+        {
+            index_matches(ix, keys, n, out);
+        } else {
+            self.matches_in::<POD_WORDS>(keys, n, out);
+        }
+    }
+
+    fn matches_in<const W: usize>(&self, keys: &[u64], n: usize, out: &mut [u32]) {
+        let mut alive = PodSet::<W>::first(n);
         for (j, &key) in keys.iter().enumerate() {
-            let b = self.believed_mask(key, alive);
-            let mut dead = alive & !b;
-            while dead != 0 {
-                out[dead.trailing_zeros() as usize] = j as u32;
-                dead &= dead - 1;
-            }
+            let b = self.believed(key, alive);
+            alive.and_not(b).for_each(|p| out[p] = j as u32);
             alive = b;
-            if alive == 0 {
+            if alive.is_empty() {
                 break;
             }
+        }
+    }
+}
+
+/// [`RouteView::matches`] from the global index alone (no event in flight), above 64 pods: the
+/// same walk as the generic one, reading only the words of a key's pod set that still hold live
+/// pods (the live words shrink as the walk goes on), so that a key costs the cache lines of the
+/// live words, not of all ceil(N / 64).
+fn index_matches(ix: &BlockIndex<'_>, keys: &[u64], n: usize, out: &mut [u32]) {
+    let mut alive = PodSet::<POD_WORDS>::first(n).0;
+    let (mut lo, mut hi) = (0, n.div_ceil(WORD_PODS));
+    for (j, &key) in keys.iter().enumerate() {
+        let slot = ix.slot_of(key);
+        let mut any = false;
+        for (w, a) in alive.iter_mut().enumerate().take(hi).skip(lo) {
+            if *a == 0 {
+                continue;
+            }
+            let b = slot.map_or(0, |s| ix.word(s, w)) & *a;
+            for_each(*a & !b, |p| out[w * WORD_PODS + p] = j as u32);
+            *a = b;
+            any |= b != 0;
+        }
+        if !any {
+            break;
+        }
+        while alive[lo] == 0 {
+            lo += 1;
+        }
+        while alive[hi - 1] == 0 {
+            hi -= 1;
         }
     }
 }
@@ -186,5 +235,54 @@ pub trait Router {
     /// The fleet accepted the route: router-side state (an approximate index) records it.
     fn routed(&mut self, _pod: usize, _keys: &[u64], _now_ns: u64) -> Result<(), Error> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::cache::index::IndexEntry;
+
+    /// match_p over the global index above 64 pods (the live-words walk, and the
+    /// generic walk over 16-word sets) against a brute-force leading run per pod.
+    #[test]
+    fn wide_index_matches_are_leading_runs() {
+        for pods in [65, 130, MAX_PODS] {
+            let mut entries = [IndexEntry::default(); 64 * POD_WORDS];
+            let mut ix = BlockIndex::with_pods(&mut entries[..BlockIndex::table_len_for_pods(40, pods)], pods).unwrap();
+            let keys: [u64; 40] = core::array::from_fn(|i| 1000 + i as u64);
+            let mut x = pods as u64;
+            // Pod p holds a leading run of about (p * 7919) % 41 keys, with holes.
+            for p in 0..pods {
+                let run = (p * 7919) % 41;
+                for (i, &k) in keys.iter().enumerate().take(run) {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    if (x >> 60) != 0 || i == 0 {
+                        ix.insert(k, p).unwrap();
+                    }
+                }
+            }
+            let queue = [0u32; MAX_PODS];
+            let view = RouteView {
+                request: 0,
+                queue_lens: &queue[..pods],
+                held: Holders::Index(&ix),
+                pending: None,
+                pending_stores: None,
+                speculative: None,
+                loads: None,
+                now_ns: 0,
+            };
+            let mut out = [u32::MAX; MAX_PODS];
+            view.matches(&keys, &mut out);
+            let mut generic = [u32::MAX; MAX_PODS];
+            generic[..pods].fill(keys.len() as u32);
+            view.matches_in::<POD_WORDS>(&keys, pods, &mut generic);
+            for p in 0..pods {
+                let expect = keys.iter().take_while(|&&k| ix.holders::<POD_WORDS>(k).contains(p)).count() as u32;
+                assert_eq!((out[p], generic[p]), (expect, expect), "{pods} pods, pod {p}");
+            }
+            assert!(out[pods..].iter().all(|&m| m == u32::MAX), "pods beyond the fleet untouched");
+        }
     }
 }

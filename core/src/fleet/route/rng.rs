@@ -1,6 +1,8 @@
 //! The shipped routers' only randomness: a SplitMix64 seeded from `RouterParams::seed`, and the
 //! uniform pick among a set of pods.
 
+use crate::fleet::base::mask::PodSet;
+
 /// SplitMix64 (Steele, Lea, Flood 2014): small, seedable, the same on every target.
 #[derive(Clone, Copy, Debug)]
 pub struct SplitMix64(u64);
@@ -27,17 +29,9 @@ impl SplitMix64 {
     }
 }
 
-/// The `k`-th (0-based) set bit of `mask`.
-pub(super) fn nth_bit(mut mask: u64, k: u64) -> usize {
-    for _ in 0..k {
-        mask &= mask - 1;
-    }
-    mask.trailing_zeros() as usize
-}
-
-/// A uniform pick among the pods of `mask` (non-empty); no draw when there is one.
-pub(super) fn pick_uniform(rng: &mut SplitMix64, mask: u64) -> usize {
-    debug_assert!(mask != 0);
-    let n = mask.count_ones() as u64;
-    if n == 1 { mask.trailing_zeros() as usize } else { nth_bit(mask, rng.below(n)) }
+/// A uniform pick among the pods of `set` (non-empty); no draw when there is one.
+pub(super) fn pick_uniform<const W: usize>(rng: &mut SplitMix64, set: PodSet<W>) -> usize {
+    debug_assert!(!set.is_empty());
+    let n = u64::from(set.count());
+    if n == 1 { set.lowest() } else { set.nth(rng.below(n)) }
 }

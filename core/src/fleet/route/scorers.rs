@@ -4,12 +4,12 @@
 use super::spec::{RouterParams, ScorerKind};
 use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::base::load::PodLoad;
-use crate::fleet::base::mask::for_each;
+use crate::fleet::base::mask::PodSet;
 
 /// LRU of pod ids (no-hit-lru), oldest first.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct PodLru {
-    pub(super) order: [u8; MAX_PODS],
+    pub(super) order: [u16; MAX_PODS],
     pub(super) len: usize,
     cap: usize,
 }
@@ -30,39 +30,39 @@ impl PodLru {
             self.order.copy_within(1..self.len, 0);
             self.len -= 1;
         }
-        self.order[self.len] = pod as u8;
+        self.order[self.len] = pod as u16;
         self.len += 1;
     }
 }
 
-/// Per-pod inputs of one decision.
-pub(super) struct Inputs<'x> {
-    pub(super) candidates: u64,
+/// Per-pod inputs of one decision (`W` words of pods, `P` = 64 W per-pod entries).
+pub(super) struct Inputs<'x, const W: usize, const P: usize> {
+    pub(super) candidates: PodSet<W>,
     pub(super) total: u32,
-    pub(super) matches: &'x [u32; MAX_PODS],
-    pub(super) loads: &'x [PodLoad; MAX_PODS],
+    pub(super) matches: &'x [u32; P],
+    pub(super) loads: &'x [PodLoad; P],
 }
 
 /// The pods of `cand` with the highest total (exact float equality is a tie).
-pub(super) fn max_set(cand: u64, totals: &[f64; MAX_PODS]) -> u64 {
+pub(super) fn max_set<const W: usize, const P: usize>(cand: PodSet<W>, totals: &[f64; P]) -> PodSet<W> {
     let mut best = f64::NEG_INFINITY;
-    let mut set = 0u64;
-    for_each(cand, |p| {
+    let mut set = PodSet::EMPTY;
+    cand.for_each(|p| {
         if totals[p] > best {
             best = totals[p];
-            set = 1 << p;
+            set = PodSet::single(p);
         } else if totals[p] == best {
-            set |= 1 << p;
+            set.insert(p);
         }
     });
     set
 }
 
 /// min and max of `f(p)` over the pods of `cand` (non-empty).
-pub(super) fn min_max<T: Copy + PartialOrd>(cand: u64, f: impl Fn(usize) -> T) -> (T, T) {
-    let first = f(cand.trailing_zeros() as usize);
+pub(super) fn min_max<T: Copy + PartialOrd, const W: usize>(cand: PodSet<W>, f: impl Fn(usize) -> T) -> (T, T) {
+    let first = f(cand.lowest());
     let (mut lo, mut hi) = (first, first);
-    for_each(cand, |p| {
+    cand.for_each(|p| {
         let v = f(p);
         if v < lo {
             lo = v;
@@ -75,38 +75,43 @@ pub(super) fn min_max<T: Copy + PartialOrd>(cand: u64, f: impl Fn(usize) -> T) -
 }
 
 /// One scorer's s(p) for every candidate (no-hit-lru aside).
-pub(super) fn score(kind: ScorerKind, inp: &Inputs<'_>, prm: &RouterParams, s: &mut [f64; MAX_PODS]) {
+pub(super) fn score<const W: usize, const P: usize>(
+    kind: ScorerKind,
+    inp: &Inputs<'_, W, P>,
+    prm: &RouterParams,
+    s: &mut [f64; P],
+) {
     let cand = inp.candidates;
-    if cand == 0 {
+    if cand.is_empty() {
         return;
     }
     let total = inp.total as f64;
     let ratio = |p: usize| if inp.total == 0 { 0.0 } else { inp.matches[p] as f64 / total };
     match kind {
-        ScorerKind::PrefixCache | ScorerKind::PrecisePrefixCache => for_each(cand, |p| s[p] = ratio(p).min(1.0)),
+        ScorerKind::PrefixCache | ScorerKind::PrecisePrefixCache => cand.for_each(|p| s[p] = ratio(p).min(1.0)),
         ScorerKind::PrecisePrefixCacheMinMax => {
-            let holders = cand & mask_where(cand, |p| inp.matches[p] > 0);
-            if holders == 0 {
+            let holders = cand.filter(|p| inp.matches[p] > 0);
+            if holders.is_empty() {
                 return;
             }
             let (lo, hi) = min_max(holders, |p| inp.matches[p]);
-            for_each(holders, |p| {
+            holders.for_each(|p| {
                 s[p] = if hi == lo { 1.0 } else { (inp.matches[p] - lo) as f64 / (hi - lo) as f64 };
             });
         }
         ScorerKind::Queue => {
             let (lo, hi) = min_max(cand, |p| inp.loads[p].waiting);
-            for_each(cand, |p| {
+            cand.for_each(|p| {
                 s[p] = if hi == lo { 1.0 } else { (hi - inp.loads[p].waiting) as f64 / (hi - lo) as f64 };
             });
         }
-        ScorerKind::KvCacheUtilization => for_each(cand, |p| {
+        ScorerKind::KvCacheUtilization => cand.for_each(|p| {
             let l = inp.loads[p];
             let used =
                 if l.kv_capacity_blocks == 0 { 0.0 } else { l.kv_used_blocks as f64 / l.kv_capacity_blocks as f64 };
             s[p] = 1.0 - used;
         }),
-        ScorerKind::TokenLoad => for_each(cand, |p| {
+        ScorerKind::TokenLoad => cand.for_each(|p| {
             let l = inp.loads[p].pending_prefill_tokens;
             let q = prm.token_load_threshold;
             s[p] = if l == 0 { 1.0 } else { 1.0 - l.min(q) as f64 / q as f64 };
@@ -114,12 +119,12 @@ pub(super) fn score(kind: ScorerKind, inp: &Inputs<'_>, prm: &RouterParams, s: &
         ScorerKind::ActiveRequests => {
             let active = |p: usize| inp.loads[p].waiting as u64 + inp.loads[p].running as u64;
             let (_, hi) = min_max(cand, active);
-            for_each(cand, |p| {
+            cand.for_each(|p| {
                 let c = active(p);
                 s[p] = if c == 0 { 1.0 } else { (hi - c) as f64 / hi as f64 };
             });
         }
-        ScorerKind::LoadAware => for_each(cand, |p| {
+        ScorerKind::LoadAware => cand.for_each(|p| {
             let q = inp.loads[p].waiting;
             let t = prm.load_aware_threshold;
             s[p] = if q == 0 { 0.5 } else { 0.5 * (1.0 - q.min(t) as f64 / t as f64) };
@@ -128,36 +133,30 @@ pub(super) fn score(kind: ScorerKind, inp: &Inputs<'_>, prm: &RouterParams, s: &
     }
 }
 
-pub(super) fn mask_where(cand: u64, f: impl Fn(usize) -> bool) -> u64 {
-    let mut m = 0;
-    for_each(cand, |p| {
-        if f(p) {
-            m |= 1 << p;
-        }
-    });
-    m
-}
-
 /// no-hit-lru: returns whether the request is cold (then the chosen pod moves to the LRU's
 /// most recent end once routed).
-pub(super) fn no_hit_lru(inp: &Inputs<'_>, lru: &PodLru, s: &mut [f64; MAX_PODS]) -> bool {
+pub(super) fn no_hit_lru<const W: usize, const P: usize>(
+    inp: &Inputs<'_, W, P>,
+    lru: &PodLru,
+    s: &mut [f64; P],
+) -> bool {
     let cand = inp.candidates;
-    if cand == 0 {
+    if cand.is_empty() {
         return false;
     }
-    if mask_where(cand, |p| inp.matches[p] > 0) != 0 {
-        for_each(cand, |p| s[p] = 0.5);
+    if !cand.filter(|p| inp.matches[p] > 0).is_empty() {
+        cand.for_each(|p| s[p] = 0.5);
         return false;
     }
-    let n = cand.count_ones() as u64;
+    let n = u64::from(cand.count());
     if n == 1 {
-        for_each(cand, |p| s[p] = 1.0);
+        cand.for_each(|p| s[p] = 1.0);
         return true;
     }
     let denom = (n - 1) as f64;
     let mut rank = 0u64;
     // Never-used pods first, in pod order; then the used ones, least recent first.
-    for_each(cand, |p| {
+    cand.for_each(|p| {
         if lru.position(p).is_none() {
             s[p] = 1.0 - rank as f64 / denom;
             rank += 1;
@@ -168,7 +167,7 @@ pub(super) fn no_hit_lru(inp: &Inputs<'_>, lru: &PodLru, s: &mut [f64; MAX_PODS]
     let never = rank;
     for (pos, &p) in lru.order[..lru.len].iter().enumerate() {
         let p = p as usize;
-        if cand & (1 << p) != 0 {
+        if cand.contains(p) {
             s[p] = (1.0 - (never + pos as u64) as f64 / denom).max(0.0);
         }
     }
@@ -176,18 +175,18 @@ pub(super) fn no_hit_lru(inp: &Inputs<'_>, lru: &PodLru, s: &mut [f64; MAX_PODS]
 }
 
 /// The prefix-cache-affinity filter: the candidates it keeps.
-pub(super) fn affinity_filter(inp: &Inputs<'_>, prm: &RouterParams) -> u64 {
+pub(super) fn affinity_filter<const W: usize, const P: usize>(inp: &Inputs<'_, W, P>, prm: &RouterParams) -> PodSet<W> {
     let cand = inp.candidates;
-    if cand.count_ones() <= 1 || prm.affinity_threshold <= 0.0 {
+    if cand.count() <= 1 || prm.affinity_threshold <= 0.0 {
         return cand;
     }
     let ratio = |p: usize| if inp.total == 0 { 0.0 } else { inp.matches[p] as f64 / inp.total as f64 };
-    let sticky = mask_where(cand, |p| ratio(p) >= prm.affinity_threshold);
-    let others = cand & !sticky;
-    if sticky == 0 {
+    let sticky = cand.filter(|p| ratio(p) >= prm.affinity_threshold);
+    let others = cand.and_not(sticky);
+    if sticky.is_empty() {
         return cand;
     }
-    if prm.max_ttft_penalty_ms > 0.0 && others != 0 {
+    if prm.max_ttft_penalty_ms > 0.0 && !others.is_empty() {
         let ttft = |p: usize| inp.loads[p].pending_prefill_tokens as f64 / prm.peak_prefill_tokens_per_s * 1000.0;
         let (best_sticky, _) = min_max(sticky, ttft);
         let (best_other, _) = min_max(others, ttft);
@@ -199,13 +198,13 @@ pub(super) fn affinity_filter(inp: &Inputs<'_>, prm: &RouterParams) -> u64 {
 }
 
 /// Lowest-index pod with the smallest `f`.
-pub(super) fn first_min(cand: u64, f: impl Fn(usize) -> u64) -> usize {
+pub(super) fn first_min<const W: usize>(cand: PodSet<W>, f: impl Fn(usize) -> u64) -> usize {
     let (lo, _) = min_max(cand, &f);
-    mask_where(cand, |p| f(p) == lo).trailing_zeros() as usize
+    cand.filter(|p| f(p) == lo).lowest()
 }
 
 /// Lowest-index pod with the largest `f`.
-pub(super) fn first_max(cand: u64, f: impl Fn(usize) -> u32) -> usize {
+pub(super) fn first_max<const W: usize>(cand: PodSet<W>, f: impl Fn(usize) -> u32) -> usize {
     let (_, hi) = min_max(cand, &f);
-    mask_where(cand, |p| f(p) == hi).trailing_zeros() as usize
+    cand.filter(|p| f(p) == hi).lowest()
 }

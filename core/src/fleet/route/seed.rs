@@ -50,9 +50,16 @@ impl Router for PrefixAware {
         true
     }
     fn route(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
-        let mut matches = [0u32; MAX_PODS];
-        view.matches(keys, &mut matches);
-        self.choose(&matches, view.queue_lens)
+        // 64-entry scratch up to 64 pods (as before larger fleets), MAX_PODS above.
+        if view.queue_lens.len() <= 64 {
+            let mut matches = [0u32; 64];
+            view.matches(keys, &mut matches);
+            self.choose(&matches, view.queue_lens)
+        } else {
+            let mut matches = [0u32; MAX_PODS];
+            view.matches(keys, &mut matches);
+            self.choose(&matches, view.queue_lens)
+        }
     }
 }
 

@@ -12,18 +12,19 @@ use super::{Route, RouteView, Router};
 use crate::fleet::base::error::Error;
 use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::base::load::PodLoad;
-use crate::fleet::base::mask::{for_each, pods_mask};
+use crate::fleet::base::mask::{POD_WORDS, PodSet, width_words};
 use crate::fleet::cache::approx::ApproxIndex;
 
-/// What a pipeline computed before its pick ([`ShippedRouter::evaluate`]).
+/// What a pipeline computed before its pick ([`ShippedRouter::evaluate`]), for a fleet of up
+/// to `P` = 64 `W` pods (the defaults: [`MAX_PODS`]).
 #[derive(Clone, Copy, Debug)]
-pub struct Evaluation {
-    /// The pods left by the filters (a bitmask).
-    pub candidates: u64,
+pub struct Evaluation<const W: usize = POD_WORDS, const P: usize = MAX_PODS> {
+    /// The pods left by the filters.
+    pub candidates: PodSet<W>,
     /// sum_i w_i clamp(s_i(p), 0, 1) for each candidate p (0 for the others).
-    pub totals: [f64; MAX_PODS],
+    pub totals: [f64; P],
     /// The match (blocks) each pod has in the filter's / no-hit-lru's prefix source.
-    pub matches: [u32; MAX_PODS],
+    pub matches: [u32; P],
     /// No candidate had a match (no-hit-lru's cold request), when no-hit-lru is in the pipeline.
     pub cold: bool,
 }
@@ -77,7 +78,7 @@ impl<'a> ShippedRouter<'a> {
         true
     }
 
-    fn loads(view: &RouteView<'_, '_>, out: &mut [PodLoad; MAX_PODS]) {
+    fn loads<const P: usize>(view: &RouteView<'_, '_>, out: &mut [PodLoad; P]) {
         match view.loads {
             Some(l) => out[..l.len()].copy_from_slice(l),
             // A fleet that gives no loads: the queue length is all there is.
@@ -89,13 +90,13 @@ impl<'a> ShippedRouter<'a> {
         }
     }
 
-    fn approx_greedy(&self, keys: &[u64], cand: u64, out: &mut [u32; MAX_PODS]) {
+    fn approx_greedy<const W: usize, const P: usize>(&self, keys: &[u64], cand: PodSet<W>, out: &mut [u32; P]) {
         if let Some(a) = &self.approx {
             a.greedy_matches(keys, cand, out);
         }
     }
 
-    fn approx_leading(&self, keys: &[u64], cand: u64, out: &mut [u32; MAX_PODS]) {
+    fn approx_leading<const W: usize, const P: usize>(&self, keys: &[u64], cand: PodSet<W>, out: &mut [u32; P]) {
         if let Some(a) = &self.approx {
             a.leading_matches(keys, cand, out);
         }
@@ -105,16 +106,21 @@ impl<'a> ShippedRouter<'a> {
     /// total score (docs/MODEL.md, "Pipeline"). Changes no state; public so that tests and
     /// users can see why a pod was chosen.
     pub fn evaluate(&self, view: &RouteView<'_, '_>, keys: &[u64]) -> Evaluation {
+        self.evaluate_in::<POD_WORDS, MAX_PODS>(view, keys)
+    }
+
+    /// [`Self::evaluate`] over sets of `W` words (at least the fleet's `ceil(pods / 64)`).
+    fn evaluate_in<const W: usize, const P: usize>(&self, view: &RouteView<'_, '_>, keys: &[u64]) -> Evaluation<W, P> {
         let n = view.queue_lens.len();
-        let mut cand = pods_mask(n);
-        let mut loads = [PodLoad::default(); MAX_PODS];
+        let mut cand = PodSet::<W>::first(n);
+        let mut loads = [PodLoad::default(); P];
         Self::loads(view, &mut loads);
         let spec = &self.spec;
-        let mut exact = [0u32; MAX_PODS];
+        let mut exact = [0u32; P];
         if spec.needs_index() {
             view.matches(keys, &mut exact);
         }
-        let mut approx = [0u32; MAX_PODS];
+        let mut approx = [0u32; P];
         self.approx_greedy(keys, cand, &mut approx);
         let info = match spec.prefix_source() {
             PrefixSource::Precise => exact,
@@ -129,10 +135,10 @@ impl<'a> ShippedRouter<'a> {
                 }
             }
         }
-        let mut totals = [0.0f64; MAX_PODS];
+        let mut totals = [0.0f64; P];
         let mut cold = false;
         for w in spec.scorers.iter().flatten() {
-            let mut s = [0.0f64; MAX_PODS];
+            let mut s = [0.0f64; P];
             let m = match w.kind {
                 ScorerKind::PrefixCache => &approx,
                 ScorerKind::NoHitLru => &info,
@@ -143,40 +149,40 @@ impl<'a> ShippedRouter<'a> {
                 ScorerKind::NoHitLru => cold = no_hit_lru(&inp, &self.no_hit, &mut s),
                 k => score(k, &inp, &spec.params, &mut s),
             }
-            for_each(cand, |p| totals[p] += w.weight * s[p].clamp(0.0, 1.0));
+            cand.for_each(|p| totals[p] += w.weight * s[p].clamp(0.0, 1.0));
         }
         Evaluation { candidates: cand, totals, matches: info, cold }
     }
 
-    fn route_pipeline(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
-        let e = self.evaluate(view, keys);
+    fn route_pipeline<const W: usize, const P: usize>(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+        let e = self.evaluate_in::<W, P>(view, keys);
         self.last_cold = e.cold;
         let pod = match self.spec.picker {
             PickerKind::Random => pick_uniform(&mut self.rng, e.candidates),
             PickerKind::MaxScore => pick_uniform(&mut self.rng, max_set(e.candidates, &e.totals)),
-            PickerKind::MaxScoreLowestIndex => max_set(e.candidates, &e.totals).trailing_zeros() as usize,
+            PickerKind::MaxScoreLowestIndex => max_set(e.candidates, &e.totals).lowest(),
         };
         Route { pod, believed_match_blocks: e.matches[pod] }
     }
 
-    fn route_dynamo(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+    fn route_dynamo<const W: usize, const P: usize>(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
         let n = view.queue_lens.len();
-        let cand = pods_mask(n);
-        let mut loads = [PodLoad::default(); MAX_PODS];
+        let cand = PodSet::<W>::first(n);
+        let mut loads = [PodLoad::default(); P];
         Self::loads(view, &mut loads);
-        let mut overlap = [0u32; MAX_PODS];
+        let mut overlap = [0u32; P];
         view.matches(keys, &mut overlap);
-        let mut logits = [0.0f64; MAX_PODS];
+        let mut logits = [0.0f64; P];
         dynamo_logits(cand, keys.len() as u32, &overlap, &loads, self.spec.params.overlap_score_weight, &mut logits);
         let pod = dynamo_pick(&mut self.rng, cand, &logits, self.spec.params.router_temperature);
         Route { pod, believed_match_blocks: overlap[pod] }
     }
 
-    fn route_sglang(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
-        let cand = pods_mask(view.queue_lens.len());
-        let mut loads = [PodLoad::default(); MAX_PODS];
+    fn route_sglang<const W: usize, const P: usize>(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+        let cand = PodSet::<W>::first(view.queue_lens.len());
+        let mut loads = [PodLoad::default(); P];
         Self::loads(view, &mut loads);
-        let mut m = [0u32; MAX_PODS];
+        let mut m = [0u32; P];
         self.approx_leading(keys, cand, &mut m);
         let approx = self.approx.as_ref();
         let held = |p: usize| approx.map_or(0, |a| a.held_blocks(p));
@@ -184,14 +190,25 @@ impl<'a> ShippedRouter<'a> {
         Route { pod, believed_match_blocks: m[pod] }
     }
 
-    fn route_vllm(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
-        let cand = pods_mask(view.queue_lens.len());
-        let mut loads = [PodLoad::default(); MAX_PODS];
+    fn route_vllm<const W: usize, const P: usize>(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+        let cand = PodSet::<W>::first(view.queue_lens.len());
+        let mut loads = [PodLoad::default(); P];
         Self::loads(view, &mut loads);
-        let mut m = [0u32; MAX_PODS];
+        let mut m = [0u32; P];
         self.approx_leading(keys, cand, &mut m);
         let pod = vllm_pick(cand, keys.len() as u32, &m, &loads, self.spec.params.vllm_beta);
         Route { pod, believed_match_blocks: m[pod] }
+    }
+}
+
+impl ShippedRouter<'_> {
+    fn route_in<const W: usize, const P: usize>(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+        match self.spec.policy {
+            Policy::Pipeline => self.route_pipeline::<W, P>(view, keys),
+            Policy::DynamoKv => self.route_dynamo::<W, P>(view, keys),
+            Policy::SglangCacheAware => self.route_sglang::<W, P>(view, keys),
+            Policy::VllmLoadaware => self.route_vllm::<W, P>(view, keys),
+        }
     }
 }
 
@@ -203,11 +220,12 @@ impl Router for ShippedRouter<'_> {
         true
     }
     fn route(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
-        match self.spec.policy {
-            Policy::Pipeline => self.route_pipeline(view, keys),
-            Policy::DynamoKv => self.route_dynamo(view, keys),
-            Policy::SglangCacheAware => self.route_sglang(view, keys),
-            Policy::VllmLoadaware => self.route_vllm(view, keys),
+        // A fleet of at most 64 pods is routed with one-word sets and 64-entry scratch (the
+        // plain-bitmask code and speed); a larger one with the widest.
+        if width_words(view.queue_lens.len()) == 1 {
+            self.route_in::<1, 64>(view, keys)
+        } else {
+            self.route_in::<POD_WORDS, MAX_PODS>(view, keys)
         }
     }
     fn routed(&mut self, pod: usize, keys: &[u64], _now_ns: u64) -> Result<(), Error> {

@@ -7,6 +7,13 @@ use super::scale::ScalePolicy;
 use super::view::{IndexKind, ViewConfig};
 use crate::fleet::base::error::{Error, Field, Rule};
 use crate::fleet::base::limits::{MAX_ALPHA, MAX_POD_BLOCKS, MAX_PODS, quoting};
+
+/// What `pods` must be (MAX_PODS: 1,024 with the `large-fleets` feature, else 64).
+#[cfg(feature = "large-fleets")]
+const PODS_EXPECTED: &str = quoting!("between 1 and 1024 (MAX_PODS)", MAX_PODS);
+/// What `pods` must be (MAX_PODS: 1,024 with the `large-fleets` feature, else 64).
+#[cfg(not(feature = "large-fleets"))]
+const PODS_EXPECTED: &str = quoting!("between 1 and 64 (MAX_PODS)", MAX_PODS);
 use crate::fleet::cache::lru::LruPod;
 use crate::fleet::engine::batched::{BatchedConfig, BatchedEngine};
 use crate::fleet::engine::fifo::{CacheMode, FifoConfig};
@@ -179,10 +186,7 @@ impl FleetConfig {
             }
         }
         if self.pods == 0 || self.pods > MAX_PODS {
-            return Err(Error::InvalidConfig {
-                field: Field::Pods,
-                expected: quoting!("between 1 and 64 (the index stores pods as a 64-bit mask)", MAX_PODS),
-            });
+            return Err(Error::InvalidConfig { field: Field::Pods, expected: PODS_EXPECTED });
         }
         if self.capacity_blocks == 0
             || self.capacity_blocks > MAX_POD_BLOCKS

@@ -104,8 +104,8 @@ pub struct Exact<'v, E: Engine> {
 
 impl<E: Engine> KeyHolders for Exact<'_, E> {
     #[inline]
-    fn mask(&self, key: u64, candidates: u64) -> u64 {
-        E::holds(self.pods, self.shared, key, candidates)
+    fn mask(&self, key: u64, word: usize, candidates: u64) -> u64 {
+        E::holds(self.pods, self.shared, key, word, candidates)
     }
     #[inline]
     fn leading_matches(&self, keys: &[u64], out: &mut [u32]) -> bool {
@@ -246,7 +246,13 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             return Err(Error::Poisoned);
         }
         self.check(req)?;
-        let r = self.dispatch_inner(req, ev);
+        // Per-dispatch scratch of 64 entries up to 64 pods (the memory traffic of a 64-pod
+        // bound), MAX_PODS above.
+        let r = if self.pods.len() <= 64 {
+            self.dispatch_inner::<64>(req, ev)
+        } else {
+            self.dispatch_inner::<MAX_PODS>(req, ev)
+        };
         if r.is_err() {
             self.poisoned = true;
         }
@@ -266,7 +272,11 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         Ok(())
     }
 
-    fn dispatch_inner(&mut self, req: &Request<'_>, ev: &mut impl EngineEvents) -> Result<E::Outcome, Error> {
+    fn dispatch_inner<const P: usize>(
+        &mut self,
+        req: &Request<'_>,
+        ev: &mut impl EngineEvents,
+    ) -> Result<E::Outcome, Error> {
         if self.pd.is_some() {
             let routed = self.pd_dispatch(req, ev)?;
             return E::outcome_of(routed);
@@ -276,7 +286,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         // 1. The view catches up with the events it may know of at t.
         self.view.deliver(i, t);
         // 2. Every pod runs what starts before t; queue lengths at arrival.
-        let mut queue_lens = [0u32; MAX_PODS];
+        let mut queue_lens = [0u32; P];
         for (q, pod) in queue_lens.iter_mut().zip(self.pods.iter_mut()) {
             pod.advance(t, ev)?;
             *q = pod.queue_len_at(t);
@@ -285,7 +295,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         let active = self.autoscale(i, t, &mut queue_lens)?;
         let queue_lens = &queue_lens[..active];
         // 4. Route.
-        let route = self.route(i, req, queue_lens)?;
+        let route = self.route::<P>(i, req, queue_lens)?;
         let p = route.pod;
         // 5. Serve, feeding the pod's cache events to the view.
         let routed = Routed {
@@ -308,7 +318,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
 
     /// Step 4 of a dispatch: the router picks a routable pod from its view (queue lengths, the
     /// caches as the view has them, the load signals when it reads them).
-    fn route(&mut self, i: u64, req: &Request<'_>, queue_lens: &[u32]) -> Result<Route, Error> {
+    fn route<const P: usize>(&mut self, i: u64, req: &Request<'_>, queue_lens: &[u32]) -> Result<Route, Error> {
         let active = queue_lens.len();
         let t = req.arrival_ns;
         let exact = Exact { pods: &self.pods, shared: &self.shared };
@@ -316,7 +326,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             Some(ix) => Holders::Index(ix),
             None => Holders::Exact(&exact),
         };
-        let mut loads = [PodLoad::default(); MAX_PODS];
+        let mut loads = [PodLoad::default(); P];
         let loads = if self.router.needs_loads() {
             for (p, l) in loads[..active].iter_mut().enumerate() {
                 *l = self.pods[p].load(queue_lens[p], t);
@@ -350,7 +360,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
 
     /// Runs the autoscaler at the arrival of request `i` (docs/MODEL.md, "Autoscaling"); returns
     /// the number of routable pods. `queue_lens` is updated for a pod that comes up.
-    fn autoscale(&mut self, i: u64, t_ns: u64, queue_lens: &mut [u32; MAX_PODS]) -> Result<usize, Error> {
+    fn autoscale(&mut self, i: u64, t_ns: u64, queue_lens: &mut [u32]) -> Result<usize, Error> {
         let Some(scale) = self.scale.as_mut() else { return Ok(self.pods.len()) };
         // Before the rule reads the queue lengths, and again after it (a startup of 0).
         come_up(scale.activate_ready(t_ns), &mut self.pods, queue_lens)?;
@@ -449,7 +459,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
 
 /// A pod that comes up is a new machine (its engine boots; requests of its previous life finish
 /// elsewhere): nothing queued.
-fn come_up<E: Engine>(pod: Option<usize>, pods: &mut [E], queue_lens: &mut [u32; MAX_PODS]) -> Result<(), Error> {
+fn come_up<E: Engine>(pod: Option<usize>, pods: &mut [E], queue_lens: &mut [u32]) -> Result<(), Error> {
     if let Some(p) = pod {
         pods[p].boot()?;
         queue_lens[p] = 0;

@@ -120,7 +120,7 @@ impl ViewLayout {
         }
         let index = if view.index == IndexKind::Global {
             let keys = pods.checked_mul(capacity_blocks).ok_or(Error::Overflow { what: Quantity::IndexSize })?;
-            BlockIndex::table_len(keys)
+            BlockIndex::table_len_for_pods(keys, pods)
         } else {
             0
         };
@@ -183,11 +183,11 @@ impl<'a> View<'a> {
             if b.index.is_empty() {
                 return Err(Error::BufferSize {
                     buffer: Buffer::Index,
-                    expected: BlockIndex::table_len(pods * capacity_blocks),
+                    expected: BlockIndex::table_len_for_pods(pods.saturating_mul(capacity_blocks), pods),
                     got: 0,
                 });
             }
-            Some(BlockIndex::new(b.index)?)
+            Some(BlockIndex::with_pods(b.index, pods)?)
         } else {
             None
         };

@@ -1,6 +1,6 @@
 //! `fleet bench --route`: the cost of one routing decision of a 240K-token prompt (15,000 blocks)
-//! over MAX_PODS pods, per router, and the heap allocations it makes (counted by the binary's
-//! global allocator, [`CountingAlloc`]).
+//! over 64 pods and over MAX_PODS pods, per router, and the heap allocations it makes (counted by
+//! the binary's global allocator, [`CountingAlloc`]).
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -73,8 +73,10 @@ pub struct RouteBench {
 /// The whole benchmark.
 #[derive(Debug, Serialize)]
 pub struct RouteReport {
-    /// Pods (MAX_PODS).
+    /// Pods (64, or MAX_PODS).
     pub pods: usize,
+    /// Bytes of the exact index (the global key -> pods table of the prompt's keys).
+    pub index_bytes: usize,
     /// Blocks of the prompt.
     pub blocks: usize,
     /// Decisions timed per router and repeat.
@@ -83,6 +85,18 @@ pub struct RouteReport {
     pub allocations_counted: bool,
     /// One row per router.
     pub routers: Vec<RouteBench>,
+    /// Routers not run, with why (their approximate index would not fit in memory).
+    pub skipped: Vec<String>,
+}
+
+/// Largest router-side storage (bytes) the benchmark allocates for one router: the approximate
+/// index's key -> pods table grows as pods x LRU keys x ceil(pods / 64) x 16 B (8.6 GB at 1,024
+/// pods of 16,384-key LRUs), so the approximate-index presets are skipped at 1,024 pods.
+const MAX_ROUTER_BYTES: usize = 2 << 30;
+
+/// The pod counts measured: 64 (the old bound, the figure to compare with) and MAX_PODS.
+pub fn pod_counts() -> Vec<usize> {
+    if MAX_PODS > 64 { vec![64, MAX_PODS] } else { vec![64] }
 }
 
 /// Pod p holds (and was sent) the first (p + 1) / N of the prompt: every match walk is long.
@@ -90,16 +104,20 @@ fn held_blocks(p: usize, pods: usize, blocks: usize) -> usize {
     blocks * (p + 1) / pods
 }
 
-/// Runs the benchmark: `decisions` decisions per router, best of `repeats`.
-pub fn run(decisions: usize, repeats: usize) -> CliResult<RouteReport> {
-    let pods = MAX_PODS;
+/// Runs the benchmark over `pods` pods: `decisions` decisions per router, best of `repeats`.
+pub fn run(pods: usize, decisions: usize, repeats: usize) -> CliResult<RouteReport> {
     let blocks = (PROMPT_TOKENS / 16) as usize;
     let ids: Vec<u64> = (0..blocks as u64).collect();
     let mut prompt = vec![0u64; blocks];
     keys::trace_keys(&ids, PROMPT_TOKENS, 16, &mut prompt).map_err(|e| CliError::failure(e.to_string()))?;
-    // The exact state: a global index where pod p holds its leading share of the prompt.
-    let mut entries = vec![IndexEntry::default(); BlockIndex::table_len(pods * blocks)];
-    let mut exact = BlockIndex::new(&mut entries).map_err(|e| CliError::failure(e.to_string()))?;
+    // The exact state: a global index where pod p holds its leading share of the prompt. Up to
+    // 64 pods the table is sized for pods x blocks keys (a fleet's caches), as it always was;
+    // above, for the prompt's keys (the only ones held here: pods x blocks x 16 words would be
+    // 8.6 GB at 1,024 pods).
+    let keys = if pods <= 64 { pods * blocks } else { blocks };
+    let mut entries = vec![IndexEntry::default(); BlockIndex::table_len_for_pods(keys, pods)];
+    let index_bytes = entries.len() * std::mem::size_of::<IndexEntry>();
+    let mut exact = BlockIndex::with_pods(&mut entries, pods).map_err(|e| CliError::failure(e.to_string()))?;
     for p in 0..pods {
         for &k in &prompt[..held_blocks(p, pods, blocks)] {
             exact.insert(k, p).map_err(|e| CliError::failure(e.to_string()))?;
@@ -127,12 +145,18 @@ pub fn run(decisions: usize, repeats: usize) -> CliResult<RouteReport> {
     };
     let kinds = [RouterKind::PrefixAware].into_iter().chain(RouterKind::PRESETS);
     let mut rows = Vec::new();
+    let mut skipped = Vec::new();
     for kind in kinds {
         let mut cfg = FleetConfig::new(pods, 16_384, kind);
         if let Some(mut spec) = cfg.router_spec() {
             // Room for the whole prompt in the approximate index's LRUs.
             spec.params.approx_lru_blocks = 16_384;
             cfg.routing = Some(spec);
+        }
+        let bytes = cfg.router_layout().map_or(usize::MAX, |l| l.bytes(pods));
+        if bytes > MAX_ROUTER_BYTES {
+            skipped.push(format!("{} (its approximate index needs {:.1} GB)", kind.name(), bytes as f64 / 1e9));
+            continue;
         }
         let mut owned = OwnedRouter::new(&cfg)?;
         let mut router = AnyRouter::build(kind, 1.0, cfg.routing.as_ref(), pods, owned.buffers())
@@ -144,7 +168,7 @@ pub fn run(decisions: usize, repeats: usize) -> CliResult<RouteReport> {
         }
         rows.push(one(&mut router, &view, &prompt, kind, decisions, repeats)?);
     }
-    Ok(RouteReport { pods, blocks, decisions, allocations_counted: counting(), routers: rows })
+    Ok(RouteReport { pods, index_bytes, blocks, decisions, allocations_counted: counting(), routers: rows, skipped })
 }
 
 fn one(
@@ -189,8 +213,13 @@ fn one(
 /// The table `fleet bench --route` prints.
 pub fn render(r: &RouteReport) -> String {
     let mut s = format!(
-        "one routing decision: {} tokens ({} blocks) over {} pods (MAX_PODS; pod p holds the first (p+1)/{} of the prompt, exact index = global table), best of the repeats, {} decisions each\n\n",
-        PROMPT_TOKENS, r.blocks, r.pods, r.pods, r.decisions
+        "one routing decision: {} tokens ({} blocks) over {} pods (pod p holds the first (p+1)/{} of the prompt, exact index = global table of {:.1} MB), best of the repeats, {} decisions each\n\n",
+        PROMPT_TOKENS,
+        r.blocks,
+        r.pods,
+        r.pods,
+        r.index_bytes as f64 / 1e6,
+        r.decisions
     );
     s.push_str("router                 route (us)  record (us)  allocations/decision\n");
     for b in &r.routers {
@@ -206,6 +235,9 @@ pub fn render(r: &RouteReport) -> String {
             b.record_ns / 1e3,
             alloc
         ));
+    }
+    for k in &r.skipped {
+        s.push_str(&format!("not run: {k}\n"));
     }
     if !r.allocations_counted {
         s.push_str("\n(allocations are counted only by the brokerlab binary's global allocator)\n");

@@ -184,7 +184,7 @@ fn parse_pods(s: &str) -> Result<usize, String> {
     let max = brokerlab_core::fleet::limits::MAX_PODS;
     match s.trim().parse::<i128>() {
         Ok(v) if v >= 1 && v <= max as i128 => Ok(v as usize),
-        _ => Err(format!("pods must be 1..={max} (the index stores pods as a 64-bit mask)")),
+        _ => Err(format!("pods must be 1..={max} (MAX_PODS)")),
     }
 }
 
@@ -242,7 +242,7 @@ fn kind<T: Copy + Send + Sync + 'static>(
 /// The fleet and model parameters shared by replay and the scenario commands.
 #[derive(Debug, Args, Clone)]
 pub struct FleetArgs {
-    /// Number of pods N (1..=64).
+    /// Number of pods N (1..=1024, MAX_PODS).
     #[arg(long, allow_negative_numbers = true, value_parser = parse_pods)]
     pub pods: usize,
     /// Blocks (16 tokens each) per pod C (1..=4294967294); with --engine batched and a physics
@@ -454,7 +454,7 @@ pub struct BenchArgs {
     /// Tokens per trace hash id S.
     #[arg(long, default_value_t = 512)]
     pub trace_block_size: u32,
-    /// Pods (1..=64).
+    /// Pods (1..=1024, MAX_PODS).
     #[arg(long, default_value_t = 8, allow_negative_numbers = true, value_parser = parse_pods)]
     pub pods: usize,
     /// Blocks per pod.
@@ -466,8 +466,8 @@ pub struct BenchArgs {
     /// Measure a sweep instead: workload generation, the points on 1 thread and on every core.
     #[arg(long)]
     pub sweep: bool,
-    /// Measure one routing decision instead: a 240K-token prompt (15,000 blocks) over MAX_PODS
-    /// pods, per router (time and heap allocations).
+    /// Measure one routing decision instead: a 240K-token prompt (15,000 blocks) over 64 and
+    /// over MAX_PODS (1,024) pods, per router (time and heap allocations).
     #[arg(long, conflicts_with = "sweep")]
     pub route: bool,
     /// The Python model the replays are compared with (run only when python3 is present).

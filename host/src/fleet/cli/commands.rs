@@ -222,11 +222,15 @@ fn bench_cmd(a: BenchArgs) -> CliResult<i32> {
     crate::mem::set_budget(a.mem.max_memory);
     check_trace_block(a.trace_block_size)?;
     if a.route {
-        let r = route::run(200, a.repeats)?;
+        let mut reports = Vec::new();
+        for pods in route::pod_counts() {
+            reports.push(route::run(pods, 200, a.repeats)?);
+        }
         if a.json {
-            say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
+            say!("{}", serde_json::to_string_pretty(&reports).expect("report serializes"));
         } else {
-            say_raw!("{}", route::render(&r));
+            let text: Vec<String> = reports.iter().map(route::render).collect();
+            say_raw!("{}", text.join("\n"));
         }
         return Ok(0);
     }

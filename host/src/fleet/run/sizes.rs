@@ -75,7 +75,7 @@ pub fn fleet_rows(cfg: &FleetConfig, l: &FifoLayout) -> Vec<Row> {
         row("pod FIFO queues", format!("N x queue bound {}", l.queue_per_pod), "u64 finish ns", 8, n * l.queue_per_pod),
         row(
             "block index",
-            format!("next_pow2(4/3 x N x C) = {}", l.index),
+            index_sized_by(n, l.index),
             "IndexEntry {key u64, mask u64}",
             size_of::<IndexEntry>(),
             l.index,
@@ -99,6 +99,16 @@ pub fn fleet_rows(cfg: &FleetConfig, l: &FifoLayout) -> Vec<Row> {
         r.lowered_by = by;
     }
     rows
+}
+
+/// How the block index is sized: a slot per key, one 16-byte entry per 64 pods in a slot.
+fn index_sized_by(pods: usize, entries: usize) -> String {
+    let words = pods.div_ceil(64).max(1);
+    if words == 1 {
+        format!("next_pow2(4/3 x N x C) = {entries}")
+    } else {
+        format!("next_pow2(4/3 x N x C) x ceil(N/64) = {} x {words}", entries / words)
+    }
 }
 
 /// The fleet's buffers as memory-budget entries.

@@ -136,6 +136,12 @@ impl SweepSummary for Summary {
     }
 }
 
+/// Stack of a sweep thread: a fleet value holds its MAX_PODS = 1,024 pods inline (about 430 KB
+/// for the FIFO fleet, `brokerlab audit`), and an unoptimized build keeps several copies of it
+/// on the stack while constructing one; rayon's default (2 MiB) overflowed. Only the pages
+/// touched are committed.
+const POINT_STACK_BYTES: usize = 32 << 20;
+
 /// Runs `f` on every point on a work-stealing pool of `threads` threads (0: all cores); results
 /// come back in point order, so they do not depend on the thread count. `progress` advances by
 /// one per point.
@@ -148,6 +154,7 @@ pub fn par_points<T: Send>(
     use rayon::prelude::*;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
+        .stack_size(POINT_STACK_BYTES)
         .build()
         .map_err(|e| CliError::failure(format!("cannot start the sweep's threads: {e}")))?;
     pool.install(|| {
