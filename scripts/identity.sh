@@ -223,7 +223,8 @@ run_errors() {
         cmd errors/out-of-order-fifo fleet replay --no-date -q --trace out-of-order.jsonl $b
         cmd errors/out-of-order-batched fleet replay --no-date -q --trace out-of-order.jsonl $b --engine batched
         cmd errors/stale-batched fleet replay --no-date -q --trace too-long.jsonl $b --engine batched --stale 2
-        cmd errors/cpu-batched fleet replay --no-date -q --trace too-long.jsonl $b --engine batched --cpu-capacity 4
+        # (--cpu-capacity with --engine batched is the offload tier now, no longer refused: its
+        # runs are checked by host/tests/reference_deploy.rs and deploy_qualitative.rs)
         cmd errors/cache-batched fleet replay --no-date -q --trace too-long.jsonl $b --engine batched --cache global
         cmd errors/index-batched fleet replay --no-date -q --trace too-long.jsonl $b --engine batched --index global
         cmd errors/scale-batched fleet replay --no-date -q --trace too-long.jsonl $b --engine batched --scale-min 1
@@ -234,7 +235,8 @@ run_errors() {
         cmd errors/fifo-profile fleet replay --no-date -q --trace too-long.jsonl $b --profile seed
         cmd errors/fifo-outcomes fleet replay --no-date -q --trace too-long.jsonl $b --outcomes x.jsonl
         cmd errors/stale-event fleet replay --no-date -q --trace too-long.jsonl $b --stale 2 --event-delay-ms 3
-        cmd errors/pods fleet replay --no-date -q --trace too-long.jsonl --trace-block-size 16 --pods 1025 --capacity 3 --router round-robin
+        # (--pods above the limit: the message names the limit, which moved from 64 to 1,024 pods;
+        # host/tests/fleet_pods.rs checks the refusal on both engines)
         cmd errors/sweep-param fleet sweep scenarios/rag.toml -q --param nope --values 1 --out sw
         cmd errors/sweep-stale-batched fleet sweep scenarios/rag.toml -q --param stale --values 1 --engine batched --out sw
     }
