@@ -34,6 +34,22 @@ pub const fn pods_mask(n: usize) -> u64 {
     if n >= 64 { u64::MAX } else { (1u64 << n) - 1 }
 }
 
+/// The bits of `candidates` whose pod (bit p: `pods[p]`) passes `holds`: the one walk both
+/// engines' per-word probes share.
+#[inline]
+pub fn select<T>(pods: &[T], candidates: u64, holds: impl Fn(&T) -> bool) -> u64 {
+    let mut out = 0;
+    let mut rest = candidates;
+    while rest != 0 {
+        let p = rest.trailing_zeros() as usize;
+        rest &= rest - 1;
+        if pods.get(p).is_some_and(&holds) {
+            out |= 1 << p;
+        }
+    }
+    out
+}
+
 /// Calls `f` on every set bit of `mask`, lowest first.
 #[inline]
 pub fn for_each(mut mask: u64, mut f: impl FnMut(usize)) {

@@ -1494,16 +1494,7 @@ impl Engine for BatchedEngine<'_> {
     /// The pods whose cache map holds `key` (a cached block, pinned or free).
     fn holds(pods: &[Self], _shared: &(), key: u64, word: usize, candidates: u64) -> u64 {
         let pods = pods.get(word * WORD_PODS..).unwrap_or_default();
-        let mut out = 0;
-        let mut rest = candidates;
-        while rest != 0 {
-            let p = rest.trailing_zeros() as usize;
-            rest &= rest - 1;
-            if pods.get(p).is_some_and(|e| e.contains(key)) {
-                out |= 1 << p;
-            }
-        }
-        out
+        crate::fleet::base::mask::select(pods, candidates, |e| e.contains(key))
     }
 
     fn park(&mut self, req: &Request<'_>, routed: Routed, pd: PdOutcome) -> Result<u32, Error> {

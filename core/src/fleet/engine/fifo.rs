@@ -408,16 +408,7 @@ impl<'a> Engine for FifoEngine<'a> {
             return if pool.contains(key) { candidates } else { 0 };
         }
         let pods = pods.get(word * WORD_PODS..).unwrap_or_default();
-        let mut out = 0;
-        let mut rest = candidates;
-        while rest != 0 {
-            let p = rest.trailing_zeros() as usize;
-            rest &= rest - 1;
-            if pods.get(p).and_then(|pod| pod.cache.as_ref()).is_some_and(|c| c.contains(key)) {
-                out |= 1 << p;
-            }
-        }
-        out
+        crate::fleet::base::mask::select(pods, candidates, |pod| pod.cache.as_ref().is_some_and(|c| c.contains(key)))
     }
 
     /// In run-length mode, per run of blocks (a run's blocks are held together or not at all):

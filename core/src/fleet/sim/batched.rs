@@ -52,7 +52,9 @@ impl BatchedLayout {
     /// `keys_per_pod` of their prompt keys per pod at once.
     pub fn new(cfg: &FleetConfig, requests_per_pod: usize, keys_per_pod: usize) -> Result<Self, Error> {
         cfg.validate()?;
-        let Some(e) = cfg.batched_config() else { return Err(not_batched()) };
+        let Some(e) = cfg.batched_config() else {
+            return Err(super::wrong_engine("the batched engine for a batched fleet"));
+        };
         let (np, cp) = e.pd.map_or((0, 0), |p| (p.prefill_pods as usize, p.prefill_capacity_blocks));
         Ok(BatchedLayout {
             prefill_pods: np,
@@ -124,10 +126,6 @@ pub struct BatchedBuffers<'a> {
     pub pd: super::pd::PdBuffers<'a>,
 }
 
-fn not_batched() -> Error {
-    Error::InvalidConfig { field: Field::Engine, expected: "the batched engine for a batched fleet" }
-}
-
 impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
     type Config = BatchedConfig;
     type Buffers = BatchedBuffers<'a>;
@@ -136,12 +134,8 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
         cfg.batched_config().copied()
     }
 
-    fn pods(
-        cfg: &FleetConfig,
-        engine: &BatchedConfig,
-        b: BatchedBuffers<'a>,
-    ) -> Result<(HVec<Self, MAX_PODS>, (), ViewBuffers<'a>, super::pd::PdBuffers<'a>), Error> {
-        let engine = *engine;
+    fn pods(cfg: &FleetConfig, e: &BatchedConfig, b: BatchedBuffers<'a>) -> Result<super::PodsOf<'a, Self>, Error> {
+        let engine = *e;
         let n = cfg.pods;
         let per = |len: usize| len / n;
         let requests_per_pod = per(b.requests.len());

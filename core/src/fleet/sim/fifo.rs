@@ -8,11 +8,11 @@ use super::view::{IndexKind, ViewBuffers, ViewLayout};
 use super::{Fleet, FleetEngine, FleetTotals};
 use crate::fleet::base::carve::chunks;
 use crate::fleet::base::error::{Buffer, Error, Field};
-use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_PODS};
+use crate::fleet::base::limits::BLOCK_TOKENS;
 use crate::fleet::cache::index::{IndexEntry, PendingEntry, PendingRecord};
 use crate::fleet::cache::lru::{LruPod, Slot};
 use crate::fleet::cache::runs::{Run, RunLru};
-use crate::fleet::engine::fifo::{CacheMode, FifoConfig, FifoEngine, Outcome, Pool, TouchOrder};
+use crate::fleet::engine::fifo::{CacheMode, FifoConfig, FifoEngine, Outcome, TouchOrder};
 use crate::fleet::engine::server::FifoServer;
 use crate::fleet::route::Router;
 use crate::fleet::route::kind::{AnyRouter, RouterKind};
@@ -52,7 +52,7 @@ impl FifoLayout {
     /// per pod and `pending` events in flight per queue (used only with a stale view).
     pub fn new(cfg: &FleetConfig, queue_per_pod: usize, pending: usize) -> Result<Self, Error> {
         cfg.validate()?;
-        let Some(f) = cfg.fifo() else { return Err(not_fifo()) };
+        let Some(f) = cfg.fifo() else { return Err(super::wrong_engine("the FIFO engine for a FIFO fleet")) };
         let v = ViewLayout::new(&cfg.view(), cfg.uses_exact_index(), cfg.pods, cfg.capacity_blocks, pending)?;
         let global = f.cache == CacheMode::Global;
         Ok(FifoLayout {
@@ -110,10 +110,6 @@ pub struct FifoBuffers<'a> {
     pub cpu_tables: &'a mut [u32],
 }
 
-fn not_fifo() -> Error {
-    Error::InvalidConfig { field: Field::Engine, expected: "the FIFO engine for a FIFO fleet" }
-}
-
 impl<'a> FleetEngine<'a> for FifoEngine<'a> {
     type Config = FifoConfig;
     type Buffers = FifoBuffers<'a>;
@@ -122,11 +118,7 @@ impl<'a> FleetEngine<'a> for FifoEngine<'a> {
         cfg.fifo().copied()
     }
 
-    fn pods(
-        cfg: &FleetConfig,
-        f: &FifoConfig,
-        b: FifoBuffers<'a>,
-    ) -> Result<(HVec<Self, MAX_PODS>, Pool<'a>, ViewBuffers<'a>, super::pd::PdBuffers<'a>), Error> {
+    fn pods(cfg: &FleetConfig, f: &FifoConfig, b: FifoBuffers<'a>) -> Result<super::PodsOf<'a, Self>, Error> {
         let f = *f;
         let queue_per_pod = b.queues.len() / cfg.pods;
         // With a shared cache, the whole slot and table buffers are the pool.

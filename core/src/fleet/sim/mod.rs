@@ -25,6 +25,15 @@ use crate::fleet::route::kind::AnyRouter;
 use crate::fleet::route::spec::RouterBuffers;
 use crate::fleet::route::{Holders, KeyHolders, Route, RouteView, Router};
 
+/// What [`FleetEngine::pods`] builds: the pods' engines, the storage they share, the view's part
+/// of the buffers and the P/D part.
+pub type PodsOf<'a, E> = (HVec<E, MAX_PODS>, <E as Engine>::Shared, view::ViewBuffers<'a>, pd::PdBuffers<'a>);
+
+/// The error of a fleet built by one engine from a configuration of the other.
+pub(crate) fn wrong_engine(expected: &'static str) -> Error {
+    Error::InvalidConfig { field: crate::fleet::base::error::Field::Engine, expected }
+}
+
 /// An engine the fleet can build from a [`FleetConfig`] and caller buffers.
 pub trait FleetEngine<'a>: Engine {
     /// The engine's own configuration (a variant of [`config::EngineConfig`]).
@@ -38,12 +47,7 @@ pub trait FleetEngine<'a>: Engine {
 
     /// The pods of `cfg` (already checked; its engine `engine`) over `b`, the storage they share,
     /// and the part of `b` that is the view's. An error when a buffer's length is wrong.
-    #[allow(clippy::type_complexity)]
-    fn pods(
-        cfg: &FleetConfig,
-        engine: &Self::Config,
-        b: Self::Buffers,
-    ) -> Result<(HVec<Self, MAX_PODS>, Self::Shared, view::ViewBuffers<'a>, pd::PdBuffers<'a>), Error>;
+    fn pods(cfg: &FleetConfig, engine: &Self::Config, b: Self::Buffers) -> Result<PodsOf<'a, Self>, Error>;
 
     /// Counts a served request in the fleet's totals (the figures an engine knows at dispatch).
     fn count(totals: &mut FleetTotals, out: &Self::Outcome);

@@ -17,6 +17,15 @@ pub enum Kind {
     Tokens,
 }
 
+impl Kind {
+    /// Whether a run asked to keep what it did per request keeps the completions: the token
+    /// engine's carry each request's times; the FIFO engine keeps its outcomes instead, which
+    /// say more.
+    pub const fn keeps_completions(self) -> bool {
+        matches!(self, Kind::Tokens)
+    }
+}
+
 /// What a FIFO run keeps per request, as named in a memory-budget message.
 pub const LATENCIES: &str = "latencies (exact percentiles, 8 B per request)";
 /// What a batched run keeps per request, as named in a memory-budget message.

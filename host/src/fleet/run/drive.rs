@@ -21,11 +21,8 @@ pub trait HostEngine {
     type Sizes: Copy;
     /// Heap storage of one fleet.
     type Owned;
-    /// The samples its summary reads.
+    /// The samples its summary reads (and whether it keeps completions: [`Kind::keeps_completions`]).
     const KIND: Kind;
-    /// Whether a run asked to keep what it did per request keeps the completions (the FIFO
-    /// engine keeps its outcomes instead, which say more).
-    const KEEPS_COMPLETIONS: bool;
 
     /// The sizes a run of `cfg` starts with.
     fn sizes(cfg: &FleetConfig) -> Self::Sizes;
@@ -158,7 +155,7 @@ pub fn drive<K: HostEngine>(
         let growth = Growth::new(&context, fixed);
         let mut owned = K::alloc(&cfg, sizes, run.group_blocks)?;
         let mut fleet = K::fleet(&mut owned).map_err(config_error)?;
-        let mut sink = Collect::new(K::KIND, run.keep && K::KEEPS_COMPLETIONS, run.closed_loop, Some(growth));
+        let mut sink = Collect::new(K::KIND, run.keep && K::KIND.keeps_completions(), run.closed_loop, Some(growth));
         sink.samples.slo = run.slo.map(|s| (s, 0));
         sink.fifo_t_decode_ns = cfg.fifo().map(|f| f.t_decode_ns);
         if let (Some(n), Kind::Latency) = (run.requests, K::KIND) {

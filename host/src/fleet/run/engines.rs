@@ -211,7 +211,6 @@ impl HostEngine for Fifo {
     type Sizes = FifoSizes;
     type Owned = OwnedFifo;
     const KIND: Kind = Kind::Latency;
-    const KEEPS_COMPLETIONS: bool = false;
 
     fn sizes(cfg: &FleetConfig) -> FifoSizes {
         FifoSizes::of(cfg)
@@ -277,7 +276,6 @@ impl HostEngine for Batched {
     type Sizes = BatchedSizes;
     type Owned = OwnedBatched;
     const KIND: Kind = Kind::Tokens;
-    const KEEPS_COMPLETIONS: bool = true;
 
     fn sizes(_cfg: &FleetConfig) -> BatchedSizes {
         BatchedSizes { requests_per_pod: INITIAL_REQUESTS_PER_POD, keys_per_pod: INITIAL_KEYS_PER_POD }
