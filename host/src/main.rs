@@ -75,25 +75,24 @@ fn audit(a: AuditArgs) -> brokerlab::error::CliResult<i32> {
     Ok(if fw_ok { 0 } else { 1 })
 }
 
-/// Stack of the thread that runs a command: a fleet value holds its pods inline (about 430 KB at
-/// MAX_PODS = 1,024, more with P/D buffers), and an unoptimized build keeps several copies on the
-/// stack while building one, which overflowed the main thread's 8 MiB. Address space only: the
-/// pages a run does not touch are never committed.
-const COMMAND_STACK_BYTES: usize = 256 << 20;
+/// Stack of the thread that runs a `fleet` command: a fleet value holds its pods inline (about
+/// 430 KB at MAX_PODS = 1,024, more with P/D buffers), and an unoptimized build keeps several
+/// copies on the stack while building one, which overflowed the main thread's 8 MiB. Address
+/// space only: the pages a run does not touch are never committed. The task runner stays on the
+/// main thread (its crash and pause injection and its chaos tests assume the process's own thread).
+const FLEET_STACK_BYTES: usize = 256 << 20;
 
-/// Runs `cmd` on a thread of [`COMMAND_STACK_BYTES`]; a panic there is re-raised here (exit 101
-/// as before), a thread that cannot start is an error exit.
-fn run_on_big_stack(cmd: Cmd) -> Result<brokerlab::error::CliResult<i32>, ExitCode> {
-    let spawned =
-        std::thread::Builder::new().name("brokerlab".into()).stack_size(COMMAND_STACK_BYTES).spawn(move || match cmd {
-            Cmd::Fleet(cmd) => brokerlab::fleet::main(cmd),
-            Cmd::Task(cmd) => brokerlab::task::main(cmd),
-            Cmd::Audit(a) => audit(a),
-        });
+/// Runs a `fleet` command on a thread of [`FLEET_STACK_BYTES`]; a panic there is re-raised here
+/// (exit 101 as before); a thread that cannot start is an error exit.
+fn fleet_on_big_stack(cmd: brokerlab::fleet::FleetCmd) -> Result<brokerlab::error::CliResult<i32>, ExitCode> {
+    let spawned = std::thread::Builder::new()
+        .name("brokerlab-fleet".into())
+        .stack_size(FLEET_STACK_BYTES)
+        .spawn(move || brokerlab::fleet::main(cmd));
     match spawned {
         Ok(handle) => handle.join().map_err(|panic| std::panic::resume_unwind(panic)),
         Err(e) => {
-            brokerlab::print_stderr(&format!("brokerlab: error: cannot start the command's thread: {e}"));
+            brokerlab::print_stderr(&format!("brokerlab: error: cannot start the fleet command's thread: {e}"));
             Err(ExitCode::from(brokerlab::error::EXIT_FAILURE as u8))
         }
     }
@@ -117,9 +116,13 @@ fn main() -> ExitCode {
             return ExitCode::from(code as u8);
         }
     };
-    let result = match run_on_big_stack(cli.cmd) {
-        Ok(result) => result,
-        Err(e) => return e,
+    let result = match cli.cmd {
+        Cmd::Fleet(cmd) => match fleet_on_big_stack(cmd) {
+            Ok(result) => result,
+            Err(code) => return code,
+        },
+        Cmd::Task(cmd) => brokerlab::task::main(cmd),
+        Cmd::Audit(a) => audit(a),
     };
     // an output cut short by a full disk or an I/O error is a failure, not a result
     let result = result.and_then(|code| match brokerlab::stdout_failure() {
