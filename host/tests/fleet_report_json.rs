@@ -153,3 +153,65 @@ fn compare_report_json_has_a_run_per_router() {
     assert_eq!(strip(&md), strip(&md2));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// `fleet compare --slo-ttft-ms`: a goodput column and winner row, each router's figure the one
+/// `fleet run` prints for the same router, pods and SLO; no column without an SLO.
+#[test]
+fn compare_takes_the_slo_flags() {
+    let d = dir("compare-slo");
+    let sc = d.join("s.toml");
+    std::fs::write(&sc, SCENARIO).unwrap();
+    let routers = ["round-robin", "llm-d-precise"];
+    let o = Command::new(BIN)
+        .args(["fleet", "compare", "-q", "--no-date", "--routers", &routers.join(","), "--pods", "2"])
+        .arg(&sc)
+        .arg("--out")
+        .arg(d.join("page"))
+        .args(["--slo-ttft-ms", "300", "--slo-tpot-ms", "40"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(d.join("page/summary.md")).unwrap();
+    assert!(md.contains("SLO goodput (req/s)") && md.contains("| SLO goodput |"), "{md}");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("page/compare.json")).unwrap()).unwrap();
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), routers.len());
+    for (r, run) in routers.iter().zip(runs) {
+        let got = run["goodput_req_per_s"].as_f64().expect("a goodput per router");
+        let o = Command::new(BIN)
+            .args(["fleet", "run", "-q", "--no-date", "--json", "--router", r, "--pods", "2"])
+            .arg(&sc)
+            .args(["--slo-ttft-ms", "300", "--slo-tpot-ms", "40"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout);
+        let j: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let want = find(&j, "goodput_req_per_s").unwrap_or_else(|| panic!("no goodput in {text}"));
+        assert_eq!(got, want, "{r}");
+        assert!(got > 0.0 && got.is_finite(), "{r}: {got}");
+    }
+    // without an SLO flag: no goodput column
+    let o = Command::new(BIN)
+        .args(["fleet", "compare", "-q", "--no-date", "--routers", "round-robin", "--pods", "2"])
+        .arg(&sc)
+        .arg("--out")
+        .arg(d.join("page2"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    assert!(!std::fs::read_to_string(d.join("page2/summary.md")).unwrap().contains("SLO goodput"));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The first number under `key` anywhere in `v`.
+fn find(v: &serde_json::Value, key: &str) -> Option<f64> {
+    match v {
+        serde_json::Value::Object(m) => {
+            m.get(key).and_then(|x| x.as_f64()).or_else(|| m.values().find_map(|x| find(x, key)))
+        }
+        serde_json::Value::Array(a) => a.iter().find_map(|x| find(x, key)),
+        _ => None,
+    }
+}

@@ -120,6 +120,8 @@ pub struct Row {
     pub hit_rate: Option<f64>,
     /// Preemptions (batched engine).
     pub preemptions: Option<u64>,
+    /// SLO goodput, requests/s meeting every `--slo-*` given (absent without one).
+    pub goodput_req_per_s: Option<f64>,
     /// Requests per pod.
     pub per_pod_requests: Vec<u64>,
     /// Busiest pod's requests / a fair share.
@@ -146,6 +148,7 @@ fn row(label: &str, pods: usize, s: &RunSummary) -> Row {
             output_tok_per_s: b.output_tok_per_s,
             hit_rate: b.hit_rate,
             preemptions: Some(b.preemptions),
+            goodput_req_per_s: b.slo.as_ref().and_then(|g| g.goodput_req_per_s),
             max_share: llmd::max_share(&b.per_pod_requests),
             spiral: llmd::spiral(&b.per_pod_requests),
             per_pod_requests: b.per_pod_requests.clone(),
@@ -164,6 +167,7 @@ fn row(label: &str, pods: usize, s: &RunSummary) -> Row {
             output_tok_per_s: (f.makespan_s > 0.0).then(|| f.output_tokens as f64 / f.makespan_s),
             hit_rate: f.hit_rate,
             preemptions: None,
+            goodput_req_per_s: f.slo.as_ref().and_then(|g| g.goodput_req_per_s),
             max_share: llmd::max_share(&f.per_pod_requests),
             spiral: llmd::spiral(&f.per_pod_requests),
             per_pod_requests: f.per_pod_requests.clone(),
@@ -351,7 +355,8 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     // the runs, in parallel; results in spec order whatever the thread count
     let keep = a.report_json.is_some();
     let progress = Progress::new(a.output.quiet, "compare", Unit::Points, Some(specs.len() as u64));
-    let results = run_all(&specs, &workload, a.threads, keep, &progress);
+    let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+    let results = run_all(&specs, &workload, a.threads, (keep, slo), &progress);
     progress.finish();
     let results = results?;
 
@@ -369,7 +374,7 @@ fn run_all(
     specs: &[Spec],
     workload: &Workload,
     threads: usize,
-    keep: bool,
+    (keep, slo): (bool, Option<brokerlab_core::fleet::slo::Slo>),
     progress: &Progress,
 ) -> CliResult<Vec<run::RunResult>> {
     use rayon::prelude::*;
@@ -384,11 +389,11 @@ fn run_all(
                 let r = match workload {
                     Workload::Trace(path, tbs) => {
                         let mut src = TraceSource::new(path.clone(), *tbs);
-                        run::simulate_any(s.cfg, &mut src, keep, None)
+                        run::simulate_any(s.cfg, &mut src, keep, slo)
                     }
                     Workload::Scenario(sc) => {
                         let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
-                        run::simulate_any(s.cfg, &mut src, keep, None)
+                        run::simulate_any(s.cfg, &mut src, keep, slo)
                     }
                 };
                 progress.inc(1);
@@ -478,7 +483,8 @@ fn write_page(
     for &pods in pods_list {
         let rs: Vec<&Row> = rows.iter().filter(|r| r.pods == pods).collect();
         blocks.push(Block::Heading(format!("Routers at {pods} pods")));
-        let head = [
+        let goodput = rs.iter().any(|r| r.goodput_req_per_s.is_some());
+        let mut head = vec![
             "router",
             "TTFT p50 (s)",
             "TTFT p90 (s)",
@@ -492,10 +498,13 @@ fn write_page(
             "busiest pod / fair share",
             "death spiral",
         ];
+        if goodput {
+            head.insert(8, "SLO goodput (req/s)");
+        }
         let table = rs
             .iter()
             .map(|r| {
-                vec![
+                let mut cells = vec![
                     r.router.clone(),
                     f3(r.ttft_p50_s),
                     f3(r.ttft_p90_s),
@@ -508,14 +517,18 @@ fn write_page(
                     r.preemptions.map_or("n/a".into(), crate::fleet::report::engine::thousands),
                     format!("{:.2}x", r.max_share),
                     r.spiral.to_string(),
-                ]
+                ];
+                if goodput {
+                    cells.insert(8, f3(r.goodput_req_per_s));
+                }
+                cells
             })
             .collect();
         blocks.push(Block::Table(head.iter().map(|s| s.to_string()).collect(), table));
 
         // the winner of each metric
         type Get = fn(&Row) -> Option<f64>;
-        let metrics: [(&str, Get, bool); 8] = [
+        let metrics: [(&str, Get, bool); 9] = [
             ("TTFT p50", |r| r.ttft_p50_s, true),
             ("TTFT p90", |r| r.ttft_p90_s, true),
             ("TTFT p99", |r| r.ttft_p99_s, true),
@@ -523,6 +536,7 @@ fn write_page(
             ("E2E p90", |r| r.e2e_p90_s, true),
             ("output tok/s", |r| r.output_tok_per_s, false),
             ("hit rate", |r| r.hit_rate, false),
+            ("SLO goodput", |r| r.goodput_req_per_s, false),
             ("busiest pod / fair share", |r| Some(r.max_share), true),
         ];
         let mut wins = Vec::new();
@@ -531,6 +545,7 @@ fn write_page(
                 let shown = match m {
                     "hit rate" => pct(Some(v)),
                     "output tok/s" => tok(Some(v)),
+                    "SLO goodput" => format!("{} req/s", f3(Some(v))),
                     "ITL p90" => format!("{} ms", f3(Some(v * 1e3))),
                     "busiest pod / fair share" => format!("{v:.2}x"),
                     _ => format!("{} s", f3(Some(v))),
