@@ -428,6 +428,12 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file("scenario", &a.scenario)?;
     if let Some(sh) = a.shard {
+        // a shard file has no place for the SLO (and shards of different SLOs must not merge)
+        if a.engine.slo_ttft_ms.is_some() || a.engine.slo_tpot_ms.is_some() {
+            return Err(CliError::bad_input(
+                "--slo-ttft-ms / --slo-tpot-ms: not with --shard (run the sweep unsharded for SLO goodput)",
+            ));
+        }
         // this shard's points, with their indices in the whole sweep
         let idx: Vec<usize> = (0..specs.len()).filter(|k| sh.owns(*k)).collect();
         let mine: Vec<sweep::PointSpec> = idx.iter().map(|&k| specs[k].clone()).collect();
