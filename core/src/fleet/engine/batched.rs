@@ -881,36 +881,9 @@ impl<'a> BatchedEngine<'a> {
                 self.admit_loading(y, h, h2, s)?;
                 continue;
             }
-            let q = self.reqs[y];
-            let c = h as u64 * B;
-            let n = (q.input + q.generated - c).min(*budget);
-            let new = blocks_for(c + n) - h as u64;
-            if new + free_hits as u64 > self.free_len as u64 {
+            if !self.admit_computed(y, h, free_hits, h as u64 * B, budget) {
                 break;
             }
-            self.w_pop_front();
-            self.running[self.r_len as usize] = y as u32;
-            self.r_len += 1;
-            self.pin_hits(y, h);
-            self.pending_prefill -= q.input + q.generated;
-            let r = &mut self.reqs[y];
-            r.hit = h;
-            r.considered = h;
-            r.computed = c;
-            if !r.admitted {
-                r.admitted = true;
-                r.offload_hit_tokens = 0;
-                r.hit_tokens = c;
-                self.stats.hit_tokens += c;
-            }
-            self.pending_prefill += Self::pending_of(&self.reqs[y]);
-            for _ in 0..new {
-                self.alloc_own(y);
-            }
-            self.cache_prompt_blocks(y, c + n);
-            self.store(y, c + n);
-            self.reqs[y].sched = n;
-            *budget -= n;
         }
         Ok(())
     }
@@ -919,8 +892,17 @@ impl<'a> BatchedEngine<'a> {
     /// them unreferenced): its prompt's KV arrived, so c = L - 1 and the last prompt token is
     /// recomputed (docs/MODEL.md, "Decode on d"); no CPU-tier lookup. False when it does not fit.
     fn admit_transferred(&mut self, y: usize, h: u32, free_hits: u32, budget: &mut u64) -> bool {
+        let c = self.reqs[y].input - 1;
+        self.admit_computed(y, h, free_hits, c, budget)
+    }
+
+    /// Admits waiting head `y` with GPU hit `h` (`free_hits` of them unreferenced) and its first
+    /// `c` tokens computed: pops it into R, pins the hits, allocates the blocks of this step's
+    /// chunk and schedules it. A transferred request (P/D) becomes a local one; the first
+    /// admission records the hit (local: `hit_tokens`; transferred: the decode pod's hit). False
+    /// when the chunk's new blocks do not fit the free blocks.
+    fn admit_computed(&mut self, y: usize, h: u32, free_hits: u32, c: u64, budget: &mut u64) -> bool {
         let q = self.reqs[y];
-        let c = q.input - 1;
         let n = (q.input + q.generated - c).min(*budget);
         let new = blocks_for(c + n) - h as u64;
         if new + free_hits as u64 > self.free_len as u64 {
@@ -935,11 +917,17 @@ impl<'a> BatchedEngine<'a> {
         r.hit = h;
         r.considered = h;
         r.computed = c;
-        r.transferred = false;
         if !r.admitted {
             r.admitted = true;
-            r.pd.decode_hit_tokens = h as u64 * B;
+            if q.transferred {
+                r.pd.decode_hit_tokens = h as u64 * B;
+            } else {
+                r.offload_hit_tokens = 0;
+                r.hit_tokens = c;
+                self.stats.hit_tokens += c;
+            }
         }
+        self.reqs[y].transferred = false;
         self.pending_prefill += Self::pending_of(&self.reqs[y]);
         for _ in 0..new {
             self.alloc_own(y);
