@@ -11,22 +11,17 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod reference_support;
+use reference_support::Line;
+
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("brokerlab-deployq-{}-{name}", std::process::id()))
+    reference_support::tmp("deployq", name)
 }
 
-/// (timestamp ms, L, O, hash ids), trace block size 16.
-type Line = (u64, u64, u64, Vec<u64>);
-
+/// A trace of `lines` (trace block size 16).
 fn write(name: &str, lines: &[Line]) -> PathBuf {
-    let text: Vec<String> = lines
-        .iter()
-        .map(|(ts, l, o, ids)| {
-            format!("{{\"timestamp\": {ts}, \"input_length\": {l}, \"output_length\": {o}, \"hash_ids\": {ids:?}}}")
-        })
-        .collect();
     let p = tmp(&format!("{name}.jsonl"));
-    std::fs::write(&p, text.join("\n")).unwrap();
+    reference_support::write_lines(&p, lines);
     p
 }
 

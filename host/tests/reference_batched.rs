@@ -8,23 +8,15 @@
 //! here: the reference reads plain JSONL) with pods and capacity small enough to preempt.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The reference needs python3 (scripts/test.sh installs it): without it the comparison cannot
-/// run, and a comparison that did not run is a failure, not a pass.
-fn need_python3() {
-    let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    assert!(ok, "python3 not found: the batched reference comparison needs it (scripts/test.sh installs it)");
-}
+mod reference_support;
+use reference_support::{Both, Line, need_python3, repo, run_both};
 
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("brokerlab-refb-{}-{name}", std::process::id()))
+    reference_support::tmp("refb", name)
 }
 
 fn strings(v: &[&str]) -> Vec<String> {
@@ -40,41 +32,7 @@ struct Seen {
 /// Runs both on `trace` with `args` (the Rust binary and the reference at once) and compares.
 fn compare(trace: &Path, args: &[String], label: &str) -> Seen {
     let out_file = tmp(&format!("{label}.outcomes.jsonl"));
-    let py = Command::new("python3")
-        .arg(repo().join("tests/reference/batched_model.py"))
-        .arg("--trace")
-        .arg(trace)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 starts");
-    let ours = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
-        .args(["fleet", "replay", "--engine", "batched", "--json", "-q", "--trace"])
-        .arg(trace)
-        .arg("--outcomes")
-        .arg(&out_file)
-        .args(args)
-        .output()
-        .expect("brokerlab starts");
-    let theirs = py.wait_with_output().expect("python3 runs");
-    assert!(ours.status.success(), "{label} {args:?}: brokerlab: {}", String::from_utf8_lossy(&ours.stderr));
-    assert!(
-        theirs.status.success(),
-        "{label} {args:?}: reference: {}{}",
-        String::from_utf8_lossy(&theirs.stdout),
-        String::from_utf8_lossy(&theirs.stderr)
-    );
-    let summary: Value = serde_json::from_slice(&ours.stdout).expect("brokerlab --json");
-    let reference: Value = serde_json::from_slice(&theirs.stdout).expect("reference JSON");
-    let text = std::fs::read_to_string(&out_file).expect("--outcomes written");
-    std::fs::remove_file(&out_file).ok();
-    let outcomes: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("outcome line")).collect();
-    let expected = reference["requests"].as_array().expect("requests");
-    assert_eq!(outcomes.len(), expected.len(), "{label} {args:?}: number of requests");
-    for (o, e) in outcomes.iter().zip(expected) {
-        assert_eq!(o, e, "{label} {args:?}: request {} differs (ours, reference)", e["index"]);
-    }
+    let Both { summary, reference, outcomes } = run_both("batched_model.py", &[], trace, args, label, &out_file);
     let t = &reference["totals"];
     for k in [
         "requests",
@@ -104,19 +62,10 @@ fn compare(trace: &Path, args: &[String], label: &str) -> Seen {
     Seen { outcomes, preemptions: t["preemptions"].as_u64().unwrap() }
 }
 
-/// A trace line: (timestamp ms, input_length, output_length, hash_ids).
-type Line = (u64, u64, u64, Vec<u64>);
-
 /// Trace lines, trace block size 16.
 fn write_trace(name: &str, reqs: &[Line]) -> PathBuf {
-    let lines: Vec<String> = reqs
-        .iter()
-        .map(|(ts, l, o, ids)| {
-            format!("{{\"timestamp\": {ts}, \"input_length\": {l}, \"output_length\": {o}, \"hash_ids\": {ids:?}}}")
-        })
-        .collect();
     let p = tmp(&format!("{name}.jsonl"));
-    std::fs::write(&p, lines.join("\n")).unwrap();
+    reference_support::write_lines(&p, reqs);
     p
 }
 
@@ -159,7 +108,7 @@ fn field(o: &Value, k: &str) -> u64 {
 
 #[test]
 fn one_request_alone() {
-    need_python3();
+    need_python3("the batched reference comparison");
     let t = write_trace("one", &[(0, 100, 5, ids(1..8))]);
     let seen = compare(&t, &small(1, 64, "round-robin", 8192, 1024, 1.0), "one");
     // hand-computed: one prefill step of 100 tokens, then 4 decode steps (K = c + n)
@@ -172,7 +121,7 @@ fn one_request_alone() {
 
 #[test]
 fn edge_cases_match_the_reference() {
-    need_python3();
+    need_python3("the batched reference comparison");
     // two requests sharing one step's budget (M = 64: 40 + a chunk of 24)
     let shared = write_trace("shared", &[(0, 40, 3, ids(10..12)), (0, 50, 4, ids(20..23))]);
     for m in [64, 90, 8192] {
@@ -285,7 +234,7 @@ fn edge_cases_match_the_reference() {
 /// outputs of 0 to 59 tokens) on tight pods: every rule at once.
 #[test]
 fn mixed_trace_matches_the_reference() {
-    need_python3();
+    need_python3("the batched reference comparison");
     let mut reqs = Vec::new();
     let mut x = 11u64;
     let mut ts = 0u64;
@@ -320,7 +269,7 @@ fn mixed_trace_matches_the_reference() {
 /// index through the wide sets; the reference knows nothing of words.
 #[test]
 fn more_than_64_pods_match_the_reference() {
-    need_python3();
+    need_python3("the batched reference comparison");
     let mut reqs = Vec::new();
     let mut x = 5u64;
     for i in 0..400u64 {
@@ -361,7 +310,7 @@ fn head(name: &str, router: &str) -> PathBuf {
 /// Default profile and budget (qwen3-32b-h100x2, M = 8192, S = 1024), pods and capacity that
 /// preempt hundreds of times.
 fn real(name: &str, router: &str, pods: &str, cap: &str, extra: &[&str]) {
-    need_python3();
+    need_python3("the batched reference comparison");
     let t = head(name, router);
     let mut args = strings(&["--pods", pods, "--capacity", cap, "--router", router]);
     args.extend(strings(extra));
@@ -394,7 +343,7 @@ fn synthetic_head_prefix_aware() {
 /// Inputs the engine rejects are rejected by both, naming the same line.
 #[test]
 fn rejected_inputs_match_the_reference() {
-    need_python3();
+    need_python3("the batched reference comparison");
     let cases: [(&str, Vec<Line>, u32); 3] = [
         ("too-long", vec![(0, 32, 1, vec![1, 2]), (1, 40, 10, vec![1, 2, 3])], 3),
         ("empty-prompt", vec![(0, 32, 1, vec![1, 2]), (1, 0, 3, vec![])], 8),

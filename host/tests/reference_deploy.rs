@@ -6,21 +6,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn need_python3() {
-    let ok = Command::new("python3").arg("--version").output().is_ok_and(|o| o.status.success());
-    assert!(ok, "python3 not found: the deployment reference comparison needs it (scripts/test.sh installs it)");
-}
+mod reference_support;
+use reference_support::{Both, need_python3, run_both};
 
 fn tmp(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("brokerlab-refd-{}-{name}", std::process::id()))
+    reference_support::tmp("refd", name)
 }
 
 /// What one comparison saw.
@@ -32,42 +25,7 @@ struct Seen {
 /// Runs both on `trace` with `args` and compares request by request and on the totals.
 fn compare(trace: &Path, args: &[String], label: &str) -> Seen {
     let out_file = tmp(&format!("{label}.outcomes.jsonl"));
-    let py = Command::new("python3")
-        .arg(repo().join("tests/reference/deploy_model.py"))
-        .arg("--trace")
-        .arg(trace)
-        .arg("--coverage")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("python3 starts");
-    let ours = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
-        .args(["fleet", "replay", "--engine", "batched", "--json", "-q", "--trace"])
-        .arg(trace)
-        .arg("--outcomes")
-        .arg(&out_file)
-        .args(args)
-        .output()
-        .expect("brokerlab starts");
-    let theirs = py.wait_with_output().expect("python3 runs");
-    assert!(ours.status.success(), "{label} {args:?}: brokerlab: {}", String::from_utf8_lossy(&ours.stderr));
-    assert!(
-        theirs.status.success(),
-        "{label} {args:?}: reference: {}{}",
-        String::from_utf8_lossy(&theirs.stdout),
-        String::from_utf8_lossy(&theirs.stderr)
-    );
-    let summary: Value = serde_json::from_slice(&ours.stdout).expect("brokerlab --json");
-    let reference: Value = serde_json::from_slice(&theirs.stdout).expect("reference JSON");
-    let text = std::fs::read_to_string(&out_file).expect("--outcomes written");
-    std::fs::remove_file(&out_file).ok();
-    let outcomes: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).expect("outcome line")).collect();
-    let expected = reference["requests"].as_array().expect("requests");
-    assert_eq!(outcomes.len(), expected.len(), "{label} {args:?}: number of requests");
-    for (o, e) in outcomes.iter().zip(expected) {
-        assert_eq!(o, e, "{label} {args:?}: request {} differs (ours, reference)", e["index"]);
-    }
+    let Both { summary, reference, .. } = run_both("deploy_model.py", &["--coverage"], trace, args, label, &out_file);
     let t = &reference["totals"];
     let mut keys = vec![
         "requests",
@@ -276,7 +234,7 @@ fn args(seed: u64, c2: u64, slo: bool, pd: bool) -> Vec<String> {
 /// times and counters agree, and the rare branches of the tier are reached somewhere.
 #[test]
 fn generated_cases_match_the_reference_request_by_request() {
-    need_python3();
+    need_python3("the deployment reference comparison");
     let mut coverage: BTreeMap<String, u64> = BTreeMap::new();
     let mut loads = 0;
     for seed in 0..24u64 {
@@ -311,7 +269,7 @@ fn generated_cases_match_the_reference_request_by_request() {
 /// without any new flag agree with the engine (its results unchanged by the feature).
 #[test]
 fn tier_of_zero_blocks_is_todays_engine() {
-    need_python3();
+    need_python3("the deployment reference comparison");
     let t = trace(99, 150, 6);
     let a = args(99, 0, false, false);
     let off = compare(&t, &a, "off");
