@@ -356,7 +356,7 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     let keep = a.report_json.is_some();
     let progress = Progress::new(a.output.quiet, "compare", Unit::Points, Some(specs.len() as u64));
     let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
-    let results = run_all(&specs, &workload, a.threads, (keep, slo), &progress);
+    let results = run_all(&specs, &workload, a.threads, keep, slo, &progress);
     progress.finish();
     let results = results?;
 
@@ -374,7 +374,8 @@ fn run_all(
     specs: &[Spec],
     workload: &Workload,
     threads: usize,
-    (keep, slo): (bool, Option<brokerlab_core::fleet::slo::Slo>),
+    keep: bool,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
     progress: &Progress,
 ) -> CliResult<Vec<run::RunResult>> {
     use rayon::prelude::*;
