@@ -226,10 +226,5 @@ fn goodput(s: &BatchedSummary) -> f64 {
     s.slo.as_ref().and_then(|k| k.goodput_req_per_s).unwrap_or(f64::NAN)
 }
 
-/// Fraction of requests meeting both SLOs; NaN without the SLO keys.
-fn attainment(s: &BatchedSummary) -> f64 {
-    s.slo.as_ref().and_then(|k| k.slo_attainment).unwrap_or(f64::NAN)
-}
-
 #[cfg(test)]
 mod tests;

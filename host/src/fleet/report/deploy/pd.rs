@@ -10,7 +10,7 @@ use brokerlab_core::fleet::slo::Slo;
 use brokerlab_core::fleet::{BatchedConfig, FleetConfig, Profile, RouterKind};
 use serde::Serialize;
 
-use super::{DeployPoint, Unique, attainment, goodput, line, pct, run_specs, s3, spec};
+use super::{DeployPoint, Unique, goodput, line, run_specs, s3, spec};
 use crate::error::CliResult;
 use crate::fleet::report::llmd::Block;
 use crate::fleet::run::progress::Progress;
@@ -21,10 +21,11 @@ use crate::plot::{Chart, Series};
 /// Prompt lengths of the first sweep, tokens.
 pub const PROMPTS: [u64; 7] = [128, 256, 512, 1024, 2048, 4096, 8192];
 /// Output tokens of every request of the first sweep.
-pub const OUTPUT_TOKENS: u64 = 64;
-/// Prompt tokens arriving per second in the first sweep (the request rate is this / L), a quarter
-/// of the 4-pod fleet's all-miss prefill rate (about 16,000 tokens/s per pod for the profile).
-pub const PROMPT_TOK_PER_S: u64 = 16_000;
+pub const OUTPUT_TOKENS: u64 = 128;
+/// Prompt tokens arriving per second in the first sweep (the request rate is this / L): 3/8 of
+/// the 4-pod fleet's all-miss prefill rate (about 16,000 tokens/s per pod for the profile), 3/4
+/// of the P/D fleet's two prefill pods'.
+pub const PROMPT_TOK_PER_S: u64 = 24_000;
 /// Pods of the first sweep, and the prefill pods of its P/D fleet.
 pub const PODS: usize = 4;
 /// Prefill pods of the first sweep's P/D fleet.
@@ -33,8 +34,9 @@ pub const PREFILL_PODS: u32 = 2;
 pub const SPLIT_PODS: usize = 8;
 /// Prompt and output tokens of the split sweep's requests.
 pub const SPLIT_SHAPE: (u64, u64) = (2048, 128);
-/// Requests per second of the split sweep.
-pub const SPLIT_RATE_PER_S: u64 = 12;
+/// Requests per second of the split sweep (61,440 prompt tokens/s: at least 4 of the 8 pods'
+/// prefill rate).
+pub const SPLIT_RATE_PER_S: u64 = 30;
 /// Seconds of arrivals of every run (divided by `--shrink`).
 pub const DURATION_S: u64 = 60;
 /// KV blocks per pod (no run is short of KV: the comparison is about compute).
@@ -80,6 +82,8 @@ fn fleet(pods: usize, np: u32) -> CliResult<FleetConfig> {
     if np > 0 {
         e.pd = Some(PdConfig { decider: Decider::Always, ..PdConfig::new(np, CAPACITY) });
     }
+    // the profile's KV bytes per token, as `--profile` sets it on the command line
+    e.offload.kv_bytes_per_token = e.profile_kv_bytes_per_token();
     batched(FleetConfig::new(pods, CAPACITY, ROUTER), e).map_err(config_error)
 }
 
@@ -143,23 +147,27 @@ pub fn charts(x: &PdExperiment) -> Vec<(&'static str, Chart)> {
         (
             STEMS[0],
             Chart {
-                title: format!(
-                    "P/D vs aggregated ({PODS} pods): SLO goodput vs prompt length ({PROMPT_TOK_PER_S} prompt tok/s, {OUTPUT_TOKENS} output tokens, TTFT <= {ttft} ms, TPOT <= {tpot} ms)"
-                ),
+                title: format!("P/D vs aggregated, {PODS} pods: requests meeting both SLOs vs prompt length"),
                 x_label: "prompt tokens".into(),
-                y_label: "goodput (requests/s meeting both SLOs)".into(),
-                series: by_prompt(&goodput),
+                y_label: "requests meeting both SLOs (%)".into(),
+                series: by_prompt(&|s| good(s) as f64 * 100.0 / s.requests.max(1) as f64),
                 x_log: true,
                 y_min: Some(0.0),
+                y_max: Some(100.0),
+                notes: vec![
+                    format!("{PROMPT_TOK_PER_S} prompt tok/s"),
+                    format!("{OUTPUT_TOKENS} output tokens"),
+                    format!("TTFT <= {ttft} ms"),
+                    format!("TPOT <= {tpot} ms"),
+                ],
                 ..Chart::default()
             },
         ),
         (
             STEMS[1],
             Chart {
-                title: format!(
-                    "P/D vs aggregated ({PODS} pods): TTFT p90 vs prompt length (P/D's includes the KV transfer)"
-                ),
+                title: format!("P/D vs aggregated, {PODS} pods: TTFT p90 vs prompt length"),
+                notes: vec!["P/D: with the KV transfer".into()],
                 x_label: "prompt tokens".into(),
                 y_label: "TTFT p90 (s)".into(),
                 series: by_prompt(&ttft_p90),
@@ -171,9 +179,12 @@ pub fn charts(x: &PdExperiment) -> Vec<(&'static str, Chart)> {
         (
             STEMS[2],
             Chart {
-                title: format!(
-                    "{SPLIT_PODS} pods: SLO goodput vs prefill pods ({SPLIT_RATE_PER_S} req/s of {l}-token prompts, {o} output tokens)"
-                ),
+                title: format!("{SPLIT_PODS} pods: SLO goodput vs prefill pods"),
+                notes: vec![
+                    format!("{SPLIT_RATE_PER_S} req/s"),
+                    format!("{l}-token prompts"),
+                    format!("{o} output tokens"),
+                ],
                 x_label: "prefill pods (the rest decode)".into(),
                 y_label: "goodput (requests/s meeting both SLOs)".into(),
                 series: split_agg(&goodput),
@@ -200,8 +211,14 @@ fn at<'a>(pts: &'a [DeployPoint], series: &str, value: f64) -> Option<&'a Deploy
     pts.iter().find(|p| p.series == series && p.value == value)
 }
 
-/// Prompt lengths (as text) where `cmp(P/D goodput, aggregated goodput)` holds.
-pub(super) fn prompts_where(x: &PdExperiment, cmp: fn(f64, f64) -> bool) -> Vec<String> {
+/// Requests meeting both SLOs.
+pub(super) fn good(s: &BatchedSummary) -> u64 {
+    s.slo.as_ref().map_or(0, |k| k.slo_good_requests)
+}
+
+/// Prompt lengths (as text) where `cmp(P/D good requests, aggregated good requests)` holds (both
+/// runs serve the same requests).
+pub(super) fn prompts_where(x: &PdExperiment, cmp: fn(u64, u64) -> bool) -> Vec<String> {
     let pd = pd_series(PREFILL_PODS, PODS);
     PROMPTS
         .iter()
@@ -209,7 +226,7 @@ pub(super) fn prompts_where(x: &PdExperiment, cmp: fn(f64, f64) -> bool) -> Vec<
             let (Some(a), Some(p)) = (at(&x.by_prompt, AGGREGATED, l as f64), at(&x.by_prompt, &pd, l as f64)) else {
                 return false;
             };
-            cmp(goodput(&p.summary), goodput(&a.summary))
+            cmp(good(&p.summary), good(&a.summary))
         })
         .map(|l| l.to_string())
         .collect()
@@ -246,63 +263,84 @@ fn prompt_finding(x: &PdExperiment) -> Option<Block> {
     let (lo, hi) = (PROMPTS[0] as f64, PROMPTS[PROMPTS.len() - 1] as f64);
     let (a_hi, p_hi) = (at(&x.by_prompt, AGGREGATED, hi)?, at(&x.by_prompt, &pd, hi)?);
     let (a_lo, p_lo) = (at(&x.by_prompt, AGGREGATED, lo)?, at(&x.by_prompt, &pd, lo)?);
+    let kv = p_hi.summary.pd.as_ref().map_or(0, |k| k.kv_bytes_per_token);
     let transfer = p_hi.summary.pd.as_ref().and_then(|k| k.transfer_ns_p90).map_or(f64::NAN, |n| n as f64 / 1e6);
+    let row = |p: &DeployPoint| {
+        format!(
+            "{} of {} good, TTFT p90 {} s, ITL p99 {} s",
+            good(&p.summary),
+            p.summary.requests,
+            s3(p.summary.ttft_p90),
+            s3(p.summary.itl_p99)
+        )
+    };
     Some(Block::Para(format!(
-        "**By prompt length.** {pd} has the higher goodput at prompts of {} tokens, the lower at {}, and ties at {}. \
-         At {hi} tokens it serves {} good requests/s against {} aggregated ({} vs {} of requests good): aggregated, \
-         a decode step that shares its batch with another request's prompt chunk takes as long as the chunk, so the \
-         inter-token latency p90 is {} s against P/D's {} s. At {lo} tokens the request rate is {:.0}/s and the work \
-         is decoding: {pd} gives it half the pods, so its ITL p90 is {} s against aggregated's {} s and its goodput \
-         {} against {}. P/D's TTFT includes the transfer (p90 {:.3} ms at {hi} tokens: {} prompt blocks of {} KiB \
-         each over 25 GB/s plus 50 us).",
+        "**By prompt length.** {pd} has more requests meeting both SLOs than the aggregated fleet at prompts of {} \
+         tokens, fewer at {}, and as many at {}. The aggregated pods compute every prompt in the steps that also \
+         decode: a decode that shares a step with a prompt chunk waits for the chunk (up to {} tokens, {:.0} ms), which \
+         is what its ITL p99 shows; {pd} keeps prompts off the decode pods but computes them on half the pods and \
+         adds the KV transfer to TTFT. At {lo} tokens ({:.1} requests/s): aggregated {}; {pd} {}. At {hi} tokens \
+         ({:.1} requests/s): aggregated {}; {pd} {}, the transfer p90 {:.3} ms ({} blocks of {} KiB over 25 GB/s plus \
+         50 us).",
         list(&prompts_where(x, |p, a| p > a)),
         list(&prompts_where(x, |p, a| p < a)),
         list(&prompts_where(x, |p, a| p == a)),
-        s3(Some(goodput(&p_hi.summary))),
-        s3(Some(goodput(&a_hi.summary))),
-        pct(Some(attainment(&p_hi.summary))),
-        pct(Some(attainment(&a_hi.summary))),
-        s3(a_hi.summary.itl_p90),
-        s3(p_hi.summary.itl_p90),
+        BatchedConfig::new(Profile::Qwen3_32bH100x2).max_num_batched_tokens,
+        chunk_ms(),
         PROMPT_TOK_PER_S as f64 / lo,
-        s3(p_lo.summary.itl_p90),
-        s3(a_lo.summary.itl_p90),
-        s3(Some(goodput(&p_lo.summary))),
-        s3(Some(goodput(&a_lo.summary))),
+        row(a_lo),
+        row(p_lo),
+        PROMPT_TOK_PER_S as f64 / hi,
+        row(a_hi),
+        row(p_hi),
         transfer,
         PROMPTS[PROMPTS.len() - 1].div_ceil(16),
-        p_hi.summary.pd.as_ref().map_or(0, |k| k.kv_bytes_per_token) * 16 / 1024,
+        kv * 16 / 1024,
     )))
+}
+
+/// A full step's time (a prompt chunk of max_num_batched_tokens) under the profile, ms.
+fn chunk_ms() -> f64 {
+    let e = BatchedConfig::new(Profile::Qwen3_32bH100x2);
+    e.cost
+        .linear()
+        .map_or(f64::NAN, |c| (c.t_overhead_ns + c.t_prefill_token_ns * e.max_num_batched_tokens as u64) as f64 / 1e6)
 }
 
 /// What the split sweep shows, or None without its runs.
 fn split_finding(x: &PdExperiment) -> Option<Block> {
     let agg = at(&x.by_split, AGGREGATED, 0.0)?;
     let pd: Vec<&DeployPoint> = x.by_split.iter().filter(|p| p.series != AGGREGATED).collect();
+    // most good requests, then the highest goodput; the first such split on ties
     let best = pd.iter().copied().fold(None::<&DeployPoint>, |b, p| match b {
-        Some(b) if goodput(&b.summary) >= goodput(&p.summary) => Some(b),
+        Some(b) if (good(&b.summary), goodput(&b.summary)) >= (good(&p.summary), goodput(&p.summary)) => Some(b),
         _ => Some(p),
     })?;
     let (first, last) = (pd.first()?, pd.last()?);
     let (l, o) = SPLIT_SHAPE;
-    let beats = pd.iter().filter(|p| goodput(&p.summary) > goodput(&agg.summary)).count();
+    let beats = pd.iter().filter(|p| good(&p.summary) > good(&agg.summary)).count();
     Some(Block::Para(format!(
         "**By split** ({SPLIT_RATE_PER_S} requests/s of {l}-token prompts and {o} output tokens on {SPLIT_PODS} pods). \
-         The best split is {} with {} good requests/s (TTFT p90 {} s) against {} aggregated (TTFT p90 {} s); {} of the \
-         {} splits beat the aggregated fleet. Too few prefill pods queue the prompts ({}: TTFT p90 {} s, goodput {}); \
-         too few decode pods batch every decode on them ({}: ITL p90 {} s, goodput {}).",
+         The best split is {} with {} good requests/s ({} of {} requests good, TTFT p90 {} s); the aggregated fleet \
+         has {} ({} good, TTFT p90 {} s, ITL p99 {} s); {} of the {} splits have more good requests than it. With the \
+         fewest prefill pods ({}) TTFT p90 is {} s and goodput {}; with the fewest decode pods ({}) ITL p99 is {} s \
+         and goodput {}.",
         best.series,
         s3(Some(goodput(&best.summary))),
+        good(&best.summary),
+        best.summary.requests,
         s3(best.summary.ttft_p90),
         s3(Some(goodput(&agg.summary))),
+        good(&agg.summary),
         s3(agg.summary.ttft_p90),
+        s3(agg.summary.itl_p99),
         beats,
         pd.len(),
         first.series,
         s3(first.summary.ttft_p90),
         s3(Some(goodput(&first.summary))),
         last.series,
-        s3(last.summary.itl_p90),
+        s3(last.summary.itl_p99),
         s3(Some(goodput(&last.summary))),
     )))
 }
@@ -310,7 +348,7 @@ fn split_finding(x: &PdExperiment) -> Option<Block> {
 /// Every run, Markdown.
 pub fn table(x: &PdExperiment) -> String {
     let mut o = String::from(
-        "| sweep | value | fleet | requests | good | goodput (req/s) | TTFT p90 (s) | ITL p90 (s) | transfer p90 (ms) | preemptions |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        "| sweep | value | fleet | requests | good | goodput (req/s) | TTFT p90 (s) | ITL p99 (s) | transfer p90 (ms) | preemptions |\n|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (sweep, pts) in [("prompt tokens", &x.by_prompt), ("prefill pods", &x.by_split)] {
         for p in pts {
@@ -321,10 +359,10 @@ pub fn table(x: &PdExperiment) -> String {
                 p.value,
                 p.series,
                 s.requests,
-                s.slo.as_ref().map_or(0, |k| k.slo_good_requests),
+                good(s),
                 s3(Some(goodput(s))),
                 s3(s.ttft_p90),
-                s3(s.itl_p90),
+                s3(s.itl_p99),
                 s.pd.as_ref().and_then(|k| k.transfer_ns_p90).map_or("-".into(), |n| format!("{:.3}", n as f64 / 1e6)),
                 s.preemptions,
             );

@@ -62,6 +62,8 @@ pub(super) fn fleet(base: FleetConfig, router: RouterKind, c2: u32, pcie: u64) -
     let mut e = BatchedConfig::new(Profile::Qwen3_32bH100x2);
     e.offload.cpu_capacity = c2;
     e.offload.pcie_bytes_per_s = pcie;
+    // the profile's KV bytes per token, as `--profile` sets it on the command line
+    e.offload.kv_bytes_per_token = e.profile_kv_bytes_per_token();
     batched(FleetConfig { router, ..base }, e).map_err(config_error)
 }
 
@@ -94,7 +96,7 @@ pub fn run(shrink: u64, threads: usize, progress: &Progress) -> CliResult<TierEx
         gpu_capacity: sc.fleet.capacity_blocks,
         hot_set_blocks: sc.workload.hot_set_blocks(),
         alpha: sc.fleet.alpha,
-        kv_bytes_per_token: e.offload.kv_bytes_per_token,
+        kv_bytes_per_token: e.profile_kv_bytes_per_token(),
         t_prefill_token_ns: e.cost.linear().map_or(0, |c| c.t_prefill_token_ns),
         by_size,
         by_pcie,
@@ -134,10 +136,8 @@ pub fn charts(x: &TierExperiment) -> Vec<(&'static str, Chart)> {
         (
             STEMS[0],
             Chart {
-                title: format!(
-                    "offload tier: prompt tokens served from cache vs CPU tier size ({gpu}, hot set {})",
-                    x.hot_set_blocks
-                ),
+                title: "offload tier: prompt tokens from cache vs CPU tier size".into(),
+                notes: vec![gpu.clone(), format!("hot set {} blocks", x.hot_set_blocks)],
                 x_label: "CPU-tier blocks per pod".into(),
                 y_label: "hit rate (% of prompt tokens)".into(),
                 series: hits,
@@ -148,7 +148,8 @@ pub fn charts(x: &TierExperiment) -> Vec<(&'static str, Chart)> {
         (
             STEMS[1],
             Chart {
-                title: format!("offload tier: TTFT p90 vs CPU tier size ({gpu}, PCIe 64 GB/s)"),
+                title: "offload tier: TTFT p90 vs CPU tier size".into(),
+                notes: vec![gpu.clone(), "PCIe 64 GB/s".into()],
                 x_label: "CPU-tier blocks per pod".into(),
                 y_label: "TTFT p90 (s)".into(),
                 series: ttft,
@@ -159,7 +160,8 @@ pub fn charts(x: &TierExperiment) -> Vec<(&'static str, Chart)> {
         (
             STEMS[2],
             Chart {
-                title: format!("offload tier: TTFT p90 vs PCIe bandwidth ({PCIE_TIER}-block tier)"),
+                title: "offload tier: TTFT p90 vs PCIe bandwidth".into(),
+                notes: vec![gpu, format!("{PCIE_TIER}-block CPU tier")],
                 x_label: "PCIe host-to-device GB/s".into(),
                 y_label: "TTFT p90 (s)".into(),
                 series: pcie,
@@ -210,10 +212,15 @@ fn router_finding(x: &TierExperiment, name: &str, breakeven: f64) -> Option<Bloc
     let t0 = ttft_p90(&none.summary);
     let pays: Vec<String> =
         pcie.iter().filter(|p| ttft_p90(&p.summary) < t0).map(|p| format!("{}", p.value / 1e9)).collect();
+    let pays = if pays.is_empty() {
+        format!("no bandwidth run lowers TTFT p90 below the no-tier {} s", s3(Some(t0)))
+    } else {
+        format!("the tier lowers TTFT p90 below the no-tier {} s at {} GB/s of PCIe", s3(Some(t0)), pays.join(", "))
+    };
     Some(Block::Para(format!(
         "**{name}.** A {big}-block tier raises the share of prompt tokens served from cache from {} (GPU) to {} ({} from \
-         the GPU, {} reloaded from CPU) and moves TTFT p90 from {} s to {} s. At {PCIE_TIER} blocks the tier lowers \
-         TTFT p90 below the no-tier {} s at {} GB/s of PCIe; at {} GB/s it is {} s (the break-even per block is {:.2} \
+         the GPU, {} reloaded from CPU) and moves TTFT p90 from {} s to {} s (preemptions {} to {}). At {PCIE_TIER} \
+         blocks {pays}; at {} GB/s TTFT p90 is {} s (the break-even per block is {:.2} \
          GB/s) and at {} GB/s {} s.",
         pct(Some(gpu_hit(&none.summary))),
         pct(Some(gpu_hit(&full.summary) + cpu_hit(&full.summary))),
@@ -221,8 +228,8 @@ fn router_finding(x: &TierExperiment, name: &str, breakeven: f64) -> Option<Bloc
         pct(Some(cpu_hit(&full.summary))),
         s3(Some(t0)),
         s3(full.summary.ttft_p90),
-        s3(Some(t0)),
-        if pays.is_empty() { "none of the bandwidths run".into() } else { pays.join(", ") },
+        none.summary.preemptions,
+        full.summary.preemptions,
         slow.value / 1e9,
         s3(slow.summary.ttft_p90),
         breakeven,
