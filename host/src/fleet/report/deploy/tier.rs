@@ -153,7 +153,7 @@ pub fn charts(x: &TierExperiment) -> Vec<(&'static str, Chart)> {
                 x_label: "CPU-tier blocks per pod".into(),
                 y_label: "TTFT p90 (s)".into(),
                 series: ttft,
-                y_min: Some(0.0),
+                y_log: true,
                 ..Chart::default()
             },
         ),
@@ -166,7 +166,7 @@ pub fn charts(x: &TierExperiment) -> Vec<(&'static str, Chart)> {
                 y_label: "TTFT p90 (s)".into(),
                 series: pcie,
                 x_log: true,
-                y_min: Some(0.0),
+                y_log: true,
                 ..Chart::default()
             },
         ),
@@ -217,10 +217,18 @@ fn router_finding(x: &TierExperiment, name: &str, breakeven: f64) -> Option<Bloc
     } else {
         format!("the tier lowers TTFT p90 below the no-tier {} s at {} GB/s of PCIe", s3(Some(t0)), pays.join(", "))
     };
+    // the tier's own cost when it adds preemptions: a loading request keeps its GPU blocks
+    let why = if full.summary.preemptions > none.summary.preemptions {
+        format!(
+            ": a request admitted with a CPU hit holds its GPU blocks while it loads, on pods of {} blocks",
+            x.gpu_capacity
+        )
+    } else {
+        String::new()
+    };
     Some(Block::Para(format!(
         "**{name}.** A {big}-block tier raises the share of prompt tokens served from cache from {} (GPU) to {} ({} from \
-         the GPU, {} reloaded from CPU) and moves TTFT p90 from {} s to {} s (preemptions {} to {}). At {PCIE_TIER} \
-         blocks {pays}; at {} GB/s TTFT p90 is {} s (the break-even per block is {:.2} \
+         the GPU, {} reloaded from CPU) and moves TTFT p90 from {} s to {} s (preemptions {} to {}{why}). At {PCIE_TIER} blocks {pays}; at {} GB/s TTFT p90 is {} s (the break-even per block is {:.2} \
          GB/s) and at {} GB/s {} s.",
         pct(Some(gpu_hit(&none.summary))),
         pct(Some(gpu_hit(&full.summary) + cpu_hit(&full.summary))),
