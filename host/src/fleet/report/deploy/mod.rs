@@ -180,7 +180,7 @@ pub fn markdown(s: &DeploySection) -> String {
                 let _ = write!(o, "{p}\n\n");
             }
             Ok(Block::Table(t)) => {
-                let _ = write!(o, "{t}\n");
+                let _ = writeln!(o, "{t}");
             }
             Err(stem) => {
                 let _ = write!(o, "![{stem}]({stem}.png)\n\n");

@@ -113,7 +113,7 @@ pub fn run(shrink: u64, threads: usize, progress: &Progress) -> CliResult<PdExpe
         specs.push(spec(np as f64, 0, fleet(SPLIT_PODS, np)?));
     }
     let by_split = run_specs(&specs, &split_src, threads, progress, Some(slo()), &label)?;
-    Ok(PdExperiment { duration_s: (DURATION_S as f64 / shrink.max(1) as f64), by_prompt, by_split })
+    Ok(PdExperiment { duration_s: DURATION_S as f64 / shrink.max(1) as f64, by_prompt, by_split })
 }
 
 /// "aggregated" or "P/D NP:ND" for a batched fleet.

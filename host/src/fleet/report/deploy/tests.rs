@@ -1,6 +1,8 @@
 //! Section 12 on a shrunk run: every run is there, the prose follows the figures, and the
 //! pages carry every figure.
 
+use brokerlab_core::fleet::{BatchedConfig, Profile};
+
 use super::*;
 
 fn shrunk() -> DeploySection {
@@ -92,5 +94,3 @@ fn unique_prompts_share_no_block() {
     assert_eq!(keys.len(), 5 * 3, "ceil(40 / 16) = 3 blocks each, all distinct");
     assert_eq!(u.requests[4].0, 4_000);
 }
-
-use brokerlab_core::fleet::{BatchedConfig, Profile};
