@@ -261,22 +261,3 @@ fn bad_input_names_the_flag_and_scenarios_take_the_tables() {
     std::fs::remove_file(&p).ok();
     std::fs::remove_file(&t).ok();
 }
-
-/// A sharded sweep refuses the SLO flags (a shard file has no place for them) instead of
-/// dropping them.
-#[test]
-fn sharded_sweeps_refuse_the_slo_flags() {
-    let out = std::env::temp_dir().join(format!("brokerlab-deployq-{}-shard", std::process::id()));
-    let o = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["fleet", "sweep", "../scenarios/rag.toml", "-q", "--param", "capacity", "--values", "64"])
-        .args(["--shard", "1/2", "--slo-ttft-ms", "100", "--out"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("--slo-ttft-ms") && err.contains("--shard"), "{err}");
-    assert!(!out.join("partial.json").exists());
-    let _ = std::fs::remove_dir_all(&out);
-}

@@ -86,6 +86,40 @@ fn merged_batched_shards_equal_the_one_machine_sweep() {
     identity(&["--engine", "batched"], "batched");
 }
 
+/// With SLO flags every point carries its goodput keys, sharded or not, and the merge is the
+/// one-machine sweep byte for byte (both engines).
+#[test]
+fn merged_shards_with_an_slo_equal_the_one_machine_sweep() {
+    identity(&["--slo-ttft-ms", "40", "--slo-tpot-ms", "2"], "fifo-slo");
+    identity(&["--engine", "batched", "--slo-ttft-ms", "300", "--slo-tpot-ms", "25"], "batched-slo");
+    let json = std::fs::read_to_string(dir().join("batched-slo/single/points.json")).unwrap();
+    assert!(json.contains("\"goodput_req_per_s\""), "no goodput in the points");
+}
+
+/// Shards run under different SLOs are two sweeps: the merge refuses them; without an SLO the
+/// shards keep the digest they always had (the SLO is hashed only when given).
+#[test]
+fn shards_of_different_slos_do_not_merge() {
+    let d = dir().join("slo-mix");
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("sc.toml"), SCENARIO).unwrap();
+    let shard = |out: &str, i: &str, slo: &[&str]| {
+        let mut a = vec!["fleet", "sweep", "sc.toml", "--param", "alpha", "--values", "1,2", "-q", "--no-date"];
+        a.extend(["--shard", i, "--out", out]);
+        a.extend(slo);
+        ok(&d, &a);
+    };
+    shard("a0", "0/2", &["--slo-ttft-ms", "40"]);
+    shard("a1", "1/2", &["--slo-ttft-ms", "41"]);
+    let (c, _, err) = bl(&d, &["fleet", "merge", "a0", "a1", "--out", "x"]);
+    assert!(c == 2 && err.contains("another sweep"), "{err}");
+    shard("b1", "1/2", &["--slo-ttft-ms", "40"]);
+    ok(&d, &["fleet", "merge", "a0", "b1", "--out", "y"]);
+    shard("n0", "0/2", &[]);
+    let (c, _, err) = bl(&d, &["fleet", "merge", "n0", "b1", "--out", "z"]);
+    assert!(c == 2 && err.contains("another sweep"), "an SLO shard merged with one without: {err}");
+}
+
 #[test]
 fn bad_shards_are_exit_2() {
     let d = dir();

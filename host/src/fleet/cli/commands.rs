@@ -428,12 +428,10 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file("scenario", &a.scenario)?;
     if let Some(sh) = a.shard {
-        // a shard file has no place for the SLO (and shards of different SLOs must not merge)
-        if a.engine.slo_ttft_ms.is_some() || a.engine.slo_tpot_ms.is_some() {
-            return Err(CliError::bad_input(
-                "--slo-ttft-ms / --slo-tpot-ms: not with --shard (run the sweep unsharded for SLO goodput)",
-            ));
-        }
+        // each point carries its SLO keys as an unsharded sweep's does; the SLO is part of the
+        // sweep's digest, so shards of different SLOs do not merge
+        let slo =
+            crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
         // this shard's points, with their indices in the whole sweep
         let idx: Vec<usize> = (0..specs.len()).filter(|k| sh.owns(*k)).collect();
         let mine: Vec<sweep::PointSpec> = idx.iter().map(|&k| specs[k].clone()).collect();
@@ -443,8 +441,9 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
             Unit::Points,
             Some(mine.len() as u64),
         );
-        let id = shard::sweep_id(&prov.inputs, param, engine.as_ref(), &specs);
-        let args = ShardArgs { out: &a.out, shard: sh, id, prov: &prov, name: &sc.name, param, threads: a.threads };
+        let id = shard::sweep_id(&prov.inputs, param, engine.as_ref(), &specs, slo);
+        let args =
+            ShardArgs { out: &a.out, shard: sh, id, prov: &prov, name: &sc.name, param, threads: a.threads, slo };
         match engine {
             Some(_) => run_shard::<Batched>(&args, &gens, &idx, &mine, p)?,
             None => run_shard::<Fifo>(&args, &gens, &idx, &mine, p)?,
@@ -499,6 +498,7 @@ struct ShardArgs<'a> {
     name: &'a str,
     param: sweep::SweepParam,
     threads: usize,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
 }
 
 /// This shard's points (`mine`, at `idx` in the whole sweep) under engine `K`, written to its
@@ -513,7 +513,7 @@ fn run_shard<K: run::HostEngine>(
 where
     K::Summary: sweep::SweepSummary,
 {
-    let points = sweep::run_points::<K>(a.param, gens, mine, a.threads, &progress);
+    let points = sweep::run_points_slo::<K>(a.param, gens, mine, a.threads, &progress, a.slo);
     progress.finish();
     let points: Vec<_> = idx.iter().copied().zip(points?).collect();
     let kind = <K::Summary as sweep::SweepSummary>::ENGINE;

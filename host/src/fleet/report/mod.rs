@@ -11,6 +11,7 @@
 //! 9. the batched engine: the llm-d shape and the conversation trace, beside the FIFO engine.
 //! 10. Mooncake's local-vs-global cache result on the vendored traces ([`crate::fleet::report::mooncake`]).
 //! 11. llm-d's benchmark reproduced, and every router on the conversation trace ([`crate::fleet::report::llmd`]).
+//! 12. Deployed fleets: P/D disaggregation and the KV offload tier ([`crate::fleet::report::deploy`]).
 //!
 //! This module runs the experiments (data); [`charts`] draws them and [`render`] writes the
 //! Markdown and HTML, with prose filled from the scenarios.
@@ -35,6 +36,7 @@ use crate::provenance::Provenance;
 
 mod charts;
 mod cost;
+pub mod deploy;
 pub mod engine;
 pub mod llmd;
 pub mod mooncake;
@@ -90,6 +92,8 @@ pub struct Experiments {
     pub engines: EngineComparison,
     /// llm-d's benchmark reproduced (section 11).
     pub llmd_bench: crate::fleet::report::llmd::LlmdSection,
+    /// Deployed fleets: P/D and the offload tier (section 12).
+    pub deploy: deploy::DeploySection,
 }
 
 /// A built-in scenario as it ran.
@@ -162,6 +166,7 @@ pub fn total_points(caps: usize) -> u64 {
         + AUTOSCALE_RUNS.len()) as u64
         + engine::ENGINE_POINTS
         + crate::fleet::report::llmd::points()
+        + deploy::points()
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -258,6 +263,9 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     progress.set_message("llm-d benchmark");
     let llmd_bench = crate::fleet::report::llmd::run(shrink, &|| progress.inc(1))?;
 
+    // 12: deployed fleets.
+    let deploy = deploy::run(shrink, threads, progress)?;
+
     Ok(Experiments {
         capacity,
         timestamp_first,
@@ -276,6 +284,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         scenarios: scenarios_run(shrink)?,
         engines,
         llmd_bench,
+        deploy,
     })
 }
 

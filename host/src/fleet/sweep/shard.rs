@@ -101,12 +101,13 @@ pub struct SweepId {
 }
 
 /// The [`SweepId`] of a sweep of `param` over `specs` on the inputs `inputs` (their bytes'
-/// SHA-256, not their paths) under `engine` (None: FIFO).
+/// SHA-256, not their paths) under `engine` (None: FIFO), counting SLO goodput under `slo`.
 pub fn sweep_id(
     inputs: &[Input],
     param: SweepParam,
     engine: Option<&brokerlab_core::fleet::BatchedConfig>,
     specs: &[sweep::PointSpec],
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
 ) -> SweepId {
     let mut h = Sha256::new();
     for i in inputs {
@@ -117,6 +118,10 @@ pub fn sweep_id(
     h.update(format!("{param}\0{engine:?}\0").as_bytes());
     for p in specs {
         h.update(format!("{p:?}\0").as_bytes());
+    }
+    // hashed only when given, so a sweep without an SLO keeps the digest it always had
+    if let Some(s) = slo {
+        h.update(format!("slo {s:?}\0").as_bytes());
     }
     SweepId { digest: hex(&h.finalize()), plan: specs.iter().map(|p| (p.value, p.cfg.router)).collect() }
 }
@@ -228,7 +233,7 @@ pub fn read_all(dirs: &[PathBuf]) -> CliResult<Vec<(PathBuf, Partial)>> {
     for (d, p) in &parts[1..] {
         if p.sweep != first.sweep || p.shards != first.shards || p.points_total != first.points_total {
             return Err(CliError::bad_input(format!(
-                "{}: a shard of another sweep than {} (a different scenario, parameter, values, engine or \
+                "{}: a shard of another sweep than {} (a different scenario, parameter, values, engine, SLO or \
                  shard count)",
                 d.display(),
                 d0.display()
