@@ -53,6 +53,7 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
         check_trace_block(s)?;
     }
     let engine = a.engine.resolve(None)?;
+    a.fleet.check_applies(engine.is_some())?;
     let derived = match &engine {
         Some(e) => engine::derived_capacity(e, "--profile")?,
         None => None,
