@@ -186,7 +186,10 @@ fn flags_that_do_not_apply() {
     bad(&["fleet", "keys", "--trace", p(&tokens), "--hash", "vllm-sha256"], &["--hash vllm-sha256", "pickle"]);
     // vllm-replay-block-size
     let r = ["fleet", "replay", "--pods", "1", "--capacity", "8", "--router", "round-robin", "--trace", p(&tokens)];
-    bad(&[&r[..], &["--hash", "vllm-sha256-cbor", "--block-size", "24"]].concat(), &["--block-size 24", "multiple of 16"]);
+    bad(
+        &[&r[..], &["--hash", "vllm-sha256-cbor", "--block-size", "24"]].concat(),
+        &["--block-size 24", "multiple of 16"],
+    );
 }
 
 #[test]
