@@ -85,7 +85,11 @@ fn alpha_is_refused_by_pipelines() {
 #[test]
 fn fifo_costs_are_refused_by_the_batched_engine() {
     for flag in ["--t-prefill-ns", "--t-decode-ns", "--t-cpu-ns"] {
-        refused(&["--router", "round-robin", "--engine", "batched", flag, "7"], flag, "--engine batched costs its steps");
+        refused(
+            &["--router", "round-robin", "--engine", "batched", flag, "7"],
+            flag,
+            "--engine batched costs its steps",
+        );
         let (code, _, err) = replay(&["--router", "round-robin", flag, "7"]);
         assert_eq!(code, 0, "{flag} under FIFO: {err}");
     }

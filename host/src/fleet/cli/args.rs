@@ -157,6 +157,10 @@ pub struct SweepArgs {
     /// Output directory.
     #[arg(long, default_value = "out/sweep")]
     pub out: PathBuf,
+    /// Routers to sweep, comma separated: any `--router` name of `fleet replay`, shipped presets
+    /// included (default: round-robin, least-loaded, prefix-aware). The points' `router` names it.
+    #[arg(long, value_delimiter = ',', value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse))]
+    pub router: Vec<RouterKind>,
     /// Run only the I-th of N disjoint slices of the points (0-based, e.g. $JOB_COMPLETION_INDEX)
     /// and write `partial.json` to --out; combine the N results with `fleet merge`.
     #[arg(long, value_name = "I/N", value_parser = shard::parse_shard)]
