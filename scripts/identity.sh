@@ -114,10 +114,14 @@ run_replays() {
             bargs="--max-num-batched-tokens 2048 --max-num-seqs 64"
         fi
         for r in $ROUTERS; do
+            # --alpha is prefix-aware's load penalty; every other router refuses it (exit 2), so
+            # those run with the default (their outputs' `alpha` field reads 1, not 4)
+            alpha=""
+            [ "$r" = prefix-aware ] && alpha="--alpha 4"
             # shellcheck disable=SC2086
-            cmd "replay/$t/fifo-$r" fleet replay --no-date --json -q --trace "$t.jsonl" $args --router "$r" --alpha 4
+            cmd "replay/$t/fifo-$r" fleet replay --no-date --json -q --trace "$t.jsonl" $args --router "$r" $alpha
             # shellcheck disable=SC2086
-            cmd "replay/$t/batched-$r" fleet replay --no-date --json -q --trace "$t.jsonl" $args --router "$r" --alpha 4 \
+            cmd "replay/$t/batched-$r" fleet replay --no-date --json -q --trace "$t.jsonl" $args --router "$r" $alpha \
                 --engine batched $bargs --outcomes "o/replay/$t/batched-$r.outcomes"
         done
         # FIFO features, one at a time (8 pods: room to scale)

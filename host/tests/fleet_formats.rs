@@ -73,11 +73,45 @@ fn tokens_trace_hits_by_hand_with_both_hashes() {
         assert_eq!(v["input_tokens"], 40 + 52 + 40 + 47);
         assert_eq!(v["hit_tokens"], 32 + 32, "{flags:?}");
     }
-    // Explicit --format gives the same; vLLM keys of 64-token blocks cannot be replayed.
+    // Explicit --format gives the same.
     assert_eq!(replay_ok(&t, &["--format", "tokens"])["hit_tokens"], 64);
-    let (code, _, err) = replay(&t, &["--hash", "vllm-sha256-cbor", "--block-size", "64"]);
+    // vLLM blocks of 32 tokens: r1 and r3 share a's first full 32-token block (their tails never
+    // hit); of 64 tokens: no prompt has a full block, so nothing hits.
+    for hash in [&["--hash", "vllm-sha256-cbor"][..], &["--hash", "vllm-xxhash-cbor", "--hash-seed", "0"]] {
+        let b32 = replay_ok(&t, &[hash, &["--block-size", "32"]].concat());
+        assert_eq!(b32["hit_tokens"], 32 + 32, "{hash:?}");
+        let b64 = replay_ok(&t, &[hash, &["--block-size", "64"]].concat());
+        assert_eq!(b64["hit_tokens"], 0, "{hash:?}");
+    }
+    for b in ["24", "8", "1048577"] {
+        let (code, _, err) = replay(&t, &["--hash", "vllm-sha256-cbor", "--block-size", b]);
+        assert_eq!(code, 2, "{b}");
+        assert!(err.contains(&format!("--block-size {b}")), "{err}");
+        assert!(err.contains("multiple of 16") || err.contains("1 to 1048576"), "{err}");
+    }
+}
+
+#[test]
+fn vllm_64_token_blocks_hit_whole_blocks_only() {
+    // e: 140 tokens; f shares e's first 100 then differs. With 64-token vLLM blocks f hits the
+    // one full block they share (64 tokens); the model's own hash hits 6 blocks of 16 (96).
+    let e: Vec<u32> = (0..140).map(|i| i * 31 + 7).collect();
+    let mut f = e[..100].to_vec();
+    f.extend((0..60).map(|i| 500_000 + i));
+    let t = write("tokens64.jsonl", &[tokens_line(0, &e), tokens_line(1, &f), tokens_line(2, &e)].concat());
+    let vllm = replay_ok(&t, &["--hash", "vllm-sha256-cbor", "--hash-seed", "0", "--block-size", "64"]);
+    // e again hits its 2 full blocks (128 tokens), not the 12 tokens of its tail
+    assert_eq!(vllm["hit_tokens"], 64 + 128);
+    assert_eq!(replay_ok(&t, &[])["hit_tokens"], 96 + 128);
+    // pickle-based vLLM hashes are refused with the reason
+    for h in ["vllm-sha256", "vllm-xxhash"] {
+        let (code, _, err) = replay(&t, &["--hash", h]);
+        assert_eq!(code, 2, "{h}");
+        assert!(err.contains(&format!("--hash {h}")) && err.contains("pickle"), "{err}");
+    }
+    let (code, _, err) = replay(&t, &["--hash", "vllm-xxhash-cbor"]);
     assert_eq!(code, 2);
-    assert!(err.contains("--block-size 64"), "{err}");
+    assert!(err.contains("--hash-seed"), "{err}");
 }
 
 #[test]

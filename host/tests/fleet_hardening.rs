@@ -161,6 +161,10 @@ const CASES: &[&str] = &[
     "profile-name",
     "profile-file",
     "capacity-missing",
+    "alpha-not-prefix-aware",
+    "fifo-cost-batched",
+    "vllm-pickle-hash",
+    "vllm-replay-block-size",
 ];
 
 #[test]
@@ -169,6 +173,23 @@ fn the_table_in_docs_lists_exactly_these_cases() {
     let in_doc: Vec<&str> =
         doc.lines().filter_map(|l| l.strip_prefix("| `")).filter_map(|l| l.split('`').next()).collect();
     assert_eq!(in_doc, CASES, "docs/BAD_INPUT.md rows vs tests");
+}
+
+#[test]
+fn flags_that_do_not_apply() {
+    // alpha-not-prefix-aware (replay()'s router is round-robin)
+    bad(&args(&replay(&["--alpha", "4"])), &["--alpha", "prefix-aware only", "--router round-robin does not read it"]);
+    // fifo-cost-batched
+    bad(&args(&replay(&["--engine", "batched", "--t-decode-ns", "7"])), &["--t-decode-ns", "--engine batched"]);
+    let tokens = file("tokens.jsonl", b"{\"timestamp\": 0, \"token_ids\": [1, 2], \"output_length\": 1}\n");
+    // vllm-pickle-hash
+    bad(&["fleet", "keys", "--trace", p(&tokens), "--hash", "vllm-sha256"], &["--hash vllm-sha256", "pickle"]);
+    // vllm-replay-block-size
+    let r = ["fleet", "replay", "--pods", "1", "--capacity", "8", "--router", "round-robin", "--trace", p(&tokens)];
+    bad(
+        &[&r[..], &["--hash", "vllm-sha256-cbor", "--block-size", "24"]].concat(),
+        &["--block-size 24", "multiple of 16"],
+    );
 }
 
 #[test]
@@ -582,11 +603,13 @@ fn the_memory_budget_binds_a_streamed_replay() {
             "round-robin",
             "--trace-block-size",
             "16",
-            "--t-prefill-ns",
-            "1",
         ]
         .map(String::from)
         .to_vec();
+        // a FIFO cost: the batched engine refuses it (`fifo-cost-batched`)
+        if !extra.contains(&"batched") {
+            v.extend(["--t-prefill-ns".to_string(), "1".to_string()]);
+        }
         v.extend(extra.iter().map(|s| s.to_string()));
         v
     };

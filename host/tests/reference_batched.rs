@@ -72,7 +72,7 @@ fn write_trace(name: &str, reqs: &[Line]) -> PathBuf {
 /// Small-trace arguments: trace block size 16 and step costs that make every term visible and
 /// let millisecond arrivals fall between steps. `s` is clamped to `m` (S <= M is required).
 fn small(pods: u32, cap: u32, router: &str, m: u32, s: u32, alpha: f64) -> Vec<String> {
-    strings(&[
+    reference_support::alpha_only_where_it_applies(strings(&[
         "--trace-block-size",
         "16",
         "--pods",
@@ -95,7 +95,7 @@ fn small(pods: u32, cap: u32, router: &str, m: u32, s: u32, alpha: f64) -> Vec<S
         "300000",
         "--t-kv-token-ns",
         "7",
-    ])
+    ]))
 }
 
 fn ids(range: std::ops::Range<u64>) -> Vec<u64> {

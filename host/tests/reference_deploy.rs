@@ -227,7 +227,7 @@ fn args(seed: u64, c2: u64, slo: bool, pd: bool) -> Vec<String> {
     if slo {
         a.extend(["--slo-ttft-ms", "0.05", "--slo-tpot-ms", "0.004"].iter().map(|s| s.to_string()));
     }
-    a
+    reference_support::alpha_only_where_it_applies(a)
 }
 
 /// Many seeds, P/D off and on, the tier off and on (two sizes), SLO goodput on half of them: every request's

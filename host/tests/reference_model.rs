@@ -63,6 +63,12 @@ fn args(pods: usize, cap: usize, router: &str, alpha: f64, stale: u32, order: &s
     ]
     .iter()
     .map(|s| s.to_string())
+    .collect::<Vec<String>>()
+    // --alpha is prefix-aware's load penalty; any other router refuses it (exit 2)
+    .chunks(2)
+    .filter(|kv| router == "prefix-aware" || kv[0] != "--alpha")
+    .flatten()
+    .cloned()
     .collect()
 }
 

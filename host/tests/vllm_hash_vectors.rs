@@ -1,17 +1,58 @@
-//! `--hash vllm-sha256-cbor` against vectors produced by an independent implementation:
-//! tests/reference/vllm_block_hash.py (Python's `cbor2.dumps(x, canonical=True)` and `hashlib`,
-//! what vLLM's `sha256_cbor` uses), run once and checked in as tests/reference/vllm_hash_vectors.json.
-//! Needs no Python and no network.
+//! `--hash vllm-sha256-cbor` and `--hash vllm-xxhash-cbor` against vectors produced by vLLM's own
+//! hash functions: tests/reference/vllm_block_hash.py (vLLM's `sha256_cbor` and `xxhash_cbor`,
+//! i.e. `cbor2.dumps(x, canonical=True)` into `hashlib.sha256` or `xxhash.xxh3_128_digest`), run
+//! on every test run. A missing python3, cbor2 or xxhash fails the test (scripts/test.sh installs
+//! them).
 
 use std::path::PathBuf;
 use std::process::Command;
+use std::sync::OnceLock;
 
-use brokerlab_core::fleet::vllm;
+use brokerlab_core::fleet::vllm::{self, CborHash, Sha256Cbor, Xxh3Cbor};
 use serde_json::Value;
 
-fn vectors() -> Value {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/vllm_hash_vectors.json");
-    serde_json::from_str(&std::fs::read_to_string(&p).expect("checked-in vectors")).unwrap()
+fn vectors() -> &'static Value {
+    static V: OnceLock<Value> = OnceLock::new();
+    V.get_or_init(|| {
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/reference/vllm_block_hash.py");
+        let out = Command::new("python3").arg(&script).output().unwrap_or_else(|e| {
+            panic!("python3 is required to produce the vLLM reference vectors ({}): {e}", script.display())
+        });
+        assert!(
+            out.status.success(),
+            "{} failed (needs `python3 -m pip install cbor2 xxhash`): {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("the reference prints JSON")
+    })
+}
+
+/// The algorithms the reference writes, by its names (vLLM's `--prefix-caching-hash-algo`).
+const ALGOS: [&str; 2] = ["sha256_cbor", "xxhash_cbor"];
+
+fn seed_hex(algo: &str, seed: &str) -> String {
+    match algo {
+        "sha256_cbor" => hex(&vllm::seed_hash::<Sha256Cbor>(seed)),
+        "xxhash_cbor" => hex(&vllm::seed_hash::<Xxh3Cbor>(seed)),
+        _ => panic!("unknown algorithm {algo}"),
+    }
+}
+
+/// (keys, every digest in hex) of the full blocks, chained by hand.
+fn chain<H: CborHash>(seed: &str, tokens: &[u32], b: usize) -> (Vec<u64>, Vec<String>) {
+    let mut keys = vec![0u64; tokens.len() / b];
+    let n = vllm::chain_keys::<H>(&vllm::seed_hash::<H>(seed), tokens, b, &mut keys).unwrap();
+    assert_eq!(n, keys.len());
+    let mut parent = vllm::seed_hash::<H>(seed);
+    let mut digests = vec![];
+    for block in tokens.chunks_exact(b) {
+        parent = vllm::block_hash::<H>(&parent, block);
+        let d = parent.as_ref();
+        assert_eq!(vllm::digest_key(d), u64::from_be_bytes(d[d.len() - 8..].try_into().unwrap()));
+        digests.push(hex(d));
+    }
+    (keys, digests)
 }
 
 fn hex(b: &[u8]) -> String {
@@ -56,11 +97,16 @@ fn cbor_integer_heads_match_cbor2() {
 fn seed_digests_match() {
     let v = vectors();
     let seeds = v["seeds"].as_array().unwrap();
-    assert!(seeds.len() >= 3);
-    for s in seeds {
-        let got = vllm::seed_digest(s["seed"].as_str().unwrap());
-        assert_eq!(hex(&got), s["none_hash"].as_str().unwrap(), "seed {}", s["seed"]);
+    for algo in ALGOS {
+        assert!(seeds.iter().filter(|s| s["algo"] == algo).count() >= 3, "{algo}");
     }
+    for s in seeds {
+        let algo = s["algo"].as_str().unwrap();
+        let got = seed_hex(algo, s["seed"].as_str().unwrap());
+        assert_eq!(got, s["none_hash"].as_str().unwrap(), "{algo} seed {}", s["seed"]);
+    }
+    // the SHA-256 path's own spelling agrees with the generic one
+    assert_eq!(vllm::seed_digest("10"), vllm::seed_hash::<Sha256Cbor>("10"));
 }
 
 #[test]
@@ -70,39 +116,46 @@ fn block_digests_and_keys_match() {
     let mut seen = std::collections::BTreeSet::new();
     let mut longest = 0;
     for c in cases {
+        let algo = c["algo"].as_str().unwrap();
         let seed = c["seed"].as_str().unwrap();
         let b = c["block_size"].as_u64().unwrap() as usize;
         let tokens = tokens_of(c);
         let want_keys = u64s(&c["keys"]);
         let want_digests: Vec<&str> = c["digests"].as_array().unwrap().iter().map(|d| d.as_str().unwrap()).collect();
-        let what = format!("seed {seed:?}, B {b}, {} tokens", tokens.len());
+        let what = format!("{algo}, seed {seed:?}, B {b}, {} tokens", tokens.len());
 
-        let mut keys = vec![0u64; tokens.len() / b];
-        let n = vllm::token_keys(&vllm::seed_digest(seed), &tokens, b, &mut keys).unwrap();
+        // keys through the library call, digests chained by hand (all, or the last of long chains)
+        let (keys, digests) = match algo {
+            "sha256_cbor" => {
+                let mut direct = vec![0u64; tokens.len() / b];
+                vllm::token_keys(&vllm::seed_digest(seed), &tokens, b, &mut direct).unwrap();
+                let (keys, digests) = chain::<Sha256Cbor>(seed, &tokens, b);
+                assert_eq!(direct, keys, "{what}");
+                (keys, digests)
+            }
+            "xxhash_cbor" => chain::<Xxh3Cbor>(seed, &tokens, b),
+            _ => panic!("unknown algorithm {algo}"),
+        };
+        let n = keys.len();
         assert_eq!(n, want_keys.len(), "{what}: full blocks");
         assert_eq!(keys, want_keys, "{what}");
-
-        // The digests themselves, chained by hand (all of them, or the last for long chains).
-        let mut parent = vllm::seed_digest(seed);
-        let mut digests = vec![];
-        for block in tokens.chunks_exact(b) {
-            parent = vllm::block_digest(&parent, block);
-            assert_eq!(vllm::digest_key(&parent), u64::from_be_bytes(parent[24..].try_into().unwrap()));
-            digests.push(hex(&parent));
-        }
         if want_digests.len() == digests.len() {
             assert_eq!(digests, want_digests, "{what}");
         } else {
             assert_eq!(want_digests.len(), 1, "{what}");
             assert_eq!(digests.last().map(String::as_str), Some(want_digests[0]), "{what}");
         }
-        seen.insert((seed.to_string(), b, n));
+        seen.insert((algo.to_string(), seed.to_string(), b, n));
         longest = longest.max(n);
     }
-    for seed in ["10", "0", "abc"] {
-        for b in [16, 64] {
-            for n in 0..=5 {
-                assert!(seen.contains(&(seed.to_string(), b, n)), "no vector for seed {seed}, B {b}, {n} blocks");
+    // with and without a parent (block 0's parent is NONE_HASH; blocks 1.. chain), B 16 and 64
+    for algo in ALGOS {
+        for seed in ["10", "0", "abc"] {
+            for b in [16, 64] {
+                for n in 0..=5 {
+                    let key = (algo.to_string(), seed.to_string(), b, n);
+                    assert!(seen.contains(&key), "no vector for {algo}, seed {seed}, B {b}, {n} blocks");
+                }
             }
         }
     }
@@ -114,12 +167,17 @@ fn fleet_keys_prints_the_vectors_keys() {
     let v = vectors();
     let dir = std::env::temp_dir().join(format!("brokerlab-vllm-keys-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (seed, b) in [("abc", 64), ("10", 16)] {
+    for (algo, flag, seed, b) in [
+        ("sha256_cbor", "vllm-sha256-cbor", "abc", 64),
+        ("sha256_cbor", "vllm-sha256-cbor", "10", 16),
+        ("xxhash_cbor", "vllm-xxhash-cbor", "abc", 64),
+        ("xxhash_cbor", "vllm-xxhash-cbor", "0", 16),
+    ] {
         let cases: Vec<&Value> = v["cases"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|c| c["seed"] == seed && c["block_size"] == b && c.get("tokens").is_some())
+            .filter(|c| c["algo"] == algo && c["seed"] == seed && c["block_size"] == b && c.get("tokens").is_some())
             .collect();
         assert_eq!(cases.len(), 6);
         let mut text = String::new();
@@ -130,10 +188,10 @@ fn fleet_keys_prints_the_vectors_keys() {
                 ids.join(", ")
             ));
         }
-        let trace = dir.join(format!("{seed}-{b}.jsonl"));
+        let trace = dir.join(format!("{algo}-{seed}-{b}.jsonl"));
         std::fs::write(&trace, text).unwrap();
         let out = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
-            .args(["fleet", "keys", "--format", "tokens", "--hash", "vllm-sha256-cbor", "--hash-seed", seed])
+            .args(["fleet", "keys", "--format", "tokens", "--hash", flag, "--hash-seed", seed])
             .args(["--block-size", &b.to_string(), "--trace"])
             .arg(&trace)
             .output()

@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
-"""Independent reference for brokerlab's `--hash vllm-sha256-cbor` (docs/MODEL.md, "vLLM-compatible
-block keys"): writes tests/reference/vllm_hash_vectors.json.
+"""Independent reference for brokerlab's `--hash vllm-sha256-cbor` and `--hash vllm-xxhash-cbor`
+(docs/MODEL.md, "vLLM-compatible block keys"): prints the vectors as JSON on stdout.
 
-It uses only what vLLM's `sha256_cbor` uses: `cbor2.dumps(x, canonical=True)` and `hashlib.sha256`
-(vLLM v0.33.0 `vllm/utils/hashing.py` `sha256_cbor`; `vllm/v1/core/kv_cache_utils.py`
-`hash_block_tokens`, `resolve_none_hash_seed`, `maybe_convert_block_hash`). Nothing here is shared
-with the Rust code. Generated once and checked in; CI reads the JSON and needs no pip:
+The hash functions are vLLM's, as written in vllm-project/vllm `vllm/utils/hashing.py`
+(`sha256_cbor`, `xxhash_cbor` = `xxhash.xxh3_128_digest` of the same CBOR bytes) and
+`vllm/v1/core/kv_cache_utils.py` (`hash_block_tokens`: hash of (parent, tuple(tokens), extra_keys);
+`init_none_hash`: NONE_HASH = hash_fn(PYTHONHASHSEED); `maybe_convert_block_hash`). Nothing here is
+shared with the Rust code. host/tests/vllm_hash_vectors.rs runs this script on every test run and
+fails if python3, cbor2 or xxhash is missing (scripts/test.sh installs them):
 
-    pip install cbor2          # 6.3.0 produced the checked-in file
-    python3 tests/reference/vllm_block_hash.py > tests/reference/vllm_hash_vectors.json
+    python3 -m pip install cbor2 xxhash
+    python3 tests/reference/vllm_block_hash.py
 """
 import hashlib
 import json
@@ -16,24 +18,38 @@ import sys
 from importlib.metadata import version
 
 import cbor2
+import xxhash
 
 
 def sha256_cbor(x):
+    # vllm/utils/hashing.py sha256_cbor
     return hashlib.sha256(cbor2.dumps(x, canonical=True)).digest()
 
 
-def none_hash(seed):
-    # vLLM: NONE_HASH = hash_fn(seed string), the PYTHONHASHSEED value (or "vllm-none-hash").
-    return sha256_cbor(seed)
+def xxhash_cbor(x):
+    # vllm/utils/hashing.py xxhash_cbor (_xxhash_digest = xxh3_128_digest)
+    return xxhash.xxh3_128_digest(cbor2.dumps(x, canonical=True))
 
 
-def block_hashes(seed, tokens, block_size):
+ALGOS = {"sha256_cbor": sha256_cbor, "xxhash_cbor": xxhash_cbor}
+
+
+def none_hash(hash_fn, seed):
+    # vLLM init_none_hash: NONE_HASH = hash_fn(seed string), the PYTHONHASHSEED value.
+    return hash_fn(seed)
+
+
+def hash_block_tokens(hash_fn, parent, block, extra_keys=None):
+    # vLLM hash_block_tokens: the parent is NONE_HASH for a prompt's first block.
+    return hash_fn((parent, tuple(block), extra_keys))
+
+
+def block_hashes(hash_fn, seed, tokens, block_size):
     """(digest, key) of every FULL block, chained; vLLM's hash_block_tokens with extra_keys None."""
-    parent = none_hash(seed)
+    parent = none_hash(hash_fn, seed)
     out = []
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        block = tuple(tokens[start:start + block_size])
-        parent = sha256_cbor((parent, block, None))
+        parent = hash_block_tokens(hash_fn, parent, tokens[start:start + block_size])
         out.append((parent, int.from_bytes(parent, "big") & (2**64 - 1)))
     return out
 
@@ -52,18 +68,26 @@ def main():
     doc = {
         "generator": "tests/reference/vllm_block_hash.py",
         "cbor2": version("cbor2"),
+        "xxhash": version("xxhash"),
         "uint_cbor": [],
         "seeds": [],
         "cases": [],
     }
     for v in EDGES + [2**32, 2**40 + 5, 2**64 - 1]:
         doc["uint_cbor"].append({"value": v, "cbor": cbor2.dumps(v, canonical=True).hex()})
-    for seed in ["10", "0", "abc", "42", "vllm-none-hash", ""]:
-        doc["seeds"].append({"seed": seed, "none_hash": none_hash(seed).hex()})
+    for algo, fn in ALGOS.items():
+        for seed in ["10", "0", "abc", "42", "vllm-none-hash", ""]:
+            doc["seeds"].append({"algo": algo, "seed": seed, "none_hash": none_hash(fn, seed).hex()})
+    for algo in ALGOS:
+        add_cases(doc, algo)
+    json.dump(doc, sys.stdout, indent=1)
+    sys.stdout.write("\n")
 
+
+def add_cases(doc, algo):
     def add(seed, block_size, tokens, rule=None, all_digests=True):
-        hs = block_hashes(seed, tokens, block_size)
-        c = {"seed": seed, "block_size": block_size}
+        hs = block_hashes(ALGOS[algo], seed, tokens, block_size)
+        c = {"algo": algo, "seed": seed, "block_size": block_size}
         if rule is None:
             c["tokens"] = tokens
         else:
@@ -85,8 +109,6 @@ def main():
         add("0", b, [mixed(i) for i in range(2 * b + 1)], rule="mixed", all_digests=False)
     # A chain of 1,000 blocks (B = 16, seed "10"): every key, the last digest.
     add("10", 16, [mixed(i) for i in range(16 * 1000)], rule="mixed", all_digests=False)
-    json.dump(doc, sys.stdout, indent=1)
-    sys.stdout.write("\n")
 
 
 if __name__ == "__main__":

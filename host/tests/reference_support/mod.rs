@@ -94,3 +94,21 @@ pub fn run_both(
     }
     Both { summary, reference, outcomes }
 }
+
+/// `args` without `--alpha A` unless `--router prefix-aware` is among them: `--alpha` is
+/// prefix-aware's load penalty and any other router refuses it (exit 2).
+pub fn alpha_only_where_it_applies(args: Vec<String>) -> Vec<String> {
+    if args.windows(2).any(|w| w[0] == "--router" && w[1] == "prefix-aware") {
+        return args;
+    }
+    let mut out = Vec::with_capacity(args.len());
+    let mut it = args.into_iter();
+    while let Some(a) = it.next() {
+        if a == "--alpha" {
+            it.next();
+        } else {
+            out.push(a);
+        }
+    }
+    out
+}

@@ -61,6 +61,42 @@ pub fn trace_keys(
     Ok(m)
 }
 
+/// Keys of a prompt's floor(L/16) 16-token blocks from `coarse`, the keys of its full B-token
+/// blocks (vLLM's block keys with `--block-size` B, a multiple of 16, see
+/// [`check_trace_block_tokens`]): block j is sub-block `(16j mod B) / 16` of coarse block
+/// `16j / B`, keyed as a trace's hash id (so a coarse block is cached and evicted in 16-token
+/// pieces, as a Mooncake trace's ids are). The 16-token blocks after the last full B-token block
+/// take `tail_id` as their id: vLLM hashes no partial block, so no later request may hit them;
+/// the caller passes an id unique to the request. Returns the number of keys written.
+pub fn coarse_keys(
+    coarse: &[u64],
+    input_tokens: u64,
+    block_tokens: u32,
+    tail_id: u64,
+    out: &mut [u64],
+) -> Result<usize, Error> {
+    check_trace_block_tokens(block_tokens)?;
+    let m = full_blocks(input_tokens)?;
+    let full = (input_tokens / u64::from(block_tokens)) as usize;
+    if coarse.len() < full {
+        return Err(Error::TooFewHashIds { needed: full, got: coarse.len() });
+    }
+    let Some(out) = out.get_mut(..m) else {
+        return Err(Error::BufferSize { buffer: Buffer::Keys, expected: m, got: out.len() });
+    };
+    let subs = block_tokens as usize / BLOCK_TOKENS;
+    let ids = coarse[..full].iter().copied().chain(core::iter::once(tail_id));
+    let mut parent = ROOT_KEY;
+    for (chunk, id) in out.chunks_mut(subs).zip(ids) {
+        let mix = trace_id_mix(id);
+        for (sub, key) in chunk.iter_mut().enumerate() {
+            parent = chain_trace_mixed(parent, mix, sub as u32);
+            *key = parent;
+        }
+    }
+    Ok(m)
+}
+
 /// Keys of the full blocks of a prompt given as token ids; the trailing partial block is ignored.
 /// Returns the number of keys written.
 pub fn token_keys(tokens: &[u32], out: &mut [u64]) -> Result<usize, Error> {
@@ -103,6 +139,26 @@ mod tests {
         // A partial trailing block needs no id of its own.
         assert_eq!(trace_keys(&[1, 2], 1025, 512, &mut out), Ok(64));
         assert!(trace_keys(&[1], 10, 24, &mut out).is_err());
+    }
+
+    #[test]
+    fn coarse_blocks_split_into_16_token_blocks_and_the_tail_takes_its_own_id() {
+        // B = 64: L = 150 -> 9 blocks of 16; 2 full coarse blocks (128 tokens), 1 tail block.
+        let mut out = [0u64; 12];
+        assert_eq!(coarse_keys(&[7, 8], 150, 64, 99, &mut out), Ok(9));
+        let mut p = ROOT_KEY;
+        let want = [(7, 0), (7, 1), (7, 2), (7, 3), (8, 0), (8, 1), (8, 2), (8, 3), (99, 0)];
+        for (j, (id, sub)) in want.into_iter().enumerate() {
+            p = chain_trace(p, id, sub);
+            assert_eq!(out[j], p, "block {j}");
+        }
+        // the same prefix with another tail id: the full blocks agree, the tail does not
+        let mut other = [0u64; 12];
+        assert_eq!(coarse_keys(&[7, 8], 150, 64, 100, &mut other), Ok(9));
+        assert_eq!(out[..8], other[..8]);
+        assert_ne!(out[8], other[8]);
+        assert_eq!(coarse_keys(&[7], 150, 64, 99, &mut out), Err(Error::TooFewHashIds { needed: 2, got: 1 }));
+        assert!(coarse_keys(&[7, 8], 150, 24, 99, &mut out).is_err(), "B must be a multiple of 16");
     }
 
     #[test]

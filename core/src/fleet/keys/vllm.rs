@@ -1,16 +1,21 @@
-//! vLLM-compatible prefix-cache block hashes (`--prefix-caching-hash-algo sha256_cbor`), as
-//! specified in docs/MODEL.md, "vLLM-compatible block keys":
+//! vLLM-compatible prefix-cache block hashes (`--prefix-caching-hash-algo sha256_cbor` and
+//! `xxhash_cbor`), as specified in docs/MODEL.md, "vLLM-compatible block keys":
 //!
-//! * seed digest `NONE_HASH = SHA-256(cbor(seed))`, the seed a CBOR text string;
-//! * block j's digest `d_j = SHA-256(cbor([d_{j-1}, [t_0, ..., t_{B-1}], null]))`, `d_{-1} = NONE_HASH`,
+//! * seed digest `NONE_HASH = H(cbor(seed))`, the seed a CBOR text string;
+//! * block j's digest `d_j = H(cbor([d_{j-1}, [t_0, ..., t_{B-1}], null]))`, `d_{-1} = NONE_HASH`,
 //!   with `cbor` the canonical (shortest-head) encoding of `cbor2.dumps(x, canonical=True)`;
+//! * H = SHA-256 (32-byte digests, `sha256_cbor`) or XXH3-128 in its canonical big-endian form
+//!   (16-byte digests, `xxhash_cbor`, Python's `xxhash.xxh3_128_digest`);
 //! * block j's 64-bit key = the last 8 bytes of `d_j` read big-endian;
 //! * only full blocks of B tokens are hashed.
 //!
-//! Allocation-free: the CBOR bytes go through a fixed 64-byte buffer into the SHA-256 state, so any
-//! block size works without a per-block buffer.
+//! Allocation-free: the CBOR bytes go through a fixed 64-byte buffer into the hash state, so any
+//! block size works without a per-block buffer. The CBOR encoder is these few functions (canonical
+//! heads of unsigned integers, byte and text strings, arrays and `null`), not a crate: that is all
+//! vLLM's block tuple needs.
 
 use sha2::{Digest as _, Sha256};
+use twox_hash::xxhash3_128::{DEFAULT_SECRET_LENGTH, RawHasher, SecretBuffer};
 
 use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::{MAX_VLLM_BLOCK_TOKENS, quoting};
@@ -57,25 +62,75 @@ pub fn cbor_uint(v: u64, out: &mut [u8; 9]) -> usize {
     cbor_head(MAJOR_UINT, v, out)
 }
 
-/// Streams CBOR bytes into a SHA-256 state through a fixed buffer.
-struct CborSha {
-    sha: Sha256,
+/// A hash function of vLLM's CBOR family: a streaming state and its digest.
+pub trait CborHash {
+    /// The digest (vLLM's `BlockHash` bytes).
+    type Digest: Copy + AsRef<[u8]> + PartialEq + core::fmt::Debug;
+    /// A fresh state.
+    fn start() -> Self;
+    /// Feeds bytes.
+    fn feed(&mut self, b: &[u8]);
+    /// The digest of what was fed.
+    fn digest(self) -> Self::Digest;
+}
+
+/// SHA-256 (`sha256_cbor`).
+pub struct Sha256Cbor(Sha256);
+
+impl CborHash for Sha256Cbor {
+    type Digest = Digest;
+    fn start() -> Self {
+        Sha256Cbor(Sha256::new())
+    }
+    fn feed(&mut self, b: &[u8]) {
+        self.0.update(b);
+    }
+    fn digest(self) -> Digest {
+        self.0.finalize().into()
+    }
+}
+
+/// XXH3-128 with seed 0 and the default secret (`xxhash_cbor`: `xxhash.xxh3_128_digest`, whose
+/// 16 bytes are the 128-bit value big-endian, high half first).
+pub struct Xxh3Cbor(RawHasher<[u8; DEFAULT_SECRET_LENGTH]>);
+
+/// An XXH3-128 digest (16 bytes).
+pub type Xxh3Digest = [u8; 16];
+
+impl CborHash for Xxh3Cbor {
+    type Digest = Xxh3Digest;
+    fn start() -> Self {
+        // seed 0 derives the default secret unchanged (XXH3's `initCustomSecret` adds the seed)
+        let buf = SecretBuffer::with_seed(0, [0u8; DEFAULT_SECRET_LENGTH]);
+        Xxh3Cbor(RawHasher::new(buf.unwrap_or_else(|_| unreachable!("the secret has the default length"))))
+    }
+    fn feed(&mut self, b: &[u8]) {
+        self.0.write(b);
+    }
+    fn digest(self) -> Xxh3Digest {
+        self.0.finish_128().to_be_bytes()
+    }
+}
+
+/// Streams CBOR bytes into a hash state through a fixed buffer.
+struct CborSha<H: CborHash> {
+    sha: H,
     buf: [u8; 64],
     len: usize,
 }
 
-impl CborSha {
+impl<H: CborHash> CborSha<H> {
     fn new() -> Self {
-        CborSha { sha: Sha256::new(), buf: [0; 64], len: 0 }
+        CborSha { sha: H::start(), buf: [0; 64], len: 0 }
     }
 
     fn bytes(&mut self, b: &[u8]) {
         if self.len + b.len() > self.buf.len() {
-            self.sha.update(&self.buf[..self.len]);
+            self.sha.feed(&self.buf[..self.len]);
             self.len = 0;
         }
         if b.len() > self.buf.len() {
-            self.sha.update(b);
+            self.sha.feed(b);
         } else {
             self.buf[self.len..self.len + b.len()].copy_from_slice(b);
             self.len += b.len();
@@ -88,24 +143,25 @@ impl CborSha {
         self.bytes(&h[..n]);
     }
 
-    fn finish(mut self) -> Digest {
-        self.sha.update(&self.buf[..self.len]);
-        self.sha.finalize().into()
+    fn finish(mut self) -> H::Digest {
+        self.sha.feed(&self.buf[..self.len]);
+        self.sha.digest()
     }
 }
 
-/// vLLM's `NONE_HASH` for a seed string (`PYTHONHASHSEED`): SHA-256 of the seed as a CBOR text
+/// vLLM's `NONE_HASH` for a seed string (`PYTHONHASHSEED`): H of the seed as a CBOR text
 /// string. The parent digest of every prompt's first block.
-pub fn seed_digest(seed: &str) -> Digest {
-    let mut s = CborSha::new();
+pub fn seed_hash<H: CborHash>(seed: &str) -> H::Digest {
+    let mut s = CborSha::<H>::new();
     s.head(MAJOR_TEXT, seed.len() as u64);
     s.bytes(seed.as_bytes());
     s.finish()
 }
 
-/// Digest of one full block: SHA-256 of `cbor([parent (bytes), [tokens...] (uints), null])`.
-pub fn block_digest(parent: &Digest, tokens: &[u32]) -> Digest {
-    let mut s = CborSha::new();
+/// Digest of one full block: H of `cbor([parent (bytes), [tokens...] (uints), null])`.
+pub fn block_hash<H: CborHash>(parent: &H::Digest, tokens: &[u32]) -> H::Digest {
+    let parent = parent.as_ref();
+    let mut s = CborSha::<H>::new();
     s.head(MAJOR_ARRAY, 3);
     s.head(MAJOR_BYTES, parent.len() as u64);
     s.bytes(parent);
@@ -117,11 +173,22 @@ pub fn block_digest(parent: &Digest, tokens: &[u32]) -> Digest {
     s.finish()
 }
 
+/// [`seed_hash`] with SHA-256 (`sha256_cbor`).
+pub fn seed_digest(seed: &str) -> Digest {
+    seed_hash::<Sha256Cbor>(seed)
+}
+
+/// [`block_hash`] with SHA-256 (`sha256_cbor`).
+pub fn block_digest(parent: &Digest, tokens: &[u32]) -> Digest {
+    block_hash::<Sha256Cbor>(parent, tokens)
+}
+
 /// The 64-bit key of a digest: its last 8 bytes read big-endian (vLLM's
-/// `maybe_convert_block_hash`, `int.from_bytes(h, "big") & (2**64 - 1)`).
-pub fn digest_key(d: &Digest) -> u64 {
+/// `maybe_convert_block_hash`, `int.from_bytes(h, "big") & (2**64 - 1)`). Every digest here has
+/// at least 16 bytes.
+pub fn digest_key(d: &[u8]) -> u64 {
     let mut last = [0u8; 8];
-    last.copy_from_slice(&d[24..]);
+    last.copy_from_slice(&d[d.len() - 8..]);
     u64::from_be_bytes(last)
 }
 
@@ -140,6 +207,16 @@ pub fn check_block_tokens(b: usize) -> Result<(), Error> {
 /// [`seed_digest`]); the trailing partial block is not hashed. Writes `tokens.len() / block_tokens`
 /// keys into `out` and returns that count.
 pub fn token_keys(seed: &Digest, tokens: &[u32], block_tokens: usize, out: &mut [u64]) -> Result<usize, Error> {
+    chain_keys::<Sha256Cbor>(seed, tokens, block_tokens, out)
+}
+
+/// [`token_keys`] with any hash of the family, chained from `seed` (a [`seed_hash`]).
+pub fn chain_keys<H: CborHash>(
+    seed: &H::Digest,
+    tokens: &[u32],
+    block_tokens: usize,
+    out: &mut [u64],
+) -> Result<usize, Error> {
     check_block_tokens(block_tokens)?;
     let m = tokens.len() / block_tokens;
     let Some(out) = out.get_mut(..m) else {
@@ -147,8 +224,8 @@ pub fn token_keys(seed: &Digest, tokens: &[u32], block_tokens: usize, out: &mut 
     };
     let mut parent = *seed;
     for (key, block) in out.iter_mut().zip(tokens.chunks_exact(block_tokens)) {
-        parent = block_digest(&parent, block);
-        *key = digest_key(&parent);
+        parent = block_hash::<H>(&parent, block);
+        *key = digest_key(parent.as_ref());
     }
     Ok(m)
 }

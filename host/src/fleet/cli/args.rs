@@ -157,6 +157,10 @@ pub struct SweepArgs {
     /// Output directory.
     #[arg(long, default_value = "out/sweep")]
     pub out: PathBuf,
+    /// Routers to sweep, comma separated: any `--router` name of `fleet replay`, shipped presets
+    /// included (default: round-robin, least-loaded, prefix-aware). The points' `router` names it.
+    #[arg(long, value_delimiter = ',', value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse))]
+    pub router: Vec<RouterKind>,
     /// Run only the I-th of N disjoint slices of the points (0-based, e.g. $JOB_COMPLETION_INDEX)
     /// and write `partial.json` to --out; combine the N results with `fleet merge`.
     #[arg(long, value_name = "I/N", value_parser = shard::parse_shard)]
@@ -262,9 +266,10 @@ pub struct FleetArgs {
     /// the router config file of those `[[scorers]]` (docs/MODEL.md, "Router config files").
     #[arg(long, value_name = "NAME:W,...", conflicts_with = "router_config")]
     pub routing_scorers: Option<String>,
-    /// Load penalty of prefix-aware: blocks per queued request.
-    #[arg(long, default_value_t = defaults::ALPHA, allow_negative_numbers = true)]
-    pub alpha: f64,
+    /// Load penalty of prefix-aware: blocks per queued request (default 1; prefix-aware only:
+    /// any other router is exit 2).
+    #[arg(long, allow_negative_numbers = true)]
+    pub alpha: Option<f64>,
     /// Stale-evict delay k, in requests (0 = exact index).
     #[arg(long, default_value_t = defaults::STALE_DELAY, allow_negative_numbers = true, value_parser = whole::<u32>)]
     pub stale: u32,
@@ -279,12 +284,14 @@ pub struct FleetArgs {
     /// tail-first | in-order
     #[arg(long, default_value = defaults::ORDER.name(), value_parser = kind(&TouchOrder::ALL, TouchOrder::name, TouchOrder::parse))]
     pub order: TouchOrder,
-    /// Prefill cost, ns per uncached prompt token.
-    #[arg(long, default_value_t = defaults::T_PREFILL_NS, allow_negative_numbers = true, value_parser = whole::<u64>)]
-    pub t_prefill_ns: u64,
-    /// Decode cost, ns per output token.
-    #[arg(long, default_value_t = defaults::T_DECODE_NS, allow_negative_numbers = true, value_parser = whole::<u64>)]
-    pub t_decode_ns: u64,
+    /// FIFO engine: prefill cost, ns per uncached prompt token (default 50000; the batched engine
+    /// costs steps by --profile, so there it is exit 2).
+    #[arg(long, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub t_prefill_ns: Option<u64>,
+    /// FIFO engine: decode cost, ns per output token (default 0; exit 2 with --engine
+    /// batched).
+    #[arg(long, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub t_decode_ns: Option<u64>,
     /// Prefix-aware index: pod-tables (ask the pods' own tables) | global (a key -> pod-mask
     /// table fed by insert/evict events). Same results; pod-tables is faster and smaller.
     #[arg(long, default_value = defaults::INDEX.name(), value_parser = kind(&IndexKind::ALL, IndexKind::name, IndexKind::parse))]
@@ -292,9 +299,10 @@ pub struct FleetArgs {
     /// Blocks per pod in a second (CPU memory) tier; 0 = none (at most 4294967294).
     #[arg(long, default_value_t = defaults::CPU_CAPACITY_BLOCKS, allow_negative_numbers = true, value_parser = parse_cpu_capacity)]
     pub cpu_capacity: usize,
-    /// Cost of loading a CPU-tier block, ns per token.
-    #[arg(long, default_value_t = defaults::T_CPU_NS, allow_negative_numbers = true, value_parser = whole::<u64>)]
-    pub t_cpu_ns: u64,
+    /// FIFO engine: cost of loading a CPU-tier block, ns per token (default 5000; the batched
+    /// engine's offload tier is costed by --pcie-bytes-per-s and --pcie-latency-ns).
+    #[arg(long, allow_negative_numbers = true, value_parser = whole::<u64>)]
+    pub t_cpu_ns: Option<u64>,
     /// local (each pod its own LRU of --capacity blocks) | global (one fleet-wide LRU of
     /// pods x capacity blocks every pod reads: Mooncake's global cache; docs/MODEL.md).
     #[arg(long, default_value = defaults::CACHE.name(), value_parser = kind(&CacheMode::ALL, CacheMode::name, CacheMode::parse))]
@@ -355,6 +363,37 @@ fn ms_to_ns(ms: u64, flag: &str) -> CliResult<u64> {
 }
 
 impl FleetArgs {
+    /// Refuses a flag the chosen router or engine would ignore (exit 2 naming the flag and
+    /// why); `batched` is `--engine batched`. docs/BAD_INPUT.md, "Flags that do not apply".
+    pub fn check_applies(&self, batched: bool) -> CliResult<()> {
+        if self.alpha.is_some() && self.router != Some(RouterKind::PrefixAware) {
+            let router = if self.router_config.is_some() {
+                "a --router-config pipeline".to_string()
+            } else if self.routing_scorers.is_some() {
+                "a --routing-scorers pipeline".to_string()
+            } else {
+                format!("--router {}", self.router.map_or("custom", RouterKind::name))
+            };
+            return Err(CliError::bad_input(format!(
+                "--alpha: applies to --router prefix-aware only (its load penalty, blocks per queued request); {router} does not read it"
+            )));
+        }
+        if batched {
+            for (flag, given) in [
+                ("--t-prefill-ns", self.t_prefill_ns.is_some()),
+                ("--t-decode-ns", self.t_decode_ns.is_some()),
+                ("--t-cpu-ns", self.t_cpu_ns.is_some()),
+            ] {
+                if given {
+                    return Err(CliError::bad_input(format!(
+                        "{flag}: a FIFO-engine cost; --engine batched costs its steps by --profile (and the offload tier by --pcie-bytes-per-s / --pcie-latency-ns)"
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The core configuration; `derived` is the capacity a physics profile gives when
     /// --capacity is absent.
     pub fn config(&self, derived: Option<usize>) -> CliResult<FleetConfig> {
@@ -364,11 +403,11 @@ impl FleetArgs {
             )
         })?;
         let engine = FifoConfig {
-            t_prefill_ns: self.t_prefill_ns,
-            t_decode_ns: self.t_decode_ns,
+            t_prefill_ns: self.t_prefill_ns.unwrap_or(defaults::T_PREFILL_NS),
+            t_decode_ns: self.t_decode_ns.unwrap_or(defaults::T_DECODE_NS),
             order: self.order,
             cpu_capacity_blocks: self.cpu_capacity,
-            t_cpu_ns: self.t_cpu_ns,
+            t_cpu_ns: self.t_cpu_ns.unwrap_or(defaults::T_CPU_NS),
             cache: self.cache,
         };
         let view = ViewConfig {
@@ -382,7 +421,7 @@ impl FleetArgs {
             pods: self.pods,
             capacity_blocks: capacity,
             router: self.router.unwrap_or(RouterKind::Custom),
-            alpha: self.alpha,
+            alpha: self.alpha.unwrap_or(defaults::ALPHA),
             routing: None,
             engine: EngineConfig::Fifo { engine, view, scale },
         };

@@ -53,6 +53,7 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
         check_trace_block(s)?;
     }
     let engine = a.engine.resolve(None)?;
+    a.fleet.check_applies(engine.is_some())?;
     let derived = match &engine {
         Some(e) => engine::derived_capacity(e, "--profile")?,
         None => None,
@@ -417,7 +418,18 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
         engine::batched(sc.fleet, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
     }
     let Values { gens, values, param } = sweep_values(&sc, &a)?;
-    let mut specs = sweep::for_each_router(&values);
+    let mut specs = if a.router.is_empty() {
+        sweep::for_each_router(&values)
+    } else {
+        if param == sweep::SweepParam::Alpha
+            && let Some(r) = a.router.iter().find(|&&r| r != brokerlab_core::fleet::RouterKind::PrefixAware)
+        {
+            return Err(CliError::bad_input(format!(
+                "--param alpha: alpha is prefix-aware's load penalty; --router {r} does not read it"
+            )));
+        }
+        sweep::for_routers(&values, &a.router, sc.workload.seed)?
+    };
     if let Some(e) = engine {
         // each point's values (`--param stale` ...) named as flags
         for p in &mut specs {

@@ -86,7 +86,9 @@ pub fn format(
     let out = crate::fleet::cli::commands::Output {
         json: prov.as_ref(),
         title: &format!("trace {} (format {})", a.trace.display(), format.name()),
-        pipeline: a.fleet.router_config.as_ref().and_then(|_| crate::fleet::cli::router_config::describe(&cfg)),
+        pipeline: (a.fleet.router_config.is_some() || a.fleet.routing_scorers.is_some())
+            .then(|| crate::fleet::cli::router_config::describe(&cfg))
+            .flatten(),
         outcomes,
         format: Some(format.name()),
         report_json: a.report_json.as_deref(),
@@ -102,12 +104,7 @@ pub fn format(
 /// The request source of a tokens or bailian trace, its flags checked.
 fn format_source(a: &ReplayArgs, format: Format) -> CliResult<FormatSource> {
     let keyer = Keyer::new(&a.hash)?;
-    if keyer.block_tokens() != BLOCK_TOKENS {
-        return Err(CliError::bad_input(format!(
-            "--block-size {}: fleet replay caches 16-token blocks (the model's B), so it replays vLLM keys of 16-token blocks only; other sizes are for `fleet keys`",
-            keyer.block_tokens()
-        )));
-    }
+    keyer.check_replay()?;
     if format == Format::Tokens && a.trace_block_size.is_some() {
         return Err(CliError::bad_input(
             "--trace-block-size: a tokens trace has no hash ids (its keys' block size is --block-size)",

@@ -213,6 +213,25 @@ pub fn for_each_router(values: &[(f64, usize, FleetConfig)]) -> Vec<PointSpec> {
     out
 }
 
+/// [`for_each_router`] over `routers` (any named router, shipped presets included, in the
+/// order given): each preset gets its pipeline, its RNG seeded by `seed` (the scenario's), as
+/// `fleet run --router` does.
+pub fn for_routers(
+    values: &[(f64, usize, FleetConfig)],
+    routers: &[RouterKind],
+    seed: u64,
+) -> CliResult<Vec<PointSpec>> {
+    let mut out = Vec::new();
+    for &router in routers {
+        for &(value, workload, cfg) in values {
+            let mut cfg = FleetConfig { router, routing: None, ..cfg };
+            crate::fleet::cli::router_config::apply(&mut cfg, None, seed)?;
+            out.push(PointSpec { value, workload, cfg });
+        }
+    }
+    Ok(out)
+}
+
 /// CSV of all points (one row per point).
 pub fn to_csv(points: &[Point]) -> CliResult<String> {
     csv_of(points.iter().map(|p| {

@@ -15,7 +15,19 @@ fn series_by_router(points: &[Point], y: impl Fn(&Summary) -> Option<f64>) -> Ve
     series_per_router(points, |p| (p.summary.router, p.value), |p| y(&p.summary))
 }
 
-/// One series per router (in [`RouterKind::ALL`] order, routers without points left out) from any
+/// The routers of `points` in order of first appearance (a default sweep's points come router by
+/// router in [`RouterKind::ALL`] order; `--router LIST` in the order given).
+pub fn routers_of<P>(points: &[P], router: impl Fn(&P) -> RouterKind) -> Vec<RouterKind> {
+    let mut out: Vec<RouterKind> = Vec::new();
+    for p in points {
+        if !out.contains(&router(p)) {
+            out.push(router(p));
+        }
+    }
+    out
+}
+
+/// One series per router (in order of first appearance, routers without points left out) from any
 /// kind of sweep point: `key` gives a point's router name and x value, `y` its y value (a missing
 /// value is drawn as a gap).
 pub fn series_per_router<P>(
@@ -23,7 +35,7 @@ pub fn series_per_router<P>(
     key: impl Fn(&P) -> (RouterKind, f64),
     y: impl Fn(&P) -> Option<f64>,
 ) -> Vec<Series> {
-    RouterKind::ALL
+    routers_of(points, |p| key(p).0)
         .iter()
         .map(|r| Series {
             label: r.name().to_string(),
@@ -140,13 +152,14 @@ pub fn router_table<P>(
     }
     let blank = points.first().map_or(0, |p| cell(p).chars().count());
     let mut o = format!("{param:>12}");
-    for r in RouterKind::ALL {
+    let routers = routers_of(points, |p| key(p).0);
+    for r in &routers {
         let _ = write!(o, " | {:>12} {head}", r.name());
     }
     o.push('\n');
     for v in values {
         let _ = write!(o, "{v:>12}");
-        for r in RouterKind::ALL {
+        for &r in &routers {
             match points.iter().find(|p| key(p) == (r, v)) {
                 Some(p) => {
                     let _ = write!(o, " | {}", cell(p));

@@ -105,6 +105,8 @@ impl crate::fleet::run::RequestSource for FormatSource {
         let mut lines =
             Lines::open(&self.path, self.max_line_bytes)?.max_blank_lines(self.max_blank_lines).counting(&self.read);
         let mut keys_buf: Vec<u64> = Vec::new();
+        let mut coarse: Vec<u64> = Vec::new();
+        let mut request = 0u64;
         let (mut tok, mut bai) = (TokensRecord::default(), BailianRecord::default());
         let mut last = None;
         // a fresh vector: the run's growth counts it from empty
@@ -119,7 +121,7 @@ impl crate::fleet::run::RequestSource for FormatSource {
                             tok.timestamp_ms
                         ))
                     })?;
-                    self.keyer.keys(&tok.token_ids, &mut keys_buf);
+                    self.keyer.model_keys(&tok.token_ids, request, &mut coarse, &mut keys_buf);
                     (ns, tok.token_ids.len() as u64, tok.output_length)
                 }
                 _ => {
@@ -165,6 +167,7 @@ impl crate::fleet::run::RequestSource for FormatSource {
                 )));
             }
             last = Some(arrival_ns);
+            request += 1;
             let req = brokerlab_core::fleet::Request {
                 arrival_ns,
                 input_tokens: input,
