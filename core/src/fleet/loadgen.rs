@@ -96,6 +96,9 @@ pub struct LoadSpec {
     pub timeout_ms: u64,
     /// Seed of the send-time draws.
     pub seed: u64,
+    /// The data index restarts at 0 every stage (inference-perf's `get_data()` per stage);
+    /// false: it continues over the run (a fresh prompt per request, as random data is).
+    pub restart_data: bool,
 }
 
 impl LoadSpec {
@@ -166,7 +169,8 @@ pub struct Send {
     pub seq: u64,
     /// 0-based stage.
     pub stage: u32,
-    /// Index into the data set: 0, 1, 2, ... from every stage's start.
+    /// Index into the data set: 0, 1, 2, ... from every stage's start (or over the run without
+    /// [`LoadSpec::restart_data`]).
     pub data_index: u64,
 }
 
@@ -381,7 +385,8 @@ impl<'a> LoadGen<'a> {
             at = at.max(free.saturating_add(if free > self.stage_start_ns { think } else { 0 }));
             slot = Some(i);
         }
-        let send = Send { at_ns: at, seq: self.seq, stage: self.stage as u32, data_index: self.sent };
+        let data_index = if self.spec.restart_data { self.sent } else { self.seq };
+        let send = Send { at_ns: at, seq: self.seq, stage: self.stage as u32, data_index };
         self.planned = Some((send, slot));
         Next::Send(send)
     }
@@ -446,6 +451,7 @@ mod tests {
             think_ms: 0,
             timeout_ms: 0,
             seed: 3,
+            restart_data: true,
         };
         s.stages[..stages.len()].copy_from_slice(stages);
         s
