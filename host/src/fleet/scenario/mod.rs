@@ -87,7 +87,7 @@ impl Scenario {
         let bad = |field: &str, expected: &str, got: &str| {
             CliError::bad_input(format!("{origin}: `{field}` = {got:?}: expected {expected}"))
         };
-        let workload = workload_spec(&t.workload, origin, &bad)?;
+        let workload = workload_spec(&t.workload, t.load.is_some(), origin, &bad)?;
         let fleet = fleet_config(&t.fleet, t.workload.seed, origin, &bad)?;
         let engine = engine_settings(t.fleet.engine.as_ref(), t.fleet.pd.as_ref(), fleet, origin, &bad)?;
         let load = match &t.load {
@@ -109,6 +109,7 @@ impl Scenario {
 /// A scenario's `[workload]` as the core's workload, checked; errors name the key.
 fn workload_spec(
     w: &WorkloadToml,
+    with_load: bool,
     origin: &str,
     bad: &dyn Fn(&str, &str, &str) -> CliError,
 ) -> CliResult<WorkloadSpec> {
@@ -131,8 +132,10 @@ fn workload_spec(
     let (stages, stages_len) = parse_stages(w.stages.as_deref(), bad)?;
     let rate_milli_per_s = match (w.rate_per_s, stages_len) {
         (Some(r), 0) => rate_milli(r).map_err(|exp| bad("workload.rate_per_s", &exp, &num(r)))?,
+        // with [load] the workload is a data set: its arrival times are never used
+        (None, 0) if with_load => 0,
         (None, 0) => {
-            return Err(bad("workload.rate_per_s", "a rate in requests/s (or [[workload.stages]])", "none"));
+            return Err(bad("workload.rate_per_s", "a rate in requests/s (or [[workload.stages]] or [load])", "none"));
         }
         (Some(r), _) => {
             return Err(bad("workload.rate_per_s", "absent when [[workload.stages]] is given", &num(r)));
