@@ -35,11 +35,8 @@ fn run(tag: &str, load: &str) -> (i32, String, Value, Vec<Value>) {
     let code = o.status.code().unwrap_or(-1);
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     let json = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    let lines = std::fs::read_to_string(&out)
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines =
+        std::fs::read_to_string(&out).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let _ = std::fs::remove_dir_all(&d);
     (code, err, json, lines)
 }
@@ -140,9 +137,15 @@ fn bad_load_keys_are_exit_2_naming_them() {
     for (load, key) in [
         ("[load]\ntype = \"poisson\"\nbogus = 1\n[[load.stages]]\nrate_per_s = 1\nduration_s = 1\n", "bogus"),
         ("[load]\ntype = \"closed\"\n[[load.stages]]\nrate_per_s = 1\nduration_s = 1\n", "load.type"),
-        ("[load]\ntype = \"poisson\"\n[[load.stages]]\nconcurrency_level = 1\nnum_requests = 1\n", "load.stages[1].concurrency_level"),
+        (
+            "[load]\ntype = \"poisson\"\n[[load.stages]]\nconcurrency_level = 1\nnum_requests = 1\n",
+            "load.stages[1].concurrency_level",
+        ),
         ("[load]\ntype = \"concurrent\"\n[[load.stages]]\nconcurrency_level = 1\n", "load.stages[1].num_requests"),
-        ("[load]\ntype = \"poisson\"\nnum_workers = 0\n[[load.stages]]\nrate_per_s = 1\nduration_s = 1\n", "load.num_workers"),
+        (
+            "[load]\ntype = \"poisson\"\nnum_workers = 0\n[[load.stages]]\nrate_per_s = 1\nduration_s = 1\n",
+            "load.num_workers",
+        ),
     ] {
         let (code, err, _, _) = run("bad", load);
         assert_eq!(code, 2, "{key}: {err}");

@@ -133,7 +133,9 @@ impl LoadSpec {
                 _ => st.rate_milli_per_s > 0 && st.duration_ms > 0,
             };
             if !ok {
-                return bad("every stage with rate > 0 and duration > 0 (concurrency_level and num_requests when concurrent)");
+                return bad(
+                    "every stage with rate > 0 and duration > 0 (concurrency_level and num_requests when concurrent)",
+                );
             }
             if st.duration_ms > 1 << 40 || st.requests(self.kind) > 1 << 32 {
                 return bad("stages of at most 2^40 ms and 2^32 requests");
@@ -528,7 +530,8 @@ mod tests {
 
     #[test]
     fn concurrent_sends_on_completion_plus_think_time() {
-        let mut s = spec(LoadKind::Concurrent, &[LoadStage { concurrency: 2, num_requests: 6, ..LoadStage::default() }]);
+        let mut s =
+            spec(LoadKind::Concurrent, &[LoadStage { concurrency: 2, num_requests: 6, ..LoadStage::default() }]);
         s.think_ms = 7;
         let out = run(s, |seq| 3_000_000_000 + seq * 1_000_000);
         let ends: Vec<u64> = out.iter().map(|o| o.1).collect();
@@ -540,7 +543,8 @@ mod tests {
 
     #[test]
     fn a_timeout_frees_the_slot_at_the_deadline_and_is_counted() {
-        let mut s = spec(LoadKind::Concurrent, &[LoadStage { concurrency: 1, num_requests: 2, ..LoadStage::default() }]);
+        let mut s =
+            spec(LoadKind::Concurrent, &[LoadStage { concurrency: 1, num_requests: 2, ..LoadStage::default() }]);
         s.timeout_ms = 1_000;
         let out = run(s, |seq| if seq == 0 { 5_000_000_000 } else { 1 });
         assert_eq!(out[0].2, Status::TimedOut);

@@ -39,7 +39,12 @@ pub fn simulate_load<K: HostEngine>(
     Ok((res, sent))
 }
 
-fn pump<K: HostEngine>(d: &mut Driving<'_, '_, K>, data: &Generated, spec: LoadSpec, sent: &mut Vec<Sent>) -> CliResult<()> {
+fn pump<K: HostEngine>(
+    d: &mut Driving<'_, '_, K>,
+    data: &Generated,
+    spec: LoadSpec,
+    sent: &mut Vec<Sent>,
+) -> CliResult<()> {
     let failure = |e: CoreError| CliError::failure(e.to_string());
     let mut slots = vec![ClientSlot::default(); spec.slots_len()];
     let mut lg = LoadGen::new(spec, &mut slots).map_err(|e| CliError::bad_input(format!("{}: {e}", data.origin)))?;
@@ -71,7 +76,12 @@ fn pump<K: HostEngine>(d: &mut Driving<'_, '_, K>, data: &Generated, spec: LoadS
             return Err(CliError::failure("the load generator waits for a completion but no request is in flight"));
         };
         let (_, input, output, _, range) = &data.requests[(s.data_index % data.requests.len() as u64) as usize];
-        let req = Request { arrival_ns: s.at_ns, input_tokens: *input, output_tokens: *output, keys: &data.keys[range.clone()] };
+        let req = Request {
+            arrival_ns: s.at_ns,
+            input_tokens: *input,
+            output_tokens: *output,
+            keys: &data.keys[range.clone()],
+        };
         sent.push(Sent { stage: s.stage, status: None, completion: None });
         lg.sent();
         d.dispatch(&req).map_err(|e| CliError::bad_input(format!("{}: request {}: {e}", data.origin, s.seq)))?;

@@ -102,7 +102,18 @@ pub fn render(rows: &[StageRow]) -> String {
     );
     out += &format!(
         "{:>5} {:>9} {:>9} {:>6} {:>9} {:>6} {:>6} {:>10} {:>10} {:>10} {:>11} {:>11}\n",
-        "stage", "rate/s", "clients", "sent", "achieved", "ok", "t/o", "ttft p50", "ttft p90", "ttft mean", "out tok/s", "in tok/s"
+        "stage",
+        "rate/s",
+        "clients",
+        "sent",
+        "achieved",
+        "ok",
+        "t/o",
+        "ttft p50",
+        "ttft p90",
+        "ttft mean",
+        "out tok/s",
+        "in tok/s"
     );
     for r in rows {
         out += &format!(
@@ -182,9 +193,8 @@ mod tests {
         // docs/PUBLISHED.md: 60 req/s for 25 s, evenly spaced, TTFT 1 s, E2E 10 s, 1,000 tokens:
         // 1,500 x 1,000 / (25 - 1/60 + 10) = 42,877.6 tok/s
         let st = LoadStage { rate_milli_per_s: 60_000, duration_ms: 25_000, ..LoadStage::default() };
-        let sent: Vec<Sent> = (0..1_500u64)
-            .map(|k| done(0, k * 1_000_000_000 / 60, 1_000_000_000, 10_000_000_000, Status::Ok))
-            .collect();
+        let sent: Vec<Sent> =
+            (0..1_500u64).map(|k| done(0, k * 1_000_000_000 / 60, 1_000_000_000, 10_000_000_000, Status::Ok)).collect();
         let r = &rows(&spec(&[st], 0), &sent)[0];
         assert_eq!(r.sent, 1_500);
         let tok = r.output_tokens_per_s.unwrap();

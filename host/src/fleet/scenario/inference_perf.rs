@@ -342,11 +342,8 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
         _ => expected as u64,
     };
     let _ = writeln!(w, "seed = {seed}");
-    let _ = writeln!(
-        w,
-        "# The data set the load generator sends from ({} requests in all stages).",
-        thousands(expected)
-    );
+    let _ =
+        writeln!(w, "# The data set the load generator sends from ({} requests in all stages).", thousands(expected));
     let _ = writeln!(w, "requests = {requests}");
     match kind {
         "shared_prefix" => {
@@ -434,7 +431,9 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
     let _ = writeln!(w, "request_timeout_s = {}", num(timeout_s));
     for st in &stages {
         let _ = match st {
-            ImportedStage::Rate(rate, d) => write!(w, "[[load.stages]]\nrate_per_s = {}\nduration_s = {d}\n", num(*rate)),
+            ImportedStage::Rate(rate, d) => {
+                write!(w, "[[load.stages]]\nrate_per_s = {}\nduration_s = {d}\n", num(*rate))
+            }
             ImportedStage::Concurrent(c, n) => {
                 write!(w, "[[load.stages]]\nconcurrency_level = {c}\nnum_requests = {n}\n")
             }

@@ -40,7 +40,8 @@ pub(super) fn load_spec(
                 if let Some(r) = st.rate_per_s {
                     return Err(bad(&key("rate_per_s"), "absent with type concurrent", &num(r)));
                 }
-                let c = st.concurrency_level.ok_or_else(|| bad(&key("concurrency_level"), "a positive count", "none"))?;
+                let c =
+                    st.concurrency_level.ok_or_else(|| bad(&key("concurrency_level"), "a positive count", "none"))?;
                 let n = st.num_requests.ok_or_else(|| bad(&key("num_requests"), "a positive count", "none"))?;
                 LoadStage { concurrency: c, num_requests: n, ..LoadStage::default() }
             }

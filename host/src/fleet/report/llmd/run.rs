@@ -9,11 +9,11 @@ use serde::Serialize;
 use super::*;
 use crate::error::{CliError, CliResult};
 use crate::fleet::report::engine::{self, MemTrace};
-use brokerlab_core::fleet::loadgen::LoadSpec;
 use crate::fleet::run::loadgen::{Sent, simulate_load};
 use crate::fleet::run::{Batched, BatchedSummary, Fifo, Summary, config_error, simulate};
 use crate::fleet::scenario::engine::batched;
 use crate::fleet::scenario::{Generated, Scenario};
+use brokerlab_core::fleet::loadgen::LoadSpec;
 
 /// The scenario, compiled in.
 pub const SCENARIO_TEXT: &str = include_str!("../../../../../scenarios/llm-d-ramp.toml");
