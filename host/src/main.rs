@@ -59,7 +59,7 @@ fn audit(a: AuditArgs) -> brokerlab::error::CliResult<i32> {
     let sc = if builtin::BUILTIN.iter().any(|(n, _)| *n == a.scenario) {
         builtin::builtin(&a.scenario)?
     } else {
-        Scenario::load(std::path::Path::new(&a.scenario))?
+        Scenario::load(std::path::Path::new(&a.scenario))?.without_load("audit")?
     };
     let mut au = brokerlab::audit::audit(&sc, a.queue_per_pod, a.pending)?;
     if !a.no_firmware {

@@ -17,7 +17,7 @@ fn repo() -> PathBuf {
 const CONFIG: &str = "scenarios/inference-perf/llm-d-73-capacity.yml";
 
 /// The flags of `scenarios/inference-perf/README.md`: the fleet of the llm-d benchmark.
-const FLAGS: [&str; 16] = [
+const FLAGS: [&str; 14] = [
     "--pods",
     "8",
     "--capacity",
@@ -30,14 +30,13 @@ const FLAGS: [&str; 16] = [
     "qwen3-32b-h100x2",
     "--seed",
     "13",
-    "--requests",
-    "40000",
     "--name",
     "llm-d-ramp",
 ];
 
 fn assert_same(a: &Scenario, b: &Scenario) {
     assert_eq!(a.workload, b.workload, "workload");
+    assert_eq!(a.load, b.load, "load");
     assert_eq!(a.fleet, b.fleet, "fleet");
     assert_eq!(format!("{:?}", a.engine), format!("{:?}", b.engine), "engine");
     assert_eq!(a.name, b.name);
@@ -55,13 +54,16 @@ fn llm_d_config_imports_to_the_hand_written_ramp() {
         alpha: 1.0,
         profile: Some("qwen3-32b-h100x2".into()),
         seed: 13,
-        requests: Some(40000),
+        requests: None,
         name: Some("llm-d-ramp".into()),
     };
     let imported = import(&text, CONFIG, &flags).unwrap();
     assert_same(&imported.scenario, &hand);
-    // 17 stages, as published
-    assert_eq!(imported.scenario.workload.stages_len, 17);
+    // 17 drained stages, as published; the data set is the 750 prompts
+    let load = imported.scenario.load.expect("a [load]");
+    assert_eq!(load.stages_len, 17);
+    assert_eq!((load.interval_ms, load.max_in_flight, load.timeout_ms), (1_000, 0, 300_000));
+    assert_eq!(imported.scenario.workload.requests, 750);
 
     // the CLI writes the same scenario to a file
     let dir = std::env::temp_dir().join(format!("brokerlab-import-{}", std::process::id()));
@@ -75,7 +77,7 @@ fn llm_d_config_imports_to_the_hand_written_ramp() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("note: inference-perf waits for each stage"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("note: load.num_workers absent"));
     let written = Scenario::load(&out).unwrap();
     assert_same(&written, &hand);
     let _ = std::fs::remove_dir_all(&dir);
@@ -94,11 +96,16 @@ fn a_changed_key_changes_the_import() {
         alpha: 1.0,
         profile: Some("qwen3-32b-h100x2".into()),
         seed: 13,
-        requests: Some(40000),
+        requests: None,
         name: Some("llm-d-ramp".into()),
     };
     let imported = import(&text, CONFIG, &flags).unwrap();
     assert_ne!(imported.scenario.workload, hand.workload);
+    // and one changed load key a different load
+    let text = std::fs::read_to_string(root.join(CONFIG)).unwrap().replace("type: poisson", "type: poisson\n  interval: 2");
+    let imported = import(&text, CONFIG, &flags).unwrap();
+    assert_eq!(imported.scenario.workload, hand.workload);
+    assert_ne!(imported.scenario.load, hand.load);
 }
 
 fn run_import(yaml: &str) -> (i32, String) {
@@ -123,15 +130,15 @@ fn unsupported_keys_are_exit_2_naming_them() {
     assert_eq!(code, 0, "{err}");
     let cases: [(&str, &str); 9] = [
         (&BASE.replace("    num_groups: 3\n", "    num_groups: 3\n    bogus_key: 1\n"), "bogus_key"),
-        (&BASE.replace("type: poisson", "type: concurrent"), "load.type"),
-        (&BASE.replace("type: poisson", "type: constant"), "load.type"),
+        (&BASE.replace("type: poisson", "type: bursty"), "load.type"),
+        (&BASE.replace("type: poisson", "type: concurrent"), "load.stages[0].rate"),
         (
             &format!("{BASE}  enable_multi_turn_chat: true\n").replace("  enable_multi", "    enable_multi"),
             "enable_multi_turn_chat",
         ),
-        (&BASE.replace("  stages:", "  request_timeout: 30\n  stages:"), "load.request_timeout"),
-        (&BASE.replace("  stages:", "  num_workers: 4\n  stages:"), "load.num_workers"),
-        (&BASE.replace("  stages:", "  interval: 5\n  stages:"), "load.interval"),
+        (&BASE.replace("  stages:", "  request_timeout: -3\n  stages:"), "load.request_timeout"),
+        (&BASE.replace("  stages:", "  worker_max_tcp_connections: 4\n  stages:"), "load.worker_max_tcp_connections"),
+        (&BASE.replace("      duration: 10\n", "      duration: 10\n      concurrency_level: 3\n"), "concurrency_level"),
         (
             "load:\n  type: poisson\n  stages:\n    - rate: 2\n      duration: 10\ndata:\n  type: random\n  input_distribution:\n    mean: 100\n  output_distribution:\n    type: fixed\n    mean: 10\n",
             "data.input_distribution.type",

@@ -14,7 +14,8 @@
 //! * [`route`]: the routers; [`cost`]: step costs; [`engine`]: the engines (above the costs,
 //!   beside the routers);
 //! * [`sim`]: the fleet that drives engines behind a router, its configuration and defaults;
-//! * [`workload`]: the seeded workload generator.
+//! * [`workload`]: the seeded workload generator; [`loadgen`]: the client that sends it
+//!   (inference-perf's stages, caps, closed loop).
 //!
 //! This file only names the layers and re-exports their public types.
 
@@ -23,6 +24,7 @@ pub mod cache;
 pub mod cost;
 pub mod engine;
 pub mod keys;
+pub mod loadgen;
 pub mod route;
 pub mod sim;
 pub mod slo;

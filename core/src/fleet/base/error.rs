@@ -257,6 +257,8 @@ named_enum! {
         WorkloadPopularity => "workload.popularity",
         /// The rate stages ([`workload::Stage`]).
         WorkloadStages => "workload.stages",
+        /// The load generator ([`crate::fleet::loadgen::LoadSpec`]).
+        Load => "load",
     }
 }
 
@@ -309,6 +311,8 @@ named_enum! {
     pub enum Buffer {
         /// The LRU pods' slots (FIFO fleet).
         Slots => "slots",
+        /// The load generator's client slots.
+        ClientSlots => "client slots",
         /// The LRU pods' key tables (FIFO fleet).
         Tables => "tables",
         /// One LRU pod's key table.

@@ -94,6 +94,7 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
         outcomes: a.engine.outcomes.as_deref(),
         format: None,
         report_json: a.report_json.as_deref(),
+        stages: None,
     };
     let cfg = match engine {
         Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
@@ -171,6 +172,7 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
         outcomes: a.engine.outcomes.as_deref(),
         format: None,
         report_json: a.report_json.as_deref(),
+        stages: None,
     };
     let cfg = match a.engine.resolve(sc.engine.as_ref())? {
         // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
@@ -178,13 +180,44 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
         None => cfg,
     };
     let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+    if let Some(spec) = sc.load {
+        progress.finish();
+        return run_load(cfg, &sc, spec, out, slo);
+    }
     run_print(cfg, (&mut src, Unit::Requests), progress, out, slo)
+}
+
+/// `fleet run` of a scenario with `[load]`: the workload is the data set the load generator
+/// sends from; prints the per-stage rows beside the summary.
+fn run_load(
+    cfg: FleetConfig,
+    sc: &scenario::Scenario,
+    spec: brokerlab_core::fleet::loadgen::LoadSpec,
+    mut out: Output<'_>,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
+) -> CliResult<i32> {
+    use run::loadgen::simulate_load;
+    let data = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
+    let keep = out.outcomes.is_some() || out.report_json.is_some();
+    let (mut res, sent) = match cfg.engine {
+        brokerlab_core::fleet::EngineConfig::Fifo { .. } => {
+            let (r, s) = simulate_load::<run::Fifo>(cfg, &data, spec, keep, slo)?;
+            (run::RunResult::of(r, |x| run::RunSummary::Fifo(Box::new(x))), s)
+        }
+        brokerlab_core::fleet::EngineConfig::Batched(_) => {
+            let (r, s) = simulate_load::<run::Batched>(cfg, &data, spec, keep, slo)?;
+            (run::RunResult::of(r, |x| run::RunSummary::Batched(Box::new(x))), s)
+        }
+    };
+    out.stages = Some(run::stages::rows(&spec, &sent));
+    let more = |seq| run::loadgen::outcome_fields(&sent, seq);
+    out.print::<()>(&mut res, Some(&more), None)
 }
 
 /// `fleet gen-trace`: a scenario's workload written as a 16-token Mooncake trace.
 fn gen_trace_cmd(a: GenTraceArgs) -> CliResult<i32> {
     crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
-    let sc = scenario::Scenario::load(&a.scenario)?;
+    let sc = scenario::Scenario::load(&a.scenario)?.without_load("fleet gen-trace")?;
     let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
     crate::outfile::write_with(&a.output, |w| scenario::write_trace_from(&mut src, w))
         .map_err(|e| CliError::failure(format!("-o {}: cannot write: {e}", a.output.display())))?;
@@ -284,6 +317,8 @@ pub(super) struct Output<'a> {
     pub(super) format: Option<&'static str>,
     /// `--report-json`: the file for vLLM's result keys (needs the completions kept).
     pub(super) report_json: Option<&'a Path>,
+    /// A load-generator run's per-stage rows (`stages` in JSON, a table in text).
+    pub(super) stages: Option<Vec<run::stages::StageRow>>,
 }
 
 impl Output<'_> {
@@ -316,8 +351,15 @@ impl Output<'_> {
                     summary: &'a RunSummary,
                     #[serde(skip_serializing_if = "Option::is_none")]
                     breakdown: Option<&'a X>,
+                    #[serde(skip_serializing_if = "Option::is_none")]
+                    stages: Option<&'a [run::stages::StageRow]>,
                 }
-                let with = With { format: self.format, summary: &res.summary, breakdown: extra.as_ref().map(|e| e.0) };
+                let with = With {
+                    format: self.format,
+                    summary: &res.summary,
+                    breakdown: extra.as_ref().map(|e| e.0),
+                    stages: self.stages.as_deref(),
+                };
                 say!("{}", prov.json_with(&with))
             }
             None => {
@@ -325,6 +367,9 @@ impl Output<'_> {
                 say_raw!("{}", res.summary.render());
                 if let Some((_, text)) = extra {
                     say_raw!("{text}");
+                }
+                if let Some(rows) = &self.stages {
+                    say_raw!("{}", run::stages::render(rows));
                 }
             }
         }
@@ -411,7 +456,7 @@ fn merge_write<S: sweep::SweepSummary>(
 fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     crate::mem::set_budget(a.mem.max_memory);
     crate::outfile::check_output_dir("--out", &a.out, &[("the scenario", a.scenario.as_path())])?;
-    let sc = scenario::Scenario::load(&a.scenario)?;
+    let sc = scenario::Scenario::load(&a.scenario)?.without_load("fleet sweep")?;
     let engine = a.engine.resolve(sc.engine.as_ref())?;
     if let Some(e) = engine {
         // the scenario's keys (`fleet.cache`, `fleet.index`, ...) named as in the file

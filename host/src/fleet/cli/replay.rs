@@ -92,6 +92,7 @@ pub fn format(
         outcomes,
         format: Some(format.name()),
         report_json: a.report_json.as_deref(),
+        stages: None,
     };
     let more = turns
         .as_ref()

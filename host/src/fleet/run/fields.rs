@@ -75,6 +75,7 @@ pub const fn names(field: Field) -> Names {
         Field::WorkloadBurst => (None, Some("workload.burst")),
         Field::WorkloadPopularity => (None, Some("workload.popularity")),
         Field::WorkloadStages => (None, Some("workload.stages")),
+        Field::Load => (None, Some("load")),
     };
     Names { flag, key }
 }

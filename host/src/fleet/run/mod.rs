@@ -8,11 +8,13 @@ pub mod deploy;
 pub mod drive;
 pub mod engines;
 pub mod fields;
+pub mod loadgen;
 pub mod outcomes;
 pub mod progress;
 pub mod retime;
 pub mod sizes;
 pub mod source;
+pub mod stages;
 pub mod summary;
 
 use brokerlab_core::fleet::{Completion, EngineConfig, Error as CoreError, FleetConfig, LruPod, Outcome};
@@ -70,7 +72,8 @@ pub struct RunResult {
 }
 
 impl RunResult {
-    fn of<S>(r: Ran<S>, f: impl FnOnce(S) -> RunSummary) -> Self {
+    /// The result of `r`, its summary as `f` makes it.
+    pub fn of<S>(r: Ran<S>, f: impl FnOnce(S) -> RunSummary) -> Self {
         RunResult { summary: f(r.summary), outcomes: r.outcomes, completions: r.completions }
     }
 }

@@ -97,7 +97,7 @@ struct Load {
     #[serde(default, rename = "type")]
     kind: Option<String>,
     stages: Vec<LoadStage>,
-    // Set explicitly, these are refused with a reason (see `refuse_load`); their defaults are
+    // The client's limits (docs/MODEL.md, "The load generator"); absent, their defaults are
     // what the notes describe.
     #[serde(default)]
     interval: Option<f64>,
@@ -219,54 +219,69 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
 
     // ---- load ----
     let l = &cfg.load;
-    match l.kind.as_deref().unwrap_or("constant") {
-        "poisson" => {}
-        "constant" => {
-            return Err(refuse(
-                "load.type",
-                "constant (evenly spaced arrivals) is not modelled: the simulator's stages are Poisson; use poisson",
-            ));
-        }
-        "concurrent" => {
-            return Err(refuse(
-                "load.type",
-                "concurrent (a closed loop of N clients) is not modelled yet: the simulator's arrivals are open-loop Poisson",
-            ));
-        }
-        other => return Err(refuse("load.type", &format!("{other:?}: only poisson is modelled"))),
+    let load_kind = match l.kind.as_deref().unwrap_or("constant") {
+        k @ ("poisson" | "constant" | "concurrent") => k,
+        other => return Err(refuse("load.type", &format!("{other:?}: poisson, constant or concurrent"))),
+    };
+    if l.worker_max_tcp_connections.is_some() {
+        return Err(refuse(
+            "load.worker_max_tcp_connections",
+            "connection pooling is not modelled (requests in flight are capped by num_workers x worker_max_concurrency)",
+        ));
     }
-    refuse_load(l, &refuse)?;
     if l.stages.is_empty() {
-        return Err(refuse("load.stages", "at least one stage (rate and duration)"));
+        return Err(refuse("load.stages", "at least one stage"));
     }
     let mut stages = Vec::new();
     let mut expected = 0.0;
     for (i, st) in l.stages.iter().enumerate() {
         let key = |k: &str| format!("load.stages[{i}].{k}");
+        if load_kind == "concurrent" {
+            if st.rate.is_some() || st.duration.is_some() {
+                return Err(refuse(&key("rate"), "not with load.type concurrent (concurrency_level and num_requests)"));
+            }
+            let c = st.concurrency_level.filter(|&c| c > 0);
+            let c = c.ok_or_else(|| refuse(&key("concurrency_level"), "required, > 0, with load.type concurrent"))?;
+            let n = st.num_requests.filter(|&n| n > 0);
+            let n = n.ok_or_else(|| refuse(&key("num_requests"), "required, > 0, with load.type concurrent"))?;
+            expected += n as f64;
+            stages.push(ImportedStage::Concurrent(c, n));
+            continue;
+        }
         if st.num_requests.is_some() {
-            return Err(refuse(&key("num_requests"), "only with load.type concurrent, which is not modelled"));
+            return Err(refuse(&key("num_requests"), "only with load.type concurrent"));
         }
         if st.concurrency_level.is_some() {
-            return Err(refuse(&key("concurrency_level"), "only with load.type concurrent, which is not modelled"));
+            return Err(refuse(&key("concurrency_level"), "only with load.type concurrent"));
         }
         let rate = st.rate.ok_or_else(|| refuse(&key("rate"), "required (requests/s)"))?;
         let duration = st.duration.ok_or_else(|| refuse(&key("duration"), "required (whole seconds)"))?;
         if !(rate > 0.0 && rate.is_finite()) || duration == 0 {
             return Err(refuse(&key("rate"), "rate > 0 and duration > 0, as inference-perf requires"));
         }
-        expected += rate * duration as f64;
-        stages.push((rate, duration));
+        expected += (rate * duration as f64).floor();
+        stages.push(ImportedStage::Rate(rate, duration));
     }
-    if l.stages.len() > 1 {
+    if let Some(t) = l.request_timeout.filter(|t| !(*t > 0.0 && t.is_finite())) {
+        return Err(refuse("load.request_timeout", &format!("{t}: a positive number of seconds")));
+    }
+    if l.num_workers.is_none() {
+        notes.push(
+            "load.num_workers absent: inference-perf's default is the harness's CPU count x worker_max_concurrency; \
+             unknown here, so requests in flight are not capped (docs/PUBLISHED.md, assumption A4)"
+                .into(),
+        );
+    }
+    let timeout_s = l.request_timeout.unwrap_or(DEFAULT_CLIENT_TIMEOUT_S);
+    if l.request_timeout.is_none() {
         notes.push(format!(
-            "inference-perf waits for each stage's requests to finish, then `load.interval` ({} s), before the next stage; \
-             the scenario runs the stages back to back (no drain, no pause): later stages start with the earlier ones' queues",
-            num(l.interval.unwrap_or(1.0))
+            "load.request_timeout absent: the client gives up after {timeout_s} s (aiohttp's default total timeout, \
+             what inference-perf <= v0.2.0 used; docs/PUBLISHED.md, assumption A5)"
         ));
     }
     notes.push(
-        "inference-perf caps requests in flight at num_workers x worker_max_concurrency (default: CPUs x 100) and times \
-         requests out (its HTTP client: 300 s); neither is modelled: queues grow without bound"
+        "a timed-out request is counted and its client slot freed; the simulated server still serves it to the end \
+         (vLLM aborts it on the client's disconnect; not modelled)"
             .into(),
     );
 
@@ -315,13 +330,20 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
     let mut w = String::new();
     let seed =
         l.base_seed.or_else(|| data.and_then(|d| d.shared_prefix.as_ref()).and_then(|s| s.seed)).unwrap_or(f.seed);
-    let requests = match f.requests {
-        Some(r) => r,
-        None => (expected * REQUEST_CAP_FACTOR).ceil() as u64,
+    // With the load generator the workload is the data set: shared_prefix's 750 prompts (the
+    // data index restarts each stage), or one fresh random prompt per request.
+    let shared = kind == "shared_prefix";
+    let requests = match (f.requests, data.and_then(|d| d.shared_prefix.as_ref())) {
+        (Some(r), _) => r,
+        (None, Some(sp)) if shared => {
+            sp.num_groups.unwrap_or(DEFAULT_NUM_GROUPS) as u64
+                * sp.num_prompts_per_group.unwrap_or(DEFAULT_PROMPTS_PER_GROUP) as u64
+        }
+        _ => expected as u64,
     };
     let _ = writeln!(w, "seed = {seed}");
     let _ =
-        writeln!(w, "# A cap only: generation ends with the last stage ({} requests expected).", thousands(expected));
+        writeln!(w, "# The data set the load generator sends from ({} requests in all stages).", thousands(expected));
     let _ = writeln!(w, "requests = {requests}");
     match kind {
         "shared_prefix" => {
@@ -393,8 +415,29 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
             ));
         }
     }
-    for (rate, duration) in &stages {
-        let _ = write!(w, "\n[[workload.stages]]\nrate_per_s = {}\nduration_s = {duration}\n", num(*rate));
+    let _ = write!(w, "\n[load]\ntype = {}\n", quote(load_kind));
+    if !shared {
+        let _ = writeln!(w, "data_order = \"continue\"");
+    }
+    if let Some(i) = l.interval {
+        let _ = writeln!(w, "interval_s = {}", num(i));
+    }
+    if let Some(n) = l.num_workers {
+        let _ = writeln!(w, "num_workers = {n}");
+    }
+    if let Some(c) = l.worker_max_concurrency {
+        let _ = writeln!(w, "worker_max_concurrency = {c}");
+    }
+    let _ = writeln!(w, "request_timeout_s = {}", num(timeout_s));
+    for st in &stages {
+        let _ = match st {
+            ImportedStage::Rate(rate, d) => {
+                write!(w, "[[load.stages]]\nrate_per_s = {}\nduration_s = {d}\n", num(*rate))
+            }
+            ImportedStage::Concurrent(c, n) => {
+                write!(w, "[[load.stages]]\nconcurrency_level = {c}\nnum_requests = {n}\n")
+            }
+        };
     }
 
     let name = f.name.clone().unwrap_or_else(|| stem(origin));
@@ -425,29 +468,15 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
     Ok(Imported { toml: t, scenario, notes })
 }
 
-/// Refuses the explicitly set load keys that are not modelled, each with its reason.
-fn refuse_load(l: &Load, refuse: &dyn Fn(&str, &str) -> CliError) -> CliResult<()> {
-    let cap = "an in-flight cap per worker is not modelled (open-loop arrivals; queues grow without bound)";
-    if l.interval.is_some() {
-        return Err(refuse(
-            "load.interval",
-            "the pause between stages is not modelled (stages run back to back, without inference-perf's drain)",
-        ));
-    }
-    if l.num_workers.is_some() {
-        return Err(refuse("load.num_workers", cap));
-    }
-    if l.worker_max_concurrency.is_some() {
-        return Err(refuse("load.worker_max_concurrency", cap));
-    }
-    if l.worker_max_tcp_connections.is_some() {
-        return Err(refuse("load.worker_max_tcp_connections", cap));
-    }
-    if l.request_timeout.is_some() {
-        return Err(refuse("load.request_timeout", "client time-outs are not modelled (every request completes)"));
-    }
-    Ok(())
+/// A stage as imported: (rate, duration s) or (concurrency_level, num_requests).
+enum ImportedStage {
+    Rate(f64, u64),
+    Concurrent(u64, u64),
 }
+
+/// The client's total timeout when the config sets none, s: aiohttp's default
+/// `ClientTimeout().total` (docs/PUBLISHED.md, assumption A5).
+pub const DEFAULT_CLIENT_TIMEOUT_S: f64 = 300.0;
 
 /// A length key: a number of tokens, or a fixed/uniform distribution, as `[min, max]`.
 fn length(v: Option<&Length>, default: u32, key: &str, refuse: &dyn Fn(&str, &str) -> CliError) -> CliResult<[u32; 2]> {

@@ -16,6 +16,7 @@ pub mod builtin;
 pub mod deploy;
 pub mod engine;
 mod generated;
+pub mod load;
 pub mod inference_perf;
 mod schema;
 
@@ -38,6 +39,8 @@ pub struct Scenario {
     pub origin: String,
     /// `[fleet.engine]` when it selects the batched engine (None: FIFO).
     pub engine: Option<crate::fleet::scenario::engine::EngineSettings>,
+    /// `[load]`: the client as a load generator (None: open-loop arrivals from the workload).
+    pub load: Option<brokerlab_core::fleet::loadgen::LoadSpec>,
 }
 
 impl Scenario {
@@ -57,6 +60,18 @@ pub fn key_error(origin: &str, e: brokerlab_core::fleet::Error) -> CliError {
 }
 
 impl Scenario {
+    /// Refuses a scenario with `[load]` in `command`, which runs open-loop arrivals only (exit 2
+    /// naming the key, never a silently different workload).
+    pub fn without_load(self, command: &str) -> CliResult<Self> {
+        match self.load {
+            Some(_) => Err(CliError::bad_input(format!(
+                "{}: `load`: {command} runs a workload's own arrivals; the load generator ([load]) runs under `fleet run` only",
+                self.origin
+            ))),
+            None => Ok(self),
+        }
+    }
+
     /// Reads and checks a scenario file.
     pub fn load(path: &Path) -> CliResult<Self> {
         let text = std::fs::read_to_string(path)
@@ -72,11 +87,16 @@ impl Scenario {
         let bad = |field: &str, expected: &str, got: &str| {
             CliError::bad_input(format!("{origin}: `{field}` = {got:?}: expected {expected}"))
         };
-        let workload = workload_spec(&t.workload, origin, &bad)?;
+        let workload = workload_spec(&t.workload, t.load.is_some(), origin, &bad)?;
         let fleet = fleet_config(&t.fleet, t.workload.seed, origin, &bad)?;
         let engine = engine_settings(t.fleet.engine.as_ref(), t.fleet.pd.as_ref(), fleet, origin, &bad)?;
+        let load = match &t.load {
+            None => None,
+            Some(l) => Some(load::load_spec(l, &workload, origin, &bad)?),
+        };
         Ok(Scenario {
             engine,
+            load,
             name: t.name.unwrap_or_else(|| default_name.to_string()),
             description: t.description.unwrap_or_default(),
             workload,
@@ -89,6 +109,7 @@ impl Scenario {
 /// A scenario's `[workload]` as the core's workload, checked; errors name the key.
 fn workload_spec(
     w: &WorkloadToml,
+    with_load: bool,
     origin: &str,
     bad: &dyn Fn(&str, &str, &str) -> CliError,
 ) -> CliResult<WorkloadSpec> {
@@ -111,8 +132,10 @@ fn workload_spec(
     let (stages, stages_len) = parse_stages(w.stages.as_deref(), bad)?;
     let rate_milli_per_s = match (w.rate_per_s, stages_len) {
         (Some(r), 0) => rate_milli(r).map_err(|exp| bad("workload.rate_per_s", &exp, &num(r)))?,
+        // with [load] the workload is a data set: its arrival times are never used
+        (None, 0) if with_load => 0,
         (None, 0) => {
-            return Err(bad("workload.rate_per_s", "a rate in requests/s (or [[workload.stages]])", "none"));
+            return Err(bad("workload.rate_per_s", "a rate in requests/s (or [[workload.stages]] or [load])", "none"));
         }
         (Some(r), _) => {
             return Err(bad("workload.rate_per_s", "absent when [[workload.stages]] is given", &num(r)));

@@ -254,6 +254,59 @@ pub struct ScenarioToml {
     pub workload: WorkloadToml,
     /// The fleet.
     pub fleet: FleetToml,
+    /// The client as a load generator (absent: open-loop arrivals from `[workload]`).
+    #[serde(default)]
+    pub load: Option<LoadToml>,
+}
+
+/// `[load]`: the client as inference-perf's load generator (docs/MODEL.md, "The load
+/// generator"); `[workload]` is then the data set its requests are drawn from, in order.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadToml {
+    /// "poisson", "constant" or "concurrent".
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Pause after each drained stage, s.
+    #[serde(default = "load_interval_s")]
+    pub interval_s: f64,
+    /// Worker processes (absent: no cap on requests in flight).
+    #[serde(default)]
+    pub num_workers: Option<u64>,
+    /// Requests in flight per worker.
+    #[serde(default = "worker_max_concurrency")]
+    pub worker_max_concurrency: u64,
+    /// Client timeout per request, s (absent: none).
+    #[serde(default)]
+    pub request_timeout_s: Option<f64>,
+    /// A concurrent client's pause between a request's end and its next send, s.
+    #[serde(default)]
+    pub think_time_s: f64,
+    /// "restart" (the data index restarts at 0 every stage, as shared_prefix data does) or
+    /// "continue" (over the run: a fresh prompt per request, as random data).
+    #[serde(default = "data_order")]
+    pub data_order: String,
+    /// The stages.
+    pub stages: Vec<LoadStageToml>,
+}
+
+/// `[[load.stages]]`: `rate_per_s` and `duration_s`, or (concurrent) `concurrency_level` and
+/// `num_requests`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadStageToml {
+    /// Requests/s.
+    #[serde(default)]
+    pub rate_per_s: Option<f64>,
+    /// Length, s.
+    #[serde(default)]
+    pub duration_s: Option<f64>,
+    /// Clients.
+    #[serde(default)]
+    pub concurrency_level: Option<u64>,
+    /// Requests.
+    #[serde(default)]
+    pub num_requests: Option<u64>,
 }
 
 // serde's `default` takes a function: each reads the core's one default (core::fleet::defaults).
@@ -298,6 +351,15 @@ fn cache() -> CacheMode {
 }
 fn t_cpu_ns() -> u64 {
     defaults::T_CPU_NS
+}
+fn load_interval_s() -> f64 {
+    brokerlab_core::fleet::loadgen::DEFAULT_INTERVAL_MS as f64 / 1e3
+}
+fn worker_max_concurrency() -> u64 {
+    brokerlab_core::fleet::loadgen::DEFAULT_WORKER_MAX_CONCURRENCY
+}
+fn data_order() -> String {
+    "restart".into()
 }
 fn uniform() -> String {
     "uniform".into()

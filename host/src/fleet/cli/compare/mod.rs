@@ -256,12 +256,12 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         for n in &imp.notes {
             crate::print_stderr(&format!("note: {n}"));
         }
-        let sc = imp.scenario;
+        let sc = imp.scenario.without_load("fleet compare")?;
         let name = format!("inference-perf {}", ip.display());
         (Workload::Scenario(Box::new(sc.clone())), Some(sc.fleet), sc.engine.clone(), name)
     } else if let Some(p) = &a.scenario {
         prov.add_file("scenario", p)?;
-        let sc = scenario::Scenario::load(p)?;
+        let sc = scenario::Scenario::load(p)?.without_load("fleet compare")?;
         let name = format!("scenario {} ({})", sc.name, p.display());
         (Workload::Scenario(Box::new(sc.clone())), Some(sc.fleet), sc.engine.clone(), name)
     } else {

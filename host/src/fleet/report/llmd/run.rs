@@ -9,9 +9,11 @@ use serde::Serialize;
 use super::*;
 use crate::error::{CliError, CliResult};
 use crate::fleet::report::engine::{self, MemTrace};
+use crate::fleet::run::loadgen::{Sent, simulate_load};
 use crate::fleet::run::{Batched, BatchedSummary, Fifo, Summary, config_error, simulate};
 use crate::fleet::scenario::engine::batched;
 use crate::fleet::scenario::{Generated, Scenario};
+use brokerlab_core::fleet::loadgen::LoadSpec;
 
 /// The scenario, compiled in.
 pub const SCENARIO_TEXT: &str = include_str!("../../../../../scenarios/llm-d-ramp.toml");
@@ -169,6 +171,12 @@ pub fn scenario(divisor: u64) -> CliResult<Scenario> {
     for st in &mut sc.workload.stages[..n] {
         st.duration_ms = (st.duration_ms / divisor.max(1)).max(1);
     }
+    if let Some(l) = sc.load.as_mut() {
+        let n = l.stages_len as usize;
+        for st in &mut l.stages[..n] {
+            st.duration_ms = (st.duration_ms / divisor.max(1)).max(1);
+        }
+    }
     Ok(sc)
 }
 
@@ -191,10 +199,22 @@ pub fn run_scaled(stage_divisor: u64, trace_divisor: u64, inc: &dyn Fn()) -> Cli
     let e = engine(&sc)?;
     let g = Generated::with_origin(sc.workload, SCENARIO_NAME)?;
     let mut ramp = Vec::new();
+    let mut ramp_requests = g.requests.len() as u64;
     for p in Preset::ALL {
-        let cfg = p.fleet(sc.fleet, sc.workload.seed);
-        let res = simulate::<Batched>(batched(cfg, e).map_err(config_error)?, &mut &g, true)?;
-        ramp.push(ramp_run(p, &sc, res.summary, &res.completions));
+        let cfg = batched(p.fleet(sc.fleet, sc.workload.seed), e).map_err(config_error)?;
+        match sc.load {
+            // the load generator: stages drained, their windows from what was sent
+            Some(spec) => {
+                let (res, sent) = simulate_load::<Batched>(cfg, &g, spec, true, None)?;
+                ramp_requests = sent.len() as u64;
+                let win = sent_windows(&spec, &sent);
+                ramp.push(ramp_run(p, win, res.summary, &res.completions));
+            }
+            None => {
+                let res = simulate::<Batched>(cfg, &mut &g, true)?;
+                ramp.push(ramp_run(p, windows(&sc), res.summary, &res.completions));
+            }
+        }
         inc();
     }
     let full = MemTrace::conversation(None)?;
@@ -217,7 +237,7 @@ pub fn run_scaled(stage_divisor: u64, trace_divisor: u64, inc: &dyn Fn()) -> Cli
     }
     Ok(LlmdSection {
         stage_divisor: stage_divisor.max(1),
-        ramp_requests: g.requests.len() as u64,
+        ramp_requests,
         ramp,
         trace_requests: trace.requests.len() as u64,
         trace_requests_in_file: trace.total,
@@ -259,8 +279,24 @@ fn p90_s(v: &mut [u64]) -> Option<f64> {
     nearest_rank_index(v.len(), 90, 100).map(|i| v[i] as f64 / 1e9)
 }
 
-fn ramp_run(preset: Preset, sc: &Scenario, summary: BatchedSummary, done: &[Completion]) -> RampRun {
-    let win = windows(sc);
+/// Stage windows of a load-generator run: [earliest send, latest client end) of each stage's
+/// requests (inference-perf's total_time), with the stage's rate.
+fn sent_windows(spec: &LoadSpec, sent: &[Sent]) -> Vec<(u64, u64, f64)> {
+    let timeout_ns = if spec.timeout_ms == 0 { u64::MAX } else { spec.timeout_ms * 1_000_000 };
+    spec.stages()
+        .iter()
+        .enumerate()
+        .map(|(i, st)| {
+            let mine = sent.iter().filter(|s| s.stage == i as u32).filter_map(|s| s.completion);
+            let (a, b) = mine.fold((u64::MAX, 0), |(a, b), c| {
+                (a.min(c.arrival_ns), b.max(c.finish_ns.min(c.arrival_ns.saturating_add(timeout_ns))))
+            });
+            (a.min(b), b.max(a.min(b) + 1), st.rate_milli_per_s as f64 / 1e3)
+        })
+        .collect()
+}
+
+fn ramp_run(preset: Preset, win: Vec<(u64, u64, f64)>, summary: BatchedSummary, done: &[Completion]) -> RampRun {
     let stages: Vec<StageStats> = win
         .iter()
         .map(|&(a, b, rate)| {

@@ -1,0 +1,99 @@
+//! The host's pump of the core's load generator ([`brokerlab_core::fleet::loadgen`]): it runs
+//! the fleet up to each planned send, tells the generator every completion, and dispatches the
+//! data set's request the generator names. Every decision (when, which, how it ended) is the
+//! core's.
+
+use brokerlab_core::fleet::loadgen::{ClientSlot, LoadGen, LoadSpec, Next, Status};
+use brokerlab_core::fleet::{Completion, Error as CoreError, FleetConfig, Request};
+
+use super::drive::{Driving, HostEngine, Ran, Shape, drive};
+use crate::error::{CliError, CliResult};
+use crate::fleet::scenario::Generated;
+
+/// What the client saw of one request, by send order.
+#[derive(Clone, Copy, Debug)]
+pub struct Sent {
+    /// 0-based stage.
+    pub stage: u32,
+    /// How it ended for the client (None until it did).
+    pub status: Option<Status>,
+    /// Its completion on the server (None until it finished).
+    pub completion: Option<Completion>,
+}
+
+/// Runs `data` through a fleet of `cfg` (engine `K`) as the load generator of `spec` sends it;
+/// returns the run and what each request did, by send order.
+pub fn simulate_load<K: HostEngine>(
+    cfg: FleetConfig,
+    data: &Generated,
+    spec: LoadSpec,
+    keep: bool,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
+) -> CliResult<(Ran<K::Summary>, Vec<Sent>)> {
+    if data.requests.is_empty() {
+        return Err(CliError::bad_input(format!("{}: the data set ([workload]) has no requests", data.origin)));
+    }
+    let run = Shape { keep, closed_loop: true, group_blocks: 1, slo, ..Shape::default() };
+    let mut sent: Vec<Sent> = Vec::new();
+    let res = drive::<K>(cfg, &run, &mut |d| pump::<K>(d, data, spec, &mut sent))?;
+    Ok((res, sent))
+}
+
+fn pump<K: HostEngine>(
+    d: &mut Driving<'_, '_, K>,
+    data: &Generated,
+    spec: LoadSpec,
+    sent: &mut Vec<Sent>,
+) -> CliResult<()> {
+    let failure = |e: CoreError| CliError::failure(e.to_string());
+    let mut slots = vec![ClientSlot::default(); spec.slots_len()];
+    let mut lg = LoadGen::new(spec, &mut slots).map_err(|e| CliError::bad_input(format!("{}: {e}", data.origin)))?;
+    sent.clear();
+    let mut fresh = Vec::new();
+    loop {
+        let next = lg.next();
+        let until = match next {
+            Next::Done => return Ok(()),
+            Next::AwaitCompletion => u64::MAX,
+            Next::Send(s) => s.at_ns,
+        };
+        // the fleet's events before the send, up to the first that completes a request
+        while !d.sink.has_fresh() {
+            if !d.advance_next(until).map_err(failure)? {
+                break;
+            }
+        }
+        d.sink.take_fresh(&mut fresh);
+        if !fresh.is_empty() {
+            for c in &fresh {
+                let status = lg.completed(c.request, c.arrival_ns, c.finish_ns);
+                let s = &mut sent[c.request as usize];
+                (s.status, s.completion) = (Some(status), Some(*c));
+            }
+            continue;
+        }
+        let Next::Send(s) = next else {
+            return Err(CliError::failure("the load generator waits for a completion but no request is in flight"));
+        };
+        let (_, input, output, _, range) = &data.requests[(s.data_index % data.requests.len() as u64) as usize];
+        let req = Request {
+            arrival_ns: s.at_ns,
+            input_tokens: *input,
+            output_tokens: *output,
+            keys: &data.keys[range.clone()],
+        };
+        sent.push(Sent { stage: s.stage, status: None, completion: None });
+        lg.sent();
+        d.dispatch(&req).map_err(|e| CliError::bad_input(format!("{}: request {}: {e}", data.origin, s.seq)))?;
+    }
+}
+
+/// The `--outcomes` fields the load generator adds to request `seq`: its stage and status.
+pub fn outcome_fields(sent: &[Sent], seq: u64) -> String {
+    let Some(s) = sent.get(seq as usize) else { return String::new() };
+    let status = match s.status {
+        Some(Status::TimedOut) => "timed_out",
+        _ => "ok",
+    };
+    format!(",\"stage\":{},\"status\":\"{status}\"", s.stage)
+}

@@ -1,0 +1,222 @@
+//! Per-stage results of a load-generator run, computed the way inference-perf v0.5.0's report
+//! does (`inference_perf/reportgen/base.py`, `summarize_requests`; docs/PUBLISHED.md,
+//! "inference-perf: what every published figure is made of"):
+//!
+//! * total_time = latest client end - earliest send over every request of the stage (timed-out
+//!   ones included: their end is the client's give-up time);
+//! * output (input) tokens/s = the successful requests' output (prompt) tokens / total_time;
+//! * achieved rate = requests / (latest send - earliest send);
+//! * TTFT percentiles over the successful requests, numpy's default (linear) interpolation.
+
+use brokerlab_core::fleet::loadgen::{LoadKind, LoadSpec, Status};
+use serde::Serialize;
+
+use super::loadgen::Sent;
+
+/// One stage's row.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct StageRow {
+    /// 0-based stage.
+    pub stage: u32,
+    /// Requested rate, requests/s (rate stages).
+    pub rate_per_s: Option<f64>,
+    /// Clients (concurrent stages).
+    pub concurrency: Option<u64>,
+    /// Requested duration, s (rate stages).
+    pub duration_s: Option<f64>,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests / (latest send - earliest send), per s (None with fewer than two sends).
+    pub achieved_rate_per_s: Option<f64>,
+    /// Answered within the timeout.
+    pub completed: u64,
+    /// Given up by the client.
+    pub timed_out: u64,
+    /// TTFT of the answered requests, ms.
+    pub ttft_ms_p50: Option<f64>,
+    /// Same, p90.
+    pub ttft_ms_p90: Option<f64>,
+    /// Same, mean.
+    pub ttft_ms_mean: Option<f64>,
+    /// Answered requests' output tokens / total_time.
+    pub output_tokens_per_s: Option<f64>,
+    /// Answered requests' prompt tokens / total_time.
+    pub input_tokens_per_s: Option<f64>,
+}
+
+/// numpy's default percentile (linear between closest ranks) of sorted `v`, `p` in [0, 100].
+pub fn percentile_linear(v: &[f64], p: f64) -> Option<f64> {
+    let last = v.len().checked_sub(1)?;
+    let k = last as f64 * p / 100.0;
+    let lo = k.floor() as usize;
+    let hi = (lo + 1).min(last);
+    Some(v[lo] + (v[hi] - v[lo]) * (k - lo as f64))
+}
+
+/// The rows of every stage of `spec`, from what each request did (by send order).
+pub fn rows(spec: &LoadSpec, sent: &[Sent]) -> Vec<StageRow> {
+    spec.stages().iter().enumerate().map(|(i, st)| row(spec, i as u32, st, sent)).collect()
+}
+
+fn row(spec: &LoadSpec, i: u32, st: &brokerlab_core::fleet::loadgen::LoadStage, sent: &[Sent]) -> StageRow {
+    let timeout_ns = if spec.timeout_ms == 0 { u64::MAX } else { spec.timeout_ms * 1_000_000 };
+    let mine: Vec<_> = sent.iter().filter(|s| s.stage == i).filter_map(|s| Some((s.status?, s.completion?))).collect();
+    let ok: Vec<_> = mine.iter().filter(|(st, _)| *st == Status::Ok).map(|(_, c)| c).collect();
+    let first_send = mine.iter().map(|(_, c)| c.arrival_ns).min();
+    let last_send = mine.iter().map(|(_, c)| c.arrival_ns).max();
+    let last_end = mine.iter().map(|(_, c)| c.finish_ns.min(c.arrival_ns.saturating_add(timeout_ns))).max();
+    let total_s = match (first_send, last_end) {
+        (Some(a), Some(b)) if b > a => Some((b - a) as f64 / 1e9),
+        _ => None,
+    };
+    let per_s = |tokens: u64| total_s.filter(|_| !ok.is_empty()).map(|t| tokens as f64 / t);
+    let mut ttft: Vec<f64> = ok.iter().map(|c| c.ttft_ns() as f64 / 1e6).collect();
+    ttft.sort_by(f64::total_cmp);
+    let n = sent.iter().filter(|s| s.stage == i).count() as u64;
+    let rated = spec.kind != LoadKind::Concurrent;
+    StageRow {
+        stage: i,
+        rate_per_s: rated.then(|| st.rate_milli_per_s as f64 / 1e3),
+        concurrency: (!rated).then_some(st.concurrency),
+        duration_s: rated.then(|| st.duration_ms as f64 / 1e3),
+        sent: n,
+        achieved_rate_per_s: match (first_send, last_send) {
+            (Some(a), Some(b)) if b > a => Some(mine.len() as f64 / ((b - a) as f64 / 1e9)),
+            _ => None,
+        },
+        completed: ok.len() as u64,
+        timed_out: mine.len() as u64 - ok.len() as u64,
+        ttft_ms_p50: percentile_linear(&ttft, 50.0),
+        ttft_ms_p90: percentile_linear(&ttft, 90.0),
+        ttft_ms_mean: (!ttft.is_empty()).then(|| ttft.iter().sum::<f64>() / ttft.len() as f64),
+        output_tokens_per_s: per_s(ok.iter().map(|c| c.output_tokens).sum()),
+        input_tokens_per_s: per_s(ok.iter().map(|c| c.input_tokens).sum()),
+    }
+}
+
+/// The rows as a text table.
+pub fn render(rows: &[StageRow]) -> String {
+    let f = |v: Option<f64>, d: usize| v.map_or_else(|| "-".to_string(), |x| format!("{x:.d$}"));
+    let mut out = String::from(
+        "\nper stage (inference-perf's way: tok/s over latest end - earliest send; TTFT of answered requests)\n",
+    );
+    out += &format!(
+        "{:>5} {:>9} {:>9} {:>6} {:>9} {:>6} {:>6} {:>10} {:>10} {:>10} {:>11} {:>11}\n",
+        "stage",
+        "rate/s",
+        "clients",
+        "sent",
+        "achieved",
+        "ok",
+        "t/o",
+        "ttft p50",
+        "ttft p90",
+        "ttft mean",
+        "out tok/s",
+        "in tok/s"
+    );
+    for r in rows {
+        out += &format!(
+            "{:>5} {:>9} {:>9} {:>6} {:>9} {:>6} {:>6} {:>10} {:>10} {:>10} {:>11} {:>11}\n",
+            r.stage,
+            f(r.rate_per_s, 3),
+            r.concurrency.map_or_else(|| "-".into(), |c| c.to_string()),
+            r.sent,
+            f(r.achieved_rate_per_s, 2),
+            r.completed,
+            r.timed_out,
+            f(r.ttft_ms_p50, 1),
+            f(r.ttft_ms_p90, 1),
+            f(r.ttft_ms_mean, 1),
+            f(r.output_tokens_per_s, 1),
+            f(r.input_tokens_per_s, 1),
+        );
+    }
+    out += "(ttft in ms)\n";
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use brokerlab_core::fleet::Completion;
+    use brokerlab_core::fleet::engine::pd::PdOutcome;
+    use brokerlab_core::fleet::loadgen::{LoadStage, MAX_LOAD_STAGES};
+
+    use super::*;
+
+    fn spec(stages: &[LoadStage], timeout_ms: u64) -> LoadSpec {
+        let mut s = LoadSpec {
+            kind: LoadKind::Constant,
+            stages: [LoadStage::default(); MAX_LOAD_STAGES],
+            stages_len: stages.len() as u32,
+            interval_ms: 1_000,
+            max_in_flight: 0,
+            think_ms: 0,
+            timeout_ms,
+            seed: 1,
+            restart_data: true,
+        };
+        s.stages[..stages.len()].copy_from_slice(stages);
+        s
+    }
+
+    fn done(stage: u32, send_ns: u64, ttft_ns: u64, e2e_ns: u64, status: Status) -> Sent {
+        let c = Completion {
+            request: 0,
+            pod: 0,
+            arrival_ns: send_ns,
+            first_token_ns: send_ns + ttft_ns,
+            finish_ns: send_ns + e2e_ns,
+            input_tokens: 1_500,
+            output_tokens: 1_000,
+            hit_tokens: 0,
+            prefill_tokens: 0,
+            preemptions: 0,
+            queue_len: 0,
+            offload_hit_tokens: 0,
+            pd: PdOutcome::NONE,
+        };
+        Sent { stage, status: Some(status), completion: Some(c) }
+    }
+
+    #[test]
+    fn numpy_linear_percentiles() {
+        // numpy.percentile([1, 2, 3, 4], 90) = 3.7; [5] -> 5; [] -> None
+        assert_eq!(percentile_linear(&[1.0, 2.0, 3.0, 4.0], 90.0), Some(3.7000000000000002));
+        assert_eq!(percentile_linear(&[1.0, 2.0, 3.0, 4.0], 50.0), Some(2.5));
+        assert_eq!(percentile_linear(&[5.0], 90.0), Some(5.0));
+        assert_eq!(percentile_linear(&[], 90.0), None);
+    }
+
+    #[test]
+    fn the_published_hand_checked_60_per_s_row() {
+        // docs/PUBLISHED.md: 60 req/s for 25 s, evenly spaced, TTFT 1 s, E2E 10 s, 1,000 tokens:
+        // 1,500 x 1,000 / (25 - 1/60 + 10) = 42,877.6 tok/s
+        let st = LoadStage { rate_milli_per_s: 60_000, duration_ms: 25_000, ..LoadStage::default() };
+        let sent: Vec<Sent> =
+            (0..1_500u64).map(|k| done(0, k * 1_000_000_000 / 60, 1_000_000_000, 10_000_000_000, Status::Ok)).collect();
+        let r = &rows(&spec(&[st], 0), &sent)[0];
+        assert_eq!(r.sent, 1_500);
+        let tok = r.output_tokens_per_s.unwrap();
+        assert!((tok - 42_877.6).abs() < 0.05, "{tok}");
+        assert!((r.input_tokens_per_s.unwrap() - 1.5 * 42_877.6).abs() < 0.1);
+        assert_eq!((r.ttft_ms_p50, r.ttft_ms_p90, r.ttft_ms_mean), (Some(1_000.0), Some(1_000.0), Some(1_000.0)));
+        // 1,500 / (1,499 / 60 s)
+        assert!((r.achieved_rate_per_s.unwrap() - 1_500.0 * 60.0 / 1_499.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_timed_out_request_widens_the_window_but_adds_no_tokens() {
+        let st = LoadStage { rate_milli_per_s: 1_000, duration_ms: 2_000, ..LoadStage::default() };
+        // sent at 0 s and 1 s; the second gives up at 1 + 3 s (its server finish at 11 s is not
+        // the client's end)
+        let sent = vec![
+            done(0, 0, 100_000_000, 2_000_000_000, Status::Ok),
+            done(0, 1_000_000_000, 9_000_000_000, 10_000_000_000, Status::TimedOut),
+        ];
+        let r = &rows(&spec(&[st], 3_000), &sent)[0];
+        assert_eq!((r.completed, r.timed_out), (1, 1));
+        assert_eq!(r.output_tokens_per_s, Some(1_000.0 / 4.0));
+        assert_eq!(r.ttft_ms_p90, Some(100.0));
+    }
+}
