@@ -159,7 +159,9 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
     router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
     // Streamed: the generator is seeded and sequential, so the workload is never held.
     let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
-    let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
+    // A ramp ends with its last stage, usually before `requests` (a cap): count what it generates.
+    let total = src.count_requests()?;
+    let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(total));
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file(if a.inference_perf.is_some() { "inference-perf config" } else { "scenario" }, input)?;
     router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;

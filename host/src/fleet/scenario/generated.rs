@@ -148,6 +148,22 @@ impl Streamed {
         })
     }
 
+    /// How many requests the workload generates: `requests` unless arrival stages end first
+    /// (a ramp stops at its last stage's end), counted by generating arrivals without keys.
+    pub fn count_requests(&mut self) -> CliResult<u64> {
+        if self.spec.stages_len == 0 {
+            return Ok(self.spec.requests);
+        }
+        let origin = &self.origin;
+        let mut wl =
+            Workload::new(self.spec, &mut self.cdf).map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+        let mut n = 0u64;
+        while wl.next_request(&mut self.tokens).map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?.is_some() {
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// Generates every request from the start and calls `f` with it and its block keys; `f`
     /// returns false to stop.
     pub fn each(
