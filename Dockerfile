@@ -25,7 +25,7 @@ COPY --from=builder /usr/local/bin/brokerlab /usr/local/bin/brokerlab
 COPY --chown=brokerlab:brokerlab traces/ /home/brokerlab/traces/
 COPY --chown=brokerlab:brokerlab scenarios/ /home/brokerlab/scenarios/
 COPY --chown=brokerlab:brokerlab examples/ /home/brokerlab/examples/
-USER brokerlab:brokerlab
+USER 10001:10001
 WORKDIR /home/brokerlab
 ENTRYPOINT ["/usr/local/bin/brokerlab"]
 CMD ["--help"]

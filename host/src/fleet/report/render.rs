@@ -149,6 +149,11 @@ fn th(n: u64) -> String {
     engine::thousands(n)
 }
 
+/// A swept value: whole numbers with separators (capacities), fractions as they are (alphas).
+fn value(v: f64) -> String {
+    if v.fract() == 0.0 && v >= 0.0 && v < 1e15 { th(v as u64) } else { v.to_string() }
+}
+
 fn points_table(pts: &[Point], value_name: &str) -> String {
     let mut o = format!(
         "| {value_name} | router | hit rate | prefill tokens | p50 (s) | p90 (s) | p99 (s) | chased |\n|---|---|---|---|---|---|---|---|\n"
@@ -158,7 +163,7 @@ fn points_table(pts: &[Point], value_name: &str) -> String {
         let _ = writeln!(
             o,
             "| {} | {} | {:.2}% | {} | {:.3} | {:.3} | {:.3} | {} |",
-            p.value,
+            value(p.value),
             s.router,
             s.hit_rate.unwrap_or(0.0) * 100.0,
             th(s.prefill_tokens),
