@@ -294,3 +294,27 @@ pub fn write_trace_from(src: &mut dyn RequestSource, out: &mut dyn std::io::Writ
     }
     fed.map_err(|e| std::io::Error::other(e.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ramp ends with its last stage, before the file's `requests` cap: the count (what
+    /// `fleet run`'s progress bar counts to) is what the generator yields, not the cap.
+    #[test]
+    fn a_ramp_counts_the_requests_its_stages_generate() {
+        let text = include_str!("../../../../scenarios/llm-d-ramp.toml");
+        let mut sc = crate::fleet::scenario::Scenario::parse(text, "llm-d-ramp.toml", "llm-d-ramp").unwrap();
+        let n = sc.workload.stages_len as usize;
+        for st in &mut sc.workload.stages[..n] {
+            st.duration_ms /= 80;
+        }
+        let generated = Generated::new(sc.workload).unwrap().requests.len() as u64;
+        let counted = Streamed::new(sc.workload, "t").unwrap().count_requests().unwrap();
+        assert_eq!(counted, generated);
+        assert!(counted > 0 && counted < sc.workload.requests, "{counted} of {}", sc.workload.requests);
+        // Without stages the count is the file's.
+        let rag = crate::fleet::scenario::builtin::builtin("rag").unwrap();
+        assert_eq!(Streamed::new(rag.workload, "t").unwrap().count_requests().unwrap(), rag.workload.requests);
+    }
+}
