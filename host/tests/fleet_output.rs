@@ -164,7 +164,9 @@ fn report_is_byte_identical_apart_from_the_date_line_and_says_what_it_ran() {
         assert!(d.join(format!("{stem}.png")).exists(), "{stem}.png");
     }
     for page in [&html, &md] {
-        assert!(page.contains("Section 11 runs `scenarios/llm-d-ramp.toml`") || page.contains("Section 11 runs <code>"));
+        assert!(
+            page.contains("Section 11 runs `scenarios/llm-d-ramp.toml`") || page.contains("Section 11 runs <code>")
+        );
         assert!(page.contains("every stage 1/80 of its published duration"), "section 11's divisor");
         assert!(!page.contains("no decode batching, no GPU model"));
     }

@@ -68,7 +68,8 @@ fn marked(readme: &str) -> Vec<(usize, String, String, String)> {
 
 #[test]
 fn the_number_reader_reads_separators_and_decimals() {
-    let n: Vec<f64> = numbers("a 131,072 B, 86.9% of 4 MiB; v2 x86-64 (Cortex-M3) 1.5.", 1).iter().map(|x| x.1).collect();
+    let n: Vec<f64> =
+        numbers("a 131,072 B, 86.9% of 4 MiB; v2 x86-64 (Cortex-M3) 1.5.", 1).iter().map(|x| x.1).collect();
     assert_eq!(n, [131_072.0, 86.9, 4.0, 1.5]);
     assert_eq!(numbers("15,328 and 7", 3).len(), 1);
 }
@@ -131,5 +132,8 @@ fn every_timing_figure_names_its_bench_command() {
             unmarked.push(lines[begin].to_string());
         }
     }
-    assert!(unmarked.is_empty(), "Performance figures without a `<!-- timing: brokerlab ... bench -->` marker: {unmarked:?}");
+    assert!(
+        unmarked.is_empty(),
+        "Performance figures without a `<!-- timing: brokerlab ... bench -->` marker: {unmarked:?}"
+    );
 }

@@ -73,7 +73,8 @@ fn llmd_stage_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Char
             })
             .collect()
     };
-    let scaled = if b.stage_divisor > 1 { format!(", stages 1/{} of their length", b.stage_divisor) } else { String::new() };
+    let scaled =
+        if b.stage_divisor > 1 { format!(", stages 1/{} of their length", b.stage_divisor) } else { String::new() };
     out.push((
         "llmd_stages",
         "llmd_ramp_tok_s".into(),

@@ -190,9 +190,7 @@ pub fn scale_note(ex: &Experiments) -> String {
         th(b.trace_requests_in_file),
     );
     if ex.shrink <= 1 {
-        return format!(
-            "Full size (`--shrink 1`): sections 1-9 ran the request count in each scenario file. {eleven}"
-        );
+        return format!("Full size (`--shrink 1`): sections 1-9 ran the request count in each scenario file. {eleven}");
     }
     let counts: Vec<String> = ex
         .scenarios
@@ -274,8 +272,13 @@ fn cpu_table(ex: &Experiments) -> String {
 fn stale_table(ex: &Experiments) -> String {
     let mut t = String::from("| k | gain kept | chased requests | phantom blocks |\n|---|---|---|---|\n");
     for (p, (k, g)) in ex.stale.iter().zip(ex.stale_gain_kept()) {
-        let _ =
-            writeln!(t, "| {k} | {:.1}% | {} | {} |", g * 100.0, th(p.summary.chased_requests), th(p.summary.phantom_blocks));
+        let _ = writeln!(
+            t,
+            "| {k} | {:.1}% | {} | {} |",
+            g * 100.0,
+            th(p.summary.chased_requests),
+            th(p.summary.phantom_blocks)
+        );
     }
     t
 }
@@ -319,7 +322,10 @@ pub fn alpha_caption(pa: &[(f64, f64)], rr: f64, ll: f64) -> String {
 
 /// Figures of `section` as blocks.
 fn figures(svgs: &[(String, String, String)], section: &str) -> Vec<Block> {
-    svgs.iter().filter(|(sec, _, _)| sec == section).map(|(_, stem, svg)| Block::Figure(stem.clone(), svg.clone())).collect()
+    svgs.iter()
+        .filter(|(sec, _, _)| sec == section)
+        .map(|(_, stem, svg)| Block::Figure(stem.clone(), svg.clone()))
+        .collect()
 }
 
 /// A cost-check or other Markdown body (paragraphs, `|` tables, "Notes:" lists) as blocks.
@@ -653,7 +659,10 @@ mod tests {
         // Monotone: the lowest alpha is best, so nothing is said about chasing hits.
         let t = alpha_caption(&[(0.125, 0.5), (1.0, 0.51), (4096.0, 2.5)], 3.0, 2.5);
         assert!(t.contains("as slow as a cache-blind router (2.500 s)"), "{t}");
-        assert!(t.contains("lowest at alpha = 0.125") && t.contains("0.125 it is 0.500 s, within 5% of the best"), "{t}");
+        assert!(
+            t.contains("lowest at alpha = 0.125") && t.contains("0.125 it is 0.500 s, within 5% of the best"),
+            "{t}"
+        );
         assert!(!t.contains("chased"), "{t}");
         assert_eq!(alpha_caption(&[], 1.0, 1.0), "score = match - alpha x queue length.");
     }

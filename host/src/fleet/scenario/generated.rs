@@ -158,7 +158,11 @@ impl Streamed {
         let mut wl =
             Workload::new(self.spec, &mut self.cdf).map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
         let mut n = 0u64;
-        while wl.next_request(&mut self.tokens).map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?.is_some() {
+        while wl
+            .next_request(&mut self.tokens)
+            .map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?
+            .is_some()
+        {
             n += 1;
         }
         Ok(n)
