@@ -41,7 +41,7 @@ pub fn format_tick(v: f64, mag: f64) -> String {
 pub fn bar_value(v: f64) -> String {
     let a = v.abs();
     if a >= 1000.0 {
-        let s = format!("{:.0}", a);
+        let s = format!("{a:.0}");
         let mut o = String::new();
         for (i, c) in s.chars().enumerate() {
             if i > 0 && (s.len() - i) % 3 == 0 {
