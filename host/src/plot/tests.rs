@@ -268,3 +268,17 @@ fn write_samples() {
         std::fs::write(dir.join(format!("{name}.svg")), svg(&chart, w, h)).unwrap();
     }
 }
+
+/// Bars can print their values: a bar of 0.36 beside one of 94.9 stays readable.
+#[test]
+fn bar_values_are_printed_when_asked() {
+    let chart = Chart {
+        series: vec![Series::new("p90", vec![(0.0, 0.3621), (1.0, 94.9)])],
+        bars: true,
+        x_categories: vec!["PA".into(), "RR".into()],
+        ..Chart::default()
+    };
+    assert!(!svg(&chart, 600, 400).contains(">0.362<"));
+    let s = svg(&Chart { bar_values: true, ..chart }, 600, 400);
+    assert!(s.contains(">0.362<") && s.contains(">94.9<"), "{s}");
+}
