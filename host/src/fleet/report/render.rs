@@ -151,7 +151,7 @@ fn th(n: u64) -> String {
 
 /// A swept value: whole numbers with separators (capacities), fractions as they are (alphas).
 fn value(v: f64) -> String {
-    if v.fract() == 0.0 && v >= 0.0 && v < 1e15 { th(v as u64) } else { v.to_string() }
+    if v.fract() == 0.0 && (0.0..1e15).contains(&v) { th(v as u64) } else { v.to_string() }
 }
 
 fn points_table(pts: &[Point], value_name: &str) -> String {
