@@ -187,11 +187,12 @@ fn gen_trace_cmd(a: GenTraceArgs) -> CliResult<i32> {
     crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
     let sc = scenario::Scenario::load(&a.scenario)?;
     let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+    // a ramp stops at its last stage, before `requests` (a cap): say what was written
+    let written = src.count_requests()?;
     crate::outfile::write_with(&a.output, |w| scenario::write_trace_from(&mut src, w))
         .map_err(|e| CliError::failure(format!("-o {}: cannot write: {e}", a.output.display())))?;
     crate::print_stderr(&format!(
-        "wrote {} requests to {} (replay with --trace-block-size 16)",
-        sc.workload.requests,
+        "wrote {written} requests to {} (replay with --trace-block-size 16)",
         a.output.display()
     ));
     Ok(0)
