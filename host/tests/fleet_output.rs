@@ -103,7 +103,7 @@ fn report_is_byte_identical_apart_from_the_date_line_and_says_what_it_ran() {
     let md = String::from_utf8(c["summary.md"].clone()).unwrap();
     for page in [&html, &md] {
         assert!(page.contains("--shrink 20"), "no shrink factor");
-        assert!(page.contains("multi-tenant 1200 of 24000"), "no request counts");
+        assert!(page.contains("multi-tenant 1,200 of 24,000"), "no request counts");
         assert!(page.contains("brokerlab fleet report --shrink 20 --threads 2 --quiet --out"), "no command line");
         assert!(page.contains(brokerlab::provenance::GIT_COMMIT), "no commit");
         for name in ["multi-tenant", "alpha", "llm-d", "rag", "autoscale"] {
@@ -112,9 +112,9 @@ fn report_is_byte_identical_apart_from_the_date_line_and_says_what_it_ran() {
         }
         // Section 9 replays the built-in conversation trace, cut by the shrink factor.
         assert!(page.contains(&hex_sha256(&repo_file("traces/conversation_trace.jsonl.zst"))), "no trace sha256");
-        assert!(page.contains("first 601 of 12031 requests"), "no note on the cut trace");
+        assert!(page.contains("first 601 of 12,031 requests"), "no note on the cut trace");
     }
-    assert!(html.contains("Ran <b>1200 requests</b>, not the 24000 below"), "parameters section");
+    assert!(html.contains("Ran <b>1,200 requests</b>, not the 24,000 below"), "parameters section");
     let ex: serde_json::Value = serde_json::from_slice(&c["experiments.json"]).unwrap();
     assert_eq!(ex["shrink"], 20);
     assert_eq!(ex["scenarios"][0]["requests_run"], 1200);
@@ -134,13 +134,42 @@ fn report_is_byte_identical_apart_from_the_date_line_and_says_what_it_ran() {
     assert_eq!(side["provenance"], ex["provenance"]);
 
     // The RAG table is in section 6, between its heading and section 7's.
-    let (s6, s7) = (html.find("<h2>6. ").unwrap(), html.find("<h2>7. ").unwrap());
+    let (s6, s7) = (html.find("<h2 id=\"6-").unwrap(), html.find("<h2 id=\"7-").unwrap());
     let rag = html.find("<th>sorted</th>").unwrap();
     assert!(s6 < rag && rag < s7, "RAG table at {rag}, section 6 at {s6}, section 7 at {s7}");
     assert_eq!(html.matches("<th>sorted</th>").count(), 1);
 
     // ... and never claims to be full size.
     assert!(!md.contains("Full size"));
+
+    // One block list renders both pages: the same sections in the same order, each page with a
+    // table of contents linking every section.
+    let md_heads: Vec<&str> = md.lines().filter_map(|l| l.strip_prefix("## ")).filter(|h| *h != "Provenance").collect();
+    let html_heads: Vec<&str> = html
+        .split("<h2 id=\"")
+        .skip(1)
+        .filter_map(|h| h.split_once("\">").and_then(|(_, rest)| rest.split_once("</h2>")).map(|(t, _)| t))
+        .filter(|h| *h != "Provenance")
+        .collect();
+    assert!(md_heads.len() >= 14, "{md_heads:?}");
+    assert_eq!(md_heads, html_heads);
+    for h in &md_heads {
+        assert!(md.contains(&format!("[{h}](#")), "summary.md contents lack {h}");
+    }
+    assert!(html.contains("<nav>Contents: "));
+    // Section 11's per-stage plots are on both pages; every scenario's share of its file is said,
+    // section 11's included; the footer names both engines.
+    for stem in ["llmd_ramp_tok_s", "llmd_ramp_ttft_p90", "llmd_p90", "stale_gain"] {
+        assert!(md.contains(&format!("({stem}.png)")) && html.contains(&format!("{stem}.svg")), "{stem}");
+        assert!(d.join(format!("{stem}.png")).exists(), "{stem}.png");
+    }
+    for page in [&html, &md] {
+        assert!(
+            page.contains("Section 11 runs `scenarios/llm-d-ramp.toml`") || page.contains("Section 11 runs <code>")
+        );
+        assert!(page.contains("every stage 1/80 of its published duration"), "section 11's divisor");
+        assert!(!page.contains("no decode batching, no GPU model"));
+    }
     let _ = std::fs::remove_dir_all(&d);
 }
 

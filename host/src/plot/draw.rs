@@ -37,6 +37,30 @@ pub fn format_tick(v: f64, mag: f64) -> String {
     }
 }
 
+/// A bar's value label: three significant digits (`0.362`, `31.1`, `94.9`, `1,234`).
+pub fn bar_value(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1000.0 {
+        let s = format!("{a:.0}");
+        let mut o = String::new();
+        for (i, c) in s.chars().enumerate() {
+            if i > 0 && (s.len() - i) % 3 == 0 {
+                o.push(',');
+            }
+            o.push(c);
+        }
+        if v < 0.0 { format!("-{o}") } else { o }
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
 /// `text`, shortened with "..." until it is at most `max_px` wide in `style`.
 fn fit<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, text: &str, style: &TextStyle, max_px: f64) -> String {
     let width = |t: &str| area.estimate_text_size(t, style).map_or(0.0, |(w, _)| f64::from(w));
@@ -403,6 +427,15 @@ impl Frame<'_> {
                 })
             });
             cc.draw_series(bars)?;
+            if chart.bar_values {
+                let t = font(self.sz.tick, INK).pos(Pos::new(HPos::Center, VPos::Bottom));
+                let labels = s.points.iter().filter_map(|&(x, y)| {
+                    let ci = self.categories.iter().position(|&c| c == x)? as f64;
+                    let mid = ci - group / 2.0 + group / n * (k as f64 + 0.46);
+                    y.is_finite().then(|| Text::new(bar_value(y), (mid, y.clamp(ylo, yhi)), t.clone()))
+                });
+                cc.draw_series(labels)?;
+            }
         }
         Ok(())
     }

@@ -27,7 +27,7 @@ mod style;
 
 use plotters::prelude::{IntoDrawingArea, SVGBackend};
 
-pub use draw::format_tick;
+pub use draw::{bar_value, format_tick};
 
 /// One line (or one colour of bars): `(x, y)` points in drawing order. A non-finite `y` (or `x`) is a
 /// gap: the line breaks there.
@@ -60,6 +60,9 @@ pub struct Chart {
     pub y_max: Option<f64>,
     /// Grouped bar chart: each distinct x is a category (e.g. a pod index), one bar per series.
     pub bars: bool,
+    /// Print each bar's value above it (bars only): a linear axis spanning 0.3 s to 100 s hides
+    /// the short bars, and bars cannot take a log axis.
+    pub bar_values: bool,
     /// Names of the bar categories, in ascending x order (empty: the x values are printed).
     pub x_categories: Vec<String>,
     /// Markers at data coordinates `(x, y, text)`, e.g. `(0.4, 1.2, "sweet spot")`: a ring at the

@@ -268,3 +268,18 @@ fn write_samples() {
         std::fs::write(dir.join(format!("{name}.svg")), svg(&chart, w, h)).unwrap();
     }
 }
+
+/// Bars can print their values: a bar of 0.36 beside one of 94.9 stays readable.
+#[test]
+fn bar_values_are_printed_when_asked() {
+    let chart = Chart {
+        series: vec![Series::new("p90", vec![(0.0, 0.3621), (1.0, 94.9)])],
+        bars: true,
+        x_categories: vec!["PA".into(), "RR".into()],
+        ..Chart::default()
+    };
+    // plotters writes a text element's content on a line of its own
+    assert!(!svg(&chart, 600, 400).contains("\n0.362\n</text>"));
+    let s = svg(&Chart { bar_values: true, ..chart }, 600, 400);
+    assert!(s.contains("\n0.362\n</text>") && s.contains("\n94.9\n</text>"), "{s}");
+}

@@ -161,7 +161,9 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
     router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
     // Streamed: the generator is seeded and sequential, so the workload is never held.
     let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
-    let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(sc.workload.requests));
+    // A ramp ends with its last stage, usually before `requests` (a cap): count what it generates.
+    let total = src.count_requests()?;
+    let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(total));
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file(if a.inference_perf.is_some() { "inference-perf config" } else { "scenario" }, input)?;
     router_config::record(&mut prov, a.router_config.as_deref(), &cfg)?;
@@ -219,11 +221,12 @@ fn gen_trace_cmd(a: GenTraceArgs) -> CliResult<i32> {
     crate::outfile::check_output("-o", &a.output, &[("the scenario", a.scenario.as_path())])?;
     let sc = scenario::Scenario::load(&a.scenario)?.without_load("fleet gen-trace")?;
     let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+    // a ramp stops at its last stage, before `requests` (a cap): say what was written
+    let written = src.count_requests()?;
     crate::outfile::write_with(&a.output, |w| scenario::write_trace_from(&mut src, w))
         .map_err(|e| CliError::failure(format!("-o {}: cannot write: {e}", a.output.display())))?;
     crate::print_stderr(&format!(
-        "wrote {} requests to {} (replay with --trace-block-size 16)",
-        sc.workload.requests,
+        "wrote {written} requests to {} (replay with --trace-block-size 16)",
         a.output.display()
     ));
     Ok(0)

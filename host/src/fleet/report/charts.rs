@@ -1,7 +1,7 @@
 //! The report's charts and files: runs the experiments, draws each section's plots, writes
 //! `index.html`, `summary.md`, CSV and JSON.
 
-use super::render::{render_html, secs, us};
+use super::render::{self, render_html, secs, us};
 use super::*;
 
 /// Runs the report and writes `out/index.html`, `out/summary.md`, plots, CSV and JSON, each
@@ -30,9 +30,9 @@ pub fn report(
         let svg = write_chart(out, &stem, &c)?;
         svgs.push((section.into(), stem, svg));
     }
-    let html = render_html(&ex, &q, &svgs, &prov);
-    sweep::write_file(out, "index.html", html.as_bytes())?;
-    sweep::write_file(out, "summary.md", render_markdown(&ex, &q, &prov).as_bytes())?;
+    let blocks = render::blocks(&ex, &render::PageInputs { quoted: &q, svgs: &svgs });
+    sweep::write_file(out, "index.html", render_html(&blocks, &prov).as_bytes())?;
+    sweep::write_file(out, "summary.md", render_markdown(&blocks, &prov).as_bytes())?;
     let all: Vec<&Point> =
         [&ex.capacity, &ex.timestamp_first, &ex.stale, &ex.alpha, &ex.llmd, &ex.rag, &ex.cpu_tier, &ex.autoscale]
             .into_iter()
@@ -55,8 +55,51 @@ fn seed_charts(ex: &Experiments, q: &Quoted) -> Vec<(&'static str, String, Chart
     rag_charts(ex, &mut out);
     cpu_charts(ex, q, &mut out);
     autoscale_charts(ex, q, &mut out);
+    llmd_stage_charts(ex, &mut out);
     out.extend(super::deploy::charts(&ex.deploy));
     out
+}
+
+/// Section 11's ladder: output tok/s and TTFT p90 per stage against the stage's rate, a line per
+/// preset (the warmup stage left out: its rate sits inside the ladder's).
+fn llmd_stage_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) {
+    use crate::fleet::report::llmd::WARMUP_STAGES;
+    let b = &ex.llmd_bench;
+    let series = |y: &dyn Fn(&crate::fleet::report::llmd::StageStats) -> f64| -> Vec<Series> {
+        b.ramp
+            .iter()
+            .map(|r| Series {
+                label: r.preset.upstream().into(),
+                points: r.stages.iter().skip(WARMUP_STAGES).map(|st| (st.rate_per_s, y(st))).collect(),
+            })
+            .collect()
+    };
+    let scaled =
+        if b.stage_divisor > 1 { format!(", stages 1/{} of their length", b.stage_divisor) } else { String::new() };
+    out.push((
+        "llmd_stages",
+        "llmd_ramp_tok_s".into(),
+        Chart {
+            title: format!("llm-d ramp: output tok/s per stage{scaled}"),
+            x_label: "stage arrival rate (req/s)".into(),
+            y_label: "output tok/s in the stage's window".into(),
+            series: series(&|st| st.output_tok_s),
+            y_min: Some(0.0),
+            ..Chart::default()
+        },
+    ));
+    out.push((
+        "llmd_stages",
+        "llmd_ramp_ttft_p90".into(),
+        Chart {
+            title: format!("llm-d ramp: TTFT p90 per stage{scaled}"),
+            x_label: "stage arrival rate (req/s)".into(),
+            y_label: "TTFT p90 of the stage's arrivals (s), log scale".into(),
+            series: series(&|st| st.ttft_p90_s.unwrap_or(f64::NAN)),
+            y_log: true,
+            ..Chart::default()
+        },
+    ));
 }
 
 /// Hit rate vs capacity, and the prompt layouts.
@@ -101,6 +144,8 @@ fn stale_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) 
                 points: gain.iter().map(|(k, g)| ((*k as f64).max(0.5), g * 100.0)).collect(),
             }],
             x_log: true,
+            // From 0: an axis from the lowest value makes a 10-point loss look like a collapse.
+            y_min: Some(0.0),
             ..Chart::default()
         },
     ));
@@ -174,8 +219,10 @@ fn alpha_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) 
 
 /// The llm-d shape per router beside the published p90.
 fn llmd_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) {
-    // llm-d: p90 per router next to the published figures (log y would hide nothing here: bars).
+    // llm-d: p90 per router next to the published figures. Bars take no log axis and a linear one
+    // from 0 to 100 s hides the 0.3-0.5 s bars, so every bar prints its value.
     let ld_rows = llmd_rows(ex);
+    let top = ld_rows.iter().flat_map(|r| [r.2, r.3]).filter(|v| v.is_finite()).fold(0.0, f64::max);
     out.push((
         "llmd",
         "llmd_p90".into(),
@@ -195,6 +242,8 @@ fn llmd_charts(ex: &Experiments, out: &mut Vec<(&'static str, String, Chart)>) {
                 },
             ],
             bars: true,
+            bar_values: true,
+            y_max: Some(top * 1.12),
             ..Chart::default()
         },
     ));

@@ -416,7 +416,8 @@ pub fn cut_note(c: &EngineComparison) -> Option<String> {
     (c.conversation_requests_run < c.conversation_requests_in_trace).then(|| {
         format!(
             "The conversation trace ran its first {} of {} requests (`--shrink`).",
-            c.conversation_requests_run, c.conversation_requests_in_trace
+            thousands(c.conversation_requests_run),
+            thousands(c.conversation_requests_in_trace)
         )
     })
 }

@@ -405,7 +405,7 @@ pub fn headlines(ex: &Experiments) -> Vec<(String, String)> {
     let (best_a, best_p90) = ex.best_alpha();
     let mut rows = vec![
         (
-            format!("hit rate at capacity = hot/6 ({} blocks/pod)", cmin),
+            format!("hit rate at capacity = hot/6 ({} blocks/pod)", engine::thousands(cmin as u64)),
             format!(
                 "prefix-aware {:.1}% vs round-robin {:.1}% ({:.1}x)",
                 pa_small * 100.0,
@@ -414,7 +414,7 @@ pub fn headlines(ex: &Experiments) -> Vec<(String, String)> {
             ),
         ),
         (
-            format!("hit rate when everything fits ({} blocks/pod)", cmax),
+            format!("hit rate when everything fits ({} blocks/pod)", engine::thousands(cmax as u64)),
             RouterKind::ALL
                 .iter()
                 .map(|r| format!("{} {:.1}%", r.name(), ex.hit_at(*r, cmax) * 100.0))

@@ -1,6 +1,7 @@
 //! The report's Markdown and HTML: tables from the results, prose from the scenarios' values.
 
 use super::*;
+use crate::fleet::cli::compare::page::{self, Block};
 
 /// The built-in scenarios whose values the prose quotes, so editing a scenario file changes the
 /// text with the figures (nothing in the prose repeats a number from a scenario by hand).
@@ -125,16 +126,12 @@ pub fn autoscale_text(sc: &Scenario) -> String {
         String::new()
     };
     format!(
-        "{scaler} Base load {} req/s{burst}. <i>Added pods' traffic vs fair share</i> is 1 when the router spreads \
+        "{scaler} Base load {} req/s{burst}. **Added pods' traffic vs fair share** is 1 when the router spreads \
          requests onto the new pods like round-robin; below 1 the router keeps traffic on the warm pods. Pod-seconds \
          count each pod from its boot decision to its drop (plus the drain of its queue). The rule: docs/MODEL.md, \
          Autoscaling.",
         milli(w.rate_milli_per_s)
     )
-}
-
-fn plain(name: &str, value: impl std::fmt::Display) -> String {
-    format!("| {name} | {value} |\n")
 }
 
 fn llmd_table(ex: &Experiments) -> String {
@@ -147,6 +144,16 @@ fn llmd_table(ex: &Experiments) -> String {
     o
 }
 
+/// `n` with thousands separators.
+fn th(n: u64) -> String {
+    engine::thousands(n)
+}
+
+/// A swept value: whole numbers with separators (capacities), fractions as they are (alphas).
+fn value(v: f64) -> String {
+    if v.fract() == 0.0 && (0.0..1e15).contains(&v) { th(v as u64) } else { v.to_string() }
+}
+
 fn points_table(pts: &[Point], value_name: &str) -> String {
     let mut o = format!(
         "| {value_name} | router | hit rate | prefill tokens | p50 (s) | p90 (s) | p99 (s) | chased |\n|---|---|---|---|---|---|---|---|\n"
@@ -156,29 +163,43 @@ fn points_table(pts: &[Point], value_name: &str) -> String {
         let _ = writeln!(
             o,
             "| {} | {} | {:.2}% | {} | {:.3} | {:.3} | {:.3} | {} |",
-            p.value,
+            value(p.value),
             s.router,
             s.hit_rate.unwrap_or(0.0) * 100.0,
-            s.prefill_tokens,
+            th(s.prefill_tokens),
             s.latency_p50.unwrap_or(f64::NAN),
             s.latency_p90.unwrap_or(f64::NAN),
             s.latency_p99.unwrap_or(f64::NAN),
-            s.chased_requests
+            th(s.chased_requests)
         );
     }
     o
 }
 
-/// What ran, in Markdown: the shrink factor and every scenario's request count.
+/// What ran, in Markdown: the shrink factor, every scenario's request count, and the parts of
+/// the report that run less than their file even at full size (section 11).
 pub fn scale_note(ex: &Experiments) -> String {
+    let b = &ex.llmd_bench;
+    let eleven = format!(
+        "Section 11 runs `scenarios/llm-d-ramp.toml` with every stage 1/{} of its published duration ({} requests) and \
+         the conversation trace's first {} of {} requests; the full ramp is `brokerlab fleet run scenarios/llm-d-ramp.toml \
+         --router NAME`. Section 10 always replays the full Mooncake traces.",
+        b.stage_divisor,
+        th(b.ramp_requests),
+        th(b.trace_requests),
+        th(b.trace_requests_in_file),
+    );
     if ex.shrink <= 1 {
-        return "Full size: every scenario ran the request count in its file (`--shrink 1`).".into();
+        return format!("Full size (`--shrink 1`): sections 1-9 ran the request count in each scenario file. {eleven}");
     }
-    let counts: Vec<String> =
-        ex.scenarios.iter().map(|s| format!("{} {} of {}", s.name, s.requests_run, s.requests_in_file)).collect();
+    let counts: Vec<String> = ex
+        .scenarios
+        .iter()
+        .map(|s| format!("{} {} of {}", s.name, th(s.requests_run), th(s.requests_in_file)))
+        .collect();
     format!(
-        "**Shrunk run (`--shrink {k}`):** every scenario ran its request count divided by {k} ({} requests). \
-         The headlines, tables and plots below come from these smaller runs and differ from the full-size \
+        "**Shrunk run (`--shrink {k}`):** sections 1-9 ran each scenario's request count divided by {k} ({} requests). \
+         {eleven} The headlines, tables and plots below come from these smaller runs and differ from the full-size \
          report (`brokerlab fleet report`).",
         counts.join(", "),
         k = ex.shrink
@@ -188,68 +209,15 @@ pub fn scale_note(ex: &Experiments) -> String {
 fn runs_table(ex: &Experiments) -> String {
     let mut o = String::from("| scenario | requests in the file | requests run |\n|---|---|---|\n");
     for s in &ex.scenarios {
-        let _ = writeln!(o, "| scenarios/{}.toml | {} | {} |", s.name, s.requests_in_file, s.requests_run);
+        let _ = writeln!(o, "| scenarios/{}.toml | {} | {} |", s.name, th(s.requests_in_file), th(s.requests_run));
     }
-    o
-}
-
-/// The Markdown summary.
-pub fn render_markdown(ex: &Experiments, q: &Quoted, prov: &Provenance) -> String {
-    let mut o = String::from("# brokerlab fleet report\n\n");
-    let _ = writeln!(o, "{}\n", scale_note(ex));
-    o += &prov.markdown();
-    let _ = writeln!(o, "\n**The one number:** {}\n", the_number(ex));
-    o += "| headline | value |\n|---|---|\n";
-    for (k, v) in headlines(ex) {
-        o += &plain(&k, v);
-    }
+    let b = &ex.llmd_bench;
     let _ = writeln!(
         o,
-        "\nThe multi-tenant workload: hot set {} blocks, {} distinct blocks in all (\"fit\").\n",
-        ex.hot_set_blocks, ex.fit_blocks
+        "| scenarios/llm-d-ramp.toml (section 11, stages 1/{}) | as published | {} |",
+        b.stage_divisor,
+        th(b.ramp_requests)
     );
-    o += "## llm-d benchmark shape\n\n";
-    o += &llmd_table(ex);
-    let _ = writeln!(
-        o,
-        "\nThe simulator has no GPU model: latency is prefill tokens x {} us plus FIFO queueing, so absolute seconds are not comparable; what transfers is the ordering and which parameters open the gap (see below).\n",
-        us(q.llmd.fifo().t_prefill_ns)
-    );
-    o += "## Stale index\n\n| k | gain kept | chased requests | phantom blocks |\n|---|---|---|---|\n";
-    for (p, (k, g)) in ex.stale.iter().zip(ex.stale_gain_kept()) {
-        let _ =
-            writeln!(o, "| {k} | {:.1}% | {} | {} |", g * 100.0, p.summary.chased_requests, p.summary.phantom_blocks);
-    }
-    o += "\n## RAG documents: retrieval order (0) vs sorted by id (1)\n\n";
-    o += &points_table(&ex.rag, "sorted");
-    o += "\n## CPU tier (GPU capacity hot/6; value = CPU-tier blocks per pod)\n\n";
-    o += &cpu_table(ex);
-    o += "\n## Autoscaling (scenarios/autoscale.toml)\n\n";
-    o += &autoscale_table(ex, q.autoscale.fleet.pods);
-    o += "\n## The batched engine: llm-d shape and conversation trace, beside the FIFO engine\n\n";
-    o += &engines_intro(ex);
-    o += "\n\n";
-    o += &engine::table(&ex.engines);
-    for p in engine::prose(&ex.engines, &q.llmd) {
-        let _ = write!(o, "\n{p}\n");
-    }
-    o += "\n## What the cost model says, and how wrong it is\n\n";
-    o += &super::cost::markdown();
-    o += "\n";
-    o += &crate::fleet::report::mooncake::markdown(&ex.mooncake);
-    o += "\n";
-    o += &crate::fleet::report::llmd::markdown(&ex.llmd_bench);
-    o += "\n";
-    o += &crate::fleet::report::deploy::markdown(&ex.deploy);
-    o += "\n## Capacity sweep (stable prefix first)\n\n";
-    o += &points_table(&ex.capacity, "capacity");
-    o += "\n## Capacity sweep (timestamp first)\n\n";
-    o += &points_table(&ex.timestamp_first, "capacity");
-    o += "\n## Alpha\n\n";
-    o += &points_table(&ex.alpha, "alpha");
-    o += "\n## Parameters actually run\n\n";
-    o += &runs_table(ex);
-    o += "\nEverything else as in the scenario files (`scenarios/`); the experiments vary capacity, layout, stale delay, alpha, document order, CPU tier and autoscaling as each section says.\n";
     o
 }
 
@@ -271,8 +239,9 @@ fn autoscale_table(ex: &Experiments, pods: usize) -> String {
         };
         let _ = writeln!(
             o,
-            "| {} | {cost:.0} | {mean:.2} | {moves} | {max} | {ratio} | {:.1}% | {:.3} |",
+            "| {} | {} | {mean:.2} | {moves} | {max} | {ratio} | {:.1}% | {:.3} |",
             autoscale_label(i, pods, false),
+            th(cost.round() as u64),
             s.hit_rate.unwrap_or(0.0) * 100.0,
             s.latency_p90.unwrap_or(f64::NAN)
         );
@@ -289,208 +258,323 @@ fn cpu_table(ex: &Experiments) -> String {
         let _ = writeln!(
             o,
             "| {} | {} | {:.1}% | {:.1}% | {} | {:.3} |",
-            p.value,
+            th(p.value as u64),
             s.router,
             s.hit_rate.unwrap_or(0.0) * 100.0,
             s.cpu_hit_rate.unwrap_or(0.0) * 100.0,
-            s.prefill_tokens,
+            th(s.prefill_tokens),
             s.latency_p90.unwrap_or(f64::NAN)
         );
     }
     o
 }
 
-pub(super) fn md_table_to_html(md: &str) -> String {
-    let mut o = String::from("<table>");
-    for (i, line) in md.lines().filter(|l| l.starts_with('|')).enumerate() {
-        if i == 1 {
-            continue;
-        }
-        let tag = if i == 0 { "th" } else { "td" };
-        o += "<tr>";
-        for cell in line.trim_matches('|').split('|') {
-            let _ = write!(o, "<{tag}>{}</{tag}>", html_escape(cell.trim()));
-        }
-        o += "</tr>";
+fn stale_table(ex: &Experiments) -> String {
+    let mut t = String::from("| k | gain kept | chased requests | phantom blocks |\n|---|---|---|---|\n");
+    for (p, (k, g)) in ex.stale.iter().zip(ex.stale_gain_kept()) {
+        let _ = writeln!(
+            t,
+            "| {k} | {:.1}% | {} | {} |",
+            g * 100.0,
+            th(p.summary.chased_requests),
+            th(p.summary.phantom_blocks)
+        );
     }
-    o + "</table>"
+    t
 }
 
-pub(super) fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+/// Section 4's caption, read from the data: where prefix-aware's p90 is lowest, and what the
+/// ends of the sweep do against the cache-blind references.
+pub fn alpha_text(ex: &Experiments) -> String {
+    let flat = |r: RouterKind| {
+        ex.alpha.iter().find(|p| p.summary.router == r).and_then(|p| p.summary.latency_p90).unwrap_or(f64::NAN)
+    };
+    alpha_caption(&ex.alpha_p90(), flat(RouterKind::RoundRobin), flat(RouterKind::LeastLoaded))
 }
 
-fn figures(svgs: &[(String, String, String)], section: &str) -> String {
-    let mut o = String::new();
-    for (sec, stem, svg) in svgs {
-        if sec == section {
-            let _ = write!(
-                o,
-                "<figure>{svg}<figcaption><a href=\"{stem}.svg\">{stem}.svg</a> / <a href=\"{stem}.png\">{stem}.png</a></figcaption></figure>"
-            );
-        }
-    }
-    o
-}
-
-/// Markdown emphasis and code of [`scale_note`] as HTML.
-pub(super) fn md_inline_to_html(md: &str) -> String {
-    let mut o = String::new();
-    let mut code = false;
-    for (i, part) in md.split("**").enumerate() {
-        if i > 0 {
-            o += if i % 2 == 1 { "<b>" } else { "</b>" };
-        }
-        for (j, piece) in part.split('`').enumerate() {
-            if j > 0 {
-                o += if code { "</code>" } else { "<code>" };
-                code = !code;
-            }
-            o += &html_escape(piece);
-        }
-    }
-    o
-}
-
-/// Section 10 (the Mooncake local vs global cache) as HTML.
-fn mooncake_html(ex: &Experiments) -> String {
-    use crate::fleet::report::mooncake as mc;
-    let mut o = String::new();
-    let _ = write!(o, "<h2>10. {}</h2><p>{}</p>", html_escape(mc::TITLE), md_inline_to_html(&mc::intro()));
-    o += &md_table_to_html(&mc::ratio_table(&ex.mooncake));
-    o += &md_table_to_html(&mc::runs_table(&ex.mooncake));
-    let _ = write!(o, "<p>{}</p><p>{}</p>", md_inline_to_html(&mc::verdict(&ex.mooncake)), md_inline_to_html(mc::WHY));
-    o
-}
-
-/// Section 11 (the llm-d benchmark reproduced) as HTML, with its scenario file.
-fn llmd_bench_html(ex: &Experiments) -> String {
-    use crate::fleet::report::llmd::{self, Block};
-    let mut o = String::new();
-    let _ = write!(o, "<h2>11. {}</h2>", html_escape(llmd::TITLE));
-    for b in llmd::blocks(&ex.llmd_bench) {
-        match b {
-            Block::Para(p) => {
-                let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
-            }
-            Block::Table(t) => o += &md_table_to_html(&t),
-        }
-    }
-    let _ = write!(o, "<h3>{}</h3><pre>{}</pre>", html_escape(llmd::SCENARIO_NAME), html_escape(llmd::SCENARIO_TEXT));
-    o
-}
-
-/// The built-in scenarios as run (the request counts after `--shrink`), as HTML.
-fn parameters_html(ex: &Experiments) -> String {
-    let mut o = String::from("<h2>Parameters</h2>");
-    for ((name, text), run) in BUILTIN.iter().zip(&ex.scenarios) {
-        let ran = if run.requests_run == run.requests_in_file {
-            format!("Ran as written: {} requests.", run.requests_run)
+/// [`alpha_text`] from prefix-aware's (alpha, p90 s) in ascending alpha and the references' p90.
+/// A claim about either end is made only when the data shows it (more than 5% above the best).
+pub fn alpha_caption(pa: &[(f64, f64)], rr: f64, ll: f64) -> String {
+    let best = pa.iter().copied().fold((f64::NAN, f64::INFINITY), |b, (a, p)| if p < b.1 { (a, p) } else { b });
+    let (Some(&(lo_a, lo)), Some(&(hi_a, hi)), (best_a, best)) = (pa.first(), pa.last(), best) else {
+        return "score = match - alpha x queue length.".into();
+    };
+    let end = |a: f64, p: f64, why: &str| {
+        if p > best * 1.05 {
+            format!("at alpha = {a} it is {p:.3} s, {:.1}x the best ({why})", p / best)
         } else {
-            format!(
-                "Ran <b>{} requests</b>, not the {} below (<code>--shrink {}</code>).",
-                run.requests_run, run.requests_in_file, ex.shrink
-            )
-        };
-        let _ = write!(o, "<h3>scenarios/{name}.toml</h3><p>{ran}</p><pre>{}</pre>", html_escape(text));
-    }
-    o
+            format!("at alpha = {a} it is {p:.3} s, within 5% of the best")
+        }
+    };
+    let blind = rr.min(ll);
+    let vs_blind = if hi < blind * 0.95 {
+        format!(", still {:.1}x below the better cache-blind router's {blind:.3} s", blind / hi)
+    } else {
+        format!(", as slow as a cache-blind router ({blind:.3} s)")
+    };
+    format!(
+        "score = match - alpha x queue length. Prefix-aware's p90 is lowest at alpha = {best_a} ({best:.3} s); {}; \
+         {}{vs_blind}. Round-robin ({rr:.3} s) and least-loaded ({ll:.3} s) ignore alpha: flat references.",
+        end(lo_a, lo, "hits are chased into queues"),
+        end(hi_a, hi, "load outweighs the match"),
+    )
 }
 
-pub(super) fn render_html(
-    ex: &Experiments,
-    q: &Quoted,
-    svgs: &[(String, String, String)],
-    prov: &Provenance,
-) -> String {
-    let mut o = String::from(
-        "<!doctype html><html><head><meta charset=\"utf-8\"><title>brokerlab fleet report</title><style>\
-         body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}table{border-collapse:collapse;margin:1em 0}\
-         td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}th{background:#f3f3f3}pre{background:#f7f7f7;padding:8px;overflow:auto}\
-         .num{font-size:1.3em;background:#fffbe6;padding:12px;border-left:4px solid #e69f00}\
-         .warn{background:#fdecea;padding:12px;border-left:4px solid #d55e00}.scale{color:#555}\
-         table.prov{font-size:.8em;color:#444;margin:.5em 0}table.prov th,table.prov td{border:none;padding:1px 8px 1px 0}\
-         table.prov th{background:none;font-weight:normal;color:#777}</style></head><body>\
-         <h1>brokerlab fleet report</h1>",
-    );
-    let class = if ex.shrink > 1 { "warn" } else { "scale" };
-    let _ = write!(o, "<p class=\"{class}\">{}</p>", md_inline_to_html(&scale_note(ex)));
-    o += &prov.html();
-    let _ = write!(o, "<p class=\"num\"><b>The one number:</b> {}</p>", html_escape(&the_number(ex)));
+/// Figures of `section` as blocks.
+fn figures(svgs: &[(String, String, String)], section: &str) -> Vec<Block> {
+    svgs.iter()
+        .filter(|(sec, _, _)| sec == section)
+        .map(|(_, stem, svg)| Block::Figure(stem.clone(), svg.clone()))
+        .collect()
+}
+
+/// A cost-check or other Markdown body (paragraphs, `|` tables, "Notes:" lists) as blocks.
+fn md_body(md: &str) -> Vec<Block> {
+    let mut v = Vec::new();
+    for block in md.split("\n\n").map(str::trim).filter(|b| !b.is_empty()) {
+        if block.starts_with('|') {
+            v.push(page::table_from_md(block));
+        } else if let Some(rest) = block.strip_prefix("Notes:") {
+            v.push(Block::Para("Notes:".into()));
+            v.push(Block::List(rest.lines().filter_map(|l| l.strip_prefix("- ")).map(String::from).collect()));
+        } else {
+            v.push(Block::Para(block.replace('\n', " ")));
+        }
+    }
+    v
+}
+
+/// Everything the report's pages need besides the experiments.
+pub struct PageInputs<'a> {
+    /// The scenarios the prose quotes.
+    pub quoted: &'a Quoted,
+    /// (section key, file stem, inline SVG) of every plot.
+    pub svgs: &'a [(String, String, String)],
+}
+
+/// A section: its blocks (the heading first), from the experiments and the page inputs.
+type Section = fn(&Experiments, &PageInputs) -> Vec<Block>;
+
+/// The report's sections in page order (one list for both pages: add a section here).
+pub const SECTIONS: [Section; 16] = [
+    sec_top,
+    sec_capacity,
+    sec_layout,
+    sec_stale,
+    sec_alpha,
+    sec_llmd_shape,
+    sec_rag,
+    sec_cpu,
+    sec_autoscale,
+    sec_engines,
+    sec_cost,
+    sec_mooncake,
+    sec_llmd_bench,
+    sec_deploy,
+    sec_parameters,
+    sec_model,
+];
+
+/// Every block of the report, in order.
+pub fn blocks(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    SECTIONS.iter().flat_map(|s| s(ex, inp)).collect()
+}
+
+fn sec_top(ex: &Experiments, _: &PageInputs) -> Vec<Block> {
     let mut head = String::from("| headline | value |\n|---|---|\n");
     for (k, v) in headlines(ex) {
-        head += &plain(&k, v);
+        let _ = writeln!(head, "| {k} | {v} |");
     }
-    o += &md_table_to_html(&head);
-    let sections = [
-        (
-            "capacity",
-            "1. Capacity: where the routers part",
-            "Hold the workload fixed and shrink each pod's cache from \"everything fits on every pod\" to \"each pod holds one-sixth of the hot set\".",
-        ),
-        (
-            "layout",
-            "2. Prompt layout: a timestamp on line one",
-            "The same sweep with a per-request timestamp and user id before the shared prefix: the first block differs, so every chained key differs.",
-        ),
-        (
-            "stale",
-            "3. Stale index",
-            "Evictions reach the router's index k requests late. The router then believes in blocks that are gone: a miss, never an error.",
-        ),
-        (
-            "alpha",
-            "4. Load penalty alpha",
-            "score = match - alpha x queue length. Too low: hits are chased into queues; too high: round-robin again.",
-        ),
+    vec![
+        Block::Callout(scale_note(ex)),
+        Block::Callout(format!("**The one number:** {}", the_number(ex))),
+        Block::Heading("Headlines".into()),
+        page::table_from_md(&head),
+        Block::Para(format!(
+            "The multi-tenant workload: hot set {} blocks, {} distinct blocks in all (\"fit\").",
+            th(ex.hot_set_blocks),
+            th(ex.fit_blocks as u64)
+        )),
+    ]
+}
+
+fn sec_capacity(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    let mut v = vec![
+        Block::Heading("1. Capacity: where the routers part".into()),
+        Block::Para("Hold the workload fixed and shrink each pod's cache from \"everything fits on every pod\" to \"each pod holds one-sixth of the hot set\".".into()),
     ];
-    for (key, title, text) in sections {
-        let _ = write!(o, "<h2>{title}</h2><p>{text}</p>");
-        o += &figures(svgs, key);
-        if key == "stale" {
-            let mut t = String::from("| k | gain kept | chased requests | phantom blocks |\n|---|---|---|---|\n");
-            for (p, (k, g)) in ex.stale.iter().zip(ex.stale_gain_kept()) {
-                let _ = writeln!(
-                    t,
-                    "| {k} | {:.1}% | {} | {} |",
-                    g * 100.0,
-                    p.summary.chased_requests,
-                    p.summary.phantom_blocks
-                );
-            }
-            o += &md_table_to_html(&t);
+    v.extend(figures(inp.svgs, "capacity"));
+    v.push(page::table_from_md(&points_table(&ex.capacity, "capacity")));
+    v
+}
+
+fn sec_layout(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    let mut v = vec![
+        Block::Heading("2. Prompt layout: a timestamp on line one".into()),
+        Block::Para("The same sweep with a per-request timestamp and user id before the shared prefix: the first block differs, so every chained key differs.".into()),
+    ];
+    v.extend(figures(inp.svgs, "layout"));
+    v.push(page::table_from_md(&points_table(&ex.timestamp_first, "capacity")));
+    v
+}
+
+fn sec_stale(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    let mut v = vec![
+        Block::Heading("3. Stale index".into()),
+        Block::Para("Evictions reach the router's index k requests late. The router then believes in blocks that are gone: a miss, never an error.".into()),
+    ];
+    v.extend(figures(inp.svgs, "stale"));
+    v.push(page::table_from_md(&stale_table(ex)));
+    v
+}
+
+fn sec_alpha(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    let mut v = vec![Block::Heading("4. Load penalty alpha".into()), Block::Para(alpha_text(ex))];
+    v.extend(figures(inp.svgs, "alpha"));
+    v.push(page::table_from_md(&points_table(&ex.alpha, "alpha")));
+    v
+}
+
+fn sec_llmd_shape(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    let q = inp.quoted;
+    let mut v = vec![
+        Block::Heading("5. The llm-d benchmark's shape".into()),
+        Block::Para(llmd_text(&q.llmd)),
+        page::table_from_md(&llmd_table(ex)),
+        Block::Para(format!(
+            "This section runs the FIFO engine: latency is prefill tokens x {} us plus FIFO queueing, no decode and no \
+             step-cost model, so absolute seconds are not comparable; what transfers is the ordering and which \
+             parameters open the gap. Sections 9 and 11 run the batched engine and its step-cost model.",
+            us(q.llmd.fifo().t_prefill_ns)
+        )),
+    ];
+    v.extend(figures(inp.svgs, "llmd"));
+    v
+}
+
+fn sec_rag(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    let mut v = vec![Block::Heading("6. RAG-shaped tenants".into()), Block::Para(rag_text(&inp.quoted.rag))];
+    v.extend(figures(inp.svgs, "rag"));
+    v.push(page::table_from_md(&points_table(&ex.rag, "sorted")));
+    v
+}
+
+fn sec_cpu(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    let mut v = vec![Block::Heading("7. A CPU tier".into()), Block::Para(cpu_text(&inp.quoted.multi_tenant))];
+    v.extend(figures(inp.svgs, "cpu"));
+    v.push(page::table_from_md(&cpu_table(ex)));
+    v
+}
+
+fn sec_autoscale(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    let q = inp.quoted;
+    let mut v = vec![
+        Block::Heading("8. Autoscaling: does the router fight the scaler?".into()),
+        Block::Para(autoscale_text(&q.autoscale)),
+    ];
+    v.extend(figures(inp.svgs, "autoscale"));
+    v.push(page::table_from_md(&autoscale_table(ex, q.autoscale.fleet.pods)));
+    v
+}
+
+fn sec_engines(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    let mut v = vec![
+        Block::Heading("9. The batched engine: llm-d shape and conversation trace".into()),
+        Block::Para(engines_intro(ex)),
+        page::table_from_md(&engine::table(&ex.engines)),
+    ];
+    v.extend(engine::prose(&ex.engines, &inp.quoted.llmd).into_iter().map(Block::Para));
+    v
+}
+
+fn sec_cost(_: &Experiments, _: &PageInputs) -> Vec<Block> {
+    let mut v = vec![Block::Heading("9b. What the cost model says, and how wrong it is".into())];
+    v.extend(md_body(&super::cost::markdown()));
+    v
+}
+
+fn sec_mooncake(ex: &Experiments, _: &PageInputs) -> Vec<Block> {
+    use crate::fleet::report::mooncake as mc;
+    vec![
+        Block::Heading(format!("10. {}", mc::TITLE)),
+        Block::Para(mc::intro()),
+        page::table_from_md(&mc::ratio_table(&ex.mooncake)),
+        page::table_from_md(&mc::runs_table(&ex.mooncake)),
+        Block::Para(mc::verdict(&ex.mooncake)),
+        Block::Para(mc::WHY.into()),
+    ]
+}
+
+fn sec_llmd_bench(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    use crate::fleet::report::llmd;
+    let mut v = vec![Block::Heading(format!("11. {}", llmd::TITLE))];
+    for b in llmd::blocks(&ex.llmd_bench) {
+        match b {
+            llmd::Block::Para(p) => v.push(Block::Para(p)),
+            llmd::Block::Table(t) => v.push(page::table_from_md(&t)),
+            llmd::Block::Figures => v.extend(figures(inp.svgs, "llmd_stages")),
         }
     }
-    let _ = write!(o, "<h2>5. The llm-d benchmark's shape</h2><p>{}</p>", llmd_text(&q.llmd));
-    o += &md_table_to_html(&llmd_table(ex));
-    o += &figures(svgs, "llmd");
-    let _ = write!(o, "<h2>6. RAG-shaped tenants</h2><p>{}</p>", rag_text(&q.rag));
-    o += &figures(svgs, "rag");
-    o += &md_table_to_html(&points_table(&ex.rag, "sorted"));
-    let _ = write!(o, "<h2>7. A CPU tier</h2><p>{}</p>", cpu_text(&q.multi_tenant));
-    o += &figures(svgs, "cpu");
-    o += &md_table_to_html(&cpu_table(ex));
-    let _ =
-        write!(o, "<h2>8. Autoscaling: does the router fight the scaler?</h2><p>{}</p>", autoscale_text(&q.autoscale));
-    o += &figures(svgs, "autoscale");
-    o += &md_table_to_html(&autoscale_table(ex, q.autoscale.fleet.pods));
-    let _ = write!(
-        o,
-        "<h2>9. The batched engine: llm-d shape and conversation trace</h2><p>{}</p>",
-        md_inline_to_html(&engines_intro(ex))
-    );
-    o += &md_table_to_html(&engine::table(&ex.engines));
-    for p in engine::prose(&ex.engines, &q.llmd) {
-        let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
-    }
-    o += &super::cost::html();
-    o += &mooncake_html(ex);
-    o += &llmd_bench_html(ex);
-    o += &crate::fleet::report::deploy::html(&ex.deploy, svgs);
-    o += &parameters_html(ex);
-    o += "<p>Model: docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds; the latency model is approximate by design (no decode batching, no GPU model).</p></body></html>";
-    o
+    v.push(Block::Sub(llmd::SCENARIO_NAME.into()));
+    v.push(Block::Pre(llmd::SCENARIO_TEXT.into()));
+    v
 }
+
+fn sec_deploy(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    super::deploy::page_blocks(&ex.deploy, inp.svgs)
+}
+
+/// The built-in scenarios as run (the request counts after `--shrink`).
+fn sec_parameters(ex: &Experiments, _: &PageInputs) -> Vec<Block> {
+    let mut v = vec![
+        Block::Heading("Parameters actually run".into()),
+        page::table_from_md(&runs_table(ex)),
+        Block::Para("Everything else as in the scenario files (`scenarios/`); the experiments vary capacity, layout, stale delay, alpha, document order, CPU tier and autoscaling as each section says.".into()),
+    ];
+    for ((name, text), run) in BUILTIN.iter().zip(&ex.scenarios) {
+        let ran = if run.requests_run == run.requests_in_file {
+            format!("Ran as written: {} requests.", th(run.requests_run))
+        } else {
+            format!(
+                "Ran **{} requests**, not the {} below (`--shrink {}`).",
+                th(run.requests_run),
+                th(run.requests_in_file),
+                ex.shrink
+            )
+        };
+        v.push(Block::Sub(format!("scenarios/{name}.toml")));
+        v.push(Block::Para(ran));
+        v.push(Block::Pre((*text).into()));
+    }
+    v
+}
+
+fn sec_model(_: &Experiments, _: &PageInputs) -> Vec<Block> {
+    vec![
+        Block::Heading("The model".into()),
+        Block::Para(
+            "docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds. Two engine models: the FIFO \
+             engine (prefill tokens x a fixed cost, FIFO queueing, no decode batching) in sections 1-8 and 10, and the \
+             batched engine (vLLM-style continuous batching with a step-cost model fitted on published calibration \
+             points; section 9b says how far off it is) in sections 9 and 11, whose section lists what it leaves out. \
+             Compare orderings and ratios, not seconds."
+                .into(),
+        ),
+    ]
+}
+
+/// The Markdown summary.
+pub fn render_markdown(blocks: &[Block], prov: &Provenance) -> String {
+    page::markdown(TITLE, blocks, &prov.markdown())
+}
+
+/// The HTML page.
+pub(super) fn render_html(blocks: &[Block], prov: &Provenance) -> String {
+    page::html(TITLE, blocks, &prov.html())
+}
+
+/// The report's title.
+pub const TITLE: &str = "brokerlab fleet report";
 
 /// Section 9's first paragraph (Markdown).
 fn engines_intro(ex: &Experiments) -> String {
@@ -566,6 +650,50 @@ mod tests {
         assert!(t.contains("below 0.25 it drops") && t.contains("Base load 12 req/s, 40 req/s from 30 s to 210 s."));
         assert_eq!(autoscale_label(7, sc.fleet.pods, false), "prefix-aware alpha=1, fixed 6 pods");
         assert_eq!(autoscale_label(3, sc.fleet.pods, true), "PA alpha=1");
+    }
+
+    /// Section 4's caption says what the data shows, and no claim the data does not.
+    #[test]
+    fn alpha_caption_follows_the_data() {
+        // A valley: both ends above the best.
+        let t = alpha_caption(&[(0.125, 2.0), (1.0, 0.5), (4096.0, 1.5)], 3.0, 2.5);
+        assert!(t.contains("lowest at alpha = 1 (0.500 s)"), "{t}");
+        assert!(t.contains("at alpha = 0.125 it is 2.000 s, 4.0x the best (hits are chased"), "{t}");
+        assert!(t.contains("at alpha = 4096 it is 1.500 s, 3.0x the best (load outweighs the match), still 1.7x below the better cache-blind router's 2.500 s"), "{t}");
+        assert!(t.contains("Round-robin (3.000 s) and least-loaded (2.500 s)"), "{t}");
+        // Monotone: the lowest alpha is best, so nothing is said about chasing hits.
+        let t = alpha_caption(&[(0.125, 0.5), (1.0, 0.51), (4096.0, 2.5)], 3.0, 2.5);
+        assert!(t.contains("as slow as a cache-blind router (2.500 s)"), "{t}");
+        assert!(
+            t.contains("lowest at alpha = 0.125") && t.contains("0.125 it is 0.500 s, within 5% of the best"),
+            "{t}"
+        );
+        assert!(!t.contains("chased"), "{t}");
+        assert_eq!(alpha_caption(&[], 1.0, 1.0), "score = match - alpha x queue length.");
+    }
+
+    /// One block list renders both pages: the Markdown table parsed back is the same table, and
+    /// inline Markdown becomes HTML.
+    #[test]
+    fn a_markdown_table_becomes_one_block() {
+        let md = "| a | b |\n|---|---|\n| 1,234 | `x` |\n| 2 | **y** |\n";
+        let Block::Table(head, rows) = page::table_from_md(md) else { panic!("not a table") };
+        assert_eq!(head, ["a", "b"]);
+        assert_eq!(rows, [["1,234", "`x`"], ["2", "**y**"]]);
+        let html = page::html("t", &[page::table_from_md(md)], "");
+        assert!(html.contains("<td>1,234</td><td class=\"t\"><code>x</code></td>"), "{html}");
+        let out = page::markdown("t", &[page::table_from_md(md)], "");
+        assert!(out.contains(md), "{out}");
+    }
+
+    /// Counts carry thousands separators.
+    #[test]
+    fn counts_have_thousands_separators() {
+        assert_eq!(th(41_326_392), "41,326,392");
+        assert_eq!(th(999), "999");
+        assert_eq!(crate::plot::bar_value(0.3621), "0.362");
+        assert_eq!(crate::plot::bar_value(94.9), "94.9");
+        assert_eq!(crate::plot::bar_value(12_345.0), "12,345");
     }
 
     /// The same for the llm-d, RAG and CPU-tier paragraphs.

@@ -148,6 +148,26 @@ impl Streamed {
         })
     }
 
+    /// How many requests the workload generates: `requests` unless arrival stages end first
+    /// (a ramp stops at its last stage's end), counted by generating arrivals without keys.
+    pub fn count_requests(&mut self) -> CliResult<u64> {
+        if self.spec.stages_len == 0 {
+            return Ok(self.spec.requests);
+        }
+        let origin = &self.origin;
+        let mut wl =
+            Workload::new(self.spec, &mut self.cdf).map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+        let mut n = 0u64;
+        while wl
+            .next_request(&mut self.tokens)
+            .map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?
+            .is_some()
+        {
+            n += 1;
+        }
+        Ok(n)
+    }
+
     /// Generates every request from the start and calls `f` with it and its block keys; `f`
     /// returns false to stop.
     pub fn each(
@@ -277,4 +297,28 @@ pub fn write_trace_from(src: &mut dyn RequestSource, out: &mut dyn std::io::Writ
         return Err(e);
     }
     fed.map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ramp ends with its last stage, before the file's `requests` cap: the count (what
+    /// `fleet run`'s progress bar counts to) is what the generator yields, not the cap.
+    #[test]
+    fn a_ramp_counts_the_requests_its_stages_generate() {
+        let text = include_str!("../../../../scenarios/llm-d-ramp.toml");
+        let mut sc = crate::fleet::scenario::Scenario::parse(text, "llm-d-ramp.toml", "llm-d-ramp").unwrap();
+        let n = sc.workload.stages_len as usize;
+        for st in &mut sc.workload.stages[..n] {
+            st.duration_ms /= 80;
+        }
+        let generated = Generated::new(sc.workload).unwrap().requests.len() as u64;
+        let counted = Streamed::new(sc.workload, "t").unwrap().count_requests().unwrap();
+        assert_eq!(counted, generated);
+        assert!(counted > 0 && counted < sc.workload.requests, "{counted} of {}", sc.workload.requests);
+        // Without stages the count is the file's.
+        let rag = crate::fleet::scenario::builtin::builtin("rag").unwrap();
+        assert_eq!(Streamed::new(rag.workload, "t").unwrap().count_requests().unwrap(), rag.workload.requests);
+    }
 }

@@ -140,7 +140,7 @@ impl SweepSummary for Summary {
 /// for the FIFO fleet, `brokerlab audit`), and an unoptimized build keeps several copies of it
 /// on the stack while constructing one; rayon's default (2 MiB) overflowed. Only the pages
 /// touched are committed.
-const POINT_STACK_BYTES: usize = 32 << 20;
+pub(crate) const POINT_STACK_BYTES: usize = 32 << 20;
 
 /// Runs `f` on every point on a work-stealing pool of `threads` threads (0: all cores); results
 /// come back in point order, so they do not depend on the thread count. `progress` advances by

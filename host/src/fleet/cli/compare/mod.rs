@@ -379,8 +379,11 @@ fn run_all(
     progress: &Progress,
 ) -> CliResult<Vec<run::RunResult>> {
     use rayon::prelude::*;
+    // the sweep's stack per thread: a fleet value is large (1,024 pod slots) and a debug build
+    // copies it on the stack, which overflowed rayon's default 2 MiB
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
+        .stack_size(crate::fleet::sweep::POINT_STACK_BYTES)
         .build()
         .map_err(|e| CliError::failure(format!("cannot start the compare's threads: {e}")))?;
     pool.install(|| {

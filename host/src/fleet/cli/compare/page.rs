@@ -1,5 +1,7 @@
-//! One document, two renderings: the compare page is built once as [`Block`]s and written as
-//! Markdown and as HTML from them, so the two cannot say different things.
+//! One document, two renderings: a page (`fleet compare`'s, `fleet report`'s) is built once as
+//! [`Block`]s and written as Markdown and as HTML from them, so the two cannot say different
+//! things. Text is inline Markdown (`**bold**`, `` `code` ``): verbatim in Markdown, converted in
+//! HTML.
 
 use std::fmt::Write as _;
 
@@ -18,6 +20,27 @@ pub enum Block {
     Figure(String, String),
     /// A highlighted line.
     Callout(String),
+    /// A sub-heading (level 3), not in the table of contents.
+    Sub(String),
+    /// Preformatted text (a scenario file).
+    Pre(String),
+}
+
+/// A Markdown table (`| a | b |` lines, the second the `|---|` rule) as a [`Block::Table`].
+pub fn table_from_md(md: &str) -> Block {
+    let rows: Vec<Vec<String>> = md
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .map(|l| l.trim().trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
+        .collect();
+    let mut it = rows.into_iter();
+    let head = it.next().unwrap_or_default();
+    Block::Table(head, it.skip(1).collect())
+}
+
+/// The level-2 headings of `blocks`, in order (the table of contents).
+pub fn headings(blocks: &[Block]) -> Vec<&str> {
+    blocks.iter().filter_map(|b| if let Block::Heading(h) = b { Some(h.as_str()) } else { None }).collect()
 }
 
 fn anchor(title: &str) -> String {
@@ -37,6 +60,25 @@ fn anchor(title: &str) -> String {
 
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// Inline Markdown (`**bold**`, `` `code` ``) as escaped HTML.
+pub fn inline_html(md: &str) -> String {
+    let mut o = String::new();
+    let mut code = false;
+    for (i, part) in md.split("**").enumerate() {
+        if i > 0 {
+            o += if i % 2 == 1 { "<b>" } else { "</b>" };
+        }
+        for (j, piece) in part.split('`').enumerate() {
+            if j > 0 {
+                o += if code { "</code>" } else { "<code>" };
+                code = !code;
+            }
+            o += &esc(piece);
+        }
+    }
+    o
 }
 
 fn md_cell(s: &str) -> String {
@@ -79,6 +121,12 @@ pub fn markdown(title: &str, blocks: &[Block], provenance: &str) -> String {
             Block::Figure(stem, _) => {
                 let _ = write!(o, "![{stem}]({stem}.png)\n\n");
             }
+            Block::Sub(h) => {
+                let _ = write!(o, "### {h}\n\n");
+            }
+            Block::Pre(t) => {
+                let _ = write!(o, "```\n{}\n```\n\n", t.trim_end());
+            }
         }
     }
     o + provenance
@@ -94,7 +142,7 @@ pub fn html(title: &str, blocks: &[Block], provenance: &str) -> String {
          td:first-child,th:first-child{{text-align:left;white-space:nowrap}}td.t{{text-align:left}}\
          figure{{margin:1em 0}}figure svg{{max-width:100%;height:auto}}\
          .call{{font-size:1.1em;background:#fffbe6;padding:10px;border-left:4px solid #e69f00}}\
-         nav{{background:#f7f7f7;padding:8px}}\
+         nav{{background:#f7f7f7;padding:8px}}pre{{background:#f7f7f7;padding:8px;overflow:auto}}\
          table.prov{{font-size:.8em;color:#444}}table.prov th,table.prov td{{border:none;padding:1px 8px 1px 0;text-align:left}}\
          table.prov th{{background:none;font-weight:normal;color:#777}}</style></head><body><h1>{t}</h1>",
         t = esc(title)
@@ -110,10 +158,10 @@ pub fn html(title: &str, blocks: &[Block], provenance: &str) -> String {
                 let _ = writeln!(o, "<h2 id=\"{}\">{}</h2>", anchor(h), esc(h));
             }
             Block::Para(p) => {
-                let _ = writeln!(o, "<p>{}</p>", esc(p));
+                let _ = writeln!(o, "<p>{}</p>", inline_html(p));
             }
             Block::Callout(p) => {
-                let _ = writeln!(o, "<p class=\"call\">{}</p>", esc(p));
+                let _ = writeln!(o, "<p class=\"call\">{}</p>", inline_html(p));
             }
             Block::Table(head, rows) => {
                 o += "<table><tr>";
@@ -127,7 +175,7 @@ pub fn html(title: &str, blocks: &[Block], provenance: &str) -> String {
                         // numbers right-aligned (they line up by digit), words left
                         let num = c.starts_with(|ch: char| ch.is_ascii_digit()) || c == "n/a";
                         let class = if num { "" } else { " class=\"t\"" };
-                        let _ = write!(o, "<td{class}>{}</td>", esc(c));
+                        let _ = write!(o, "<td{class}>{}</td>", inline_html(c));
                     }
                     o += "</tr>\n";
                 }
@@ -136,7 +184,7 @@ pub fn html(title: &str, blocks: &[Block], provenance: &str) -> String {
             Block::List(items) => {
                 o += "<ul>";
                 for i in items {
-                    let _ = write!(o, "<li>{}</li>", esc(i));
+                    let _ = write!(o, "<li>{}</li>", inline_html(i));
                 }
                 o += "</ul>\n";
             }
@@ -145,6 +193,12 @@ pub fn html(title: &str, blocks: &[Block], provenance: &str) -> String {
                     o,
                     "<figure>{svg}<figcaption><a href=\"{stem}.svg\">{stem}.svg</a> / <a href=\"{stem}.png\">{stem}.png</a></figcaption></figure>"
                 );
+            }
+            Block::Sub(h) => {
+                let _ = writeln!(o, "<h3>{}</h3>", esc(h));
+            }
+            Block::Pre(t) => {
+                let _ = writeln!(o, "<pre>{}</pre>", esc(t.trim_end()));
             }
         }
     }

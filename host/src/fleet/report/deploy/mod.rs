@@ -5,7 +5,7 @@
 //! "The KV offload tier", has the rules; every sentence of the prose is formatted from the runs.
 //!
 //! A section of its own: `report/mod.rs` calls [`run`], [`charts`] adds the plots, and the
-//! renderers call [`markdown`] and [`html`].
+//! report's section list calls [`page_blocks`].
 
 use std::fmt::Write as _;
 
@@ -14,6 +14,7 @@ use brokerlab_core::fleet::{Error as CoreError, FleetConfig, Request};
 use serde::Serialize;
 
 use crate::error::{CliError, CliResult};
+use crate::fleet::cli::compare::page;
 use crate::fleet::report::llmd::Block;
 use crate::fleet::run::progress::Progress;
 use crate::fleet::run::{Batched, BatchedSummary, RequestSource, simulate_slo};
@@ -171,46 +172,23 @@ fn layout(s: &DeploySection) -> Vec<Result<Block, &'static str>> {
     o
 }
 
-/// The section as Markdown (figures as links to their PNGs).
-pub fn markdown(s: &DeploySection) -> String {
-    let mut o = format!("## {TITLE}\n\n");
+/// The section as page blocks, heading first, with the inline SVGs of `svgs` (section, stem,
+/// svg) for its figures: one source for the Markdown and the HTML page.
+pub fn page_blocks(s: &DeploySection, svgs: &[(String, String, String)]) -> Vec<page::Block> {
+    let mut v = vec![page::Block::Heading(TITLE.into())];
     for b in layout(s) {
         match b {
-            Ok(Block::Para(p)) => {
-                let _ = write!(o, "{p}\n\n");
-            }
-            Ok(Block::Table(t)) => {
-                let _ = writeln!(o, "{t}");
-            }
-            Err(stem) => {
-                let _ = write!(o, "![{stem}]({stem}.png)\n\n");
-            }
-        }
-    }
-    o
-}
-
-/// The section as HTML, with the inline SVGs of `svgs` (section, stem, svg) for its figures.
-pub fn html(s: &DeploySection, svgs: &[(String, String, String)]) -> String {
-    use super::render::{html_escape, md_inline_to_html, md_table_to_html};
-    let mut o = format!("<h2>{}</h2>", html_escape(TITLE));
-    for b in layout(s) {
-        match b {
-            Ok(Block::Para(p)) => {
-                let _ = write!(o, "<p>{}</p>", md_inline_to_html(&p));
-            }
-            Ok(Block::Table(t)) => o += &md_table_to_html(&t),
+            Ok(Block::Para(p)) => v.push(page::Block::Para(p)),
+            Ok(Block::Table(t)) => v.push(page::table_from_md(&t)),
+            Ok(Block::Figures) => {}
             Err(stem) => {
                 if let Some((_, _, svg)) = svgs.iter().find(|(sec, st, _)| sec == "deploy" && st == stem) {
-                    let _ = write!(
-                        o,
-                        "<figure>{svg}<figcaption><a href=\"{stem}.svg\">{stem}.svg</a> / <a href=\"{stem}.png\">{stem}.png</a></figcaption></figure>"
-                    );
+                    v.push(page::Block::Figure(stem.into(), svg.clone()));
                 }
             }
         }
     }
-    o
+    v
 }
 
 fn s3(v: Option<f64>) -> String {

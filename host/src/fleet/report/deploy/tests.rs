@@ -31,7 +31,11 @@ fn the_section_runs_every_point_and_says_what_they_show() {
         assert_eq!(p.summary.offload.is_some(), p.value > 0.0, "tier keys exactly when the tier is on");
     }
     // Every prompt length is in exactly one of the three lists the prose gives.
-    let md = markdown(&s);
+    let cs = charts(&s);
+    let svgs: Vec<(String, String, String)> =
+        cs.iter().map(|(sec, stem, _)| (sec.to_string(), stem.clone(), format!("<svg id=\"{stem}\"/>"))).collect();
+    let blocks = page_blocks(&s, &svgs);
+    let md = page::markdown("t", &blocks, "");
     let lists = [
         pd::prompts_where(&s.pd, |p, a| p > a),
         pd::prompts_where(&s.pd, |p, a| p < a),
@@ -48,11 +52,8 @@ fn the_section_runs_every_point_and_says_what_they_show() {
         assert!(md.contains(&format!("**{}.**", r.name())), "no finding for {r}");
     }
     // Figures: every chart has every point, finite, and both pages show each one.
-    let cs = charts(&s);
     assert_eq!(cs.len(), pd::STEMS.len() + tier::STEMS.len());
-    let svgs: Vec<(String, String, String)> =
-        cs.iter().map(|(sec, stem, _)| (sec.to_string(), stem.clone(), format!("<svg id=\"{stem}\"/>"))).collect();
-    let page = html(&s, &svgs);
+    let page = page::html("t", &blocks, "");
     for (_, stem, c) in &cs {
         assert!(!c.series.is_empty(), "{stem}: no series");
         for ser in &c.series {

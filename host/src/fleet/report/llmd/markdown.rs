@@ -17,6 +17,8 @@ pub enum Block {
     Para(String),
     /// A Markdown table.
     Table(String),
+    /// The section's plots (drawn by the report, which places them here).
+    Figures,
 }
 
 fn s3(v: Option<f64>) -> String {
@@ -108,11 +110,12 @@ pub fn table_2026(s: &LlmdSection) -> String {
     o
 }
 
-/// Per-stage output tok/s and TTFT p90 of every preset, Markdown.
-pub fn stage_table(s: &LlmdSection) -> String {
+/// One figure of every preset per stage, Markdown: a row per stage, a column per preset, one
+/// number per cell (`cell` formats the stage's figure).
+pub fn stage_table(s: &LlmdSection, cell: &dyn Fn(&StageStats) -> String) -> String {
     let mut o = String::from("| stage (req/s) |");
     for r in &s.ramp {
-        let _ = write!(o, " {}: tok/s / TTFT p90 (s) |", r.preset.upstream());
+        let _ = write!(o, " {} |", r.preset.upstream());
     }
     o += "\n|---|";
     o += &"---|".repeat(s.ramp.len());
@@ -123,12 +126,21 @@ pub fn stage_table(s: &LlmdSection) -> String {
         let warm = if i < WARMUP_STAGES { " (warmup)" } else { "" };
         let _ = write!(o, "| {rate}{warm} |");
         for r in &s.ramp {
-            let st = &r.stages[i];
-            let _ = write!(o, " {} / {} |", tok(st.output_tok_s), s3(st.ttft_p90_s));
+            let _ = write!(o, " {} |", cell(&r.stages[i]));
         }
         o.push('\n');
     }
     o
+}
+
+/// Output tok/s in each stage's window, Markdown.
+pub fn stage_tok_table(s: &LlmdSection) -> String {
+    stage_table(s, &|st| tok(st.output_tok_s))
+}
+
+/// TTFT p90 of each stage's arrivals (s), Markdown.
+pub fn stage_ttft_table(s: &LlmdSection) -> String {
+    stage_table(s, &|st| s3(st.ttft_p90_s))
 }
 
 fn min_max(v: &[u64]) -> String {
@@ -180,8 +192,15 @@ pub fn blocks(s: &LlmdSection) -> Vec<Block> {
     )));
     v.push(Block::Table(table_2026(s)));
     v.push(Block::Para(verdict_2026(s)));
-    v.push(Block::Para("Per stage (output tok/s in the stage's window / TTFT p90 of the stage's arrivals):".into()));
-    v.push(Block::Table(stage_table(s)));
+    v.push(Block::Para(
+        "**Per stage.** The plots draw the ladder stages (the warmup stage left out); the tables give every stage."
+            .into(),
+    ));
+    v.push(Block::Figures);
+    v.push(Block::Para("Output tok/s in each stage's window:".into()));
+    v.push(Block::Table(stage_tok_table(s)));
+    v.push(Block::Para("TTFT p90 of each stage's arrivals (s):".into()));
+    v.push(Block::Table(stage_ttft_table(s)));
     v.push(Block::Para(left_out()));
     v.push(Block::Para(trace_intro(s)));
     v.push(Block::Table(trace_table(s)));
@@ -201,6 +220,7 @@ pub fn markdown(s: &LlmdSection) -> String {
                     o.push('\n');
                 }
             }
+            Block::Figures => {}
         }
     }
     o
