@@ -252,7 +252,7 @@ pub struct LoadGen<'a> {
     window: Window,
     /// The next scheduled send (None: the stage's timer has to draw it).
     sched_ns: Option<u64>,
-    /// What [`Self::next`] planned (and in which slot), until [`Self::sent`].
+    /// What [`Self::next_send`] planned (and in which slot), until [`Self::sent`].
     planned: Option<(Send, Option<usize>)>,
     done: bool,
 }
@@ -357,7 +357,7 @@ impl<'a> LoadGen<'a> {
     /// What to do next. A [`Next::Send`] is a plan: the caller runs its servers up to its time,
     /// reports what completed meanwhile ([`Self::completed`], which may change the plan) and asks
     /// again, or sends it and says so ([`Self::sent`]).
-    pub fn next(&mut self) -> Next {
+    pub fn next_send(&mut self) -> Next {
         if self.done {
             return Next::Done;
         }
@@ -375,7 +375,7 @@ impl<'a> LoadGen<'a> {
             }
             self.stage += 1;
             self.start_stage(self.stage_start_ns + waited + self.spec.interval_ms * 1_000_000);
-            return self.next();
+            return self.next_send();
         }
         let sched = self.scheduled();
         let mut at = sched.max(self.last_send_ns);
@@ -393,7 +393,7 @@ impl<'a> LoadGen<'a> {
         Next::Send(send)
     }
 
-    /// The planned send ([`Self::next`]) is sent: it is in flight from now on.
+    /// The planned send ([`Self::next_send`]) is sent: it is in flight from now on.
     pub fn sent(&mut self) {
         let Some((send, slot)) = self.planned.take() else { return };
         if let Some(i) = slot {
@@ -470,7 +470,7 @@ mod tests {
         let mut out = Vec::new();
         let mut pending: Vec<(u64, Send)> = Vec::new();
         loop {
-            match g.next() {
+            match g.next_send() {
                 Next::Send(x) => {
                     g.sent();
                     pending.push((x.at_ns + service(x.seq), x))

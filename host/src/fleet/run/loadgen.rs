@@ -51,7 +51,7 @@ fn pump<K: HostEngine>(
     sent.clear();
     let mut fresh = Vec::new();
     loop {
-        let next = lg.next();
+        let next = lg.next_send();
         let until = match next {
             Next::Done => return Ok(()),
             Next::AwaitCompletion => u64::MAX,
