@@ -55,6 +55,7 @@ fn seed_charts(ex: &Experiments, q: &Quoted) -> Vec<(&'static str, String, Chart
     rag_charts(ex, &mut out);
     cpu_charts(ex, q, &mut out);
     autoscale_charts(ex, q, &mut out);
+    out.extend(super::published::report_charts(&ex.published));
     out
 }
 

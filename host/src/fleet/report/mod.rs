@@ -38,6 +38,7 @@ mod cost;
 pub mod engine;
 pub mod llmd;
 pub mod mooncake;
+pub mod published;
 mod render;
 
 pub use charts::report;
@@ -90,6 +91,8 @@ pub struct Experiments {
     pub engines: EngineComparison,
     /// llm-d's benchmark reproduced (section 11).
     pub llmd_bench: crate::fleet::report::llmd::LlmdSection,
+    /// The published tables, simulated at the section's stage divisor (section 12).
+    pub published: published::Tables,
 }
 
 /// A built-in scenario as it ran.
@@ -162,6 +165,7 @@ pub fn total_points(caps: usize) -> u64 {
         + AUTOSCALE_RUNS.len()) as u64
         + engine::ENGINE_POINTS
         + crate::fleet::report::llmd::points()
+        + published::RUNS
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -257,6 +261,8 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     // 11: llm-d's benchmark reproduced.
     progress.set_message("llm-d benchmark");
     let llmd_bench = crate::fleet::report::llmd::run(shrink, &|| progress.inc(1))?;
+    progress.set_message("published tables");
+    let published = published::run(llmd::REPORT_STAGE_DIVISOR * shrink.max(1), &|| progress.inc(1))?;
 
     Ok(Experiments {
         capacity,
@@ -276,6 +282,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         scenarios: scenarios_run(shrink)?,
         engines,
         llmd_bench,
+        published,
     })
 }
 

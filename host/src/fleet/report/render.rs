@@ -239,6 +239,7 @@ pub fn render_markdown(ex: &Experiments, q: &Quoted, prov: &Provenance) -> Strin
     o += &crate::fleet::report::mooncake::markdown(&ex.mooncake);
     o += "\n";
     o += &crate::fleet::report::llmd::markdown(&ex.llmd_bench);
+    o += &super::published::section_markdown(&ex.published);
     o += "\n## Capacity sweep (stable prefix first)\n\n";
     o += &points_table(&ex.capacity, "capacity");
     o += "\n## Capacity sweep (timestamp first)\n\n";
@@ -484,6 +485,7 @@ pub(super) fn render_html(
     o += &super::cost::html();
     o += &mooncake_html(ex);
     o += &llmd_bench_html(ex);
+    o += &super::published::section_html(&ex.published, svgs);
     o += &parameters_html(ex);
     o += "<p>Model: docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds; the latency model is approximate by design (no decode batching, no GPU model).</p></body></html>";
     o
