@@ -108,26 +108,55 @@ pub fn markdown(t: &Tables) -> String {
     o
 }
 
-/// One chart per table: log10(simulated / published) per simulated cell (0 = exact; +-0.1 is
-/// about +-25%).
+/// A metric's short name on a chart axis ("TTFT p90 (s) @ ..." -> "TTFT p90").
+fn short(metric: &str) -> String {
+    let m = metric.split(" (").next().unwrap_or(metric);
+    m.split(" @").next().unwrap_or(m).replace("output tok/s", "out tok/s").replace("input tok/s at knee", "in tok/s at knee")
+}
+
+/// One chart per table: grouped bars of log10(simulated / published), one group per metric, one
+/// colour per row (router or arm); 0 = exact, +-0.1 is about +-25%.
 pub fn charts(t: &Tables) -> Vec<(String, Chart)> {
     let all = cells(t);
     (1..=3u8)
         .map(|n| {
             let sel: Vec<&Cell> = all.iter().filter(|c| c.table == n && c.simulated.is_some()).collect();
-            let pts = sel
+            let mut metrics: Vec<String> = Vec::new();
+            let mut rows: Vec<String> = Vec::new();
+            for c in &sel {
+                if !metrics.contains(&short(c.metric)) {
+                    metrics.push(short(c.metric));
+                }
+                if !rows.contains(&c.row) {
+                    rows.push(c.row.clone());
+                }
+            }
+            let series = rows
                 .iter()
-                .enumerate()
-                .map(|(i, c)| (i as f64, c.simulated.map_or(f64::NAN, |s| (s / c.published).log10())))
+                .map(|row| {
+                    let pts = sel
+                        .iter()
+                        .filter(|c| &c.row == row)
+                        .map(|c| {
+                            let x = metrics.iter().position(|m| *m == short(c.metric)).unwrap_or(0) as f64;
+                            (x, c.simulated.map_or(f64::NAN, |s| (s / c.published).log10()))
+                        })
+                        .collect();
+                    Series::new(row.clone(), pts)
+                })
                 .collect();
             let chart = Chart {
-                title: format!("table {n}: simulated vs published, log10(simulated / published) per cell"),
-                x_label: "cell".into(),
-                y_label: "log10(simulated / published): 0 = exact, +-0.1 = +-25%".into(),
-                series: vec![Series::new("simulated / published", pts)],
+                title: format!("table {n}: simulated vs published"),
+                x_label: "published cell".into(),
+                y_label: "log10(simulated / published)".into(),
+                series,
                 bars: true,
-                x_categories: sel.iter().map(|c| format!("{} {}", c.row, c.metric)).collect(),
-                notes: vec![median_line(&all, n)],
+                x_categories: metrics,
+                notes: vec![
+                    "0 = exact; +-0.1 = about +-25%".into(),
+                    median_error(&all.iter().filter(|c| c.table == n).cloned().collect::<Vec<_>>())
+                        .map_or("median |error| n/a".into(), |m| format!("median |error| {:.0}%", m * 100.0)),
+                ],
                 ..Chart::default()
             };
             (format!("published_table{n}"), chart)
