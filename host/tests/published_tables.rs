@@ -27,36 +27,36 @@ fn tables() -> &'static Tables {
 /// changes. Within 25% today: `t1 approximate output tok/s`, `t2 b2b-saas k8s service knee (QPS)`, `t3 llm-d optimized (prefix+token) req/s @ "rate 60"`, `t3 k8s service req/s @ "rate 60"`; the reason of every other cell
 /// is the section's note column (docs/PUBLISHED.md).
 const BANDS: &[(&str, f64, f64)] = &[
-    ("t1 precise output tok/s", 0.7276, 0.8593), // +0.7935
-    ("t1 precise TTFT p90 (s)", 8.1885, 8.6248), // +8.4067
-    ("t1 precise TTFT mean (s)", 3.4490, 3.6918), // +3.5704
-    ("t1 precise wait queue (mean)", 13.6640, 15.2422), // +14.4531
-    ("t1 approximate output tok/s", -0.0862, 0.0153), // -0.0354
-    ("t1 approximate TTFT p90 (s)", 6.9503, 7.3360), // +7.1431
-    ("t1 approximate TTFT mean (s)", 15.6549, 16.3959), // +16.0254
-    ("t1 approximate wait queue (mean)", 46.1877, 48.1749), // +47.1813
-    ("t1 load output tok/s", -0.3462, -0.2346), // -0.2904
-    ("t1 load TTFT p90 (s)", 4.5121, 4.7983), // +4.6552
-    ("t1 load TTFT mean (s)", 9.3785, 9.8634), // +9.6209
-    ("t1 load wait queue (mean)", 20.6455, 21.5902), // +21.1178
-    ("t1 random output tok/s", -0.4359, -0.3208), // -0.3783
-    ("t1 random TTFT p90 (s)", 4.7747, 5.0716), // +4.9231
-    ("t1 random TTFT mean (s)", 9.8314, 10.3347), // +10.0830
-    ("t1 random wait queue (mean)", 21.5229, 22.5034), // +22.0132
-    ("t2 b2b-saas prefix+token knee (QPS)", -0.6363, -0.5133), // -0.5748
+    ("t1 precise output tok/s", 0.7276, 0.8593),                        // +0.7935
+    ("t1 precise TTFT p90 (s)", 8.1885, 8.6248),                        // +8.4067
+    ("t1 precise TTFT mean (s)", 3.4490, 3.6918),                       // +3.5704
+    ("t1 precise wait queue (mean)", 13.6640, 15.2422),                 // +14.4531
+    ("t1 approximate output tok/s", -0.0862, 0.0153),                   // -0.0354
+    ("t1 approximate TTFT p90 (s)", 6.9503, 7.3360),                    // +7.1431
+    ("t1 approximate TTFT mean (s)", 15.6549, 16.3959),                 // +16.0254
+    ("t1 approximate wait queue (mean)", 46.1877, 48.1749),             // +47.1813
+    ("t1 load output tok/s", -0.3462, -0.2346),                         // -0.2904
+    ("t1 load TTFT p90 (s)", 4.5121, 4.7983),                           // +4.6552
+    ("t1 load TTFT mean (s)", 9.3785, 9.8634),                          // +9.6209
+    ("t1 load wait queue (mean)", 20.6455, 21.5902),                    // +21.1178
+    ("t1 random output tok/s", -0.4359, -0.3208),                       // -0.3783
+    ("t1 random TTFT p90 (s)", 4.7747, 5.0716),                         // +4.9231
+    ("t1 random TTFT mean (s)", 9.8314, 10.3347),                       // +10.0830
+    ("t1 random wait queue (mean)", 21.5229, 22.5034),                  // +22.0132
+    ("t2 b2b-saas prefix+token knee (QPS)", -0.6363, -0.5133),          // -0.5748
     ("t2 b2b-saas prefix+token input tok/s at knee", -0.8498, -0.7184), // -0.7841
-    ("t2 b2b-saas k8s service knee (QPS)", -0.1587, -0.0544), // -0.1065
-    ("t2 b2b-saas k8s service input tok/s at knee", -0.6932, -0.5680), // -0.6306
+    ("t2 b2b-saas k8s service knee (QPS)", -0.1587, -0.0544),           // -0.1065
+    ("t2 b2b-saas k8s service input tok/s at knee", -0.6932, -0.5680),  // -0.6306
     ("t3 llm-d optimized (prefix+token) peak output tok/s", -0.6860, -0.5611), // -0.6235
     ("t3 llm-d optimized (prefix+token) req/s @ \"rate 60\"", -0.0428, 0.0575), // +0.0073
     ("t3 llm-d optimized (prefix+token) TTFT p90 (s) @ \"rate 60\"", 29.4868, 30.7924), // +30.1396
     ("t3 llm-d optimized (prefix+token) TTFT p50 (s) @ \"rate 60\"", 400.3151, 416.7566), // +408.5358
     ("t3 llm-d optimized (prefix+token) E2E p50 (s) @ \"rate 60\"", 16.3345, 17.1032), // +16.7189
-    ("t3 k8s service peak output tok/s", -0.3877, -0.2745), // -0.3311
-    ("t3 k8s service req/s @ \"rate 60\"", -0.0272, 0.0738), // +0.0233
-    ("t3 k8s service TTFT p90 (s) @ \"rate 60\"", 12.1096, 12.7059), // +12.4078
-    ("t3 k8s service TTFT p50 (s) @ \"rate 60\"", 19.4293, 20.3244), // +19.8768
-    ("t3 k8s service E2E p50 (s) @ \"rate 60\"", 12.7680, 13.3912), // +13.0796
+    ("t3 k8s service peak output tok/s", -0.3877, -0.2745),             // -0.3311
+    ("t3 k8s service req/s @ \"rate 60\"", -0.0272, 0.0738),            // +0.0233
+    ("t3 k8s service TTFT p90 (s) @ \"rate 60\"", 12.1096, 12.7059),    // +12.4078
+    ("t3 k8s service TTFT p50 (s) @ \"rate 60\"", 19.4293, 20.3244),    // +19.8768
+    ("t3 k8s service E2E p50 (s) @ \"rate 60\"", 12.7680, 13.3912),     // +13.0796
 ];
 
 /// Every way `cells` breaks `bands`: a banded cell missing or not simulated, a cell outside its
@@ -79,7 +79,8 @@ fn violations(cells: &[Cell], bands: &[(&str, f64, f64)]) -> Vec<String> {
         if c.simulated.is_some() && !bands.iter().any(|b| b.0 == c.id()) {
             bad.push(format!("{}: simulated but has no band", c.id()));
         }
-        if c.simulated.is_none() && !c.note.starts_with("not simulated: needs") && !bands.iter().any(|b| b.0 == c.id()) {
+        if c.simulated.is_none() && !c.note.starts_with("not simulated: needs") && !bands.iter().any(|b| b.0 == c.id())
+        {
             bad.push(format!("{}: neither simulated nor marked as needing something", c.id()));
         }
     }

@@ -56,14 +56,15 @@ pub fn median_error(cells: &[Cell]) -> Option<f64> {
 
 const WHY_TOK: &str = "counted 1,000 tokens per request (A1) where the 2025 run counted about 440; back-to-back stages stretch a saturated router's stage windows";
 const WHY_TTFT: &str = "stages run back to back, so a saturated router's queue carries into the next stage (inference-perf drains each stage); precise preempts with 1,000 tokens per running request";
-const WHY_WAIT: &str = "the model's time-weighted waiting requests per pod over the run; queues carried across stages (as TTFT)";
+const WHY_WAIT: &str =
+    "the model's time-weighted waiting requests per pod over the run; queues carried across stages (as TTFT)";
 
 fn table1(t: &Tables) -> Vec<Cell> {
     let names = ["precise", "approximate", "load", "random"];
     let mut out = Vec::new();
     for (i, p) in TABLE1.iter().enumerate() {
         let r = t.table1.get(i);
-        let s = r.and_then(|r| r.summary);
+        let s = r.and_then(StagedRun::summary_2025);
         let row = names[i].to_string();
         let mk = |metric, sim: Option<f64>, published: f64, absolute, why: &str| Cell {
             table: 1,
@@ -112,7 +113,8 @@ fn table2(t: &Tables) -> Vec<Cell> {
             }
             continue;
         }
-        let (arm, rows): (usize, &[B2bRow]) = if row.arm == "prefix+token" { (0, &B2B_AFFINITY) } else { (1, &B2B_SERVICE) };
+        let (arm, rows): (usize, &[B2bRow]) =
+            if row.arm == "prefix+token" { (0, &B2B_AFFINITY) } else { (1, &B2B_SERVICE) };
         let sim: Option<Knee> = t.b2b.get(arm).and_then(simulated_points).and_then(|p| knee(&p, true));
         let Some(pubk) = knee(&published_points(rows), true) else { continue };
         let note = |by_eye: f64, unit: &str| {
@@ -161,7 +163,12 @@ fn table3(t: &Tables) -> Vec<Cell> {
         let peak_sim = all.as_ref().map(|v| v.iter().map(|s| s.output_tok_s).fold(f64::NAN, f64::max));
         out.push(mk("peak output tok/s", peak_sim, peak, "largest per-stage output tok/s".into()));
         let row16 = "the 16th stage by achieved rate (the guide's \"rate 60\" row)";
-        out.push(mk("req/s @ \"rate 60\"", at.map(|s| s.achieved_rate), p.ach_qps, format!("achieved rate of {row16}")));
+        out.push(mk(
+            "req/s @ \"rate 60\"",
+            at.map(|s| s.achieved_rate),
+            p.ach_qps,
+            format!("achieved rate of {row16}"),
+        ));
         out.push(mk(
             "TTFT p90 (s) @ \"rate 60\"",
             at.map(|s| s.ttft_p90_s),

@@ -168,11 +168,7 @@ pub fn stage_figures(reqs: &[Req]) -> Option<StageFigures> {
         total_time_s,
         output_tok_s: per_s(ok.iter().map(|r| r.output_tokens).sum()),
         input_tok_s: per_s(ok.iter().map(|r| r.input_tokens).sum()),
-        achieved_rate: if last_send > start {
-            reqs.len() as f64 / ((last_send - start) as f64 / 1e9)
-        } else {
-            nan
-        },
+        achieved_rate: if last_send > start { reqs.len() as f64 / ((last_send - start) as f64 / 1e9) } else { nan },
         ttft_p50_s: percentile_linear(&ttft, 50.0).unwrap_or(nan),
         ttft_p90_s: percentile_linear(&ttft, 90.0).unwrap_or(nan),
         ttft_mean_s: if ttft.is_empty() { nan } else { ttft.iter().sum::<f64>() / ttft.len() as f64 },
@@ -321,8 +317,12 @@ mod tests {
             ttft_mean_s: p90 / 2.0,
             e2e_p50_s: 0.0,
         };
-        let s = summary_2025(&[(Some(st(100.0, 1.0, 2)), 15_000), (Some(st(50.0, 10.0, 2)), 3000), (Some(st(300.0, 3.0, 4)), 15_000)])
-            .unwrap();
+        let s = summary_2025(&[
+            (Some(st(100.0, 1.0, 2)), 15_000),
+            (Some(st(50.0, 10.0, 2)), 3000),
+            (Some(st(300.0, 3.0, 4)), 15_000),
+        ])
+        .unwrap();
         assert_eq!(s.rows, 2);
         assert!((s.output_tok_s - 125.0).abs() < 1e-12);
         assert!((s.ttft_p90_s - 4.0).abs() < 1e-12);
@@ -336,8 +336,8 @@ mod tests {
     fn outcome_lines_parse_with_and_without_the_load_generators_fields() {
         let r = parse_outcome(r#"{"index":0,"arrival_ns":5,"ttft_ns":2,"e2e_ns":9}"#, (7200, 1000)).unwrap();
         assert_eq!((r.stage, r.ok, r.output_tokens, r.end_ns()), (None, true, 1000, 14));
-        let r = parse_outcome(r#"{"arrival_ns":5,"ttft_ns":2,"e2e_ns":9,"stage":3,"status":"timed_out"}"#, (1, 1))
-            .unwrap();
+        let r =
+            parse_outcome(r#"{"arrival_ns":5,"ttft_ns":2,"e2e_ns":9,"stage":3,"status":"timed_out"}"#, (1, 1)).unwrap();
         assert_eq!((r.stage, r.ok), (Some(3), false));
         assert!(parse_outcome(r#"{"arrival_ns":5,"ttft_ns":2,"e2e_ns":9,"status":"lost"}"#, (1, 1)).is_err());
         assert!(parse_outcome(r#"{"arrival_ns":5}"#, (1, 1)).is_err());

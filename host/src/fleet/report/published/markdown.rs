@@ -98,11 +98,24 @@ pub fn markdown(t: &Tables) -> String {
     let mut o = format!("{}\n\n", ran(t));
     let heads = [
         (1, "Table 1: llm-d \"KV-Cache Wins You Can See\" (2025)", TABLE1_SOURCE.cite()),
-        (2, "Table 2: \"Sticky Until Saturated\" knees (2026, knee rule A9)", format!("{}; rows {}", TABLE2_SOURCE.cite(), B2B_SOURCE.cite())),
-        (3, "Table 3: optimized baseline (the Sticky b2b-saas run)", format!("{}; rows {}", TABLE3_SOURCE.cite(), B2B_SOURCE.cite())),
+        (
+            2,
+            "Table 2: \"Sticky Until Saturated\" knees (2026, knee rule A9)",
+            format!("{}; rows {}", TABLE2_SOURCE.cite(), B2B_SOURCE.cite()),
+        ),
+        (
+            3,
+            "Table 3: optimized baseline (the Sticky b2b-saas run)",
+            format!("{}; rows {}", TABLE3_SOURCE.cite(), B2B_SOURCE.cite()),
+        ),
     ];
     for (n, title, src) in heads {
-        let _ = write!(o, "### {title}\n\nPublished: {src}.\n\n{}\n{}.\n\n", cell_table(&all, n, true), median_line(&all, n));
+        let _ = write!(
+            o,
+            "### {title}\n\nPublished: {src}.\n\n{}\n{}.\n\n",
+            cell_table(&all, n, true),
+            median_line(&all, n)
+        );
     }
     let _ = writeln!(o, "All three tables: {}.", median_line(&all, 0));
     o
@@ -111,7 +124,11 @@ pub fn markdown(t: &Tables) -> String {
 /// A metric's short name on a chart axis ("TTFT p90 (s) @ ..." -> "TTFT p90").
 fn short(metric: &str) -> String {
     let m = metric.split(" (").next().unwrap_or(metric);
-    m.split(" @").next().unwrap_or(m).replace("output tok/s", "out tok/s").replace("input tok/s at knee", "in tok/s at knee")
+    m.split(" @")
+        .next()
+        .unwrap_or(m)
+        .replace("output tok/s", "out tok/s")
+        .replace("input tok/s at knee", "in tok/s at knee")
 }
 
 /// One chart per table: grouped bars of log10(simulated / published), one group per metric, one

@@ -37,8 +37,6 @@ pub struct StagedRun {
     pub rates: Vec<f64>,
     /// Each stage's figures (None: no request in it).
     pub stages: Vec<Option<StageFigures>>,
-    /// The 2025 report's summary of the stages (table 1).
-    pub summary: Option<Summary2025>,
     /// The model's time-weighted mean waiting requests per pod over the run.
     pub mean_waiting: Option<f64>,
     /// Requests simulated.
@@ -48,6 +46,14 @@ pub struct StagedRun {
 }
 
 impl StagedRun {
+    /// The 2025 report's summary of the stages (table 1), computed from [`Self::stages`] (None
+    /// when a stage is missing).
+    pub fn summary_2025(&self) -> Option<Summary2025> {
+        let rated: Vec<(Option<StageFigures>, u64)> =
+            self.stages.iter().copied().zip(self.rates.iter().map(|r| (r * 1e3).round() as u64)).collect();
+        summary_2025(&rated)
+    }
+
     /// (achieved rate, TTFT p90, figures) of each stage but the warmup, sorted by achieved rate
     /// (as the Sticky results files print them); None if a stage is missing.
     pub fn ladder_by_rate(&self) -> Option<Vec<StageFigures>> {
@@ -97,12 +103,9 @@ fn staged(label: String, sc: &Scenario, cfg: FleetConfig, name: &str) -> CliResu
     let windows = back_to_back(&stages.iter().map(|s| s.duration_ms * 1_000_000).collect::<Vec<_>>());
     let reqs: Vec<Req> = res.completions.iter().map(Req::from_completion).collect();
     let figs = per_stage(&reqs, &windows);
-    let rated: Vec<(Option<StageFigures>, u64)> =
-        figs.iter().copied().zip(stages.iter().map(|s| s.rate_milli_per_s)).collect();
     Ok(StagedRun {
         label,
         rates: stages.iter().map(|s| s.rate_milli_per_s as f64 / 1e3).collect(),
-        summary: summary_2025(&rated),
         stages: figs,
         mean_waiting: res.summary.mean_waiting,
         requests: res.summary.requests,
