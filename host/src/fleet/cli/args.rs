@@ -38,6 +38,9 @@ pub enum FleetCmd {
     Merge(MergeArgs),
     /// Run the standard experiments on built-in scenarios; write an HTML report and a summary.
     Report(ReportArgs),
+    /// The published llm-d tables reproduced at full size: every cell simulated / published /
+    /// error, the medians, a chart per table (docs/PUBLISHED.md).
+    Tables(super::tables::TablesArgs),
     /// Print each request's block keys (decimal u64, space-separated, one line per request) of a
     /// trace of token ids, e.g. to check them against a vLLM fleet's KV events.
     Keys(formats::KeysArgs),

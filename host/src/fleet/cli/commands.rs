@@ -34,6 +34,7 @@ pub fn main(cmd: FleetCmd) -> CliResult<i32> {
         FleetCmd::Compare(a) => super::compare::main(a),
         FleetCmd::Import(c) => super::import::main(c),
         FleetCmd::Report(a) => report_cmd(a),
+        FleetCmd::Tables(a) => super::tables::main(a),
         FleetCmd::Bench(a) => bench_cmd(a),
     }
 }

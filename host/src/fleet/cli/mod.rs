@@ -10,3 +10,4 @@ pub mod flag;
 pub mod import;
 pub mod replay;
 pub mod router_config;
+pub mod tables;

@@ -57,6 +57,7 @@ fn seed_charts(ex: &Experiments, q: &Quoted) -> Vec<(&'static str, String, Chart
     autoscale_charts(ex, q, &mut out);
     llmd_stage_charts(ex, &mut out);
     out.extend(super::deploy::charts(&ex.deploy));
+    out.extend(super::published::report_charts(&ex.published));
     out
 }
 

@@ -11,7 +11,8 @@
 //! 9. the batched engine: the llm-d shape and the conversation trace, beside the FIFO engine.
 //! 10. Mooncake's local-vs-global cache result on the vendored traces ([`crate::fleet::report::mooncake`]).
 //! 11. llm-d's benchmark reproduced, and every router on the conversation trace ([`crate::fleet::report::llmd`]).
-//! 12. Deployed fleets: P/D disaggregation and the KV offload tier ([`crate::fleet::report::deploy`]).
+//! 12. The published llm-d tables beside the simulated ones ([`crate::fleet::report::published`]).
+//! 13. Deployed fleets: P/D disaggregation and the KV offload tier ([`crate::fleet::report::deploy`]).
 //!
 //! This module runs the experiments (data); [`charts`] draws them and [`render`] writes the
 //! Markdown and HTML, with prose filled from the scenarios.
@@ -40,6 +41,7 @@ pub mod deploy;
 pub mod engine;
 pub mod llmd;
 pub mod mooncake;
+pub mod published;
 mod render;
 
 pub use charts::report;
@@ -92,6 +94,8 @@ pub struct Experiments {
     pub engines: EngineComparison,
     /// llm-d's benchmark reproduced (section 11).
     pub llmd_bench: crate::fleet::report::llmd::LlmdSection,
+    /// The published tables, simulated at the section's stage divisor (section 12).
+    pub published: published::Tables,
     /// Deployed fleets: P/D and the offload tier (section 12).
     pub deploy: deploy::DeploySection,
 }
@@ -166,6 +170,7 @@ pub fn total_points(caps: usize) -> u64 {
         + AUTOSCALE_RUNS.len()) as u64
         + engine::ENGINE_POINTS
         + crate::fleet::report::llmd::points()
+        + published::RUNS
         + deploy::points()
 }
 
@@ -262,6 +267,8 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     // 11: llm-d's benchmark reproduced.
     progress.set_message("llm-d benchmark");
     let llmd_bench = crate::fleet::report::llmd::run(shrink, &|| progress.inc(1))?;
+    progress.set_message("published tables");
+    let published = published::run(llmd::REPORT_STAGE_DIVISOR * shrink.max(1), &|| progress.inc(1))?;
 
     // 12: deployed fleets.
     let deploy = deploy::run(shrink, threads, progress)?;
@@ -284,6 +291,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         scenarios: scenarios_run(shrink)?,
         engines,
         llmd_bench,
+        published,
         deploy,
     })
 }

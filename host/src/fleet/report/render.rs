@@ -356,7 +356,7 @@ pub struct PageInputs<'a> {
 type Section = fn(&Experiments, &PageInputs) -> Vec<Block>;
 
 /// The report's sections in page order (one list for both pages: add a section here).
-pub const SECTIONS: [Section; 16] = [
+pub const SECTIONS: [Section; 17] = [
     sec_top,
     sec_capacity,
     sec_layout,
@@ -370,6 +370,7 @@ pub const SECTIONS: [Section; 16] = [
     sec_cost,
     sec_mooncake,
     sec_llmd_bench,
+    sec_published,
     sec_deploy,
     sec_parameters,
     sec_model,
@@ -518,6 +519,10 @@ fn sec_llmd_bench(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
     v.push(Block::Sub(llmd::SCENARIO_NAME.into()));
     v.push(Block::Pre(llmd::SCENARIO_TEXT.into()));
     v
+}
+
+fn sec_published(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    super::published::page_blocks(&ex.published, inp.svgs)
 }
 
 fn sec_deploy(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {

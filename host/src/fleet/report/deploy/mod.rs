@@ -1,4 +1,4 @@
-//! `fleet report`, section 12: the fleets people deploy under the batched engine: prefill/decode
+//! `fleet report`, section 13: the fleets people deploy under the batched engine: prefill/decode
 //! disaggregation ([`pd`]: SLO goodput and TTFT against the prompt length and the
 //! prefill:decode split) and the KV offload tier ([`tier`]: hit rate and TTFT against the CPU
 //! tier's size and the PCIe bandwidth). docs/MODEL.md, "Prefill/decode disaggregation" and
@@ -24,7 +24,7 @@ pub mod pd;
 pub mod tier;
 
 /// Section title.
-pub const TITLE: &str = "12. Deployed fleets: prefill/decode disaggregation and a KV offload tier";
+pub const TITLE: &str = "13. Deployed fleets: prefill/decode disaggregation and a KV offload tier";
 
 /// Both experiments' runs.
 #[derive(Debug, Clone, Serialize)]

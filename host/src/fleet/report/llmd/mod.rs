@@ -85,10 +85,25 @@ mod tests {
         tie[1] = tie[0];
         assert_eq!(ordering_violations(tie, true).len(), 2);
         assert!(ordering_violations(tie, false).is_empty());
-        // A cache-blind pair 2x apart is no tie.
+        // A cache-blind pair 2x apart is no tie; nor 1.15x (the old 1.5 tolerance let it pass).
         let mut r = p;
         r[2].1 *= 2.0;
         assert_eq!(ordering_violations(r, true).len(), 1);
+        let mut r = p;
+        r[2].0 = r[3].0 / 1.15;
+        assert_eq!(ordering_violations(r, true).len(), 1);
+        // The published pair itself is a tie.
+        assert!(p[3].0 / p[2].0 <= CACHE_BLIND_TIE && p[2].1 / p[3].1 <= CACHE_BLIND_TIE);
+        // A missing run (NaN) fails, whichever row it is.
+        for i in 0..4 {
+            let blank: [fn(&mut (f64, f64)); 2] = [|r| r.0 = f64::NAN, |r| r.1 = f64::NAN];
+            for f in blank {
+                let mut r = p;
+                f(&mut r[i]);
+                assert_eq!(ordering_violations(r, true).len(), 1, "row {i}");
+                assert_eq!(ordering_violations(r, false).len(), 1, "row {i}");
+            }
+        }
     }
 
     #[test]

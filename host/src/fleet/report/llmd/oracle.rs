@@ -13,7 +13,17 @@ use super::*;
 /// rather than in a fixed order. With `strict` false, precise may tie approximate (but not lose
 /// to it).
 pub fn ordering_violations(rows: [(f64, f64); 4], strict: bool) -> Vec<String> {
-    let mut out = Vec::new();
+    // A missing run (NaN) or a non-positive figure is a violation, never a pass: NaN compares
+    // false with everything, so the order checks below would not see it.
+    let mut out: Vec<String> = ["precise", "approximate", "load-only", "random"]
+        .iter()
+        .zip(rows)
+        .filter(|(_, r)| !(r.0.is_finite() && r.1.is_finite() && r.0 > 0.0 && r.1 > 0.0))
+        .map(|(name, r)| format!("{name}: missing or invalid row (output tok/s {}, TTFT p90 {})", r.0, r.1))
+        .collect();
+    if !out.is_empty() {
+        return out;
+    }
     let [pr, ap, lo, ra] = rows;
     let (p90_bad, tok_bad) = if strict { (pr.1 >= ap.1, pr.0 <= ap.0) } else { (pr.1 > ap.1, pr.0 < ap.0) };
     let than = if strict { "not" } else { "above" };
@@ -47,8 +57,18 @@ pub fn ordering_violations(rows: [(f64, f64); 4], strict: bool) -> Vec<String> {
     out
 }
 
-/// How far apart load-only and random may be (ratio) and still count as the published tie.
-pub const CACHE_BLIND_TIE: f64 = 1.5;
+/// How far apart load-only and random may be (ratio) and still count as the published tie: the
+/// published pair is within [`PUBLISHED_CACHE_BLIND_SPREAD`] (load's tok/s 3.7% below random's,
+/// its TTFT p90 2.5% above), plus [`CACHE_BLIND_MARGIN`] for one seeded sample of each.
+pub const CACHE_BLIND_TIE: f64 = PUBLISHED_CACHE_BLIND_SPREAD + CACHE_BLIND_MARGIN;
+
+/// The published cache-blind pair's largest ratio: 4,428.7 / 4,266.4 = 1.038 (output tok/s),
+/// rounded up to 4%.
+pub const PUBLISHED_CACHE_BLIND_SPREAD: f64 = 1.04;
+
+/// The margin over the published spread: one run per router and seed, as llm-d's own single
+/// sample (docs/PUBLISHED.md A10); 6 points more than the published 4%.
+pub const CACHE_BLIND_MARGIN: f64 = 0.06;
 
 /// (output tok/s, TTFT p90 s) of `presets` as simulated (NaN where a run is missing).
 pub fn simulated_rows(s: &LlmdSection, presets: [Preset; 4]) -> [(f64, f64); 4] {

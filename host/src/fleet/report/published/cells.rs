@@ -1,0 +1,271 @@
+//! The published cells, as data with their source (docs/PUBLISHED.md has the reading of each).
+//! Nothing here is derived from a simulated value.
+
+use serde::Serialize;
+
+/// Where a published figure was read.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Source {
+    /// GitHub repository.
+    pub repo: &'static str,
+    /// File in it.
+    pub path: &'static str,
+    /// Commit read.
+    pub commit: &'static str,
+    /// Lines.
+    pub lines: &'static str,
+}
+
+impl Source {
+    /// `repo path @ commit, lines`.
+    pub fn cite(&self) -> String {
+        format!("{} `{}` @ `{}`, {}", self.repo, self.path, self.commit, self.lines)
+    }
+}
+
+/// Table 1: the 2025 benchmark report's summary rows.
+pub const TABLE1_SOURCE: Source = Source {
+    repo: "llm-d/llm-d-kv-cache-manager",
+    path: "benchmarking/73-capacity/README.md",
+    commit: "d070ea60",
+    lines: "L243-256 (summary, wait queue)",
+};
+
+/// Table 2: the "Sticky Until Saturated" blog's knee table.
+pub const TABLE2_SOURCE: Source = Source {
+    repo: "llm-d/llm-d.github.io",
+    path: "blog/2026-08-17_sticky-until-saturated-token-aware-routing.mdx",
+    commit: "b687f67b",
+    lines: "L184-186",
+};
+
+/// The Sticky b2b-saas per-stage rows (also table 3's numbers).
+pub const B2B_SOURCE: Source = Source {
+    repo: "llm-d/llm-d",
+    path: "llm-d-benchmarking/workloads/b2b-saas/analysis/results.txt",
+    commit: "7c4b49aa",
+    lines: "L3-18 (epp prefix-cache filter + token-load), L20-36 (baseline)",
+};
+
+/// Table 3: the optimized-baseline guide's summary.
+pub const TABLE3_SOURCE: Source = Source {
+    repo: "llm-d/llm-d",
+    path: "guides/optimized-baseline/benchmark-results/vllm-qwen3-32b-h100/README.md",
+    commit: "53c5b20a",
+    lines: "L24-28",
+};
+
+/// One router's row of table 1.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Table1Row {
+    /// llm-d's experiment name.
+    pub experiment: &'static str,
+    /// Output tok/s (mean over the 16 QPS rows).
+    pub output_tok_s: f64,
+    /// TTFT p90, s (success-weighted mean over the rows).
+    pub ttft_p90_s: f64,
+    /// TTFT mean, s.
+    pub ttft_mean_s: f64,
+    /// vLLM wait queue (mean over pods and samples).
+    pub wait_queue: f64,
+}
+
+/// Table 1, precise / approximate (estimated) / load / random. Load's output tok/s is the
+/// report's measured 4,266.4 (the blog repeats random's 4,428.7).
+pub const TABLE1: [Table1Row; 4] = [
+    Table1Row {
+        experiment: "precise-scheduling",
+        output_tok_s: 8730.0,
+        ttft_p90_s: 0.542,
+        ttft_mean_s: 0.298,
+        wait_queue: 0.1,
+    },
+    Table1Row {
+        experiment: "estimated-scheduling",
+        output_tok_s: 6944.4,
+        ttft_p90_s: 31.083,
+        ttft_mean_s: 13.316,
+        wait_queue: 8.1,
+    },
+    Table1Row {
+        experiment: "load-scheduling",
+        output_tok_s: 4266.4,
+        ttft_p90_s: 94.865,
+        ttft_mean_s: 46.987,
+        wait_queue: 28.9,
+    },
+    Table1Row {
+        experiment: "random-scheduling",
+        output_tok_s: 4428.7,
+        ttft_p90_s: 92.551,
+        ttft_mean_s: 45.281,
+        wait_queue: 27.3,
+    },
+];
+
+/// One inference-perf stage row of the Sticky b2b-saas results (client columns unless `v_`).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct B2bRow {
+    /// Achieved rate, req/s.
+    pub ach_qps: f64,
+    /// The 15 req/s x 50 s warmup.
+    pub warmup: bool,
+    /// Client TTFT p50, s.
+    pub ttft_p50_s: f64,
+    /// Client TTFT p90, s.
+    pub ttft_p90_s: f64,
+    /// Client E2E p50, s.
+    pub e2e_p50_s: f64,
+    /// vLLM-side TTFT p90, s (misaligned window).
+    pub v_ttft_p90_s: f64,
+    /// vLLM-side E2E p50, s (misaligned window; the guide's "NTPOT p50").
+    pub v_e2e_p50_s: f64,
+    /// Output tok/s.
+    pub out_tok_s: f64,
+    /// Input tok/s.
+    pub in_tok_s: f64,
+}
+
+const fn row(ach_qps: f64, warmup: bool, t: [f64; 7]) -> B2bRow {
+    B2bRow {
+        ach_qps,
+        warmup,
+        ttft_p50_s: t[0],
+        ttft_p90_s: t[1],
+        e2e_p50_s: t[2],
+        v_ttft_p90_s: t[3],
+        v_e2e_p50_s: t[4],
+        out_tok_s: t[5],
+        in_tok_s: t[6],
+    }
+}
+
+/// The prefix+token arm ("llm-d optimized"), sorted by achieved rate as in the file (16 rows;
+/// the warmup third). Columns: TTFT p50, TTFT p90, E2E p50, vTTFT p90, vE2E p50, out_t/s, in_t/s.
+pub const B2B_AFFINITY: [B2bRow; 16] = [
+    row(2.82, false, [0.2, 0.3, 16.1, 0.0, 0.0, 1510.8, 11735.6]),
+    row(9.39, false, [0.5, 1.0, 20.6, 0.0, 0.0, 4596.6, 35092.4]),
+    row(14.21, true, [1.7, 3.4, 35.6, 0.0, 0.0, 8995.3, 64865.2]),
+    row(15.96, false, [0.7, 1.2, 23.4, 4.2, 0.0, 6655.8, 51135.5]),
+    row(20.31, false, [1.4, 2.5, 34.0, 1.4, 34.4, 10808.8, 77805.1]),
+    row(21.43, false, [1.4, 3.0, 32.6, 0.2, 19.1, 10451.9, 76015.3]),
+    row(30.41, false, [1.3, 2.2, 41.4, 0.2, 20.8, 10509.4, 76506.0]),
+    row(36.77, false, [1.1, 2.2, 34.7, 0.2, 24.5, 12289.8, 89787.2]),
+    row(39.62, false, [6.7, 20.2, 52.7, 0.3, 29.8, 14133.7, 102828.1]),
+    row(42.08, false, [2.5, 29.4, 53.7, 0.2, 31.5, 13522.4, 98840.1]),
+    row(45.63, false, [2.5, 32.3, 59.8, 0.2, 30.8, 14050.5, 102371.0]),
+    row(46.91, false, [2.3, 31.8, 58.1, 2.1, 0.0, 14940.7, 108255.1]),
+    row(52.45, false, [2.4, 33.0, 61.0, 1.3, 40.8, 14542.5, 105029.1]),
+    row(56.13, false, [2.4, 34.9, 61.1, 0.2, 34.7, 14607.4, 106015.2]),
+    row(56.52, false, [2.4, 34.1, 62.7, 19.9, 45.5, 13451.2, 96822.5]),
+    row(57.03, false, [2.5, 34.8, 60.9, 0.9, 43.9, 13528.3, 98150.8]),
+];
+
+/// The Kubernetes Service arm ("baseline"), 17 rows, as [`B2B_AFFINITY`].
+pub const B2B_SERVICE: [B2bRow; 17] = [
+    row(3.26, false, [0.5, 0.5, 17.4, 0.0, 0.0, 1889.0, 12357.8]),
+    row(9.77, false, [0.5, 0.9, 25.6, 0.0, 0.0, 4944.5, 33537.9]),
+    row(14.62, true, [16.5, 41.4, 54.7, 0.0, 0.0, 6066.2, 41607.9]),
+    row(15.80, false, [0.8, 4.9, 36.2, 2.4, 0.0, 4555.3, 30550.3]),
+    row(20.55, false, [25.4, 56.8, 62.5, 46.1, 53.7, 6238.9, 42947.4]),
+    row(21.38, false, [30.0, 60.2, 68.3, 0.9, 23.4, 6350.3, 43549.0]),
+    row(25.33, false, [31.5, 67.6, 69.8, 4.9, 31.1, 6251.0, 42885.0]),
+    row(28.41, false, [34.4, 65.5, 74.9, 46.2, 57.3, 6543.9, 44982.4]),
+    row(35.80, false, [37.1, 69.2, 74.0, 37.9, 48.5, 6228.1, 42796.7]),
+    row(40.46, false, [79.4, 153.1, 123.3, 61.9, 76.1, 6859.5, 46970.9]),
+    row(44.00, false, [80.8, 158.1, 124.8, 66.8, 60.0, 6526.1, 44684.4]),
+    row(45.69, false, [80.8, 158.1, 124.7, 139.9, 89.1, 6955.6, 47804.2]),
+    row(50.13, false, [81.0, 129.9, 124.6, 143.8, 115.5, 7049.2, 48204.4]),
+    row(51.74, false, [83.2, 161.1, 126.7, 158.5, 150.9, 6402.4, 43786.6]),
+    row(55.12, false, [82.9, 134.3, 127.3, 153.3, 131.6, 6316.7, 43336.5]),
+    row(56.14, false, [82.2, 135.0, 125.8, 154.1, 135.5, 6764.5, 46393.2]),
+    row(57.64, false, [84.0, 161.3, 127.8, 259.1, 133.4, 6926.2, 47540.3]),
+];
+
+/// Table 3's row "@ rate 60" of each arm: the 16th row of the file in order (the guide drops the
+/// Service's 17th): index into [`B2B_AFFINITY`] / [`B2B_SERVICE`].
+pub const T3_RATE60_ROW: usize = 15;
+
+/// One knee of table 2 as the blog states it.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct KneeRow {
+    /// Workload.
+    pub workload: &'static str,
+    /// Arm.
+    pub arm: &'static str,
+    /// The knee (concurrency or QPS).
+    pub knee: f64,
+    /// Its unit ("concurrent", "QPS").
+    pub knee_unit: &'static str,
+    /// Throughput at the knee.
+    pub throughput: f64,
+    /// Its unit ("input tok/s", "output tok/s").
+    pub throughput_unit: &'static str,
+    /// Why it is not simulated (None: simulated).
+    pub needs: Option<&'static str>,
+}
+
+const CLOSED_LOOP: &str = "closed-loop concurrency load and conversation replay (growing context, cached generated tokens, clamped lognormal lengths)";
+
+/// Table 2's six rows.
+pub const TABLE2: [KneeRow; 6] = [
+    KneeRow {
+        workload: "code-generation",
+        arm: "prefix+token",
+        knee: 60.0,
+        knee_unit: "concurrent",
+        throughput: 46_000.0,
+        throughput_unit: "input tok/s",
+        needs: Some(CLOSED_LOOP),
+    },
+    KneeRow {
+        workload: "code-generation",
+        arm: "k8s service",
+        knee: 30.0,
+        knee_unit: "concurrent",
+        throughput: 16_000.0,
+        throughput_unit: "input tok/s",
+        needs: Some(CLOSED_LOOP),
+    },
+    KneeRow {
+        workload: "reasoning",
+        arm: "run-req",
+        knee: 350.0,
+        knee_unit: "concurrent",
+        throughput: 7_000.0,
+        throughput_unit: "output tok/s",
+        needs: Some(CLOSED_LOOP),
+    },
+    KneeRow {
+        workload: "reasoning",
+        arm: "k8s service",
+        knee: 250.0,
+        knee_unit: "concurrent",
+        throughput: 6_800.0,
+        throughput_unit: "output tok/s",
+        needs: Some(CLOSED_LOOP),
+    },
+    KneeRow {
+        workload: "b2b-saas",
+        arm: "prefix+token",
+        knee: 38.0,
+        knee_unit: "QPS",
+        throughput: 90_000.0,
+        throughput_unit: "input tok/s",
+        needs: None,
+    },
+    KneeRow {
+        workload: "b2b-saas",
+        arm: "k8s service",
+        knee: 18.0,
+        knee_unit: "QPS",
+        throughput: 45_000.0,
+        throughput_unit: "input tok/s",
+        needs: None,
+    },
+];
+
+/// Relative error (sim - published) / published; absolute (sim - published) when `absolute`.
+pub fn error(sim: f64, published: f64, absolute: bool) -> f64 {
+    if absolute { sim - published } else { (sim - published) / published }
+}

@@ -1,0 +1,200 @@
+//! Every published cell beside its simulated value and the error (relative; absolute for the
+//! wait queue below 1).
+
+use serde::Serialize;
+
+use super::cells::{self, B2B_AFFINITY, B2B_SERVICE, B2bRow, T3_RATE60_ROW, TABLE1, TABLE2};
+use super::knee::{Knee, LoadPoint, knee};
+use super::run::{StagedRun, Tables};
+
+/// One cell: simulated, published, error.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// 1, 2 or 3.
+    pub table: u8,
+    /// Row (router, workload and arm).
+    pub row: String,
+    /// Metric and unit.
+    pub metric: &'static str,
+    /// Simulated (None: not simulated or a missing stage).
+    pub simulated: Option<f64>,
+    /// Published.
+    pub published: f64,
+    /// The error is absolute (sim - published), not relative.
+    pub absolute: bool,
+    /// What the simulated and published values are, and why the cell is off where known.
+    pub note: String,
+}
+
+impl Cell {
+    /// `table row metric`, the cell's name in tests.
+    pub fn id(&self) -> String {
+        format!("t{} {} {}", self.table, self.row, self.metric)
+    }
+
+    /// Relative (or absolute) error; None when not simulated.
+    pub fn error(&self) -> Option<f64> {
+        self.simulated.map(|s| cells::error(s, self.published, self.absolute))
+    }
+
+    /// Within 25% (relative cells only).
+    pub fn within_25(&self) -> Option<bool> {
+        if self.absolute { None } else { self.error().map(|e| e.abs() <= 0.25) }
+    }
+}
+
+/// Median of |relative error| over the simulated relative cells of `cells`; None if there is none.
+pub fn median_error(cells: &[Cell]) -> Option<f64> {
+    let mut v: Vec<f64> = cells.iter().filter(|c| !c.absolute).filter_map(|c| c.error().map(f64::abs)).collect();
+    if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
+}
+
+const WHY_TOK: &str = "counted 1,000 tokens per request (A1) where the 2025 run counted about 440; back-to-back stages stretch a saturated router's stage windows";
+const WHY_TTFT: &str = "stages run back to back, so a saturated router's queue carries into the next stage (inference-perf drains each stage); precise preempts with 1,000 tokens per running request";
+const WHY_WAIT: &str =
+    "the model's time-weighted waiting requests per pod over the run; queues carried across stages (as TTFT)";
+
+fn table1(t: &Tables) -> Vec<Cell> {
+    let names = ["precise", "approximate", "load", "random"];
+    let mut out = Vec::new();
+    for (i, p) in TABLE1.iter().enumerate() {
+        let r = t.table1.get(i);
+        let s = r.and_then(StagedRun::summary_2025);
+        let row = names[i].to_string();
+        let mk = |metric, sim: Option<f64>, published: f64, absolute, why: &str| Cell {
+            table: 1,
+            row: row.clone(),
+            metric,
+            simulated: sim,
+            published,
+            absolute,
+            note: why.into(),
+        };
+        let load = if i == 2 { "; the blog prints random's 4,428.7 for load" } else { "" };
+        out.push(mk("output tok/s", s.map(|s| s.output_tok_s), p.output_tok_s, false, &format!("{WHY_TOK}{load}")));
+        out.push(mk("TTFT p90 (s)", s.map(|s| s.ttft_p90_s), p.ttft_p90_s, false, WHY_TTFT));
+        out.push(mk("TTFT mean (s)", s.map(|s| s.ttft_mean_s), p.ttft_mean_s, false, WHY_TTFT));
+        let wait = r.and_then(|r| r.mean_waiting);
+        out.push(mk("wait queue (mean)", wait, p.wait_queue, p.wait_queue < 1.0, WHY_WAIT));
+    }
+    out
+}
+
+/// A9's load points of the published b2b rows (warmup left out).
+pub fn published_points(rows: &[B2bRow]) -> Vec<LoadPoint> {
+    rows.iter().filter(|r| !r.warmup).map(|r| (r.ach_qps, r.ttft_p90_s, r.in_tok_s)).collect()
+}
+
+/// A9's load points of a simulated b2b run (warmup left out); None if a stage is missing.
+pub fn simulated_points(r: &StagedRun) -> Option<Vec<LoadPoint>> {
+    Some(r.ladder_by_rate()?.iter().map(|s| (s.achieved_rate, s.ttft_p90_s, s.input_tok_s)).collect())
+}
+
+fn table2(t: &Tables) -> Vec<Cell> {
+    let mut out = Vec::new();
+    for row in TABLE2 {
+        let name = format!("{} {}", row.workload, row.arm);
+        if let Some(needs) = row.needs {
+            for (metric, v) in [("knee", row.knee), ("throughput at knee", row.throughput)] {
+                out.push(Cell {
+                    table: 2,
+                    row: name.clone(),
+                    metric,
+                    simulated: None,
+                    published: v,
+                    absolute: false,
+                    note: format!("not simulated: needs {needs}"),
+                });
+            }
+            continue;
+        }
+        let (arm, rows): (usize, &[B2bRow]) =
+            if row.arm == "prefix+token" { (0, &B2B_AFFINITY) } else { (1, &B2B_SERVICE) };
+        let sim: Option<Knee> = t.b2b.get(arm).and_then(simulated_points).and_then(|p| knee(&p, true));
+        let Some(pubk) = knee(&published_points(rows), true) else { continue };
+        let note = |by_eye: f64, unit: &str| {
+            format!("published: A9 on the published rows; the blog reads {by_eye} {unit} by eye")
+        };
+        out.push(Cell {
+            table: 2,
+            row: name.clone(),
+            metric: "knee (QPS)",
+            simulated: sim.map(|k| k.load),
+            published: pubk.load,
+            absolute: false,
+            note: note(row.knee, row.knee_unit),
+        });
+        out.push(Cell {
+            table: 2,
+            row: name,
+            metric: "input tok/s at knee",
+            simulated: sim.map(|k| k.throughput),
+            published: pubk.throughput,
+            absolute: false,
+            note: note(row.throughput, row.throughput_unit),
+        });
+    }
+    out
+}
+
+fn table3(t: &Tables) -> Vec<Cell> {
+    let mut out = Vec::new();
+    let arms: [(&str, &[B2bRow], f64); 2] =
+        [("llm-d optimized (prefix+token)", &B2B_AFFINITY, 14_941.0), ("k8s service", &B2B_SERVICE, 7_049.0)];
+    for (i, (name, rows, peak)) in arms.into_iter().enumerate() {
+        let run = t.b2b.get(i);
+        let all = run.and_then(StagedRun::all_by_rate);
+        let at = all.as_ref().and_then(|v| v.get(T3_RATE60_ROW).copied());
+        let p = rows[T3_RATE60_ROW];
+        let mk = |metric, sim: Option<f64>, published: f64, note: String| Cell {
+            table: 3,
+            row: name.to_string(),
+            metric,
+            simulated: sim,
+            published,
+            absolute: false,
+            note,
+        };
+        let peak_sim = all.as_ref().map(|v| v.iter().map(|s| s.output_tok_s).fold(f64::NAN, f64::max));
+        out.push(mk("peak output tok/s", peak_sim, peak, "largest per-stage output tok/s".into()));
+        let row16 = "the 16th stage by achieved rate (the guide's \"rate 60\" row)";
+        out.push(mk(
+            "req/s @ \"rate 60\"",
+            at.map(|s| s.achieved_rate),
+            p.ach_qps,
+            format!("achieved rate of {row16}"),
+        ));
+        out.push(mk(
+            "TTFT p90 (s) @ \"rate 60\"",
+            at.map(|s| s.ttft_p90_s),
+            p.ttft_p90_s,
+            format!("client TTFT (A8); the guide's server-side cell is {} s (misaligned window)", p.v_ttft_p90_s),
+        ));
+        out.push(mk(
+            "TTFT p50 (s) @ \"rate 60\"",
+            at.map(|s| s.ttft_p50_s),
+            p.ttft_p50_s,
+            "client TTFT p50 (A8)".into(),
+        ));
+        out.push(mk(
+            "E2E p50 (s) @ \"rate 60\"",
+            at.map(|s| s.e2e_p50_s),
+            p.e2e_p50_s,
+            format!("client E2E p50; the guide's \"NTPOT p50\" is the server-side E2E p50 {} s", p.v_e2e_p50_s),
+        ));
+    }
+    out
+}
+
+/// Every cell of the three tables, in table order.
+pub fn cells(t: &Tables) -> Vec<Cell> {
+    let mut v = table1(t);
+    v.extend(table2(t));
+    v.extend(table3(t));
+    v
+}

@@ -1,0 +1,148 @@
+//! The runs behind the three tables: table 1's four schedulers on `scenarios/llm-d-ramp.toml`,
+//! and the two arms of the Sticky b2b-saas run (`scenarios/sticky-b2b-saas.toml`), which is also
+//! table 3's run. Figures computed by [`super::figures`] from each request.
+
+use brokerlab_core::fleet::{FleetConfig, RouterKind, RouterSpec};
+use serde::Serialize;
+
+use super::figures::{Req, StageFigures, Summary2025, back_to_back, per_stage, summary_2025};
+use crate::error::{CliError, CliResult};
+use crate::fleet::cli::router_config;
+use crate::fleet::report::llmd::{self, Preset};
+use crate::fleet::run::{Batched, config_error, simulate};
+use crate::fleet::scenario::engine::batched;
+use crate::fleet::scenario::{Generated, Scenario};
+
+/// Table 1's schedulers as modelled, in the published order (precise, approximate, load,
+/// random): llm-d's own scorer configurations of the benchmark file (precise 3 / 2 / 2,
+/// estimated 1 / 1 / 1 with its 2 M-token LRU), load = queue 1 + kv-cache 1, random = a seeded
+/// uniform pick.
+pub const TABLE1_PRESETS: [Preset; 4] = llmd::AS_BENCHMARKED;
+
+/// The b2b-saas scenario, compiled in.
+pub const B2B_TEXT: &str = include_str!("../../../../../scenarios/sticky-b2b-saas.toml");
+/// Its name in messages.
+pub const B2B_NAME: &str = "scenarios/sticky-b2b-saas.toml (built in)";
+/// The prefix+token arm's router config, compiled in.
+pub const PREFIX_TOKEN_TEXT: &str = include_str!("../../../../../docs/drafts/router-sticky-prefix-token.toml");
+/// Its name in messages.
+pub const PREFIX_TOKEN_NAME: &str = "docs/drafts/router-sticky-prefix-token.toml (built in)";
+
+/// One run, per stage in stage order (warmup first).
+#[derive(Debug, Clone, Serialize)]
+pub struct StagedRun {
+    /// Label.
+    pub label: String,
+    /// Requested rate of each stage, req/s.
+    pub rates: Vec<f64>,
+    /// Each stage's figures (None: no request in it).
+    pub stages: Vec<Option<StageFigures>>,
+    /// The model's time-weighted mean waiting requests per pod over the run.
+    pub mean_waiting: Option<f64>,
+    /// Requests simulated.
+    pub requests: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+}
+
+impl StagedRun {
+    /// The 2025 report's summary of the stages (table 1), computed from [`Self::stages`] (None
+    /// when a stage is missing).
+    pub fn summary_2025(&self) -> Option<Summary2025> {
+        let rated: Vec<(Option<StageFigures>, u64)> =
+            self.stages.iter().copied().zip(self.rates.iter().map(|r| (r * 1e3).round() as u64)).collect();
+        summary_2025(&rated)
+    }
+
+    /// (achieved rate, TTFT p90, figures) of each stage but the warmup, sorted by achieved rate
+    /// (as the Sticky results files print them); None if a stage is missing.
+    pub fn ladder_by_rate(&self) -> Option<Vec<StageFigures>> {
+        let mut v: Vec<StageFigures> = self.stages.get(1..)?.iter().copied().collect::<Option<_>>()?;
+        v.sort_by(|a, b| a.achieved_rate.total_cmp(&b.achieved_rate));
+        Some(v)
+    }
+
+    /// Every stage (warmup included) sorted by achieved rate; None if a stage is missing.
+    pub fn all_by_rate(&self) -> Option<Vec<StageFigures>> {
+        let mut v: Vec<StageFigures> = self.stages.iter().copied().collect::<Option<_>>()?;
+        v.sort_by(|a, b| a.achieved_rate.total_cmp(&b.achieved_rate));
+        Some(v)
+    }
+}
+
+/// Every run of the three tables.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tables {
+    /// Stage durations were divided by this (1: as published).
+    pub stage_divisor: u64,
+    /// Table 1: [`TABLE1_PRESETS`] in order.
+    pub table1: Vec<StagedRun>,
+    /// b2b-saas: prefix+token, then the Kubernetes Service.
+    pub b2b: Vec<StagedRun>,
+}
+
+/// Runs of [`run`] (progress).
+pub const RUNS: u64 = 6;
+
+/// `text` parsed, its stage durations divided by `divisor` (at least 1 ms each).
+fn scaled(text: &str, name: &str, default: &str, divisor: u64) -> CliResult<Scenario> {
+    let mut sc = Scenario::parse(text, name, default)?;
+    let n = sc.workload.stages_len as usize;
+    for st in &mut sc.workload.stages[..n] {
+        st.duration_ms = (st.duration_ms / divisor.max(1)).max(1);
+    }
+    Ok(sc)
+}
+
+fn staged(label: String, sc: &Scenario, cfg: FleetConfig, name: &str) -> CliResult<StagedRun> {
+    let settings = sc.engine.clone().ok_or_else(|| CliError::failure(format!("{name}: no [fleet.engine]")))?;
+    let e = settings.config(&|k| format!("{name}: `fleet.engine.{k}`"))?;
+    let g = Generated::with_origin(sc.workload, name)?;
+    let res = simulate::<Batched>(batched(cfg, e).map_err(config_error)?, &mut &g, true)?;
+    let stages = sc.workload.stages();
+    let windows = back_to_back(&stages.iter().map(|s| s.duration_ms * 1_000_000).collect::<Vec<_>>());
+    let reqs: Vec<Req> = res.completions.iter().map(Req::from_completion).collect();
+    let figs = per_stage(&reqs, &windows);
+    Ok(StagedRun {
+        label,
+        rates: stages.iter().map(|s| s.rate_milli_per_s as f64 / 1e3).collect(),
+        stages: figs,
+        mean_waiting: res.summary.mean_waiting,
+        requests: res.summary.requests,
+        preemptions: res.summary.preemptions,
+    })
+}
+
+/// The b2b-saas arms' fleets: prefix+token from its router config, the Service as a seeded
+/// uniform pick (assumption A6).
+fn b2b_fleets(sc: &Scenario) -> CliResult<[(String, FleetConfig); 2]> {
+    let seed = sc.workload.seed;
+    let (kind, mut spec, file_seed) = router_config::parse(PREFIX_TOKEN_TEXT, "--router-config", PREFIX_TOKEN_NAME)?;
+    if !file_seed {
+        spec.params.seed = seed;
+    }
+    let affinity = FleetConfig { router: kind, routing: Some(spec), ..sc.fleet };
+    let mut random = RouterSpec::preset(RouterKind::Random)
+        .ok_or_else(|| CliError::failure("the random preset has no pipeline".to_string()))?;
+    random.params.seed = seed;
+    let service = FleetConfig { router: RouterKind::Random, routing: Some(random), ..sc.fleet };
+    Ok([("prefix+token".into(), affinity), ("k8s service (random)".into(), service)])
+}
+
+/// Runs the three tables with stage durations divided by `divisor` (1: as published); `inc`
+/// after each run.
+pub fn run(divisor: u64, inc: &dyn Fn()) -> CliResult<Tables> {
+    let sc = llmd::scenario(divisor)?;
+    let mut table1 = Vec::new();
+    for p in TABLE1_PRESETS {
+        table1.push(staged(p.upstream().into(), &sc, p.fleet(sc.fleet, sc.workload.seed), llmd::SCENARIO_NAME)?);
+        inc();
+    }
+    let b = scaled(B2B_TEXT, B2B_NAME, "sticky-b2b-saas", divisor)?;
+    let mut b2b = Vec::new();
+    for (label, cfg) in b2b_fleets(&b)? {
+        b2b.push(staged(label, &b, cfg, B2B_NAME)?);
+        inc();
+    }
+    Ok(Tables { stage_divisor: divisor.max(1), table1, b2b })
+}
