@@ -102,7 +102,8 @@ fn a_changed_key_changes_the_import() {
     let imported = import(&text, CONFIG, &flags).unwrap();
     assert_ne!(imported.scenario.workload, hand.workload);
     // and one changed load key a different load
-    let text = std::fs::read_to_string(root.join(CONFIG)).unwrap().replace("type: poisson", "type: poisson\n  interval: 2");
+    let text =
+        std::fs::read_to_string(root.join(CONFIG)).unwrap().replace("type: poisson", "type: poisson\n  interval: 2");
     let imported = import(&text, CONFIG, &flags).unwrap();
     assert_eq!(imported.scenario.workload, hand.workload);
     assert_ne!(imported.scenario.load, hand.load);
@@ -138,7 +139,10 @@ fn unsupported_keys_are_exit_2_naming_them() {
         ),
         (&BASE.replace("  stages:", "  request_timeout: -3\n  stages:"), "load.request_timeout"),
         (&BASE.replace("  stages:", "  worker_max_tcp_connections: 4\n  stages:"), "load.worker_max_tcp_connections"),
-        (&BASE.replace("      duration: 10\n", "      duration: 10\n      concurrency_level: 3\n"), "concurrency_level"),
+        (
+            &BASE.replace("      duration: 10\n", "      duration: 10\n      concurrency_level: 3\n"),
+            "concurrency_level",
+        ),
         (
             "load:\n  type: poisson\n  stages:\n    - rate: 2\n      duration: 10\ndata:\n  type: random\n  input_distribution:\n    mean: 100\n  output_distribution:\n    type: fixed\n    mean: 10\n",
             "data.input_distribution.type",

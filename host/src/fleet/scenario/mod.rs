@@ -16,8 +16,8 @@ pub mod builtin;
 pub mod deploy;
 pub mod engine;
 mod generated;
-pub mod load;
 pub mod inference_perf;
+pub mod load;
 mod schema;
 
 pub use generated::{Generated, Streamed, write_trace, write_trace_from};

@@ -7,7 +7,6 @@
 //! A section of its own: `report/mod.rs` calls [`run`], [`charts`] adds the plots, and the
 //! report's section list calls [`page_blocks`].
 
-
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::{Error as CoreError, FleetConfig, Request};
 use serde::Serialize;

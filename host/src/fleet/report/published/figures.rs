@@ -13,7 +13,10 @@
 use std::collections::BTreeMap;
 
 use brokerlab_core::fleet::Completion;
+use brokerlab_core::fleet::loadgen::Status;
 use serde::Deserialize;
+
+use crate::fleet::run::loadgen::Sent;
 
 /// One request as inference-perf saw it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -46,6 +49,23 @@ impl Req {
             output_tokens: c.output_tokens,
             ok: true,
         }
+    }
+
+    /// A request of the load generator, with the stage and status it recorded (None while it
+    /// had not ended); a timed-out request ends for the client at send + `timeout_ns`.
+    pub fn from_sent(s: &Sent, timeout_ns: u64) -> Option<Req> {
+        let (status, c) = (s.status?, s.completion?);
+        let ok = status == Status::Ok;
+        let e2e_ns = if ok { c.e2e_ns() } else { c.e2e_ns().min(timeout_ns) };
+        Some(Req {
+            stage: Some(s.stage),
+            send_ns: c.arrival_ns,
+            ttft_ns: c.ttft_ns(),
+            e2e_ns,
+            input_tokens: c.input_tokens,
+            output_tokens: c.output_tokens,
+            ok,
+        })
     }
 
     /// End time, ns.

@@ -9,6 +9,7 @@ use super::figures::{Req, StageFigures, Summary2025, back_to_back, per_stage, su
 use crate::error::{CliError, CliResult};
 use crate::fleet::cli::router_config;
 use crate::fleet::report::llmd::{self, Preset};
+use crate::fleet::run::loadgen::simulate_load;
 use crate::fleet::run::{Batched, config_error, simulate};
 use crate::fleet::scenario::engine::batched;
 use crate::fleet::scenario::{Generated, Scenario};
@@ -98,18 +99,38 @@ fn staged(label: String, sc: &Scenario, cfg: FleetConfig, name: &str) -> CliResu
     let settings = sc.engine.clone().ok_or_else(|| CliError::failure(format!("{name}: no [fleet.engine]")))?;
     let e = settings.config(&|k| format!("{name}: `fleet.engine.{k}`"))?;
     let g = Generated::with_origin(sc.workload, name)?;
-    let res = simulate::<Batched>(batched(cfg, e).map_err(config_error)?, &mut &g, true)?;
-    let stages = sc.workload.stages();
-    let windows = back_to_back(&stages.iter().map(|s| s.duration_ms * 1_000_000).collect::<Vec<_>>());
-    let reqs: Vec<Req> = res.completions.iter().map(Req::from_completion).collect();
-    let figs = per_stage(&reqs, &windows);
+    let cfg = batched(cfg, e).map_err(config_error)?;
+    let (rates, reqs, windows, summary) = match sc.load {
+        // inference-perf's load generator: each request's stage and status as it recorded them
+        Some(spec) => {
+            let (res, sent) = simulate_load::<Batched>(cfg, &g, spec, true, None)?;
+            let timeout_ns = if spec.timeout_ms == 0 { u64::MAX } else { spec.timeout_ms * 1_000_000 };
+            let reqs = sent.iter().filter_map(|s| Req::from_sent(s, timeout_ns)).collect::<Vec<_>>();
+            let stages = spec.stages();
+            // one window per stage: the recorded stage decides, the windows only count them
+            (
+                stages.iter().map(|s| s.rate_milli_per_s as f64 / 1e3).collect(),
+                reqs,
+                vec![(0, 0); stages.len()],
+                res.summary,
+            )
+        }
+        // back-to-back open-loop stages: a request's stage is its arrival window
+        None => {
+            let res = simulate::<Batched>(cfg, &mut &g, true)?;
+            let stages = sc.workload.stages();
+            let windows = back_to_back(&stages.iter().map(|s| s.duration_ms * 1_000_000).collect::<Vec<_>>());
+            let reqs = res.completions.iter().map(Req::from_completion).collect();
+            (stages.iter().map(|s| s.rate_milli_per_s as f64 / 1e3).collect(), reqs, windows, res.summary)
+        }
+    };
     Ok(StagedRun {
         label,
-        rates: stages.iter().map(|s| s.rate_milli_per_s as f64 / 1e3).collect(),
-        stages: figs,
-        mean_waiting: res.summary.mean_waiting,
-        requests: res.summary.requests,
-        preemptions: res.summary.preemptions,
+        rates,
+        stages: per_stage(&reqs, &windows),
+        mean_waiting: summary.mean_waiting,
+        requests: summary.requests,
+        preemptions: summary.preemptions,
     })
 }
 
