@@ -580,8 +580,9 @@ impl<'a> BatchedEngine<'a> {
         self.fq_unlink(b);
         if self.blocks[b as usize].keyed {
             let key = self.blocks[b as usize].key;
-            self.map_remove(key, b);
+            // unkeyed first: a rebuild of the map inside the removal must leave it out
             self.blocks[b as usize].keyed = false;
+            self.map_remove(key, b);
             self.cached -= 1;
         }
         self.blocks[b as usize].refs = 1;
