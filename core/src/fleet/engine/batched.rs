@@ -17,7 +17,7 @@ use crate::fleet::base::load::PodLoad;
 use crate::fleet::base::mask::WORD_PODS;
 use crate::fleet::cache::CacheEvents;
 use crate::fleet::cache::lru::{LruPod, Slot};
-use crate::fleet::cache::table;
+use crate::fleet::cache::table::{self, Probe};
 use crate::fleet::cost::linear::Profile;
 use crate::fleet::cost::physics::Physics;
 use crate::fleet::cost::profiles::PhysicsProfile;
@@ -31,9 +31,6 @@ pub const OVER_KV_CAPACITY: &str =
 
 /// "No block / no request" in links.
 const NIL: u32 = u32::MAX;
-/// A cache-map entry whose block left the map (a tombstone). Block indices are below
-/// [`MAX_POD_BLOCKS`], so an entry (index + 1) is never this.
-const TOMB: u32 = u32::MAX;
 const B: u64 = BLOCK_TOKENS as u64;
 
 /// The batched engine's parameters (one set for every pod).
@@ -265,10 +262,6 @@ pub struct BatchedEngine<'a> {
     blocks: &'a mut [KvBlock],
     table: &'a mut [u32],
     shift: u32,
-    /// Tombstones in `table`: an eviction marks its entry instead of shifting the probe run back,
-    /// which would read the key of every later entry's block (a cache miss each; measured at
-    /// 40% of a batched replay). The map is rebuilt when they reach [`Self::tomb_limit`].
-    tombs: u32,
     free_head: u32,
     free_tail: u32,
     free_len: u32,
@@ -305,6 +298,30 @@ pub struct BatchedEngine<'a> {
     /// step starts.
     gap: Option<(u64, u32)>,
     stats: BatchedStats,
+}
+
+struct TableView<'t> {
+    blocks: &'t [KvBlock],
+    table: &'t mut [u32],
+    shift: u32,
+}
+
+impl Probe for TableView<'_> {
+    fn slots(&self) -> usize {
+        self.table.len()
+    }
+    fn is_empty(&self, i: usize) -> bool {
+        self.table[i] == 0
+    }
+    fn home_of(&self, i: usize) -> usize {
+        table::home(self.blocks[self.table[i] as usize - 1].key, self.shift)
+    }
+    fn move_entry(&mut self, from: usize, to: usize) {
+        self.table[to] = self.table[from];
+    }
+    fn clear(&mut self, i: usize) {
+        self.table[i] = 0;
+    }
 }
 
 /// ceil(tokens / 16).
@@ -383,7 +400,6 @@ impl<'a> BatchedEngine<'a> {
             cfg,
             pod,
             shift: table::shift_for(table.len()),
-            tombs: 0,
             blocks,
             table,
             free_head: 0,
@@ -445,52 +461,20 @@ impl<'a> BatchedEngine<'a> {
             if e == 0 {
                 return None;
             }
-            if e != TOMB && self.blocks[e as usize - 1].key == key {
+            if self.blocks[e as usize - 1].key == key {
                 return Some(e - 1);
             }
             i = (i + 1) & mask;
         }
     }
 
-    /// Maps `key` (not in the map) to block `b`, in the first tombstone or empty slot of its
-    /// probe path.
     fn map_insert(&mut self, key: u64, b: u32) {
         let mask = self.table.len() - 1;
         let mut i = table::home(key, self.shift);
-        while self.table[i] != 0 && self.table[i] != TOMB {
+        while self.table[i] != 0 {
             i = (i + 1) & mask;
         }
-        self.tombs -= u32::from(self.table[i] == TOMB);
         self.table[i] = b + 1;
-    }
-
-    /// Maps `key` to block `b` unless it is mapped already (one probe for both). True when it
-    /// was inserted.
-    fn map_insert_new(&mut self, key: u64, b: u32) -> bool {
-        let mask = self.table.len() - 1;
-        let mut i = table::home(key, self.shift);
-        let mut free = usize::MAX;
-        loop {
-            let e = self.table[i];
-            if e == 0 {
-                break;
-            }
-            if e == TOMB {
-                if free == usize::MAX {
-                    free = i;
-                }
-            } else if self.blocks[e as usize - 1].key == key {
-                return false;
-            }
-            i = (i + 1) & mask;
-        }
-        if free == usize::MAX {
-            free = i;
-        } else {
-            self.tombs -= 1;
-        }
-        self.table[free] = b + 1;
-        true
     }
 
     fn map_remove(&mut self, key: u64, b: u32) {
@@ -507,34 +491,8 @@ impl<'a> BatchedEngine<'a> {
             }
             i = (i + 1) & mask;
         }
-        // The entry before an empty slot ends its probe run: it can be emptied outright.
-        if self.table[(i + 1) & mask] == 0 {
-            self.table[i] = 0;
-            return;
-        }
-        self.table[i] = TOMB;
-        self.tombs += 1;
-        if self.tombs > self.tomb_limit() {
-            self.rebuild_map();
-        }
-    }
-
-    /// Most tombstones before the map is rebuilt: half the slots a full cache leaves empty, so
-    /// an empty slot always ends every probe (the map is at most 3/4 full with them).
-    fn tomb_limit(&self) -> u32 {
-        ((self.table.len() - self.blocks.len()) / 2) as u32
-    }
-
-    /// Maps every cached block again into an emptied table (no tombstones). Only the slots
-    /// change: which keys are mapped, and to which blocks, does not.
-    fn rebuild_map(&mut self) {
-        self.table.fill(0);
-        self.tombs = 0;
-        for b in 0..self.blocks.len() {
-            if self.blocks[b].keyed {
-                self.map_insert(self.blocks[b].key, b as u32);
-            }
-        }
+        let mut view = TableView { blocks: self.blocks, table: self.table, shift: self.shift };
+        table::remove_at(&mut view, i);
     }
 
     // ----- free queue -----
@@ -580,9 +538,8 @@ impl<'a> BatchedEngine<'a> {
         self.fq_unlink(b);
         if self.blocks[b as usize].keyed {
             let key = self.blocks[b as usize].key;
-            // unkeyed first: a rebuild of the map inside the removal must leave it out
-            self.blocks[b as usize].keyed = false;
             self.map_remove(key, b);
+            self.blocks[b as usize].keyed = false;
             self.cached -= 1;
         }
         self.blocks[b as usize].refs = 1;
@@ -661,9 +618,10 @@ impl<'a> BatchedEngine<'a> {
             let older = self.blocks[b as usize].next;
             if idx < full {
                 let key = self.key_of(r, idx);
-                if self.map_insert_new(key, b) {
+                if self.lookup(key).is_none() {
                     self.blocks[b as usize].key = key;
                     self.blocks[b as usize].keyed = true;
+                    self.map_insert(key, b);
                     self.cached += 1;
                 }
             }
@@ -1446,16 +1404,6 @@ impl<'a> BatchedEngine<'a> {
         debug_assert_eq!(pinned, self.pinned as u64);
         debug_assert_eq!(refs, self.refs_total);
         debug_assert_eq!(keyed, self.cached as u64);
-        // The map with its tombstones: every cached block found under its key, one live entry
-        // each, the tombstones counted, an empty slot left to end every probe.
-        for (b, blk) in self.blocks.iter().enumerate() {
-            debug_assert!(!blk.keyed || self.lookup(blk.key) == Some(b as u32), "a cached block is mapped");
-        }
-        let live = self.table.iter().filter(|&&e| e != 0 && e != TOMB).count() as u64;
-        let tombs = self.table.iter().filter(|&&e| e == TOMB).count() as u64;
-        debug_assert_eq!(live, self.cached as u64);
-        debug_assert_eq!(tombs, self.tombs as u64);
-        debug_assert!(live + tombs < self.table.len() as u64, "an empty slot ends every probe");
         let mut n = 0u64;
         let mut b = self.free_head;
         while b != NIL {
