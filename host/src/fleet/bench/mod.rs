@@ -61,8 +61,16 @@ pub struct BenchReport {
     pub index_bytes_per_block: f64,
     /// The pods alone with the shortest accepted key table against the recommended one.
     pub pod_table: TableBench,
-    /// The batched engine's replay of the same trace (default engine parameters).
+    /// Parsing the trace, best of repeats, s.
+    pub parse_s: f64,
+    /// Hashing its chained keys, s.
+    pub hash_s: f64,
+    /// The batched engine's replay of the same trace (default engine parameters), every router.
     pub batched: Vec<EngineBench>,
+    /// The second trace whose batched replays were checked equal with and without fast-forward.
+    pub identity_trace: String,
+    /// The routers checked on it.
+    pub identity_routers: usize,
     /// Run-length vs per-block replay vs the Python model, on this trace and on a hot-set trace.
     pub replays: Vec<ReplayBench>,
 }
@@ -72,10 +80,13 @@ pub struct BenchReport {
 pub struct EngineBench {
     /// Router.
     pub router: String,
-    /// Whether runs of identical decode steps were advanced at once.
-    pub fast_forward: bool,
-    /// Best-of-repeats wall time of the replay (buffers, dispatch, draining, summary), s.
+    /// Best-of-repeats wall time of the replay with fast-forward (buffers, dispatch, draining,
+    /// summary), s.
     pub seconds: f64,
+    /// One replay step by step (no fast-forward; its summary checked equal), s.
+    pub step_by_step_s: f64,
+    /// (parse + hash + replay) / (parse + hash): end to end against reading the trace.
+    pub end_to_end_over_read: f64,
     /// Simulated requests per wall second.
     pub requests_per_s: f64,
     /// Engine steps simulated.
@@ -123,12 +134,28 @@ impl crate::fleet::run::RequestSource for LoadedSource<'_> {
 /// The FIFO buffers of the dispatch loop: room for the whole trace's queue, no stale view.
 const BENCH_SIZES: FifoSizes = FifoSizes { queue_per_pod: 1 << 16, pending: 0 };
 
+/// The batched fleet of the bench: `kind` with its defaults (the prefix-aware router with alpha
+/// 16), steps fast-forwarded or one by one.
+fn batched_cfg(pods: usize, capacity: usize, kind: RouterKind, fast_forward: bool) -> FleetConfig {
+    let e = BatchedConfig { fast_forward, ..BatchedConfig::new(Profile::Qwen3_32bH100x2) };
+    FleetConfig { alpha: 16.0, ..FleetConfig::batched(pods, capacity, kind, e) }
+}
+
+/// The routers of the batched bench: round-robin, prefix-aware, then every preset.
+fn batched_routers() -> impl Iterator<Item = RouterKind> {
+    [RouterKind::RoundRobin, RouterKind::PrefixAware].into_iter().chain(RouterKind::PRESETS)
+}
+
+fn router_label(kind: RouterKind) -> String {
+    if kind == RouterKind::PrefixAware { "prefix-aware (alpha 16)".into() } else { kind.name().into() }
+}
+
+/// Every router's batched replay, best of `repeats` with fast-forward, and once step by step
+/// (the slow path): the whole summaries must be equal.
 fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> CliResult<Vec<EngineBench>> {
     let mut out = Vec::new();
-    let runs = [(RouterKind::RoundRobin, true), (RouterKind::PrefixAware, true), (RouterKind::RoundRobin, false)];
-    for (kind, fast_forward) in runs {
-        let e = BatchedConfig { fast_forward, ..BatchedConfig::new(Profile::Qwen3_32bH100x2) };
-        let cfg = FleetConfig { alpha: 16.0, ..FleetConfig::batched(pods, capacity, kind, e) };
+    for kind in batched_routers() {
+        let cfg = batched_cfg(pods, capacity, kind, true);
         let mut best = f64::INFINITY;
         let mut summary = None;
         for _ in 0..repeats.max(1) {
@@ -138,19 +165,62 @@ fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> Cli
             summary = Some(r.summary);
         }
         let s = summary.expect("at least one repeat");
+        let t = Instant::now();
+        let slow = crate::fleet::run::simulate::<Batched>(
+            batched_cfg(pods, capacity, kind, false),
+            &mut LoadedSource(l),
+            false,
+        )?;
+        let slow_s = t.elapsed().as_secs_f64();
+        if slow.summary != s {
+            return Err(CliError::failure(format!(
+                "bench batched {}: fast-forward and step-by-step summaries differ",
+                kind.name()
+            )));
+        }
+        let read_s = l.parse_s + l.hash_s;
         out.push(EngineBench {
-            router: if kind == RouterKind::PrefixAware { "prefix-aware (alpha 16)".into() } else { kind.name().into() },
-            fast_forward,
+            router: router_label(kind),
             seconds: best,
+            step_by_step_s: slow_s,
             requests_per_s: l.reqs.len() as f64 / best,
             steps: s.steps,
             steps_per_s: s.steps as f64 / best,
+            end_to_end_over_read: (read_s + best) / read_s,
             makespan_s: s.makespan_s,
             output_tok_per_s: s.output_tok_per_s,
             ttft_p90: s.ttft_p90,
         });
     }
     Ok(out)
+}
+
+/// The second vendored trace's batched replays with fast-forward and step by step, every
+/// router: the whole summaries must be equal. Returns the routers checked.
+pub fn batched_identity(trace: &Path, trace_block: u32, pods: usize, capacity: usize) -> CliResult<usize> {
+    let (l, _, _) = load(trace, trace_block, 1)?;
+    let mut n = 0;
+    for kind in batched_routers() {
+        let fast = crate::fleet::run::simulate::<Batched>(
+            batched_cfg(pods, capacity, kind, true),
+            &mut LoadedSource(&l),
+            false,
+        )?;
+        let slow = crate::fleet::run::simulate::<Batched>(
+            batched_cfg(pods, capacity, kind, false),
+            &mut LoadedSource(&l),
+            false,
+        )?;
+        if fast.summary != slow.summary {
+            return Err(CliError::failure(format!(
+                "bench batched {} on {}: fast-forward and step-by-step summaries differ",
+                kind.name(),
+                trace.display()
+            )));
+        }
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// Why the pods' key tables have the length they have: the same key stream (round-robin, hit
@@ -253,6 +323,7 @@ fn load(path: &Path, trace_block: u32, repeats: usize) -> CliResult<(Loaded, f64
 /// Runs the benchmark.
 pub fn run(
     trace: PathBuf,
+    identity_trace: PathBuf,
     trace_block: u32,
     pods: usize,
     capacity: usize,
@@ -286,7 +357,9 @@ pub fn run(
     }
     let pod_table = table_bench(&l, pods, capacity, repeats)?;
     let batched = engine_bench(&l, pods, capacity, repeats)?;
+    let (parse_s, hash_s) = (l.parse_s, l.hash_s);
     drop(l);
+    let identity_routers = batched_identity(&identity_trace, trace_block, pods, capacity)?;
     let replays = replays(&trace, trace_block, pods, capacity, repeats, py)?;
     let index_bytes = BlockIndex::table_len(pods * capacity) * std::mem::size_of::<IndexEntry>();
     Ok(BenchReport {
@@ -302,7 +375,11 @@ pub fn run(
         pod_bytes_per_block: LruPod::bytes_per_block(capacity),
         index_bytes_per_block: index_bytes as f64 / (pods * capacity) as f64,
         pod_table,
+        parse_s,
+        hash_s,
         batched,
+        identity_trace: identity_trace.display().to_string(),
+        identity_routers,
         replays,
     })
 }
@@ -423,14 +500,20 @@ pub fn render(r: &BenchReport) -> String {
         t.speedup
     );
     o += &render_replays(&r.replays);
-    o += "\nbatched engine (profile qwen3-32b-h100x2, S 1024, M 8192), whole replay incl. buffers and summary:\n";
-    o += "router                   fast-forward   wall s   requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
+    o += &format!(
+        "\nbatched engine (profile qwen3-32b-h100x2, S 1024, M 8192), whole replay incl. buffers and summary;\n\
+         end to end = (parse {:.3} s + hash {:.3} s + replay) / (parse + hash); step by step: one run without\n\
+         fast-forward, its whole summary checked equal ({} on {}):\n",
+        r.parse_s, r.hash_s, r.identity_routers, r.identity_trace
+    );
+    o += "router                   wall s  step-by-step s  end to end  requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
     for b in &r.batched {
         o += &format!(
-            "{:<24} {:<12} {:>8.3} {:>12.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
+            "{:<24} {:>6.3} {:>15.3} {:>10.2}x {:>11.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
             b.router,
-            if b.fast_forward { "on" } else { "off" },
             b.seconds,
+            b.step_by_step_s,
+            b.end_to_end_over_read,
             b.requests_per_s,
             b.steps,
             b.steps_per_s,

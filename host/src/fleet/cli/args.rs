@@ -493,6 +493,10 @@ pub struct BenchArgs {
     /// repository root).
     #[arg(long, default_value = "traces/conversation_trace.jsonl.zst")]
     pub trace: PathBuf,
+    /// A second trace on which every batched replay is checked equal with and without
+    /// fast-forward (the default is the other vendored trace).
+    #[arg(long, default_value = "traces/synthetic_trace.jsonl.zst")]
+    pub identity_trace: PathBuf,
     /// Tokens per trace hash id S.
     #[arg(long, default_value_t = 512)]
     pub trace_block_size: u32,

@@ -282,7 +282,7 @@ fn bench_cmd(a: BenchArgs) -> CliResult<i32> {
         return Ok(0);
     }
     let py = bench::PythonModel { script: a.python_model, enabled: !a.no_python };
-    let r = bench::run(a.trace, a.trace_block_size, a.pods, a.capacity, a.repeats, &py)?;
+    let r = bench::run(a.trace, a.identity_trace, a.trace_block_size, a.pods, a.capacity, a.repeats, &py)?;
     if a.json {
         say!("{}", serde_json::to_string_pretty(&r).expect("report serializes"));
     } else {
