@@ -90,10 +90,21 @@ fn every_example_spec_runs() {
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| n.ends_with(".toml"))
         .collect();
-    let tested = ["agent-openai.toml", "tools-builtin.toml", "tools-command.toml", "tools-http.toml"];
+    let tested =
+        ["agent-openai.toml", "task-refund.toml", "tools-builtin.toml", "tools-command.toml", "tools-http.toml"];
     for n in &names {
         assert!(tested.contains(&n.as_str()), "examples/{n} has no test here");
     }
+
+    // the quick start's scripted task (README, scripts/docker_smoke.sh), in a directory of its own
+    // (its task id is the real agent's below): each built-in tool's effect applied once
+    let quick = Dir::new("examples-quick-start");
+    let spec = example_at(&quick, "task-refund.toml", None, None);
+    let out = quick.run_env(&["run", spec.to_str().unwrap()], &env);
+    out.expect(0);
+    assert!(out.stdout().contains("completed"), "{}", out.stdout());
+    assert_eq!(quick.applied("payments.sqlite", "refund-o-1042", 1), 1);
+    assert_eq!(quick.applied("emails.sqlite", "refund-o-1042", 2), 1);
 
     // the built-in simulated tools
     let spec = example_at(&d, "tools-builtin.toml", None, None);

@@ -184,7 +184,9 @@ fn resuming_a_running_task_never_reports_a_false_corruption_on_postgres() {
     let s = PgServer::start("falsecorrupt");
     let p = Db::new(&s, "falsecorrupt", false);
     let mut spec = String::from("id = \"busy\"\n");
-    for i in 0..300 {
+    // 1,000 steps: the runner outlives 20 resumes even on a loaded 2-core machine (300 steps
+    // allowed only 17 there once); the loop stops as soon as 20 were refused as held
+    for i in 0..1000 {
         let tool = if i % 2 == 0 { "payment" } else { "send_email" };
         spec.push_str(&format!("[[step]]\nmodel = \"s{i}\"\ntool = \"{tool}\"\nargs = {{ n = {i} }}\n"));
     }
@@ -193,7 +195,7 @@ fn resuming_a_running_task_never_reports_a_false_corruption_on_postgres() {
     wait_for("the runner's first call", || !p.d.calls("payments.sqlite").is_empty());
     let (mut tries, mut held) = (0, 0);
     let t = Instant::now();
-    while runner.try_wait().unwrap().is_none() && t.elapsed() < Duration::from_secs(20) {
+    while held < 20 && runner.try_wait().unwrap().is_none() && t.elapsed() < Duration::from_secs(60) {
         let o = p.run(&["resume", "busy"], &[]);
         tries += 1;
         match o.code() {

@@ -307,8 +307,13 @@ mod tests {
     /// `fleet run`'s progress bar counts to) is what the generator yields, not the cap.
     #[test]
     fn a_ramp_counts_the_requests_its_stages_generate() {
-        let text = include_str!("../../../../scenarios/llm-d-ramp.toml");
-        let mut sc = crate::fleet::scenario::Scenario::parse(text, "llm-d-ramp.toml", "llm-d-ramp").unwrap();
+        // the llm-d ramp's stages as open-loop arrivals (the file runs them through `[load]`)
+        let text = include_str!("../../../../scenarios/llm-d-ramp.toml")
+            .replace("[load]\ntype = \"poisson\"\nrequest_timeout_s = 300\n", "")
+            .replace("[[load.stages]]", "[[workload.stages]]")
+            .replace("requests = 750\n", "requests = 40000\n");
+        let mut sc = crate::fleet::scenario::Scenario::parse(&text, "llm-d-ramp.toml", "llm-d-ramp").unwrap();
+        assert!(sc.load.is_none() && sc.workload.stages_len > 0, "the ramp's stages are open loop here");
         let n = sc.workload.stages_len as usize;
         for st in &mut sc.workload.stages[..n] {
             st.duration_ms /= 80;

@@ -167,6 +167,13 @@ pub fn points() -> u64 {
 /// published).
 pub fn scenario(divisor: u64) -> CliResult<Scenario> {
     let mut sc = Scenario::parse(SCENARIO_TEXT, SCENARIO_NAME, "llm-d-ramp")?;
+    divide_stages(&mut sc, divisor);
+    Ok(sc)
+}
+
+/// Divides the duration of every stage of `sc` (open-loop and load-generator stages) by
+/// `divisor`, keeping at least 1 ms each (1: as written).
+pub fn divide_stages(sc: &mut Scenario, divisor: u64) {
     let n = sc.workload.stages_len as usize;
     for st in &mut sc.workload.stages[..n] {
         st.duration_ms = (st.duration_ms / divisor.max(1)).max(1);
@@ -177,7 +184,6 @@ pub fn scenario(divisor: u64) -> CliResult<Scenario> {
             st.duration_ms = (st.duration_ms / divisor.max(1)).max(1);
         }
     }
-    Ok(sc)
 }
 
 /// The batched engine's settings of the scenario.

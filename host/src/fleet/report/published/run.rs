@@ -85,13 +85,11 @@ pub struct Tables {
 /// Runs of [`run`] (progress).
 pub const RUNS: u64 = 6;
 
-/// `text` parsed, its stage durations divided by `divisor` (at least 1 ms each).
+/// `text` parsed, its stage durations (open-loop and load-generator stages) divided by `divisor`
+/// (at least 1 ms each).
 fn scaled(text: &str, name: &str, default: &str, divisor: u64) -> CliResult<Scenario> {
     let mut sc = Scenario::parse(text, name, default)?;
-    let n = sc.workload.stages_len as usize;
-    for st in &mut sc.workload.stages[..n] {
-        st.duration_ms = (st.duration_ms / divisor.max(1)).max(1);
-    }
+    llmd::divide_stages(&mut sc, divisor);
     Ok(sc)
 }
 
