@@ -26,13 +26,13 @@ command -v python3 >/dev/null 2>&1 || apt_install python3
 command -v zstd >/dev/null 2>&1 || apt_install zstd
 # `script` is util-linux's, packaged in bsdutils on Debian and Ubuntu
 command -v script >/dev/null 2>&1 || apt_install bsdutils
-# vLLM's own block-hash functions need cbor2 and xxhash (host/tests/vllm_hash_vectors.rs runs
-# tests/reference/vllm_block_hash.py and fails without them)
+# vLLM's own block-hash functions need cbor2 and xxhash, pinned (their encoders are the reference;
+# host/tests/vllm_hash_vectors.rs runs tests/reference/vllm_block_hash.py and fails without them)
 if ! python3 -c 'import cbor2, xxhash' >/dev/null 2>&1; then
     echo "test.sh: installing cbor2 and xxhash (pip)" >&2
     command -v pip3 >/dev/null 2>&1 || python3 -m pip --version >/dev/null 2>&1 || apt_install python3-pip
-    python3 -m pip install --quiet cbor2 xxhash >&2 \
-        || python3 -m pip install --quiet --break-system-packages cbor2 xxhash >&2
+    python3 -m pip install --quiet cbor2==6.3.0 xxhash==4.1.0 >&2 \
+        || python3 -m pip install --quiet --break-system-packages cbor2==6.3.0 xxhash==4.1.0 >&2
 fi
 
 pg_found() {

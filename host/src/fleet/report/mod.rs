@@ -96,7 +96,7 @@ pub struct Experiments {
     pub llmd_bench: crate::fleet::report::llmd::LlmdSection,
     /// The published tables, simulated at the section's stage divisor (section 12).
     pub published: published::Tables,
-    /// Deployed fleets: P/D and the offload tier (section 12).
+    /// Deployed fleets: P/D and the offload tier (section 13).
     pub deploy: deploy::DeploySection,
 }
 
@@ -267,10 +267,11 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     // 11: llm-d's benchmark reproduced.
     progress.set_message("llm-d benchmark");
     let llmd_bench = crate::fleet::report::llmd::run(shrink, &|| progress.inc(1))?;
+    // 12: the published tables.
     progress.set_message("published tables");
     let published = published::run(llmd::REPORT_STAGE_DIVISOR * shrink.max(1), &|| progress.inc(1))?;
 
-    // 12: deployed fleets.
+    // 13: deployed fleets.
     let deploy = deploy::run(shrink, threads, progress)?;
 
     Ok(Experiments {

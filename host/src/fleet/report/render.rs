@@ -561,7 +561,7 @@ fn sec_model(_: &Experiments, _: &PageInputs) -> Vec<Block> {
             "docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds. Two engine models: the FIFO \
              engine (prefill tokens x a fixed cost, FIFO queueing, no decode batching) in sections 1-8 and 10, and the \
              batched engine (vLLM-style continuous batching with a step-cost model fitted on published calibration \
-             points; section 9b says how far off it is) in sections 9 and 11, whose section lists what it leaves out. \
+             points; section 9b says how far off it is) in sections 9, 11, 12 and 13, whose sections list what it leaves out. \
              Compare orderings and ratios, not seconds."
                 .into(),
         ),

@@ -93,7 +93,9 @@ pub fn outcome_fields(sent: &[Sent], seq: u64) -> String {
     let Some(s) = sent.get(seq as usize) else { return String::new() };
     let status = match s.status {
         Some(Status::TimedOut) => "timed_out",
-        _ => "ok",
+        Some(Status::Ok) => "ok",
+        // written with its completion, so never here; said rather than called a success
+        None => "unfinished",
     };
     format!(",\"stage\":{},\"status\":\"{status}\"", s.stage)
 }

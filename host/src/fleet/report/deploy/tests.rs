@@ -1,4 +1,4 @@
-//! Section 12 on a shrunk run: every run is there, the prose follows the figures, and the
+//! Section 13 on a shrunk run: every run is there, the prose follows the figures, and the
 //! pages carry every figure.
 
 use brokerlab_core::fleet::{BatchedConfig, Profile};
