@@ -18,13 +18,7 @@ pub const PERCENTILES: [u32; 3] = [50, 90, 99];
 
 /// numpy's default percentile (linear interpolation between the closest ranks) of sorted `v`.
 pub fn np_percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = p / 100.0 * (sorted.len() - 1) as f64;
-    let lo = rank.floor() as usize;
-    let hi = rank.ceil() as usize;
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
+    super::stages::percentile_linear(sorted, p).unwrap_or(0.0)
 }
 
 /// mean, median, std (ddof 0) and [`PERCENTILES`] of `v` (seconds), in ms, under vLLM's keys for

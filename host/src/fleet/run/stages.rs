@@ -44,13 +44,15 @@ pub struct StageRow {
     pub input_tokens_per_s: Option<f64>,
 }
 
-/// numpy's default percentile (linear between closest ranks) of sorted `v`, `p` in [0, 100].
+/// numpy's default percentile (linear between closest ranks) of sorted `v`, `p` in [0, 100];
+/// `None` when `v` is empty. The one home of this rule (vLLM's `--report-json`, the per-stage
+/// rows and the published tables use it), its arithmetic in numpy's order.
 pub fn percentile_linear(v: &[f64], p: f64) -> Option<f64> {
     let last = v.len().checked_sub(1)?;
-    let k = last as f64 * p / 100.0;
-    let lo = k.floor() as usize;
-    let hi = (lo + 1).min(last);
-    Some(v[lo] + (v[hi] - v[lo]) * (k - lo as f64))
+    let rank = p / 100.0 * last as f64;
+    let lo = rank.floor() as usize;
+    let hi = (rank.ceil() as usize).min(last);
+    Some(v[lo] + (v[hi] - v[lo]) * (rank - lo as f64))
 }
 
 /// The rows of every stage of `spec`, from what each request did (by send order).

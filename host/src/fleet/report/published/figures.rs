@@ -132,14 +132,7 @@ pub fn back_to_back(durations_ns: &[u64]) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// numpy's default (linear) percentile of `v` (sorted ascending); `None` when empty.
-pub fn percentile_linear(v: &[f64], p: f64) -> Option<f64> {
-    let last = v.len().checked_sub(1)?;
-    let k = last as f64 * p / 100.0;
-    let lo = k.floor() as usize;
-    let hi = (lo + 1).min(last);
-    Some(v[lo] + (v[hi] - v[lo]) * (k - lo as f64))
-}
+pub use crate::fleet::run::stages::percentile_linear;
 
 /// One stage as inference-perf reports it.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
