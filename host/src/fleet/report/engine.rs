@@ -83,23 +83,31 @@ impl MemTrace {
     }
 }
 
+/// Feeds requests held in memory ((arrival ns, L, O, key range) over `keys`) to `sink`; an error
+/// names the workload (`name`) and the request.
+pub fn feed_held(
+    requests: &[(u64, u64, u64, std::ops::Range<usize>)],
+    keys: &[u64],
+    name: &str,
+    sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>,
+) -> CliResult<()> {
+    for (i, (arrival_ns, input, output, range)) in requests.iter().enumerate() {
+        let req = Request {
+            arrival_ns: *arrival_ns,
+            input_tokens: *input,
+            output_tokens: *output,
+            keys: &keys[range.clone()],
+        };
+        sink(&req).map_err(|e| {
+            CliError::bad_input(format!("{name}: request {i}: {}", crate::fleet::run::fields::request_message(&e)))
+        })?;
+    }
+    Ok(())
+}
+
 impl RequestSource for &MemTrace {
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
-        for (i, (arrival_ns, input, output, range)) in self.requests.iter().enumerate() {
-            let req = Request {
-                arrival_ns: *arrival_ns,
-                input_tokens: *input,
-                output_tokens: *output,
-                keys: &self.keys[range.clone()],
-            };
-            sink(&req).map_err(|e| {
-                CliError::bad_input(format!(
-                    "{CONVERSATION_TRACE_NAME}: request {i}: {}",
-                    crate::fleet::run::fields::request_message(&e)
-                ))
-            })?;
-        }
-        Ok(())
+        feed_held(&self.requests, &self.keys, CONVERSATION_TRACE_NAME, sink)
     }
 
     fn len_hint(&self) -> Option<u64> {

@@ -11,7 +11,7 @@ use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::{Error as CoreError, FleetConfig, Request};
 use serde::Serialize;
 
-use crate::error::{CliError, CliResult};
+use crate::error::CliResult;
 use crate::fleet::cli::compare::page;
 use crate::fleet::report::llmd::Block;
 use crate::fleet::run::progress::Progress;
@@ -109,22 +109,8 @@ impl Unique {
 
 impl RequestSource for &Unique {
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
-        for (i, (arrival_ns, input, output, range)) in self.requests.iter().enumerate() {
-            let req = Request {
-                arrival_ns: *arrival_ns,
-                input_tokens: *input,
-                output_tokens: *output,
-                keys: &self.keys[range.clone()],
-            };
-            sink(&req).map_err(|e| {
-                CliError::bad_input(format!(
-                    "report workload ({}): request {i}: {}",
-                    self.name,
-                    crate::fleet::run::fields::request_message(&e)
-                ))
-            })?;
-        }
-        Ok(())
+        let name = format!("report workload ({})", self.name);
+        crate::fleet::report::engine::feed_held(&self.requests, &self.keys, &name, sink)
     }
 
     fn len_hint(&self) -> Option<u64> {
