@@ -269,7 +269,10 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     let llmd_bench = crate::fleet::report::llmd::run(shrink, &|| progress.inc(1))?;
     // 12: the published tables.
     progress.set_message("published tables");
-    let published = published::run(llmd::REPORT_STAGE_DIVISOR * shrink.max(1), &|| progress.inc(1))?;
+    let published =
+        published::run((llmd::REPORT_STAGE_DIVISOR * shrink.max(1)).min(published::MAX_REPORT_DIVISOR), &|| {
+            progress.inc(1)
+        })?;
 
     // 13: deployed fleets.
     let deploy = deploy::run(shrink, threads, progress)?;

@@ -17,4 +17,4 @@ pub use compare::{Cell, cells as all_cells, median_error};
 pub use markdown::{
     FULL_COMMAND, SECTION, TITLE, cell_table, charts, markdown, median_line, num, page_blocks, report_charts,
 };
-pub use run::{RUNS, Tables, run};
+pub use run::{MAX_REPORT_DIVISOR, RUNS, Tables, run};
