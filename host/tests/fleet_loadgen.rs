@@ -183,3 +183,44 @@ fn a_concurrent_config_imports_to_the_hand_written_scenario() {
     assert_eq!(imported.load, hand.load);
     assert_eq!(imported.fleet, hand.fleet);
 }
+
+/// `--stages-plot DIR`: the per-stage charts of a `[load]` run, SVG and PNG, one point per stage
+/// that has the figure; without `[load]` the flag is refused (exit 2 naming it).
+#[test]
+fn stages_plot_draws_every_stage_and_needs_a_load() {
+    let d = dir("plot");
+    let sc = d.join("s.toml");
+    let load = "[load]\ntype = \"constant\"\n[[load.stages]]\nrate_per_s = 4\nduration_s = 2\n[[load.stages]]\nrate_per_s = 8\nduration_s = 2\n";
+    std::fs::write(&sc, format!("{WORKLOAD}{load}")).unwrap();
+    let plots = d.join("plots");
+    let o = Command::new(BIN)
+        .args(["fleet", "run", "-q", "--json"])
+        .arg(&sc)
+        .arg("--stages-plot")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    let read = |n: &str| std::fs::read(plots.join(n)).unwrap_or_default();
+    let (ttft, tok, png) = (read("stages_ttft.svg"), read("stages_tok_s.svg"), read("stages_ttft.png"));
+    let plain = d.join("plain.toml");
+    std::fs::write(&plain, WORKLOAD.replace("requests = 12", "requests = 12\nrate_per_s = 2")).unwrap();
+    let refused = Command::new(BIN)
+        .args(["fleet", "run", "-q"])
+        .arg(&plain)
+        .arg("--stages-plot")
+        .arg(d.join("p2"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&d);
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let json: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(json["stages"].as_array().map(Vec::len), Some(2), "{json}");
+    for (name, svg) in [("stages_ttft.svg", &ttft), ("stages_tok_s.svg", &tok)] {
+        let text = String::from_utf8_lossy(svg);
+        assert!(text.starts_with("<svg") && text.contains("per stage"), "{name}: {}", &text[..text.len().min(200)]);
+    }
+    assert!(png.starts_with(b"\x89PNG"), "stages_ttft.png is not a PNG");
+    assert_eq!(refused.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(err.contains("--stages-plot") && err.contains("[load]"), "{err}");
+}

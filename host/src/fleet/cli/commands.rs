@@ -185,7 +185,13 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
     let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
     if let Some(spec) = sc.load {
         progress.finish();
-        return run_load(cfg, &sc, spec, out, slo);
+        return run_load(cfg, &sc, spec, out, slo, a.stages_plot.as_deref());
+    }
+    if a.stages_plot.is_some() {
+        return Err(CliError::bad_input(format!(
+            "--stages-plot: {} has no [load] (per-stage results come from the load generator)",
+            input.display()
+        )));
     }
     run_print(cfg, (&mut src, Unit::Requests), progress, out, slo)
 }
@@ -198,6 +204,7 @@ fn run_load(
     spec: brokerlab_core::fleet::loadgen::LoadSpec,
     mut out: Output<'_>,
     slo: Option<brokerlab_core::fleet::slo::Slo>,
+    stages_plot: Option<&Path>,
 ) -> CliResult<i32> {
     use run::loadgen::simulate_load;
     let data = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
@@ -212,7 +219,19 @@ fn run_load(
             (run::RunResult::of(r, |x| run::RunSummary::Batched(Box::new(x))), s)
         }
     };
-    out.stages = Some(run::stages::rows(&spec, &sent));
+    let rows = run::stages::rows(&spec, &sent);
+    if let Some(dir) = stages_plot {
+        for (stem, chart) in run::stages::charts(&rows, &sc.name) {
+            crate::fleet::sweep::write_file(
+                dir,
+                &format!("{stem}.svg"),
+                crate::plot::svg(&chart, 900, 520).as_bytes(),
+            )?;
+            crate::fleet::sweep::write_file(dir, &format!("{stem}.png"), &crate::plot::png(&chart, 900, 520))?;
+        }
+        crate::fleet::sweep::commit_files()?;
+    }
+    out.stages = Some(rows);
     let more = |seq| run::loadgen::outcome_fields(&sent, seq);
     out.print::<()>(&mut res, Some(&more), None)
 }

@@ -96,6 +96,42 @@ fn row(spec: &LoadSpec, i: u32, st: &brokerlab_core::fleet::loadgen::LoadStage, 
     }
 }
 
+/// The per-stage plots of `rows` (`scenario` names the run): (file stem, chart) for TTFT p50
+/// and p90 (ms) and output and input tok/s, against the stage index; a stage without the figure
+/// leaves a gap, never a zero.
+pub fn charts(rows: &[StageRow], scenario: &str) -> Vec<(&'static str, crate::plot::Chart)> {
+    use crate::plot::{Chart, Series};
+    let series = |label: &str, y: fn(&StageRow) -> Option<f64>| {
+        Series::new(label, rows.iter().filter_map(|r| Some((f64::from(r.stage), y(r)?))).collect())
+    };
+    let stage = "stage (0 = the first, e.g. a warmup)".to_string();
+    vec![
+        (
+            "stages_ttft",
+            Chart {
+                title: format!("{scenario}: TTFT per stage (answered requests)"),
+                x_label: stage.clone(),
+                y_label: "TTFT (ms, log)".into(),
+                series: vec![series("p50", |r| r.ttft_ms_p50), series("p90", |r| r.ttft_ms_p90)],
+                // tens of ms below saturation, minutes above it
+                y_log: true,
+                ..Chart::default()
+            },
+        ),
+        (
+            "stages_tok_s",
+            Chart {
+                title: format!("{scenario}: tokens/s per stage (inference-perf's window)"),
+                x_label: stage,
+                y_label: "tokens/s".into(),
+                series: vec![series("output", |r| r.output_tokens_per_s), series("input", |r| r.input_tokens_per_s)],
+                y_min: Some(0.0),
+                ..Chart::default()
+            },
+        ),
+    ]
+}
+
 /// The rows as a text table.
 pub fn render(rows: &[StageRow]) -> String {
     let f = |v: Option<f64>, d: usize| v.map_or_else(|| "-".to_string(), |x| format!("{x:.d$}"));
