@@ -199,19 +199,9 @@ fn run_load(
     mut out: Output<'_>,
     slo: Option<brokerlab_core::fleet::slo::Slo>,
 ) -> CliResult<i32> {
-    use run::loadgen::simulate_load;
     let data = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
     let keep = out.outcomes.is_some() || out.report_json.is_some();
-    let (mut res, sent) = match cfg.engine {
-        brokerlab_core::fleet::EngineConfig::Fifo { .. } => {
-            let (r, s) = simulate_load::<run::Fifo>(cfg, &data, spec, keep, slo)?;
-            (run::RunResult::of(r, |x| run::RunSummary::Fifo(Box::new(x))), s)
-        }
-        brokerlab_core::fleet::EngineConfig::Batched(_) => {
-            let (r, s) = simulate_load::<run::Batched>(cfg, &data, spec, keep, slo)?;
-            (run::RunResult::of(r, |x| run::RunSummary::Batched(Box::new(x))), s)
-        }
-    };
+    let (mut res, sent) = run::loadgen::simulate_load_sent(cfg, &data, spec, keep, slo)?;
     out.stages = Some(run::stages::rows(&spec, &sent));
     let more = |seq| run::loadgen::outcome_fields(&sent, seq);
     out.print::<()>(&mut res, Some(&more), None)

@@ -65,7 +65,7 @@ impl Scenario {
     pub fn without_load(self, command: &str) -> CliResult<Self> {
         match self.load {
             Some(_) => Err(CliError::bad_input(format!(
-                "{}: `load`: {command} runs a workload's own arrivals; the load generator ([load]) runs under `fleet run` only",
+                "{}: `load`: {command} runs a workload's own arrivals; the load generator ([load]) runs under `fleet run` and `fleet compare` only",
                 self.origin
             ))),
             None => Ok(self),
