@@ -99,6 +99,10 @@ pub struct RunArgs {
     /// Override the scenario's KV blocks (16 tokens) per pod.
     #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
     pub capacity: Option<usize>,
+    /// Multiply every arrival rate (the workload's rate, burst and stages, `[load]`'s stages) by
+    /// X, a decimal; each scaled rate must be a whole number of milli-requests/s.
+    #[arg(long, value_name = "X")]
+    pub rate_scale: Option<String>,
     /// Override the scenario's router (any `--router` name of `fleet replay`).
     #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse))]
     pub router: Option<RouterKind>,

@@ -154,6 +154,10 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
     if a.pods.is_some() || a.capacity.is_some() {
         sc.fleet.validate().map_err(run::config_error)?;
     }
+    if let Some(x) = &a.rate_scale {
+        let scale = crate::fleet::run::retime::parse_decimal(x, "--rate-scale", true)?;
+        scenario::rate_scale::apply(&mut sc, scale, x)?;
+    }
     let mut cfg = sc.fleet;
     if let Some(r) = a.router {
         cfg.router = r;

@@ -18,6 +18,7 @@ pub mod engine;
 mod generated;
 pub mod inference_perf;
 pub mod load;
+pub mod rate_scale;
 mod schema;
 
 pub use generated::{Generated, Streamed, write_trace, write_trace_from};
