@@ -9,7 +9,7 @@ use crate::error::{CliError, CliResult};
 /// `rate` (milli-requests/s) times num / den, when exact.
 fn scaled(rate: u64, (num, den): (u64, u64)) -> Option<u64> {
     let v = rate as u128 * num as u128;
-    (v % den as u128 == 0).then(|| v / den as u128).and_then(|v| u64::try_from(v).ok())
+    v.is_multiple_of(den as u128).then(|| v / den as u128).and_then(|v| u64::try_from(v).ok())
 }
 
 /// Scales every rate of `sc` (the workload's rate, burst and stages; `[load]`'s stages) by

@@ -88,7 +88,7 @@ enum Workload {
     Scenario(Box<scenario::Scenario>),
     /// A scenario with `[load]`: its data set (generated once, shared by every run) sent by the
     /// load generator, as `fleet run` does.
-    Load(Box<scenario::Generated>, brokerlab_core::fleet::loadgen::LoadSpec),
+    Load(Box<(scenario::Generated, brokerlab_core::fleet::loadgen::LoadSpec)>),
 }
 
 /// One run's configuration.
@@ -272,7 +272,7 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     };
     let seed = match &workload {
         Workload::Scenario(sc) => sc.workload.seed,
-        Workload::Load(data, _) => data.spec.seed,
+        Workload::Load(l) => l.0.spec.seed,
         Workload::Trace(..) => llmd::TRACE_ROUTER_SEED,
     };
 
@@ -379,7 +379,7 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
 /// `[load]`, else its own arrivals, streamed per run.
 fn workload_of(sc: &scenario::Scenario) -> CliResult<Workload> {
     Ok(match sc.load {
-        Some(spec) => Workload::Load(Box::new(scenario::Generated::with_origin(sc.workload, &sc.origin)?), spec),
+        Some(spec) => Workload::Load(Box::new((scenario::Generated::with_origin(sc.workload, &sc.origin)?, spec))),
         None => Workload::Scenario(Box::new(sc.clone())),
     })
 }
@@ -413,7 +413,7 @@ fn run_all(
                         let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
                         run::simulate_any(s.cfg, &mut src, keep, slo)
                     }
-                    Workload::Load(data, spec) => run::loadgen::simulate_load_any(s.cfg, data, *spec, keep, slo),
+                    Workload::Load(l) => run::loadgen::simulate_load_any(s.cfg, &l.0, l.1, keep, slo),
                 };
                 progress.inc(1);
                 r
