@@ -168,6 +168,11 @@ pub struct SweepArgs {
     /// included (default: round-robin, least-loaded, prefix-aware). The points' `router` names it.
     #[arg(long, value_delimiter = ',', value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse))]
     pub router: Vec<RouterKind>,
+    /// Router config files (TOML; docs/MODEL.md, "Router config files") swept after the
+    /// routers, repeatable; a point is named by its router kind (`custom` for a changed
+    /// pipeline), so two runs of one name are refused.
+    #[arg(long, value_name = "FILE.toml")]
+    pub router_config: Vec<PathBuf>,
     /// Run only the I-th of N disjoint slices of the points (0-based, e.g. $JOB_COMPLETION_INDEX)
     /// and write `partial.json` to --out; combine the N results with `fleet merge`.
     #[arg(long, value_name = "I/N", value_parser = shard::parse_shard)]

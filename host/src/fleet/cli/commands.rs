@@ -453,7 +453,9 @@ fn merge_write<S: sweep::SweepSummary>(
 
 fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     crate::mem::set_budget(a.mem.max_memory);
-    crate::outfile::check_output_dir("--out", &a.out, &[("the scenario", a.scenario.as_path())])?;
+    let mut inputs = vec![("the scenario", a.scenario.as_path())];
+    inputs.extend(a.router_config.iter().map(|p| ("--router-config", p.as_path())));
+    crate::outfile::check_output_dir("--out", &a.out, &inputs)?;
     let sc = scenario::Scenario::load(&a.scenario)?.without_load("fleet sweep")?;
     let engine = a.engine.resolve(sc.engine.as_ref())?;
     if let Some(e) = engine {
@@ -473,6 +475,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
         }
         sweep::for_routers(&values, &a.router, sc.workload.seed)?
     };
+    add_router_configs(&mut specs, &a, &values, param, sc.workload.seed)?;
     if let Some(e) = engine {
         // each point's values (`--param stale` ...) named as flags
         for p in &mut specs {
@@ -482,6 +485,9 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     check_sweep_memory(&gens, &specs, a.threads)?;
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file("scenario", &a.scenario)?;
+    for p in &a.router_config {
+        prov.add_file("router config", p)?;
+    }
     if let Some(sh) = a.shard {
         // each point carries its SLO keys as an unsharded sweep's does; the SLO is part of the
         // sweep's digest, so shards of different SLOs do not merge
@@ -523,6 +529,47 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     sweep::commit_files()?;
     say_raw!("{text}");
     Ok(0)
+}
+
+/// `fleet sweep --router-config FILE...`: each file's points after the routers', every value
+/// once per file. Points are named by router kind, so a file whose kind another run of the
+/// sweep already has (two changed pipelines are both `custom`) is refused, as is a file whose
+/// router does not read alpha under `--param alpha`.
+fn add_router_configs(
+    specs: &mut Vec<sweep::PointSpec>,
+    a: &SweepArgs,
+    values: &[(f64, usize, FleetConfig)],
+    param: sweep::SweepParam,
+    seed: u64,
+) -> CliResult<()> {
+    use brokerlab_core::fleet::RouterKind;
+    let mut named: Vec<RouterKind> = specs.iter().map(|p| p.cfg.router).collect();
+    for p in &a.router_config {
+        let mut kind = None;
+        for &(value, workload, cfg) in values {
+            let mut cfg = cfg;
+            router_config::apply(&mut cfg, Some(p), seed)?;
+            kind = Some(cfg.router);
+            specs.push(sweep::PointSpec { value, workload, cfg });
+        }
+        let Some(k) = kind else { continue };
+        if named.contains(&k) {
+            return Err(CliError::bad_input(format!(
+                "--router-config {}: its points would be named `{}`, as another router's of this sweep (points are named by router kind); sweep it without that router, or use fleet compare",
+                p.display(),
+                k.name()
+            )));
+        }
+        if param == sweep::SweepParam::Alpha && k != RouterKind::PrefixAware {
+            return Err(CliError::bad_input(format!(
+                "--param alpha: alpha is prefix-aware's load penalty; --router-config {} ({}) does not read it",
+                p.display(),
+                k.name()
+            )));
+        }
+        named.push(k);
+    }
+    Ok(())
 }
 
 /// A sweep's points under engine `K`, written as one sweep writes them.
