@@ -56,3 +56,66 @@ fn presets_sweep_over_pods_capacity_and_rate_and_name_their_router() {
     assert!(err.contains("--router"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `fleet sweep --router-config FILE...`: each file's points after the routers', named by router
+/// kind (`custom` for a changed pipeline), each point's figures those `fleet run --router-config`
+/// prints for the same pods; two runs of one name are exit 2.
+#[test]
+fn router_config_files_sweep_beside_the_routers() {
+    let dir = std::env::temp_dir().join(format!("brokerlab-sweep-router-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let custom = dir.join("custom.toml");
+    std::fs::write(
+        &custom,
+        "preset = \"llm-d-precise\"\n[[scorers]]\ntype = \"queue\"\nweight = 1.0\n[[scorers]]\ntype = \"precise-prefix-cache\"\nweight = 3.0\n",
+    )
+    .unwrap();
+    let custom = custom.to_str().unwrap().to_string();
+    let (code, err) =
+        sweep(&dir, &["--param", "pods", "--values", "2,3", "--router", "round-robin", "--router-config", &custom]);
+    assert_eq!(code, 0, "{err}");
+    let csv = std::fs::read_to_string(dir.join("out/points.csv")).unwrap();
+    let mut lines = csv.lines();
+    let head: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |n: &str| head.iter().position(|h| *h == n).unwrap_or_else(|| panic!("no {n} column"));
+    let rows: Vec<Vec<String>> = lines.map(|l| l.split(',').map(String::from).collect()).collect();
+    let named: Vec<&str> = rows.iter().map(|r| r[col("router")].as_str()).collect();
+    assert_eq!(named, ["round-robin", "round-robin", "custom", "custom"]);
+    for r in &rows[2..] {
+        let pods = &r[col("pods")];
+        let o = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+            .args(["fleet", "run", "-q", "--no-date", "--json", "--pods", pods, "--router-config", &custom])
+            .arg(scenario(&dir))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        for k in ["hit_rate", "requests"] {
+            let got: f64 = r[col(k)].parse().unwrap();
+            assert_eq!(got, j[k].as_f64().unwrap(), "pods {pods}: {k}");
+        }
+        assert!(r[col("hit_rate")].parse::<f64>().unwrap() > 0.0);
+    }
+    // two runs of one name: refused, naming the file
+    let preset = dir.join("preset.toml");
+    std::fs::write(&preset, "preset = \"llm-d-precise\"\n").unwrap();
+    let preset = preset.to_str().unwrap().to_string();
+    for extra in [
+        vec!["--router-config", custom.as_str(), "--router-config", custom.as_str()],
+        vec!["--router", "llm-d-precise", "--router-config", preset.as_str()],
+    ] {
+        let mut args = vec!["--param", "pods", "--values", "2"];
+        args.extend(extra);
+        let (code, err) = sweep(&dir, &args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains("--router-config") && err.contains("named"), "{err}");
+    }
+    // a pipeline that does not read alpha under --param alpha
+    let (code, err) = sweep(
+        &dir,
+        &["--param", "alpha", "--values", "0,2", "--router", "prefix-aware", "--router-config", custom.as_str()],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--router-config") && err.contains("does not read it"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -99,6 +99,10 @@ pub struct RunArgs {
     /// Override the scenario's KV blocks (16 tokens) per pod.
     #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
     pub capacity: Option<usize>,
+    /// Multiply every arrival rate (the workload's rate, burst and stages, `[load]`'s stages) by
+    /// X, a decimal; each scaled rate must be a whole number of milli-requests/s.
+    #[arg(long, value_name = "X")]
+    pub rate_scale: Option<String>,
     /// Override the scenario's router (any `--router` name of `fleet replay`).
     #[arg(long, value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse))]
     pub router: Option<RouterKind>,
@@ -168,6 +172,11 @@ pub struct SweepArgs {
     /// included (default: round-robin, least-loaded, prefix-aware). The points' `router` names it.
     #[arg(long, value_delimiter = ',', value_parser = kind(&RouterKind::NAMED, RouterKind::name, RouterKind::parse))]
     pub router: Vec<RouterKind>,
+    /// Router config files (TOML; docs/MODEL.md, "Router config files") swept after the
+    /// routers, repeatable; a point is named by its router kind (`custom` for a changed
+    /// pipeline), so two runs of one name are refused.
+    #[arg(long, value_name = "FILE.toml")]
+    pub router_config: Vec<PathBuf>,
     /// Run only the I-th of N disjoint slices of the points (0-based, e.g. $JOB_COMPLETION_INDEX)
     /// and write `partial.json` to --out; combine the N results with `fleet merge`.
     #[arg(long, value_name = "I/N", value_parser = shard::parse_shard)]

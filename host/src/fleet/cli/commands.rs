@@ -154,6 +154,10 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
     if a.pods.is_some() || a.capacity.is_some() {
         sc.fleet.validate().map_err(run::config_error)?;
     }
+    if let Some(x) = &a.rate_scale {
+        let scale = crate::fleet::run::retime::parse_decimal(x, "--rate-scale", true)?;
+        scenario::rate_scale::apply(&mut sc, scale, x)?;
+    }
     let mut cfg = sc.fleet;
     if let Some(r) = a.router {
         cfg.router = r;
@@ -206,19 +210,9 @@ fn run_load(
     slo: Option<brokerlab_core::fleet::slo::Slo>,
     stages_plot: Option<&Path>,
 ) -> CliResult<i32> {
-    use run::loadgen::simulate_load;
     let data = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
     let keep = out.outcomes.is_some() || out.report_json.is_some();
-    let (mut res, sent) = match cfg.engine {
-        brokerlab_core::fleet::EngineConfig::Fifo { .. } => {
-            let (r, s) = simulate_load::<run::Fifo>(cfg, &data, spec, keep, slo)?;
-            (run::RunResult::of(r, |x| run::RunSummary::Fifo(Box::new(x))), s)
-        }
-        brokerlab_core::fleet::EngineConfig::Batched(_) => {
-            let (r, s) = simulate_load::<run::Batched>(cfg, &data, spec, keep, slo)?;
-            (run::RunResult::of(r, |x| run::RunSummary::Batched(Box::new(x))), s)
-        }
-    };
+    let (mut res, sent) = run::loadgen::simulate_load_sent(cfg, &data, spec, keep, slo)?;
     let rows = run::stages::rows(&spec, &sent);
     if let Some(dir) = stages_plot {
         for (stem, chart) in run::stages::charts(&rows, &sc.name) {
@@ -478,7 +472,9 @@ fn merge_write<S: sweep::SweepSummary>(
 
 fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     crate::mem::set_budget(a.mem.max_memory);
-    crate::outfile::check_output_dir("--out", &a.out, &[("the scenario", a.scenario.as_path())])?;
+    let mut inputs = vec![("the scenario", a.scenario.as_path())];
+    inputs.extend(a.router_config.iter().map(|p| ("--router-config", p.as_path())));
+    crate::outfile::check_output_dir("--out", &a.out, &inputs)?;
     let sc = scenario::Scenario::load(&a.scenario)?.without_load("fleet sweep")?;
     let engine = a.engine.resolve(sc.engine.as_ref())?;
     if let Some(e) = engine {
@@ -498,6 +494,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
         }
         sweep::for_routers(&values, &a.router, sc.workload.seed)?
     };
+    add_router_configs(&mut specs, &a, &values, param, sc.workload.seed)?;
     if let Some(e) = engine {
         // each point's values (`--param stale` ...) named as flags
         for p in &mut specs {
@@ -507,6 +504,9 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     check_sweep_memory(&gens, &specs, a.threads)?;
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file("scenario", &a.scenario)?;
+    for p in &a.router_config {
+        prov.add_file("router config", p)?;
+    }
     if let Some(sh) = a.shard {
         // each point carries its SLO keys as an unsharded sweep's does; the SLO is part of the
         // sweep's digest, so shards of different SLOs do not merge
@@ -548,6 +548,47 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     sweep::commit_files()?;
     say_raw!("{text}");
     Ok(0)
+}
+
+/// `fleet sweep --router-config FILE...`: each file's points after the routers', every value
+/// once per file. Points are named by router kind, so a file whose kind another run of the
+/// sweep already has (two changed pipelines are both `custom`) is refused, as is a file whose
+/// router does not read alpha under `--param alpha`.
+fn add_router_configs(
+    specs: &mut Vec<sweep::PointSpec>,
+    a: &SweepArgs,
+    values: &[(f64, usize, FleetConfig)],
+    param: sweep::SweepParam,
+    seed: u64,
+) -> CliResult<()> {
+    use brokerlab_core::fleet::RouterKind;
+    let mut named: Vec<RouterKind> = specs.iter().map(|p| p.cfg.router).collect();
+    for p in &a.router_config {
+        let mut kind = None;
+        for &(value, workload, cfg) in values {
+            let mut cfg = cfg;
+            router_config::apply(&mut cfg, Some(p), seed)?;
+            kind = Some(cfg.router);
+            specs.push(sweep::PointSpec { value, workload, cfg });
+        }
+        let Some(k) = kind else { continue };
+        if named.contains(&k) {
+            return Err(CliError::bad_input(format!(
+                "--router-config {}: its points would be named `{}`, as another router's of this sweep (points are named by router kind); sweep it without that router, or use fleet compare",
+                p.display(),
+                k.name()
+            )));
+        }
+        if param == sweep::SweepParam::Alpha && k != RouterKind::PrefixAware {
+            return Err(CliError::bad_input(format!(
+                "--param alpha: alpha is prefix-aware's load penalty; --router-config {} ({}) does not read it",
+                p.display(),
+                k.name()
+            )));
+        }
+        named.push(k);
+    }
+    Ok(())
 }
 
 /// A sweep's points under engine `K`, written as one sweep writes them.

@@ -39,6 +39,39 @@ pub fn simulate_load<K: HostEngine>(
     Ok((res, sent))
 }
 
+/// [`simulate_load`] under the engine `cfg` names, as a [`super::RunResult`].
+pub fn simulate_load_any(
+    cfg: FleetConfig,
+    data: &Generated,
+    spec: LoadSpec,
+    keep: bool,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
+) -> CliResult<super::RunResult> {
+    Ok(simulate_load_sent(cfg, data, spec, keep, slo)?.0)
+}
+
+/// [`simulate_load`] under the engine `cfg` names, as a [`super::RunResult`] and what each
+/// request did.
+pub fn simulate_load_sent(
+    cfg: FleetConfig,
+    data: &Generated,
+    spec: LoadSpec,
+    keep: bool,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
+) -> CliResult<(super::RunResult, Vec<Sent>)> {
+    use super::{RunResult, RunSummary};
+    Ok(match cfg.engine {
+        brokerlab_core::fleet::EngineConfig::Fifo { .. } => {
+            let (r, s) = simulate_load::<super::Fifo>(cfg, data, spec, keep, slo)?;
+            (RunResult::of(r, |x| RunSummary::Fifo(Box::new(x))), s)
+        }
+        brokerlab_core::fleet::EngineConfig::Batched(_) => {
+            let (r, s) = simulate_load::<super::Batched>(cfg, data, spec, keep, slo)?;
+            (RunResult::of(r, |x| RunSummary::Batched(Box::new(x))), s)
+        }
+    })
+}
+
 fn pump<K: HostEngine>(
     d: &mut Driving<'_, '_, K>,
     data: &Generated,

@@ -18,6 +18,7 @@ pub mod engine;
 mod generated;
 pub mod inference_perf;
 pub mod load;
+pub mod rate_scale;
 mod schema;
 
 pub use generated::{Generated, Streamed, write_trace, write_trace_from};
@@ -65,7 +66,7 @@ impl Scenario {
     pub fn without_load(self, command: &str) -> CliResult<Self> {
         match self.load {
             Some(_) => Err(CliError::bad_input(format!(
-                "{}: `load`: {command} runs a workload's own arrivals; the load generator ([load]) runs under `fleet run` only",
+                "{}: `load`: {command} runs a workload's own arrivals; the load generator ([load]) runs under `fleet run` and `fleet compare` only",
                 self.origin
             ))),
             None => Ok(self),

@@ -86,6 +86,9 @@ pub struct CompareArgs {
 enum Workload {
     Trace(PathBuf, u32),
     Scenario(Box<scenario::Scenario>),
+    /// A scenario with `[load]`: its data set (generated once, shared by every run) sent by the
+    /// load generator, as `fleet run` does.
+    Load(Box<(scenario::Generated, brokerlab_core::fleet::loadgen::LoadSpec)>),
 }
 
 /// One run's configuration.
@@ -256,19 +259,20 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         for n in &imp.notes {
             crate::print_stderr(&format!("note: {n}"));
         }
-        let sc = imp.scenario.without_load("fleet compare")?;
+        let sc = imp.scenario;
         let name = format!("inference-perf {}", ip.display());
-        (Workload::Scenario(Box::new(sc.clone())), Some(sc.fleet), sc.engine.clone(), name)
+        (workload_of(&sc)?, Some(sc.fleet), sc.engine.clone(), name)
     } else if let Some(p) = &a.scenario {
         prov.add_file("scenario", p)?;
-        let sc = scenario::Scenario::load(p)?.without_load("fleet compare")?;
+        let sc = scenario::Scenario::load(p)?;
         let name = format!("scenario {} ({})", sc.name, p.display());
-        (Workload::Scenario(Box::new(sc.clone())), Some(sc.fleet), sc.engine.clone(), name)
+        (workload_of(&sc)?, Some(sc.fleet), sc.engine.clone(), name)
     } else {
         return Err(CliError::bad_input("a workload: a SCENARIO file, --trace FILE or --inference-perf FILE"));
     };
     let seed = match &workload {
         Workload::Scenario(sc) => sc.workload.seed,
+        Workload::Load(l) => l.0.spec.seed,
         Workload::Trace(..) => llmd::TRACE_ROUTER_SEED,
     };
 
@@ -364,10 +368,20 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     if let Some(j) = &a.report_json {
         write_report_json(j, &specs, &results, &prov)?;
     }
-    let text = write_page(&a.out, &name, &rows, &pods_list, (batched.is_some(), capacity), &pipelines, &prov)?;
+    let loaded = matches!(workload, Workload::Load(..));
+    let text = write_page(&a.out, &name, &rows, &pods_list, (batched.is_some(), capacity, loaded), &pipelines, &prov)?;
     crate::fleet::sweep::commit_files()?;
     say_raw!("{text}");
     Ok(0)
+}
+
+/// The runs' shared workload of scenario `sc`: its data set and load generator when it has
+/// `[load]`, else its own arrivals, streamed per run.
+fn workload_of(sc: &scenario::Scenario) -> CliResult<Workload> {
+    Ok(match sc.load {
+        Some(spec) => Workload::Load(Box::new((scenario::Generated::with_origin(sc.workload, &sc.origin)?, spec))),
+        None => Workload::Scenario(Box::new(sc.clone())),
+    })
 }
 
 fn run_all(
@@ -399,6 +413,7 @@ fn run_all(
                         let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
                         run::simulate_any(s.cfg, &mut src, keep, slo)
                     }
+                    Workload::Load(l) => run::loadgen::simulate_load_any(s.cfg, &l.0, l.1, keep, slo),
                 };
                 progress.inc(1);
                 r
@@ -464,7 +479,7 @@ fn write_page(
     name: &str,
     rows: &[Row],
     pods_list: &[usize],
-    (batched, capacity): (bool, usize),
+    (batched, capacity, loaded): (bool, usize, bool),
     pipelines: &[(String, String)],
     prov: &Provenance,
 ) -> CliResult<String> {
@@ -722,7 +737,11 @@ fn write_page(
     blocks.push(Block::List(vec![
         "Tokens and text: requests are block keys and lengths; nothing is tokenized or generated.".into(),
         "The network and the router's own latency: a routing decision takes no time, a response arrives as its last token is made.".into(),
-        "Clients: arrivals are open-loop (a trace's timestamps or Poisson); no in-flight cap, no time-outs, every request completes.".into(),
+        if loaded {
+            "Clients: the scenario's load generator ([load], docs/MODEL.md \"The load generator\") as inference-perf sends; every router gets the same send plan, a request over the in-flight cap waits for its router's completions.".into()
+        } else {
+            "Clients: arrivals are open-loop (a trace's timestamps or Poisson); no in-flight cap, no time-outs, every request completes.".into()
+        },
         "GPU time: the batched engine's step cost is a profile (linear, or a physics model; docs/MODEL.md, \"The physics step cost\"), not a measured GPU; the FIFO engine has no batching at all.".into(),
         "KV events: under the batched engine every router sees the pods' caches exactly and at once (no event lag).".into(),
         "A trace's hash ids stand for whole blocks of --trace-block-size tokens; a partial last block is not modelled.".into(),
