@@ -8,10 +8,122 @@
 //! * achieved rate = requests / (latest send - earliest send);
 //! * TTFT percentiles over the successful requests, numpy's default (linear) interpolation.
 
+use brokerlab_core::fleet::Completion;
 use brokerlab_core::fleet::loadgen::{LoadKind, LoadSpec, Status};
 use serde::Serialize;
 
 use super::loadgen::Sent;
+
+/// One request as inference-perf saw it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Req {
+    /// Its stage (0-based) when the load generator recorded it; `None`: assign by arrival window.
+    pub stage: Option<u32>,
+    /// When it was sent, ns (inference-perf's `start_time`).
+    pub send_ns: u64,
+    /// Time to first token from `send_ns`, ns.
+    pub ttft_ns: u64,
+    /// End to end from `send_ns`, ns.
+    pub e2e_ns: u64,
+    /// Prompt tokens (cached or not).
+    pub input_tokens: u64,
+    /// Counted output tokens (assumption A1: the generated count).
+    pub output_tokens: u64,
+    /// Finished without error or timeout.
+    pub ok: bool,
+}
+
+impl Req {
+    /// A simulated completion (no stage recorded: back-to-back stages, assigned by arrival).
+    pub fn from_completion(c: &Completion) -> Req {
+        Req {
+            stage: None,
+            send_ns: c.arrival_ns,
+            ttft_ns: c.ttft_ns(),
+            e2e_ns: c.e2e_ns(),
+            input_tokens: c.input_tokens,
+            output_tokens: c.output_tokens,
+            ok: true,
+        }
+    }
+
+    /// A request of the load generator, with the stage and status it recorded (None while it
+    /// had not ended); a timed-out request ends for the client at send + `timeout_ns`.
+    pub fn from_sent(s: &Sent, timeout_ns: u64) -> Option<Req> {
+        let (status, c) = (s.status?, s.completion?);
+        let ok = status == Status::Ok;
+        let e2e_ns = if ok { c.e2e_ns() } else { c.e2e_ns().min(timeout_ns) };
+        Some(Req {
+            stage: Some(s.stage),
+            send_ns: c.arrival_ns,
+            ttft_ns: c.ttft_ns(),
+            e2e_ns,
+            input_tokens: c.input_tokens,
+            output_tokens: c.output_tokens,
+            ok,
+        })
+    }
+
+    /// End time, ns.
+    pub fn end_ns(&self) -> u64 {
+        self.send_ns + self.e2e_ns
+    }
+}
+
+/// One stage as inference-perf reports it.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct StageFigures {
+    /// Requests of the stage (failures included).
+    pub requests: u64,
+    /// Successful requests.
+    pub successes: u64,
+    /// Latest end - earliest send over all of the stage's requests, s.
+    pub total_time_s: f64,
+    /// Counted output tokens of the successful requests / `total_time_s`.
+    pub output_tok_s: f64,
+    /// Prompt tokens of the successful requests / `total_time_s`.
+    pub input_tok_s: f64,
+    /// Requests / (latest send - earliest send), req/s.
+    pub achieved_rate: f64,
+    /// TTFT p50 / p90 / mean over the successful requests, s.
+    pub ttft_p50_s: f64,
+    /// TTFT p90, s.
+    pub ttft_p90_s: f64,
+    /// TTFT mean, s.
+    pub ttft_mean_s: f64,
+    /// E2E p50 over the successful requests, s.
+    pub e2e_p50_s: f64,
+}
+
+/// The figures of `reqs` (one stage's requests); `None` when it has none.
+pub fn stage_figures(reqs: &[Req]) -> Option<StageFigures> {
+    let start = reqs.iter().map(|r| r.send_ns).min()?;
+    let last_send = reqs.iter().map(|r| r.send_ns).max()?;
+    let end = reqs.iter().map(Req::end_ns).max()?;
+    let ok: Vec<&Req> = reqs.iter().filter(|r| r.ok).collect();
+    let total_time_s = (end - start) as f64 / 1e9;
+    let per_s = |n: u64| if total_time_s > 0.0 { n as f64 / total_time_s } else { f64::NAN };
+    let sorted = |f: fn(&Req) -> u64| {
+        let mut v: Vec<f64> = ok.iter().map(|r| f(r) as f64 / 1e9).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let ttft = sorted(|r| r.ttft_ns);
+    let e2e = sorted(|r| r.e2e_ns);
+    let nan = f64::NAN;
+    Some(StageFigures {
+        requests: reqs.len() as u64,
+        successes: ok.len() as u64,
+        total_time_s,
+        output_tok_s: per_s(ok.iter().map(|r| r.output_tokens).sum()),
+        input_tok_s: per_s(ok.iter().map(|r| r.input_tokens).sum()),
+        achieved_rate: if last_send > start { reqs.len() as f64 / ((last_send - start) as f64 / 1e9) } else { nan },
+        ttft_p50_s: percentile_linear(&ttft, 50.0).unwrap_or(nan),
+        ttft_p90_s: percentile_linear(&ttft, 90.0).unwrap_or(nan),
+        ttft_mean_s: if ttft.is_empty() { nan } else { ttft.iter().sum::<f64>() / ttft.len() as f64 },
+        e2e_p50_s: percentile_linear(&e2e, 50.0).unwrap_or(nan),
+    })
+}
 
 /// One stage's row.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -62,37 +174,28 @@ pub fn rows(spec: &LoadSpec, sent: &[Sent]) -> Vec<StageRow> {
 
 fn row(spec: &LoadSpec, i: u32, st: &brokerlab_core::fleet::loadgen::LoadStage, sent: &[Sent]) -> StageRow {
     let timeout_ns = if spec.timeout_ms == 0 { u64::MAX } else { spec.timeout_ms * 1_000_000 };
-    let mine: Vec<_> = sent.iter().filter(|s| s.stage == i).filter_map(|s| Some((s.status?, s.completion?))).collect();
-    let ok: Vec<_> = mine.iter().filter(|(st, _)| *st == Status::Ok).map(|(_, c)| c).collect();
-    let first_send = mine.iter().map(|(_, c)| c.arrival_ns).min();
-    let last_send = mine.iter().map(|(_, c)| c.arrival_ns).max();
-    let last_end = mine.iter().map(|(_, c)| c.finish_ns.min(c.arrival_ns.saturating_add(timeout_ns))).max();
-    let total_s = match (first_send, last_end) {
-        (Some(a), Some(b)) if b > a => Some((b - a) as f64 / 1e9),
-        _ => None,
-    };
-    let per_s = |tokens: u64| total_s.filter(|_| !ok.is_empty()).map(|t| tokens as f64 / t);
-    let mut ttft: Vec<f64> = ok.iter().map(|c| c.ttft_ns() as f64 / 1e6).collect();
-    ttft.sort_by(f64::total_cmp);
-    let n = sent.iter().filter(|s| s.stage == i).count() as u64;
+    let mine: Vec<&Sent> = sent.iter().filter(|s| s.stage == i).collect();
+    let reqs: Vec<Req> = mine.iter().filter_map(|s| Req::from_sent(s, timeout_ns)).collect();
+    let f = stage_figures(&reqs);
+    // the figures in the row's units; a figure a stage does not have (NaN) is None
+    let fig =
+        |get: fn(&StageFigures) -> f64, scale: f64| f.as_ref().map(get).filter(|x| x.is_finite()).map(|x| x * scale);
+    let answered = f.as_ref().map_or(0, |f| f.successes);
     let rated = spec.kind != LoadKind::Concurrent;
     StageRow {
         stage: i,
         rate_per_s: rated.then(|| st.rate_milli_per_s as f64 / 1e3),
         concurrency: (!rated).then_some(st.concurrency),
         duration_s: rated.then(|| st.duration_ms as f64 / 1e3),
-        sent: n,
-        achieved_rate_per_s: match (first_send, last_send) {
-            (Some(a), Some(b)) if b > a => Some(mine.len() as f64 / ((b - a) as f64 / 1e9)),
-            _ => None,
-        },
-        completed: ok.len() as u64,
-        timed_out: mine.len() as u64 - ok.len() as u64,
-        ttft_ms_p50: percentile_linear(&ttft, 50.0),
-        ttft_ms_p90: percentile_linear(&ttft, 90.0),
-        ttft_ms_mean: (!ttft.is_empty()).then(|| ttft.iter().sum::<f64>() / ttft.len() as f64),
-        output_tokens_per_s: per_s(ok.iter().map(|c| c.output_tokens).sum()),
-        input_tokens_per_s: per_s(ok.iter().map(|c| c.input_tokens).sum()),
+        sent: mine.len() as u64,
+        achieved_rate_per_s: fig(|f| f.achieved_rate, 1.0),
+        completed: answered,
+        timed_out: reqs.len() as u64 - answered,
+        ttft_ms_p50: fig(|f| f.ttft_p50_s, 1e3),
+        ttft_ms_p90: fig(|f| f.ttft_p90_s, 1e3),
+        ttft_ms_mean: fig(|f| f.ttft_mean_s, 1e3),
+        output_tokens_per_s: fig(|f| f.output_tok_s, 1.0).filter(|_| answered > 0),
+        input_tokens_per_s: fig(|f| f.input_tok_s, 1.0).filter(|_| answered > 0),
     }
 }
 

@@ -12,67 +12,9 @@
 
 use std::collections::BTreeMap;
 
-use brokerlab_core::fleet::Completion;
-use brokerlab_core::fleet::loadgen::Status;
 use serde::Deserialize;
 
-use crate::fleet::run::loadgen::Sent;
-
-/// One request as inference-perf saw it.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Req {
-    /// Its stage (0-based) when the load generator recorded it; `None`: assign by arrival window.
-    pub stage: Option<u32>,
-    /// When it was sent, ns (inference-perf's `start_time`).
-    pub send_ns: u64,
-    /// Time to first token from `send_ns`, ns.
-    pub ttft_ns: u64,
-    /// End to end from `send_ns`, ns.
-    pub e2e_ns: u64,
-    /// Prompt tokens (cached or not).
-    pub input_tokens: u64,
-    /// Counted output tokens (assumption A1: the generated count).
-    pub output_tokens: u64,
-    /// Finished without error or timeout.
-    pub ok: bool,
-}
-
-impl Req {
-    /// A simulated completion (no stage recorded: back-to-back stages, assigned by arrival).
-    pub fn from_completion(c: &Completion) -> Req {
-        Req {
-            stage: None,
-            send_ns: c.arrival_ns,
-            ttft_ns: c.ttft_ns(),
-            e2e_ns: c.e2e_ns(),
-            input_tokens: c.input_tokens,
-            output_tokens: c.output_tokens,
-            ok: true,
-        }
-    }
-
-    /// A request of the load generator, with the stage and status it recorded (None while it
-    /// had not ended); a timed-out request ends for the client at send + `timeout_ns`.
-    pub fn from_sent(s: &Sent, timeout_ns: u64) -> Option<Req> {
-        let (status, c) = (s.status?, s.completion?);
-        let ok = status == Status::Ok;
-        let e2e_ns = if ok { c.e2e_ns() } else { c.e2e_ns().min(timeout_ns) };
-        Some(Req {
-            stage: Some(s.stage),
-            send_ns: c.arrival_ns,
-            ttft_ns: c.ttft_ns(),
-            e2e_ns,
-            input_tokens: c.input_tokens,
-            output_tokens: c.output_tokens,
-            ok,
-        })
-    }
-
-    /// End time, ns.
-    pub fn end_ns(&self) -> u64 {
-        self.send_ns + self.e2e_ns
-    }
-}
+pub use crate::fleet::run::stages::{Req, StageFigures, percentile_linear, stage_figures};
 
 /// One line of `fleet run --outcomes` as read here: the stage and status fields are optional
 /// (written once the load generator records them; `"status"` other than `"ok"` is a failure).
@@ -130,63 +72,6 @@ pub fn back_to_back(durations_ns: &[u64]) -> Vec<(u64, u64)> {
             (t - d, t)
         })
         .collect()
-}
-
-pub use crate::fleet::run::stages::percentile_linear;
-
-/// One stage as inference-perf reports it.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct StageFigures {
-    /// Requests of the stage (failures included).
-    pub requests: u64,
-    /// Successful requests.
-    pub successes: u64,
-    /// Latest end - earliest send over all of the stage's requests, s.
-    pub total_time_s: f64,
-    /// Counted output tokens of the successful requests / `total_time_s`.
-    pub output_tok_s: f64,
-    /// Prompt tokens of the successful requests / `total_time_s`.
-    pub input_tok_s: f64,
-    /// Requests / (latest send - earliest send), req/s.
-    pub achieved_rate: f64,
-    /// TTFT p50 / p90 / mean over the successful requests, s.
-    pub ttft_p50_s: f64,
-    /// TTFT p90, s.
-    pub ttft_p90_s: f64,
-    /// TTFT mean, s.
-    pub ttft_mean_s: f64,
-    /// E2E p50 over the successful requests, s.
-    pub e2e_p50_s: f64,
-}
-
-/// The figures of `reqs` (one stage's requests); `None` when it has none.
-pub fn stage_figures(reqs: &[Req]) -> Option<StageFigures> {
-    let start = reqs.iter().map(|r| r.send_ns).min()?;
-    let last_send = reqs.iter().map(|r| r.send_ns).max()?;
-    let end = reqs.iter().map(Req::end_ns).max()?;
-    let ok: Vec<&Req> = reqs.iter().filter(|r| r.ok).collect();
-    let total_time_s = (end - start) as f64 / 1e9;
-    let per_s = |n: u64| if total_time_s > 0.0 { n as f64 / total_time_s } else { f64::NAN };
-    let sorted = |f: fn(&Req) -> u64| {
-        let mut v: Vec<f64> = ok.iter().map(|r| f(r) as f64 / 1e9).collect();
-        v.sort_by(f64::total_cmp);
-        v
-    };
-    let ttft = sorted(|r| r.ttft_ns);
-    let e2e = sorted(|r| r.e2e_ns);
-    let nan = f64::NAN;
-    Some(StageFigures {
-        requests: reqs.len() as u64,
-        successes: ok.len() as u64,
-        total_time_s,
-        output_tok_s: per_s(ok.iter().map(|r| r.output_tokens).sum()),
-        input_tok_s: per_s(ok.iter().map(|r| r.input_tokens).sum()),
-        achieved_rate: if last_send > start { reqs.len() as f64 / ((last_send - start) as f64 / 1e9) } else { nan },
-        ttft_p50_s: percentile_linear(&ttft, 50.0).unwrap_or(nan),
-        ttft_p90_s: percentile_linear(&ttft, 90.0).unwrap_or(nan),
-        ttft_mean_s: if ttft.is_empty() { nan } else { ttft.iter().sum::<f64>() / ttft.len() as f64 },
-        e2e_p50_s: percentile_linear(&e2e, 50.0).unwrap_or(nan),
-    })
 }
 
 /// Every stage's figures: `reqs` split by [`stage_of`] over `windows` (one per stage); a stage
