@@ -31,14 +31,16 @@ else
   "$docker" build -t "$tag" .
 fi
 run() { "$docker" run --rm "$tag" "$@"; }
+# `run ... | grep -q` would end the pipe early and fail the run under pipefail: read it all first.
+prints() { local pattern=$1; shift; local out; out=$(run "$@") && grep -q -- "$pattern" <<<"$out"; }
 
 [ "$(run --version | cut -d' ' -f1)" = brokerlab ] || fail "--version does not print brokerlab"
 uid=$("$docker" run --rm --entrypoint /usr/bin/id "$tag" -u)
 [ "$uid" != 0 ] || fail "the image runs as root"
 
-run fleet run scenarios/rag.toml --json -q | grep -q '"hit_rate"' || fail "fleet run printed no hit_rate"
-run fleet replay --trace traces/conversation_trace.jsonl.zst --pods 8 --capacity 16384 --router prefix-aware --json -q \
-  | grep -q '"hit_rate"' || fail "fleet replay printed no hit_rate"
+prints '"hit_rate"' fleet run scenarios/rag.toml --json -q || fail "fleet run printed no hit_rate"
+prints '"hit_rate"' fleet replay --trace traces/conversation_trace.jsonl.zst --pods 8 --capacity 16384 \
+  --router prefix-aware --json -q || fail "fleet replay printed no hit_rate"
 
 mkdir -p "$tmp/out" && chmod 777 "$tmp/out"
 "$docker" run --rm -v "$tmp/out:/home/brokerlab/out" "$tag" fleet report --shrink 40 --quiet --out out/report
@@ -46,7 +48,7 @@ for f in index.html summary.md experiments.json llmd_ramp_tok_s.png; do
   [ -s "$tmp/out/report/$f" ] || fail "fleet report wrote no $f"
 done
 
-run task run examples/task-refund.toml --db /tmp/tasks.sqlite --world /tmp/world | grep -q completed \
+prints completed task run examples/task-refund.toml --db /tmp/tasks.sqlite --world /tmp/world \
   || fail "task run did not complete"
 
 # task worker needs PostgreSQL: given SQLite, exit 2 naming what it needs.
