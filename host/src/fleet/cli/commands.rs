@@ -551,9 +551,9 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
 }
 
 /// `fleet sweep --router-config FILE...`: each file's points after the routers', every value
-/// once per file. Points are named by router kind, so a file whose kind another run of the
-/// sweep already has (two changed pipelines are both `custom`) is refused, as is a file whose
-/// router does not read alpha under `--param alpha`.
+/// once per file, named by the file's stem (a changed pipeline's kind is `custom`, which would
+/// name them all alike). A file whose name another router of the sweep already has is refused,
+/// as is a file whose router does not read alpha under `--param alpha`.
 fn add_router_configs(
     specs: &mut Vec<sweep::PointSpec>,
     a: &SweepArgs,
@@ -562,21 +562,27 @@ fn add_router_configs(
     seed: u64,
 ) -> CliResult<()> {
     use brokerlab_core::fleet::RouterKind;
-    let mut named: Vec<RouterKind> = specs.iter().map(|p| p.cfg.router).collect();
+    let mut named: Vec<String> = Vec::new();
+    for p in specs.iter() {
+        let n = p.label.clone().unwrap_or_else(|| p.cfg.router.name().to_string());
+        if !named.contains(&n) {
+            named.push(n);
+        }
+    }
     for p in &a.router_config {
+        let label = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| p.display().to_string());
         let mut kind = None;
         for &(value, workload, cfg) in values {
             let mut cfg = cfg;
             router_config::apply(&mut cfg, Some(p), seed)?;
             kind = Some(cfg.router);
-            specs.push(sweep::PointSpec { value, workload, cfg });
+            specs.push(sweep::PointSpec { value, workload, cfg, label: Some(label.clone()) });
         }
         let Some(k) = kind else { continue };
-        if named.contains(&k) {
+        if named.contains(&label) {
             return Err(CliError::bad_input(format!(
-                "--router-config {}: its points would be named `{}`, as another router's of this sweep (points are named by router kind); sweep it without that router, or use fleet compare",
+                "--router-config {}: its points would be named `{label}` (the file's stem), as another router's of this sweep; rename the file, or use fleet compare",
                 p.display(),
-                k.name()
             )));
         }
         if param == sweep::SweepParam::Alpha && k != RouterKind::PrefixAware {
@@ -586,7 +592,7 @@ fn add_router_configs(
                 k.name()
             )));
         }
-        named.push(k);
+        named.push(label);
     }
     Ok(())
 }
