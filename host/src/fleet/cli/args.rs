@@ -448,6 +448,37 @@ impl FleetArgs {
         }
         Ok(cfg)
     }
+
+    /// Refuses a flag of the routers' view of the caches (`--stale`, `--event-delay-ms`,
+    /// `--speculative-ttl-ms`, `--index global`) when the router of `cfg` reads no index of the
+    /// pods' caches: the view is never built, so the flag would change nothing (exit 2 naming
+    /// the flag and why). docs/BAD_INPUT.md, "Flags that do not apply". Under `--engine
+    /// batched` (`batched`) the engine refuses them itself (its index is exact).
+    pub fn check_index_applies(&self, cfg: &FleetConfig, batched: bool) -> CliResult<()> {
+        if batched || cfg.uses_exact_index() {
+            return Ok(());
+        }
+        let router = if self.router_config.is_some() {
+            "a --router-config pipeline without a precise prefix scorer".to_string()
+        } else if self.routing_scorers.is_some() {
+            "a --routing-scorers pipeline without a precise prefix scorer".to_string()
+        } else {
+            format!("--router {}", cfg.router.name())
+        };
+        for (flag, given) in [
+            (format!("--stale {}", self.stale), self.stale > 0),
+            (format!("--event-delay-ms {}", self.event_delay_ms), self.event_delay_ms > 0),
+            (format!("--speculative-ttl-ms {}", self.speculative_ttl_ms), self.speculative_ttl_ms > 0),
+            ("--index global".to_string(), self.index != IndexKind::PodTables),
+        ] {
+            if given {
+                return Err(CliError::bad_input(format!(
+                    "{flag}: applies to a router that reads the index of the pods' caches (prefix-aware, a precise-prefix-cache scorer, dynamo-kv); {router} reads none, so it would change nothing"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `fleet replay` arguments.

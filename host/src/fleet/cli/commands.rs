@@ -61,6 +61,7 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
     };
     let cfg = a.fleet.config(derived)?;
     cfg.validate().map_err(run::config_error)?;
+    a.fleet.check_index_applies(&cfg, engine.is_some())?;
     let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
     let retime = retime_of(&a)?;
     if format != formats::Format::Mooncake {
