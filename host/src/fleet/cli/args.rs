@@ -119,6 +119,10 @@ pub struct RunArgs {
     /// engine; docs/MODEL.md, "--report-json").
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
+    /// Also write the results as llm-d-benchmark's benchmark report, schema v0.1 (JSON;
+    /// batched engine; docs/MODEL.md, "--report-llmd").
+    #[arg(long, value_name = "FILE")]
+    pub report_llmd: Option<PathBuf>,
     /// Also plot the per-stage results of a `[load]` scenario into DIR: `stages_ttft` (TTFT p50
     /// and p90 per stage) and `stages_tok_s` (output and input tok/s per stage), SVG and PNG.
     #[arg(long, value_name = "DIR")]
@@ -524,6 +528,10 @@ pub struct ReplayArgs {
     /// engine; docs/MODEL.md, "--report-json").
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
+    /// Also write the results as llm-d-benchmark's benchmark report, schema v0.1 (JSON;
+    /// batched engine; docs/MODEL.md, "--report-llmd").
+    #[arg(long, value_name = "FILE")]
+    pub report_llmd: Option<PathBuf>,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]

@@ -50,6 +50,9 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
     if let Some(o) = &a.report_json {
         crate::outfile::check_output("--report-json", o, &inputs)?;
     }
+    if let Some(o) = &a.report_llmd {
+        crate::outfile::check_output("--report-llmd", o, &inputs)?;
+    }
     if let Some(s) = a.trace_block_size {
         check_trace_block(s)?;
     }
@@ -97,6 +100,8 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
         format: None,
         report_json: a.report_json.as_deref(),
         stages: None,
+        aborted: Vec::new(),
+        llmd: a.report_llmd.as_deref().map(|p| (p, llmd_load("trace", "trace", &a.trace, None))),
     };
     let cfg = match engine {
         Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
@@ -122,6 +127,9 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
     }
     if let Some(o) = &a.report_json {
         crate::outfile::check_output("--report-json", o, &inputs)?;
+    }
+    if let Some(o) = &a.report_llmd {
+        crate::outfile::check_output("--report-llmd", o, &inputs)?;
     }
     let mut sc = match &a.inference_perf {
         None => scenario::Scenario::load(input)?,
@@ -181,6 +189,8 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
         format: None,
         report_json: a.report_json.as_deref(),
         stages: None,
+        aborted: Vec::new(),
+        llmd: a.report_llmd.as_deref().map(|p| (p, llmd_load("scenario", "scenario", input, sc.load.as_ref()))),
     };
     let cfg = match a.engine.resolve(sc.engine.as_ref())? {
         // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
@@ -212,7 +222,7 @@ fn run_load(
     stages_plot: Option<&Path>,
 ) -> CliResult<i32> {
     let data = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
-    let keep = out.outcomes.is_some() || out.report_json.is_some();
+    let keep = out.outcomes.is_some() || out.report_json.is_some() || out.llmd.is_some();
     let (mut res, sent) = run::loadgen::simulate_load_sent(cfg, &data, spec, keep, slo)?;
     let rows = run::stages::rows(&spec, &sent);
     if let Some(dir) = stages_plot {
@@ -227,6 +237,7 @@ fn run_load(
         crate::fleet::sweep::commit_files()?;
     }
     out.stages = Some(rows);
+    out.aborted = run::loadgen::aborted_lines(&sent, &spec);
     let more = |seq| run::loadgen::outcome_fields(&sent, seq);
     out.print::<()>(&mut res, Some(&more), None)
 }
@@ -337,6 +348,10 @@ pub(super) struct Output<'a> {
     pub(super) report_json: Option<&'a Path>,
     /// A load-generator run's per-stage rows (`stages` in JSON, a table in text).
     pub(super) stages: Option<Vec<run::stages::StageRow>>,
+    /// `--outcomes` lines of the requests the server aborted (no completion), by request.
+    pub(super) aborted: Vec<(u64, String)>,
+    /// `--report-llmd`: the file for llm-d-benchmark's report, and what it says of the load.
+    pub(super) llmd: Option<(&'a Path, run::llmd_report::Load)>,
 }
 
 impl Output<'_> {
@@ -351,7 +366,13 @@ impl Output<'_> {
         if let Some(path) = self.outcomes {
             let offload = res.summary.batched().is_some_and(|b| b.offload.is_some());
             let pd = res.summary.batched().is_some_and(|b| b.pd.is_some());
-            run::outcomes::write_outcomes(path, &res.completions, more, offload, pd)?;
+            run::outcomes::write_outcomes(path, &res.completions, more, offload, pd, &self.aborted)?;
+        }
+        if let Some((path, load)) = self.llmd {
+            let b = res.summary.batched().ok_or_else(run::llmd_report::fifo_refused)?;
+            let router = self.pipeline.clone().unwrap_or_else(|| b.router.name().to_string());
+            let r = run::llmd_report::report(&res.completions, b, load, &router);
+            run::llmd_report::write(path, &[r])?;
         }
         res.summary.set_pipeline(self.pipeline);
         if let Some(path) = self.report_json {
@@ -395,6 +416,42 @@ impl Output<'_> {
     }
 }
 
+/// What `--report-llmd` says of a run's load: `kind` (`trace`, `scenario`) read from `file`
+/// (named `key` in the args), or the scenario's `[load]` (inference-perf's load generator).
+pub(super) fn llmd_load(
+    kind: &str,
+    key: &str,
+    file: &Path,
+    load: Option<&brokerlab_core::fleet::loadgen::LoadSpec>,
+) -> run::llmd_report::Load {
+    use brokerlab_core::fleet::loadgen::LoadKind;
+    let mut args = serde_json::Map::new();
+    args.insert(key.into(), serde_json::json!(file.display().to_string()));
+    let Some(l) = load else {
+        return run::llmd_report::Load { name: "vllm-benchmark", kind: kind.into(), args };
+    };
+    let kind = match l.kind {
+        LoadKind::Poisson => "poisson",
+        LoadKind::Constant => "constant",
+        LoadKind::Concurrent => "concurrent",
+    };
+    let stages: Vec<serde_json::Value> = l
+        .stages()
+        .iter()
+        .map(|st| match l.kind {
+            LoadKind::Concurrent => {
+                serde_json::json!({"concurrency_level": st.concurrency, "num_requests": st.num_requests})
+            }
+            _ => serde_json::json!({"rate": st.rate_milli_per_s as f64 / 1e3, "duration": st.duration_ms as f64 / 1e3}),
+        })
+        .collect();
+    args.insert("stages".into(), serde_json::Value::Array(stages));
+    if l.timeout_ms > 0 {
+        args.insert("request_timeout".into(), serde_json::json!(l.timeout_ms as f64 / 1e3));
+    }
+    run::llmd_report::Load { name: "inference-perf", kind: kind.into(), args }
+}
+
 /// The one-line description of the router of a `--router-config` run (None without one).
 fn pipeline(router_config: &Option<std::path::PathBuf>, cfg: &FleetConfig) -> Option<String> {
     router_config.as_ref().and_then(|_| router_config::describe(cfg))
@@ -410,7 +467,8 @@ fn run_print(
     slo: Option<brokerlab_core::fleet::slo::Slo>,
 ) -> CliResult<i32> {
     let mut tracked = Tracked { inner: src, progress: &progress, unit };
-    let res = run::simulate_any(cfg, &mut tracked, out.outcomes.is_some() || out.report_json.is_some(), slo);
+    let keep = out.outcomes.is_some() || out.report_json.is_some() || out.llmd.is_some();
+    let res = run::simulate_any(cfg, &mut tracked, keep, slo);
     progress.finish();
     out.print::<()>(&mut res?, None, None)
 }
