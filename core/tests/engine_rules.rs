@@ -575,3 +575,85 @@ fn a_broken_invariant_is_an_error_and_poisons_the_fleet() {
     assert_eq!(f.dispatch(&req(1_000_000_000), &mut sink).map(|_| ()), Err(Error::Poisoned));
     assert_eq!(f.finish(&mut sink), Err(Error::Poisoned));
 }
+
+/// A fleet of one pod (capacity `cap`, `ecfg`) fed `reqs` with `aborts` (request, time) between
+/// them (an abort at t after every request arriving before t): completions, stats, and what
+/// each abort returned.
+fn run_aborting(
+    cap: usize,
+    ecfg: BatchedConfig,
+    reqs: &[R],
+    aborts: &[(u64, u64)],
+) -> (Vec<Completion>, BatchedStats, Vec<bool>) {
+    let cfg = FleetConfig { engine: EngineConfig::Batched(ecfg), ..one_pod(cap) };
+    let l = BatchedLayout::new(&cfg, 64, 1024).unwrap();
+    let mut blocks = vec![KvBlock::default(); l.pods * l.blocks_per_pod];
+    let mut tables = vec![0u32; l.pods * l.table_per_pod];
+    let mut rq = vec![ReqSlot::default(); l.pods * l.requests_per_pod];
+    let mut waiting = vec![0u32; l.pods * l.requests_per_pod];
+    let mut running = vec![0u32; l.pods * l.running_per_pod];
+    let mut ks = vec![0u64; l.pods * l.keys_per_pod];
+    let bufs = BatchedBuffers {
+        blocks: &mut blocks,
+        tables: &mut tables,
+        requests: &mut rq,
+        waiting: &mut waiting,
+        running: &mut running,
+        keys: &mut ks,
+        cpu_slots: &mut [],
+        cpu_tables: &mut [],
+        pd: Default::default(),
+    };
+    let mut f = BatchedFleet::new(cfg, bufs).unwrap();
+    let mut sink = Sink::default();
+    let mut aborted = Vec::new();
+    let mut ab = aborts.iter().peekable();
+    for q in reqs {
+        while let Some(&&(id, t)) = ab.peek() {
+            if t > q.at_ns {
+                break;
+            }
+            aborted.push(f.abort(id, t, &mut sink).unwrap());
+            ab.next();
+        }
+        let k = keys_of(&q.blocks);
+        let req = Request {
+            arrival_ns: q.at_ns,
+            input_tokens: k.len() as u64 * 16 + q.extra,
+            output_tokens: q.out,
+            keys: &k,
+        };
+        f.dispatch(&req, &mut sink).unwrap();
+    }
+    for &(id, t) in ab {
+        aborted.push(f.abort(id, t, &mut sink).unwrap());
+    }
+    f.finish(&mut sink).unwrap();
+    sink.done.sort_by_key(|c| c.request);
+    (sink.done, *f.pod_stats(0).unwrap(), aborted)
+}
+
+#[test]
+fn an_aborted_request_leaves_frees_its_blocks_keeps_its_cache_and_never_completes() {
+    // One running slot. A (4 blocks, 1,000 tokens) runs; B waits behind it; C waits too.
+    // B is aborted while waiting (5 us), A while running (10 us: during its step
+    // [9,340, 10,440) ns, so it leaves at that step's end). C is admitted at 10,440 ns.
+    // D (A's 4 blocks + 1) arrives later and hits A's 4 cached prompt blocks.
+    let reqs =
+        [r(0, &[1, 2, 3, 4], 0, 1_000), r(1, &[5, 6], 0, 1), r(2, &[7], 0, 1), r(100_000, &[1, 2, 3, 4, 9], 0, 1)];
+    let aborts = [(1, 5_000), (0, 10_000), (2, 100_000), (7, 100_000)];
+    for ff in [false, true] {
+        let mut e = ecfg(1, 8192);
+        e.fast_forward = ff;
+        let (done, stats, aborted) = run_aborting(128, e, &reqs, &aborts);
+        // C has finished by 100 us: aborting it, or a request never dispatched, does nothing
+        assert_eq!(aborted, vec![true, true, false, false]);
+        assert_eq!(done.iter().map(|c| c.request).collect::<Vec<_>>(), vec![2, 3], "A and B never complete");
+        assert_eq!(done[0].first_token_ns, 10_440 + O_NS + 16 * P_NS, "C runs from the step boundary after the abort");
+        assert_eq!(done[1].hit_tokens, 64, "A's prompt blocks stayed cached");
+        assert_eq!(stats.aborted, 2);
+        assert_eq!(stats.finished, 2);
+        // A produced 9 tokens (its prefill step and 8 decode steps), then no more
+        assert_eq!(stats.output_tokens, 9 + 1 + 1);
+    }
+}

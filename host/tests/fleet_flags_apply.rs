@@ -117,3 +117,46 @@ fn pipeline_runs_print_the_pipeline_not_custom() {
     let line = out.lines().find(|l| l.starts_with("router ")).unwrap();
     assert!(line.contains("queue") && !line.ends_with("custom"), "{line}");
 }
+
+/// The routers' view of the caches is built only for a router that reads the index: its flags
+/// under any other router would change nothing, so they are refused (FIFO engine; the batched
+/// engine refuses them all, its index being exact).
+#[test]
+fn view_flags_are_refused_by_routers_that_read_no_index() {
+    for r in ["round-robin", "least-loaded", "llm-d-approximate", "llm-d-load", "random", "sglang-cache-aware"] {
+        for (flag, value) in
+            [("--stale", "3"), ("--event-delay-ms", "5"), ("--speculative-ttl-ms", "5"), ("--index", "global")]
+        {
+            refused(
+                &["--router", r, flag, value],
+                &format!("{flag} {value}"),
+                &format!("--router {r} reads none, so it would change nothing"),
+            );
+        }
+        // the defaults (0, pod-tables) are no-ops and pass
+        let (code, _, err) = replay(&["--router", r, "--stale", "0", "--index", "pod-tables"]);
+        assert_eq!(code, 0, "{r}: {err}");
+    }
+    // routers that read the index take them
+    for r in ["prefix-aware", "llm-d-precise", "dynamo-kv"] {
+        for (flag, value) in [("--stale", "3"), ("--event-delay-ms", "5"), ("--speculative-ttl-ms", "5")] {
+            let (code, _, err) = replay(&["--router", r, flag, value]);
+            assert_eq!(code, 0, "{r} {flag}: {err}");
+        }
+    }
+    // a pipeline without a precise prefix scorer
+    let cfg = trace().with_file_name("router3.toml");
+    std::fs::write(&cfg, "[[scorers]]\ntype = \"queue\"\nweight = 1.0\n").unwrap();
+    refused(
+        &["--router-config", cfg.to_str().unwrap(), "--stale", "2"],
+        "--stale 2",
+        "a --router-config pipeline without a precise prefix scorer reads none",
+    );
+    refused(
+        &["--routing-scorers", "queue:1", "--event-delay-ms", "9"],
+        "--event-delay-ms 9",
+        "a --routing-scorers pipeline without a precise prefix scorer reads none",
+    );
+    let (code, _, err) = replay(&["--routing-scorers", "precise-prefix-cache:2,queue:1", "--stale", "2"]);
+    assert_eq!(code, 0, "{err}");
+}

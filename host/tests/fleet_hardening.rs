@@ -162,6 +162,7 @@ const CASES: &[&str] = &[
     "profile-file",
     "capacity-missing",
     "alpha-not-prefix-aware",
+    "view-flag-no-index",
     "fifo-cost-batched",
     "vllm-pickle-hash",
     "vllm-replay-block-size",
@@ -179,6 +180,8 @@ fn the_table_in_docs_lists_exactly_these_cases() {
 fn flags_that_do_not_apply() {
     // alpha-not-prefix-aware (replay()'s router is round-robin)
     bad(&args(&replay(&["--alpha", "4"])), &["--alpha", "prefix-aware only", "--router round-robin does not read it"]);
+    // view-flag-no-index
+    bad(&args(&replay(&["--stale", "3"])), &["--stale 3", "--router round-robin reads none"]);
     // fifo-cost-batched
     bad(&args(&replay(&["--engine", "batched", "--t-decode-ns", "7"])), &["--t-decode-ns", "--engine batched"]);
     let tokens = file("tokens.jsonl", b"{\"timestamp\": 0, \"token_ids\": [1, 2], \"output_length\": 1}\n");

@@ -146,6 +146,29 @@ fn bad_load_keys_are_exit_2_naming_them() {
             "[load]\ntype = \"poisson\"\nnum_workers = 0\n[[load.stages]]\nrate_per_s = 1\nduration_s = 1\n",
             "load.num_workers",
         ),
+        // each rule of the core's check named by its key, not `load`
+        ("[load]\ntype = \"poisson\"\n[[load.stages]]\nrate_per_s = 0\nduration_s = 1\n", "load.stages[1].rate_per_s"),
+        (
+            "[load]\ntype = \"poisson\"\n[[load.stages]]\nrate_per_s = 1\nduration_s = 1\n[[load.stages]]\nrate_per_s = 1\nduration_s = 0\n",
+            "load.stages[2].duration_s",
+        ),
+        (
+            "[load]\ntype = \"concurrent\"\n[[load.stages]]\nconcurrency_level = 0\nnum_requests = 1\n",
+            "load.stages[1].concurrency_level",
+        ),
+        (
+            "[load]\ntype = \"concurrent\"\n[[load.stages]]\nconcurrency_level = 1\nnum_requests = 5000000000\n",
+            "load.stages[1].num_requests",
+        ),
+        (
+            "[load]\ntype = \"poisson\"\nnum_workers = 2000\nworker_max_concurrency = 1000\n[[load.stages]]\nrate_per_s = 1\nduration_s = 1\n",
+            "load.num_workers",
+        ),
+        // rate x duration beyond 2^32 requests: the stage is named (the count never overflows)
+        (
+            "[load]\ntype = \"poisson\"\n[[load.stages]]\nrate_per_s = 1\nduration_s = 1\n[[load.stages]]\nrate_per_s = 1000000000\nduration_s = 1000000000\n",
+            "`load.stages[2]` = \"1000000000 x 1000000000 s = 1000000000000000000 requests\"",
+        ),
     ] {
         let (code, err, _, _) = run("bad", load);
         assert_eq!(code, 2, "{key}: {err}");
@@ -223,4 +246,50 @@ fn stages_plot_draws_every_stage_and_needs_a_load() {
     assert_eq!(refused.status.code(), Some(2));
     let err = String::from_utf8_lossy(&refused.stderr);
     assert!(err.contains("--stages-plot") && err.contains("[load]"), "{err}");
+}
+
+/// The importer counts a stage's requests by the core's rule (int(rate x duration) in integer
+/// milli-requests/s, `LoadStage::requests`), not by a float product: 0.29 x 100 is
+/// 28.999999999999996 in f64, 29 requests here as in the core.
+#[test]
+fn the_importer_counts_a_stage_as_the_core_does() {
+    use brokerlab::fleet::scenario::inference_perf::{FleetFlags, import};
+    use brokerlab_core::fleet::loadgen::LoadKind;
+    assert!((0.29f64 * 100.0).floor() < 29.0, "the float product this test is about");
+    let yaml = "load:\n  type: poisson\n  stages:\n    - rate: 0.29\n      duration: 100\ndata:\n  type: random\n  input_distribution: {type: fixed, mean: 64}\n  output_distribution: {type: fixed, mean: 8}\n";
+    let flags = FleetFlags {
+        pods: 2,
+        capacity: 400,
+        router: "round-robin".into(),
+        alpha: 1.0,
+        profile: None,
+        seed: 5,
+        requests: None,
+        name: None,
+    };
+    let sc = import(yaml, "r.yml", &flags).unwrap().scenario;
+    let load = sc.load.unwrap();
+    assert_eq!(load.stages()[0].requests(LoadKind::Poisson), 29);
+    assert_eq!(sc.workload.requests, 29, "the data set holds the requests the core sends");
+}
+
+/// The server aborts a timed-out request (vLLM's finish_requests): it stops producing tokens
+/// at the time-out, its KV is freed, and the client's next send is at the deadline.
+#[test]
+fn a_timed_out_request_is_aborted_on_the_server() {
+    let (code, err, json, lines) = run(
+        "abort",
+        "[load]\ntype = \"concurrent\"\nrequest_timeout_s = 0.2\n[[load.stages]]\nconcurrency_level = 1\nnum_requests = 4\n",
+    );
+    assert_eq!(code, 0, "{err}");
+    // every request is given up and aborted: one line each, marked, its client end the time-out
+    assert_eq!(lines.len(), 4);
+    assert!(lines.iter().all(|l| l["aborted"] == true && u(l, "e2e_ns") == 200_000_000), "{lines:?}");
+    // the server stopped each at the time-out: far fewer than 4 x 200 tokens, and the run ends
+    // within a step of the last time-out (without the abort it runs to 4 full requests)
+    let produced = json["output_tokens"].as_u64().unwrap();
+    assert!(produced < 4 * 200, "{produced} tokens produced");
+    let last_deadline = lines.iter().map(|l| u(l, "arrival_ns") + 200_000_000).max().unwrap();
+    let makespan_ns = (json["makespan_s"].as_f64().unwrap() * 1e9).round() as u64;
+    assert!((last_deadline..last_deadline + 100_000_000).contains(&makespan_ns), "{makespan_ns} vs {last_deadline}");
 }

@@ -57,22 +57,43 @@ fn presets_sweep_over_pods_capacity_and_rate_and_name_their_router() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// `fleet sweep --router-config FILE...`: each file's points after the routers', named by router
-/// kind (`custom` for a changed pipeline), each point's figures those `fleet run --router-config`
-/// prints for the same pods; two runs of one name are exit 2.
+/// `fleet sweep --router-config FILE...`: each file's points after the routers', named by the
+/// file's stem (a changed pipeline's kind is `custom`: two files would be named alike), each
+/// point's figures those `fleet run --router-config` prints for the same pods; two runs of one
+/// name are exit 2.
 #[test]
 fn router_config_files_sweep_beside_the_routers() {
     let dir = std::env::temp_dir().join(format!("brokerlab-sweep-router-config-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let custom = dir.join("custom.toml");
+    let custom = dir.join("queue-heavy.toml");
     std::fs::write(
         &custom,
         "preset = \"llm-d-precise\"\n[[scorers]]\ntype = \"queue\"\nweight = 1.0\n[[scorers]]\ntype = \"precise-prefix-cache\"\nweight = 3.0\n",
     )
     .unwrap();
     let custom = custom.to_str().unwrap().to_string();
-    let (code, err) =
-        sweep(&dir, &["--param", "pods", "--values", "2,3", "--router", "round-robin", "--router-config", &custom]);
+    let other = dir.join("prefix-heavy.toml");
+    std::fs::write(
+        &other,
+        "preset = \"llm-d-precise\"\n[[scorers]]\ntype = \"queue\"\nweight = 1.0\n[[scorers]]\ntype = \"precise-prefix-cache\"\nweight = 9.0\n",
+    )
+    .unwrap();
+    let other = other.to_str().unwrap().to_string();
+    let (code, err) = sweep(
+        &dir,
+        &[
+            "--param",
+            "pods",
+            "--values",
+            "2,3",
+            "--router",
+            "round-robin",
+            "--router-config",
+            &custom,
+            "--router-config",
+            &other,
+        ],
+    );
     assert_eq!(code, 0, "{err}");
     let csv = std::fs::read_to_string(dir.join("out/points.csv")).unwrap();
     let mut lines = csv.lines();
@@ -80,8 +101,8 @@ fn router_config_files_sweep_beside_the_routers() {
     let col = |n: &str| head.iter().position(|h| *h == n).unwrap_or_else(|| panic!("no {n} column"));
     let rows: Vec<Vec<String>> = lines.map(|l| l.split(',').map(String::from).collect()).collect();
     let named: Vec<&str> = rows.iter().map(|r| r[col("router")].as_str()).collect();
-    assert_eq!(named, ["round-robin", "round-robin", "custom", "custom"]);
-    for r in &rows[2..] {
+    assert_eq!(named, ["round-robin", "round-robin", "queue-heavy", "queue-heavy", "prefix-heavy", "prefix-heavy"]);
+    for r in &rows[2..4] {
         let pods = &r[col("pods")];
         let o = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
             .args(["fleet", "run", "-q", "--no-date", "--json", "--pods", pods, "--router-config", &custom])
@@ -96,8 +117,17 @@ fn router_config_files_sweep_beside_the_routers() {
         }
         assert!(r[col("hit_rate")].parse::<f64>().unwrap() > 0.0);
     }
+    // the readable table names them too
+    let o = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+        .args(["fleet", "sweep", "-q", "--no-date", "--threads", "2", "--param", "pods", "--values", "2"])
+        .arg(scenario(&dir))
+        .args(["--out", dir.join("out2").to_str().unwrap(), "--router-config", &custom, "--router-config", &other])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("queue-heavy") && text.contains("prefix-heavy") && !text.contains("custom"), "{text}");
     // two runs of one name: refused, naming the file
-    let preset = dir.join("preset.toml");
+    let preset = dir.join("llm-d-precise.toml");
     std::fs::write(&preset, "preset = \"llm-d-precise\"\n").unwrap();
     let preset = preset.to_str().unwrap().to_string();
     for extra in [

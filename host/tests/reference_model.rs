@@ -64,9 +64,10 @@ fn args(pods: usize, cap: usize, router: &str, alpha: f64, stale: u32, order: &s
     .iter()
     .map(|s| s.to_string())
     .collect::<Vec<String>>()
-    // --alpha is prefix-aware's load penalty; any other router refuses it (exit 2)
+    // --alpha is prefix-aware's load penalty and --stale delays the index it reads; any other
+    // router refuses them (exit 2), and ignores them in the reference
     .chunks(2)
-    .filter(|kv| router == "prefix-aware" || kv[0] != "--alpha")
+    .filter(|kv| router == "prefix-aware" || (kv[0] != "--alpha" && kv[0] != "--stale"))
     .flatten()
     .cloned()
     .collect()

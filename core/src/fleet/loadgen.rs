@@ -16,7 +16,8 @@
 //!   request over the cap is sent when a slot frees (the worker's semaphore), in order.
 //! * The data index restarts at 0 every stage (`get_data()` anew, L740).
 //! * A request whose client-side latency exceeds the timeout is timed out: its slot frees at
-//!   send + timeout and it counts as finished for the stage.
+//!   send + timeout and it counts as finished for the stage; the server aborts it then
+//!   ([`LoadGen::aborted`], vLLM's `finish_requests` with `FINISHED_ABORTED`).
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -28,6 +29,10 @@ use super::{Error, Field};
 pub const MAX_LOAD_STAGES: usize = 32;
 /// Most client slots (in-flight cap or concurrency level).
 pub const MAX_CLIENT_SLOTS: u64 = 1 << 20;
+/// Longest stage, ms (2^40: about 34.8 years).
+pub const MAX_STAGE_MS: u64 = 1 << 40;
+/// Most requests of one stage.
+pub const MAX_STAGE_REQUESTS: u64 = 1 << 32;
 /// Time from a stage's start to its timer's origin: `start_time = time.perf_counter() + 1`
 /// (load_generator.py @ v0.5.0 L727, "allow generation a second to begin populating the queue").
 pub const LEAD_NS: u64 = 1_000_000_000;
@@ -66,11 +71,13 @@ pub struct LoadStage {
 }
 
 impl LoadStage {
-    /// Requests the stage sends: `int(rate * duration)`, or `num_requests` when concurrent.
+    /// Requests the stage sends: `int(rate * duration)`, or `num_requests` when concurrent (in
+    /// integers, saturating at u64::MAX: [`LoadSpec::validate`] refuses more than
+    /// [`MAX_STAGE_REQUESTS`]).
     pub fn requests(&self, kind: LoadKind) -> u64 {
         match kind {
             LoadKind::Concurrent => self.num_requests,
-            _ => (self.rate_milli_per_s as u128 * self.duration_ms as u128 / 1_000_000) as u64,
+            _ => (self.rate_milli_per_s as u128 * self.duration_ms as u128 / 1_000_000).min(u64::MAX as u128) as u64,
         }
     }
 }
@@ -137,7 +144,7 @@ impl LoadSpec {
                     "every stage with rate > 0 and duration > 0 (concurrency_level and num_requests when concurrent)",
                 );
             }
-            if st.duration_ms > 1 << 40 || st.requests(self.kind) > 1 << 32 {
+            if st.duration_ms > MAX_STAGE_MS || st.requests(self.kind) > MAX_STAGE_REQUESTS {
                 return bad("stages of at most 2^40 ms and 2^32 requests");
             }
         }
@@ -406,7 +413,9 @@ impl<'a> LoadGen<'a> {
         self.last_send_ns = send.at_ns;
     }
 
-    fn deadline(&self, send_ns: u64) -> u64 {
+    /// The client's deadline of a request sent at `send_ns` (u64::MAX without a timeout): past
+    /// it the client gives up, and the server aborts the request ([`Self::aborted`]).
+    pub fn deadline(&self, send_ns: u64) -> u64 {
         match self.spec.timeout_ms {
             0 => BUSY,
             t => send_ns.saturating_add(t * 1_000_000),
@@ -421,18 +430,30 @@ impl<'a> LoadGen<'a> {
     }
 
     /// Request `seq`, sent at `send_ns`, finished at `finish_ns` on its server: how it ended
-    /// for the client. Every sent request must be reported once.
+    /// for the client. Every sent request must be reported once, here or to [`Self::aborted`].
     pub fn completed(&mut self, seq: u64, send_ns: u64, finish_ns: u64) -> Status {
-        self.planned = None;
         let deadline = self.deadline(send_ns);
         let (status, end) = if finish_ns > deadline { (Status::TimedOut, deadline) } else { (Status::Ok, finish_ns) };
+        self.ended(seq, end);
+        status
+    }
+
+    /// Request `seq`, sent at `send_ns`, still running at its deadline: the client gives up
+    /// then and the server aborts it (the caller stops it there: `Fleet::abort`). Its slot
+    /// frees at the deadline, which is when the client's next send may go.
+    pub fn aborted(&mut self, seq: u64, send_ns: u64) -> Status {
+        self.ended(seq, self.deadline(send_ns));
+        Status::TimedOut
+    }
+
+    fn ended(&mut self, seq: u64, end: u64) {
+        self.planned = None;
         if let Some(s) = self.slots.iter_mut().find(|s| s.free_at_ns == BUSY && s.seq == seq) {
             s.free_at_ns = end;
         }
         // a request of an earlier stage cannot be reported now: stages drain
         self.finished += 1;
         self.last_end_ns = self.last_end_ns.max(end);
-        status
     }
 }
 

@@ -409,6 +409,8 @@ named_enum! {
         RunGroupMapped => "a held run's group is in the run table",
         /// The least recent run is its group's last (oldest) run.
         RunLastOfGroup => "the least recent run is its group's last",
+        /// A batched engine's unfinished request is in its waiting queue or running batch.
+        TrackedRequest => "an unfinished request is waiting or running",
     }
 }
 

@@ -233,6 +233,8 @@ pub struct BatchedStats {
     pub offload_load_blocks: u64,
     /// Offload tier: keys inserted into the tier.
     pub offload_stored_blocks: u64,
+    /// Requests aborted (their client gave up; [`BatchedEngine::abort`]).
+    pub aborted: u64,
 }
 
 /// One pod's buffers (see [`crate::fleet::sim::batched::BatchedLayout`]).
@@ -1240,7 +1242,11 @@ impl<'a> BatchedEngine<'a> {
         }
         self.stats.last_finish_ns = self.stats.last_finish_ns.max(c.finish_ns);
         ev.completed(&c);
-        // Reclaim the oldest slots (and their keys) once finished.
+        self.reclaim();
+    }
+
+    /// Reclaims the oldest slots (and their keys) once finished.
+    fn reclaim(&mut self) {
         let cap = self.reqs.len() as u64;
         while self.req_tail < self.req_head && self.reqs[(self.req_tail % cap) as usize].finished {
             self.req_tail += 1;
@@ -1250,6 +1256,68 @@ impl<'a> BatchedEngine<'a> {
         } else {
             self.key_head
         };
+    }
+
+    /// The slot of request `id` while the pod tracks it (ids grow with the slots: a binary
+    /// search over the ring).
+    fn slot_of(&self, id: u64) -> Option<usize> {
+        let cap = self.reqs.len() as u64;
+        let (mut lo, mut hi) = (self.req_tail, self.req_head);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if self.reqs[(mid % cap) as usize].id < id {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        let x = (lo < self.req_head).then_some((lo % cap) as usize)?;
+        (self.reqs[x].id == id).then_some(x)
+    }
+
+    /// Aborts request `id` at `t_ns`, its client having given up (vLLM's
+    /// `Scheduler.finish_requests` with `FINISHED_ABORTED`, docs/MODEL.md "The load
+    /// generator"): it leaves the waiting queue or the running batch at the pod's next step
+    /// boundary at or after `t_ns` (the caller has run every step that starts before `t_ns`),
+    /// its blocks are freed as a finished request's are (last block first; blocks with a key
+    /// stay in the cache, at the free queue's tail), and it never completes. Returns false
+    /// when the pod does not hold it unfinished, or holds it for P/D (not modelled).
+    pub fn abort(&mut self, id: u64, t_ns: u64) -> Result<bool, Error> {
+        let Some(x) = self.slot_of(id) else { return Ok(false) };
+        let q = self.reqs[x];
+        if q.finished || q.job || q.parked || q.transferred {
+            return Ok(false);
+        }
+        let t = t_ns.max(self.last_end_ns);
+        let w_cap = self.waiting.len() as u32;
+        if let Some(k) = (0..self.w_len).find(|&k| self.waiting[((self.w_head + k) % w_cap) as usize] == x as u32) {
+            self.waiting_until(t);
+            for j in k..self.w_len - 1 {
+                self.waiting[((self.w_head + j) % w_cap) as usize] =
+                    self.waiting[((self.w_head + j + 1) % w_cap) as usize];
+            }
+            self.w_len -= 1;
+            self.pending_prefill -= q.input + q.generated;
+        } else if let Some(k) = (0..self.r_len as usize).find(|&k| self.running[k] == x as u32) {
+            self.running.copy_within(k + 1..self.r_len as usize, k);
+            self.r_len -= 1;
+            self.pending_prefill -= Self::pending_of(&q);
+        } else {
+            return Err(Error::Invariant { what: Invariant::TrackedRequest });
+        }
+        self.release(x);
+        self.reqs[x].finished = true;
+        self.reqs[x].loading = false;
+        self.stats.aborted += 1;
+        // the pod's work for it ends here (the makespan covers it)
+        self.stats.last_finish_ns = self.stats.last_finish_ns.max(t);
+        if self.waiting_for_load && !self.is_idle() && t < self.next_start_ns {
+            // the pod waited for a load: what is left may run from now (as an arrival wakes it)
+            self.next_start_ns = t;
+        }
+        self.reclaim();
+        self.check()?;
+        Ok(true)
     }
 
     /// Advances a run of identical pure-decode steps at once, when the next step is one: every
@@ -1555,6 +1623,10 @@ impl Engine for BatchedEngine<'_> {
             *o = e.tiered_match(keys);
         }
         true
+    }
+
+    fn abort(&mut self, request: u64, t_ns: u64) -> Result<bool, Error> {
+        BatchedEngine::abort(self, request, t_ns)
     }
 
     fn stats(&self) -> &BatchedStats {

@@ -169,6 +169,14 @@ pub trait Engine: Sized {
         false
     }
 
+    /// Aborts request `request` at `t_ns` (its client gave up; after [`Self::advance`] to
+    /// `t_ns`): the batched engine drops it from its queue or batch and frees its blocks
+    /// ([`batched::BatchedEngine::abort`]). Returns false when the pod does not hold it
+    /// unfinished, or cannot abort (the FIFO server decides a request whole at its arrival).
+    fn abort(&mut self, _request: u64, _t_ns: u64) -> Result<bool, Error> {
+        Ok(false)
+    }
+
     /// The pod's counters.
     fn stats(&self) -> &Self::Stats;
 

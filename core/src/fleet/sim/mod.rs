@@ -438,6 +438,31 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         r
     }
 
+    /// Aborts request `request` at `t_ns`, its client having given up (vLLM's
+    /// `Scheduler.finish_requests` with `FINISHED_ABORTED`; docs/MODEL.md, "The load
+    /// generator"): every pod first runs what starts before `t_ns` (completions to `ev`), then
+    /// the pod holding it drops it ([`Engine::abort`]). Returns false when no pod holds it
+    /// unfinished (it finished, or its engine cannot abort; P/D is not modelled).
+    pub fn abort(&mut self, request: u64, t_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
+        if self.poisoned {
+            return Err(Error::Poisoned);
+        }
+        if self.pd.is_some() || request >= self.next_request {
+            return Ok(false);
+        }
+        let mut r = Ok(false);
+        for pod in self.pods.iter_mut() {
+            r = pod.advance(t_ns, ev).and_then(|()| pod.abort(request, t_ns));
+            if r != Ok(false) {
+                break;
+            }
+        }
+        if r.is_err() {
+            self.poisoned = true;
+        }
+        r
+    }
+
     /// Runs every pod until it has nothing left to do.
     pub fn finish(&mut self, ev: &mut impl EngineEvents) -> Result<(), Error> {
         if self.poisoned {

@@ -566,6 +566,7 @@ pub fn sweep_bench(repeats: usize) -> CliResult<SweepBench> {
                 value: c as f64,
                 workload: 0,
                 cfg: FleetConfig { capacity_blocks: c, router: r, ..sc.fleet },
+                label: None,
             })
         })
         .collect();

@@ -119,6 +119,10 @@ pub struct RunArgs {
     /// engine; docs/MODEL.md, "--report-json").
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
+    /// Also write the results as llm-d-benchmark's benchmark report, schema v0.1 (JSON;
+    /// batched engine; docs/MODEL.md, "--report-llmd").
+    #[arg(long, value_name = "FILE")]
+    pub report_llmd: Option<PathBuf>,
     /// Also plot the per-stage results of a `[load]` scenario into DIR: `stages_ttft` (TTFT p50
     /// and p90 per stage) and `stages_tok_s` (output and input tok/s per stage), SVG and PNG.
     #[arg(long, value_name = "DIR")]
@@ -448,6 +452,37 @@ impl FleetArgs {
         }
         Ok(cfg)
     }
+
+    /// Refuses a flag of the routers' view of the caches (`--stale`, `--event-delay-ms`,
+    /// `--speculative-ttl-ms`, `--index global`) when the router of `cfg` reads no index of the
+    /// pods' caches: the view is never built, so the flag would change nothing (exit 2 naming
+    /// the flag and why). docs/BAD_INPUT.md, "Flags that do not apply". Under `--engine
+    /// batched` (`batched`) the engine refuses them itself (its index is exact).
+    pub fn check_index_applies(&self, cfg: &FleetConfig, batched: bool) -> CliResult<()> {
+        if batched || cfg.uses_exact_index() {
+            return Ok(());
+        }
+        let router = if self.router_config.is_some() {
+            "a --router-config pipeline without a precise prefix scorer".to_string()
+        } else if self.routing_scorers.is_some() {
+            "a --routing-scorers pipeline without a precise prefix scorer".to_string()
+        } else {
+            format!("--router {}", cfg.router.name())
+        };
+        for (flag, given) in [
+            (format!("--stale {}", self.stale), self.stale > 0),
+            (format!("--event-delay-ms {}", self.event_delay_ms), self.event_delay_ms > 0),
+            (format!("--speculative-ttl-ms {}", self.speculative_ttl_ms), self.speculative_ttl_ms > 0),
+            ("--index global".to_string(), self.index != IndexKind::PodTables),
+        ] {
+            if given {
+                return Err(CliError::bad_input(format!(
+                    "{flag}: applies to a router that reads the index of the pods' caches (prefix-aware, a precise-prefix-cache scorer, dynamo-kv); {router} reads none, so it would change nothing"
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `fleet replay` arguments.
@@ -493,6 +528,10 @@ pub struct ReplayArgs {
     /// engine; docs/MODEL.md, "--report-json").
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
+    /// Also write the results as llm-d-benchmark's benchmark report, schema v0.1 (JSON;
+    /// batched engine; docs/MODEL.md, "--report-llmd").
+    #[arg(long, value_name = "FILE")]
+    pub report_llmd: Option<PathBuf>,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]

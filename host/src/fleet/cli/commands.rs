@@ -50,6 +50,9 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
     if let Some(o) = &a.report_json {
         crate::outfile::check_output("--report-json", o, &inputs)?;
     }
+    if let Some(o) = &a.report_llmd {
+        crate::outfile::check_output("--report-llmd", o, &inputs)?;
+    }
     if let Some(s) = a.trace_block_size {
         check_trace_block(s)?;
     }
@@ -61,6 +64,7 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
     };
     let cfg = a.fleet.config(derived)?;
     cfg.validate().map_err(run::config_error)?;
+    a.fleet.check_index_applies(&cfg, engine.is_some())?;
     let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
     let retime = retime_of(&a)?;
     if format != formats::Format::Mooncake {
@@ -96,6 +100,8 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
         format: None,
         report_json: a.report_json.as_deref(),
         stages: None,
+        aborted: Vec::new(),
+        llmd: a.report_llmd.as_deref().map(|p| (p, llmd_load("trace", "trace", &a.trace, None))),
     };
     let cfg = match engine {
         Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
@@ -121,6 +127,9 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
     }
     if let Some(o) = &a.report_json {
         crate::outfile::check_output("--report-json", o, &inputs)?;
+    }
+    if let Some(o) = &a.report_llmd {
+        crate::outfile::check_output("--report-llmd", o, &inputs)?;
     }
     let mut sc = match &a.inference_perf {
         None => scenario::Scenario::load(input)?,
@@ -180,6 +189,8 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
         format: None,
         report_json: a.report_json.as_deref(),
         stages: None,
+        aborted: Vec::new(),
+        llmd: a.report_llmd.as_deref().map(|p| (p, llmd_load("scenario", "scenario", input, sc.load.as_ref()))),
     };
     let cfg = match a.engine.resolve(sc.engine.as_ref())? {
         // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
@@ -211,7 +222,7 @@ fn run_load(
     stages_plot: Option<&Path>,
 ) -> CliResult<i32> {
     let data = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
-    let keep = out.outcomes.is_some() || out.report_json.is_some();
+    let keep = out.outcomes.is_some() || out.report_json.is_some() || out.llmd.is_some();
     let (mut res, sent) = run::loadgen::simulate_load_sent(cfg, &data, spec, keep, slo)?;
     let rows = run::stages::rows(&spec, &sent);
     if let Some(dir) = stages_plot {
@@ -226,6 +237,7 @@ fn run_load(
         crate::fleet::sweep::commit_files()?;
     }
     out.stages = Some(rows);
+    out.aborted = run::loadgen::aborted_lines(&sent, &spec);
     let more = |seq| run::loadgen::outcome_fields(&sent, seq);
     out.print::<()>(&mut res, Some(&more), None)
 }
@@ -336,6 +348,10 @@ pub(super) struct Output<'a> {
     pub(super) report_json: Option<&'a Path>,
     /// A load-generator run's per-stage rows (`stages` in JSON, a table in text).
     pub(super) stages: Option<Vec<run::stages::StageRow>>,
+    /// `--outcomes` lines of the requests the server aborted (no completion), by request.
+    pub(super) aborted: Vec<(u64, String)>,
+    /// `--report-llmd`: the file for llm-d-benchmark's report, and what it says of the load.
+    pub(super) llmd: Option<(&'a Path, run::llmd_report::Load)>,
 }
 
 impl Output<'_> {
@@ -350,7 +366,13 @@ impl Output<'_> {
         if let Some(path) = self.outcomes {
             let offload = res.summary.batched().is_some_and(|b| b.offload.is_some());
             let pd = res.summary.batched().is_some_and(|b| b.pd.is_some());
-            run::outcomes::write_outcomes(path, &res.completions, more, offload, pd)?;
+            run::outcomes::write_outcomes(path, &res.completions, more, offload, pd, &self.aborted)?;
+        }
+        if let Some((path, load)) = self.llmd {
+            let b = res.summary.batched().ok_or_else(run::llmd_report::fifo_refused)?;
+            let router = self.pipeline.clone().unwrap_or_else(|| b.router.name().to_string());
+            let r = run::llmd_report::report(&res.completions, b, load, &router);
+            run::llmd_report::write(path, &[r])?;
         }
         res.summary.set_pipeline(self.pipeline);
         if let Some(path) = self.report_json {
@@ -394,6 +416,42 @@ impl Output<'_> {
     }
 }
 
+/// What `--report-llmd` says of a run's load: `kind` (`trace`, `scenario`) read from `file`
+/// (named `key` in the args), or the scenario's `[load]` (inference-perf's load generator).
+pub(super) fn llmd_load(
+    kind: &str,
+    key: &str,
+    file: &Path,
+    load: Option<&brokerlab_core::fleet::loadgen::LoadSpec>,
+) -> run::llmd_report::Load {
+    use brokerlab_core::fleet::loadgen::LoadKind;
+    let mut args = serde_json::Map::new();
+    args.insert(key.into(), serde_json::json!(file.display().to_string()));
+    let Some(l) = load else {
+        return run::llmd_report::Load { name: "vllm-benchmark", kind: kind.into(), args };
+    };
+    let kind = match l.kind {
+        LoadKind::Poisson => "poisson",
+        LoadKind::Constant => "constant",
+        LoadKind::Concurrent => "concurrent",
+    };
+    let stages: Vec<serde_json::Value> = l
+        .stages()
+        .iter()
+        .map(|st| match l.kind {
+            LoadKind::Concurrent => {
+                serde_json::json!({"concurrency_level": st.concurrency, "num_requests": st.num_requests})
+            }
+            _ => serde_json::json!({"rate": st.rate_milli_per_s as f64 / 1e3, "duration": st.duration_ms as f64 / 1e3}),
+        })
+        .collect();
+    args.insert("stages".into(), serde_json::Value::Array(stages));
+    if l.timeout_ms > 0 {
+        args.insert("request_timeout".into(), serde_json::json!(l.timeout_ms as f64 / 1e3));
+    }
+    run::llmd_report::Load { name: "inference-perf", kind: kind.into(), args }
+}
+
 /// The one-line description of the router of a `--router-config` run (None without one).
 fn pipeline(router_config: &Option<std::path::PathBuf>, cfg: &FleetConfig) -> Option<String> {
     router_config.as_ref().and_then(|_| router_config::describe(cfg))
@@ -409,7 +467,8 @@ fn run_print(
     slo: Option<brokerlab_core::fleet::slo::Slo>,
 ) -> CliResult<i32> {
     let mut tracked = Tracked { inner: src, progress: &progress, unit };
-    let res = run::simulate_any(cfg, &mut tracked, out.outcomes.is_some() || out.report_json.is_some(), slo);
+    let keep = out.outcomes.is_some() || out.report_json.is_some() || out.llmd.is_some();
+    let res = run::simulate_any(cfg, &mut tracked, keep, slo);
     progress.finish();
     out.print::<()>(&mut res?, None, None)
 }
@@ -551,9 +610,9 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
 }
 
 /// `fleet sweep --router-config FILE...`: each file's points after the routers', every value
-/// once per file. Points are named by router kind, so a file whose kind another run of the
-/// sweep already has (two changed pipelines are both `custom`) is refused, as is a file whose
-/// router does not read alpha under `--param alpha`.
+/// once per file, named by the file's stem (a changed pipeline's kind is `custom`, which would
+/// name them all alike). A file whose name another router of the sweep already has is refused,
+/// as is a file whose router does not read alpha under `--param alpha`.
 fn add_router_configs(
     specs: &mut Vec<sweep::PointSpec>,
     a: &SweepArgs,
@@ -562,21 +621,27 @@ fn add_router_configs(
     seed: u64,
 ) -> CliResult<()> {
     use brokerlab_core::fleet::RouterKind;
-    let mut named: Vec<RouterKind> = specs.iter().map(|p| p.cfg.router).collect();
+    let mut named: Vec<String> = Vec::new();
+    for p in specs.iter() {
+        let n = p.label.clone().unwrap_or_else(|| p.cfg.router.name().to_string());
+        if !named.contains(&n) {
+            named.push(n);
+        }
+    }
     for p in &a.router_config {
+        let label = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| p.display().to_string());
         let mut kind = None;
         for &(value, workload, cfg) in values {
             let mut cfg = cfg;
             router_config::apply(&mut cfg, Some(p), seed)?;
             kind = Some(cfg.router);
-            specs.push(sweep::PointSpec { value, workload, cfg });
+            specs.push(sweep::PointSpec { value, workload, cfg, label: Some(label.clone()) });
         }
         let Some(k) = kind else { continue };
-        if named.contains(&k) {
+        if named.contains(&label) {
             return Err(CliError::bad_input(format!(
-                "--router-config {}: its points would be named `{}`, as another router's of this sweep (points are named by router kind); sweep it without that router, or use fleet compare",
+                "--router-config {}: its points would be named `{label}` (the file's stem), as another router's of this sweep; rename the file, or use fleet compare",
                 p.display(),
-                k.name()
             )));
         }
         if param == sweep::SweepParam::Alpha && k != RouterKind::PrefixAware {
@@ -586,7 +651,7 @@ fn add_router_configs(
                 k.name()
             )));
         }
-        named.push(k);
+        named.push(label);
     }
     Ok(())
 }

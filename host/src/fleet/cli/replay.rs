@@ -34,7 +34,7 @@ pub fn format(
             let mut src = format_source(&a, format)?;
             let bailian = format == Format::Bailian;
             let mut tracked = Tracked { inner: &mut src, progress: &progress, unit: Unit::TraceBytes };
-            let keep = bailian || outcomes.is_some() || a.report_json.is_some();
+            let keep = bailian || outcomes.is_some() || a.report_json.is_some() || a.report_llmd.is_some();
             let res = run::simulate_any(run_cfg, &mut tracked, keep, slo)?;
             if bailian {
                 // (request, L, hit tokens) of each request, from what its engine kept
@@ -50,7 +50,7 @@ pub fn format(
         Format::Dynamo | Format::Mooncake => {
             let s = a.trace_block_size.unwrap_or(512);
             let trace = crate::fleet::input::dynamo::load(&a.trace, s, a.max_line_bytes, a.max_blank_lines)?;
-            let keep = outcomes.is_some() || a.report_json.is_some();
+            let keep = outcomes.is_some() || a.report_json.is_some() || a.report_llmd.is_some();
             let (res, turn_of) = match run_cfg.engine {
                 brokerlab_core::fleet::EngineConfig::Fifo { .. } => {
                     let (r, t) =
@@ -93,6 +93,11 @@ pub fn format(
         format: Some(format.name()),
         report_json: a.report_json.as_deref(),
         stages: None,
+        aborted: Vec::new(),
+        llmd: a
+            .report_llmd
+            .as_deref()
+            .map(|p| (p, crate::fleet::cli::commands::llmd_load("trace", "trace", &a.trace, None))),
     };
     let more = turns
         .as_ref()

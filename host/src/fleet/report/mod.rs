@@ -203,9 +203,15 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
             value: k as f64,
             workload: 0,
             cfg: with_view(FleetConfig { router: RouterKind::PrefixAware, ..small }, |v| v.stale_delay = k),
+            label: None,
         })
         .collect();
-    st.push(PointSpec { value: 0.0, workload: 0, cfg: FleetConfig { router: RouterKind::RoundRobin, ..small } });
+    st.push(PointSpec {
+        value: 0.0,
+        workload: 0,
+        cfg: FleetConfig { router: RouterKind::RoundRobin, ..small },
+        label: None,
+    });
     progress.set_message("stale index");
     let mut stale = sweep::run_points::<Fifo>(SweepParam::Stale, &wls, &st, threads, progress)?;
     let stale_baseline = stale.pop().expect("baseline point");
@@ -223,11 +229,12 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
             value: a,
             workload: 0,
             cfg: FleetConfig { router: RouterKind::PrefixAware, alpha: a, ..al.fleet },
+            label: None,
         })
         .collect();
     for r in [RouterKind::RoundRobin, RouterKind::LeastLoaded] {
         for &a in &ALPHAS {
-            a_specs.push(PointSpec { value: a, workload: 0, cfg: FleetConfig { router: r, ..al.fleet } });
+            a_specs.push(PointSpec { value: a, workload: 0, cfg: FleetConfig { router: r, ..al.fleet }, label: None });
         }
     }
     progress.set_message("alpha");
@@ -241,6 +248,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         value: 64.0,
         workload: 0,
         cfg: with_view(FleetConfig { router: RouterKind::PrefixAware, ..ld.fleet }, |v| v.stale_delay = 64),
+        label: None,
     });
     progress.set_message("llm-d shape");
     let llmd = sweep::run_points::<Fifo>(SweepParam::Stale, &ldw, &l_specs, threads, progress)?;
@@ -334,7 +342,7 @@ fn autoscale_runs(shrink: u64, progress: &Progress) -> CliResult<(Vec<Point>, Ve
         if keep {
             timelines.push((autoscale_label(i, sc.fleet.pods, true), step_line(&res.outcomes)));
         }
-        points.push(Point { param: SweepParam::Alpha, value: alpha, summary: res.summary });
+        points.push(Point { param: SweepParam::Alpha, value: alpha, label: None, summary: res.summary });
         progress.inc(1);
     }
     Ok((points, timelines))

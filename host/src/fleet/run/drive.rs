@@ -109,6 +109,12 @@ impl<K: HostEngine> Driving<'_, '_, K> {
         Ok(())
     }
 
+    /// Aborts request `request` at `t_ns` ([`Fleet::abort`]); false when it could not.
+    pub fn abort(&mut self, request: u64, t_ns: u64) -> Result<bool, CoreError> {
+        let r = self.fleet.abort(request, t_ns, self.sink);
+        self.check(r)
+    }
+
     /// Runs the fleet's next event before `t_ns` ([`Fleet::advance_next`]); false when none.
     pub fn advance_next(&mut self, t_ns: u64) -> Result<bool, CoreError> {
         let r = self.fleet.advance_next(t_ns, self.sink);

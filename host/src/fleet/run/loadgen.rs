@@ -15,9 +15,16 @@ use crate::fleet::scenario::Generated;
 pub struct Sent {
     /// 0-based stage.
     pub stage: u32,
+    /// Send time, ns.
+    pub send_ns: u64,
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Output tokens asked for.
+    pub output_tokens: u64,
     /// How it ended for the client (None until it did).
     pub status: Option<Status>,
-    /// Its completion on the server (None until it finished).
+    /// Its completion on the server (None until it finished; None for good when the server
+    /// aborted it at the client's deadline).
     pub completion: Option<Completion>,
 }
 
@@ -83,6 +90,8 @@ fn pump<K: HostEngine>(
     let mut lg = LoadGen::new(spec, &mut slots).map_err(|e| CliError::bad_input(format!("{}: {e}", data.origin)))?;
     sent.clear();
     let mut fresh = Vec::new();
+    // requests in flight, by send order: their deadlines are in that order too
+    let mut flight: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
     loop {
         let next = lg.next_send();
         let until = match next {
@@ -90,9 +99,14 @@ fn pump<K: HostEngine>(
             Next::AwaitCompletion => u64::MAX,
             Next::Send(s) => s.at_ns,
         };
-        // the fleet's events before the send, up to the first that completes a request
+        while flight.front().is_some_and(|&q| sent[q as usize].status.is_some()) {
+            flight.pop_front();
+        }
+        let deadline = flight.front().map_or(u64::MAX, |&q| lg.deadline(sent[q as usize].send_ns));
+        // the fleet's events before the send and the first deadline, up to the first that
+        // completes a request
         while !d.sink.has_fresh() {
-            if !d.advance_next(until).map_err(failure)? {
+            if !d.advance_next(until.min(deadline)).map_err(failure)? {
                 break;
             }
         }
@@ -105,6 +119,16 @@ fn pump<K: HostEngine>(
             }
             continue;
         }
+        if deadline != u64::MAX && deadline <= until {
+            // still running at its deadline: the client gives up, the server aborts it
+            let q = flight.pop_front().expect("a deadline is a request in flight");
+            if d.abort(q, deadline).map_err(failure)? {
+                let s = &mut sent[q as usize];
+                s.status = Some(lg.aborted(q, s.send_ns));
+            }
+            // else its engine cannot abort (FIFO, P/D): it ends when its server finishes it
+            continue;
+        }
         let Next::Send(s) = next else {
             return Err(CliError::failure("the load generator waits for a completion but no request is in flight"));
         };
@@ -115,7 +139,15 @@ fn pump<K: HostEngine>(
             output_tokens: *output,
             keys: &data.keys[range.clone()],
         };
-        sent.push(Sent { stage: s.stage, status: None, completion: None });
+        sent.push(Sent {
+            stage: s.stage,
+            send_ns: s.at_ns,
+            input_tokens: *input,
+            output_tokens: *output,
+            status: None,
+            completion: None,
+        });
+        flight.push_back(s.seq);
         lg.sent();
         d.dispatch(&req).map_err(|e| CliError::bad_input(format!("{}: request {}: {e}", data.origin, s.seq)))?;
     }
@@ -131,4 +163,23 @@ pub fn outcome_fields(sent: &[Sent], seq: u64) -> String {
         None => "unfinished",
     };
     format!(",\"stage\":{},\"status\":\"{status}\"", s.stage)
+}
+
+/// The `--outcomes` lines of the requests the server aborted at their client's deadline (no
+/// completion, so no pod, TTFT or tokens): `e2e_ns` is the time-out (the client's end), by
+/// request.
+pub fn aborted_lines(sent: &[Sent], spec: &LoadSpec) -> Vec<(u64, String)> {
+    let timeout_ns = spec.timeout_ms * 1_000_000;
+    sent.iter()
+        .enumerate()
+        .filter(|(_, s)| s.completion.is_none() && s.status == Some(Status::TimedOut))
+        .map(|(seq, s)| {
+            let line = format!(
+                "{{\"index\":{seq},\"arrival_ns\":{},\"e2e_ns\":{timeout_ns},\"aborted\":true{}}}",
+                s.send_ns,
+                outcome_fields(sent, seq as u64)
+            );
+            (seq as u64, line)
+        })
+        .collect()
 }

@@ -8,6 +8,7 @@ pub mod deploy;
 pub mod drive;
 pub mod engines;
 pub mod fields;
+pub mod llmd_report;
 pub mod loadgen;
 pub mod outcomes;
 pub mod progress;

@@ -7,19 +7,25 @@ use crate::error::{CliError, CliResult};
 
 /// Writes a run's completions (kept with `keep`) as JSON lines in request order (`--outcomes`);
 /// `more` gives a request's extra fields (`,"key":value...`), e.g. a Dynamo turn's session; with
-/// `offload` (a run with the offload tier) each line ends with its `offload_hit_tokens`.
+/// `offload` (a run with the offload tier) each line ends with its `offload_hit_tokens`;
+/// `aborted`: the lines of requests without a completion (the server aborted them), by request.
 pub fn write_outcomes(
     path: &std::path::Path,
     completions: &[Completion],
     more: Option<&dyn Fn(u64) -> String>,
     offload: bool,
     pd: bool,
+    aborted: &[(u64, String)],
 ) -> CliResult<()> {
     let mut sorted: Vec<&Completion> = completions.iter().collect();
     sorted.sort_unstable_by_key(|c| c.request);
+    let mut aborted = aborted.iter().peekable();
     // streamed to the file (no copy of the text in memory)
     crate::outfile::write_with(path, |w| {
         for c in sorted {
+            while let Some((_, line)) = aborted.next_if(|a| a.0 < c.request) {
+                writeln!(w, "{line}")?;
+            }
             writeln!(
                 w,
                 "{{\"index\":{},\"pod\":{},\"arrival_ns\":{},\"queue_len\":{},\"hit_tokens\":{},\"prefill_tokens\":{},\
@@ -37,6 +43,9 @@ pub fn write_outcomes(
                 if offload { format!(",\"offload_hit_tokens\":{}", c.offload_hit_tokens) } else { String::new() },
                 more.map_or_else(String::new, |f| f(c.request))
             )?;
+        }
+        for (_, line) in aborted {
+            writeln!(w, "{line}")?;
         }
         Ok(())
     })

@@ -50,7 +50,19 @@ impl Req {
     /// A request of the load generator, with the stage and status it recorded (None while it
     /// had not ended); a timed-out request ends for the client at send + `timeout_ns`.
     pub fn from_sent(s: &Sent, timeout_ns: u64) -> Option<Req> {
-        let (status, c) = (s.status?, s.completion?);
+        let status = s.status?;
+        let Some(c) = s.completion else {
+            // aborted by the server at the client's deadline: no token, ended at the deadline
+            return (status == Status::TimedOut).then_some(Req {
+                stage: Some(s.stage),
+                send_ns: s.send_ns,
+                ttft_ns: timeout_ns,
+                e2e_ns: timeout_ns,
+                input_tokens: s.input_tokens,
+                output_tokens: s.output_tokens,
+                ok: false,
+            });
+        };
         let ok = status == Status::Ok;
         let e2e_ns = if ok { c.e2e_ns() } else { c.e2e_ns().min(timeout_ns) };
         Some(Req {
@@ -317,7 +329,7 @@ mod tests {
             offload_hit_tokens: 0,
             pd: PdOutcome::NONE,
         };
-        Sent { stage, status: Some(status), completion: Some(c) }
+        Sent { stage, send_ns, input_tokens: 1_500, output_tokens: 1_000, status: Some(status), completion: Some(c) }
     }
 
     #[test]

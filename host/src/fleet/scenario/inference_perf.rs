@@ -8,6 +8,8 @@ use clap::Args;
 use serde::Deserialize;
 use serde_norway::Value;
 
+use brokerlab_core::fleet::loadgen::{LoadKind, LoadStage as CoreStage, MAX_STAGE_MS};
+
 use super::Scenario;
 use crate::error::{CliError, CliResult};
 
@@ -233,7 +235,7 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
         return Err(refuse("load.stages", "at least one stage"));
     }
     let mut stages = Vec::new();
-    let mut expected = 0.0;
+    let mut expected: u64 = 0;
     for (i, st) in l.stages.iter().enumerate() {
         let key = |k: &str| format!("load.stages[{i}].{k}");
         if load_kind == "concurrent" {
@@ -244,7 +246,7 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
             let c = c.ok_or_else(|| refuse(&key("concurrency_level"), "required, > 0, with load.type concurrent"))?;
             let n = st.num_requests.filter(|&n| n > 0);
             let n = n.ok_or_else(|| refuse(&key("num_requests"), "required, > 0, with load.type concurrent"))?;
-            expected += n as f64;
+            expected = expected.saturating_add(n);
             stages.push(ImportedStage::Concurrent(c, n));
             continue;
         }
@@ -259,7 +261,14 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
         if !(rate > 0.0 && rate.is_finite()) || duration == 0 {
             return Err(refuse(&key("rate"), "rate > 0 and duration > 0, as inference-perf requires"));
         }
-        expected += (rate * duration as f64).floor();
+        // the core's count, int(rate x duration) in integers (one rule: LoadStage::requests)
+        let rate_milli_per_s = super::rate_milli(rate).map_err(|e| refuse(&key("rate"), &e))?;
+        let duration_ms = duration
+            .checked_mul(1000)
+            .filter(|&ms| ms <= MAX_STAGE_MS)
+            .ok_or_else(|| refuse(&key("duration"), "at most 2^40 ms (about 34.8 years)"))?;
+        let core = CoreStage { rate_milli_per_s, duration_ms, ..CoreStage::default() };
+        expected = expected.saturating_add(core.requests(LoadKind::Poisson));
         stages.push(ImportedStage::Rate(rate, duration));
     }
     if let Some(t) = l.request_timeout.filter(|t| !(*t > 0.0 && t.is_finite())) {
@@ -280,8 +289,8 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
         ));
     }
     notes.push(
-        "a timed-out request is counted and its client slot freed; the simulated server still serves it to the end \
-         (vLLM aborts it on the client's disconnect; not modelled)"
+        "a timed-out request is counted, its client slot freed and the server aborts it at the time-out (vLLM's \
+         finish_requests on the client's disconnect; docs/MODEL.md, \"The load generator\")"
             .into(),
     );
 
@@ -339,11 +348,14 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
             sp.num_groups.unwrap_or(DEFAULT_NUM_GROUPS) as u64
                 * sp.num_prompts_per_group.unwrap_or(DEFAULT_PROMPTS_PER_GROUP) as u64
         }
-        _ => expected as u64,
+        _ => expected,
     };
     let _ = writeln!(w, "seed = {seed}");
-    let _ =
-        writeln!(w, "# The data set the load generator sends from ({} requests in all stages).", thousands(expected));
+    let _ = writeln!(
+        w,
+        "# The data set the load generator sends from ({} requests in all stages).",
+        thousands(expected as f64)
+    );
     let _ = writeln!(w, "requests = {requests}");
     match kind {
         "shared_prefix" => {

@@ -1,7 +1,9 @@
 //! `[load]` of a scenario file as the core's [`LoadSpec`]: the client as inference-perf's load
 //! generator (docs/MODEL.md, "The load generator"). Every error names the key.
 
-use brokerlab_core::fleet::loadgen::{LoadKind, LoadSpec, LoadStage, MAX_LOAD_STAGES};
+use brokerlab_core::fleet::loadgen::{
+    LoadKind, LoadSpec, LoadStage, MAX_CLIENT_SLOTS, MAX_LOAD_STAGES, MAX_STAGE_MS, MAX_STAGE_REQUESTS,
+};
 use brokerlab_core::fleet::workload::WorkloadSpec;
 
 use super::schema::LoadToml;
@@ -43,6 +45,12 @@ pub(super) fn load_spec(
                 let c =
                     st.concurrency_level.ok_or_else(|| bad(&key("concurrency_level"), "a positive count", "none"))?;
                 let n = st.num_requests.ok_or_else(|| bad(&key("num_requests"), "a positive count", "none"))?;
+                if c == 0 || c > MAX_CLIENT_SLOTS {
+                    return Err(bad(&key("concurrency_level"), "1 to 1048576 clients", &c.to_string()));
+                }
+                if n == 0 || n > MAX_STAGE_REQUESTS {
+                    return Err(bad(&key("num_requests"), "1 to 4294967296 requests per stage", &n.to_string()));
+                }
                 LoadStage { concurrency: c, num_requests: n, ..LoadStage::default() }
             }
             _ => {
@@ -53,7 +61,24 @@ pub(super) fn load_spec(
                 let d = st.duration_s.ok_or_else(|| bad(&key("duration_s"), "seconds", "none"))?;
                 let rate = rate_milli(r).map_err(|e| bad(&key("rate_per_s"), &e, &num(r)))?;
                 let ms = milli_exact(d, 1e9).map_err(|e| bad(&key("duration_s"), &format!("seconds: {e}"), &num(d)))?;
-                LoadStage { rate_milli_per_s: rate, duration_ms: ms, ..LoadStage::default() }
+                if rate == 0 {
+                    return Err(bad(&key("rate_per_s"), "a rate > 0 requests/s", &num(r)));
+                }
+                if ms == 0 || ms > MAX_STAGE_MS {
+                    return Err(bad(&key("duration_s"), "more than 0 s, at most 2^40 ms", &num(d)));
+                }
+                let stage = LoadStage { rate_milli_per_s: rate, duration_ms: ms, ..LoadStage::default() };
+                // int(rate x duration), the core's count, in integers: it never overflows, but a
+                // stage of more than 2^32 requests is refused naming the stage
+                let n = stage.requests(kind);
+                if n > MAX_STAGE_REQUESTS {
+                    return Err(bad(
+                        &format!("load.stages[{}]", i + 1),
+                        "at most 4294967296 requests per stage (rate_per_s x duration_s)",
+                        &format!("{} x {} s = {n} requests", num(r), num(d)),
+                    ));
+                }
+                stage
             }
         };
     }
@@ -65,6 +90,13 @@ pub(super) fn load_spec(
     };
     if l.worker_max_concurrency == 0 {
         return Err(bad("load.worker_max_concurrency", "at least 1", "0"));
+    }
+    if max_in_flight > MAX_CLIENT_SLOTS {
+        return Err(bad(
+            "load.num_workers",
+            "num_workers x worker_max_concurrency at most 1048576 requests in flight",
+            &format!("{} x {}", l.num_workers.unwrap_or(0), l.worker_max_concurrency),
+        ));
     }
     let spec = LoadSpec {
         kind,

@@ -113,7 +113,7 @@ struct CsvRow<'a> {
 }
 
 fn series_by_router(points: &[BatchedPoint], y: impl Fn(&BatchedSummary) -> Option<f64>) -> Vec<Series> {
-    series_per_router(points, |p| (p.summary.router, p.value), |p| y(&p.summary))
+    series_per_router(points, |p| (p.router_name(), p.value), |p| y(&p.summary))
 }
 
 /// Writes the batched sweep's plots (TTFT p90, output tok/s, preemptions vs the parameter);
@@ -167,7 +167,7 @@ pub fn table(param: SweepParam, points: &[BatchedPoint]) -> String {
     router_table(
         param.name(),
         points,
-        |p| (p.summary.router, p.value),
+        |p| (p.router_name(), p.value),
         "TTFT p90 s  out tok/s  preempt",
         |p| {
             let s = &p.summary;

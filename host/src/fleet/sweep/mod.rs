@@ -28,6 +28,9 @@ pub struct PointSpec {
     pub workload: usize,
     /// Fleet configuration.
     pub cfg: FleetConfig,
+    /// The router's name in the sweep's tables, plots and CSV when not its kind's (a
+    /// `--router-config` file's stem).
+    pub label: Option<String>,
 }
 
 /// A parameter a sweep varies: `fleet sweep --param` ([`SweepParam::FLAG`]) and the report's
@@ -101,9 +104,19 @@ pub struct Point<S = Summary> {
     pub param: SweepParam,
     /// Its value.
     pub value: f64,
+    /// The router's name when not its kind's ([`PointSpec::label`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// Metrics (router, config and results).
     #[serde(flatten)]
     pub summary: S,
+}
+
+impl<S: SweepSummary> Point<S> {
+    /// The router's name in tables, plots and CSV: the label, else the router kind's name.
+    pub fn router_name(&self) -> String {
+        self.label.clone().unwrap_or_else(|| self.summary.fleet().0.name().to_string())
+    }
 }
 
 /// What a sweep writes of an engine's points: its `points.csv`, its plots and its table.
@@ -198,7 +211,7 @@ where
     par_points(specs, threads, progress, |p| {
         let mut src = &workloads[p.workload];
         let summary = simulate_slo::<K>(p.cfg, &mut src, false, slo)?.summary;
-        Ok(Point { param, value: p.value, summary })
+        Ok(Point { param, value: p.value, label: p.label.clone(), summary })
     })
 }
 
@@ -207,7 +220,7 @@ pub fn for_each_router(values: &[(f64, usize, FleetConfig)]) -> Vec<PointSpec> {
     let mut out = Vec::new();
     for router in RouterKind::ALL {
         for &(value, workload, cfg) in values {
-            out.push(PointSpec { value, workload, cfg: FleetConfig { router, ..cfg } });
+            out.push(PointSpec { value, workload, cfg: FleetConfig { router, ..cfg }, label: None });
         }
     }
     out
@@ -226,7 +239,7 @@ pub fn for_routers(
         for &(value, workload, cfg) in values {
             let mut cfg = FleetConfig { router, routing: None, ..cfg };
             crate::fleet::cli::router_config::apply(&mut cfg, None, seed)?;
-            out.push(PointSpec { value, workload, cfg });
+            out.push(PointSpec { value, workload, cfg, label: None });
         }
     }
     Ok(out)
@@ -270,8 +283,8 @@ pub struct CsvHead<'a> {
     /// Its value.
     #[serde(serialize_with = "csv_num::f64")]
     pub value: f64,
-    /// The router.
-    pub router: RouterKind,
+    /// The router ([`Point::router_name`]).
+    pub router: String,
     /// Pods.
     pub pods: usize,
     /// Blocks per pod.
@@ -284,8 +297,8 @@ pub struct CsvHead<'a> {
 impl<'a> CsvHead<'a> {
     /// The head of point `p`'s row.
     pub fn of<S: SweepSummary>(p: &'a Point<S>) -> Self {
-        let (router, pods, capacity, alpha) = p.summary.fleet();
-        CsvHead { param: p.param.name(), value: p.value, router, pods, capacity, alpha }
+        let (_, pods, capacity, alpha) = p.summary.fleet();
+        CsvHead { param: p.param.name(), value: p.value, router: p.router_name(), pods, capacity, alpha }
     }
 }
 

@@ -4,24 +4,23 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use brokerlab_core::fleet::RouterKind;
-
 use crate::error::CliResult;
 use crate::fleet::run::Summary;
 use crate::fleet::sweep::{self, Point, SweepParam};
 use crate::plot::{self, Chart, Series};
 
 fn series_by_router(points: &[Point], y: impl Fn(&Summary) -> Option<f64>) -> Vec<Series> {
-    series_per_router(points, |p| (p.summary.router, p.value), |p| y(&p.summary))
+    series_per_router(points, |p| (p.router_name(), p.value), |p| y(&p.summary))
 }
 
 /// The routers of `points` in order of first appearance (a default sweep's points come router by
-/// router in [`RouterKind::ALL`] order; `--router LIST` in the order given).
-pub fn routers_of<P>(points: &[P], router: impl Fn(&P) -> RouterKind) -> Vec<RouterKind> {
-    let mut out: Vec<RouterKind> = Vec::new();
+/// router in [`brokerlab_core::fleet::RouterKind::ALL`] order; `--router LIST` in the order given).
+pub fn routers_of<P>(points: &[P], router: impl Fn(&P) -> String) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
     for p in points {
-        if !out.contains(&router(p)) {
-            out.push(router(p));
+        let r = router(p);
+        if !out.contains(&r) {
+            out.push(r);
         }
     }
     out
@@ -32,13 +31,13 @@ pub fn routers_of<P>(points: &[P], router: impl Fn(&P) -> RouterKind) -> Vec<Rou
 /// value is drawn as a gap).
 pub fn series_per_router<P>(
     points: &[P],
-    key: impl Fn(&P) -> (RouterKind, f64),
+    key: impl Fn(&P) -> (String, f64),
     y: impl Fn(&P) -> Option<f64>,
 ) -> Vec<Series> {
     routers_of(points, |p| key(p).0)
         .iter()
         .map(|r| Series {
-            label: r.name().to_string(),
+            label: r.clone(),
             points: points.iter().filter(|p| key(p).0 == *r).map(|p| (key(p).1, y(p).unwrap_or(f64::NAN))).collect(),
         })
         .filter(|s| !s.points.is_empty())
@@ -129,7 +128,7 @@ pub fn sweep_table(param: SweepParam, points: &[Point]) -> String {
     router_table(
         param.name(),
         points,
-        |p| (p.summary.router, p.value),
+        |p| (p.router_name(), p.value),
         "hit  p90 s",
         |p| format!("{:>16} {:>7}", pct(p.summary.hit_rate), secs(p.summary.latency_p90)),
     )
@@ -140,7 +139,7 @@ pub fn sweep_table(param: SweepParam, points: &[Point]) -> String {
 pub fn router_table<P>(
     param: &str,
     points: &[P],
-    key: impl Fn(&P) -> (RouterKind, f64),
+    key: impl Fn(&P) -> (String, f64),
     head: &str,
     cell: impl Fn(&P) -> String,
 ) -> String {
@@ -154,13 +153,13 @@ pub fn router_table<P>(
     let mut o = format!("{param:>12}");
     let routers = routers_of(points, |p| key(p).0);
     for r in &routers {
-        let _ = write!(o, " | {:>12} {head}", r.name());
+        let _ = write!(o, " | {r:>12} {head}");
     }
     o.push('\n');
     for v in values {
         let _ = write!(o, "{v:>12}");
-        for &r in &routers {
-            match points.iter().find(|p| key(p) == (r, v)) {
+        for r in &routers {
+            match points.iter().find(|p| key(p) == (r.clone(), v)) {
                 Some(p) => {
                     let _ = write!(o, " | {}", cell(p));
                 }

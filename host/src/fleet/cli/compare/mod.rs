@@ -78,6 +78,10 @@ pub struct CompareArgs {
     /// Also write every run's results under `vllm bench serve`'s key names (JSON; batched engine).
     #[arg(long, value_name = "FILE")]
     pub report_json: Option<PathBuf>,
+    /// Also write every run as llm-d-benchmark's benchmark report v0.1: a JSON array of one
+    /// report per run (batched engine; docs/MODEL.md, "--report-llmd").
+    #[arg(long, value_name = "FILE")]
+    pub report_llmd: Option<PathBuf>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -222,6 +226,9 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     if let Some(j) = &a.report_json {
         crate::outfile::check_output("--report-json", j, &inputs)?;
     }
+    if let Some(j) = &a.report_llmd {
+        crate::outfile::check_output("--report-llmd", j, &inputs)?;
+    }
     if a.engine.outcomes.is_some() {
         return Err(CliError::bad_input("--outcomes: not with fleet compare (one file per run; use fleet replay)"));
     }
@@ -357,7 +364,7 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     }
 
     // the runs, in parallel; results in spec order whatever the thread count
-    let keep = a.report_json.is_some();
+    let keep = a.report_json.is_some() || a.report_llmd.is_some();
     let progress = Progress::new(a.output.quiet, "compare", Unit::Points, Some(specs.len() as u64));
     let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
     let results = run_all(&specs, &workload, a.threads, keep, slo, &progress);
@@ -367,6 +374,21 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     let rows: Vec<Row> = specs.iter().zip(&results).map(|(s, r)| row(&s.label, s.pods, &r.summary)).collect();
     if let Some(j) = &a.report_json {
         write_report_json(j, &specs, &results, &prov)?;
+    }
+    if let Some(j) = &a.report_llmd {
+        let (kind, key, file, load) = match (&workload, &a.trace, &a.scenario, &a.inference_perf) {
+            (Workload::Load(l), _, s, i) => ("load", "scenario", s.as_ref().or(i.as_ref()), Some(l.1)),
+            (_, Some(t), _, _) => ("trace", "trace", Some(t), None),
+            (_, _, s, i) => ("scenario", "scenario", s.as_ref().or(i.as_ref()), None),
+        };
+        let file = file.map_or_else(PathBuf::new, PathBuf::clone);
+        let mut reports = Vec::new();
+        for (s, r) in specs.iter().zip(&results) {
+            let b = r.summary.batched().ok_or_else(run::llmd_report::fifo_refused)?;
+            let load = crate::fleet::cli::commands::llmd_load(kind, key, &file, load.as_ref());
+            reports.push(run::llmd_report::report(&r.completions, b, load, &s.label));
+        }
+        run::llmd_report::write(j, &reports)?;
     }
     let loaded = matches!(workload, Workload::Load(..));
     let text = write_page(&a.out, &name, &rows, &pods_list, (batched.is_some(), capacity, loaded), &pipelines, &prov)?;

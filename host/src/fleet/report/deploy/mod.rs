@@ -77,7 +77,7 @@ where
 
 /// A PointSpec.
 fn spec(value: f64, workload: usize, cfg: FleetConfig) -> PointSpec {
-    PointSpec { value, workload, cfg }
+    PointSpec { value, workload, cfg, label: None }
 }
 
 /// Synthetic requests held in memory: every `gap_ns` one request of L prompt tokens (all
