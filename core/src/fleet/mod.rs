@@ -55,6 +55,7 @@ pub use route::{Holders, KeyHolders, Route, RouteView, Router};
 pub use sim::batched::{BatchedBuffers, BatchedFleet, BatchedLayout};
 pub use sim::config::{EngineConfig, FleetConfig};
 pub use sim::defaults;
+pub use sim::pools::{Pool, PoolRole};
 pub use sim::fifo::{FifoBuffers, FifoFleet, FifoLayout};
 pub use sim::scale::{ScaleAction, ScalePolicy, ScaleState};
 pub use sim::view::{IndexKind, ViewConfig};

@@ -26,6 +26,7 @@ pub const fn names(field: Field) -> Names {
         Field::PcieLatencyNs => (Some("--pcie-latency-ns"), Some("fleet.engine.pcie_latency_ns")),
         Field::CpuTierWeight => (Some("--cpu-tier-weight"), Some("fleet.engine.cpu_tier_weight")),
         Field::KvBytesPerToken => (Some("--kv-bytes-per-token"), Some("fleet.engine.kv_bytes_per_token")),
+        Field::Pools => (None, Some("fleet.pool")),
         Field::PrefillPods => (Some("--prefill-pods"), Some("fleet.pd.prefill_pods")),
         Field::PrefillCapacity => (Some("--prefill-capacity"), Some("fleet.pd.prefill_capacity")),
         Field::PdThresholdTokens => (Some("--pd-threshold-tokens"), Some("fleet.pd.threshold_tokens")),
