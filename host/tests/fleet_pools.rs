@@ -299,3 +299,17 @@ fn the_example_runs_under_run_sweep_and_compare() {
     ]);
     assert!(o.status.success(), "compare: {}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// The pool table is stored once (a borrowed slice in the fleet's configuration), never copied
+/// into each pod's engine: an engine holds one engine configuration, as without pools, and the
+/// fleet's configuration does not grow with the pools (an inline table of 8 pools' step costs,
+/// ~3.8 KB, would fail both bounds; on the Cortex-M3 it overflowed the stack).
+#[test]
+fn pod_engines_and_the_fleet_config_do_not_hold_the_pool_table() {
+    use brokerlab_core::fleet::{BatchedConfig, BatchedEngine, FleetConfig, Pool};
+    use std::mem::size_of;
+    let e = size_of::<BatchedConfig>();
+    assert!(size_of::<BatchedEngine<'static>>() < e + 1024, "engine {} vs config {e}", size_of::<BatchedEngine<'static>>());
+    assert!(size_of::<FleetConfig>() < e + 1024, "fleet config {} vs engine config {e}", size_of::<FleetConfig>());
+    assert!(8 * size_of::<Pool>() > 2048, "the bounds above would catch an inline table");
+}

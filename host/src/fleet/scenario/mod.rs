@@ -91,6 +91,10 @@ impl Scenario {
         };
         let workload = workload_spec(&t.workload, t.load.is_some(), origin, &bad)?;
         let pool_list = t.fleet.pool.as_deref();
+        // (a pool of 0 pods named before the pods' sum is)
+        if let Some(i) = pool_list.and_then(|l| l.iter().position(|p| p.pods == 0)) {
+            return Err(bad(&format!("fleet.pool[{}].pods", i + 1), "at least 1 pod", "0"));
+        }
         let pods = match (t.fleet.pods, pool_list) {
             (Some(n), _) => n,
             (None, Some(list)) => list.iter().map(|p| p.pods as usize).sum(),
