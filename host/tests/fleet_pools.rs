@@ -133,7 +133,9 @@ fn a_slower_pool_takes_longer_steps() {
     };
     let (s, outcomes) = run(
         "slow-linear",
-        &sc("\n[[fleet.pool]]\nname = \"fast\"\npods = 1\n\n[[fleet.pool]]\nname = \"slow\"\npods = 1\nprofile = \"qwen3-32b-h100x2\"\n"),
+        &sc(
+            "\n[[fleet.pool]]\nname = \"fast\"\npods = 1\n\n[[fleet.pool]]\nname = \"slow\"\npods = 1\nprofile = \"qwen3-32b-h100x2\"\n",
+        ),
         &[],
     );
     let lines: Vec<Value> = outcomes.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
@@ -217,19 +219,31 @@ fn bad_pool_keys_exit_2_naming_the_key() {
         (base(&format!("{one}max_num_seqs = 0\n"), "", true), &[], "`fleet.pool[1].max_num_seqs`"),
         (base(&format!("{one}profile = \"nope\"\n"), "", true), &[], "`fleet.pool[1].profile`"),
         (base(&format!("{one}step_model = \"nope\"\n"), "", true), &[], "`fleet.pool[1].step_model`"),
-        (base(&format!("{one}pcie_bytes_per_s = 0\ncpu_capacity = 4\n"), "", true), &[], "`fleet.pool[1].pcie_bytes_per_s`"),
+        (
+            base(&format!("{one}pcie_bytes_per_s = 0\ncpu_capacity = 4\n"), "", true),
+            &[],
+            "`fleet.pool[1].pcie_bytes_per_s`",
+        ),
         (base(one, "pods = 3", true), &[], "`fleet.pods`"),
         (base(one, "", false), &[], "`fleet.pool`"),
         (base(one, "", true), &["--engine", "fifo"], "`fleet.pool`"),
         (base(one, "", true), &["--pods", "5"], "pods"),
         (
-            base("\n[[fleet.pool]]\nname = \"d\"\npods = 1\nrole = \"decode\"\n\n[[fleet.pool]]\nname = \"p\"\npods = 1\nrole = \"prefill\"\n", "", true),
+            base(
+                "\n[[fleet.pool]]\nname = \"d\"\npods = 1\nrole = \"decode\"\n\n[[fleet.pool]]\nname = \"p\"\npods = 1\nrole = \"prefill\"\n",
+                "",
+                true,
+            ),
             &[],
             "`fleet.pool`",
         ),
         (base("\n[[fleet.pool]]\nname = \"p\"\npods = 1\nrole = \"prefill\"\n", "", true), &[], "`fleet.pool`"),
         (
-            base("\n[[fleet.pool]]\nname = \"p\"\npods = 1\nrole = \"prefill\"\n\n[[fleet.pool]]\nname = \"a\"\npods = 1\n", "", true),
+            base(
+                "\n[[fleet.pool]]\nname = \"p\"\npods = 1\nrole = \"prefill\"\n\n[[fleet.pool]]\nname = \"a\"\npods = 1\n",
+                "",
+                true,
+            ),
             &[],
             "`fleet.pool`",
         ),
@@ -267,7 +281,11 @@ fn bad_pool_keys_exit_2_naming_the_key() {
         std::fs::remove_file(&p).ok();
     }
     // a request over the smallest pool's capacity is refused wherever it would be routed
-    let sc = base("\n[[fleet.pool]]\nname = \"big\"\npods = 1\n\n[[fleet.pool]]\nname = \"tiny\"\npods = 1\ncapacity = 2\n", "", true);
+    let sc = base(
+        "\n[[fleet.pool]]\nname = \"big\"\npods = 1\n\n[[fleet.pool]]\nname = \"tiny\"\npods = 1\ncapacity = 2\n",
+        "",
+        true,
+    );
     let p = tmp("over.toml");
     std::fs::write(&p, sc).unwrap();
     let o = brokerlab(&["fleet", "run", "-q", p.to_str().unwrap()]);
@@ -290,12 +308,28 @@ fn the_example_runs_under_run_sweep_and_compare() {
     assert_eq!(total, s["requests"].as_u64().unwrap());
     let out = tmp("sweep");
     let o = brokerlab(&[
-        "fleet", "sweep", "-q", sc, "--param", "capacity", "--values", "8192,16384", "--out", out.to_str().unwrap(),
+        "fleet",
+        "sweep",
+        "-q",
+        sc,
+        "--param",
+        "capacity",
+        "--values",
+        "8192,16384",
+        "--out",
+        out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "sweep: {}", String::from_utf8_lossy(&o.stderr));
     let out = tmp("compare");
     let o = brokerlab(&[
-        "fleet", "compare", "-q", sc, "--routers", "round-robin,prefix-aware", "--out", out.to_str().unwrap(),
+        "fleet",
+        "compare",
+        "-q",
+        sc,
+        "--routers",
+        "round-robin,prefix-aware",
+        "--out",
+        out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "compare: {}", String::from_utf8_lossy(&o.stderr));
 }
@@ -309,7 +343,11 @@ fn pod_engines_and_the_fleet_config_do_not_hold_the_pool_table() {
     use brokerlab_core::fleet::{BatchedConfig, BatchedEngine, FleetConfig, Pool};
     use std::mem::size_of;
     let e = size_of::<BatchedConfig>();
-    assert!(size_of::<BatchedEngine<'static>>() < e + 1024, "engine {} vs config {e}", size_of::<BatchedEngine<'static>>());
+    assert!(
+        size_of::<BatchedEngine<'static>>() < e + 1024,
+        "engine {} vs config {e}",
+        size_of::<BatchedEngine<'static>>()
+    );
     assert!(size_of::<FleetConfig>() < e + 1024, "fleet config {} vs engine config {e}", size_of::<FleetConfig>());
     assert!(8 * size_of::<Pool>() > 2048, "the bounds above would catch an inline table");
 }

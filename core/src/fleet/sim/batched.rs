@@ -199,7 +199,11 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
         let reqs = chunks(b.requests, n, requests_per_pod, Buffer::EngineRequests)?;
         let waiting = chunks(b.waiting, n, requests_per_pod, Buffer::EngineWaiting)?;
         if b.running.len() != want_running {
-            return Err(Error::BufferSize { buffer: Buffer::EngineRunning, expected: want_running, got: b.running.len() });
+            return Err(Error::BufferSize {
+                buffer: Buffer::EngineRunning,
+                expected: want_running,
+                got: b.running.len(),
+            });
         }
         let keys = chunks(b.keys, n, keys_per_pod, Buffer::EngineKeys)?;
         if want_cs > 0 {
@@ -207,7 +211,11 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
                 return Err(Error::BufferSize { buffer: Buffer::CpuSlots, expected: want_cs, got: b.cpu_slots.len() });
             }
             if b.cpu_tables.len() != want_ct {
-                return Err(Error::BufferSize { buffer: Buffer::CpuTables, expected: want_ct, got: b.cpu_tables.len() });
+                return Err(Error::BufferSize {
+                    buffer: Buffer::CpuTables,
+                    expected: want_ct,
+                    got: b.cpu_tables.len(),
+                });
             }
         }
         let (mut blocks, mut tables, mut running) = (b.blocks, b.tables, b.running);

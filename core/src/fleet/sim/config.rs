@@ -291,7 +291,9 @@ impl FleetConfig {
             pool.engine(e).validate()?;
             match pool.role {
                 PoolRole::Aggregated if e.pd.is_some() => {
-                    return bad("prefill and decode pools only (no aggregated pool) with prefill/decode disaggregation");
+                    return bad(
+                        "prefill and decode pools only (no aggregated pool) with prefill/decode disaggregation",
+                    );
                 }
                 PoolRole::Prefill | PoolRole::Decode if e.pd.is_none() => {
                     return bad("aggregated pools only without prefill/decode disaggregation");

@@ -170,7 +170,10 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
                 Some(p) => {
                     // with pools, a request is checked against the smallest prefill pool
                     let cp = pools::min_capacity(cfg.pools, cfg.capacity_blocks, pools::PoolRole::Prefill);
-                    let p = crate::fleet::engine::pd::PdConfig { prefill_capacity_blocks: cp.unwrap_or(p.prefill_capacity_blocks), ..p };
+                    let p = crate::fleet::engine::pd::PdConfig {
+                        prefill_capacity_blocks: cp.unwrap_or(p.prefill_capacity_blocks),
+                        ..p
+                    };
                     Some(pd::PdState::new(p, cfg.pods, pd_buffers)?)
                 }
                 None => None,

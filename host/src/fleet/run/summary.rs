@@ -713,7 +713,9 @@ pub fn render_batched(s: &BatchedSummary) -> String {
         ));
     }
     if let Some(pools) = &s.per_pool {
-        o.push_str("\npool              role        pods  requests  TTFT p50/p90 s     E2E p50/p90 s      steps  KV mean\n");
+        o.push_str(
+            "\npool              role        pods  requests  TTFT p50/p90 s     E2E p50/p90 s      steps  KV mean\n",
+        );
         for q in pools {
             o.push_str(&format!(
                 "{:<16}  {:<10}  {:>4}  {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>6}  {:>7}\n",

@@ -275,10 +275,9 @@ fn fleet_config(
             scale: match &f.autoscale {
                 None => None,
                 Some(a) => Some(
-                    scale_policy(pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s)
-                        .map_err(|(field, expected, got)| {
-                            bad(&crate::fleet::run::fields::key(field), expected, &got)
-                        })?,
+                    scale_policy(pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s).map_err(
+                        |(field, expected, got)| bad(&crate::fleet::run::fields::key(field), expected, &got),
+                    )?,
                 ),
             },
         },

@@ -20,7 +20,9 @@ pub fn table(list: &[PoolToml], fleet: &EngineSettings, origin: &str) -> CliResu
     let mut out = Vec::with_capacity(list.len());
     for (i, t) in list.iter().enumerate() {
         let key = |k: &str| format!("{origin}: `fleet.pool[{}].{}`", i + 1, k.replace('-', "_"));
-        let bad = |k: &str, expected: &str, got: &str| CliError::bad_input(format!("{}: {got:?}: expected {expected}", key(k)));
+        let bad = |k: &str, expected: &str, got: &str| {
+            CliError::bad_input(format!("{}: {got:?}: expected {expected}", key(k)))
+        };
         if t.name.is_empty() {
             return Err(bad("name", "a non-empty name", &t.name));
         }
