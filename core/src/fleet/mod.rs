@@ -56,6 +56,7 @@ pub use sim::batched::{BatchedBuffers, BatchedFleet, BatchedLayout};
 pub use sim::config::{EngineConfig, FleetConfig};
 pub use sim::defaults;
 pub use sim::fifo::{FifoBuffers, FifoFleet, FifoLayout};
+pub use sim::pools::{Pool, PoolRole};
 pub use sim::scale::{ScaleAction, ScalePolicy, ScaleState};
 pub use sim::view::{IndexKind, ViewConfig};
 pub use sim::{Exact, Fleet, FleetEngine, FleetTotals};

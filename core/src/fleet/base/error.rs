@@ -171,6 +171,8 @@ named_enum! {
         CpuTierWeight => "cpu-tier-weight",
         /// KV bytes of one token of a pod (`Offload::kv_bytes_per_token`).
         KvBytesPerToken => "kv-bytes-per-token",
+        /// Heterogeneous pools ([`FleetConfig::pools`], `[[fleet.pool]]`).
+        Pools => "pools",
         /// [`FleetConfig::stale_delay`].
         Stale => "stale",
         /// [`FleetConfig::event_delay_ns`].

@@ -436,6 +436,11 @@ impl<'a> BatchedEngine<'a> {
         })
     }
 
+    /// This pod's configuration (its pool's, with pools).
+    pub fn config(&self) -> &BatchedConfig {
+        &self.cfg
+    }
+
     /// KV capacity C, blocks.
     pub fn capacity(&self) -> usize {
         self.blocks.len()
@@ -1613,10 +1618,15 @@ impl Engine for BatchedEngine<'_> {
         self.tier_match_blocks(keys)
     }
 
+    fn kv_bytes_per_token(&self) -> u64 {
+        self.cfg.offload.kv_bytes_per_token
+    }
+
     /// With an offload tier on the pods, the tiered match (docs/MODEL.md, "Routing with the
     /// tier"); without, the caller asks key by key (today's match).
     fn leading_matches(pods: &[Self], _shared: &(), keys: &[u64], out: &mut [u32]) -> bool {
-        if pods.first().is_none_or(|e| e.cpu.is_none()) {
+        // (any pod with a tier: pools may give some pods none, whose match is then GPU-only)
+        if pods.iter().all(|e| e.cpu.is_none()) {
             return false;
         }
         for (o, e) in out.iter_mut().zip(pods.iter()) {

@@ -223,6 +223,12 @@ pub trait Engine: Sized {
     fn full_match(&self, _keys: &[u64]) -> u32 {
         0
     }
+
+    /// P/D: KV bytes of one token of this pod (a transfer to it moves the prompt's blocks at this
+    /// size; its pool's with pools, else the fleet's).
+    fn kv_bytes_per_token(&self) -> u64 {
+        0
+    }
 }
 
 fn pd_unsupported() -> Error {

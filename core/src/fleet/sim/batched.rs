@@ -8,7 +8,6 @@ use super::view::ViewBuffers;
 use super::{Fleet, FleetEngine, FleetTotals};
 use crate::fleet::base::carve::chunks;
 use crate::fleet::base::error::{Buffer, Error, Field};
-use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::cache::lru::{LruPod, Slot};
 use crate::fleet::engine::Routed;
 use crate::fleet::engine::batched::{BatchedConfig, BatchedEngine, KvBlock, PodBuffers, ReqSlot};
@@ -45,6 +44,16 @@ pub struct BatchedLayout {
     /// P/D: joins and deliveries waiting, in all (0 without P/D). Each decode pod's link holds
     /// `requests_per_pod` transfers: a transfer's request holds a slot on its decode pod.
     pub pd_in_flight: usize,
+    /// KV blocks of all pods.
+    pub blocks_total: usize,
+    /// Cache-map entries of all pods.
+    pub tables_total: usize,
+    /// Running slots of all pods.
+    pub running_total: usize,
+    /// Offload-tier LRU slots of all pods.
+    pub cpu_slots_total: usize,
+    /// Offload-tier key-table entries of all pods.
+    pub cpu_tables_total: usize,
 }
 
 impl BatchedLayout {
@@ -56,7 +65,23 @@ impl BatchedLayout {
             return Err(super::wrong_engine("the batched engine for a batched fleet"));
         };
         let (np, cp) = e.pd.map_or((0, 0), |p| (p.prefill_pods as usize, p.prefill_capacity_blocks));
+        // per pod: its pool's (or P/D pool's) capacity, running slots and tier
+        let (mut blocks_total, mut tables_total, mut running_total) = (0usize, 0usize, 0usize);
+        let (mut cpu_slots_total, mut cpu_tables_total) = (0usize, 0usize);
+        for p in 0..cfg.pods {
+            let (c, s, c2) = cfg.pod_shape(e, p);
+            blocks_total += c;
+            tables_total += BatchedEngine::table_len(c);
+            running_total += s;
+            cpu_slots_total += c2;
+            cpu_tables_total += if c2 > 0 { LruPod::table_len(c2) } else { 0 };
+        }
         Ok(BatchedLayout {
+            blocks_total,
+            tables_total,
+            running_total,
+            cpu_slots_total,
+            cpu_tables_total,
             prefill_pods: np,
             prefill_blocks_per_pod: cp,
             prefill_table_per_pod: if np > 0 { BatchedEngine::table_len(cp) } else { 0 },
@@ -73,14 +98,29 @@ impl BatchedLayout {
         })
     }
 
-    /// KV blocks of all pods (each prefill pod C_P, each other pod C).
+    /// KV blocks of all pods (each its pool's C; with P/D each prefill pod C_P, each other pod C).
     pub fn blocks_len(&self) -> usize {
-        self.prefill_pods * self.prefill_blocks_per_pod + (self.pods - self.prefill_pods) * self.blocks_per_pod
+        self.blocks_total
     }
 
     /// Cache-map entries of all pods.
     pub fn tables_len(&self) -> usize {
-        self.prefill_pods * self.prefill_table_per_pod + (self.pods - self.prefill_pods) * self.table_per_pod
+        self.tables_total
+    }
+
+    /// Running slots of all pods (each its pool's `max_num_seqs`).
+    pub fn running_len(&self) -> usize {
+        self.running_total
+    }
+
+    /// Offload-tier LRU slots of all pods (each its pool's C2).
+    pub fn cpu_slots_len(&self) -> usize {
+        self.cpu_slots_total
+    }
+
+    /// Offload-tier key-table entries of all pods.
+    pub fn cpu_tables_len(&self) -> usize {
+        self.cpu_tables_total
     }
 
     /// P/D: transfer slots of all decode pods' links (0 without P/D).
@@ -95,12 +135,10 @@ impl BatchedLayout {
             + self.tables_len() * 4
             + self.pd_transfers_len() * size_of::<super::pd::Transfer>()
             + self.pd_in_flight * (size_of::<super::pd::Join>() + size_of::<super::pd::Delivery>())
-            + self.pods
-                * (self.requests_per_pod * (size_of::<ReqSlot>() + 4)
-                    + self.running_per_pod * 4
-                    + self.keys_per_pod * 8
-                    + self.cpu_slots_per_pod * size_of::<Slot>()
-                    + self.cpu_table_per_pod * 4)
+            + self.running_len() * 4
+            + self.cpu_slots_len() * size_of::<Slot>()
+            + self.cpu_tables_len() * 4
+            + self.pods * (self.requests_per_pod * (size_of::<ReqSlot>() + 4) + self.keys_per_pod * 8)
     }
 }
 
@@ -140,74 +178,72 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
         let per = |len: usize| len / n;
         let requests_per_pod = per(b.requests.len());
         let keys_per_pod = per(b.keys.len());
-        // P/D: the prefill pods first, with their own capacity and step cost
-        let (np, cp) = engine.pd.map_or((0, 0), |p| (p.prefill_pods as usize, p.prefill_capacity_blocks));
-        let c = cfg.capacity_blocks;
-        let want_blocks = np * cp + (n - np) * c;
+        // Each pod its own capacity, running slots and tier: its pool's (P/D: the prefill pods
+        // first, with their own capacity and step cost).
+        let (mut want_blocks, mut want_tables, mut want_running) = (0usize, 0usize, 0usize);
+        let (mut want_cs, mut want_ct) = (0usize, 0usize);
+        for p in 0..n {
+            let (c, s, c2) = cfg.pod_shape(&engine, p);
+            want_blocks += c;
+            want_tables += BatchedEngine::table_len(c);
+            want_running += s;
+            want_cs += c2;
+            want_ct += if c2 > 0 { LruPod::table_len(c2) } else { 0 };
+        }
         if b.blocks.len() != want_blocks {
             return Err(Error::BufferSize { buffer: Buffer::EngineBlocks, expected: want_blocks, got: b.blocks.len() });
         }
-        let (tp, tc) = (if np > 0 { BatchedEngine::table_len(cp) } else { 0 }, BatchedEngine::table_len(c));
-        let want_tables = np * tp + (n - np) * tc;
         if b.tables.len() != want_tables {
             return Err(Error::BufferSize { buffer: Buffer::EngineTables, expected: want_tables, got: b.tables.len() });
         }
-        let mut rest_blocks = Some(b.blocks);
-        let mut rest_tables = Some(b.tables);
-        let mut split = |p: usize| {
-            let (cb, ct) = if p < np { (cp, tp) } else { (c, tc) };
-            let (bl, r) = rest_blocks.take().unwrap_or_default().split_at_mut(cb);
-            rest_blocks = Some(r);
-            let (tb, r) = rest_tables.take().unwrap_or_default().split_at_mut(ct);
-            rest_tables = Some(r);
-            (bl, tb)
-        };
-        let parts: HVec<(&mut [KvBlock], &mut [u32]), MAX_PODS> = (0..n).map(&mut split).collect();
-        let (blocks, tables): (HVec<&mut [KvBlock], MAX_PODS>, HVec<&mut [u32], MAX_PODS>) = parts.into_iter().unzip();
-        let (blocks, tables) = (blocks.into_iter(), tables.into_iter());
         let reqs = chunks(b.requests, n, requests_per_pod, Buffer::EngineRequests)?;
         let waiting = chunks(b.waiting, n, requests_per_pod, Buffer::EngineWaiting)?;
-        let running = chunks(b.running, n, engine.max_num_seqs as usize, Buffer::EngineRunning)?;
+        if b.running.len() != want_running {
+            return Err(Error::BufferSize {
+                buffer: Buffer::EngineRunning,
+                expected: want_running,
+                got: b.running.len(),
+            });
+        }
         let keys = chunks(b.keys, n, keys_per_pod, Buffer::EngineKeys)?;
-        let c2 = engine.offload.cpu_capacity as usize;
-        let (mut cpu_slots, mut cpu_tables) = (Some(b.cpu_slots), Some(b.cpu_tables));
-        if c2 > 0 {
-            let want = (n * c2, n * LruPod::table_len(c2));
-            let got = (cpu_slots.as_ref().map_or(0, |s| s.len()), cpu_tables.as_ref().map_or(0, |s| s.len()));
-            if got.0 != want.0 {
-                return Err(Error::BufferSize { buffer: Buffer::CpuSlots, expected: want.0, got: got.0 });
+        if want_cs > 0 {
+            if b.cpu_slots.len() != want_cs {
+                return Err(Error::BufferSize { buffer: Buffer::CpuSlots, expected: want_cs, got: b.cpu_slots.len() });
             }
-            if got.1 != want.1 {
-                return Err(Error::BufferSize { buffer: Buffer::CpuTables, expected: want.1, got: got.1 });
+            if b.cpu_tables.len() != want_ct {
+                return Err(Error::BufferSize {
+                    buffer: Buffer::CpuTables,
+                    expected: want_ct,
+                    got: b.cpu_tables.len(),
+                });
             }
         }
+        let (mut blocks, mut tables, mut running) = (b.blocks, b.tables, b.running);
+        let (mut cpu_slots, mut cpu_tables) = (b.cpu_slots, b.cpu_tables);
         let mut engines = HVec::new();
-        for (p, (((((bl, t), r), w), ru), k)) in
-            blocks.zip(tables).zip(reqs).zip(waiting).zip(running).zip(keys).enumerate()
-        {
-            // each pod's share of the tier's buffers (empty slices without a tier)
+        for (p, ((r, w), k)) in reqs.zip(waiting).zip(keys).enumerate() {
+            // pod p's engine and its share of each buffer (empty tier slices without a tier)
+            let mut x = engine;
+            let c = cfg.pod_setup(&mut x, p);
+            let c2 = x.offload.cpu_capacity as usize;
+            let (bl, rest) = core::mem::take(&mut blocks).split_at_mut(c);
+            blocks = rest;
+            let (tb, rest) = core::mem::take(&mut tables).split_at_mut(BatchedEngine::table_len(c));
+            tables = rest;
+            let (ru, rest) = core::mem::take(&mut running).split_at_mut(x.max_num_seqs as usize);
+            running = rest;
             let (cs, ct) = if c2 > 0 {
-                let tl = LruPod::table_len(c2);
-                let s = cpu_slots.take().unwrap_or_default();
-                let tb = cpu_tables.take().unwrap_or_default();
-                let (a, rest_s) = s.split_at_mut(c2);
-                let (bt, rest_t) = tb.split_at_mut(tl);
-                cpu_slots = Some(rest_s);
-                cpu_tables = Some(rest_t);
-                (a, bt)
+                let (a, rest) = core::mem::take(&mut cpu_slots).split_at_mut(c2);
+                cpu_slots = rest;
+                let (t, rest) = core::mem::take(&mut cpu_tables).split_at_mut(LruPod::table_len(c2));
+                cpu_tables = rest;
+                (a, t)
             } else {
                 (&mut [][..], &mut [][..])
             };
-            let mut e = engine;
-            if p < np
-                && let Some((profile, cost)) = engine.pd.and_then(|x| x.prefill_cost)
-            {
-                e.profile = profile;
-                e.cost = cost;
-            }
             let bufs = PodBuffers {
                 blocks: bl,
-                table: t,
+                table: tb,
                 reqs: r,
                 waiting: w,
                 running: ru,
@@ -215,7 +251,7 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
                 cpu_slots: cs,
                 cpu_table: ct,
             };
-            let e = BatchedEngine::new(e, p as u32, bufs)?;
+            let e = BatchedEngine::new(x, p as u32, bufs)?;
             if engines.push(e).is_err() {
                 return Err(Error::InvalidConfig { field: Field::Pods, expected: "at most 64" });
             }

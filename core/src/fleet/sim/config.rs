@@ -3,6 +3,7 @@
 //! field for a CPU tier, a global cache, a stale view or autoscaling).
 
 use super::defaults;
+use super::pools::{self, Pool, PoolRole};
 use super::scale::ScalePolicy;
 use super::view::{IndexKind, ViewConfig};
 use crate::fleet::base::error::{Error, Field, Rule};
@@ -56,7 +57,7 @@ impl EngineConfig {
 }
 
 /// A fleet's configuration.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, PartialEq)]
 pub struct FleetConfig {
     /// Number of pods N (1..=64).
     pub pods: usize,
@@ -71,6 +72,28 @@ pub struct FleetConfig {
     pub routing: Option<RouterSpec>,
     /// The engine every pod runs.
     pub engine: EngineConfig,
+    /// Heterogeneous pools (docs/MODEL.md, "Heterogeneous pools"; batched engine only): empty for
+    /// a fleet of `pods` identical pods (or P/D's two pools); else the pools in pod order, their
+    /// pods summing to `pods`. Stored once here; each pod's engine gets its own configuration.
+    pub pools: &'static [Pool],
+}
+
+/// What `derive(Debug)` prints, `pools` only when there are any: a fleet without pools prints
+/// what it always printed (a sweep's digest hashes it).
+impl core::fmt::Debug for FleetConfig {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let mut d = f.debug_struct("FleetConfig");
+        d.field("pods", &self.pods)
+            .field("capacity_blocks", &self.capacity_blocks)
+            .field("router", &self.router)
+            .field("alpha", &self.alpha)
+            .field("routing", &self.routing)
+            .field("engine", &self.engine);
+        if !self.pools.is_empty() {
+            d.field("pools", &self.pools);
+        }
+        d.finish()
+    }
 }
 
 impl FleetConfig {
@@ -83,6 +106,7 @@ impl FleetConfig {
             alpha: defaults::ALPHA,
             routing: None,
             engine: EngineConfig::fifo(),
+            pools: &[],
         }
     }
 
@@ -204,9 +228,12 @@ impl FleetConfig {
             return Err(Error::InvalidConfig { field: Field::Alpha, expected: "a number between 0 and 1e9" });
         }
         match &self.engine {
+            // (pools under the FIFO engine: refused when a fleet is built, [`Self::no_pools_unless_batched`], so
+            // that a scenario's fleet, read under the FIFO engine, may carry them)
             EngineConfig::Fifo { engine, view, scale } => self.validate_fifo(engine, view, scale.as_ref()),
             EngineConfig::Batched(e) => {
                 e.validate()?;
+                self.validate_pools(e)?;
                 if let Some(pd) = &e.pd {
                     pd.validate(self.pods)?;
                     if !self.router.is_seed() {
@@ -231,6 +258,98 @@ impl FleetConfig {
                 Ok(())
             }
         }
+    }
+
+    /// An error unless the fleet has no pools or runs the batched engine (the FIFO engine has
+    /// no pools).
+    pub fn no_pools_unless_batched(&self) -> Result<(), Error> {
+        if !self.pools.is_empty() && self.batched_config().is_none() {
+            return Err(Error::InvalidConfig { field: Field::Pools, expected: "only with the batched engine" });
+        }
+        Ok(())
+    }
+
+    /// The pools' checks (none without pools): their pods sum to `pods`, each pod's engine and
+    /// capacity are valid, and their roles are either all aggregated (no P/D) or prefill pools
+    /// followed by decode pools with NP = the prefill pools' pods.
+    fn validate_pools(&self, e: &BatchedConfig) -> Result<(), Error> {
+        if self.pools.is_empty() {
+            return Ok(());
+        }
+        let bad = |expected| Err(Error::InvalidConfig { field: Field::Pools, expected });
+        let mut total = 0usize;
+        let mut seen_decode = false;
+        for pool in self.pools {
+            if pool.pods == 0 {
+                return bad("pods at least 1 in every pool");
+            }
+            total = total.saturating_add(pool.pods as usize);
+            let c = pool.capacity(self.capacity_blocks);
+            if c == 0 || c > MAX_POD_BLOCKS || BatchedEngine::table_len(c) == 0 {
+                return bad("a capacity between 1 and 4294967294 blocks (MAX_POD_BLOCKS) that fits in memory");
+            }
+            pool.engine(e).validate()?;
+            match pool.role {
+                PoolRole::Aggregated if e.pd.is_some() => {
+                    return bad(
+                        "prefill and decode pools only (no aggregated pool) with prefill/decode disaggregation",
+                    );
+                }
+                PoolRole::Prefill | PoolRole::Decode if e.pd.is_none() => {
+                    return bad("aggregated pools only without prefill/decode disaggregation");
+                }
+                PoolRole::Prefill if seen_decode => return bad("every prefill pool listed before the decode pools"),
+                PoolRole::Decode => seen_decode = true,
+                _ => {}
+            }
+        }
+        if total != self.pods {
+            return Err(Error::InvalidConfig { field: Field::Pods, expected: "the sum of the pools' pods" });
+        }
+        if let Some(pd) = &e.pd {
+            let np = pools::pods_of(self.pools, PoolRole::Prefill);
+            if np == 0 || !seen_decode {
+                return bad("at least one prefill and one decode pool");
+            }
+            if pd.prefill_pods as usize != np {
+                return Err(Error::InvalidConfig {
+                    field: Field::PrefillPods,
+                    expected: "the prefill pools' pods (set by the pools)",
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes pod `p`'s engine into `x` (a copy of the fleet's engine); returns its capacity.
+    pub fn pod_setup(&self, x: &mut BatchedConfig, p: usize) -> usize {
+        if let Some((_, pool)) = pools::pool_of(self.pools, p) {
+            pool.apply(x);
+            return pool.capacity(self.capacity_blocks);
+        }
+        match x.pd {
+            Some(pd) if p < pd.prefill_pods as usize => {
+                if let Some((profile, cost)) = pd.prefill_cost {
+                    x.profile = profile;
+                    x.cost = cost;
+                }
+                pd.prefill_capacity_blocks
+            }
+            _ => self.capacity_blocks,
+        }
+    }
+
+    /// KV capacity, running slots and CPU-tier blocks of pod `p` of a batched fleet whose engine
+    /// is `e` (what its buffers need).
+    pub fn pod_shape(&self, e: &BatchedConfig, p: usize) -> (usize, usize, usize) {
+        if let Some((_, pool)) = pools::pool_of(self.pools, p) {
+            return (pool.capacity(self.capacity_blocks), pool.max_num_seqs(e) as usize, pool.cpu_capacity(e) as usize);
+        }
+        let c = match e.pd {
+            Some(pd) if p < pd.prefill_pods as usize => pd.prefill_capacity_blocks,
+            _ => self.capacity_blocks,
+        };
+        (c, e.max_num_seqs as usize, e.offload.cpu_capacity as usize)
     }
 
     /// The FIFO engine's checks, in the order their messages were always given.

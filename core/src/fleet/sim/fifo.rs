@@ -52,6 +52,7 @@ impl FifoLayout {
     /// per pod and `pending` events in flight per queue (used only with a stale view).
     pub fn new(cfg: &FleetConfig, queue_per_pod: usize, pending: usize) -> Result<Self, Error> {
         cfg.validate()?;
+        cfg.no_pools_unless_batched()?;
         let Some(f) = cfg.fifo() else { return Err(super::wrong_engine("the FIFO engine for a FIFO fleet")) };
         let v = ViewLayout::new(&cfg.view(), cfg.uses_exact_index(), cfg.pods, cfg.capacity_blocks, pending)?;
         let global = f.cache == CacheMode::Global;

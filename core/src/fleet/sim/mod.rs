@@ -9,6 +9,7 @@ pub mod config;
 pub mod defaults;
 pub mod fifo;
 pub mod pd;
+pub mod pools;
 pub mod scale;
 pub mod view;
 
@@ -158,6 +159,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     /// A fleet with a custom router. `cfg.router` is ignored except for buffer sizing.
     pub fn with_router(cfg: FleetConfig, router: R, b: E::Buffers) -> Result<Self, Error> {
         cfg.validate()?;
+        cfg.no_pools_unless_batched()?;
         let engine = E::config(&cfg).ok_or(Error::InvalidConfig {
             field: Field::Engine,
             expected: "the configuration of the engine the fleet is built for",
@@ -165,7 +167,15 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         let (pods, shared, view_buffers, pd_buffers) = E::pods(&cfg, &engine, b)?;
         let pd = match cfg.batched_config() {
             Some(e) => match e.pd {
-                Some(p) => Some(pd::PdState::new(p, e.offload.kv_bytes_per_token, cfg.pods, pd_buffers)?),
+                Some(p) => {
+                    // with pools, a request is checked against the smallest prefill pool
+                    let cp = pools::min_capacity(cfg.pools, cfg.capacity_blocks, pools::PoolRole::Prefill);
+                    let p = crate::fleet::engine::pd::PdConfig {
+                        prefill_capacity_blocks: cp.unwrap_or(p.prefill_capacity_blocks),
+                        ..p
+                    };
+                    Some(pd::PdState::new(p, cfg.pods, pd_buffers)?)
+                }
                 None => None,
             },
             None => None,
@@ -272,6 +282,22 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         }
         if req.arrival_ns < self.last_arrival_ns {
             return Err(Error::ArrivalOutOfOrder { previous_ns: self.last_arrival_ns, arrival_ns: req.arrival_ns });
+        }
+        // Pools: checked against the smallest capacity of the pools the request may be decoded
+        // on, wherever it is routed (docs/MODEL.md, "Heterogeneous pools"); without pools each pod
+        // checks its own (all equal).
+        if !self.cfg.pools.is_empty() {
+            let role = if self.pd.is_some() { pools::PoolRole::Decode } else { pools::PoolRole::Aggregated };
+            let c = pools::min_capacity(self.cfg.pools, self.cfg.capacity_blocks, role).unwrap_or(0) as u64;
+            let out = req.output_tokens.max(1);
+            let need = req.input_tokens.saturating_add(out - 1).div_ceil(BLOCK_TOKENS as u64);
+            // (an empty prompt or too long an output: the engine's own error)
+            if req.input_tokens > 0 && out <= crate::fleet::base::limits::MAX_OUTPUT_TOKENS && need > c {
+                return Err(Error::InvalidRequest {
+                    field: RequestField::InputLength,
+                    expected: crate::fleet::engine::batched::OVER_KV_CAPACITY,
+                });
+            }
         }
         Ok(())
     }

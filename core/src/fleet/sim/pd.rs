@@ -72,7 +72,6 @@ pub struct PdBuffers<'a> {
 /// The fleet's P/D state.
 pub struct PdState<'a> {
     cfg: PdConfig,
-    kv_bytes_per_token: u64,
     np: usize,
     transfers: &'a mut [Transfer],
     per_link: usize,
@@ -88,7 +87,7 @@ pub struct PdState<'a> {
 
 impl<'a> PdState<'a> {
     /// The state of a fleet of `pods` pods with `cfg`, over `b`.
-    pub fn new(cfg: PdConfig, kv_bytes_per_token: u64, pods: usize, b: PdBuffers<'a>) -> Result<Self, Error> {
+    pub fn new(cfg: PdConfig, pods: usize, b: PdBuffers<'a>) -> Result<Self, Error> {
         let np = cfg.prefill_pods as usize;
         let nd = pods - np;
         let per_link = b.transfers.len() / nd;
@@ -97,7 +96,6 @@ impl<'a> PdState<'a> {
         }
         Ok(PdState {
             cfg,
-            kv_bytes_per_token,
             np,
             transfers: b.transfers,
             per_link,
@@ -318,8 +316,9 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
                 }
                 self.pods[d].note_prefill(j.job.pd.decode_slot, &j.job)?;
                 pd.advance_link(d, t)?;
-                let bytes =
-                    j.job.input_tokens.div_ceil(BLOCK_TOKENS as u64) * BLOCK_TOKENS as u64 * pd.kv_bytes_per_token;
+                // the decode pod's KV bytes per token (one value for the fleet without pools)
+                let kvb = self.pods[d].kv_bytes_per_token();
+                let bytes = j.job.input_tokens.div_ceil(BLOCK_TOKENS as u64) * BLOCK_TOKENS as u64 * kvb;
                 let len = pd.link_len[d] as usize;
                 if len == pd.per_link {
                     return Err(Error::CapacityExceeded { limit: Limit::PdTransfers, capacity: pd.per_link });
@@ -352,7 +351,6 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         let t = req.arrival_ns;
         let Some(pd) = self.pd.as_ref() else { return Err(Error::Invariant { what: Invariant::ParkedRequest }) };
         let cfg = pd.cfg;
-        let kvb = pd.kv_bytes_per_token;
         let np = pd.np;
         let n = self.pods.len();
         if req.input_tokens.div_ceil(BLOCK_TOKENS as u64) > cfg.prefill_capacity_blocks as u64 {
@@ -386,6 +384,8 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             // 4. Prefill pick over the prefill pool (its own round-robin counter).
             let j = self.pd.as_ref().map_or(0, |s| s.disaggregated);
             let p = self.pd_pick(j, req.keys, 0, np, &queue_lens, t)?.pod;
+            // the decode pod's KV bytes per token (one value for the fleet without pools)
+            let kvb = self.pods[d].kv_bytes_per_token();
             let bytes = req.input_tokens.div_ceil(BLOCK_TOKENS as u64) * BLOCK_TOKENS as u64 * kvb;
             let outcome = PdOutcome {
                 prefill_pod: p as u32,

@@ -443,6 +443,7 @@ impl FleetArgs {
             router: self.router.unwrap_or(RouterKind::Custom),
             alpha: self.alpha.unwrap_or(defaults::ALPHA),
             routing: None,
+            pools: &[],
             engine: EngineConfig::Fifo { engine, view, scale },
         };
         // A trace replay has no scenario seed: the shipped routers' RNG starts from 0.

@@ -52,6 +52,9 @@ pub struct Samples {
     pub transfer_ns: Vec<u64>,
     /// P/D: their transfer bytes, summed.
     pub transfer_bytes: u64,
+    /// Pools: the (decode) pod of each TTFT and E2E sample, in the same order (None without
+    /// pools: a fleet without them keeps what it always kept).
+    pub pods: Option<Vec<u32>>,
 }
 
 /// Collects a run's completions and inter-token latencies.
@@ -152,6 +155,9 @@ impl EngineEvents for Collect {
         }
         if self.kind == Kind::Tokens {
             self.samples.ttft.push(c.ttft_ns());
+            if let Some(p) = self.samples.pods.as_mut() {
+                p.push(c.pod);
+            }
         }
         self.samples.e2e.push(c.e2e_ns());
         if self.keep_completions {

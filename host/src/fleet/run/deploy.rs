@@ -4,7 +4,7 @@
 
 use brokerlab_core::fleet::slo::Slo;
 use brokerlab_core::fleet::stats::REPORTED_PERCENTILES;
-use brokerlab_core::fleet::{BatchedConfig, BatchedStats};
+use brokerlab_core::fleet::{BatchedConfig, BatchedFleet, BatchedStats};
 use serde::Serialize;
 
 /// SLO goodput of a run (any engine), with an SLO flag given.
@@ -144,5 +144,120 @@ impl PdKeys {
             transfer_ns_p99: p99,
             transfer_ns_max: transfer_ns.iter().copied().max(),
         })
+    }
+}
+
+/// The engine whose offload-tier keys a run reports: the fleet's, or with pools where the fleet
+/// has no tier, the first pod with one (so a tier set on a pool alone is reported).
+pub fn tier_engine(fleet: &BatchedFleet<'_>) -> BatchedConfig {
+    let e = *fleet.engine_config();
+    if e.offload.is_on() || fleet.config().pools.is_empty() {
+        return e;
+    }
+    fleet.pods().iter().map(|p| *p.config()).find(|c| c.offload.is_on()).map_or(e, |c| BatchedConfig { pd: e.pd, ..c })
+}
+
+/// One pool of a heterogeneous fleet in `--json` (`per_pool`; docs/MODEL.md, "Heterogeneous
+/// pools").
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct PoolKeys {
+    /// Its name.
+    pub name: String,
+    /// aggregated, prefill or decode.
+    pub role: String,
+    /// Pods.
+    pub pods: u32,
+    /// Its first pod's global index.
+    pub first_pod: usize,
+    /// KV blocks per pod.
+    pub capacity: usize,
+    /// Step-cost profile.
+    pub profile: String,
+    /// S.
+    pub max_num_seqs: u32,
+    /// M.
+    pub max_num_batched_tokens: u32,
+    /// CPU-tier blocks per pod.
+    pub cpu_capacity: u32,
+    /// Requests routed to its pods (a prefill pool's: prefill jobs).
+    pub requests: u64,
+    /// Requests it decoded (finished on its pods).
+    pub decoded: u64,
+    /// TTFT of the requests it decoded, p50 (s; null without).
+    pub ttft_p50: Option<f64>,
+    /// p90.
+    pub ttft_p90: Option<f64>,
+    /// p99.
+    pub ttft_p99: Option<f64>,
+    /// E2E of the requests it decoded, p50 (s; null without).
+    pub e2e_p50: Option<f64>,
+    /// p90.
+    pub e2e_p90: Option<f64>,
+    /// p99.
+    pub e2e_p99: Option<f64>,
+    /// Engine steps of its pods.
+    pub steps: u64,
+    /// Preemptions on its pods.
+    pub preemptions: u64,
+    /// Mean of its pods' time-weighted KV utilization (each over its own capacity).
+    pub kv_util_mean: Option<f64>,
+    /// Max of its pods' peaks.
+    pub kv_util_peak: f64,
+}
+
+impl PoolKeys {
+    /// The pools of `fleet` over the run's `samples` (None without pools). Reads the samples in
+    /// their collection order (call before the fleet's percentiles reorder them).
+    pub fn of(fleet: &BatchedFleet<'_>, samples: &super::collect::Samples) -> Option<Vec<Self>> {
+        use super::summary::{exact_percentiles, secs};
+        let cfg = fleet.config();
+        if cfg.pools.is_empty() {
+            return None;
+        }
+        let pod_of = samples.pods.as_deref().unwrap_or_default();
+        let makespan = fleet.makespan_ns();
+        let mut out = Vec::with_capacity(cfg.pools.len());
+        let mut first = 0usize;
+        for pool in cfg.pools {
+            let range = first..first + pool.pods as usize;
+            first = range.end;
+            let mine = |v: &[u64]| -> Vec<u64> {
+                pod_of.iter().zip(v).filter(|(p, _)| range.contains(&(**p as usize))).map(|(_, &x)| x).collect()
+            };
+            let (mut ttft, mut e2e) = (mine(&samples.ttft), mine(&samples.e2e));
+            let decoded = ttft.len() as u64;
+            let [t50, t90, t99] = exact_percentiles(&mut ttft);
+            let [e50, e90, e99] = exact_percentiles(&mut e2e);
+            let pods = &fleet.pods()[range.clone()];
+            let stats: Vec<BatchedStats> = pods.iter().map(|p| *brokerlab_core::fleet::Engine::stats(p)).collect();
+            let e = *pods[0].config();
+            let c = pods[0].capacity();
+            let kv_mean: Vec<f64> =
+                stats.iter().map(|s| s.kv_pinned_block_ns as f64 / (c as f64 * makespan as f64)).collect();
+            out.push(PoolKeys {
+                name: pool.name.to_string(),
+                role: pool.role.name().to_string(),
+                pods: pool.pods,
+                first_pod: range.start,
+                capacity: c,
+                profile: e.profile.name().into(),
+                max_num_seqs: e.max_num_seqs,
+                max_num_batched_tokens: e.max_num_batched_tokens,
+                cpu_capacity: e.offload.cpu_capacity,
+                requests: stats.iter().map(|s| s.requests).sum(),
+                decoded,
+                ttft_p50: t50.map(secs),
+                ttft_p90: t90.map(secs),
+                ttft_p99: t99.map(secs),
+                e2e_p50: e50.map(secs),
+                e2e_p90: e90.map(secs),
+                e2e_p99: e99.map(secs),
+                steps: stats.iter().map(|s| s.steps).sum(),
+                preemptions: stats.iter().map(|s| s.preemptions).sum(),
+                kv_util_mean: (makespan > 0).then(|| kv_mean.iter().sum::<f64>() / kv_mean.len() as f64),
+                kv_util_peak: stats.iter().map(|s| s.kv_peak_blocks as f64 / c as f64).fold(0.0, f64::max),
+            });
+        }
+        Some(out)
     }
 }

@@ -163,6 +163,8 @@ pub fn drive<K: HostEngine>(
         let mut fleet = K::fleet(&mut owned).map_err(config_error)?;
         let mut sink = Collect::new(K::KIND, run.keep && K::KIND.keeps_completions(), run.closed_loop, Some(growth));
         sink.samples.slo = run.slo.map(|s| (s, 0));
+        // pools: each sample's pod, for the per-pool percentiles
+        sink.samples.pods = (!cfg.pools.is_empty() && K::KIND == Kind::Tokens).then(Vec::new);
         sink.fifo_t_decode_ns = cfg.fifo().map(|f| f.t_decode_ns);
         if let (Some(n), Kind::Latency) = (run.requests, K::KIND) {
             mem::try_grow(&mut sink.samples.e2e, n as usize, "the latencies (8 bytes per request)")?;

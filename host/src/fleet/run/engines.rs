@@ -306,7 +306,7 @@ impl HostEngine for Batched {
                 bytes(l.requests_per_pod, std::mem::size_of::<ReqSlot>() + 4),
                 "fewer requests in flight per pod",
             ),
-            need("running sets", bytes(l.running_per_pod, 4), "--max-num-seqs"),
+            need("running sets", l.running_len() as u64 * 4, "--max-num-seqs"),
             need("prompt keys in flight", bytes(l.keys_per_pod, 8), "shorter prompts or fewer in flight"),
         ];
         if l.prefill_pods > 0 {
@@ -314,8 +314,8 @@ impl HostEngine for Batched {
             let bytes = (l.pd_transfers_len() * std::mem::size_of::<Transfer>() + l.pd_in_flight * per) as u64;
             needs.push(need("KV transfers in flight", bytes, "fewer requests in flight"));
         }
-        if l.cpu_slots_per_pod > 0 {
-            let b = bytes(l.cpu_slots_per_pod, std::mem::size_of::<Slot>()) + bytes(l.cpu_table_per_pod, 4);
+        if l.cpu_slots_len() > 0 {
+            let b = (l.cpu_slots_len() * std::mem::size_of::<Slot>() + l.cpu_tables_len() * 4) as u64;
             needs.push(need("offload tiers", b, "--cpu-capacity"));
         }
         needs.extend_from_slice(run.held);
@@ -330,10 +330,10 @@ impl HostEngine for Batched {
             tables: try_vec(l.tables_len(), 0u32, "the pods' KV key tables")?,
             requests: try_vec(l.pods * l.requests_per_pod, ReqSlot::default(), "the request slots")?,
             waiting: try_vec(l.pods * l.requests_per_pod, 0u32, "the waiting queues")?,
-            running: try_vec(l.pods * l.running_per_pod, 0u32, "the running sets")?,
+            running: try_vec(l.running_len(), 0u32, "the running sets")?,
             keys: try_vec(l.pods * l.keys_per_pod, 0u64, "the prompt keys in flight")?,
-            cpu_slots: try_vec(l.pods * l.cpu_slots_per_pod, Slot::default(), "the offload tiers")?,
-            cpu_tables: try_vec(l.pods * l.cpu_table_per_pod, 0u32, "the offload tiers' key tables")?,
+            cpu_slots: try_vec(l.cpu_slots_len(), Slot::default(), "the offload tiers")?,
+            cpu_tables: try_vec(l.cpu_tables_len(), 0u32, "the offload tiers' key tables")?,
             pd_transfers: try_vec(l.pd_transfers_len(), Transfer::default(), "the KV transfers in flight")?,
             pd_joins: try_vec(l.pd_in_flight, Join::default(), "the KV transfers waiting to start")?,
             pd_deliveries: try_vec(l.pd_in_flight, Delivery::default(), "the KV transfers waiting for delivery")?,

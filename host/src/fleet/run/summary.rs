@@ -304,6 +304,9 @@ pub struct BatchedSummary {
     pub per_pod_requests: Vec<u64>,
     /// Longest queue_len at an arrival, per pod.
     pub per_pod_max_queue: Vec<u32>,
+    /// Heterogeneous pools: one entry per pool, in pod order (absent without pools).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_pool: Option<Vec<super::deploy::PoolKeys>>,
     /// Last finish, s.
     pub makespan_s: f64,
     /// With `--router-config`: the resolved router in one line; absent otherwise.
@@ -490,6 +493,8 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
     let cfg = fleet.config();
     let e = fleet.engine_config();
     let linear = e.cost.linear();
+    // (per pool first: the fleet's percentiles reorder the samples)
+    let per_pool = super::deploy::PoolKeys::of(fleet, samples);
     let [t50, t90, t99] = exact_percentiles(&mut samples.ttft);
     let [e50, e90, e99] = exact_percentiles(&mut samples.e2e);
     let ([i50, i90, i99], itl_samples) = weighted_pcts(&mut samples.itl);
@@ -564,10 +569,11 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         mean_waiting: waiting,
         per_pod_requests: stats.iter().map(|s| s.requests).collect(),
         per_pod_max_queue: stats.iter().map(|s| s.max_queue_len).collect(),
+        per_pool,
         makespan_s: secs(makespan),
         pipeline: None,
         pd: super::deploy::PdKeys::of(e, cfg.pods, &mut samples.transfer_ns, samples.transfer_bytes),
-        offload: super::deploy::OffloadKeys::of(e, &stats, input_tokens),
+        offload: super::deploy::OffloadKeys::of(&super::deploy::tier_engine(fleet), &stats, input_tokens),
         slo: samples.slo.map(|(s, good)| super::deploy::SloKeys::of(&s, good, fleet.totals().requests, makespan)),
     }
 }
@@ -705,6 +711,26 @@ pub fn render_batched(s: &BatchedSummary) -> String {
             format!("{:.1}", s.per_pod_kv_util_peak[p] * 100.0),
             s.per_pod_max_queue[p]
         ));
+    }
+    if let Some(pools) = &s.per_pool {
+        o.push_str(
+            "\npool              role        pods  requests  TTFT p50/p90 s     E2E p50/p90 s      steps  KV mean\n",
+        );
+        for q in pools {
+            o.push_str(&format!(
+                "{:<16}  {:<10}  {:>4}  {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>6}  {:>7}\n",
+                q.name,
+                q.role,
+                q.pods,
+                q.requests,
+                opt(q.ttft_p50, 4),
+                opt(q.ttft_p90, 4),
+                opt(q.e2e_p50, 4),
+                opt(q.e2e_p90, 4),
+                q.steps,
+                opt(q.kv_util_mean.map(|v| v * 100.0), 1)
+            ));
+        }
     }
     o
 }

@@ -364,10 +364,14 @@ pub fn batched(cfg: FleetConfig, e: BatchedConfig) -> Result<FleetConfig, CoreEr
         };
         e.offload.cpu_capacity = c2;
     }
-    if let Some(pd) = e.pd.as_mut()
-        && pd.prefill_capacity_blocks == 0
-    {
-        pd.prefill_capacity_blocks = cfg.capacity_blocks;
+    if let Some(pd) = e.pd.as_mut() {
+        use brokerlab_core::fleet::sim::pools::{PoolRole, min_capacity};
+        // with pools, C_P is the smallest prefill pool's (what a request is checked against)
+        if let Some(c) = min_capacity(cfg.pools, cfg.capacity_blocks, PoolRole::Prefill) {
+            pd.prefill_capacity_blocks = c;
+        } else if pd.prefill_capacity_blocks == 0 {
+            pd.prefill_capacity_blocks = cfg.capacity_blocks;
+        }
     }
     let b = FleetConfig { engine: EngineConfig::Batched(e), ..cfg };
     b.validate()?;

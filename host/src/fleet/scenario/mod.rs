@@ -18,6 +18,7 @@ pub mod engine;
 mod generated;
 pub mod inference_perf;
 pub mod load;
+pub mod pools;
 pub mod rate_scale;
 mod schema;
 
@@ -89,8 +90,28 @@ impl Scenario {
             CliError::bad_input(format!("{origin}: `{field}` = {got:?}: expected {expected}"))
         };
         let workload = workload_spec(&t.workload, t.load.is_some(), origin, &bad)?;
-        let fleet = fleet_config(&t.fleet, t.workload.seed, origin, &bad)?;
-        let engine = engine_settings(t.fleet.engine.as_ref(), t.fleet.pd.as_ref(), fleet, origin, &bad)?;
+        let pool_list = t.fleet.pool.as_deref();
+        // (a pool of 0 pods named before the pods' sum is)
+        if let Some(i) = pool_list.and_then(|l| l.iter().position(|p| p.pods == 0)) {
+            return Err(bad(&format!("fleet.pool[{}].pods", i + 1), "at least 1 pod", "0"));
+        }
+        let pods = match (t.fleet.pods, pool_list) {
+            (Some(n), _) => n,
+            (None, Some(list)) => list.iter().map(|p| p.pods as usize).sum(),
+            (None, None) => return Err(bad("fleet.pods", "a pod count (or [[fleet.pool]] tables)", "none")),
+        };
+        if pool_list.is_none() && t.fleet.pd.as_ref().is_some_and(|p| p.prefill_pods.is_none()) {
+            return Err(bad(
+                "fleet.pd.prefill_pods",
+                "a pod count (or [[fleet.pool]] tables with prefill and decode pools)",
+                "none",
+            ));
+        }
+        let mut fleet = fleet_config(&t.fleet, pods, t.workload.seed, origin, &bad)?;
+        let mut engine = engine_settings(t.fleet.engine.as_ref(), t.fleet.pd.as_ref(), fleet, origin, &bad)?;
+        if let Some(list) = pool_list {
+            (fleet, engine) = with_pools(list, t.fleet.pd.as_ref(), fleet, engine, origin)?;
+        }
         let load = match &t.load {
             None => None,
             Some(l) => Some(load::load_spec(l, &workload, origin, &bad)?),
@@ -224,6 +245,7 @@ fn workload_spec(
 /// RNG seeded from the workload's `seed`); errors name the key.
 fn fleet_config(
     f: &FleetToml,
+    pods: usize,
     seed: u64,
     origin: &str,
     bad: &dyn Fn(&str, &str, &str) -> CliError,
@@ -238,7 +260,7 @@ fn fleet_config(
     };
     let view = ViewConfig { index: f.index, stale_delay: f.stale, ..brokerlab_core::fleet::defaults::VIEW };
     let fleet = FleetConfig {
-        pods: f.pods,
+        pods,
         capacity_blocks: f.capacity,
         router: f.router,
         alpha: f.alpha,
@@ -253,13 +275,14 @@ fn fleet_config(
             scale: match &f.autoscale {
                 None => None,
                 Some(a) => Some(
-                    scale_policy(f.pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s)
-                        .map_err(|(field, expected, got)| {
-                            bad(&crate::fleet::run::fields::key(field), expected, &got)
-                        })?,
+                    scale_policy(pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s).map_err(
+                        |(field, expected, got)| bad(&crate::fleet::run::fields::key(field), expected, &got),
+                    )?,
                 ),
             },
         },
+        // `[[fleet.pool]]` is set on the checked fleet (`with_pools`)
+        pools: &[],
     };
     fleet.validate().map_err(|e| key_error(origin, e))?;
     Ok(fleet)
@@ -306,7 +329,7 @@ fn engine_settings(
                     // a TOML number: its shortest decimal text, checked as the flag's is
                     cpu_tier_weight: e.cpu_tier_weight.map(|w| format!("{w}")),
                     kv_bytes_per_token: e.kv_bytes_per_token,
-                    prefill_pods: pd.map(|p| p.prefill_pods),
+                    prefill_pods: pd.and_then(|p| p.prefill_pods),
                     prefill_capacity: pd.and_then(|p| p.prefill_capacity),
                     prefill_profile: pd.and_then(|p| p.prefill_profile.clone()),
                     pd_decider: pd.and_then(|p| p.decider.clone()),
@@ -314,20 +337,61 @@ fn engine_settings(
                     pd_link_bytes_per_s: pd.and_then(|p| p.link_bytes_per_s),
                     pd_link_latency_ns: pd.and_then(|p| p.link_latency_ns),
                 };
-                let key = |k: &str| {
-                    let k = k.replace('-', "_");
-                    match crate::fleet::scenario::engine::pd_key(&k) {
-                        Some(pk) => format!("{origin}: `fleet.pd.{pk}`"),
-                        None => format!("{origin}: `fleet.engine.{k}`"),
-                    }
-                };
-                let ecfg = s.config(&key)?;
+                let ecfg = s.config(&engine_key(origin))?;
                 crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
                 Some(s)
             }
             other => return Err(bad("fleet.engine.model", "\"batched\" or \"fifo\"", other)),
         },
     })
+}
+
+/// How a batched-engine setting is named in a scenario `origin`'s messages (`fleet.pd.KEY` or
+/// `fleet.engine.KEY`).
+fn engine_key(origin: &str) -> impl Fn(&str) -> String + '_ {
+    move |k: &str| {
+        let k = k.replace('-', "_");
+        match crate::fleet::scenario::engine::pd_key(&k) {
+            Some(pk) => format!("{origin}: `fleet.pd.{pk}`"),
+            None => format!("{origin}: `fleet.engine.{k}`"),
+        }
+    }
+}
+
+/// A scenario's `[[fleet.pool]]` on its fleet (docs/MODEL.md, "Heterogeneous pools"): the pool
+/// table on the fleet's configuration, and P/D's prefill pods from the pools' roles; checked as a
+/// run will check it (errors name the key).
+fn with_pools(
+    list: &[PoolToml],
+    pd: Option<&schema::PdToml>,
+    fleet: FleetConfig,
+    engine: Option<crate::fleet::scenario::engine::EngineSettings>,
+    origin: &str,
+) -> CliResult<(FleetConfig, Option<crate::fleet::scenario::engine::EngineSettings>)> {
+    let Some(mut s) = engine else {
+        return Err(CliError::bad_input(format!(
+            "{origin}: `fleet.pool`: only with the batched engine (`[fleet.engine]`)"
+        )));
+    };
+    for (set, k) in [
+        (pd.is_some_and(|p| p.prefill_capacity.is_some()), "prefill_capacity"),
+        (pd.is_some_and(|p| p.prefill_profile.is_some()), "prefill_profile"),
+    ] {
+        if set {
+            return Err(CliError::bad_input(format!(
+                "{origin}: `fleet.pd.{k}`: absent with [[fleet.pool]] (each pool sets its own capacity and profile)"
+            )));
+        }
+    }
+    let table = pools::table(list, &s, origin)?;
+    let np = brokerlab_core::fleet::sim::pools::pods_of(table, brokerlab_core::fleet::PoolRole::Prefill);
+    if np > 0 && s.prefill_pods.is_none() {
+        s.prefill_pods = Some(u32::try_from(np).unwrap_or(u32::MAX));
+    }
+    let fleet = FleetConfig { pools: table, ..fleet };
+    let ecfg = s.config(&engine_key(origin))?;
+    crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
+    Ok((fleet, Some(s)))
 }
 
 /// `[[workload.stages]]` as the core's fixed array and its length; errors name the stage (1-based).

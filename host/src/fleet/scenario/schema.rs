@@ -118,8 +118,9 @@ pub struct RagToml {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FleetToml {
-    /// Pods N.
-    pub pods: usize,
+    /// Pods N (with `[[fleet.pool]]`: may be left out, the sum of the pools' pods).
+    #[serde(default)]
+    pub pods: Option<usize>,
     /// Blocks per pod C.
     pub capacity: usize,
     /// Router.
@@ -163,14 +164,68 @@ pub struct FleetToml {
     /// disaggregation").
     #[serde(default)]
     pub pd: Option<PdToml>,
+    /// Heterogeneous pools (batched engine; docs/MODEL.md, "Heterogeneous pools").
+    #[serde(default)]
+    pub pool: Option<Vec<PoolToml>>,
+}
+
+/// `[[fleet.pool]]`: one pool of a heterogeneous fleet; each key left out is the `[fleet]` /
+/// `[fleet.engine]` value.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolToml {
+    /// Its name in outputs (unique).
+    pub name: String,
+    /// Pods.
+    pub pods: u32,
+    /// "aggregated" (default), "prefill" or "decode".
+    #[serde(default)]
+    pub role: Option<String>,
+    /// KV blocks per pod.
+    #[serde(default)]
+    pub capacity: Option<usize>,
+    /// Step-cost profile (its own coefficients; the fleet's coefficient keys do not apply).
+    #[serde(default)]
+    pub profile: Option<String>,
+    /// Step-cost model: "linear" or "physics".
+    #[serde(default)]
+    pub step_model: Option<String>,
+    /// ns per step.
+    #[serde(default)]
+    pub t_overhead_ns: Option<u64>,
+    /// ns per prefill token.
+    #[serde(default)]
+    pub t_prefill_token_ns: Option<u64>,
+    /// ns per decoding request.
+    #[serde(default)]
+    pub t_decode_seq_ns: Option<u64>,
+    /// ns per context token.
+    #[serde(default)]
+    pub t_kv_token_ns: Option<u64>,
+    /// S.
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
+    /// M.
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// Offload tier: CPU-tier blocks per pod.
+    #[serde(default)]
+    pub cpu_capacity: Option<u32>,
+    /// Offload tier: host-to-device bytes/s.
+    #[serde(default)]
+    pub pcie_bytes_per_s: Option<u64>,
+    /// KV bytes of one token of a pod.
+    #[serde(default)]
+    pub kv_bytes_per_token: Option<u64>,
 }
 
 /// `[fleet.pd]`: prefill/decode disaggregation; keys left out take their defaults.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PdToml {
-    /// NP.
-    pub prefill_pods: u32,
+    /// NP (with `[[fleet.pool]]`: may be left out, the prefill pools' pods).
+    #[serde(default)]
+    pub prefill_pods: Option<u32>,
     /// C_P.
     #[serde(default)]
     pub prefill_capacity: Option<usize>,

@@ -318,6 +318,7 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
             router: defaults::ROUTER,
             alpha: a.alpha,
             routing: None,
+            pools: &[],
             engine: EngineConfig::fifo(),
         });
         base_cfg.pods = pods;
