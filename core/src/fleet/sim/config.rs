@@ -226,7 +226,7 @@ impl FleetConfig {
                 }
                 if let Some(policy) = &e.scale {
                     policy.validate_pods(self.pods)?;
-                    e.wva.validate(policy.interval_ns)?;
+                    e.wva.validate()?;
                     if e.pd.is_some() {
                         return Err(Error::InvalidConfig {
                             field: Field::ScaleMin,

@@ -8,7 +8,7 @@
 //!   routing): KV usage = pinned blocks / capacity in parts per million, rounded down (vLLM's
 //!   `kv_cache_usage_perc`), and the waiting queue (`num_requests_waiting`). WVA reads their peak
 //!   over the last minute (`max_over_time[1m]`); here the peak over the samples of the current
-//!   interval and the `window_ns / interval_ns` intervals before it.
+//!   quarter-window bucket and the 4 before it (the last window, widened to whole quarters).
 //! * A pod is saturated iff usage >= `kv_threshold` or waiting >= `queue_threshold`. Over the
 //!   n non-saturated pods: scale up iff the mean spare KV (threshold - usage) < `kv_spare` or the
 //!   mean spare queue (threshold - waiting) < `queue_spare` (n = 0: both means are 0); else
@@ -30,10 +30,10 @@ use crate::fleet::base::load::PodLoad;
 
 /// Parts per million: KV usage 1.0.
 pub const PPM: u64 = 1_000_000;
-/// Most intervals a peak window spans (`window_ns / interval_ns`).
-pub const MAX_WINDOW_INTERVALS: u64 = 4;
-/// Interval buckets kept: the current one and up to [`MAX_WINDOW_INTERVALS`] before it.
-const SLOTS: usize = MAX_WINDOW_INTERVALS as usize + 1;
+/// Buckets a peak window is cut into: a bucket lasts `window_ns / WINDOW_BUCKETS`.
+pub const WINDOW_BUCKETS: u64 = 4;
+/// Buckets kept: the current one and the [`WINDOW_BUCKETS`] before it.
+const SLOTS: usize = WINDOW_BUCKETS as usize + 1;
 /// An empty bucket slot.
 const NO_BUCKET: u64 = u64::MAX;
 
@@ -42,8 +42,8 @@ const NO_BUCKET: u64 = u64::MAX;
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct WvaThresholds {
-    /// Peak window, ns: a multiple of the scaler's interval, at most
-    /// [`MAX_WINDOW_INTERVALS`] intervals (0: the current interval only).
+    /// Peak window, ns (> 0, a multiple of [`WINDOW_BUCKETS`]): a peak covers the samples of the
+    /// current bucket of `window_ns / 4` and the 4 before it.
     pub window_ns: u64,
     /// `kvCacheThreshold`, parts per million.
     pub kv_threshold_ppm: u32,
@@ -65,14 +65,11 @@ impl WvaThresholds {
         queue_spare_milli: 3_000,
     };
 
-    /// Checks the thresholds for a scaler evaluating every `interval_ns` (> 0).
-    pub fn validate(&self, interval_ns: u64) -> Result<(), Error> {
+    /// Checks the thresholds.
+    pub fn validate(&self) -> Result<(), Error> {
         let bad = |field, expected| Err(Error::InvalidConfig { field, expected });
-        if interval_ns == 0
-            || !self.window_ns.is_multiple_of(interval_ns)
-            || self.window_ns / interval_ns > MAX_WINDOW_INTERVALS
-        {
-            return bad(Field::ScaleWindow, "a whole number of scale intervals, from 0 to 4");
+        if self.window_ns == 0 || !self.window_ns.is_multiple_of(WINDOW_BUCKETS) {
+            return bad(Field::ScaleWindow, "a positive time, a whole number of 4 ns");
         }
         if u64::from(self.kv_threshold_ppm) > PPM {
             return bad(Field::ScaleKvThreshold, "a KV usage fraction between 0 and 1");
@@ -213,7 +210,7 @@ impl WvaState {
     /// The state at t = 0 for a fleet of `pods` pods.
     pub fn new(policy: ScalePolicy, t: WvaThresholds, pods: usize) -> Result<Self, Error> {
         policy.validate_pods(pods)?;
-        t.validate(policy.interval_ns)?;
+        t.validate()?;
         let mut since_ns = [None; MAX_PODS];
         since_ns[..policy.initial_pods as usize].fill(Some(0));
         Ok(WvaState {
@@ -268,9 +265,14 @@ impl WvaState {
         until_ns
     }
 
+    /// The length of a peak-window bucket, ns.
+    fn bucket_ns(&self) -> u64 {
+        self.t.window_ns / WINDOW_BUCKETS
+    }
+
     /// Records the routable pods' signals at `now_ns` (`samples[p]` for pod p < active).
     pub fn sample(&mut self, now_ns: u64, samples: impl Iterator<Item = Sample>) {
-        let b = now_ns / self.policy.interval_ns;
+        let b = now_ns / self.bucket_ns();
         let slot = (b % SLOTS as u64) as usize;
         if self.bucket[slot] != b {
             self.bucket[slot] = b;
@@ -281,10 +283,11 @@ impl WvaState {
         }
     }
 
-    /// Pod `p`'s peak over the window ending in the bucket of `now_ns`.
+    /// Pod `p`'s peak over the window ending in the bucket of `now_ns` (that bucket and the 4
+    /// before it).
     pub fn peak(&self, p: usize, now_ns: u64) -> Sample {
-        let b = now_ns / self.policy.interval_ns;
-        let from = b.saturating_sub(self.t.window_ns / self.policy.interval_ns);
+        let b = now_ns / self.bucket_ns();
+        let from = b.saturating_sub(WINDOW_BUCKETS);
         (0..SLOTS)
             .filter(|&s| self.bucket[s] != NO_BUCKET && self.bucket[s] >= from && self.bucket[s] <= b)
             .fold(Sample::default(), |m, s| m.max(self.peaks[s][p]))
@@ -432,30 +435,37 @@ mod tests {
 
     #[test]
     fn peak_window_and_pending_pods() {
-        let t = WvaThresholds { window_ns: 10, ..WvaThresholds::DEFAULT };
+        // window 8 ns: buckets of 2 ns; a peak covers the current bucket and the 4 before it
+        let t = WvaThresholds { window_ns: 8, ..WvaThresholds::DEFAULT };
         let mut w = WvaState::new(policy(1, 2), t, 3).unwrap();
-        // bucket 0: pod 0 waits 6 (saturated), then empties
+        // bucket 0: pod 0 waits 6 (saturated), then (bucket 1) empties
         w.sample(0, [s(0, 6), s(0, 0)].into_iter());
         w.sample(3, [s(0, 0), s(0, 0)].into_iter());
         assert_eq!(w.peak(0, 3), s(0, 6));
         // the evaluation at 3: pod 0's peak saturated, pod 1 idle: spare queue 5 >= 3, kv 0.8:
         // no up; n = 1: no down
         assert_eq!(w.evaluate(3).unwrap(), ScaleAction::Hold);
-        // bucket 1 (t = 12): the window (1 interval) still sees bucket 0's peak
+        // bucket 6 (t = 12): buckets 2..=6 no longer hold bucket 0's peak
         w.sample(12, [s(0, 0), s(0, 5)].into_iter());
-        assert_eq!(w.peak(0, 12), s(0, 6));
-        // both saturated -> up: pod 2 boots, ready at 17
-        assert_eq!(w.evaluate(12).unwrap(), ScaleAction::Out { pod: 2, ready_ns: 17 });
-        // pending: the evaluation at 20 holds, whatever the signals
-        w.sample(20, [s(0, 9), s(0, 9)].into_iter());
-        assert_eq!(w.evaluate(20).unwrap(), ScaleAction::Hold);
-        assert_eq!(w.activate_ready(20), Some(2));
-        assert_eq!(w.active(), 3);
-        // bucket 3: all idle, but bucket 2 (in the window) is saturated for pods 0, 1 -> n = 1
-        w.sample(30, [s(0, 0); 3].into_iter());
+        assert_eq!(w.peak(0, 12), s(0, 0));
+        assert_eq!(w.peak(0, 9), s(0, 6), "at 9 (bucket 4) bucket 0 is still in the window");
+        // pod 1 saturated, pod 0 idle: n = 1, spare queue 5, kv 0.8: hold
+        assert_eq!(w.evaluate(12).unwrap(), ScaleAction::Hold);
+        // bucket 10 (t = 20): both saturated -> up: pod 2 boots, ready at 25
+        w.sample(20, [s(0, 5), s(800_000, 0)].into_iter());
+        assert_eq!(w.evaluate(20).unwrap(), ScaleAction::Out { pod: 2, ready_ns: 25 });
+        // pending: the evaluation at 30 holds, whatever the signals
+        w.sample(30, [s(0, 9), s(0, 9)].into_iter());
         assert_eq!(w.evaluate(30).unwrap(), ScaleAction::Hold);
-        // bucket 4: idle window -> down: pod 2 drains
+        assert_eq!(w.activate_ready(30), Some(2));
+        assert_eq!(w.active(), 3);
+        // t = 34 (bucket 17): all idle, but bucket 15 (in the window) is saturated for pods 0, 1;
+        // the new pod 2 has no earlier samples -> n = 1: hold
+        w.sample(34, [s(0, 0); 3].into_iter());
+        // not evaluated before 40 (interval 10)
+        assert_eq!(w.evaluate(34).unwrap(), ScaleAction::Hold);
         w.sample(40, [s(0, 0); 3].into_iter());
+        assert_eq!(w.peak(0, 40), s(0, 0), "bucket 15 left the window (buckets 16..=20)");
         assert_eq!(w.evaluate(40).unwrap(), ScaleAction::In { pod: 2 });
         assert_eq!((w.active(), w.draining()), (2, Some(2)));
         // draining: no decision
@@ -464,22 +474,23 @@ mod tests {
         assert_eq!(w.drained(55), 55);
         w.sample(60, [s(0, 0); 2].into_iter());
         assert_eq!(w.evaluate(60).unwrap(), ScaleAction::In { pod: 1 });
-        // cost: pods 0, 1 from 0; pod 2 from 12 to 55; pod 1 open until the end
-        assert_eq!(w.pod_ns(100), 100 + 100 + 43);
+        // min 1: pod 0 stays
+        assert_eq!(w.drained(61), 61);
+        w.sample(70, [s(0, 0); 1].into_iter());
+        assert_eq!(w.evaluate(70).unwrap(), ScaleAction::Hold);
+        // cost: pod 0 from 0; pod 1 from 0 to 61; pod 2 from 20 to 55
+        assert_eq!(w.pod_ns(100), 100 + 61 + 35);
     }
 
     #[test]
     fn bad_windows_are_refused() {
         let t = |window_ns| WvaThresholds { window_ns, ..WvaThresholds::DEFAULT };
-        assert!(t(0).validate(10).is_ok());
-        assert!(t(40).validate(10).is_ok());
-        for (bad, field) in [(t(50), Field::ScaleWindow), (t(15), Field::ScaleWindow)] {
-            assert!(matches!(bad.validate(10), Err(Error::InvalidConfig { field: f, .. }) if f == field));
+        assert!(t(4).validate().is_ok());
+        assert!(t(60_000_000_000).validate().is_ok());
+        for bad in [t(0), t(6), t(15)] {
+            assert!(matches!(bad.validate(), Err(Error::InvalidConfig { field: Field::ScaleWindow, .. })));
         }
         let kv = WvaThresholds { kv_threshold_ppm: 1_000_001, ..WvaThresholds::DEFAULT };
-        assert!(matches!(
-            kv.validate(60_000_000_000),
-            Err(Error::InvalidConfig { field: Field::ScaleKvThreshold, .. })
-        ));
+        assert!(matches!(kv.validate(), Err(Error::InvalidConfig { field: Field::ScaleKvThreshold, .. })));
     }
 }
