@@ -149,10 +149,15 @@ fn an_added_pod_starts_cold() {
     let rows = rows(&out);
     let ready = events(a, "ready");
     assert!(!ready.is_empty(), "{a}");
+    let mut checked = 0;
     for &(t, pod) in &ready {
-        let first = rows.iter().find(|r| r.0 == pod && r.1 >= t).expect("round-robin sends the new pod a request");
-        assert_eq!(first.2, 0, "pod {pod} up at {t} ns: its first request found an empty cache");
+        // its first request in this life (none if it was scaled in before one came)
+        if let Some(first) = rows.iter().find(|r| r.0 == pod && r.1 >= t) {
+            assert_eq!(first.2, 0, "pod {pod} up at {t} ns: its first request found an empty cache");
+            checked += 1;
+        }
     }
+    assert!(checked >= 1, "round-robin sends an added pod a request");
     // and the added pods do warm up (so the check above can fail)
     assert!(rows.iter().any(|r| r.0 >= 2 && r.2 > 0), "an added pod's later requests hit its cache");
     let _ = std::fs::remove_dir_all(&d);
