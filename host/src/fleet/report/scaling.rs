@@ -349,3 +349,38 @@ pub fn page_blocks(x: &ScalingSection, svgs: &[(String, String, String)]) -> Vec
     v.push(page::Block::Pre(SCENARIO_TEXT.into()));
     v
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The section at full size: the scaler moves under the ramp, the added pods start cold, and
+    /// the page (written to `$BROKERLAB_SCALING_HTML` when set, for a screenshot) holds the
+    /// heading, the three figures and the table.
+    #[test]
+    fn the_section_runs_and_renders_its_figures() {
+        let x = run(1, &Progress::hidden()).unwrap();
+        assert_eq!(x.runs.len(), 4);
+        for r in x.runs.iter().filter(|r| r.scaled) {
+            let a = r.summary.autoscale.as_ref().unwrap();
+            assert!(a.totals.scale_outs >= 1 && a.totals.scale_ins >= 1, "{}: {a:?}", r.label);
+            assert_eq!(r.warm_first_requests, 0, "{}: added pods start cold", r.label);
+            assert!(r.buckets.iter().any(|b| b.3 > 2), "{}: the pod count rises in the curves", r.label);
+        }
+        let dir = std::env::temp_dir().join(format!("brokerlab-scaling-{}", std::process::id()));
+        let mut svgs = Vec::new();
+        for (stem, c) in charts(&x) {
+            let svg = crate::fleet::sweep::plots::write_chart(&dir, stem, &c).unwrap();
+            svgs.push(("scaling".to_string(), stem.to_string(), svg));
+        }
+        let blocks = page_blocks(&x, &svgs);
+        let html = super::super::render::render_html(&blocks, &crate::provenance::Provenance::of_this_run(true));
+        assert!(html.contains(TITLE));
+        assert_eq!(STEMS.iter().filter(|s| html.contains(&format!("{s}"))).count(), 3, "three figures");
+        assert!(html.contains("<svg"), "inline figures");
+        if let Ok(p) = std::env::var("BROKERLAB_SCALING_HTML") {
+            std::fs::write(p, &html).unwrap();
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
