@@ -20,6 +20,8 @@ use crate::fleet::scenario::{self};
 use crate::fleet::sweep::shard;
 
 /// `brokerlab fleet` subcommands.
+// parsed once per process: the size of the replay variant (its many flags) does not matter
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum FleetCmd {
     /// Replay a trace (Mooncake, Bailian, Dynamo sessions or token ids) through N pods and a

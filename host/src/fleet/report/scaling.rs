@@ -376,7 +376,7 @@ mod tests {
         let blocks = page_blocks(&x, &svgs);
         let html = super::super::render::render_html(&blocks, &crate::provenance::Provenance::of_this_run(true));
         assert!(html.contains(TITLE));
-        assert_eq!(STEMS.iter().filter(|s| html.contains(&format!("{s}"))).count(), 3, "three figures");
+        assert_eq!(STEMS.iter().filter(|s| html.contains(*s)).count(), 3, "three figures");
         assert!(html.contains("<svg"), "inline figures");
         if let Ok(p) = std::env::var("BROKERLAB_SCALING_HTML") {
             std::fs::write(p, &html).unwrap();

@@ -398,10 +398,10 @@ pub fn batched(cfg: FleetConfig, e: BatchedConfig) -> Result<FleetConfig, CoreEr
     if view.index != IndexKind::PodTables {
         return bad(Field::Index, "pod-tables with --engine batched");
     }
-    if let Some(f) = cfg.fifo() {
-        if f.cache != CacheMode::Local {
-            return bad(Field::Cache, "local with --engine batched");
-        }
+    if let Some(f) = cfg.fifo()
+        && f.cache != CacheMode::Local
+    {
+        return bad(Field::Cache, "local with --engine batched");
     }
     Ok(b)
 }
