@@ -227,6 +227,18 @@ named_enum! {
         ScaleDownQueue => "scale-down-queue",
         /// [`ScalePolicy::startup_ns`].
         ScaleStartup => "scale-startup",
+        /// The scaling rule (queue-target: the FIFO engine's; wva-saturation: the batched engine's).
+        ScalePolicy => "scale-policy",
+        /// [`WvaThresholds::window_ns`].
+        ScaleWindow => "scale-window",
+        /// [`WvaThresholds::kv_threshold_ppm`].
+        ScaleKvThreshold => "scale-kv-threshold",
+        /// [`WvaThresholds::queue_threshold_milli`].
+        ScaleQueueThreshold => "scale-queue-threshold",
+        /// [`WvaThresholds::kv_spare_ppm`].
+        ScaleKvSpare => "scale-kv-spare",
+        /// [`WvaThresholds::queue_spare_milli`].
+        ScaleQueueSpare => "scale-queue-spare",
         /// The vLLM block size (tokens per hashed block).
         BlockSize => "block-size",
         /// S, tokens per trace hash id.

@@ -49,6 +49,12 @@ pub struct BatchedConfig {
     pub offload: Offload,
     /// Prefill/decode disaggregation (None: every pod aggregated).
     pub pd: Option<PdConfig>,
+    /// Autoscaling (None: every pod routable all the time): the pod counts, interval and
+    /// startup; its rule is the WVA saturation analyzer with [`Self::wva`] (docs/MODEL.md,
+    /// "Autoscaling under the batched engine"; `up_milli` and `down_milli` are not read).
+    pub scale: Option<crate::fleet::sim::scale::ScalePolicy>,
+    /// The saturation analyzer's thresholds and peak window (read only with `scale`).
+    pub wva: crate::fleet::sim::wva::WvaThresholds,
     /// Advance runs of identical decode steps at once (same results). Turning it off is test
     /// support, to show that it changes nothing (feature `harness`; without it the engine always
     /// fast-forwards: [`BatchedConfig::fast_forwards`]).
@@ -66,6 +72,8 @@ impl BatchedConfig {
             cost: StepCost::Linear(profile.coefficients()),
             offload: Offload::OFF,
             pd: None,
+            scale: None,
+            wva: crate::fleet::sim::wva::WvaThresholds::DEFAULT,
             #[cfg(feature = "harness")]
             fast_forward: true,
         }
@@ -1648,12 +1656,55 @@ impl Engine for BatchedEngine<'_> {
     }
 
     /// Not supported: the batched fleet does not autoscale (its configuration cannot say so).
-    fn shut_down(&mut self, _shared: &mut (), _cache: &mut impl CacheEvents) -> Result<(), Error> {
-        Err(Error::InvalidConfig { field: Field::ScaleMin, expected: "no autoscaling with the batched engine" })
+    /// Autoscaling, at the end of the pod's drain (nothing waiting, running or parked): drops
+    /// the cache (every cached block evicted through `cache`, least recent first, i.e. in
+    /// free-queue order) and the CPU tier; the KV blocks are back in index order, as in a new
+    /// engine.
+    fn shut_down(&mut self, _shared: &mut (), cache: &mut impl CacheEvents) -> Result<(), Error> {
+        if !self.is_idle() || self.parked > 0 || self.pinned > 0 {
+            return Err(Error::InvalidConfig {
+                field: Field::ScaleMin,
+                expected: "a batched pod scaled in drops its cache only once drained",
+            });
+        }
+        let mut b = self.free_head;
+        while b != NIL {
+            let blk = self.blocks[b as usize];
+            if blk.keyed {
+                cache.evicted(blk.key);
+            }
+            b = blk.next;
+        }
+        let c = self.blocks.len();
+        for (i, b) in self.blocks.iter_mut().enumerate() {
+            *b = KvBlock {
+                key: 0,
+                refs: 0,
+                prev: if i == 0 { NIL } else { i as u32 - 1 },
+                next: if i + 1 == c { NIL } else { i as u32 + 1 },
+                keyed: false,
+            };
+        }
+        self.table.fill(0);
+        self.free_head = 0;
+        self.free_tail = c as u32 - 1;
+        self.free_len = c as u32;
+        self.cached = 0;
+        if let Some(cpu) = self.cpu.as_mut() {
+            cpu.clear(&mut ());
+        }
+        Ok(())
     }
 
-    /// Not supported (see [`Self::shut_down`]).
+    /// Autoscaling: the pod comes up as a new machine. It is idle (never used, or drained and
+    /// shut down), so its KV and CPU tier are empty already.
     fn boot(&mut self) -> Result<(), Error> {
-        Err(Error::InvalidConfig { field: Field::ScaleMin, expected: "no autoscaling with the batched engine" })
+        if !self.is_idle() || self.parked > 0 {
+            return Err(Error::InvalidConfig {
+                field: Field::ScaleMin,
+                expected: "a batched pod boots only when it holds no request",
+            });
+        }
+        Ok(())
     }
 }

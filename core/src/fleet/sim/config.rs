@@ -155,19 +155,21 @@ impl FleetConfig {
         }
     }
 
-    /// The autoscaling policy to set (None under the batched engine, which does not scale).
+    /// The autoscaling policy to set (either engine's).
     pub fn scale_mut(&mut self) -> Option<&mut Option<ScalePolicy>> {
         match &mut self.engine {
             EngineConfig::Fifo { scale, .. } => Some(scale),
-            EngineConfig::Batched(_) => None,
+            EngineConfig::Batched(e) => Some(&mut e.scale),
         }
     }
 
-    /// Autoscaling (None without it).
+    /// Autoscaling (None without it): the FIFO engine's queue-target rule, or the batched
+    /// engine's pod counts, interval and startup for its WVA saturation rule
+    /// ([`BatchedConfig::wva`]).
     pub fn scale(&self) -> Option<ScalePolicy> {
         match &self.engine {
             EngineConfig::Fifo { scale, .. } => *scale,
-            EngineConfig::Batched(_) => None,
+            EngineConfig::Batched(e) => e.scale,
         }
     }
 
@@ -246,6 +248,16 @@ impl FleetConfig {
                         return Err(Error::InvalidConfig {
                             field: Field::PrefillCapacity,
                             expected: "a block count that fits in memory",
+                        });
+                    }
+                }
+                if let Some(policy) = &e.scale {
+                    policy.validate_pods(self.pods)?;
+                    e.wva.validate()?;
+                    if e.pd.is_some() {
+                        return Err(Error::InvalidConfig {
+                            field: Field::ScaleMin,
+                            expected: "no autoscaling with --prefill-pods (P/D)",
                         });
                     }
                 }

@@ -12,12 +12,14 @@ pub mod pd;
 pub mod pools;
 pub mod scale;
 pub mod view;
+pub mod wva;
 
 use heapless::Vec as HVec;
 
 use self::config::FleetConfig;
 use self::scale::{ScaleAction, ScaleState};
 use self::view::View;
+use self::wva::{Sample, ScaleEvent, ScaleEventKind, WvaState};
 use crate::fleet::base::error::{Error, Field, RequestField};
 use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_PODS};
 use crate::fleet::base::load::PodLoad;
@@ -127,6 +129,10 @@ pub struct Fleet<'a, E: FleetEngine<'a>, R: Router = AnyRouter<'a>> {
     shared: E::Shared,
     view: View<'a>,
     scale: Option<ScaleState>,
+    /// Autoscaling by the WVA saturation rule (the batched engine's; None otherwise).
+    wva: Option<WvaState>,
+    /// What the WVA scaler did during the last dispatch (or [`Self::finish`]).
+    scale_events: HVec<ScaleEvent, 6>,
     /// Prefill/decode disaggregation (None: every pod aggregated).
     pd: Option<pd::PdState<'a>>,
     next_request: u64,
@@ -181,9 +187,10 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             None => None,
         };
         let view = View::new(cfg.view(), router.needs_index(), cfg.pods, cfg.capacity_blocks, view_buffers)?;
-        let scale = match cfg.scale() {
-            Some(policy) => Some(ScaleState::new(policy, cfg.pods)?),
-            None => None,
+        let (scale, wva) = match (cfg.scale(), cfg.batched_config()) {
+            (None, _) => (None, None),
+            (Some(policy), None) => (Some(ScaleState::new(policy, cfg.pods)?), None),
+            (Some(policy), Some(e)) => (None, Some(WvaState::new(policy, e.wva, cfg.pods)?)),
         };
         Ok(Fleet {
             cfg,
@@ -193,6 +200,8 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             shared,
             view,
             scale,
+            wva,
+            scale_events: HVec::new(),
             pd,
             next_request: 0,
             last_arrival_ns: 0,
@@ -247,10 +256,27 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     /// Provisioned pod-time until `end_ns`, ns: with autoscaling, see [`ScaleState::pod_ns`];
     /// without, every pod from 0 to `end_ns`.
     pub fn pod_ns(&self, end_ns: u64) -> u64 {
-        match &self.scale {
-            Some(s) => s.pod_ns(end_ns),
-            None => end_ns.saturating_mul(self.pods.len() as u64),
+        match (&self.scale, &self.wva) {
+            (Some(s), _) => s.pod_ns(end_ns),
+            (None, Some(w)) => w.pod_ns(end_ns),
+            (None, None) => end_ns.saturating_mul(self.pods.len() as u64),
         }
+    }
+
+    /// Routable pods now (all pods without autoscaling).
+    pub fn active_pods(&self) -> usize {
+        match (&self.scale, &self.wva) {
+            (Some(s), _) => s.active(),
+            (None, Some(w)) => w.active(),
+            (None, None) => self.pods.len(),
+        }
+    }
+
+    /// What the WVA scaler (batched engine) did during the last [`Self::dispatch`] or
+    /// [`Self::finish`], in order (empty for the FIFO scaler, whose decisions show in
+    /// [`FleetTotals`] and the routed requests' `active_pods`).
+    pub fn scale_events(&self) -> &[ScaleEvent] {
+        &self.scale_events
     }
 
     /// Runs the pods up to request `req`'s arrival, routes it and serves it. Completions (and
@@ -391,6 +417,9 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     /// Runs the autoscaler at the arrival of request `i` (docs/MODEL.md, "Autoscaling"); returns
     /// the number of routable pods. `queue_lens` is updated for a pod that comes up.
     fn autoscale(&mut self, i: u64, t_ns: u64, queue_lens: &mut [u32]) -> Result<usize, Error> {
+        if self.wva.is_some() {
+            return self.autoscale_wva(i, t_ns, queue_lens);
+        }
         let Some(scale) = self.scale.as_mut() else { return Ok(self.pods.len()) };
         // Before the rule reads the queue lengths, and again after it (a startup of 0).
         come_up(scale.activate_ready(t_ns), &mut self.pods, queue_lens)?;
@@ -408,6 +437,71 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         }
         come_up(scale.activate_ready(t_ns), &mut self.pods, queue_lens)?;
         Ok(scale.active())
+    }
+
+    /// The WVA saturation scaler at the arrival of request `i` (docs/MODEL.md, "Autoscaling
+    /// under the batched engine"): a ready pod comes up; a drain that ended drops its pod's
+    /// cache; the routable pods' signals are sampled; the rule runs; a pod ready at once (startup
+    /// 0) comes up. Returns the number of routable pods.
+    fn autoscale_wva(&mut self, i: u64, t_ns: u64, queue_lens: &mut [u32]) -> Result<usize, Error> {
+        self.scale_events.clear();
+        self.wva_come_up(t_ns, queue_lens)?;
+        self.end_drain(i, t_ns)?;
+        let Some(w) = self.wva.as_mut() else { return Ok(self.pods.len()) };
+        let pods = &self.pods;
+        w.sample(t_ns, (0..w.active()).map(|p| Sample::of(&pods[p].load(queue_lens[p], t_ns))));
+        let action = w.evaluate(t_ns)?;
+        let active = w.active() as u32;
+        match action {
+            ScaleAction::Hold => {}
+            ScaleAction::Out { pod, .. } => {
+                self.totals.scale_outs += 1;
+                self.log(t_ns, ScaleEventKind::Out, pod, active);
+            }
+            ScaleAction::In { pod } => {
+                self.totals.scale_ins += 1;
+                self.log(t_ns, ScaleEventKind::In, pod, active);
+                self.end_drain(i, t_ns)?;
+            }
+        }
+        self.wva_come_up(t_ns, queue_lens)?;
+        Ok(self.wva.as_ref().map_or(self.pods.len(), WvaState::active))
+    }
+
+    /// A booting pod ready at `t_ns` comes up (a new machine: empty KV and CPU tier).
+    fn wva_come_up(&mut self, t_ns: u64, queue_lens: &mut [u32]) -> Result<(), Error> {
+        let Some(w) = self.wva.as_mut() else { return Ok(()) };
+        if let Some(p) = w.activate_ready(t_ns) {
+            let active = w.active() as u32;
+            come_up(Some(p), &mut self.pods, queue_lens)?;
+            self.log(t_ns, ScaleEventKind::Ready, p, active);
+        }
+        Ok(())
+    }
+
+    /// The draining pod, if it finished its last request by `t_ns`, drops its cache (every block
+    /// evicted, least recent first, through the usual events) and stops being provisioned.
+    fn end_drain(&mut self, i: u64, t_ns: u64) -> Result<(), Error> {
+        let Some(w) = self.wva.as_mut() else { return Ok(()) };
+        let Some(p) = w.draining() else { return Ok(()) };
+        let last = self.pods[p].last_finish_ns();
+        if self.pods[p].next_event_ns().is_some() || last > t_ns {
+            return Ok(());
+        }
+        let stamp = self.view.stamp(i, t_ns);
+        let mut feed = self.view.feed(p, stamp);
+        self.pods[p].shut_down(&mut self.shared, &mut feed)?;
+        feed.finish()?;
+        let at = w.drained(last);
+        let active = w.active() as u32;
+        self.log(at, ScaleEventKind::Drained, p, active);
+        Ok(())
+    }
+
+    fn log(&mut self, t_ns: u64, kind: ScaleEventKind, pod: usize, active: u32) {
+        // at most 4 events per dispatch (ready, drained, a decision, ready or drained again)
+        let _full = self.scale_events.push(ScaleEvent { t_ns, kind, pod: pod as u32, active });
+        debug_assert!(_full.is_ok(), "room for every event of one dispatch");
     }
 
     /// Step 6: the fleet's counters.
@@ -507,6 +601,14 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
                 return Err(err);
             }
             debug_assert!(e.next_event_ns().is_none(), "a pod advanced to the end of time has no work left");
+        }
+        if self.wva.is_some() {
+            self.scale_events.clear();
+            let r = self.end_drain(self.next_request, u64::MAX);
+            if r.is_err() {
+                self.poisoned = true;
+            }
+            return r;
         }
         Ok(())
     }

@@ -25,6 +25,7 @@ use crate::fleet::base::limits::MAX_PODS;
 /// An autoscaling policy (see the module doc for the rule).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct ScalePolicy {
     /// Fewest routable pods (>= 1).
     pub min_pods: u32,
@@ -43,6 +44,19 @@ pub struct ScalePolicy {
 impl ScalePolicy {
     /// Checks the policy for a fleet of `pods` pods.
     pub fn validate(&self, pods: usize) -> Result<(), Error> {
+        self.validate_pods(pods)?;
+        if self.down_milli >= self.up_milli {
+            return Err(Error::InvalidConfig {
+                field: Field::ScaleDownQueue,
+                expected: "a mean queue length below scale-up-queue",
+            });
+        }
+        Ok(())
+    }
+
+    /// The checks both rules share (the batched engine's WVA rule reads no `up_milli` or
+    /// `down_milli`): the pod counts and the interval.
+    pub fn validate_pods(&self, pods: usize) -> Result<(), Error> {
         let bad = |field, expected| Err(Error::InvalidConfig { field, expected });
         if self.min_pods == 0 || self.min_pods as usize > pods {
             return bad(Field::ScaleMin, "between 1 and the number of pods");
@@ -52,9 +66,6 @@ impl ScalePolicy {
         }
         if self.interval_ns == 0 {
             return bad(Field::ScaleInterval, "a positive time");
-        }
-        if self.down_milli >= self.up_milli {
-            return bad(Field::ScaleDownQueue, "a mean queue length below scale-up-queue");
         }
         Ok(())
     }

@@ -20,6 +20,8 @@ use crate::fleet::scenario::{self};
 use crate::fleet::sweep::shard;
 
 /// `brokerlab fleet` subcommands.
+// parsed once per process: the size of the replay variant (its many flags) does not matter
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum FleetCmd {
     /// Replay a trace (Mooncake, Bailian, Dynamo sessions or token ids) through N pods and a
@@ -344,15 +346,39 @@ pub struct ScaleArgs {
     /// Seconds between autoscaler evaluations.
     #[arg(long, default_value_t = defaults::SCALE_INTERVAL_NS as f64 / 1e9, allow_negative_numbers = true)]
     pub scale_interval_s: f64,
-    /// Scale out when the mean queue length of the routable pods exceeds this.
-    #[arg(long, default_value_t = defaults::SCALE_UP_MILLI as f64 / 1e3, allow_negative_numbers = true)]
-    pub scale_up_queue: f64,
-    /// Scale in when the mean queue length is below this.
-    #[arg(long, default_value_t = defaults::SCALE_DOWN_MILLI as f64 / 1e3, allow_negative_numbers = true)]
-    pub scale_down_queue: f64,
+    /// queue-target: scale out when the mean queue length of the routable pods exceeds this
+    /// [default: 4].
+    #[arg(long, allow_negative_numbers = true)]
+    pub scale_up_queue: Option<f64>,
+    /// queue-target: scale in when the mean queue length is below this [default: 0.5].
+    #[arg(long, allow_negative_numbers = true)]
+    pub scale_down_queue: Option<f64>,
     /// Seconds from a scale-out decision until the new pod takes requests.
     #[arg(long, default_value_t = defaults::SCALE_STARTUP_NS as f64 / 1e9, allow_negative_numbers = true)]
     pub scale_startup_s: f64,
+    /// The rule: queue-target (the FIFO engine's, its default) | wva-saturation (llm-d WVA's
+    /// saturation analyzer: the batched engine's, its default).
+    #[arg(long)]
+    pub scale_policy: Option<String>,
+    /// wva-saturation: peak window in seconds, a whole number of --scale-interval-s (0 to 4 of
+    /// them) [default: 60].
+    #[arg(long, allow_negative_numbers = true)]
+    pub scale_window_s: Option<f64>,
+    /// wva-saturation: a pod is saturated at this KV usage (kvCacheThreshold) [default: 0.8].
+    #[arg(long, allow_negative_numbers = true)]
+    pub scale_kv_threshold: Option<f64>,
+    /// wva-saturation: a pod is saturated at this many waiting requests (queueLengthThreshold)
+    /// [default: 5].
+    #[arg(long, allow_negative_numbers = true)]
+    pub scale_queue_threshold: Option<f64>,
+    /// wva-saturation: scale up when the mean spare KV is below this (kvSpareTrigger)
+    /// [default: 0.1].
+    #[arg(long, allow_negative_numbers = true)]
+    pub scale_kv_spare: Option<f64>,
+    /// wva-saturation: scale up when the mean spare queue is below this (queueSpareTrigger)
+    /// [default: 3].
+    #[arg(long, allow_negative_numbers = true)]
+    pub scale_queue_spare: Option<f64>,
 }
 
 impl ScaleArgs {
@@ -366,15 +392,62 @@ impl ScaleArgs {
             min,
             self.scale_initial,
             self.scale_interval_s,
-            self.scale_up_queue,
-            self.scale_down_queue,
+            self.scale_up_queue.unwrap_or(defaults::SCALE_UP_MILLI as f64 / 1e3),
+            self.scale_down_queue.unwrap_or(defaults::SCALE_DOWN_MILLI as f64 / 1e3),
             self.scale_startup_s,
         )
-        .map_err(|(field, expected, got)| {
-            CliError::bad_input(format!("{}: {got}: expected {expected}", fields::flag(field)))
-        })?;
+        .map_err(flag_error)?;
         Ok(Some(p))
     }
+
+    fn wva_given(&self) -> scenario::WvaGiven {
+        scenario::WvaGiven {
+            window_s: self.scale_window_s,
+            kv_threshold: self.scale_kv_threshold,
+            queue_threshold: self.scale_queue_threshold,
+            kv_spare: self.scale_kv_spare,
+            queue_spare: self.scale_queue_spare,
+        }
+    }
+
+    /// Refuses a setting of the other engine's rule (exit 2 naming the flag); `batched` is
+    /// `--engine batched`.
+    pub fn check_rule(&self, batched: bool) -> CliResult<()> {
+        let given = scenario::ScaleGiven {
+            policy: self.scale_policy.as_deref(),
+            up_queue: self.scale_up_queue.is_some(),
+            down_queue: self.scale_down_queue.is_some(),
+            wva: self.wva_given(),
+        };
+        if self.scale_min.is_none() {
+            let new_flags = [
+                ("--scale-policy", given.policy.is_some()),
+                ("--scale-window-s", self.scale_window_s.is_some()),
+                ("--scale-kv-threshold", self.scale_kv_threshold.is_some()),
+                ("--scale-queue-threshold", self.scale_queue_threshold.is_some()),
+                ("--scale-kv-spare", self.scale_kv_spare.is_some()),
+                ("--scale-queue-spare", self.scale_queue_spare.is_some()),
+            ];
+            if let Some((flag, _)) = new_flags.iter().find(|(_, set)| *set) {
+                return Err(CliError::bad_input(format!("{flag}: only with --scale-min (autoscaling)")));
+            }
+            return Ok(());
+        }
+        scenario::check_scale_rule(batched, &given).map_err(flag_error)
+    }
+
+    /// The batched engine's WVA thresholds from the flags, checked against the interval, set in
+    /// `e` (when autoscaling).
+    pub fn apply_wva(&self, e: &mut brokerlab_core::fleet::BatchedConfig) -> CliResult<()> {
+        if self.scale_min.is_some() {
+            e.wva = scenario::wva_thresholds(&self.wva_given()).map_err(flag_error)?;
+        }
+        Ok(())
+    }
+}
+
+fn flag_error((field, expected, got): (brokerlab_core::fleet::Field, &'static str, String)) -> CliError {
+    CliError::bad_input(format!("{}: {got}: expected {expected}", fields::flag(field)))
 }
 
 fn ms_to_ns(ms: u64, flag: &str) -> CliResult<u64> {
@@ -386,6 +459,7 @@ impl FleetArgs {
     /// Refuses a flag the chosen router or engine would ignore (exit 2 naming the flag and
     /// why); `batched` is `--engine batched`. docs/BAD_INPUT.md, "Flags that do not apply".
     pub fn check_applies(&self, batched: bool) -> CliResult<()> {
+        self.scale.check_rule(batched)?;
         if self.alpha.is_some() && self.router != Some(RouterKind::PrefixAware) {
             let router = if self.router_config.is_some() {
                 "a --router-config pipeline".to_string()

@@ -56,8 +56,11 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
     if let Some(s) = a.trace_block_size {
         check_trace_block(s)?;
     }
-    let engine = a.engine.resolve(None)?;
+    let mut engine = a.engine.resolve(None)?;
     a.fleet.check_applies(engine.is_some())?;
+    if let Some(e) = engine.as_mut() {
+        a.fleet.scale.apply_wva(e)?;
+    }
     let derived = match &engine {
         Some(e) => engine::derived_capacity(e, "--profile")?,
         None => None,

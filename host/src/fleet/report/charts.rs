@@ -58,6 +58,7 @@ fn seed_charts(ex: &Experiments, q: &Quoted) -> Vec<(&'static str, String, Chart
     llmd_stage_charts(ex, &mut out);
     out.extend(super::deploy::charts(&ex.deploy));
     out.extend(super::published::report_charts(&ex.published));
+    out.extend(super::scaling::charts(&ex.scaling).into_iter().map(|(stem, c)| ("scaling", stem.into(), c)));
     out
 }
 

@@ -13,6 +13,7 @@
 //! 11. llm-d's benchmark reproduced, and every router on the conversation trace ([`crate::fleet::report::llmd`]).
 //! 12. The published llm-d tables beside the simulated ones ([`crate::fleet::report::published`]).
 //! 13. Deployed fleets: P/D disaggregation and the KV offload tier ([`crate::fleet::report::deploy`]).
+//! 14. Autoscaling under the batched engine, WVA's saturation rule ([`crate::fleet::report::scaling`]).
 //!
 //! This module runs the experiments (data); [`charts`] draws them and [`render`] writes the
 //! Markdown and HTML, with prose filled from the scenarios.
@@ -43,6 +44,7 @@ pub mod llmd;
 pub mod mooncake;
 pub mod published;
 mod render;
+pub mod scaling;
 
 pub use charts::report;
 pub use render::{Quoted, render_markdown, scale_note};
@@ -98,6 +100,8 @@ pub struct Experiments {
     pub published: published::Tables,
     /// Deployed fleets: P/D and the offload tier (section 13).
     pub deploy: deploy::DeploySection,
+    /// Autoscaling under the batched engine (section 14).
+    pub scaling: scaling::ScalingSection,
 }
 
 /// A built-in scenario as it ran.
@@ -172,6 +176,7 @@ pub fn total_points(caps: usize) -> u64 {
         + crate::fleet::report::llmd::points()
         + published::RUNS
         + deploy::points()
+        + scaling::points()
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -285,6 +290,9 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     // 13: deployed fleets.
     let deploy = deploy::run(shrink, threads, progress)?;
 
+    // 14: autoscaling under the batched engine.
+    let scaling = scaling::run(shrink, progress)?;
+
     Ok(Experiments {
         capacity,
         timestamp_first,
@@ -305,6 +313,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         llmd_bench,
         published,
         deploy,
+        scaling,
     })
 }
 

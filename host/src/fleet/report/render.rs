@@ -356,7 +356,7 @@ pub struct PageInputs<'a> {
 type Section = fn(&Experiments, &PageInputs) -> Vec<Block>;
 
 /// The report's sections in page order (one list for both pages: add a section here).
-pub const SECTIONS: [Section; 17] = [
+pub const SECTIONS: [Section; 18] = [
     sec_top,
     sec_capacity,
     sec_layout,
@@ -372,6 +372,7 @@ pub const SECTIONS: [Section; 17] = [
     sec_llmd_bench,
     sec_published,
     sec_deploy,
+    sec_scaling,
     sec_parameters,
     sec_model,
 ];
@@ -527,6 +528,10 @@ fn sec_published(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
 
 fn sec_deploy(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
     super::deploy::page_blocks(&ex.deploy, inp.svgs)
+}
+
+fn sec_scaling(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    super::scaling::page_blocks(&ex.scaling, inp.svgs)
 }
 
 /// The built-in scenarios as run (the request counts after `--shrink`).

@@ -50,6 +50,8 @@ pub struct Samples {
     pub slo: Option<(Slo, u64)>,
     /// P/D: transfer_ns of each disaggregated request (8 B each, beside the TTFT samples).
     pub transfer_ns: Vec<u64>,
+    /// The batched engine's autoscaling events, in order (a few per scaling decision).
+    pub scale_events: Vec<brokerlab_core::fleet::ScaleEvent>,
     /// P/D: their transfer bytes, summed.
     pub transfer_bytes: u64,
     /// Pools: the (decode) pod of each TTFT and E2E sample, in the same order (None without

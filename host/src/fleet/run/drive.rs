@@ -97,6 +97,7 @@ impl<K: HostEngine> Driving<'_, '_, K> {
     pub fn dispatch(&mut self, req: &Request<'_>) -> Result<(), CoreError> {
         let r = self.fleet.dispatch(req, self.sink);
         let out = self.check(r)?;
+        self.sink.samples.scale_events.extend_from_slice(self.fleet.scale_events());
         if self.keep
             && let Some(o) = K::outcome(&out)
         {
@@ -180,7 +181,9 @@ pub fn drive<K: HostEngine>(
         };
         let fed = feed(&mut d).and_then(|()| {
             let r = d.fleet.finish(d.sink);
-            d.check(r).map_err(|e| CliError::failure(e.to_string()))
+            d.check(r).map_err(|e| CliError::failure(e.to_string()))?;
+            d.sink.samples.scale_events.extend_from_slice(d.fleet.scale_events());
+            Ok(())
         });
         let (full, overflow) = (d.full, d.overflow);
         if let Some(e) = sink.over.take() {

@@ -321,6 +321,105 @@ pub struct BatchedSummary {
     /// SLO goodput (absent without an SLO flag).
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub slo: Option<super::deploy::SloKeys>,
+    /// Autoscaling by the WVA saturation rule (absent without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<BatchedAutoscale>,
+}
+
+/// What the batched engine's autoscaler did (docs/MODEL.md, "Autoscaling under the batched
+/// engine").
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct BatchedAutoscale {
+    /// Always "wva-saturation".
+    pub policy: String,
+    /// The counts, cost and traffic ratio, as the FIFO scaler's.
+    #[serde(flatten)]
+    pub totals: AutoscaleSummary,
+    /// Evaluation period, s.
+    pub interval_s: f64,
+    /// Peak window, s.
+    pub window_s: f64,
+    /// Boot time, s.
+    pub startup_s: f64,
+    /// kvCacheThreshold.
+    pub kv_threshold: f64,
+    /// queueLengthThreshold.
+    pub queue_threshold: f64,
+    /// kvSpareTrigger.
+    pub kv_spare: f64,
+    /// queueSpareTrigger.
+    pub queue_spare: f64,
+    /// Routable pods over time: [s, pods] at 0 and at every change.
+    pub pods_over_time: Vec<(f64, u32)>,
+    /// Every event: out (boot decided), ready (routable), in (scale-in decided, drain starts),
+    /// drained (last request finished, cache dropped).
+    pub events: Vec<ScaleEventJson>,
+}
+
+/// One autoscaling event in the JSON.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+pub struct ScaleEventJson {
+    /// When, s.
+    pub t_s: f64,
+    /// out | ready | in | drained.
+    pub kind: String,
+    /// The pod.
+    pub pod: u32,
+    /// Routable pods after it.
+    pub active: u32,
+}
+
+impl BatchedAutoscale {
+    fn of(fleet: &BatchedFleet<'_>, events: &[brokerlab_core::fleet::ScaleEvent]) -> Option<Self> {
+        use brokerlab_core::fleet::ScaleEventKind as K;
+        let cfg = fleet.config();
+        let e = cfg.batched_config()?;
+        let policy = e.scale?;
+        let t = fleet.totals();
+        let makespan = fleet.makespan_ns();
+        let mut pods_over_time = vec![(0.0, policy.initial_pods)];
+        for ev in events.iter().filter(|ev| matches!(ev.kind, K::Ready | K::In)) {
+            pods_over_time.push((secs(ev.t_ns), ev.active));
+        }
+        let kind = |k: K| match k {
+            K::Out => "out",
+            K::Ready => "ready",
+            K::In => "in",
+            K::Drained => "drained",
+        };
+        Some(BatchedAutoscale {
+            policy: "wva-saturation".into(),
+            totals: AutoscaleSummary {
+                min_pods: policy.min_pods,
+                initial_pods: policy.initial_pods,
+                scale_outs: t.scale_outs,
+                scale_ins: t.scale_ins,
+                max_active_pods: t.max_active_pods,
+                pod_seconds: secs(fleet.pod_ns(makespan)),
+                mean_pods: ratio(fleet.pod_ns(makespan), makespan),
+                scaled_out_requests: t.scaled_out_requests,
+                new_pod_requests: t.new_pod_requests,
+                new_pod_traffic_ratio: ratio(t.new_pod_requests * 1000, t.fair_new_pod_milli),
+            },
+            interval_s: secs(policy.interval_ns),
+            window_s: secs(e.wva.window_ns),
+            startup_s: secs(policy.startup_ns),
+            kv_threshold: e.wva.kv_threshold_ppm as f64 / 1e6,
+            queue_threshold: e.wva.queue_threshold_milli as f64 / 1e3,
+            kv_spare: e.wva.kv_spare_ppm as f64 / 1e6,
+            queue_spare: e.wva.queue_spare_milli as f64 / 1e3,
+            pods_over_time,
+            events: events
+                .iter()
+                .map(|ev| ScaleEventJson {
+                    t_s: secs(ev.t_ns),
+                    kind: kind(ev.kind).into(),
+                    pod: ev.pod,
+                    active: ev.active,
+                })
+                .collect(),
+        })
+    }
 }
 
 /// A run's summary: the engine's own part (serialized as that part alone, so the JSON of each
@@ -575,6 +674,7 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         pd: super::deploy::PdKeys::of(e, cfg.pods, &mut samples.transfer_ns, samples.transfer_bytes),
         offload: super::deploy::OffloadKeys::of(&super::deploy::tier_engine(fleet), &stats, input_tokens),
         slo: samples.slo.map(|(s, good)| super::deploy::SloKeys::of(&s, good, fleet.totals().requests, makespan)),
+        autoscale: BatchedAutoscale::of(fleet, &samples.scale_events),
     }
 }
 
@@ -701,6 +801,18 @@ pub fn render_batched(s: &BatchedSummary) -> String {
     line("mean waiting", opt(s.mean_waiting, 2));
     line("steps", s.steps.to_string());
     line("makespan", format!("{:.3} s", s.makespan_s));
+    if let Some(a) = &s.autoscale {
+        let t = &a.totals;
+        line(
+            "autoscaling",
+            format!(
+                "wva-saturation, {}..{} pods (start {}): {} out / {} in, at most {}",
+                t.min_pods, s.pods, t.initial_pods, t.scale_outs, t.scale_ins, t.max_active_pods
+            ),
+        );
+        line("pod-seconds", format!("{:.1} (mean {} pods)", t.pod_seconds, opt(t.mean_pods, 2)));
+        line("new-pod traffic", opt(t.new_pod_traffic_ratio, 3));
+    }
     o.push_str("\npod  requests  preempt  KV mean  KV peak  max queue\n");
     for p in 0..s.pods {
         o.push_str(&format!(

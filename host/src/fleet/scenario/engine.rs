@@ -103,6 +103,9 @@ pub struct EngineSettings {
     pub pd_link_bytes_per_s: Option<u64>,
     /// P/D: link latency, ns.
     pub pd_link_latency_ns: Option<u64>,
+    /// Autoscaling's WVA thresholds (a scenario's `[fleet.autoscale]`, checked; `fleet replay`
+    /// sets them from its --scale-* flags).
+    pub wva: Option<brokerlab_core::fleet::WvaThresholds>,
 }
 
 /// The `[fleet.pd]` key of a P/D setting's field name (None for other fields).
@@ -181,6 +184,7 @@ impl EngineSettings {
         self.pd_threshold_tokens = o.pd_threshold_tokens.or(self.pd_threshold_tokens);
         self.pd_link_bytes_per_s = o.pd_link_bytes_per_s.or(self.pd_link_bytes_per_s);
         self.pd_link_latency_ns = o.pd_link_latency_ns.or(self.pd_link_latency_ns);
+        self.wva = o.wva.or(self.wva);
         self
     }
 
@@ -278,6 +282,9 @@ impl EngineSettings {
         if let Some(np) = self.prefill_pods.filter(|&np| np > 0) {
             e.pd = Some(self.pd_config(np, &e, name)?);
         }
+        if let Some(t) = self.wva {
+            e.wva = t;
+        }
         e.validate().map_err(|err| match err {
             CoreError::InvalidConfig { field, expected } => {
                 CliError::bad_input(format!("{}: expected {expected}", name(field.name())))
@@ -373,6 +380,11 @@ pub fn batched(cfg: FleetConfig, e: BatchedConfig) -> Result<FleetConfig, CoreEr
             pd.prefill_capacity_blocks = cfg.capacity_blocks;
         }
     }
+    // autoscaling: the pod counts, interval and startup, under the WVA saturation rule
+    // (docs/MODEL.md, "Autoscaling under the batched engine")
+    if cfg.fifo().is_some() {
+        e.scale = cfg.scale();
+    }
     let b = FleetConfig { engine: EngineConfig::Batched(e), ..cfg };
     b.validate()?;
     let view = cfg.view();
@@ -390,13 +402,10 @@ pub fn batched(cfg: FleetConfig, e: BatchedConfig) -> Result<FleetConfig, CoreEr
     if view.index != IndexKind::PodTables {
         return bad(Field::Index, "pod-tables with --engine batched");
     }
-    if let Some(f) = cfg.fifo() {
-        if cfg.scale().is_some() {
-            return bad(Field::ScaleMin, "no autoscaling with --engine batched");
-        }
-        if f.cache != CacheMode::Local {
-            return bad(Field::Cache, "local with --engine batched");
-        }
+    if let Some(f) = cfg.fifo()
+        && f.cache != CacheMode::Local
+    {
+        return bad(Field::Cache, "local with --engine batched");
     }
     Ok(b)
 }

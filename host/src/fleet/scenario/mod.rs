@@ -6,7 +6,9 @@ use std::path::Path;
 use brokerlab_core::fleet::workload::{
     DocOrder, Layout, MAX_OUTPUT_CHOICES, MAX_STAGES, Popularity, Stage, SuffixScope, WorkloadSpec,
 };
-use brokerlab_core::fleet::{EngineConfig, Field, FifoConfig, FleetConfig, RouterSpec, ScalePolicy, ViewConfig};
+use brokerlab_core::fleet::{
+    EngineConfig, Field, FifoConfig, FleetConfig, RouterSpec, ScalePolicy, ViewConfig, WvaThresholds,
+};
 
 use crate::error::{CliError, CliResult, FleetError};
 
@@ -108,7 +110,14 @@ impl Scenario {
             ));
         }
         let mut fleet = fleet_config(&t.fleet, pods, t.workload.seed, origin, &bad)?;
-        let mut engine = engine_settings(t.fleet.engine.as_ref(), t.fleet.pd.as_ref(), fleet, origin, &bad)?;
+        let mut engine = engine_settings(
+            t.fleet.engine.as_ref(),
+            t.fleet.pd.as_ref(),
+            t.fleet.autoscale.as_ref(),
+            fleet,
+            origin,
+            &bad,
+        )?;
         if let Some(list) = pool_list {
             (fleet, engine) = with_pools(list, t.fleet.pd.as_ref(), fleet, engine, origin)?;
         }
@@ -259,6 +268,17 @@ fn fleet_config(
         cache: f.cache,
     };
     let view = ViewConfig { index: f.index, stale_delay: f.stale, ..brokerlab_core::fleet::defaults::VIEW };
+    if let Some(a) = &f.autoscale {
+        let batched = f.engine.as_ref().is_some_and(|e| e.model.as_deref() != Some("fifo"));
+        let given = ScaleGiven {
+            policy: a.policy.as_deref(),
+            up_queue: a.up_queue.is_some(),
+            down_queue: a.down_queue.is_some(),
+            wva: a.wva(),
+        };
+        check_scale_rule(batched, &given)
+            .map_err(|(field, expected, got)| bad(&crate::fleet::run::fields::key(field), expected, &got))?;
+    }
     let fleet = FleetConfig {
         pods,
         capacity_blocks: f.capacity,
@@ -275,9 +295,16 @@ fn fleet_config(
             scale: match &f.autoscale {
                 None => None,
                 Some(a) => Some(
-                    scale_policy(pods, a.min, a.initial, a.interval_s, a.up_queue, a.down_queue, a.startup_s).map_err(
-                        |(field, expected, got)| bad(&crate::fleet::run::fields::key(field), expected, &got),
-                    )?,
+                    scale_policy(
+                        pods,
+                        a.min,
+                        a.initial,
+                        a.interval_s,
+                        a.up_queue.unwrap_or_else(schema::up_queue),
+                        a.down_queue.unwrap_or_else(schema::down_queue),
+                        a.startup_s,
+                    )
+                    .map_err(|(field, expected, got)| bad(&crate::fleet::run::fields::key(field), expected, &got))?,
                 ),
             },
         },
@@ -293,6 +320,7 @@ fn fleet_config(
 fn engine_settings(
     engine: Option<&EngineToml>,
     pd: Option<&schema::PdToml>,
+    autoscale: Option<&AutoscaleToml>,
     fleet: FleetConfig,
     origin: &str,
     bad: &dyn Fn(&str, &str, &str) -> CliError,
@@ -336,6 +364,13 @@ fn engine_settings(
                     pd_threshold_tokens: pd.and_then(|p| p.threshold_tokens),
                     pd_link_bytes_per_s: pd.and_then(|p| p.link_bytes_per_s),
                     pd_link_latency_ns: pd.and_then(|p| p.link_latency_ns),
+                    // the WVA thresholds, checked (the rest of [fleet.autoscale] is in `fleet`)
+                    wva: match autoscale {
+                        None => None,
+                        Some(a) => Some(wva_thresholds(&a.wva()).map_err(|(field, expected, got)| {
+                            bad(&crate::fleet::run::fields::key(field), expected, &got)
+                        })?),
+                    },
                 };
                 let ecfg = s.config(&engine_key(origin))?;
                 crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
@@ -489,4 +524,113 @@ pub fn scale_policy(
         other => (Field::ScaleMin, "a valid policy", other.to_string()),
     })?;
     Ok(p)
+}
+
+/// The scaling rules' names (`--scale-policy`, `fleet.autoscale.policy`).
+pub const SCALE_POLICIES: [&str; 2] = ["queue-target", "wva-saturation"];
+
+/// The WVA saturation rule's settings as given (None: WVA's default).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WvaGiven {
+    /// Peak window, s.
+    pub window_s: Option<f64>,
+    /// kvCacheThreshold, a fraction.
+    pub kv_threshold: Option<f64>,
+    /// queueLengthThreshold, requests.
+    pub queue_threshold: Option<f64>,
+    /// kvSpareTrigger, a fraction.
+    pub kv_spare: Option<f64>,
+    /// queueSpareTrigger, requests.
+    pub queue_spare: Option<f64>,
+}
+
+impl WvaGiven {
+    /// The settings given, by field, in flag order.
+    fn set(&self) -> [(Field, bool); 5] {
+        [
+            (Field::ScaleWindow, self.window_s.is_some()),
+            (Field::ScaleKvThreshold, self.kv_threshold.is_some()),
+            (Field::ScaleQueueThreshold, self.queue_threshold.is_some()),
+            (Field::ScaleKvSpare, self.kv_spare.is_some()),
+            (Field::ScaleQueueSpare, self.queue_spare.is_some()),
+        ]
+    }
+}
+
+/// What an autoscaling setting names: the rule and which rule-specific settings were given.
+#[derive(Debug, Clone, Copy)]
+pub struct ScaleGiven<'a> {
+    /// The rule named, if any.
+    pub policy: Option<&'a str>,
+    /// up_queue given.
+    pub up_queue: bool,
+    /// down_queue given.
+    pub down_queue: bool,
+    /// The WVA settings given.
+    pub wva: WvaGiven,
+}
+
+/// Checks that the settings given belong to the engine's rule: queue-target for the FIFO engine,
+/// wva-saturation for the batched one (docs/MODEL.md, "Autoscaling under the batched engine").
+pub fn check_scale_rule(batched: bool, g: &ScaleGiven<'_>) -> Result<(), (Field, &'static str, String)> {
+    if let Some(p) = g.policy {
+        if !SCALE_POLICIES.contains(&p) {
+            return Err((Field::ScalePolicy, "queue-target or wva-saturation", p.to_string()));
+        }
+        if batched && p != "wva-saturation" {
+            return Err((Field::ScalePolicy, "wva-saturation with the batched engine", p.to_string()));
+        }
+        if !batched && p != "queue-target" {
+            return Err((
+                Field::ScalePolicy,
+                "queue-target with the FIFO engine (wva-saturation reads the batched engine's KV usage and waiting queue)",
+                p.to_string(),
+            ));
+        }
+    }
+    if batched {
+        for (field, set) in [(Field::ScaleUpQueue, g.up_queue), (Field::ScaleDownQueue, g.down_queue)] {
+            if set {
+                return Err((field, "nothing with the batched engine (its rule is wva-saturation)", "given".into()));
+            }
+        }
+    } else if let Some((field, _)) = g.wva.set().into_iter().find(|&(_, set)| set) {
+        return Err((field, "nothing with the FIFO engine (a wva-saturation setting)", "given".into()));
+    }
+    Ok(())
+}
+
+/// The WVA thresholds from the settings given (WVA's defaults for the others), checked; errors
+/// are (field, expected, got).
+pub fn wva_thresholds(g: &WvaGiven) -> Result<WvaThresholds, (Field, &'static str, String)> {
+    let d = WvaThresholds::DEFAULT;
+    let frac = |v: Option<f64>, field, default: u32| match v {
+        None => Ok(default),
+        Some(v) if (0.0..=1.0).contains(&v) => Ok((v * 1e6).round() as u32),
+        Some(v) => Err((field, "a fraction between 0 and 1", num(v))),
+    };
+    let queue = |v: Option<f64>, field, default: u64| match v {
+        None => Ok(default),
+        Some(v) if (0.0..=1e6).contains(&v) => Ok((v * 1e3).round() as u64),
+        Some(v) => Err((field, "a queue length between 0 and 1e6", num(v))),
+    };
+    let window_ns = match g.window_s {
+        None => d.window_ns,
+        Some(v) if (0.0..=1e9).contains(&v) => (v * 1e9).round() as u64,
+        Some(v) => return Err((Field::ScaleWindow, "seconds between 0 and 1e9", num(v))),
+    };
+    let t = WvaThresholds {
+        window_ns,
+        kv_threshold_ppm: frac(g.kv_threshold, Field::ScaleKvThreshold, d.kv_threshold_ppm)?,
+        queue_threshold_milli: queue(g.queue_threshold, Field::ScaleQueueThreshold, d.queue_threshold_milli)?,
+        kv_spare_ppm: frac(g.kv_spare, Field::ScaleKvSpare, d.kv_spare_ppm)?,
+        queue_spare_milli: queue(g.queue_spare, Field::ScaleQueueSpare, d.queue_spare_milli)?,
+    };
+    t.validate().map_err(|e| match e {
+        brokerlab_core::fleet::Error::InvalidConfig { field, expected } => {
+            (field, expected, g.window_s.map_or_else(|| num(window_ns as f64 / 1e9), num))
+        }
+        other => (Field::ScaleWindow, "a valid window", other.to_string()),
+    })?;
+    Ok(t)
 }

@@ -88,15 +88,47 @@ pub struct AutoscaleToml {
     /// Evaluation period, s.
     #[serde(default = "interval_s")]
     pub interval_s: f64,
-    /// Scale out above this mean queue length.
-    #[serde(default = "up_queue")]
-    pub up_queue: f64,
-    /// Scale in below this mean queue length.
-    #[serde(default = "down_queue")]
-    pub down_queue: f64,
+    /// Scale out above this mean queue length (queue-target; default 4).
+    #[serde(default)]
+    pub up_queue: Option<f64>,
+    /// Scale in below this mean queue length (queue-target; default 0.5).
+    #[serde(default)]
+    pub down_queue: Option<f64>,
     /// Boot time of a new pod, s.
     #[serde(default = "startup_s")]
     pub startup_s: f64,
+    /// The rule: "queue-target" (the FIFO engine's, its default) or "wva-saturation" (the
+    /// batched engine's, its default).
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// wva-saturation: peak window, s (default 60).
+    #[serde(default)]
+    pub window_s: Option<f64>,
+    /// wva-saturation: kvCacheThreshold (default 0.8).
+    #[serde(default)]
+    pub kv_threshold: Option<f64>,
+    /// wva-saturation: queueLengthThreshold (default 5).
+    #[serde(default)]
+    pub queue_threshold: Option<f64>,
+    /// wva-saturation: kvSpareTrigger (default 0.1).
+    #[serde(default)]
+    pub kv_spare: Option<f64>,
+    /// wva-saturation: queueSpareTrigger (default 3).
+    #[serde(default)]
+    pub queue_spare: Option<f64>,
+}
+
+impl AutoscaleToml {
+    /// The WVA settings as given.
+    pub fn wva(&self) -> super::WvaGiven {
+        super::WvaGiven {
+            window_s: self.window_s,
+            kv_threshold: self.kv_threshold,
+            queue_threshold: self.queue_threshold,
+            kv_spare: self.kv_spare,
+            queue_spare: self.queue_spare,
+        }
+    }
 }
 
 /// `[workload.rag]`.
@@ -377,10 +409,10 @@ fn header_tokens() -> u32 {
 fn interval_s() -> f64 {
     defaults::SCALE_INTERVAL_NS as f64 / 1e9
 }
-fn up_queue() -> f64 {
+pub(crate) fn up_queue() -> f64 {
     defaults::SCALE_UP_MILLI as f64 / 1e3
 }
-fn down_queue() -> f64 {
+pub(crate) fn down_queue() -> f64 {
     defaults::SCALE_DOWN_MILLI as f64 / 1e3
 }
 fn startup_s() -> f64 {

@@ -139,6 +139,9 @@ pub struct Row {
     pub requests: u64,
     /// Makespan, s.
     pub makespan_s: f64,
+    /// The batched engine's autoscaling (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscale: Option<crate::fleet::run::summary::BatchedAutoscale>,
 }
 
 fn row(label: &str, pods: usize, s: &RunSummary) -> Row {
@@ -161,6 +164,7 @@ fn row(label: &str, pods: usize, s: &RunSummary) -> Row {
             per_pod_requests: b.per_pod_requests.clone(),
             requests: b.requests,
             makespan_s: b.makespan_s,
+            autoscale: b.autoscale.clone(),
         },
         RunSummary::Fifo(f) => Row {
             router: label.into(),
@@ -180,6 +184,7 @@ fn row(label: &str, pods: usize, s: &RunSummary) -> Row {
             per_pod_requests: f.per_pod_requests.clone(),
             requests: f.requests,
             makespan_s: f.makespan_s,
+            autoscale: None,
         },
     }
 }
