@@ -118,6 +118,7 @@ impl EngineArgs {
             pd_threshold_tokens: self.pd_threshold_tokens,
             pd_link_bytes_per_s: self.pd_link_bytes_per_s,
             pd_link_latency_ns: self.pd_link_latency_ns,
+            cache_generated_tokens: None,
         }
     }
 

@@ -8,6 +8,7 @@ pub mod deploy;
 pub mod drive;
 pub mod engines;
 pub mod fields;
+pub mod conversation;
 pub mod loadgen;
 pub mod outcomes;
 pub mod progress;
