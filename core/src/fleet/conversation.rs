@@ -90,7 +90,9 @@ impl Dist {
         if self.min > self.max {
             return Err("every distribution with min <= max");
         }
-        if self.upper() > MAX_LEN_TOKENS || self.mean_milli > MAX_LEN_TOKENS * 1000 || self.sd_milli > MAX_LEN_TOKENS * 1000
+        if self.upper() > MAX_LEN_TOKENS
+            || self.mean_milli > MAX_LEN_TOKENS * 1000
+            || self.sd_milli > MAX_LEN_TOKENS * 1000
         {
             return Err("distributions of at most 4194304 tokens (mean, sd and max)");
         }
@@ -257,10 +259,11 @@ impl ConversationSpec {
     }
 }
 
-/// A conversation's session (caller storage, one per conversation).
+/// A conversation's session (caller storage, one per live session: a conversation has one per
+/// round, and a new round's may start while the last one's turns are still running).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ConvSlot {
-    /// Round of the conversation (its restarts), from the last turn planned.
+    /// Round of the conversation (its restarts): the session's.
     pub round: u64,
     /// Turns whose input and response are in the context.
     pub included: u64,
@@ -302,18 +305,27 @@ fn fill(out: &mut [u32], seed: u64, kind: u64, id: u64) {
 }
 
 impl ConversationSpec {
-    /// The turn request `data_index` sends, as the conversation's session stands when it is
-    /// sent (after the previous turn of the conversation ended); restarts the session when the
-    /// rules say so.
+    /// The session request `data_index` belongs to: (conversation, round of the conversation).
+    /// A round's first turn opens a new session (`_new_session` with a new id, so it waits for
+    /// nothing); each later turn waits for the previous turn of its own session.
+    pub fn session_of(&self, data_index: u64) -> (u32, u64) {
+        let c = (data_index % self.count as u64) as u32;
+        let (turns, _) = self.conversation(c);
+        (c, data_index / self.count as u64 / turns as u64)
+    }
+
+    /// The turn request `data_index` sends, as its session (`slot`: the one of
+    /// [`Self::session_of`], default when new) stands when it is sent, after the session's
+    /// previous turn ended; starts the session when new, and restarts it when its context is
+    /// over [`RESET_CONTEXT_TOKENS`].
     pub fn plan(&self, slot: &mut ConvSlot, data_index: u64) -> Turn {
         let c = (data_index % self.count as u64) as u32;
         let round_num = data_index / self.count as u64;
         let (turns, dynamic) = self.conversation(c);
         let turn = (round_num % turns as u64) as u32;
         let system = self.shared_system_tokens + dynamic;
-        let restart = !slot.primed
-            || (turn == 0 && round_num > 0)
-            || (turn != 0 && slot.context_tokens > RESET_CONTEXT_TOKENS);
+        let restart =
+            !slot.primed || (turn == 0 && round_num > 0) || (turn != 0 && slot.context_tokens > RESET_CONTEXT_TOKENS);
         if restart {
             *slot = ConvSlot { round: round_num / turns as u64, included: 0, context_tokens: system, primed: true };
         }
@@ -377,7 +389,6 @@ impl ConversationSpec {
 mod tests {
     extern crate std;
     use super::*;
-
 
     fn moments(d: Dist, n: usize) -> (f64, f64, u64, u64) {
         let mut rng = ChaCha8Rng::seed_from_u64(5);

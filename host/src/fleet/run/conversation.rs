@@ -1,11 +1,12 @@
 //! The host's pump of a conversation-replay workload ([`brokerlab_core::fleet::conversation`])
 //! behind the core's load generator: the generator says when request `data_index` is sent; its
-//! conversation's session holds it until the conversation's previous turn has ended (inference-perf
-//! 3c7c4a3 `apis/user_session.py`: `to_payload` awaits the session before the request's clock
-//! starts); the core plans the turn, and the host hashes its tokens into block keys. Every rule is
+//! session (the conversation's round) holds it until the session's previous turn has ended
+//! (inference-perf 3c7c4a3 `apis/user_session.py`: `to_payload` awaits the session before the
+//! request's clock starts; a round's first turn opens a new session and waits for nothing); the
+//! core plans the turn, and the host hashes its tokens into block keys. Every rule is
 //! the core's; the host keeps the per-conversation queues and buffers.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use brokerlab_core::fleet::conversation::{ConvSlot, ConversationSpec, Turn};
 use brokerlab_core::fleet::keys::token_keys;
@@ -60,14 +61,23 @@ pub fn simulate_conversations_sent(
     })
 }
 
+/// One live session (a conversation's round): its state, whether a turn of it is in flight (its
+/// lock), and the sends waiting for it, in order.
+#[derive(Default)]
+struct Session {
+    slot: ConvSlot,
+    busy: bool,
+    held: VecDeque<Held>,
+}
+
 struct State {
     conv: ConversationSpec,
     generated: bool,
-    slots: Vec<ConvSlot>,
-    /// The turn in flight per conversation (its session is locked).
-    busy: Vec<bool>,
-    /// Sends waiting for their conversation's session, per conversation, in order.
-    held: Vec<VecDeque<Held>>,
+    /// Live sessions by (conversation, round); a session is dropped when it is idle and its
+    /// conversation has moved on to a later round.
+    sessions: BTreeMap<(u32, u64), Session>,
+    /// The latest round sent per conversation.
+    latest: Vec<u64>,
     /// Per dispatched request: (seq, the turn).
     dispatched: Vec<(u64, Turn)>,
     tokens: Vec<u32>,
@@ -90,12 +100,13 @@ impl State {
         let at_ns = at_ns.max(self.last_ns);
         loop {
             let (seq, stage, data_index) = h;
-            let c = (data_index % self.conv.count as u64) as usize;
-            let t = self.conv.plan(&mut self.slots[c], data_index);
+            let key = self.conv.session_of(data_index);
+            let sess = self.sessions.entry(key).or_default();
+            let t = self.conv.plan(&mut sess.slot, data_index);
             if !t.refused {
                 let n = self
                     .conv
-                    .fill(&self.slots[c], &t, &mut self.tokens)
+                    .fill(&sess.slot, &t, &mut self.tokens)
                     .map_err(|e| CliError::failure(format!("{origin}: {e}")))?;
                 let upto = if self.generated { n } else { t.prompt_tokens as usize };
                 let m = token_keys(&self.tokens[..upto], &mut self.keys)
@@ -108,7 +119,7 @@ impl State {
                 };
                 sent.push(Sent { stage, status: None, completion: None });
                 self.dispatched.push((seq, t));
-                self.busy[c] = true;
+                sess.busy = true;
                 self.last_ns = at_ns;
                 d.dispatch(&req).map_err(|e| CliError::bad_input(format!("{origin}: request {seq}: {e}")))?;
                 return Ok(());
@@ -116,11 +127,22 @@ impl State {
             // refused by the server (prompt + max_tokens over max_model_len): a failure at once,
             // the context kept
             let _ = lg.completed(seq, at_ns, at_ns);
-            self.conv.finished(&mut self.slots[c], &t, false);
-            match self.held[c].pop_front() {
+            self.conv.finished(&mut sess.slot, &t, false);
+            match sess.held.pop_front() {
                 Some(next) => h = next,
-                None => return Ok(()),
+                None => {
+                    self.drop_if_done(key);
+                    return Ok(());
+                }
             }
+        }
+    }
+
+    /// Drops session `key` when idle and its conversation has a later round.
+    fn drop_if_done(&mut self, key: (u32, u64)) {
+        if self.latest[key.0 as usize] > key.1 && self.sessions.get(&key).is_some_and(|s| !s.busy && s.held.is_empty())
+        {
+            self.sessions.remove(&key);
         }
     }
 }
@@ -142,9 +164,8 @@ fn pump<K: HostEngine>(
     let mut st = State {
         conv,
         generated,
-        slots: vec![ConvSlot::default(); n],
-        busy: vec![false; n],
-        held: vec![VecDeque::new(); n],
+        sessions: BTreeMap::new(),
+        latest: vec![0; n],
         dispatched: Vec::new(),
         tokens: vec![0; max_seq],
         keys: vec![0; max_seq / 16 + 1],
@@ -170,11 +191,15 @@ fn pump<K: HostEngine>(
                 let status = lg.completed(seq, c.arrival_ns, c.finish_ns);
                 let s = &mut sent[c.request as usize];
                 (s.status, s.completion) = (Some(status), Some(*c));
-                let k = t.conversation as usize;
-                st.conv.finished(&mut st.slots[k], &t, status == Status::Ok);
-                st.busy[k] = false;
-                if let Some(h) = st.held[k].pop_front() {
-                    st.send(d, &mut lg, sent, h, c.finish_ns, origin)?;
+                let key = (t.conversation, t.round);
+                let Some(sess) = st.sessions.get_mut(&key) else {
+                    return Err(CliError::failure(format!("{origin}: a turn finished in no live session")));
+                };
+                st.conv.finished(&mut sess.slot, &t, status == Status::Ok);
+                sess.busy = false;
+                match sess.held.pop_front() {
+                    Some(h) => st.send(d, &mut lg, sent, h, c.finish_ns, origin)?,
+                    None => st.drop_if_done(key),
                 }
             }
             continue;
@@ -184,11 +209,18 @@ fn pump<K: HostEngine>(
         };
         lg.sent();
         let h = (s.seq, s.stage, s.data_index);
-        let c = (s.data_index % n as u64) as usize;
-        if st.busy[c] || !st.held[c].is_empty() {
-            st.held[c].push_back(h);
-        } else {
-            st.send(d, &mut lg, sent, h, s.at_ns, origin)?;
+        let key = st.conv.session_of(s.data_index);
+        let c = key.0 as usize;
+        if key.1 > st.latest[c] {
+            st.latest[c] = key.1;
+            let old: Vec<(u32, u64)> = st.sessions.range((key.0, 0)..(key.0, key.1)).map(|(k, _)| *k).collect();
+            for k in old {
+                st.drop_if_done(k);
+            }
+        }
+        match st.sessions.get_mut(&key) {
+            Some(sess) if sess.busy || !sess.held.is_empty() => sess.held.push_back(h),
+            _ => st.send(d, &mut lg, sent, h, s.at_ns, origin)?,
         }
     }
 }

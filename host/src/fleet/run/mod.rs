@@ -4,11 +4,11 @@
 
 pub mod bench_json;
 pub mod collect;
+pub mod conversation;
 pub mod deploy;
 pub mod drive;
 pub mod engines;
 pub mod fields;
-pub mod conversation;
 pub mod loadgen;
 pub mod outcomes;
 pub mod progress;

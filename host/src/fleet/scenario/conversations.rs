@@ -87,7 +87,13 @@ fn dist(d: &DistToml, key: &str, bad: Bad<'_>) -> CliResult<Dist> {
         },
         "uniform" => {
             absent(d.mean.is_some() || d.sd.is_some(), "mean", "absent with dist uniform (min and max only)")?;
-            Dist { kind: DistKind::Uniform, mean_milli: 0, sd_milli: 0, min: bound(d.min, "min")?, max: bound(d.max, "max")? }
+            Dist {
+                kind: DistKind::Uniform,
+                mean_milli: 0,
+                sd_milli: 0,
+                min: bound(d.min, "min")?,
+                max: bound(d.max, "max")?,
+            }
         }
         other => return Err(bad(&k("dist"), "\"fixed\", \"normal\", \"lognormal\" or \"uniform\"", other)),
     };

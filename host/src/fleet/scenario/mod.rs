@@ -129,7 +129,11 @@ impl Scenario {
         let conversations = match &t.workload.conversations {
             None => {
                 if let Some(m) = max_model_len {
-                    return Err(bad("fleet.engine.max_model_len", "absent unless [workload.conversations]", &m.to_string()));
+                    return Err(bad(
+                        "fleet.engine.max_model_len",
+                        "absent unless [workload.conversations]",
+                        &m.to_string(),
+                    ));
                 }
                 None
             }

@@ -113,7 +113,11 @@ pub fn simulated_conc_points(r: &LevelRun, decode: bool) -> Option<Vec<LoadPoint
         .map(|l| {
             l.map(|l| {
                 let f = l.figures;
-                if decode { (l.conc as f64, l.tpot_p90_s, f.output_tok_s) } else { (l.conc as f64, f.ttft_p90_s, f.input_tok_s) }
+                if decode {
+                    (l.conc as f64, l.tpot_p90_s, f.output_tok_s)
+                } else {
+                    (l.conc as f64, f.ttft_p90_s, f.input_tok_s)
+                }
             })
         })
         .collect()
@@ -146,7 +150,8 @@ fn table2(t: &Tables) -> Vec<Cell> {
                 (true, 0) => (&t.reasoning, &REASONING_RUN_REQ),
                 (true, _) => (&t.reasoning, &REASONING_SERVICE),
             };
-            let sim: Option<Knee> = runs.get(arm).and_then(|r| simulated_conc_points(r, decode)).and_then(|p| knee(&p, false));
+            let sim: Option<Knee> =
+                runs.get(arm).and_then(|r| simulated_conc_points(r, decode)).and_then(|p| knee(&p, false));
             let Some(pubk) = knee(&published_conc_points(rows, decode), false) else { continue };
             let latency = if decode { "client TPOT p90" } else { "client TTFT p90" };
             let note = |by_eye: f64, unit: &str| {
