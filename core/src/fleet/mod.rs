@@ -21,6 +21,7 @@
 
 pub mod base;
 pub mod cache;
+pub mod conversation;
 pub mod cost;
 pub mod engine;
 pub mod keys;

@@ -273,6 +273,8 @@ named_enum! {
         WorkloadStages => "workload.stages",
         /// The load generator ([`crate::fleet::loadgen::LoadSpec`]).
         Load => "load",
+        /// The conversation-replay workload ([`crate::fleet::conversation::ConversationSpec`]).
+        WorkloadConversations => "workload.conversations",
     }
 }
 

@@ -55,6 +55,11 @@ pub struct BatchedConfig {
     pub scale: Option<crate::fleet::sim::scale::ScalePolicy>,
     /// The saturation analyzer's thresholds and peak window (read only with `scale`).
     pub wva: crate::fleet::sim::wva::WvaThresholds,
+    /// Full blocks of generated tokens are cached too (vLLM v1 hashes every full block of a
+    /// request's computed tokens, prompt and output alike; docs/MODEL.md, "Generated tokens"):
+    /// a request may then carry keys past its prompt (floor((L + O) / 16) of them) and the
+    /// engine keys its blocks up to the tokens computed. Off: only prompt blocks are keyed.
+    pub cache_generated_tokens: bool,
     /// Advance runs of identical decode steps at once (same results). Turning it off is test
     /// support, to show that it changes nothing (feature `harness`; without it the engine always
     /// fast-forwards: [`BatchedConfig::fast_forwards`]).
@@ -74,6 +79,7 @@ impl BatchedConfig {
             pd: None,
             scale: None,
             wva: crate::fleet::sim::wva::WvaThresholds::DEFAULT,
+            cache_generated_tokens: false,
             #[cfg(feature = "harness")]
             fast_forward: true,
         }
@@ -618,10 +624,13 @@ impl<'a> BatchedEngine<'a> {
         (h_max, free_hits)
     }
 
-    /// Gives the request's own full prompt blocks below floor(min(upto, L) / 16) their keys.
+    /// Gives the request's own full prompt blocks below floor(min(upto, L) / 16) their keys
+    /// (with `cache_generated_tokens`: its full blocks below floor(upto / 16), prompt and
+    /// generated, as far as it has keys).
     fn cache_prompt_blocks(&mut self, r: usize, upto_tokens: u64) {
         let q = self.reqs[r];
-        let full = (upto_tokens.min(q.input) / B).min(q.keys_len as u64) as u32;
+        let upto = if self.cfg.cache_generated_tokens { upto_tokens } else { upto_tokens.min(q.input) };
+        let full = (upto / B).min(q.keys_len as u64) as u32;
         if full <= q.considered {
             return;
         }
@@ -1355,6 +1364,11 @@ impl<'a> BatchedEngine<'a> {
             // steps i < to_boundary need none. The (output - generated)-th step finishes it.
             let to_boundary = (B - q.computed % B) % B;
             k_max = k_max.min(to_boundary + 1).min(q.output - q.generated);
+            // With cached generated tokens the step that fills a block keys it (the cache map
+            // changes): it runs normally too.
+            if self.cfg.cache_generated_tokens && (q.keys_len as u64) > q.computed / B {
+                k_max = k_max.min((B - 1 - q.computed % B) % B + 1);
+            }
             base.add_decode(q.computed).map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
         }
         // During the run nothing is allocated or released and the cache map does not change, so

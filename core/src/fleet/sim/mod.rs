@@ -300,10 +300,14 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     }
 
     fn check(&self, req: &Request<'_>) -> Result<(), Error> {
-        if req.keys.len() as u64 != req.input_tokens / BLOCK_TOKENS as u64 {
+        let prompt = req.input_tokens / BLOCK_TOKENS as u64;
+        let generated = self.cfg.batched_config().is_some_and(|e| e.cache_generated_tokens && e.pd.is_none());
+        let with_output = (req.input_tokens + req.output_tokens) / BLOCK_TOKENS as u64;
+        let n = req.keys.len() as u64;
+        if n != prompt && !(generated && n == with_output) {
             return Err(Error::InvalidRequest {
                 field: RequestField::Keys,
-                expected: "one key per full 16-token block of the prompt",
+                expected: "one key per full 16-token block of the prompt (with cache_generated_tokens: or of prompt and output)",
             });
         }
         if req.arrival_ns < self.last_arrival_ns {
@@ -401,7 +405,10 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             loads,
             now_ns: t,
         };
-        let route = self.router.route(&view, req.keys);
+        // The router sees the prompt's keys only (a request may carry its output's keys too,
+        // with `cache_generated_tokens`).
+        let keys = &req.keys[..(req.input_tokens / BLOCK_TOKENS as u64) as usize];
+        let route = self.router.route(&view, keys);
         // A custom router may name a pod that does not exist or is not booted yet.
         if route.pod >= active {
             return Err(Error::InvalidConfig {
@@ -409,8 +416,8 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
                 expected: "a routable pod (index below the active pods)",
             });
         }
-        self.router.routed(route.pod, req.keys, t)?;
-        self.view.routed(route.pod, req.keys, t)?;
+        self.router.routed(route.pod, keys, t)?;
+        self.view.routed(route.pod, keys, t)?;
         Ok(route)
     }
 

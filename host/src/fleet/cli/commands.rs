@@ -135,7 +135,7 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
         crate::outfile::check_output("--report-llmd", o, &inputs)?;
     }
     let mut sc = match &a.inference_perf {
-        None => scenario::Scenario::load(input)?,
+        None => scenario::Scenario::load_any(input)?,
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .map_err(|e| CliError::bad_input(format!("{}: cannot read: {e}", p.display())))?;
@@ -224,9 +224,14 @@ fn run_load(
     slo: Option<brokerlab_core::fleet::slo::Slo>,
     stages_plot: Option<&Path>,
 ) -> CliResult<i32> {
-    let data = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
     let keep = out.outcomes.is_some() || out.report_json.is_some() || out.llmd.is_some();
-    let (mut res, sent) = run::loadgen::simulate_load_sent(cfg, &data, spec, keep, slo)?;
+    let (mut res, sent) = match sc.conversations {
+        Some(conv) => run::conversation::simulate_conversations_sent(cfg, conv, spec, keep, slo, &sc.origin)?,
+        None => {
+            let data = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
+            run::loadgen::simulate_load_sent(cfg, &data, spec, keep, slo)?
+        }
+    };
     let rows = run::stages::rows(&spec, &sent);
     if let Some(dir) = stages_plot {
         for (stem, chart) in run::stages::charts(&rows, &sc.name) {

@@ -119,6 +119,7 @@ impl EngineArgs {
             pd_link_bytes_per_s: self.pd_link_bytes_per_s,
             pd_link_latency_ns: self.pd_link_latency_ns,
             wva: None,
+            cache_generated_tokens: None,
         }
     }
 

@@ -84,6 +84,7 @@ pub const fn names(field: Field) -> Names {
         Field::WorkloadPopularity => (None, Some("workload.popularity")),
         Field::WorkloadStages => (None, Some("workload.stages")),
         Field::Load => (None, Some("load")),
+        Field::WorkloadConversations => (None, Some("workload.conversations")),
     };
     Names { flag, key }
 }

@@ -4,6 +4,7 @@
 
 pub mod bench_json;
 pub mod collect;
+pub mod conversation;
 pub mod deploy;
 pub mod drive;
 pub mod engines;

@@ -106,6 +106,9 @@ pub struct EngineSettings {
     /// Autoscaling's WVA thresholds (a scenario's `[fleet.autoscale]`, checked; `fleet replay`
     /// sets them from its --scale-* flags).
     pub wva: Option<brokerlab_core::fleet::WvaThresholds>,
+    /// Full blocks of generated tokens are cached (the scenario's `[fleet.engine]
+    /// cache_generated_tokens`; default off).
+    pub cache_generated_tokens: Option<bool>,
 }
 
 /// The `[fleet.pd]` key of a P/D setting's field name (None for other fields).
@@ -151,6 +154,7 @@ impl EngineSettings {
         add(self.pd_threshold_tokens.is_some(), "pd-threshold-tokens");
         add(self.pd_link_bytes_per_s.is_some(), "pd-link-bytes-per-s");
         add(self.pd_link_latency_ns.is_some(), "pd-link-latency-ns");
+        add(self.cache_generated_tokens.is_some(), "cache-generated-tokens");
         v
     }
 
@@ -185,6 +189,7 @@ impl EngineSettings {
         self.pd_link_bytes_per_s = o.pd_link_bytes_per_s.or(self.pd_link_bytes_per_s);
         self.pd_link_latency_ns = o.pd_link_latency_ns.or(self.pd_link_latency_ns);
         self.wva = o.wva.or(self.wva);
+        self.cache_generated_tokens = o.cache_generated_tokens.or(self.cache_generated_tokens);
         self
     }
 
@@ -284,6 +289,15 @@ impl EngineSettings {
         }
         if let Some(t) = self.wva {
             e.wva = t;
+        }
+        if let Some(g) = self.cache_generated_tokens {
+            if g && e.pd.is_some() {
+                return Err(CliError::bad_input(format!(
+                    "{}: expected false with prefill/decode disaggregation (not modelled together)",
+                    name("cache_generated_tokens")
+                )));
+            }
+            e.cache_generated_tokens = g;
         }
         e.validate().map_err(|err| match err {
             CoreError::InvalidConfig { field, expected } => {

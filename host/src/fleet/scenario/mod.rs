@@ -15,6 +15,7 @@ use crate::error::{CliError, CliResult, FleetError};
 // The file's schema (serde types and their defaults) and the generated workloads are their own
 // files; this one turns a parsed file into the checked core configuration.
 pub mod builtin;
+mod conversations;
 pub mod deploy;
 pub mod engine;
 mod generated;
@@ -45,6 +46,9 @@ pub struct Scenario {
     pub engine: Option<crate::fleet::scenario::engine::EngineSettings>,
     /// `[load]`: the client as a load generator (None: open-loop arrivals from the workload).
     pub load: Option<brokerlab_core::fleet::loadgen::LoadSpec>,
+    /// `[workload.conversations]`: conversation replay (then `workload` is a placeholder that
+    /// carries the seed only, and the scenario runs under `fleet run` and `fleet tables` only).
+    pub conversations: Option<brokerlab_core::fleet::conversation::ConversationSpec>,
 }
 
 impl Scenario {
@@ -76,22 +80,48 @@ impl Scenario {
         }
     }
 
-    /// Reads and checks a scenario file.
+    /// Reads and checks a scenario file (one with `[workload.conversations]` is refused: see
+    /// [`Self::load_any`]).
     pub fn load(path: &Path) -> CliResult<Self> {
+        Self::load_any(path)?.without_conversations("this command")
+    }
+
+    /// Reads and checks a scenario file, conversation replay included.
+    pub fn load_any(path: &Path) -> CliResult<Self> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| CliError::bad_input(format!("{}: cannot read scenario: {e}", path.display())))?;
         let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        Self::parse(&text, &path.display().to_string(), &stem)
+        Self::parse_any(&text, &path.display().to_string(), &stem)
     }
 
-    /// Parses scenario TOML; `origin` names the file in messages.
+    /// Refuses a conversation-replay scenario in `command` (exit 2 naming the key).
+    pub fn without_conversations(self, command: &str) -> CliResult<Self> {
+        match self.conversations {
+            Some(_) => Err(CliError::bad_input(format!(
+                "{}: `workload.conversations`: {command} runs synthetic workloads; conversation replay runs under `fleet run` (and `fleet tables`) only",
+                self.origin
+            ))),
+            None => Ok(self),
+        }
+    }
+
+    /// Parses scenario TOML; `origin` names the file in messages. Conversation replay is refused
+    /// ([`Self::parse_any`] takes it).
     pub fn parse(text: &str, origin: &str, default_name: &str) -> CliResult<Self> {
+        Self::parse_any(text, origin, default_name)?.without_conversations("this command")
+    }
+
+    /// Parses scenario TOML, conversation replay included.
+    pub fn parse_any(text: &str, origin: &str, default_name: &str) -> CliResult<Self> {
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let t: ScenarioToml = toml::from_str(text).map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
         let bad = |field: &str, expected: &str, got: &str| {
             CliError::bad_input(format!("{origin}: `{field}` = {got:?}: expected {expected}"))
         };
-        let workload = workload_spec(&t.workload, t.load.is_some(), origin, &bad)?;
+        let workload = match &t.workload.conversations {
+            None => workload_spec(&t.workload, t.load.is_some(), origin, &bad)?,
+            Some(_) => conversations::placeholder(&t.workload, origin, &bad)?,
+        };
         let pool_list = t.fleet.pool.as_deref();
         // (a pool of 0 pods named before the pods' sum is)
         if let Some(i) = pool_list.and_then(|l| l.iter().position(|p| p.pods == 0)) {
@@ -125,9 +155,24 @@ impl Scenario {
             None => None,
             Some(l) => Some(load::load_spec(l, &workload, origin, &bad)?),
         };
+        let max_model_len = t.fleet.engine.as_ref().and_then(|e| e.max_model_len);
+        let conversations = match &t.workload.conversations {
+            None => {
+                if let Some(m) = max_model_len {
+                    return Err(bad(
+                        "fleet.engine.max_model_len",
+                        "absent unless [workload.conversations]",
+                        &m.to_string(),
+                    ));
+                }
+                None
+            }
+            Some(c) => Some(conversations::spec(c, t.workload.seed, max_model_len, load.as_ref(), origin, &bad)?),
+        };
         Ok(Scenario {
             engine,
             load,
+            conversations,
             name: t.name.unwrap_or_else(|| default_name.to_string()),
             description: t.description.unwrap_or_default(),
             workload,
@@ -219,14 +264,16 @@ fn workload_spec(
             v.len() as u32
         }
     };
+    let need = |key: &str| bad(key, "a value (required without [workload.conversations])", "none");
+    let suffix = w.suffix_tokens.ok_or_else(|| need("workload.suffix_tokens"))?;
     let workload = WorkloadSpec {
         seed: w.seed,
-        requests: w.requests,
-        tenants: w.tenants,
+        requests: w.requests.ok_or_else(|| need("workload.requests"))?,
+        tenants: w.tenants.ok_or_else(|| need("workload.tenants"))?,
         users_per_tenant: w.users_per_tenant,
-        prefix_tokens: w.prefix_tokens,
-        suffix_min_tokens: w.suffix_tokens[0],
-        suffix_max_tokens: w.suffix_tokens[1],
+        prefix_tokens: w.prefix_tokens.ok_or_else(|| need("workload.prefix_tokens"))?,
+        suffix_min_tokens: suffix[0],
+        suffix_max_tokens: suffix[1],
         output_min_tokens: out_range[0],
         output_max_tokens: out_range[1],
         output_choices,
@@ -371,6 +418,7 @@ fn engine_settings(
                             bad(&crate::fleet::run::fields::key(field), expected, &got)
                         })?),
                     },
+                    cache_generated_tokens: e.cache_generated_tokens,
                 };
                 let ecfg = s.config(&engine_key(origin))?;
                 crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;

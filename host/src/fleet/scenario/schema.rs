@@ -11,17 +11,21 @@ pub struct WorkloadToml {
     /// Seed.
     #[serde(default = "seed")]
     pub seed: u64,
-    /// Requests.
-    pub requests: u64,
-    /// Tenants T.
-    pub tenants: u32,
+    /// Requests (required unless `conversations`).
+    #[serde(default)]
+    pub requests: Option<u64>,
+    /// Tenants T (required unless `conversations`).
+    #[serde(default)]
+    pub tenants: Option<u32>,
     /// Users per tenant.
     #[serde(default = "users_per_tenant")]
     pub users_per_tenant: u32,
-    /// Shared prefix P, tokens.
-    pub prefix_tokens: u32,
-    /// [min, max] user suffix, tokens.
-    pub suffix_tokens: [u32; 2],
+    /// Shared prefix P, tokens (required unless `conversations`).
+    #[serde(default)]
+    pub prefix_tokens: Option<u32>,
+    /// [min, max] user suffix, tokens (required unless `conversations`).
+    #[serde(default)]
+    pub suffix_tokens: Option<[u32; 2]>,
     /// [min, max] output, tokens (default [0, 0]).
     #[serde(default)]
     pub output_tokens: Option<[u32; 2]>,
@@ -52,6 +56,9 @@ pub struct WorkloadToml {
     /// A burst of a higher (or lower) arrival rate.
     #[serde(default)]
     pub burst: Option<BurstToml>,
+    /// Conversation replay instead of the synthetic shared-prefix requests.
+    #[serde(default)]
+    pub conversations: Option<ConversationsToml>,
 }
 
 /// `[[workload.stages]]`.
@@ -325,6 +332,56 @@ pub struct EngineToml {
     /// KV bytes of one token of a pod.
     #[serde(default)]
     pub kv_bytes_per_token: Option<u64>,
+    /// Full blocks of generated tokens are cached (vLLM's prefix caching hashes them).
+    #[serde(default)]
+    pub cache_generated_tokens: Option<bool>,
+    /// vLLM's `max_model_len`: a turn of `[workload.conversations]` whose prompt + output exceeds
+    /// it is refused (only with conversations).
+    #[serde(default)]
+    pub max_model_len: Option<u64>,
+}
+
+/// A length distribution of `[workload.conversations]` (inference-perf's `Distribution`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DistToml {
+    /// "fixed", "normal", "lognormal" or "uniform".
+    pub dist: String,
+    /// Mean (fixed: the value).
+    #[serde(default)]
+    pub mean: Option<f64>,
+    /// Standard deviation.
+    #[serde(default)]
+    pub sd: Option<f64>,
+    /// Smallest value.
+    #[serde(default)]
+    pub min: Option<u64>,
+    /// Largest value.
+    #[serde(default)]
+    pub max: Option<u64>,
+}
+
+/// `[workload.conversations]`: inference-perf's `data.conversation_replay`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConversationsToml {
+    /// Conversations (`num_conversations`).
+    pub count: u32,
+    /// `shared_system_prompt_len`.
+    #[serde(default)]
+    pub shared_system_prompt_tokens: u64,
+    /// `dynamic_system_prompt_len` (absent: none).
+    #[serde(default)]
+    pub dynamic_system_prompt_tokens: Option<DistToml>,
+    /// `turns_per_conversation` (absent: 10).
+    #[serde(default)]
+    pub turns: Option<DistToml>,
+    /// `input_tokens_per_turn` (absent: 512).
+    #[serde(default)]
+    pub input_tokens_per_turn: Option<DistToml>,
+    /// `output_tokens_per_turn` (absent: 256).
+    #[serde(default)]
+    pub output_tokens_per_turn: Option<DistToml>,
 }
 
 /// A scenario file.

@@ -182,6 +182,80 @@ pub const B2B_SERVICE: [B2bRow; 17] = [
     row(57.64, false, [84.0, 161.3, 127.8, 259.1, 133.4, 6926.2, 47540.3]),
 ];
 
+/// The Sticky code-generation and reasoning per-concurrency rows (client columns).
+pub const CONC_SOURCE: Source = Source {
+    repo: "llm-d/llm-d",
+    path: "llm-d-benchmarking/workloads/{code-generation,reasoning}/analysis/results.txt",
+    commit: "7c4b49aa",
+    lines: "code-generation L3-12 (k8), L14-23 (epp prefix-cache filter + modified token-load 286k); reasoning L3-7 (k8), L15-19 (epp run-req)",
+};
+
+/// One concurrency level of a Sticky closed-loop results file (client columns).
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct ConcRow {
+    /// Concurrency level.
+    pub conc: f64,
+    /// Client TTFT p90, s.
+    pub ttft_p90_s: f64,
+    /// Client TPOT p90, s.
+    pub tpot_p90_s: f64,
+    /// Output tok/s.
+    pub out_tok_s: f64,
+    /// Input tok/s.
+    pub in_tok_s: f64,
+}
+
+const fn conc(conc: f64, ttft_p90_s: f64, tpot_p90_ms: f64, out_tok_s: f64, in_tok_s: f64) -> ConcRow {
+    ConcRow { conc, ttft_p90_s, tpot_p90_s: tpot_p90_ms / 1000.0, out_tok_s, in_tok_s }
+}
+
+/// Code-generation, "epp prefix-cache filter + modified token-load 286k" (prefix+token): conc,
+/// TTFT p90 (s), TPOT p90 (ms), out_t/s, in_t/s.
+pub const CODEGEN_AFFINITY: [ConcRow; 10] = [
+    conc(10.0, 16.8, 676.7, 140.9, 19541.5),
+    conc(20.0, 14.0, 261.8, 238.0, 26754.3),
+    conc(30.0, 17.7, 845.6, 594.8, 31196.3),
+    conc(40.0, 20.0, 892.3, 415.4, 41725.2),
+    conc(50.0, 25.9, 1361.8, 422.1, 44570.4),
+    conc(60.0, 35.8, 1226.5, 786.4, 46051.2),
+    conc(70.0, 70.9, 492.0, 943.0, 45271.5),
+    conc(80.0, 65.9, 927.9, 916.8, 45659.4),
+    conc(90.0, 78.1, 719.8, 778.1, 47169.8),
+    conc(100.0, 115.9, 2105.4, 622.6, 47765.5),
+];
+
+/// Code-generation, "k8" (the Kubernetes Service), as [`CODEGEN_AFFINITY`].
+pub const CODEGEN_SERVICE: [ConcRow; 10] = [
+    conc(10.0, 25.7, 413.2, 117.5, 15168.5),
+    conc(20.0, 14.2, 52.6, 299.9, 29451.3),
+    conc(30.0, 74.4, 60.8, 353.3, 16269.1),
+    conc(40.0, 70.4, 78.4, 292.7, 26357.3),
+    conc(50.0, 63.6, 92.6, 394.7, 34551.8),
+    conc(60.0, 148.5, 90.8, 402.0, 22124.5),
+    conc(70.0, 136.2, 106.9, 715.6, 32786.2),
+    conc(80.0, 108.3, 105.3, 862.0, 40560.2),
+    conc(90.0, 162.0, 99.2, 615.1, 34526.3),
+    conc(100.0, 175.1, 117.1, 548.1, 37699.2),
+];
+
+/// Reasoning, "epp run-req", as [`CODEGEN_AFFINITY`].
+pub const REASONING_RUN_REQ: [ConcRow; 5] = [
+    conc(50.0, 0.3, 17.3, 1723.5, 310.4),
+    conc(150.0, 1.0, 32.7, 3636.6, 687.7),
+    conc(250.0, 1.7, 25.8, 5367.0, 975.8),
+    conc(350.0, 2.1, 28.3, 7025.0, 1429.3),
+    conc(450.0, 45.3, 42.6, 7879.6, 1587.1),
+];
+
+/// Reasoning, "k8", as [`CODEGEN_AFFINITY`].
+pub const REASONING_SERVICE: [ConcRow; 5] = [
+    conc(50.0, 0.2, 20.1, 1681.6, 320.6),
+    conc(150.0, 0.6, 179.7, 3156.9, 654.3),
+    conc(250.0, 1.0, 27.8, 5092.1, 958.9),
+    conc(350.0, 1.6, 28.7, 6775.6, 1427.5),
+    conc(450.0, 3.2, 45.3, 8259.6, 1681.6),
+];
+
 /// Table 3's row "@ rate 60" of each arm: the 16th row of the file in order (the guide drops the
 /// Service's 17th): index into [`B2B_AFFINITY`] / [`B2B_SERVICE`].
 pub const T3_RATE60_ROW: usize = 15;
@@ -201,11 +275,9 @@ pub struct KneeRow {
     pub throughput: f64,
     /// Its unit ("input tok/s", "output tok/s").
     pub throughput_unit: &'static str,
-    /// Why it is not simulated (None: simulated).
+    /// Why it is not simulated (None: simulated; every row is today).
     pub needs: Option<&'static str>,
 }
-
-const CLOSED_LOOP: &str = "closed-loop concurrency load and conversation replay (growing context, cached generated tokens, clamped lognormal lengths)";
 
 /// Table 2's six rows.
 pub const TABLE2: [KneeRow; 6] = [
@@ -216,7 +288,7 @@ pub const TABLE2: [KneeRow; 6] = [
         knee_unit: "concurrent",
         throughput: 46_000.0,
         throughput_unit: "input tok/s",
-        needs: Some(CLOSED_LOOP),
+        needs: None,
     },
     KneeRow {
         workload: "code-generation",
@@ -225,7 +297,7 @@ pub const TABLE2: [KneeRow; 6] = [
         knee_unit: "concurrent",
         throughput: 16_000.0,
         throughput_unit: "input tok/s",
-        needs: Some(CLOSED_LOOP),
+        needs: None,
     },
     KneeRow {
         workload: "reasoning",
@@ -234,7 +306,7 @@ pub const TABLE2: [KneeRow; 6] = [
         knee_unit: "concurrent",
         throughput: 7_000.0,
         throughput_unit: "output tok/s",
-        needs: Some(CLOSED_LOOP),
+        needs: None,
     },
     KneeRow {
         workload: "reasoning",
@@ -243,7 +315,7 @@ pub const TABLE2: [KneeRow; 6] = [
         knee_unit: "concurrent",
         throughput: 6_800.0,
         throughput_unit: "output tok/s",
-        needs: Some(CLOSED_LOOP),
+        needs: None,
     },
     KneeRow {
         workload: "b2b-saas",

@@ -3,9 +3,12 @@
 
 use serde::Serialize;
 
-use super::cells::{self, B2B_AFFINITY, B2B_SERVICE, B2bRow, T3_RATE60_ROW, TABLE1, TABLE2};
+use super::cells::{
+    self, B2B_AFFINITY, B2B_SERVICE, B2bRow, CODEGEN_AFFINITY, CODEGEN_SERVICE, ConcRow, REASONING_RUN_REQ,
+    REASONING_SERVICE, T3_RATE60_ROW, TABLE1, TABLE2,
+};
 use super::knee::{Knee, LoadPoint, knee};
-use super::run::{StagedRun, Tables};
+use super::run::{LevelRun, StagedRun, Tables};
 
 /// One cell: simulated, published, error.
 #[derive(Debug, Clone, Serialize)]
@@ -94,6 +97,32 @@ pub fn simulated_points(r: &StagedRun) -> Option<Vec<LoadPoint>> {
     Some(r.ladder_by_rate()?.iter().map(|s| (s.achieved_rate, s.ttft_p90_s, s.input_tok_s)).collect())
 }
 
+/// A9's load points of published concurrency rows: (conc, TTFT p90, input tok/s) for
+/// code-generation (prefill-bound), (conc, TPOT p90, output tok/s) for reasoning (decode-bound).
+pub fn published_conc_points(rows: &[ConcRow], decode: bool) -> Vec<LoadPoint> {
+    rows.iter()
+        .map(|r| if decode { (r.conc, r.tpot_p90_s, r.out_tok_s) } else { (r.conc, r.ttft_p90_s, r.in_tok_s) })
+        .collect()
+}
+
+/// A9's load points of a simulated level run, as [`published_conc_points`]; None if a level is
+/// missing.
+pub fn simulated_conc_points(r: &LevelRun, decode: bool) -> Option<Vec<LoadPoint>> {
+    r.levels
+        .iter()
+        .map(|l| {
+            l.map(|l| {
+                let f = l.figures;
+                if decode {
+                    (l.conc as f64, l.tpot_p90_s, f.output_tok_s)
+                } else {
+                    (l.conc as f64, f.ttft_p90_s, f.input_tok_s)
+                }
+            })
+        })
+        .collect()
+}
+
 fn table2(t: &Tables) -> Vec<Cell> {
     let mut out = Vec::new();
     for row in TABLE2 {
@@ -110,6 +139,42 @@ fn table2(t: &Tables) -> Vec<Cell> {
                     note: format!("not simulated: needs {needs}"),
                 });
             }
+            continue;
+        }
+        if row.workload != "b2b-saas" {
+            let decode = row.workload == "reasoning";
+            let arm = usize::from(row.arm == "k8s service");
+            let (runs, rows): (&[LevelRun], &[ConcRow]) = match (decode, arm) {
+                (false, 0) => (&t.codegen, &CODEGEN_AFFINITY),
+                (false, _) => (&t.codegen, &CODEGEN_SERVICE),
+                (true, 0) => (&t.reasoning, &REASONING_RUN_REQ),
+                (true, _) => (&t.reasoning, &REASONING_SERVICE),
+            };
+            let sim: Option<Knee> =
+                runs.get(arm).and_then(|r| simulated_conc_points(r, decode)).and_then(|p| knee(&p, false));
+            let Some(pubk) = knee(&published_conc_points(rows, decode), false) else { continue };
+            let latency = if decode { "client TPOT p90" } else { "client TTFT p90" };
+            let note = |by_eye: f64, unit: &str| {
+                format!("published: A9 ({latency}) on the published rows; the blog reads {by_eye} {unit} by eye")
+            };
+            out.push(Cell {
+                table: 2,
+                row: name.clone(),
+                metric: "knee (concurrency)",
+                simulated: sim.map(|k| k.load),
+                published: pubk.load,
+                absolute: false,
+                note: note(row.knee, row.knee_unit),
+            });
+            out.push(Cell {
+                table: 2,
+                row: name,
+                metric: if decode { "output tok/s at knee" } else { "input tok/s at knee" },
+                simulated: sim.map(|k| k.throughput),
+                published: pubk.throughput,
+                absolute: false,
+                note: note(row.throughput, row.throughput_unit),
+            });
             continue;
         }
         let (arm, rows): (usize, &[B2bRow]) =

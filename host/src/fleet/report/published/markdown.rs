@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::cells::{B2B_SOURCE, TABLE1_SOURCE, TABLE2_SOURCE, TABLE3_SOURCE};
+use super::cells::{B2B_SOURCE, CONC_SOURCE, TABLE1_SOURCE, TABLE2_SOURCE, TABLE3_SOURCE};
 use super::compare::{Cell, cells, median_error};
 use super::run::Tables;
 use crate::fleet::cli::compare::page;
@@ -87,9 +87,14 @@ pub fn ran(t: &Tables) -> String {
     };
     let reqs = |v: &[super::run::StagedRun]| v.iter().map(|r| r.requests.to_string()).collect::<Vec<_>>().join(" / ");
     format!(
-        "Ran {scale}: table 1 on `scenarios/llm-d-ramp.toml` ({} requests per scheduler), tables 2 and 3 on `scenarios/sticky-b2b-saas.toml` ({} requests per arm), seed 13, batched engine. Figures computed per stage the inference-perf way (total time = latest end - earliest send; linear percentiles) and, for table 1, aggregated as the 2025 report generator did (rows by requested rate, mean of tok/s over rows, success-weighted TTFT); each request's stage as the load generator ran it (inference-perf's drained stages, interval and per-stage prompt order, docs/MODEL.md \"The load generator\"). Schedulers: precise = llm-d's precise-prefix 3 / kv-cache 2 / queue 2; approximate = prefix 1 / kv-cache 1 / queue 1 with the benchmark's 2 M-token LRU; load = queue 1 + kv-cache 1 (llm-d-load); random = a seeded uniform pick per request; the Kubernetes Service of tables 2-3 = the same random pick (A6). Assumptions A1-A11 of docs/PUBLISHED.md.",
+        "Ran {scale}: table 1 on `scenarios/llm-d-ramp.toml` ({} requests per scheduler), tables 2 and 3 on `scenarios/sticky-b2b-saas.toml` ({} requests per arm), seed 13, batched engine. Figures computed per stage the inference-perf way (total time = latest end - earliest send; linear percentiles) and, for table 1, aggregated as the 2025 report generator did (rows by requested rate, mean of tok/s over rows, success-weighted TTFT); each request's stage as the load generator ran it (inference-perf's drained stages, interval and per-stage prompt order, docs/MODEL.md \"The load generator\"). Schedulers: precise = llm-d's precise-prefix 3 / kv-cache 2 / queue 2; approximate = prefix 1 / kv-cache 1 / queue 1 with the benchmark's 2 M-token LRU; load = queue 1 + kv-cache 1 (llm-d-load); random = a seeded uniform pick per request; the Kubernetes Service of tables 2-3 = the same random pick (A6). Assumptions A1-A11 of docs/PUBLISHED.md. Table 2's code-generation and reasoning rows: `scenarios/sticky-code-generation.toml` and `scenarios/sticky-reasoning.toml` at every published concurrency level (conversations = seed = concurrency; {}), each level a separate run on a cold fleet, conversation replay behind the closed-loop load generator with generated tokens cached (docs/MODEL.md \"Conversation replay\"); arms prefix+token (code-generation) and run-req (reasoning) from their router configs, the Kubernetes Service the random pick.",
         reqs(&t.table1),
-        reqs(&t.b2b)
+        reqs(&t.b2b),
+        if t.conversation_divisor == 1 {
+            "6 and 3 requests per slot as published".to_string()
+        } else {
+            format!("requests per slot divided by {} (not the full-size cells)", t.conversation_divisor)
+        }
     )
 }
 
@@ -102,7 +107,7 @@ pub fn markdown(t: &Tables) -> String {
         (
             2,
             "Table 2: \"Sticky Until Saturated\" knees (2026, knee rule A9)",
-            format!("{}; rows {}", TABLE2_SOURCE.cite(), B2B_SOURCE.cite()),
+            format!("{}; rows {}; {}", TABLE2_SOURCE.cite(), B2B_SOURCE.cite(), CONC_SOURCE.cite()),
         ),
         (
             3,

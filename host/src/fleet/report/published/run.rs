@@ -28,6 +28,26 @@ pub const B2B_NAME: &str = "scenarios/sticky-b2b-saas.toml (built in)";
 pub const PREFIX_TOKEN_TEXT: &str = include_str!("../../../../../docs/drafts/router-sticky-prefix-token.toml");
 /// Its name in messages.
 pub const PREFIX_TOKEN_NAME: &str = "docs/drafts/router-sticky-prefix-token.toml (built in)";
+/// The run-req arm's router config (reasoning), compiled in.
+pub const ACTIVE_REQUEST_TEXT: &str = include_str!("../../../../../docs/drafts/router-sticky-active-request.toml");
+/// Its name in messages.
+pub const ACTIVE_REQUEST_NAME: &str = "docs/drafts/router-sticky-active-request.toml (built in)";
+/// The code-generation scenario (one level), compiled in.
+pub const CODEGEN_TEXT: &str = include_str!("../../../../../scenarios/sticky-code-generation.toml");
+/// Its name in messages.
+pub const CODEGEN_NAME: &str = "scenarios/sticky-code-generation.toml (built in)";
+/// The reasoning scenario (one level), compiled in.
+pub const REASONING_TEXT: &str = include_str!("../../../../../scenarios/sticky-reasoning.toml");
+/// Its name in messages.
+pub const REASONING_NAME: &str = "scenarios/sticky-reasoning.toml (built in)";
+/// Code-generation's concurrency levels (run_benchmark.sh @ 06d672f7 and the results rows).
+pub const CODEGEN_LEVELS: [u64; 10] = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
+/// Requests per slot of a code-generation level (MAX_REQUESTS = 6 x conc).
+pub const CODEGEN_PER_SLOT: u64 = 6;
+/// Reasoning's concurrency levels.
+pub const REASONING_LEVELS: [u64; 5] = [50, 150, 250, 350, 450];
+/// Requests per slot of a reasoning level (MAX_REQUESTS = 3 x conc).
+pub const REASONING_PER_SLOT: u64 = 3;
 
 /// One run, per stage in stage order (warmup first).
 #[derive(Debug, Clone, Serialize)]
@@ -71,6 +91,31 @@ impl StagedRun {
     }
 }
 
+/// One concurrency level of a conversation-replay run: inference-perf's figures of its one stage.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Level {
+    /// Concurrency (= conversations = seed).
+    pub conc: u64,
+    /// The stage's figures.
+    pub figures: StageFigures,
+    /// Client TPOT p90 over the successful requests, s: (last token - first token) / (output - 1)
+    /// (inference-perf `reportgen/base.py` @ 3c7c4a3 L454-458).
+    pub tpot_p90_s: f64,
+    /// Turns the server refused for their length (prompt + output over max_model_len).
+    pub refused: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+}
+
+/// One arm of a conversation-replay workload: every level, each a separate run on a cold fleet.
+#[derive(Debug, Clone, Serialize)]
+pub struct LevelRun {
+    /// Label.
+    pub label: String,
+    /// Each level in order (None: a level without a successful request).
+    pub levels: Vec<Option<Level>>,
+}
+
 /// Every run of the three tables.
 #[derive(Debug, Clone, Serialize)]
 pub struct Tables {
@@ -80,6 +125,12 @@ pub struct Tables {
     pub table1: Vec<StagedRun>,
     /// b2b-saas: prefix+token, then the Kubernetes Service.
     pub b2b: Vec<StagedRun>,
+    /// Code-generation: prefix+token, then the Kubernetes Service.
+    pub codegen: Vec<LevelRun>,
+    /// Reasoning: run-req, then the Kubernetes Service.
+    pub reasoning: Vec<LevelRun>,
+    /// Requests per slot of the conversation runs were divided by this (1: as published).
+    pub conversation_divisor: u64,
 }
 
 /// The largest stage divisor `fleet report` gives the tables, whatever its `--shrink`: at 1/8 the
@@ -87,8 +138,9 @@ pub struct Tables {
 /// cell would read "not simulated".
 pub const MAX_REPORT_DIVISOR: u64 = 8;
 
-/// Runs of [`run`] (progress).
-pub const RUNS: u64 = 6;
+/// Runs of [`run`] (progress): table 1's four, b2b-saas's two, and each level of both arms of
+/// code-generation and reasoning.
+pub const RUNS: u64 = 6 + 2 * (CODEGEN_LEVELS.len() + REASONING_LEVELS.len()) as u64;
 
 /// `text` parsed, its stage durations (open-loop and load-generator stages) divided by `divisor`
 /// (at least 1 ms each).
@@ -153,6 +205,112 @@ fn b2b_fleets(sc: &Scenario) -> CliResult<[(String, FleetConfig); 2]> {
     Ok([("prefix+token".into(), affinity), ("k8s service (random)".into(), service)])
 }
 
+/// The Kubernetes Service of a fleet: a seeded uniform pick (assumption A6).
+fn service(fleet: FleetConfig, seed: u64) -> CliResult<FleetConfig> {
+    let mut random = RouterSpec::preset(RouterKind::Random)
+        .ok_or_else(|| CliError::failure("the random preset has no pipeline".to_string()))?;
+    random.params.seed = seed;
+    Ok(FleetConfig { router: RouterKind::Random, routing: Some(random), ..fleet })
+}
+
+/// The matched arm of a fleet from a router config (seeded from `seed` unless it has a seed).
+fn matched(fleet: FleetConfig, text: &str, name: &str, seed: u64) -> CliResult<FleetConfig> {
+    let (kind, mut spec, file_seed) = router_config::parse(text, "--router-config", name)?;
+    if !file_seed {
+        spec.params.seed = seed;
+    }
+    Ok(FleetConfig { router: kind, routing: Some(spec), ..fleet })
+}
+
+/// Client TPOT p90 of the successful requests of `sent` (None without one of more than one
+/// token).
+pub fn tpot_p90(sent: &[crate::fleet::run::loadgen::Sent]) -> Option<f64> {
+    use brokerlab_core::fleet::loadgen::Status;
+    let mut v: Vec<f64> = sent
+        .iter()
+        .filter(|s| s.status == Some(Status::Ok))
+        .filter_map(|s| s.completion)
+        .filter(|c| c.output_tokens > 1)
+        .map(|c| (c.finish_ns - c.first_token_ns) as f64 / 1e9 / (c.output_tokens - 1) as f64)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    crate::fleet::run::stages::percentile_linear(&v, 90.0)
+}
+
+/// One level of a conversation scenario: conversations = seed = `conc`, one concurrent stage of
+/// `per_slot` x `conc` requests.
+fn level(
+    text: &str,
+    name: &str,
+    default: &str,
+    conc: u64,
+    per_slot: u64,
+    arm: &dyn Fn(FleetConfig, u64) -> CliResult<FleetConfig>,
+) -> CliResult<Option<Level>> {
+    let sc = Scenario::parse_any(text, name, default)?;
+    let (Some(mut conv), Some(mut load)) = (sc.conversations, sc.load) else {
+        return Err(CliError::failure(format!("{name}: not a conversation scenario with [load]")));
+    };
+    conv.count = conc as u32;
+    conv.seed = conc;
+    load.stages[0].concurrency = conc;
+    load.stages[0].num_requests = per_slot * conc;
+    let settings = sc.engine.clone().ok_or_else(|| CliError::failure(format!("{name}: no [fleet.engine]")))?;
+    let e = settings.config(&|k| format!("{name}: `fleet.engine.{k}`"))?;
+    let cfg = batched(arm(sc.fleet, conc)?, e).map_err(config_error)?;
+    let (res, sent) =
+        crate::fleet::run::conversation::simulate_conversations::<Batched>(cfg, conv, load, false, None, name)?;
+    let timeout_ns = if load.timeout_ms == 0 { u64::MAX } else { load.timeout_ms * 1_000_000 };
+    let reqs = sent.iter().filter_map(|s| Req::from_sent(s, timeout_ns)).collect::<Vec<_>>();
+    let stages = per_stage(&reqs, &[(0, 0)]);
+    let refused = load.stages[0].num_requests - sent.len() as u64;
+    Ok(match (stages.first().copied().flatten(), tpot_p90(&sent)) {
+        (Some(figures), Some(tpot_p90_s)) => {
+            Some(Level { conc, figures, tpot_p90_s, refused, preemptions: res.summary.preemptions })
+        }
+        _ => None,
+    })
+}
+
+/// Every level of one arm.
+#[allow(clippy::too_many_arguments)]
+fn levels(
+    label: &str,
+    text: &str,
+    name: &str,
+    default: &str,
+    confs: &[u64],
+    per_slot: u64,
+    arm: &dyn Fn(FleetConfig, u64) -> CliResult<FleetConfig>,
+    inc: &dyn Fn(),
+) -> CliResult<LevelRun> {
+    let mut v = Vec::new();
+    for &c in confs {
+        v.push(level(text, name, default, c, per_slot, arm)?);
+        inc();
+    }
+    Ok(LevelRun { label: label.into(), levels: v })
+}
+
+/// Both arms of code-generation and reasoning, every level, with requests per slot divided by
+/// `divisor` (at least 1: 1 is the published size).
+pub fn run_conversations(divisor: u64, inc: &dyn Fn()) -> CliResult<(Vec<LevelRun>, Vec<LevelRun>)> {
+    let per = |n: u64| (n / divisor.max(1)).max(1);
+    let (cg, cgn, cgd) = (CODEGEN_TEXT, CODEGEN_NAME, "sticky-code-generation");
+    let (rs, rsn, rsd) = (REASONING_TEXT, REASONING_NAME, "sticky-reasoning");
+    let pt = |f: FleetConfig, seed: u64| matched(f, PREFIX_TOKEN_TEXT, PREFIX_TOKEN_NAME, seed);
+    let rr = |f: FleetConfig, seed: u64| matched(f, ACTIVE_REQUEST_TEXT, ACTIVE_REQUEST_NAME, seed);
+    let codegen = vec![
+        levels("prefix+token", cg, cgn, cgd, &CODEGEN_LEVELS, per(CODEGEN_PER_SLOT), &pt, inc)?,
+        levels("k8s service (random)", cg, cgn, cgd, &CODEGEN_LEVELS, per(CODEGEN_PER_SLOT), &service, inc)?,
+    ];
+    let reasoning = vec![
+        levels("run-req", rs, rsn, rsd, &REASONING_LEVELS, per(REASONING_PER_SLOT), &rr, inc)?,
+        levels("k8s service (random)", rs, rsn, rsd, &REASONING_LEVELS, per(REASONING_PER_SLOT), &service, inc)?,
+    ];
+    Ok((codegen, reasoning))
+}
+
 /// Runs the three tables with stage durations divided by `divisor` (1: as published); `inc`
 /// after each run.
 pub fn run(divisor: u64, inc: &dyn Fn()) -> CliResult<Tables> {
@@ -168,5 +326,6 @@ pub fn run(divisor: u64, inc: &dyn Fn()) -> CliResult<Tables> {
         b2b.push(staged(label, &b, cfg, B2B_NAME)?);
         inc();
     }
-    Ok(Tables { stage_divisor: divisor.max(1), table1, b2b })
+    let (codegen, reasoning) = run_conversations(1, inc)?;
+    Ok(Tables { stage_divisor: divisor.max(1), table1, b2b, codegen, reasoning, conversation_divisor: 1 })
 }
