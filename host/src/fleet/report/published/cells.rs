@@ -103,6 +103,41 @@ pub const TABLE1: [Table1Row; 4] = [
     },
 ];
 
+/// Output tokens the 2025 run's client counted per request it sent (assumption A1, docs/PUBLISHED.md
+/// "The 2025 run's counted output tokens"): the server generated 1,000 per request
+/// (`ignore_eos`, `max_tokens` 1000), inference-perf counted what re-tokenizing the streamed text
+/// gives, 12.42 M tokens over the run's 16,334 ladder requests. Read from the report's own chart
+/// "Norm. Time per Output Token vs. QPS" (`latency_vs_qps.png` beside the table's README @
+/// `d070ea60`): its report generator divides each row's send duration by the output tokens of the
+/// run's one per-request file (read again for every stage), so row i plots
+/// `(n_i / requests_per_s_i) / T` with T the run's total ([`TABLE1_NORM_TIME_LOAD`]). 760 is T /
+/// 16,334 with T the mean over the 35 markers of the four series that other series do not hide
+/// (per scheduler 760.0 precise, 753.8 estimated, 758.7 random, 763.1 load); the same reading of the 2025 Llama-70B report (`benchmarking/37-capacity`, 1,000
+/// output tokens, 100% success) gives 1,000.6.
+pub const TABLE1_COUNTED_OUTPUT_TOKENS: u64 = 760;
+
+/// The load-scheduling markers of that chart (the series drawn on top, every row visible): per
+/// QPS row (requested rate, requests sent int(rate x duration), the README's Requests/s, the
+/// plotted norm. time in us per token, read from the pixels: one pixel is 0.0065 us).
+pub const TABLE1_NORM_TIME_LOAD: [(u32, u64, f64, f64); 16] = [
+    (3, 60, 2.997, 1.6041),
+    (10, 200, 10.469, 1.5325),
+    (15, 300, 15.152, 1.5976),
+    (20, 760, 22.157, 2.7491),
+    (22, 748, 21.469, 2.7849),
+    (25, 750, 25.597, 2.3522),
+    (30, 750, 29.711, 2.0204),
+    (35, 735, 35.167, 1.6984),
+    (40, 1520, 39.019, 3.1264),
+    (43, 1548, 40.143, 3.0809),
+    (46, 1518, 46.688, 2.6059),
+    (49, 1470, 49.162, 2.3978),
+    (52, 1508, 54.050, 2.2351),
+    (55, 1485, 54.779, 2.1701),
+    (57, 1482, 55.837, 2.1245),
+    (60, 1500, 59.971, 2.0074),
+];
+
 /// One inference-perf stage row of the Sticky b2b-saas results (client columns unless `v_`).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct B2bRow {
@@ -340,4 +375,29 @@ pub const TABLE2: [KneeRow; 6] = [
 /// Relative error (sim - published) / published; absolute (sim - published) when `absolute`.
 pub fn error(sim: f64, published: f64, absolute: bool) -> f64 {
     if absolute { sim - published } else { (sim - published) / published }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_counted_output_tokens_are_the_charts_run_total_over_the_requests_sent() {
+        // Each row gives the run's total T = (n / requests_per_s) / norm. time: the same T on every
+        // row (rows of 60 to 1,548 requests) is what says the chart divides by the run's total.
+        let t: Vec<f64> = TABLE1_NORM_TIME_LOAD.iter().map(|&(_, n, rps, us)| n as f64 / rps / (us * 1e-6)).collect();
+        let mean = t.iter().sum::<f64>() / t.len() as f64;
+        assert!(t.iter().all(|x| (x / mean - 1.0).abs() < 0.015), "{t:?}");
+        assert!((12.40e6..12.50e6).contains(&mean), "{mean}");
+        // int(rate x duration) of the ladder (the warmup is not in the report's rows: the 15 row
+        // fits one 20 s stage), and T over them: the load row's 763 per request
+        let sent: u64 = TABLE1_NORM_TIME_LOAD.iter().map(|r| r.1).sum();
+        assert_eq!(sent, 16_334);
+        let per = mean / sent as f64;
+        assert!((per - 763.1).abs() < 0.5, "{per}");
+        // the constant (the mean over all 35 unhidden markers) is within 1% of every scheduler's
+        for per_scheduler in [760.0, 753.8, 758.7, 763.1] {
+            assert!((TABLE1_COUNTED_OUTPUT_TOKENS as f64 / per_scheduler - 1.0).abs() < 0.01);
+        }
+    }
 }

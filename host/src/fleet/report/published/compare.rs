@@ -57,8 +57,8 @@ pub fn median_error(cells: &[Cell]) -> Option<f64> {
     Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
 }
 
-const WHY_TOK: &str = "counted 1,000 tokens per request (A1) where the 2025 run counted about 440, so each request holds its pod's decode slots and KV longer and counts more tokens";
-const WHY_TTFT: &str = "client TTFT over drained stages; the model has no request path outside vLLM (A7: gateway, router, HTTP, tokenization: zero here) and 1,000 output tokens per request (A1)";
+const WHY_TOK: &str = "760 counted of the 1,000 generated tokens per request, as the 2025 run's client counted them (A1); the linear step cost has no context term, so a decode step of long-context requests is too short and the drained stages end too early";
+const WHY_TTFT: &str = "client TTFT over drained stages; the model has no request path outside vLLM (A7: gateway, router, HTTP, tokenization: zero here, no measurement of it found)";
 const WHY_WAIT: &str = "the model's time-weighted waiting requests per pod over the whole run (the published figure: the mean of the EPP's scrapes of `vllm:num_requests_waiting` over pods and time points, sampling times unpublished)";
 
 fn table1(t: &Tables) -> Vec<Cell> {

@@ -53,6 +53,15 @@ pub fn parse_outcome(line: &str, tokens: (u64, u64)) -> Result<Req, String> {
     })
 }
 
+/// `reqs` as the client counted them: every successful request's output tokens set to
+/// `per_request` (the tokens the run's client counted per request, where that differs from what
+/// the server generated: table 1's A1, [`super::cells::TABLE1_COUNTED_OUTPUT_TOKENS`]); None keeps
+/// the generated count. A failed request's tokens count nowhere, so they are left as they are.
+pub fn as_counted(reqs: Vec<Req>, per_request: Option<u64>) -> Vec<Req> {
+    let Some(c) = per_request else { return reqs };
+    reqs.into_iter().map(|r| if r.ok { Req { output_tokens: c, ..r } } else { r }).collect()
+}
+
 /// The stage of `r`: the load generator's record when present, else the back-to-back window
 /// `[start, end)` (ns from t = 0) its send time falls in. `None`: after the last window.
 pub fn stage_of(r: &Req, windows: &[(u64, u64)]) -> Option<usize> {
@@ -144,6 +153,21 @@ mod tests {
             output_tokens: 1000,
             ok: true,
         }
+    }
+
+    #[test]
+    fn counted_tokens_replace_the_generated_ones_of_successful_requests_only() {
+        let ok = req(0, 100, 2000);
+        let gone = Req { ok: false, ..req(10, 100, 2000) };
+        assert_eq!(as_counted(vec![ok, gone], None), vec![ok, gone]);
+        let c = as_counted(vec![ok, gone], Some(760));
+        assert_eq!((c[0].output_tokens, c[1].output_tokens), (760, gone.output_tokens));
+        assert_eq!(Req { output_tokens: ok.output_tokens, ..c[0] }, ok);
+        // a stage's output tok/s scales with the count: 760 / 1,000 of the generated figure
+        let f = |v: &[Req]| stage_figures(v).unwrap().output_tok_s;
+        let stage: Vec<Req> = (0..10).map(|i| req(i * 100, 50, 3000)).collect();
+        let ratio = f(&as_counted(stage.clone(), Some(760))) / f(&stage);
+        assert!((ratio - 0.76).abs() < 1e-12, "{ratio}");
     }
 
     #[test]

@@ -5,7 +5,8 @@
 use brokerlab_core::fleet::{FleetConfig, RouterKind, RouterSpec};
 use serde::Serialize;
 
-use super::figures::{Req, StageFigures, Summary2025, back_to_back, per_stage, summary_2025};
+use super::cells::TABLE1_COUNTED_OUTPUT_TOKENS;
+use super::figures::{Req, StageFigures, Summary2025, as_counted, back_to_back, per_stage, summary_2025};
 use crate::error::{CliError, CliResult};
 use crate::fleet::cli::router_config;
 use crate::fleet::report::llmd::{self, Preset};
@@ -150,7 +151,9 @@ fn scaled(text: &str, name: &str, default: &str, divisor: u64) -> CliResult<Scen
     Ok(sc)
 }
 
-fn staged(label: String, sc: &Scenario, cfg: FleetConfig, name: &str) -> CliResult<StagedRun> {
+/// One staged run: each request's figures as the client counted them (`counted`: output tokens
+/// counted per successful request, None: the generated count).
+fn staged(label: String, sc: &Scenario, cfg: FleetConfig, name: &str, counted: Option<u64>) -> CliResult<StagedRun> {
     let settings = sc.engine.clone().ok_or_else(|| CliError::failure(format!("{name}: no [fleet.engine]")))?;
     let e = settings.config(&|k| format!("{name}: `fleet.engine.{k}`"))?;
     let g = Generated::with_origin(sc.workload, name)?;
@@ -160,7 +163,7 @@ fn staged(label: String, sc: &Scenario, cfg: FleetConfig, name: &str) -> CliResu
         Some(spec) => {
             let (res, sent) = simulate_load::<Batched>(cfg, &g, spec, true, None)?;
             let timeout_ns = if spec.timeout_ms == 0 { u64::MAX } else { spec.timeout_ms * 1_000_000 };
-            let reqs = sent.iter().filter_map(|s| Req::from_sent(s, timeout_ns)).collect::<Vec<_>>();
+            let reqs = as_counted(sent.iter().filter_map(|s| Req::from_sent(s, timeout_ns)).collect(), counted);
             let stages = spec.stages();
             // one window per stage: the recorded stage decides, the windows only count them
             (
@@ -175,7 +178,7 @@ fn staged(label: String, sc: &Scenario, cfg: FleetConfig, name: &str) -> CliResu
             let res = simulate::<Batched>(cfg, &mut &g, true)?;
             let stages = sc.workload.stages();
             let windows = back_to_back(&stages.iter().map(|s| s.duration_ms * 1_000_000).collect::<Vec<_>>());
-            let reqs = res.completions.iter().map(Req::from_completion).collect();
+            let reqs = as_counted(res.completions.iter().map(Req::from_completion).collect(), counted);
             (stages.iter().map(|s| s.rate_milli_per_s as f64 / 1e3).collect(), reqs, windows, res.summary)
         }
     };
@@ -317,13 +320,16 @@ pub fn run(divisor: u64, inc: &dyn Fn()) -> CliResult<Tables> {
     let sc = llmd::scenario(divisor)?;
     let mut table1 = Vec::new();
     for p in TABLE1_PRESETS {
-        table1.push(staged(p.upstream().into(), &sc, p.fleet(sc.fleet, sc.workload.seed), llmd::SCENARIO_NAME)?);
+        // the 2025 client counted 760 of the 1,000 generated tokens per request (A1)
+        let fleet = p.fleet(sc.fleet, sc.workload.seed);
+        table1.push(staged(p.upstream().into(), &sc, fleet, llmd::SCENARIO_NAME, Some(TABLE1_COUNTED_OUTPUT_TOKENS))?);
         inc();
     }
     let b = scaled(B2B_TEXT, B2B_NAME, "sticky-b2b-saas", divisor)?;
     let mut b2b = Vec::new();
     for (label, cfg) in b2b_fleets(&b)? {
-        b2b.push(staged(label, &b, cfg, B2B_NAME)?);
+        // the 2026 runs count 997 to 999 of 1,000 (gen_p50): the generated count
+        b2b.push(staged(label, &b, cfg, B2B_NAME, None)?);
         inc();
     }
     let (codegen, reasoning) = run_conversations(1, inc)?;
