@@ -47,7 +47,15 @@ fn u(v: &Value, k: &str) -> u64 {
 /// One pod; `count` conversations of `turns` fixed turns, a 32-token shared system prompt,
 /// `input` and `output` tokens per turn; a concurrent stage of `requests` at `conc`; `load` and
 /// `engine` add keys to `[load]` and `[fleet.engine]`.
-fn conv(count: u32, turns: u32, input: u64, output: u64, conc: u32, requests: u32, load: &str, engine: &str) -> String {
+fn conv(
+    count: u32,
+    turns: u32,
+    input: u64,
+    output: u64,
+    (conc, requests): (u32, u32),
+    load: &str,
+    engine: &str,
+) -> String {
     format!(
         "[workload]\nseed = 7\n\n[workload.conversations]\ncount = {count}\nshared_system_prompt_tokens = 32\n\
          turns = {{ dist = \"fixed\", mean = {turns} }}\ninput_tokens_per_turn = {{ dist = \"fixed\", mean = {input} }}\n\
@@ -64,7 +72,7 @@ fn turn_two_hits_turn_ones_response_only_with_cache_generated_tokens() {
     // response + 64: it hits 6 blocks (96 tokens) of the prompt, and with
     // cache_generated_tokens the 7th, all generated (112 tokens).
     for (flag, hit) in [("", 96), ("cache_generated_tokens = true", 112)] {
-        let (code, err, json, lines) = run("hit", &conv(1, 2, 64, 32, 1, 2, "", flag));
+        let (code, err, json, lines) = run("hit", &conv(1, 2, 64, 32, (1, 2), "", flag));
         assert_eq!(code, 0, "{err}");
         assert_eq!(lines.len(), 2, "{lines:?}");
         assert_eq!(u(&lines[0], "hit_tokens"), 0);
@@ -78,14 +86,14 @@ fn a_session_waits_for_its_previous_turn() {
     // Two clients, one conversation of two turns: the generator hands turn 1 to the second
     // client within the stage's first second, but its session holds it until turn 0 (200
     // output tokens: seconds) has ended; it is sent at that end, and its latency starts there.
-    let (code, err, _, lines) = run("session", &conv(1, 2, 64, 200, 2, 2, "", ""));
+    let (code, err, _, lines) = run("session", &conv(1, 2, 64, 200, (2, 2), "", ""));
     assert_eq!(code, 0, "{err}");
     assert_eq!(lines.len(), 2);
     let end0 = u(&lines[0], "arrival_ns") + u(&lines[0], "e2e_ns");
     assert!(end0 > 2_000_000_000, "turn 0 outlasts the generator's sends ({end0} ns)");
     assert_eq!(u(&lines[1], "arrival_ns"), end0, "turn 1 is sent when turn 0 ends");
     // two conversations: their first turns wait for nothing (both sent within the first second)
-    let (code, err, _, lines) = run("session2", &conv(2, 2, 64, 200, 2, 2, "", ""));
+    let (code, err, _, lines) = run("session2", &conv(2, 2, 64, 200, (2, 2), "", ""));
     assert_eq!(code, 0, "{err}");
     assert!(lines.iter().all(|l| u(l, "arrival_ns") <= 2_000_000_000), "{lines:?}");
 }
@@ -99,7 +107,7 @@ fn a_timed_out_turn_is_aborted_on_the_server_and_frees_its_session() {
     // at its predecessor's end, seconds later). The context is kept: every prompt is the system
     // prompt + its input, as no turn answered. The run ends within a step of the last deadline.
     let (code, err, json, lines) =
-        run("timeout", &conv(1, 3, 64, 400, 3, 3, "request_timeout_s = 0.2\n", "cache_generated_tokens = true"));
+        run("timeout", &conv(1, 3, 64, 400, (3, 3), "request_timeout_s = 0.2\n", "cache_generated_tokens = true"));
     assert_eq!(code, 0, "{err}");
     assert_eq!(lines.len(), 3, "{lines:?}");
     for l in &lines {
@@ -126,7 +134,7 @@ fn a_timed_out_turn_is_aborted_on_the_server_and_frees_its_session() {
 fn a_turn_refused_for_its_length_is_counted_not_lost() {
     // max_model_len 200: turn 0 (96 + 16) and turn 1 (96 + 16 + 64 = 176, + 16) fit, turn 2
     // (192 + 64 + 16 = 272) does not: refused at once, never dispatched, but sent and counted.
-    let (code, err, json, lines) = run("refused", &conv(1, 3, 64, 16, 1, 3, "", "max_model_len = 200"));
+    let (code, err, json, lines) = run("refused", &conv(1, 3, 64, 16, (1, 3), "", "max_model_len = 200"));
     assert_eq!(code, 0, "{err}");
     let stage = &json["stages"][0];
     assert_eq!(
@@ -145,7 +153,7 @@ fn a_turn_refused_for_its_length_is_counted_not_lost() {
     // the text table says so too
     let d = dir("refused-text");
     let sc = d.join("s.toml");
-    std::fs::write(&sc, conv(1, 3, 64, 16, 1, 3, "", "max_model_len = 200")).unwrap();
+    std::fs::write(&sc, conv(1, 3, 64, 16, (1, 3), "", "max_model_len = 200")).unwrap();
     let o = Command::new(BIN).args(["fleet", "run", "-q", "--no-date"]).arg(&sc).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("refused by the server") && text.contains("stage 0: 1"), "{text}");
@@ -170,18 +178,18 @@ fn inputs_that_cannot_apply_are_refused_naming_the_key() {
                      cache_generated_tokens = true\n";
     refused("gen", synthetic, &["`fleet.engine.cache_generated_tokens`", "[workload.conversations]"]);
     // conv-system-prompt-over-reset: a system prompt the safety reset would restart every turn at
-    let big = conv(1, 2, 16, 16, 1, 2, "", "")
+    let big = conv(1, 2, 16, 16, (1, 2), "", "")
         .replace("shared_system_prompt_tokens = 32", "shared_system_prompt_tokens = 230000")
         .replace("capacity = 400", "capacity = 20000");
     refused("system", &big, &["workload.conversations.shared_system_prompt_tokens", "225000"]);
-    let dynamic = conv(1, 2, 16, 16, 1, 2, "", "").replace(
+    let dynamic = conv(1, 2, 16, 16, (1, 2), "", "").replace(
         "shared_system_prompt_tokens = 32",
         "shared_system_prompt_tokens = 32\ndynamic_system_prompt_tokens = { dist = \"uniform\", min = 1000, max = 300000 }",
     );
     refused("dynamic", &dynamic, &["dynamic_system_prompt_tokens", "225000"]);
     // conv-timeout-with-pd: a client time-out under P/D (conversation replay and [load] alike)
     let pd = "\n[fleet.pd]\nprefill_pods = 1\n";
-    let with_pd = conv(1, 2, 64, 16, 1, 2, "request_timeout_s = 5\n", "").replace("pods = 1\n", "pods = 2\n") + pd;
+    let with_pd = conv(1, 2, 64, 16, (1, 2), "request_timeout_s = 5\n", "").replace("pods = 1\n", "pods = 2\n") + pd;
     refused("pd-conv", &with_pd, &["`load.request_timeout_s`", "fleet.pd.prefill_pods"]);
     let load = synthetic.replace("rate_per_s = 10.0\n", "").replace("cache_generated_tokens = true\n", "")
         + "\n[fleet.pd]\nprefill_pods = 1\n\n[load]\ntype = \"concurrent\"\nrequest_timeout_s = 5\n[[load.stages]]\nconcurrency_level = 2\nnum_requests = 4\n";
