@@ -548,6 +548,8 @@ fn a_broken_invariant_is_an_error_and_poisons_the_fleet() {
     let mut waiting = vec![0u32; l.pods * l.requests_per_pod];
     let mut running = vec![0u32; l.pods * l.running_per_pod];
     let mut ks = vec![0u64; l.pods * l.keys_per_pod];
+    let mut cpu_slots = vec![Slot::default(); l.cpu_slots_total];
+    let mut cpu_tables = vec![0u32; l.cpu_tables_total];
     let bufs = BatchedBuffers {
         blocks: &mut blocks,
         tables: &mut tables,
@@ -555,8 +557,8 @@ fn a_broken_invariant_is_an_error_and_poisons_the_fleet() {
         waiting: &mut waiting,
         running: &mut running,
         keys: &mut ks,
-        cpu_slots: &mut [],
-        cpu_tables: &mut [],
+        cpu_slots: &mut cpu_slots,
+        cpu_tables: &mut cpu_tables,
         pd: Default::default(),
     };
     let mut f = BatchedFleet::new(cfg, bufs).unwrap();
@@ -593,6 +595,8 @@ fn run_aborting(
     let mut waiting = vec![0u32; l.pods * l.requests_per_pod];
     let mut running = vec![0u32; l.pods * l.running_per_pod];
     let mut ks = vec![0u64; l.pods * l.keys_per_pod];
+    let mut cpu_slots = vec![Slot::default(); l.cpu_slots_total];
+    let mut cpu_tables = vec![0u32; l.cpu_tables_total];
     let bufs = BatchedBuffers {
         blocks: &mut blocks,
         tables: &mut tables,
@@ -600,8 +604,8 @@ fn run_aborting(
         waiting: &mut waiting,
         running: &mut running,
         keys: &mut ks,
-        cpu_slots: &mut [],
-        cpu_tables: &mut [],
+        cpu_slots: &mut cpu_slots,
+        cpu_tables: &mut cpu_tables,
         pd: Default::default(),
     };
     let mut f = BatchedFleet::new(cfg, bufs).unwrap();
@@ -653,7 +657,46 @@ fn an_aborted_request_leaves_frees_its_blocks_keeps_its_cache_and_never_complete
         assert_eq!(done[1].hit_tokens, 64, "A's prompt blocks stayed cached");
         assert_eq!(stats.aborted, 2);
         assert_eq!(stats.finished, 2);
+        // the hit rate's population: A, C and D were admitted (64 + 16 + 80 tokens), B never
+        assert_eq!((stats.input_tokens, stats.admitted_input_tokens), (192, 160));
         // A produced 9 tokens (its prefill step and 8 decode steps), then no more
         assert_eq!(stats.output_tokens, 9 + 1 + 1);
+    }
+}
+
+#[test]
+fn an_abort_during_a_load_leaves_an_idle_pod_that_counts_nothing_while_idle() {
+    // One pod of 8 blocks with a CPU tier of 64 on a slow link (1 GB/s: a 3-block load takes
+    // 1,000 + 3 x 16 x 131,072 = 6,292,456 ns). A (k0..k3) runs and is stored in the tier; B
+    // (7 blocks) evicts k1..k3 from the GPU (k0 stays); C (k0..k4) hits k0 on the GPU and k1..k3
+    // in the tier: it is admitted loading at 20 us and the pod waits for its load (4 blocks
+    // pinned). C is aborted at 1 ms, before the load ends: the pod is idle. D (2 fresh blocks)
+    // arrives at 20 ms or 40 ms and must see a fresh idle pod: it starts at its arrival, and the
+    // idle time between the abort and D counts no pinned block (a stale wait would count C's 4
+    // blocks until D's step).
+    for ff in [false, true] {
+        let mut pinned = Vec::new();
+        for d_at in [20_000_000u64, 40_000_000] {
+            let mut e = ecfg(4, 8192);
+            e.fast_forward = ff;
+            e.offload.cpu_capacity = 64;
+            e.offload.pcie_bytes_per_s = 1_000_000_000;
+            e.offload.pcie_latency_ns = 1_000;
+            let reqs = [
+                r(0, &[1, 2, 3, 4], 0, 1),
+                r(10_000, &[11, 12, 13, 14, 15, 16, 17], 0, 1),
+                r(20_000, &[1, 2, 3, 4, 5], 0, 1),
+                r(d_at, &[21, 22], 0, 1),
+            ];
+            let (done, stats, aborted) = run_aborting(8, e, &reqs, &[(2, 1_000_000)]);
+            assert_eq!(aborted, vec![true]);
+            assert_eq!(done.iter().map(|c| c.request).collect::<Vec<_>>(), vec![0, 1, 3]);
+            assert_eq!((stats.offload_loads, stats.offload_load_blocks, stats.aborted), (1, 3, 1));
+            assert_eq!(done[2].first_token_ns, d_at + O_NS + 32 * P_NS, "D runs at once on an idle pod");
+            // A 4 x 1,640, B 7 x 2,120, C's wait 4 x (1 ms - 20 us), D 2 x 1,320
+            assert_eq!(stats.kv_pinned_block_ns, 4 * 1_640 + 7 * 2_120 + 4 * 980_000 + 2 * 1_320);
+            pinned.push(stats.kv_pinned_block_ns);
+        }
+        assert_eq!(pinned[0], pinned[1], "idle time counts nothing");
     }
 }

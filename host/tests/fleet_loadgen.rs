@@ -292,4 +292,11 @@ fn a_timed_out_request_is_aborted_on_the_server() {
     let last_deadline = lines.iter().map(|l| u(l, "arrival_ns") + 200_000_000).max().unwrap();
     let makespan_ns = (json["makespan_s"].as_f64().unwrap() * 1e9).round() as u64;
     assert!((last_deadline..last_deadline + 100_000_000).contains(&makespan_ns), "{makespan_ns} vs {last_deadline}");
+    // the hit rate's population is the requests admitted, aborted ones with the hit they looked
+    // up: request 3 (tenant 0 again, `cycle`) hits request 0's prefix, kept cached after its
+    // abort, though no request completes; every request was admitted (one client), so the
+    // denominator is every prompt token
+    let (hit, input) = (u(&json, "hit_tokens"), u(&json, "input_tokens"));
+    assert!(hit >= 256, "{hit} hit tokens");
+    assert_eq!(json["hit_rate"].as_f64(), Some(hit as f64 / input as f64));
 }

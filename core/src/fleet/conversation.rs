@@ -225,6 +225,12 @@ impl ConversationSpec {
         if self.shared_system_tokens > MAX_LEN_TOKENS {
             return bad("shared_system_prompt_tokens of at most 4194304");
         }
+        if self.shared_system_tokens + self.dynamic_system_tokens.upper().min(MAX_LEN_TOKENS + 1) > RESET_CONTEXT_TOKENS
+        {
+            return bad(
+                "a system prompt (shared_system_prompt_tokens + the largest dynamic_system_prompt_tokens) of at most 225000 tokens, the safety reset's context",
+            );
+        }
         for d in [self.dynamic_system_tokens, self.turns, self.input_tokens, self.output_tokens] {
             if let Err(e) = d.validate() {
                 return bad(e);
@@ -467,6 +473,24 @@ mod tests {
             }
             s.finished(&mut slots[c], &t, true);
             prev[c] = Some(seq);
+        }
+    }
+
+    #[test]
+    fn a_system_prompt_over_the_reset_is_refused_and_one_at_it_fits_the_buffer() {
+        // spec()'s dynamic system prompt is at most 30 tokens
+        let at = ConversationSpec { shared_system_tokens: RESET_CONTEXT_TOKENS - 30, ..spec() };
+        at.validate().unwrap();
+        let over = ConversationSpec { shared_system_tokens: RESET_CONTEXT_TOKENS - 29, ..spec() };
+        assert!(over.validate().is_err());
+        // at the limit every turn (each one restarting at the reset) fits the planned buffer
+        let mut slots = [ConvSlot::default(); 4];
+        let mut buf = std::vec![0u32; at.max_sequence_tokens() as usize];
+        for i in 0..200u64 {
+            let c = (i % 4) as usize;
+            let t = at.plan(&mut slots[c], i);
+            at.fill(&slots[c], &t, &mut buf).unwrap();
+            at.finished(&mut slots[c], &t, true);
         }
     }
 

@@ -202,6 +202,9 @@ pub enum Status {
     Ok,
     /// The client gave up at send + timeout.
     TimedOut,
+    /// The server refused it at once, never running it (conversation replay: prompt + output
+    /// over `max_model_len`); a failure for the client, ended at its send.
+    Refused,
 }
 
 /// The send times of `count` requests spread over [start, start + len]: exponential gaps
@@ -419,6 +422,18 @@ impl<'a> LoadGen<'a> {
         match self.spec.timeout_ms {
             0 => BUSY,
             t => send_ns.saturating_add(t * 1_000_000),
+        }
+    }
+
+    /// Request `seq`'s client clock starts at `send_ns` (None: not yet). Conversation replay
+    /// hands a request to a client when the generator sends it, but sends it only when its
+    /// session's previous turn has ended: until then it cannot time out, and its deadline (when
+    /// its slot frees if it times out) counts from its actual send. Without a call the clock
+    /// starts at the generator's send.
+    pub fn started(&mut self, seq: u64, send_ns: Option<u64>) {
+        let deadline = send_ns.map_or(BUSY, |t| self.deadline(t));
+        if let Some(s) = self.slots.iter_mut().find(|s| s.free_at_ns == BUSY && s.seq == seq) {
+            s.deadline_ns = deadline;
         }
     }
 

@@ -249,6 +249,10 @@ pub struct BatchedStats {
     pub offload_stored_blocks: u64,
     /// Requests aborted (their client gave up; [`BatchedEngine::abort`]).
     pub aborted: u64,
+    /// Sum of L of the requests admitted here, at their first admission (the population of
+    /// `hit_tokens` and `offload_hit_tokens`: a request aborted before its admission looked up
+    /// nothing; P/D: a prefill job's L, not a transferred request's).
+    pub admitted_input_tokens: u64,
 }
 
 /// One pod's buffers (see [`crate::fleet::sim::batched::BatchedLayout`]).
@@ -949,6 +953,7 @@ impl<'a> BatchedEngine<'a> {
                 r.offload_hit_tokens = 0;
                 r.hit_tokens = c;
                 self.stats.hit_tokens += c;
+                self.stats.admitted_input_tokens += q.input;
             }
         }
         self.reqs[y].transferred = false;
@@ -1035,6 +1040,7 @@ impl<'a> BatchedEngine<'a> {
             r.offload_hit_tokens = h2 as u64 * B;
             self.stats.hit_tokens += h as u64 * B;
             self.stats.offload_hit_tokens += h2 as u64 * B;
+            self.stats.admitted_input_tokens += q.input;
         }
         self.pending_prefill += Self::pending_of(&self.reqs[y]);
         for _ in 0..h2 {
@@ -1133,8 +1139,18 @@ impl<'a> BatchedEngine<'a> {
     /// The pinned blocks of a waiting pod count in the utilization until its next step `s`.
     fn close_gap(&mut self, s: u64) {
         if let Some((g0, pinned)) = self.gap.take() {
-            self.stats.kv_pinned_block_ns += pinned as u128 * (s - g0) as u128;
+            self.stats.kv_pinned_block_ns += pinned as u128 * s.saturating_sub(g0) as u128;
         }
+    }
+
+    /// An idle pod's scheduling state as a new engine's: no wait for a load, no utilization gap
+    /// open, the host-to-device link free (a load still on it belonged to a request that is
+    /// gone). The caller has checked that the pod holds no request.
+    fn reset_idle(&mut self) {
+        debug_assert!(self.is_idle() && self.parked == 0, "only an idle pod is reset");
+        self.gap = None;
+        self.waiting_for_load = false;
+        self.pcie_free_ns = 0;
     }
 
     /// The tiered match of `keys` on this pod (docs/MODEL.md, "Routing with the tier"): the
@@ -1327,15 +1343,27 @@ impl<'a> BatchedEngine<'a> {
         } else {
             return Err(Error::Invariant { what: Invariant::TrackedRequest });
         }
+        // a pod waiting for a load counts its pinned blocks until now (they change here)
+        let waited = self.gap.is_some();
+        self.close_gap(t);
         self.release(x);
         self.reqs[x].finished = true;
         self.reqs[x].loading = false;
         self.stats.aborted += 1;
         // the pod's work for it ends here (the makespan covers it)
         self.stats.last_finish_ns = self.stats.last_finish_ns.max(t);
-        if self.waiting_for_load && !self.is_idle() && t < self.next_start_ns {
-            // the pod waited for a load: what is left may run from now (as an arrival wakes it)
-            self.next_start_ns = t;
+        if self.is_idle() {
+            // nothing left: an idle pod, as a new one (its next arrival starts a step at once)
+            self.waiting_for_load = false;
+        } else if self.waiting_for_load {
+            // the pod waited for a load: what is left may run from now (as an arrival wakes
+            // it), its remaining pinned blocks counted from now until that step
+            if waited {
+                self.gap = Some((t, self.pinned));
+            }
+            if t < self.next_start_ns {
+                self.next_start_ns = t;
+            }
         }
         self.reclaim();
         self.check()?;
@@ -1669,11 +1697,11 @@ impl Engine for BatchedEngine<'_> {
         self.stats.last_finish_ns
     }
 
-    /// Not supported: the batched fleet does not autoscale (its configuration cannot say so).
     /// Autoscaling, at the end of the pod's drain (nothing waiting, running or parked): drops
     /// the cache (every cached block evicted through `cache`, least recent first, i.e. in
-    /// free-queue order) and the CPU tier; the KV blocks are back in index order, as in a new
-    /// engine.
+    /// free-queue order) and the CPU tier; the KV blocks are back in index order, and the
+    /// pod's scheduling state (a wait for a load, its utilization gap, the host-to-device link)
+    /// is a new engine's. Its counters stay (they are the pod's over the run).
     fn shut_down(&mut self, _shared: &mut (), cache: &mut impl CacheEvents) -> Result<(), Error> {
         if !self.is_idle() || self.parked > 0 || self.pinned > 0 {
             return Err(Error::InvalidConfig {
@@ -1707,11 +1735,13 @@ impl Engine for BatchedEngine<'_> {
         if let Some(cpu) = self.cpu.as_mut() {
             cpu.clear(&mut ());
         }
+        self.reset_idle();
         Ok(())
     }
 
     /// Autoscaling: the pod comes up as a new machine. It is idle (never used, or drained and
-    /// shut down), so its KV and CPU tier are empty already.
+    /// shut down), so its KV and CPU tier are empty already; nothing of a wait for a load
+    /// survives (as after [`Engine::shut_down`]).
     fn boot(&mut self) -> Result<(), Error> {
         if !self.is_idle() || self.parked > 0 {
             return Err(Error::InvalidConfig {
@@ -1719,6 +1749,53 @@ impl Engine for BatchedEngine<'_> {
                 expected: "a batched pod boots only when it holds no request",
             });
         }
+        self.reset_idle();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::vec;
+
+    use super::*;
+    use crate::fleet::cost::linear::Profile;
+
+    #[test]
+    fn shut_down_and_boot_leave_a_new_engines_scheduling_state() {
+        let cfg = BatchedConfig { max_num_seqs: 2, ..BatchedConfig::new(Profile::Seed) };
+        let mut blocks = vec![KvBlock::default(); 8];
+        let mut table = vec![0u32; BatchedEngine::table_len(8)];
+        let (mut reqs, mut waiting) = (vec![ReqSlot::default(); 4], vec![0u32; 4]);
+        let (mut running, mut keys) = (vec![0u32; 2], vec![0u64; 16]);
+        let mut e = BatchedEngine::new(
+            cfg,
+            0,
+            PodBuffers {
+                blocks: &mut blocks,
+                table: &mut table,
+                reqs: &mut reqs,
+                waiting: &mut waiting,
+                running: &mut running,
+                keys: &mut keys,
+                cpu_slots: &mut [],
+                cpu_table: &mut [],
+            },
+        )
+        .unwrap();
+        // what an idle pod that last waited for a load could hold
+        let stale = |e: &mut BatchedEngine<'_>| {
+            e.gap = Some((5, 3));
+            e.waiting_for_load = true;
+            e.pcie_free_ns = 99;
+        };
+        let fresh = |e: &BatchedEngine<'_>| (e.gap, e.waiting_for_load, e.pcie_free_ns) == (None, false, 0);
+        stale(&mut e);
+        Engine::shut_down(&mut e, &mut (), &mut ()).unwrap();
+        assert!(fresh(&e), "shut_down resets the wait");
+        stale(&mut e);
+        Engine::boot(&mut e).unwrap();
+        assert!(fresh(&e), "boot resets the wait");
     }
 }

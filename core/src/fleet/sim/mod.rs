@@ -215,7 +215,10 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         &self.cfg
     }
 
-    /// The engines' configuration (one for every pod).
+    /// The engine configuration of the fleet (`cfg.engine`'s): every pod's without pools; with
+    /// pools ([`FleetConfig::pools`]) each pod runs its pool's variant of it
+    /// ([`Engine`]'s own configuration, e.g. [`crate::fleet::BatchedEngine::config`]), and this
+    /// is the base they were derived from.
     pub fn engine_config(&self) -> &E::Config {
         &self.engine
     }
@@ -567,9 +570,15 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
 
     /// Aborts request `request` at `t_ns`, its client having given up (vLLM's
     /// `Scheduler.finish_requests` with `FINISHED_ABORTED`; docs/MODEL.md, "The load
-    /// generator"): every pod first runs what starts before `t_ns` (completions to `ev`), then
-    /// the pod holding it drops it ([`Engine::abort`]). Returns false when no pod holds it
-    /// unfinished (it finished, or its engine cannot abort; P/D is not modelled).
+    /// generator"). The pods are asked in index order: each first runs what starts before
+    /// `t_ns` (completions to `ev`), then is asked to drop the request ([`Engine::abort`]); the
+    /// first that holds it drops it and ends the search (the pods after it are not run: a caller
+    /// that needs every pod at `t_ns`, as the load generator's pumps do, has run them there
+    /// already with [`Self::advance_next`]). Returns false, changing nothing, under P/D (not
+    /// modelled: the hosts refuse a client time-out with P/D) and for a request never
+    /// dispatched; false too, after every pod ran up to `t_ns`, when no pod holds it unfinished
+    /// (it finished, or its engine cannot abort: the FIFO engine). An engine error poisons the
+    /// fleet.
     pub fn abort(&mut self, request: u64, t_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
         if self.poisoned {
             return Err(Error::Poisoned);

@@ -104,6 +104,7 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
         report_json: a.report_json.as_deref(),
         stages: None,
         aborted: Vec::new(),
+        refused: 0,
         llmd: a.report_llmd.as_deref().map(|p| (p, llmd_load("trace", "trace", &a.trace, None))),
     };
     let cfg = match engine {
@@ -193,6 +194,7 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
         report_json: a.report_json.as_deref(),
         stages: None,
         aborted: Vec::new(),
+        refused: 0,
         llmd: a.report_llmd.as_deref().map(|p| (p, llmd_load("scenario", "scenario", input, sc.load.as_ref()))),
     };
     let cfg = match a.engine.resolve(sc.engine.as_ref())? {
@@ -246,6 +248,10 @@ fn run_load(
     }
     out.stages = Some(rows);
     out.aborted = run::loadgen::aborted_lines(&sent, &spec);
+    // the turns the server refused for their length (conversation replay), after every request
+    out.aborted.extend(run::loadgen::refused_lines(&sent));
+    out.refused =
+        sent.iter().filter(|s| s.status == Some(brokerlab_core::fleet::loadgen::Status::Refused)).count() as u64;
     let more = |seq| run::loadgen::outcome_fields(&sent, seq);
     out.print::<()>(&mut res, Some(&more), None)
 }
@@ -356,8 +362,12 @@ pub(super) struct Output<'a> {
     pub(super) report_json: Option<&'a Path>,
     /// A load-generator run's per-stage rows (`stages` in JSON, a table in text).
     pub(super) stages: Option<Vec<run::stages::StageRow>>,
-    /// `--outcomes` lines of the requests the server aborted (no completion), by request.
+    /// `--outcomes` lines of the requests the server aborted (no completion), by request; then
+    /// those of the turns it refused (conversation replay).
     pub(super) aborted: Vec<(u64, String)>,
+    /// Turns the server refused for their length, never dispatched (conversation replay):
+    /// failures in `--report-json` and `--report-llmd`.
+    pub(super) refused: u64,
     /// `--report-llmd`: the file for llm-d-benchmark's report, and what it says of the load.
     pub(super) llmd: Option<(&'a Path, run::llmd_report::Load)>,
 }
@@ -379,12 +389,12 @@ impl Output<'_> {
         if let Some((path, load)) = self.llmd {
             let b = res.summary.batched().ok_or_else(run::llmd_report::fifo_refused)?;
             let router = self.pipeline.clone().unwrap_or_else(|| b.router.name().to_string());
-            let r = run::llmd_report::report(&res.completions, b, load, &router);
+            let r = run::llmd_report::report(&res.completions, b, load, &router, self.refused);
             run::llmd_report::write(path, &[r])?;
         }
         res.summary.set_pipeline(self.pipeline);
         if let Some(path) = self.report_json {
-            crate::fleet::run::bench_json::write(path, res, self.json)?;
+            crate::fleet::run::bench_json::write(path, res, self.json, self.refused)?;
         }
         match self.json {
             Some(prov) => {

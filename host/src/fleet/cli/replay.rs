@@ -94,6 +94,7 @@ pub fn format(
         report_json: a.report_json.as_deref(),
         stages: None,
         aborted: Vec::new(),
+        refused: 0,
         llmd: a
             .report_llmd
             .as_deref()

@@ -135,11 +135,13 @@ pub fn vllm_result(done: &[Completion], s: &BatchedSummary) -> Map<String, Value
 }
 
 /// Writes `--report-json` for a run: vLLM's keys, the router and pods, and the provenance when
-/// the run has one; exit 2 under the FIFO engine (it has no tokens, so no TTFT or ITL).
+/// the run has one (`refused`: requests the server refused at once, never dispatched, counted in
+/// `failed`); exit 2 under the FIFO engine (it has no tokens, so no TTFT or ITL).
 pub fn write(
     path: &std::path::Path,
     res: &super::RunResult,
     prov: Option<&crate::provenance::Provenance>,
+    refused: u64,
 ) -> crate::error::CliResult<()> {
     use crate::error::CliError;
     let Some(b) = res.summary.batched() else {
@@ -148,6 +150,11 @@ pub fn write(
         ));
     };
     let mut o = vllm_result(&res.completions, b);
+    if refused > 0 {
+        // the turns the server refused for their length (conversation replay) failed too
+        let failed = o.get("failed").and_then(Value::as_u64).unwrap_or(0);
+        o.insert("failed".into(), json!(failed + refused));
+    }
     o.insert("router".into(), json!(b.pipeline.clone().unwrap_or_else(|| b.router.name().to_string())));
     o.insert("pods".into(), json!(b.pods));
     let text = match prov {

@@ -5,6 +5,12 @@
 //! request's clock starts; a round's first turn opens a new session and waits for nothing); the
 //! core plans the turn, and the host hashes its tokens into block keys. Every rule is
 //! the core's; the host keeps the per-conversation queues and buffers.
+//!
+//! Client time-outs (`load.request_timeout_s`) as in the load generator's pump
+//! (`super::loadgen`): the fleet never runs past the oldest deadline of a turn in flight (its
+//! clock started when its session freed), and a turn still running then is aborted by the server
+//! (`Fleet::abort`), counted as timed out, and its session freed at the deadline (the context
+//! kept, inference-perf's `process_failure`).
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -21,8 +27,9 @@ use crate::error::{CliError, CliResult};
 type Held = (u64, u32, u64);
 
 /// Runs `conv` through a fleet of `cfg` (engine `K`) as the load generator of `spec` sends it;
-/// returns the run and what each dispatched request did, in dispatch order (a turn the server
-/// refuses for its length is never dispatched).
+/// returns the run and what each request did: the dispatched ones first, entry i the fleet's
+/// request i, then the turns the server refused for their length (never dispatched: status
+/// [`Status::Refused`], no completion), in send order.
 pub fn simulate_conversations<K: HostEngine>(
     cfg: FleetConfig,
     conv: ConversationSpec,
@@ -32,6 +39,7 @@ pub fn simulate_conversations<K: HostEngine>(
     origin: &str,
 ) -> CliResult<(Ran<K::Summary>, Vec<Sent>)> {
     conv.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
+    super::loadgen::no_timeout_with_pd(&cfg, &spec, origin)?;
     let generated = cfg.batched_config().is_some_and(|e| e.cache_generated_tokens);
     let run = Shape { keep, closed_loop: true, group_blocks: 1, slo, ..Shape::default() };
     let mut sent: Vec<Sent> = Vec::new();
@@ -80,9 +88,14 @@ struct State {
     latest: Vec<u64>,
     /// Per dispatched request: (seq, the turn).
     dispatched: Vec<(u64, Turn)>,
+    /// The turns refused by the server, in send order (appended to `sent` at the end).
+    refused: Vec<Sent>,
+    /// Dispatched requests in flight, by dispatch order (their deadlines are in that order).
+    flight: VecDeque<u64>,
     tokens: Vec<u32>,
     keys: Vec<u64>,
     last_ns: u64,
+    origin: String,
 }
 
 impl State {
@@ -120,20 +133,32 @@ impl State {
                 sent.push(Sent {
                     stage,
                     send_ns: at_ns,
-                    input_tokens: u64::from(t.prompt_tokens),
-                    output_tokens: u64::from(t.output_tokens),
+                    input_tokens: t.prompt_tokens,
+                    output_tokens: t.output_tokens,
                     status: None,
                     completion: None,
                 });
+                self.flight.push_back(self.dispatched.len() as u64);
                 self.dispatched.push((seq, t));
                 sess.busy = true;
                 self.last_ns = at_ns;
+                // its client's clock starts now (its deadline counts from here)
+                lg.started(seq, Some(at_ns));
                 d.dispatch(&req).map_err(|e| CliError::bad_input(format!("{origin}: request {seq}: {e}")))?;
                 return Ok(());
             }
             // refused by the server (prompt + max_tokens over max_model_len): a failure at once,
-            // the context kept
+            // the context kept; counted as refused, never lost
+            lg.started(seq, Some(at_ns));
             let _ = lg.completed(seq, at_ns, at_ns);
+            self.refused.push(Sent {
+                stage,
+                send_ns: at_ns,
+                input_tokens: t.prompt_tokens,
+                output_tokens: t.output_tokens,
+                status: Some(Status::Refused),
+                completion: None,
+            });
             self.conv.finished(&mut sess.slot, &t, false);
             match sess.held.pop_front() {
                 Some(next) => h = next,
@@ -141,6 +166,36 @@ impl State {
                     self.drop_if_done(key);
                     return Ok(());
                 }
+            }
+        }
+    }
+
+    /// Dispatched request `q`'s turn ended at `end_ns` (`ok`: answered in time): its session
+    /// keeps the context or not, and its next held send goes at `end_ns`.
+    fn ended<K: HostEngine>(
+        &mut self,
+        d: &mut Driving<'_, '_, K>,
+        lg: &mut LoadGen<'_>,
+        sent: &mut Vec<Sent>,
+        q: u64,
+        ok: bool,
+        end_ns: u64,
+    ) -> CliResult<()> {
+        let (_, t) = self.dispatched[q as usize];
+        let key = (t.conversation, t.round);
+        let Some(sess) = self.sessions.get_mut(&key) else {
+            return Err(CliError::failure(format!("{}: a turn finished in no live session", self.origin)));
+        };
+        self.conv.finished(&mut sess.slot, &t, ok);
+        sess.busy = false;
+        match sess.held.pop_front() {
+            Some(h) => {
+                let origin = self.origin.clone();
+                self.send(d, lg, sent, h, end_ns, &origin)
+            }
+            None => {
+                self.drop_if_done(key);
+                Ok(())
             }
         }
     }
@@ -174,41 +229,58 @@ fn pump<K: HostEngine>(
         sessions: BTreeMap::new(),
         latest: vec![0; n],
         dispatched: Vec::new(),
+        refused: Vec::new(),
+        flight: VecDeque::new(),
         tokens: vec![0; max_seq],
         keys: vec![0; max_seq / 16 + 1],
         last_ns: 0,
+        origin: origin.to_string(),
     };
     let mut fresh = Vec::new();
     loop {
         let next = lg.next_send();
         let until = match next {
-            Next::Done => return Ok(()),
+            Next::Done => {
+                // the refused turns after the dispatched ones (whose entries are their ids)
+                sent.append(&mut st.refused);
+                return Ok(());
+            }
             Next::AwaitCompletion => u64::MAX,
             Next::Send(s) => s.at_ns,
         };
+        while st.flight.front().is_some_and(|&q| sent[q as usize].status.is_some()) {
+            st.flight.pop_front();
+        }
+        let deadline = st.flight.front().map_or(u64::MAX, |&q| lg.deadline(sent[q as usize].send_ns));
+        // the fleet's events before the send and the first deadline, up to the first that
+        // completes a request
         while !d.sink.has_fresh() {
-            if !d.advance_next(until).map_err(failure)? {
+            if !d.advance_next(until.min(deadline)).map_err(failure)? {
                 break;
             }
         }
         d.sink.take_fresh(&mut fresh);
         if !fresh.is_empty() {
             for c in &fresh {
-                let (seq, t) = st.dispatched[c.request as usize];
+                let (seq, _) = st.dispatched[c.request as usize];
                 let status = lg.completed(seq, c.arrival_ns, c.finish_ns);
                 let s = &mut sent[c.request as usize];
                 (s.status, s.completion) = (Some(status), Some(*c));
-                let key = (t.conversation, t.round);
-                let Some(sess) = st.sessions.get_mut(&key) else {
-                    return Err(CliError::failure(format!("{origin}: a turn finished in no live session")));
-                };
-                st.conv.finished(&mut sess.slot, &t, status == Status::Ok);
-                sess.busy = false;
-                match sess.held.pop_front() {
-                    Some(h) => st.send(d, &mut lg, sent, h, c.finish_ns, origin)?,
-                    None => st.drop_if_done(key),
-                }
+                st.ended(d, &mut lg, sent, c.request, status == Status::Ok, c.finish_ns)?;
             }
+            continue;
+        }
+        if deadline != u64::MAX && deadline <= until {
+            // still running at its deadline: the client gives up, the server aborts it, and its
+            // session is free from then (the context kept)
+            let q = st.flight.pop_front().expect("a deadline is a request in flight");
+            if d.abort(q, deadline).map_err(failure)? {
+                let (seq, _) = st.dispatched[q as usize];
+                let s = &mut sent[q as usize];
+                s.status = Some(lg.aborted(seq, s.send_ns));
+                st.ended(d, &mut lg, sent, q, false, deadline)?;
+            }
+            // else its engine cannot abort (the FIFO engine): it ends when its server finishes it
             continue;
         }
         let Next::Send(s) = next else {
@@ -226,7 +298,11 @@ fn pump<K: HostEngine>(
             }
         }
         match st.sessions.get_mut(&key) {
-            Some(sess) if sess.busy || !sess.held.is_empty() => sess.held.push_back(h),
+            Some(sess) if sess.busy || !sess.held.is_empty() => {
+                sess.held.push_back(h);
+                // held by its session: its clock has not started
+                lg.started(s.seq, None);
+            }
             _ => st.send(d, &mut lg, sent, h, s.at_ns, origin)?,
         }
     }

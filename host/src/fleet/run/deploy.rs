@@ -51,7 +51,7 @@ pub struct OffloadKeys {
     pub kv_bytes_per_token: Option<u64>,
     /// Sum of first-admission CPU hits, tokens.
     pub offload_hit_tokens: u64,
-    /// offload_hit_tokens / input tokens.
+    /// offload_hit_tokens / the prompt tokens of the requests admitted (as `hit_rate`).
     pub offload_hit_rate: Option<f64>,
     /// Loads issued (re-admissions included).
     pub offload_loads: u64,
@@ -64,7 +64,8 @@ pub struct OffloadKeys {
 }
 
 impl OffloadKeys {
-    /// The keys of engine `e` over its pods' `stats` (None without a tier).
+    /// The keys of engine `e` over its pods' `stats` (None without a tier); `input_tokens`: the
+    /// prompt tokens of the requests admitted (the rate's population).
     pub fn of(e: &BatchedConfig, stats: &[BatchedStats], input_tokens: u64) -> Option<Self> {
         let o = &e.offload;
         if !o.is_on() {

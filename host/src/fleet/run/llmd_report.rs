@@ -58,8 +58,9 @@ fn statistics(units: &str, mut v: Vec<f64>) -> Option<Value> {
 /// The v0.1 report of a batched-engine run: `done` its completions, `s` its summary, `load` the
 /// workload, `router` the router's name (its pipeline for a router config). The requests
 /// without a completion are those the server aborted at their client's time-out
-/// (`requests.incomplete`).
-pub fn report(done: &[Completion], s: &BatchedSummary, load: Load, router: &str) -> Value {
+/// (`requests.incomplete`); `refused` requests the server refused at once (conversation replay's
+/// turns over `max_model_len`) are `requests.failures`.
+pub fn report(done: &[Completion], s: &BatchedSummary, load: Load, router: &str, refused: u64) -> Value {
     let aborted = s.requests.saturating_sub(done.len() as u64);
     let start = done.iter().map(|c| c.arrival_ns).min().unwrap_or(0);
     let end = done.iter().map(|c| c.finish_ns).max().unwrap_or(0);
@@ -110,8 +111,8 @@ pub fn report(done: &[Completion], s: &BatchedSummary, load: Load, router: &str)
     put("request_latency", statistics("ms", done.iter().map(|c| ms(c.e2e_ns())).collect()));
 
     let mut requests = Map::new();
-    requests.insert("total".into(), json!(done.len() as u64 + aborted));
-    requests.insert("failures".into(), json!(0));
+    requests.insert("total".into(), json!(done.len() as u64 + aborted + refused));
+    requests.insert("failures".into(), json!(refused));
     requests.insert("incomplete".into(), json!(aborted));
     let zero = || json!({"units": "count", "mean": 0.0});
     requests.insert(

@@ -40,10 +40,26 @@ pub fn simulate_load<K: HostEngine>(
     if data.requests.is_empty() {
         return Err(CliError::bad_input(format!("{}: the data set ([workload]) has no requests", data.origin)));
     }
+    no_timeout_with_pd(&cfg, &spec, &data.origin)?;
     let run = Shape { keep, closed_loop: true, group_blocks: 1, slo, ..Shape::default() };
     let mut sent: Vec<Sent> = Vec::new();
     let res = drive::<K>(cfg, &run, &mut |d| pump::<K>(d, data, spec, &mut sent))?;
     Ok((res, sent))
+}
+
+/// Refuses a client time-out under prefill/decode disaggregation (exit 2 naming both): the
+/// server's abort of a request on its prefill pod, in KV transfer or parked on its decode pod is
+/// not modelled (docs/MODEL.md, "The server aborts a timed-out request"), and a time-out the
+/// server never acts on would be accepted silently.
+pub fn no_timeout_with_pd(cfg: &FleetConfig, spec: &LoadSpec, origin: &str) -> CliResult<()> {
+    if spec.timeout_ms > 0 && cfg.batched_config().is_some_and(|e| e.pd.is_some()) {
+        return Err(CliError::bad_input(format!(
+            "{origin}: `load.request_timeout_s` with prefill/decode disaggregation (`fleet.pd.prefill_pods`, a prefill \
+             [[fleet.pool]] or --prefill-pods): expected one or the other: the server's abort of a timed-out request on \
+             its prefill pod or in KV transfer is not modelled"
+        )));
+    }
+    Ok(())
 }
 
 /// [`simulate_load`] under the engine `cfg` names, as a [`super::RunResult`].
@@ -159,6 +175,7 @@ pub fn outcome_fields(sent: &[Sent], seq: u64) -> String {
     let status = match s.status {
         Some(Status::TimedOut) => "timed_out",
         Some(Status::Ok) => "ok",
+        Some(Status::Refused) => "refused",
         // written with its completion, so never here; said rather than called a success
         None => "unfinished",
     };
@@ -180,6 +197,22 @@ pub fn aborted_lines(sent: &[Sent], spec: &LoadSpec) -> Vec<(u64, String)> {
                 outcome_fields(sent, seq as u64)
             );
             (seq as u64, line)
+        })
+        .collect()
+}
+
+/// The `--outcomes` lines of the turns the server refused for their length (conversation replay:
+/// never dispatched, so no request index, pod or tokens; `e2e_ns` 0, ended at their send),
+/// written after every request's line.
+pub fn refused_lines(sent: &[Sent]) -> Vec<(u64, String)> {
+    sent.iter()
+        .filter(|s| s.status == Some(Status::Refused))
+        .map(|s| {
+            let line = format!(
+                "{{\"index\":null,\"arrival_ns\":{},\"e2e_ns\":0,\"refused\":true,\"input_tokens\":{},\"output_tokens\":{},\"stage\":{},\"status\":\"refused\"}}",
+                s.send_ns, s.input_tokens, s.output_tokens, s.stage
+            );
+            (u64::MAX, line)
         })
         .collect()
 }

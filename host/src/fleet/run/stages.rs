@@ -51,6 +51,18 @@ impl Req {
     /// had not ended); a timed-out request ends for the client at send + `timeout_ns`.
     pub fn from_sent(s: &Sent, timeout_ns: u64) -> Option<Req> {
         let status = s.status?;
+        if status == Status::Refused {
+            // refused by the server at its send: a failure that ends at once
+            return Some(Req {
+                stage: Some(s.stage),
+                send_ns: s.send_ns,
+                ttft_ns: 0,
+                e2e_ns: 0,
+                input_tokens: s.input_tokens,
+                output_tokens: s.output_tokens,
+                ok: false,
+            });
+        }
         let Some(c) = s.completion else {
             // aborted by the server at the client's deadline: no token, ended at the deadline
             return (status == Status::TimedOut).then_some(Req {
@@ -156,6 +168,10 @@ pub struct StageRow {
     pub completed: u64,
     /// Given up by the client.
     pub timed_out: u64,
+    /// Refused by the server at once (conversation replay: prompt + output over
+    /// `max_model_len`); absent from the JSON when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub refused: u64,
     /// TTFT of the answered requests, ms.
     pub ttft_ms_p50: Option<f64>,
     /// Same, p90.
@@ -193,6 +209,7 @@ fn row(spec: &LoadSpec, i: u32, st: &brokerlab_core::fleet::loadgen::LoadStage, 
     let fig =
         |get: fn(&StageFigures) -> f64, scale: f64| f.as_ref().map(get).filter(|x| x.is_finite()).map(|x| x * scale);
     let answered = f.as_ref().map_or(0, |f| f.successes);
+    let refused = mine.iter().filter(|s| s.status == Some(Status::Refused)).count() as u64;
     let rated = spec.kind != LoadKind::Concurrent;
     StageRow {
         stage: i,
@@ -202,7 +219,8 @@ fn row(spec: &LoadSpec, i: u32, st: &brokerlab_core::fleet::loadgen::LoadStage, 
         sent: mine.len() as u64,
         achieved_rate_per_s: fig(|f| f.achieved_rate, 1.0),
         completed: answered,
-        timed_out: reqs.len() as u64 - answered,
+        timed_out: reqs.len() as u64 - answered - refused,
+        refused,
         ttft_ms_p50: fig(|f| f.ttft_p50_s, 1e3),
         ttft_ms_p90: fig(|f| f.ttft_p90_s, 1e3),
         ttft_ms_mean: fig(|f| f.ttft_mean_s, 1e3),
@@ -286,7 +304,18 @@ pub fn render(rows: &[StageRow]) -> String {
         );
     }
     out += "(ttft in ms)\n";
+    let refused: u64 = rows.iter().map(|r| r.refused).sum();
+    if refused > 0 {
+        out += &format!(
+            "refused by the server (prompt + output over max_model_len), counted in sent, not in ok or t/o: {}\n",
+            rows.iter().map(|r| format!("stage {}: {}", r.stage, r.refused)).collect::<Vec<_>>().join(", ")
+        );
+    }
     out
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

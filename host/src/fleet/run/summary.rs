@@ -232,9 +232,11 @@ pub struct BatchedSummary {
     pub input_tokens: u64,
     /// Sum of O' = max(O, 1).
     pub output_tokens: u64,
-    /// First-admission hits.
+    /// First-admission hits of the requests admitted (aborted ones included).
     pub hit_tokens: u64,
-    /// hit_tokens / input_tokens.
+    /// hit_tokens / the prompt tokens of the requests admitted (docs/MODEL.md, "Metrics of the
+    /// batched engine"; equal to hit_tokens / input_tokens unless a request was aborted before
+    /// its admission).
     pub hit_rate: Option<f64>,
     /// Prefill tokens computed (recompute included).
     pub prefill_tokens: u64,
@@ -613,6 +615,12 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
     let input_tokens = sum(&|s| s.input_tokens);
     let output_tokens = sum(&|s| s.output_tokens);
     let prefill_tokens = sum(&|s| s.prefill_tokens);
+    // The hit rate's population: the requests admitted (each counted once, at its first
+    // admission, with the hit it looked up there), aborted ones included; a request aborted
+    // before its admission looked nothing up and is in neither sum. Without aborts this is
+    // every request (the completions' hits over all prompt tokens).
+    let hit_tokens = sum(&|s| s.hit_tokens);
+    let admitted_input = sum(&|s| s.admitted_input_tokens);
     let e2e_mean = mean(&samples.e2e);
     BatchedSummary {
         engine: EngineKind::Batched,
@@ -632,8 +640,8 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         requests: stats[e.pd.map_or(0, |p| p.prefill_pods as usize)..].iter().map(|s| s.requests).sum(),
         input_tokens,
         output_tokens,
-        hit_tokens: samples.hit_tokens,
-        hit_rate: (input_tokens > 0).then(|| samples.hit_tokens as f64 / input_tokens as f64),
+        hit_tokens,
+        hit_rate: (admitted_input > 0).then(|| hit_tokens as f64 / admitted_input as f64),
         prefill_tokens,
         ttft_p50: t50.map(secs),
         ttft_p90: t90.map(secs),
@@ -672,7 +680,7 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         makespan_s: secs(makespan),
         pipeline: None,
         pd: super::deploy::PdKeys::of(e, cfg.pods, &mut samples.transfer_ns, samples.transfer_bytes),
-        offload: super::deploy::OffloadKeys::of(&super::deploy::tier_engine(fleet), &stats, input_tokens),
+        offload: super::deploy::OffloadKeys::of(&super::deploy::tier_engine(fleet), &stats, admitted_input),
         slo: samples.slo.map(|(s, good)| super::deploy::SloKeys::of(&s, good, fleet.totals().requests, makespan)),
         autoscale: BatchedAutoscale::of(fleet, &samples.scale_events),
     }

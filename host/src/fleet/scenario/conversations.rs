@@ -2,7 +2,7 @@
 //! (inference-perf's `data.conversation_replay`; docs/MODEL.md, "Conversation replay"). Every
 //! error names the key.
 
-use brokerlab_core::fleet::conversation::{ConversationSpec, Dist, DistKind, MAX_LEN_TOKENS};
+use brokerlab_core::fleet::conversation::{ConversationSpec, Dist, DistKind, MAX_LEN_TOKENS, RESET_CONTEXT_TOKENS};
 use brokerlab_core::fleet::loadgen::{LoadKind, LoadSpec};
 use brokerlab_core::fleet::workload::{
     DocOrder, Layout, MAX_OUTPUT_CHOICES, MAX_STAGES, Popularity, Stage, SuffixScope, WorkloadSpec,
@@ -134,6 +134,22 @@ pub(super) fn spec(
     }
     if let Some(d) = &c.output_tokens_per_turn {
         s.output_tokens = dist(d, &key("output_tokens_per_turn"), bad)?;
+    }
+    // the safety reset restarts a turn at the system prompt: a longer system prompt than the
+    // reset's context would restart every turn (and outgrow the turn buffer)
+    let system = s.shared_system_tokens.saturating_add(s.dynamic_system_tokens.upper());
+    if system > RESET_CONTEXT_TOKENS {
+        return Err(bad(
+            &format!(
+                "{} + {} (its largest value)",
+                key("shared_system_prompt_tokens"),
+                key("dynamic_system_prompt_tokens")
+            ),
+            &format!(
+                "a system prompt of at most {RESET_CONTEXT_TOKENS} tokens (the context at which inference-perf's safety reset restarts a conversation at its system prompt)"
+            ),
+            &system.to_string(),
+        ));
     }
     if let Some(m) = max_model_len {
         if m == 0 {

@@ -158,6 +158,15 @@ impl Scenario {
         let max_model_len = t.fleet.engine.as_ref().and_then(|e| e.max_model_len);
         let conversations = match &t.workload.conversations {
             None => {
+                // only conversation replay sends keys past the prompt: anything else would cache
+                // nothing more with it (docs/MODEL.md, "Generated tokens")
+                if t.fleet.engine.as_ref().and_then(|e| e.cache_generated_tokens) == Some(true) {
+                    return Err(bad(
+                        "fleet.engine.cache_generated_tokens",
+                        "absent (or false) unless [workload.conversations]: only conversation replay sends a request's generated tokens as the next turn's prompt; a synthetic workload's or a trace's requests carry prompt keys only, so no generated block would ever be cached",
+                        "true",
+                    ));
+                }
                 if let Some(m) = max_model_len {
                     return Err(bad(
                         "fleet.engine.max_model_len",

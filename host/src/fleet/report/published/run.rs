@@ -266,7 +266,8 @@ fn level(
     let timeout_ns = if load.timeout_ms == 0 { u64::MAX } else { load.timeout_ms * 1_000_000 };
     let reqs = sent.iter().filter_map(|s| Req::from_sent(s, timeout_ns)).collect::<Vec<_>>();
     let stages = per_stage(&reqs, &[(0, 0)]);
-    let refused = load.stages[0].num_requests - sent.len() as u64;
+    let refused =
+        sent.iter().filter(|s| s.status == Some(brokerlab_core::fleet::loadgen::Status::Refused)).count() as u64;
     Ok(match (stages.first().copied().flatten(), tpot_p90(&sent)) {
         (Some(figures), Some(tpot_p90_s)) => {
             Some(Level { conc, figures, tpot_p90_s, refused, preemptions: res.summary.preemptions })
