@@ -120,8 +120,8 @@ impl State {
                 sent.push(Sent {
                     stage,
                     send_ns: at_ns,
-                    input_tokens: u64::from(t.prompt_tokens),
-                    output_tokens: u64::from(t.output_tokens),
+                    input_tokens: t.prompt_tokens,
+                    output_tokens: t.output_tokens,
                     status: None,
                     completion: None,
                 });
