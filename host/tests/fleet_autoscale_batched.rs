@@ -305,6 +305,12 @@ fn replay_takes_the_scale_flags_and_refuses_the_other_rules() {
         (vec!["--scale-min", "2", "--scale-policy", "wva-saturation"], "--scale-policy"),
         (vec!["--scale-min", "2", "--scale-kv-spare", "0.2"], "--scale-kv-spare"),
         (vec!["--engine", "batched", "--scale-window-s", "60"], "--scale-window-s"),
+        // every other scale flag is ignored without --scale-min, so it is refused, naming itself
+        (vec!["--scale-up-queue", "3"], "--scale-up-queue"),
+        (vec!["--scale-down-queue", "0.2"], "--scale-down-queue"),
+        (vec!["--scale-initial", "2"], "--scale-initial"),
+        (vec!["--scale-interval-s", "5"], "--scale-interval-s"),
+        (vec!["--engine", "batched", "--scale-startup-s", "5"], "--scale-startup-s"),
     ] {
         let (code, _, err) = replay(&t, &args);
         assert_eq!(code, Some(2), "{flag}: {err}");

@@ -152,8 +152,10 @@ fn a_slower_pool_takes_longer_steps() {
         assert_eq!(l["ttft_ns"].as_u64(), Some(want), "{l}");
     }
     let pools = s["per_pool"].as_array().unwrap();
-    assert!(pools[1]["ttft_p50"].as_f64() > pools[0]["ttft_p50"].as_f64());
-    assert!(pools[1]["e2e_p50"].as_f64() > pools[0]["e2e_p50"].as_f64());
+    // unwrapped first: a missing value fails (None < Some(x) would pass silently)
+    let p50 = |i: usize, k: &str| pools[i][k].as_f64().unwrap_or_else(|| panic!("pool {i} {k}: {}", pools[i]));
+    assert!(p50(1, "ttft_p50") > p50(0, "ttft_p50"), "slow pool's TTFT p50 over the fast one's");
+    assert!(p50(1, "e2e_p50") > p50(0, "e2e_p50"), "slow pool's E2E p50 over the fast one's");
     // the physics profiles of one model on two GPUs: the A100's steps are longer
     let (s, _) = run(
         "slow-physics",
@@ -350,4 +352,247 @@ fn pod_engines_and_the_fleet_config_do_not_hold_the_pool_table() {
     );
     assert!(size_of::<FleetConfig>() < e + 1024, "fleet config {} vs engine config {e}", size_of::<FleetConfig>());
     assert!(8 * size_of::<Pool>() > 2048, "the bounds above would catch an inline table");
+}
+
+/// `fleet replay --json` of `trace` with `args`: (exit code, JSON, stderr).
+fn replay(trace: &std::path::Path, args: &[&str]) -> (Option<i32>, Value, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_brokerlab"))
+        .args(["fleet", "replay", "-q", "--no-date", "--json", "--trace-block-size", "16", "--trace"])
+        .arg(trace)
+        .args(args)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code(), v, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// The pools of a two-pool fleet whose second pool is slower and smaller, as `[[fleet.pool]]`
+/// tables (for a scenario or a `--pools` file).
+const TWO_POOLS: &str = "\n[[fleet.pool]]\nname = \"fast\"\npods = 3\n\n\
+    [[fleet.pool]]\nname = \"slow\"\npods = 2\nprofile = \"qwen3-32b-h100x2\"\ncapacity = 64\nmax_num_seqs = 8\n";
+
+/// `fleet replay --pools FILE` is the scenario's `[[fleet.pool]]` for a trace: the trace that
+/// `fleet gen-trace` writes of a scenario with pools, replayed over the same pools from a file
+/// with the scenario's fleet as flags, gives the scenario's run (every figure, per pool too, and
+/// the `--outcomes` bytes). One pool of every pod is the replay without pools; the file's digest
+/// is in the provenance.
+#[test]
+fn replay_over_pools_from_a_file_is_the_scenario_run() {
+    let sc = scenario("capacity = 96\nrouter = \"prefix-aware\"\nalpha = 1.0", ENGINE, TWO_POOLS);
+    let (want, want_outcomes) = run("pools-src", &sc, &[]);
+    let p = tmp("pools-src-gen.toml");
+    std::fs::write(&p, &sc).unwrap();
+    let trace = tmp("pools-src.jsonl");
+    let o = brokerlab(&["fleet", "gen-trace", p.to_str().unwrap(), "-o", trace.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pools = tmp("two.pools.toml");
+    std::fs::write(&pools, TWO_POOLS).unwrap();
+    let out = tmp("pools-replay.outcomes");
+    let fleet = [
+        "--engine",
+        "batched",
+        "--profile",
+        "llama-3.1-8b-h100",
+        "--max-num-seqs",
+        "16",
+        "--max-num-batched-tokens",
+        "1024",
+        "--capacity",
+        "96",
+        "--router",
+        "prefix-aware",
+        "--alpha",
+        "1",
+    ];
+    let mut args = fleet.to_vec();
+    args.extend(["--pools", pools.to_str().unwrap(), "--outcomes", out.to_str().unwrap()]);
+    let (code, got, err) = replay(&trace, &args);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(got["pods"], 5, "--pods left out: the pools' sum");
+    let per_pool = got["per_pool"].as_array().unwrap();
+    assert_eq!(per_pool.len(), 2);
+    assert_eq!((per_pool[1]["name"].as_str(), per_pool[1]["capacity"].as_u64()), (Some("slow"), Some(64)));
+    assert!(per_pool.iter().all(|p| p["requests"].as_u64().unwrap() > 0), "both pools serve: {per_pool:?}");
+    for k in [
+        "requests",
+        "hit_tokens",
+        "prefill_tokens",
+        "ttft_p50",
+        "ttft_p90",
+        "e2e_p90",
+        "steps",
+        "preemptions",
+        "per_pod_requests",
+        "per_pool",
+    ] {
+        assert_eq!(got[k], want[k], "{k}");
+    }
+    assert!(want["preemptions"].as_u64().unwrap() > 0 && want["hit_tokens"].as_u64().unwrap() > 0);
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), want_outcomes, "--outcomes bytes");
+    let prov = got["provenance"].to_string();
+    assert!(prov.contains("pools") && prov.contains("two.pools.toml"), "{prov}");
+    // --pods equal to the pools' sum is accepted, the same run
+    let mut with_pods = fleet.to_vec();
+    with_pods.extend(["--pools", pools.to_str().unwrap(), "--pods", "5"]);
+    let (code, same, err) = replay(&trace, &with_pods);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(same["per_pool"], got["per_pool"]);
+    // one pool of every pod is the replay without pools
+    let one = tmp("one.pools.toml");
+    std::fs::write(&one, "[[fleet.pool]]\nname = \"all\"\npods = 5\n").unwrap();
+    let mut a = fleet.to_vec();
+    a.extend(["--pods", "5"]);
+    let (_, plain, _) = replay(&trace, &a);
+    let mut b = fleet.to_vec();
+    b.extend(["--pools", one.to_str().unwrap()]);
+    let (code, pooled, err) = replay(&trace, &b);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(comparable(&plain), comparable(&pooled));
+    for f in [&p, &trace, &pools, &out, &one] {
+        std::fs::remove_file(f).ok();
+    }
+}
+
+/// A bad `--pools` file, or flags that contradict it, exit 2 naming the file, the line and the
+/// key (or the flag).
+#[test]
+fn bad_pools_files_exit_2_naming_file_line_and_key() {
+    let trace = tmp("bad-pools.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"timestamp\": 0, \"input_length\": 64, \"output_length\": 4, \"hash_ids\": [1, 2, 3, 4]}\n",
+    )
+    .unwrap();
+    let good = "[[fleet.pool]]\nname = \"a\"\npods = 2\n\n[[fleet.pool]]\nname = \"b\"\npods = 1\n";
+    let batched: &[&str] = &["--engine", "batched", "--capacity", "64", "--router", "round-robin"];
+    // (file text, flags, what the message must hold: {F} is the file's path)
+    let cases: Vec<(String, Vec<&str>, Vec<&str>)> = vec![
+        (good.replace("name = \"b\"", "name = \"b\"\nrole = \"both\""), batched.to_vec(), vec!["{F}:7:", "`fleet.pool[2].role`", "\"both\""]),
+        (good.replace("pods = 1", "pods = 1\ncapacity = 0"), batched.to_vec(), vec!["{F}:8:", "`fleet.pool[2].capacity`"]),
+        (good.replace("pods = 1", "pods = 1\nprofile = \"nope\""), batched.to_vec(), vec!["{F}:8:", "`fleet.pool[2].profile`"]),
+        (good.replace("pods = 1", "pods = 1\nmax_num_seqs = 0"), batched.to_vec(), vec!["{F}:8:", "`fleet.pool[2].max_num_seqs`"]),
+        (good.replace("pods = 2", "pods = 0"), batched.to_vec(), vec!["{F}:3:", "`fleet.pool[1].pods`"]),
+        (good.replace("name = \"b\"", "name = \"a\""), batched.to_vec(), vec!["{F}:6:", "`fleet.pool[2].name`"]),
+        (good.replace("pods = 1", "pods = 1\ncapacityy = 3"), batched.to_vec(), vec!["{F}", "line 8", "capacityy"]),
+        (format!("[fleet]\npods = 3\n\n{good}"), batched.to_vec(), vec!["{F}", "line 2", "pods"]),
+        (format!("name = \"x\"\n{good}"), batched.to_vec(), vec!["{F}", "line 1", "name"]),
+        (String::new(), batched.to_vec(), vec!["{F}", "`fleet.pool`"]),
+        (good.to_string(), vec!["--capacity", "64", "--router", "round-robin"], vec!["--pools {F}", "--engine batched"]),
+        (good.to_string(), [batched, &["--pods", "4"]].concat(), vec!["--pods 4", "expected 3", "{F}"]),
+        (
+            "[[fleet.pool]]\nname = \"d\"\npods = 1\nrole = \"decode\"\n\n[[fleet.pool]]\nname = \"p\"\npods = 1\nrole = \"prefill\"\n"
+                .to_string(),
+            batched.to_vec(),
+            vec!["{F}:2:", "`fleet.pool`", "prefill pool listed before"],
+        ),
+        (
+            "[[fleet.pool]]\nname = \"p\"\npods = 1\nrole = \"prefill\"\n\n[[fleet.pool]]\nname = \"d\"\npods = 1\nrole = \"decode\"\n"
+                .to_string(),
+            [batched, &["--prefill-capacity", "8"]].concat(),
+            vec!["--prefill-capacity", "{F}"],
+        ),
+        (
+            "[[fleet.pool]]\nname = \"p\"\npods = 1\nrole = \"prefill\"\n\n[[fleet.pool]]\nname = \"d\"\npods = 1\nrole = \"decode\"\n"
+                .to_string(),
+            [batched, &["--prefill-pods", "2"]].concat(),
+            vec!["--prefill-pods 2", "expected 1"],
+        ),
+    ];
+    for (i, (text, flags, want)) in cases.iter().enumerate() {
+        let f = tmp(&format!("bad-{i}.pools.toml"));
+        std::fs::write(&f, text).unwrap();
+        let fs = f.to_str().unwrap();
+        let mut a = flags.clone();
+        a.extend(["--pools", fs]);
+        let (code, _, err) = replay(&trace, &a);
+        assert_eq!(code, Some(2), "case {i}: {err}\n{text}");
+        assert!(!err.contains("panicked"), "case {i}: {err}");
+        for w in want {
+            let w = w.replace("{F}", fs);
+            assert!(err.contains(&w), "case {i}: expected {w:?} in: {err}");
+        }
+        std::fs::remove_file(&f).ok();
+    }
+    // a file that is not there
+    let (code, _, err) = replay(&trace, &[batched, &["--pools", "/nonexistent/pools.toml"]].concat());
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--pools /nonexistent/pools.toml"), "{err}");
+    // a scenario's pool errors name the line too
+    let sc = scenario("capacity = 64", ENGINE, "\n[[fleet.pool]]\nname = \"a\"\npods = 2\nrole = \"both\"\n");
+    let line = sc.lines().position(|l| l.starts_with("role")).unwrap() + 1;
+    let p = tmp("bad-line.toml");
+    std::fs::write(&p, &sc).unwrap();
+    let o = brokerlab(&["fleet", "run", "-q", p.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("{}:{line}: `fleet.pool[1].role`", p.display())), "{err}");
+    std::fs::remove_file(&p).ok();
+    std::fs::remove_file(&trace).ok();
+}
+
+/// Autoscaling over pools (docs/MODEL.md, "Heterogeneous pools", "With autoscaling"): the pool
+/// order is the scaling order. A ramp scales a fleet of a 1-pod pool then a 2-pod pool (and the
+/// same pools listed the other way round) from 1 pod out into the second pool and back in: every boot is the lowest pod not routable (so the second pool's
+/// pods boot only once the first pool's are all routable), every scale-in the highest routable
+/// pod; listing the pools the other way round grows the other pool first.
+#[test]
+fn autoscaling_grows_pools_in_order_and_shrinks_them_in_reverse() {
+    let sc = |pools: &str| {
+        format!(
+            "[workload]\nseed = 11\nrequests = 1100\ntenants = 4\nusers_per_tenant = 4\nprefix_tokens = 1024\n\
+             suffix_tokens = [16, 128]\noutput_tokens = [8, 64]\n\n\
+             [[workload.stages]]\nrate_per_s = 2.0\nduration_s = 20.0\n\n\
+             [[workload.stages]]\nrate_per_s = 24.0\nduration_s = 40.0\n\n\
+             [[workload.stages]]\nrate_per_s = 1.0\nduration_s = 400.0\n\n\
+             [fleet]\ncapacity = 2048\nrouter = \"round-robin\"\n\n\
+             [fleet.engine]\nprofile = \"qwen3-32b-h100x2\"\nmax_num_seqs = 4\n\n\
+             [fleet.autoscale]\nmin = 1\ninterval_s = 5.0\nwindow_s = 5.0\nstartup_s = 5.0\n{pools}"
+        )
+    };
+    let first = "\n[[fleet.pool]]\nname = \"first\"\npods = 1\n";
+    let second = "\n[[fleet.pool]]\nname = \"second\"\npods = 2\ncapacity = 3072\n";
+    for (order, pools) in [("first, second", format!("{first}{second}")), ("second, first", format!("{second}{first}"))]
+    {
+        let (s, outcomes) = run("scale-pools", &sc(&pools), &[]);
+        let a = &s["autoscale"];
+        let events = a["events"].as_array().unwrap();
+        assert!(a["scale_outs"].as_u64().unwrap() >= 2, "{order}: {a}");
+        assert!(a["scale_ins"].as_u64().unwrap() >= 1, "{order}: {a}");
+        for e in events {
+            let (pod, active) = (e["pod"].as_u64().unwrap(), e["active"].as_u64().unwrap());
+            match e["kind"].as_str().unwrap() {
+                // boot decided: the lowest pod not routable (routable pods unchanged)
+                "out" => assert_eq!(pod, active, "{order}: {e}"),
+                // routable: it is the last of 0..active
+                "ready" => assert_eq!(pod + 1, active, "{order}: {e}"),
+                // scale-in: the highest routable pod leaves 0..active
+                "in" => assert_eq!(pod, active, "{order}: {e}"),
+                _ => {}
+            }
+        }
+        let per_pool = s["per_pool"].as_array().unwrap();
+        let lead = &per_pool[0];
+        let lead_pods = lead["pods"].as_u64().unwrap();
+        // the first listed pool's pods all came up before any other pool's pod booted
+        let first_other_boot = events.iter().position(|e| e["kind"] == "out" && e["pod"].as_u64() >= Some(lead_pods));
+        let initial = a["initial_pods"].as_u64().unwrap();
+        let other = first_other_boot.unwrap_or_else(|| panic!("{order}: a pod of the second pool booted: {events:?}"));
+        if lead_pods > initial {
+            let lead_all_ready = events
+                .iter()
+                .position(|e| e["kind"] == "ready" && e["pod"].as_u64() == Some(lead_pods - 1))
+                .unwrap_or_else(|| panic!("{order}: the first pool's last pod came up: {events:?}"));
+            assert!(lead_all_ready < other, "{order}: {events:?}");
+        }
+        // a pool served requests iff one of its pods was ever routable (pods 0..max_active)
+        let max_active = a["max_active_pods"].as_u64().unwrap();
+        for p in per_pool {
+            let up = p["first_pod"].as_u64().unwrap() < max_active;
+            assert_eq!(p["requests"].as_u64().unwrap() > 0, up, "{order}: {p} (at most {max_active} pods)");
+        }
+        assert!(max_active > lead_pods, "{order}: the ramp reaches the second listed pool ({max_active} pods)");
+        let total: u64 = per_pool.iter().map(|p| p["requests"].as_u64().unwrap()).sum();
+        assert_eq!(total, s["requests"].as_u64().unwrap());
+        assert_eq!(outcomes.lines().count() as u64, total);
+    }
 }

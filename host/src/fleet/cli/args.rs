@@ -268,9 +268,15 @@ fn kind<T: Copy + Send + Sync + 'static>(
 /// The fleet and model parameters shared by replay and the scenario commands.
 #[derive(Debug, Args, Clone)]
 pub struct FleetArgs {
-    /// Number of pods N (1..=1024, MAX_PODS).
-    #[arg(long, allow_negative_numbers = true, value_parser = parse_pods)]
-    pub pods: usize,
+    /// Number of pods N (1..=1024, MAX_PODS); with --pools, the pools' sum (when given it must
+    /// equal it).
+    #[arg(long, allow_negative_numbers = true, value_parser = parse_pods, required_unless_present = "pools")]
+    pub pods: Option<usize>,
+    /// Heterogeneous pools (batched engine): a TOML file of `[[fleet.pool]]` tables with a
+    /// scenario's pool keys (name, pods, role, capacity, profile, max_num_seqs, ...; docs/MODEL.md,
+    /// "Heterogeneous pools"); each key a pool leaves out is the flags' value.
+    #[arg(long, value_name = "FILE.toml")]
+    pub pools: Option<PathBuf>,
     /// Blocks (16 tokens each) per pod C (1..=4294967294); with --engine batched and a physics
     /// --profile, derived from the profile when absent (vLLM's rule, docs/MODEL.md).
     #[arg(long, allow_negative_numbers = true, value_parser = parse_capacity)]
@@ -343,9 +349,9 @@ pub struct ScaleArgs {
     /// Routable pods at the start (default: --scale-min).
     #[arg(long, allow_negative_numbers = true, value_parser = whole::<u32>)]
     pub scale_initial: Option<u32>,
-    /// Seconds between autoscaler evaluations.
-    #[arg(long, default_value_t = defaults::SCALE_INTERVAL_NS as f64 / 1e9, allow_negative_numbers = true)]
-    pub scale_interval_s: f64,
+    /// Seconds between autoscaler evaluations [default: 10].
+    #[arg(long, allow_negative_numbers = true)]
+    pub scale_interval_s: Option<f64>,
     /// queue-target: scale out when the mean queue length of the routable pods exceeds this
     /// [default: 4].
     #[arg(long, allow_negative_numbers = true)]
@@ -353,15 +359,16 @@ pub struct ScaleArgs {
     /// queue-target: scale in when the mean queue length is below this [default: 0.5].
     #[arg(long, allow_negative_numbers = true)]
     pub scale_down_queue: Option<f64>,
-    /// Seconds from a scale-out decision until the new pod takes requests.
-    #[arg(long, default_value_t = defaults::SCALE_STARTUP_NS as f64 / 1e9, allow_negative_numbers = true)]
-    pub scale_startup_s: f64,
+    /// Seconds from a scale-out decision until the new pod takes requests [default: 30].
+    #[arg(long, allow_negative_numbers = true)]
+    pub scale_startup_s: Option<f64>,
     /// The rule: queue-target (the FIFO engine's, its default) | wva-saturation (llm-d WVA's
     /// saturation analyzer: the batched engine's, its default).
     #[arg(long)]
     pub scale_policy: Option<String>,
-    /// wva-saturation: peak window in seconds, a whole number of --scale-interval-s (0 to 4 of
-    /// them) [default: 60].
+    /// wva-saturation: peak window in seconds (> 0, a whole number of 4 ns): at each evaluation
+    /// a pod's KV usage and waiting queue are their peaks over the samples of the current
+    /// quarter-window bucket and the 4 before it (up to 1.25 windows back) [default: 60].
     #[arg(long, allow_negative_numbers = true)]
     pub scale_window_s: Option<f64>,
     /// wva-saturation: a pod is saturated at this KV usage (kvCacheThreshold) [default: 0.8].
@@ -391,10 +398,10 @@ impl ScaleArgs {
             pods,
             min,
             self.scale_initial,
-            self.scale_interval_s,
+            self.scale_interval_s.unwrap_or(defaults::SCALE_INTERVAL_NS as f64 / 1e9),
             self.scale_up_queue.unwrap_or(defaults::SCALE_UP_MILLI as f64 / 1e3),
             self.scale_down_queue.unwrap_or(defaults::SCALE_DOWN_MILLI as f64 / 1e3),
-            self.scale_startup_s,
+            self.scale_startup_s.unwrap_or(defaults::SCALE_STARTUP_NS as f64 / 1e9),
         )
         .map_err(flag_error)?;
         Ok(Some(p))
@@ -420,7 +427,13 @@ impl ScaleArgs {
             wva: self.wva_given(),
         };
         if self.scale_min.is_none() {
+            // every autoscaling flag but --scale-min: ignored without it, so refused
             let new_flags = [
+                ("--scale-initial", self.scale_initial.is_some()),
+                ("--scale-interval-s", self.scale_interval_s.is_some()),
+                ("--scale-up-queue", self.scale_up_queue.is_some()),
+                ("--scale-down-queue", self.scale_down_queue.is_some()),
+                ("--scale-startup-s", self.scale_startup_s.is_some()),
                 ("--scale-policy", given.policy.is_some()),
                 ("--scale-window-s", self.scale_window_s.is_some()),
                 ("--scale-kv-threshold", self.scale_kv_threshold.is_some()),
@@ -489,12 +502,32 @@ impl FleetArgs {
     }
 
     /// The core configuration; `derived` is the capacity a physics profile gives when
-    /// --capacity is absent.
-    pub fn config(&self, derived: Option<usize>) -> CliResult<FleetConfig> {
-        let capacity = self.capacity.or(derived).ok_or_else(|| {
-            CliError::bad_input(
-                "--capacity: required (blocks per pod), unless --engine batched with a physics --profile derives it",
-            )
+    /// --capacity is absent; `pools` the --pools table (read from `pools_file`).
+    pub fn config(
+        &self,
+        derived: Option<usize>,
+        pools: Option<(&'static [brokerlab_core::fleet::Pool], &str)>,
+    ) -> CliResult<FleetConfig> {
+        let sum = pools.map(|(t, _)| t.iter().map(|p| p.pods as usize).sum::<usize>());
+        let pods = match (self.pods, sum) {
+            (Some(n), Some(s)) if n != s => {
+                let file = pools.map_or("", |p| p.1);
+                return Err(CliError::bad_input(format!(
+                    "--pods {n}: expected {s}, the pods of the pools in --pools {file} (or leave --pods out)"
+                )));
+            }
+            (Some(n), _) | (None, Some(n)) => n,
+            (None, None) => return Err(CliError::bad_input("--pods: required (or --pools FILE)")),
+        };
+        // with every pool setting its own capacity, the fleet's (which no pod then uses) is the
+        // smallest pool's
+        let all_set = pools.and_then(|(t, _)| t.iter().map(|p| p.capacity_blocks).collect::<Option<Vec<_>>>());
+        let capacity = self.capacity.or(derived).or_else(|| all_set.and_then(|c| c.into_iter().min())).ok_or_else(|| {
+            CliError::bad_input(if pools.is_some() {
+                "--capacity: required (blocks per pod) for the pools that set no `capacity`, unless a physics --profile derives it"
+            } else {
+                "--capacity: required (blocks per pod), unless --engine batched with a physics --profile derives it"
+            })
         })?;
         let engine = FifoConfig {
             t_prefill_ns: self.t_prefill_ns.unwrap_or(defaults::T_PREFILL_NS),
@@ -510,14 +543,14 @@ impl FleetArgs {
             event_delay_ns: ms_to_ns(self.event_delay_ms, "--event-delay-ms")?,
             speculative_ttl_ns: ms_to_ns(self.speculative_ttl_ms, "--speculative-ttl-ms")?,
         };
-        let scale = self.scale.policy(self.pods)?;
+        let scale = self.scale.policy(pods)?;
         let mut cfg = FleetConfig {
-            pods: self.pods,
+            pods,
             capacity_blocks: capacity,
             router: self.router.unwrap_or(RouterKind::Custom),
             alpha: self.alpha.unwrap_or(defaults::ALPHA),
             routing: None,
-            pools: &[],
+            pools: pools.map(|p| p.0).unwrap_or_default(),
             engine: EngineConfig::Fifo { engine, view, scale },
         };
         // A trace replay has no scenario seed: the shipped routers' RNG starts from 0.

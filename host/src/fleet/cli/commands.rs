@@ -44,6 +44,7 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
     crate::mem::set_budget(a.mem.max_memory);
     let mut inputs = vec![("--trace", a.trace.as_path())];
     inputs.extend(a.fleet.router_config.as_deref().map(|p| ("--router-config", p)));
+    inputs.extend(a.fleet.pools.as_deref().map(|p| ("--pools", p)));
     if let Some(o) = &a.engine.outcomes {
         crate::outfile::check_output("--outcomes", o, &inputs)?;
     }
@@ -56,7 +57,21 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
     if let Some(s) = a.trace_block_size {
         check_trace_block(s)?;
     }
-    let mut engine = a.engine.resolve(None)?;
+    // --pools: heterogeneous pools, batched engine only (docs/MODEL.md, "Heterogeneous pools")
+    let pools_file = a.fleet.pools.as_deref().map(scenario::pools::PoolsFile::read).transpose()?;
+    let (mut engine, pool_table) = match &pools_file {
+        None => (a.engine.resolve(None)?, None),
+        Some(f) => {
+            if a.engine.engine != Some(engine::EngineKind::Batched) {
+                return Err(CliError::bad_input(format!(
+                    "--pools {}: only with --engine batched (the FIFO engine has no pools)",
+                    f.origin
+                )));
+            }
+            let (t, s) = scenario::pools::with_flags(f, a.engine.settings())?;
+            (Some(s.config(&|k| format!("--{}", k.replace('_', "-")))?), Some(t))
+        }
+    };
     a.fleet.check_applies(engine.is_some())?;
     if let Some(e) = engine.as_mut() {
         a.fleet.scale.apply_wva(e)?;
@@ -65,8 +80,15 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
         Some(e) => engine::derived_capacity(e, "--profile")?,
         None => None,
     };
-    let cfg = a.fleet.config(derived)?;
+    let cfg = a.fleet.config(derived, pool_table.zip(pools_file.as_ref().map(|f| f.origin.as_str())))?;
     cfg.validate().map_err(run::config_error)?;
+    if let (Some(f), Some(e)) = (&pools_file, engine) {
+        // the pools' checks, an error about them naming the file and line
+        engine::batched(cfg, e).map_err(|err| {
+            let on_pools = matches!(run::fields::refused(err), Ok((brokerlab_core::fleet::Field::Pools, _)));
+            if on_pools { scenario::pool_key_error(&f.origin, &f.lines, err) } else { run::config_error(err) }
+        })?;
+    }
     a.fleet.check_index_applies(&cfg, engine.is_some())?;
     let format = formats::resolve_format(a.format, &a.trace, a.max_line_bytes, a.max_blank_lines)?;
     let retime = retime_of(&a)?;
@@ -90,6 +112,9 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
     let progress = Progress::new(a.output.quiet, "replay", Unit::TraceBytes, size);
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file("trace", &a.trace)?;
+    if let Some(p) = &a.fleet.pools {
+        prov.add_file("pools", p)?;
+    }
     router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
     let out = Output {
         json: a.json.then_some(&prov),

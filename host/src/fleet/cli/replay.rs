@@ -79,6 +79,9 @@ pub fn format(
     let json = a.json.then(|| {
         let mut prov = crate::provenance::Provenance::of_this_run(a.output.no_date);
         prov.add_file("trace", &a.trace)?;
+        if let Some(p) = &a.fleet.pools {
+            prov.add_file("pools", p)?;
+        }
         crate::fleet::cli::router_config::record(&mut prov, a.fleet.router_config.as_deref(), &cfg)?;
         Ok::<_, CliError>(prov)
     });

@@ -23,6 +23,7 @@ pub fn report(
         crate::fleet::report::llmd::SCENARIO_NAME,
         crate::fleet::report::llmd::SCENARIO_TEXT.as_bytes(),
     );
+    prov.add_bytes("scenario", super::pools::SCENARIO_NAME, super::pools::SCENARIO_TEXT.as_bytes());
     let ex = run_all(threads, shrink, progress)?;
     let q = Quoted::new(&ex)?;
     let mut svgs: Vec<(String, String, String)> = Vec::new(); // (section, caption, svg)
@@ -59,6 +60,7 @@ fn seed_charts(ex: &Experiments, q: &Quoted) -> Vec<(&'static str, String, Chart
     out.extend(super::deploy::charts(&ex.deploy));
     out.extend(super::published::report_charts(&ex.published));
     out.extend(super::scaling::charts(&ex.scaling).into_iter().map(|(stem, c)| ("scaling", stem.into(), c)));
+    out.extend(super::pools::charts(&ex.pools).into_iter().map(|(stem, c)| ("pools", stem.into(), c)));
     out
 }
 

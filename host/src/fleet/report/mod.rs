@@ -14,6 +14,7 @@
 //! 12. The published llm-d tables beside the simulated ones ([`crate::fleet::report::published`]).
 //! 13. Deployed fleets: P/D disaggregation and the KV offload tier ([`crate::fleet::report::deploy`]).
 //! 14. Autoscaling under the batched engine, WVA's saturation rule ([`crate::fleet::report::scaling`]).
+//! 15. Heterogeneous pools: H100 and A100 pods under one router ([`crate::fleet::report::pools`]).
 //!
 //! This module runs the experiments (data); [`charts`] draws them and [`render`] writes the
 //! Markdown and HTML, with prose filled from the scenarios.
@@ -42,6 +43,7 @@ pub mod deploy;
 pub mod engine;
 pub mod llmd;
 pub mod mooncake;
+pub mod pools;
 pub mod published;
 mod render;
 pub mod scaling;
@@ -102,6 +104,8 @@ pub struct Experiments {
     pub deploy: deploy::DeploySection,
     /// Autoscaling under the batched engine (section 14).
     pub scaling: scaling::ScalingSection,
+    /// Heterogeneous pools (section 15).
+    pub pools: pools::PoolsSection,
 }
 
 /// A built-in scenario as it ran.
@@ -177,6 +181,7 @@ pub fn total_points(caps: usize) -> u64 {
         + published::RUNS
         + deploy::points()
         + scaling::points()
+        + pools::points()
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -293,6 +298,9 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     // 14: autoscaling under the batched engine.
     let scaling = scaling::run(shrink, progress)?;
 
+    // 15: heterogeneous pools.
+    let pools = pools::run(shrink, threads, progress)?;
+
     Ok(Experiments {
         capacity,
         timestamp_first,
@@ -314,6 +322,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         published,
         deploy,
         scaling,
+        pools,
     })
 }
 

@@ -218,6 +218,13 @@ fn runs_table(ex: &Experiments) -> String {
         b.stage_divisor,
         th(b.ramp_requests)
     );
+    let _ = writeln!(
+        o,
+        "| {} (section 15) | {} | {} |",
+        super::pools::SCENARIO_NAME,
+        th(ex.pools.requests_in_file),
+        th(ex.pools.requests)
+    );
     o
 }
 
@@ -356,7 +363,7 @@ pub struct PageInputs<'a> {
 type Section = fn(&Experiments, &PageInputs) -> Vec<Block>;
 
 /// The report's sections in page order (one list for both pages: add a section here).
-pub const SECTIONS: [Section; 18] = [
+pub const SECTIONS: [Section; 19] = [
     sec_top,
     sec_capacity,
     sec_layout,
@@ -373,6 +380,7 @@ pub const SECTIONS: [Section; 18] = [
     sec_published,
     sec_deploy,
     sec_scaling,
+    sec_pools,
     sec_parameters,
     sec_model,
 ];
@@ -534,6 +542,10 @@ fn sec_scaling(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
     super::scaling::page_blocks(&ex.scaling, inp.svgs)
 }
 
+fn sec_pools(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    super::pools::page_blocks(&ex.pools, inp.svgs)
+}
+
 /// The built-in scenarios as run (the request counts after `--shrink`).
 fn sec_parameters(ex: &Experiments, _: &PageInputs) -> Vec<Block> {
     let mut v = vec![
@@ -566,7 +578,7 @@ fn sec_model(_: &Experiments, _: &PageInputs) -> Vec<Block> {
             "docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds. Two engine models: the FIFO \
              engine (prefill tokens x a fixed cost, FIFO queueing, no decode batching) in sections 1-8 and 10, and the \
              batched engine (vLLM-style continuous batching with a step-cost model fitted on published calibration \
-             points; section 9b says how far off it is) in sections 9, 11, 12 and 13, whose sections list what it leaves out. \
+             points; section 9b says how far off it is) in sections 9 and 11 to 15, whose sections list what it leaves out. \
              Compare orderings and ratios, not seconds."
                 .into(),
         ),

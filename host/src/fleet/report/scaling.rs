@@ -23,7 +23,7 @@ pub const TITLE: &str = "14. Autoscaling under the batched engine: does the rout
 
 /// The scenario run (a ramp up and down; the fleet may grow from 2 to 8 pods).
 pub const SCENARIO_TEXT: &str = r#"name = "autoscale-batched"
-description = "multi-tenant prompts on a load ramp 4 -> 16 -> 4 req/s; 2..8 batched pods, WVA saturation scaler"
+description = "multi-tenant prompts on a load ramp 4 -> 20 -> 4 req/s; 2..8 batched pods of 2,048 KV blocks, WVA saturation scaler"
 
 [workload]
 seed = 29
@@ -41,7 +41,7 @@ rate_per_s = 4.0
 duration_s = 120.0
 
 [[workload.stages]]
-rate_per_s = 16.0
+rate_per_s = 20.0
 duration_s = 240.0
 
 [[workload.stages]]
@@ -50,7 +50,7 @@ duration_s = 600.0
 
 [fleet]
 pods = 8
-capacity = 4096
+capacity = 2048
 router = "prefix-aware"
 alpha = 1.0
 
@@ -96,6 +96,14 @@ pub struct ScalingRun {
 pub struct ScalingSection {
     /// Requests run.
     pub requests: u64,
+    /// The ramp: (start s, end s, req/s) of each stage.
+    pub stages: Vec<(f64, f64, f64)>,
+    /// Pods the fleet starts with (the scaler's min) and may grow to.
+    pub pods: (u32, u32),
+    /// KV blocks per pod.
+    pub capacity: usize,
+    /// Boot time of an added pod, s.
+    pub startup_s: f64,
     /// The runs: for each router, autoscaled then fixed at the most pods.
     pub runs: Vec<ScalingRun>,
 }
@@ -137,7 +145,22 @@ pub fn run(shrink: u64, progress: &Progress) -> CliResult<ScalingSection> {
             runs.push(ScalingRun { label, scaled, summary: ran.summary, buckets, warm_first_requests });
         }
     }
-    Ok(ScalingSection { requests: sc.workload.requests, runs })
+    let mut stages = Vec::new();
+    let mut start = 0.0;
+    for st in sc.workload.stages() {
+        let end = start + st.duration_ms as f64 / 1e3;
+        stages.push((start, end, st.rate_milli_per_s as f64 / 1e3));
+        start = end;
+    }
+    let policy = sc.fleet.scale();
+    Ok(ScalingSection {
+        requests: sc.workload.requests,
+        stages,
+        pods: (policy.map_or(sc.fleet.pods as u32, |p| p.min_pods), sc.fleet.pods as u32),
+        capacity: sc.fleet.capacity_blocks,
+        startup_s: policy.map_or(0.0, |p| p.startup_ns as f64 / 1e9),
+        runs,
+    })
 }
 
 /// Added pods (index >= `initial`) whose first request had a prefix hit (0 when every added pod
@@ -216,7 +239,14 @@ pub fn charts(x: &ScalingSection) -> Vec<(&'static str, Chart)> {
         .iter()
         .map(|r| Series::new(r.label.clone(), r.buckets.iter().map(|b| (mid(b), b.2)).collect()))
         .collect();
-    let shades = vec![(120.0, 360.0, "16 req/s".to_string())];
+    // the busiest stage, shaded
+    let shades: Vec<(f64, f64, String)> = x
+        .stages
+        .iter()
+        .fold(None::<&(f64, f64, f64)>, |b, st| if b.is_none_or(|b| st.2 > b.2) { Some(st) } else { b })
+        .map(|&(from, to, rate)| (from, to, format!("{rate} req/s")))
+        .into_iter()
+        .collect();
     vec![
         (
             STEMS[0],
@@ -292,16 +322,23 @@ pub fn table(x: &ScalingSection) -> String {
 
 /// The intro paragraph and the findings, from the runs.
 pub fn prose(x: &ScalingSection) -> (String, String) {
+    let ramp: Vec<String> = x.stages.iter().map(|s| format!("{}", s.2)).collect();
     let intro = format!(
         "The seed's question under the batched engine, with llm-d's workload variant autoscaler (WVA) V1 saturation \
          rule (docs/MODEL.md, \"Autoscaling under the batched engine\": a pod is saturated at KV usage >= 0.80 or 5 \
          waiting requests, peaks over the window; scale up when the non-saturated pods' mean spare KV < 0.10 or mean \
          spare queue < 3; scale down only when at least 2 pods are non-saturated and their load spread over one pod \
          fewer keeps both spares; no decision while a pod boots or drains). {} requests of a multi-tenant workload on a \
-         ramp 4 -> 16 -> 4 req/s; the fleet starts at 2 pods and may grow to 8, a new pod boots in 30 s and starts \
-         cold, a pod scaled in drains its requests and then drops its cache. Each router runs autoscaled and with all 8 \
-         pods throughout; TTFT and goodput (TTFT <= {} s and TPOT <= {} ms) per {BUCKET_S} s of arrivals.",
+         ramp {} req/s; the fleet starts at {} pods of {} KV blocks and may grow to {}, a new pod boots in {} s and \
+         starts cold, a pod scaled in drains its requests and then drops its cache. Each router runs autoscaled and \
+         with all {} pods throughout; TTFT and goodput (TTFT <= {} s and TPOT <= {} ms) per {BUCKET_S} s of arrivals.",
         x.requests,
+        ramp.join(" -> "),
+        x.pods.0,
+        crate::fleet::report::engine::thousands(x.capacity as u64),
+        x.pods.1,
+        x.startup_s,
+        x.pods.1,
         SLO_MS.0 as f64 / 1e3,
         SLO_MS.1
     );
@@ -322,6 +359,29 @@ pub fn prose(x: &ScalingSection) -> (String, String) {
                 opt(a.totals.new_pod_traffic_ratio, 2)
             );
         }
+    }
+    // the contrast: the prefix-aware scaled run against the cache-blind one
+    if let [blind, aware] = scaled[..]
+        && let (Some(a), Some(b)) = (&aware.summary.autoscale, &blind.summary.autoscale)
+    {
+        let good = |r: &ScalingRun| r.summary.slo.as_ref().and_then(|k| k.goodput_req_per_s);
+        let fewer = 1.0 - a.totals.pod_seconds / b.totals.pod_seconds.max(1e-9);
+        let _ = write!(
+            f,
+            "Against the cache-blind router, prefix-aware routing {} {:.0}% {} pod-seconds ({:.0} vs {:.0}), peaked at {} \
+             pods against {}, and met both SLOs for {} req/s against {} (hit rate {} vs {}). ",
+            if fewer >= 0.0 { "used" } else { "needed" },
+            fewer.abs() * 100.0,
+            if fewer >= 0.0 { "fewer" } else { "more" },
+            a.totals.pod_seconds,
+            b.totals.pod_seconds,
+            a.totals.max_active_pods,
+            b.totals.max_active_pods,
+            opt(good(aware), 2),
+            opt(good(blind), 2),
+            aware.summary.hit_rate.map_or("n/a".into(), |h| format!("{:.1}%", h * 100.0)),
+            blind.summary.hit_rate.map_or("n/a".into(), |h| format!("{:.1}%", h * 100.0)),
+        );
     }
     let cold: u64 = scaled.iter().map(|r| r.warm_first_requests).sum();
     let _ = write!(

@@ -26,8 +26,9 @@ pub const fn names(field: Field) -> Names {
         Field::PcieLatencyNs => (Some("--pcie-latency-ns"), Some("fleet.engine.pcie_latency_ns")),
         Field::CpuTierWeight => (Some("--cpu-tier-weight"), Some("fleet.engine.cpu_tier_weight")),
         Field::KvBytesPerToken => (Some("--kv-bytes-per-token"), Some("fleet.engine.kv_bytes_per_token")),
-        // set in a scenario only ([[fleet.pool]]): [`flag`] names the key
-        Field::Pools => (None, Some("fleet.pool")),
+        // set by [[fleet.pool]] tables, a scenario's or those of `fleet replay --pools FILE`:
+        // [`flag`] names both
+        Field::Pools => (Some("--pools"), Some("fleet.pool")),
         Field::PrefillPods => (Some("--prefill-pods"), Some("fleet.pd.prefill_pods")),
         Field::PrefillCapacity => (Some("--prefill-capacity"), Some("fleet.pd.prefill_capacity")),
         Field::PdThresholdTokens => (Some("--pd-threshold-tokens"), Some("fleet.pd.threshold_tokens")),
@@ -92,8 +93,8 @@ pub const fn names(field: Field) -> Names {
 /// The flag of `field` for a message about a command line (its core name as a flag if none).
 pub fn flag(field: Field) -> String {
     if field == Field::Pools {
-        // no flag sets pools: a run's flags (e.g. --engine fifo) met a scenario's [[fleet.pool]]
-        return "`fleet.pool` (the scenario's [[fleet.pool]] tables)".to_string();
+        // a run's flags (e.g. --engine fifo) met [[fleet.pool]] tables, a scenario's or --pools'
+        return "`fleet.pool` (the [[fleet.pool]] tables of the scenario or of --pools)".to_string();
     }
     names(field).flag.map_or_else(|| format!("--{field}"), str::to_string)
 }

@@ -123,9 +123,14 @@ impl Scenario {
             Some(_) => conversations::placeholder(&t.workload, origin, &bad)?,
         };
         let pool_list = t.fleet.pool.as_deref();
+        let pool_lines = pool_list.map(|_| pools::PoolLines::of(text)).unwrap_or_default();
         // (a pool of 0 pods named before the pods' sum is)
         if let Some(i) = pool_list.and_then(|l| l.iter().position(|p| p.pods == 0)) {
-            return Err(bad(&format!("fleet.pool[{}].pods", i + 1), "at least 1 pod", "0"));
+            return Err(CliError::bad_input(format!(
+                "{}: `fleet.pool[{}].pods` = \"0\": expected at least 1 pod",
+                pool_lines.at(origin, i, "pods"),
+                i + 1
+            )));
         }
         let pods = match (t.fleet.pods, pool_list) {
             (Some(n), _) => n,
@@ -149,7 +154,7 @@ impl Scenario {
             &bad,
         )?;
         if let Some(list) = pool_list {
-            (fleet, engine) = with_pools(list, t.fleet.pd.as_ref(), fleet, engine, origin)?;
+            (fleet, engine) = with_pools(list, &pool_lines, t.fleet.pd.as_ref(), fleet, engine, origin)?;
         }
         let load = match &t.load {
             None => None,
@@ -455,6 +460,7 @@ fn engine_key(origin: &str) -> impl Fn(&str) -> String + '_ {
 /// run will check it (errors name the key).
 fn with_pools(
     list: &[PoolToml],
+    lines: &pools::PoolLines,
     pd: Option<&schema::PdToml>,
     fleet: FleetConfig,
     engine: Option<crate::fleet::scenario::engine::EngineSettings>,
@@ -475,15 +481,22 @@ fn with_pools(
             )));
         }
     }
-    let table = pools::table(list, &s, origin)?;
+    let table = pools::table(list, &s, origin, lines)?;
     let np = brokerlab_core::fleet::sim::pools::pods_of(table, brokerlab_core::fleet::PoolRole::Prefill);
     if np > 0 && s.prefill_pods.is_none() {
         s.prefill_pods = Some(u32::try_from(np).unwrap_or(u32::MAX));
     }
     let fleet = FleetConfig { pools: table, ..fleet };
     let ecfg = s.config(&engine_key(origin))?;
-    crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;
+    crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| pool_key_error(origin, lines, e))?;
     Ok((fleet, Some(s)))
+}
+
+/// A configuration error of a fleet with pools read from `origin`: one about the pools
+/// (`fleet.pool`) names the line of the first pool, any other its key only ([`key_error`]).
+pub fn pool_key_error(origin: &str, lines: &pools::PoolLines, e: brokerlab_core::fleet::Error) -> CliError {
+    let on_pools = matches!(crate::fleet::run::fields::refused(e), Ok((brokerlab_core::fleet::Field::Pools, _)));
+    if on_pools { key_error(&lines.at_first(origin), e) } else { key_error(origin, e) }
 }
 
 /// `[[workload.stages]]` as the core's fixed array and its length; errors name the stage (1-based).
