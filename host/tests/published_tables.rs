@@ -199,3 +199,15 @@ fn the_readme_tables_are_this_runs() {
     expected += &format!("All three tables: {}.\n", published::median_line(&cells, 0));
     assert!(readme.contains(&expected), "README.md's published tables are not this run's; expected:\n{expected}");
 }
+
+/// docs/PUBLISHED.md's current tables are this run's: the whole `fleet tables` output (what ran,
+/// every cell of the three tables with its note, the median lines), as `tables.md` has it.
+#[test]
+fn the_published_md_tables_are_this_runs() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/PUBLISHED.md")).unwrap();
+    let expected = published::markdown(tables());
+    assert!(
+        doc.contains(&expected),
+        "docs/PUBLISHED.md's current tables are not this run's (`brokerlab fleet tables --out DIR`, DIR/tables.md); expected:\n{expected}"
+    );
+}
