@@ -76,6 +76,7 @@ fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {
             cpu_slots: &mut [],
             cpu_tables: &mut [],
             pd: Default::default(),
+            scale: &mut [],
         },
     )
     .unwrap();
@@ -409,6 +410,7 @@ fn routers_see_the_load_signals() {
         cpu_slots: &mut [],
         cpu_tables: &mut [],
         pd: Default::default(),
+        scale: &mut [],
     };
     let mut f = BatchedFleet::with_router(cfg, Spy::default(), bufs).unwrap();
     let mut sink = Sink::default();
@@ -560,6 +562,7 @@ fn a_broken_invariant_is_an_error_and_poisons_the_fleet() {
         cpu_slots: &mut cpu_slots,
         cpu_tables: &mut cpu_tables,
         pd: Default::default(),
+        scale: &mut [],
     };
     let mut f = BatchedFleet::new(cfg, bufs).unwrap();
     let mut sink = Sink::default();
@@ -607,6 +610,7 @@ fn run_aborting(
         cpu_slots: &mut cpu_slots,
         cpu_tables: &mut cpu_tables,
         pd: Default::default(),
+        scale: &mut [],
     };
     let mut f = BatchedFleet::new(cfg, bufs).unwrap();
     let mut sink = Sink::default();
@@ -698,5 +702,74 @@ fn an_abort_during_a_load_leaves_an_idle_pod_that_counts_nothing_while_idle() {
             pinned.push(stats.kv_pinned_block_ns);
         }
         assert_eq!(pinned[0], pinned[1], "idle time counts nothing");
+    }
+}
+
+/// The WVA autoscaler's per-pod state is a caller buffer: one entry per pod when the batched
+/// fleet autoscales (its layout says so), none otherwise; a wrong length is a `BufferSize` error
+/// naming it, and an autoscaled fleet over the right buffer never routes past its initial pods
+/// (idle, the WVA rule scales in at the first arrival: pod 1 drains, pod 0 takes the rest).
+#[test]
+fn wva_state_is_a_caller_buffer_of_one_entry_per_pod() {
+    let policy = ScalePolicy {
+        min_pods: 1,
+        initial_pods: 2,
+        interval_ns: 1_000_000_000,
+        up_milli: 4_000,
+        down_milli: 500,
+        startup_ns: 5_000_000_000,
+    };
+    let mut e = ecfg(16, 8192);
+    e.scale = Some(policy);
+    let cfg = FleetConfig { engine: EngineConfig::Batched(e), ..FleetConfig::new(3, 64, RouterKind::RoundRobin) };
+    let l = BatchedLayout::new(&cfg, 16, 1024).unwrap();
+    assert_eq!(l.scale_len(), 3, "one entry per pod");
+    let plain = FleetConfig { engine: EngineConfig::Batched(ecfg(16, 8192)), ..cfg };
+    assert_eq!(BatchedLayout::new(&plain, 16, 1024).unwrap().scale_len(), 0, "none without autoscaling");
+    let build = |cfg: FleetConfig, scale_len: usize| -> Result<(Vec<u32>, usize), Error> {
+        let l = BatchedLayout::new(&cfg, 16, 1024).unwrap();
+        let mut blocks = vec![KvBlock::default(); l.blocks_len()];
+        let mut tables = vec![0u32; l.tables_len()];
+        let mut rq = vec![ReqSlot::default(); l.pods * l.requests_per_pod];
+        let mut waiting = vec![0u32; l.pods * l.requests_per_pod];
+        let mut running = vec![0u32; l.running_len()];
+        let mut ks = vec![0u64; l.pods * l.keys_per_pod];
+        // a buffer full of stale state: the fleet resets it
+        let mut scale = vec![WvaPod::default(); scale_len];
+        let mut f = BatchedFleet::new(
+            cfg,
+            BatchedBuffers {
+                blocks: &mut blocks,
+                tables: &mut tables,
+                requests: &mut rq,
+                waiting: &mut waiting,
+                running: &mut running,
+                keys: &mut ks,
+                cpu_slots: &mut [],
+                cpu_tables: &mut [],
+                pd: Default::default(),
+                scale: &mut scale,
+            },
+        )?;
+        let mut sink = Sink::default();
+        let mut pods = Vec::new();
+        for i in 0..4u64 {
+            let k = keys_of(&[100 + i]);
+            let req = Request { arrival_ns: i * 1_000, input_tokens: 16, output_tokens: 2, keys: &k };
+            pods.push(f.dispatch(&req, &mut sink)?.pod);
+        }
+        f.finish(&mut sink)?;
+        Ok((pods, f.active_pods()))
+    };
+    assert_eq!(build(cfg, 3).unwrap(), (vec![0, 0, 0, 0], 1), "scaled in at once: pod 0 only");
+    assert_eq!(build(plain, 0).unwrap(), (vec![0, 1, 2, 0], 3));
+    for (c, len, expected) in [(cfg, 0, 3), (cfg, 2, 3), (cfg, 4, 3), (plain, 3, 0)] {
+        match build(c, len) {
+            Err(Error::BufferSize { buffer, expected: e, got }) => {
+                assert_eq!((buffer, e, got), (Buffer::ScalePods, expected, len));
+                assert_eq!(buffer.name(), "autoscaler pods");
+            }
+            other => panic!("a scale buffer of {len} for {expected} pods: {other:?}"),
+        }
     }
 }

@@ -726,6 +726,8 @@ fn run_batched_one(
             joins: take(st.pd_joins, l.pd_in_flight, Buffer::PdLinks).map_err(setup)?,
             deliveries: take(st.pd_deliveries, l.pd_in_flight, Buffer::PdLinks).map_err(setup)?,
         },
+        // not autoscaled: no WVA state (l.scale_len() is 0)
+        scale: &mut [],
     };
     let mut fleet = BatchedFleet::new(cfg, buffers).map_err(setup)?;
     let n = BATCHED_REQUESTS as usize;

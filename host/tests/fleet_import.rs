@@ -203,3 +203,133 @@ fn fleet_run_inference_perf_equals_running_the_import() {
     assert_eq!(o.status.code(), Some(2));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+const CODEGEN: &str = "scenarios/inference-perf/llm-d-sticky-code-generation.yml";
+
+/// The vendored code-generation config as `run_benchmark.sh` (llm-d/llm-d @ 06d672f7) fills it with
+/// `envsubst` for concurrency level `c`: CONC = SEED = NUM_CONVERSATIONS = c, MAX_REQUESTS = 6 c;
+/// the rest name where the real run sends and writes (no effect here).
+fn codegen_at(c: u64) -> String {
+    let mut t = std::fs::read_to_string(repo().join(CODEGEN)).unwrap();
+    let c6 = (6 * c).to_string();
+    let c = c.to_string();
+    for (k, v) in [
+        ("CONC", c.as_str()),
+        ("SEED", &c),
+        ("NUM_CONVERSATIONS", &c),
+        ("MAX_REQUESTS", &c6),
+        ("STREAMING_MODE", "false"),
+        ("SLO_TPOT_MS", "0"),
+        ("SLO_TTFT_MS", "0"),
+        ("SHEDDABLE", "nonsheddable"),
+        ("MODEL_NAME", "Qwen/Qwen3-32B"),
+        ("BASE_URL", "http://gateway:80"),
+        ("GCS_BUCKET", "bucket"),
+        ("OUTPUT_DIR", "out"),
+        ("REPORT_PREFIX", "run"),
+    ] {
+        t = t.replace(&format!("${{{k}}}"), v);
+    }
+    assert!(!t.contains("${"), "a placeholder left: {t}");
+    t
+}
+
+fn codegen_flags() -> FleetFlags {
+    FleetFlags {
+        pods: 10,
+        capacity: 19208,
+        router: "llm-d-affinity".into(),
+        alpha: brokerlab_core::fleet::defaults::ALPHA,
+        profile: Some("qwen3-32b-h100-tp2".into()),
+        seed: 13,
+        requests: None,
+        name: Some("sticky-code-generation-c60".into()),
+    }
+}
+
+/// inference-perf's `conversation_replay` data (table 2's code-generation runs) imports to
+/// `[workload.conversations]`: the vendored llm-d config at c = 60 gives the hand-written
+/// scenario's conversations and load (parsed values), and one changed key changes them.
+#[test]
+fn llm_d_code_generation_config_imports_to_the_hand_written_conversations() {
+    let hand = Scenario::load_any(&repo().join("scenarios/sticky-code-generation.toml")).unwrap();
+    let imported = import(&codegen_at(60), CODEGEN, &codegen_flags()).unwrap();
+    let s = &imported.scenario;
+    let mut conv = s.conversations.expect("conversations imported");
+    // vLLM's max_model_len (131,072 with YaRN) is the server's, not in the config: the flags'
+    // fleet has none; every other field is the config's
+    assert_eq!(conv.max_model_len, 0);
+    conv.max_model_len = hand.conversations.expect("hand-written conversations").max_model_len;
+    assert_eq!(Some(conv), hand.conversations, "conversations");
+    assert_eq!(s.load, hand.load, "load");
+    assert_eq!(s.workload.seed, hand.workload.seed, "seed");
+    assert_eq!(s.name, hand.name);
+    assert_eq!(
+        (s.fleet.pods, s.fleet.capacity_blocks, s.fleet.router),
+        (hand.fleet.pods, hand.fleet.capacity_blocks, hand.fleet.router)
+    );
+    assert!(imported.toml.contains("cache_generated_tokens = true"), "{}", imported.toml);
+    assert!(imported.notes.iter().any(|n| n.contains("tool_call_latency_sec: always 0")), "{:?}", imported.notes);
+    // one changed distribution, another level
+    let other = import(&codegen_at(60).replace("mean: 800", "mean: 700"), CODEGEN, &codegen_flags()).unwrap();
+    assert_ne!(other.scenario.conversations, s.conversations);
+    assert_eq!(other.scenario.load, hand.load);
+    let c30 = import(&codegen_at(30), CODEGEN, &codegen_flags()).unwrap().scenario;
+    let (conv, load) = (c30.conversations.unwrap(), c30.load.unwrap());
+    assert_eq!((conv.count, c30.workload.seed), (30, 30));
+    assert_eq!((load.stages[0].concurrency, load.stages[0].num_requests), (30, 180));
+    // fleet compare runs synthetic workloads only: the import is refused there by name
+    let dir = std::env::temp_dir().join(format!("brokerlab-import-conv-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("cg60.yml");
+    std::fs::write(&p, codegen_at(60)).unwrap();
+    let o = Command::new(BIN)
+        .args(["fleet", "compare", "--inference-perf"])
+        .arg(&p)
+        .args(["--pods", "10", "--capacity", "19208"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("workload.conversations"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+const CONV_BASE: &str = "load:\n  type: concurrent\n  stages:\n    - concurrency_level: 4\n      num_requests: 8\ndata:\n  type: conversation_replay\n  conversation_replay:\n    num_conversations: 4\n    shared_system_prompt_len: 100\n";
+
+#[test]
+fn conversation_replay_keys_the_model_lacks_are_exit_2_naming_them() {
+    let (code, err) = run_import(CONV_BASE);
+    assert_eq!(code, 0, "{err}");
+    let add = |more: &str| format!("{CONV_BASE}{more}");
+    let cases: [(String, &str); 8] = [
+        (add("    tool_call_latency_sec:\n      type: fixed\n      mean: 2\n"), "tool_call_latency_sec"),
+        (add("    max_model_len: 131072\n"), "data.conversation_replay.max_model_len"),
+        (add("    bogus_key: 1\n"), "bogus_key"),
+        (add("    turns_per_conversation:\n      type: skew_normal\n"), "turns_per_conversation.type"),
+        (add("    input_tokens_per_turn:\n      min: 50\n      max: 10\n"), "input_tokens_per_turn.min"),
+        (
+            CONV_BASE
+                .replace("type: concurrent", "type: poisson")
+                .replace("    - concurrency_level: 4\n      num_requests: 8\n", "    - rate: 2\n      duration: 10\n"),
+            "load.type",
+        ),
+        (
+            CONV_BASE.replace(
+                "      num_requests: 8\n",
+                "      num_requests: 8\n    - concurrency_level: 8\n      num_requests: 8\n",
+            ),
+            "load.stages",
+        ),
+        (CONV_BASE.replace("type: conversation_replay", "type: random"), "data.conversation_replay"),
+    ];
+    for (yaml, key) in cases {
+        let (code, err) = run_import(&yaml);
+        assert_eq!(code, 2, "{key}: {err}");
+        assert!(err.contains(key), "{key} not named in: {err}");
+    }
+    // a latency that is always 0 (llm-d's configs) is accepted
+    let (code, err) = run_import(&add(
+        "    tool_call_latency_sec:\n      type: normal\n      min: 0\n      max: 0\n      mean: 0\n      std_dev: 0\n",
+    ));
+    assert_eq!(code, 0, "{err}");
+}

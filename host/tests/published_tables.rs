@@ -18,7 +18,7 @@ const DIVISOR: u64 = 1;
 
 fn tables() -> &'static Tables {
     static T: OnceLock<Tables> = OnceLock::new();
-    T.get_or_init(|| published::run(DIVISOR, &|| {}).expect("the published tables run"))
+    T.get_or_init(|| published::run(DIVISOR, 1, &|| {}).expect("the published tables run"))
 }
 
 /// (cell id, lowest error, highest error): relative errors as fractions (0.25 = +25%), absolute
@@ -199,4 +199,16 @@ fn the_readme_tables_are_this_runs() {
     }
     expected += &format!("All three tables: {}.\n", published::median_line(&cells, 0));
     assert!(readme.contains(&expected), "README.md's published tables are not this run's; expected:\n{expected}");
+}
+
+/// docs/PUBLISHED.md's current tables are this run's: the whole `fleet tables` output (what ran,
+/// every cell of the three tables with its note, the median lines), as `tables.md` has it.
+#[test]
+fn the_published_md_tables_are_this_runs() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/PUBLISHED.md")).unwrap();
+    let expected = published::markdown(tables());
+    assert!(
+        doc.contains(&expected),
+        "docs/PUBLISHED.md's current tables are not this run's (`brokerlab fleet tables --out DIR`, DIR/tables.md); expected:\n{expected}"
+    );
 }

@@ -60,5 +60,5 @@ pub use sim::fifo::{FifoBuffers, FifoFleet, FifoLayout};
 pub use sim::pools::{Pool, PoolRole};
 pub use sim::scale::{ScaleAction, ScalePolicy, ScaleState};
 pub use sim::view::{IndexKind, ViewConfig};
-pub use sim::wva::{Sample as WvaSample, ScaleEvent, ScaleEventKind, WvaState, WvaThresholds};
+pub use sim::wva::{Sample as WvaSample, ScaleEvent, ScaleEventKind, WvaPod, WvaState, WvaThresholds};
 pub use sim::{Exact, Fleet, FleetEngine, FleetTotals};

@@ -377,6 +377,8 @@ named_enum! {
         EngineRunning => "engine running",
         /// The batched engines' prompt keys.
         EngineKeys => "engine keys",
+        /// The WVA autoscaler's per-pod state (one entry per pod with autoscaling, none without).
+        ScalePods => "autoscaler pods",
         /// A request's block keys.
         Keys => "keys",
         /// The workload generator's Zipf CDF.

@@ -5,6 +5,7 @@ use heapless::Vec as HVec;
 
 use super::config::FleetConfig;
 use super::view::ViewBuffers;
+use super::wva::WvaPod;
 use super::{Fleet, FleetEngine, FleetTotals};
 use crate::fleet::base::carve::chunks;
 use crate::fleet::base::error::{Buffer, Error, Field};
@@ -54,6 +55,8 @@ pub struct BatchedLayout {
     pub cpu_slots_total: usize,
     /// Offload-tier key-table entries of all pods.
     pub cpu_tables_total: usize,
+    /// The WVA autoscaler's per-pod entries: `pods` with autoscaling, 0 without.
+    pub scale_pods: usize,
 }
 
 impl BatchedLayout {
@@ -95,6 +98,7 @@ impl BatchedLayout {
             keys_per_pod: keys_per_pod.max(1),
             cpu_slots_per_pod: e.offload.cpu_capacity as usize,
             cpu_table_per_pod: if e.offload.is_on() { LruPod::table_len(e.offload.cpu_capacity as usize) } else { 0 },
+            scale_pods: if cfg.scale().is_some() { cfg.pods } else { 0 },
         })
     }
 
@@ -128,6 +132,11 @@ impl BatchedLayout {
         if self.prefill_pods == 0 { 0 } else { (self.pods - self.prefill_pods) * self.requests_per_pod }
     }
 
+    /// The WVA autoscaler's per-pod entries (one per pod with autoscaling, none without).
+    pub fn scale_len(&self) -> usize {
+        self.scale_pods
+    }
+
     /// Total bytes of the buffers.
     pub fn bytes(&self) -> usize {
         use core::mem::size_of;
@@ -138,6 +147,7 @@ impl BatchedLayout {
             + self.running_len() * 4
             + self.cpu_slots_len() * size_of::<Slot>()
             + self.cpu_tables_len() * 4
+            + self.scale_len() * size_of::<WvaPod>()
             + self.pods * (self.requests_per_pod * (size_of::<ReqSlot>() + 4) + self.keys_per_pod * 8)
     }
 }
@@ -162,6 +172,8 @@ pub struct BatchedBuffers<'a> {
     pub cpu_tables: &'a mut [u32],
     /// P/D: the links, joins and deliveries (empty without P/D).
     pub pd: super::pd::PdBuffers<'a>,
+    /// The WVA autoscaler's state, one entry per pod (empty without autoscaling).
+    pub scale: &'a mut [WvaPod],
 }
 
 impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
@@ -256,7 +268,7 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
                 return Err(Error::InvalidConfig { field: Field::Pods, expected: "at most 64" });
             }
         }
-        Ok((engines, (), ViewBuffers::default(), b.pd))
+        Ok((engines, (), ViewBuffers::default(), b.pd, b.scale))
     }
 
     /// The batched engine's figures are its pods' ([`BatchedEngine::stats`]).

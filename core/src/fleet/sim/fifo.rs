@@ -164,7 +164,7 @@ impl<'a> FleetEngine<'a> for FifoEngine<'a> {
             }
         }
         let view = ViewBuffers { index: b.index, pending: b.pending, pending_table: b.pending_table };
-        Ok((pods, pool, view, super::pd::PdBuffers::default()))
+        Ok((pods, pool, view, super::pd::PdBuffers::default(), &mut []))
     }
 
     fn count(t: &mut FleetTotals, out: &Outcome) {

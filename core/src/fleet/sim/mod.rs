@@ -20,7 +20,7 @@ use self::config::FleetConfig;
 use self::scale::{ScaleAction, ScaleState};
 use self::view::View;
 use self::wva::{Sample, ScaleEvent, ScaleEventKind, WvaState};
-use crate::fleet::base::error::{Error, Field, RequestField};
+use crate::fleet::base::error::{Buffer, Error, Field, RequestField};
 use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_PODS};
 use crate::fleet::base::load::PodLoad;
 use crate::fleet::engine::{Engine, EngineEvents, Request, Routed};
@@ -29,8 +29,10 @@ use crate::fleet::route::spec::RouterBuffers;
 use crate::fleet::route::{Holders, KeyHolders, Route, RouteView, Router};
 
 /// What [`FleetEngine::pods`] builds: the pods' engines, the storage they share, the view's part
-/// of the buffers and the P/D part.
-pub type PodsOf<'a, E> = (HVec<E, MAX_PODS>, <E as Engine>::Shared, view::ViewBuffers<'a>, pd::PdBuffers<'a>);
+/// of the buffers, the P/D part and the WVA autoscaler's part (empty but for an autoscaled
+/// batched fleet).
+pub type PodsOf<'a, E> =
+    (HVec<E, MAX_PODS>, <E as Engine>::Shared, view::ViewBuffers<'a>, pd::PdBuffers<'a>, &'a mut [wva::WvaPod]);
 
 /// The error of a fleet built by one engine from a configuration of the other.
 pub(crate) fn wrong_engine(expected: &'static str) -> Error {
@@ -129,8 +131,9 @@ pub struct Fleet<'a, E: FleetEngine<'a>, R: Router = AnyRouter<'a>> {
     shared: E::Shared,
     view: View<'a>,
     scale: Option<ScaleState>,
-    /// Autoscaling by the WVA saturation rule (the batched engine's; None otherwise).
-    wva: Option<WvaState>,
+    /// Autoscaling by the WVA saturation rule (the batched engine's; None otherwise), its per-pod
+    /// state in the caller's buffer.
+    wva: Option<WvaState<'a>>,
     /// What the WVA scaler did during the last dispatch (or [`Self::finish`]).
     scale_events: HVec<ScaleEvent, 6>,
     /// Prefill/decode disaggregation (None: every pod aggregated).
@@ -170,7 +173,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             field: Field::Engine,
             expected: "the configuration of the engine the fleet is built for",
         })?;
-        let (pods, shared, view_buffers, pd_buffers) = E::pods(&cfg, &engine, b)?;
+        let (pods, shared, view_buffers, pd_buffers, scale_buffer) = E::pods(&cfg, &engine, b)?;
         let pd = match cfg.batched_config() {
             Some(e) => match e.pd {
                 Some(p) => {
@@ -187,10 +190,14 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             None => None,
         };
         let view = View::new(cfg.view(), router.needs_index(), cfg.pods, cfg.capacity_blocks, view_buffers)?;
+        let wva_pods = if cfg.scale().is_some() && cfg.batched_config().is_some() { cfg.pods } else { 0 };
+        if scale_buffer.len() != wva_pods {
+            return Err(Error::BufferSize { buffer: Buffer::ScalePods, expected: wva_pods, got: scale_buffer.len() });
+        }
         let (scale, wva) = match (cfg.scale(), cfg.batched_config()) {
             (None, _) => (None, None),
             (Some(policy), None) => (Some(ScaleState::new(policy, cfg.pods)?), None),
-            (Some(policy), Some(e)) => (None, Some(WvaState::new(policy, e.wva, cfg.pods)?)),
+            (Some(policy), Some(e)) => (None, Some(WvaState::new(policy, e.wva, scale_buffer)?)),
         };
         Ok(Fleet {
             cfg,

@@ -22,10 +22,14 @@
 //! pod-ns) is the FIFO scaler's ([`super::scale`]); what differs is the rule and the scale-in: a
 //! pod scaled in takes no new request, drains its running and waiting requests, then drops its
 //! cache ([`WvaState::drained`]).
+//!
+//! Memory: the per-pod state ([`WvaPod`], 56 bytes: the provisioning time and one peak per bucket
+//! slot) lives in a caller buffer of one entry per pod (`BatchedBuffers::scale`, its length
+//! [`super::batched::BatchedLayout::scale_len`]), empty when the run is not autoscaled: only
+//! autoscaled runs pay for it, and for their own pod count, not for `MAX_PODS`.
 
 use super::scale::{ScaleAction, ScalePolicy};
 use crate::fleet::base::error::{Error, Field, Quantity};
-use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::base::load::PodLoad;
 
 /// Parts per million: KV usage 1.0.
@@ -187,44 +191,53 @@ pub struct ScaleEvent {
     pub active: u32,
 }
 
-/// The saturation scaler's state; the fleet drives it one arrival at a time.
-#[derive(Clone, Debug)]
-pub struct WvaState {
+/// One pod's part of the scaler's state (caller storage: one per pod of an autoscaled fleet).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WvaPod {
+    /// When the pod was provisioned (`None`: not provisioned).
+    since_ns: Option<u64>,
+    /// The pod's peak over each slot's interval ([`WvaState`]'s `bucket`).
+    peaks: [Sample; SLOTS],
+}
+
+/// The saturation scaler's state; the fleet drives it one arrival at a time. Its per-pod part is
+/// the caller's buffer, one [`WvaPod`] per pod.
+#[derive(Debug)]
+pub struct WvaState<'a> {
     policy: ScalePolicy,
     t: WvaThresholds,
-    pods: usize,
     active: usize,
     booting: Option<(usize, u64)>,
     /// The pod draining and when it was scaled in.
     draining: Option<(usize, u64)>,
     next_eval_ns: u64,
-    since_ns: [Option<u64>; MAX_PODS],
     closed_pod_ns: u64,
     /// The interval bucket each slot holds (`NO_BUCKET`: none).
     bucket: [u64; SLOTS],
-    /// Per slot, each pod's peak over that interval's samples.
-    peaks: [[Sample; MAX_PODS]; SLOTS],
+    /// Per pod: when it was provisioned, its peak per slot.
+    pods: &'a mut [WvaPod],
 }
 
-impl WvaState {
-    /// The state at t = 0 for a fleet of `pods` pods.
-    pub fn new(policy: ScalePolicy, t: WvaThresholds, pods: usize) -> Result<Self, Error> {
-        policy.validate_pods(pods)?;
+impl<'a> WvaState<'a> {
+    /// The state at t = 0 for a fleet of `pods.len()` pods over the caller's `pods` (whatever
+    /// it holds: it is reset here).
+    pub fn new(policy: ScalePolicy, t: WvaThresholds, pods: &'a mut [WvaPod]) -> Result<Self, Error> {
+        policy.validate_pods(pods.len())?;
         t.validate()?;
-        let mut since_ns = [None; MAX_PODS];
-        since_ns[..policy.initial_pods as usize].fill(Some(0));
+        pods.fill(WvaPod::default());
+        for p in pods[..policy.initial_pods as usize].iter_mut() {
+            p.since_ns = Some(0);
+        }
         Ok(WvaState {
             policy,
             t,
-            pods,
             active: policy.initial_pods as usize,
             booting: None,
             draining: None,
             next_eval_ns: 0,
-            since_ns,
             closed_pod_ns: 0,
             bucket: [NO_BUCKET; SLOTS],
-            peaks: [[Sample::default(); MAX_PODS]; SLOTS],
+            pods,
         })
     }
 
@@ -245,9 +258,7 @@ impl WvaState {
             Some((pod, ready)) if ready <= now_ns => {
                 self.booting = None;
                 self.active = pod + 1;
-                for slot in self.peaks.iter_mut() {
-                    slot[pod] = Sample::default();
-                }
+                self.pods[pod].peaks = [Sample::default(); SLOTS];
                 Some(pod)
             }
             _ => None,
@@ -259,7 +270,7 @@ impl WvaState {
     pub fn drained(&mut self, last_finish_ns: u64) -> u64 {
         let Some((pod, decided_ns)) = self.draining.take() else { return last_finish_ns };
         let until_ns = last_finish_ns.max(decided_ns);
-        if let Some(since) = self.since_ns.get_mut(pod).and_then(Option::take) {
+        if let Some(since) = self.pods.get_mut(pod).and_then(|p| p.since_ns.take()) {
             self.closed_pod_ns = self.closed_pod_ns.saturating_add(until_ns.saturating_sub(since));
         }
         until_ns
@@ -276,10 +287,12 @@ impl WvaState {
         let slot = (b % SLOTS as u64) as usize;
         if self.bucket[slot] != b {
             self.bucket[slot] = b;
-            self.peaks[slot][..self.pods].fill(Sample::default());
+            for p in self.pods.iter_mut() {
+                p.peaks[slot] = Sample::default();
+            }
         }
-        for (peak, s) in self.peaks[slot][..self.active].iter_mut().zip(samples) {
-            *peak = peak.max(s);
+        for (pod, s) in self.pods[..self.active].iter_mut().zip(samples) {
+            pod.peaks[slot] = pod.peaks[slot].max(s);
         }
     }
 
@@ -290,7 +303,7 @@ impl WvaState {
         let from = b.saturating_sub(WINDOW_BUCKETS);
         (0..SLOTS)
             .filter(|&s| self.bucket[s] != NO_BUCKET && self.bucket[s] >= from && self.bucket[s] <= b)
-            .fold(Sample::default(), |m, s| m.max(self.peaks[s][p]))
+            .fold(Sample::default(), |m, s| m.max(self.pods[p].peaks[s]))
     }
 
     /// Runs the rule at an arrival at `now_ns` (after [`Self::sample`]) and applies its decision.
@@ -308,14 +321,14 @@ impl WvaState {
         }
         let a = analyze(&self.t, (0..self.active).map(|p| self.peak(p, now_ns)));
         if a.scale_up {
-            if self.active >= self.pods {
+            if self.active >= self.pods.len() {
                 return Ok(ScaleAction::Hold);
             }
             let pod = self.active;
             let ready_ns =
                 now_ns.checked_add(self.policy.startup_ns).ok_or(Error::Overflow { what: Quantity::PodReadyTime })?;
             self.booting = Some((pod, ready_ns));
-            self.since_ns[pod] = Some(now_ns);
+            self.pods[pod].since_ns = Some(now_ns);
             return Ok(ScaleAction::Out { pod, ready_ns });
         }
         if a.scale_down_safe && self.active > self.policy.min_pods as usize {
@@ -329,7 +342,12 @@ impl WvaState {
     /// Provisioned pod-time up to `end_ns`, ns (as [`super::scale::ScaleState::pod_ns`]; a pod
     /// scaled in counts until its drain ends).
     pub fn pod_ns(&self, end_ns: u64) -> u64 {
-        let open = self.since_ns.iter().flatten().map(|&s| end_ns.saturating_sub(s)).fold(0u64, u64::saturating_add);
+        let open = self
+            .pods
+            .iter()
+            .filter_map(|p| p.since_ns)
+            .map(|s| end_ns.saturating_sub(s))
+            .fold(0u64, u64::saturating_add);
         self.closed_pod_ns.saturating_add(open)
     }
 }
@@ -437,7 +455,8 @@ mod tests {
     fn peak_window_and_pending_pods() {
         // window 8 ns: buckets of 2 ns; a peak covers the current bucket and the 4 before it
         let t = WvaThresholds { window_ns: 8, ..WvaThresholds::DEFAULT };
-        let mut w = WvaState::new(policy(1, 2), t, 3).unwrap();
+        let mut buf = [WvaPod::default(); 3];
+        let mut w = WvaState::new(policy(1, 2), t, &mut buf).unwrap();
         // bucket 0: pod 0 waits 6 (saturated), then (bucket 1) empties
         w.sample(0, [s(0, 6), s(0, 0)].into_iter());
         w.sample(3, [s(0, 0), s(0, 0)].into_iter());

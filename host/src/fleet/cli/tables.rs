@@ -19,6 +19,10 @@ pub struct TablesArgs {
     /// Divide every stage's duration by this (1 = as published; `fleet report` uses 4).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub stage_divisor: u64,
+    /// Divide the conversation runs' requests per slot (code-generation 6, reasoning 3) by this,
+    /// at least 1 left (1 = as published; `fleet report --shrink N` uses N).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub conversation_divisor: u64,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -26,7 +30,7 @@ pub struct TablesArgs {
 /// Runs `fleet tables`.
 pub fn main(a: TablesArgs) -> CliResult<i32> {
     let progress = Progress::new(a.output.quiet, "tables", Unit::Points, Some(published::RUNS));
-    let t = published::run(a.stage_divisor, &|| progress.inc(1))?;
+    let t = published::run(a.stage_divisor, a.conversation_divisor, &|| progress.inc(1))?;
     progress.finish();
     let md = published::markdown(&t);
     let cells = published::all_cells(&t);

@@ -287,10 +287,9 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     let llmd_bench = crate::fleet::report::llmd::run(shrink, &|| progress.inc(1))?;
     // 12: the published tables.
     progress.set_message("published tables");
-    let published =
-        published::run((llmd::REPORT_STAGE_DIVISOR * shrink.max(1)).min(published::MAX_REPORT_DIVISOR), &|| {
-            progress.inc(1)
-        })?;
+    // (the conversation runs: requests per slot / shrink, every level, the same rules)
+    let stage_divisor = (llmd::REPORT_STAGE_DIVISOR * shrink.max(1)).min(published::MAX_REPORT_DIVISOR);
+    let published = published::run(stage_divisor, shrink.max(1), &|| progress.inc(1))?;
 
     // 13: deployed fleets.
     let deploy = deploy::run(shrink, threads, progress)?;

@@ -4,7 +4,7 @@
 use brokerlab_core::fleet::{
     BatchedBuffers, BatchedEngine, BatchedFleet, BatchedLayout, Error as CoreError, FifoBuffers, FifoEngine, FifoFleet,
     FifoLayout, FleetConfig, IndexEntry, KvBlock, Limit, Outcome, PendingEntry, PendingRecord, ReqSlot, Routed,
-    RouterBuffers, Run, Slot,
+    RouterBuffers, Run, Slot, WvaPod,
 };
 
 use brokerlab_core::fleet::sim::pd::{Delivery, Join, PdBuffers, Transfer};
@@ -262,6 +262,7 @@ pub struct OwnedBatched {
     pd_transfers: Vec<Transfer>,
     pd_joins: Vec<Join>,
     pd_deliveries: Vec<Delivery>,
+    scale: Vec<WvaPod>,
     router: OwnedRouter,
 }
 
@@ -318,6 +319,10 @@ impl HostEngine for Batched {
             let b = (l.cpu_slots_len() * std::mem::size_of::<Slot>() + l.cpu_tables_len() * 4) as u64;
             needs.push(need("offload tiers", b, "--cpu-capacity"));
         }
+        if l.scale_len() > 0 {
+            let b = (l.scale_len() * std::mem::size_of::<WvaPod>()) as u64;
+            needs.push(need("autoscaler state", b, "--pods"));
+        }
         needs.extend_from_slice(run.held);
         Ok((batched_context(&l), needs))
     }
@@ -337,6 +342,7 @@ impl HostEngine for Batched {
             pd_transfers: try_vec(l.pd_transfers_len(), Transfer::default(), "the KV transfers in flight")?,
             pd_joins: try_vec(l.pd_in_flight, Join::default(), "the KV transfers waiting to start")?,
             pd_deliveries: try_vec(l.pd_in_flight, Delivery::default(), "the KV transfers waiting for delivery")?,
+            scale: try_vec(l.scale_len(), WvaPod::default(), "the autoscaler's per-pod state")?,
             router: OwnedRouter::new(cfg)?,
         })
     }
@@ -345,7 +351,8 @@ impl HostEngine for Batched {
         let buffers = borrow_buffers!(o => BatchedBuffers {
             blocks, tables, requests, waiting, running, keys, cpu_slots, cpu_tables
         } + {
-            pd: PdBuffers { transfers: &mut o.pd_transfers, joins: &mut o.pd_joins, deliveries: &mut o.pd_deliveries }
+            pd: PdBuffers { transfers: &mut o.pd_transfers, joins: &mut o.pd_joins, deliveries: &mut o.pd_deliveries },
+            scale: &mut o.scale
         });
         BatchedFleet::with_router_buffers(o.cfg, buffers, o.router.buffers())
     }

@@ -78,6 +78,12 @@ struct Api {
     kind: Option<String>,
     #[serde(default)]
     streaming: Option<bool>,
+    // Request headers for the gateway (SLO hints, the inference objective): no modelled router
+    // reads them; accepted whole, listed in the notes.
+    #[serde(default)]
+    headers: Option<Value>,
+    #[serde(default)]
+    slo_tpot_header: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -139,6 +145,32 @@ struct Data {
     output_distribution: Option<Distribution>,
     #[serde(default)]
     shared_prefix: Option<SharedPrefix>,
+    #[serde(default)]
+    conversation_replay: Option<ConversationReplay>,
+}
+
+/// `data.conversation_replay` (`config/datagen/replay.py` `ConversationReplayConfig`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConversationReplay {
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    num_conversations: Option<u32>,
+    #[serde(default)]
+    shared_system_prompt_len: Option<u64>,
+    #[serde(default)]
+    dynamic_system_prompt_len: Option<Distribution>,
+    #[serde(default)]
+    turns_per_conversation: Option<Distribution>,
+    #[serde(default)]
+    input_tokens_per_turn: Option<Distribution>,
+    #[serde(default)]
+    output_tokens_per_turn: Option<Distribution>,
+    #[serde(default)]
+    tool_call_latency_sec: Option<Distribution>,
+    #[serde(default)]
+    max_model_len: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -197,6 +229,9 @@ const DEFAULT_OUTPUT_LEN: u32 = 50;
 const DEFAULT_DIST_MIN: u32 = 10;
 const DEFAULT_DIST_MAX: u32 = 1024;
 const DEFAULT_DIST_MEAN: f64 = 512.0;
+const DEFAULT_DIST_STD_DEV: f64 = 200.0;
+const DEFAULT_NUM_CONVERSATIONS: u32 = 200;
+const DEFAULT_SHARED_SYSTEM_PROMPT_LEN: u64 = 8359;
 
 /// An imported config: the scenario TOML and what the reader should know about it.
 #[derive(Debug)]
@@ -315,6 +350,13 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
                 "api.streaming false: inference-perf then measures no TTFT; the simulation reports it anyway".into(),
             );
         }
+        if a.headers.is_some() || a.slo_tpot_header.is_some() {
+            notes.push(
+                "api.headers, api.slo_tpot_header: request headers for the gateway (SLO hints, the inference objective); \
+                 no modelled router reads them"
+                    .into(),
+            );
+        }
     }
     let ignored: Vec<&str> = [
         ("tokenizer", cfg.tokenizer.is_some()),
@@ -336,9 +378,16 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
     // ---- data ----
     let data = cfg.data.as_ref();
     let kind = data.and_then(|d| d.kind.as_deref()).unwrap_or("mock");
+    let conversations = kind == "conversation_replay";
+    if !conversations && data.is_some_and(|d| d.conversation_replay.is_some()) {
+        return Err(refuse("data.conversation_replay", "only with data.type conversation_replay"));
+    }
     let mut w = String::new();
-    let seed =
-        l.base_seed.or_else(|| data.and_then(|d| d.shared_prefix.as_ref()).and_then(|s| s.seed)).unwrap_or(f.seed);
+    let seed = l
+        .base_seed
+        .or_else(|| data.and_then(|d| d.shared_prefix.as_ref()).and_then(|s| s.seed))
+        .or_else(|| data.and_then(|d| d.conversation_replay.as_ref()).and_then(|c| c.seed))
+        .unwrap_or(f.seed);
     // With the load generator the workload is the data set: shared_prefix's 750 prompts (the
     // data index restarts each stage), or one fresh random prompt per request.
     let shared = kind == "shared_prefix";
@@ -351,13 +400,19 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
         _ => expected,
     };
     let _ = writeln!(w, "seed = {seed}");
-    let _ = writeln!(
-        w,
-        "# The data set the load generator sends from ({} requests in all stages).",
-        thousands(expected as f64)
-    );
-    let _ = writeln!(w, "requests = {requests}");
+    if !conversations {
+        let _ = writeln!(
+            w,
+            "# The data set the load generator sends from ({} requests in all stages).",
+            thousands(expected as f64)
+        );
+        let _ = writeln!(w, "requests = {requests}");
+    }
     match kind {
+        "conversation_replay" => {
+            let d = data.expect("kind came from data");
+            conversation_replay(d, &cfg, load_kind, stages.len(), f, &refuse, &mut w, &mut notes)?;
+        }
         "shared_prefix" => {
             let d = data.expect("kind came from data");
             let dd = d.input_distribution.is_some() || d.output_distribution.is_some();
@@ -423,12 +478,14 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
         other => {
             return Err(refuse(
                 "data.type",
-                &format!("{other:?}: shared_prefix, random or synthetic (datasets and traces are not imported)"),
+                &format!(
+                    "{other:?}: shared_prefix, random, synthetic or conversation_replay (datasets and traces are not imported)"
+                ),
             ));
         }
     }
     let _ = write!(w, "\n[load]\ntype = {}\n", quote(load_kind));
-    if !shared {
+    if !shared && !conversations {
         let _ = writeln!(w, "data_order = \"continue\"");
     }
     if let Some(i) = l.interval {
@@ -475,9 +532,163 @@ pub fn import(text: &str, origin: &str, f: &FleetFlags) -> CliResult<Imported> {
     );
     if let Some(p) = &f.profile {
         let _ = write!(t, "\n[fleet.engine]\nprofile = {}\n", quote(p));
+        if conversations {
+            // vLLM's prefix caching hashes every full block of a request's tokens, generated ones
+            // included (docs/PUBLISHED.md, assumption A3; the note says so)
+            let _ = writeln!(t, "cache_generated_tokens = true");
+        }
     }
-    let scenario = Scenario::parse(&t, &format!("{origin} (imported)"), &name)?;
+    // (conversation replay runs under `fleet run` only: the other commands refuse it by name)
+    let scenario = Scenario::parse_any(&t, &format!("{origin} (imported)"), &name)?;
     Ok(Imported { toml: t, scenario, notes })
+}
+
+/// `data.conversation_replay` as `[workload.conversations]` (written to `w`): inference-perf's
+/// `ConversationReplayConfig` (`config/datagen/replay.py` @ 7de5ef2e), each key its scenario key
+/// (docs/MODEL.md, "Conversation replay", follows the generator at 3c7c4a3); what the model
+/// lacks is refused naming the key.
+#[allow(clippy::too_many_arguments)]
+fn conversation_replay(
+    d: &Data,
+    cfg: &Config,
+    load_kind: &str,
+    stages: usize,
+    f: &FleetFlags,
+    refuse: &dyn Fn(&str, &str) -> CliError,
+    w: &mut String,
+    notes: &mut Vec<String>,
+) -> CliResult<()> {
+    let cr = d
+        .conversation_replay
+        .as_ref()
+        .ok_or_else(|| refuse("data.conversation_replay", "required with data.type conversation_replay"))?;
+    if load_kind != "concurrent" {
+        return Err(refuse(
+            "load.type",
+            "concurrent with data.type conversation_replay (conversations run behind the closed-loop load generator)",
+        ));
+    }
+    if stages != 1 {
+        return Err(refuse(
+            "load.stages",
+            "one stage with data.type conversation_replay (inference-perf after 3c7c4a3 draws a new shared system \
+             prompt per stage; the model follows 3c7c4a3's one)",
+        ));
+    }
+    if d.input_distribution.is_some() || d.output_distribution.is_some() {
+        return Err(refuse(
+            "data.input_distribution",
+            "only with data.type random or synthetic (conversation_replay takes its lengths from data.conversation_replay)",
+        ));
+    }
+    if d.shared_prefix.is_some() {
+        return Err(refuse("data.shared_prefix", "only with data.type shared_prefix"));
+    }
+    if let Some(k) = cfg.api.as_ref().and_then(|a| a.kind.as_deref()).filter(|k| *k != "completion") {
+        return Err(refuse(
+            "api.type",
+            &format!("{k:?}: completion (inference-perf's conversation_replay supports the completion API only)"),
+        ));
+    }
+    if f.requests.is_some() {
+        return Err(refuse(
+            "--requests",
+            "not with data.type conversation_replay (the conversations are the data set; the stage's num_requests counts the requests)",
+        ));
+    }
+    if cr.max_model_len.is_some() {
+        return Err(refuse(
+            "data.conversation_replay.max_model_len",
+            "inference-perf's client-side context truncation (apis/user_session.py, after 3c7c4a3) is not modelled: a \
+             session restarts past 225,000 tokens as at 3c7c4a3; vLLM's own limit is the scenario's [fleet.engine] \
+             max_model_len",
+        ));
+    }
+    if let Some(t) = &cr.tool_call_latency_sec {
+        // zero whatever the draw: a fixed mean <= 0, or every clipped shape with max <= 0 (a
+        // latency <= 0 sleeps not at all)
+        let zero = match t.kind.as_deref().unwrap_or("normal") {
+            "fixed" => t.mean.unwrap_or(DEFAULT_DIST_MEAN) <= 0.0,
+            _ => t.max.unwrap_or(DEFAULT_DIST_MAX) == 0,
+        };
+        if !zero {
+            return Err(refuse(
+                "data.conversation_replay.tool_call_latency_sec",
+                "a tool-call sleep holding the session between turns is not modelled (only a distribution that is \
+                 always 0, as llm-d's workload configs set, is accepted)",
+            ));
+        }
+        notes.push("data.conversation_replay.tool_call_latency_sec: always 0 s, no sleep between turns".into());
+    }
+    let key = |k: &str| format!("data.conversation_replay.{k}");
+    let count = cr.num_conversations.unwrap_or(DEFAULT_NUM_CONVERSATIONS);
+    if count == 0 {
+        return Err(refuse(&key("num_conversations"), "at least 1 (inference-perf: gt=0)"));
+    }
+    let _ = writeln!(w, "\n[workload.conversations]");
+    let _ = writeln!(w, "count = {count}");
+    let shared = cr.shared_system_prompt_len.unwrap_or(DEFAULT_SHARED_SYSTEM_PROMPT_LEN);
+    let _ = writeln!(w, "shared_system_prompt_tokens = {shared}");
+    let dists = [
+        ("dynamic_system_prompt_tokens", "dynamic_system_prompt_len", &cr.dynamic_system_prompt_len),
+        ("turns", "turns_per_conversation", &cr.turns_per_conversation),
+        ("input_tokens_per_turn", "input_tokens_per_turn", &cr.input_tokens_per_turn),
+        ("output_tokens_per_turn", "output_tokens_per_turn", &cr.output_tokens_per_turn),
+    ];
+    for (ours, theirs, d) in dists {
+        if let Some(d) = d {
+            let _ = writeln!(w, "{ours} = {}", conv_dist(d, &key(theirs), refuse)?);
+        }
+    }
+    notes.push(
+        "data.conversation_replay: the plan's lengths are drawn from the same distributions with brokerlab's seeded \
+         generator, not numpy's stream (docs/MODEL.md, \"Conversation replay\")"
+            .into(),
+    );
+    if f.profile.is_some() {
+        notes.push(
+            "conversation replay under the batched engine: cache_generated_tokens = true (vLLM's prefix caching keeps \
+             the full blocks of generated tokens; docs/PUBLISHED.md, A3)"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// A conversation_replay distribution as the scenario's inline table (its shapes are the
+/// scenario's: fixed, normal, lognormal, uniform; inference-perf's defaults for absent keys).
+fn conv_dist(d: &Distribution, key: &str, refuse: &dyn Fn(&str, &str) -> CliError) -> CliResult<String> {
+    if d.total_count.is_some() {
+        return Err(refuse(&format!("{key}.total_count"), "not modelled (one draw per conversation or turn)"));
+    }
+    let sd = match (d.variance, d.std_dev) {
+        (Some(_), Some(s)) if s > 0.0 => {
+            return Err(refuse(&format!("{key}.variance"), "either std_dev or variance, not both (as inference-perf)"));
+        }
+        (Some(v), _) if v >= 0.0 && v.is_finite() => v.sqrt(),
+        (Some(_), _) => return Err(refuse(&format!("{key}.variance"), "a number >= 0")),
+        (None, s) => s.unwrap_or(DEFAULT_DIST_STD_DEV),
+    };
+    let (lo, hi) = (d.min.unwrap_or(DEFAULT_DIST_MIN), d.max.unwrap_or(DEFAULT_DIST_MAX));
+    if lo > hi {
+        return Err(refuse(&format!("{key}.min"), "at most max"));
+    }
+    let mean = d.mean.unwrap_or(DEFAULT_DIST_MEAN);
+    Ok(match d.kind.as_deref().unwrap_or("normal") {
+        // int(mean), never clipped: min and max play no part
+        "fixed" => format!("{{ dist = \"fixed\", mean = {} }}", num(mean)),
+        k @ ("normal" | "lognormal") => {
+            format!("{{ dist = \"{k}\", mean = {}, sd = {}, min = {lo}, max = {hi} }}", num(mean), num(sd))
+        }
+        // mean and std_dev play no part
+        "uniform" => format!("{{ dist = \"uniform\", min = {lo}, max = {hi} }}"),
+        other => {
+            return Err(refuse(
+                &format!("{key}.type"),
+                &format!("{other:?}: fixed, normal, lognormal or uniform (the shapes the conversation model draws)"),
+            ));
+        }
+    })
 }
 
 /// A stage as imported: (rate, duration s) or (concurrency_level, num_requests).

@@ -271,7 +271,7 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         for n in &imp.notes {
             crate::print_stderr(&format!("note: {n}"));
         }
-        let sc = imp.scenario;
+        let sc = imp.scenario.without_conversations("fleet compare")?;
         let name = format!("inference-perf {}", ip.display());
         (workload_of(&sc)?, Some(sc.fleet), sc.engine.clone(), name)
     } else if let Some(p) = &a.scenario {

@@ -93,7 +93,15 @@ pub fn ran(t: &Tables) -> String {
         if t.conversation_divisor == 1 {
             "6 and 3 requests per slot as published".to_string()
         } else {
-            format!("requests per slot divided by {} (not the full-size cells)", t.conversation_divisor)
+            {
+                let per = |n: u64| (n / t.conversation_divisor).max(1);
+                format!(
+                    "{} and {} requests per slot, the published 6 and 3 divided by {} (at least 1; not the full-size cells)",
+                    per(super::run::CODEGEN_PER_SLOT),
+                    per(super::run::REASONING_PER_SLOT),
+                    t.conversation_divisor
+                )
+            }
         }
     )
 }

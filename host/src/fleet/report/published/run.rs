@@ -315,9 +315,9 @@ pub fn run_conversations(divisor: u64, inc: &dyn Fn()) -> CliResult<(Vec<LevelRu
     Ok((codegen, reasoning))
 }
 
-/// Runs the three tables with stage durations divided by `divisor` (1: as published); `inc`
-/// after each run.
-pub fn run(divisor: u64, inc: &dyn Fn()) -> CliResult<Tables> {
+/// Runs the three tables with stage durations divided by `divisor` and the conversation runs'
+/// requests per slot by `conversation_divisor` (1, 1: as published); `inc` after each run.
+pub fn run(divisor: u64, conversation_divisor: u64, inc: &dyn Fn()) -> CliResult<Tables> {
     let sc = llmd::scenario(divisor)?;
     let mut table1 = Vec::new();
     for p in TABLE1_PRESETS {
@@ -333,6 +333,7 @@ pub fn run(divisor: u64, inc: &dyn Fn()) -> CliResult<Tables> {
         b2b.push(staged(label, &b, cfg, B2B_NAME, None)?);
         inc();
     }
-    let (codegen, reasoning) = run_conversations(1, inc)?;
-    Ok(Tables { stage_divisor: divisor.max(1), table1, b2b, codegen, reasoning, conversation_divisor: 1 })
+    let conversation_divisor = conversation_divisor.max(1);
+    let (codegen, reasoning) = run_conversations(conversation_divisor, inc)?;
+    Ok(Tables { stage_divisor: divisor.max(1), table1, b2b, codegen, reasoning, conversation_divisor })
 }
