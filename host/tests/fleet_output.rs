@@ -118,12 +118,15 @@ fn report_is_byte_identical_apart_from_the_date_line_and_says_what_it_ran() {
     let ex: serde_json::Value = serde_json::from_slice(&c["experiments.json"]).unwrap();
     assert_eq!(ex["shrink"], 20);
     assert_eq!(ex["scenarios"][0]["requests_run"], 1200);
-    // The 5 built-in scenarios, the llm-d section's scenarios/llm-d-ramp.toml and the 2 built-in
-    // Mooncake traces (the batched engine's section and the local-vs-global section; the
-    // conversation trace listed once).
-    assert_eq!(ex["provenance"]["inputs"].as_array().unwrap().len(), 8);
-    let ramp = hex_sha256(&repo_file("scenarios/llm-d-ramp.toml"));
-    assert!(md.contains(&ramp) && html.contains(&ramp), "no sha256 of scenarios/llm-d-ramp.toml");
+    // The 5 built-in scenarios, the llm-d section's scenarios/llm-d-ramp.toml, the pools section's
+    // scenarios/mixed-h100-a100.toml and the 2 built-in Mooncake traces (the batched engine's
+    // section and the local-vs-global section; the conversation trace listed once).
+    assert_eq!(ex["provenance"]["inputs"].as_array().unwrap().len(), 9);
+    for sc in ["llm-d-ramp", "mixed-h100-a100"] {
+        let digest = hex_sha256(&repo_file(&format!("scenarios/{sc}.toml")));
+        assert!(md.contains(&digest) && html.contains(&digest), "no sha256 of scenarios/{sc}.toml");
+    }
+    assert!(html.contains("15. Heterogeneous pools") && ex["pools"]["runs"].as_array().unwrap().len() == 5);
     for t in ["conversation", "synthetic"] {
         let digest = hex_sha256(&repo_file(&format!("traces/{t}_trace.jsonl.zst")));
         assert!(md.contains(&digest) && html.contains(&digest), "no sha256 of the {t} trace");

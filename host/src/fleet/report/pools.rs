@@ -303,12 +303,14 @@ pub fn prose(x: &PoolsSection) -> (String, String) {
             };
             let _ = write!(
                 f,
-                "{}: TTFT p90 {} s on `{}`, {} s on `{}` ({gap}). ",
+                "{}: TTFT p90 {} s on `{}`, {} s on `{}` ({} / {}: {gap}). ",
                 r.router,
                 opt(p[0].ttft_p90, 3),
                 p[0].name,
                 opt(p[1].ttft_p90, 3),
-                p[1].name
+                p[1].name,
+                p[1].name,
+                p[0].name
             );
         }
     }
