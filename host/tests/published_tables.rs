@@ -25,7 +25,7 @@ fn tables() -> &'static Tables {
 /// ones (the wait queue below 1) in requests. Each band is today's error (the comment, at full
 /// size) +- (0.05 + 2% of the error) for relative cells, +- (0.5 + 2%) requests
 /// for absolute ones: the runs are deterministic, so the margin only admits small intended model
-/// changes. Within 25% today: `t1 load TTFT mean (s)`, `t1 random TTFT mean (s)`, `t2 b2b-saas prefix+token knee (QPS)`, `t2 b2b-saas prefix+token input tok/s at knee`, `t2 b2b-saas k8s service knee (QPS)`, `t2 b2b-saas k8s service input tok/s at knee`, `t2 code-generation k8s service input tok/s at knee`, `t2 reasoning k8s service knee (concurrency)`, `t2 reasoning k8s service output tok/s at knee`, `t3 llm-d optimized (prefix+token) req/s @ "rate 60"`, `t3 k8s service peak output tok/s`, `t3 k8s service req/s @ "rate 60"`, `t3 k8s service TTFT p90 (s) @ "rate 60"`, `t3 k8s service TTFT p50 (s) @ "rate 60"`, `t3 k8s service E2E p50 (s) @ "rate 60"`; the reason of every other cell
+/// changes. Within 25% today: `t1 load TTFT mean (s)`, `t1 random TTFT mean (s)`, `t2 b2b-saas prefix+token knee (QPS)`, `t2 b2b-saas prefix+token input tok/s at knee`, `t2 b2b-saas k8s service knee (QPS)`, `t2 b2b-saas k8s service input tok/s at knee`, `t2 code-generation k8s service input tok/s at knee`, `t2 reasoning run-req knee (concurrency)`, `t2 reasoning run-req output tok/s at knee`, `t2 reasoning k8s service knee (concurrency)`, `t2 reasoning k8s service output tok/s at knee`, `t3 llm-d optimized (prefix+token) req/s @ "rate 60"`, `t3 k8s service peak output tok/s`, `t3 k8s service req/s @ "rate 60"`, `t3 k8s service TTFT p90 (s) @ "rate 60"`, `t3 k8s service TTFT p50 (s) @ "rate 60"`, `t3 k8s service E2E p50 (s) @ "rate 60"`; the reason of every other cell
 /// is the section's note column (docs/PUBLISHED.md).
 const BANDS: &[(&str, f64, f64)] = &[
     ("t1 precise output tok/s", 0.7841, 0.9182),                        // +0.8512
@@ -55,8 +55,8 @@ const BANDS: &[(&str, f64, f64)] = &[
     ("t2 code-generation prefix+token input tok/s at knee", -0.3549, -0.2429), // -0.2989
     ("t2 code-generation k8s service knee (concurrency)", 0.4400, 0.5600),    // +0.5000
     ("t2 code-generation k8s service input tok/s at knee", -0.0499, 0.0501),  // +0.0001
-    ("t2 reasoning run-req knee (concurrency)", 5.8300, 6.1700),              // +6.0000
-    ("t2 reasoning run-req output tok/s at knee", 2.8264, 3.0438),            // +2.9351
+    ("t2 reasoning run-req knee (concurrency)", -0.0500, 0.0500),            // +0.0000 (was +6.0: time-outs now abort on the server)
+    ("t2 reasoning run-req output tok/s at knee", -0.0125, 0.0891),          // +0.0383 (was +2.9351)
     ("t2 reasoning k8s service knee (concurrency)", -0.0500, 0.0500),         // +0.0000
     ("t2 reasoning k8s service output tok/s at knee", 0.0094, 0.1118),        // +0.0606
     ("t3 llm-d optimized (prefix+token) peak output tok/s", -0.3669, -0.2545), // -0.3107
