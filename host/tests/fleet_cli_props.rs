@@ -115,7 +115,14 @@ fn check(args: &[String], tally: &Tally) -> Result<(), TestCaseError> {
     Ok(())
 }
 
+/// The trace, written once per test process (the tests run in parallel threads: one rewriting
+/// the file while another's run reads it would show that run half a line).
 fn trace() -> PathBuf {
+    static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    P.get_or_init(write_trace).clone()
+}
+
+fn write_trace() -> PathBuf {
     let p = dir().join("t.jsonl");
     let mut text = String::new();
     for i in 0..20u64 {
@@ -171,6 +178,11 @@ fn replay_numeric_flags() {
             if !flags.contains(&f) {
                 a.extend([f.into(), "4".into()]);
             }
+        }
+        // the autoscaler's other flags are refused without --scale-min (exit 2 naming them):
+        // give them one so their own values are what the case tests
+        if flags.iter().any(|f| f.starts_with("--scale-")) && !flags.contains(&"--scale-min") {
+            a.push("--scale-min=1".into());
         }
         for (f, v) in flags.iter().zip(&vals) {
             // `--flag=value`: a value starting with `-` or empty is still this flag's value.

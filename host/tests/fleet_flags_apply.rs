@@ -5,7 +5,14 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+/// The trace, written once per test process: the tests run in parallel threads, and one
+/// rewriting the file while another's run reads it made that run see half a line.
 fn trace() -> PathBuf {
+    static P: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    P.get_or_init(write_trace).clone()
+}
+
+fn write_trace() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("brokerlab-flags-apply-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("t.jsonl");

@@ -55,20 +55,20 @@ const BANDS: &[(&str, f64, f64)] = &[
     ("t2 code-generation prefix+token input tok/s at knee", -0.3549, -0.2429), // -0.2989
     ("t2 code-generation k8s service knee (concurrency)", 0.4400, 0.5600),    // +0.5000
     ("t2 code-generation k8s service input tok/s at knee", -0.0499, 0.0501),  // +0.0001
-    ("t2 reasoning run-req knee (concurrency)", -0.0500, 0.0500),            // +0.0000 (was +6.0: time-outs now abort on the server)
-    ("t2 reasoning run-req output tok/s at knee", -0.0125, 0.0891),          // +0.0383 (was +2.9351)
-    ("t2 reasoning k8s service knee (concurrency)", -0.0500, 0.0500),         // +0.0000
-    ("t2 reasoning k8s service output tok/s at knee", 0.0094, 0.1118),        // +0.0606
+    ("t2 reasoning run-req knee (concurrency)", -0.0500, 0.0500), // +0.0000 (was +6.0: time-outs now abort on the server)
+    ("t2 reasoning run-req output tok/s at knee", -0.0125, 0.0891), // +0.0383 (was +2.9351)
+    ("t2 reasoning k8s service knee (concurrency)", -0.0500, 0.0500), // +0.0000
+    ("t2 reasoning k8s service output tok/s at knee", 0.0094, 0.1118), // +0.0606
     ("t3 llm-d optimized (prefix+token) peak output tok/s", -0.3669, -0.2545), // -0.3107
     ("t3 llm-d optimized (prefix+token) req/s @ \"rate 60\"", -0.0648, 0.0358), // -0.0145
     ("t3 llm-d optimized (prefix+token) TTFT p90 (s) @ \"rate 60\"", 0.4897, 0.6117), // +0.5507
     ("t3 llm-d optimized (prefix+token) TTFT p50 (s) @ \"rate 60\"", -1.0067, -0.8691), // -0.9379
     ("t3 llm-d optimized (prefix+token) E2E p50 (s) @ \"rate 60\"", 0.4864, 0.6083), // +0.5473
-    ("t3 k8s service peak output tok/s", -0.1667, -0.0622),                   // -0.1144
-    ("t3 k8s service req/s @ \"rate 60\"", -0.0489, 0.0512),                  // +0.0011
-    ("t3 k8s service TTFT p90 (s) @ \"rate 60\"", 0.0173, 0.1201),            // +0.0687
-    ("t3 k8s service TTFT p50 (s) @ \"rate 60\"", 0.0638, 0.1685),            // +0.1161
-    ("t3 k8s service E2E p50 (s) @ \"rate 60\"", 0.0652, 0.1699),             // +0.1175
+    ("t3 k8s service peak output tok/s", -0.1667, -0.0622),       // -0.1144
+    ("t3 k8s service req/s @ \"rate 60\"", -0.0489, 0.0512),      // +0.0011
+    ("t3 k8s service TTFT p90 (s) @ \"rate 60\"", 0.0173, 0.1201), // +0.0687
+    ("t3 k8s service TTFT p50 (s) @ \"rate 60\"", 0.0638, 0.1685), // +0.1161
+    ("t3 k8s service E2E p50 (s) @ \"rate 60\"", 0.0652, 0.1699), // +0.1175
 ];
 
 /// Every way `cells` breaks `bands`: a banded cell missing or not simulated, a cell outside its
