@@ -130,7 +130,7 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
         stages: None,
         aborted: Vec::new(),
         refused: 0,
-        llmd: a.report_llmd.as_deref().map(|p| (p, llmd_load("trace", "trace", &a.trace, None))),
+        llmd: a.report_llmd.as_deref().map(|p| (p, run::llmd_report::load_of("trace", "trace", &a.trace, None))),
     };
     let cfg = match engine {
         Some(e) => engine::batched(cfg, e).map_err(run::config_error)?,
@@ -220,7 +220,10 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
         stages: None,
         aborted: Vec::new(),
         refused: 0,
-        llmd: a.report_llmd.as_deref().map(|p| (p, llmd_load("scenario", "scenario", input, sc.load.as_ref()))),
+        llmd: a
+            .report_llmd
+            .as_deref()
+            .map(|p| (p, run::llmd_report::load_of("scenario", "scenario", input, sc.load.as_ref()))),
     };
     let cfg = match a.engine.resolve(sc.engine.as_ref())? {
         // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
@@ -457,42 +460,6 @@ impl Output<'_> {
         }
         Ok(0)
     }
-}
-
-/// What `--report-llmd` says of a run's load: `kind` (`trace`, `scenario`) read from `file`
-/// (named `key` in the args), or the scenario's `[load]` (inference-perf's load generator).
-pub(super) fn llmd_load(
-    kind: &str,
-    key: &str,
-    file: &Path,
-    load: Option<&brokerlab_core::fleet::loadgen::LoadSpec>,
-) -> run::llmd_report::Load {
-    use brokerlab_core::fleet::loadgen::LoadKind;
-    let mut args = serde_json::Map::new();
-    args.insert(key.into(), serde_json::json!(file.display().to_string()));
-    let Some(l) = load else {
-        return run::llmd_report::Load { name: "vllm-benchmark", kind: kind.into(), args };
-    };
-    let kind = match l.kind {
-        LoadKind::Poisson => "poisson",
-        LoadKind::Constant => "constant",
-        LoadKind::Concurrent => "concurrent",
-    };
-    let stages: Vec<serde_json::Value> = l
-        .stages()
-        .iter()
-        .map(|st| match l.kind {
-            LoadKind::Concurrent => {
-                serde_json::json!({"concurrency_level": st.concurrency, "num_requests": st.num_requests})
-            }
-            _ => serde_json::json!({"rate": st.rate_milli_per_s as f64 / 1e3, "duration": st.duration_ms as f64 / 1e3}),
-        })
-        .collect();
-    args.insert("stages".into(), serde_json::Value::Array(stages));
-    if l.timeout_ms > 0 {
-        args.insert("request_timeout".into(), serde_json::json!(l.timeout_ms as f64 / 1e3));
-    }
-    run::llmd_report::Load { name: "inference-perf", kind: kind.into(), args }
 }
 
 /// The one-line description of the router of a `--router-config` run (None without one).

@@ -101,7 +101,7 @@ pub fn format(
         llmd: a
             .report_llmd
             .as_deref()
-            .map(|p| (p, crate::fleet::cli::commands::llmd_load("trace", "trace", &a.trace, None))),
+            .map(|p| (p, crate::fleet::run::llmd_report::load_of("trace", "trace", &a.trace, None))),
     };
     let more = turns
         .as_ref()

@@ -182,6 +182,42 @@ pub fn fifo_refused() -> crate::error::CliError {
     )
 }
 
+/// What `--report-llmd` says of a run's load: `kind` (`trace`, `scenario`) read from `file`
+/// (named `key` in the args), or the scenario's `[load]` (inference-perf's load generator).
+pub fn load_of(
+    kind: &str,
+    key: &str,
+    file: &std::path::Path,
+    load: Option<&brokerlab_core::fleet::loadgen::LoadSpec>,
+) -> Load {
+    use brokerlab_core::fleet::loadgen::LoadKind;
+    let mut args = serde_json::Map::new();
+    args.insert(key.into(), serde_json::json!(file.display().to_string()));
+    let Some(l) = load else {
+        return Load { name: "vllm-benchmark", kind: kind.into(), args };
+    };
+    let kind = match l.kind {
+        LoadKind::Poisson => "poisson",
+        LoadKind::Constant => "constant",
+        LoadKind::Concurrent => "concurrent",
+    };
+    let stages: Vec<serde_json::Value> = l
+        .stages()
+        .iter()
+        .map(|st| match l.kind {
+            LoadKind::Concurrent => {
+                serde_json::json!({"concurrency_level": st.concurrency, "num_requests": st.num_requests})
+            }
+            _ => serde_json::json!({"rate": st.rate_milli_per_s as f64 / 1e3, "duration": st.duration_ms as f64 / 1e3}),
+        })
+        .collect();
+    args.insert("stages".into(), serde_json::Value::Array(stages));
+    if l.timeout_ms > 0 {
+        args.insert("request_timeout".into(), serde_json::json!(l.timeout_ms as f64 / 1e3));
+    }
+    Load { name: "inference-perf", kind: kind.into(), args }
+}
+
 #[cfg(test)]
 mod tests {
     use super::statistics;

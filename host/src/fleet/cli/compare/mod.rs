@@ -391,7 +391,7 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         let mut reports = Vec::new();
         for (s, r) in specs.iter().zip(&results) {
             let b = r.summary.batched().ok_or_else(run::llmd_report::fifo_refused)?;
-            let load = crate::fleet::cli::commands::llmd_load(kind, key, &file, load.as_ref());
+            let load = crate::fleet::run::llmd_report::load_of(kind, key, &file, load.as_ref());
             reports.push(run::llmd_report::report(&r.completions, b, load, &s.label, 0));
         }
         run::llmd_report::write(j, &reports)?;
