@@ -55,31 +55,49 @@ fn keys_of(ids: &[u64]) -> Vec<u64> {
     out
 }
 
-fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {
-    let cfg = FleetConfig { engine: EngineConfig::Batched(ecfg), ..cfg };
-    let l = BatchedLayout::new(&cfg, 1024, 1 << 16).unwrap();
-    let mut blocks = vec![KvBlock::default(); l.pods * l.blocks_per_pod];
-    let mut tables = vec![0u32; l.pods * l.table_per_pod];
-    let mut rq = vec![ReqSlot::default(); l.pods * l.requests_per_pod];
-    let mut waiting = vec![0u32; l.pods * l.requests_per_pod];
-    let mut running = vec![0u32; l.pods * l.running_per_pod];
-    let mut ks = vec![0u64; l.pods * l.keys_per_pod];
-    let mut f = BatchedFleet::new(
-        cfg,
+/// A batched fleet's buffers as its layout sizes them (no CPU tier, no P/D); the autoscaler's
+/// buffer is the caller's, since the tests size it on purpose.
+struct Owned {
+    blocks: Vec<KvBlock>,
+    tables: Vec<u32>,
+    requests: Vec<ReqSlot>,
+    waiting: Vec<u32>,
+    running: Vec<u32>,
+    keys: Vec<u64>,
+}
+
+impl Owned {
+    fn new(l: &BatchedLayout) -> Self {
+        Owned {
+            blocks: vec![KvBlock::default(); l.blocks_len()],
+            tables: vec![0; l.tables_len()],
+            requests: vec![ReqSlot::default(); l.pods * l.requests_per_pod],
+            waiting: vec![0; l.pods * l.requests_per_pod],
+            running: vec![0; l.running_len()],
+            keys: vec![0; l.pods * l.keys_per_pod],
+        }
+    }
+
+    fn buffers<'a>(&'a mut self, scale: &'a mut [WvaPod]) -> BatchedBuffers<'a> {
         BatchedBuffers {
-            blocks: &mut blocks,
-            tables: &mut tables,
-            requests: &mut rq,
-            waiting: &mut waiting,
-            running: &mut running,
-            keys: &mut ks,
+            blocks: &mut self.blocks,
+            tables: &mut self.tables,
+            requests: &mut self.requests,
+            waiting: &mut self.waiting,
+            running: &mut self.running,
+            keys: &mut self.keys,
             cpu_slots: &mut [],
             cpu_tables: &mut [],
             pd: Default::default(),
-            scale: &mut [],
-        },
-    )
-    .unwrap();
+            scale,
+        }
+    }
+}
+
+fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {
+    let cfg = FleetConfig { engine: EngineConfig::Batched(ecfg), ..cfg };
+    let mut owned = Owned::new(&BatchedLayout::new(&cfg, 1024, 1 << 16).unwrap());
+    let mut f = BatchedFleet::new(cfg, owned.buffers(&mut [])).unwrap();
     let mut sink = Sink::default();
     let mut pods = Vec::new();
     for q in reqs {
@@ -727,30 +745,10 @@ fn wva_state_is_a_caller_buffer_of_one_entry_per_pod() {
     let plain = FleetConfig { engine: EngineConfig::Batched(ecfg(16, 8192)), ..cfg };
     assert_eq!(BatchedLayout::new(&plain, 16, 1024).unwrap().scale_len(), 0, "none without autoscaling");
     let build = |cfg: FleetConfig, scale_len: usize| -> Result<(Vec<u32>, usize), Error> {
-        let l = BatchedLayout::new(&cfg, 16, 1024).unwrap();
-        let mut blocks = vec![KvBlock::default(); l.blocks_len()];
-        let mut tables = vec![0u32; l.tables_len()];
-        let mut rq = vec![ReqSlot::default(); l.pods * l.requests_per_pod];
-        let mut waiting = vec![0u32; l.pods * l.requests_per_pod];
-        let mut running = vec![0u32; l.running_len()];
-        let mut ks = vec![0u64; l.pods * l.keys_per_pod];
+        let mut owned = Owned::new(&BatchedLayout::new(&cfg, 16, 1024).unwrap());
         // a buffer full of stale state: the fleet resets it
         let mut scale = vec![WvaPod::default(); scale_len];
-        let mut f = BatchedFleet::new(
-            cfg,
-            BatchedBuffers {
-                blocks: &mut blocks,
-                tables: &mut tables,
-                requests: &mut rq,
-                waiting: &mut waiting,
-                running: &mut running,
-                keys: &mut ks,
-                cpu_slots: &mut [],
-                cpu_tables: &mut [],
-                pd: Default::default(),
-                scale: &mut scale,
-            },
-        )?;
+        let mut f = BatchedFleet::new(cfg, owned.buffers(&mut scale))?;
         let mut sink = Sink::default();
         let mut pods = Vec::new();
         for i in 0..4u64 {

@@ -9,6 +9,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod fleet_run_support;
+use fleet_run_support::{run_scenario, u};
+
 const BIN: &str = env!("CARGO_BIN_EXE_brokerlab");
 
 fn dir(tag: &str) -> PathBuf {
@@ -20,28 +23,7 @@ fn dir(tag: &str) -> PathBuf {
 /// Runs `fleet run --json --outcomes` on scenario `text`: (exit code, stderr, JSON, outcome
 /// lines).
 fn run(tag: &str, text: &str) -> (i32, String, Value, Vec<Value>) {
-    let d = dir(tag);
-    let sc = d.join("s.toml");
-    std::fs::write(&sc, text).unwrap();
-    let out = d.join("o.jsonl");
-    let o = Command::new(BIN)
-        .args(["fleet", "run", "-q", "--json", "--no-date"])
-        .arg(&sc)
-        .arg("--outcomes")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let code = o.status.code().unwrap_or(-1);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    let json = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    let lines =
-        std::fs::read_to_string(&out).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let _ = std::fs::remove_dir_all(&d);
-    (code, err, json, lines)
-}
-
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
+    run_scenario("conv", tag, text)
 }
 
 /// One pod; `count` conversations of `turns` fixed turns, a 32-token shared system prompt,

@@ -7,6 +7,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
+mod fleet_run_support;
+use fleet_run_support::{run_scenario, u};
+
 const BIN: &str = env!("CARGO_BIN_EXE_brokerlab");
 
 const WORKLOAD: &str = "[workload]\nseed = 5\nrequests = 12\ntenants = 3\nusers_per_tenant = 4\nprefix_tokens = 256\n\
@@ -21,28 +24,7 @@ fn dir(tag: &str) -> PathBuf {
 
 /// Runs a scenario of `load` (the `[load]` text): (exit code, stderr, JSON, outcome lines).
 fn run(tag: &str, load: &str) -> (i32, String, Value, Vec<Value>) {
-    let d = dir(tag);
-    let sc = d.join("s.toml");
-    std::fs::write(&sc, format!("{WORKLOAD}{load}")).unwrap();
-    let out = d.join("o.jsonl");
-    let o = Command::new(BIN)
-        .args(["fleet", "run", "-q", "--json", "--no-date"])
-        .arg(&sc)
-        .arg("--outcomes")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let code = o.status.code().unwrap_or(-1);
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    let json = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    let lines =
-        std::fs::read_to_string(&out).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
-    let _ = std::fs::remove_dir_all(&d);
-    (code, err, json, lines)
-}
-
-fn u(v: &Value, k: &str) -> u64 {
-    v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"))
+    run_scenario("loadgen", tag, &format!("{WORKLOAD}{load}"))
 }
 
 /// (send, client end) of each line.
