@@ -315,10 +315,21 @@ pub fn run_conversations(divisor: u64, inc: &dyn Fn()) -> CliResult<(Vec<LevelRu
     Ok((codegen, reasoning))
 }
 
+/// Table 1's scenario: `scenarios/llm-d-ramp.toml` (workload, load, fleet) with the engine of the
+/// b2b-saas scenario `b` (the physics step cost `qwen3-32b-h100-tp2`, vLLM's S = 1024 and
+/// M = 8192): one step-cost profile for the three tables (docs/PUBLISHED.md, "One step cost for
+/// the three tables"). The scenario file keeps its linear profile for `fleet report`'s section.
+pub fn table1_scenario(divisor: u64, b: &Scenario) -> CliResult<Scenario> {
+    let mut sc = llmd::scenario(divisor)?;
+    sc.engine = b.engine.clone();
+    Ok(sc)
+}
+
 /// Runs the three tables with stage durations divided by `divisor` and the conversation runs'
 /// requests per slot by `conversation_divisor` (1, 1: as published); `inc` after each run.
 pub fn run(divisor: u64, conversation_divisor: u64, inc: &dyn Fn()) -> CliResult<Tables> {
-    let sc = llmd::scenario(divisor)?;
+    let b = scaled(B2B_TEXT, B2B_NAME, "sticky-b2b-saas", divisor)?;
+    let sc = table1_scenario(divisor, &b)?;
     let mut table1 = Vec::new();
     for p in TABLE1_PRESETS {
         // the 2025 client counted 760 of the 1,000 generated tokens per request (A1)
@@ -326,7 +337,6 @@ pub fn run(divisor: u64, conversation_divisor: u64, inc: &dyn Fn()) -> CliResult
         table1.push(staged(p.upstream().into(), &sc, fleet, llmd::SCENARIO_NAME, Some(TABLE1_COUNTED_OUTPUT_TOKENS))?);
         inc();
     }
-    let b = scaled(B2B_TEXT, B2B_NAME, "sticky-b2b-saas", divisor)?;
     let mut b2b = Vec::new();
     for (label, cfg) in b2b_fleets(&b)? {
         // the 2026 runs count 997 to 999 of 1,000 (gen_p50): the generated count
