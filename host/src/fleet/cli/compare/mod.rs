@@ -67,6 +67,10 @@ pub struct CompareArgs {
     /// Load penalty alpha of prefix-aware.
     #[arg(long, default_value_t = defaults::ALPHA)]
     pub alpha: f64,
+    /// CPU-tier blocks per pod: the batched engine's offload tier (docs/MODEL.md, "The KV offload
+    /// tier"), the FIFO engine's CPU tier; 0 = none. Default: the scenario's (none for a trace).
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::fleet::cli::args::parse_cpu_capacity)]
+    pub cpu_capacity: Option<usize>,
     #[command(flatten)]
     pub engine: crate::fleet::cli::engine_args::EngineArgs,
     /// Worker threads (0 = all cores). Results do not depend on it.
@@ -247,7 +251,9 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     })?;
     let mut prov = Provenance::of_this_run(a.output.no_date);
 
-    // the workload and the fleet it comes with
+    // the workload and the fleet it comes with (and a scenario's [slo])
+    let mut scenario_slo = None;
+    let mut scenario_scale: Option<scenario::Scenario> = None;
     let (workload, base, scenario_engine, name) = if let Some(t) = &a.trace {
         prov.add_file("trace", t)?;
         (Workload::Trace(t.clone(), a.trace_block_size), None, None, format!("trace {}", t.display()))
@@ -278,6 +284,8 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         prov.add_file("scenario", p)?;
         let sc = scenario::Scenario::load(p)?;
         let name = format!("scenario {} ({})", sc.name, p.display());
+        scenario_slo = sc.slo;
+        scenario_scale = Some(sc.clone());
         (workload_of(&sc)?, Some(sc.fleet), sc.engine.clone(), name)
     } else {
         return Err(CliError::bad_input("a workload: a SCENARIO file, --trace FILE or --inference-perf FILE"));
@@ -292,6 +300,16 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     let mut eargs = a.engine.clone();
     eargs.engine = Some(eargs.engine.unwrap_or(EngineKind::Batched));
     let batched = eargs.resolve(scenario_engine.as_ref())?;
+    if let Some(sc) = &scenario_scale {
+        sc.check_scale_engine(batched.is_some())?;
+    }
+    let batched = batched.map(|mut e| {
+        if let Some(c) = a.cpu_capacity {
+            // (parse_cpu_capacity bounds it to u32)
+            e.offload.cpu_capacity = c as u32;
+        }
+        e
+    });
     let derived = match &batched {
         Some(e) => engine::derived_capacity(e, "--profile")?,
         None => None,
@@ -328,6 +346,10 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         });
         base_cfg.pods = pods;
         base_cfg.capacity_blocks = capacity;
+        if let Some(c) = a.cpu_capacity {
+            // the FIFO engine's tier; the batched engine's is set above (0 included)
+            base_cfg = run::with_fifo(base_cfg, |f| f.cpu_capacity_blocks = if batched.is_some() { 0 } else { c });
+        }
         if base.is_some() && a.alpha != defaults::ALPHA {
             base_cfg.alpha = a.alpha;
         }
@@ -372,7 +394,11 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     // the runs, in parallel; results in spec order whatever the thread count
     let keep = a.report_json.is_some() || a.report_llmd.is_some();
     let progress = Progress::new(a.output.quiet, "compare", Unit::Points, Some(specs.len() as u64));
-    let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+    let slo = crate::fleet::scenario::deploy::slo_with(
+        a.engine.slo_ttft_ms.as_deref(),
+        a.engine.slo_tpot_ms.as_deref(),
+        scenario_slo,
+    )?;
     let results = run_all(&specs, &workload, a.threads, keep, slo, &progress);
     progress.finish();
     let results = results?;
