@@ -371,9 +371,10 @@ pub fn prose(x: &ScalingSection) -> (String, String) {
             if idle > 0 {
                 let _ = write!(
                     f,
-                    "{idle} of its added pods came up and were scaled in at the same arrival (the first evaluation \
-                     after their boot found them idle and the load spread over one pod fewer), routable for no \
-                     request: they count in the pod-seconds, not in the pod count. "
+                    "{idle} of its added pods came up and {} scaled in at the same arrival (the first evaluation \
+                     after the boot found the pod idle and the load fitting one pod fewer), routable for no \
+                     request: counted in the pod-seconds, not in the pod count. ",
+                    if idle == 1 { "was" } else { "were" }
                 );
             }
         }
