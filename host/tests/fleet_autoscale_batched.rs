@@ -113,6 +113,11 @@ fn a_ramp_scales_out_and_the_pod_count_comes_back_down() {
     let last = steps.last().unwrap()[1].as_u64().unwrap();
     assert!(last < max, "the pod count comes back down after the ramp: {a}");
     assert_eq!(steps[0][1].as_u64(), Some(2), "starts at min");
+    // the curve and the figure agree: its highest step is the most pods routable at an arrival
+    let top = steps.iter().map(|p| p[1].as_u64().unwrap()).max();
+    assert_eq!(top, Some(max), "pods_over_time's maximum is max_active_pods: {a}");
+    let times: Vec<f64> = steps.iter().map(|p| p[0].as_f64().unwrap()).collect();
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "one step per instant: {a}");
     // every scale-in ended with a drain; every boot became routable
     assert_eq!(events(a, "drained").len() as u64, ins, "{a}");
     assert_eq!(events(a, "ready").len() as u64, outs, "{a}");

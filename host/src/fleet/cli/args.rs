@@ -228,7 +228,7 @@ fn parse_capacity(s: &str) -> Result<usize, String> {
     parse_blocks(1, s)
 }
 
-fn parse_cpu_capacity(s: &str) -> Result<usize, String> {
+pub(crate) fn parse_cpu_capacity(s: &str) -> Result<usize, String> {
     parse_blocks(0, s)
 }
 

@@ -225,12 +225,18 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
             .as_deref()
             .map(|p| (p, run::llmd_report::load_of("scenario", "scenario", input, sc.load.as_ref()))),
     };
-    let cfg = match a.engine.resolve(sc.engine.as_ref())? {
+    let resolved = a.engine.resolve(sc.engine.as_ref())?;
+    sc.check_scale_engine(resolved.is_some())?;
+    let cfg = match resolved {
         // the fleet's keys come from the file (`fleet.cache`, `fleet.index`, ...)
         Some(e) => engine::batched(cfg, e).map_err(|e| scenario::key_error(&sc.origin, e))?,
         None => cfg,
     };
-    let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+    let slo = crate::fleet::scenario::deploy::slo_with(
+        a.engine.slo_ttft_ms.as_deref(),
+        a.engine.slo_tpot_ms.as_deref(),
+        sc.slo,
+    )?;
     if let Some(spec) = sc.load {
         progress.finish();
         return run_load(cfg, &sc, spec, out, slo, a.stages_plot.as_deref());
@@ -546,6 +552,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     crate::outfile::check_output_dir("--out", &a.out, &inputs)?;
     let sc = scenario::Scenario::load(&a.scenario)?.without_load("fleet sweep")?;
     let engine = a.engine.resolve(sc.engine.as_ref())?;
+    sc.check_scale_engine(engine.is_some())?;
     if let Some(e) = engine {
         // the scenario's keys (`fleet.cache`, `fleet.index`, ...) named as in the file
         engine::batched(sc.fleet, e).map_err(|e| scenario::key_error(&sc.origin, e))?;
@@ -564,13 +571,47 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
         sweep::for_routers(&values, &a.router, sc.workload.seed)?
     };
     add_router_configs(&mut specs, &a, &values, param, sc.workload.seed)?;
+    if param == sweep::SweepParam::PrefillPods {
+        if engine.is_none() {
+            return Err(CliError::bad_input(
+                "--param prefill-pods: prefill/decode disaggregation runs under the batched engine (--engine batched or [fleet.engine])",
+            ));
+        }
+        if !sc.fleet.pools.is_empty() {
+            return Err(CliError::bad_input(format!(
+                "--param prefill-pods: {} has [[fleet.pool]] tables, whose prefill pods are its prefill pools' `pods` (fleet.pool[i].pods)",
+                sc.origin
+            )));
+        }
+    }
     if let Some(e) = engine {
         // each point's values (`--param stale` ...) named as flags
         for p in &mut specs {
+            let mut e = e;
+            match param {
+                // exactly the point's tier, 0 included (over the scenario's own)
+                sweep::SweepParam::CpuCapacity => e.offload.cpu_capacity = p.value as u32,
+                // NP prefill pods, 0: aggregated; the scenario's decider and link, else the defaults
+                sweep::SweepParam::PrefillPods => {
+                    let np = p.value as u32;
+                    e.pd = (np > 0).then(|| {
+                        let mut pd = e.pd.unwrap_or(brokerlab_core::fleet::engine::pd::PdConfig::new(np, 0));
+                        pd.prefill_pods = np;
+                        pd
+                    });
+                }
+                _ => {}
+            }
             p.cfg = engine::batched(p.cfg, e).map_err(run::config_error)?;
         }
     }
     check_sweep_memory(&gens, &specs, a.threads)?;
+    // the flags override the scenario's [slo] keys
+    let slo_of_sweep = crate::fleet::scenario::deploy::slo_with(
+        a.engine.slo_ttft_ms.as_deref(),
+        a.engine.slo_tpot_ms.as_deref(),
+        sc.slo,
+    )?;
     let mut prov = Provenance::of_this_run(a.output.no_date);
     prov.add_file("scenario", &a.scenario)?;
     for p in &a.router_config {
@@ -579,8 +620,7 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     if let Some(sh) = a.shard {
         // each point carries its SLO keys as an unsharded sweep's does; the SLO is part of the
         // sweep's digest, so shards of different SLOs do not merge
-        let slo =
-            crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+        let slo = slo_of_sweep;
         // this shard's points, with their indices in the whole sweep
         let idx: Vec<usize> = (0..specs.len()).filter(|k| sh.owns(*k)).collect();
         let mine: Vec<sweep::PointSpec> = idx.iter().map(|&k| specs[k].clone()).collect();
@@ -611,8 +651,8 @@ fn sweep_cmd(a: SweepArgs) -> CliResult<i32> {
     }
     let progress = Progress::new(a.output.quiet, &format!("sweep {param}"), Unit::Points, Some(specs.len() as u64));
     let text = match engine {
-        Some(_) => run_sweep::<Batched>(&a, param, &sc.name, &gens, &specs, &prov, progress)?,
-        None => run_sweep::<Fifo>(&a, param, &sc.name, &gens, &specs, &prov, progress)?,
+        Some(_) => run_sweep::<Batched>(&a, param, &sc.name, (&gens, &specs), &prov, slo_of_sweep, progress)?,
+        None => run_sweep::<Fifo>(&a, param, &sc.name, (&gens, &specs), &prov, slo_of_sweep, progress)?,
     };
     sweep::commit_files()?;
     say_raw!("{text}");
@@ -671,15 +711,14 @@ fn run_sweep<K: run::HostEngine>(
     a: &SweepArgs,
     param: sweep::SweepParam,
     name: &str,
-    gens: &[scenario::Generated],
-    specs: &[sweep::PointSpec],
+    (gens, specs): (&[scenario::Generated], &[sweep::PointSpec]),
     prov: &Provenance,
+    slo: Option<brokerlab_core::fleet::slo::Slo>,
     progress: Progress,
 ) -> CliResult<String>
 where
     K::Summary: sweep::SweepSummary,
 {
-    let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
     let points = sweep::run_points_slo::<K>(param, gens, specs, a.threads, &progress, slo);
     progress.finish();
     shard::write_points(&a.out, name, param, &points?, prov)

@@ -320,6 +320,15 @@ pub fn table(x: &ScalingSection) -> String {
     t
 }
 
+/// Pods that came up and were scaled in at the same instant (a `ready` then an `in` of the pod
+/// at one arrival): booted and paid for, routable for no request.
+fn stillborn(events: &[crate::fleet::run::summary::ScaleEventJson]) -> usize {
+    events
+        .windows(2)
+        .filter(|w| w[0].kind == "ready" && w[1].kind == "in" && w[0].pod == w[1].pod && w[0].t_s == w[1].t_s)
+        .count()
+}
+
 /// The intro paragraph and the findings, from the runs.
 pub fn prose(x: &ScalingSection) -> (String, String) {
     let ramp: Vec<String> = x.stages.iter().map(|s| format!("{}", s.2)).collect();
@@ -358,6 +367,16 @@ pub fn prose(x: &ScalingSection) -> (String, String) {
                 opt(a.totals.mean_pods, 2),
                 opt(a.totals.new_pod_traffic_ratio, 2)
             );
+            let idle = stillborn(&a.events);
+            if idle > 0 {
+                let _ = write!(
+                    f,
+                    "{idle} of its added pods came up and {} scaled in at the same arrival (the first evaluation \
+                     after the boot found the pod idle and the load fitting one pod fewer), routable for no \
+                     request: counted in the pod-seconds, not in the pod count. ",
+                    if idle == 1 { "was" } else { "were" }
+                );
+            }
         }
     }
     // the contrast: the prefix-aware scaled run against the cache-blind one
@@ -426,6 +445,18 @@ mod tests {
             assert!(a.totals.scale_outs >= 1 && a.totals.scale_ins >= 1, "{}: {a:?}", r.label);
             assert_eq!(r.warm_first_requests, 0, "{}: added pods start cold", r.label);
             assert!(r.buckets.iter().any(|b| b.3 > 2), "{}: the pod count rises in the curves", r.label);
+        }
+        // the chart and the figures agree: each scaled run's highest plotted pod count is its
+        // max_active_pods (the table's "pods (max)"), also when a pod came up and was scaled in
+        // at one arrival
+        let scaled: Vec<&ScalingRun> = x.runs.iter().filter(|r| r.scaled).collect();
+        let chart = charts(&x).remove(0).1;
+        assert_eq!(chart.series.len(), scaled.len());
+        for (series, r) in chart.series.iter().zip(&scaled) {
+            let a = r.summary.autoscale.as_ref().unwrap();
+            let top = series.points.iter().map(|p| p.1).fold(0.0, f64::max);
+            assert_eq!(top, f64::from(a.totals.max_active_pods), "{}: chart vs max_active_pods", r.label);
+            assert!(table(&x).contains(&format!("| {} | {} |", r.label, a.totals.max_active_pods)));
         }
         // rendered, not written: a lib test that stages files would leave them in the
         // process-wide list another test's commit() renames (outfile::STAGED)

@@ -351,7 +351,8 @@ pub struct BatchedAutoscale {
     pub kv_spare: f64,
     /// queueSpareTrigger.
     pub queue_spare: f64,
-    /// Routable pods over time: [s, pods] at 0 and at every change.
+    /// Routable pods over time: [s, pods] at 0 and at every instant the count changed, the count
+    /// after all of that instant's events ([`pods_over_time`]).
     pub pods_over_time: Vec<(f64, u32)>,
     /// Every event: out (boot decided), ready (routable), in (scale-in decided, drain starts),
     /// drained (last request finished, cache dropped).
@@ -379,10 +380,7 @@ impl BatchedAutoscale {
         let policy = e.scale?;
         let t = fleet.totals();
         let makespan = fleet.makespan_ns();
-        let mut pods_over_time = vec![(0.0, policy.initial_pods)];
-        for ev in events.iter().filter(|ev| matches!(ev.kind, K::Ready | K::In)) {
-            pods_over_time.push((secs(ev.t_ns), ev.active));
-        }
+        let pods_over_time = pods_over_time(policy.initial_pods, events);
         let kind = |k: K| match k {
             K::Out => "out",
             K::Ready => "ready",
@@ -422,6 +420,25 @@ impl BatchedAutoscale {
                 .collect(),
         })
     }
+}
+
+/// Routable pods over time from the scaler's events: [s, pods] at 0 and at each instant the
+/// count changed, the count after every event of that instant. A pod that came up and was scaled
+/// in at one arrival (its first evaluation saw it idle) was routable for no request, so it is no
+/// step of the curve, as it is not counted by `max_active_pods` (routable pods at an arrival,
+/// after the scaler ran): the steps' maximum is `max_active_pods` (the `events` keep the pair).
+pub fn pods_over_time(initial: u32, events: &[brokerlab_core::fleet::ScaleEvent]) -> Vec<(f64, u32)> {
+    use brokerlab_core::fleet::ScaleEventKind as K;
+    let mut steps: Vec<(u64, u32)> = vec![(0, initial)];
+    for ev in events.iter().filter(|ev| matches!(ev.kind, K::Ready | K::In)) {
+        match steps.last_mut() {
+            Some(last) if last.0 == ev.t_ns => last.1 = ev.active,
+            _ => steps.push((ev.t_ns, ev.active)),
+        }
+    }
+    // an instant whose events left the count as it was is no change
+    steps.dedup_by_key(|s| s.1);
+    steps.into_iter().map(|(t, n)| (secs(t), n)).collect()
 }
 
 /// A run's summary: the engine's own part (serialized as that part alone, so the JSON of each
@@ -720,6 +737,9 @@ pub fn render_table(s: &Summary) -> String {
         "latency p50/p90/p99",
         format!("{} / {} / {} s", opt(s.latency_p50, 4), opt(s.latency_p90, 4), opt(s.latency_p99, 4)),
     );
+    if let Some(k) = &s.slo {
+        line("SLO goodput", slo_line(k));
+    }
     line("stale chases", format!("{} requests, {} phantom blocks", s.chased_requests, s.phantom_blocks));
     if let Some(a) = &s.autoscale {
         line(
@@ -751,6 +771,19 @@ pub fn render_table(s: &Summary) -> String {
     }
     o
 }
+/// The SLO goodput line of a run's table (either engine).
+fn slo_line(k: &super::deploy::SloKeys) -> String {
+    let slo = |name: &str, v: Option<f64>| v.map(|ms| format!("{name} <= {ms} ms"));
+    let given: Vec<String> = [slo("TTFT", k.slo_ttft_ms), slo("TPOT", k.slo_tpot_ms)].into_iter().flatten().collect();
+    format!(
+        "{} req/s ({} requests, {} %, meet {})",
+        opt(k.goodput_req_per_s, 3),
+        k.slo_good_requests,
+        opt(k.slo_attainment.map(|a| a * 100.0), 2),
+        given.join(" and ")
+    )
+}
+
 /// The step-cost line of a batched run's table.
 fn step_cost_line(s: &BatchedSummary) -> String {
     match (&s.physics, s.t_overhead_ns, s.t_prefill_token_ns, s.t_decode_seq_ns, s.t_kv_token_ns) {
@@ -809,6 +842,56 @@ pub fn render_batched(s: &BatchedSummary) -> String {
     line("mean waiting", opt(s.mean_waiting, 2));
     line("steps", s.steps.to_string());
     line("makespan", format!("{:.3} s", s.makespan_s));
+    if let Some(k) = &s.pd {
+        line(
+            "P/D",
+            format!(
+                "{} prefill + {} decode pods, decider {} ({} tokens), link {} B/s + {} ns",
+                k.prefill_pods,
+                k.decode_pods,
+                k.pd_decider,
+                k.pd_threshold_tokens,
+                k.pd_link_bytes_per_s,
+                k.pd_link_latency_ns
+            ),
+        );
+        let ms = |v: Option<u64>| v.map_or("n/a".into(), |n| format!("{:.3}", n as f64 / 1e6));
+        line(
+            "KV transfers",
+            format!(
+                "{} requests prefilled remotely, {} bytes; transfer p50/p90/p99/max {} / {} / {} / {} ms",
+                k.disaggregated,
+                k.transfer_bytes,
+                ms(k.transfer_ns_p50),
+                ms(k.transfer_ns_p90),
+                ms(k.transfer_ns_p99),
+                ms(k.transfer_ns_max)
+            ),
+        );
+    }
+    if let Some(k) = &s.offload {
+        line(
+            "offload tier",
+            format!(
+                "{} CPU blocks per pod, PCIe {} B/s + {} ns, tier weight {}",
+                k.cpu_capacity, k.pcie_bytes_per_s, k.pcie_latency_ns, k.cpu_tier_weight
+            ),
+        );
+        line(
+            "offload hits",
+            format!(
+                "{} tokens ({} %), {} loads of {} blocks, {} blocks stored",
+                k.offload_hit_tokens,
+                opt(k.offload_hit_rate.map(|h| h * 100.0), 2),
+                k.offload_loads,
+                k.offload_load_blocks,
+                k.offload_stored_blocks
+            ),
+        );
+    }
+    if let Some(k) = &s.slo {
+        line("SLO goodput", slo_line(k));
+    }
     if let Some(a) = &s.autoscale {
         let t = &a.totals;
         line(
@@ -853,4 +936,36 @@ pub fn render_batched(s: &BatchedSummary) -> String {
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use brokerlab_core::fleet::{ScaleEvent, ScaleEventKind as K};
+
+    fn ev(t_s: u64, kind: K, pod: u32, active: u32) -> ScaleEvent {
+        ScaleEvent { t_ns: t_s * 1_000_000_000, kind, pod, active }
+    }
+
+    /// A pod that comes up and is scaled in at one arrival is no step of the curve: the curve's
+    /// maximum is the most pods routable at an arrival (`max_active_pods`), never the count
+    /// between two events of one instant.
+    #[test]
+    fn pods_over_time_holds_the_count_after_each_instant() {
+        let events = [
+            ev(10, K::Out, 2, 2),
+            ev(40, K::Ready, 2, 3),
+            ev(55, K::Out, 3, 3),
+            // ready and scaled in at the same arrival: never routable for a request
+            ev(85, K::Ready, 3, 4),
+            ev(85, K::In, 3, 3),
+            ev(90, K::Drained, 3, 3),
+            ev(100, K::In, 2, 2),
+        ];
+        let steps = super::pods_over_time(2, &events);
+        assert_eq!(steps, vec![(0.0, 2), (40.0, 3), (100.0, 2)]);
+        assert_eq!(steps.iter().map(|s| s.1).max(), Some(3));
+        // a change at the first instant replaces the initial count
+        let steps = super::pods_over_time(2, &[ev(0, K::Ready, 2, 3)]);
+        assert_eq!(steps, vec![(0.0, 3)]);
+    }
 }

@@ -59,6 +59,39 @@ pub fn slo(ttft_ms: Option<&str>, tpot_ms: Option<&str>) -> CliResult<Option<Slo
     Ok((ttft_ns.is_some() || tpot_ns.is_some()).then_some(Slo { ttft_ns, tpot_ns }))
 }
 
+/// The SLOs of a scenario's `[slo]` table (`ttft_ms`, `tpot_ms`: numbers of milliseconds, read
+/// exactly as the flags' text is, to the nanosecond); errors name `origin` and the key.
+pub fn slo_of_toml(ttft_ms: Option<f64>, tpot_ms: Option<f64>, origin: &str) -> CliResult<Slo> {
+    let ns = |key: &str, v: Option<f64>| -> CliResult<Option<u64>> {
+        v.map(|x| {
+            // Display never writes an exponent: 0.5 -> "0.5", 2000.0 -> "2000"
+            let text = format!("{x}");
+            scaled(&text, 6)
+                .map_err(|why| CliError::bad_input(format!("{origin}: `slo.{key}` = {text:?}: {why} (milliseconds)")))
+        })
+        .transpose()
+    };
+    let ttft_ns = ns("ttft_ms", ttft_ms)?;
+    let tpot_ns = ns("tpot_ms", tpot_ms)?;
+    if ttft_ns.is_none() && tpot_ns.is_none() {
+        return Err(CliError::bad_input(format!(
+            "{origin}: `slo`: expected ttft_ms, tpot_ms or both (an empty [slo] sets no SLO)"
+        )));
+    }
+    Ok(Slo { ttft_ns, tpot_ns })
+}
+
+/// The SLOs of a run of a scenario: each of `--slo-ttft-ms` / `--slo-tpot-ms` given overrides
+/// the scenario's `[slo]` key (`scenario`); None when neither sets any.
+pub fn slo_with(ttft_ms: Option<&str>, tpot_ms: Option<&str>, scenario: Option<Slo>) -> CliResult<Option<Slo>> {
+    let flags = slo(ttft_ms, tpot_ms)?;
+    Ok(match (flags, scenario) {
+        (f, None) => f,
+        (None, s) => s,
+        (Some(f), Some(s)) => Some(Slo { ttft_ns: f.ttft_ns.or(s.ttft_ns), tpot_ns: f.tpot_ns.or(s.tpot_ns) }),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +111,18 @@ mod tests {
         assert_eq!(parse_weight_milli("0.1250"), Ok(125));
         assert!(parse_weight_milli("0.1255").is_err());
         assert!(parse_weight_milli("1.001").is_err());
+    }
+
+    #[test]
+    fn a_scenario_slo_is_read_exactly_and_each_flag_overrides_its_key() {
+        let s = slo_of_toml(Some(2000.0), Some(0.5), "f.toml").unwrap();
+        assert_eq!(s, Slo { ttft_ns: Some(2_000_000_000), tpot_ns: Some(500_000) });
+        let e = slo_of_toml(Some(-1.0), None, "f.toml").unwrap_err().to_string();
+        assert!(e.contains("f.toml") && e.contains("slo.ttft_ms"), "{e}");
+        assert!(slo_of_toml(None, None, "f.toml").unwrap_err().to_string().contains("`slo`"));
+        let both = slo_with(Some("100"), None, Some(s)).unwrap().unwrap();
+        assert_eq!(both, Slo { ttft_ns: Some(100_000_000), tpot_ns: Some(500_000) });
+        assert_eq!(slo_with(None, None, Some(s)).unwrap(), Some(s));
+        assert_eq!(slo_with(None, None, None).unwrap(), None);
     }
 }

@@ -49,6 +49,32 @@ pub struct Scenario {
     /// `[workload.conversations]`: conversation replay (then `workload` is a placeholder that
     /// carries the seed only, and the scenario runs under `fleet run` and `fleet tables` only).
     pub conversations: Option<brokerlab_core::fleet::conversation::ConversationSpec>,
+    /// `[slo]`: SLO goodput's SLOs (None: no SLO keys unless a flag gives one).
+    pub slo: Option<brokerlab_core::fleet::slo::Slo>,
+    /// `[fleet.autoscale]`'s rule-specific keys as given (policy, up_queue, down_queue, the WVA
+    /// keys), checked again when the command line picks the other engine.
+    pub scale_given: Option<(Option<String>, bool, bool, WvaGiven)>,
+}
+
+impl Scenario {
+    /// Refuses `[fleet.autoscale]` keys of the FIFO engine's rule (`policy = "queue-target"`,
+    /// `up_queue`, `down_queue`) when the command line runs the scenario under the batched
+    /// engine (`--engine batched` over a scenario without `[fleet.engine]`), and the WVA keys
+    /// under `--engine fifo`: exit 2 naming the key, as in a file that names its engine (the
+    /// other rule would ignore them). A scenario without those keys scales by the engine's rule.
+    pub fn check_scale_engine(&self, batched: bool) -> CliResult<()> {
+        let Some((policy, up_queue, down_queue, wva)) = &self.scale_given else { return Ok(()) };
+        let given = ScaleGiven { policy: policy.as_deref(), up_queue: *up_queue, down_queue: *down_queue, wva: *wva };
+        check_scale_rule(batched, &given).map_err(|(field, expected, got)| {
+            CliError::bad_input(format!(
+                "{}: `{}` = {got:?}: expected {expected} (the command runs the {} engine: --engine {})",
+                self.origin,
+                crate::fleet::run::fields::key(field),
+                if batched { "batched" } else { "FIFO" },
+                if batched { "batched" } else { "fifo" }
+            ))
+        })
+    }
 }
 
 impl Scenario {
@@ -183,10 +209,21 @@ impl Scenario {
             }
             Some(c) => Some(conversations::spec(c, t.workload.seed, max_model_len, load.as_ref(), origin, &bad)?),
         };
+        let slo = match &t.slo {
+            None => None,
+            Some(s) => Some(deploy::slo_of_toml(s.ttft_ms, s.tpot_ms, origin)?),
+        };
+        let scale_given = t
+            .fleet
+            .autoscale
+            .as_ref()
+            .map(|a| (a.policy.clone(), a.up_queue.is_some(), a.down_queue.is_some(), a.wva()));
         Ok(Scenario {
             engine,
             load,
             conversations,
+            slo,
+            scale_given,
             name: t.name.unwrap_or_else(|| default_name.to_string()),
             description: t.description.unwrap_or_default(),
             workload,

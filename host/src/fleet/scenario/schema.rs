@@ -401,6 +401,21 @@ pub struct ScenarioToml {
     /// The client as a load generator (absent: open-loop arrivals from `[workload]`).
     #[serde(default)]
     pub load: Option<LoadToml>,
+    /// SLO goodput's SLOs (`--slo-ttft-ms` / `--slo-tpot-ms` override each).
+    #[serde(default)]
+    pub slo: Option<SloToml>,
+}
+
+/// `[slo]`: the SLOs of SLO goodput (docs/MODEL.md, "SLO goodput"), as the flags give them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SloToml {
+    /// A request is good when its TTFT is at most this many ms.
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+    /// ... and its TPOT at most this many ms.
+    #[serde(default)]
+    pub tpot_ms: Option<f64>,
 }
 
 /// `[load]`: the client as inference-perf's load generator (docs/MODEL.md, "The load

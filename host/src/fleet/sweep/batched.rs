@@ -36,7 +36,7 @@ impl SweepSummary for BatchedSummary {
 
 /// CSV of all points (one row per point: the configuration, then the batched metrics).
 pub fn to_csv(points: &[BatchedPoint]) -> CliResult<String> {
-    sweep::csv_of(points.iter().map(|p| {
+    let csv = sweep::csv_of(points.iter().map(|p| {
         let s = &p.summary;
         (
             sweep::CsvHead::of(p),
@@ -65,7 +65,8 @@ pub fn to_csv(points: &[BatchedPoint]) -> CliResult<String> {
                 makespan_s: s.makespan_s,
             },
         )
-    }))
+    }))?;
+    Ok(sweep::with_slo_columns(csv, points.iter().map(|p| p.summary.slo.as_ref())))
 }
 
 /// The rest of a batched sweep's `points.csv` row, after [`sweep::CsvHead`]; the header is the
@@ -134,7 +135,7 @@ pub fn plots(dir: &std::path::Path, name: &str, param: SweepParam, points: &[Bat
         };
         (stem.to_string(), c)
     };
-    let charts = [
+    let mut charts = vec![
         chart(
             "ttft_p90",
             format!("{name} (batched): TTFT p90 vs {param}"),
@@ -154,6 +155,14 @@ pub fn plots(dir: &std::path::Path, name: &str, param: SweepParam, points: &[Bat
             series_by_router(points, |s| Some(s.preemptions as f64)),
         ),
     ];
+    if points.iter().any(|p| p.summary.slo.is_some()) {
+        charts.push(chart(
+            "goodput",
+            format!("{name} (batched): SLO goodput vs {param}"),
+            "requests/s meeting the SLOs",
+            series_by_router(points, |s| s.slo.as_ref().and_then(|k| k.goodput_req_per_s)),
+        ));
+    }
     let mut names = String::new();
     for (stem, c) in charts {
         write_chart(dir, &stem, &c)?;

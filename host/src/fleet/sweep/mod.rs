@@ -48,16 +48,26 @@ pub enum SweepParam {
     Pods,
     /// The workload's arrival rate, requests/s.
     Rate,
-    /// The CPU tier's blocks per pod (the report).
+    /// The CPU tier's blocks per pod (the FIFO engine's CPU tier, the batched engine's offload
+    /// tier).
     CpuCapacity,
     /// RAG documents sorted or not (the report).
     RagSorted,
+    /// P/D: the prefill pods NP (0: aggregated; the batched engine).
+    PrefillPods,
 }
 
 impl SweepParam {
     /// What `fleet sweep --param` accepts.
-    pub const FLAG: [SweepParam; 5] =
-        [SweepParam::Capacity, SweepParam::Alpha, SweepParam::Stale, SweepParam::Pods, SweepParam::Rate];
+    pub const FLAG: [SweepParam; 7] = [
+        SweepParam::Capacity,
+        SweepParam::Alpha,
+        SweepParam::Stale,
+        SweepParam::Pods,
+        SweepParam::Rate,
+        SweepParam::CpuCapacity,
+        SweepParam::PrefillPods,
+    ];
 
     /// Its spelling in outputs and on the command line.
     pub const fn name(self) -> &'static str {
@@ -69,13 +79,18 @@ impl SweepParam {
             SweepParam::Rate => "rate",
             SweepParam::CpuCapacity => "cpu_capacity",
             SweepParam::RagSorted => "rag_sorted",
+            SweepParam::PrefillPods => "prefill_pods",
         }
     }
 
-    /// `--param`'s value `s` (one of [`Self::FLAG`]); the error names the flag and what it takes.
+    /// `--param`'s value `s` (one of [`Self::FLAG`], `-` or `_` between words); the error names
+    /// the flag and what it takes.
     pub fn from_flag(s: &str) -> CliResult<Self> {
-        Self::FLAG.into_iter().find(|p| p.name() == s).ok_or_else(|| {
-            crate::error::CliError::bad_input(format!("--param {s}: expected capacity, alpha, stale, pods or rate"))
+        let n = s.replace('-', "_");
+        Self::FLAG.into_iter().find(|p| p.name() == n).ok_or_else(|| {
+            crate::error::CliError::bad_input(format!(
+                "--param {s}: expected capacity, alpha, stale, pods, rate, cpu-capacity or prefill-pods"
+            ))
         })
     }
 
@@ -247,7 +262,7 @@ pub fn for_routers(
 
 /// CSV of all points (one row per point).
 pub fn to_csv(points: &[Point]) -> CliResult<String> {
-    csv_of(points.iter().map(|p| {
+    let csv = csv_of(points.iter().map(|p| {
         let s = &p.summary;
         (
             CsvHead::of(p),
@@ -270,7 +285,38 @@ pub fn to_csv(points: &[Point]) -> CliResult<String> {
                 cpu_hit_rate: s.cpu_hit_rate,
             },
         )
-    }))
+    }))?;
+    Ok(with_slo_columns(csv, points.iter().map(|p| p.summary.slo.as_ref())))
+}
+
+/// `csv` (a header and one line per point, in `slos`' order) with SLO goodput's columns
+/// appended (`slo_good_requests`, `slo_attainment`, `goodput_req_per_s`) when any point has an
+/// SLO; unchanged otherwise (a sweep without an SLO writes what it always wrote).
+pub fn with_slo_columns<'a>(
+    csv: String,
+    slos: impl Iterator<Item = Option<&'a crate::fleet::run::deploy::SloKeys>>,
+) -> String {
+    let slos: Vec<_> = slos.collect();
+    if slos.iter().all(Option::is_none) {
+        return csv;
+    }
+    let num = |v: Option<f64>| v.map_or(String::new(), |x| x.to_string());
+    let mut out = String::with_capacity(csv.len() + 48 * (slos.len() + 1));
+    for (i, line) in csv.lines().enumerate() {
+        out.push_str(line);
+        match i.checked_sub(1).map(|k| slos.get(k).copied().flatten()) {
+            None => out.push_str(",slo_good_requests,slo_attainment,goodput_req_per_s"),
+            Some(Some(k)) => out.push_str(&format!(
+                ",{},{},{}",
+                k.slo_good_requests,
+                num(k.slo_attainment),
+                num(k.goodput_req_per_s)
+            )),
+            Some(None) => out.push_str(",,,"),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The columns every sweep's `points.csv` starts with: the point and its fleet. A row is this

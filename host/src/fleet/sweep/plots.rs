@@ -67,10 +67,28 @@ fn chart(title: String, x_label: String, y_label: &str, series: Vec<Series>, x_l
     Chart { title, x_label, y_label: y_label.into(), series, x_log, ..Chart::default() }
 }
 
-/// The three standard plots of a sweep (hit rate, prefill tokens, p90 latency vs the parameter).
+/// The three standard plots of a sweep (hit rate, prefill tokens, p90 latency vs the parameter),
+/// and SLO goodput vs the parameter when the points carry an SLO.
 pub fn sweep_charts(name: &str, param: SweepParam, points: &[Point]) -> Vec<(String, Chart)> {
     let log = param == SweepParam::Capacity;
     let x = param_label(param);
+    let mut v = standard_charts(name, param, points, log, x.clone());
+    if points.iter().any(|p| p.summary.slo.is_some()) {
+        v.push((
+            "goodput".into(),
+            chart(
+                format!("{name}: SLO goodput vs {param}"),
+                x,
+                "requests/s meeting the SLOs",
+                series_by_router(points, |s| s.slo.as_ref().and_then(|k| k.goodput_req_per_s)),
+                log,
+            ),
+        ));
+    }
+    v
+}
+
+fn standard_charts(name: &str, param: SweepParam, points: &[Point], log: bool, x: String) -> Vec<(String, Chart)> {
     vec![
         (
             "hit_rate".into(),

@@ -117,6 +117,23 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<Values>
     }
     let g = scenario::Generated::with_origin(sc.workload, &sc.origin)?;
     let param = param?;
+    // over [[fleet.pool]] tables: pods are each pool's, and a capacity only moves the pools
+    // that set none (docs/MODEL.md, "Heterogeneous pools"); a sweep that would move nothing is
+    // refused rather than written as points that differ in their label only
+    if !base.pools.is_empty() {
+        if param == SweepParam::Pods {
+            return Err(CliError::bad_input(format!(
+                "--param pods: {} has [[fleet.pool]] tables, whose pod counts are each pool's `pods` (fleet.pool[i].pods); sweep pods over a scenario without pools, or write one scenario per pool size",
+                sc.origin
+            )));
+        }
+        if param == SweepParam::Capacity && base.pools.iter().all(|p| p.capacity_blocks.is_some()) {
+            return Err(CliError::bad_input(format!(
+                "--param capacity: every [[fleet.pool]] of {} sets its own `capacity` (fleet.pool[i].capacity), so the fleet's capacity moves no pod; leave `capacity` out of the pools the sweep should move",
+                sc.origin
+            )));
+        }
+    }
     let vals: Vec<f64> = match param {
         SweepParam::Capacity => {
             let fit = g.distinct_blocks();
@@ -133,7 +150,11 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<Values>
                 }
             }
         }
-        SweepParam::Alpha | SweepParam::Stale | SweepParam::Pods => {
+        SweepParam::Alpha
+        | SweepParam::Stale
+        | SweepParam::Pods
+        | SweepParam::CpuCapacity
+        | SweepParam::PrefillPods => {
             let p = param.name();
             match range(p)? {
                 None => a
@@ -158,8 +179,10 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<Values>
             }
         }
         // rate returned above; the report's own parameters are no flag values
-        SweepParam::Rate | SweepParam::CpuCapacity | SweepParam::RagSorted => {
-            return Err(CliError::bad_input(format!("--param {param}: expected capacity, alpha, stale, pods or rate")));
+        SweepParam::Rate | SweepParam::RagSorted => {
+            return Err(CliError::bad_input(format!(
+                "--param {param}: expected capacity, alpha, stale, pods, rate, cpu-capacity or prefill-pods"
+            )));
         }
     };
     let mut out = Vec::new();
@@ -169,6 +192,11 @@ pub fn sweep_values(sc: &scenario::Scenario, a: &SweepArgs) -> CliResult<Values>
             SweepParam::Capacity => cfg.capacity_blocks = v as usize,
             SweepParam::Alpha => cfg.alpha = v,
             SweepParam::Stale => cfg = crate::fleet::run::with_view(cfg, |view| view.stale_delay = v as u32),
+            // (the batched engine's offload tier reads it too: `engine::batched`, and the sweep
+            // sets it exactly, 0 included)
+            SweepParam::CpuCapacity => cfg = crate::fleet::run::with_fifo(cfg, |f| f.cpu_capacity_blocks = v as usize),
+            // set per point with the batched engine's settings (`fleet sweep`)
+            SweepParam::PrefillPods => {}
             _ => cfg.pods = v as usize,
         }
         cfg.validate().map_err(|e| CliError::bad_input(format!("--param {param} value {}: {e}", scenario::num(v))))?;

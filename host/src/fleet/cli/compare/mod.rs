@@ -67,6 +67,18 @@ pub struct CompareArgs {
     /// Load penalty alpha of prefix-aware.
     #[arg(long, default_value_t = defaults::ALPHA)]
     pub alpha: f64,
+    /// CPU-tier blocks per pod: the batched engine's offload tier (docs/MODEL.md, "The KV offload
+    /// tier"), the FIFO engine's CPU tier; 0 = none. Default: the scenario's (none for a trace).
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::fleet::cli::args::parse_cpu_capacity)]
+    pub cpu_capacity: Option<usize>,
+    /// With --trace: heterogeneous pools, `[[fleet.pool]]` tables as `fleet replay --pools`
+    /// reads them (batched engine; the pods are the pools'). A scenario has its own.
+    #[arg(long, value_name = "FILE.toml", requires = "trace")]
+    pub pools: Option<PathBuf>,
+    /// With --trace: autoscaling, as `fleet replay` takes it (`--scale-min` turns it on, each
+    /// pod count is then the most pods). A scenario has its own `[fleet.autoscale]`.
+    #[command(flatten)]
+    pub scale: crate::fleet::cli::args::ScaleArgs,
     #[command(flatten)]
     pub engine: crate::fleet::cli::engine_args::EngineArgs,
     /// Worker threads (0 = all cores). Results do not depend on it.
@@ -142,6 +154,18 @@ pub struct Row {
     /// The batched engine's autoscaling (absent without it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autoscale: Option<crate::fleet::run::summary::BatchedAutoscale>,
+    /// P/D's keys, as `fleet run --json` writes them (absent without P/D).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub pd: Option<crate::fleet::run::deploy::PdKeys>,
+    /// The offload tier's keys (absent without a tier).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<crate::fleet::run::deploy::OffloadKeys>,
+    /// The SLO goodput keys, as an object (absent without an SLO; `goodput_req_per_s` above).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slo: Option<crate::fleet::run::deploy::SloKeys>,
+    /// Heterogeneous pools: one entry per pool (absent without pools).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub per_pool: Option<Vec<crate::fleet::run::deploy::PoolKeys>>,
 }
 
 fn row(label: &str, pods: usize, s: &RunSummary) -> Row {
@@ -165,6 +189,10 @@ fn row(label: &str, pods: usize, s: &RunSummary) -> Row {
             requests: b.requests,
             makespan_s: b.makespan_s,
             autoscale: b.autoscale.clone(),
+            pd: b.pd.clone(),
+            offload: b.offload.clone(),
+            slo: b.slo.clone(),
+            per_pool: b.per_pool.clone(),
         },
         RunSummary::Fifo(f) => Row {
             router: label.into(),
@@ -185,6 +213,10 @@ fn row(label: &str, pods: usize, s: &RunSummary) -> Row {
             requests: f.requests,
             makespan_s: f.makespan_s,
             autoscale: None,
+            pd: None,
+            offload: None,
+            slo: f.slo.clone(),
+            per_pool: None,
         },
     }
 }
@@ -247,9 +279,14 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     })?;
     let mut prov = Provenance::of_this_run(a.output.no_date);
 
-    // the workload and the fleet it comes with
+    // the workload and the fleet it comes with (and a scenario's [slo])
+    let mut scenario_slo = None;
+    let mut scenario_scale: Option<scenario::Scenario> = None;
     let (workload, base, scenario_engine, name) = if let Some(t) = &a.trace {
         prov.add_file("trace", t)?;
+        if let Some(p) = &a.pools {
+            prov.add_file("pools", p)?;
+        }
         (Workload::Trace(t.clone(), a.trace_block_size), None, None, format!("trace {}", t.display()))
     } else if let Some(ip) = &a.inference_perf {
         prov.add_file("inference-perf config", ip)?;
@@ -278,6 +315,8 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         prov.add_file("scenario", p)?;
         let sc = scenario::Scenario::load(p)?;
         let name = format!("scenario {} ({})", sc.name, p.display());
+        scenario_slo = sc.slo;
+        scenario_scale = Some(sc.clone());
         (workload_of(&sc)?, Some(sc.fleet), sc.engine.clone(), name)
     } else {
         return Err(CliError::bad_input("a workload: a SCENARIO file, --trace FILE or --inference-perf FILE"));
@@ -291,7 +330,41 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     // the engine: batched unless --engine fifo (TTFT, ITL and preemptions need it)
     let mut eargs = a.engine.clone();
     eargs.engine = Some(eargs.engine.unwrap_or(EngineKind::Batched));
-    let batched = eargs.resolve(scenario_engine.as_ref())?;
+    // --pools (a trace's; the flags fill what a pool leaves out, as in fleet replay)
+    let pools_file = a.pools.as_deref().map(scenario::pools::PoolsFile::read).transpose()?;
+    let (batched, pool_table) = match &pools_file {
+        None => (eargs.resolve(scenario_engine.as_ref())?, None),
+        Some(f) => {
+            if eargs.engine != Some(EngineKind::Batched) {
+                return Err(CliError::bad_input(format!(
+                    "--pools {}: only with the batched engine (the FIFO engine has no pools)",
+                    f.origin
+                )));
+            }
+            let (t, s) = scenario::pools::with_flags(f, eargs.settings())?;
+            (Some(s.config(&|k| format!("--{}", k.replace('_', "-")))?), Some(t))
+        }
+    };
+    if let Some(sc) = &scenario_scale {
+        sc.check_scale_engine(batched.is_some())?;
+    }
+    a.scale.check_rule(batched.is_some())?;
+    if a.scale.scale_min.is_some() && base.is_some() {
+        return Err(CliError::bad_input(
+            "--scale-min: with --trace only (a scenario autoscales by its [fleet.autoscale])",
+        ));
+    }
+    let batched = match batched {
+        Some(mut e) => {
+            if let Some(c) = a.cpu_capacity {
+                // (parse_cpu_capacity bounds it to u32)
+                e.offload.cpu_capacity = c as u32;
+            }
+            a.scale.apply_wva(&mut e)?;
+            Some(e)
+        }
+        None => None,
+    };
     let derived = match &batched {
         Some(e) => engine::derived_capacity(e, "--profile")?,
         None => None,
@@ -301,11 +374,15 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         (None, Some(b)) => b.capacity_blocks,
         (None, None) => derived.unwrap_or(DEFAULT_CAPACITY_BLOCKS),
     };
+    let pool_pods = pool_table.map(|t| t.iter().map(|p| p.pods as usize).sum::<usize>());
     let pods_list: Vec<usize> = match (&a.pods[..], &base) {
         ([], Some(b)) => vec![b.pods],
-        ([], None) => {
-            return Err(CliError::bad_input("--pods: required with --trace (e.g. --pods 8 or --pods 4,8,16)"));
-        }
+        ([], None) => match pool_pods {
+            Some(n) => vec![n],
+            None => {
+                return Err(CliError::bad_input("--pods: required with --trace (e.g. --pods 8 or --pods 4,8,16)"));
+            }
+        },
         (l, _) => l.to_vec(),
     };
     let kinds = routers(&a.routers)?;
@@ -328,6 +405,24 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         });
         base_cfg.pods = pods;
         base_cfg.capacity_blocks = capacity;
+        if let (Some(t), Some(n)) = (pool_table, pool_pods) {
+            if pods != n {
+                return Err(CliError::bad_input(format!(
+                    "--pods {pods}: expected {n}, the pods of the pools in --pools {} (or leave --pods out)",
+                    a.pools.as_deref().map_or(String::new(), |p| p.display().to_string())
+                )));
+            }
+            base_cfg.pools = t;
+        }
+        if let Some(s) = base_cfg.scale_mut()
+            && a.scale.scale_min.is_some()
+        {
+            *s = a.scale.policy(pods)?;
+        }
+        if let Some(c) = a.cpu_capacity {
+            // the FIFO engine's tier; the batched engine's is set above (0 included)
+            base_cfg = run::with_fifo(base_cfg, |f| f.cpu_capacity_blocks = if batched.is_some() { 0 } else { c });
+        }
         if base.is_some() && a.alpha != defaults::ALPHA {
             base_cfg.alpha = a.alpha;
         }
@@ -372,7 +467,11 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
     // the runs, in parallel; results in spec order whatever the thread count
     let keep = a.report_json.is_some() || a.report_llmd.is_some();
     let progress = Progress::new(a.output.quiet, "compare", Unit::Points, Some(specs.len() as u64));
-    let slo = crate::fleet::scenario::deploy::slo(a.engine.slo_ttft_ms.as_deref(), a.engine.slo_tpot_ms.as_deref())?;
+    let slo = crate::fleet::scenario::deploy::slo_with(
+        a.engine.slo_ttft_ms.as_deref(),
+        a.engine.slo_tpot_ms.as_deref(),
+        scenario_slo,
+    )?;
     let results = run_all(&specs, &workload, a.threads, keep, slo, &progress);
     progress.finish();
     let results = results?;
