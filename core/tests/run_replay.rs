@@ -1,6 +1,9 @@
 //! The run-length replay ([`Fleet::attach_runs`]) against the per-block replay, its oracle: on
 //! random traces of trace ids (shared prefixes, partial last ids, caches from smaller than one
-//! id to larger than the trace), every outcome and every counter must be equal.
+//! id to larger than the trace), every outcome and every counter must be equal, for the seed's
+//! routers and for every shipped router that keeps no approximate index (the presets
+//! `llm-d-precise`, `llm-d-load`, `random`, `dynamo-kv`, and random pipelines over the precise
+//! index with every scorer, filter and picker).
 
 mod common;
 
@@ -80,6 +83,110 @@ proptest! {
         let runs = replay(cfg, group, &reqs, true);
         prop_assert_eq!(blocks, runs);
     }
+}
+
+/// The shipped routers the run-length replay serves: the presets without an approximate index.
+const RUN_PRESETS: [RouterKind; 4] =
+    [RouterKind::LlmDPrecise, RouterKind::LlmDLoad, RouterKind::Random, RouterKind::DynamoKv];
+
+/// A pipeline over the precise index: up to three scorers of any kind but the approximate
+/// prefix-cache one, the affinity filter or not, any picker; or Dynamo at a temperature.
+fn precise_spec() -> impl Strategy<Value = RouterSpec> {
+    let kinds: Vec<ScorerKind> = ScorerKind::ALL.into_iter().filter(|&k| k != ScorerKind::PrefixCache).collect();
+    let scorer =
+        (proptest::sample::select(kinds), 0u32..4).prop_map(|(kind, w)| WeightedScorer { kind, weight: w as f64 });
+    let pickers = [PickerKind::MaxScore, PickerKind::MaxScoreLowestIndex, PickerKind::Random];
+    (
+        proptest::collection::vec(scorer, 0..4),
+        any::<bool>(),
+        proptest::sample::select(pickers.to_vec()),
+        any::<u64>(),
+        (0.0f64..1.0, 0u32..5, 0.0f64..2.0),
+        any::<bool>(),
+    )
+        .prop_map(|(scorers, filter, picker, seed, (affinity, no_hit, temperature), dynamo)| {
+            let mut spec = RouterSpec::preset(RouterKind::LlmDPrecise).unwrap();
+            if dynamo {
+                spec = RouterSpec::preset(RouterKind::DynamoKv).unwrap();
+                spec.params.router_temperature = temperature;
+            } else {
+                spec.scorers = [None; MAX_SCORERS];
+                for (slot, s) in spec.scorers.iter_mut().zip(scorers) {
+                    *slot = Some(s);
+                }
+                spec.filters = [filter.then_some(FilterKind::PrefixCacheAffinity), None];
+                spec.picker = picker;
+                spec.params.prefix_source = PrefixSource::Precise;
+                spec.params.affinity_threshold = affinity;
+                spec.params.no_hit_lru_size = no_hit.max(1);
+                spec.params.max_ttft_penalty_ms = temperature * 100.0;
+            }
+            spec.params.seed = seed;
+            spec
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// The presets without an approximate index, run-length against per block.
+    #[test]
+    fn shipped_presets_runs_equal_blocks(
+        (group, reqs) in (0usize..4).prop_flat_map(|g| (Just([1u32, 2, 4, 32][g]), trace([1u32, 2, 4, 32][g]))),
+        pods in 1usize..6,
+        capacity in 1usize..300,
+        router in 0usize..RUN_PRESETS.len(),
+        t_prefill_ns in prop_oneof![Just(50_000u64), 1u64..200_000],
+    ) {
+        let cfg = with(FleetConfig::new(pods, capacity, RUN_PRESETS[router]), |c| {
+            fifo(c).t_decode_ns = 7;
+            fifo(c).t_prefill_ns = t_prefill_ns;
+        });
+        prop_assert!(Fleet::runs_layout(&cfg).is_some());
+        let blocks = replay(cfg, group, &reqs, false);
+        let runs = replay(cfg, group, &reqs, true);
+        prop_assert_eq!(blocks, runs);
+    }
+
+    /// Random pipelines over the precise index (every scorer but the approximate one, the
+    /// affinity filter, every picker) and Dynamo at random temperatures.
+    #[test]
+    fn precise_pipelines_runs_equal_blocks(
+        (group, reqs) in (0usize..4).prop_flat_map(|g| (Just([1u32, 2, 4, 32][g]), trace([1u32, 2, 4, 32][g]))),
+        pods in 1usize..6,
+        capacity in 1usize..300,
+        spec in precise_spec(),
+    ) {
+        let cfg = with(FleetConfig { routing: Some(spec), ..FleetConfig::new(pods, capacity, RouterKind::Custom) }, |c| {
+            fifo(c).t_decode_ns = 7
+        });
+        prop_assume!(cfg.validate().is_ok());
+        prop_assert!(Fleet::runs_layout(&cfg).is_some());
+        let blocks = replay(cfg, group, &reqs, false);
+        let runs = replay(cfg, group, &reqs, true);
+        prop_assert_eq!(blocks, runs);
+    }
+}
+
+/// The shipped routers with an approximate index, and a precise one over a global index, stay
+/// per block.
+#[test]
+fn approximate_routers_stay_per_block() {
+    for kind in RouterKind::PRESETS {
+        let cfg = FleetConfig::new(2, 64, kind);
+        let approx = RouterSpec::preset(kind).unwrap().needs_approx();
+        assert_eq!(Fleet::runs_layout(&cfg).is_none(), approx, "{kind}");
+        assert_eq!(RUN_PRESETS.contains(&kind), !approx, "{kind}");
+    }
+    for kind in [RouterKind::LlmDPrecise, RouterKind::DynamoKv] {
+        let cfg = with(FleetConfig::new(2, 64, kind), |c| view(c).index = IndexKind::Global);
+        assert_eq!(Fleet::runs_layout(&cfg), None, "{kind}");
+        let mut b = Bufs::new(cfg);
+        let mut f = b.fleet();
+        assert!(!f.attach_runs(32, &mut [], &mut []).unwrap());
+    }
+    // A load-only preset reads no index: the global one is not kept, runs apply.
+    let load = with(FleetConfig::new(2, 64, RouterKind::LlmDLoad), |c| view(c).index = IndexKind::Global);
+    assert!(Fleet::runs_layout(&load).is_some());
 }
 
 #[test]

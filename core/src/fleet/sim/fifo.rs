@@ -15,7 +15,7 @@ use crate::fleet::cache::runs::{Run, RunLru};
 use crate::fleet::engine::fifo::{CacheMode, FifoConfig, FifoEngine, Outcome, TouchOrder};
 use crate::fleet::engine::server::FifoServer;
 use crate::fleet::route::Router;
-use crate::fleet::route::kind::{AnyRouter, RouterKind};
+use crate::fleet::route::kind::AnyRouter;
 
 /// N FIFO pods behind a router.
 pub type FifoFleet<'a, R = AnyRouter<'a>> = Fleet<'a, FifoEngine<'a>, R>;
@@ -196,14 +196,14 @@ impl<'a, R: Router> Fleet<'a, FifoEngine<'a>, R> {
 impl<'a> Fleet<'a, FifoEngine<'a>, AnyRouter<'a>> {
     /// Buffer lengths of the run-length replay (`runs`, `tables`) for `cfg`, or None when the
     /// configuration needs the per-block replay: a CPU tier, a stale or global index, a shared
-    /// cache, autoscaling, in-order touches or a router other than the seed's three
+    /// cache, autoscaling, in-order touches, or a router that keeps its own approximate index
     /// (docs/MODEL.md, "Run-length replay").
     pub fn runs_layout(cfg: &FleetConfig) -> Option<(usize, usize)> {
         let EngineConfig::Fifo { engine: f, view, scale } = cfg.engine else { return None };
         let per_block_only = f.cpu_capacity_blocks > 0
             || view.is_stale()
-            || !cfg.router.is_seed()
-            || (cfg.router == RouterKind::PrefixAware && view.index != IndexKind::PodTables)
+            || !Self::router_runs(cfg)
+            || (cfg.uses_exact_index() && view.index != IndexKind::PodTables)
             || f.cache != CacheMode::Local
             || scale.is_some()
             || f.order != TouchOrder::TailFirst;
@@ -212,12 +212,25 @@ impl<'a> Fleet<'a, FifoEngine<'a>, AnyRouter<'a>> {
         })
     }
 
+    /// Whether `cfg`'s router decides from what the run-length pods can answer: the seed's three;
+    /// a shipped router (preset or pipeline) that keeps no approximate index, i.e. reads the
+    /// exact per-pod match (precise scorers, Dynamo: the longest held prefix per pod, which the
+    /// runs give per run), the FIFO load signals (which do not read the cache) and its seeded
+    /// RNG. The approximate index records a routed prompt in order (its leading blocks least
+    /// recent), which the runs do not model: those routers replay per block.
+    pub fn router_runs(cfg: &FleetConfig) -> bool {
+        match cfg.router_spec() {
+            None => cfg.router.is_seed(),
+            Some(spec) => !spec.needs_approx(),
+        }
+    }
+
     /// Switches to the run-length replay for requests whose keys come from trace ids of
     /// `group_blocks` 16-token blocks each (block j is sub-block j mod R of id j div R), before
     /// the first dispatch. Results are identical to the per-block replay (docs/MODEL.md,
     /// "Run-length replay"; the property tests compare them); the work is per run of blocks.
-    /// Returns false, changing nothing, when [`Self::runs_layout`] is None or the router is not
-    /// one of the three built-in ones; the buffers must have the lengths it gives. Afterwards
+    /// Returns false, changing nothing, when [`Self::runs_layout`] is None or the router keeps an
+    /// approximate index; the buffers must have the lengths it gives. Afterwards
     /// [`Self::pod_cache`] is None: the pods' blocks are in runs.
     pub fn attach_runs(
         &mut self,
@@ -226,8 +239,10 @@ impl<'a> Fleet<'a, FifoEngine<'a>, AnyRouter<'a>> {
         tables: &'a mut [u32],
     ) -> Result<bool, Error> {
         let Some((runs_len, tables_len)) = Self::runs_layout(&self.cfg) else { return Ok(false) };
-        // the shipped routers read load signals and their own indexes: per block
-        if !matches!(self.router, AnyRouter::RoundRobin(_) | AnyRouter::LeastLoaded(_) | AnyRouter::PrefixAware(_)) {
+        // A router-side approximate index is fed per block (see [`Self::router_runs`]).
+        if let AnyRouter::Shipped(r) = &self.router
+            && r.approx().is_some()
+        {
             return Ok(false);
         }
         if group_blocks == 0 || self.next_request > 0 {

@@ -348,8 +348,8 @@ pub fn run(
         let cfg = with_view(FleetConfig::new(pods, capacity, kind), |v| v.index = index);
         routers.push(dispatch_bench(&l, cfg, repeats, label)?);
     }
-    // The shipped presets, per block (the run-length replay serves the seed routers only), with
-    // the defaults `fleet replay --router NAME` uses.
+    // The shipped presets, per block (the run-length replay of those it serves is in the replay
+    // tables below), with the defaults `fleet replay --router NAME` uses.
     for kind in RouterKind::PRESETS {
         let cfg = FleetConfig::new(pods, capacity, kind);
         crate::fleet::run::check_memory(&cfg, BENCH_SIZES, None, false)?;
@@ -857,8 +857,9 @@ fn python_missing(py: &PythonModel) -> Option<String> {
     (!ok).then(|| "python3 not found".to_string())
 }
 
-/// Replays `l` with every built-in router: run-length and per block (checked equal), and the
-/// Python model on `jsonl` (checked equal, timed) when it can run.
+/// Replays `l` with the seed's routers: run-length and per block (checked equal), and the
+/// Python model on `jsonl` (checked equal, timed) when it can run; then the shipped presets the
+/// run-length replay serves ([`preset_replays`]).
 fn replay_bench(
     name: &str,
     l: &Loaded,
@@ -907,6 +908,7 @@ fn replay_bench(
             python_ratio: python_s.map(|p| p / (l.parse_s + l.hash_s + runs_s)),
         });
     }
+    routers.extend(preset_replays(name, l, pods, capacity, repeats)?);
     Ok(ReplayBench {
         trace: name.into(),
         requests: l.reqs.len() as u64,
@@ -920,6 +922,52 @@ fn replay_bench(
         routers,
         python_note,
     })
+}
+
+/// The shipped presets the run-length replay serves (those without an approximate index,
+/// [`brokerlab_core::fleet::FifoFleet::runs_layout`]) with their defaults, as `fleet replay
+/// --router NAME` runs them: run-length and per block, interleaved, the whole summary checked
+/// equal. The Python model implements the seed's routers only.
+fn preset_replays(
+    name: &str,
+    l: &Loaded,
+    pods: usize,
+    capacity: usize,
+    repeats: usize,
+) -> CliResult<Vec<RouterReplay>> {
+    let touches = l.keys.len() as f64;
+    let mut out = Vec::new();
+    for kind in RouterKind::PRESETS {
+        let cfg = FleetConfig::new(pods, capacity, kind);
+        if crate::fleet::run::runs_layout(&cfg, l.group_blocks).is_none() {
+            continue;
+        }
+        let (mut runs_s, mut blocks_s) = (f64::INFINITY, f64::INFINITY);
+        let mut result = None;
+        for _ in 0..repeats.max(1) {
+            let (s, runs) = replay_once(l, cfg, l.group_blocks)?;
+            runs_s = runs_s.min(s);
+            let (s, blocks) = replay_once(l, cfg, 1)?;
+            blocks_s = blocks_s.min(s);
+            if runs != blocks {
+                return Err(CliError::failure(format!("bench {name} {kind}: run-length and per-block replays differ")));
+            }
+            result = Some(runs);
+        }
+        let summary = result.expect("at least one repeat");
+        out.push(RouterReplay {
+            router: kind,
+            runs_s,
+            blocks_s,
+            runs_touches_per_s: touches / runs_s,
+            blocks_touches_per_s: touches / blocks_s,
+            replay_over_parse: runs_s / l.parse_s,
+            hit_rate: summary.hit_rate.unwrap_or(0.0),
+            python_s: None,
+            python_ratio: None,
+        });
+    }
+    Ok(out)
 }
 
 /// A scratch file removed when dropped.
@@ -986,7 +1034,7 @@ pub fn render_replays(rs: &[ReplayBench]) -> String {
         o += "  router         run-length s  M touches/s  per-block s  M touches/s  replay/parse  hit rate   Python s  ratio\n";
         for b in &r.routers {
             o += &format!(
-                "  {:<14} {:>11.4} {:>12.1} {:>12.4} {:>12.2} {:>13.2} {:>8.2}% {:>10} {:>6}\n",
+                "  {:<14}{:>12.4} {:>12.1} {:>12.4} {:>12.2} {:>13.2} {:>8.2}% {:>10} {:>6}\n",
                 b.router.name(),
                 b.runs_s,
                 b.runs_touches_per_s / 1e6,
@@ -1003,7 +1051,9 @@ pub fn render_replays(rs: &[ReplayBench]) -> String {
             None => {
                 o += "  ratio = Python wall time (read the plain JSONL + simulate) / Rust (parse + hash + run-length replay);\n  \
                       requests, tokens, hit and prefill tokens, hit rate, latency p50/p90/p99 and requests per pod checked\n  \
-                      equal in the three models (run-length and per-block: the whole summary)\n"
+                      equal in the three models (run-length and per-block: the whole summary); the shipped presets\n  \
+                      without an approximate index (llm-d-precise, llm-d-load, random, dynamo-kv, their defaults):\n  \
+                      run-length and per block only, the whole summary checked equal\n"
             }
         }
     }
