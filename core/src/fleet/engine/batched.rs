@@ -1835,4 +1835,75 @@ mod tests {
         Engine::boot(&mut e).unwrap();
         assert!(fresh(&e), "boot resets the wait");
     }
+
+    /// The cache map (tagged entries; home slots from the tag bits when they hold them, else
+    /// from the block's key) against a model map, under random keying and evictions, for a pod
+    /// whose entries give their home (8 and 3,000 blocks) and one whose do not (70,000 blocks),
+    /// with small keys, keys that differ in a few high bits only, and random ones.
+    #[test]
+    fn cache_map_matches_a_model_map() {
+        use std::collections::HashMap;
+        for (c, direct) in [(8usize, true), (3_000, true), (70_000, false)] {
+            let cfg = BatchedConfig { max_num_seqs: 2, ..BatchedConfig::new(Profile::Seed) };
+            let mut blocks = vec![KvBlock::default(); c];
+            let mut table = vec![0u32; BatchedEngine::table_len(c)];
+            let (mut reqs, mut waiting) = (vec![ReqSlot::default(); 4], vec![0u32; 4]);
+            let (mut running, mut keys) = (vec![0u32; 2], vec![0u64; 16]);
+            let mut e = BatchedEngine::new(
+                cfg,
+                0,
+                PodBuffers {
+                    blocks: &mut blocks,
+                    table: &mut table,
+                    reqs: &mut reqs,
+                    waiting: &mut waiting,
+                    running: &mut running,
+                    keys: &mut keys,
+                    cpu_slots: &mut [],
+                    cpu_table: &mut [],
+                },
+            )
+            .unwrap();
+            assert_eq!(e.direct, direct, "capacity {c}");
+            let mut model: HashMap<u64, u32> = HashMap::new();
+            let mut x = 0x2545_f491_4f6c_dd1du64 ^ c as u64;
+            let mut rnd = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let ops = 4 * c + 2_000;
+            for op in 0..ops {
+                let b = (rnd() % c as u64) as u32;
+                if e.blocks[b as usize].keyed {
+                    let key = e.blocks[b as usize].key;
+                    e.map_remove(key, b);
+                    e.blocks[b as usize].keyed = false;
+                    e.cached -= 1;
+                    assert_eq!(model.remove(&key), Some(b));
+                    assert_eq!(e.lookup(key), None, "capacity {c}: a removed key is gone");
+                } else {
+                    // small keys, keys equal in their high bits, and random ones
+                    let r = rnd();
+                    let key = match r % 3 {
+                        0 => r % (2 * c as u64),
+                        1 => ((r % 64) << 40) | 7,
+                        _ => r,
+                    };
+                    e.cache_block(b, key);
+                    model.entry(key).or_insert(b);
+                    assert_eq!(e.lookup(key), model.get(&key).copied(), "capacity {c}: op {op}");
+                }
+                assert!(e.broken.is_none(), "capacity {c}: op {op}");
+                if op % 997 == 0 || op + 1 == ops {
+                    for (&k, &b) in &model {
+                        assert_eq!(e.lookup(k), Some(b), "capacity {c}: op {op}: key {k:#x}");
+                    }
+                    assert_eq!(e.table.iter().filter(|&&t| t != 0).count(), model.len());
+                    assert_eq!(e.cached as usize, model.len());
+                }
+            }
+        }
+    }
 }
