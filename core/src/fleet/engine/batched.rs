@@ -505,7 +505,7 @@ impl<'a> BatchedEngine<'a> {
     }
 
     /// The block holding `key` in the cache map, or the empty position that ended the probe
-    /// (where [`Self::map_insert`] would put it).
+    /// (where the key's entry goes when it is inserted).
     #[inline]
     fn probe(&self, key: u64) -> Result<u32, usize> {
         let mask = self.table.len() - 1;
