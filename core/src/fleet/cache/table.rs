@@ -4,7 +4,7 @@
 use crate::fleet::base::limits::{LOAD_DEN, LOAD_NUM};
 
 /// Fibonacci hashing multiplier: spreads keys over the table even if they are not random.
-const FIB: u64 = 0x9e37_79b9_7f4a_7c15;
+pub(crate) const FIB: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// Smallest power-of-two table length keeping `entries` at most `LOAD_NUM/LOAD_DEN` full.
 pub(crate) const fn table_len_for(entries: usize) -> Option<usize> {
