@@ -31,8 +31,9 @@ pub const ROUTERS: [RouterKind; 5] = [
 pub const PODS: [usize; 5] = [8, 12, 16, 24, 32];
 /// Arrival-rate multipliers of the grid (`--speedup`, exact fractions num/den).
 pub const RATES: [(u64, u64); 8] = [(1, 4), (1, 2), (3, 4), (1, 1), (5, 4), (3, 2), (7, 4), (2, 1)];
-/// KV blocks per pod of the grid (19,208: llm-d's Qwen3-32B pod).
-pub const CAPACITIES: [usize; 5] = [4_096, 8_192, 12_288, 16_384, 19_208];
+/// KV blocks per pod of the grid (the conversation trace's longest request needs 7,908; 19,208:
+/// llm-d's Qwen3-32B pod).
+pub const CAPACITIES: [usize; 5] = [8_192, 10_240, 12_288, 16_384, 19_208];
 /// Points of the whole grid.
 pub const GRID_CONFIGS: usize = ROUTERS.len() * PODS.len() * RATES.len() * CAPACITIES.len();
 /// Points also replayed from the file (`fleet replay`'s source) and checked equal.
