@@ -154,3 +154,22 @@ pub fn child_is_stopped(pid: u32) -> bool {
         false
     }
 }
+
+/// This process's peak resident set so far, bytes (`getrusage(RUSAGE_SELF).ru_maxrss`, which
+/// Linux counts in KiB); None when it cannot be read (or off unix).
+pub fn peak_rss_bytes() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: `ru` is a plain C struct that getrusage fills; zeroed is a valid value.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: getrusage only writes the struct it is given.
+        let r = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        // ru_maxrss is in KiB on Linux, in bytes on macOS.
+        let unit = if cfg!(target_os = "macos") { 1 } else { 1024 };
+        (r == 0).then(|| (ru.ru_maxrss.max(0) as u64).saturating_mul(unit))
+    }
+    #[cfg(not(unix))]
+    {
+        None
+    }
+}

@@ -4,6 +4,8 @@
 //! with the trace held in memory for the dispatch phase so file I/O does not blur it.
 
 pub mod route;
+pub mod scale;
+pub mod sweep_configs;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

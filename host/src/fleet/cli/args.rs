@@ -676,6 +676,25 @@ pub struct BenchArgs {
     /// over MAX_PODS (1,024) pods, per router (time and heap allocations).
     #[arg(long, conflicts_with = "sweep")]
     pub route: bool,
+    /// Measure the scale instead: a generated trace (--scale-requests, streamed) on --scale-pods
+    /// pods with llm-d-precise under the batched engine: wall time, simulated requests/s, peak
+    /// RSS at 1/8, 1/4, 1/2 and all of the trace.
+    #[arg(long, conflicts_with_all = ["sweep", "route", "sweep_configs"])]
+    pub scale: bool,
+    /// Requests of the --scale trace.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(8..=100_000_000))]
+    pub scale_requests: u64,
+    /// Pods of the --scale fleet (1..=1024, MAX_PODS).
+    #[arg(long, default_value_t = brokerlab_core::fleet::limits::MAX_PODS, allow_negative_numbers = true, value_parser = parse_pods)]
+    pub scale_pods: usize,
+    /// Measure a capacity-planning sweep instead: N batched configurations of --trace (evenly
+    /// spaced over a 1,000-point grid of routers x pods x rates x KV sizes), the trace parsed
+    /// once and shared, on 1 thread and on every core.
+    #[arg(long, value_name = "N", conflicts_with_all = ["sweep", "route"], value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub sweep_configs: Option<u64>,
+    /// Which thread counts --sweep-configs runs.
+    #[arg(long, value_enum, default_value_t = crate::fleet::bench::sweep_configs::ThreadSplit::Split)]
+    pub sweep_threads: crate::fleet::bench::sweep_configs::ThreadSplit,
     /// The Python model the replays are compared with (run only when python3 is present).
     #[arg(long, default_value = "tests/reference/fleet_model.py")]
     pub python_model: PathBuf,

@@ -345,6 +345,24 @@ fn bench_cmd(a: BenchArgs) -> CliResult<i32> {
         }
         return Ok(0);
     }
+    if a.scale {
+        let s = bench::scale::run(a.scale_requests, a.scale_pods)?;
+        if a.json {
+            say!("{}", serde_json::to_string_pretty(&s).expect("report serializes"));
+        } else {
+            say_raw!("{}", bench::scale::render(&s));
+        }
+        return Ok(0);
+    }
+    if let Some(n) = a.sweep_configs {
+        let s = bench::sweep_configs::run(&a.trace, a.trace_block_size, n as usize, a.sweep_threads)?;
+        if a.json {
+            say!("{}", serde_json::to_string_pretty(&s).expect("report serializes"));
+        } else {
+            say_raw!("{}", bench::sweep_configs::render(&s));
+        }
+        return Ok(0);
+    }
     if a.sweep {
         let s = bench::sweep_bench(a.repeats)?;
         if a.json {

@@ -35,6 +35,21 @@ const ITL: &str = "inter-token latency runs (16 B per distinct run)";
 /// Kept completions, as named in a memory-budget message.
 const COMPLETIONS: &str = "kept completions (--outcomes, breakdowns)";
 
+/// Shortest full inter-token latency list that is merged before it grows.
+const ITL_MERGE_MIN: usize = 1 << 12;
+
+/// Sorts `(value, samples)` pairs by value and merges equal values, summing their samples.
+fn merge_runs(v: &mut Vec<(u64, u64)>) {
+    v.sort_unstable();
+    v.dedup_by(|b, a| {
+        let same = a.0 == b.0;
+        if same {
+            a.1 += b.1;
+        }
+        same
+    });
+}
+
 /// The samples of a run (the summaries' exact percentiles read them).
 #[derive(Debug, Default)]
 pub struct Samples {
@@ -169,12 +184,61 @@ impl EngineEvents for Collect {
 
     fn itl(&mut self, itl_ns: u64, count: u64) {
         // Requests decoding in one step mostly share a value: merge runs to keep the list short.
-        if let Some(last) = self.samples.itl.last_mut()
+        let itl = &mut self.samples.itl;
+        if let Some(last) = itl.last_mut()
             && last.0 == itl_ns
         {
             last.1 += count;
-        } else if self.room(true) {
+            return;
+        }
+        // Full: merge equal values first (the percentiles read the multiset, in value order, so
+        // they are the same), and grow only when that frees less than half. The list is then as
+        // long as the distinct inter-token latencies, not the run: memory flat in trace length.
+        if itl.len() == itl.capacity() && itl.len() >= ITL_MERGE_MIN {
+            merge_runs(itl);
+            if itl.len() <= itl.capacity() / 2 {
+                itl.push((itl_ns, count));
+                return;
+            }
+        }
+        if self.room(true) {
             self.samples.itl.push((itl_ns, count));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The (value, samples) multiset of `v`, in value order.
+    fn multiset(v: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        let mut m: std::collections::BTreeMap<u64, u64> = std::collections::BTreeMap::new();
+        for &(x, n) in v {
+            *m.entry(x).or_default() += n;
+        }
+        m.into_iter().collect()
+    }
+
+    #[test]
+    fn merged_inter_token_latencies_keep_the_multiset_and_stay_short() {
+        // 200,000 runs over 300 distinct values, as a long run's steps give them
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            state >> 33
+        };
+        let mut c = Collect::new(Kind::Tokens, false, false, None);
+        let mut naive = Vec::new();
+        for _ in 0..200_000 {
+            let (x, n) = (1_000 + next() % 300, 1 + next() % 4);
+            c.itl(x, n);
+            naive.push((x, n));
+        }
+        assert_eq!(multiset(&c.samples.itl), multiset(&naive));
+        assert!(c.samples.itl.capacity() <= 2 * ITL_MERGE_MIN, "{}", c.samples.itl.capacity());
+        let mut v = vec![(5, 1), (3, 2), (5, 4), (3, 1), (9, 1)];
+        merge_runs(&mut v);
+        assert_eq!(v, [(3, 3), (5, 5), (9, 1)]);
     }
 }

@@ -133,11 +133,99 @@ impl RequestSource for EmbeddedTrace {
     }
 }
 
+/// A Mooncake trace file parsed and hashed once and held in memory, so that many runs over it
+/// (`fleet compare --trace`) read and hash it once: each run is fed exactly the requests
+/// [`TraceSource`] feeds, and a request the fleet refuses is named by the same `FILE:LINE`.
+pub struct ParsedTrace {
+    path: PathBuf,
+    trace_block_tokens: u32,
+    /// (arrival ns, input tokens, output tokens, line, key range) per request.
+    reqs: Vec<(u64, u64, u64, usize, std::ops::Range<usize>)>,
+    keys: Vec<u64>,
+}
+
+/// Bytes a [`ParsedTrace`] holds per request besides its keys.
+const PARSED_REQUEST_BYTES: u64 = std::mem::size_of::<(u64, u64, u64, usize, std::ops::Range<usize>)>() as u64;
+
+impl ParsedTrace {
+    /// Parses and hashes `src`'s trace; None when holding it would take more than `max_bytes`
+    /// (then the runs read the file each, as before).
+    pub fn load(src: &TraceSource, max_bytes: u64) -> CliResult<Option<Self>> {
+        let reader = TraceReader::open_limited(&src.path, src.max_line_bytes)?.max_blank_lines(src.max_blank_lines);
+        let mut t = ParsedTrace {
+            path: src.path.clone(),
+            trace_block_tokens: src.trace_block_tokens,
+            reqs: Vec::new(),
+            keys: Vec::new(),
+        };
+        let mut over = false;
+        let mut grow_err = None;
+        feed_trace_lines(reader, src.trace_block_tokens, &mut |req, line| {
+            let bytes = (t.reqs.len() as u64 + 1) * PARSED_REQUEST_BYTES + (t.keys.len() + req.keys.len()) as u64 * 8;
+            if bytes > max_bytes {
+                over = true;
+                return Err(CoreError::Poisoned);
+            }
+            if let Err(e) = crate::mem::try_grow(&mut t.keys, req.keys.len(), "the parsed trace's block keys")
+                .and_then(|()| crate::mem::try_grow(&mut t.reqs, 1, "the parsed trace's requests"))
+            {
+                grow_err = Some(e);
+                return Err(CoreError::Poisoned);
+            }
+            let start = t.keys.len();
+            t.keys.extend_from_slice(req.keys);
+            t.reqs.push((req.arrival_ns, req.input_tokens, req.output_tokens, line, start..t.keys.len()));
+            Ok(())
+        })
+        .or_else(|e| if over { Ok(()) } else { Err(grow_err.take().unwrap_or(e)) })?;
+        Ok((!over).then_some(t))
+    }
+
+    /// Bytes it holds.
+    pub fn bytes(&self) -> u64 {
+        self.reqs.capacity() as u64 * PARSED_REQUEST_BYTES + self.keys.capacity() as u64 * 8
+    }
+}
+
+impl RequestSource for &ParsedTrace {
+    fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
+        for (arrival_ns, input, output, line, range) in &self.reqs {
+            let req = Request {
+                arrival_ns: *arrival_ns,
+                input_tokens: *input,
+                output_tokens: *output,
+                keys: &self.keys[range.clone()],
+            };
+            sink(&req).map_err(|e| {
+                CliError::bad_input(format!(
+                    "{}:{line}: {}",
+                    self.path.display(),
+                    crate::fleet::run::fields::request_message(&e)
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    fn id_blocks(&self) -> u32 {
+        self.trace_block_tokens / BLOCK_TOKENS as u32
+    }
+}
+
 /// Feeds every line of `reader` as a request (keys from its hash ids).
 fn feed_trace(
-    mut reader: TraceReader,
+    reader: TraceReader,
     trace_block_tokens: u32,
     sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>,
+) -> CliResult<()> {
+    feed_trace_lines(reader, trace_block_tokens, &mut |req, _| sink(req))
+}
+
+/// [`feed_trace`], the sink also given the request's line.
+fn feed_trace_lines(
+    mut reader: TraceReader,
+    trace_block_tokens: u32,
+    sink: &mut dyn FnMut(&Request<'_>, usize) -> Result<(), CoreError>,
 ) -> CliResult<()> {
     let mut keys_buf: Vec<u64> = Vec::new();
     while reader.advance()? {
@@ -170,7 +258,7 @@ fn feed_trace(
             output_tokens: rec.output_length,
             keys: &keys_buf[..n],
         };
-        sink(&req).map_err(|e| located(e, &reader))?;
+        sink(&req, reader.line_no()).map_err(|e| located(e, &reader))?;
     }
     Ok(())
 }

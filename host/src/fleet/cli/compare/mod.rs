@@ -100,7 +100,9 @@ pub struct CompareArgs {
 
 /// What the runs share.
 enum Workload {
-    Trace(PathBuf, u32),
+    /// A trace file and its S; parsed and hashed once when every run can share it in memory
+    /// (else each run reads the file).
+    Trace(PathBuf, u32, Option<Box<run::ParsedTrace>>),
     Scenario(Box<scenario::Scenario>),
     /// A scenario with `[load]`: its data set (generated once, shared by every run) sent by the
     /// load generator, as `fleet run` does.
@@ -287,7 +289,7 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         if let Some(p) = &a.pools {
             prov.add_file("pools", p)?;
         }
-        (Workload::Trace(t.clone(), a.trace_block_size), None, None, format!("trace {}", t.display()))
+        (Workload::Trace(t.clone(), a.trace_block_size, None), None, None, format!("trace {}", t.display()))
     } else if let Some(ip) = &a.inference_perf {
         prov.add_file("inference-perf config", ip)?;
         let text = std::fs::read_to_string(ip)
@@ -464,6 +466,15 @@ pub fn main(a: CompareArgs) -> CliResult<i32> {
         )));
     }
 
+    // a trace is parsed and hashed once for all the runs when it fits in a quarter of the
+    // memory budget (the runs' own buffers need the rest)
+    let mut workload = workload;
+    if let Workload::Trace(path, tbs, parsed) = &mut workload
+        && specs.len() > 1
+    {
+        let src = TraceSource::new(path.clone(), *tbs);
+        *parsed = run::ParsedTrace::load(&src, crate::mem::budget().bytes / 4)?.map(Box::new);
+    }
     // the runs, in parallel; results in spec order whatever the thread count
     let keep = a.report_json.is_some() || a.report_llmd.is_some();
     let progress = Progress::new(a.output.quiet, "compare", Unit::Points, Some(specs.len() as u64));
@@ -532,7 +543,8 @@ fn run_all(
             .par_iter()
             .map(|s| {
                 let r = match workload {
-                    Workload::Trace(path, tbs) => {
+                    Workload::Trace(_, _, Some(parsed)) => run::simulate_any(s.cfg, &mut &**parsed, keep, slo),
+                    Workload::Trace(path, tbs, None) => {
                         let mut src = TraceSource::new(path.clone(), *tbs);
                         run::simulate_any(s.cfg, &mut src, keep, slo)
                     }
