@@ -315,13 +315,18 @@ fn the_example_runs_under_run_sweep_and_compare() {
         "-q",
         sc,
         "--param",
-        "capacity",
+        "rate",
         "--values",
-        "8192,16384",
+        "15,30",
         "--out",
         out.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "sweep: {}", String::from_utf8_lossy(&o.stderr));
+    // every pool sets its own capacity, so a capacity sweep would move nothing: refused, naming
+    // the pools' key
+    let o = brokerlab(&["fleet", "sweep", "-q", sc, "--param", "capacity", "--values", "8192,16384"]);
+    assert_eq!(o.status.code(), Some(2), "capacity sweep over pools that set their own");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("fleet.pool[i].capacity"));
     let out = tmp("compare");
     let o = brokerlab(&[
         "fleet",
