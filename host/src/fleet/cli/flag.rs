@@ -27,3 +27,24 @@ pub mod num_max {
         const MAX_STR: &'static str = "18446744073709551615";
     }
 }
+
+/// A number of 16-token blocks per pod, at least `min` (0 for a CPU tier, 1 for GPU KV).
+pub fn parse_blocks(min: usize, s: &str) -> Result<usize, String> {
+    let max = brokerlab_core::fleet::limits::MAX_POD_BLOCKS;
+    match s.trim().parse::<i128>() {
+        Ok(v) if v >= min as i128 && v <= max as i128 => Ok(v as usize),
+        _ => Err(format!(
+            "expected a number of 16-token blocks per pod, {min}..={max} (MAX_POD_BLOCKS: slot indices are u32)"
+        )),
+    }
+}
+
+/// A pod's GPU KV capacity in blocks (`--capacity`).
+pub fn parse_capacity(s: &str) -> Result<usize, String> {
+    parse_blocks(1, s)
+}
+
+/// A pod's CPU-tier capacity in blocks (`--cpu-capacity`; 0 = no tier).
+pub fn parse_cpu_capacity(s: &str) -> Result<usize, String> {
+    parse_blocks(0, s)
+}

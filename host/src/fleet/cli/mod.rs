@@ -10,4 +10,5 @@ pub mod flag;
 pub mod import;
 pub mod replay;
 pub mod router_config;
+pub mod scale_args;
 pub mod tables;

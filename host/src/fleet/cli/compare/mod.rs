@@ -69,7 +69,7 @@ pub struct CompareArgs {
     pub alpha: f64,
     /// CPU-tier blocks per pod: the batched engine's offload tier (docs/MODEL.md, "The KV offload
     /// tier"), the FIFO engine's CPU tier; 0 = none. Default: the scenario's (none for a trace).
-    #[arg(long, allow_negative_numbers = true, value_parser = crate::fleet::cli::args::parse_cpu_capacity)]
+    #[arg(long, allow_negative_numbers = true, value_parser = crate::fleet::cli::flag::parse_cpu_capacity)]
     pub cpu_capacity: Option<usize>,
     /// With --trace: heterogeneous pools, `[[fleet.pool]]` tables as `fleet replay --pools`
     /// reads them (batched engine; the pods are the pools'). A scenario has its own.
@@ -78,7 +78,7 @@ pub struct CompareArgs {
     /// With --trace: autoscaling, as `fleet replay` takes it (`--scale-min` turns it on, each
     /// pod count is then the most pods). A scenario has its own `[fleet.autoscale]`.
     #[command(flatten)]
-    pub scale: crate::fleet::cli::args::ScaleArgs,
+    pub scale: crate::fleet::cli::scale_args::ScaleArgs,
     #[command(flatten)]
     pub engine: crate::fleet::cli::engine_args::EngineArgs,
     /// Worker threads (0 = all cores). Results do not depend on it.
