@@ -16,6 +16,7 @@
 //! 14. A KV offload tier under the batched engine ([`crate::fleet::report::deploy::tier`]).
 //! 15. Autoscaling under the batched engine, WVA's saturation rule ([`crate::fleet::report::scaling`]).
 //! 16. Heterogeneous pools: H100 and A100 pods under one router ([`crate::fleet::report::pools`]).
+//! 17. Fleets of 64, 256 and 1,024 pods ([`crate::fleet::report::large`]).
 //!
 //! This module runs the experiments (data); [`charts`] draws them and [`render`] writes the
 //! Markdown and HTML, with prose filled from the scenarios.
@@ -42,6 +43,7 @@ mod charts;
 mod cost;
 pub mod deploy;
 pub mod engine;
+pub mod large;
 pub mod llmd;
 pub mod mooncake;
 pub mod pools;
@@ -107,6 +109,8 @@ pub struct Experiments {
     pub scaling: scaling::ScalingSection,
     /// Heterogeneous pools (section 16).
     pub pools: pools::PoolsSection,
+    /// Fleets of 64, 256 and 1,024 pods (section 17).
+    pub large: large::LargeSection,
 }
 
 /// A built-in scenario as it ran.
@@ -183,6 +187,7 @@ pub fn total_points(caps: usize) -> u64 {
         + deploy::points()
         + scaling::points()
         + pools::points()
+        + large::points()
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -301,6 +306,9 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     // 16: heterogeneous pools.
     let pools = pools::run(shrink, threads, progress)?;
 
+    // 17: fleets of 1,024 pods.
+    let large = large::run(shrink, threads, progress)?;
+
     Ok(Experiments {
         capacity,
         timestamp_first,
@@ -323,6 +331,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         deploy,
         scaling,
         pools,
+        large,
     })
 }
 

@@ -363,7 +363,7 @@ pub struct PageInputs<'a> {
 type Section = fn(&Experiments, &PageInputs) -> Vec<Block>;
 
 /// The report's sections in page order (one list for both pages: add a section here).
-pub const SECTIONS: [Section; 20] = [
+pub const SECTIONS: [Section; 21] = [
     sec_top,
     sec_capacity,
     sec_layout,
@@ -382,6 +382,7 @@ pub const SECTIONS: [Section; 20] = [
     sec_tier,
     sec_scaling,
     sec_pools,
+    sec_large,
     sec_parameters,
     sec_model,
 ];
@@ -551,6 +552,10 @@ fn sec_pools(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
     super::pools::page_blocks(&ex.pools, inp.svgs)
 }
 
+fn sec_large(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    super::large::page_blocks(&ex.large, inp.svgs)
+}
+
 /// The built-in scenarios as run (the request counts after `--shrink`).
 fn sec_parameters(ex: &Experiments, _: &PageInputs) -> Vec<Block> {
     let mut v = vec![
@@ -583,7 +588,7 @@ fn sec_model(_: &Experiments, _: &PageInputs) -> Vec<Block> {
             "docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds. Two engine models: the FIFO \
              engine (prefill tokens x a fixed cost, FIFO queueing, no decode batching) in sections 1-8 and 10, and the \
              batched engine (vLLM-style continuous batching with a step-cost model fitted on published calibration \
-             points; section 9b says how far off it is) in sections 9 and 11 to 16, whose sections list what it leaves out. \
+             points; section 9b says how far off it is) in sections 9 and 11 to 17, whose sections list what it leaves out. \
              Compare orderings and ratios, not seconds."
                 .into(),
         ),
