@@ -35,7 +35,7 @@ pub const TENANTS_PER_POD: u32 = 6;
 /// Arrivals per second per pod.
 pub const RATE_PER_POD: u64 = 3;
 /// Requests per pod at full size (`--shrink K` divides them).
-pub const REQUESTS_PER_POD: u64 = 32;
+pub const REQUESTS_PER_POD: u64 = 16;
 /// GPU KV blocks per pod.
 pub const CAPACITY: usize = 2048;
 /// The SLOs of the goodput: TTFT and TPOT, ms.
@@ -67,8 +67,8 @@ pub struct LargeRun {
 /// The section's runs, in [`PODS`] x [`ROUTERS`] order.
 #[derive(Debug, Clone, Serialize)]
 pub struct LargeSection {
-    /// Requests per pod run (after `--shrink`).
-    pub requests_per_pod: u64,
+    /// Requests per pod run ([`REQUESTS_PER_POD`] / `--shrink`; each fleet runs at least one).
+    pub requests_per_pod: f64,
     /// The runs.
     pub runs: Vec<LargeRun>,
 }
@@ -125,7 +125,7 @@ pub fn run(shrink: u64, threads: usize, progress: &Progress) -> CliResult<LargeS
             preemptions: s.preemptions,
         })
     })?;
-    Ok(LargeSection { requests_per_pod: (REQUESTS_PER_POD / shrink.max(1)).max(1), runs })
+    Ok(LargeSection { requests_per_pod: REQUESTS_PER_POD as f64 / shrink.max(1) as f64, runs })
 }
 
 impl LargeSection {
@@ -156,8 +156,9 @@ pub fn charts(x: &LargeSection) -> Vec<(&'static str, Chart)> {
             notes: vec![
                 format!("{TENANTS_PER_POD} tenants, {RATE_PER_POD} req/s per pod"),
                 format!("{} requests per pod", x.requests_per_pod),
-                format!("{CAPACITY} KV blocks per pod"),
-                format!("SLO: TTFT <= {ttft} ms, TPOT <= {tpot} ms"),
+                format!("{} KV blocks per pod", crate::fleet::report::engine::thousands(CAPACITY as u64)),
+                format!("TTFT SLO {ttft} ms"),
+                format!("TPOT SLO {tpot} ms"),
             ],
             ..Chart::default()
         },
@@ -201,12 +202,13 @@ pub fn prose(x: &LargeSection) -> (String, String) {
     let intro = format!(
         "The multi-tenant workload (`scenarios/multi-tenant.toml`'s shape: a 2,048-token prefix per tenant, a 64-512-token \
          user suffix, Zipf(0.8) tenant popularity) grown with the fleet: {TENANTS_PER_POD} tenants and {RATE_PER_POD} \
-         requests per second per pod, {} requests per pod, on 64, 256 and 1,024 pods of {CAPACITY} KV blocks under the \
+         requests per second per pod, {} requests per pod, on 64, 256 and 1,024 pods of {} KV blocks under the \
          batched engine (profile `qwen3-32b-h100x2`), routed by llm-d's precise prefix-aware preset (`llm-d-precise`), \
          its load-only preset (`llm-d-load`) and round-robin. Goodput is the requests meeting TTFT <= {ttft} ms and TPOT \
          <= {tpot} ms per second of the makespan. The routers' cost at this size is `fleet bench`'s \
          (docs/PERFORMANCE.md), not this page's: the report holds no wall-clock figure.",
-        x.requests_per_pod
+        x.requests_per_pod,
+        crate::fleet::report::engine::thousands(CAPACITY as u64)
     );
     let mut finds = Vec::new();
     let (small, big) = (PODS[0], PODS[PODS.len() - 1]);
@@ -332,15 +334,15 @@ mod tests {
             preemptions: 0,
         };
         let full: Vec<LargeRun> = PODS.iter().flat_map(|&p| ROUTERS.map(|r| row(p, r))).collect();
-        assert_eq!(check(&LargeSection { requests_per_pod: 1, runs: full.clone() }), Ok(()));
+        assert_eq!(check(&LargeSection { requests_per_pod: 1.0, runs: full.clone() }), Ok(()));
         let mut missing = full.clone();
         missing.pop();
-        assert!(check(&LargeSection { requests_per_pod: 1, runs: missing }).is_err());
+        assert!(check(&LargeSection { requests_per_pod: 1.0, runs: missing }).is_err());
         let mut dup = full.clone();
         dup[8] = row(64, ROUTERS[0]);
-        assert!(check(&LargeSection { requests_per_pod: 1, runs: dup }).unwrap_err().contains("no row"));
+        assert!(check(&LargeSection { requests_per_pod: 1.0, runs: dup }).unwrap_err().contains("no row"));
         let mut nan = full;
         nan[4].ttft_p90 = f64::NAN;
-        assert!(check(&LargeSection { requests_per_pod: 1, runs: nan }).unwrap_err().contains("NaN"));
+        assert!(check(&LargeSection { requests_per_pod: 1.0, runs: nan }).unwrap_err().contains("NaN"));
     }
 }
