@@ -126,7 +126,7 @@ fn report_is_byte_identical_apart_from_the_date_line_and_says_what_it_ran() {
         let digest = hex_sha256(&repo_file(&format!("scenarios/{sc}.toml")));
         assert!(md.contains(&digest) && html.contains(&digest), "no sha256 of scenarios/{sc}.toml");
     }
-    assert!(html.contains("15. Heterogeneous pools") && ex["pools"]["runs"].as_array().unwrap().len() == 5);
+    assert!(html.contains("16. Heterogeneous pools") && ex["pools"]["runs"].as_array().unwrap().len() == 5);
     for t in ["conversation", "synthetic"] {
         let digest = hex_sha256(&repo_file(&format!("traces/{t}_trace.jsonl.zst")));
         assert!(md.contains(&digest) && html.contains(&digest), "no sha256 of the {t} trace");

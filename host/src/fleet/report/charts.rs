@@ -61,6 +61,7 @@ fn seed_charts(ex: &Experiments, q: &Quoted) -> Vec<(&'static str, String, Chart
     out.extend(super::published::report_charts(&ex.published));
     out.extend(super::scaling::charts(&ex.scaling).into_iter().map(|(stem, c)| ("scaling", stem.into(), c)));
     out.extend(super::pools::charts(&ex.pools).into_iter().map(|(stem, c)| ("pools", stem.into(), c)));
+    out.extend(super::large::charts(&ex.large).into_iter().map(|(stem, c)| ("large", stem.into(), c)));
     out
 }
 

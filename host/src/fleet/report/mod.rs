@@ -12,9 +12,11 @@
 //! 10. Mooncake's local-vs-global cache result on the vendored traces ([`crate::fleet::report::mooncake`]).
 //! 11. llm-d's benchmark reproduced, and every router on the conversation trace ([`crate::fleet::report::llmd`]).
 //! 12. The published llm-d tables beside the simulated ones ([`crate::fleet::report::published`]).
-//! 13. Deployed fleets: P/D disaggregation and the KV offload tier ([`crate::fleet::report::deploy`]).
-//! 14. Autoscaling under the batched engine, WVA's saturation rule ([`crate::fleet::report::scaling`]).
-//! 15. Heterogeneous pools: H100 and A100 pods under one router ([`crate::fleet::report::pools`]).
+//! 13. Prefill/decode disaggregation ([`crate::fleet::report::deploy::pd`]).
+//! 14. A KV offload tier under the batched engine ([`crate::fleet::report::deploy::tier`]).
+//! 15. Autoscaling under the batched engine, WVA's saturation rule ([`crate::fleet::report::scaling`]).
+//! 16. Heterogeneous pools: H100 and A100 pods under one router ([`crate::fleet::report::pools`]).
+//! 17. Fleets of 64, 256 and 1,024 pods ([`crate::fleet::report::large`]).
 //!
 //! This module runs the experiments (data); [`charts`] draws them and [`render`] writes the
 //! Markdown and HTML, with prose filled from the scenarios.
@@ -41,6 +43,7 @@ mod charts;
 mod cost;
 pub mod deploy;
 pub mod engine;
+pub mod large;
 pub mod llmd;
 pub mod mooncake;
 pub mod pools;
@@ -100,12 +103,14 @@ pub struct Experiments {
     pub llmd_bench: crate::fleet::report::llmd::LlmdSection,
     /// The published tables, simulated at the section's stage divisor (section 12).
     pub published: published::Tables,
-    /// Deployed fleets: P/D and the offload tier (section 13).
+    /// Deployed fleets: P/D (section 13) and the offload tier (section 14).
     pub deploy: deploy::DeploySection,
-    /// Autoscaling under the batched engine (section 14).
+    /// Autoscaling under the batched engine (section 15).
     pub scaling: scaling::ScalingSection,
-    /// Heterogeneous pools (section 15).
+    /// Heterogeneous pools (section 16).
     pub pools: pools::PoolsSection,
+    /// Fleets of 64, 256 and 1,024 pods (section 17).
+    pub large: large::LargeSection,
 }
 
 /// A built-in scenario as it ran.
@@ -182,6 +187,7 @@ pub fn total_points(caps: usize) -> u64 {
         + deploy::points()
         + scaling::points()
         + pools::points()
+        + large::points()
 }
 
 /// Runs all experiments; `progress` counts points (its total is set once the capacities are
@@ -291,14 +297,17 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     let stage_divisor = (llmd::REPORT_STAGE_DIVISOR * shrink.max(1)).min(published::MAX_REPORT_DIVISOR);
     let published = published::run(stage_divisor, shrink.max(1), &|| progress.inc(1))?;
 
-    // 13: deployed fleets.
+    // 13 + 14: deployed fleets (P/D, the offload tier).
     let deploy = deploy::run(shrink, threads, progress)?;
 
-    // 14: autoscaling under the batched engine.
+    // 15: autoscaling under the batched engine.
     let scaling = scaling::run(shrink, progress)?;
 
-    // 15: heterogeneous pools.
+    // 16: heterogeneous pools.
     let pools = pools::run(shrink, threads, progress)?;
+
+    // 17: fleets of 1,024 pods.
+    let large = large::run(shrink, threads, progress)?;
 
     Ok(Experiments {
         capacity,
@@ -322,6 +331,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
         deploy,
         scaling,
         pools,
+        large,
     })
 }
 

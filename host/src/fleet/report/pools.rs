@@ -1,4 +1,4 @@
-//! `fleet report`, section 15: heterogeneous pools (docs/MODEL.md, "Heterogeneous pools"). The
+//! `fleet report`, section 16: heterogeneous pools (docs/MODEL.md, "Heterogeneous pools"). The
 //! example fleet `scenarios/mixed-h100-a100.toml` (8 x H100 + 4 x A100, each pool its GPU's
 //! physics step cost and KV capacity) under four routers: a cache-blind one, a load-only one and
 //! llm-d's two prefix-aware presets. Per router the fleet's TTFT, throughput and hit rate, and per
@@ -23,7 +23,7 @@ use crate::fleet::sweep::{PointSpec, par_points};
 use crate::plot::{Chart, Series};
 
 /// Section title.
-pub const TITLE: &str = "15. Heterogeneous pools: one router over H100 and A100 pods";
+pub const TITLE: &str = "16. Heterogeneous pools: one router over H100 and A100 pods";
 
 /// The scenario run, as the repository ships it.
 pub const SCENARIO_NAME: &str = "scenarios/mixed-h100-a100.toml";

@@ -220,7 +220,7 @@ fn runs_table(ex: &Experiments) -> String {
     );
     let _ = writeln!(
         o,
-        "| {} (section 15) | {} | {} |",
+        "| {} (section 16) | {} | {} |",
         super::pools::SCENARIO_NAME,
         th(ex.pools.requests_in_file),
         th(ex.pools.requests)
@@ -363,7 +363,7 @@ pub struct PageInputs<'a> {
 type Section = fn(&Experiments, &PageInputs) -> Vec<Block>;
 
 /// The report's sections in page order (one list for both pages: add a section here).
-pub const SECTIONS: [Section; 19] = [
+pub const SECTIONS: [Section; 21] = [
     sec_top,
     sec_capacity,
     sec_layout,
@@ -378,9 +378,11 @@ pub const SECTIONS: [Section; 19] = [
     sec_mooncake,
     sec_llmd_bench,
     sec_published,
-    sec_deploy,
+    sec_pd,
+    sec_tier,
     sec_scaling,
     sec_pools,
+    sec_large,
     sec_parameters,
     sec_model,
 ];
@@ -534,8 +536,12 @@ fn sec_published(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
     super::published::page_blocks(&ex.published, inp.svgs)
 }
 
-fn sec_deploy(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
-    super::deploy::page_blocks(&ex.deploy, inp.svgs)
+fn sec_pd(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    super::deploy::pd_page_blocks(&ex.deploy, inp.svgs)
+}
+
+fn sec_tier(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    super::deploy::tier_page_blocks(&ex.deploy, inp.svgs)
 }
 
 fn sec_scaling(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
@@ -544,6 +550,10 @@ fn sec_scaling(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
 
 fn sec_pools(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
     super::pools::page_blocks(&ex.pools, inp.svgs)
+}
+
+fn sec_large(ex: &Experiments, inp: &PageInputs) -> Vec<Block> {
+    super::large::page_blocks(&ex.large, inp.svgs)
 }
 
 /// The built-in scenarios as run (the request counts after `--shrink`).
@@ -578,7 +588,7 @@ fn sec_model(_: &Experiments, _: &PageInputs) -> Vec<Block> {
             "docs/MODEL.md. Latencies are exact integer-ns simulations reported in seconds. Two engine models: the FIFO \
              engine (prefill tokens x a fixed cost, FIFO queueing, no decode batching) in sections 1-8 and 10, and the \
              batched engine (vLLM-style continuous batching with a step-cost model fitted on published calibration \
-             points; section 9b says how far off it is) in sections 9 and 11 to 15, whose sections list what it leaves out. \
+             points; section 9b says how far off it is) in sections 9 and 11 to 17, whose sections list what it leaves out. \
              Compare orderings and ratios, not seconds."
                 .into(),
         ),

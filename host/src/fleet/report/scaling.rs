@@ -1,4 +1,4 @@
-//! `fleet report`, section 14: autoscaling under the batched engine. The seed's "does your router
+//! `fleet report`, section 15: autoscaling under the batched engine. The seed's "does your router
 //! fight the scaler?" with llm-d WVA's saturation rule (docs/MODEL.md, "Autoscaling under the
 //! batched engine"): a load ramp on a fleet that starts small, TTFT p90 and SLO goodput over time
 //! beside the pod count, for a cache-blind and a prefix-aware router. Every sentence of the prose
@@ -19,7 +19,7 @@ use crate::fleet::scenario::{Generated, Scenario};
 use crate::plot::{Chart, Series};
 
 /// Section title.
-pub const TITLE: &str = "14. Autoscaling under the batched engine: does the router fight the WVA scaler?";
+pub const TITLE: &str = "15. Autoscaling under the batched engine: does the router fight the WVA scaler?";
 
 /// The scenario run (a ramp up and down; the fleet may grow from 2 to 8 pods).
 pub const SCENARIO_TEXT: &str = r#"name = "autoscale-batched"

@@ -1,11 +1,13 @@
-//! `fleet report`, section 13: the fleets people deploy under the batched engine: prefill/decode
-//! disaggregation ([`pd`]: SLO goodput and TTFT against the prompt length and the
-//! prefill:decode split) and the KV offload tier ([`tier`]: hit rate and TTFT against the CPU
-//! tier's size and the PCIe bandwidth). docs/MODEL.md, "Prefill/decode disaggregation" and
-//! "The KV offload tier", has the rules; every sentence of the prose is formatted from the runs.
+//! `fleet report`, sections 13 and 14: the fleets people deploy under the batched engine.
+//! Section 13 is prefill/decode disaggregation ([`pd`]: SLO goodput and TTFT against the prompt
+//! length and the prefill:decode split), section 14 the KV offload tier ([`tier`]: hit rate and
+//! TTFT against the CPU tier's size and the PCIe bandwidth). docs/MODEL.md, "Prefill/decode
+//! disaggregation" and "The KV offload tier", has the rules; every sentence of the prose is
+//! formatted from the runs.
 //!
-//! A section of its own: `report/mod.rs` calls [`run`], [`charts`] adds the plots, and the
-//! report's section list calls [`page_blocks`].
+//! Both sections' runs are one [`DeploySection`] (`deploy` in `experiments.json`): `report/mod.rs`
+//! calls [`run`], [`charts`] adds the plots, and the report's section list calls
+//! [`pd_page_blocks`] and [`tier_page_blocks`].
 
 use brokerlab_core::fleet::limits::BLOCK_TOKENS;
 use brokerlab_core::fleet::{Error as CoreError, FleetConfig, Request};
@@ -22,8 +24,10 @@ use crate::plot::Chart;
 pub mod pd;
 pub mod tier;
 
-/// Section title.
-pub const TITLE: &str = "13. Deployed fleets: prefill/decode disaggregation and a KV offload tier";
+/// Section 13's title.
+pub const PD_TITLE: &str = "13. Prefill/decode disaggregation";
+/// Section 14's title.
+pub const TIER_TITLE: &str = "14. A KV offload tier under the batched engine";
 
 /// Both experiments' runs.
 #[derive(Debug, Clone, Serialize)]
@@ -118,7 +122,7 @@ impl RequestSource for &Unique {
     }
 }
 
-/// The section's charts: (section key "deploy", file stem, chart).
+/// Both sections' charts: (section key "deploy", file stem, chart).
 pub fn charts(s: &DeploySection) -> Vec<(&'static str, String, Chart)> {
     let mut out: Vec<(&'static str, String, Chart)> = Vec::new();
     for (stem, c) in pd::charts(&s.pd).into_iter().chain(tier::charts(&s.tier)) {
@@ -143,24 +147,44 @@ fn series_names(points: &[DeployPoint]) -> Vec<String> {
     names
 }
 
-/// The section's paragraphs and tables, with the chart stems placed after each intro
+/// Section 13's paragraphs and table, with the chart stems placed after its intro and findings
 /// (`Err(stem)` entries stand for a figure).
-fn layout(s: &DeploySection) -> Vec<Result<Block, &'static str>> {
+fn pd_layout(x: &pd::PdExperiment) -> Vec<Result<Block, &'static str>> {
     let mut o: Vec<Result<Block, &'static str>> = Vec::new();
-    o.extend(pd::blocks(&s.pd).into_iter().map(Ok));
+    o.extend(pd::blocks(x).into_iter().map(Ok));
     o.extend(pd::STEMS.iter().map(|s| Err(*s)));
-    o.push(Ok(Block::Table(pd::table(&s.pd))));
-    o.extend(tier::blocks(&s.tier).into_iter().map(Ok));
-    o.extend(tier::STEMS.iter().map(|s| Err(*s)));
-    o.push(Ok(Block::Table(tier::table(&s.tier))));
+    o.push(Ok(Block::Table(pd::table(x))));
     o
 }
 
-/// The section as page blocks, heading first, with the inline SVGs of `svgs` (section, stem,
+/// Section 14's paragraphs and table, laid out as [`pd_layout`]'s.
+fn tier_layout(x: &tier::TierExperiment) -> Vec<Result<Block, &'static str>> {
+    let mut o: Vec<Result<Block, &'static str>> = Vec::new();
+    o.extend(tier::blocks(x).into_iter().map(Ok));
+    o.extend(tier::STEMS.iter().map(|s| Err(*s)));
+    o.push(Ok(Block::Table(tier::table(x))));
+    o
+}
+
+/// Section 13 as page blocks, heading first, with the inline SVGs of `svgs` (section, stem,
 /// svg) for its figures: one source for the Markdown and the HTML page.
-pub fn page_blocks(s: &DeploySection, svgs: &[(String, String, String)]) -> Vec<page::Block> {
-    let mut v = vec![page::Block::Heading(TITLE.into())];
-    for b in layout(s) {
+pub fn pd_page_blocks(s: &DeploySection, svgs: &[(String, String, String)]) -> Vec<page::Block> {
+    to_page(PD_TITLE, pd_layout(&s.pd), svgs)
+}
+
+/// Section 14 as page blocks, as [`pd_page_blocks`].
+pub fn tier_page_blocks(s: &DeploySection, svgs: &[(String, String, String)]) -> Vec<page::Block> {
+    to_page(TIER_TITLE, tier_layout(&s.tier), svgs)
+}
+
+/// A heading and a layout as page blocks, each `Err(stem)` replaced by its SVG in `svgs`.
+fn to_page(
+    title: &str,
+    layout: Vec<Result<Block, &'static str>>,
+    svgs: &[(String, String, String)],
+) -> Vec<page::Block> {
+    let mut v = vec![page::Block::Heading(title.into())];
+    for b in layout {
         match b {
             Ok(Block::Para(p)) => v.push(page::Block::Para(p)),
             Ok(Block::Table(t)) => v.push(page::table_from_md(&t)),

@@ -1,4 +1,4 @@
-//! Section 12, P/D: SLO goodput and TTFT of a prefill/decode-disaggregated fleet against an
+//! Section 13, P/D: SLO goodput and TTFT of a prefill/decode-disaggregated fleet against an
 //! aggregated one of the same pods, over the prompt length (fixed prompt tokens per second), and
 //! over the prefill:decode split of a fixed fleet (docs/MODEL.md, "Prefill/decode
 //! disaggregation", "SLO goodput").

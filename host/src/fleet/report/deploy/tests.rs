@@ -1,5 +1,5 @@
-//! Section 13 on a shrunk run: every run is there, the prose follows the figures, and the
-//! pages carry every figure.
+//! Sections 13 and 14 on a shrunk run: every run is there, the prose follows the figures, and
+//! each section's page carries its own figures.
 
 use brokerlab_core::fleet::{BatchedConfig, Profile};
 
@@ -34,7 +34,19 @@ fn the_section_runs_every_point_and_says_what_they_show() {
     let cs = charts(&s);
     let svgs: Vec<(String, String, String)> =
         cs.iter().map(|(sec, stem, _)| (sec.to_string(), stem.clone(), format!("<svg id=\"{stem}\"/>"))).collect();
-    let blocks = page_blocks(&s, &svgs);
+    let (pd_blocks, tier_blocks) = (pd_page_blocks(&s, &svgs), tier_page_blocks(&s, &svgs));
+    assert!(matches!(&pd_blocks[0], page::Block::Heading(h) if h == PD_TITLE));
+    assert!(matches!(&tier_blocks[0], page::Block::Heading(h) if h == TIER_TITLE));
+    // Each section holds its own figures and table, and none of the other's.
+    let (pd_md, tier_md) = (page::markdown("t", &pd_blocks, ""), page::markdown("t", &tier_blocks, ""));
+    for (own, other, stems) in [(&pd_md, &tier_md, &pd::STEMS[..]), (&tier_md, &pd_md, &tier::STEMS[..])] {
+        for stem in stems {
+            assert!(own.contains(&format!("({stem}.png)")) && !other.contains(&format!("({stem}.png)")), "{stem}");
+        }
+    }
+    assert!(pd_md.contains("| transfer p90 (ms) |") && !tier_md.contains("transfer p90"), "P/D table");
+    assert!(tier_md.contains("| CPU-tier blocks |") && !pd_md.contains("CPU-tier blocks |"), "tier table");
+    let blocks: Vec<page::Block> = pd_blocks.into_iter().chain(tier_blocks).collect();
     let md = page::markdown("t", &blocks, "");
     let lists = [
         pd::prompts_where(&s.pd, |p, a| p > a),

@@ -1,4 +1,4 @@
-//! Section 12, the offload tier: hit rate and TTFT of the multi-tenant workload under the batched
+//! Section 14, the offload tier: hit rate and TTFT of the multi-tenant workload under the batched
 //! engine against the CPU tier's size per pod and the PCIe bandwidth of the reload, for a
 //! cache-blind and a prefix-aware router (docs/MODEL.md, "The KV offload tier").
 
