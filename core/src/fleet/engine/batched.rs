@@ -1795,32 +1795,53 @@ impl Engine for BatchedEngine<'_> {
 mod tests {
     extern crate std;
     use std::vec;
+    use std::vec::Vec;
 
     use super::*;
     use crate::fleet::cost::linear::Profile;
 
-    #[test]
-    fn shut_down_and_boot_leave_a_new_engines_scheduling_state() {
-        let cfg = BatchedConfig { max_num_seqs: 2, ..BatchedConfig::new(Profile::Seed) };
-        let mut blocks = vec![KvBlock::default(); 8];
-        let mut table = vec![0u32; BatchedEngine::table_len(8)];
-        let (mut reqs, mut waiting) = (vec![ReqSlot::default(); 4], vec![0u32; 4]);
-        let (mut running, mut keys) = (vec![0u32; 2], vec![0u64; 16]);
-        let mut e = BatchedEngine::new(
-            cfg,
-            0,
-            PodBuffers {
-                blocks: &mut blocks,
-                table: &mut table,
-                reqs: &mut reqs,
-                waiting: &mut waiting,
-                running: &mut running,
-                keys: &mut keys,
+    /// A pod of `c` blocks, 2 running sequences at most and no CPU tier, owning its buffers.
+    struct SmallPod {
+        blocks: Vec<KvBlock>,
+        table: Vec<u32>,
+        reqs: Vec<ReqSlot>,
+        waiting: Vec<u32>,
+        running: Vec<u32>,
+        keys: Vec<u64>,
+    }
+
+    impl SmallPod {
+        fn new(c: usize) -> Self {
+            SmallPod {
+                blocks: vec![KvBlock::default(); c],
+                table: vec![0u32; BatchedEngine::table_len(c)],
+                reqs: vec![ReqSlot::default(); 4],
+                waiting: vec![0u32; 4],
+                running: vec![0u32; 2],
+                keys: vec![0u64; 16],
+            }
+        }
+
+        fn engine(&mut self) -> BatchedEngine<'_> {
+            let cfg = BatchedConfig { max_num_seqs: 2, ..BatchedConfig::new(Profile::Seed) };
+            let buffers = PodBuffers {
+                blocks: &mut self.blocks,
+                table: &mut self.table,
+                reqs: &mut self.reqs,
+                waiting: &mut self.waiting,
+                running: &mut self.running,
+                keys: &mut self.keys,
                 cpu_slots: &mut [],
                 cpu_table: &mut [],
-            },
-        )
-        .unwrap();
+            };
+            BatchedEngine::new(cfg, 0, buffers).unwrap()
+        }
+    }
+
+    #[test]
+    fn shut_down_and_boot_leave_a_new_engines_scheduling_state() {
+        let mut pod = SmallPod::new(8);
+        let mut e = pod.engine();
         // what an idle pod that last waited for a load could hold
         let stale = |e: &mut BatchedEngine<'_>| {
             e.gap = Some((5, 3));
@@ -1844,26 +1865,8 @@ mod tests {
     fn cache_map_matches_a_model_map() {
         use std::collections::HashMap;
         for (c, direct) in [(8usize, true), (3_000, true), (70_000, false)] {
-            let cfg = BatchedConfig { max_num_seqs: 2, ..BatchedConfig::new(Profile::Seed) };
-            let mut blocks = vec![KvBlock::default(); c];
-            let mut table = vec![0u32; BatchedEngine::table_len(c)];
-            let (mut reqs, mut waiting) = (vec![ReqSlot::default(); 4], vec![0u32; 4]);
-            let (mut running, mut keys) = (vec![0u32; 2], vec![0u64; 16]);
-            let mut e = BatchedEngine::new(
-                cfg,
-                0,
-                PodBuffers {
-                    blocks: &mut blocks,
-                    table: &mut table,
-                    reqs: &mut reqs,
-                    waiting: &mut waiting,
-                    running: &mut running,
-                    keys: &mut keys,
-                    cpu_slots: &mut [],
-                    cpu_table: &mut [],
-                },
-            )
-            .unwrap();
+            let mut pod = SmallPod::new(c);
+            let mut e = pod.engine();
             assert_eq!(e.direct, direct, "capacity {c}");
             let mut model: HashMap<u64, u32> = HashMap::new();
             let mut x = 0x2545_f491_4f6c_dd1du64 ^ c as u64;

@@ -859,6 +859,30 @@ fn python_missing(py: &PythonModel) -> Option<String> {
     (!ok).then(|| "python3 not found".to_string())
 }
 
+/// Best-of-`repeats` times of the run-length and the per-block replay of `cfg`, interleaved so a
+/// slow spell of the machine hits both alike, and their summary (an error unless they are equal).
+fn runs_and_blocks(
+    l: &Loaded,
+    cfg: FleetConfig,
+    repeats: usize,
+    name: &str,
+    kind: RouterKind,
+) -> CliResult<(f64, f64, Summary)> {
+    let (mut runs_s, mut blocks_s) = (f64::INFINITY, f64::INFINITY);
+    let mut result = None;
+    for _ in 0..repeats.max(1) {
+        let (s, runs) = replay_once(l, cfg, l.group_blocks)?;
+        runs_s = runs_s.min(s);
+        let (s, blocks) = replay_once(l, cfg, 1)?;
+        blocks_s = blocks_s.min(s);
+        if runs != blocks {
+            return Err(CliError::failure(format!("bench {name} {kind}: run-length and per-block replays differ")));
+        }
+        result = Some(runs);
+    }
+    Ok((runs_s, blocks_s, result.expect("at least one repeat")))
+}
+
 /// Replays `l` with the seed's routers: run-length and per block (checked equal), and the
 /// Python model on `jsonl` (checked equal, timed) when it can run; then the shipped presets the
 /// run-length replay serves ([`preset_replays`]).
@@ -876,20 +900,7 @@ fn replay_bench(
     let mut routers = Vec::new();
     for kind in RouterKind::ALL {
         let cfg = FleetConfig::new(pods, capacity, kind);
-        let (mut runs_s, mut blocks_s) = (f64::INFINITY, f64::INFINITY);
-        let mut result = None;
-        // Interleaved, so a slow spell of the machine hits both alike.
-        for _ in 0..repeats.max(1) {
-            let (s, runs) = replay_once(l, cfg, l.group_blocks)?;
-            runs_s = runs_s.min(s);
-            let (s, blocks) = replay_once(l, cfg, 1)?;
-            blocks_s = blocks_s.min(s);
-            if runs != blocks {
-                return Err(CliError::failure(format!("bench {name} {kind}: run-length and per-block replays differ")));
-            }
-            result = Some(runs);
-        }
-        let summary = result.expect("at least one repeat");
+        let (runs_s, blocks_s, summary) = runs_and_blocks(l, cfg, repeats, name, kind)?;
         let python_s = match python_note {
             None => {
                 let (s, v) = python_run(py, jsonl, &cfg)?;
@@ -944,19 +955,7 @@ fn preset_replays(
         if crate::fleet::run::runs_layout(&cfg, l.group_blocks).is_none() {
             continue;
         }
-        let (mut runs_s, mut blocks_s) = (f64::INFINITY, f64::INFINITY);
-        let mut result = None;
-        for _ in 0..repeats.max(1) {
-            let (s, runs) = replay_once(l, cfg, l.group_blocks)?;
-            runs_s = runs_s.min(s);
-            let (s, blocks) = replay_once(l, cfg, 1)?;
-            blocks_s = blocks_s.min(s);
-            if runs != blocks {
-                return Err(CliError::failure(format!("bench {name} {kind}: run-length and per-block replays differ")));
-            }
-            result = Some(runs);
-        }
-        let summary = result.expect("at least one repeat");
+        let (runs_s, blocks_s, summary) = runs_and_blocks(l, cfg, repeats, name, kind)?;
         out.push(RouterReplay {
             router: kind,
             runs_s,
