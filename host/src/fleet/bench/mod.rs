@@ -859,6 +859,28 @@ fn python_missing(py: &PythonModel) -> Option<String> {
     (!ok).then(|| "python3 not found".to_string())
 }
 
+/// One row of the replay table: the run-length and per-block times of `kind` on `l`, its
+/// summary, and the Python model's time when it ran.
+fn router_replay(
+    l: &Loaded,
+    kind: RouterKind,
+    (runs_s, blocks_s, summary): (f64, f64, &Summary),
+    python_s: Option<f64>,
+) -> RouterReplay {
+    let touches = l.keys.len() as f64;
+    RouterReplay {
+        router: kind,
+        runs_s,
+        blocks_s,
+        runs_touches_per_s: touches / runs_s,
+        blocks_touches_per_s: touches / blocks_s,
+        replay_over_parse: runs_s / l.parse_s,
+        hit_rate: summary.hit_rate.unwrap_or(0.0),
+        python_s,
+        python_ratio: python_s.map(|p| p / (l.parse_s + l.hash_s + runs_s)),
+    }
+}
+
 /// Best-of-`repeats` times of the run-length and the per-block replay of `cfg`, interleaved so a
 /// slow spell of the machine hits both alike, and their summary (an error unless they are equal).
 fn runs_and_blocks(
@@ -896,7 +918,6 @@ fn replay_bench(
     py: &PythonModel,
 ) -> CliResult<ReplayBench> {
     let python_note = python_missing(py);
-    let touches = l.keys.len() as f64;
     let mut routers = Vec::new();
     for kind in RouterKind::ALL {
         let cfg = FleetConfig::new(pods, capacity, kind);
@@ -909,17 +930,7 @@ fn replay_bench(
             }
             Some(_) => None,
         };
-        routers.push(RouterReplay {
-            router: kind,
-            runs_s,
-            blocks_s,
-            runs_touches_per_s: touches / runs_s,
-            blocks_touches_per_s: touches / blocks_s,
-            replay_over_parse: runs_s / l.parse_s,
-            hit_rate: summary.hit_rate.unwrap_or(0.0),
-            python_s,
-            python_ratio: python_s.map(|p| p / (l.parse_s + l.hash_s + runs_s)),
-        });
+        routers.push(router_replay(l, kind, (runs_s, blocks_s, &summary), python_s));
     }
     routers.extend(preset_replays(name, l, pods, capacity, repeats)?);
     Ok(ReplayBench {
@@ -948,7 +959,6 @@ fn preset_replays(
     capacity: usize,
     repeats: usize,
 ) -> CliResult<Vec<RouterReplay>> {
-    let touches = l.keys.len() as f64;
     let mut out = Vec::new();
     for kind in RouterKind::PRESETS {
         let cfg = FleetConfig::new(pods, capacity, kind);
@@ -956,17 +966,7 @@ fn preset_replays(
             continue;
         }
         let (runs_s, blocks_s, summary) = runs_and_blocks(l, cfg, repeats, name, kind)?;
-        out.push(RouterReplay {
-            router: kind,
-            runs_s,
-            blocks_s,
-            runs_touches_per_s: touches / runs_s,
-            blocks_touches_per_s: touches / blocks_s,
-            replay_over_parse: runs_s / l.parse_s,
-            hit_rate: summary.hit_rate.unwrap_or(0.0),
-            python_s: None,
-            python_ratio: None,
-        });
+        out.push(router_replay(l, kind, (runs_s, blocks_s, &summary), None));
     }
     Ok(out)
 }
