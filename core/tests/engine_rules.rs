@@ -125,7 +125,8 @@ fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {
     Run { itl: sink.itl_samples(), done: sink.done, stats, pods }
 }
 
-/// Runs step by step and with fast-forward; both must give the same numbers.
+/// Runs step by step and with fast-forward, and with the per-block pool (the oracle of the
+/// run-at-a-time pool); all must give the same numbers.
 fn run(cfg: FleetConfig, mut ecfg: BatchedConfig, reqs: &[R]) -> Run {
     ecfg.fast_forward = false;
     let slow = run_with(cfg, ecfg, reqs);
@@ -135,6 +136,12 @@ fn run(cfg: FleetConfig, mut ecfg: BatchedConfig, reqs: &[R]) -> Run {
     assert_eq!(slow.itl, fast.itl, "fast-forward changes ITL samples");
     assert_eq!(slow.stats, fast.stats, "fast-forward changes counters");
     assert_eq!(slow.pods, fast.pods, "fast-forward changes routing");
+    ecfg.block_runs = false;
+    let per_block = run_with(cfg, ecfg, reqs);
+    assert_eq!(per_block.done, fast.done, "block runs change completions");
+    assert_eq!(per_block.itl, fast.itl, "block runs change ITL samples");
+    assert_eq!(per_block.stats, fast.stats, "block runs change counters");
+    assert_eq!(per_block.pods, fast.pods, "block runs change routing");
     fast
 }
 

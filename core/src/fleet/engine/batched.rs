@@ -65,6 +65,12 @@ pub struct BatchedConfig {
     /// fast-forwards: [`BatchedConfig::fast_forwards`]).
     #[cfg(feature = "harness")]
     pub fast_forward: bool,
+    /// Allocate, key and release a request's blocks a run at a time (same results as one
+    /// block at a time, less memory latency; docs/MODEL.md, "Run-length KV blocks"). Turning it
+    /// off is test support: the per-block pool, the oracle (feature `harness`; without it the
+    /// engine always works per run: [`BatchedConfig::block_runs`]).
+    #[cfg(feature = "harness")]
+    pub block_runs: bool,
 }
 
 impl BatchedConfig {
@@ -82,6 +88,8 @@ impl BatchedConfig {
             cache_generated_tokens: false,
             #[cfg(feature = "harness")]
             fast_forward: true,
+            #[cfg(feature = "harness")]
+            block_runs: true,
         }
     }
 
@@ -102,6 +110,19 @@ impl BatchedConfig {
         #[cfg(feature = "harness")]
         {
             self.fast_forward
+        }
+        #[cfg(not(feature = "harness"))]
+        {
+            true
+        }
+    }
+
+    /// Whether the engine allocates, keys and releases a request's blocks a run at a time:
+    /// always, unless a test (feature `harness`) turned it off to run the per-block oracle.
+    pub const fn block_runs(&self) -> bool {
+        #[cfg(feature = "harness")]
+        {
+            self.block_runs
         }
         #[cfg(not(feature = "harness"))]
         {
@@ -639,8 +660,169 @@ impl<'a> BatchedEngine<'a> {
         self.keys[at]
     }
 
+    // ----- whole runs of a request's blocks (docs/MODEL.md, "Run-length KV blocks") -----
+    //
+    // The same operations as the per-block pool (the `*_per_block` functions, the oracle), in
+    // the same order, with the same free queue and cache map after each: a run of blocks is
+    // first read without changing anything (the table slots and blocks the run will touch: the
+    // loads do not depend on each other, so their cache misses overlap instead of following
+    // one another), then changed block by block.
+
+    /// Position of request `r`'s key 0 in the key ring (its keys are contiguous there).
+    #[inline]
+    fn key_base(&self, r: usize) -> usize {
+        (self.reqs[r].keys_at % self.keys.len() as u64) as usize
+    }
+
+    /// Reads the cache-map slot where `key`'s probe starts and the block its entry names (a
+    /// load the next probe of `key` will find in cache); the result only feeds a sink.
+    #[inline(always)]
+    fn warm(&self, key: u64) -> u32 {
+        let e = self.table[table::home(key, self.shift)];
+        if e == 0 { 0 } else { e ^ self.blocks[((e & self.slot_mask) - 1) as usize].refs }
+    }
+
+    /// Gives request slot `r` `n` blocks from the free-queue head (evicting their keys).
+    fn alloc_blocks(&mut self, r: usize, n: u32) {
+        if !self.cfg.block_runs() {
+            for _ in 0..n {
+                self.alloc_own(r);
+            }
+            return;
+        }
+        if n == 0 {
+            return;
+        }
+        debug_assert!(n <= self.free_len, "the caller checked the free blocks");
+        // 1. read: the run's blocks and the map slots of the keys they evict
+        let mut sink = 0u32;
+        let mut b = self.free_head;
+        for _ in 0..n {
+            let blk = &self.blocks[b as usize];
+            if blk.keyed {
+                sink ^= self.table[table::home(blk.key, self.shift)];
+            }
+            b = blk.next;
+        }
+        core::hint::black_box(sink);
+        // 2. pop them in queue order, each as `alloc_own` does
+        let mut b = self.free_head;
+        let mut own = self.reqs[r].own_head;
+        for _ in 0..n {
+            let blk = self.blocks[b as usize];
+            if blk.keyed {
+                self.map_remove(blk.key, b);
+                self.cached -= 1;
+            }
+            self.blocks[b as usize] = KvBlock { key: blk.key, refs: 1, prev: NIL, next: own, keyed: false };
+            own = b;
+            b = blk.next;
+        }
+        self.free_head = b;
+        if b == NIL {
+            self.free_tail = NIL;
+        } else {
+            self.blocks[b as usize].prev = NIL;
+        }
+        self.free_len -= n;
+        self.pinned += n;
+        self.refs_total += n as u64;
+        self.reqs[r].own_head = own;
+        self.reqs[r].own_len += n;
+    }
+
     /// Releases every block of request slot `r`, last block first.
     fn release(&mut self, r: usize) {
+        if !self.cfg.block_runs() {
+            return self.release_per_block(r);
+        }
+        let q = self.reqs[r];
+        let base = self.key_base(r);
+        // read the hit blocks' map slots and blocks first
+        let mut sink = 0u32;
+        for j in 0..q.hit as usize {
+            sink ^= self.warm(self.keys[base + j]);
+        }
+        core::hint::black_box(sink);
+        let mut b = q.own_head;
+        while b != NIL {
+            let older = self.blocks[b as usize].next;
+            self.unref(b);
+            b = older;
+        }
+        for j in (0..q.hit as usize).rev() {
+            match self.lookup(self.keys[base + j]) {
+                Some(b) => self.unref(b),
+                None => self.broken = Some(Invariant::HitBlockCached),
+            }
+        }
+        let q = &mut self.reqs[r];
+        q.own_head = NIL;
+        q.own_len = 0;
+        q.hit = 0;
+    }
+
+    /// The prefix hit of a request with c = 0: (h, hit blocks with reference count 0).
+    fn hit_of(&self, r: usize) -> (u32, u32) {
+        if !self.cfg.block_runs() {
+            return self.hit_of_per_block(r);
+        }
+        let q = &self.reqs[r];
+        let n_tok = q.input + q.generated;
+        let h_max = (q.keys_len as u64).min((n_tok - 1) / B) as u32;
+        let base = self.key_base(r);
+        let keys = &self.keys[base..base + h_max as usize];
+        let mut sink = 0u32;
+        for &k in keys {
+            sink ^= self.warm(k);
+        }
+        core::hint::black_box(sink);
+        let mut free_hits = 0;
+        for (j, &k) in keys.iter().enumerate() {
+            match self.lookup(k) {
+                Some(b) => free_hits += u32::from(self.blocks[b as usize].refs == 0),
+                None => return (j as u32, free_hits),
+            }
+        }
+        (h_max, free_hits)
+    }
+
+    /// Gives the request's own full prompt blocks below floor(min(upto, L) / 16) their keys
+    /// (with `cache_generated_tokens`: its full blocks below floor(upto / 16), prompt and
+    /// generated, as far as it has keys).
+    fn cache_prompt_blocks(&mut self, r: usize, upto_tokens: u64) {
+        if !self.cfg.block_runs() {
+            return self.cache_prompt_blocks_per_block(r, upto_tokens);
+        }
+        let q = self.reqs[r];
+        let upto = if self.cfg.cache_generated_tokens { upto_tokens } else { upto_tokens.min(q.input) };
+        let full = (upto / B).min(q.keys_len as u64) as u32;
+        if full <= q.considered {
+            return;
+        }
+        let base = self.key_base(r);
+        // read the map slots of the keys to insert first
+        let mut sink = 0u32;
+        for j in q.considered.max(q.hit)..full {
+            sink ^= self.table[table::home(self.keys[base + j as usize], self.shift)];
+        }
+        core::hint::black_box(sink);
+        // Own blocks cover indices hit .. hit + own_len, newest first in the chain.
+        let mut idx = q.hit + q.own_len;
+        let mut b = q.own_head;
+        while b != NIL && idx > q.considered {
+            idx -= 1;
+            let older = self.blocks[b as usize].next;
+            if idx < full {
+                self.cache_block(b, self.keys[base + idx as usize]);
+            }
+            b = older;
+        }
+        self.reqs[r].considered = full;
+    }
+
+    /// Releases every block of request slot `r`, last block first.
+    fn release_per_block(&mut self, r: usize) {
         let mut b = self.reqs[r].own_head;
         while b != NIL {
             let older = self.blocks[b as usize].next;
@@ -661,7 +843,7 @@ impl<'a> BatchedEngine<'a> {
     }
 
     /// The prefix hit of a request with c = 0: (h, hit blocks with reference count 0).
-    fn hit_of(&self, r: usize) -> (u32, u32) {
+    fn hit_of_per_block(&self, r: usize) -> (u32, u32) {
         let q = &self.reqs[r];
         let n_tok = q.input + q.generated;
         let h_max = (q.keys_len as u64).min((n_tok - 1) / B) as u32;
@@ -678,7 +860,7 @@ impl<'a> BatchedEngine<'a> {
     /// Gives the request's own full prompt blocks below floor(min(upto, L) / 16) their keys
     /// (with `cache_generated_tokens`: its full blocks below floor(upto / 16), prompt and
     /// generated, as far as it has keys).
-    fn cache_prompt_blocks(&mut self, r: usize, upto_tokens: u64) {
+    fn cache_prompt_blocks_per_block(&mut self, r: usize, upto_tokens: u64) {
         let q = self.reqs[r];
         let upto = if self.cfg.cache_generated_tokens { upto_tokens } else { upto_tokens.min(q.input) };
         let full = (upto / B).min(q.keys_len as u64) as u32;
@@ -915,9 +1097,7 @@ impl<'a> BatchedEngine<'a> {
             if self_preempted {
                 break;
             }
-            for _ in 0..new {
-                self.alloc_own(x);
-            }
+            self.alloc_blocks(x, new as u32);
             self.cache_prompt_blocks(x, q.computed + n);
             self.store(x, q.computed + n);
             self.reqs[x].sched = n;
@@ -1000,9 +1180,7 @@ impl<'a> BatchedEngine<'a> {
         }
         self.reqs[y].transferred = false;
         self.pending_prefill += Self::pending_of(&self.reqs[y]);
-        for _ in 0..new {
-            self.alloc_own(y);
-        }
+        self.alloc_blocks(y, new as u32);
         self.cache_prompt_blocks(y, c + n);
         self.store(y, c + n);
         self.reqs[y].sched = n;
@@ -1012,8 +1190,9 @@ impl<'a> BatchedEngine<'a> {
 
     /// Pins the hit blocks 0..h of waiting head `y` (popped from W into R).
     fn pin_hits(&mut self, y: usize, h: u32) {
-        for j in 0..h {
-            let Some(b) = self.lookup(self.key_of(y, j)) else {
+        let base = self.key_base(y);
+        for j in 0..h as usize {
+            let Some(b) = self.lookup(self.keys[base + j]) else {
                 self.broken = Some(Invariant::HitBlockCached);
                 break;
             };
@@ -1085,9 +1264,7 @@ impl<'a> BatchedEngine<'a> {
             self.stats.admitted_input_tokens += q.input;
         }
         self.pending_prefill += Self::pending_of(&self.reqs[y]);
-        for _ in 0..h2 {
-            self.alloc_own(y);
-        }
+        self.alloc_blocks(y, h2);
         self.pcie_free_ns = x_ns;
         self.stats.offload_loads += 1;
         self.stats.offload_load_blocks += h2 as u64;
