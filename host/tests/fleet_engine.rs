@@ -1,5 +1,6 @@
-//! The batched engine on the host: the real trace step by step against fast-forward (and the
-//! core's debug invariants on every step), the CLI's flags, keys and bad input.
+//! The batched engine on the host: the real trace step by step against fast-forward and over the
+//! per-block KV pool (and the core's debug invariants on every step), the CLI's flags, keys and
+//! bad input.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -44,15 +45,19 @@ fn conversation_head_fast_forward_equals_step_by_step() {
     let (path, outputs) = head("conversation_trace.jsonl", 2000);
     for router in [RouterKind::RoundRobin, RouterKind::PrefixAware] {
         let e = BatchedConfig::new(Profile::Qwen3_32bH100x2);
-        let cfg = |fast_forward| {
-            let e = BatchedConfig { fast_forward, ..e };
+        let cfg = |fast_forward, block_runs| {
+            let e = BatchedConfig { fast_forward, block_runs, ..e };
             FleetConfig { alpha: 16.0, ..FleetConfig::batched(8, 8192, router, e) }
         };
         let mut src = TraceSource::new(path.clone(), 512);
-        let slow = simulate::<Batched>(cfg(false), &mut src, true).unwrap();
-        let fast = simulate::<Batched>(cfg(true), &mut src, true).unwrap();
+        let slow = simulate::<Batched>(cfg(false, true), &mut src, true).unwrap();
+        let fast = simulate::<Batched>(cfg(true, true), &mut src, true).unwrap();
         assert_eq!(slow.summary, fast.summary, "{router:?}");
         assert_eq!(slow.completions, fast.completions, "{router:?}");
+        // the per-block KV pool, the oracle of the run-at-a-time pool
+        let blocks = simulate::<Batched>(cfg(true, false), &mut src, true).unwrap();
+        assert_eq!(blocks.summary, fast.summary, "{router:?}: per-block pool");
+        assert_eq!(blocks.completions, fast.completions, "{router:?}: per-block pool");
         let s = &fast.summary;
         assert_eq!(s.requests, 2000);
         assert_eq!(fast.completions.len(), 2000);

@@ -554,7 +554,7 @@ impl<'a> BatchedEngine<'a> {
 
     /// Keys block `b` with `key` unless the key is cached already (its entry goes to `empty`,
     /// the end of the key's probe, when absent).
-    #[inline]
+    #[inline(always)]
     fn cache_block(&mut self, b: u32, key: u64) {
         if let Err(empty) = self.probe(key) {
             self.blocks[b as usize].key = key;
@@ -564,6 +564,7 @@ impl<'a> BatchedEngine<'a> {
         }
     }
 
+    #[inline(always)]
     fn map_remove(&mut self, key: u64, b: u32) {
         let mask = self.table.len() - 1;
         let mut i = table::home(key, self.shift);
@@ -663,23 +664,14 @@ impl<'a> BatchedEngine<'a> {
     // ----- whole runs of a request's blocks (docs/MODEL.md, "Run-length KV blocks") -----
     //
     // The same operations as the per-block pool (the `*_per_block` functions, the oracle), in
-    // the same order, with the same free queue and cache map after each: a run of blocks is
-    // first read without changing anything (the table slots and blocks the run will touch: the
-    // loads do not depend on each other, so their cache misses overlap instead of following
-    // one another), then changed block by block.
+    // the same order, with the same free queue and cache map after each request's run: a run of
+    // own blocks is popped with one update of the queue's ends and of the counters, and a
+    // request's keys are read from one slice of the key ring (no division per key).
 
     /// Position of request `r`'s key 0 in the key ring (its keys are contiguous there).
     #[inline]
     fn key_base(&self, r: usize) -> usize {
         (self.reqs[r].keys_at % self.keys.len() as u64) as usize
-    }
-
-    /// Reads the cache-map slot where `key`'s probe starts and the block its entry names (a
-    /// load the next probe of `key` will find in cache); the result only feeds a sink.
-    #[inline(always)]
-    fn warm(&self, key: u64) -> u32 {
-        let e = self.table[table::home(key, self.shift)];
-        if e == 0 { 0 } else { e ^ self.blocks[((e & self.slot_mask) - 1) as usize].refs }
     }
 
     /// Gives request slot `r` `n` blocks from the free-queue head (evicting their keys).
@@ -694,18 +686,8 @@ impl<'a> BatchedEngine<'a> {
             return;
         }
         debug_assert!(n <= self.free_len, "the caller checked the free blocks");
-        // 1. read: the run's blocks and the map slots of the keys they evict
-        let mut sink = 0u32;
-        let mut b = self.free_head;
-        for _ in 0..n {
-            let blk = &self.blocks[b as usize];
-            if blk.keyed {
-                sink ^= self.table[table::home(blk.key, self.shift)];
-            }
-            b = blk.next;
-        }
-        core::hint::black_box(sink);
-        // 2. pop them in queue order, each as `alloc_own` does
+        // pop them in queue order, each as `alloc_own` does; the free queue's links and the
+        // counters are written once for the run
         let mut b = self.free_head;
         let mut own = self.reqs[r].own_head;
         for _ in 0..n {
@@ -738,12 +720,6 @@ impl<'a> BatchedEngine<'a> {
         }
         let q = self.reqs[r];
         let base = self.key_base(r);
-        // read the hit blocks' map slots and blocks first
-        let mut sink = 0u32;
-        for j in 0..q.hit as usize {
-            sink ^= self.warm(self.keys[base + j]);
-        }
-        core::hint::black_box(sink);
         let mut b = q.own_head;
         while b != NIL {
             let older = self.blocks[b as usize].next;
@@ -772,11 +748,6 @@ impl<'a> BatchedEngine<'a> {
         let h_max = (q.keys_len as u64).min((n_tok - 1) / B) as u32;
         let base = self.key_base(r);
         let keys = &self.keys[base..base + h_max as usize];
-        let mut sink = 0u32;
-        for &k in keys {
-            sink ^= self.warm(k);
-        }
-        core::hint::black_box(sink);
         let mut free_hits = 0;
         for (j, &k) in keys.iter().enumerate() {
             match self.lookup(k) {
@@ -801,12 +772,6 @@ impl<'a> BatchedEngine<'a> {
             return;
         }
         let base = self.key_base(r);
-        // read the map slots of the keys to insert first
-        let mut sink = 0u32;
-        for j in q.considered.max(q.hit)..full {
-            sink ^= self.table[table::home(self.keys[base + j as usize], self.shift)];
-        }
-        core::hint::black_box(sink);
         // Own blocks cover indices hit .. hit + own_len, newest first in the chain.
         let mut idx = q.hit + q.own_len;
         let mut b = q.own_head;

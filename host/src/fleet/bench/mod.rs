@@ -85,6 +85,9 @@ pub struct EngineBench {
     /// Best-of-repeats wall time of the replay with fast-forward (buffers, dispatch, draining,
     /// summary), s.
     pub seconds: f64,
+    /// The same, best of `repeats` interleaved with it, over the per-block KV pool (the oracle;
+    /// its whole summary checked equal), s.
+    pub per_block_s: f64,
     /// One replay step by step (no fast-forward; its summary checked equal), s.
     pub step_by_step_s: f64,
     /// (parse + hash + replay) / (parse + hash): end to end against reading the trace.
@@ -137,9 +140,10 @@ impl crate::fleet::run::RequestSource for LoadedSource<'_> {
 const BENCH_SIZES: FifoSizes = FifoSizes { queue_per_pod: 1 << 16, pending: 0 };
 
 /// The batched fleet of the bench: `kind` with its defaults (the prefix-aware router with alpha
-/// 16), steps fast-forwarded or one by one.
-fn batched_cfg(pods: usize, capacity: usize, kind: RouterKind, fast_forward: bool) -> FleetConfig {
-    let e = BatchedConfig { fast_forward, ..BatchedConfig::new(Profile::Qwen3_32bH100x2) };
+/// 16), steps fast-forwarded or one by one, the KV pool worked a run of blocks at a time or per
+/// block (the oracle; docs/MODEL.md, "Run-length KV blocks").
+fn batched_cfg(pods: usize, capacity: usize, kind: RouterKind, fast_forward: bool, block_runs: bool) -> FleetConfig {
+    let e = BatchedConfig { fast_forward, block_runs, ..BatchedConfig::new(Profile::Qwen3_32bH100x2) };
     FleetConfig { alpha: 16.0, ..FleetConfig::batched(pods, capacity, kind, e) }
 }
 
@@ -152,24 +156,36 @@ fn router_label(kind: RouterKind) -> String {
     if kind == RouterKind::PrefixAware { "prefix-aware (alpha 16)".into() } else { kind.name().into() }
 }
 
-/// Every router's batched replay, best of `repeats` with fast-forward, and once step by step
-/// (the slow path): the whole summaries must be equal.
+/// Every router's batched replay, best of `repeats` with fast-forward, interleaved with the same
+/// replay over the per-block KV pool (the oracle of the run-at-a-time pool), and once step by
+/// step (the slow path): the whole summaries must be equal.
 fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> CliResult<Vec<EngineBench>> {
     let mut out = Vec::new();
     for kind in batched_routers() {
-        let cfg = batched_cfg(pods, capacity, kind, true);
-        let mut best = f64::INFINITY;
-        let mut summary = None;
+        let cfg = batched_cfg(pods, capacity, kind, true, true);
+        let cfg_blocks = batched_cfg(pods, capacity, kind, true, false);
+        let (mut best, mut best_blocks) = (f64::INFINITY, f64::INFINITY);
+        let (mut summary, mut summary_blocks) = (None, None);
         for _ in 0..repeats.max(1) {
             let t = Instant::now();
             let r = crate::fleet::run::simulate::<Batched>(cfg, &mut LoadedSource(l), false)?;
             best = best.min(t.elapsed().as_secs_f64());
             summary = Some(r.summary);
+            let t = Instant::now();
+            let r = crate::fleet::run::simulate::<Batched>(cfg_blocks, &mut LoadedSource(l), false)?;
+            best_blocks = best_blocks.min(t.elapsed().as_secs_f64());
+            summary_blocks = Some(r.summary);
         }
         let s = summary.expect("at least one repeat");
+        if summary_blocks.as_ref() != Some(&s) {
+            return Err(CliError::failure(format!(
+                "bench batched {}: run-at-a-time and per-block KV pool summaries differ",
+                kind.name()
+            )));
+        }
         let t = Instant::now();
         let slow = crate::fleet::run::simulate::<Batched>(
-            batched_cfg(pods, capacity, kind, false),
+            batched_cfg(pods, capacity, kind, false, true),
             &mut LoadedSource(l),
             false,
         )?;
@@ -184,6 +200,7 @@ fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> Cli
         out.push(EngineBench {
             router: router_label(kind),
             seconds: best,
+            per_block_s: best_blocks,
             step_by_step_s: slow_s,
             requests_per_s: l.reqs.len() as f64 / best,
             steps: s.steps,
@@ -197,22 +214,35 @@ fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> Cli
     Ok(out)
 }
 
-/// The second vendored trace's batched replays with fast-forward and step by step, every
-/// router: the whole summaries must be equal. Returns the routers checked.
+/// The second vendored trace's batched replays with fast-forward, step by step and over the
+/// per-block KV pool, every router: the whole summaries must be equal. Returns the routers
+/// checked.
 pub fn batched_identity(trace: &Path, trace_block: u32, pods: usize, capacity: usize) -> CliResult<usize> {
     let (l, _, _) = load(trace, trace_block, 1)?;
     let mut n = 0;
     for kind in batched_routers() {
         let fast = crate::fleet::run::simulate::<Batched>(
-            batched_cfg(pods, capacity, kind, true),
+            batched_cfg(pods, capacity, kind, true, true),
             &mut LoadedSource(&l),
             false,
         )?;
         let slow = crate::fleet::run::simulate::<Batched>(
-            batched_cfg(pods, capacity, kind, false),
+            batched_cfg(pods, capacity, kind, false, true),
             &mut LoadedSource(&l),
             false,
         )?;
+        let blocks = crate::fleet::run::simulate::<Batched>(
+            batched_cfg(pods, capacity, kind, true, false),
+            &mut LoadedSource(&l),
+            false,
+        )?;
+        if fast.summary != blocks.summary {
+            return Err(CliError::failure(format!(
+                "bench batched {} on {}: run-at-a-time and per-block KV pool summaries differ",
+                kind.name(),
+                trace.display()
+            )));
+        }
         if fast.summary != slow.summary {
             return Err(CliError::failure(format!(
                 "bench batched {} on {}: fast-forward and step-by-step summaries differ",
@@ -504,16 +534,18 @@ pub fn render(r: &BenchReport) -> String {
     o += &render_replays(&r.replays);
     o += &format!(
         "\nbatched engine (profile qwen3-32b-h100x2, S 1024, M 8192), whole replay incl. buffers and summary;\n\
-         end to end = (parse {:.3} s + hash {:.3} s + replay) / (parse + hash); step by step: one run without\n\
-         fast-forward, its whole summary checked equal ({} on {}):\n",
+         end to end = (parse {:.3} s + hash {:.3} s + replay) / (parse + hash); per-block pool: the same replay\n\
+         over the per-block KV pool (the oracle), best of the same repeats interleaved; step by step: one run\n\
+         without fast-forward; both whole summaries checked equal ({} on {}):\n",
         r.parse_s, r.hash_s, r.identity_routers, r.identity_trace
     );
-    o += "router                   wall s  step-by-step s  end to end  requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
+    o += "router                   wall s  per-block s  step-by-step s  end to end  requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
     for b in &r.batched {
         o += &format!(
-            "{:<24} {:>6.3} {:>15.3} {:>10.2}x {:>11.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
+            "{:<24} {:>6.3} {:>12.3} {:>15.3} {:>10.2}x {:>11.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
             b.router,
             b.seconds,
+            b.per_block_s,
             b.step_by_step_s,
             b.end_to_end_over_read,
             b.requests_per_s,
