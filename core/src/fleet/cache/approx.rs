@@ -5,7 +5,10 @@
 //! each pod's LRU; for more, by a key -> pods mask table kept in step with the LRUs' inserts and
 //! evictions. Both give the same set: the table costs two updates per recorded miss and one
 //! lookup per key matched, asking costs one probe per pod per key matched (`fleet bench`,
-//! `fleet bench --route`; docs/MODEL.md, "The two prefix indexes").
+//! `fleet bench --route`; docs/MODEL.md, "The two prefix indexes"). For prompts keyed from
+//! trace ids (the FIFO engine's run-length replay) the LRUs can be kept as runs instead
+//! ([`ApproxIndex::use_runs`]; docs/MODEL.md, "The approximate index as runs"): the same
+//! answers, one probe per pod per group of the prompt.
 
 use heapless::Vec as HVec;
 

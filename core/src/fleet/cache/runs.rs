@@ -16,8 +16,13 @@
 //! in both representations (an LRU property that does not depend on when the evictions happen),
 //! so hits and matches are equal as long as keys do not collide (as for every result here).
 //!
-//! Not modelled here (callers use the per-block pod): in-order touches (the prefix would not be
-//! the most recent), event feeds (a global index, a stale index, a CPU tier), clearing.
+//! In-order touches (sub-block 0 first: the router's approximate index records prompts so,
+//! [`RunLru::new_in_order`]) keep the same runs with the recency reversed inside each: eviction
+//! trims the least recent run from below and a group's held set is a union of runs sorted by
+//! position, possibly with gaps (docs/MODEL.md, "The approximate index as runs").
+//!
+//! Not modelled here (callers use the per-block pod): event feeds (a global index, a stale
+//! index, a CPU tier), clearing.
 //!
 //! Layout: `runs` holds C + 1 [`Run`]s (a request's group is pushed before the cache is trimmed
 //! back to C blocks); `table` maps a group's first key to its most recent run (power of two, at
