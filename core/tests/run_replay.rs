@@ -380,3 +380,37 @@ proptest! {
         prop_assert_eq!(route.believed_match_blocks, matches[route.pod]);
     }
 }
+
+/// The router's index as runs, by hand (docs/MODEL.md, "The approximate index as runs"): one
+/// LRU of 6 blocks, ids of 4 blocks recorded in prompt order.
+#[test]
+fn in_order_runs_evict_from_below_and_leave_gaps() {
+    let mut rb = vec![Run::default(); RunLru::runs_len(6)];
+    let mut rt = vec![0u32; RunLru::table_len(6)];
+    let mut lru = RunLru::new_in_order(6, &mut rb, &mut rt).unwrap();
+    let mut k = vec![0u64; 8];
+    keys::trace_keys(&[7, 8], 8 * 16, 64, &mut k).unwrap();
+    // Id 7 whole, then the first 2 blocks of id 7 again: runs 0..2 (most recent), 2..4.
+    lru.touch_request_in_order(&k[..4], 4).unwrap();
+    lru.touch_request_in_order(&k[..2], 4).unwrap();
+    assert_eq!(lru.group_runs(k[0]).collect::<Vec<_>>(), [(0, 2), (2, 4)]);
+    // Id 7's 4 blocks and 3 of id 8 (7 > 6): 0..4 of id 7 replaces its two runs with one,
+    // then 0..3 of id 8; one block goes, the least recent: id 7's sub-block 0.
+    lru.touch_request_in_order(&k[..7], 4).unwrap();
+    assert_eq!(lru.group_runs(k[0]).collect::<Vec<_>>(), [(1, 4)]);
+    assert_eq!(lru.group_runs(k[4]).collect::<Vec<_>>(), [(0, 3)]);
+    assert_eq!(lru.len(), 6);
+    // A gap: 0..2 of id 7 again (1 of them held) puts run 0..2 first and leaves 2..4, now the
+    // least recent run (id 8's 0..3 was touched after it): one eviction takes its sub-block 2.
+    lru.touch_request_in_order(&k[..2], 4).unwrap();
+    assert_eq!(lru.group_runs(k[0]).collect::<Vec<_>>(), [(0, 2), (3, 4)]);
+    assert_eq!(lru.len(), 6);
+    // A new id 9 of 2 blocks evicts 2: id 7's last run 3..4, then id 8's sub-block 0.
+    let mut c = vec![0u64; 2];
+    keys::trace_keys(&[9], 2 * 16, 64, &mut c).unwrap();
+    lru.touch_request_in_order(&c, 4).unwrap();
+    assert_eq!(lru.group_runs(k[0]).collect::<Vec<_>>(), [(0, 2)]);
+    assert_eq!(lru.group_runs(k[4]).collect::<Vec<_>>(), [(1, 3)]);
+    assert_eq!(lru.group_runs(c[0]).collect::<Vec<_>>(), [(0, 2)]);
+    assert_eq!(lru.len(), 6);
+}
