@@ -49,6 +49,26 @@ impl Bufs {
         )
     }
 
+    /// A fleet over these buffers with the built-in router of `cfg` and its approximate index
+    /// in `router`.
+    pub fn fleet_router_buffers<'a>(&'a mut self, router: RouterBuffers<'a>) -> FifoFleet<'a> {
+        FifoFleet::with_router_buffers(
+            self.cfg,
+            FifoBuffers {
+                slots: &mut self.slots,
+                tables: &mut self.tables,
+                queues: &mut self.queues,
+                index: &mut self.index,
+                pending: &mut self.pending,
+                pending_table: &mut self.pending_table,
+                cpu_slots: &mut self.cpu_slots,
+                cpu_tables: &mut self.cpu_tables,
+            },
+            router,
+        )
+        .unwrap()
+    }
+
     pub fn fleet(&mut self) -> FifoFleet<'_> {
         FifoFleet::new(
             self.cfg,

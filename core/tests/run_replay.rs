@@ -49,7 +49,11 @@ fn replay(
     let (runs_len, tables_len) = Fleet::runs_layout(&cfg).expect("a configuration the run-length replay supports");
     let mut run_bufs = vec![Run::default(); runs_len];
     let mut run_tables = vec![0u32; tables_len];
-    let mut f = b.fleet();
+    let rl = cfg.router_layout().unwrap();
+    let mut rs = vec![Slot::default(); cfg.pods * rl.slots_per_pod];
+    let mut rt = vec![0u32; cfg.pods * rl.table_per_pod];
+    let mut ri = vec![IndexEntry::default(); rl.index];
+    let mut f = b.fleet_router_buffers(RouterBuffers { slots: &mut rs, tables: &mut rt, index: &mut ri });
     if runs {
         assert!(f.attach_runs(group_blocks, &mut run_bufs, &mut run_tables).unwrap());
     }
@@ -167,15 +171,119 @@ proptest! {
     }
 }
 
-/// The shipped routers with an approximate index, and a precise one over a global index, stay
-/// per block.
+/// The presets with a router-side approximate index (kept as runs, recorded in prompt order).
+const APPROX_PRESETS: [RouterKind; 5] = [
+    RouterKind::LlmDApproximate,
+    RouterKind::GieDefault,
+    RouterKind::LlmDAffinity,
+    RouterKind::SglangCacheAware,
+    RouterKind::VllmLoadaware,
+];
+
+/// A pipeline reading the approximate index: the prefix-cache scorer or an approximate prefix
+/// source (affinity filter, no-hit-lru), with any other scorers, picker and seed; or SGLang or
+/// vllm-loadaware with random thresholds. Every one with a random LRU size (small: evictions).
+fn approx_spec() -> impl Strategy<Value = RouterSpec> {
+    let scorer = (proptest::sample::select(ScorerKind::ALL.to_vec()), 0u32..4)
+        .prop_map(|(kind, w)| WeightedScorer { kind, weight: w as f64 });
+    let pickers = [PickerKind::MaxScore, PickerKind::MaxScoreLowestIndex, PickerKind::Random];
+    (
+        proptest::collection::vec(scorer, 0..4),
+        any::<bool>(),
+        proptest::sample::select(pickers.to_vec()),
+        any::<u64>(),
+        (0.0f64..1.0, 0u32..5, 0.0f64..2.0),
+        (0usize..4, 1u64..200, 0u32..80, 1.0f64..3.0),
+    )
+        .prop_map(|(scorers, filter, picker, seed, (affinity, no_hit, x), (policy, lru, abs, rel))| {
+            let mut spec = match policy {
+                0 => RouterSpec::preset(RouterKind::SglangCacheAware).unwrap(),
+                1 => RouterSpec::preset(RouterKind::VllmLoadaware).unwrap(),
+                _ => {
+                    let mut spec = RouterSpec::preset(RouterKind::LlmDApproximate).unwrap();
+                    spec.scorers = [None; MAX_SCORERS];
+                    spec.scorers[0] = Some(WeightedScorer { kind: ScorerKind::PrefixCache, weight: x });
+                    for (slot, s) in spec.scorers.iter_mut().skip(1).zip(scorers) {
+                        *slot = Some(s);
+                    }
+                    spec.filters = [filter.then_some(FilterKind::PrefixCacheAffinity), None];
+                    spec.picker = picker;
+                    spec.params.prefix_source =
+                        if policy == 3 { PrefixSource::Approximate } else { PrefixSource::Auto };
+                    spec.params.affinity_threshold = affinity;
+                    spec.params.no_hit_lru_size = no_hit.max(1);
+                    spec.params.max_ttft_penalty_ms = x * 100.0;
+                    spec
+                }
+            };
+            spec.params.approx_lru_blocks = lru;
+            spec.params.cache_threshold = x / 2.0;
+            spec.params.balance_abs_threshold = abs;
+            spec.params.balance_rel_threshold = rel;
+            spec.params.vllm_beta = x;
+            spec.params.seed = seed;
+            spec
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+    /// The presets with an approximate index: the pods and the router's index as runs, against
+    /// both per block; up to 12 pods (above 8 the per-block index keeps a key -> pods table).
+    #[test]
+    fn approximate_presets_runs_equal_blocks(
+        (group, reqs) in (0usize..4).prop_flat_map(|g| (Just([1u32, 2, 4, 32][g]), trace([1u32, 2, 4, 32][g]))),
+        pods in 1usize..13,
+        capacity in 1usize..300,
+        router in 0usize..APPROX_PRESETS.len(),
+        lru in prop_oneof![Just(0u64), 1u64..300],
+    ) {
+        let spec = with_lru(RouterSpec::preset(APPROX_PRESETS[router]).unwrap(), lru);
+        let cfg = with(FleetConfig { routing: Some(spec), ..FleetConfig::new(pods, capacity, APPROX_PRESETS[router]) }, |c| {
+            fifo(c).t_decode_ns = 7
+        });
+        prop_assert!(Fleet::runs_layout(&cfg).is_some());
+        let blocks = replay(cfg, group, &reqs, false);
+        let runs = replay(cfg, group, &reqs, true);
+        prop_assert_eq!(blocks, runs);
+    }
+
+    /// Random pipelines over the approximate index (with the precise one too when a precise
+    /// scorer is drawn), SGLang and vllm-loadaware with random thresholds, random LRU sizes.
+    #[test]
+    fn approximate_pipelines_runs_equal_blocks(
+        (group, reqs) in (0usize..4).prop_flat_map(|g| (Just([1u32, 2, 4, 32][g]), trace([1u32, 2, 4, 32][g]))),
+        pods in 1usize..13,
+        capacity in 1usize..300,
+        spec in approx_spec(),
+    ) {
+        let cfg = with(FleetConfig { routing: Some(spec), ..FleetConfig::new(pods, capacity, RouterKind::Custom) }, |c| {
+            fifo(c).t_decode_ns = 7
+        });
+        prop_assume!(cfg.validate().is_ok());
+        prop_assert!(spec.needs_approx());
+        prop_assert!(Fleet::runs_layout(&cfg).is_some());
+        let blocks = replay(cfg, group, &reqs, false);
+        let runs = replay(cfg, group, &reqs, true);
+        prop_assert_eq!(blocks, runs);
+    }
+}
+
+fn with_lru(mut spec: RouterSpec, lru: u64) -> RouterSpec {
+    spec.params.approx_lru_blocks = lru;
+    spec
+}
+
+/// Every preset replays per run under the FIFO engine (the approximate index as runs too); a
+/// precise one over a global index stays per block.
 #[test]
-fn approximate_routers_stay_per_block() {
+fn every_preset_runs_but_a_global_index_stays_per_block() {
     for kind in RouterKind::PRESETS {
         let cfg = FleetConfig::new(2, 64, kind);
         let approx = RouterSpec::preset(kind).unwrap().needs_approx();
-        assert_eq!(Fleet::runs_layout(&cfg).is_none(), approx, "{kind}");
+        assert!(Fleet::runs_layout(&cfg).is_some(), "{kind}");
         assert_eq!(RUN_PRESETS.contains(&kind), !approx, "{kind}");
+        assert_eq!(APPROX_PRESETS.contains(&kind), approx, "{kind}");
     }
     for kind in [RouterKind::LlmDPrecise, RouterKind::DynamoKv] {
         let cfg = with(FleetConfig::new(2, 64, kind), |c| view(c).index = IndexKind::Global);
@@ -271,4 +379,38 @@ proptest! {
         prop_assert_eq!(route.pod, choose_f64(alpha as f64, &matches, &queues));
         prop_assert_eq!(route.believed_match_blocks, matches[route.pod]);
     }
+}
+
+/// The router's index as runs, by hand (docs/MODEL.md, "The approximate index as runs"): one
+/// LRU of 6 blocks, ids of 4 blocks recorded in prompt order.
+#[test]
+fn in_order_runs_evict_from_below_and_leave_gaps() {
+    let mut rb = vec![Run::default(); RunLru::runs_len(6)];
+    let mut rt = vec![0u32; RunLru::table_len(6)];
+    let mut lru = RunLru::new_in_order(6, &mut rb, &mut rt).unwrap();
+    let mut k = vec![0u64; 8];
+    keys::trace_keys(&[7, 8], 8 * 16, 64, &mut k).unwrap();
+    // Id 7 whole, then the first 2 blocks of id 7 again: runs 0..2 (most recent), 2..4.
+    lru.touch_request_in_order(&k[..4], 4).unwrap();
+    lru.touch_request_in_order(&k[..2], 4).unwrap();
+    assert_eq!(lru.group_runs(k[0]).collect::<Vec<_>>(), [(0, 2), (2, 4)]);
+    // Id 7's 4 blocks and 3 of id 8 (7 > 6): 0..4 of id 7 replaces its two runs with one,
+    // then 0..3 of id 8; one block goes, the least recent: id 7's sub-block 0.
+    lru.touch_request_in_order(&k[..7], 4).unwrap();
+    assert_eq!(lru.group_runs(k[0]).collect::<Vec<_>>(), [(1, 4)]);
+    assert_eq!(lru.group_runs(k[4]).collect::<Vec<_>>(), [(0, 3)]);
+    assert_eq!(lru.len(), 6);
+    // A gap: 0..2 of id 7 again (1 of them held) puts run 0..2 first and leaves 2..4, now the
+    // least recent run (id 8's 0..3 was touched after it): one eviction takes its sub-block 2.
+    lru.touch_request_in_order(&k[..2], 4).unwrap();
+    assert_eq!(lru.group_runs(k[0]).collect::<Vec<_>>(), [(0, 2), (3, 4)]);
+    assert_eq!(lru.len(), 6);
+    // A new id 9 of 2 blocks evicts 2: id 7's last run 3..4, then id 8's sub-block 0.
+    let mut c = vec![0u64; 2];
+    keys::trace_keys(&[9], 2 * 16, 64, &mut c).unwrap();
+    lru.touch_request_in_order(&c, 4).unwrap();
+    assert_eq!(lru.group_runs(k[0]).collect::<Vec<_>>(), [(0, 2)]);
+    assert_eq!(lru.group_runs(k[4]).collect::<Vec<_>>(), [(1, 3)]);
+    assert_eq!(lru.group_runs(c[0]).collect::<Vec<_>>(), [(0, 2)]);
+    assert_eq!(lru.len(), 6);
 }

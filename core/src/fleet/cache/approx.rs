@@ -5,14 +5,19 @@
 //! each pod's LRU; for more, by a key -> pods mask table kept in step with the LRUs' inserts and
 //! evictions. Both give the same set: the table costs two updates per recorded miss and one
 //! lookup per key matched, asking costs one probe per pod per key matched (`fleet bench`,
-//! `fleet bench --route`; docs/MODEL.md, "The two prefix indexes").
+//! `fleet bench --route`; docs/MODEL.md, "The two prefix indexes"). For prompts keyed from
+//! trace ids (the FIFO engine's run-length replay) the LRUs can be kept as runs instead
+//! ([`ApproxIndex::use_runs`]; docs/MODEL.md, "The approximate index as runs"): the same
+//! answers, one probe per pod per group of the prompt.
 
 use heapless::Vec as HVec;
 
 use super::CacheEvents;
 use super::index::{BlockIndex, IndexEntry};
 use super::lru::{LruPod, Slot};
+use super::runs::{NO_RUN, Run, RunLru};
 use crate::fleet::base::error::{Buffer, Error, Field};
+use crate::fleet::base::limits::MAX_POD_BLOCKS;
 use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::base::mask::PodSet;
 
@@ -29,6 +34,10 @@ pub const PROBE_MAX_PODS: usize = 8;
 pub struct ApproxIndex<'a> {
     pods: HVec<LruPod<'a>, MAX_PODS>,
     index: Option<BlockIndex<'a>>,
+    /// In run-length mode ([`Self::use_runs`]), the same LRUs kept as runs of trace ids of
+    /// `group` blocks each (then `pods` and `index` stay unused).
+    runs: HVec<RunLru<'a>, MAX_PODS>,
+    group: usize,
 }
 
 /// Keeps the key -> pods table in step with one pod's LRU.
@@ -86,7 +95,60 @@ impl<'a> ApproxIndex<'a> {
         for (s, t) in slots.chunks_exact_mut(lru).zip(tables.chunks_exact_mut(table)) {
             lrus.push(LruPod::new(s, t)?).map_err(|_| wrong(Buffer::RouterSlots, MAX_PODS, pods))?;
         }
-        Ok(ApproxIndex { pods: lrus, index })
+        Ok(ApproxIndex { pods: lrus, index, runs: HVec::new(), group: 0 })
+    }
+
+    /// Run buffer lengths (`runs`, `tables`) of [`Self::use_runs`] for `pods` LRUs of
+    /// `lru_blocks` keys each (None when they do not fit).
+    pub const fn runs_layout(pods: usize, lru_blocks: usize) -> Option<(usize, usize)> {
+        let (r, t) = (RunLru::runs_len(lru_blocks), RunLru::table_len(lru_blocks));
+        if lru_blocks == 0 || lru_blocks >= MAX_POD_BLOCKS || t == 0 {
+            return None;
+        }
+        match (pods.checked_mul(r), pods.checked_mul(t)) {
+            (Some(r), Some(t)) => Some((r, t)),
+            _ => None,
+        }
+    }
+
+    /// Switches to the run-length index for prompts keyed from trace ids of `group` blocks each
+    /// (block j is sub-block j mod `group` of id j div `group`), before anything is recorded:
+    /// the same LRUs, with the same answers (docs/MODEL.md, "The approximate index as runs"),
+    /// work per run of blocks. `runs` and `tables` as [`Self::runs_layout`] says. Afterwards
+    /// only the prompt-level queries ([`Self::greedy_matches`], [`Self::leading_matches`],
+    /// [`Self::held_blocks`], [`Self::record`]) answer; the per-key [`Self::holders`] and
+    /// [`Self::mask`] read the per-block LRUs, which stay empty.
+    pub fn use_runs(&mut self, group: usize, runs: &'a mut [Run], tables: &'a mut [u32]) -> Result<(), Error> {
+        let pods = self.pods.len();
+        let lru = self.pods.first().map_or(0, LruPod::capacity);
+        let wrong = |buffer, expected, got| Error::BufferSize { buffer, expected, got };
+        let Some((runs_len, tables_len)) = Self::runs_layout(pods, lru) else {
+            return Err(wrong(Buffer::Runs, 0, runs.len()));
+        };
+        if runs.len() != runs_len {
+            return Err(wrong(Buffer::Runs, runs_len, runs.len()));
+        }
+        if tables.len() != tables_len {
+            return Err(wrong(Buffer::RunTables, tables_len, tables.len()));
+        }
+        if group == 0 || self.pods.iter().any(|p| !p.is_empty()) {
+            return Err(Error::InvalidConfig {
+                field: Field::TraceBlockSize,
+                expected: "at least 1 block per trace id, attached before the first request",
+            });
+        }
+        let mut lrus = HVec::new();
+        for (r, t) in runs.chunks_exact_mut(runs_len / pods).zip(tables.chunks_exact_mut(tables_len / pods)) {
+            lrus.push(RunLru::new_in_order(lru, r, t)?).map_err(|_| wrong(Buffer::Runs, MAX_PODS, pods))?;
+        }
+        self.runs = lrus;
+        self.group = group;
+        Ok(())
+    }
+
+    /// Whether the index is kept as runs ([`Self::use_runs`]).
+    pub fn is_runs(&self) -> bool {
+        !self.runs.is_empty()
     }
 
     /// Pods 0..64 that the router believes hold `key`.
@@ -110,6 +172,9 @@ impl<'a> ApproxIndex<'a> {
 
     /// Keys recorded for pod `p` (its LRU's length; SGLang's tenant size, in blocks).
     pub fn held_blocks(&self, p: usize) -> usize {
+        if self.is_runs() {
+            return self.runs.get(p).map_or(0, RunLru::len);
+        }
         self.pods.get(p).map_or(0, LruPod::len)
     }
 
@@ -120,6 +185,9 @@ impl<'a> ApproxIndex<'a> {
             .pods
             .get_mut(pod)
             .ok_or(Error::InvalidConfig { field: Field::Router, expected: "a pod index below the number of pods" })?;
+        if let Some(runs) = self.runs.get_mut(pod) {
+            return runs.touch_request_in_order(keys, self.group);
+        }
         let Some(index) = self.index.as_mut() else {
             for &k in keys {
                 lru.touch(k, &mut ());
@@ -145,6 +213,9 @@ impl<'a> ApproxIndex<'a> {
         out: &mut [u32; P],
     ) {
         candidates.for_each(|p| out[p] = 0);
+        if self.is_runs() {
+            return self.greedy_runs(keys, candidates, out);
+        }
         // Runs of keys with the same holder set are counted once per run (prompts sent to the
         // same pods share long runs): the cost is one lookup (or a probe per
         // candidate) per key plus one pass per run.
@@ -171,6 +242,9 @@ impl<'a> ApproxIndex<'a> {
         out: &mut [u32; P],
     ) {
         candidates.for_each(|p| out[p] = keys.len() as u32);
+        if self.is_runs() {
+            return self.leading_runs(keys, candidates, out);
+        }
         let mut alive = candidates;
         for (j, &key) in keys.iter().enumerate() {
             let b = self.holders(key, alive);
@@ -178,6 +252,99 @@ impl<'a> ApproxIndex<'a> {
             alive = b;
             if alive.is_empty() {
                 break;
+            }
+        }
+    }
+
+    /// [`Self::greedy_matches`] from the runs, a group at a time: the walk's stop in a group of
+    /// t sub-blocks is the lowest sub-block below t that no candidate's runs cover (the runs of
+    /// a group are sorted by position, so one cursor per pod sweeps them once); each candidate
+    /// counts its held sub-blocks below the stop. `out` is zeroed by the caller.
+    fn greedy_runs<const W: usize, const P: usize>(&self, keys: &[u64], candidates: PodSet<W>, out: &mut [u32; P]) {
+        let cand = candidates.and(PodSet::first(self.runs.len()));
+        let mut head = [NO_RUN; P];
+        for chunk in keys.chunks(self.group) {
+            let t = chunk.len() as u32;
+            let mut any = false;
+            cand.for_each(|p| {
+                head[p] = self.runs[p].group_head(chunk[0]);
+                any |= head[p] != NO_RUN;
+            });
+            if !any {
+                return;
+            }
+            // The covered prefix 0..c of the group, extended while some candidate's run
+            // contains c.
+            let mut cur = head;
+            let mut c = 0u32;
+            while c < t {
+                let mut ext = c;
+                cand.for_each(|p| {
+                    let lru = &self.runs[p];
+                    while cur[p] != NO_RUN {
+                        let (lo, hi, older) = lru.next_run(cur[p]);
+                        if hi <= c {
+                            cur[p] = older;
+                            continue;
+                        }
+                        if lo <= c {
+                            ext = ext.max(hi);
+                        }
+                        break;
+                    }
+                });
+                if ext == c {
+                    break;
+                }
+                c = ext;
+            }
+            let stop = c.min(t);
+            cand.for_each(|p| {
+                let lru = &self.runs[p];
+                let mut r = head[p];
+                while r != NO_RUN {
+                    let (lo, hi, older) = lru.next_run(r);
+                    if lo >= stop {
+                        break;
+                    }
+                    out[p] += hi.min(stop) - lo;
+                    r = older;
+                }
+            });
+            if stop < t {
+                return;
+            }
+        }
+    }
+
+    /// [`Self::leading_matches`] from the runs: per group, each live candidate's runs from
+    /// sub-block 0 while they are contiguous. `out` holds the prompt length for every candidate.
+    fn leading_runs<const W: usize, const P: usize>(&self, keys: &[u64], candidates: PodSet<W>, out: &mut [u32; P]) {
+        let mut alive = candidates.and(PodSet::first(self.runs.len()));
+        candidates.and_not(alive).for_each(|p| out[p] = 0);
+        for (g, chunk) in keys.chunks(self.group).enumerate() {
+            let t = chunk.len() as u32;
+            let base = (g * self.group) as u32;
+            let mut next = alive;
+            alive.for_each(|p| {
+                let lru = &self.runs[p];
+                let (mut r, mut c) = (lru.group_head(chunk[0]), 0u32);
+                while r != NO_RUN && c < t {
+                    let (lo, hi, older) = lru.next_run(r);
+                    if lo > c {
+                        break;
+                    }
+                    c = hi;
+                    r = older;
+                }
+                if c < t {
+                    out[p] = base + c;
+                    next.remove(p);
+                }
+            });
+            alive = next;
+            if alive.is_empty() {
+                return;
             }
         }
     }

@@ -16,8 +16,13 @@
 //! in both representations (an LRU property that does not depend on when the evictions happen),
 //! so hits and matches are equal as long as keys do not collide (as for every result here).
 //!
-//! Not modelled here (callers use the per-block pod): in-order touches (the prefix would not be
-//! the most recent), event feeds (a global index, a stale index, a CPU tier), clearing.
+//! In-order touches (sub-block 0 first: the router's approximate index records prompts so,
+//! [`RunLru::new_in_order`]) keep the same runs with the recency reversed inside each: eviction
+//! trims the least recent run from below and a group's held set is a union of runs sorted by
+//! position, possibly with gaps (docs/MODEL.md, "The approximate index as runs").
+//!
+//! Not modelled here (callers use the per-block pod): event feeds (a global index, a stale
+//! index, a CPU tier), clearing.
 //!
 //! Layout: `runs` holds C + 1 [`Run`]s (a request's group is pushed before the cache is trimmed
 //! back to C blocks); `table` maps a group's first key to its most recent run (power of two, at
@@ -29,6 +34,9 @@ use crate::fleet::base::limits::MAX_POD_BLOCKS;
 
 /// "No run" in the links.
 const NIL: u32 = u32::MAX;
+
+/// "No run": what [`RunLru::group_head`] and [`RunLru::next_run`] return past a group's runs.
+pub const NO_RUN: u32 = NIL;
 
 /// A run of consecutive sub-blocks `lo..hi` of one group, with consecutive recency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +74,9 @@ pub struct RunLru<'a> {
     free: u32,
     /// Runs never used yet start here.
     fresh: u32,
+    /// Touches in prompt order (sub-block 0 first): a run's least recent block is its lowest,
+    /// so eviction trims runs from below (see [`Self::new_in_order`]).
+    in_order: bool,
 }
 
 struct GroupTable<'t> {
@@ -125,7 +136,30 @@ impl<'a> RunLru<'a> {
         }
         table.fill(0);
         let shift = table::shift_for(table.len());
-        Ok(RunLru { runs, table, shift, capacity: capacity as u32, len: 0, mru: NIL, lru: NIL, free: NIL, fresh: 0 })
+        Ok(RunLru {
+            runs,
+            table,
+            shift,
+            capacity: capacity as u32,
+            len: 0,
+            mru: NIL,
+            lru: NIL,
+            free: NIL,
+            fresh: 0,
+            in_order: false,
+        })
+    }
+
+    /// An empty cache as [`Self::new`] whose groups are touched in prompt order (sub-block 0
+    /// first, t-1 last: the router's approximate index records a routed prompt so). Then a
+    /// run `lo..hi` has *increasing* recency along its sub-blocks, eviction trims the least
+    /// recent run from its low end, and a group's held set is a union of runs sorted by
+    /// position, the lowest the most recent, possibly with gaps (docs/MODEL.md, "Run-length
+    /// replay", "The approximate index as runs"); read it with [`Self::group_runs`].
+    pub fn new_in_order(capacity: usize, runs: &'a mut [Run], table: &'a mut [u32]) -> Result<Self, Error> {
+        let mut lru = Self::new(capacity, runs, table)?;
+        lru.in_order = true;
+        Ok(lru)
     }
 
     /// Blocks held now.
@@ -156,9 +190,11 @@ impl<'a> RunLru<'a> {
         }
     }
 
-    /// Sub-blocks `0..n` of the group whose first key is `key` are held: returns n.
+    /// Sub-blocks `0..n` of the group whose first key is `key` are held: returns n (tail-first
+    /// touches only, where a group's held set is a prefix).
     #[inline]
     pub fn held(&self, key: u64) -> u32 {
+        debug_assert!(!self.in_order, "an in-order cache's groups are read with group_runs");
         match self.probe(key) {
             Ok((_, mut r)) => loop {
                 let run = &self.runs[r as usize];
@@ -239,18 +275,21 @@ impl<'a> RunLru<'a> {
         let (pos, rest, held) = match self.probe(key) {
             Ok((pos, head)) => {
                 // Runs below t are touched again: they leave; one straddling t keeps its top.
+                // `held` counts the group's held blocks below t (a group's runs are sorted by
+                // position, the lowest first, in both orders).
                 let mut r = head;
-                let mut held;
+                let mut held = 0;
                 let rest = loop {
                     let run = self.runs[r as usize];
-                    held = run.hi;
                     if run.lo >= t {
                         break r;
                     }
                     if run.hi > t {
+                        held += t - run.lo;
                         self.runs[r as usize].lo = t;
                         break r;
                     }
+                    held += run.hi - run.lo;
                     self.unlink(r);
                     self.release(r);
                     if run.older == NIL {
@@ -269,7 +308,7 @@ impl<'a> RunLru<'a> {
             Ok(pos) => self.table[pos] = new + 1,
             Err(empty) => self.table[empty] = new + 1,
         }
-        self.len += t.saturating_sub(held);
+        self.len += t - held;
         self.trim()
     }
 
@@ -285,6 +324,48 @@ impl<'a> RunLru<'a> {
         Ok(())
     }
 
+    /// Touches a whole request's blocks in prompt order (an in-order cache,
+    /// [`Self::new_in_order`]): group by group from the first, each group's sub-blocks
+    /// `0..t` in order. An error is a broken invariant, as for [`Self::touch_group`].
+    pub fn touch_request_in_order(&mut self, keys: &[u64], group: usize) -> Result<(), Error> {
+        debug_assert!(group > 0 && self.in_order);
+        for chunk in keys.chunks(group) {
+            self.touch_group(chunk[0], chunk.len() as u32)?;
+        }
+        Ok(())
+    }
+
+    /// The most recent run of the group whose first key is `key` (NIL when none is held): the
+    /// first of [`Self::next_run`]'s walk.
+    #[inline]
+    pub fn group_head(&self, key: u64) -> u32 {
+        match self.probe(key) {
+            Ok((_, r)) => r,
+            Err(_) => NIL,
+        }
+    }
+
+    /// The sub-blocks `lo..hi` of run `r` (not NIL) and the same group's next run by position
+    /// (higher sub-blocks; NIL after its last).
+    #[inline]
+    pub fn next_run(&self, r: u32) -> (u32, u32, u32) {
+        let run = &self.runs[r as usize];
+        (run.lo, run.hi, run.older)
+    }
+
+    /// A group's held runs `(lo, hi)` by position, the lowest first.
+    pub fn group_runs(&self, key: u64) -> impl Iterator<Item = (u32, u32)> + '_ {
+        let mut r = self.group_head(key);
+        core::iter::from_fn(move || {
+            if r == NIL {
+                return None;
+            }
+            let (lo, hi, older) = self.next_run(r);
+            r = older;
+            Some((lo, hi))
+        })
+    }
+
     /// Evicts least recent blocks until at most `capacity` are held.
     fn trim(&mut self) -> Result<(), Error> {
         while self.len > self.capacity {
@@ -293,7 +374,11 @@ impl<'a> RunLru<'a> {
             let take = (self.len - self.capacity).min(run.hi - run.lo);
             self.len -= take;
             if take < run.hi - run.lo {
-                self.runs[r as usize].hi -= take;
+                // Tail-first, a run's least recent block is its highest; in order, its lowest.
+                match self.in_order {
+                    false => self.runs[r as usize].hi -= take,
+                    true => self.runs[r as usize].lo += take,
+                }
                 continue;
             }
             // The run empties; it is its group's last (least recent) run.

@@ -9,11 +9,12 @@ use super::rng::{SplitMix64, pick_uniform};
 use super::scorers::{Inputs, PodLru, affinity_filter, max_set, no_hit_lru, score};
 use super::spec::{FilterKind, PickerKind, Policy, PrefixSource, RouterBuffers, RouterSpec, ScorerKind};
 use super::{Route, RouteView, Router};
-use crate::fleet::base::error::Error;
+use crate::fleet::base::error::{Buffer, Error};
 use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::base::load::PodLoad;
 use crate::fleet::base::mask::{POD_WORDS, PodSet, width_words};
 use crate::fleet::cache::approx::ApproxIndex;
+use crate::fleet::cache::runs::Run;
 
 /// What a pipeline computed before its pick ([`ShippedRouter::evaluate`]), for a fleet of up
 /// to `P` = 64 `W` pods (the defaults: [`MAX_PODS`]).
@@ -71,6 +72,18 @@ impl<'a> ShippedRouter<'a> {
     /// Whether the fleet must keep the exact index.
     pub fn needs_index(&self) -> bool {
         self.spec.needs_index()
+    }
+
+    /// Keeps the approximate index as runs of trace ids of `group` blocks
+    /// ([`ApproxIndex::use_runs`]: the same answers), before the first request; `runs` and
+    /// `tables` as [`ApproxIndex::runs_layout`] says. A router without one takes no buffers
+    /// (both empty) and is unchanged.
+    pub fn use_runs(&mut self, group: usize, runs: &'a mut [Run], tables: &'a mut [u32]) -> Result<(), Error> {
+        match self.approx.as_mut() {
+            Some(a) => a.use_runs(group, runs, tables),
+            None if runs.is_empty() && tables.is_empty() => Ok(()),
+            None => Err(Error::BufferSize { buffer: Buffer::Runs, expected: 0, got: runs.len() + tables.len() }),
+        }
     }
 
     /// Load signals are read by every policy but a pure-prefix pipeline; asking is cheap.

@@ -9,6 +9,7 @@ use super::{Fleet, FleetEngine, FleetTotals};
 use crate::fleet::base::carve::chunks;
 use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::BLOCK_TOKENS;
+use crate::fleet::cache::approx::ApproxIndex;
 use crate::fleet::cache::index::{IndexEntry, PendingEntry, PendingRecord};
 use crate::fleet::cache::lru::{LruPod, Slot};
 use crate::fleet::cache::runs::{Run, RunLru};
@@ -196,9 +197,28 @@ impl<'a, R: Router> Fleet<'a, FifoEngine<'a>, R> {
 impl<'a> Fleet<'a, FifoEngine<'a>, AnyRouter<'a>> {
     /// Buffer lengths of the run-length replay (`runs`, `tables`) for `cfg`, or None when the
     /// configuration needs the per-block replay: a CPU tier, a stale or global index, a shared
-    /// cache, autoscaling, in-order touches, or a router that keeps its own approximate index
-    /// (docs/MODEL.md, "Run-length replay").
+    /// cache, autoscaling or in-order touches (docs/MODEL.md, "Run-length replay"). With a
+    /// router-side approximate index the buffers hold the pods' runs, then the index's
+    /// ([`ApproxIndex::runs_layout`]).
     pub fn runs_layout(cfg: &FleetConfig) -> Option<(usize, usize)> {
+        let (runs, tables) = Self::pod_runs_layout(cfg)?;
+        let (router_runs, router_tables) = Self::approx_runs_layout(cfg)?;
+        Some((runs.checked_add(router_runs)?, tables.checked_add(router_tables)?))
+    }
+
+    /// The approximate index's share of [`Self::runs_layout`]: (0, 0) for a router without one.
+    fn approx_runs_layout(cfg: &FleetConfig) -> Option<(usize, usize)> {
+        match cfg.router_spec() {
+            Some(spec) if spec.needs_approx() => {
+                let l = spec.layout(cfg.pods, cfg.capacity_blocks).ok()?;
+                ApproxIndex::runs_layout(cfg.pods, l.slots_per_pod)
+            }
+            _ => Some((0, 0)),
+        }
+    }
+
+    /// The pods' share of [`Self::runs_layout`].
+    fn pod_runs_layout(cfg: &FleetConfig) -> Option<(usize, usize)> {
         let EngineConfig::Fifo { engine: f, view, scale } = cfg.engine else { return None };
         let per_block_only = f.cpu_capacity_blocks > 0
             || view.is_stale()
@@ -212,44 +232,60 @@ impl<'a> Fleet<'a, FifoEngine<'a>, AnyRouter<'a>> {
         })
     }
 
-    /// Whether `cfg`'s router decides from what the run-length pods can answer: the seed's three;
-    /// a shipped router (preset or pipeline) that keeps no approximate index, i.e. reads the
+    /// Whether `cfg`'s router decides from what the run-length pods and its own state can
+    /// answer: the seed's three; every shipped router (preset or pipeline), which reads the
     /// exact per-pod match (precise scorers, Dynamo: the longest held prefix per pod, which the
-    /// runs give per run), the FIFO load signals (which do not read the cache) and its seeded
-    /// RNG. The approximate index records a routed prompt in order (its leading blocks least
-    /// recent), which the runs do not model: those routers replay per block.
+    /// runs give per run), the FIFO load signals (which do not read the cache), its seeded RNG
+    /// and its approximate index, kept as runs too (the index records a routed prompt in order,
+    /// [`RunLru::new_in_order`]; docs/MODEL.md, "The approximate index as runs").
     pub fn router_runs(cfg: &FleetConfig) -> bool {
-        match cfg.router_spec() {
-            None => cfg.router.is_seed(),
-            Some(spec) => !spec.needs_approx(),
-        }
+        cfg.router.is_seed() || cfg.router_spec().is_some()
     }
 
     /// Switches to the run-length replay for requests whose keys come from trace ids of
     /// `group_blocks` 16-token blocks each (block j is sub-block j mod R of id j div R), before
     /// the first dispatch. Results are identical to the per-block replay (docs/MODEL.md,
     /// "Run-length replay"; the property tests compare them); the work is per run of blocks.
-    /// Returns false, changing nothing, when [`Self::runs_layout`] is None or the router keeps an
-    /// approximate index; the buffers must have the lengths it gives. Afterwards
-    /// [`Self::pod_cache`] is None: the pods' blocks are in runs.
+    /// Returns false, changing nothing, when [`Self::runs_layout`] is None; the buffers must have
+    /// the lengths it gives. Afterwards [`Self::pod_cache`] is None: the pods' blocks are in
+    /// runs, and so is the router's approximate index if it keeps one.
     pub fn attach_runs(
         &mut self,
         group_blocks: u32,
         runs: &'a mut [Run],
         tables: &'a mut [u32],
     ) -> Result<bool, Error> {
-        let Some((runs_len, tables_len)) = Self::runs_layout(&self.cfg) else { return Ok(false) };
-        // A router-side approximate index is fed per block (see [`Self::router_runs`]).
-        if let AnyRouter::Shipped(r) = &self.router
-            && r.approx().is_some()
-        {
+        let (Some((runs_len, tables_len)), Some((router_runs, router_tables))) =
+            (Self::pod_runs_layout(&self.cfg), Self::approx_runs_layout(&self.cfg))
+        else {
             return Ok(false);
+        };
+        let whole = |a: usize, b: usize| a.saturating_add(b);
+        if runs.len() != whole(runs_len, router_runs) {
+            return Err(Error::BufferSize {
+                buffer: Buffer::Runs,
+                expected: whole(runs_len, router_runs),
+                got: runs.len(),
+            });
+        }
+        if tables.len() != whole(tables_len, router_tables) {
+            return Err(Error::BufferSize {
+                buffer: Buffer::RunTables,
+                expected: whole(tables_len, router_tables),
+                got: tables.len(),
+            });
         }
         if group_blocks == 0 || self.next_request > 0 {
             return Err(Error::InvalidConfig {
                 field: Field::TraceBlockSize,
                 expected: "at least 1 block per trace id, attached before the first request",
             });
+        }
+        let (runs, approx_runs) = runs.split_at_mut(runs_len);
+        let (tables, approx_tables) = tables.split_at_mut(tables_len);
+        // The router's index first: it is the one that can refuse (no approximate index: no-op).
+        if let AnyRouter::Shipped(r) = &mut self.router {
+            r.use_runs(group_blocks as usize, approx_runs, approx_tables)?;
         }
         let pods = self.cfg.pods;
         let mut runs_each = chunks(runs, pods, runs_len / pods, Buffer::Runs)?;

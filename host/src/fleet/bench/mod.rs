@@ -980,8 +980,8 @@ fn replay_bench(
     })
 }
 
-/// The shipped presets the run-length replay serves (those without an approximate index,
-/// [`brokerlab_core::fleet::FifoFleet::runs_layout`]) with their defaults, as `fleet replay
+/// The shipped presets the run-length replay serves (all of them since the approximate index
+/// is kept as runs too, [`brokerlab_core::fleet::FifoFleet::runs_layout`]) with their defaults, as `fleet replay
 /// --router NAME` runs them: run-length and per block, interleaved, the whole summary checked
 /// equal. The Python model implements the seed's routers only.
 fn preset_replays(
