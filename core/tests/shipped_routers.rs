@@ -122,6 +122,38 @@ fn approximate_lru_forgets_the_leading_blocks_first() {
 }
 
 #[test]
+fn approximate_max_blocks_truncates_what_is_matched_and_recorded() {
+    // GIE v0.5.1 `hashPrompt`: the prompt is cut to maxPrefixBlocksToMatch blocks before hashing,
+    // so the score is matchLen / (the kept blocks) and only the kept blocks are recorded.
+    let held = Held(vec![vec![]; 2]);
+    let q = [0; 2];
+    let l = waiting(&q);
+    let mut spec = single(ScorerKind::PrefixCache);
+    spec.params.approx_max_blocks = 2;
+    let mut r = router(spec, 2, 100);
+    r.routed(0, &[11, 12, 13], 0).unwrap();
+    // Only 11 and 12 were recorded.
+    assert_eq!(r.approx().unwrap().held_blocks(0), 2);
+    // Two requests that differ after their second block look alike: 2 / 2 on pod 0.
+    assert_eq!(totals(&r, &view(&held, &q, &l), &[11, 12, 99], 2), [1.0, 0.0]);
+    assert_eq!(totals(&r, &view(&held, &q, &l), &K, 2), [1.0, 0.0]);
+    // Without the cap the same state scores 2 / 3 and 3 / 4.
+    let mut all = router(single(ScorerKind::PrefixCache), 2, 100);
+    all.routed(0, &[11, 12, 13], 0).unwrap();
+    assert_eq!(all.approx().unwrap().held_blocks(0), 3);
+    assert_eq!(totals(&all, &view(&held, &q, &l), &[11, 12, 99], 2), [2.0 / 3.0, 0.0]);
+    assert_eq!(totals(&all, &view(&held, &q, &l), &K, 2), [0.75, 0.0]);
+    // A cap above the prompt's length keeps every key; the cap is read only with an approximate index.
+    let mut long = single(ScorerKind::PrefixCache);
+    long.params.approx_max_blocks = 10;
+    let mut r10 = router(long, 2, 100);
+    r10.routed(0, &[11, 12, 13], 0).unwrap();
+    assert_eq!(totals(&r10, &view(&held, &q, &l), &K, 2), [0.75, 0.0]);
+    assert!(long.reads(RouterKey::ApproxMaxBlocks));
+    assert!(!single(ScorerKind::PrecisePrefixCache).reads(RouterKey::ApproxMaxBlocks));
+}
+
+#[test]
 fn queue_scorer_is_min_max_over_waiting() {
     let held = Held(vec![vec![]; 4]);
     let q = [0; 4];
@@ -616,12 +648,12 @@ fn each_router_reads_only_its_keys() {
     assert_eq!(reads(RouterKind::DynamoKv), [Seed, OverlapScoreWeight, RouterTemperature]);
     assert_eq!(
         reads(RouterKind::SglangCacheAware),
-        [Seed, ApproxLruBlocks, CacheThreshold, BalanceAbsThreshold, BalanceRelThreshold]
+        [Seed, ApproxLruBlocks, ApproxMaxBlocks, CacheThreshold, BalanceAbsThreshold, BalanceRelThreshold]
     );
-    assert_eq!(reads(RouterKind::VllmLoadaware), [ApproxLruBlocks, VllmBeta]);
+    assert_eq!(reads(RouterKind::VllmLoadaware), [ApproxLruBlocks, ApproxMaxBlocks, VllmBeta]);
     // pipelines: filters, scorers, picker, and the parameters of the parts present
     assert_eq!(reads(RouterKind::LlmDPrecise), [Filters, Scorers, Picker, Seed]);
-    assert_eq!(reads(RouterKind::LlmDApproximate), [Filters, Scorers, Picker, Seed, ApproxLruBlocks]);
+    assert_eq!(reads(RouterKind::LlmDApproximate), [Filters, Scorers, Picker, Seed, ApproxLruBlocks, ApproxMaxBlocks]);
     assert_eq!(
         reads(RouterKind::LlmDAffinity),
         [
@@ -630,6 +662,7 @@ fn each_router_reads_only_its_keys() {
             Picker,
             Seed,
             ApproxLruBlocks,
+            ApproxMaxBlocks,
             PrefixSource,
             TokenLoadThreshold,
             AffinityThreshold,

@@ -417,6 +417,7 @@ const ROUTER_KEYS: &[(&str, &[&str])] = &[
     ("scorers.weight", &[]),
     ("params.seed", &[]),
     ("params.approx_lru_blocks", &[]),
+    ("params.approx_max_blocks", &[]),
     ("params.prefix_source", &["auto", "approximate", "precise"]),
     ("params.load_aware_threshold", &[]),
     ("params.token_load_threshold", &[]),

@@ -103,6 +103,12 @@ impl<'a> ShippedRouter<'a> {
         }
     }
 
+    /// The leading keys the approximate index sees: at most `approx_max_blocks` (GIE's
+    /// `maxPrefixBlocksToMatch`: the prompt is truncated before hashing), all when 0.
+    fn approx_keys<'k>(&self, keys: &'k [u64]) -> &'k [u64] {
+        approx_prefix(self.spec.params.approx_max_blocks, keys)
+    }
+
     fn approx_greedy<const W: usize, const P: usize>(&self, keys: &[u64], cand: PodSet<W>, out: &mut [u32; P]) {
         if let Some(a) = &self.approx {
             a.greedy_matches(keys, cand, out);
@@ -134,16 +140,19 @@ impl<'a> ShippedRouter<'a> {
             view.matches(keys, &mut exact);
         }
         let mut approx = [0u32; P];
-        self.approx_greedy(keys, cand, &mut approx);
-        let info = match spec.prefix_source() {
-            PrefixSource::Precise => exact,
-            _ => approx,
+        let akeys = self.approx_keys(keys);
+        self.approx_greedy(akeys, cand, &mut approx);
+        // A match is a share of the keys its index saw (GIE: matchLen / len(hashes) after the
+        // truncation).
+        let (total, approx_total) = (keys.len() as u32, akeys.len() as u32);
+        let (info, info_total) = match spec.prefix_source() {
+            PrefixSource::Precise => (exact, total),
+            _ => (approx, approx_total),
         };
-        let total = keys.len() as u32;
         for f in spec.filters.iter().flatten() {
             match f {
                 FilterKind::PrefixCacheAffinity => {
-                    let inp = Inputs { candidates: cand, total, matches: &info, loads: &loads };
+                    let inp = Inputs { candidates: cand, total: info_total, matches: &info, loads: &loads };
                     cand = affinity_filter(&inp, &spec.params);
                 }
             }
@@ -152,10 +161,10 @@ impl<'a> ShippedRouter<'a> {
         let mut cold = false;
         for w in spec.scorers.iter().flatten() {
             let mut s = [0.0f64; P];
-            let m = match w.kind {
-                ScorerKind::PrefixCache => &approx,
-                ScorerKind::NoHitLru => &info,
-                _ => &exact,
+            let (m, total) = match w.kind {
+                ScorerKind::PrefixCache => (&approx, approx_total),
+                ScorerKind::NoHitLru => (&info, info_total),
+                _ => (&exact, total),
             };
             let inp = Inputs { candidates: cand, total, matches: m, loads: &loads };
             match w.kind {
@@ -196,10 +205,11 @@ impl<'a> ShippedRouter<'a> {
         let mut loads = [PodLoad::default(); P];
         Self::loads(view, &mut loads);
         let mut m = [0u32; P];
-        self.approx_leading(keys, cand, &mut m);
+        let akeys = self.approx_keys(keys);
+        self.approx_leading(akeys, cand, &mut m);
         let approx = self.approx.as_ref();
         let held = |p: usize| approx.map_or(0, |a| a.held_blocks(p));
-        let pod = sglang_pick(&mut self.rng, cand, keys.len() as u32, &m, &loads, &self.spec.params, held);
+        let pod = sglang_pick(&mut self.rng, cand, akeys.len() as u32, &m, &loads, &self.spec.params, held);
         Route { pod, believed_match_blocks: m[pod] }
     }
 
@@ -208,8 +218,9 @@ impl<'a> ShippedRouter<'a> {
         let mut loads = [PodLoad::default(); P];
         Self::loads(view, &mut loads);
         let mut m = [0u32; P];
-        self.approx_leading(keys, cand, &mut m);
-        let pod = vllm_pick(cand, keys.len() as u32, &m, &loads, self.spec.params.vllm_beta);
+        let akeys = self.approx_keys(keys);
+        self.approx_leading(akeys, cand, &mut m);
+        let pod = vllm_pick(cand, akeys.len() as u32, &m, &loads, self.spec.params.vllm_beta);
         Route { pod, believed_match_blocks: m[pod] }
     }
 }
@@ -246,9 +257,18 @@ impl Router for ShippedRouter<'_> {
             self.no_hit.add(pod);
             self.last_cold = false;
         }
+        let keys = approx_prefix(self.spec.params.approx_max_blocks, keys);
         match self.approx.as_mut() {
             Some(a) => a.record(pod, keys),
             None => Ok(()),
         }
+    }
+}
+
+/// The first `max` keys of `keys` (all when `max` is 0 or at least their number).
+fn approx_prefix(max: u64, keys: &[u64]) -> &[u64] {
+    match usize::try_from(max) {
+        Ok(n) if n > 0 && n < keys.len() => &keys[..n],
+        _ => keys,
     }
 }

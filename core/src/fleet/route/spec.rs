@@ -173,6 +173,8 @@ pub enum RouterKey {
     Seed,
     /// `params.approx_lru_blocks`.
     ApproxLruBlocks,
+    /// `params.approx_max_blocks`.
+    ApproxMaxBlocks,
     /// `params.prefix_source`.
     PrefixSource,
     /// `params.load_aware_threshold`.
@@ -203,12 +205,13 @@ pub enum RouterKey {
 
 impl RouterKey {
     /// Every key, in file order.
-    pub const ALL: [RouterKey; 18] = [
+    pub const ALL: [RouterKey; 19] = [
         RouterKey::Filters,
         RouterKey::Scorers,
         RouterKey::Picker,
         RouterKey::Seed,
         RouterKey::ApproxLruBlocks,
+        RouterKey::ApproxMaxBlocks,
         RouterKey::PrefixSource,
         RouterKey::LoadAwareThreshold,
         RouterKey::TokenLoadThreshold,
@@ -232,6 +235,7 @@ impl RouterKey {
             RouterKey::Picker => "picker",
             RouterKey::Seed => "params.seed",
             RouterKey::ApproxLruBlocks => "params.approx_lru_blocks",
+            RouterKey::ApproxMaxBlocks => "params.approx_max_blocks",
             RouterKey::PrefixSource => "params.prefix_source",
             RouterKey::LoadAwareThreshold => "params.load_aware_threshold",
             RouterKey::TokenLoadThreshold => "params.token_load_threshold",
@@ -255,7 +259,7 @@ impl RouterKey {
             RouterKey::Seed => {
                 "a random draw: the pipeline's max-score (ties) and random pickers, dynamo-kv, sglang-cache-aware"
             }
-            RouterKey::ApproxLruBlocks => {
+            RouterKey::ApproxLruBlocks | RouterKey::ApproxMaxBlocks => {
                 "the approximate index: a prefix-cache scorer, an approximate prefix source, sglang-cache-aware, \
                  vllm-loadaware"
             }
@@ -308,6 +312,10 @@ pub struct RouterParams {
     /// Keys per pod in the approximate index's LRU; 0: the pod's capacity C (as GIE sizes it
     /// from the pod's `CacheNumBlocks` with autoTune).
     pub approx_lru_blocks: u64,
+    /// Most leading keys of a prompt the approximate index matches and records; 0: every key.
+    /// GIE's `maxPrefixBlocksToMatch` (v0.5.1: 256 blocks of 64 characters, the prompt text
+    /// beyond them is not hashed; docs/MODEL.md, "Shipped routers").
+    pub approx_max_blocks: u64,
     /// Where the affinity filter and no-hit-lru read matches.
     pub prefix_source: PrefixSource,
     /// load-aware's queue threshold T (llm-d: 128).
@@ -341,6 +349,7 @@ impl RouterParams {
     pub const DEFAULT: RouterParams = RouterParams {
         seed: 0,
         approx_lru_blocks: 0,
+        approx_max_blocks: 0,
         prefix_source: PrefixSource::Auto,
         load_aware_threshold: 128,
         token_load_threshold: 4_194_304,
@@ -505,7 +514,7 @@ impl RouterSpec {
                 Policy::DynamoKv | Policy::SglangCacheAware => true,
                 Policy::VllmLoadaware => false,
             },
-            RouterKey::ApproxLruBlocks => self.needs_approx(),
+            RouterKey::ApproxLruBlocks | RouterKey::ApproxMaxBlocks => self.needs_approx(),
             RouterKey::PrefixSource => pipeline && self.reads_prefix_info(),
             RouterKey::LoadAwareThreshold => scorer(ScorerKind::LoadAware),
             RouterKey::TokenLoadThreshold => scorer(ScorerKind::TokenLoad),

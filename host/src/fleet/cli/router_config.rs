@@ -55,6 +55,7 @@ fn one() -> f64 {
 struct Params {
     seed: Option<u64>,
     approx_lru_blocks: Option<u64>,
+    approx_max_blocks: Option<u64>,
     prefix_source: Option<PrefixSource>,
     load_aware_threshold: Option<u32>,
     token_load_threshold: Option<u64>,
@@ -77,6 +78,7 @@ impl Params {
             RouterKey::Filters | RouterKey::Scorers | RouterKey::Picker => false,
             RouterKey::Seed => self.seed.is_some(),
             RouterKey::ApproxLruBlocks => self.approx_lru_blocks.is_some(),
+            RouterKey::ApproxMaxBlocks => self.approx_max_blocks.is_some(),
             RouterKey::PrefixSource => self.prefix_source.is_some(),
             RouterKey::LoadAwareThreshold => self.load_aware_threshold.is_some(),
             RouterKey::TokenLoadThreshold => self.token_load_threshold.is_some(),
@@ -201,6 +203,7 @@ pub fn parse(text: &str, flag: &str, shown: &str) -> CliResult<(RouterKind, Rout
     set!(
         seed,
         approx_lru_blocks,
+        approx_max_blocks,
         prefix_source,
         load_aware_threshold,
         token_load_threshold,
@@ -270,6 +273,7 @@ pub fn describe(cfg: &FleetConfig) -> Option<String> {
     diff!(
         seed,
         approx_lru_blocks,
+        approx_max_blocks,
         prefix_source,
         load_aware_threshold,
         token_load_threshold,

@@ -24,13 +24,20 @@ pub enum Preset {
     /// precise-scheduling as the benchmark configured it: precise prefix 3, kv-cache 2, queue 2.
     PreciseAsRun,
     /// estimated-scheduling as the benchmark configured it: approximate prefix 1, kv-cache 1,
-    /// queue 1, with an LRU of 31,250 64-token blocks per pod (2 M tokens, 6.5x a pod's KV).
+    /// queue 1, as GIE v0.5.1 ran it: the first 256 blocks of 64 characters of a prompt (256
+    /// keys) in an LRU of 31,250 per pod.
     ApproximateAsRun,
 }
 
-/// The benchmark's `lruCapacityPerServer` x `hashBlockSize`, in 16-token blocks:
-/// 31,250 x 64 / 16.
-pub const AS_RUN_APPROX_LRU_BLOCKS: u64 = 31_250 * 64 / 16;
+/// The benchmark's `lruCapacityPerServer`: 31,250 entries per pod, each one 64-character block
+/// of prompt text (GIE v0.5.1 `prefix/plugin.go`: `hashBlockSize` counts characters, "a good
+/// guess of average characters per token is 4"), so one of brokerlab's 16-token keys each.
+pub const AS_RUN_APPROX_LRU_BLOCKS: u64 = 31_250;
+
+/// The benchmark's `maxPrefixBlocksToMatch`: GIE v0.5.1 hashes at most the first 256 blocks
+/// of 64 characters (16,384 characters, about 4,096 tokens) of a prompt; at 64 characters per 16
+/// tokens, 256 of brokerlab's keys.
+pub const AS_RUN_APPROX_MAX_BLOCKS: u64 = 256;
 
 impl Preset {
     /// The four of the 2025 table, as the issue names them.
@@ -68,6 +75,7 @@ impl Preset {
                 spec.scorers[2] = Some(WeightedScorer { kind: ScorerKind::Queue, weight: kv_q });
                 if self == Preset::ApproximateAsRun {
                     spec.params.approx_lru_blocks = AS_RUN_APPROX_LRU_BLOCKS;
+                    spec.params.approx_max_blocks = AS_RUN_APPROX_MAX_BLOCKS;
                 }
                 (RouterKind::Custom, spec)
             }
@@ -105,7 +113,7 @@ impl Preset {
             Preset::Random => "random",
             Preset::Affinity => "llm-d-affinity",
             Preset::PreciseAsRun => "precise as benchmarked (3 / 2 / 2)",
-            Preset::ApproximateAsRun => "approximate as benchmarked (1 / 1 / 1, LRU 2 M tokens)",
+            Preset::ApproximateAsRun => "approximate as benchmarked (1 / 1 / 1, 256 keys, LRU 31,250)",
         }
     }
 
