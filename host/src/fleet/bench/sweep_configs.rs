@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::Loaded;
 use crate::error::{CliError, CliResult};
+use crate::fleet::run::engines::BatchedSizes;
 use crate::fleet::run::retime::{Retime, Retimed};
 use crate::fleet::run::{Batched, BatchedSummary, RequestSource, TraceSource};
 use crate::fleet::sweep::PointSpec;
@@ -95,6 +96,39 @@ pub struct SweepConfigsBench {
     pub longest: GridPoint,
     /// Points also replayed from the file and checked equal.
     pub file_checked: usize,
+    /// Each point's own time and work (the one-thread run when made, else every core's), in
+    /// grid order.
+    pub points: Vec<PointTime>,
+    /// Per thread of the every-core run: the sum of its points' own times, s, and its points.
+    pub per_thread: Vec<(f64, usize)>,
+}
+
+/// One point's time and what its run did.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PointTime {
+    /// The point.
+    pub point: GridPoint,
+    /// Its own wall time, s.
+    pub s: f64,
+    /// Times its run started over with larger buffers (0 when the thread's earlier points had
+    /// grown them enough).
+    pub restarts: u32,
+    /// Its preemptions.
+    pub preemptions: u64,
+    /// Its engine steps.
+    pub steps: u64,
+}
+
+/// A point's expected cost relative to the others (for the order the threads take them in:
+/// the heaviest first, so that the last point to finish is a short one): the routers with an
+/// approximate index (llm-d-approximate, gie-default) about 2.5x the others (measured), then
+/// the smaller KV sizes (more preemptions) and the higher rates.
+fn expected_cost(g: &GridPoint) -> f64 {
+    let router = match g.router {
+        RouterKind::LlmDApproximate | RouterKind::GieDefault => 2.5,
+        _ => 1.0,
+    };
+    router * (1.0 + 8_192.0 / g.capacity as f64) * (1.0 + g.rate_x / 4.0)
 }
 
 /// Point `k` of the whole grid (router-major, then pods, rates and KV sizes).
@@ -174,12 +208,20 @@ pub fn run(
     }
     // the shared trace against the file read per run, as `fleet replay` reads it
     let file_checked = FILE_CHECKS.min(configs);
+    // (and buffers started twice as large as the file's run ended with against the sizes grown
+    // from the default: the sizes do not change the results)
     for (spec, (g, retime)) in specs.iter().zip(&grid).take(file_checked) {
-        let shared =
-            crate::fleet::run::simulate::<Batched>(spec.cfg, &mut Shared { loaded: &l, retime: *retime }, false)?;
         let mut file = TraceSource::new(trace.to_path_buf(), trace_block);
         let mut retimed = Retimed { inner: &mut file, retime: *retime };
-        let direct = crate::fleet::run::simulate::<Batched>(spec.cfg, &mut retimed, false)?;
+        let (direct, end) = crate::fleet::run::simulate_from::<Batched>(spec.cfg, &mut retimed, false, None, None)?;
+        let start = BatchedSizes { requests_per_pod: end.requests_per_pod * 2, keys_per_pod: end.keys_per_pod * 2 };
+        let (shared, _) = crate::fleet::run::simulate_from::<Batched>(
+            spec.cfg,
+            &mut Shared { loaded: &l, retime: *retime },
+            false,
+            None,
+            Some(start),
+        )?;
         if shared.summary != direct.summary {
             return Err(CliError::failure(format!(
                 "bench --sweep-configs: {} on {} pods x {} blocks at {}x: the shared trace and the file give different summaries",
@@ -193,35 +235,61 @@ pub fn run(
     let quiet =
         crate::fleet::run::progress::Progress::new(true, "bench", crate::fleet::run::progress::Unit::Points, None);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let point = |p: &PointSpec| -> CliResult<(f64, BatchedSummary)> {
-        let (_, (num, den)) = grid_point(p.value as usize);
+    // the heaviest points first (results are put back in grid order)
+    let mut order: Vec<usize> = (0..specs.len()).collect();
+    order.sort_by(|&a, &b| expected_cost(&grid[b].0).total_cmp(&expected_cost(&grid[a].0)));
+    let ordered: Vec<PointSpec> = order.iter().map(|&i| specs[i].clone()).collect();
+    let point = |p: &PointSpec| -> CliResult<Ran> {
+        let (g, (num, den)) = grid_point(p.value as usize);
         let retime = Retime { num, den, ..Retime::NONE };
         let t = Instant::now();
-        let r = crate::fleet::run::simulate::<Batched>(p.cfg, &mut Shared { loaded: &l, retime }, false)?;
-        Ok((t.elapsed().as_secs_f64(), r.summary))
+        // each thread starts a point with the largest buffers its earlier points needed (the
+        // same results: the sizes only decide whether a run starts over)
+        let start = HINT.with(|h| h.get());
+        let (r, end) =
+            crate::fleet::run::simulate_from::<Batched>(p.cfg, &mut Shared { loaded: &l, retime }, false, None, start)?;
+        HINT.with(|h| h.set(Some(start.map_or(end, |s| larger(s, end)))));
+        let s = t.elapsed().as_secs_f64();
+        let time =
+            PointTime { point: g, s, restarts: r.restarts, preemptions: r.summary.preemptions, steps: r.summary.steps };
+        Ok(Ran { time, thread: rayon::current_thread_index().unwrap_or(0), summary: r.summary })
     };
-    let timed = |n: usize| -> CliResult<(f64, Vec<(f64, BatchedSummary)>)> {
+    let timed = |n: usize| -> CliResult<(f64, Vec<Ran>)> {
         let t = Instant::now();
-        let each = crate::fleet::sweep::par_points(&specs, n, &quiet, point)?;
-        Ok((t.elapsed().as_secs_f64(), each))
+        let each = crate::fleet::sweep::par_points(&ordered, n, &quiet, point)?;
+        let s = t.elapsed().as_secs_f64();
+        let mut back: Vec<Option<Ran>> = (0..each.len()).map(|_| None).collect();
+        for (r, &i) in each.into_iter().zip(&order) {
+            back[i] = Some(r);
+        }
+        Ok((s, back.into_iter().map(|r| r.expect("every point ran")).collect()))
     };
     let one = matches!(split, ThreadSplit::Split | ThreadSplit::One).then(|| timed(1)).transpose()?;
     let all = matches!(split, ThreadSplit::Split | ThreadSplit::All).then(|| timed(threads)).transpose()?;
     if let (Some((_, a)), Some((_, b))) = (&one, &all)
-        && a.iter().zip(b).any(|(x, y)| x.1 != y.1)
+        && a.iter().zip(b).any(|(x, y)| x.summary != y.summary)
     {
         return Err(CliError::failure("bench --sweep-configs: the points differ between 1 and all threads"));
     }
     let each = &one.as_ref().or(all.as_ref()).expect("at least one run").1;
     let mut per_router_s: Vec<(RouterKind, f64)> = Vec::new();
     let (mut longest_s, mut longest) = (0.0f64, grid[0].0);
-    for ((s, _), (g, _)) in each.iter().zip(&grid) {
-        match per_router_s.iter_mut().find(|(r, _)| *r == g.router) {
+    for (r, (g, _)) in each.iter().zip(&grid) {
+        let s = r.time.s;
+        match per_router_s.iter_mut().find(|(k, _)| *k == g.router) {
             Some(e) => e.1 += s,
-            None => per_router_s.push((g.router, *s)),
+            None => per_router_s.push((g.router, s)),
         }
-        if *s > longest_s {
-            (longest_s, longest) = (*s, *g);
+        if s > longest_s {
+            (longest_s, longest) = (s, *g);
+        }
+    }
+    let points = each.iter().map(|r| r.time).collect();
+    let mut per_thread = vec![(0.0, 0usize); if all.is_some() { threads } else { 0 }];
+    for r in all.iter().flat_map(|a| &a.1) {
+        if let Some(t) = per_thread.get_mut(r.thread) {
+            t.0 += r.time.s;
+            t.1 += 1;
         }
     }
     let one_s = one.map(|o| o.0);
@@ -242,7 +310,29 @@ pub fn run(
         longest_s,
         longest,
         file_checked,
+        points,
+        per_thread,
     })
+}
+
+/// A point's run: its time, the thread that ran it, its summary.
+struct Ran {
+    time: PointTime,
+    thread: usize,
+    summary: BatchedSummary,
+}
+
+thread_local! {
+    /// The largest buffer sizes this thread's points have needed so far.
+    static HINT: std::cell::Cell<Option<BatchedSizes>> = const { std::cell::Cell::new(None) };
+}
+
+/// Each of `a`'s and `b`'s sizes, the larger.
+fn larger(a: BatchedSizes, b: BatchedSizes) -> BatchedSizes {
+    BatchedSizes {
+        requests_per_pod: a.requests_per_pod.max(b.requests_per_pod),
+        keys_per_pod: a.keys_per_pod.max(b.keys_per_pod),
+    }
 }
 
 /// The sweep bench, readable.
@@ -283,5 +373,30 @@ pub fn render(r: &SweepConfigsBench) -> String {
         r.file_checked,
         if r.ratio.is_some() { ", and 1 thread's points to all threads'" } else { "" }
     );
+    if !r.per_thread.is_empty() {
+        o += &format!("  {} threads' split (sum of their points' own times):", r.threads);
+        for (i, (s, n)) in r.per_thread.iter().enumerate() {
+            o += &format!(" thread {i} {s:.1} s ({n} points);");
+        }
+        o += "\n";
+    }
+    let restarts: u32 = r.points.iter().map(|p| p.restarts).sum();
+    o += &format!("  runs started over with larger buffers: {restarts}\n  slowest points:\n");
+    let mut slow: Vec<&PointTime> = r.points.iter().collect();
+    slow.sort_by(|a, b| b.s.total_cmp(&a.s));
+    for p in slow.iter().take(5) {
+        let g = &p.point;
+        o += &format!(
+            "    {:.2} s  {} {} pods {}x rate {} blocks: {} steps, {} preemptions, {} restarts\n",
+            p.s,
+            g.router.name(),
+            g.pods,
+            g.rate_x,
+            g.capacity,
+            p.steps,
+            p.preemptions,
+            p.restarts
+        );
+    }
     o
 }
