@@ -15,7 +15,6 @@ use serde::Serialize;
 
 use super::Loaded;
 use crate::error::{CliError, CliResult};
-use crate::fleet::run::engines::BatchedSizes;
 use crate::fleet::run::retime::{Retime, Retimed};
 use crate::fleet::run::{Batched, BatchedSummary, RequestSource, TraceSource};
 use crate::fleet::sweep::PointSpec;
@@ -86,6 +85,12 @@ pub struct SweepConfigsBench {
     pub all_threads_s: Option<f64>,
     /// one_thread_s / all_threads_s.
     pub ratio: Option<f64>,
+    /// The process's CPU time during the one-thread run, s (about `one_thread_s` when the core
+    /// was not shared).
+    pub one_thread_cpu_s: Option<f64>,
+    /// The process's CPU time during the every-core run, s (divided by `all_threads_s`: the
+    /// cores the run actually had).
+    pub all_threads_cpu_s: Option<f64>,
     /// read_s + the fastest run: the whole sweep, s.
     pub sweep_s: f64,
     /// Sum of the points' own times per router (one thread when run, else every core), s.
@@ -110,8 +115,9 @@ pub struct PointTime {
     pub point: GridPoint,
     /// Its own wall time, s.
     pub s: f64,
-    /// Times its run started over with larger buffers (0 when the thread's earlier points had
-    /// grown them enough).
+    /// Its thread's CPU time, s (below `s` when other processes took the core).
+    pub cpu_s: Option<f64>,
+    /// Times its run started over with larger buffers (a full request or key ring).
     pub restarts: u32,
     /// Its preemptions.
     pub preemptions: u64,
@@ -208,20 +214,12 @@ pub fn run(
     }
     // the shared trace against the file read per run, as `fleet replay` reads it
     let file_checked = FILE_CHECKS.min(configs);
-    // (and buffers started twice as large as the file's run ended with against the sizes grown
-    // from the default: the sizes do not change the results)
     for (spec, (g, retime)) in specs.iter().zip(&grid).take(file_checked) {
+        let shared =
+            crate::fleet::run::simulate::<Batched>(spec.cfg, &mut Shared { loaded: &l, retime: *retime }, false)?;
         let mut file = TraceSource::new(trace.to_path_buf(), trace_block);
         let mut retimed = Retimed { inner: &mut file, retime: *retime };
-        let (direct, end) = crate::fleet::run::simulate_from::<Batched>(spec.cfg, &mut retimed, false, None, None)?;
-        let start = BatchedSizes { requests_per_pod: end.requests_per_pod * 2, keys_per_pod: end.keys_per_pod * 2 };
-        let (shared, _) = crate::fleet::run::simulate_from::<Batched>(
-            spec.cfg,
-            &mut Shared { loaded: &l, retime: *retime },
-            false,
-            None,
-            Some(start),
-        )?;
+        let direct = crate::fleet::run::simulate::<Batched>(spec.cfg, &mut retimed, false)?;
         if shared.summary != direct.summary {
             return Err(CliError::failure(format!(
                 "bench --sweep-configs: {} on {} pods x {} blocks at {}x: the shared trace and the file give different summaries",
@@ -243,30 +241,35 @@ pub fn run(
         let (g, (num, den)) = grid_point(p.value as usize);
         let retime = Retime { num, den, ..Retime::NONE };
         let t = Instant::now();
-        // each thread starts a point with the largest buffers its earlier points needed (the
-        // same results: the sizes only decide whether a run starts over)
-        let start = HINT.with(|h| h.get());
-        let (r, end) =
-            crate::fleet::run::simulate_from::<Batched>(p.cfg, &mut Shared { loaded: &l, retime }, false, None, start)?;
-        HINT.with(|h| h.set(Some(start.map_or(end, |s| larger(s, end)))));
+        let cpu = crate::sys::thread_cpu_s();
+        let r = crate::fleet::run::simulate::<Batched>(p.cfg, &mut Shared { loaded: &l, retime }, false)?;
+        let cpu_s = crate::sys::thread_cpu_s().zip(cpu).map(|(b, a)| b - a);
         let s = t.elapsed().as_secs_f64();
-        let time =
-            PointTime { point: g, s, restarts: r.restarts, preemptions: r.summary.preemptions, steps: r.summary.steps };
+        let time = PointTime {
+            point: g,
+            s,
+            cpu_s,
+            restarts: r.restarts,
+            preemptions: r.summary.preemptions,
+            steps: r.summary.steps,
+        };
         Ok(Ran { time, thread: rayon::current_thread_index().unwrap_or(0), summary: r.summary })
     };
-    let timed = |n: usize| -> CliResult<(f64, Vec<Ran>)> {
+    let timed = |n: usize| -> CliResult<(f64, Vec<Ran>, Option<f64>)> {
         let t = Instant::now();
+        let cpu = crate::sys::process_cpu_s();
         let each = crate::fleet::sweep::par_points(&ordered, n, &quiet, point)?;
         let s = t.elapsed().as_secs_f64();
+        let cpu_s = crate::sys::process_cpu_s().zip(cpu).map(|(b, a)| b - a);
         let mut back: Vec<Option<Ran>> = (0..each.len()).map(|_| None).collect();
         for (r, &i) in each.into_iter().zip(&order) {
             back[i] = Some(r);
         }
-        Ok((s, back.into_iter().map(|r| r.expect("every point ran")).collect()))
+        Ok((s, back.into_iter().map(|r| r.expect("every point ran")).collect(), cpu_s))
     };
     let one = matches!(split, ThreadSplit::Split | ThreadSplit::One).then(|| timed(1)).transpose()?;
     let all = matches!(split, ThreadSplit::Split | ThreadSplit::All).then(|| timed(threads)).transpose()?;
-    if let (Some((_, a)), Some((_, b))) = (&one, &all)
+    if let (Some((_, a, _)), Some((_, b, _))) = (&one, &all)
         && a.iter().zip(b).any(|(x, y)| x.summary != y.summary)
     {
         return Err(CliError::failure("bench --sweep-configs: the points differ between 1 and all threads"));
@@ -292,6 +295,8 @@ pub fn run(
             t.1 += 1;
         }
     }
+    let one_cpu_s = one.as_ref().and_then(|o| o.2);
+    let all_cpu_s = all.as_ref().and_then(|o| o.2);
     let one_s = one.map(|o| o.0);
     let all_s = all.map(|o| o.0);
     let best = one_s.unwrap_or(f64::INFINITY).min(all_s.unwrap_or(f64::INFINITY));
@@ -305,6 +310,8 @@ pub fn run(
         one_thread_s: one_s,
         all_threads_s: all_s,
         ratio: one_s.zip(all_s).map(|(a, b)| a / b),
+        one_thread_cpu_s: one_cpu_s,
+        all_threads_cpu_s: all_cpu_s,
         sweep_s: read_s + best,
         per_router_s,
         longest_s,
@@ -322,19 +329,6 @@ struct Ran {
     summary: BatchedSummary,
 }
 
-thread_local! {
-    /// The largest buffer sizes this thread's points have needed so far.
-    static HINT: std::cell::Cell<Option<BatchedSizes>> = const { std::cell::Cell::new(None) };
-}
-
-/// Each of `a`'s and `b`'s sizes, the larger.
-fn larger(a: BatchedSizes, b: BatchedSizes) -> BatchedSizes {
-    BatchedSizes {
-        requests_per_pod: a.requests_per_pod.max(b.requests_per_pod),
-        keys_per_pod: a.keys_per_pod.max(b.keys_per_pod),
-    }
-}
-
 /// The sweep bench, readable.
 pub fn render(r: &SweepConfigsBench) -> String {
     let secs = |v: Option<f64>| v.map_or("-".into(), |s| format!("{s:.1} s"));
@@ -350,12 +344,21 @@ pub fn render(r: &SweepConfigsBench) -> String {
         r.requests,
         r.read_s
     );
-    o += &format!("  1 thread                 {:>9}\n", secs(r.one_thread_s));
+    let cores = |cpu: Option<f64>, wall: Option<f64>| match cpu.zip(wall) {
+        Some((c, w)) if w > 0.0 => format!("; CPU {c:.1} s: {:.2} cores had", c / w),
+        _ => String::new(),
+    };
     o += &format!(
-        "  {} threads                {:>9}  ({})\n",
+        "  1 thread                 {:>9}{}\n",
+        secs(r.one_thread_s),
+        cores(r.one_thread_cpu_s, r.one_thread_s)
+    );
+    o += &format!(
+        "  {} threads                {:>9}  ({}{})\n",
         r.threads,
         secs(r.all_threads_s),
-        r.ratio.map_or("ratio not measured".into(), |x| format!("{x:.2}x"))
+        r.ratio.map_or("ratio not measured".into(), |x| format!("{x:.2}x")),
+        cores(r.all_threads_cpu_s, r.all_threads_s)
     );
     o += &format!("  whole sweep (read + fastest run) {:.1} s\n", r.sweep_s);
     o += "  time per router (sum of its points):";
@@ -387,8 +390,9 @@ pub fn render(r: &SweepConfigsBench) -> String {
     for p in slow.iter().take(5) {
         let g = &p.point;
         o += &format!(
-            "    {:.2} s  {} {} pods {}x rate {} blocks: {} steps, {} preemptions, {} restarts\n",
+            "    {:.2} s (CPU {})  {} {} pods {}x rate {} blocks: {} steps, {} preemptions, {} restarts\n",
             p.s,
+            p.cpu_s.map_or("-".into(), |c| format!("{c:.2} s")),
             g.router.name(),
             g.pods,
             g.rate_x,

@@ -156,20 +156,7 @@ pub fn drive<K: HostEngine>(
     run: &Shape<'_>,
     feed: &mut dyn FnMut(&mut Driving<'_, '_, K>) -> CliResult<()>,
 ) -> CliResult<Ran<K::Summary>> {
-    drive_from::<K>(cfg, run, None, feed).map(|(r, _)| r)
-}
-
-/// [`drive`] starting from `start` (None: [`HostEngine::sizes`]), e.g. the sizes an earlier run
-/// of a similar configuration ended with (the result does not depend on the sizes, only on
-/// whether they sufficed: a run that fills a buffer starts over with a larger one). Returns the
-/// sizes the run ended with.
-pub fn drive_from<K: HostEngine>(
-    cfg: FleetConfig,
-    run: &Shape<'_>,
-    start: Option<K::Sizes>,
-    feed: &mut dyn FnMut(&mut Driving<'_, '_, K>) -> CliResult<()>,
-) -> CliResult<(Ran<K::Summary>, K::Sizes)> {
-    let mut sizes = start.unwrap_or_else(|| K::sizes(&cfg));
+    let mut sizes = K::sizes(&cfg);
     let mut restarts = 0u32;
     loop {
         let (context, needs) = K::needs(&cfg, sizes, run)?;
@@ -223,7 +210,7 @@ pub fn drive_from<K: HostEngine>(
             (None, _, Err(e)) => return Err(e),
             (None, _, Ok(())) => {
                 let summary = K::summarize(&fleet, &mut sink.samples);
-                return Ok((Ran { summary, outcomes, completions: sink.completions, restarts }, sizes));
+                return Ok(Ran { summary, outcomes, completions: sink.completions, restarts });
             }
         }
     }

@@ -47,18 +47,6 @@ pub fn simulate_slo<K: HostEngine>(
     keep: bool,
     slo: Option<brokerlab_core::fleet::slo::Slo>,
 ) -> CliResult<Ran<K::Summary>> {
-    simulate_from::<K>(cfg, source, keep, slo, None).map(|(r, _)| r)
-}
-
-/// [`simulate_slo`] with the buffers starting at `start` ([`drive::drive_from`]); returns the
-/// sizes the run ended with.
-pub fn simulate_from<K: HostEngine>(
-    cfg: FleetConfig,
-    source: &mut dyn RequestSource,
-    keep: bool,
-    slo: Option<brokerlab_core::fleet::slo::Slo>,
-    start: Option<K::Sizes>,
-) -> CliResult<(Ran<K::Summary>, K::Sizes)> {
     let run = Shape {
         slo,
         keep,
@@ -67,7 +55,7 @@ pub fn simulate_from<K: HostEngine>(
         requests: source.len_hint(),
         ..Shape::default()
     };
-    drive::drive_from::<K>(cfg, &run, start, &mut |d| {
+    drive::<K>(cfg, &run, &mut |d| {
         if let Some(g) = d.growth() {
             source.grow_into(&g);
         }

@@ -484,4 +484,33 @@ mod tests {
         }
         assert_eq!(geometric(10.0, 1000.0, 3), vec![10, 100, 1000]);
     }
+
+    fn specs(n: usize) -> Vec<PointSpec> {
+        let cfg = FleetConfig::new(2, 64, brokerlab_core::fleet::RouterKind::RoundRobin);
+        (0..n).map(|i| PointSpec { value: i as f64, workload: 0, cfg, label: None }).collect()
+    }
+
+    #[test]
+    fn par_points_returns_point_order_on_any_thread_count_and_the_first_error() {
+        let quiet = Progress::new(true, "test", crate::fleet::run::progress::Unit::Points, None);
+        let specs = specs(37);
+        // unequal work, so the threads finish out of order
+        let f = |p: &PointSpec| -> CliResult<(u64, u64)> {
+            let k = p.value as u64;
+            let spin = (0..(k % 5) * 20_000).fold(k, |a, x| a.wrapping_mul(31).wrapping_add(x));
+            Ok((k, std::hint::black_box(spin) & 0))
+        };
+        let want: Vec<(u64, u64)> = (0..37).map(|k| (k, 0)).collect();
+        for threads in [1, 2, 3, 8] {
+            assert_eq!(par_points(&specs, threads, &quiet, f).unwrap(), want, "{threads} threads");
+        }
+        let failing = |p: &PointSpec| -> CliResult<u64> {
+            let k = p.value as u64;
+            if k == 11 || k == 23 { Err(CliError::failure(format!("point {k}"))) } else { Ok(k) }
+        };
+        for threads in [1, 2, 3] {
+            let e = par_points(&specs, threads, &quiet, failing).unwrap_err();
+            assert!(e.to_string().contains("point 11"), "{threads} threads: {e}");
+        }
+    }
 }
