@@ -198,7 +198,7 @@ fn cpu_clock_s(clock: libc::clockid_t) -> Option<f64> {
     let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
     // SAFETY: clock_gettime only writes the struct it is given.
     let r = unsafe { libc::clock_gettime(clock, &mut ts) };
-    (r == 0).then(|| ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+    (r == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
 }
 
 #[cfg(not(unix))]
