@@ -173,3 +173,35 @@ pub fn peak_rss_bytes() -> Option<u64> {
         None
     }
 }
+
+/// The calling thread's CPU time so far, s (`CLOCK_THREAD_CPUTIME_ID`); None when it cannot be
+/// read (or off unix).
+pub fn thread_cpu_s() -> Option<f64> {
+    cpu_clock_s(
+        #[cfg(unix)]
+        libc::CLOCK_THREAD_CPUTIME_ID,
+    )
+}
+
+/// This process's CPU time so far (every thread, user and system), s
+/// (`CLOCK_PROCESS_CPUTIME_ID`); None when it cannot be read (or off unix).
+pub fn process_cpu_s() -> Option<f64> {
+    cpu_clock_s(
+        #[cfg(unix)]
+        libc::CLOCK_PROCESS_CPUTIME_ID,
+    )
+}
+
+#[cfg(unix)]
+fn cpu_clock_s(clock: libc::clockid_t) -> Option<f64> {
+    // SAFETY: `ts` is a plain C struct that clock_gettime fills; zeroed is a valid value.
+    let mut ts: libc::timespec = unsafe { std::mem::zeroed() };
+    // SAFETY: clock_gettime only writes the struct it is given.
+    let r = unsafe { libc::clock_gettime(clock, &mut ts) };
+    (r == 0).then_some(ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9)
+}
+
+#[cfg(not(unix))]
+fn cpu_clock_s() -> Option<f64> {
+    None
+}

@@ -88,6 +88,19 @@ fn sweep_configs_bench_splits_threads_and_checks_the_file() {
     // 4 points evenly over the grid: one per router of the first four
     let routers: Vec<&str> = r["per_router_s"].as_array().unwrap().iter().map(|x| x[0].as_str().unwrap()).collect();
     assert_eq!(routers, ["llm-d-precise", "llm-d-approximate", "llm-d-load", "gie-default"]);
+    // each point's own time and work, in grid order (the threads take them heaviest first)
+    let points = r["points"].as_array().unwrap();
+    let by_point: Vec<&str> = points.iter().map(|p| p["point"]["router"].as_str().unwrap()).collect();
+    assert_eq!(by_point, routers);
+    for p in points {
+        assert!(p["s"].as_f64().unwrap() > 0.0 && p["steps"].as_u64().unwrap() > 0, "{p}");
+        assert!(p["cpu_s"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["restarts"].is_u64(), "{p}");
+    }
+    // every point ran on one of the threads of the every-core run
+    let per_thread = r["per_thread"].as_array().unwrap();
+    assert_eq!(per_thread.len() as u64, r["threads"].as_u64().unwrap());
+    assert_eq!(per_thread.iter().map(|t| t[1].as_u64().unwrap()).sum::<u64>(), 4);
     let one = json(&[
         "fleet",
         "bench",

@@ -85,6 +85,12 @@ pub struct SweepConfigsBench {
     pub all_threads_s: Option<f64>,
     /// one_thread_s / all_threads_s.
     pub ratio: Option<f64>,
+    /// The process's CPU time during the one-thread run, s (about `one_thread_s` when the core
+    /// was not shared).
+    pub one_thread_cpu_s: Option<f64>,
+    /// The process's CPU time during the every-core run, s (divided by `all_threads_s`: the
+    /// cores the run actually had).
+    pub all_threads_cpu_s: Option<f64>,
     /// read_s + the fastest run: the whole sweep, s.
     pub sweep_s: f64,
     /// Sum of the points' own times per router (one thread when run, else every core), s.
@@ -95,6 +101,40 @@ pub struct SweepConfigsBench {
     pub longest: GridPoint,
     /// Points also replayed from the file and checked equal.
     pub file_checked: usize,
+    /// Each point's own time and work (the one-thread run when made, else every core's), in
+    /// grid order.
+    pub points: Vec<PointTime>,
+    /// Per thread of the every-core run: the sum of its points' own times, s, and its points.
+    pub per_thread: Vec<(f64, usize)>,
+}
+
+/// One point's time and what its run did.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PointTime {
+    /// The point.
+    pub point: GridPoint,
+    /// Its own wall time, s.
+    pub s: f64,
+    /// Its thread's CPU time, s (below `s` when other processes took the core).
+    pub cpu_s: Option<f64>,
+    /// Times its run started over with larger buffers (a full request or key ring).
+    pub restarts: u32,
+    /// Its preemptions.
+    pub preemptions: u64,
+    /// Its engine steps.
+    pub steps: u64,
+}
+
+/// A point's expected cost relative to the others (for the order the threads take them in:
+/// the heaviest first, so that the last point to finish is a short one): the routers with an
+/// approximate index (llm-d-approximate, gie-default) about 2.5x the others (measured), then
+/// the smaller KV sizes (more preemptions) and the higher rates.
+fn expected_cost(g: &GridPoint) -> f64 {
+    let router = match g.router {
+        RouterKind::LlmDApproximate | RouterKind::GieDefault => 2.5,
+        _ => 1.0,
+    };
+    router * (1.0 + 8_192.0 / g.capacity as f64) * (1.0 + g.rate_x / 4.0)
 }
 
 /// Point `k` of the whole grid (router-major, then pods, rates and KV sizes).
@@ -193,37 +233,70 @@ pub fn run(
     let quiet =
         crate::fleet::run::progress::Progress::new(true, "bench", crate::fleet::run::progress::Unit::Points, None);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let point = |p: &PointSpec| -> CliResult<(f64, BatchedSummary)> {
-        let (_, (num, den)) = grid_point(p.value as usize);
+    // the heaviest points first (results are put back in grid order)
+    let mut order: Vec<usize> = (0..specs.len()).collect();
+    order.sort_by(|&a, &b| expected_cost(&grid[b].0).total_cmp(&expected_cost(&grid[a].0)));
+    let ordered: Vec<PointSpec> = order.iter().map(|&i| specs[i].clone()).collect();
+    let point = |p: &PointSpec| -> CliResult<Ran> {
+        let (g, (num, den)) = grid_point(p.value as usize);
         let retime = Retime { num, den, ..Retime::NONE };
         let t = Instant::now();
+        let cpu = crate::sys::thread_cpu_s();
         let r = crate::fleet::run::simulate::<Batched>(p.cfg, &mut Shared { loaded: &l, retime }, false)?;
-        Ok((t.elapsed().as_secs_f64(), r.summary))
+        let cpu_s = crate::sys::thread_cpu_s().zip(cpu).map(|(b, a)| b - a);
+        let s = t.elapsed().as_secs_f64();
+        let time = PointTime {
+            point: g,
+            s,
+            cpu_s,
+            restarts: r.restarts,
+            preemptions: r.summary.preemptions,
+            steps: r.summary.steps,
+        };
+        Ok(Ran { time, thread: rayon::current_thread_index().unwrap_or(0), summary: r.summary })
     };
-    let timed = |n: usize| -> CliResult<(f64, Vec<(f64, BatchedSummary)>)> {
+    let timed = |n: usize| -> CliResult<(f64, Vec<Ran>, Option<f64>)> {
         let t = Instant::now();
-        let each = crate::fleet::sweep::par_points(&specs, n, &quiet, point)?;
-        Ok((t.elapsed().as_secs_f64(), each))
+        let cpu = crate::sys::process_cpu_s();
+        let each = crate::fleet::sweep::par_points(&ordered, n, &quiet, point)?;
+        let s = t.elapsed().as_secs_f64();
+        let cpu_s = crate::sys::process_cpu_s().zip(cpu).map(|(b, a)| b - a);
+        let mut back: Vec<Option<Ran>> = (0..each.len()).map(|_| None).collect();
+        for (r, &i) in each.into_iter().zip(&order) {
+            back[i] = Some(r);
+        }
+        Ok((s, back.into_iter().map(|r| r.expect("every point ran")).collect(), cpu_s))
     };
     let one = matches!(split, ThreadSplit::Split | ThreadSplit::One).then(|| timed(1)).transpose()?;
     let all = matches!(split, ThreadSplit::Split | ThreadSplit::All).then(|| timed(threads)).transpose()?;
-    if let (Some((_, a)), Some((_, b))) = (&one, &all)
-        && a.iter().zip(b).any(|(x, y)| x.1 != y.1)
+    if let (Some((_, a, _)), Some((_, b, _))) = (&one, &all)
+        && a.iter().zip(b).any(|(x, y)| x.summary != y.summary)
     {
         return Err(CliError::failure("bench --sweep-configs: the points differ between 1 and all threads"));
     }
     let each = &one.as_ref().or(all.as_ref()).expect("at least one run").1;
     let mut per_router_s: Vec<(RouterKind, f64)> = Vec::new();
     let (mut longest_s, mut longest) = (0.0f64, grid[0].0);
-    for ((s, _), (g, _)) in each.iter().zip(&grid) {
-        match per_router_s.iter_mut().find(|(r, _)| *r == g.router) {
+    for (r, (g, _)) in each.iter().zip(&grid) {
+        let s = r.time.s;
+        match per_router_s.iter_mut().find(|(k, _)| *k == g.router) {
             Some(e) => e.1 += s,
-            None => per_router_s.push((g.router, *s)),
+            None => per_router_s.push((g.router, s)),
         }
-        if *s > longest_s {
-            (longest_s, longest) = (*s, *g);
+        if s > longest_s {
+            (longest_s, longest) = (s, *g);
         }
     }
+    let points = each.iter().map(|r| r.time).collect();
+    let mut per_thread = vec![(0.0, 0usize); if all.is_some() { threads } else { 0 }];
+    for r in all.iter().flat_map(|a| &a.1) {
+        if let Some(t) = per_thread.get_mut(r.thread) {
+            t.0 += r.time.s;
+            t.1 += 1;
+        }
+    }
+    let one_cpu_s = one.as_ref().and_then(|o| o.2);
+    let all_cpu_s = all.as_ref().and_then(|o| o.2);
     let one_s = one.map(|o| o.0);
     let all_s = all.map(|o| o.0);
     let best = one_s.unwrap_or(f64::INFINITY).min(all_s.unwrap_or(f64::INFINITY));
@@ -237,12 +310,23 @@ pub fn run(
         one_thread_s: one_s,
         all_threads_s: all_s,
         ratio: one_s.zip(all_s).map(|(a, b)| a / b),
+        one_thread_cpu_s: one_cpu_s,
+        all_threads_cpu_s: all_cpu_s,
         sweep_s: read_s + best,
         per_router_s,
         longest_s,
         longest,
         file_checked,
+        points,
+        per_thread,
     })
+}
+
+/// A point's run: its time, the thread that ran it, its summary.
+struct Ran {
+    time: PointTime,
+    thread: usize,
+    summary: BatchedSummary,
 }
 
 /// The sweep bench, readable.
@@ -260,12 +344,21 @@ pub fn render(r: &SweepConfigsBench) -> String {
         r.requests,
         r.read_s
     );
-    o += &format!("  1 thread                 {:>9}\n", secs(r.one_thread_s));
+    let cores = |cpu: Option<f64>, wall: Option<f64>| match cpu.zip(wall) {
+        Some((c, w)) if w > 0.0 => format!("; CPU {c:.1} s: {:.2} cores had", c / w),
+        _ => String::new(),
+    };
     o += &format!(
-        "  {} threads                {:>9}  ({})\n",
+        "  1 thread                 {:>9}{}\n",
+        secs(r.one_thread_s),
+        cores(r.one_thread_cpu_s, r.one_thread_s)
+    );
+    o += &format!(
+        "  {} threads                {:>9}  ({}{})\n",
         r.threads,
         secs(r.all_threads_s),
-        r.ratio.map_or("ratio not measured".into(), |x| format!("{x:.2}x"))
+        r.ratio.map_or("ratio not measured".into(), |x| format!("{x:.2}x")),
+        cores(r.all_threads_cpu_s, r.all_threads_s)
     );
     o += &format!("  whole sweep (read + fastest run) {:.1} s\n", r.sweep_s);
     o += "  time per router (sum of its points):";
@@ -283,5 +376,31 @@ pub fn render(r: &SweepConfigsBench) -> String {
         r.file_checked,
         if r.ratio.is_some() { ", and 1 thread's points to all threads'" } else { "" }
     );
+    if !r.per_thread.is_empty() {
+        o += &format!("  {} threads' split (sum of their points' own times):", r.threads);
+        for (i, (s, n)) in r.per_thread.iter().enumerate() {
+            o += &format!(" thread {i} {s:.1} s ({n} points);");
+        }
+        o += "\n";
+    }
+    let restarts: u32 = r.points.iter().map(|p| p.restarts).sum();
+    o += &format!("  runs started over with larger buffers: {restarts}\n  slowest points:\n");
+    let mut slow: Vec<&PointTime> = r.points.iter().collect();
+    slow.sort_by(|a, b| b.s.total_cmp(&a.s));
+    for p in slow.iter().take(5) {
+        let g = &p.point;
+        o += &format!(
+            "    {:.2} s (CPU {})  {} {} pods {}x rate {} blocks: {} steps, {} preemptions, {} restarts\n",
+            p.s,
+            p.cpu_s.map_or("-".into(), |c| format!("{c:.2} s")),
+            g.router.name(),
+            g.pods,
+            g.rate_x,
+            g.capacity,
+            p.steps,
+            p.preemptions,
+            p.restarts
+        );
+    }
     o
 }

@@ -75,6 +75,8 @@ pub struct Ran<S> {
     pub outcomes: Vec<Outcome>,
     /// The batched engine's completions, in completion order (with `keep`).
     pub completions: Vec<Completion>,
+    /// Times the run started over with a larger buffer.
+    pub restarts: u32,
 }
 
 /// The outcomes a FIFO run keeps, as named in a memory-budget message.
@@ -155,6 +157,7 @@ pub fn drive<K: HostEngine>(
     feed: &mut dyn FnMut(&mut Driving<'_, '_, K>) -> CliResult<()>,
 ) -> CliResult<Ran<K::Summary>> {
     let mut sizes = K::sizes(&cfg);
+    let mut restarts = 0u32;
     loop {
         let (context, needs) = K::needs(&cfg, sizes, run)?;
         let fixed = mem::check(&context, &needs)?;
@@ -199,12 +202,15 @@ pub fn drive<K: HostEngine>(
             return Err(CliError::bad_input(msg.clone()));
         }
         match (full, grown, fed) {
-            (Some(_), Some(more), _) => sizes = more,
+            (Some(_), Some(more), _) => {
+                sizes = more;
+                restarts += 1;
+            }
             (Some(limit), None, _) => return Err(FleetError::Limit(limit).into()),
             (None, _, Err(e)) => return Err(e),
             (None, _, Ok(())) => {
                 let summary = K::summarize(&fleet, &mut sink.samples);
-                return Ok(Ran { summary, outcomes, completions: sink.completions });
+                return Ok(Ran { summary, outcomes, completions: sink.completions, restarts });
             }
         }
     }

@@ -170,31 +170,45 @@ impl SweepSummary for Summary {
 /// touched are committed.
 pub(crate) const POINT_STACK_BYTES: usize = 32 << 20;
 
-/// Runs `f` on every point on a work-stealing pool of `threads` threads (0: all cores); results
-/// come back in point order, so they do not depend on the thread count. `progress` advances by
-/// one per point.
+/// Runs `f` on every point on a pool of `threads` threads (0: all cores), each thread taking the
+/// next point not taken yet, in point order (so a caller that orders its points heaviest first
+/// gets the longest-processing-time-first schedule: the last point to finish is a short one);
+/// results come back in point order, so they do not depend on the thread count. `progress`
+/// advances by one per point. On errors, no new point starts and the first point's error (in
+/// point order) among those run is returned.
 pub fn par_points<T: Send>(
     specs: &[PointSpec],
     threads: usize,
     progress: &Progress,
     f: impl Fn(&PointSpec) -> CliResult<T> + Sync,
 ) -> CliResult<Vec<T>> {
-    use rayon::prelude::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .stack_size(POINT_STACK_BYTES)
         .build()
         .map_err(|e| CliError::failure(format!("cannot start the sweep's threads: {e}")))?;
-    pool.install(|| {
-        specs
-            .par_iter()
-            .map(|p| {
-                let r = f(p);
-                progress.inc(1);
-                r
-            })
-            .collect()
-    })
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let done: Mutex<Vec<(usize, CliResult<T>)>> = Mutex::new(Vec::with_capacity(specs.len()));
+    pool.broadcast(|_| {
+        let mut mine = Vec::new();
+        while !failed.load(Ordering::Relaxed) {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(p) = specs.get(i) else { break };
+            let r = f(p);
+            if r.is_err() {
+                failed.store(true, Ordering::Relaxed);
+            }
+            progress.inc(1);
+            mine.push((i, r));
+        }
+        done.lock().unwrap_or_else(|e| e.into_inner()).extend(mine);
+    });
+    let mut done = done.into_inner().unwrap_or_else(|e| e.into_inner());
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
 }
 
 /// Runs every point (each a configuration of engine `K`) on `threads` threads (0: all cores).
@@ -469,5 +483,34 @@ mod tests {
             assert!((r - (1024f64 / 6144.0).powf(0.2)).abs() < 0.01, "{v:?}");
         }
         assert_eq!(geometric(10.0, 1000.0, 3), vec![10, 100, 1000]);
+    }
+
+    fn specs(n: usize) -> Vec<PointSpec> {
+        let cfg = FleetConfig::new(2, 64, brokerlab_core::fleet::RouterKind::RoundRobin);
+        (0..n).map(|i| PointSpec { value: i as f64, workload: 0, cfg, label: None }).collect()
+    }
+
+    #[test]
+    fn par_points_returns_point_order_on_any_thread_count_and_the_first_error() {
+        let quiet = Progress::new(true, "test", crate::fleet::run::progress::Unit::Points, None);
+        let specs = specs(37);
+        // unequal work, so the threads finish out of order
+        let f = |p: &PointSpec| -> CliResult<u64> {
+            let k = p.value as u64;
+            std::hint::black_box((0..(k % 5) * 20_000).fold(k, |a, x| a.wrapping_mul(31).wrapping_add(x)));
+            Ok(k)
+        };
+        let want: Vec<u64> = (0..37).collect();
+        for threads in [1, 2, 3, 8] {
+            assert_eq!(par_points(&specs, threads, &quiet, f).unwrap(), want, "{threads} threads");
+        }
+        let failing = |p: &PointSpec| -> CliResult<u64> {
+            let k = p.value as u64;
+            if k == 11 || k == 23 { Err(CliError::failure(format!("point {k}"))) } else { Ok(k) }
+        };
+        for threads in [1, 2, 3] {
+            let e = par_points(&specs, threads, &quiet, failing).unwrap_err();
+            assert!(e.to_string().contains("point 11"), "{threads} threads: {e}");
+        }
     }
 }
