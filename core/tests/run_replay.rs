@@ -182,7 +182,8 @@ const APPROX_PRESETS: [RouterKind; 5] = [
 
 /// A pipeline reading the approximate index: the prefix-cache scorer or an approximate prefix
 /// source (affinity filter, no-hit-lru), with any other scorers, picker and seed; or SGLang or
-/// vllm-loadaware with random thresholds. Every one with a random LRU size (small: evictions).
+/// vllm-loadaware with random thresholds. Every one with a random LRU size (small: evictions)
+/// and a random cap on the keys the index sees (`approx_max_blocks`).
 fn approx_spec() -> impl Strategy<Value = RouterSpec> {
     let scorer = (proptest::sample::select(ScorerKind::ALL.to_vec()), 0u32..4)
         .prop_map(|(kind, w)| WeightedScorer { kind, weight: w as f64 });
@@ -194,8 +195,9 @@ fn approx_spec() -> impl Strategy<Value = RouterSpec> {
         any::<u64>(),
         (0.0f64..1.0, 0u32..5, 0.0f64..2.0),
         (0usize..4, 1u64..200, 0u32..80, 1.0f64..3.0),
+        prop_oneof![Just(0u64), 1u64..40],
     )
-        .prop_map(|(scorers, filter, picker, seed, (affinity, no_hit, x), (policy, lru, abs, rel))| {
+        .prop_map(|(scorers, filter, picker, seed, (affinity, no_hit, x), (policy, lru, abs, rel), max_blocks)| {
             let mut spec = match policy {
                 0 => RouterSpec::preset(RouterKind::SglangCacheAware).unwrap(),
                 1 => RouterSpec::preset(RouterKind::VllmLoadaware).unwrap(),
@@ -217,6 +219,8 @@ fn approx_spec() -> impl Strategy<Value = RouterSpec> {
                 }
             };
             spec.params.approx_lru_blocks = lru;
+            // GIE's maxPrefixBlocksToMatch (0: every key): a cut inside a group too.
+            spec.params.approx_max_blocks = max_blocks;
             spec.params.cache_threshold = x / 2.0;
             spec.params.balance_abs_threshold = abs;
             spec.params.balance_rel_threshold = rel;
