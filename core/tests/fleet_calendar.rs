@@ -87,7 +87,9 @@ struct Outcome {
 }
 
 fn run(cfg: FleetConfig, reqs: &[Req], reference: bool) -> Outcome {
-    let mut owned = Owned::new(&BatchedLayout::new(&cfg, 64, 4096).unwrap());
+    // room for every request on one pod (small fleets); a 1,024-pod fleet spreads them
+    let per_pod = if cfg.pods > 64 { 64 } else { 256 };
+    let mut owned = Owned::new(&BatchedLayout::new(&cfg, per_pod, per_pod * 16).unwrap());
     let mut f = BatchedFleet::new(cfg, owned.buffers()).unwrap();
     f.use_reference_paths(reference);
     let mut sink = Sink::default();
@@ -163,7 +165,8 @@ fn check(pods: usize, cases: usize, n: usize, seed: u64) {
         let e = engine(&mut x);
         let gap = 50 + lcg(&mut x) % 3000;
         let interleave = case % 2 == 1;
-        let reqs = trace(&mut x, n, 1 + lcg(&mut x) % 12, cap, gap, interleave);
+        let tenants = 1 + lcg(&mut x) % 12;
+        let reqs = trace(&mut x, n, tenants, cap, gap, interleave);
         let mut cfg = FleetConfig::new(pods, cap, router);
         cfg.engine = EngineConfig::Batched(e);
         let fast = run(cfg, &reqs, false);
