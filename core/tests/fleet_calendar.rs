@@ -134,8 +134,8 @@ fn trace(x: &mut u64, n: usize, tenants: u64, cap: usize, gap: u64, interleave: 
         if len == 0 || len + o.max(1) - 1 > cap as u64 * 16 {
             continue;
         }
-        let steps_before = interleave && lcg(x) % 4 == 0;
-        let abort = (interleave && i > 0 && lcg(x) % 9 == 0).then(|| lcg(x) % out.len().max(1) as u64);
+        let steps_before = interleave && lcg(x).is_multiple_of(4);
+        let abort = (interleave && i > 0 && lcg(x).is_multiple_of(9)).then(|| lcg(x) % out.len().max(1) as u64);
         out.push(Req { at_ns: at, keys, extra, out: o, steps_before, abort });
     }
     out
