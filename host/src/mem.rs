@@ -302,11 +302,20 @@ fn try_grow_exact<T>(v: &mut Vec<T>, extra: usize, what: &str) -> CliResult<()> 
 /// A vector of `n` copies of `value`, or an error naming `what` when the allocation fails (never
 /// an abort).
 pub fn try_vec<T: Clone>(n: usize, value: T, what: &str) -> CliResult<Vec<T>> {
-    let mut v = Vec::new();
+    let mut v: Vec<T> = Vec::new();
     try_grow(&mut v, n, what)?;
+    let bytes = v.capacity().saturating_mul(std::mem::size_of::<T>());
+    if bytes >= HUGE_PAGES_FROM {
+        // before the first touch: the pages are backed as they are written below
+        crate::sys::advise_huge_pages(v.as_ptr().cast(), bytes);
+    }
     v.resize(n, value);
     Ok(v)
 }
+
+/// Buffers of at least this many bytes ask for huge pages ([`crate::sys::advise_huge_pages`]):
+/// 2 huge pages of 2 MiB, so that at most a few MiB of a buffer's rounding is wasted.
+const HUGE_PAGES_FROM: usize = 4 << 20;
 
 /// Reserves room for `extra` more elements in `v`, or an error naming `what`.
 pub fn try_grow<T>(v: &mut Vec<T>, extra: usize, what: &str) -> CliResult<()> {

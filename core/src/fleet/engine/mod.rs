@@ -158,9 +158,24 @@ pub trait Engine: Sized {
     /// The load signals at `t_ns`, its queue_len then being `queue_len`.
     fn load(&self, queue_len: u32, t_ns: u64) -> PodLoad;
 
+    /// The pod's next event, queue length and load signals as functions of time until its state
+    /// next changes (the fleet's calendar, `sim::calendar`), when they depend on time only
+    /// through the end of the last step; None (the default) when they do not, and the fleet asks
+    /// [`Self::queue_len_at`] and [`Self::load`] at every arrival.
+    fn signals(&self) -> Option<crate::fleet::sim::calendar::Signals> {
+        None
+    }
+
     /// Bitmask of the `candidates` pods of word `word` of `pods` (a fleet's pods, pod p at index
     /// p; bit b is pod 64 word + b) whose cache holds `key`: the exact view.
     fn holds(pods: &[Self], shared: &Self::Shared, key: u64, word: usize, candidates: u64) -> u64;
+
+    /// [`Self::holds`] the plain way, pod by pod: the oracle of an engine whose [`Self::holds`]
+    /// is a faster path (the fleet asks it instead when a test turned the fast paths off,
+    /// feature `harness`).
+    fn holds_reference(pods: &[Self], shared: &Self::Shared, key: u64, word: usize, candidates: u64) -> u64 {
+        Self::holds(pods, shared, key, word, candidates)
+    }
 
     /// match_p for the pods `0..out.len()`: the longest leading run of `keys` pod p holds, when
     /// the engine computes it faster than key by key ([`Self::holds`]); false to let the caller

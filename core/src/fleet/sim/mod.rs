@@ -5,6 +5,7 @@
 //! [`scale`]) live here once.
 
 pub mod batched;
+pub mod calendar;
 pub mod config;
 pub mod defaults;
 pub mod fifo;
@@ -109,11 +110,16 @@ pub struct FleetTotals {
 pub struct Exact<'v, E: Engine> {
     pods: &'v [E],
     shared: &'v E::Shared,
+    /// Ask [`Engine::holds_reference`] (the oracle) instead of [`Engine::holds`].
+    reference: bool,
 }
 
 impl<E: Engine> KeyHolders for Exact<'_, E> {
     #[inline]
     fn mask(&self, key: u64, word: usize, candidates: u64) -> u64 {
+        if self.reference {
+            return E::holds_reference(self.pods, self.shared, key, word, candidates);
+        }
         E::holds(self.pods, self.shared, key, word, candidates)
     }
     #[inline]
@@ -142,6 +148,12 @@ pub struct Fleet<'a, E: FleetEngine<'a>, R: Router = AnyRouter<'a>> {
     last_arrival_ns: u64,
     totals: FleetTotals,
     poisoned: bool,
+    /// The pods' next events and signals, for a dispatch that advances only the pods with an
+    /// event before the arrival ([`calendar`]).
+    calendar: calendar::Calendar,
+    /// The reference paths (every pod advanced and asked at every arrival; [`Engine::holds`]
+    /// pod by pod), the fast paths' oracle: set by tests (feature `harness`).
+    reference: bool,
 }
 
 impl<'a, E: FleetEngine<'a>> Fleet<'a, E, AnyRouter<'a>> {
@@ -199,6 +211,9 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             (Some(policy), None) => (Some(ScaleState::new(policy, cfg.pods)?), None),
             (Some(policy), Some(e)) => (None, Some(WvaState::new(policy, e.wva, scale_buffer)?)),
         };
+        // The calendar: pods that describe their signals, changed only by a dispatch's steps
+        // 2 and 5 (no autoscaling, no P/D).
+        let on = scale.is_none() && wva.is_none() && pd.is_none() && pods.iter().all(|e| e.signals().is_some());
         Ok(Fleet {
             cfg,
             engine,
@@ -214,6 +229,8 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             last_arrival_ns: 0,
             totals: FleetTotals::default(),
             poisoned: false,
+            calendar: calendar::Calendar::new(on),
+            reference: false,
         })
     }
 
@@ -249,7 +266,22 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     /// state on purpose and see the fleet refuse to go on.
     #[cfg(feature = "harness")]
     pub fn pods_mut(&mut self) -> &mut [E] {
+        self.calendar.fresh = false;
         &mut self.pods
+    }
+
+    /// Test support (feature `harness`): with `on`, the fleet takes the reference paths, the
+    /// oracle of its fast ones: every pod is advanced and asked for its signals at every
+    /// arrival (no calendar), and the exact view asks [`Engine::holds_reference`].
+    #[cfg(feature = "harness")]
+    pub fn use_reference_paths(&mut self, on: bool) {
+        self.reference = on;
+        self.calendar.fresh = false;
+    }
+
+    /// Whether a dispatch reads the calendar.
+    fn calendar_on(&self) -> bool {
+        self.calendar.on && !self.reference
     }
 
     /// Counters of pod `p`.
@@ -357,9 +389,22 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         self.view.deliver(i, t);
         // 2. Every pod runs what starts before t; queue lengths at arrival.
         let mut queue_lens = [0u32; P];
-        for (q, pod) in queue_lens.iter_mut().zip(self.pods.iter_mut()) {
-            pod.advance(t, ev)?;
-            *q = pod.queue_len_at(t);
+        if self.calendar_on() && self.calendar.refresh(&self.pods) {
+            // only the pods with an event before t run (in pod order, as below)
+            let cal = &mut self.calendar;
+            for (p, (q, pod)) in queue_lens.iter_mut().zip(self.pods.iter_mut()).enumerate() {
+                if cal.due(p, t) {
+                    pod.advance(t, ev)?;
+                    cal.note(p, pod);
+                }
+                *q = cal.queue_len(p, t);
+            }
+        } else {
+            self.calendar.fresh = false;
+            for (q, pod) in queue_lens.iter_mut().zip(self.pods.iter_mut()) {
+                pod.advance(t, ev)?;
+                *q = pod.queue_len_at(t);
+            }
         }
         // 3. Autoscaling: the routable pods are 0..active.
         let active = self.autoscale(i, t, &mut queue_lens)?;
@@ -379,6 +424,9 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         let mut feed = self.view.feed(p, stamp);
         let out = self.pods[p].serve(&mut self.shared, req, routed, &mut feed, ev)?;
         feed.finish()?;
+        if self.calendar.fresh {
+            self.calendar.note(p, &self.pods[p]);
+        }
         // 6. Counters.
         self.count(req, &out, p, active);
         self.next_request += 1;
@@ -391,15 +439,22 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     fn route<const P: usize>(&mut self, i: u64, req: &Request<'_>, queue_lens: &[u32]) -> Result<Route, Error> {
         let active = queue_lens.len();
         let t = req.arrival_ns;
-        let exact = Exact { pods: &self.pods, shared: &self.shared };
+        let exact = Exact { pods: &self.pods, shared: &self.shared, reference: self.reference };
         let held = match self.view.index.as_ref() {
             Some(ix) => Holders::Index(ix),
             None => Holders::Exact(&exact),
         };
         let mut loads = [PodLoad::default(); P];
         let loads = if self.router.needs_loads() {
-            for (p, l) in loads[..active].iter_mut().enumerate() {
-                *l = self.pods[p].load(queue_lens[p], t);
+            if self.calendar.fresh {
+                // (fresh: every pod's entry is its state now, the calendar being read)
+                for (p, l) in loads[..active].iter_mut().enumerate() {
+                    *l = self.calendar.load(p);
+                }
+            } else {
+                for (p, l) in loads[..active].iter_mut().enumerate() {
+                    *l = self.pods[p].load(queue_lens[p], t);
+                }
             }
             Some(&loads[..active])
         } else {
@@ -553,6 +608,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         if self.poisoned {
             return Err(Error::Poisoned);
         }
+        self.calendar.fresh = false;
         if self.pd.is_some() {
             let r = self.pd_run(t_ns, false, true, ev);
             if r.is_err() {
@@ -590,6 +646,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         if self.poisoned {
             return Err(Error::Poisoned);
         }
+        self.calendar.fresh = false;
         if self.pd.is_some() || request >= self.next_request {
             return Ok(false);
         }
@@ -611,6 +668,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         if self.poisoned {
             return Err(Error::Poisoned);
         }
+        self.calendar.fresh = false;
         if self.pd.is_some() {
             let r = self.pd_run(u64::MAX, true, false, ev).map(|_| ());
             if r.is_err() {

@@ -1,0 +1,93 @@
+//! The fleet's calendar of its pods: each pod's next event and the signals a router reads of it
+//! ([`Signals`]), kept in dense arrays and refreshed only for the pods that changed, so that a
+//! dispatch advances only the pods with an event before the arrival and reads the others' queue
+//! lengths and loads without touching their engines (docs/MODEL.md, "Fleet and time": the same
+//! events run in the same order as when every pod is asked; a property test compares both).
+//!
+//! Used for engines that describe their signals ([`crate::fleet::engine::Engine::signals`]: the
+//! batched engine) and fleets without autoscaling or P/D (their pods change outside a dispatch's
+//! steps 2 and 5); the other fleets ask every pod at every arrival.
+
+use crate::fleet::base::limits::MAX_PODS;
+use crate::fleet::base::load::PodLoad;
+use crate::fleet::engine::Engine;
+
+/// What a router reads of a pod until the pod's state next changes: its queue length at `t`
+/// is `queue_len + in_flight` while `t < in_flight_until_ns`, `queue_len` after (the batched
+/// engine: |W| + |R| + parked, plus the requests that finished in the last step until that
+/// step ends); its load signals do not depend on `t`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Signals {
+    /// Start of the pod's next event, ns (None when it has nothing to do).
+    pub next_event_ns: Option<u64>,
+    /// Queue length from `in_flight_until_ns` on.
+    pub queue_len: u32,
+    /// Added to the queue length before `in_flight_until_ns`.
+    pub in_flight: u32,
+    /// See `in_flight`.
+    pub in_flight_until_ns: u64,
+    /// The load signals ([`Engine::load`]).
+    pub load: PodLoad,
+}
+
+/// Dense per-pod next events and signals.
+pub(crate) struct Calendar {
+    /// The fleet uses the calendar (else it asks every pod).
+    pub(crate) on: bool,
+    /// Every entry describes its pod now (false after anything changed pods outside a dispatch).
+    pub(crate) fresh: bool,
+    next_ns: [u64; MAX_PODS],
+    sig: [Signals; MAX_PODS],
+}
+
+impl Calendar {
+    pub(crate) fn new(on: bool) -> Self {
+        Calendar { on, fresh: false, next_ns: [u64::MAX; MAX_PODS], sig: [Signals::default(); MAX_PODS] }
+    }
+
+    /// Notes pod `p`'s state (after it changed). False when its engine does not describe its
+    /// signals.
+    #[inline]
+    pub(crate) fn note<E: Engine>(&mut self, p: usize, pod: &E) -> bool {
+        match pod.signals() {
+            Some(s) => {
+                self.next_ns[p] = s.next_event_ns.unwrap_or(u64::MAX);
+                self.sig[p] = s;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Notes every pod (when not fresh). False when an engine does not describe its signals.
+    pub(crate) fn refresh<E: Engine>(&mut self, pods: &[E]) -> bool {
+        if !self.fresh {
+            for (p, pod) in pods.iter().enumerate() {
+                if !self.note(p, pod) {
+                    return false;
+                }
+            }
+            self.fresh = true;
+        }
+        true
+    }
+
+    /// True when pod `p` has an event that starts before `t_ns`.
+    #[inline]
+    pub(crate) fn due(&self, p: usize, t_ns: u64) -> bool {
+        self.next_ns[p] < t_ns
+    }
+
+    /// Pod `p`'s queue length at `t_ns`.
+    #[inline]
+    pub(crate) fn queue_len(&self, p: usize, t_ns: u64) -> u32 {
+        let s = &self.sig[p];
+        s.queue_len + if s.in_flight_until_ns > t_ns { s.in_flight } else { 0 }
+    }
+
+    /// Pod `p`'s load signals.
+    #[inline]
+    pub(crate) fn load(&self, p: usize) -> PodLoad {
+        self.sig[p].load
+    }
+}
