@@ -1783,8 +1783,8 @@ impl Engine for BatchedEngine<'_> {
 
     /// [`Self::queue_len_at`] is |W| + |R| + parked, plus the last step's finished requests
     /// until it ends; [`Self::load`] does not depend on time.
-    fn signals(&self) -> Option<crate::fleet::sim::calendar::Signals> {
-        Some(crate::fleet::sim::calendar::Signals {
+    fn signals(&self) -> Option<super::Signals> {
+        Some(super::Signals {
             next_event_ns: self.next_event_ns(),
             queue_len: self.w_len + self.r_len + self.parked,
             in_flight: self.last_step_finished,

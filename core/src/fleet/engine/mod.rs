@@ -162,7 +162,7 @@ pub trait Engine: Sized {
     /// next changes (the fleet's calendar, `sim::calendar`), when they depend on time only
     /// through the end of the last step; None (the default) when they do not, and the fleet asks
     /// [`Self::queue_len_at`] and [`Self::load`] at every arrival.
-    fn signals(&self) -> Option<crate::fleet::sim::calendar::Signals> {
+    fn signals(&self) -> Option<Signals> {
         None
     }
 
@@ -248,4 +248,22 @@ pub trait Engine: Sized {
 
 fn pd_unsupported() -> Error {
     Error::InvalidConfig { field: crate::fleet::base::error::Field::PrefillPods, expected: "0 unless --engine batched" }
+}
+
+/// What a router reads of a pod until the pod's state next changes: its queue length at `t`
+/// is `queue_len + in_flight` while `t < in_flight_until_ns`, `queue_len` after (the batched
+/// engine: |W| + |R| + parked, plus the requests that finished in the last step until that
+/// step ends); its load signals do not depend on `t`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Signals {
+    /// Start of the pod's next event, ns (None when it has nothing to do).
+    pub next_event_ns: Option<u64>,
+    /// Queue length from `in_flight_until_ns` on.
+    pub queue_len: u32,
+    /// Added to the queue length before `in_flight_until_ns`.
+    pub in_flight: u32,
+    /// See `in_flight`.
+    pub in_flight_until_ns: u64,
+    /// The load signals ([`Engine::load`]).
+    pub load: PodLoad,
 }

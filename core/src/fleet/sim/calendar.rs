@@ -1,5 +1,5 @@
 //! The fleet's calendar of its pods: each pod's next event and the signals a router reads of it
-//! ([`Signals`]), kept in dense arrays and refreshed only for the pods that changed, so that a
+//! ([`Signals`], defined beside the engine trait that reports them), kept in dense arrays and refreshed only for the pods that changed, so that a
 //! dispatch advances only the pods with an event before the arrival and reads the others' queue
 //! lengths and loads without touching their engines (docs/MODEL.md, "Fleet and time": the same
 //! events run in the same order as when every pod is asked; a property test compares both).
@@ -10,25 +10,7 @@
 
 use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::base::load::PodLoad;
-use crate::fleet::engine::Engine;
-
-/// What a router reads of a pod until the pod's state next changes: its queue length at `t`
-/// is `queue_len + in_flight` while `t < in_flight_until_ns`, `queue_len` after (the batched
-/// engine: |W| + |R| + parked, plus the requests that finished in the last step until that
-/// step ends); its load signals do not depend on `t`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Signals {
-    /// Start of the pod's next event, ns (None when it has nothing to do).
-    pub next_event_ns: Option<u64>,
-    /// Queue length from `in_flight_until_ns` on.
-    pub queue_len: u32,
-    /// Added to the queue length before `in_flight_until_ns`.
-    pub in_flight: u32,
-    /// See `in_flight`.
-    pub in_flight_until_ns: u64,
-    /// The load signals ([`Engine::load`]).
-    pub load: PodLoad,
-}
+use crate::fleet::engine::{Engine, Signals};
 
 /// Dense per-pod next events and signals.
 pub(crate) struct Calendar {
