@@ -8,6 +8,9 @@
 //! counter and the fleet's totals must be equal.
 
 use brokerlab_core::fleet::*;
+
+mod common;
+use common::Sink;
 use proptest::prelude::*;
 
 /// A trace request: arrival gap (us), prompt ids, prompt length in tokens, output length.
@@ -34,21 +37,6 @@ fn trace(group_blocks: u32) -> impl Strategy<Value = Vec<TraceReq>> {
             })
             .collect()
     })
-}
-
-#[derive(Default)]
-struct Sink {
-    done: Vec<Completion>,
-    itl: Vec<(u64, u64)>,
-}
-
-impl EngineEvents for Sink {
-    fn completed(&mut self, c: &Completion) {
-        self.done.push(*c);
-    }
-    fn itl(&mut self, itl_ns: u64, count: u64) {
-        self.itl.push((itl_ns, count));
-    }
 }
 
 type Replay = (Vec<Completion>, Vec<(u64, u64)>, Vec<u32>, Vec<BatchedStats>, FleetTotals);

@@ -119,3 +119,58 @@ pub fn with(mut c: FleetConfig, f: impl FnOnce(&mut FleetConfig)) -> FleetConfig
     f(&mut c);
     c
 }
+
+/// Completions and ITL samples in order (the batched engine's events).
+#[derive(Default)]
+pub struct Sink {
+    pub done: Vec<Completion>,
+    pub itl: Vec<(u64, u64)>,
+}
+
+impl EngineEvents for Sink {
+    fn completed(&mut self, c: &Completion) {
+        self.done.push(*c);
+    }
+    fn itl(&mut self, itl_ns: u64, count: u64) {
+        self.itl.push((itl_ns, count));
+    }
+}
+
+/// A batched fleet's buffers as its layout sizes them (no CPU tier, no P/D); the autoscaler's
+/// buffer is the caller's, since the tests size it on purpose.
+pub struct BatchedOwned {
+    blocks: Vec<KvBlock>,
+    tables: Vec<u32>,
+    requests: Vec<ReqSlot>,
+    waiting: Vec<u32>,
+    running: Vec<u32>,
+    keys: Vec<u64>,
+}
+
+impl BatchedOwned {
+    pub fn new(l: &BatchedLayout) -> Self {
+        BatchedOwned {
+            blocks: vec![KvBlock::default(); l.blocks_len()],
+            tables: vec![0; l.tables_len()],
+            requests: vec![ReqSlot::default(); l.pods * l.requests_per_pod],
+            waiting: vec![0; l.pods * l.requests_per_pod],
+            running: vec![0; l.running_len()],
+            keys: vec![0; l.pods * l.keys_per_pod],
+        }
+    }
+
+    pub fn buffers<'a>(&'a mut self, scale: &'a mut [WvaPod]) -> BatchedBuffers<'a> {
+        BatchedBuffers {
+            blocks: &mut self.blocks,
+            tables: &mut self.tables,
+            requests: &mut self.requests,
+            waiting: &mut self.waiting,
+            running: &mut self.running,
+            keys: &mut self.keys,
+            cpu_slots: &mut [],
+            cpu_tables: &mut [],
+            pd: Default::default(),
+            scale,
+        }
+    }
+}

@@ -4,6 +4,9 @@
 
 use brokerlab_core::fleet::*;
 
+mod common;
+use common::{BatchedOwned as Owned, Sink};
+
 /// One request: arrival ns, prompt block ids (16 tokens each), extra tokens of a partial block,
 /// output length.
 #[derive(Clone)]
@@ -16,21 +19,6 @@ struct R {
 
 fn r(at_ns: u64, blocks: &[u64], extra: u64, out: u64) -> R {
     R { at_ns, blocks: blocks.to_vec(), extra, out }
-}
-
-#[derive(Default)]
-struct Sink {
-    done: Vec<Completion>,
-    itl: Vec<(u64, u64)>,
-}
-
-impl EngineEvents for Sink {
-    fn completed(&mut self, c: &Completion) {
-        self.done.push(*c);
-    }
-    fn itl(&mut self, itl_ns: u64, count: u64) {
-        self.itl.push((itl_ns, count));
-    }
 }
 
 impl Sink {
@@ -53,45 +41,6 @@ fn keys_of(ids: &[u64]) -> Vec<u64> {
     let mut out = vec![0; ids.len()];
     keys::trace_keys(ids, ids.len() as u64 * 16, 16, &mut out).unwrap();
     out
-}
-
-/// A batched fleet's buffers as its layout sizes them (no CPU tier, no P/D); the autoscaler's
-/// buffer is the caller's, since the tests size it on purpose.
-struct Owned {
-    blocks: Vec<KvBlock>,
-    tables: Vec<u32>,
-    requests: Vec<ReqSlot>,
-    waiting: Vec<u32>,
-    running: Vec<u32>,
-    keys: Vec<u64>,
-}
-
-impl Owned {
-    fn new(l: &BatchedLayout) -> Self {
-        Owned {
-            blocks: vec![KvBlock::default(); l.blocks_len()],
-            tables: vec![0; l.tables_len()],
-            requests: vec![ReqSlot::default(); l.pods * l.requests_per_pod],
-            waiting: vec![0; l.pods * l.requests_per_pod],
-            running: vec![0; l.running_len()],
-            keys: vec![0; l.pods * l.keys_per_pod],
-        }
-    }
-
-    fn buffers<'a>(&'a mut self, scale: &'a mut [WvaPod]) -> BatchedBuffers<'a> {
-        BatchedBuffers {
-            blocks: &mut self.blocks,
-            tables: &mut self.tables,
-            requests: &mut self.requests,
-            waiting: &mut self.waiting,
-            running: &mut self.running,
-            keys: &mut self.keys,
-            cpu_slots: &mut [],
-            cpu_tables: &mut [],
-            pd: Default::default(),
-            scale,
-        }
-    }
 }
 
 fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {

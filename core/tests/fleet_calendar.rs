@@ -9,6 +9,9 @@
 
 use brokerlab_core::fleet::*;
 
+mod common;
+use common::BatchedOwned as Owned;
+
 fn lcg(x: &mut u64) -> u64 {
     *x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
     *x >> 33
@@ -26,43 +29,6 @@ impl EngineEvents for Sink {
     }
     fn itl(&mut self, itl_ns: u64, count: u64) {
         self.events.push((None, itl_ns, count));
-    }
-}
-
-struct Owned {
-    blocks: Vec<KvBlock>,
-    tables: Vec<u32>,
-    requests: Vec<ReqSlot>,
-    waiting: Vec<u32>,
-    running: Vec<u32>,
-    keys: Vec<u64>,
-}
-
-impl Owned {
-    fn new(l: &BatchedLayout) -> Self {
-        Owned {
-            blocks: vec![KvBlock::default(); l.blocks_len()],
-            tables: vec![0; l.tables_len()],
-            requests: vec![ReqSlot::default(); l.pods * l.requests_per_pod],
-            waiting: vec![0; l.pods * l.requests_per_pod],
-            running: vec![0; l.running_len()],
-            keys: vec![0; l.pods * l.keys_per_pod],
-        }
-    }
-
-    fn buffers(&mut self) -> BatchedBuffers<'_> {
-        BatchedBuffers {
-            blocks: &mut self.blocks,
-            tables: &mut self.tables,
-            requests: &mut self.requests,
-            waiting: &mut self.waiting,
-            running: &mut self.running,
-            keys: &mut self.keys,
-            cpu_slots: &mut [],
-            cpu_tables: &mut [],
-            pd: Default::default(),
-            scale: &mut [],
-        }
     }
 }
 
@@ -90,7 +56,7 @@ fn run(cfg: FleetConfig, reqs: &[Req], reference: bool) -> Outcome {
     // room for every request on one pod (small fleets); a 1,024-pod fleet spreads them
     let per_pod = if cfg.pods > 64 { 64 } else { 256 };
     let mut owned = Owned::new(&BatchedLayout::new(&cfg, per_pod, per_pod * 16).unwrap());
-    let mut f = BatchedFleet::new(cfg, owned.buffers()).unwrap();
+    let mut f = BatchedFleet::new(cfg, owned.buffers(&mut [])).unwrap();
     f.use_reference_paths(reference);
     let mut sink = Sink::default();
     let (mut routes, mut aborted) = (vec![], vec![]);
