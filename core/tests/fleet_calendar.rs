@@ -1,10 +1,9 @@
 //! The batched fleet's fast dispatch against its oracle on random traces: the calendar (only the
 //! pods with an event before an arrival are advanced; queue lengths and loads read from dense
-//! per-pod entries) and the two-pass exact view (`Engine::holds`) must give exactly what the
-//! reference paths give (every pod advanced and asked at every arrival; `holds` pod by pod,
-//! `Fleet::use_reference_paths`): the same routes, the same completions and inter-token
-//! latencies in the same order, the same per-pod counters. Small fleets and 1,024 pods; small
-//! pods (their key tables collide often, so the probe's second pass runs), shared prefixes,
+//! per-pod entries) must give exactly what the reference path gives (every pod advanced and
+//! asked at every arrival, `Fleet::use_reference_paths`): the same routes, the same completions
+//! and inter-token latencies in the same order, the same per-pod counters. Small fleets and
+//! 1,024 pods; small pods (their key tables collide often), shared prefixes,
 //! preemptions, and closed-loop steps (`advance_next`) and aborts between dispatches.
 
 use brokerlab_core::fleet::*;

@@ -1793,46 +1793,7 @@ impl Engine for BatchedEngine<'_> {
         })
     }
 
-    /// The pods whose cache map holds `key` (a cached block, pinned or free), probed in two
-    /// passes over the candidates: first every pod's home entry of `key`, then the block of each
-    /// entry whose tag matches. Within a pass the loads do not depend on each other, so the
-    /// memory system overlaps their misses (a 1,024-pod fleet asks up to 1,024 pods per key,
-    /// each a miss in its own table: one after the other they were `fleet bench --scale`'s
-    /// largest cost). Same answer as [`Self::contains`] per pod ([`Engine::holds_reference`],
-    /// the oracle of a property test).
     fn holds(pods: &[Self], _shared: &(), key: u64, word: usize, candidates: u64) -> u64 {
-        let pods = pods.get(word * WORD_PODS..).unwrap_or_default();
-        let h = key.wrapping_mul(table::FIB);
-        // pass 1: each candidate's home entry
-        let mut first = [0u32; WORD_PODS];
-        crate::fleet::base::mask::for_each(candidates, |p| {
-            if let Some(e) = pods.get(p) {
-                first[p] = e.table[(h >> e.shift) as usize];
-            }
-        });
-        // pass 2: a matching tag reads its block; another key's entry in the home slot goes on
-        // with the whole probe
-        let mut out = 0u64;
-        crate::fleet::base::mask::for_each(candidates, |p| {
-            let Some(e) = pods.get(p) else { return };
-            let x = first[p];
-            if x == 0 {
-                return;
-            }
-            let held = if x & !e.slot_mask == (h >> 32) as u32 & !e.slot_mask
-                && e.blocks[((x & e.slot_mask) - 1) as usize].key == key
-            {
-                true
-            } else {
-                e.contains(key)
-            };
-            out |= u64::from(held) << p;
-        });
-        out
-    }
-
-    /// The probe of [`Self::holds`] pod by pod (the oracle).
-    fn holds_reference(pods: &[Self], _shared: &(), key: u64, word: usize, candidates: u64) -> u64 {
         let pods = pods.get(word * WORD_PODS..).unwrap_or_default();
         crate::fleet::base::mask::select(pods, candidates, |e| e.contains(key))
     }

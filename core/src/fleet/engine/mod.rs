@@ -170,13 +170,6 @@ pub trait Engine: Sized {
     /// p; bit b is pod 64 word + b) whose cache holds `key`: the exact view.
     fn holds(pods: &[Self], shared: &Self::Shared, key: u64, word: usize, candidates: u64) -> u64;
 
-    /// [`Self::holds`] the plain way, pod by pod: the oracle of an engine whose [`Self::holds`]
-    /// is a faster path (the fleet asks it instead when a test turned the fast paths off,
-    /// feature `harness`).
-    fn holds_reference(pods: &[Self], shared: &Self::Shared, key: u64, word: usize, candidates: u64) -> u64 {
-        Self::holds(pods, shared, key, word, candidates)
-    }
-
     /// match_p for the pods `0..out.len()`: the longest leading run of `keys` pod p holds, when
     /// the engine computes it faster than key by key ([`Self::holds`]); false to let the caller
     /// ask key by key.

@@ -110,16 +110,11 @@ pub struct FleetTotals {
 pub struct Exact<'v, E: Engine> {
     pods: &'v [E],
     shared: &'v E::Shared,
-    /// Ask [`Engine::holds_reference`] (the oracle) instead of [`Engine::holds`].
-    reference: bool,
 }
 
 impl<E: Engine> KeyHolders for Exact<'_, E> {
     #[inline]
     fn mask(&self, key: u64, word: usize, candidates: u64) -> u64 {
-        if self.reference {
-            return E::holds_reference(self.pods, self.shared, key, word, candidates);
-        }
         E::holds(self.pods, self.shared, key, word, candidates)
     }
     #[inline]
@@ -151,8 +146,8 @@ pub struct Fleet<'a, E: FleetEngine<'a>, R: Router = AnyRouter<'a>> {
     /// The pods' next events and signals, for a dispatch that advances only the pods with an
     /// event before the arrival ([`calendar`]).
     calendar: calendar::Calendar,
-    /// The reference paths (every pod advanced and asked at every arrival; [`Engine::holds`]
-    /// pod by pod), the fast paths' oracle: set by tests (feature `harness`).
+    /// The reference path (every pod advanced and asked at every arrival), the calendar's
+    /// oracle: set by tests (feature `harness`).
     reference: bool,
 }
 
@@ -272,7 +267,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
 
     /// Test support (feature `harness`): with `on`, the fleet takes the reference paths, the
     /// oracle of its fast ones: every pod is advanced and asked for its signals at every
-    /// arrival (no calendar), and the exact view asks [`Engine::holds_reference`].
+    /// arrival (no calendar).
     #[cfg(feature = "harness")]
     pub fn use_reference_paths(&mut self, on: bool) {
         self.reference = on;
@@ -439,7 +434,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     fn route<const P: usize>(&mut self, i: u64, req: &Request<'_>, queue_lens: &[u32]) -> Result<Route, Error> {
         let active = queue_lens.len();
         let t = req.arrival_ns;
-        let exact = Exact { pods: &self.pods, shared: &self.shared, reference: self.reference };
+        let exact = Exact { pods: &self.pods, shared: &self.shared };
         let held = match self.view.index.as_ref() {
             Some(ix) => Holders::Index(ix),
             None => Holders::Exact(&exact),
