@@ -31,59 +31,32 @@ impl Bufs {
         }
     }
 
+    fn buffers(&mut self) -> FifoBuffers<'_> {
+        FifoBuffers {
+            slots: &mut self.slots,
+            tables: &mut self.tables,
+            queues: &mut self.queues,
+            index: &mut self.index,
+            pending: &mut self.pending,
+            pending_table: &mut self.pending_table,
+            cpu_slots: &mut self.cpu_slots,
+            cpu_tables: &mut self.cpu_tables,
+        }
+    }
+
     /// A fleet over these buffers with a custom router.
     pub fn fleet_with<R: Router>(&mut self, router: R) -> Result<FifoFleet<'_, R>, Error> {
-        FifoFleet::with_router(
-            self.cfg,
-            router,
-            FifoBuffers {
-                slots: &mut self.slots,
-                tables: &mut self.tables,
-                queues: &mut self.queues,
-                index: &mut self.index,
-                pending: &mut self.pending,
-                pending_table: &mut self.pending_table,
-                cpu_slots: &mut self.cpu_slots,
-                cpu_tables: &mut self.cpu_tables,
-            },
-        )
+        FifoFleet::with_router(self.cfg, router, self.buffers())
     }
 
     /// A fleet over these buffers with the built-in router of `cfg` and its approximate index
     /// in `router`.
     pub fn fleet_router_buffers<'a>(&'a mut self, router: RouterBuffers<'a>) -> FifoFleet<'a> {
-        FifoFleet::with_router_buffers(
-            self.cfg,
-            FifoBuffers {
-                slots: &mut self.slots,
-                tables: &mut self.tables,
-                queues: &mut self.queues,
-                index: &mut self.index,
-                pending: &mut self.pending,
-                pending_table: &mut self.pending_table,
-                cpu_slots: &mut self.cpu_slots,
-                cpu_tables: &mut self.cpu_tables,
-            },
-            router,
-        )
-        .unwrap()
+        FifoFleet::with_router_buffers(self.cfg, self.buffers(), router).unwrap()
     }
 
     pub fn fleet(&mut self) -> FifoFleet<'_> {
-        FifoFleet::new(
-            self.cfg,
-            FifoBuffers {
-                slots: &mut self.slots,
-                tables: &mut self.tables,
-                queues: &mut self.queues,
-                index: &mut self.index,
-                pending: &mut self.pending,
-                pending_table: &mut self.pending_table,
-                cpu_slots: &mut self.cpu_slots,
-                cpu_tables: &mut self.cpu_tables,
-            },
-        )
-        .unwrap()
+        FifoFleet::new(self.cfg, self.buffers()).unwrap()
     }
 }
 
