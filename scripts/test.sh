@@ -44,6 +44,12 @@ if ! pg_found || { [ "$(id -u)" = 0 ] && ! id postgres >/dev/null 2>&1; }; then
     apt_install postgresql
 fi
 
+# Every test's scratch files go under one directory of this run, removed when it ends (the tests
+# name their files by process id and leave them behind; CI's disk filled once).
+TEST_TMP=$(mktemp -d "${TMPDIR:-/tmp}/brokerlab-test.XXXXXX")
+trap 'rm -rf "$TEST_TMP"' EXIT
+export TMPDIR="$TEST_TMP"
+
 cargo test --workspace "$@"
 
 # The independent Python references check themselves against hand-computed cases (the P/D and
