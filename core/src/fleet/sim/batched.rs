@@ -10,6 +10,7 @@ use super::{Fleet, FleetEngine, FleetTotals};
 use crate::fleet::base::carve::chunks;
 use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::cache::lru::{LruPod, Slot};
+use crate::fleet::cache::runs::Run;
 use crate::fleet::engine::Routed;
 use crate::fleet::engine::batched::{BatchedConfig, BatchedEngine, KvBlock, PodBuffers, ReqSlot};
 use crate::fleet::route::kind::AnyRouter;
@@ -276,5 +277,58 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
 
     fn outcome_of(routed: Routed) -> Result<Routed, Error> {
         Ok(routed)
+    }
+}
+
+impl<'a> Fleet<'a, BatchedEngine<'a>, AnyRouter<'a>> {
+    /// Buffer lengths (`runs`, `tables`) of the router's approximate index kept as runs
+    /// ([`Self::attach_index_runs`]), or None when `cfg`'s router keeps no approximate index
+    /// (nothing to keep as runs) or its LRUs cannot be kept so. The pods are not concerned:
+    /// under this engine they stay per block (docs/MODEL.md, "The approximate index as runs").
+    pub fn index_runs_layout(cfg: &FleetConfig) -> Option<(usize, usize)> {
+        cfg.batched_config()?;
+        match cfg.router_runs_layout()? {
+            (0, _) | (_, 0) => None,
+            l => Some(l),
+        }
+    }
+
+    /// Keeps the router's approximate index as runs of trace ids of `group_blocks` 16-token
+    /// blocks each (block j of a prompt is sub-block j mod R of id j div R), before the first
+    /// dispatch: the same answers as the per-block index (docs/MODEL.md, "The approximate index
+    /// as runs"; core/tests/batched_runs.rs compares the two), the router's work per group of a
+    /// prompt instead of per block. The pods' KV pools are unchanged. Returns false, changing
+    /// nothing, when [`Self::index_runs_layout`] is None; the buffers must have the lengths it
+    /// gives.
+    pub fn attach_index_runs(
+        &mut self,
+        group_blocks: u32,
+        runs: &'a mut [Run],
+        tables: &'a mut [u32],
+    ) -> Result<bool, Error> {
+        let Some((runs_len, tables_len)) = Self::index_runs_layout(&self.cfg) else { return Ok(false) };
+        if runs.len() != runs_len {
+            return Err(Error::BufferSize { buffer: Buffer::Runs, expected: runs_len, got: runs.len() });
+        }
+        if tables.len() != tables_len {
+            return Err(Error::BufferSize { buffer: Buffer::RunTables, expected: tables_len, got: tables.len() });
+        }
+        if group_blocks == 0 || self.next_request > 0 {
+            return Err(Error::InvalidConfig {
+                field: Field::TraceBlockSize,
+                expected: "at least 1 block per trace id, attached before the first request",
+            });
+        }
+        match &mut self.router {
+            AnyRouter::Shipped(r) => r.use_runs(group_blocks as usize, runs, tables)?,
+            // (a router with an approximate index is a shipped one)
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Whether the router's approximate index is kept as runs ([`Self::attach_index_runs`]).
+    pub fn index_is_runs(&self) -> bool {
+        matches!(&self.router, AnyRouter::Shipped(r) if r.approx().is_some_and(|a| a.is_runs()))
     }
 }

@@ -15,6 +15,7 @@ const PODS_EXPECTED: &str = quoting!("between 1 and 1024 (MAX_PODS)", MAX_PODS);
 /// What `pods` must be (MAX_PODS: 1,024 with the `large-fleets` feature, else 64).
 #[cfg(not(feature = "large-fleets"))]
 const PODS_EXPECTED: &str = quoting!("between 1 and 64 (MAX_PODS)", MAX_PODS);
+use crate::fleet::cache::approx::ApproxIndex;
 use crate::fleet::cache::lru::LruPod;
 use crate::fleet::engine::batched::{BatchedConfig, BatchedEngine};
 use crate::fleet::engine::fifo::{CacheMode, FifoConfig};
@@ -198,6 +199,19 @@ impl FleetConfig {
         match self.router_spec() {
             Some(spec) => spec.layout(self.pods, self.capacity_blocks),
             None => Ok(RouterLayout::default()),
+        }
+    }
+
+    /// Buffer lengths (`runs`, `tables`) of the router's approximate index kept as runs of
+    /// trace ids ([`ApproxIndex::runs_layout`], docs/MODEL.md "The approximate index as runs"):
+    /// (0, 0) for a router without one; None when its LRUs cannot be kept so.
+    pub fn router_runs_layout(&self) -> Option<(usize, usize)> {
+        match self.router_spec() {
+            Some(spec) if spec.needs_approx() => {
+                let l = spec.layout(self.pods, self.capacity_blocks).ok()?;
+                ApproxIndex::runs_layout(self.pods, l.slots_per_pod)
+            }
+            _ => Some((0, 0)),
         }
     }
 

@@ -9,7 +9,6 @@ use super::{Fleet, FleetEngine, FleetTotals};
 use crate::fleet::base::carve::chunks;
 use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::BLOCK_TOKENS;
-use crate::fleet::cache::approx::ApproxIndex;
 use crate::fleet::cache::index::{IndexEntry, PendingEntry, PendingRecord};
 use crate::fleet::cache::lru::{LruPod, Slot};
 use crate::fleet::cache::runs::{Run, RunLru};
@@ -199,7 +198,7 @@ impl<'a> Fleet<'a, FifoEngine<'a>, AnyRouter<'a>> {
     /// configuration needs the per-block replay: a CPU tier, a stale or global index, a shared
     /// cache, autoscaling or in-order touches (docs/MODEL.md, "Run-length replay"). With a
     /// router-side approximate index the buffers hold the pods' runs, then the index's
-    /// ([`ApproxIndex::runs_layout`]).
+    /// ([`FleetConfig::router_runs_layout`]).
     pub fn runs_layout(cfg: &FleetConfig) -> Option<(usize, usize)> {
         let (runs, tables) = Self::pod_runs_layout(cfg)?;
         let (router_runs, router_tables) = Self::approx_runs_layout(cfg)?;
@@ -208,13 +207,7 @@ impl<'a> Fleet<'a, FifoEngine<'a>, AnyRouter<'a>> {
 
     /// The approximate index's share of [`Self::runs_layout`]: (0, 0) for a router without one.
     fn approx_runs_layout(cfg: &FleetConfig) -> Option<(usize, usize)> {
-        match cfg.router_spec() {
-            Some(spec) if spec.needs_approx() => {
-                let l = spec.layout(cfg.pods, cfg.capacity_blocks).ok()?;
-                ApproxIndex::runs_layout(cfg.pods, l.slots_per_pod)
-            }
-            _ => Some((0, 0)),
-        }
+        cfg.router_runs_layout()
     }
 
     /// The pods' share of [`Self::runs_layout`].

@@ -88,6 +88,10 @@ pub struct EngineBench {
     /// The same, best of `repeats` interleaved with it, over the per-block KV pool (the oracle;
     /// its whole summary checked equal), s.
     pub per_block_s: f64,
+    /// For a router with an approximate index (kept as runs of trace ids in `seconds`): the same
+    /// with the index per block (the oracle; its whole summary checked equal), best of `repeats`
+    /// interleaved, s. None for the other routers.
+    pub per_block_index_s: Option<f64>,
     /// One replay step by step (no fast-forward; its summary checked equal), s.
     pub step_by_step_s: f64,
     /// (parse + hash + replay) / (parse + hash): end to end against reading the trace.
@@ -113,8 +117,9 @@ impl Loaded {
     }
 }
 
-/// The loaded trace as a request source.
-struct LoadedSource<'l>(&'l Loaded);
+/// The loaded trace as a request source, its keys from trace ids of the given blocks each (the
+/// trace's group: a router-side approximate index is kept as runs; 1: per block).
+struct LoadedSource<'l>(&'l Loaded, u32);
 
 impl crate::fleet::run::RequestSource for LoadedSource<'_> {
     fn feed(
@@ -133,6 +138,10 @@ impl crate::fleet::run::RequestSource for LoadedSource<'_> {
             })?;
         }
         Ok(())
+    }
+
+    fn id_blocks(&self) -> u32 {
+        self.1
     }
 }
 
@@ -157,24 +166,33 @@ fn router_label(kind: RouterKind) -> String {
 }
 
 /// Every router's batched replay, best of `repeats` with fast-forward, interleaved with the same
-/// replay over the per-block KV pool (the oracle of the run-at-a-time pool), and once step by
-/// step (the slow path): the whole summaries must be equal.
+/// replay over the per-block KV pool (the oracle of the run-at-a-time pool) and, for a router
+/// with an approximate index, with that index per block (the oracle of the index as runs), and
+/// once step by step (the slow path): the whole summaries must be equal.
 fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> CliResult<Vec<EngineBench>> {
     let mut out = Vec::new();
+    let g = l.group_blocks;
     for kind in batched_routers() {
         let cfg = batched_cfg(pods, capacity, kind, true, true);
         let cfg_blocks = batched_cfg(pods, capacity, kind, true, false);
-        let (mut best, mut best_blocks) = (f64::INFINITY, f64::INFINITY);
-        let (mut summary, mut summary_blocks) = (None, None);
+        let index_runs = crate::fleet::run::index_runs_layout(&cfg, g).is_some();
+        let (mut best, mut best_blocks, mut best_index) = (f64::INFINITY, f64::INFINITY, f64::INFINITY);
+        let (mut summary, mut summary_blocks, mut summary_index) = (None, None, None);
         for _ in 0..repeats.max(1) {
             let t = Instant::now();
-            let r = crate::fleet::run::simulate::<Batched>(cfg, &mut LoadedSource(l), false)?;
+            let r = crate::fleet::run::simulate::<Batched>(cfg, &mut LoadedSource(l, g), false)?;
             best = best.min(t.elapsed().as_secs_f64());
             summary = Some(r.summary);
             let t = Instant::now();
-            let r = crate::fleet::run::simulate::<Batched>(cfg_blocks, &mut LoadedSource(l), false)?;
+            let r = crate::fleet::run::simulate::<Batched>(cfg_blocks, &mut LoadedSource(l, g), false)?;
             best_blocks = best_blocks.min(t.elapsed().as_secs_f64());
             summary_blocks = Some(r.summary);
+            if index_runs {
+                let t = Instant::now();
+                let r = crate::fleet::run::simulate::<Batched>(cfg, &mut LoadedSource(l, 1), false)?;
+                best_index = best_index.min(t.elapsed().as_secs_f64());
+                summary_index = Some(r.summary);
+            }
         }
         let s = summary.expect("at least one repeat");
         if summary_blocks.as_ref() != Some(&s) {
@@ -183,10 +201,16 @@ fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> Cli
                 kind.name()
             )));
         }
+        if index_runs && summary_index.as_ref() != Some(&s) {
+            return Err(CliError::failure(format!(
+                "bench batched {}: the approximate index as runs and per block give different summaries",
+                kind.name()
+            )));
+        }
         let t = Instant::now();
         let slow = crate::fleet::run::simulate::<Batched>(
             batched_cfg(pods, capacity, kind, false, true),
-            &mut LoadedSource(l),
+            &mut LoadedSource(l, g),
             false,
         )?;
         let slow_s = t.elapsed().as_secs_f64();
@@ -201,6 +225,7 @@ fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> Cli
             router: router_label(kind),
             seconds: best,
             per_block_s: best_blocks,
+            per_block_index_s: index_runs.then_some(best_index),
             step_by_step_s: slow_s,
             requests_per_s: l.reqs.len() as f64 / best,
             steps: s.steps,
@@ -220,22 +245,30 @@ fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> Cli
 pub fn batched_identity(trace: &Path, trace_block: u32, pods: usize, capacity: usize) -> CliResult<usize> {
     let (l, _, _) = load(trace, trace_block, 1)?;
     let mut n = 0;
+    let g = l.group_blocks;
     for kind in batched_routers() {
-        let fast = crate::fleet::run::simulate::<Batched>(
-            batched_cfg(pods, capacity, kind, true, true),
-            &mut LoadedSource(&l),
-            false,
-        )?;
+        let cfg = batched_cfg(pods, capacity, kind, true, true);
+        let fast = crate::fleet::run::simulate::<Batched>(cfg, &mut LoadedSource(&l, g), false)?;
         let slow = crate::fleet::run::simulate::<Batched>(
             batched_cfg(pods, capacity, kind, false, true),
-            &mut LoadedSource(&l),
+            &mut LoadedSource(&l, g),
             false,
         )?;
         let blocks = crate::fleet::run::simulate::<Batched>(
             batched_cfg(pods, capacity, kind, true, false),
-            &mut LoadedSource(&l),
+            &mut LoadedSource(&l, g),
             false,
         )?;
+        if crate::fleet::run::index_runs_layout(&cfg, g).is_some() {
+            let index = crate::fleet::run::simulate::<Batched>(cfg, &mut LoadedSource(&l, 1), false)?;
+            if fast.summary != index.summary {
+                return Err(CliError::failure(format!(
+                    "bench batched {} on {}: the approximate index as runs and per block give different summaries",
+                    kind.name(),
+                    trace.display()
+                )));
+            }
+        }
         if fast.summary != blocks.summary {
             return Err(CliError::failure(format!(
                 "bench batched {} on {}: run-at-a-time and per-block KV pool summaries differ",
@@ -535,17 +568,20 @@ pub fn render(r: &BenchReport) -> String {
     o += &format!(
         "\nbatched engine (profile qwen3-32b-h100x2, S 1024, M 8192), whole replay incl. buffers and summary;\n\
          end to end = (parse {:.3} s + hash {:.3} s + replay) / (parse + hash); per-block pool: the same replay\n\
-         over the per-block KV pool (the oracle), best of the same repeats interleaved; step by step: one run\n\
-         without fast-forward; both whole summaries checked equal ({} on {}):\n",
+         over the per-block KV pool (the oracle), best of the same repeats interleaved; index per block: a router's\n\
+         approximate index per block instead of as runs of trace ids (the oracle; interleaved too); step by step:\n\
+         one run without fast-forward; every whole summary checked equal ({} on {}):\n",
         r.parse_s, r.hash_s, r.identity_routers, r.identity_trace
     );
-    o += "router                   wall s  per-block s  step-by-step s  end to end  requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
+    o += "router                   wall s  per-block s  index per block s  step-by-step s  end to end  requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
     for b in &r.batched {
+        let index = b.per_block_index_s.map_or_else(|| "-".to_string(), |s| format!("{s:.3}"));
         o += &format!(
-            "{:<24} {:>6.3} {:>12.3} {:>15.3} {:>10.2}x {:>11.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
+            "{:<24} {:>6.3} {:>12.3} {:>18} {:>15.3} {:>10.2}x {:>11.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
             b.router,
             b.seconds,
             b.per_block_s,
+            index,
             b.step_by_step_s,
             b.end_to_end_over_read,
             b.requests_per_s,

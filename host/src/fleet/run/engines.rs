@@ -172,6 +172,16 @@ pub fn runs_layout(cfg: &FleetConfig, group_blocks: u32) -> Option<(usize, usize
     FifoFleet::runs_layout(cfg)
 }
 
+/// Run buffer lengths of a batched fleet's router-side approximate index kept as runs of ids of
+/// `group_blocks` blocks ([`BatchedFleet::index_runs_layout`]; None: per block, as with one
+/// block per id or a router without such an index).
+pub fn index_runs_layout(cfg: &FleetConfig, group_blocks: u32) -> Option<(usize, usize)> {
+    if group_blocks <= 1 {
+        return None;
+    }
+    BatchedFleet::index_runs_layout(cfg)
+}
+
 /// What a FIFO run of `cfg` with these sizes needs (the audit's formulas), with its router's
 /// index, the run-length replay's buffers, and the per-request vectors when the requests are
 /// known. Returns the needs and what the budget's message calls the run.
@@ -264,6 +274,11 @@ pub struct OwnedBatched {
     pd_deliveries: Vec<Delivery>,
     scale: Vec<WvaPod>,
     router: OwnedRouter,
+    /// Blocks per trace id when the router's approximate index is kept as runs (the run
+    /// buffers below are then non-empty; [`BatchedFleet::attach_index_runs`]).
+    group_blocks: u32,
+    index_runs: Vec<Run>,
+    index_run_tables: Vec<u32>,
 }
 
 /// What a batched run of `l` is called in a memory-budget message.
@@ -323,12 +338,21 @@ impl HostEngine for Batched {
             let b = (l.scale_len() * std::mem::size_of::<WvaPod>()) as u64;
             needs.push(need("autoscaler state", b, "--pods"));
         }
+        if let Some((runs, tables)) = index_runs_layout(cfg, run.group_blocks) {
+            let b = (runs * std::mem::size_of::<Run>() + tables * 4) as u64;
+            needs.push(need(
+                "the router's approximate index as runs",
+                b,
+                "--capacity, or [params] approx_lru_blocks in --router-config",
+            ));
+        }
         needs.extend_from_slice(run.held);
         Ok((batched_context(&l), needs))
     }
 
-    fn alloc(cfg: &FleetConfig, s: BatchedSizes, _group_blocks: u32) -> CliResult<OwnedBatched> {
+    fn alloc(cfg: &FleetConfig, s: BatchedSizes, group_blocks: u32) -> CliResult<OwnedBatched> {
         let l = BatchedLayout::new(cfg, s.requests_per_pod, s.keys_per_pod).map_err(config_error)?;
+        let (runs_len, run_tables_len) = index_runs_layout(cfg, group_blocks).unwrap_or((0, 0));
         Ok(OwnedBatched {
             cfg: *cfg,
             blocks: try_vec(l.blocks_len(), KvBlock::default(), "the pods' KV blocks")?,
@@ -344,6 +368,10 @@ impl HostEngine for Batched {
             pd_deliveries: try_vec(l.pd_in_flight, Delivery::default(), "the KV transfers waiting for delivery")?,
             scale: try_vec(l.scale_len(), WvaPod::default(), "the autoscaler's per-pod state")?,
             router: OwnedRouter::new(cfg)?,
+            // Last: a failed allocation names the per-block buffers first, as without runs.
+            group_blocks,
+            index_runs: try_vec(runs_len, Run::default(), "the router's approximate-index runs")?,
+            index_run_tables: try_vec(run_tables_len, 0, "the router's approximate-index run tables")?,
         })
     }
 
@@ -354,7 +382,11 @@ impl HostEngine for Batched {
             pd: PdBuffers { transfers: &mut o.pd_transfers, joins: &mut o.pd_joins, deliveries: &mut o.pd_deliveries },
             scale: &mut o.scale
         });
-        BatchedFleet::with_router_buffers(o.cfg, buffers, o.router.buffers())
+        let mut fleet = BatchedFleet::with_router_buffers(o.cfg, buffers, o.router.buffers())?;
+        if !o.index_runs.is_empty() {
+            fleet.attach_index_runs(o.group_blocks, &mut o.index_runs, &mut o.index_run_tables)?;
+        }
+        Ok(fleet)
     }
 
     fn outcome(_: &Routed) -> Option<Outcome> {

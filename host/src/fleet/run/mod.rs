@@ -22,7 +22,7 @@ pub mod summary;
 use brokerlab_core::fleet::{Completion, EngineConfig, Error as CoreError, FleetConfig, LruPod, Outcome};
 
 pub use self::drive::{Driving, HostEngine, Ran, Shape, drive};
-pub use self::engines::{Batched, Fifo, FifoSizes, OwnedFifo, OwnedRouter, fifo_needs, runs_layout};
+pub use self::engines::{Batched, Fifo, FifoSizes, OwnedFifo, OwnedRouter, fifo_needs, index_runs_layout, runs_layout};
 pub use self::source::{EmbeddedTrace, ParsedTrace, RequestSource, TraceSource, restart_error_for};
 pub use self::summary::{
     AutoscaleSummary, BatchedSummary, EngineKind, RunSummary, Summary, exact_percentiles, render_batched, render_table,
