@@ -418,6 +418,99 @@ fn routers_see_the_load_signals() {
     assert_eq!(d.hit_tokens, 32);
 }
 
+/// The loads a [`Spy`] router saw for requests (arrival ns, prompt block ids, prompt tokens,
+/// output tokens) on one pod of 64 blocks, step by step and with fast-forward (they must agree).
+fn spied_loads(ecfg: BatchedConfig, reqs: &[(u64, &[u64], u64, u64)]) -> Vec<PodLoad> {
+    let mut runs = Vec::new();
+    for fast_forward in [false, true] {
+        let e = BatchedConfig { fast_forward, ..ecfg };
+        let cfg = FleetConfig { engine: EngineConfig::Batched(e), ..one_pod(64) };
+        let mut owned = Owned::new(&BatchedLayout::new(&cfg, 16, 256).unwrap());
+        let mut f = BatchedFleet::with_router(cfg, Spy::default(), owned.buffers(&mut [])).unwrap();
+        let mut sink = Sink::default();
+        for &(at, ids, input_tokens, output_tokens) in reqs {
+            let k = keys_of(ids);
+            let req = Request { arrival_ns: at, input_tokens, output_tokens, keys: &k };
+            f.dispatch(&req, &mut sink).unwrap();
+        }
+        f.finish(&mut sink).unwrap();
+        assert_eq!(sink.done.len(), reqs.len());
+        runs.push(f.router().seen.iter().map(|(_, l)| l[0]).collect::<Vec<_>>());
+    }
+    assert_eq!(runs[0], runs[1], "fast-forward changes what the router sees");
+    runs.pop().unwrap()
+}
+
+fn seen(waiting: u32, running: u32, kv_used_blocks: u32, pending_prefill_tokens: u64) -> PodLoad {
+    PodLoad { waiting, running, kv_used_blocks, kv_capacity_blocks: 64, pending_prefill_tokens }
+}
+
+#[test]
+fn routers_read_the_gauges_vllm_published_at_the_last_scrape() {
+    // Scrapes every 1,500 ns (at 0, 1500, 3000, 4500, 6000); `running` and the pending prefill
+    // tokens stay the engine's own. Steps (O = 1000, P = 10, D = 100, S = 4): [0, 2000) A's
+    // prefill, publishes (waiting 0, 7 blocks) at 2000; [2000, 3980) A decodes, B, C, D prefill
+    // (D hits C's 2 blocks), publishes (0, 14) at 3980 (E, at 2001, came during the step); [3980,
+    // 5380) four decodes, E and F wait (S = 4), publishes (2, 14) at 5380.
+    let mut e = ecfg(4, 8192);
+    e.metrics_scrape_ns = 1500;
+    let (ka, kb, kc) = (&[1, 2, 3, 4, 5, 6][..], &[7, 8][..], &[9, 10][..]);
+    let reqs = [
+        (0, ka, 100, 5),
+        (500, kb, 40, 5),
+        (500, kc, 40, 5),
+        (2000, kc, 40, 5),
+        (2001, kc, 40, 5),
+        (3100, &[11, 12][..], 40, 5),
+        (4600, &[13, 14][..], 40, 5),
+        (6100, &[15, 16][..], 40, 5),
+    ];
+    let got = spied_loads(e, &reqs);
+    let want = [
+        seen(0, 0, 0, 0),
+        // the scrape at 0 saw an idle pod (A's step publishes only at its end, 2000)
+        seen(0, 1, 0, 0),
+        // B waits (40 tokens to prefill) but nothing was published since
+        seen(0, 1, 0, 40),
+        // at 2000 the last scrape is at 1500, before step 1's end
+        seen(0, 1, 0, 80),
+        // step 2 has run (4 running), but the scrape at 1500 still holds
+        seen(0, 4, 0, 0),
+        // the scrape at 3000 took step 1's gauges (step 2 ends at 3980); E waits
+        seen(0, 4, 7, 40),
+        // the scrape at 4500 took step 2's (0 waiting, 14 blocks); E and F wait
+        seen(0, 4, 14, 80),
+        // the scrape at 6000 took step 3's: 2 waiting (E and F; G came during the step)
+        seen(2, 4, 14, 120),
+    ];
+    assert_eq!(got, want);
+    // Without scrapes the same run shows the engine's state at each arrival.
+    let instant = spied_loads(ecfg(4, 8192), &reqs);
+    assert_eq!(instant[3], seen(2, 1, 7, 80));
+    assert_eq!(instant[7], seen(3, 4, 14, 120));
+}
+
+#[test]
+fn a_step_that_emits_no_token_publishes_nothing() {
+    // M = 64, scrapes every ns. Step 1 [0, 1640): A's first 64 tokens, no token out, nothing
+    // published. Step 2 [1640, 3280): A's last 36 (first token), B's first 28: publishes (0, 9)
+    // at 3280. Step 3 [3280, 4900): A decodes and finishes, B's last 12, C's 40: publishes (0, 6)
+    // at 4900.
+    let mut e = ecfg(4, 64);
+    e.metrics_scrape_ns = 1;
+    let reqs = [
+        (0, &[1, 2, 3, 4, 5, 6][..], 100, 2),
+        (100, &[7, 8][..], 40, 2),
+        (1700, &[9, 10][..], 40, 2),
+        (3300, &[11, 12][..], 40, 2),
+    ];
+    let got = spied_loads(e, &reqs);
+    assert_eq!(got, [seen(0, 0, 0, 0), seen(0, 1, 0, 36), seen(0, 2, 0, 12), seen(0, 2, 9, 0)]);
+    // the engine's own signals: A holds 4 blocks at 100, A and B 9 at 1700, B and C 6 at 3300
+    let instant = spied_loads(ecfg(4, 64), &reqs);
+    assert_eq!(instant, [seen(0, 0, 0, 0), seen(0, 1, 4, 36), seen(0, 2, 9, 12), seen(0, 2, 6, 0)]);
+}
+
 #[test]
 fn random_small_fleets_keep_the_invariants_and_fast_forward_is_exact() {
     // Small pods under pressure (preemptions, shared prefixes, chunking, a context cost), every

@@ -60,6 +60,13 @@ pub struct BatchedConfig {
     /// a request may then carry keys past its prompt (floor((L + O) / 16) of them) and the
     /// engine keys its blocks up to the tokens computed. Off: only prompt blocks are keyed.
     pub cache_generated_tokens: bool,
+    /// The router reads vLLM's published gauges, scraped every this many ns (0: the engine's own
+    /// signals at the arrival, the default). With N > 0, `waiting` and `kv_used_blocks` of
+    /// [`Engine::load`] are the values vLLM published at the end of its last step that emitted a
+    /// token (`Scheduler.make_stats` after `update_from_output`, vLLM V1) as of the last scrape at
+    /// a multiple of N ns (GIE v0.5.1 `refreshMetricsInterval`, 50 ms); `running` and
+    /// `pending_prefill_tokens` stay the engine's own (docs/MODEL.md, "Load signals").
+    pub metrics_scrape_ns: u64,
     /// Advance runs of identical decode steps at once (same results). Turning it off is test
     /// support, to show that it changes nothing (feature `harness`; without it the engine always
     /// fast-forwards: [`BatchedConfig::fast_forwards`]).
@@ -86,6 +93,7 @@ impl BatchedConfig {
             scale: None,
             wva: crate::fleet::sim::wva::WvaThresholds::DEFAULT,
             cache_generated_tokens: false,
+            metrics_scrape_ns: 0,
             #[cfg(feature = "harness")]
             fast_forward: true,
             #[cfg(feature = "harness")]
@@ -344,7 +352,47 @@ pub struct BatchedEngine<'a> {
     /// (start, pinned blocks) of that step: its blocks count in the utilization until the next
     /// step starts.
     gap: Option<(u64, u32)>,
+    /// vLLM's gauges as the router scrapes them (used with `metrics_scrape_ns` > 0).
+    gauges: Gauges,
     stats: BatchedStats,
+}
+
+/// vLLM's published (waiting, pinned blocks) and the router's scrape of them (docs/MODEL.md,
+/// "Load signals"): `published` since a time at or before the last sync, `next` published at
+/// `next_ns` (u64::MAX: none), `scraped` taken at the scrape tick `tick_ns`.
+#[derive(Clone, Copy, Default)]
+struct Gauges {
+    published: (u32, u32),
+    next: (u32, u32),
+    next_ns: u64,
+    scraped: (u32, u32),
+    tick_ns: u64,
+}
+
+impl Gauges {
+    const NEW: Gauges = Gauges { published: (0, 0), next: (0, 0), next_ns: u64::MAX, scraped: (0, 0), tick_ns: 0 };
+
+    /// The scrape in force at `t_ns` with scrapes every `every_ns` (> 0): (its tick, its value).
+    /// Exact for any `t_ns` at or after the last [`Self::sync`], with no step run since.
+    fn at(&self, t_ns: u64, every_ns: u64) -> (u64, (u32, u32)) {
+        let tick = t_ns / every_ns * every_ns;
+        if tick <= self.tick_ns {
+            (self.tick_ns, self.scraped)
+        } else if self.next_ns <= tick {
+            (tick, self.next)
+        } else {
+            (tick, self.published)
+        }
+    }
+
+    /// Takes the scrapes up to `t_ns` (a step's start) and publishes what was due by then.
+    fn sync(&mut self, t_ns: u64, every_ns: u64) {
+        (self.tick_ns, self.scraped) = self.at(t_ns, every_ns);
+        if self.next_ns <= t_ns {
+            self.published = self.next;
+            self.next_ns = u64::MAX;
+        }
+    }
 }
 
 struct TableView<'t> {
@@ -492,6 +540,7 @@ impl<'a> BatchedEngine<'a> {
             waiting_for_load: false,
             parked: 0,
             gap: None,
+            gauges: Gauges::NEW,
             stats: BatchedStats::default(),
         })
     }
@@ -1000,6 +1049,7 @@ impl<'a> BatchedEngine<'a> {
         let s = self.next_start_ns;
         self.close_gap(s);
         self.waiting_until(s);
+        self.sync_gauges(s);
         self.waiting_for_load = false;
         if self.cpu.is_some() {
             self.ready_loads(s);
@@ -1022,7 +1072,11 @@ impl<'a> BatchedEngine<'a> {
         st.kv_pinned_block_ns += self.pinned as u128 * d as u128;
         st.kv_peak_blocks = st.kv_peak_blocks.max(self.pinned);
         // 4. Outputs at e.
-        self.last_step_finished = self.outputs(e, ev);
+        let (finished, emitted) = self.outputs(e, ev);
+        self.last_step_finished = finished;
+        if emitted {
+            self.publish_gauges(e);
+        }
         self.next_start_ns = e;
         self.last_end_ns = e;
         self.check()
@@ -1394,9 +1448,10 @@ impl<'a> BatchedEngine<'a> {
     /// Step 4: each scheduled request in R order computes its chunk; one whose tokens are all
     /// computed produces a token at `e`, and finishes when it has produced O'. Returns the
     /// requests finished.
-    fn outputs(&mut self, e: u64, ev: &mut impl EngineEvents) -> u32 {
+    fn outputs(&mut self, e: u64, ev: &mut impl EngineEvents) -> (u32, bool) {
         let mut kept = 0usize;
         let mut finished = 0u32;
+        let mut emitted = false;
         for k in 0..self.r_len as usize {
             let x = self.running[k] as usize;
             let q = self.reqs[x];
@@ -1409,6 +1464,7 @@ impl<'a> BatchedEngine<'a> {
                 r.computed += q.sched;
                 r.sched = 0;
                 if r.computed == r.input + r.generated {
+                    emitted = true;
                     r.generated += 1;
                     if r.generated == 1 {
                         r.first_token_ns = e;
@@ -1430,7 +1486,26 @@ impl<'a> BatchedEngine<'a> {
             kept += 1;
         }
         self.r_len = kept as u32;
-        finished
+        (finished, emitted)
+    }
+
+    /// With scraped metrics: takes the router's scrapes up to the step starting at `s` and
+    /// publishes what was due by then.
+    fn sync_gauges(&mut self, s: u64) {
+        let every = self.cfg.metrics_scrape_ns;
+        if every > 0 {
+            self.gauges.sync(s, every);
+        }
+    }
+
+    /// With scraped metrics: vLLM publishes (waiting, pinned blocks) after a step that emitted a
+    /// token, at its end `e` (V1 `update_from_output` attaches `make_stats` only to non-empty
+    /// outputs; arrivals during the step are not in its waiting queue yet).
+    fn publish_gauges(&mut self, e: u64) {
+        if self.cfg.metrics_scrape_ns > 0 {
+            self.gauges.next = (self.w_len, self.pinned);
+            self.gauges.next_ns = e;
+        }
     }
 
     fn finish(&mut self, x: usize, ev: &mut impl EngineEvents) {
@@ -1608,6 +1683,7 @@ impl<'a> BatchedEngine<'a> {
         let rl = r_len as u64;
         let start = self.next_start_ns;
         self.close_gap(start);
+        self.sync_gauges(start);
         let mut s = start;
         let mut last_start = start;
         let mut done = 0u64;
@@ -1619,6 +1695,9 @@ impl<'a> BatchedEngine<'a> {
                 for k in 0..r_len {
                     ev.itl(e - self.reqs[self.running[k] as usize].last_token_ns, 1);
                 }
+                // every step of the run publishes the same gauges (nothing is admitted,
+                // allocated or released): the first one's end is when they change
+                self.publish_gauges(e);
             } else {
                 ev.itl(d, rl);
             }
@@ -1771,19 +1850,27 @@ impl Engine for BatchedEngine<'_> {
     }
 
     /// The engine's own signals (docs/MODEL.md, "Load signals").
-    fn load(&self, _queue_len: u32, _t_ns: u64) -> PodLoad {
+    fn load(&self, _queue_len: u32, t_ns: u64) -> PodLoad {
+        let every = self.cfg.metrics_scrape_ns;
+        let (waiting, kv_used_blocks) =
+            if every > 0 { self.gauges.at(t_ns, every).1 } else { (self.w_len, self.pinned) };
         PodLoad {
-            waiting: self.w_len,
+            waiting,
             running: self.r_len,
-            kv_used_blocks: self.pinned,
+            kv_used_blocks,
             kv_capacity_blocks: self.blocks.len() as u32,
             pending_prefill_tokens: self.pending_prefill,
         }
     }
 
     /// [`Self::queue_len_at`] is |W| + |R| + parked, plus the last step's finished requests
-    /// until it ends; [`Self::load`] does not depend on time.
+    /// until it ends; [`Self::load`] does not depend on time (None with scraped metrics, whose
+    /// gauges do).
     fn signals(&self) -> Option<super::Signals> {
+        if self.cfg.metrics_scrape_ns > 0 {
+            // scraped gauges depend on the time read: the fleet asks the pod at each arrival
+            return None;
+        }
         Some(super::Signals {
             next_event_ns: self.next_event_ns(),
             queue_len: self.w_len + self.r_len + self.parked,

@@ -120,6 +120,7 @@ impl EngineArgs {
             pd_link_latency_ns: self.pd_link_latency_ns,
             wva: None,
             cache_generated_tokens: None,
+            metrics_scrape_ms: None,
         }
     }
 

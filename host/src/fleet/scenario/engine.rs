@@ -109,6 +109,9 @@ pub struct EngineSettings {
     /// Full blocks of generated tokens are cached (the scenario's `[fleet.engine]
     /// cache_generated_tokens`; default off).
     pub cache_generated_tokens: Option<bool>,
+    /// The router reads vLLM's gauges scraped every this many ms (the scenario's `[fleet.engine]
+    /// metrics_scrape_ms`; default: the engine's own signals).
+    pub metrics_scrape_ms: Option<u64>,
 }
 
 /// The `[fleet.pd]` key of a P/D setting's field name (None for other fields).
@@ -155,6 +158,7 @@ impl EngineSettings {
         add(self.pd_link_bytes_per_s.is_some(), "pd-link-bytes-per-s");
         add(self.pd_link_latency_ns.is_some(), "pd-link-latency-ns");
         add(self.cache_generated_tokens.is_some(), "cache-generated-tokens");
+        add(self.metrics_scrape_ms.is_some(), "metrics-scrape-ms");
         v
     }
 
@@ -190,6 +194,7 @@ impl EngineSettings {
         self.pd_link_latency_ns = o.pd_link_latency_ns.or(self.pd_link_latency_ns);
         self.wva = o.wva.or(self.wva);
         self.cache_generated_tokens = o.cache_generated_tokens.or(self.cache_generated_tokens);
+        self.metrics_scrape_ms = o.metrics_scrape_ms.or(self.metrics_scrape_ms);
         self
     }
 
@@ -298,6 +303,16 @@ impl EngineSettings {
                 )));
             }
             e.cache_generated_tokens = g;
+        }
+        if let Some(ms) = self.metrics_scrape_ms {
+            // at most an hour: the scrape interval in ns stays far from overflow
+            if ms == 0 || ms > 3_600_000 {
+                return Err(CliError::bad_input(format!(
+                    "{} {ms}: expected between 1 and 3600000 ms (leave it out for the engine's own signals)",
+                    name("metrics_scrape_ms")
+                )));
+            }
+            e.metrics_scrape_ns = ms * 1_000_000;
         }
         e.validate().map_err(|err| match err {
             CoreError::InvalidConfig { field, expected } => {

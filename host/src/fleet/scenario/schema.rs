@@ -335,6 +335,11 @@ pub struct EngineToml {
     /// Full blocks of generated tokens are cached (vLLM's prefix caching hashes them).
     #[serde(default)]
     pub cache_generated_tokens: Option<bool>,
+    /// The router reads vLLM's published gauges (waiting requests, KV usage) as scraped every
+    /// this many ms (GIE's `refreshMetricsInterval`); absent: the engine's own signals at the
+    /// arrival (docs/MODEL.md, "Load signals").
+    #[serde(default)]
+    pub metrics_scrape_ms: Option<u64>,
     /// vLLM's `max_model_len`: a turn of `[workload.conversations]` whose prompt + output exceeds
     /// it is refused (only with conversations).
     #[serde(default)]
