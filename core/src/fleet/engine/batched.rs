@@ -177,20 +177,42 @@ impl BatchedConfig {
 
 /// One KV block of a pod: its key when cached, its reference count and its links (free queue
 /// while unreferenced; the owning request's chain while in use).
+///
+/// 20 bytes, 4-byte aligned (`packed(4)`; the key is read and written by value only): the C
+/// blocks are the pod's hot memory (allocation, keying and release each touch one per KV block),
+/// so every byte counts in cache.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, packed(4))]
 pub struct KvBlock {
     key: u64,
-    refs: u32,
+    /// Reference count in the low 31 bits (at most `max_num_seqs` <= 65,536); [`KEYED`] set
+    /// while the block is in the cache map.
+    rk: u32,
     /// Free queue: towards the head. Unused while referenced.
     prev: u32,
     /// Free queue: towards the tail; while in use, the owner's previous own block.
     next: u32,
-    keyed: bool,
+}
+
+/// The bit of [`KvBlock::rk`] set while the block holds a key in the cache map.
+const KEYED: u32 = 1 << 31;
+
+impl KvBlock {
+    /// Its reference count.
+    #[inline(always)]
+    fn refs(&self) -> u32 {
+        self.rk & !KEYED
+    }
+    /// True while it holds a key in the cache map.
+    #[inline(always)]
+    fn keyed(&self) -> bool {
+        self.rk & KEYED != 0
+    }
 }
 
 impl Default for KvBlock {
     fn default() -> Self {
-        KvBlock { key: 0, refs: 0, prev: NIL, next: NIL, keyed: false }
+        KvBlock { key: 0, rk: 0, prev: NIL, next: NIL }
     }
 }
 
@@ -498,10 +520,9 @@ impl<'a> BatchedEngine<'a> {
         for (i, b) in blocks.iter_mut().enumerate() {
             *b = KvBlock {
                 key: 0,
-                refs: 0,
+                rk: 0,
                 prev: if i == 0 { NIL } else { i as u32 - 1 },
                 next: if i + 1 == c { NIL } else { i as u32 + 1 },
-                keyed: false,
             };
         }
         Ok(BatchedEngine {
@@ -607,7 +628,7 @@ impl<'a> BatchedEngine<'a> {
     fn cache_block(&mut self, b: u32, key: u64) {
         if let Err(empty) = self.probe(key) {
             self.blocks[b as usize].key = key;
-            self.blocks[b as usize].keyed = true;
+            self.blocks[b as usize].rk |= KEYED;
             self.table[empty] = self.tag(key) | (b + 1);
             self.cached += 1;
         }
@@ -641,7 +662,7 @@ impl<'a> BatchedEngine<'a> {
     // ----- free queue -----
 
     fn fq_push_tail(&mut self, b: u32) {
-        debug_assert!(self.blocks[b as usize].refs == 0, "only an unreferenced block is freed");
+        debug_assert!(self.blocks[b as usize].refs() == 0, "only an unreferenced block is freed");
         debug_assert!(b != self.free_tail && (self.free_len as usize) < self.blocks.len(), "not already free");
         let old = self.free_tail;
         self.blocks[b as usize].prev = old;
@@ -679,13 +700,13 @@ impl<'a> BatchedEngine<'a> {
         let b = self.free_head;
         debug_assert!(b != NIL);
         self.fq_unlink(b);
-        if self.blocks[b as usize].keyed {
+        if self.blocks[b as usize].keyed() {
             let key = self.blocks[b as usize].key;
             self.map_remove(key, b);
-            self.blocks[b as usize].keyed = false;
             self.cached -= 1;
         }
-        self.blocks[b as usize].refs = 1;
+        // count 1, no longer keyed
+        self.blocks[b as usize].rk = 1;
         self.pinned += 1;
         self.refs_total += 1;
         self.blocks[b as usize].next = self.reqs[r].own_head;
@@ -695,10 +716,10 @@ impl<'a> BatchedEngine<'a> {
 
     fn unref(&mut self, b: u32) {
         let blk = &mut self.blocks[b as usize];
-        debug_assert!(blk.refs > 0);
-        blk.refs -= 1;
+        debug_assert!(blk.refs() > 0);
+        blk.rk -= 1;
         self.refs_total -= 1;
-        if blk.refs == 0 {
+        if blk.refs() == 0 {
             self.pinned -= 1;
             self.fq_push_tail(b);
         }
@@ -741,11 +762,11 @@ impl<'a> BatchedEngine<'a> {
         let mut own = self.reqs[r].own_head;
         for _ in 0..n {
             let blk = self.blocks[b as usize];
-            if blk.keyed {
+            if blk.keyed() {
                 self.map_remove(blk.key, b);
                 self.cached -= 1;
             }
-            self.blocks[b as usize] = KvBlock { key: blk.key, refs: 1, prev: NIL, next: own, keyed: false };
+            self.blocks[b as usize] = KvBlock { key: blk.key, rk: 1, prev: NIL, next: own };
             own = b;
             b = blk.next;
         }
@@ -800,7 +821,7 @@ impl<'a> BatchedEngine<'a> {
         let mut free_hits = 0;
         for (j, &k) in keys.iter().enumerate() {
             match self.lookup(k) {
-                Some(b) => free_hits += u32::from(self.blocks[b as usize].refs == 0),
+                Some(b) => free_hits += u32::from(self.blocks[b as usize].refs() == 0),
                 None => return (j as u32, free_hits),
             }
         }
@@ -864,7 +885,7 @@ impl<'a> BatchedEngine<'a> {
         let mut free_hits = 0;
         for j in 0..h_max {
             match self.lookup(self.key_of(r, j)) {
-                Some(b) => free_hits += u32::from(self.blocks[b as usize].refs == 0),
+                Some(b) => free_hits += u32::from(self.blocks[b as usize].refs() == 0),
                 None => return (j, free_hits),
             }
         }
@@ -1215,11 +1236,11 @@ impl<'a> BatchedEngine<'a> {
                 self.broken = Some(Invariant::HitBlockCached);
                 break;
             };
-            if self.blocks[b as usize].refs == 0 {
+            if self.blocks[b as usize].refs() == 0 {
                 self.fq_unlink(b);
                 self.pinned += 1;
             }
-            self.blocks[b as usize].refs += 1;
+            self.blocks[b as usize].rk += 1;
             self.refs_total += 1;
         }
     }
@@ -1778,9 +1799,9 @@ impl<'a> BatchedEngine<'a> {
         let mut refs = 0u64;
         let mut keyed = 0u64;
         for b in self.blocks.iter() {
-            pinned += u64::from(b.refs > 0);
-            refs += b.refs as u64;
-            keyed += u64::from(b.keyed);
+            pinned += u64::from(b.refs() > 0);
+            refs += b.refs() as u64;
+            keyed += u64::from(b.keyed());
         }
         debug_assert_eq!(pinned, self.pinned as u64);
         debug_assert_eq!(refs, self.refs_total);
@@ -1788,7 +1809,7 @@ impl<'a> BatchedEngine<'a> {
         let mut n = 0u64;
         let mut b = self.free_head;
         while b != NIL {
-            debug_assert_eq!(self.blocks[b as usize].refs, 0, "only unreferenced blocks are free");
+            debug_assert_eq!(self.blocks[b as usize].refs(), 0, "only unreferenced blocks are free");
             n += 1;
             b = self.blocks[b as usize].next;
         }
@@ -1989,7 +2010,7 @@ impl Engine for BatchedEngine<'_> {
         let mut b = self.free_head;
         while b != NIL {
             let blk = self.blocks[b as usize];
-            if blk.keyed {
+            if blk.keyed() {
                 cache.evicted(blk.key);
             }
             b = blk.next;
@@ -1998,10 +2019,9 @@ impl Engine for BatchedEngine<'_> {
         for (i, b) in self.blocks.iter_mut().enumerate() {
             *b = KvBlock {
                 key: 0,
-                refs: 0,
+                rk: 0,
                 prev: if i == 0 { NIL } else { i as u32 - 1 },
                 next: if i + 1 == c { NIL } else { i as u32 + 1 },
-                keyed: false,
             };
         }
         self.table.fill(0);
@@ -2119,10 +2139,10 @@ mod tests {
             let ops = 4 * c + 2_000;
             for op in 0..ops {
                 let b = (rnd() % c as u64) as u32;
-                if e.blocks[b as usize].keyed {
+                if e.blocks[b as usize].keyed() {
                     let key = e.blocks[b as usize].key;
                     e.map_remove(key, b);
-                    e.blocks[b as usize].keyed = false;
+                    e.blocks[b as usize].rk &= !KEYED;
                     e.cached -= 1;
                     assert_eq!(model.remove(&key), Some(b));
                     assert_eq!(e.lookup(key), None, "capacity {c}: a removed key is gone");
