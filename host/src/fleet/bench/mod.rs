@@ -352,7 +352,6 @@ fn load(path: &Path, trace_block: u32, repeats: usize) -> CliResult<(Loaded, f64
         raw.push(reader.record().clone());
         lines.push(reader.line_no());
     }
-    let t1 = Instant::now();
     let mut l = Loaded {
         path: path.to_path_buf(),
         lines,
@@ -365,19 +364,27 @@ fn load(path: &Path, trace_block: u32, repeats: usize) -> CliResult<(Loaded, f64
         parse_s,
         hash_s: 0.0,
     };
-    let mut buf = Vec::new();
-    for (i, r) in raw.iter().enumerate() {
-        buf.resize((r.input_length / BLOCK_TOKENS as u64) as usize, 0);
-        let n = keys::trace_keys(&r.hash_ids, r.input_length, trace_block, &mut buf)
-            .map_err(|e| CliError::bad_input(format!("{}: {e}", l.at(i))))?;
-        let start = l.keys.len();
-        l.keys.extend_from_slice(&buf[..n]);
-        let arrival_ns = r.timestamp_ms.checked_mul(1_000_000).ok_or_else(|| {
-            CliError::bad_input(format!("{}: field `timestamp` overflows 64-bit nanoseconds", l.at(i)))
-        })?;
-        l.reqs.push((arrival_ns, r.input_length, r.output_length, start..start + n));
+    // Best of the repeats, as the parse: one pass alone can be several times slower on a busy
+    // VM (first touches of the key vector), and the batched table's end-to-end ratio divides by it.
+    let mut hash_s = f64::INFINITY;
+    for _ in 0..repeats.max(1) {
+        l.keys.clear();
+        l.reqs.clear();
+        let t1 = Instant::now();
+        let mut buf = Vec::new();
+        for (i, r) in raw.iter().enumerate() {
+            buf.resize((r.input_length / BLOCK_TOKENS as u64) as usize, 0);
+            let n = keys::trace_keys(&r.hash_ids, r.input_length, trace_block, &mut buf)
+                .map_err(|e| CliError::bad_input(format!("{}: {e}", l.at(i))))?;
+            let start = l.keys.len();
+            l.keys.extend_from_slice(&buf[..n]);
+            let arrival_ns = r.timestamp_ms.checked_mul(1_000_000).ok_or_else(|| {
+                CliError::bad_input(format!("{}: field `timestamp` overflows 64-bit nanoseconds", l.at(i)))
+            })?;
+            l.reqs.push((arrival_ns, r.input_length, r.output_length, start..start + n));
+        }
+        hash_s = hash_s.min(t1.elapsed().as_secs_f64());
     }
-    let hash_s = t1.elapsed().as_secs_f64();
     l.hash_s = hash_s;
     l.records = raw;
     let mb_s = bytes as f64 / 1e6 / parse_s.max(1e-9);
