@@ -12,35 +12,9 @@ mod common;
 mod specs;
 
 use brokerlab_core::fleet::*;
-use common::Sink;
+use common::{BatchedRouterOwned, Sink, TraceReq, feed_trace, shared_prefix_trace};
 use proptest::prelude::*;
 use specs::{APPROX_PRESETS, approx_spec};
-
-/// A trace request: arrival gap (us), prompt ids, prompt length in tokens, output length.
-#[derive(Clone, Debug)]
-struct TraceReq {
-    gap_us: u64,
-    ids: Vec<u64>,
-    tokens: u64,
-    out: u64,
-}
-
-/// Requests sharing prefixes: a prefix of one of a few "documents", then ids of its own.
-fn trace(group_blocks: u32) -> impl Strategy<Value = Vec<TraceReq>> {
-    let s = group_blocks as u64 * 16;
-    let one = (0u64..4, 0usize..5, 0usize..3, 0u64..s, 0u64..3000, any::<u64>(), 0u64..70);
-    proptest::collection::vec(one, 1..60).prop_map(move |v| {
-        v.into_iter()
-            .map(|(doc, shared, own, partial, gap_us, salt, out)| {
-                let mut ids: Vec<u64> = (0..shared as u64).map(|j| doc * 100 + j).collect();
-                ids.extend((0..own as u64).map(|j| 1_000_000 + (salt % 7) * 10 + j));
-                ids.push(5_000 + salt % 3);
-                let tokens = ((ids.len() as u64 - 1) * s + partial).max(1);
-                TraceReq { gap_us, ids, tokens, out }
-            })
-            .collect()
-    })
-}
 
 /// Completions, ITL samples, each dispatch's routing (pod, queue length, believed match), per-pod
 /// counters, totals, and the router's held blocks per pod at the end.
@@ -49,56 +23,18 @@ type Replay = (Vec<Completion>, Vec<(u64, u64)>, Vec<Routed>, Vec<BatchedStats>,
 /// One batched replay of `reqs` (requests too large for a pod are skipped, in both replays),
 /// the router's approximate index as runs of ids of `group_blocks` blocks or per block.
 fn replay(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq], index_runs: bool) -> Replay {
-    let l = BatchedLayout::new(&cfg, 256, 1 << 14).unwrap();
-    let rl = cfg.router_layout().unwrap();
-    let mut blocks = vec![KvBlock::default(); l.blocks_len()];
-    let mut tables = vec![0u32; l.tables_len()];
-    let mut requests = vec![ReqSlot::default(); l.pods * l.requests_per_pod];
-    let mut waiting = vec![0u32; l.pods * l.requests_per_pod];
-    let mut running = vec![0u32; l.running_len()];
-    let mut keys = vec![0u64; l.pods * l.keys_per_pod];
-    let mut cpu_slots = vec![Slot::default(); l.cpu_slots_len()];
-    let mut cpu_tables = vec![0u32; l.cpu_tables_len()];
-    let mut slots = vec![Slot::default(); cfg.pods * rl.slots_per_pod];
-    let mut rtables = vec![0u32; cfg.pods * rl.table_per_pod];
-    let mut index = vec![IndexEntry::default(); rl.index];
+    let mut owned = BatchedRouterOwned::new(&cfg);
     let (runs_len, run_tables_len) =
         BatchedFleet::index_runs_layout(&cfg).expect("a router whose approximate index can be kept as runs");
     let mut runs = vec![Run::default(); runs_len];
     let mut run_tables = vec![0u32; run_tables_len];
-    let bufs = BatchedBuffers {
-        blocks: &mut blocks,
-        tables: &mut tables,
-        requests: &mut requests,
-        waiting: &mut waiting,
-        running: &mut running,
-        keys: &mut keys,
-        cpu_slots: &mut cpu_slots,
-        cpu_tables: &mut cpu_tables,
-        pd: Default::default(),
-        scale: &mut [],
-    };
-    let router = RouterBuffers { slots: &mut slots, tables: &mut rtables, index: &mut index };
-    let mut f = BatchedFleet::with_router_buffers(cfg, bufs, router).unwrap();
+    let mut f = owned.fleet(cfg);
     if index_runs {
         assert!(f.attach_index_runs(group_blocks, &mut runs, &mut run_tables).unwrap());
     }
     assert_eq!(f.index_is_runs(), index_runs);
     let mut sink = Sink::default();
-    let mut routed = Vec::new();
-    let mut at = 0u64;
-    let cap_tokens = cfg.capacity_blocks as u64 * 16;
-    for r in reqs {
-        at += r.gap_us * 1000;
-        if r.tokens + r.out.max(1) - 1 > cap_tokens {
-            continue;
-        }
-        let mut k = vec![0; (r.tokens / 16) as usize];
-        let n = keys::trace_keys(&r.ids, r.tokens, group_blocks * 16, &mut k).unwrap();
-        let req = Request { arrival_ns: at, input_tokens: r.tokens, output_tokens: r.out, keys: &k[..n] };
-        routed.push(f.dispatch(&req, &mut sink).unwrap());
-    }
-    f.finish(&mut sink).unwrap();
+    let routed = feed_trace(&mut f, group_blocks, reqs, &mut sink);
     let stats = (0..cfg.pods).map(|p| *f.pod_stats(p).unwrap()).collect();
     let held = match f.router() {
         AnyRouter::Shipped(r) => (0..cfg.pods).map(|p| r.approx().map_or(0, |a| a.held_blocks(p))).collect(),
@@ -138,7 +74,7 @@ fn assert_same(a: &Replay, b: &Replay) -> Result<(), TestCaseError> {
 
 /// Ids of 1, 2, 4 or 32 blocks and a trace of them.
 fn grouped_trace() -> impl Strategy<Value = (u32, Vec<TraceReq>)> {
-    (0usize..4).prop_flat_map(|g| (Just([1u32, 2, 4, 32][g]), trace([1u32, 2, 4, 32][g])))
+    (0usize..4).prop_flat_map(|g| (Just([1u32, 2, 4, 32][g]), shared_prefix_trace([1u32, 2, 4, 32][g], 60)))
 }
 
 proptest! {

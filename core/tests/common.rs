@@ -147,3 +147,87 @@ impl BatchedOwned {
         }
     }
 }
+
+/// A trace request: arrival gap (us), prompt ids, prompt length in tokens, output length.
+#[derive(Clone, Debug)]
+pub struct TraceReq {
+    pub gap_us: u64,
+    pub ids: Vec<u64>,
+    pub tokens: u64,
+    pub out: u64,
+}
+
+/// Up to `max_reqs - 1` requests sharing prefixes: a prefix of one of a few "documents", then
+/// ids of its own, over ids of `group_blocks` blocks.
+pub fn shared_prefix_trace(
+    group_blocks: u32,
+    max_reqs: usize,
+) -> impl proptest::strategy::Strategy<Value = Vec<TraceReq>> {
+    use proptest::prelude::*;
+    let s = group_blocks as u64 * 16;
+    let one = (0u64..4, 0usize..5, 0usize..3, 0u64..s, 0u64..3000, any::<u64>(), 0u64..70);
+    proptest::collection::vec(one, 1..max_reqs).prop_map(move |v| {
+        v.into_iter()
+            .map(|(doc, shared, own, partial, gap_us, salt, out)| {
+                let mut ids: Vec<u64> = (0..shared as u64).map(|j| doc * 100 + j).collect();
+                ids.extend((0..own as u64).map(|j| 1_000_000 + (salt % 7) * 10 + j));
+                ids.push(5_000 + salt % 3);
+                let tokens = ((ids.len() as u64 - 1) * s + partial).max(1);
+                TraceReq { gap_us, ids, tokens, out }
+            })
+            .collect()
+    })
+}
+
+/// Every buffer of a batched fleet with a shipped router (engine, offload tier, router LRUs).
+pub struct BatchedRouterOwned {
+    engine: BatchedOwned,
+    cpu_slots: Vec<Slot>,
+    cpu_tables: Vec<u32>,
+    slots: Vec<Slot>,
+    tables: Vec<u32>,
+    index: Vec<IndexEntry>,
+}
+
+impl BatchedRouterOwned {
+    pub fn new(cfg: &FleetConfig) -> Self {
+        let l = BatchedLayout::new(cfg, 256, 1 << 14).unwrap();
+        let rl = cfg.router_layout().unwrap();
+        BatchedRouterOwned {
+            engine: BatchedOwned::new(&l),
+            cpu_slots: vec![Slot::default(); l.cpu_slots_len()],
+            cpu_tables: vec![0; l.cpu_tables_len()],
+            slots: vec![Slot::default(); cfg.pods * rl.slots_per_pod],
+            tables: vec![0; cfg.pods * rl.table_per_pod],
+            index: vec![IndexEntry::default(); rl.index],
+        }
+    }
+
+    pub fn fleet(&mut self, cfg: FleetConfig) -> BatchedFleet<'_> {
+        let mut bufs = self.engine.buffers(&mut []);
+        bufs.cpu_slots = &mut self.cpu_slots;
+        bufs.cpu_tables = &mut self.cpu_tables;
+        let router = RouterBuffers { slots: &mut self.slots, tables: &mut self.tables, index: &mut self.index };
+        BatchedFleet::with_router_buffers(cfg, bufs, router).unwrap()
+    }
+}
+
+/// Dispatches `reqs` (keys from ids of `group_blocks` blocks; requests too large for a pod are
+/// skipped) and finishes; the routing of each dispatch.
+pub fn feed_trace(f: &mut BatchedFleet<'_>, group_blocks: u32, reqs: &[TraceReq], sink: &mut Sink) -> Vec<Routed> {
+    let mut routed = Vec::new();
+    let mut at = 0u64;
+    let cap_tokens = f.config().capacity_blocks as u64 * 16;
+    for r in reqs {
+        at += r.gap_us * 1000;
+        if r.tokens + r.out.max(1) - 1 > cap_tokens {
+            continue;
+        }
+        let mut k = vec![0; (r.tokens / 16) as usize];
+        let n = keys::trace_keys(&r.ids, r.tokens, group_blocks * 16, &mut k).unwrap();
+        let req = Request { arrival_ns: at, input_tokens: r.tokens, output_tokens: r.out, keys: &k[..n] };
+        routed.push(f.dispatch(&req, sink).unwrap());
+    }
+    f.finish(sink).unwrap();
+    routed
+}
