@@ -47,6 +47,8 @@ fi
 # Every test's scratch files go under one directory of this run, removed when it ends (the tests
 # name their files by process id and leave them behind; CI's disk filled once).
 TEST_TMP=$(mktemp -d "${TMPDIR:-/tmp}/brokerlab-test.XXXXXX")
+# others may pass through it, as through /tmp: a test runs a command as `nobody` when root
+chmod 755 "$TEST_TMP"
 trap 'rm -rf "$TEST_TMP"' EXIT
 export TMPDIR="$TEST_TMP"
 
