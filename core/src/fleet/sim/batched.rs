@@ -296,7 +296,7 @@ impl<'a> Fleet<'a, BatchedEngine<'a>, AnyRouter<'a>> {
     /// Keeps the router's approximate index as runs of trace ids of `group_blocks` 16-token
     /// blocks each (block j of a prompt is sub-block j mod R of id j div R), before the first
     /// dispatch: the same answers as the per-block index (docs/MODEL.md, "The approximate index
-    /// as runs"; core/tests/batched_runs.rs compares the two), the router's work per group of a
+    /// as runs"; core/tests/batched_index_runs.rs compares the two), the router's work per group of a
     /// prompt instead of per block. The pods' KV pools are unchanged. Returns false, changing
     /// nothing, when [`Self::index_runs_layout`] is None; the buffers must have the lengths it
     /// gives.
