@@ -313,6 +313,51 @@ pub fn try_vec<T: Clone>(n: usize, value: T, what: &str) -> CliResult<Vec<T>> {
     Ok(v)
 }
 
+/// Element types whose all-zero bytes are a value (so zeroed memory is an initialized buffer of
+/// them).
+///
+/// # Safety
+/// Every bit of the type's representation may be zero: integers, not references, `NonZero*`,
+/// enums without a zero discriminant or `char`-like niches.
+#[allow(unsafe_code)]
+pub unsafe trait ZeroValid: Copy {}
+// SAFETY: any bit pattern is a u32 / u64.
+#[allow(unsafe_code)]
+unsafe impl ZeroValid for u32 {}
+// SAFETY: as above.
+#[allow(unsafe_code)]
+unsafe impl ZeroValid for u64 {}
+
+/// A vector of `n` zeros that writes none of its memory: it comes from the allocator's zeroed
+/// allocation (`calloc`: for a large buffer, fresh pages that the kernel maps and clears only
+/// when first touched), so a buffer of which a run touches a part (the pods' prompt-key rings,
+/// their waiting queues: each pod uses the start of its own) costs memory and clearing for that
+/// part only. No huge pages (one touch would clear 2 MiB). Equal to `try_vec(n, 0, what)`; an
+/// allocation failure is an error naming `what`.
+#[allow(unsafe_code)]
+pub fn try_vec_zeroed<T: ZeroValid>(n: usize, what: &str) -> CliResult<Vec<T>> {
+    let size = std::mem::size_of::<T>();
+    if n == 0 || size == 0 {
+        return Ok(Vec::new());
+    }
+    let fail = |e: &dyn std::fmt::Display| {
+        CliError::bad_input(format!(
+            "cannot allocate {what} ({} bytes): {e}; lower the sizes that drive it or free memory",
+            group_u128(n as u128 * size as u128)
+        ))
+    };
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|e| fail(&e))?;
+    // SAFETY: `layout` has a non-zero size (n > 0, size > 0).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        return Err(fail(&"the allocator returned no memory"));
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of `n` T's (what a
+    // `Vec<T>` of capacity `n` holds and frees), and its `n` elements are zero bytes, which
+    // `T: ZeroValid` makes initialized values.
+    Ok(unsafe { Vec::from_raw_parts(ptr, n, n) })
+}
+
 /// Buffers of at least this many bytes ask for huge pages ([`crate::sys::advise_huge_pages`]):
 /// 2 huge pages of 2 MiB, so that at most a few MiB of a buffer's rounding is wasted.
 const HUGE_PAGES_FROM: usize = 4 << 20;
@@ -359,6 +404,19 @@ mod tests {
         for bad in ["", "-1", "1.5G", "G", "12X", "99999999999999999999", "20000000000T"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn zeroed_vectors_equal_filled_ones() {
+        for n in [0usize, 1, 7, 4096, 3 << 20] {
+            let z: Vec<u64> = try_vec_zeroed(n, "test").unwrap();
+            assert_eq!(z, try_vec(n, 0u64, "test").unwrap(), "{n}");
+            assert_eq!(z.capacity(), n);
+            let z: Vec<u32> = try_vec_zeroed(n, "test").unwrap();
+            assert!(z.len() == n && z.iter().all(|&v| v == 0), "{n}");
+        }
+        let err = try_vec_zeroed::<u64>(usize::MAX / 4, "the huge test buffer").unwrap_err();
+        assert!(format!("{err}").contains("the huge test buffer"), "{err}");
     }
 
     #[test]

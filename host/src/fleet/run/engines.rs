@@ -14,7 +14,7 @@ use super::drive::{HostEngine, Shape};
 use super::summary::{BatchedSummary, Summary, summarize_batched, summarize_fifo};
 use super::{config_error, run_context};
 use crate::error::CliResult;
-use crate::mem::{Need, try_vec};
+use crate::mem::{Need, try_vec, try_vec_zeroed};
 
 /// `T { a: &mut owner.a, b: &mut owner.b, .. }`: an engine's core buffer struct over the owned
 /// vectors of the same names (each engine names its buffers once, here and in its struct).
@@ -358,9 +358,12 @@ impl HostEngine for Batched {
             blocks: try_vec(l.blocks_len(), KvBlock::default(), "the pods' KV blocks")?,
             tables: try_vec(l.tables_len(), 0u32, "the pods' KV key tables")?,
             requests: try_vec(l.pods * l.requests_per_pod, ReqSlot::default(), "the request slots")?,
-            waiting: try_vec(l.pods * l.requests_per_pod, 0u32, "the waiting queues")?,
-            running: try_vec(l.running_len(), 0u32, "the running sets")?,
-            keys: try_vec(l.pods * l.keys_per_pod, 0u64, "the prompt keys in flight")?,
+            // zeroed and untouched until used: a pod writes its key ring from the start (back to
+            // it whenever the pod empties), its queue as requests come, so a short run clears and
+            // holds only what its pods reached (the engine writes every element before reading it)
+            waiting: try_vec_zeroed(l.pods * l.requests_per_pod, "the waiting queues")?,
+            running: try_vec_zeroed(l.running_len(), "the running sets")?,
+            keys: try_vec_zeroed(l.pods * l.keys_per_pod, "the prompt keys in flight")?,
             cpu_slots: try_vec(l.cpu_slots_len(), Slot::default(), "the offload tiers")?,
             cpu_tables: try_vec(l.cpu_tables_len(), 0u32, "the offload tiers' key tables")?,
             pd_transfers: try_vec(l.pd_transfers_len(), Transfer::default(), "the KV transfers in flight")?,
