@@ -276,11 +276,14 @@ pub const CODEGEN_SERVICE: [ConcRow; 10] = [
     conc(100.0, 175.1, 117.1, 548.1, 37699.2),
 ];
 
+/// (conc, TTFT p50 s, E2E p50 s, TPOT p50 ms, prefix%, q_wait s): one row of [`CODEGEN_P50`].
+pub type CodegenP50 = (f64, f64, f64, f64, f64, f64);
+
 /// Code-generation per level, the columns the knee cells do not use (same file and lines as
 /// [`CONC_SOURCE`]): (conc, client TTFT p50 s, client E2E p50 s, client TPOT p50 ms, vLLM
 /// `prefix%` (prefix-cache hits / queries), `q_wait` s (mean time in vLLM's waiting queue, from
 /// inference-perf's own Prometheus report)), prefix+token arm then the Kubernetes Service.
-pub const CODEGEN_P50: [[(f64, f64, f64, f64, f64, f64); 10]; 2] = [
+pub const CODEGEN_P50: [[CodegenP50; 10]; 2] = [
     [
         (10.0, 5.0, 29.8, 42.1, 10.4, 0.9),
         (20.0, 7.0, 26.8, 36.8, 48.1, 0.6),
