@@ -179,6 +179,17 @@ fn the_published_cells_are_the_sources() {
     let peak = |rows: &[published::cells::B2bRow]| rows.iter().map(|r| r.out_tok_s).fold(0.0, f64::max);
     assert_eq!((peak(&B2B_AFFINITY), peak(&B2B_SERVICE)), (14_940.7, 7_049.2));
     assert_eq!((B2B_AFFINITY[15].v_ttft_p90_s, B2B_SERVICE[15].v_ttft_p90_s), (0.9, 154.1));
+    // Client TPOT p50 (ms in the file) of the first and the "rate 60" rows.
+    let ms = |r: &published::cells::B2bRow| (r.tpot_p50_s * 1e3 * 10.0).round() / 10.0;
+    assert_eq!((ms(&B2B_AFFINITY[0]), ms(&B2B_AFFINITY[15])), (16.0, 45.5));
+    assert_eq!((ms(&B2B_SERVICE[0]), ms(&B2B_SERVICE[15]), ms(&B2B_SERVICE[16])), (17.1, 43.6, 43.9));
+    // Code-generation's p50 rows are the levels of the knee rows, in order.
+    use published::cells::{CODEGEN_AFFINITY, CODEGEN_P50, CODEGEN_SERVICE};
+    for (p50, knee) in CODEGEN_P50.iter().zip([&CODEGEN_AFFINITY, &CODEGEN_SERVICE]) {
+        assert!(p50.iter().zip(knee.iter()).all(|(a, b)| a.0 == b.conc));
+    }
+    assert_eq!((CODEGEN_P50[0][0].1, CODEGEN_P50[0][0].4), (5.0, 10.4));
+    assert_eq!((CODEGEN_P50[1][9].2, CODEGEN_P50[1][9].5), (105.3, 68.1));
     // Rows are sorted by achieved rate and hold exactly one warmup each.
     for rows in [&B2B_AFFINITY[..], &B2B_SERVICE[..]] {
         assert!(rows.windows(2).all(|w| w[0].ach_qps < w[1].ach_qps));
@@ -211,6 +222,18 @@ fn the_published_md_tables_are_this_runs() {
     assert!(
         doc.contains(&expected),
         "docs/PUBLISHED.md's current tables are not this run's (`brokerlab fleet tables --out DIR`, DIR/tables.md); expected:\n{expected}"
+    );
+}
+
+/// docs/PUBLISHED.md's stage-by-stage comparison (section "Where tables 2 and 3 diverge") is
+/// this run's `stages.md`, byte for byte.
+#[test]
+fn the_published_md_stage_comparison_is_this_runs() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/PUBLISHED.md")).unwrap();
+    let expected = published::stage_markdown(tables());
+    assert!(
+        doc.contains(&expected),
+        "docs/PUBLISHED.md's stage comparison is not this run's (`brokerlab fleet tables --out DIR`, DIR/stages.md); expected:\n{expected}"
     );
 }
 

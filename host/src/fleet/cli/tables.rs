@@ -13,7 +13,7 @@ use crate::fleet::sweep::{self, plots::write_chart};
 /// `fleet tables` arguments.
 #[derive(Debug, Args)]
 pub struct TablesArgs {
-    /// Output directory (tables.md, tables.json, one chart per table).
+    /// Output directory (tables.md, tables.json, stages.md, one chart per table).
     #[arg(long, default_value = "out/tables")]
     pub out: PathBuf,
     /// Divide every stage's duration by this (1 = as published; `fleet report` uses 4).
@@ -38,11 +38,15 @@ pub fn main(a: TablesArgs) -> CliResult<i32> {
     let json = serde_json::to_string_pretty(&json).map_err(|e| CliError::failure(format!("tables.json: {e}")))?;
     sweep::write_file(&a.out, "tables.md", md.as_bytes())?;
     sweep::write_file(&a.out, "tables.json", json.as_bytes())?;
+    sweep::write_file(&a.out, "stages.md", published::stage_markdown(&t).as_bytes())?;
     for (stem, chart) in published::charts(&t) {
         write_chart(&a.out, &stem, &chart)?;
     }
     sweep::commit_files()?;
     say_raw!("{md}");
-    say!("\nwrote {0}/tables.md, {0}/tables.json, {0}/published_table{{1,2,3}}.svg/.png", a.out.display());
+    say!(
+        "\nwrote {0}/tables.md, {0}/tables.json, {0}/stages.md, {0}/published_table{{1,2,3}}.svg/.png",
+        a.out.display()
+    );
     Ok(0)
 }

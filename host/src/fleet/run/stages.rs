@@ -117,6 +117,9 @@ pub struct StageFigures {
     pub ttft_mean_s: f64,
     /// E2E p50 over the successful requests, s.
     pub e2e_p50_s: f64,
+    /// Client TPOT p50 over the successful requests of more than one output token, s: (E2E -
+    /// TTFT) / (output tokens - 1) (inference-perf `reportgen/base.py` @ v0.5.0 L454-458).
+    pub tpot_p50_s: f64,
 }
 
 /// The figures of `reqs` (one stage's requests); `None` when it has none.
@@ -134,6 +137,12 @@ pub fn stage_figures(reqs: &[Req]) -> Option<StageFigures> {
     };
     let ttft = sorted(|r| r.ttft_ns);
     let e2e = sorted(|r| r.e2e_ns);
+    let mut tpot: Vec<f64> = ok
+        .iter()
+        .filter(|r| r.output_tokens > 1)
+        .map(|r| r.e2e_ns.saturating_sub(r.ttft_ns) as f64 / 1e9 / (r.output_tokens - 1) as f64)
+        .collect();
+    tpot.sort_by(f64::total_cmp);
     let nan = f64::NAN;
     Some(StageFigures {
         requests: reqs.len() as u64,
@@ -146,6 +155,7 @@ pub fn stage_figures(reqs: &[Req]) -> Option<StageFigures> {
         ttft_p90_s: percentile_linear(&ttft, 90.0).unwrap_or(nan),
         ttft_mean_s: if ttft.is_empty() { nan } else { ttft.iter().sum::<f64>() / ttft.len() as f64 },
         e2e_p50_s: percentile_linear(&e2e, 50.0).unwrap_or(nan),
+        tpot_p50_s: percentile_linear(&tpot, 50.0).unwrap_or(nan),
     })
 }
 

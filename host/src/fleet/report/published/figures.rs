@@ -191,6 +191,8 @@ mod tests {
         assert!((f.output_tok_s - 42_877.6).abs() < 1.0, "{}", f.output_tok_s);
         assert_eq!((f.ttft_p90_s, f.ttft_mean_s, f.e2e_p50_s), (1.0, 1.0, 10.0));
         assert!((f.achieved_rate - 1500.0 / 24.983).abs() < 1e-9);
+        // client TPOT: (10 - 1) s over the 999 tokens after the first = 9.009 ms
+        assert!((f.tpot_p50_s - 9.0 / 999.0).abs() < 1e-12, "{}", f.tpot_p50_s);
     }
 
     #[test]
@@ -238,6 +240,7 @@ mod tests {
             ttft_p90_s: p90,
             ttft_mean_s: p90 / 2.0,
             e2e_p50_s: 0.0,
+            tpot_p50_s: 0.0,
         };
         let s = summary_2025(&[
             (Some(st(100.0, 1.0, 2)), 15_000),

@@ -12,9 +12,11 @@ pub mod figures;
 pub mod knee;
 mod markdown;
 pub mod run;
+pub mod stages;
 
 pub use compare::{Cell, cells as all_cells, median_error};
 pub use markdown::{
     FULL_COMMAND, SECTION, TITLE, cell_table, charts, markdown, median_line, num, page_blocks, report_charts,
 };
 pub use run::{MAX_REPORT_DIVISOR, RUNS, Tables, run};
+pub use stages::stage_markdown;

@@ -106,6 +106,9 @@ pub struct Level {
     pub refused: u64,
     /// Preemptions.
     pub preemptions: u64,
+    /// Prompt tokens found in the pods' prefix caches / prompt tokens, over the level's run
+    /// (NaN without prompt tokens).
+    pub hit_rate: f64,
 }
 
 /// One arm of a conversation-replay workload: every level, each a separate run on a cold fleet.
@@ -270,7 +273,8 @@ fn level(
         sent.iter().filter(|s| s.status == Some(brokerlab_core::fleet::loadgen::Status::Refused)).count() as u64;
     Ok(match (stages.first().copied().flatten(), tpot_p90(&sent)) {
         (Some(figures), Some(tpot_p90_s)) => {
-            Some(Level { conc, figures, tpot_p90_s, refused, preemptions: res.summary.preemptions })
+            let hit_rate = res.summary.hit_rate.unwrap_or(f64::NAN);
+            Some(Level { conc, figures, tpot_p90_s, refused, preemptions: res.summary.preemptions, hit_rate })
         }
         _ => None,
     })
