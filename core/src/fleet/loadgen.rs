@@ -18,6 +18,12 @@
 //! * A request whose client-side latency exceeds the timeout is timed out: its slot frees at
 //!   send + timeout and it counts as finished for the stage; the server aborts it then
 //!   ([`LoadGen::aborted`], vLLM's `finish_requests` with `FINISHED_ABORTED`).
+//! * The gateway between client and router (not inference-perf): with
+//!   [`LoadSpec::gateway_max_in_flight`] = G, a request sent while G requests are in flight fails
+//!   at once, never reaching the router or a pod ([`LoadGen::gateway_full`],
+//!   [`LoadGen::refused`]): Envoy's circuit breaker on the EPP's ext_proc cluster, whose
+//!   `max_requests` defaults to 1024 concurrent gRPC streams, one per request for its whole life
+//!   (docs/PUBLISHED.md, "The 2025 gateway's 1,024 streams").
 
 use rand_chacha::ChaCha8Rng;
 use rand_core::{Rng, SeedableRng};
@@ -101,6 +107,9 @@ pub struct LoadSpec {
     pub think_ms: u64,
     /// Client timeout, ms (0: none).
     pub timeout_ms: u64,
+    /// Most requests the gateway holds at once (0: no limit): a request sent while this many are
+    /// in flight fails at its send ([`Status::Refused`]) and never reaches the router.
+    pub gateway_max_in_flight: u64,
     /// Seed of the send-time draws.
     pub seed: u64,
     /// The data index restarts at 0 every stage (inference-perf's `get_data()` per stage);
@@ -202,8 +211,9 @@ pub enum Status {
     Ok,
     /// The client gave up at send + timeout.
     TimedOut,
-    /// The server refused it at once, never running it (conversation replay: prompt + output
-    /// over `max_model_len`); a failure for the client, ended at its send.
+    /// Refused at once, never run (conversation replay: prompt + output over the server's
+    /// `max_model_len`; rate stages: the gateway's in-flight limit,
+    /// [`LoadSpec::gateway_max_in_flight`]); a failure for the client, ended at its send.
     Refused,
 }
 
@@ -416,6 +426,27 @@ impl<'a> LoadGen<'a> {
         self.last_send_ns = send.at_ns;
     }
 
+    /// Requests of the current stage sent and not yet ended (stages drain, so no earlier
+    /// stage's request is in flight).
+    pub fn in_flight(&self) -> u64 {
+        self.sent - self.finished
+    }
+
+    /// The gateway holds [`LoadSpec::gateway_max_in_flight`] requests: the planned send would
+    /// fail at once ([`Self::refused`]). Ask after every completion before the send was told.
+    pub fn gateway_full(&self) -> bool {
+        self.spec.gateway_max_in_flight > 0 && self.in_flight() >= self.spec.gateway_max_in_flight
+    }
+
+    /// The planned send ([`Self::next_send`]) is refused at its send time (the gateway's limit):
+    /// sent and ended at once, a failure for its stage; its client slot frees at its send.
+    pub fn refused(&mut self) -> Status {
+        let Some((send, _)) = self.planned else { return Status::Refused };
+        self.sent();
+        self.ended(send.seq, send.at_ns);
+        Status::Refused
+    }
+
     /// The client's deadline of a request sent at `send_ns` (u64::MAX without a timeout): past
     /// it the client gives up, and the server aborts the request ([`Self::aborted`]).
     pub fn deadline(&self, send_ns: u64) -> u64 {
@@ -488,6 +519,7 @@ mod tests {
             max_in_flight: 0,
             think_ms: 0,
             timeout_ms: 0,
+            gateway_max_in_flight: 0,
             seed: 3,
             restart_data: true,
         };
@@ -586,6 +618,70 @@ mod tests {
         assert_eq!(out[0].2, Status::TimedOut);
         assert_eq!(out[1].2, Status::Ok);
         assert_eq!(out[1].0.at_ns, out[0].0.at_ns + 1_000_000_000, "sent when the first one gave up");
+    }
+
+    /// Runs `s` as a host does with a gateway: completions before a planned send are reported
+    /// first, then the send goes or is refused. (send, end, status) per request by seq.
+    fn run_gateway(s: LoadSpec, service: impl Fn(u64) -> u64) -> Vec<(Send, u64, Status)> {
+        let mut slots = std::vec![ClientSlot::default(); s.slots_len()];
+        let mut g = LoadGen::new(s, &mut slots).unwrap();
+        let mut out = Vec::new();
+        let mut pending: Vec<(u64, Send)> = Vec::new();
+        loop {
+            pending.sort_by_key(|p| core::cmp::Reverse(p.0));
+            match g.next_send() {
+                Next::Send(x) if pending.last().is_some_and(|p| p.0 <= x.at_ns) => {
+                    let (fin, y) = pending.pop().unwrap();
+                    out.push((y, fin, g.completed(y.seq, y.at_ns, fin)));
+                }
+                Next::Send(x) if g.gateway_full() => out.push((x, x.at_ns, g.refused())),
+                Next::Send(x) => {
+                    g.sent();
+                    pending.push((x.at_ns + service(x.seq), x))
+                }
+                Next::AwaitCompletion => {
+                    let (fin, y) = pending.pop().expect("a completion to wait for");
+                    out.push((y, fin, g.completed(y.seq, y.at_ns, fin)));
+                }
+                Next::Done => break,
+            }
+        }
+        assert!(pending.is_empty());
+        out.sort_by_key(|o| o.0.seq);
+        out
+    }
+
+    #[test]
+    fn the_gateway_refuses_a_send_while_its_limit_is_in_flight() {
+        // by hand: 10 sends within 1 s, each served in 5 s, a gateway of 4: the first 4 run, the
+        // other 6 fail at their send; the stage ends with the 4 (each seq once)
+        let mut s = spec(LoadKind::Constant, &[rate(10, 1_000), rate(10, 1_000)]);
+        s.gateway_max_in_flight = 4;
+        let out = run_gateway(s, |_| 5_000_000_000);
+        assert_eq!(out.len(), 20);
+        for stage in 0..2 {
+            let st: Vec<_> = out.iter().filter(|o| o.0.stage == stage).collect();
+            let status: Vec<Status> = st.iter().map(|o| o.2).collect();
+            assert_eq!(&status[..4], &[Status::Ok; 4], "stage {stage}");
+            assert_eq!(&status[4..], &[Status::Refused; 6], "stage {stage}");
+            assert!(st[4..].iter().all(|o| o.1 == o.0.at_ns), "a refused request ends at its send");
+        }
+        // the second stage starts after the first's 4 ended (drained), with 0 in flight
+        let end0 = out.iter().filter(|o| o.0.stage == 0).map(|o| o.1).max().unwrap();
+        assert!(out.iter().filter(|o| o.0.stage == 1).all(|o| o.0.at_ns > end0));
+
+        // the rule against its definition on uneven service times: refused exactly when the
+        // requests accepted before it and not yet ended number the limit
+        let mut s = spec(LoadKind::Poisson, &[rate(40, 3_000)]);
+        s.gateway_max_in_flight = 7;
+        let out = run_gateway(s, |seq| (seq * 7_919 % 13 + 1) * 150_000_000);
+        let mut refused = 0;
+        for (k, o) in out.iter().enumerate() {
+            let busy = out[..k].iter().filter(|p| p.2 == Status::Ok && p.1 > o.0.at_ns).count();
+            assert_eq!(o.2 == Status::Refused, busy >= 7, "request {k}: {busy} in flight");
+            refused += usize::from(o.2 == Status::Refused);
+        }
+        assert!(refused > 0 && refused < out.len(), "{refused} of {} refused: both cases met", out.len());
     }
 
     #[test]

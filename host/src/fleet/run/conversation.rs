@@ -40,6 +40,12 @@ pub fn simulate_conversations<K: HostEngine>(
 ) -> CliResult<(Ran<K::Summary>, Vec<Sent>)> {
     conv.validate().map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
     super::loadgen::no_timeout_with_pd(&cfg, &spec, origin)?;
+    if spec.gateway_max_in_flight > 0 {
+        return Err(CliError::bad_input(format!(
+            "{origin}: `load.gateway_max_in_flight` with conversation replay: expected one or the other: a refused turn's \
+             effect on its conversation is not modelled"
+        )));
+    }
     let generated = cfg.batched_config().is_some_and(|e| e.cache_generated_tokens);
     let run = Shape { keep, closed_loop: true, group_blocks: 1, slo, ..Shape::default() };
     let mut sent: Vec<Sent> = Vec::new();

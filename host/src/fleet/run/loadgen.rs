@@ -29,7 +29,9 @@ pub struct Sent {
 }
 
 /// Runs `data` through a fleet of `cfg` (engine `K`) as the load generator of `spec` sends it;
-/// returns the run and what each request did, by send order.
+/// returns the run and what each request did: the dispatched ones by send order (entry i the
+/// fleet's request i), then those the gateway refused (`load.gateway_max_in_flight`; never
+/// dispatched: status [`Status::Refused`], no completion), in send order.
 pub fn simulate_load<K: HostEngine>(
     cfg: FleetConfig,
     data: &Generated,
@@ -106,12 +108,21 @@ fn pump<K: HostEngine>(
     let mut lg = LoadGen::new(spec, &mut slots).map_err(|e| CliError::bad_input(format!("{}: {e}", data.origin)))?;
     sent.clear();
     let mut fresh = Vec::new();
-    // requests in flight, by send order: their deadlines are in that order too
+    // dispatched requests in flight (fleet indices), by send order: their deadlines are in that
+    // order too
     let mut flight: std::collections::VecDeque<u64> = std::collections::VecDeque::new();
+    // the generator's seq of each dispatched request (the fleet's index): the gateway's refusals
+    // take a seq and no index
+    let mut seq_of: Vec<u64> = Vec::new();
+    // refused by the gateway, never dispatched: after every dispatched request in `sent`
+    let mut refused: Vec<Sent> = Vec::new();
     loop {
         let next = lg.next_send();
         let until = match next {
-            Next::Done => return Ok(()),
+            Next::Done => {
+                sent.append(&mut refused);
+                return Ok(());
+            }
             Next::AwaitCompletion => u64::MAX,
             Next::Send(s) => s.at_ns,
         };
@@ -129,7 +140,7 @@ fn pump<K: HostEngine>(
         d.sink.take_fresh(&mut fresh);
         if !fresh.is_empty() {
             for c in &fresh {
-                let status = lg.completed(c.request, c.arrival_ns, c.finish_ns);
+                let status = lg.completed(seq_of[c.request as usize], c.arrival_ns, c.finish_ns);
                 let s = &mut sent[c.request as usize];
                 (s.status, s.completion) = (Some(status), Some(*c));
             }
@@ -140,7 +151,7 @@ fn pump<K: HostEngine>(
             let q = flight.pop_front().expect("a deadline is a request in flight");
             if d.abort(q, deadline).map_err(failure)? {
                 let s = &mut sent[q as usize];
-                s.status = Some(lg.aborted(q, s.send_ns));
+                s.status = Some(lg.aborted(seq_of[q as usize], s.send_ns));
             }
             // else its engine cannot abort (FIFO, P/D): it ends when its server finishes it
             continue;
@@ -149,6 +160,19 @@ fn pump<K: HostEngine>(
             return Err(CliError::failure("the load generator waits for a completion but no request is in flight"));
         };
         let (_, input, output, _, range) = &data.requests[(s.data_index % data.requests.len() as u64) as usize];
+        if lg.gateway_full() {
+            // the gateway's limit is in flight: the request fails at its send (never routed)
+            let status = Some(lg.refused());
+            refused.push(Sent {
+                stage: s.stage,
+                send_ns: s.at_ns,
+                input_tokens: *input,
+                output_tokens: *output,
+                status,
+                completion: None,
+            });
+            continue;
+        }
         let req = Request {
             arrival_ns: s.at_ns,
             input_tokens: *input,
@@ -163,7 +187,8 @@ fn pump<K: HostEngine>(
             status: None,
             completion: None,
         });
-        flight.push_back(s.seq);
+        flight.push_back(seq_of.len() as u64);
+        seq_of.push(s.seq);
         lg.sent();
         d.dispatch(&req).map_err(|e| CliError::bad_input(format!("{}: request {}: {e}", data.origin, s.seq)))?;
     }
@@ -201,9 +226,10 @@ pub fn aborted_lines(sent: &[Sent], spec: &LoadSpec) -> Vec<(u64, String)> {
         .collect()
 }
 
-/// The `--outcomes` lines of the turns the server refused for their length (conversation replay:
-/// never dispatched, so no request index, pod or tokens; `e2e_ns` 0, ended at their send),
-/// written after every request's line.
+/// The `--outcomes` lines of the requests refused at their send (conversation replay: turns the
+/// server refused for their length; rate stages: the gateway's in-flight limit): never
+/// dispatched, so no request index, pod or tokens; `e2e_ns` 0, ended at their send; written after
+/// every request's line.
 pub fn refused_lines(sent: &[Sent]) -> Vec<(u64, String)> {
     sent.iter()
         .filter(|s| s.status == Some(Status::Refused))

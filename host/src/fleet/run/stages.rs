@@ -345,6 +345,7 @@ mod tests {
             max_in_flight: 0,
             think_ms: 0,
             timeout_ms,
+            gateway_max_in_flight: 0,
             seed: 1,
             restart_data: true,
         };

@@ -112,6 +112,11 @@ pub(super) fn load_spec(
                 v => v,
             },
         },
+        gateway_max_in_flight: match l.gateway_max_in_flight {
+            None => 0,
+            Some(0) => return Err(bad("load.gateway_max_in_flight", "at least 1 request (absent: no limit)", "0")),
+            Some(n) => n,
+        },
         seed: w.seed,
         restart_data: match l.data_order.as_str() {
             "restart" => true,

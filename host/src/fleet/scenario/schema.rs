@@ -443,6 +443,12 @@ pub struct LoadToml {
     /// Client timeout per request, s (absent: none).
     #[serde(default)]
     pub request_timeout_s: Option<f64>,
+    /// Most requests the gateway in front of the router holds at once (absent: no limit): a
+    /// request sent while this many are in flight fails at once and never reaches the router
+    /// (Envoy's default circuit breaker on the EPP's ext_proc cluster: 1024; docs/MODEL.md,
+    /// "The load generator").
+    #[serde(default)]
+    pub gateway_max_in_flight: Option<u64>,
     /// A concurrent client's pause between a request's end and its next send, s.
     #[serde(default)]
     pub think_time_s: f64,

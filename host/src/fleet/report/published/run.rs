@@ -2,6 +2,7 @@
 //! and the two arms of the Sticky b2b-saas run (`scenarios/sticky-b2b-saas.toml`), which is also
 //! table 3's run. Figures computed by [`super::figures`] from each request.
 
+use brokerlab_core::fleet::loadgen::Status;
 use brokerlab_core::fleet::{FleetConfig, RouterKind, RouterSpec};
 use serde::Serialize;
 
@@ -61,8 +62,10 @@ pub struct StagedRun {
     pub stages: Vec<Option<StageFigures>>,
     /// The model's time-weighted mean waiting requests per pod over the run.
     pub mean_waiting: Option<f64>,
-    /// Requests simulated.
+    /// Requests sent (those the gateway refused included).
     pub requests: u64,
+    /// Requests the gateway refused at their send (table 1's [`TABLE1_GATEWAY_MAX_IN_FLIGHT`]).
+    pub refused: u64,
     /// Preemptions.
     pub preemptions: u64,
 }
@@ -161,10 +164,12 @@ fn staged(label: String, sc: &Scenario, cfg: FleetConfig, name: &str, counted: O
     let e = settings.config(&|k| format!("{name}: `fleet.engine.{k}`"))?;
     let g = Generated::with_origin(sc.workload, name)?;
     let cfg = batched(cfg, e).map_err(config_error)?;
+    let mut refused = 0;
     let (rates, reqs, windows, summary) = match sc.load {
         // inference-perf's load generator: each request's stage and status as it recorded them
         Some(spec) => {
             let (res, sent) = simulate_load::<Batched>(cfg, &g, spec, true, None)?;
+            refused = sent.iter().filter(|s| s.status == Some(Status::Refused)).count() as u64;
             let timeout_ns = if spec.timeout_ms == 0 { u64::MAX } else { spec.timeout_ms * 1_000_000 };
             let reqs = as_counted(sent.iter().filter_map(|s| Req::from_sent(s, timeout_ns)).collect(), counted);
             let stages = spec.stages();
@@ -185,12 +190,15 @@ fn staged(label: String, sc: &Scenario, cfg: FleetConfig, name: &str, counted: O
             (stages.iter().map(|s| s.rate_milli_per_s as f64 / 1e3).collect(), reqs, windows, res.summary)
         }
     };
+    // every request sent (the gateway's refusals never reach the fleet's summary)
+    let requests = summary.requests.max(reqs.len() as u64);
     Ok(StagedRun {
         label,
         rates,
         stages: per_stage(&reqs, &windows),
         mean_waiting: summary.mean_waiting,
-        requests: summary.requests,
+        requests,
+        refused,
         preemptions: summary.preemptions,
     })
 }
@@ -322,12 +330,25 @@ pub fn run_conversations(divisor: u64, inc: &dyn Fn()) -> CliResult<(Vec<LevelRu
 /// Table 1's scenario: `scenarios/llm-d-ramp.toml` (workload, load, fleet) with the engine of the
 /// b2b-saas scenario `b` (the physics step cost `qwen3-32b-h100-tp2`, vLLM's S = 1024 and
 /// M = 8192): one step-cost profile for the three tables (docs/PUBLISHED.md, "One step cost for
-/// the three tables"). The scenario file keeps its linear profile for `fleet report`'s section.
+/// the three tables"), and the 2025 gateway's in-flight limit ([`TABLE1_GATEWAY_MAX_IN_FLIGHT`]).
+/// The scenario file keeps its linear profile and no gateway limit for `fleet run` and
+/// `fleet report`'s section 11.
 pub fn table1_scenario(divisor: u64, b: &Scenario) -> CliResult<Scenario> {
     let mut sc = llmd::scenario(divisor)?;
     sc.engine = b.engine.clone();
+    let load = sc.load.as_mut().ok_or_else(|| CliError::failure(format!("{}: no [load]", llmd::SCENARIO_NAME)))?;
+    load.gateway_max_in_flight = TABLE1_GATEWAY_MAX_IN_FLIGHT;
     Ok(sc)
 }
+
+/// Requests the 2025 run's gateway held at once (assumption A12, docs/PUBLISHED.md "The 2025
+/// gateway's 1,024 streams"): each request holds one gRPC stream to the EPP's ext_proc cluster for
+/// its whole life, and Envoy's circuit breaker on that cluster allows `max_requests` = 1024 by
+/// default (envoy `api/envoy/config/cluster/v3/circuit_breaker.proto`); past it the stream
+/// overflows and the gateway fails the request at once (HTTP 500, llm-d/llm-d issue #1582;
+/// envoyproxy/gateway issue #9997 for GIE's `endpointpicker` ext_proc cluster). Table 1 only:
+/// the 2026 rows of tables 2-3 report 98-100% success with more than 1,024 requests in flight.
+pub const TABLE1_GATEWAY_MAX_IN_FLIGHT: u64 = 1_024;
 
 /// Runs the three tables with stage durations divided by `divisor` and the conversation runs'
 /// requests per slot by `conversation_divisor` (1, 1: as published); `inc` after each run.
