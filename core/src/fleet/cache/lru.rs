@@ -266,6 +266,13 @@ impl<'a> LruPod<'a> {
         let key = self.slots[victim as usize].key;
         let mut run_end = usize::MAX;
         if let Some(pos) = self.position_of(key, victim) {
+            if self.direct {
+                // Homes come from the entries' tags: the shift reads only the table, inlined.
+                run_end = table::remove_tagged(self.table, self.slot_bits, pos);
+                self.unlink(victim);
+                events.evicted(key);
+                return (victim, run_end);
+            }
             let mut view = TableView {
                 slots: self.slots,
                 table: self.table,
