@@ -6,6 +6,10 @@
 //! the shipped presets, approximate index included), with and without fast-forward, the offload
 //! tier and cached generated tokens: every completion, ITL sample, routing decision, per-pod
 //! counter and the fleet's totals must be equal.
+//!
+//! Then the cache map kept per trace id (`BatchedFleet::attach_pool_groups`) against the same
+//! oracle, on the generator above and on contended ids, where holes (a group's cached sub-blocks
+//! not a prefix) are checked not to arise.
 
 use brokerlab_core::fleet::*;
 
@@ -23,6 +27,22 @@ fn replay(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq]) -> Replay {
     let pods = feed_trace(&mut f, group_blocks, reqs, &mut sink).iter().map(|r| r.pod).collect();
     let stats = (0..cfg.pods).map(|p| *f.pod_stats(p).unwrap()).collect();
     (sink.done, sink.itl, pods, stats, *f.totals())
+}
+
+/// [`replay`] with the pods' cache maps kept per id of `group_blocks` blocks where they can be
+/// (the second value says whether they were).
+fn replay_grouped(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq]) -> (Replay, bool) {
+    let mut owned = BatchedRouterOwned::new(&cfg);
+    let (wl, kl) = BatchedFleet::pool_groups_layout(&cfg, group_blocks).unwrap_or((0, 0));
+    let mut words = vec![0u32; wl];
+    let mut gkeys = vec![0u64; kl];
+    let mut f = owned.fleet(cfg);
+    let grouped = f.attach_pool_groups(group_blocks, &mut words, &mut gkeys).unwrap();
+    assert_eq!(grouped, f.pool_is_grouped());
+    let mut sink = Sink::default();
+    let pods = feed_trace(&mut f, group_blocks, reqs, &mut sink).iter().map(|r| r.pod).collect();
+    let stats = (0..cfg.pods).map(|p| *f.pod_stats(p).unwrap()).collect();
+    ((sink.done, sink.itl, pods, stats, *f.totals()), grouped)
 }
 
 /// Router kinds: the seed's three, then the presets.
@@ -65,6 +85,136 @@ proptest! {
         prop_assert_eq!(&a.3, &b.3, "per-pod counters");
         prop_assert_eq!(&a.4, &b.4, "totals");
     }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+    #[test]
+    fn grouped_map_equals_the_per_block_pool(
+        (group, reqs) in (0usize..5).prop_flat_map(|g| (Just([1u32, 2, 3, 4, 32][g]), shared_prefix_trace([1u32, 2, 3, 4, 32][g], 50))),
+        pods in 1usize..4,
+        capacity in prop_oneof![4usize..40, 40usize..400, 400usize..3000],
+        router in 0usize..16,
+        seqs in 1u32..6,
+        budget in 0u32..200,
+        fast_forward in any::<bool>(),
+        tier in prop_oneof![6 => Just(0usize), 1 => 1usize..3],
+        generated in prop_oneof![6 => Just(false), 1 => Just(true)],
+    ) {
+        let mut e = BatchedConfig::new(Profile::Seed);
+        e.max_num_seqs = seqs;
+        e.max_num_batched_tokens = seqs + budget;
+        e.fast_forward = fast_forward;
+        e.cache_generated_tokens = generated;
+        if tier > 0 {
+            e.offload.cpu_capacity = [0u32, 8, 200][tier];
+        }
+        let cfg = FleetConfig::batched(pods, capacity, router_kind(router), e);
+        let mut oracle = e;
+        oracle.block_runs = false;
+        let a = replay(FleetConfig::batched(pods, capacity, router_kind(router), oracle), group, &reqs);
+        let (b, grouped) = replay_grouped(cfg, group, &reqs);
+        // kept per id exactly where docs/MODEL.md says (ids of more than one block, no tier, no
+        // cached generated tokens); elsewhere the per-block map, the same results
+        prop_assert_eq!(grouped, group > 1 && tier == 0 && !generated);
+        prop_assert_eq!(&a.0, &b.0, "completions");
+        prop_assert_eq!(&a.1, &b.1, "ITL samples");
+        prop_assert_eq!(&a.2, &b.2, "routing");
+        prop_assert_eq!(&a.3, &b.3, "per-pod counters");
+        prop_assert_eq!(&a.4, &b.4, "totals");
+    }
+}
+
+/// Holes (a group's cached sub-blocks not a prefix): where the map is kept per id they cannot
+/// arise (docs/MODEL.md, "Run-length KV blocks", Lemma 3: a request keys a sub-block above a
+/// keyless duplicate of its own only if another request keyed that duplicate's key after its
+/// lookup, and the FCFS budget order leaves at most one request of a pod mid-prompt). Checked
+/// here on traces built to try: concurrent requests on the same ids with small budgets (chunked
+/// prefill), few running slots and tight pods (preemption), the pods' blocks read after every
+/// dispatch; with the per-block pool as the oracle of every result. (The map itself represents
+/// holes: `groups::tests::matches_a_model_map` keys random sub-blocks.)
+#[test]
+fn grouped_map_on_contended_ids_equals_the_per_block_pool_and_has_no_hole() {
+    let mut holes = 0usize;
+    for seed in 0..300u64 {
+        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut lcg = move || {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x >> 33
+        };
+        let r = [4u32, 8, 32][(seed % 3) as usize];
+        let s = r as u64 * 16;
+        let reqs: Vec<TraceReq> = (0..40)
+            .map(|_| {
+                let doc = lcg() % 2;
+                let n = 1 + lcg() % 3;
+                let ids: Vec<u64> = (0..n).map(|j| doc * 100 + j).chain([9_000 + lcg() % 5]).collect();
+                let tokens = (n - 1) * s + 16 + lcg() % (s - 16) + 1;
+                TraceReq { gap_us: lcg() % 200, tokens, ids, out: 1 + lcg() % 40 }
+            })
+            .collect();
+        let mut e = BatchedConfig::new(Profile::Seed);
+        e.max_num_seqs = 1 + (lcg() % 4) as u32;
+        e.max_num_batched_tokens = e.max_num_seqs + 16 + (lcg() % 48) as u32;
+        let capacity = 24 + (lcg() % 200) as usize;
+        let pods = 1 + (seed % 2) as usize;
+        let cfg = FleetConfig::batched(pods, capacity, router_kind(seed as usize), e);
+        let mut oracle = e;
+        oracle.block_runs = false;
+        let a = replay(FleetConfig::batched(pods, capacity, router_kind(seed as usize), oracle), r, &reqs);
+        let (b, grouped) = replay_grouped(cfg, r, &reqs);
+        assert!(grouped);
+        assert_eq!(a.0, b.0, "completions, seed {seed}");
+        assert_eq!(a.1, b.1, "ITL samples, seed {seed}");
+        assert_eq!(a.2, b.2, "routing, seed {seed}");
+        assert_eq!(a.3, b.3, "per-pod counters, seed {seed}");
+        assert_eq!(a.4, b.4, "totals, seed {seed}");
+        if seed % 3 == 0 {
+            holes += count_holes(cfg, r, &reqs);
+        }
+    }
+    assert_eq!(holes, 0, "holes seen after dispatches");
+}
+
+/// Dispatches `reqs` to a grouped fleet and counts, after each dispatch, the (pod, group) pairs
+/// whose cached sub-blocks are not a prefix (from the blocks, `BatchedEngine::contains`).
+fn count_holes(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq]) -> usize {
+    let mut owned = BatchedRouterOwned::new(&cfg);
+    let (wl, kl) = BatchedFleet::pool_groups_layout(&cfg, group_blocks).unwrap();
+    let mut words = vec![0u32; wl];
+    let mut gkeys = vec![0u64; kl];
+    let mut f = owned.fleet(cfg);
+    assert!(f.attach_pool_groups(group_blocks, &mut words, &mut gkeys).unwrap());
+    let mut sink = Sink::default();
+    let mut at = 0u64;
+    let mut holes = 0;
+    let mut groups: Vec<Vec<u64>> = Vec::new();
+    let cap_tokens = cfg.capacity_blocks as u64 * 16;
+    for r in reqs {
+        at += r.gap_us * 1000;
+        if r.tokens + r.out.max(1) - 1 > cap_tokens {
+            continue;
+        }
+        let mut k = vec![0; (r.tokens / 16) as usize];
+        let n = keys::trace_keys(&r.ids, r.tokens, group_blocks * 16, &mut k).unwrap();
+        for c in k[..n].chunks(group_blocks as usize) {
+            if !groups.iter().any(|g| g[0] == c[0]) {
+                groups.push(c.to_vec());
+            } else if let Some(g) = groups.iter_mut().find(|g| g[0] == c[0] && g.len() < c.len()) {
+                *g = c.to_vec();
+            }
+        }
+        let req = Request { arrival_ns: at, input_tokens: r.tokens, output_tokens: r.out, keys: &k[..n] };
+        f.dispatch(&req, &mut sink).unwrap();
+        for pod in f.pods() {
+            for g in &groups {
+                let held: Vec<bool> = g.iter().map(|&key| pod.contains(key)).collect();
+                holes += usize::from(held.windows(2).any(|w| !w[0] && w[1]));
+            }
+        }
+    }
+    f.finish(&mut sink).unwrap();
+    holes
 }
 
 /// The generator above reaches the cases the equality is about: preemptions and evictions of

@@ -369,6 +369,10 @@ named_enum! {
         EngineTables => "engine tables",
         /// One batched engine's cache map.
         EngineTable => "engine table",
+        /// The batched engines' cache maps kept per trace id (group tables, records, slots).
+        EngineGroups => "engine groups",
+        /// The batched engines' group keys (one per record).
+        EngineGroupKeys => "engine group keys",
         /// The batched engines' request slots.
         EngineRequests => "engine requests",
         /// The batched engines' waiting rings.

@@ -6,6 +6,7 @@
 //! docs/MODEL.md, "The batched engine", is the specification; this file follows it rule by rule.
 //! Every buffer is the caller's ([`crate::fleet::sim::batched::BatchedLayout`] gives the lengths).
 
+use super::groups::PoolGroups;
 use super::offload::Offload;
 use super::pd::{PdConfig, PdOutcome};
 use super::{Completion, Engine, EngineEvents, Request, Routed};
@@ -377,6 +378,8 @@ pub struct BatchedEngine<'a> {
     /// vLLM's gauges as the router scrapes them (used with `metrics_scrape_ns` > 0).
     gauges: Gauges,
     stats: BatchedStats,
+    /// The cache map kept per trace id (None: per block; [`Self::attach_groups`]).
+    groups: Option<PoolGroups<'a>>,
 }
 
 /// vLLM's published (waiting, pinned blocks) and the router's scrape of them (docs/MODEL.md,
@@ -563,6 +566,7 @@ impl<'a> BatchedEngine<'a> {
             gap: None,
             gauges: Gauges::NEW,
             stats: BatchedStats::default(),
+            groups: None,
         })
     }
 
@@ -584,7 +588,67 @@ impl<'a> BatchedEngine<'a> {
     /// True when `key` is in the cache map (pinned or free).
     #[inline]
     pub fn contains(&self, key: u64) -> bool {
+        if self.groups.is_some() {
+            // (not asked in this mode: the fleet keeps the map per group only where the router
+            // asks for leading matches; exact, one pass over the blocks)
+            return self.blocks.iter().any(|b| b.keyed() && { b.key } == key);
+        }
         self.lookup(key).is_some()
+    }
+
+    /// Keeps the cache map per trace id of `groups.r()` blocks (docs/MODEL.md, "Run-length KV
+    /// blocks"): same map contents at every step. Only on a new engine (nothing cached), working
+    /// a request's blocks a run at a time, without an offload tier, P/D or cached generated
+    /// tokens (their keys are not a prompt's ids); otherwise false, and nothing changes.
+    pub fn attach_groups(&mut self, groups: PoolGroups<'a>) -> bool {
+        let fresh = self.cached == 0 && self.is_idle() && self.parked == 0 && self.stats.requests == 0;
+        let plain = self.cfg.block_runs()
+            && self.cpu.is_none()
+            && self.cfg.pd.is_none()
+            && self.cfg.scale.is_none()
+            && !self.cfg.cache_generated_tokens;
+        if !(fresh && plain) {
+            return false;
+        }
+        self.groups = Some(groups);
+        true
+    }
+
+    /// Whether the cache map is kept per trace id ([`Self::attach_groups`]).
+    pub fn is_grouped(&self) -> bool {
+        self.groups.is_some()
+    }
+
+    /// Block `b`, which holds `key`, loses it (evicted at its pop from the free queue).
+    #[inline(always)]
+    fn uncache(&mut self, key: u64, b: u32) {
+        match self.groups.as_mut() {
+            Some(g) => {
+                if !g.remove(b) {
+                    self.broken = Some(Invariant::MappedKey);
+                }
+            }
+            None => self.map_remove(key, b),
+        }
+        self.cached -= 1;
+    }
+
+    /// The longest leading run of `keys` this pod's cache map holds, per group (grouped map).
+    fn grouped_match(&self, keys: &[u64]) -> u32 {
+        let Some(g) = self.groups.as_ref() else { return 0 };
+        let r = g.r() as usize;
+        let mut j = 0;
+        while j < keys.len() {
+            let Some(rec) = g.find(keys[j]) else { return j as u32 };
+            let end = (j + r).min(keys.len());
+            for s in 0..(end - j) as u32 {
+                if g.block(rec, s) == NIL {
+                    return j as u32 + s;
+                }
+            }
+            j = end;
+        }
+        keys.len() as u32
     }
 
     // ----- cache map -----
@@ -702,8 +766,7 @@ impl<'a> BatchedEngine<'a> {
         self.fq_unlink(b);
         if self.blocks[b as usize].keyed() {
             let key = self.blocks[b as usize].key;
-            self.map_remove(key, b);
-            self.cached -= 1;
+            self.uncache(key, b);
         }
         // count 1, no longer keyed
         self.blocks[b as usize].rk = 1;
@@ -763,8 +826,7 @@ impl<'a> BatchedEngine<'a> {
         for _ in 0..n {
             let blk = self.blocks[b as usize];
             if blk.keyed() {
-                self.map_remove(blk.key, b);
-                self.cached -= 1;
+                self.uncache(blk.key, b);
             }
             self.blocks[b as usize] = KvBlock { key: blk.key, rk: 1, prev: NIL, next: own };
             own = b;
@@ -796,6 +858,32 @@ impl<'a> BatchedEngine<'a> {
             self.unref(b);
             b = older;
         }
+        if let Some(g) = self.groups.as_ref() {
+            // the hit blocks, last first, one group probe per group
+            let rr = g.r() as usize;
+            let mut hi = q.hit as usize;
+            while hi > 0 {
+                let g0 = (hi - 1) / rr * rr;
+                let Some(rec) = self.groups.as_ref().and_then(|g| g.find(self.keys[base + g0])) else {
+                    self.broken = Some(Invariant::HitBlockCached);
+                    break;
+                };
+                for j in (g0..hi).rev() {
+                    let b = self.groups.as_ref().map_or(NIL, |g| g.block(rec, (j - g0) as u32));
+                    if b == NIL {
+                        self.broken = Some(Invariant::HitBlockCached);
+                    } else {
+                        self.unref(b);
+                    }
+                }
+                hi = g0;
+            }
+            let q = &mut self.reqs[r];
+            q.own_head = NIL;
+            q.own_len = 0;
+            q.hit = 0;
+            return;
+        }
         for j in (0..q.hit as usize).rev() {
             match self.lookup(self.keys[base + j]) {
                 Some(b) => self.unref(b),
@@ -819,6 +907,23 @@ impl<'a> BatchedEngine<'a> {
         let base = self.key_base(r);
         let keys = &self.keys[base..base + h_max as usize];
         let mut free_hits = 0;
+        if let Some(g) = self.groups.as_ref() {
+            let rr = g.r() as usize;
+            let mut j = 0;
+            while j < keys.len() {
+                let Some(rec) = g.find(keys[j]) else { return (j as u32, free_hits) };
+                let end = (j + rr).min(keys.len());
+                for s in 0..(end - j) as u32 {
+                    let b = g.block(rec, s);
+                    if b == NIL {
+                        return (j as u32 + s, free_hits);
+                    }
+                    free_hits += u32::from(self.blocks[b as usize].refs() == 0);
+                }
+                j = end;
+            }
+            return (h_max, free_hits);
+        }
         for (j, &k) in keys.iter().enumerate() {
             match self.lookup(k) {
                 Some(b) => free_hits += u32::from(self.blocks[b as usize].refs() == 0),
@@ -842,6 +947,9 @@ impl<'a> BatchedEngine<'a> {
             return;
         }
         let base = self.key_base(r);
+        if self.groups.is_some() {
+            return self.cache_grouped(r, base, full);
+        }
         // Own blocks cover indices hit .. hit + own_len, newest first in the chain.
         let mut idx = q.hit + q.own_len;
         let mut b = q.own_head;
@@ -852,6 +960,50 @@ impl<'a> BatchedEngine<'a> {
                 self.cache_block(b, self.keys[base + idx as usize]);
             }
             b = older;
+        }
+        self.reqs[r].considered = full;
+    }
+
+    /// [`Self::cache_prompt_blocks`] with the grouped map: one group probe per group.
+    fn cache_grouped(&mut self, r: usize, base: usize, full: u32) {
+        let q = self.reqs[r];
+        let Some(g) = self.groups.as_mut() else { return };
+        let rr = g.r();
+        let mut idx = q.hit + q.own_len;
+        let mut b = q.own_head;
+        // the group of the last block considered: (its first block index, its record)
+        let mut cur: Option<(u32, u32)> = None;
+        while b != NIL && idx > q.considered {
+            idx -= 1;
+            let older = self.blocks[b as usize].next;
+            if idx < full {
+                let s = idx % rr;
+                let g0 = idx - s;
+                let rec = match cur {
+                    Some((at, rec)) if at == g0 => rec,
+                    _ => {
+                        if let Some((_, old)) = cur {
+                            g.drop_if_empty(old);
+                        }
+                        let Some(rec) = g.find_or_new(self.keys[base + g0 as usize]) else {
+                            self.broken = Some(Invariant::CachedBlocks);
+                            return;
+                        };
+                        cur = Some((g0, rec));
+                        rec
+                    }
+                };
+                if g.insert(rec, s, b) {
+                    let blk = &mut self.blocks[b as usize];
+                    blk.key = self.keys[base + idx as usize];
+                    blk.rk |= KEYED;
+                    self.cached += 1;
+                }
+            }
+            b = older;
+        }
+        if let Some((_, rec)) = cur {
+            g.drop_if_empty(rec);
         }
         self.reqs[r].considered = full;
     }
@@ -1231,6 +1383,31 @@ impl<'a> BatchedEngine<'a> {
     /// Pins the hit blocks 0..h of waiting head `y` (popped from W into R).
     fn pin_hits(&mut self, y: usize, h: u32) {
         let base = self.key_base(y);
+        if let Some(rr) = self.groups.as_ref().map(|g| g.r() as usize) {
+            let mut j = 0;
+            while j < h as usize {
+                let Some(rec) = self.groups.as_ref().and_then(|g| g.find(self.keys[base + j])) else {
+                    self.broken = Some(Invariant::HitBlockCached);
+                    return;
+                };
+                let end = (j + rr).min(h as usize);
+                for s in 0..(end - j) as u32 {
+                    let b = self.groups.as_ref().map_or(NIL, |g| g.block(rec, s));
+                    if b == NIL {
+                        self.broken = Some(Invariant::HitBlockCached);
+                        return;
+                    }
+                    if self.blocks[b as usize].refs() == 0 {
+                        self.fq_unlink(b);
+                        self.pinned += 1;
+                    }
+                    self.blocks[b as usize].rk += 1;
+                    self.refs_total += 1;
+                }
+                j = end;
+            }
+            return;
+        }
         for j in 0..h as usize {
             let Some(b) = self.lookup(self.keys[base + j]) else {
                 self.broken = Some(Invariant::HitBlockCached);
@@ -1975,7 +2152,13 @@ impl Engine for BatchedEngine<'_> {
     fn leading_matches(pods: &[Self], _shared: &(), keys: &[u64], out: &mut [u32]) -> bool {
         // (any pod with a tier: pools may give some pods none, whose match is then GPU-only)
         if pods.iter().all(|e| e.cpu.is_none()) {
-            return false;
+            if pods.is_empty() || !pods.iter().all(|e| e.groups.is_some()) {
+                return false;
+            }
+            for (o, e) in out.iter_mut().zip(pods.iter()) {
+                *o = e.grouped_match(keys);
+            }
+            return true;
         }
         for (o, e) in out.iter_mut().zip(pods.iter()) {
             *o = e.tiered_match(keys);

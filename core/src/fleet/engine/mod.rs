@@ -19,6 +19,7 @@
 
 pub mod batched;
 pub mod fifo;
+pub mod groups;
 pub mod offload;
 pub mod pd;
 pub mod server;

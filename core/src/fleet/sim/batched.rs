@@ -13,6 +13,7 @@ use crate::fleet::cache::lru::{LruPod, Slot};
 use crate::fleet::cache::runs::Run;
 use crate::fleet::engine::Routed;
 use crate::fleet::engine::batched::{BatchedConfig, BatchedEngine, KvBlock, PodBuffers, ReqSlot};
+use crate::fleet::engine::groups::PoolGroups;
 use crate::fleet::route::kind::AnyRouter;
 
 /// N batched engines behind a router.
@@ -325,6 +326,86 @@ impl<'a> Fleet<'a, BatchedEngine<'a>, AnyRouter<'a>> {
             _ => return Ok(false),
         }
         Ok(true)
+    }
+
+    /// Buffer lengths (`u32` words, `u64` keys) of the pods' cache maps kept per trace id of
+    /// `group_blocks` blocks ([`Self::attach_pool_groups`]), or None where the maps stay per
+    /// block: ids of one block (nothing to gain), the offload tier, P/D, cached generated tokens,
+    /// autoscaling, heterogeneous pools, or the per-block pool (test support, `block_runs` off)
+    /// (docs/MODEL.md, "Run-length KV blocks").
+    pub fn pool_groups_layout(cfg: &FleetConfig, group_blocks: u32) -> Option<(usize, usize)> {
+        let e = cfg.batched_config()?;
+        if e.pd.is_some()
+            || e.offload.is_on()
+            || e.cache_generated_tokens
+            || e.scale.is_some()
+            || cfg.scale().is_some()
+            || !cfg.pools.is_empty()
+            || !e.block_runs()
+        {
+            return None;
+        }
+        let (mut words, mut keys) = (0usize, 0usize);
+        for p in 0..cfg.pods {
+            let (c, _, _) = cfg.pod_shape(e, p);
+            let l = PoolGroups::layout(c, group_blocks)?;
+            words += l.words();
+            keys += l.keys();
+        }
+        Some((words, keys))
+    }
+
+    /// Keeps every pod's cache map per trace id of `group_blocks` 16-token blocks (block j of a
+    /// prompt is sub-block j mod R of the group named by its key j - j mod R), before the first
+    /// dispatch: the same map contents at every step as per block (docs/MODEL.md, "Run-length KV
+    /// blocks"; core/tests/batched_runs.rs compares the two), one probe per group of a request
+    /// instead of one per block; the routers' exact view asks the pods for leading matches per
+    /// group. Returns false, changing nothing, when [`Self::pool_groups_layout`] is None; the
+    /// buffers must have the lengths it gives.
+    pub fn attach_pool_groups(
+        &mut self,
+        group_blocks: u32,
+        words: &'a mut [u32],
+        keys: &'a mut [u64],
+    ) -> Result<bool, Error> {
+        let Some((words_len, keys_len)) = Self::pool_groups_layout(&self.cfg, group_blocks) else { return Ok(false) };
+        if words.len() != words_len {
+            return Err(Error::BufferSize { buffer: Buffer::EngineGroups, expected: words_len, got: words.len() });
+        }
+        if keys.len() != keys_len {
+            return Err(Error::BufferSize { buffer: Buffer::EngineGroupKeys, expected: keys_len, got: keys.len() });
+        }
+        if self.next_request > 0 || self.pods.iter().any(|e| e.is_grouped()) {
+            return Err(Error::InvalidConfig {
+                field: Field::TraceBlockSize,
+                expected: "the pods' cache maps kept per trace id attached once, before the first request",
+            });
+        }
+        let (mut words, mut keys) = (words, keys);
+        for e in self.pods.iter_mut() {
+            let l = PoolGroups::layout(e.capacity(), group_blocks).ok_or(Error::BufferSize {
+                buffer: Buffer::EngineGroups,
+                expected: words_len,
+                got: words.len(),
+            })?;
+            let (w, rest) = core::mem::take(&mut words).split_at_mut(l.words());
+            words = rest;
+            let (k, rest) = core::mem::take(&mut keys).split_at_mut(l.keys());
+            keys = rest;
+            let g = PoolGroups::new(e.capacity(), group_blocks, w, k)?;
+            if !e.attach_groups(g) {
+                return Err(Error::InvalidConfig {
+                    field: Field::TraceBlockSize,
+                    expected: "the pods' cache maps kept per trace id attached to new pods",
+                });
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether the pods' cache maps are kept per trace id ([`Self::attach_pool_groups`]).
+    pub fn pool_is_grouped(&self) -> bool {
+        self.pods.first().is_some_and(|e| e.is_grouped())
     }
 
     /// Whether the router's approximate index is kept as runs ([`Self::attach_index_runs`]).

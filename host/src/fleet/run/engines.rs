@@ -279,6 +279,10 @@ pub struct OwnedBatched {
     group_blocks: u32,
     index_runs: Vec<Run>,
     index_run_tables: Vec<u32>,
+    /// The pods' cache maps kept per trace id (empty: per block;
+    /// [`BatchedFleet::attach_pool_groups`]).
+    pool_words: Vec<u32>,
+    pool_keys: Vec<u64>,
 }
 
 /// What a batched run of `l` is called in a memory-budget message.
@@ -346,6 +350,9 @@ impl HostEngine for Batched {
                 "--capacity, or [params] approx_lru_blocks in --router-config",
             ));
         }
+        if let Some((words, keys)) = BatchedFleet::pool_groups_layout(cfg, run.group_blocks) {
+            needs.push(need("the pods' cache maps per trace id", (words * 4 + keys * 8) as u64, pods));
+        }
         needs.extend_from_slice(run.held);
         Ok((batched_context(&l), needs))
     }
@@ -353,6 +360,7 @@ impl HostEngine for Batched {
     fn alloc(cfg: &FleetConfig, s: BatchedSizes, group_blocks: u32) -> CliResult<OwnedBatched> {
         let l = BatchedLayout::new(cfg, s.requests_per_pod, s.keys_per_pod).map_err(config_error)?;
         let (runs_len, run_tables_len) = index_runs_layout(cfg, group_blocks).unwrap_or((0, 0));
+        let (pool_words, pool_keys) = BatchedFleet::pool_groups_layout(cfg, group_blocks).unwrap_or((0, 0));
         Ok(OwnedBatched {
             cfg: *cfg,
             blocks: try_vec(l.blocks_len(), KvBlock::default(), "the pods' KV blocks")?,
@@ -375,6 +383,8 @@ impl HostEngine for Batched {
             group_blocks,
             index_runs: try_vec(runs_len, Run::default(), "the router's approximate-index runs")?,
             index_run_tables: try_vec(run_tables_len, 0, "the router's approximate-index run tables")?,
+            pool_words: try_vec(pool_words, 0, "the pods' cache maps per trace id")?,
+            pool_keys: try_vec(pool_keys, 0, "the pods' group keys")?,
         })
     }
 
@@ -388,6 +398,9 @@ impl HostEngine for Batched {
         let mut fleet = BatchedFleet::with_router_buffers(o.cfg, buffers, o.router.buffers())?;
         if !o.index_runs.is_empty() {
             fleet.attach_index_runs(o.group_blocks, &mut o.index_runs, &mut o.index_run_tables)?;
+        }
+        if !o.pool_words.is_empty() {
+            fleet.attach_pool_groups(o.group_blocks, &mut o.pool_words, &mut o.pool_keys)?;
         }
         Ok(fleet)
     }
