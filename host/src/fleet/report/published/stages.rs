@@ -141,6 +141,7 @@ mod tests {
             rates,
             mean_waiting: None,
             requests: 0,
+            refused: 0,
             preemptions: 0,
         };
         let p = b2b_pairs(&run, &B2B_AFFINITY, Some(B2B_AFFINITY_MISSING_RATE));
