@@ -14,7 +14,7 @@
 use brokerlab_core::fleet::*;
 
 mod common;
-use common::{BatchedRouterOwned, Sink, TraceReq, feed_trace, shared_prefix_trace};
+use common::{BatchedRouterOwned, Sink, TraceReq, feed_trace, feed_trace_with, shared_prefix_trace};
 use proptest::prelude::*;
 
 type Replay = (Vec<Completion>, Vec<(u64, u64)>, Vec<u32>, Vec<BatchedStats>, FleetTotals);
@@ -46,6 +46,18 @@ fn replay_grouped(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq]) -> (Re
 }
 
 /// Router kinds: the seed's three, then the presets.
+/// The pool under test: `seqs` running slots, a token budget `budget` above them, an offload tier
+/// of 0, 8 or 200 blocks (`tier` 0, 1, 2).
+fn engine(seqs: u32, budget: u32, fast_forward: bool, generated: bool, tier: usize) -> BatchedConfig {
+    let mut e = BatchedConfig::new(Profile::Seed);
+    e.max_num_seqs = seqs;
+    e.max_num_batched_tokens = seqs + budget;
+    e.fast_forward = fast_forward;
+    e.cache_generated_tokens = generated;
+    e.offload.cpu_capacity = [0u32, 8, 200][tier];
+    e
+}
+
 fn router_kind(i: usize) -> RouterKind {
     let all: Vec<RouterKind> = RouterKind::ALL[..3].iter().copied().chain(RouterKind::PRESETS).collect();
     all[i % all.len()]
@@ -65,14 +77,7 @@ proptest! {
         tier in 0usize..3,
         generated in any::<bool>(),
     ) {
-        let mut e = BatchedConfig::new(Profile::Seed);
-        e.max_num_seqs = seqs;
-        e.max_num_batched_tokens = seqs + budget;
-        e.fast_forward = fast_forward;
-        e.cache_generated_tokens = generated;
-        if tier > 0 {
-            e.offload.cpu_capacity = [0u32, 8, 200][tier];
-        }
+        let e = engine(seqs, budget, fast_forward, generated, tier);
         let cfg = FleetConfig::batched(pods, capacity, router_kind(router), e);
         let mut oracle = e;
         oracle.block_runs = false;
@@ -101,14 +106,7 @@ proptest! {
         tier in prop_oneof![6 => Just(0usize), 1 => 1usize..3],
         generated in prop_oneof![6 => Just(false), 1 => Just(true)],
     ) {
-        let mut e = BatchedConfig::new(Profile::Seed);
-        e.max_num_seqs = seqs;
-        e.max_num_batched_tokens = seqs + budget;
-        e.fast_forward = fast_forward;
-        e.cache_generated_tokens = generated;
-        if tier > 0 {
-            e.offload.cpu_capacity = [0u32, 8, 200][tier];
-        }
+        let e = engine(seqs, budget, fast_forward, generated, tier);
         let cfg = FleetConfig::batched(pods, capacity, router_kind(router), e);
         let mut oracle = e;
         oracle.block_runs = false;
@@ -186,34 +184,23 @@ fn count_holes(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq]) -> usize 
     let mut f = owned.fleet(cfg);
     assert!(f.attach_pool_groups(group_blocks, &mut words, &mut gkeys).unwrap());
     let mut sink = Sink::default();
-    let mut at = 0u64;
     let mut holes = 0;
     let mut groups: Vec<Vec<u64>> = Vec::new();
-    let cap_tokens = cfg.capacity_blocks as u64 * 16;
-    for r in reqs {
-        at += r.gap_us * 1000;
-        if r.tokens + r.out.max(1) - 1 > cap_tokens {
-            continue;
-        }
-        let mut k = vec![0; (r.tokens / 16) as usize];
-        let n = keys::trace_keys(&r.ids, r.tokens, group_blocks * 16, &mut k).unwrap();
-        for c in k[..n].chunks(group_blocks as usize) {
+    feed_trace_with(&mut f, group_blocks, reqs, &mut sink, |f, k| {
+        for c in k.chunks(group_blocks as usize) {
             if !groups.iter().any(|g| g[0] == c[0]) {
                 groups.push(c.to_vec());
             } else if let Some(g) = groups.iter_mut().find(|g| g[0] == c[0] && g.len() < c.len()) {
                 *g = c.to_vec();
             }
         }
-        let req = Request { arrival_ns: at, input_tokens: r.tokens, output_tokens: r.out, keys: &k[..n] };
-        f.dispatch(&req, &mut sink).unwrap();
         for pod in f.pods() {
             for g in &groups {
                 let held: Vec<bool> = g.iter().map(|&key| pod.contains(key)).collect();
                 holes += usize::from(held.windows(2).any(|w| !w[0] && w[1]));
             }
         }
-    }
-    f.finish(&mut sink).unwrap();
+    });
     holes
 }
 

@@ -215,6 +215,17 @@ impl BatchedRouterOwned {
 /// Dispatches `reqs` (keys from ids of `group_blocks` blocks; requests too large for a pod are
 /// skipped) and finishes; the routing of each dispatch.
 pub fn feed_trace(f: &mut BatchedFleet<'_>, group_blocks: u32, reqs: &[TraceReq], sink: &mut Sink) -> Vec<Routed> {
+    feed_trace_with(f, group_blocks, reqs, sink, |_, _| {})
+}
+
+/// [`feed_trace`], calling `after(fleet, keys)` after each dispatch with that request's keys.
+pub fn feed_trace_with(
+    f: &mut BatchedFleet<'_>,
+    group_blocks: u32,
+    reqs: &[TraceReq],
+    sink: &mut Sink,
+    mut after: impl FnMut(&BatchedFleet<'_>, &[u64]),
+) -> Vec<Routed> {
     let mut routed = Vec::new();
     let mut at = 0u64;
     let cap_tokens = f.config().capacity_blocks as u64 * 16;
@@ -227,6 +238,7 @@ pub fn feed_trace(f: &mut BatchedFleet<'_>, group_blocks: u32, reqs: &[TraceReq]
         let n = keys::trace_keys(&r.ids, r.tokens, group_blocks * 16, &mut k).unwrap();
         let req = Request { arrival_ns: at, input_tokens: r.tokens, output_tokens: r.out, keys: &k[..n] };
         routed.push(f.dispatch(&req, sink).unwrap());
+        after(f, &k[..n]);
     }
     f.finish(sink).unwrap();
     routed

@@ -383,8 +383,10 @@ impl HostEngine for Batched {
             group_blocks,
             index_runs: try_vec(runs_len, Run::default(), "the router's approximate-index runs")?,
             index_run_tables: try_vec(run_tables_len, 0, "the router's approximate-index run tables")?,
-            pool_words: try_vec(pool_words, 0, "the pods' cache maps per trace id")?,
-            pool_keys: try_vec(pool_keys, 0, "the pods' group keys")?,
+            // zeroed and untouched until used: the map's record slots (most of it) are written
+            // only for the records a run reaches (`PoolGroups::new` skips clearing zeroed slots)
+            pool_words: try_vec_zeroed(pool_words, "the pods' cache maps per trace id")?,
+            pool_keys: try_vec_zeroed(pool_keys, "the pods' group keys")?,
         })
     }
 
