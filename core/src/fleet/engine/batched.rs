@@ -126,6 +126,17 @@ impl BatchedConfig {
         }
     }
 
+    /// Whether a pod's cache map may be kept per trace id ([`BatchedEngine::attach_groups`];
+    /// docs/MODEL.md, "Run-length KV blocks"): blocks worked a run at a time, and no offload
+    /// tier, P/D, autoscaling or cached generated tokens (their keys are not a prompt's ids).
+    pub fn groups_apply(&self) -> bool {
+        self.block_runs()
+            && !self.offload.is_on()
+            && self.pd.is_none()
+            && self.scale.is_none()
+            && !self.cache_generated_tokens
+    }
+
     /// Whether the engine allocates, keys and releases a request's blocks a run at a time:
     /// always, unless a test (feature `harness`) turned it off to run the per-block oracle.
     pub const fn block_runs(&self) -> bool {
@@ -602,12 +613,7 @@ impl<'a> BatchedEngine<'a> {
     /// tokens (their keys are not a prompt's ids); otherwise false, and nothing changes.
     pub fn attach_groups(&mut self, groups: PoolGroups<'a>) -> bool {
         let fresh = self.cached == 0 && self.is_idle() && self.parked == 0 && self.stats.requests == 0;
-        let plain = self.cfg.block_runs()
-            && self.cpu.is_none()
-            && self.cfg.pd.is_none()
-            && self.cfg.scale.is_none()
-            && !self.cfg.cache_generated_tokens;
-        if !(fresh && plain) {
+        if !(fresh && self.cfg.groups_apply()) {
             return false;
         }
         self.groups = Some(groups);
@@ -635,20 +641,7 @@ impl<'a> BatchedEngine<'a> {
 
     /// The longest leading run of `keys` this pod's cache map holds, per group (grouped map).
     fn grouped_match(&self, keys: &[u64]) -> u32 {
-        let Some(g) = self.groups.as_ref() else { return 0 };
-        let r = g.r() as usize;
-        let mut j = 0;
-        while j < keys.len() {
-            let Some(rec) = g.find(keys[j]) else { return j as u32 };
-            let end = (j + r).min(keys.len());
-            for s in 0..(end - j) as u32 {
-                if g.block(rec, s) == NIL {
-                    return j as u32 + s;
-                }
-            }
-            j = end;
-        }
-        keys.len() as u32
+        self.groups.as_ref().map_or(0, |g| g.leading(keys, |_| {}) as u32)
     }
 
     // ----- cache map -----
@@ -908,21 +901,9 @@ impl<'a> BatchedEngine<'a> {
         let keys = &self.keys[base..base + h_max as usize];
         let mut free_hits = 0;
         if let Some(g) = self.groups.as_ref() {
-            let rr = g.r() as usize;
-            let mut j = 0;
-            while j < keys.len() {
-                let Some(rec) = g.find(keys[j]) else { return (j as u32, free_hits) };
-                let end = (j + rr).min(keys.len());
-                for s in 0..(end - j) as u32 {
-                    let b = g.block(rec, s);
-                    if b == NIL {
-                        return (j as u32 + s, free_hits);
-                    }
-                    free_hits += u32::from(self.blocks[b as usize].refs() == 0);
-                }
-                j = end;
-            }
-            return (h_max, free_hits);
+            let blocks = &self.blocks;
+            let hit = g.leading(keys, |b| free_hits += u32::from(blocks[b as usize].refs() == 0));
+            return (hit as u32, free_hits);
         }
         for (j, &k) in keys.iter().enumerate() {
             match self.lookup(k) {

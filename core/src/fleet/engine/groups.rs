@@ -178,6 +178,27 @@ impl<'a> PoolGroups<'a> {
         self.probe(gkey).ok()
     }
 
+    /// The longest leading run of `keys` (a prompt's keys from its block 0: the key at each
+    /// multiple of R names a group) cached here, calling `each(block)` for its blocks in order.
+    #[inline]
+    pub fn leading(&self, keys: &[u64], mut each: impl FnMut(u32)) -> usize {
+        let r = self.r as usize;
+        let mut j = 0;
+        while j < keys.len() {
+            let Some(rec) = self.find(keys[j]) else { return j };
+            let end = (j + r).min(keys.len());
+            for s in 0..(end - j) as u32 {
+                let b = self.block(rec, s);
+                if b == NIL {
+                    return j + s as usize;
+                }
+                each(b);
+            }
+            j = end;
+        }
+        keys.len()
+    }
+
     /// The block cached for sub-block `s` of record `rec` (NIL: none).
     #[inline(always)]
     pub fn block(&self, rec: u32, s: u32) -> u32 {

@@ -335,14 +335,7 @@ impl<'a> Fleet<'a, BatchedEngine<'a>, AnyRouter<'a>> {
     /// (docs/MODEL.md, "Run-length KV blocks").
     pub fn pool_groups_layout(cfg: &FleetConfig, group_blocks: u32) -> Option<(usize, usize)> {
         let e = cfg.batched_config()?;
-        if e.pd.is_some()
-            || e.offload.is_on()
-            || e.cache_generated_tokens
-            || e.scale.is_some()
-            || cfg.scale().is_some()
-            || !cfg.pools.is_empty()
-            || !e.block_runs()
-        {
+        if !e.groups_apply() || cfg.scale().is_some() || !cfg.pools.is_empty() {
             return None;
         }
         let (mut words, mut keys) = (0usize, 0usize);
