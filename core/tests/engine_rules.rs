@@ -490,6 +490,65 @@ fn routers_read_the_gauges_vllm_published_at_the_last_scrape() {
     assert_eq!(instant[7], seen(3, 4, 14, 120));
 }
 
+/// (routed_waiting, routed_waiting_samples) of a run of `reqs` as [`spied_loads`] runs them, on
+/// one pod behind the load-reading [`Spy`] (`spy`) or a round-robin router that reads no load.
+fn routed_waiting(ecfg: BatchedConfig, reqs: &[(u64, &[u64], u64, u64)], spy: bool) -> (u64, u64) {
+    let cfg = FleetConfig { engine: EngineConfig::Batched(ecfg), ..one_pod(64) };
+    let mut owned = Owned::new(&BatchedLayout::new(&cfg, 16, 256).unwrap());
+    let mut sink = Sink::default();
+    let mut go = |f: &mut dyn FnMut(&Request<'_>, &mut Sink)| {
+        for &(at, ids, input_tokens, output_tokens) in reqs {
+            let k = keys_of(ids);
+            f(&Request { arrival_ns: at, input_tokens, output_tokens, keys: &k }, &mut sink);
+        }
+    };
+    let t = if spy {
+        let mut f = BatchedFleet::with_router(cfg, Spy::default(), owned.buffers(&mut [])).unwrap();
+        go(&mut |r, s| {
+            f.dispatch(r, s).unwrap();
+        });
+        *f.totals()
+    } else {
+        let mut f = BatchedFleet::new(cfg, owned.buffers(&mut [])).unwrap();
+        go(&mut |r, s| {
+            f.dispatch(r, s).unwrap();
+        });
+        *f.totals()
+    };
+    (t.routed_waiting, t.routed_waiting_samples)
+}
+
+#[test]
+fn the_waiting_count_is_sampled_at_every_routing_decision_whatever_the_router_reads() {
+    // The run of `routers_read_the_gauges_vllm_published_at_the_last_scrape`: the scraped waiting
+    // count at the 8 arrivals is 0, 0, 0, 0, 0, 0, 0, 2 (hand-computed there), so the EPP's logged
+    // mean is 2 / 8 on its one pod; the engine's own counts at the arrivals are 0, 0, 1, 2, 0, 1,
+    // 2, 3 (A in prefill; B, C, D wait for step 2 at 2000; E, F, G wait behind S = 4 after it).
+    let mut e = ecfg(4, 8192);
+    e.metrics_scrape_ns = 1500;
+    let (ka, kb, kc) = (&[1, 2, 3, 4, 5, 6][..], &[7, 8][..], &[9, 10][..]);
+    let reqs = [
+        (0, ka, 100, 5),
+        (500, kb, 40, 5),
+        (500, kc, 40, 5),
+        (2000, kc, 40, 5),
+        (2001, kc, 40, 5),
+        (3100, &[11, 12][..], 40, 5),
+        (4600, &[13, 14][..], 40, 5),
+        (6100, &[15, 16][..], 40, 5),
+    ];
+    for spy in [true, false] {
+        assert_eq!(routed_waiting(e, &reqs, spy), (2, 8), "scraped, spy {spy}");
+    }
+    let seen: u64 = spied_loads(e, &reqs).iter().map(|l| u64::from(l.waiting)).sum();
+    assert_eq!(seen, 2, "the sample is what the router read");
+    let instant: Vec<u32> = spied_loads(ecfg(4, 8192), &reqs).iter().map(|l| l.waiting).collect();
+    assert_eq!(instant, [0, 0, 1, 2, 0, 1, 2, 3]);
+    for spy in [true, false] {
+        assert_eq!(routed_waiting(ecfg(4, 8192), &reqs, spy), (9, 8), "own signals, spy {spy}");
+    }
+}
+
 #[test]
 fn a_step_that_emits_no_token_publishes_nothing() {
     // M = 64, scrapes every ns. Step 1 [0, 1640): A's first 64 tokens, no token out, nothing

@@ -104,6 +104,12 @@ pub struct FleetTotals {
     /// down. `new_pod_requests * 1000 / fair_new_pod_milli` is 1 when the router spreads
     /// load onto new pods like round-robin, below 1 when it keeps traffic on the warm ones.
     pub fair_new_pod_milli: u64,
+    /// Sum over the routing decisions of the waiting requests each routable pod's load signal
+    /// showed the router then (the scraped gauge with `metrics_scrape_ns` > 0): what GIE's EPP
+    /// logs at each scheduling cycle (docs/MODEL.md, "Load signals"; P/D dispatches not counted).
+    pub routed_waiting: u64,
+    /// Pods sampled into [`Self::routed_waiting`]: the routable pods, summed over the decisions.
+    pub routed_waiting_samples: u64,
 }
 
 /// The pods' own caches seen as the exact index: each engine answers for its pods.
@@ -439,22 +445,22 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             Some(ix) => Holders::Index(ix),
             None => Holders::Exact(&exact),
         };
+        // The load signals at the decision: read by the router when it needs them, and sampled
+        // for every router as the EPP logs its candidates' metrics at each scheduling cycle.
         let mut loads = [PodLoad::default(); P];
-        let loads = if self.router.needs_loads() {
-            if self.calendar.fresh {
-                // (fresh: every pod's entry is its state now, the calendar being read)
-                for (p, l) in loads[..active].iter_mut().enumerate() {
-                    *l = self.calendar.load(p);
-                }
-            } else {
-                for (p, l) in loads[..active].iter_mut().enumerate() {
-                    *l = self.pods[p].load(queue_lens[p], t);
-                }
+        if self.calendar.fresh {
+            // (fresh: every pod's entry is its state now, the calendar being read)
+            for (p, l) in loads[..active].iter_mut().enumerate() {
+                *l = self.calendar.load(p);
             }
-            Some(&loads[..active])
         } else {
-            None
-        };
+            for (p, l) in loads[..active].iter_mut().enumerate() {
+                *l = self.pods[p].load(queue_lens[p], t);
+            }
+        }
+        self.totals.routed_waiting += loads[..active].iter().map(|l| u64::from(l.waiting)).sum::<u64>();
+        self.totals.routed_waiting_samples += active as u64;
+        let loads = self.router.needs_loads().then_some(&loads[..active]);
         let view = RouteView {
             request: i,
             queue_lens,

@@ -302,6 +302,12 @@ pub struct BatchedSummary {
     pub per_pod_kv_util_peak: Vec<f64>,
     /// Time-weighted mean waiting-queue length, averaged over pods.
     pub mean_waiting: Option<f64>,
+    /// With scraped gauges (`metrics_scrape_ms` > 0): the mean over the routing decisions and the
+    /// routable pods of the waiting count the router read, as GIE's EPP logs it at each
+    /// scheduling cycle (docs/MODEL.md, "The waiting queue at the router's decisions"). Absent
+    /// otherwise and without a decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mean_waiting_routed: Option<f64>,
     /// Requests per pod.
     pub per_pod_requests: Vec<u64>,
     /// Longest queue_len at an arrival, per pod.
@@ -691,6 +697,10 @@ pub fn summarize_batched(fleet: &BatchedFleet<'_>, samples: &mut Samples) -> Bat
         per_pod_kv_util_mean: kv_mean,
         per_pod_kv_util_peak: kv_peak,
         mean_waiting: waiting,
+        mean_waiting_routed: (e.metrics_scrape_ns > 0 && fleet.totals().routed_waiting_samples > 0).then(|| {
+            let t = fleet.totals();
+            t.routed_waiting as f64 / t.routed_waiting_samples as f64
+        }),
         per_pod_requests: stats.iter().map(|s| s.requests).collect(),
         per_pod_max_queue: stats.iter().map(|s| s.max_queue_len).collect(),
         per_pool,
@@ -840,6 +850,9 @@ pub fn render_batched(s: &BatchedSummary) -> String {
     );
     line("preemptions", s.preemptions.to_string());
     line("mean waiting", opt(s.mean_waiting, 2));
+    if s.mean_waiting_routed.is_some() {
+        line("mean waiting at routing", opt(s.mean_waiting_routed, 2));
+    }
     line("steps", s.steps.to_string());
     line("makespan", format!("{:.3} s", s.makespan_s));
     if let Some(k) = &s.pd {

@@ -9,6 +9,7 @@ use super::cells::{
 };
 use super::knee::{Knee, LoadPoint, knee};
 use super::run::{LevelRun, StagedRun, Tables};
+use crate::fleet::report::engine::thousands;
 
 /// One cell: simulated, published, error.
 #[derive(Debug, Clone, Serialize)]
@@ -62,7 +63,7 @@ const WHY_TTFT: &str = "client TTFT over drained stages; the model has no reques
 const WHY_TTFT_APPROX: &str = "client TTFT over drained stages; the approximate index as GIE v0.5.1 ran it (the first 256 blocks of 64 characters of a prompt: every user of a group looks alike) and the queue and kv-cache scorers reading vLLM's gauges as GIE scrapes them keep each group on its pods up to 46 req/s behind the gateway's 1,024 requests in flight (A12): TTFT p90 per ladder stage 0.13-0.58 s up to 46 req/s, where the published rows queue from 40 req/s (43.0-44.9 s at 40-46 req/s); from 49 req/s the simulated rows are 47.7-50.3 s against the published 46.3-50.2 s; not found why the real run queued at 40-46 req/s";
 const WHY_TTFT_BLIND: &str = "client TTFT over drained stages; per row the simulated cache-blind p90 is lower than published at 20-35 req/s (stages of about 750 requests, below the gateway's 1,024: 35-51 s against 70-92 s) and 8-11% lower at 40-60 req/s (91-101 s against 101-113 s, the gateway's 1,024 in flight bounding both, A12); not found why the 750-request stages queue less than published";
 const WHY_WAIT_PRECISE: &str = "; precise preempts 2,357 times from the 40 req/s stage on (vLLM's recompute rule; 9,416 before the gateway's limit): with the gateway's 1,024 requests in flight (128 per pod) the groups' cached prompts and the output blocks still exceed 19,208 blocks at the peak, where the published run's KV usage peaks at 85-89% per stage (its per-pod chart) and shows no waiting queue; the simulated decode step is 61-65 ms against the published run's 54-58 ms (2 x ITL mean)";
-const WHY_WAIT: &str = "the model's time-weighted waiting requests per pod over the whole run; the published figure is the mean of the EPP's logged `vllm:num_requests_waiting` over pods and data points, and the EPP logs at its scheduling decisions (about 26,000 points per pod for each of the four experiments, 22 to 44 minutes long; its per-pod charts have no point while a stage drains), so it samples the send windows only: not modelled";
+const WHY_WAIT: &str = "the published figure's definition: the mean over the EPP's scheduling decisions and the 8 candidate pods of the `WaitingQueueSize` each decision read (vLLM's `num_requests_waiting` as the EPP last scraped it, every 50 ms; GIE v0.5.1 logs its candidates twice per cycle, `scheduler_profile.go` L127, L146, and the report generator averages the pods of every such line, so the published 206,912-209,104 data points are 2 x 8 x the requests the EPP scheduled); simulated the same way at every routing decision (`mean_waiting_routed`)";
 
 fn table1(t: &Tables) -> Vec<Cell> {
     let names = ["precise", "approximate", "load", "random"];
@@ -89,8 +90,18 @@ fn table1(t: &Tables) -> Vec<Cell> {
         };
         out.push(mk("TTFT p90 (s)", s.map(|s| s.ttft_p90_s), p.ttft_p90_s, false, why_ttft));
         out.push(mk("TTFT mean (s)", s.map(|s| s.ttft_mean_s), p.ttft_mean_s, false, why_ttft));
-        let wait = r.and_then(|r| r.mean_waiting);
-        let why_wait = if i == 0 { format!("{WHY_WAIT}{WHY_WAIT_PRECISE}") } else { WHY_WAIT.into() };
+        let wait = r.and_then(|r| r.mean_waiting_routed);
+        let decisions = r.map(|r| r.requests - r.refused);
+        let timed = match (r.and_then(|r| r.mean_waiting), decisions) {
+            (Some(w), Some(n)) => format!(
+                "; {} decisions, i.e. {} data points as the report counts them; time-weighted over the whole run instead: {w:.3}",
+                thousands(n),
+                thousands(2 * 8 * n)
+            ),
+            _ => String::new(),
+        };
+        let why_wait =
+            if i == 0 { format!("{WHY_WAIT}{timed}{WHY_WAIT_PRECISE}") } else { format!("{WHY_WAIT}{timed}") };
         out.push(mk("wait queue (mean)", wait, p.wait_queue, p.wait_queue < 1.0, &why_wait));
     }
     out

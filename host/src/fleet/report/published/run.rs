@@ -62,6 +62,9 @@ pub struct StagedRun {
     pub stages: Vec<Option<StageFigures>>,
     /// The model's time-weighted mean waiting requests per pod over the run.
     pub mean_waiting: Option<f64>,
+    /// The waiting requests per pod the router read at its decisions (the scraped gauges), mean
+    /// over decisions and pods: the 2025 report's "Wait Queue (mean)" as its EPP logged it.
+    pub mean_waiting_routed: Option<f64>,
     /// Requests sent (those the gateway refused included).
     pub requests: u64,
     /// Requests the gateway refused at their send (table 1's [`TABLE1_GATEWAY_MAX_IN_FLIGHT`]).
@@ -197,6 +200,7 @@ fn staged(label: String, sc: &Scenario, cfg: FleetConfig, name: &str, counted: O
         rates,
         stages: per_stage(&reqs, &windows),
         mean_waiting: summary.mean_waiting,
+        mean_waiting_routed: summary.mean_waiting_routed,
         requests,
         refused,
         preemptions: summary.preemptions,

@@ -140,6 +140,7 @@ mod tests {
             stages: vec![None; rates.len()],
             rates,
             mean_waiting: None,
+            mean_waiting_routed: None,
             requests: 0,
             refused: 0,
             preemptions: 0,
