@@ -387,8 +387,16 @@ fn bad_step_model_input_is_exit_2_naming_the_flag_or_the_file() {
         s += "step_ns = 1\nrequest_ns = 0\nlayer_ns = 0\nallreduce_ns = 0\nreserve_bytes = 0\ngpu_memory_utilization_ppm = 900000\n";
         s
     });
+    // a KV-cache factor past 100% (the key is optional; profiles before it leave it out)
+    let bad_kv = tmp(
+        "bad-kv.toml",
+        &std::fs::read_to_string(&no_cal)
+            .unwrap()
+            .replace("compute_ppm = 0\n", "compute_ppm = 1\nkv_memory_ppm = 1000001\n"),
+    );
     let p = prof.to_str().unwrap();
     let n = no_cal.to_str().unwrap();
+    let k = bad_kv.to_str().unwrap();
     for (flags, needles) in [
         (
             vec!["--engine", "batched", "--profile", "seed", "--step-model", "physics", "--capacity", "16"],
@@ -406,6 +414,7 @@ fn bad_step_model_input_is_exit_2_naming_the_flag_or_the_file() {
         (vec!["--capacity", "16", "--step-model", "physics"], vec!["--step-model", "only with --engine batched"]),
         (vec!["--engine", "batched", "--profile", p], vec!["bad-profile.toml", "missing field"]),
         (vec!["--engine", "batched", "--profile", n], vec!["no-cal.toml", "calibration.compute_ppm"]),
+        (vec!["--engine", "batched", "--profile", k], vec!["bad-kv.toml", "calibration.kv_memory_ppm"]),
         (vec!["--engine", "batched", "--profile", "missing.toml"], vec!["--profile", "missing.toml"]),
     ] {
         let mut all = vec!["--pods", "2", "--router", "round-robin"];

@@ -18,8 +18,14 @@ pub struct Calibration {
     pub moe_ppm: u32,
     /// Achieved fraction of the bf16 peak in attention (QK^T and PV), ppm.
     pub attention_ppm: u32,
-    /// Achieved fraction of the HBM bandwidth (weights and KV), ppm.
+    /// Achieved fraction of the HBM bandwidth streaming the weights (and the KV cache when
+    /// `kv_memory_ppm` is 0), ppm.
     pub memory_ppm: u32,
+    /// Achieved fraction of the HBM bandwidth reading and writing the KV cache in attention, ppm;
+    /// 0: the same as `memory_ppm` (every profile before the split, and `fleet calibrate`'s).
+    /// Paged attention reads scattered 16-token blocks, weights stream whole matrices: BLIS's
+    /// trained-physics model prices the two with separate coefficients too (docs/MODEL.md).
+    pub kv_memory_ppm: u32,
     /// Achieved fraction of the TP link bandwidth in all-reduces, ppm.
     pub link_ppm: u32,
     /// Fixed cost of a step (scheduling, input preparation, sampling), ns (at least 1).
@@ -49,6 +55,7 @@ impl Calibration {
         moe_ppm: 450_000,
         attention_ppm: 450_000,
         memory_ppm: 800_000,
+        kv_memory_ppm: 0,
         link_ppm: 800_000,
         step_ns: 126_025,
         request_ns: 4_417,
@@ -66,6 +73,7 @@ impl Calibration {
         attention_ppm: 946_593,
         moe_ppm: 344_585,
         memory_ppm: 718_487,
+        kv_memory_ppm: 0,
         reserve_bytes: 3_443_559_334,
         ..Calibration::PRIOR
     };
@@ -85,6 +93,8 @@ impl Calibration {
         }
         let ns = quoting!("0 to 10000000000 ns", MAX_OVERHEAD_NS);
         let step = quoting!("between 1 and 10000000000 ns (time must advance)", MAX_OVERHEAD_NS);
+        let kv = quoting!("0 (the same as memory_ppm) to 1000000 parts per million", PPM);
+        check(self.kv_memory_ppm as u64, 0, PPM as u64, F::KvMemoryPpm, kv)?;
         check(self.step_ns, 1, MAX_OVERHEAD_NS, F::StepNs, step)?;
         check(self.request_ns, 0, MAX_OVERHEAD_NS, F::RequestNs, ns)?;
         check(self.layer_ns, 0, MAX_OVERHEAD_NS, F::LayerNs, ns)?;

@@ -181,6 +181,8 @@ cost_enum! {
         AttentionPpm => "attention_ppm",
         /// [`Calibration::memory_ppm`].
         MemoryPpm => "memory_ppm",
+        /// [`Calibration::kv_memory_ppm`].
+        KvMemoryPpm => "kv_memory_ppm",
         /// [`Calibration::link_ppm`].
         LinkPpm => "link_ppm",
         /// [`Calibration::step_ns`].

@@ -435,6 +435,8 @@ cost_enum! {
         Qwen3_8bFp8 => "qwen3-8b-fp8",
         /// Qwen/Qwen3-32B.
         Qwen3_32b => "qwen3-32b",
+        /// codellama/CodeLlama-34b-Instruct-hf (a dense 34B Llama; the decode calibration's model).
+        CodeLlama34b => "codellama-34b",
         /// openai/gpt-oss-120b (MXFP4 experts).
         GptOss120b => "gpt-oss-120b",
         /// deepseek-ai/DeepSeek-V3 (FP8 checkpoint, MLA, 256 experts; the MTP module not loaded).
@@ -474,6 +476,7 @@ impl Model {
             Model::Qwen3_8b => ModelDesc { qk_norm: true, ..dense(36, 4096, 32, 8, 12288, 151936) },
             Model::Qwen3_8bFp8 => ModelDesc { weight_dtype: Dtype::Fp8, ..Model::Qwen3_8b.desc() },
             Model::Qwen3_32b => ModelDesc { qk_norm: true, ..dense(64, 5120, 64, 8, 25600, 151936) },
+            Model::CodeLlama34b => dense(48, 8192, 64, 8, 22016, 32000),
             Model::GptOss120b => ModelDesc {
                 head_dim: 64,
                 attention_bias: true,

@@ -211,10 +211,11 @@ impl Physics {
 
         // Attention: FLOPs of the query-key pairs; KV bytes read (cached tokens) and written (new).
         let (fl, sl) = (f.full_layers, f.sliding_layers);
+        let kv_ppm = if c.kv_memory_ppm == 0 { c.memory_ppm } else { c.kv_memory_ppm };
         let attention = |pairs: u128, pairs_w: u128, kv: u128, kv_w: u128| -> Result<u128, Error> {
             let flops = mul(f.pair_flops, sum(&[mul(fl, pairs)?, mul(sl, pairs_w)?])?)?;
             let bytes = mul(f.kv_bytes, sum(&[mul(fl, kv)?, mul(sl, kv_w)?])?)?;
-            Ok(at_rate_ns(flops, f.bf16_rate, c.attention_ppm)?.max(at_rate_ns(bytes, hbm, c.memory_ppm)?))
+            Ok(at_rate_ns(flops, f.bf16_rate, c.attention_ppm)?.max(at_rate_ns(bytes, hbm, kv_ppm)?))
         };
         let (pt, d) = (s.prefill_tokens as u128, s.decode_requests as u128);
         let prefill = attention(

@@ -42,6 +42,7 @@ const HALF: Calibration = Calibration {
     moe_ppm: 500_000,
     attention_ppm: 500_000,
     memory_ppm: 500_000,
+    kv_memory_ppm: 0,
     link_ppm: 500_000,
     step_ns: 1_000,
     request_ns: 100,
@@ -59,6 +60,11 @@ fn parameter_counts_match_the_published_configs() {
     assert_eq!(Model::Llama31_70b.desc().params(), 70_553_706_496);
     assert_eq!(Model::Qwen3_8b.desc().params(), 8_190_735_360);
     assert_eq!(Model::Qwen3_32b.desc().params(), 32_762_123_264);
+    // CodeLlama-34B ("33.7B"): 48 x (attention 8192 x 8192 x 2 + 2 x 8192 x 1024 = 150,994,944;
+    // MLP 3 x 8192 x 22016 = 541,065,216; two norms 16,384) + embedding and head 2 x 32000 x 8192
+    // + final norm 8192
+    assert_eq!(Model::CodeLlama34b.desc().params(), 48 * 692_076_544 + 2 * 262_144_000 + 8192);
+    assert_eq!(Model::CodeLlama34b.desc().params(), 33_743_970_304);
     assert_eq!(Model::GptOss120b.desc().params(), 116_829_156_672);
     assert_eq!(Model::DeepseekV3.desc().params(), 671_026_419_200);
     // bf16: two bytes each
@@ -181,6 +187,26 @@ fn step_terms_by_hand_tp2() {
     // 2 x 1e9 x 0.5 = 2,304 ns; 2 per layer x 2 layers
     assert_eq!(t.allreduce_ns, 4 * 2_304);
     assert_eq!(t.total_ns, 276_096 + 2_048 + 1_280 + 9_216 + 1_220);
+}
+
+#[test]
+fn the_kv_cache_has_its_own_memory_factor() {
+    // HALF reads weights and KV at 50% of 5e8... B/s; kv_memory_ppm 250,000 reads the KV at 25%:
+    // the KV bytes of step_terms_by_hand_tp1 take twice as long (prefill 2,048 B -> 8,192 ns,
+    // decode 1,280 B -> 5,120 ns), the weights are unchanged (552,192 ns)
+    let p = Physics::new(TINY, SLOW, 1, Calibration { kv_memory_ppm: 250_000, ..HALF }).unwrap();
+    let t = p.step_terms(&tiny_batch()).unwrap();
+    assert_eq!(t.weights_ns, 552_192);
+    assert_eq!((t.prefill_attention_ns, t.decode_attention_ns), (8_192, 5_120));
+    assert_eq!(t.total_ns, 552_192 + 8_192 + 5_120 + 1_220);
+    // 0 is memory_ppm's value: the same step as step_terms_by_hand_tp1, bit for bit
+    let same = Physics::new(TINY, SLOW, 1, Calibration { kv_memory_ppm: 0, ..HALF }).unwrap();
+    let half = Physics::new(TINY, SLOW, 1, Calibration { kv_memory_ppm: 500_000, ..HALF }).unwrap();
+    assert_eq!(same.step_terms(&tiny_batch()), half.step_terms(&tiny_batch()));
+    assert_eq!(same.step_ns(&tiny_batch()), Ok(552_192 + 4_096 + 2_560 + 1_220));
+    // past 100% is bad input naming the key
+    let bad = Physics::new(TINY, SLOW, 1, Calibration { kv_memory_ppm: 1_000_001, ..HALF });
+    assert!(matches!(bad, Err(Error::Invalid { field: CostField::KvMemoryPpm, .. })), "{bad:?}");
 }
 
 #[test]

@@ -409,7 +409,8 @@ fn invert(mut m: Vec<Vec<f64>>) -> Option<Vec<Vec<f64>>> {
 /// per-step one (one model's layer count is a constant, so the two cannot be told apart).
 pub fn start_calibration(layers: u32) -> Calibration {
     let p = Calibration::PUBLISHED;
-    Calibration { step_ns: p.step_ns + layers as u64 * p.layer_ns, layer_ns: 0, ..p }
+    // one memory factor for weights and KV (kv_memory_ppm 0): a user's step log rarely separates them
+    Calibration { step_ns: p.step_ns + layers as u64 * p.layer_ns, layer_ns: 0, kv_memory_ppm: 0, ..p }
 }
 
 /// A profile file's `tp`, `[model]`, `[gpu]` and `[calibration]` (what `--profile FILE.toml`

@@ -14,6 +14,7 @@ use super::published::{KvPoint, Point, Role, Work, kv_points, points};
 pub const PRIOR_WEIGHT: f64 = 0.01;
 
 /// The factors fitted on the published points, in this order.
+/// (`kv_memory_ppm` is not fitted: 0, the KV cache at `memory_ppm`; docs/MODEL.md says why.)
 pub const FITTED: [&str; 4] = ["compute_ppm", "attention_ppm", "moe_ppm", "memory_ppm"];
 
 fn get(c: &Calibration) -> [u32; 4] {
@@ -60,6 +61,19 @@ pub fn predict(p: &Physics, work: Work) -> Result<f64, Error> {
                 s.add_decode(context as u64)?;
             }
             Ok(p.step_ns(&s)? as f64 / 1e9)
+        }
+        Work::Loaded { batch, context, prefill, cached, share_ppm } => {
+            let mut decode = p.shape();
+            let mut mixed = p.shape();
+            for i in 0..batch {
+                decode.add_decode(context as u64)?;
+                if i > 0 {
+                    mixed.add_decode(context as u64)?;
+                }
+            }
+            mixed.add_prefill(cached as u64, prefill as u64)?;
+            let share = share_ppm as f64 / PPM as f64;
+            Ok(((1.0 - share) * p.step_ns(&decode)? as f64 + share * p.step_ns(&mixed)? as f64) / 1e9)
         }
         Work::Ratio { k } => {
             Ok(prefill_s(p, 1, k * RATIO_CHUNK, RATIO_CHUNK)? / prefill_s(p, 1, RATIO_CHUNK, RATIO_CHUNK)?)
@@ -187,6 +201,7 @@ pub struct CalibrationJson {
     pub attention_ppm: u32,
     pub moe_ppm: u32,
     pub memory_ppm: u32,
+    pub kv_memory_ppm: u32,
     pub link_ppm: u32,
     pub step_ns: u64,
     pub request_ns: u64,
@@ -203,6 +218,7 @@ impl From<Calibration> for CalibrationJson {
             attention_ppm: c.attention_ppm,
             moe_ppm: c.moe_ppm,
             memory_ppm: c.memory_ppm,
+            kv_memory_ppm: c.kv_memory_ppm,
             link_ppm: c.link_ppm,
             step_ns: c.step_ns,
             request_ns: c.request_ns,
@@ -350,13 +366,14 @@ pub fn markdown(c: &Check) -> String {
     }
     let k = &c.calibration;
     s += &format!(
-        "\nFitted: compute {:.1}%, attention {:.1}%, routed experts {:.1}%, memory {:.1}% of peak; \
+        "\nFitted: compute {:.1}%, attention {:.1}%, routed experts {:.1}%, memory {:.1}% (weights) and {:.1}% (KV cache) of peak; \
          overheads at their priors (step {} ns, request {} ns, layer {} ns, all-reduce {} ns, link {:.0}%); \
          reserve {} bytes per GPU ({:.3} GiB), gpu_memory_utilization {:.2}.\n",
         k.compute_ppm as f64 / 1e4,
         k.attention_ppm as f64 / 1e4,
         k.moe_ppm as f64 / 1e4,
         k.memory_ppm as f64 / 1e4,
+        if k.kv_memory_ppm == 0 { k.memory_ppm } else { k.kv_memory_ppm } as f64 / 1e4,
         k.step_ns,
         k.request_ns,
         k.layer_ns,
@@ -437,6 +454,36 @@ mod tests {
             predict(&p, Work::Prefill { prompts: 4, tokens: 4096, budget: 16384 }),
             Ok(p.step_ns(&s4).unwrap() as f64 / 1e9)
         );
+    }
+
+    #[test]
+    fn a_loaded_decode_point_mixes_decode_steps_and_arrival_steps() {
+        // the CodeLlama-34B codegen stage at 5 req/s, from its published means: decode step
+        // (3.610361284 - 0.044458239) / (249.372667 - 1) = 14.357 ms; batch 5 x 3.6104 = 18;
+        // context 593.37 + 249.37 / 2 = 718; the arrival's 593 prompt tokens after the 96 of the
+        // shared 100-token system prompt in whole blocks; 5 x 14.357 ms = 7.1785% of the steps
+        let pt = points().into_iter().find(|p| p.id == "training-codellama-34b-codegen-5").unwrap();
+        assert!((pt.published - 0.014_357_067).abs() < 1e-9, "{}", pt.published);
+        let work = Work::Loaded { batch: 18, context: 718, prefill: 497, cached: 96, share_ppm: 71_785 };
+        assert_eq!(pt.work, work);
+        assert_eq!(pt.role, Role::Check);
+        let p = physics_of(&pt, Calibration::PUBLISHED);
+        let (mut decode, mut mixed) = (p.shape(), p.shape());
+        for _ in 0..18 {
+            decode.add_decode(718).unwrap();
+        }
+        for _ in 0..17 {
+            mixed.add_decode(718).unwrap();
+        }
+        mixed.add_prefill(96, 497).unwrap();
+        let (d, m) = (p.step_ns(&decode).unwrap() as f64, p.step_ns(&mixed).unwrap() as f64);
+        let want = (0.928_215 * d + 0.071_785 * m) / 1e9;
+        assert!((predict(&p, work).unwrap() - want).abs() < 1e-15);
+        // an arrival step costs more than a decode step: the mix lies between the two
+        assert!(m > d && want > d / 1e9 && want < m / 1e9);
+        // saturated: 128 running, one admission per completion (128 / 1,450.2 of the steps)
+        let sat = points().into_iter().find(|p| p.id == "training-codellama-34b-reasoning-sat").unwrap();
+        assert_eq!(sat.work, Work::Loaded { batch: 128, context: 1806, prefill: 985, cached: 96, share_ppm: 88_263 });
     }
 }
 

@@ -253,6 +253,9 @@ pub struct CalibrationToml {
     attention_ppm: u32,
     moe_ppm: u32,
     memory_ppm: u32,
+    /// Absent: 0, the KV cache at `memory_ppm` (profiles written before the split).
+    #[serde(default)]
+    kv_memory_ppm: u32,
     link_ppm: u32,
     step_ns: u64,
     request_ns: u64,
@@ -288,6 +291,7 @@ pub fn load_profile(path: &Path, what: &str) -> CliResult<Physics> {
         attention_ppm: c.attention_ppm,
         moe_ppm: c.moe_ppm,
         memory_ppm: c.memory_ppm,
+        kv_memory_ppm: c.kv_memory_ppm,
         link_ppm: c.link_ppm,
         step_ns: c.step_ns,
         request_ns: c.request_ns,
@@ -323,6 +327,7 @@ fn is_calibration(f: CostField) -> bool {
             | F::MoePpm
             | F::AttentionPpm
             | F::MemoryPpm
+            | F::KvMemoryPpm
             | F::LinkPpm
             | F::StepNs
             | F::RequestNs

@@ -21,7 +21,7 @@ use crate::error::{CliError, CliResult, FleetError};
 /// `fleet calibrate` arguments.
 #[derive(Debug, Args)]
 pub struct CalibrateArgs {
-    /// The model: a built-in name (llama-3.1-8b, llama-3.1-70b, qwen3-8b, qwen3-8b-fp8, qwen3-32b,
+    /// The model: a built-in name (llama-3.1-8b, llama-3.1-70b, qwen3-8b, qwen3-8b-fp8, qwen3-32b, codellama-34b,
     /// gpt-oss-120b, deepseek-v3), a TOML description, or a Hugging Face config.json.
     #[arg(long)]
     pub model: String,

@@ -14,6 +14,12 @@ pub enum Work {
     Prefill { prompts: u32, tokens: u32, budget: u32 },
     /// One decode step of `batch` requests, each with `context` tokens cached.
     Decode { batch: u32, context: u32 },
+    /// The mean step of a request's decode phase in a steady run (inference-perf at a constant
+    /// rate): `batch` decodes with `context` tokens cached each; a share `share_ppm` of the steps
+    /// also prefills one arriving prompt of `prefill` tokens after `cached` cached ones (in place of
+    /// one of the decodes). Chunked prefill puts an arrival's whole prompt (under the token
+    /// budget) into the step after it arrives, beside the running decodes.
+    Loaded { batch: u32, context: u32, prefill: u32, cached: u32, share_ppm: u32 },
     /// The shape of a single-request prefill curve: time(k x 8,192 tokens) / time(8,192 tokens),
     /// 8,192-token chunks.
     Ratio { k: u32 },
@@ -57,8 +63,53 @@ pub struct Point {
 const MATRIX: &str = "llm-d/llm-d guides/recipes/router/calibration/configuration-matrix.md @ 127478cf";
 const STICKY: &str = "llm-d/llm-d.github.io blog/2026-08-17_sticky-until-saturated-token-aware-routing.mdx @ b687f67b, \
                       figure fig_7_3_1_calibration.png: T(P) = 42.5 us P + 443.22 ps P^2";
+const TRAINING: &str = "inference-sim/training @ ed5c1d26 (2026-03-18), default_args/<run>/results/stage_<n>_lifecycle_metrics.json, \
+                        profile.yaml, exp-config.yaml (max_num_batched_tokens 2048, max_num_seqs 128)";
 const INFERSIM: &str = "alibaba/InferSim README.md \"Simulation Result\" @ f2293dab (table since c1c36d65), \
                         setup example/qwen3-8B/sim.sh";
+
+/// One stage of inference-sim/training's CodeLlama-34B runs (vLLM on 2 x H100 SXM, TP 2; the
+/// inference-perf means of the stage's successful requests): the mean decode step of a request,
+/// (E2E - TTFT) / (output tokens - 1), seconds. (inference-perf's own `time_per_output_token` of
+/// those runs is half of it, e.g. 7.34 ms against 14.63 ms: the same two timestamps per streamed
+/// event as the 2025 llm-d run's client, docs/PUBLISHED.md.)
+pub fn decode_step_s(e2e_mean_s: f64, ttft_mean_s: f64, output_mean: f64) -> f64 {
+    (e2e_mean_s - ttft_mean_s) / (output_mean - 1.0)
+}
+
+/// A CodeLlama-34B stage as a [`Work::Loaded`] point: `rate` req/s (0: saturated at
+/// `max_num_seqs` 128), the stage's means, and the system prompt tokens shared between the
+/// users (`system`, cached in whole 16-token blocks). Batch = rate x E2E (Little's law) or 128;
+/// context = prompt + output / 2 (the mean over the decode phase); the share of steps that prefill
+/// an arrival = rate x the measured step (an arrival per step), or, saturated, one admission per
+/// completion: 128 / output.
+fn codellama(id: &'static str, run: &'static str, rate: f64, m: [f64; 4], system: u32) -> Point {
+    let [e2e, ttft, output, prompt] = m;
+    let step = decode_step_s(e2e, ttft, output);
+    let (batch, share) = if rate > 0.0 { ((rate * e2e).round(), rate * step) } else { (128.0, 128.0 / output) };
+    let cached = system / 16 * 16;
+    Point {
+        group: "training-codellama-34b-h100-tp2",
+        role: Role::Check,
+        published_as: run,
+        engine: "vLLM (inference-sim's instrumented build), inference-perf",
+        source: TRAINING,
+        ..point(
+            id,
+            Model::CodeLlama34b,
+            Gpu::H100,
+            2,
+            Work::Loaded {
+                batch: batch as u32,
+                context: (prompt + output / 2.0).round() as u32,
+                prefill: prompt.round() as u32 - cached,
+                cached,
+                share_ppm: (share * 1e6).round() as u32,
+            },
+            step,
+        )
+    }
+}
 
 /// The Sticky blog's single-request prefill fit, seconds for a P-token prompt.
 pub fn sticky_curve_s(p: f64) -> f64 {
@@ -136,6 +187,51 @@ pub fn points() -> Vec<Point> {
             )
         },
     ];
+    // (E2E mean, TTFT mean, output tokens mean, prompt tokens mean) of each stage, as published
+    v.extend([
+        codellama(
+            "training-codellama-34b-codegen-5",
+            "codegen, 5 req/s x 600 s: E2E 3.6104 s, TTFT 0.0445 s, 249.37 output tokens",
+            5.0,
+            [3.610_361_284, 0.044_458_239, 249.372_667, 593.37],
+            100,
+        ),
+        codellama(
+            "training-codellama-34b-codegen-10",
+            "codegen, 10 req/s x 600 s: E2E 3.7791 s, TTFT 0.0461 s, 249.38 output tokens",
+            10.0,
+            [3.779_106_249, 0.046_141_645, 249.380_167, 593.37],
+            100,
+        ),
+        codellama(
+            "training-codellama-34b-roleplay-6",
+            "roleplay, 6 req/s x 1,200 s: E2E 3.6697 s, TTFT 0.0457 s, 253.49 output tokens",
+            6.0,
+            [3.669_731_118, 0.045_683_580, 253.492_778, 786.73],
+            150,
+        ),
+        codellama(
+            "training-codellama-34b-general-8",
+            "general, 8 req/s x 600 s: E2E 3.6944 s, TTFT 0.0460 s, 250.44 output tokens",
+            8.0,
+            [3.694_383_388, 0.046_018_394, 250.444_792, 574.24],
+            100,
+        ),
+        codellama(
+            "training-codellama-34b-general-20",
+            "general, 20 req/s x 600 s: E2E 4.2518 s, TTFT 0.0538 s, 250.46 output tokens",
+            20.0,
+            [4.251_790_426, 0.053_818_425, 250.459_417, 574.24],
+            100,
+        ),
+        codellama(
+            "training-codellama-34b-reasoning-sat",
+            "reasoning, 4 req/s x 1,200 s, saturated (128 running): E2E 158.99 s, TTFT 120.17 s, 1,450.2 output tokens",
+            0.0,
+            [158.990_513_553, 120.170_870_724, 1_450.203_711, 1_081.046_289],
+            100,
+        ),
+    ]);
     for k in 2..=19u32 {
         v.push(Point {
             group: "sticky-qwen3-32b-h100-tp2",
