@@ -37,6 +37,7 @@ pub use base::mask::PodSet;
 pub use base::{fixmath, limits, stats};
 pub use cache::CacheEvents;
 pub use cache::approx::ApproxIndex;
+pub use cache::heads::HeadIndex;
 pub use cache::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 pub use cache::lru::{LruPod, Slot};
 pub use cache::runs::{Run, RunLru};
@@ -53,7 +54,7 @@ pub use route::spec::{
     RouterLayout, RouterParams, RouterSpec, ScorerKind, WeightedScorer,
 };
 pub use route::{Holders, KeyHolders, Route, RouteView, Router};
-pub use sim::batched::{BatchedBuffers, BatchedFleet, BatchedLayout};
+pub use sim::batched::{BatchedBuffers, BatchedFleet, BatchedLayout, KEY_LOG_PER_POD, head_index_possible};
 pub use sim::config::{EngineConfig, FleetConfig};
 pub use sim::defaults;
 pub use sim::fifo::{FifoBuffers, FifoFleet, FifoLayout};

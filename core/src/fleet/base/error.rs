@@ -345,6 +345,10 @@ named_enum! {
         CpuTables => "cpu tables",
         /// The global block index.
         Index => "index",
+        /// The batched fleet's first-key index.
+        HeadIndex => "head index",
+        /// The batched engines' changed-key logs.
+        KeyLogs => "key logs",
         /// The stale view's pending-evict rings.
         Pending => "pending",
         /// The stale view's pending-evict tables.

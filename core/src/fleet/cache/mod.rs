@@ -1,9 +1,10 @@
 //! The caches: a pod's LRU of block keys ([`lru`], and the same LRU as runs of trace ids,
 //! [`runs`]), the exact block index and the pending events of a stale view ([`index`]), the
-//! router-side approximate index ([`approx`]), and the open-addressed table they share
-//! ([`table`]). Below the routers and the engines; above `base` only.
+//! router-side approximate index ([`approx`]), the batched fleet's first-key index
+//! ([`heads`]), and the open-addressed table they share ([`table`]). Below the routers and the engines; above `base` only.
 
 pub mod approx;
+pub mod heads;
 pub mod index;
 pub mod lru;
 pub mod runs;

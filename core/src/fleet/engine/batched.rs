@@ -391,6 +391,12 @@ pub struct BatchedEngine<'a> {
     stats: BatchedStats,
     /// The cache map kept per trace id (None: per block; [`Self::attach_groups`]).
     groups: Option<PoolGroups<'a>>,
+    /// Keys whose presence in the cache map changed since the fleet last read them (the
+    /// fleet's first-key index, docs/MODEL.md "The first-key index"; empty: not kept).
+    key_log: &'a mut [u64],
+    key_log_len: u32,
+    /// More keys changed than the log holds (the fleet then re-reads the pod's map).
+    key_log_over: bool,
 }
 
 /// vLLM's published (waiting, pinned blocks) and the router's scrape of them (docs/MODEL.md,
@@ -578,6 +584,9 @@ impl<'a> BatchedEngine<'a> {
             gauges: Gauges::NEW,
             stats: BatchedStats::default(),
             groups: None,
+            key_log: &mut [],
+            key_log_len: 0,
+            key_log_over: false,
         })
     }
 
@@ -684,6 +693,7 @@ impl<'a> BatchedEngine<'a> {
     #[inline(always)]
     fn cache_block(&mut self, b: u32, key: u64) {
         if let Err(empty) = self.probe(key) {
+            self.note_key(key);
             self.blocks[b as usize].key = key;
             self.blocks[b as usize].rk |= KEYED;
             self.table[empty] = self.tag(key) | (b + 1);
@@ -693,6 +703,7 @@ impl<'a> BatchedEngine<'a> {
 
     #[inline(always)]
     fn map_remove(&mut self, key: u64, b: u32) {
+        self.note_key(key);
         let mask = self.table.len() - 1;
         let mut i = table::home(key, self.shift);
         loop {
@@ -714,6 +725,47 @@ impl<'a> BatchedEngine<'a> {
             direct: self.direct,
         };
         table::remove_at(&mut view, i);
+    }
+
+    /// Logs a key that enters or leaves the cache map (for the fleet's first-key index).
+    #[inline(always)]
+    fn note_key(&mut self, key: u64) {
+        if self.key_log.is_empty() {
+            return;
+        }
+        match self.key_log.get_mut(self.key_log_len as usize) {
+            Some(slot) => {
+                *slot = key;
+                self.key_log_len += 1;
+            }
+            None => self.key_log_over = true,
+        }
+    }
+
+    /// Gives the engine a log of the keys whose presence in its cache map changes (read with
+    /// [`Self::changed_keys`]); the log starts over, marked overflowed (the map may hold keys
+    /// already). Only for a per-block map and a log of at least one entry (false, nothing
+    /// changed, otherwise).
+    pub fn set_key_log(&mut self, log: &'a mut [u64]) -> bool {
+        if self.groups.is_some() || log.is_empty() {
+            return false;
+        }
+        self.key_log = log;
+        self.key_log_len = 0;
+        self.key_log_over = true;
+        true
+    }
+
+    /// The keys whose presence in the cache map changed since [`Self::clear_changed_keys`] (a
+    /// key may be listed more than once), and whether more changed than the log holds.
+    pub fn changed_keys(&self) -> (&[u64], bool) {
+        (&self.key_log[..self.key_log_len as usize], self.key_log_over)
+    }
+
+    /// Empties the changed-key log.
+    pub fn clear_changed_keys(&mut self) {
+        self.key_log_len = 0;
+        self.key_log_over = false;
     }
 
     // ----- free queue -----
@@ -2189,6 +2241,7 @@ impl Engine for BatchedEngine<'_> {
             };
         }
         self.table.fill(0);
+        self.key_log_over = true;
         self.free_head = 0;
         self.free_tail = c as u32 - 1;
         self.free_len = c as u32;

@@ -34,6 +34,13 @@ pub trait KeyHolders {
     fn leading_matches(&self, _keys: &[u64], _out: &mut [u32]) -> bool {
         false
     }
+
+    /// The holders of `key` among `candidates` (one word per 64 pods) into `out` (as long),
+    /// when the holder answers for all words at once (a key -> holders table keeps the key);
+    /// false to be asked word by word ([`Self::mask`]).
+    fn holders_into(&self, _key: u64, _candidates: &[u64], _out: &mut [u64]) -> bool {
+        false
+    }
 }
 
 /// Where "which pods hold this key" comes from.
@@ -85,9 +92,11 @@ impl RouteView<'_, '_> {
             Holders::Index(ix) => ix.holders::<W>(key).and(candidates),
             Holders::Exact(pods) => {
                 let mut out = PodSet::EMPTY;
-                for (w, (o, &c)) in out.0.iter_mut().zip(&candidates.0).enumerate() {
-                    if c != 0 {
-                        *o = pods.mask(key, w, c);
+                if !pods.holders_into(key, &candidates.0, &mut out.0) {
+                    for (w, (o, &c)) in out.0.iter_mut().zip(&candidates.0).enumerate() {
+                        if c != 0 {
+                            *o = pods.mask(key, w, c);
+                        }
                     }
                 }
                 out

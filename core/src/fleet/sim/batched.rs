@@ -279,6 +279,38 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
     fn outcome_of(routed: Routed) -> Result<Routed, Error> {
         Ok(routed)
     }
+
+    fn attach_key_log(&mut self, log: &'a mut [u64]) -> bool {
+        self.set_key_log(log)
+    }
+
+    fn changed_keys(&self) -> (&[u64], bool) {
+        BatchedEngine::changed_keys(self)
+    }
+
+    fn clear_changed_keys(&mut self) {
+        BatchedEngine::clear_changed_keys(self)
+    }
+
+    fn caches(&self, key: u64) -> bool {
+        self.contains(key)
+    }
+}
+
+/// Entries of each pod's changed-key log for the first-key index (a step keys and evicts at
+/// most a few hundred blocks at this model's defaults; more changes in one event make the fleet
+/// re-read the pod's bit of every key kept: [`Fleet::attach_heads`]).
+pub const KEY_LOG_PER_POD: usize = 4096;
+
+/// Whether a batched fleet of `cfg` can keep the first-key index ([`Fleet::attach_heads`]):
+/// its router reads the exact view (always the pods' own maps under this engine) from per-block
+/// cache maps (not kept per trace id with `group_blocks`), without autoscaling, P/D or an
+/// offload tier (whose tiered match the pods answer themselves).
+pub fn head_index_possible(cfg: &FleetConfig, group_blocks: u32) -> bool {
+    cfg.batched_config().is_some_and(|e| e.pd.is_none() && !e.offload.is_on())
+        && cfg.scale().is_none()
+        && cfg.uses_exact_index()
+        && BatchedFleet::pool_groups_layout(cfg, group_blocks).is_none()
 }
 
 impl<'a> Fleet<'a, BatchedEngine<'a>, AnyRouter<'a>> {

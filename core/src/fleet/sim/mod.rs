@@ -24,6 +24,7 @@ use self::wva::{Sample, ScaleEvent, ScaleEventKind, WvaState};
 use crate::fleet::base::error::{Buffer, Error, Field, RequestField};
 use crate::fleet::base::limits::{BLOCK_TOKENS, MAX_PODS};
 use crate::fleet::base::load::PodLoad;
+use crate::fleet::cache::heads::HeadIndex;
 use crate::fleet::engine::{Engine, EngineEvents, Request, Routed};
 use crate::fleet::route::kind::AnyRouter;
 use crate::fleet::route::spec::RouterBuffers;
@@ -62,6 +63,62 @@ pub trait FleetEngine<'a>: Engine {
     fn outcome_of(_routed: Routed) -> Result<Self::Outcome, Error> {
         Err(Error::InvalidConfig { field: Field::PrefillPods, expected: "0 unless --engine batched" })
     }
+
+    /// The first-key index ([`Fleet::attach_heads`]): gives the pod a log of the keys whose
+    /// presence in its cache changes; false when the engine keeps none.
+    fn attach_key_log(&mut self, _log: &'a mut [u64]) -> bool {
+        false
+    }
+
+    /// The keys logged since [`Self::clear_changed_keys`], and whether the log overflowed.
+    fn changed_keys(&self) -> (&[u64], bool) {
+        (&[], true)
+    }
+
+    /// Empties the changed-key log.
+    fn clear_changed_keys(&mut self) {}
+
+    /// Whether the pod's cache holds `key` (the exact view of one pod).
+    fn caches(&self, _key: u64) -> bool {
+        false
+    }
+}
+
+/// Brings the first-key index up to date with pod `p`'s logged changes (each logged key the
+/// index keeps has its bit read from the pod's own map; after an overflow, every kept key's).
+#[inline]
+fn sync_heads<'a, E: FleetEngine<'a>>(ix: &mut Option<HeadIndex<'a>>, p: usize, pod: &mut E) {
+    let Some(ix) = ix.as_mut() else { return };
+    let (keys, over) = pod.changed_keys();
+    if over {
+        ix.resync_pod(p, |k| pod.caches(k));
+    } else if keys.is_empty() {
+        return;
+    } else {
+        for &k in keys {
+            ix.note(k, p, || pod.caches(k));
+        }
+    }
+    pod.clear_changed_keys();
+}
+
+/// Runs pod `p` to `t_ns` (as [`Engine::advance`]), bringing the first-key index up to date
+/// after each event.
+#[inline]
+fn advance_pod<'a, E: FleetEngine<'a>>(
+    ix: &mut Option<HeadIndex<'a>>,
+    p: usize,
+    pod: &mut E,
+    t_ns: u64,
+    ev: &mut impl EngineEvents,
+) -> Result<(), Error> {
+    if ix.is_none() {
+        return pod.advance(t_ns, ev);
+    }
+    while pod.advance_once(t_ns, t_ns, ev)? {
+        sync_heads(ix, p, pod);
+    }
+    Ok(())
 }
 
 /// Fleet-wide counters. The batched engine counts in its pods ([`Engine::stats`]): its figures
@@ -116,12 +173,32 @@ pub struct FleetTotals {
 pub struct Exact<'v, E: Engine> {
     pods: &'v [E],
     shared: &'v E::Shared,
+    /// The fleet's first-key index, when it keeps one: the same answers for the keys it keeps.
+    heads: Option<&'v HeadIndex<'v>>,
 }
+
+/// Fewest candidate pods for which the exact view looks a key up in the first-key index (one
+/// lookup) before asking the pods' maps (a probe of each candidate's). Any value gives the same
+/// answers.
+const HEADS_MIN_CANDIDATES: u32 = 8;
 
 impl<E: Engine> KeyHolders for Exact<'_, E> {
     #[inline]
     fn mask(&self, key: u64, word: usize, candidates: u64) -> u64 {
         E::holds(self.pods, self.shared, key, word, candidates)
+    }
+    #[inline]
+    fn holders_into(&self, key: u64, candidates: &[u64], out: &mut [u64]) -> bool {
+        let Some(ix) = self.heads else { return false };
+        if candidates.iter().map(|c| c.count_ones()).sum::<u32>() < HEADS_MIN_CANDIDATES {
+            return false;
+        }
+        let Some(slot) = ix.find(key) else { return false };
+        let held = ix.holders(slot);
+        for (w, (o, &c)) in out.iter_mut().zip(candidates).enumerate() {
+            *o = held.get(w).map_or(0, |h| h & c);
+        }
+        true
     }
     #[inline]
     fn leading_matches(&self, keys: &[u64], out: &mut [u32]) -> bool {
@@ -155,6 +232,11 @@ pub struct Fleet<'a, E: FleetEngine<'a>, R: Router = AnyRouter<'a>> {
     /// The reference path (every pod advanced and asked at every arrival), the calendar's
     /// oracle: set by tests (feature `harness`).
     reference: bool,
+    /// The first prompt keys' holders ([`Self::attach_heads`]).
+    heads: Option<HeadIndex<'a>>,
+    /// The pods were handed out to change ([`Self::pods_mut`]): the first-key index re-reads
+    /// every pod before it is next read.
+    heads_stale: bool,
 }
 
 impl<'a, E: FleetEngine<'a>> Fleet<'a, E, AnyRouter<'a>> {
@@ -232,7 +314,67 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             poisoned: false,
             calendar: calendar::Calendar::new(on),
             reference: false,
+            heads: None,
+            heads_stale: false,
         })
+    }
+
+    /// Keeps, for up to `keys.len()` first prompt keys (the least recently asked replaced
+    /// first), the exact set of pods whose cache holds each (docs/MODEL.md, "The first-key
+    /// index"): `keys` and `stamps` one entry a slot (a power of two, at least 8 slots), `bits`
+    /// [`HeadIndex::words`] of the pods per slot, `logs` the pods' changed-key logs (split
+    /// equally, at least one entry a pod). The exact view then answers for such a key with one
+    /// lookup instead of a probe of every pod's map. Same results (core/tests/fleet_heads.rs
+    /// compares it with the pods' maps). Only for a fleet whose pods keep such a log (the
+    /// batched engine, per-block maps), whose router reads the exact view, without autoscaling
+    /// or P/D, before its first dispatch.
+    pub fn attach_heads(
+        &mut self,
+        keys: &'a mut [u64],
+        stamps: &'a mut [u64],
+        bits: &'a mut [u64],
+        logs: &'a mut [u64],
+    ) -> Result<(), Error> {
+        let n = self.pods.len();
+        if self.scale.is_some()
+            || self.wva.is_some()
+            || self.pd.is_some()
+            || self.view.index.is_some()
+            || self.next_request > 0
+            || self.heads.is_some()
+            || !self.router.needs_index()
+        {
+            return Err(Error::InvalidConfig {
+                field: Field::Router,
+                expected: "a first-key index only for a router reading the exact view, without autoscaling or P/D, \
+                           attached once before the first request",
+            });
+        }
+        let per = logs.len() / n.max(1);
+        if per == 0 {
+            return Err(Error::BufferSize { buffer: Buffer::KeyLogs, expected: n, got: logs.len() });
+        }
+        let ix = HeadIndex::new(keys, stamps, bits, n)?;
+        let mut rest = logs;
+        for pod in self.pods.iter_mut() {
+            let (log, r) = core::mem::take(&mut rest).split_at_mut(per);
+            rest = r;
+            if !pod.attach_key_log(log) {
+                return Err(Error::InvalidConfig {
+                    field: Field::Engine,
+                    expected: "the batched engine with per-block cache maps for a first-key index",
+                });
+            }
+            // (the index starts empty: nothing to read)
+            pod.clear_changed_keys();
+        }
+        self.heads = Some(ix);
+        Ok(())
+    }
+
+    /// The first-key index, when the fleet keeps one.
+    pub fn heads(&self) -> Option<&HeadIndex<'a>> {
+        self.heads.as_ref()
     }
 
     /// The configuration.
@@ -268,6 +410,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     #[cfg(feature = "harness")]
     pub fn pods_mut(&mut self) -> &mut [E] {
         self.calendar.fresh = false;
+        self.heads_stale = self.heads.is_some();
         &mut self.pods
     }
 
@@ -393,17 +536,19 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         if self.calendar_on() && self.calendar.refresh(&self.pods) {
             // only the pods with an event before t run (in pod order, as below)
             let cal = &mut self.calendar;
+            let ix = &mut self.heads;
             for (p, (q, pod)) in queue_lens.iter_mut().zip(self.pods.iter_mut()).enumerate() {
                 if cal.due(p, t) {
-                    pod.advance(t, ev)?;
+                    advance_pod(ix, p, pod, t, ev)?;
                     cal.note(p, pod);
                 }
                 *q = cal.queue_len(p, t);
             }
         } else {
             self.calendar.fresh = false;
-            for (q, pod) in queue_lens.iter_mut().zip(self.pods.iter_mut()) {
-                pod.advance(t, ev)?;
+            let ix = &mut self.heads;
+            for (p, (q, pod)) in queue_lens.iter_mut().zip(self.pods.iter_mut()).enumerate() {
+                advance_pod(ix, p, pod, t, ev)?;
                 *q = pod.queue_len_at(t);
             }
         }
@@ -425,6 +570,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         let mut feed = self.view.feed(p, stamp);
         let out = self.pods[p].serve(&mut self.shared, req, routed, &mut feed, ev)?;
         feed.finish()?;
+        sync_heads(&mut self.heads, p, &mut self.pods[p]);
         if self.calendar.fresh {
             self.calendar.note(p, &self.pods[p]);
         }
@@ -440,7 +586,8 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     fn route<const P: usize>(&mut self, i: u64, req: &Request<'_>, queue_lens: &[u32]) -> Result<Route, Error> {
         let active = queue_lens.len();
         let t = req.arrival_ns;
-        let exact = Exact { pods: &self.pods, shared: &self.shared };
+        let heads = if self.track_first_key(req, active) { self.heads.as_ref() } else { None };
+        let exact = Exact { pods: &self.pods, shared: &self.shared, heads };
         let held = match self.view.index.as_ref() {
             Some(ix) => Holders::Index(ix),
             None => Holders::Exact(&exact),
@@ -485,6 +632,31 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         self.router.routed(route.pod, keys, t)?;
         self.view.routed(route.pod, keys, t)?;
         Ok(route)
+    }
+
+    /// Whether the exact view of a routing decision reads the first-key index: the fleet keeps
+    /// one and the router reads the pods' maps (not on the reference path: the pods answer
+    /// there). `req`'s first prompt key is then kept in it (entered with one probe of every
+    /// pod's map when new).
+    fn track_first_key(&mut self, req: &Request<'_>, active: usize) -> bool {
+        let Some(ix) = self.heads.as_mut() else { return false };
+        if self.reference || active != self.pods.len() || self.view.index.is_some() {
+            return false;
+        }
+        if self.heads_stale {
+            self.heads_stale = false;
+            for (p, pod) in self.pods.iter_mut().enumerate() {
+                ix.resync_pod(p, |k| pod.caches(k));
+                pod.clear_changed_keys();
+            }
+        }
+        if req.input_tokens >= BLOCK_TOKENS as u64
+            && let Some(&key) = req.keys.first()
+        {
+            let pods = &self.pods;
+            ix.track(key, |p| pods[p].caches(key));
+        }
+        true
     }
 
     /// Runs the autoscaler at the arrival of request `i` (docs/MODEL.md, "Autoscaling"); returns
@@ -626,6 +798,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         }
         let ff_ns = t_ns.min(other_ns.saturating_add(1));
         let r = self.pods[p].advance_once(t_ns, ff_ns, ev);
+        sync_heads(&mut self.heads, p, &mut self.pods[p]);
         if r.is_err() {
             self.poisoned = true;
         }
@@ -652,8 +825,10 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             return Ok(false);
         }
         let mut r = Ok(false);
-        for pod in self.pods.iter_mut() {
-            r = pod.advance(t_ns, ev).and_then(|()| pod.abort(request, t_ns));
+        let ix = &mut self.heads;
+        for (p, pod) in self.pods.iter_mut().enumerate() {
+            r = advance_pod(ix, p, pod, t_ns, ev).and_then(|()| pod.abort(request, t_ns));
+            sync_heads(ix, p, pod);
             if r != Ok(false) {
                 break;
             }
@@ -677,8 +852,9 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             }
             return r;
         }
-        for e in self.pods.iter_mut() {
-            if let Err(err) = e.advance(u64::MAX, ev) {
+        let ix = &mut self.heads;
+        for (p, e) in self.pods.iter_mut().enumerate() {
+            if let Err(err) = advance_pod(ix, p, e, u64::MAX, ev) {
                 self.poisoned = true;
                 return Err(err);
             }

@@ -3,8 +3,8 @@
 
 use brokerlab_core::fleet::{
     BatchedBuffers, BatchedEngine, BatchedFleet, BatchedLayout, Error as CoreError, FifoBuffers, FifoEngine, FifoFleet,
-    FifoLayout, FleetConfig, IndexEntry, KvBlock, Limit, Outcome, PendingEntry, PendingRecord, ReqSlot, Routed,
-    RouterBuffers, Run, Slot, WvaPod,
+    FifoLayout, FleetConfig, HeadIndex, IndexEntry, KEY_LOG_PER_POD, KvBlock, Limit, Outcome, PendingEntry,
+    PendingRecord, ReqSlot, Routed, RouterBuffers, Run, Slot, WvaPod,
 };
 
 use brokerlab_core::fleet::sim::pd::{Delivery, Join, PdBuffers, Transfer};
@@ -283,6 +283,32 @@ pub struct OwnedBatched {
     /// [`BatchedFleet::attach_pool_groups`]).
     pool_words: Vec<u32>,
     pool_keys: Vec<u64>,
+    /// The first-key index (empty: the pods' maps answer; [`BatchedFleet::attach_heads`]).
+    head_keys: Vec<u64>,
+    head_stamps: Vec<u64>,
+    head_bits: Vec<u64>,
+    key_logs: Vec<u64>,
+}
+
+/// Slots of the first-key index: first prompt keys whose holders the fleet keeps (the scale
+/// bench's 4,096 tenants' prefixes fit with room; more distinct first keys in use at once only
+/// make some decisions ask every pod, as without the index).
+pub const HEAD_SLOTS: usize = 16_384;
+
+/// Whether a batched run of `cfg` keeps the first-key index (docs/MODEL.md, "The first-key
+/// index"): above 64 pods, where asking every pod's map for a request's first key costs more
+/// than keeping the index, when the router reads the exact view from per-block maps.
+pub fn keeps_heads(cfg: &FleetConfig, group_blocks: u32) -> bool {
+    cfg.pods > 64 && brokerlab_core::fleet::head_index_possible(cfg, group_blocks)
+}
+
+/// Lengths of the first-key index's buffers for `cfg` (slots, pod-bit words, log entries).
+fn heads_layout(cfg: &FleetConfig, group_blocks: u32) -> (usize, usize, usize) {
+    if !keeps_heads(cfg, group_blocks) {
+        return (0, 0, 0);
+    }
+    let words = HeadIndex::words(cfg.pods);
+    (HEAD_SLOTS, HEAD_SLOTS * words, cfg.pods * KEY_LOG_PER_POD)
 }
 
 /// What a batched run of `l` is called in a memory-budget message.
@@ -353,6 +379,10 @@ impl HostEngine for Batched {
         if let Some((words, keys)) = BatchedFleet::pool_groups_layout(cfg, run.group_blocks) {
             needs.push(need("the pods' cache maps per trace id", (words * 4 + keys * 8) as u64, pods));
         }
+        let (slots, words, logs) = heads_layout(cfg, run.group_blocks);
+        if slots > 0 {
+            needs.push(need("the first-key index and key logs", ((2 * slots + words + logs) * 8) as u64, pods));
+        }
         needs.extend_from_slice(run.held);
         Ok((batched_context(&l), needs))
     }
@@ -361,6 +391,7 @@ impl HostEngine for Batched {
         let l = BatchedLayout::new(cfg, s.requests_per_pod, s.keys_per_pod).map_err(config_error)?;
         let (runs_len, run_tables_len) = index_runs_layout(cfg, group_blocks).unwrap_or((0, 0));
         let (pool_words, pool_keys) = BatchedFleet::pool_groups_layout(cfg, group_blocks).unwrap_or((0, 0));
+        let (head_slots, head_words, key_logs) = heads_layout(cfg, group_blocks);
         Ok(OwnedBatched {
             cfg: *cfg,
             blocks: try_vec(l.blocks_len(), KvBlock::default(), "the pods' KV blocks")?,
@@ -387,6 +418,12 @@ impl HostEngine for Batched {
             // only for the records a run reaches (`PoolGroups::new` skips clearing zeroed slots)
             pool_words: try_vec_zeroed(pool_words, "the pods' cache maps per trace id")?,
             pool_keys: try_vec_zeroed(pool_keys, "the pods' group keys")?,
+            // zeroed: a slot's key and bits are written when it is first used, a log from its
+            // start at each of the pod's events
+            head_keys: try_vec_zeroed(head_slots, "the first-key index")?,
+            head_stamps: try_vec_zeroed(head_slots, "the first-key index")?,
+            head_bits: try_vec_zeroed(head_words, "the first-key index")?,
+            key_logs: try_vec_zeroed(key_logs, "the pods' changed-key logs")?,
         })
     }
 
@@ -403,6 +440,9 @@ impl HostEngine for Batched {
         }
         if !o.pool_words.is_empty() {
             fleet.attach_pool_groups(o.group_blocks, &mut o.pool_words, &mut o.pool_keys)?;
+        }
+        if !o.head_keys.is_empty() {
+            fleet.attach_heads(&mut o.head_keys, &mut o.head_stamps, &mut o.head_bits, &mut o.key_logs)?;
         }
         Ok(fleet)
     }
