@@ -953,7 +953,11 @@ impl<'a> BatchedEngine<'a> {
             if blk.keyed() {
                 self.uncache(blk.key, b);
             }
-            self.blocks[b as usize] = KvBlock { key: blk.key, rk: 1, prev: NIL, next: own };
+            // the owner chain lives in the map's `own_next` (grouped pods)
+            self.blocks[b as usize] = KvBlock { key: blk.key, rk: 1, prev: NIL, next: NIL };
+            if let Some(g) = self.groups.as_mut() {
+                g.set_own_next(b, own);
+            }
             own = b;
             got += 1;
         }
@@ -966,6 +970,16 @@ impl<'a> BatchedEngine<'a> {
         self.reqs[r].own_len += n;
     }
 
+    /// The owner's previous own block of block `b` (the owner chain: in the blocks, or in the
+    /// grouped map's `own_next` on grouped pods).
+    #[inline(always)]
+    fn own_next(&self, b: u32) -> u32 {
+        match self.groups.as_ref() {
+            Some(g) => g.own_next(b),
+            None => self.blocks[b as usize].next,
+        }
+    }
+
     /// Releases every block of request slot `r`, last block first.
     fn release(&mut self, r: usize) {
         if !self.cfg.block_runs() {
@@ -975,7 +989,7 @@ impl<'a> BatchedEngine<'a> {
         let base = self.key_base(r);
         let mut b = q.own_head;
         while b != NIL {
-            let older = self.blocks[b as usize].next;
+            let older = self.own_next(b);
             self.unref(b);
             b = older;
         }
@@ -1084,7 +1098,7 @@ impl<'a> BatchedEngine<'a> {
         let mut cur: Option<(u32, u32)> = None;
         while b != NIL && idx > q.considered {
             idx -= 1;
-            let older = self.blocks[b as usize].next;
+            let older = g.own_next(b);
             if idx < full {
                 let s = idx % rr;
                 let g0 = idx - s;
@@ -2440,7 +2454,22 @@ mod tests {
             };
             let (mut compactions, mut stale_pops) = (0, 0);
             for op in 0..20 * c + 200 {
-                match rnd() % 3 {
+                // pops, frees, unlinks, and a hit's pin and release at once (a stale entry and a
+                // new tail entry: the ring fills up and compacts)
+                let kind = rnd() % 8;
+                if kind >= 6 && !model.is_empty() {
+                    let i = (rnd() % model.len() as u64) as usize;
+                    let b = model.remove(i).unwrap();
+                    e.fq_unlink(b);
+                    e.pinned += 1;
+                    e.blocks[b as usize].rk += 1;
+                    e.refs_total += 1;
+                    let full = e.free_tail as usize == e.table.len();
+                    e.unref(b);
+                    compactions += usize::from(full);
+                    model.push_back(b);
+                }
+                match kind / 2 {
                     0 if !model.is_empty() => {
                         let n = 1 + (rnd() % model.len().min(5) as u64) as u32;
                         let stale_before = e.free_tail - e.free_len;
@@ -2451,7 +2480,7 @@ mod tests {
                         for &want in popped.iter().rev() {
                             assert_eq!(b, want, "capacity {c}: op {op}: popped in queue order");
                             assert_eq!((e.blocks[b as usize].refs(), e.blocks[b as usize].prev), (1, NIL));
-                            b = e.blocks[b as usize].next;
+                            b = e.own_next(b);
                         }
                         held.extend(popped);
                     }
@@ -2479,6 +2508,35 @@ mod tests {
                 assert_eq!(e.free_len as usize, model.len());
                 assert!(e.free_tail as usize <= e.table.len() && e.free_len <= e.free_tail);
             }
+            // then every held block freed, 2 x the ring's length of pins and releases (stale
+            // entries until the ring is full: compactions), and every free block popped
+            for b in core::mem::take(&mut held) {
+                compactions += usize::from(e.free_tail as usize == e.table.len());
+                e.unref(b);
+                model.push_back(b);
+            }
+            for _ in 0..2 * e.table.len() {
+                let b = model.remove((rnd() % model.len() as u64) as usize).unwrap();
+                e.fq_unlink(b);
+                e.pinned += 1;
+                e.blocks[b as usize].rk += 1;
+                e.refs_total += 1;
+                compactions += usize::from(e.free_tail as usize == e.table.len());
+                e.unref(b);
+                model.push_back(b);
+                let mut free = Vec::new();
+                e.each_free(|b| free.push(b));
+                assert_eq!(free, Vec::from(model.clone()), "capacity {c}: pins and releases");
+            }
+            let stale_before = e.free_tail - e.free_len;
+            e.alloc_blocks(1, c as u32);
+            stale_pops += stale_before as usize;
+            let mut b = e.reqs[1].own_head;
+            for &want in model.iter().rev() {
+                assert_eq!(b, want, "capacity {c}: the last run popped in queue order");
+                b = e.own_next(b);
+            }
+            assert_eq!((e.free_len, e.free_tail), (0, 0));
             assert!(
                 compactions > 0 && stale_pops > 0,
                 "capacity {c}: {compactions} compactions, {stale_pops} stale pops"
