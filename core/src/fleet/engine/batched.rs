@@ -200,7 +200,8 @@ pub struct KvBlock {
     /// Reference count in the low 31 bits (at most `max_num_seqs` <= 65,536); [`KEYED`] set
     /// while the block is in the cache map.
     rk: u32,
-    /// Free queue: towards the head. Unused while referenced.
+    /// Free queue: towards the head (with the free queue as a ring, grouped pods: its position
+    /// in the ring). NIL while referenced.
     prev: u32,
     /// Free queue: towards the tail; while in use, the owner's previous own block.
     next: u32,
@@ -351,8 +352,12 @@ pub struct BatchedEngine<'a> {
     /// When the tag has at least log2(table length) bits, the entry's home slot is its top
     /// bits (deletion shifts entries without reading any block).
     direct: bool,
+    /// The free queue's head block (grouped pods, the free queue as a ring: the ring position
+    /// of its oldest entry, stale ones included; [`Self::attach_groups`]).
     free_head: u32,
+    /// The free queue's tail block (grouped pods: the ring's entries, stale ones included).
     free_tail: u32,
+    /// Free (unreferenced) blocks.
     free_len: u32,
     cached: u32,
     pinned: u32,
@@ -622,9 +627,20 @@ impl<'a> BatchedEngine<'a> {
     /// tokens (their keys are not a prompt's ids); otherwise false, and nothing changes.
     pub fn attach_groups(&mut self, groups: PoolGroups<'a>) -> bool {
         let fresh = self.cached == 0 && self.is_idle() && self.parked == 0 && self.stats.requests == 0;
-        if !(fresh && self.cfg.groups_apply()) {
+        // the free queue becomes a ring in the per-block map's table, unused with the grouped
+        // map (longer than C: its load factor is below 1)
+        if !(fresh && self.cfg.groups_apply() && self.table.len() > self.blocks.len()) {
             return false;
         }
+        // fresh: the free queue holds every block in index order
+        debug_assert!(self.free_head == 0 && self.free_len as usize == self.blocks.len());
+        for (i, (b, e)) in self.blocks.iter_mut().zip(self.table.iter_mut()).enumerate() {
+            b.prev = i as u32;
+            b.next = NIL;
+            *e = i as u32;
+        }
+        self.free_head = 0;
+        self.free_tail = self.free_len;
         self.groups = Some(groups);
         true
     }
@@ -771,6 +787,9 @@ impl<'a> BatchedEngine<'a> {
     // ----- free queue -----
 
     fn fq_push_tail(&mut self, b: u32) {
+        if self.groups.is_some() {
+            return self.ring_push(b);
+        }
         debug_assert!(self.blocks[b as usize].refs() == 0, "only an unreferenced block is freed");
         debug_assert!(b != self.free_tail && (self.free_len as usize) < self.blocks.len(), "not already free");
         let old = self.free_tail;
@@ -786,6 +805,13 @@ impl<'a> BatchedEngine<'a> {
     }
 
     fn fq_unlink(&mut self, b: u32) {
+        if self.groups.is_some() {
+            // its ring entry goes stale (skipped at its pop, dropped at a compaction)
+            debug_assert!(self.blocks[b as usize].prev != NIL, "unlinks a free block");
+            self.blocks[b as usize].prev = NIL;
+            self.free_len -= 1;
+            return;
+        }
         let KvBlock { prev, next, .. } = self.blocks[b as usize];
         debug_assert!(self.free_len > 0, "unlinks from a non-empty free queue");
         // LRU links: b's neighbours point back at it (or b is the queue's end).
@@ -802,6 +828,71 @@ impl<'a> BatchedEngine<'a> {
             self.blocks[next as usize].prev = prev;
         }
         self.free_len -= 1;
+    }
+
+    // ----- the free queue as a ring (grouped pods; docs/MODEL.md, "Run-length KV blocks") -----
+    //
+    // The same queue in the same order, kept as block indices in a ring (the per-block map's
+    // table, unused with the grouped map): `free_head` is the ring position of the oldest entry,
+    // `free_tail` the number of entries; a free block's `prev` is its entry's position. An
+    // unlinked block (a hit pinned from the queue) leaves a stale entry (its `prev` no longer
+    // names that position), skipped when the head reaches it. A pop reads the next blocks'
+    // indices from consecutive positions, so their loads do not wait for each other, as they do
+    // along the links of the linked queue.
+
+    /// Appends block `b` at the ring's tail (compacting first when the ring is full).
+    fn ring_push(&mut self, b: u32) {
+        debug_assert!(self.blocks[b as usize].refs() == 0, "only an unreferenced block is freed");
+        debug_assert!(self.blocks[b as usize].prev == NIL, "not already free");
+        let len = self.table.len() as u32;
+        if self.free_tail == len {
+            self.ring_compact();
+        }
+        let at = (self.free_head + self.free_tail) & (len - 1);
+        self.table[at as usize] = b;
+        self.blocks[b as usize].prev = at;
+        self.free_tail += 1;
+        self.free_len += 1;
+    }
+
+    /// Drops the ring's stale entries, keeping the others in order from the head (at most C
+    /// live entries in a ring longer than C, so each compaction frees at least length - C).
+    fn ring_compact(&mut self) {
+        let mask = self.table.len() as u32 - 1;
+        let head = self.free_head;
+        let mut kept = 0;
+        for k in 0..self.free_tail {
+            let from = (head + k) & mask;
+            let b = self.table[from as usize];
+            if self.blocks[b as usize].prev == from {
+                let to = (head + kept) & mask;
+                self.table[to as usize] = b;
+                self.blocks[b as usize].prev = to;
+                kept += 1;
+            }
+        }
+        debug_assert_eq!(kept, self.free_len);
+        self.free_tail = kept;
+    }
+
+    /// Calls `each` with every free block, head first (either form of the free queue).
+    fn each_free(&self, mut each: impl FnMut(u32)) {
+        if self.groups.is_some() {
+            let mask = self.table.len() as u32 - 1;
+            for k in 0..self.free_tail {
+                let at = (self.free_head + k) & mask;
+                let b = self.table[at as usize];
+                if self.blocks[b as usize].prev == at {
+                    each(b);
+                }
+            }
+            return;
+        }
+        let mut b = self.free_head;
+        while b != NIL {
+            each(b);
+            b = self.blocks[b as usize].next;
+        }
     }
 
     /// Pops the free-queue head (evicting its key) and gives it to request slot `r`.
@@ -864,6 +955,9 @@ impl<'a> BatchedEngine<'a> {
             return;
         }
         debug_assert!(n <= self.free_len, "the caller checked the free blocks");
+        if self.groups.is_some() {
+            return self.alloc_from_ring(r, n);
+        }
         // pop them in queue order, each as `alloc_own` does; the free queue's links and the
         // counters are written once for the run
         let mut b = self.free_head;
@@ -890,6 +984,54 @@ impl<'a> BatchedEngine<'a> {
         self.reqs[r].own_len += n;
     }
 
+    /// [`Self::alloc_blocks`] from the ring: the `n` oldest live entries, each popped as
+    /// `alloc_own` pops the head (stale entries skipped).
+    fn alloc_from_ring(&mut self, r: usize, n: u32) {
+        let mask = self.table.len() as u32 - 1;
+        let mut at = self.free_head;
+        let mut left = self.free_tail;
+        let mut own = self.reqs[r].own_head;
+        let mut got = 0;
+        while got < n {
+            debug_assert!(left > 0, "the ring holds the free blocks");
+            let b = self.table[at as usize];
+            let blk = self.blocks[b as usize];
+            let live = blk.prev == at;
+            at = (at + 1) & mask;
+            left -= 1;
+            if !live {
+                continue;
+            }
+            if blk.keyed() {
+                self.uncache(blk.key, b);
+            }
+            // the owner chain lives in the map's `own_next` (grouped pods)
+            self.blocks[b as usize] = KvBlock { key: blk.key, rk: 1, prev: NIL, next: NIL };
+            if let Some(g) = self.groups.as_mut() {
+                g.set_own_next(b, own);
+            }
+            own = b;
+            got += 1;
+        }
+        self.free_head = at;
+        self.free_tail = left;
+        self.free_len -= n;
+        self.pinned += n;
+        self.refs_total += n as u64;
+        self.reqs[r].own_head = own;
+        self.reqs[r].own_len += n;
+    }
+
+    /// The owner's previous own block of block `b` (the owner chain: in the blocks, or in the
+    /// grouped map's `own_next` on grouped pods).
+    #[inline(always)]
+    fn own_next(&self, b: u32) -> u32 {
+        match self.groups.as_ref() {
+            Some(g) => g.own_next(b),
+            None => self.blocks[b as usize].next,
+        }
+    }
+
     /// Releases every block of request slot `r`, last block first.
     fn release(&mut self, r: usize) {
         if !self.cfg.block_runs() {
@@ -899,7 +1041,7 @@ impl<'a> BatchedEngine<'a> {
         let base = self.key_base(r);
         let mut b = q.own_head;
         while b != NIL {
-            let older = self.blocks[b as usize].next;
+            let older = self.own_next(b);
             self.unref(b);
             b = older;
         }
@@ -1008,7 +1150,7 @@ impl<'a> BatchedEngine<'a> {
         let mut cur: Option<(u32, u32)> = None;
         while b != NIL && idx > q.considered {
             idx -= 1;
-            let older = self.blocks[b as usize].next;
+            let older = g.own_next(b);
             if idx < full {
                 let s = idx % rr;
                 let g0 = idx - s;
@@ -2017,12 +2159,10 @@ impl<'a> BatchedEngine<'a> {
         debug_assert_eq!(refs, self.refs_total);
         debug_assert_eq!(keyed, self.cached as u64);
         let mut n = 0u64;
-        let mut b = self.free_head;
-        while b != NIL {
+        self.each_free(|b| {
             debug_assert_eq!(self.blocks[b as usize].refs(), 0, "only unreferenced blocks are free");
             n += 1;
-            b = self.blocks[b as usize].next;
-        }
+        });
         debug_assert_eq!(n, self.free_len as u64);
         let pending: u64 = (0..self.w_len)
             .map(|i| {
@@ -2223,6 +2363,13 @@ impl Engine for BatchedEngine<'_> {
                 expected: "a batched pod scaled in drops its cache only once drained",
             });
         }
+        if self.groups.is_some() {
+            // (not reached: with autoscaling the map stays per block, `groups_apply`)
+            return Err(Error::InvalidConfig {
+                field: Field::ScaleMin,
+                expected: "no autoscaling with the cache map per trace id",
+            });
+        }
         let mut b = self.free_head;
         while b != NIL {
             let blk = self.blocks[b as usize];
@@ -2332,6 +2479,122 @@ mod tests {
         stale(&mut e);
         Engine::boot(&mut e).unwrap();
         assert!(fresh(&e), "boot resets the wait");
+    }
+
+    /// The free queue as a ring (grouped pods) against a model queue: random pops of runs from
+    /// the head, frees to the tail and unlinks from the middle (hits pinned from the queue),
+    /// enough of them to wrap the ring and compact it many times; after every operation the
+    /// ring's live entries are the model's queue in order, and every run pops the model's front.
+    #[test]
+    fn free_queue_ring_matches_a_model_queue() {
+        use std::collections::VecDeque;
+        for c in [1usize, 3, 8, 100, 1_000] {
+            let gl = PoolGroups::layout(c, 2).unwrap();
+            let mut words = vec![0u32; gl.words()];
+            let mut gkeys = vec![0u64; gl.keys()];
+            let mut pod = SmallPod::new(c);
+            let mut e = pod.engine();
+            let groups = PoolGroups::new(c, 2, &mut words, &mut gkeys).unwrap();
+            assert!(e.attach_groups(groups), "capacity {c}");
+            let mut model: VecDeque<u32> = (0..c as u32).collect();
+            let mut held: Vec<u32> = Vec::new();
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ c as u64;
+            let mut rnd = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let (mut compactions, mut stale_pops) = (0, 0);
+            for op in 0..20 * c + 200 {
+                // pops, frees, unlinks, and a hit's pin and release at once (a stale entry and a
+                // new tail entry: the ring fills up and compacts)
+                let kind = rnd() % 8;
+                if kind >= 6 && !model.is_empty() {
+                    let i = (rnd() % model.len() as u64) as usize;
+                    let b = model.remove(i).unwrap();
+                    e.fq_unlink(b);
+                    e.pinned += 1;
+                    e.blocks[b as usize].rk += 1;
+                    e.refs_total += 1;
+                    let full = e.free_tail as usize == e.table.len();
+                    e.unref(b);
+                    compactions += usize::from(full);
+                    model.push_back(b);
+                }
+                match kind / 2 {
+                    0 if !model.is_empty() => {
+                        let n = 1 + (rnd() % model.len().min(5) as u64) as u32;
+                        let stale_before = e.free_tail - e.free_len;
+                        e.alloc_blocks(0, n);
+                        stale_pops += (stale_before - (e.free_tail - e.free_len)) as usize;
+                        let popped: Vec<u32> = model.drain(..n as usize).collect();
+                        let mut b = e.reqs[0].own_head;
+                        for &want in popped.iter().rev() {
+                            assert_eq!(b, want, "capacity {c}: op {op}: popped in queue order");
+                            assert_eq!((e.blocks[b as usize].refs(), e.blocks[b as usize].prev), (1, NIL));
+                            b = e.own_next(b);
+                        }
+                        held.extend(popped);
+                    }
+                    1 if !held.is_empty() => {
+                        let b = held.swap_remove((rnd() % held.len() as u64) as usize);
+                        let full = e.free_tail as usize == e.table.len();
+                        e.unref(b);
+                        compactions += usize::from(full);
+                        model.push_back(b);
+                    }
+                    _ if !model.is_empty() => {
+                        let i = (rnd() % model.len() as u64) as usize;
+                        let b = model.remove(i).unwrap();
+                        e.fq_unlink(b);
+                        e.pinned += 1;
+                        e.blocks[b as usize].rk += 1;
+                        e.refs_total += 1;
+                        held.push(b);
+                    }
+                    _ => {}
+                }
+                let mut free = Vec::new();
+                e.each_free(|b| free.push(b));
+                assert_eq!(free, Vec::from(model.clone()), "capacity {c}: op {op}");
+                assert_eq!(e.free_len as usize, model.len());
+                assert!(e.free_tail as usize <= e.table.len() && e.free_len <= e.free_tail);
+            }
+            // then every held block freed, 2 x the ring's length of pins and releases (stale
+            // entries until the ring is full: compactions), and every free block popped
+            for b in core::mem::take(&mut held) {
+                compactions += usize::from(e.free_tail as usize == e.table.len());
+                e.unref(b);
+                model.push_back(b);
+            }
+            for _ in 0..2 * e.table.len() {
+                let b = model.remove((rnd() % model.len() as u64) as usize).unwrap();
+                e.fq_unlink(b);
+                e.pinned += 1;
+                e.blocks[b as usize].rk += 1;
+                e.refs_total += 1;
+                compactions += usize::from(e.free_tail as usize == e.table.len());
+                e.unref(b);
+                model.push_back(b);
+                let mut free = Vec::new();
+                e.each_free(|b| free.push(b));
+                assert_eq!(free, Vec::from(model.clone()), "capacity {c}: pins and releases");
+            }
+            let stale_before = e.free_tail - e.free_len;
+            e.alloc_blocks(1, c as u32);
+            stale_pops += stale_before as usize;
+            let mut b = e.reqs[1].own_head;
+            for &want in model.iter().rev() {
+                assert_eq!(b, want, "capacity {c}: the last run popped in queue order");
+                b = e.own_next(b);
+            }
+            assert_eq!((e.free_len, e.free_tail), (0, 0));
+            assert!(
+                compactions > 0 && stale_pops > 0,
+                "capacity {c}: {compactions} compactions, {stale_pops} stale pops"
+            );
+        }
     }
 
     /// The cache map (tagged entries; home slots from the tag bits when they hold them, else
