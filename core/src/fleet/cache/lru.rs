@@ -296,7 +296,7 @@ impl<'a> LruPod<'a> {
     /// blocks, once warm) takes [`Self::touch_full`], small enough to inline into the callers'
     /// loops; the rest [`Self::touch_general`]. Both make the same moves (checked against each
     /// other, table and slots included, by `tests::full_path_is_general_path`).
-    #[inline]
+    #[inline(always)]
     pub fn touch(&mut self, key: u64, events: &mut impl CacheEvents) -> bool {
         if self.direct && self.len as usize == self.slots.len() && self.len >= 2 {
             return self.touch_full(key, events);
