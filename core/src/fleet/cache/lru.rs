@@ -291,8 +291,85 @@ impl<'a> LruPod<'a> {
 
     /// Makes `key` the most recent, inserting it (and evicting the least recent key when full) if
     /// absent. Returns whether it was present.
-    #[inline]
+    ///
+    /// A full pod with a tag-homed table (the fleet's pods and the router's LRUs below 32,768
+    /// blocks, once warm) takes [`Self::touch_full`], small enough to inline into the callers'
+    /// loops; the rest [`Self::touch_general`]. Both make the same moves (checked against each
+    /// other, table and slots included, by `tests::full_path_is_general_path`).
+    #[inline(always)]
     pub fn touch(&mut self, key: u64, events: &mut impl CacheEvents) -> bool {
+        if self.direct && self.len as usize == self.slots.len() && self.len >= 2 {
+            return self.touch_full(key, events);
+        }
+        self.touch_general(key, events)
+    }
+
+    /// [`Self::touch`] of a full pod (at least 2 blocks) with a tag-homed table: the victim is
+    /// the tail of the recency list and its slot becomes the head, every table position comes
+    /// from the key's own bits, and the fields stay in registers across the caller's loop.
+    #[inline(always)]
+    fn touch_full(&mut self, key: u64, events: &mut impl CacheEvents) -> bool {
+        let (slot_mask, slot_bits) = (self.slot_mask, self.slot_bits);
+        let mask = self.table.len() - 1;
+        let hi = (key >> 32) as u32;
+        let tag = hi & !slot_mask;
+        let mut i = (hi >> slot_bits) as usize & mask;
+        loop {
+            let e = self.table[i];
+            if e == 0 {
+                break;
+            }
+            if e & !slot_mask == tag {
+                let s = (e & slot_mask) - 1;
+                if self.slots[s as usize].key == key {
+                    if s != self.mru {
+                        self.unlink(s);
+                        self.push_mru(s);
+                    }
+                    return true;
+                }
+            }
+            i = (i + 1) & mask;
+        }
+        let empty = i;
+        // The victim: the tail; its entry is found from its key's home by its slot number.
+        let v = self.lru;
+        let Slot { key: old, prev, .. } = self.slots[v as usize];
+        let mut j = ((old >> 32) as u32 >> slot_bits) as usize & mask;
+        let mut run_end = usize::MAX;
+        loop {
+            let e = self.table[j];
+            if e == 0 {
+                break;
+            }
+            if e & slot_mask == v + 1 {
+                run_end = table::remove_tagged(self.table, slot_bits, j);
+                break;
+            }
+            j = (j + 1) & mask;
+        }
+        events.evicted(old);
+        // The tail's slot moves to the head (len >= 2: the tail has a predecessor, and the
+        // head is another slot).
+        let head = self.mru;
+        self.slots[prev as usize].next = NIL;
+        self.lru = prev;
+        self.slots[v as usize] = Slot { key, prev: NIL, next: head };
+        self.slots[head as usize].prev = v;
+        self.mru = v;
+        if run_end == empty {
+            // The removal shortened the probe run that ended at `empty`: probe again.
+            self.table_insert(key, v);
+        } else {
+            self.table[empty] = tag | (v + 1);
+        }
+        events.inserted(key);
+        false
+    }
+
+    /// [`Self::touch`] for every state (the oracle of [`Self::touch_full`]).
+    #[inline(never)]
+    fn touch_general(&mut self, key: u64, events: &mut impl CacheEvents) -> bool {
         let empty = match self.probe(key) {
             Ok((_, s)) => {
                 if s != self.mru {
@@ -348,5 +425,55 @@ impl<'a> LruPod<'a> {
             s = slot.next;
             Some(slot.key)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use proptest::prelude::*;
+    use std::{vec, vec::Vec};
+
+    #[derive(Default)]
+    struct Log(Vec<(bool, u64)>);
+    impl CacheEvents for Log {
+        fn inserted(&mut self, k: u64) {
+            self.0.push((true, k));
+        }
+        fn evicted(&mut self, k: u64) {
+            self.0.push((false, k));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+        /// [`LruPod::touch`] (whose full, tag-homed case is [`LruPod::touch_full`]) against
+        /// [`LruPod::touch_general`] on twin pods: after every touch the same answer, the same
+        /// events, and the same table, slots and links, entry for entry. Keys share a few high
+        /// bits, so homes collide, probe runs are long and evictions shift them.
+        #[test]
+        fn full_path_is_general_path(
+            cap in 2usize..40,
+            short: bool,
+            high in 1u64..64,
+            ops in proptest::collection::vec((0u64..64, 0u64..80), 0..600),
+        ) {
+            let len = if short { LruPod::min_table_len(cap) } else { LruPod::table_len(cap) };
+            let (mut sa, mut ta) = (vec![Slot::default(); cap], vec![0u32; len]);
+            let (mut sb, mut tb) = (sa.clone(), ta.clone());
+            let mut a = LruPod::new(&mut sa, &mut ta).unwrap();
+            let mut b = LruPod::new(&mut sb, &mut tb).unwrap();
+            prop_assert!(a.direct);
+            let (mut la, mut lb) = (Log::default(), Log::default());
+            for &(h, low) in &ops {
+                let key = ((h % high) << 56) | ((h * 0x9e37) << 32) | low;
+                prop_assert_eq!(a.touch(key, &mut la), b.touch_general(key, &mut lb));
+                prop_assert_eq!(&a.table[..], &b.table[..]);
+                prop_assert_eq!(&a.slots[..], &b.slots[..]);
+                prop_assert_eq!((a.len, a.mru, a.lru), (b.len, b.mru, b.lru));
+            }
+            prop_assert_eq!(la.0, lb.0);
+        }
     }
 }

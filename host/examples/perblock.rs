@@ -1,0 +1,80 @@
+//! Per-block FIFO replay of one router over a trace held in memory (a profiling aid: the dispatch
+//! loop `fleet bench` times per block, for `perf record` or `valgrind --tool=cachegrind`; REPEATS 0
+//! parses only, to subtract). Usage: perblock TRACE ROUTER|bare [REPEATS] [PODS] [CAPACITY]
+use brokerlab::fleet::input::trace::TraceReader;
+use brokerlab::fleet::run::{FifoSizes, OwnedFifo};
+use brokerlab_core::fleet::keys::trace_keys;
+use brokerlab_core::fleet::{FleetConfig, Request, RouterKind};
+use std::path::Path;
+use std::time::Instant;
+
+fn main() {
+    let a: Vec<String> = std::env::args().collect();
+    let repeats: usize = a.get(3).map_or(3, |s| s.parse().unwrap());
+    let pods: usize = a.get(4).map_or(8, |s| s.parse().unwrap());
+    let capacity: usize = a.get(5).map_or(16384, |s| s.parse().unwrap());
+    let mut reader = TraceReader::open(Path::new(&a[1])).unwrap();
+    let mut reqs = Vec::new();
+    let mut keys = Vec::new();
+    let mut buf = Vec::new();
+    while reader.advance().unwrap() {
+        let r = reader.record();
+        buf.resize((r.input_length / 16) as usize, 0);
+        let n = trace_keys(&r.hash_ids, r.input_length, 512, &mut buf).unwrap();
+        let s = keys.len();
+        keys.extend_from_slice(&buf[..n]);
+        reqs.push((r.timestamp_ms * 1_000_000, r.input_length, r.output_length, s..s + n));
+    }
+    if a[2] == "bare" {
+        use brokerlab_core::fleet::{LruPod, Slot};
+        for _ in 0..repeats {
+            let tl = LruPod::table_len(capacity);
+            let mut slots = vec![Slot::default(); pods * capacity];
+            let mut tables = vec![0u32; pods * tl];
+            let mut fleet: Vec<_> = slots
+                .chunks_exact_mut(capacity)
+                .zip(tables.chunks_exact_mut(tl))
+                .map(|(s, t)| LruPod::new(s, t).unwrap())
+                .collect();
+            let mut hits = 0u64;
+            let t = Instant::now();
+            for (i, (_, _, _, range)) in reqs.iter().enumerate() {
+                let pod = &mut fleet[i % pods];
+                let keys = &keys[range.clone()];
+                hits += pod.hit_blocks(keys) as u64;
+                for &k in keys.iter().rev() {
+                    pod.touch(k, &mut ());
+                }
+            }
+            let s = t.elapsed().as_secs_f64();
+            println!("{} {:.3} s {:.2} M touches/s hits {hits}", a[2], s, keys.len() as f64 / s / 1e6);
+        }
+        return;
+    }
+    let router = RouterKind::parse(&a[2]).expect("router");
+    let cfg = FleetConfig::new(pods, capacity, router);
+    for _ in 0..repeats {
+        let mut owned = OwnedFifo::new(cfg, FifoSizes { queue_per_pod: 1 << 16, pending: 0 }, 1).unwrap();
+        let mut fleet = owned.fleet().unwrap();
+        let t = Instant::now();
+        for (arrival_ns, input, output, range) in &reqs {
+            let req = Request {
+                arrival_ns: *arrival_ns,
+                input_tokens: *input,
+                output_tokens: *output,
+                keys: &keys[range.clone()],
+            };
+            fleet.dispatch(&req, &mut ()).unwrap();
+        }
+        let s = t.elapsed().as_secs_f64();
+        let tot = fleet.totals();
+        println!(
+            "{} {:.3} s {:.2} M touches/s hit {} of {} tokens",
+            router.name(),
+            s,
+            keys.len() as f64 / s / 1e6,
+            tot.hit_tokens,
+            tot.input_tokens
+        );
+    }
+}
