@@ -200,8 +200,10 @@ pub struct KvBlock {
     /// Reference count in the low 31 bits (at most `max_num_seqs` <= 65,536); [`KEYED`] set
     /// while the block is in the cache map.
     rk: u32,
-    /// Free queue: towards the head (with the free queue as a ring, grouped pods: its position
-    /// in the ring). NIL while referenced.
+    /// Free queue: towards the head. NIL while referenced. (Grouped pods keep the reference
+    /// count, the keyed flag, the free-ring position and the owner link in the grouped map's
+    /// per-block words instead, `PoolGroups`; there a block's `rk`, `prev` and `next` stay
+    /// unused, and only its key is written.)
     prev: u32,
     /// Free queue: towards the tail; while in use, the owner's previous own block.
     next: u32,
@@ -635,9 +637,9 @@ impl<'a> BatchedEngine<'a> {
         }
         // fresh: the free queue holds every block in index order
         debug_assert!(self.free_head == 0 && self.free_len as usize == self.blocks.len());
-        for (i, (b, e)) in self.blocks.iter_mut().zip(self.table.iter_mut()).enumerate() {
-            b.prev = i as u32;
-            b.next = NIL;
+        let mut groups = groups;
+        for (i, e) in self.table.iter_mut().enumerate().take(self.blocks.len()) {
+            groups.set_pos(i as u32, i as u32);
             *e = i as u32;
         }
         self.free_head = 0;
@@ -833,13 +835,11 @@ impl<'a> BatchedEngine<'a> {
     fn fq_unlink(&mut self, b: u32) {
         if self.groups.is_some() {
             // its ring entry becomes a tombstone (skipped at its pop, dropped at a compaction);
-            // `prev`, its position, is read only while the block is free
-            let at = self.blocks[b as usize].prev;
+            // its position is read only while the block is free
+            let at = self.ring_pos(b);
             debug_assert!(at != NIL && self.table[at as usize] == b, "unlinks a free block");
             self.table[at as usize] = NIL;
-            if cfg!(debug_assertions) {
-                self.blocks[b as usize].prev = NIL;
-            }
+            self.set_ring_pos(b, NIL);
             self.free_len -= 1;
             return;
         }
@@ -865,24 +865,37 @@ impl<'a> BatchedEngine<'a> {
     //
     // The same queue in the same order, kept as block indices in a ring (the per-block map's
     // table, unused with the grouped map): `free_head` is the ring position of the oldest entry,
-    // `free_tail` the number of entries; a free block's `prev` is its entry's position (read
-    // only while the block is free). An unlinked block (a hit pinned from the queue) leaves a
+    // `free_tail` the number of entries; a free block's position is its entry's (the grouped
+    // map's per-block words, `PoolGroups::pos`; NIL while the block is referenced). An unlinked block (a hit pinned from the queue) leaves a
     // tombstone (NIL) at that position, skipped when the head reaches it. A pop reads the next
     // blocks' indices from consecutive positions and tells a tombstone from a live entry
     // without reading the block, so it reads no block at all (the reference counts and keyed
     // flags are in the grouped map's dense array).
 
+    /// Block `b`'s ring position (grouped pods; NIL while referenced).
+    #[inline(always)]
+    fn ring_pos(&self, b: u32) -> u32 {
+        self.groups.as_ref().map_or(NIL, |g| g.pos(b))
+    }
+
+    #[inline(always)]
+    fn set_ring_pos(&mut self, b: u32, at: u32) {
+        if let Some(g) = self.groups.as_mut() {
+            g.set_pos(b, at);
+        }
+    }
+
     /// Appends block `b` at the ring's tail (compacting first when the ring is full).
     fn ring_push(&mut self, b: u32) {
         debug_assert!(self.refs(b) == 0, "only an unreferenced block is freed");
-        debug_assert!(self.blocks[b as usize].prev == NIL, "not already free");
+        debug_assert!(self.ring_pos(b) == NIL, "not already free");
         let len = self.table.len() as u32;
         if self.free_tail == len {
             self.ring_compact();
         }
         let at = (self.free_head + self.free_tail) & (len - 1);
         self.table[at as usize] = b;
-        self.blocks[b as usize].prev = at;
+        self.set_ring_pos(b, at);
         self.free_tail += 1;
         self.free_len += 1;
     }
@@ -899,7 +912,7 @@ impl<'a> BatchedEngine<'a> {
             if b != NIL {
                 let to = (head + kept) & mask;
                 self.table[to as usize] = b;
-                self.blocks[b as usize].prev = to;
+                self.set_ring_pos(b, to);
                 kept += 1;
             }
         }
@@ -1047,11 +1060,10 @@ impl<'a> BatchedEngine<'a> {
                 broken |= !g.remove(b);
                 uncached += 1;
             }
-            // the owner chain lives in the map's `own_next` (grouped pods)
+            // the owner chain lives in the map's per-block words (grouped pods), as does the
+            // ring position (NIL: referenced)
             g.set_own_next(b, own);
-            if cfg!(debug_assertions) {
-                self.blocks[b as usize].prev = NIL;
-            }
+            g.set_pos(b, NIL);
             own = b;
             got += 1;
         }
@@ -2577,7 +2589,7 @@ mod tests {
                         let mut b = e.reqs[0].own_head;
                         for &want in popped.iter().rev() {
                             assert_eq!(b, want, "capacity {c}: op {op}: popped in queue order");
-                            assert_eq!((e.refs(b), e.blocks[b as usize].prev), (1, NIL));
+                            assert_eq!((e.refs(b), e.ring_pos(b)), (1, NIL));
                             b = e.own_next(b);
                         }
                         held.extend(popped);

@@ -18,6 +18,12 @@ use crate::fleet::cache::table::{self, Probe};
 /// "No block / no record".
 const NIL: u32 = u32::MAX;
 
+/// Fields of a block's 4 words in [`PoolGroups::per`].
+const SLOT: usize = 0;
+const OWN: usize = 1;
+const RK: usize = 2;
+const POS: usize = 3;
+
 /// One pod's group map.
 pub struct PoolGroups<'a> {
     /// Sub-blocks per group R.
@@ -33,16 +39,15 @@ pub struct PoolGroups<'a> {
     counts: &'a mut [u32],
     /// Per record, `1 << stride_log` slots: block + 1, 0 none.
     slots: &'a mut [u32],
-    /// Per block: its slot index while it holds a key.
-    blk_slot: &'a mut [u32],
-    /// Per block, while a request owns it: the owner's previous own block (the engine's owner
-    /// chain, kept here in 4 bytes a block rather than in the 20-byte blocks: a release walks
-    /// it one dependent load at a time, and this array is 1/5 of the blocks' cache footprint).
-    own_next: &'a mut [u32],
-    /// Per block: its reference count and keyed flag (the engine's `KvBlock::rk`, kept here
-    /// on grouped pods: 4 bytes a block instead of a 20-byte block's cache line share, for the
-    /// count updates of every allocation, pin and release).
-    rk: &'a mut [u32],
+    /// Per block, 4 words (16 bytes, one cache line's quarter: every per-block access of an
+    /// allocation, keying, pin or release reads or writes one line, where the blocks' own
+    /// fields and separate arrays took one line each):
+    /// * [`SLOT`]: its slot index while it holds a key;
+    /// * [`OWN`]: while a request owns it, the owner's previous own block (the engine's owner
+    ///   chain);
+    /// * [`RK`]: its reference count and keyed flag (the engine's `KvBlock::rk` encoding);
+    /// * [`POS`]: while it is free, its position in the engine's free ring.
+    per: &'a mut [u32],
     /// Head of the free records.
     free: u32,
     /// Records in use (groups in the table).
@@ -86,10 +91,10 @@ pub struct GroupsLayout {
 }
 
 impl GroupsLayout {
-    /// `u32` entries of one pod: its table, counts, slots, per-block slot indices, owner
-    /// links and reference counts.
+    /// `u32` entries of one pod: its table, counts, slots, and 4 words a block (slot index,
+    /// owner link, reference count, free-ring position).
     pub const fn words(&self) -> usize {
-        self.table + self.records * (self.stride + 4)
+        self.table + self.records * (self.stride + 5)
     }
     /// `u64` entries of one pod: the group keys.
     pub const fn keys(&self) -> usize {
@@ -127,10 +132,8 @@ impl<'a> PoolGroups<'a> {
         let (table, rest) = words.split_at_mut(l.table);
         let (counts, rest) = rest.split_at_mut(l.records);
         let (slots, rest) = rest.split_at_mut(l.records * l.stride);
-        let (blk_slot, rest) = rest.split_at_mut(l.records);
-        let (own_next, rk) = rest.split_at_mut(l.records);
+        let per = rest;
         table.fill(0);
-        rk.fill(0);
         // The slots are most of the map (R' words per record) and a run uses the records at the
         // start of the free list only: a caller's zeroed buffer (fresh pages from the allocator)
         // is left unwritten, so its untouched pages cost neither clearing nor memory. Reading it
@@ -138,7 +141,12 @@ impl<'a> PoolGroups<'a> {
         if slots.iter().any(|&w| w != 0) {
             slots.fill(0);
         }
-        blk_slot.fill(NIL);
+        for w in per.chunks_exact_mut(4) {
+            w[SLOT] = NIL;
+            w[OWN] = NIL;
+            w[RK] = 0;
+            w[POS] = NIL;
+        }
         for (i, c) in counts.iter_mut().enumerate() {
             *c = if i + 1 == l.records { NIL } else { i as u32 + 1 };
         }
@@ -150,9 +158,7 @@ impl<'a> PoolGroups<'a> {
             gkeys: keys,
             counts,
             slots,
-            blk_slot,
-            own_next,
-            rk,
+            per,
             free: 0,
             used: 0,
         })
@@ -217,25 +223,37 @@ impl<'a> PoolGroups<'a> {
     /// owner took `b`; unspecified while nobody owns `b`).
     #[inline(always)]
     pub fn own_next(&self, b: u32) -> u32 {
-        self.own_next[b as usize]
+        self.per[4 * b as usize + OWN]
     }
 
     /// Block `b`'s new owner's previous own block (NIL: none).
     #[inline(always)]
     pub fn set_own_next(&mut self, b: u32, older: u32) {
-        self.own_next[b as usize] = older;
+        self.per[4 * b as usize + OWN] = older;
     }
 
     /// Block `b`'s reference count and keyed flag (the engine's encoding).
     #[inline(always)]
     pub fn rk(&self, b: u32) -> u32 {
-        self.rk[b as usize]
+        self.per[4 * b as usize + RK]
     }
 
     /// Block `b`'s reference count and keyed flag, to change.
     #[inline(always)]
     pub fn rk_mut(&mut self, b: u32) -> &mut u32 {
-        &mut self.rk[b as usize]
+        &mut self.per[4 * b as usize + RK]
+    }
+
+    /// Block `b`'s position in the engine's free ring (meaningful while it is free).
+    #[inline(always)]
+    pub fn pos(&self, b: u32) -> u32 {
+        self.per[4 * b as usize + POS]
+    }
+
+    /// Sets block `b`'s position in the engine's free ring.
+    #[inline(always)]
+    pub fn set_pos(&mut self, b: u32, at: u32) {
+        self.per[4 * b as usize + POS] = at;
     }
 
     /// The block cached for sub-block `s` of record `rec` (NIL: none).
@@ -275,7 +293,7 @@ impl<'a> PoolGroups<'a> {
         }
         self.slots[i] = b + 1;
         self.counts[rec as usize] += 1;
-        self.blk_slot[b as usize] = i as u32;
+        self.per[4 * b as usize + SLOT] = i as u32;
         true
     }
 
@@ -290,11 +308,11 @@ impl<'a> PoolGroups<'a> {
     /// Block `b`, which holds a key, loses it (evicted); false if it held none here.
     #[inline(always)]
     pub fn remove(&mut self, b: u32) -> bool {
-        let i = self.blk_slot[b as usize];
+        let i = self.per[4 * b as usize + SLOT];
         if i == NIL || self.slots[i as usize] != b + 1 {
             return false;
         }
-        self.blk_slot[b as usize] = NIL;
+        self.per[4 * b as usize + SLOT] = NIL;
         self.slots[i as usize] = 0;
         let rec = i >> self.stride_log;
         self.counts[rec as usize] -= 1;
