@@ -200,10 +200,8 @@ pub struct KvBlock {
     /// Reference count in the low 31 bits (at most `max_num_seqs` <= 65,536); [`KEYED`] set
     /// while the block is in the cache map.
     rk: u32,
-    /// Free queue: towards the head. NIL while referenced. (Grouped pods keep the reference
-    /// count, the keyed flag, the free-ring position and the owner link in the grouped map's
-    /// per-block words instead, `PoolGroups`; there a block's `rk`, `prev` and `next` stay
-    /// unused, and only its key is written.)
+    /// Free queue: towards the head (with the free queue as a ring, grouped pods: its position
+    /// in the ring). NIL while referenced.
     prev: u32,
     /// Free queue: towards the tail; while in use, the owner's previous own block.
     next: u32,
@@ -618,8 +616,7 @@ impl<'a> BatchedEngine<'a> {
         if self.groups.is_some() {
             // (not asked in this mode: the fleet keeps the map per group only where the router
             // asks for leading matches; exact, one pass over the blocks)
-            return (0..self.blocks.len() as u32)
-                .any(|b| self.rk(b) & KEYED != 0 && { self.blocks[b as usize].key } == key);
+            return self.blocks.iter().any(|b| b.keyed() && { b.key } == key);
         }
         self.lookup(key).is_some()
     }
@@ -637,9 +634,9 @@ impl<'a> BatchedEngine<'a> {
         }
         // fresh: the free queue holds every block in index order
         debug_assert!(self.free_head == 0 && self.free_len as usize == self.blocks.len());
-        let mut groups = groups;
-        for (i, e) in self.table.iter_mut().enumerate().take(self.blocks.len()) {
-            groups.set_pos(i as u32, i as u32);
+        for (i, (b, e)) in self.blocks.iter_mut().zip(self.table.iter_mut()).enumerate() {
+            b.prev = i as u32;
+            b.next = NIL;
             *e = i as u32;
         }
         self.free_head = 0;
@@ -651,31 +648,6 @@ impl<'a> BatchedEngine<'a> {
     /// Whether the cache map is kept per trace id ([`Self::attach_groups`]).
     pub fn is_grouped(&self) -> bool {
         self.groups.is_some()
-    }
-
-    /// Block `b`'s reference count and keyed flag ([`KvBlock::rk`]'s encoding): in the block,
-    /// or in the grouped map's dense array on grouped pods ([`PoolGroups::rk`]).
-    #[inline(always)]
-    fn rk(&self, b: u32) -> u32 {
-        match self.groups.as_ref() {
-            Some(g) => g.rk(b),
-            None => self.blocks[b as usize].rk,
-        }
-    }
-
-    /// Block `b`'s reference count and keyed flag, to change.
-    #[inline(always)]
-    fn rk_mut(&mut self, b: u32) -> &mut u32 {
-        match self.groups.as_mut() {
-            Some(g) => g.rk_mut(b),
-            None => &mut self.blocks[b as usize].rk,
-        }
-    }
-
-    /// Block `b`'s reference count.
-    #[inline(always)]
-    fn refs(&self, b: u32) -> u32 {
-        self.rk(b) & !KEYED
     }
 
     /// Block `b`, which holds `key`, loses it (evicted at its pop from the free queue).
@@ -834,12 +806,9 @@ impl<'a> BatchedEngine<'a> {
 
     fn fq_unlink(&mut self, b: u32) {
         if self.groups.is_some() {
-            // its ring entry becomes a tombstone (skipped at its pop, dropped at a compaction);
-            // its position is read only while the block is free
-            let at = self.ring_pos(b);
-            debug_assert!(at != NIL && self.table[at as usize] == b, "unlinks a free block");
-            self.table[at as usize] = NIL;
-            self.set_ring_pos(b, NIL);
+            // its ring entry goes stale (skipped at its pop, dropped at a compaction)
+            debug_assert!(self.blocks[b as usize].prev != NIL, "unlinks a free block");
+            self.blocks[b as usize].prev = NIL;
             self.free_len -= 1;
             return;
         }
@@ -865,37 +834,23 @@ impl<'a> BatchedEngine<'a> {
     //
     // The same queue in the same order, kept as block indices in a ring (the per-block map's
     // table, unused with the grouped map): `free_head` is the ring position of the oldest entry,
-    // `free_tail` the number of entries; a free block's position is its entry's (the grouped
-    // map's per-block words, `PoolGroups::pos`; NIL while the block is referenced). An unlinked block (a hit pinned from the queue) leaves a
-    // tombstone (NIL) at that position, skipped when the head reaches it. A pop reads the next
-    // blocks' indices from consecutive positions and tells a tombstone from a live entry
-    // without reading the block, so it reads no block at all (the reference counts and keyed
-    // flags are in the grouped map's dense array).
-
-    /// Block `b`'s ring position (grouped pods; NIL while referenced).
-    #[inline(always)]
-    fn ring_pos(&self, b: u32) -> u32 {
-        self.groups.as_ref().map_or(NIL, |g| g.pos(b))
-    }
-
-    #[inline(always)]
-    fn set_ring_pos(&mut self, b: u32, at: u32) {
-        if let Some(g) = self.groups.as_mut() {
-            g.set_pos(b, at);
-        }
-    }
+    // `free_tail` the number of entries; a free block's `prev` is its entry's position. An
+    // unlinked block (a hit pinned from the queue) leaves a stale entry (its `prev` no longer
+    // names that position), skipped when the head reaches it. A pop reads the next blocks'
+    // indices from consecutive positions, so their loads do not wait for each other, as they do
+    // along the links of the linked queue.
 
     /// Appends block `b` at the ring's tail (compacting first when the ring is full).
     fn ring_push(&mut self, b: u32) {
-        debug_assert!(self.refs(b) == 0, "only an unreferenced block is freed");
-        debug_assert!(self.ring_pos(b) == NIL, "not already free");
+        debug_assert!(self.blocks[b as usize].refs() == 0, "only an unreferenced block is freed");
+        debug_assert!(self.blocks[b as usize].prev == NIL, "not already free");
         let len = self.table.len() as u32;
         if self.free_tail == len {
             self.ring_compact();
         }
         let at = (self.free_head + self.free_tail) & (len - 1);
         self.table[at as usize] = b;
-        self.set_ring_pos(b, at);
+        self.blocks[b as usize].prev = at;
         self.free_tail += 1;
         self.free_len += 1;
     }
@@ -909,10 +864,10 @@ impl<'a> BatchedEngine<'a> {
         for k in 0..self.free_tail {
             let from = (head + k) & mask;
             let b = self.table[from as usize];
-            if b != NIL {
+            if self.blocks[b as usize].prev == from {
                 let to = (head + kept) & mask;
                 self.table[to as usize] = b;
-                self.set_ring_pos(b, to);
+                self.blocks[b as usize].prev = to;
                 kept += 1;
             }
         }
@@ -927,7 +882,7 @@ impl<'a> BatchedEngine<'a> {
             for k in 0..self.free_tail {
                 let at = (self.free_head + k) & mask;
                 let b = self.table[at as usize];
-                if b != NIL {
+                if self.blocks[b as usize].prev == at {
                     each(b);
                 }
             }
@@ -959,12 +914,11 @@ impl<'a> BatchedEngine<'a> {
     }
 
     fn unref(&mut self, b: u32) {
-        let rk = self.rk_mut(b);
-        debug_assert!(*rk & !KEYED > 0);
-        *rk -= 1;
-        let zero = *rk & !KEYED == 0;
+        let blk = &mut self.blocks[b as usize];
+        debug_assert!(blk.refs() > 0);
+        blk.rk -= 1;
         self.refs_total -= 1;
-        if zero {
+        if blk.refs() == 0 {
             self.pinned -= 1;
             self.fq_push_tail(b);
         }
@@ -1031,46 +985,34 @@ impl<'a> BatchedEngine<'a> {
     }
 
     /// [`Self::alloc_blocks`] from the ring: the `n` oldest live entries, each popped as
-    /// `alloc_own` pops the head (tombstones skipped). Reads no block: the entries, the map's
-    /// reference counts, slots and owner links only.
+    /// `alloc_own` pops the head (stale entries skipped).
     fn alloc_from_ring(&mut self, r: usize, n: u32) {
         let mask = self.table.len() as u32 - 1;
         let mut at = self.free_head;
         let mut left = self.free_tail;
         let mut own = self.reqs[r].own_head;
         let mut got = 0;
-        let mut uncached = 0;
-        let mut broken = false;
-        let Some(g) = self.groups.as_mut() else { return };
         while got < n {
             debug_assert!(left > 0, "the ring holds the free blocks");
             let b = self.table[at as usize];
+            let blk = self.blocks[b as usize];
+            let live = blk.prev == at;
             at = (at + 1) & mask;
             left -= 1;
-            if b == NIL {
+            if !live {
                 continue;
             }
-            let rk = g.rk_mut(b);
-            debug_assert!(*rk & !KEYED == 0, "a free block is unreferenced");
-            let keyed = *rk & KEYED != 0;
-            // count 1, no longer keyed
-            *rk = 1;
-            if keyed {
-                // (`uncache`, the grouped map's part)
-                broken |= !g.remove(b);
-                uncached += 1;
+            if blk.keyed() {
+                self.uncache(blk.key, b);
             }
-            // the owner chain lives in the map's per-block words (grouped pods), as does the
-            // ring position (NIL: referenced)
-            g.set_own_next(b, own);
-            g.set_pos(b, NIL);
+            // the owner chain lives in the map's `own_next` (grouped pods)
+            self.blocks[b as usize] = KvBlock { key: blk.key, rk: 1, prev: NIL, next: NIL };
+            if let Some(g) = self.groups.as_mut() {
+                g.set_own_next(b, own);
+            }
             own = b;
             got += 1;
         }
-        if broken {
-            self.broken = Some(Invariant::MappedKey);
-        }
-        self.cached -= uncached;
         self.free_head = at;
         self.free_tail = left;
         self.free_len -= n;
@@ -1153,7 +1095,8 @@ impl<'a> BatchedEngine<'a> {
         let keys = &self.keys[base..base + h_max as usize];
         let mut free_hits = 0;
         if let Some(g) = self.groups.as_ref() {
-            let hit = g.leading(keys, |b| free_hits += u32::from(g.rk(b) & !KEYED == 0));
+            let blocks = &self.blocks;
+            let hit = g.leading(keys, |b| free_hits += u32::from(blocks[b as usize].refs() == 0));
             return (hit as u32, free_hits);
         }
         for (j, &k) in keys.iter().enumerate() {
@@ -1226,8 +1169,9 @@ impl<'a> BatchedEngine<'a> {
                     }
                 };
                 if g.insert(rec, s, b) {
-                    self.blocks[b as usize].key = self.keys[base + idx as usize];
-                    *g.rk_mut(b) |= KEYED;
+                    let blk = &mut self.blocks[b as usize];
+                    blk.key = self.keys[base + idx as usize];
+                    blk.rk |= KEYED;
                     self.cached += 1;
                 }
             }
@@ -1628,11 +1572,11 @@ impl<'a> BatchedEngine<'a> {
                         self.broken = Some(Invariant::HitBlockCached);
                         return;
                     }
-                    if self.refs(b) == 0 {
+                    if self.blocks[b as usize].refs() == 0 {
                         self.fq_unlink(b);
                         self.pinned += 1;
                     }
-                    *self.rk_mut(b) += 1;
+                    self.blocks[b as usize].rk += 1;
                     self.refs_total += 1;
                 }
                 j = end;
@@ -2206,18 +2150,17 @@ impl<'a> BatchedEngine<'a> {
         let mut pinned = 0u64;
         let mut refs = 0u64;
         let mut keyed = 0u64;
-        for b in 0..self.blocks.len() as u32 {
-            let rk = self.rk(b);
-            pinned += u64::from(rk & !KEYED > 0);
-            refs += (rk & !KEYED) as u64;
-            keyed += u64::from(rk & KEYED != 0);
+        for b in self.blocks.iter() {
+            pinned += u64::from(b.refs() > 0);
+            refs += b.refs() as u64;
+            keyed += u64::from(b.keyed());
         }
         debug_assert_eq!(pinned, self.pinned as u64);
         debug_assert_eq!(refs, self.refs_total);
         debug_assert_eq!(keyed, self.cached as u64);
         let mut n = 0u64;
         self.each_free(|b| {
-            debug_assert_eq!(self.refs(b), 0, "only unreferenced blocks are free");
+            debug_assert_eq!(self.blocks[b as usize].refs(), 0, "only unreferenced blocks are free");
             n += 1;
         });
         debug_assert_eq!(n, self.free_len as u64);
@@ -2572,7 +2515,7 @@ mod tests {
                     let b = model.remove(i).unwrap();
                     e.fq_unlink(b);
                     e.pinned += 1;
-                    *e.rk_mut(b) += 1;
+                    e.blocks[b as usize].rk += 1;
                     e.refs_total += 1;
                     let full = e.free_tail as usize == e.table.len();
                     e.unref(b);
@@ -2589,7 +2532,7 @@ mod tests {
                         let mut b = e.reqs[0].own_head;
                         for &want in popped.iter().rev() {
                             assert_eq!(b, want, "capacity {c}: op {op}: popped in queue order");
-                            assert_eq!((e.refs(b), e.ring_pos(b)), (1, NIL));
+                            assert_eq!((e.blocks[b as usize].refs(), e.blocks[b as usize].prev), (1, NIL));
                             b = e.own_next(b);
                         }
                         held.extend(popped);
@@ -2606,7 +2549,7 @@ mod tests {
                         let b = model.remove(i).unwrap();
                         e.fq_unlink(b);
                         e.pinned += 1;
-                        *e.rk_mut(b) += 1;
+                        e.blocks[b as usize].rk += 1;
                         e.refs_total += 1;
                         held.push(b);
                     }
@@ -2629,7 +2572,7 @@ mod tests {
                 let b = model.remove((rnd() % model.len() as u64) as usize).unwrap();
                 e.fq_unlink(b);
                 e.pinned += 1;
-                *e.rk_mut(b) += 1;
+                e.blocks[b as usize].rk += 1;
                 e.refs_total += 1;
                 compactions += usize::from(e.free_tail as usize == e.table.len());
                 e.unref(b);

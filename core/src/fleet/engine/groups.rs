@@ -18,12 +18,6 @@ use crate::fleet::cache::table::{self, Probe};
 /// "No block / no record".
 const NIL: u32 = u32::MAX;
 
-/// Fields of a block's 4 words in [`PoolGroups::per`].
-const SLOT: usize = 0;
-const OWN: usize = 1;
-const RK: usize = 2;
-const POS: usize = 3;
-
 /// One pod's group map.
 pub struct PoolGroups<'a> {
     /// Sub-blocks per group R.
@@ -39,15 +33,12 @@ pub struct PoolGroups<'a> {
     counts: &'a mut [u32],
     /// Per record, `1 << stride_log` slots: block + 1, 0 none.
     slots: &'a mut [u32],
-    /// Per block, 4 words (16 bytes, one cache line's quarter: every per-block access of an
-    /// allocation, keying, pin or release reads or writes one line, where the blocks' own
-    /// fields and separate arrays took one line each):
-    /// * [`SLOT`]: its slot index while it holds a key;
-    /// * [`OWN`]: while a request owns it, the owner's previous own block (the engine's owner
-    ///   chain);
-    /// * [`RK`]: its reference count and keyed flag (the engine's `KvBlock::rk` encoding);
-    /// * [`POS`]: while it is free, its position in the engine's free ring.
-    per: &'a mut [u32],
+    /// Per block: its slot index while it holds a key.
+    blk_slot: &'a mut [u32],
+    /// Per block, while a request owns it: the owner's previous own block (the engine's owner
+    /// chain, kept here in 4 bytes a block rather than in the 20-byte blocks: a release walks
+    /// it one dependent load at a time, and this array is 1/5 of the blocks' cache footprint).
+    own_next: &'a mut [u32],
     /// Head of the free records.
     free: u32,
     /// Records in use (groups in the table).
@@ -91,10 +82,10 @@ pub struct GroupsLayout {
 }
 
 impl GroupsLayout {
-    /// `u32` entries of one pod: its table, counts, slots, and 4 words a block (slot index,
-    /// owner link, reference count, free-ring position).
+    /// `u32` entries of one pod: its table, counts, slots, per-block slot indices and owner
+    /// links.
     pub const fn words(&self) -> usize {
-        self.table + self.records * (self.stride + 5)
+        self.table + self.records * (self.stride + 3)
     }
     /// `u64` entries of one pod: the group keys.
     pub const fn keys(&self) -> usize {
@@ -132,7 +123,7 @@ impl<'a> PoolGroups<'a> {
         let (table, rest) = words.split_at_mut(l.table);
         let (counts, rest) = rest.split_at_mut(l.records);
         let (slots, rest) = rest.split_at_mut(l.records * l.stride);
-        let per = rest;
+        let (blk_slot, own_next) = rest.split_at_mut(l.records);
         table.fill(0);
         // The slots are most of the map (R' words per record) and a run uses the records at the
         // start of the free list only: a caller's zeroed buffer (fresh pages from the allocator)
@@ -141,12 +132,7 @@ impl<'a> PoolGroups<'a> {
         if slots.iter().any(|&w| w != 0) {
             slots.fill(0);
         }
-        for w in per.chunks_exact_mut(4) {
-            w[SLOT] = NIL;
-            w[OWN] = NIL;
-            w[RK] = 0;
-            w[POS] = NIL;
-        }
+        blk_slot.fill(NIL);
         for (i, c) in counts.iter_mut().enumerate() {
             *c = if i + 1 == l.records { NIL } else { i as u32 + 1 };
         }
@@ -158,7 +144,8 @@ impl<'a> PoolGroups<'a> {
             gkeys: keys,
             counts,
             slots,
-            per,
+            blk_slot,
+            own_next,
             free: 0,
             used: 0,
         })
@@ -223,37 +210,13 @@ impl<'a> PoolGroups<'a> {
     /// owner took `b`; unspecified while nobody owns `b`).
     #[inline(always)]
     pub fn own_next(&self, b: u32) -> u32 {
-        self.per[4 * b as usize + OWN]
+        self.own_next[b as usize]
     }
 
     /// Block `b`'s new owner's previous own block (NIL: none).
     #[inline(always)]
     pub fn set_own_next(&mut self, b: u32, older: u32) {
-        self.per[4 * b as usize + OWN] = older;
-    }
-
-    /// Block `b`'s reference count and keyed flag (the engine's encoding).
-    #[inline(always)]
-    pub fn rk(&self, b: u32) -> u32 {
-        self.per[4 * b as usize + RK]
-    }
-
-    /// Block `b`'s reference count and keyed flag, to change.
-    #[inline(always)]
-    pub fn rk_mut(&mut self, b: u32) -> &mut u32 {
-        &mut self.per[4 * b as usize + RK]
-    }
-
-    /// Block `b`'s position in the engine's free ring (meaningful while it is free).
-    #[inline(always)]
-    pub fn pos(&self, b: u32) -> u32 {
-        self.per[4 * b as usize + POS]
-    }
-
-    /// Sets block `b`'s position in the engine's free ring.
-    #[inline(always)]
-    pub fn set_pos(&mut self, b: u32, at: u32) {
-        self.per[4 * b as usize + POS] = at;
+        self.own_next[b as usize] = older;
     }
 
     /// The block cached for sub-block `s` of record `rec` (NIL: none).
@@ -293,7 +256,7 @@ impl<'a> PoolGroups<'a> {
         }
         self.slots[i] = b + 1;
         self.counts[rec as usize] += 1;
-        self.per[4 * b as usize + SLOT] = i as u32;
+        self.blk_slot[b as usize] = i as u32;
         true
     }
 
@@ -308,11 +271,11 @@ impl<'a> PoolGroups<'a> {
     /// Block `b`, which holds a key, loses it (evicted); false if it held none here.
     #[inline(always)]
     pub fn remove(&mut self, b: u32) -> bool {
-        let i = self.per[4 * b as usize + SLOT];
+        let i = self.blk_slot[b as usize];
         if i == NIL || self.slots[i as usize] != b + 1 {
             return false;
         }
-        self.per[4 * b as usize + SLOT] = NIL;
+        self.blk_slot[b as usize] = NIL;
         self.slots[i as usize] = 0;
         let rec = i >> self.stride_log;
         self.counts[rec as usize] -= 1;
