@@ -123,8 +123,24 @@ pub const TABLE1_OUTPUT_PER_PROMPT_E4: u64 = 1_237;
 /// Prompt tokens the 2025 client counted per request: inference-perf v0.2.0's shared_prefix
 /// prompts are decoded random token ids, counted again by encoding; 6,000 + 1,200 random ids of
 /// Qwen's BPE decode and re-encode to 7,580 +- 26 tokens (item 3: Qwen's ranks as the PyPI package
-/// `dashscope` ships them, 150 prompts). Used only through [`TABLE1_COUNTED_OUTPUT_TOKENS`].
+/// `dashscope` ships them, 150 prompts). The server tokenizes the same text with the same
+/// tokenizer, so this is also the prompt vLLM prefilled and cached: [`TABLE1_SERVER_SYSTEM_PROMPT_TOKENS`]
+/// + [`TABLE1_SERVER_QUESTION_TOKENS`], the prompt table 1's runs send (assumption A13).
 pub const TABLE1_COUNTED_PROMPT_TOKENS: u64 = 7_580;
+/// The group's system prompt as the server tokenized it (assumption A13, docs/PUBLISHED.md "The
+/// 2025 prompts as the server tokenized them"): inference-perf v0.2.0's `shared_prefix` generator
+/// (`datagen/shared_prefix_datagen.py` @ v0.2.0: `hf_tokenizer.decode` of `system_prompt_len`
+/// random token ids, then `shared_prefix_text + " " + question_text`) sends text, and decoding
+/// 6,000 random ids of Qwen's byte-level BPE and encoding the text again gives 6,315 tokens (the
+/// 7,580-token prompt's shared part; an independent sample of 40 groups gives 6,319 +- 28, and
+/// the five prompts of a group share that many leading tokens). The configured lengths became
+/// exact only with kubernetes-sigs/inference-perf PR #383 (2026-05-01, "Fix `SharedPrefix`
+/// Datagen Prompt Length", for issue #230 of 2025-09-22: "expected prompt tokens (128) does not
+/// match the actual (~130-140)"), so tables 2-3 (inference-perf v0.5.0) send 6,000 + 1,200.
+pub const TABLE1_SERVER_SYSTEM_PROMPT_TOKENS: u32 = 6_315;
+/// The user's `" " + question` as the server tokenized it: 1,200 random ids decode and encode to
+/// 1,265 tokens (A13; the independent sample gives 1,264.5).
+pub const TABLE1_SERVER_QUESTION_TOKENS: u32 = 1_265;
 /// Output tokens the 2025 client counted per successful request (assumption A1): the
 /// per-stage ratio [`TABLE1_OUTPUT_PER_PROMPT_E4`] times the counted prompt,
 /// 0.1237 x 7,580 = 937.6. The server generated 1,000 (`ignore_eos`, `max_tokens` 1000); the
@@ -436,6 +452,13 @@ pub fn error(sim: f64, published: f64, absolute: bool) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_server_prompt_is_the_counted_prompt() {
+        // A13: what the client counted is what vLLM tokenized (the same text, the same tokenizer)
+        let server = u64::from(TABLE1_SERVER_SYSTEM_PROMPT_TOKENS + TABLE1_SERVER_QUESTION_TOKENS);
+        assert_eq!(server, TABLE1_COUNTED_PROMPT_TOKENS);
+    }
 
     #[test]
     fn the_counted_output_per_success_is_the_ratio_times_the_counted_prompt() {

@@ -6,7 +6,7 @@ use brokerlab_core::fleet::loadgen::Status;
 use brokerlab_core::fleet::{FleetConfig, RouterKind, RouterSpec};
 use serde::Serialize;
 
-use super::cells::TABLE1_COUNTED_OUTPUT_TOKENS;
+use super::cells::{TABLE1_COUNTED_OUTPUT_TOKENS, TABLE1_SERVER_QUESTION_TOKENS, TABLE1_SERVER_SYSTEM_PROMPT_TOKENS};
 use super::figures::{Req, StageFigures, Summary2025, as_counted, back_to_back, per_stage, summary_2025};
 use crate::error::{CliError, CliResult};
 use crate::fleet::cli::router_config;
@@ -335,11 +335,16 @@ pub fn run_conversations(divisor: u64, inc: &dyn Fn()) -> CliResult<(Vec<LevelRu
 /// b2b-saas scenario `b` (the physics step cost `qwen3-32b-h100-tp2`, vLLM's S = 1024 and
 /// M = 8192): one step-cost profile for the three tables (docs/PUBLISHED.md, "One step cost for
 /// the three tables"), and the 2025 gateway's in-flight limit ([`TABLE1_GATEWAY_MAX_IN_FLIGHT`]).
-/// The scenario file keeps its linear profile and no gateway limit for `fleet run` and
-/// `fleet report`'s section 11.
+/// Its prompts are 6,315 + 1,265 tokens, the 6,000 + 1,200 random token ids of the workload
+/// file as the server tokenized their decoded text ([`TABLE1_SERVER_SYSTEM_PROMPT_TOKENS`],
+/// assumption A13). The scenario file keeps its linear profile, the configured lengths and no
+/// gateway limit for `fleet run` and `fleet report`'s section 11.
 pub fn table1_scenario(divisor: u64, b: &Scenario) -> CliResult<Scenario> {
     let mut sc = llmd::scenario(divisor)?;
     sc.engine = b.engine.clone();
+    sc.workload.prefix_tokens = TABLE1_SERVER_SYSTEM_PROMPT_TOKENS;
+    sc.workload.suffix_min_tokens = TABLE1_SERVER_QUESTION_TOKENS;
+    sc.workload.suffix_max_tokens = TABLE1_SERVER_QUESTION_TOKENS;
     let load = sc.load.as_mut().ok_or_else(|| CliError::failure(format!("{}: no [load]", llmd::SCENARIO_NAME)))?;
     load.gateway_max_in_flight = TABLE1_GATEWAY_MAX_IN_FLIGHT;
     Ok(sc)
