@@ -189,15 +189,11 @@ impl<'a> ApproxIndex<'a> {
             return runs.touch_request_in_order(keys, self.group);
         }
         let Some(index) = self.index.as_mut() else {
-            for &k in keys {
-                lru.touch(k, &mut ());
-            }
+            lru.touch_each(keys.iter().copied(), &mut ());
             return Ok(());
         };
         let mut feed = Feed { index, pod, error: None };
-        for &k in keys {
-            lru.touch(k, &mut feed);
-        }
+        lru.touch_each(keys.iter().copied(), &mut feed);
         // The table holds pods x LRU keys, so it cannot fill: an error here is a bug.
         debug_assert!(feed.error.is_none());
         feed.error.map_or(Ok(()), Err)

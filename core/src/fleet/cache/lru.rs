@@ -306,65 +306,48 @@ impl<'a> LruPod<'a> {
 
     /// [`Self::touch`] of a full pod (at least 2 blocks) with a tag-homed table: the victim is
     /// the tail of the recency list and its slot becomes the head, every table position comes
-    /// from the key's own bits, and the fields stay in registers across the caller's loop.
+    /// from the key's own bits ([`Full::touch`]).
     #[inline(always)]
     fn touch_full(&mut self, key: u64, events: &mut impl CacheEvents) -> bool {
-        let (slot_mask, slot_bits) = (self.slot_mask, self.slot_bits);
-        let mask = self.table.len() - 1;
-        let hi = (key >> 32) as u32;
-        let tag = hi & !slot_mask;
-        let mut i = (hi >> slot_bits) as usize & mask;
-        loop {
-            let e = self.table[i];
-            if e == 0 {
-                break;
-            }
-            if e & !slot_mask == tag {
-                let s = (e & slot_mask) - 1;
-                if self.slots[s as usize].key == key {
-                    if s != self.mru {
-                        self.unlink(s);
-                        self.push_mru(s);
-                    }
-                    return true;
-                }
-            }
-            i = (i + 1) & mask;
+        let mut full = self.full();
+        let hit = full.touch(key, events);
+        (self.mru, self.lru) = (full.mru, full.lru);
+        hit
+    }
+
+    /// The full, tag-homed pod's state as locals for [`Full::touch`] (the caller checked both).
+    #[inline(always)]
+    fn full(&mut self) -> Full<'_> {
+        Full {
+            mask: self.table.len() - 1,
+            slots: &mut *self.slots,
+            table: &mut *self.table,
+            slot_mask: self.slot_mask,
+            slot_bits: self.slot_bits,
+            mru: self.mru,
+            lru: self.lru,
         }
-        let empty = i;
-        // The victim: the tail; its entry is found from its key's home by its slot number.
-        let v = self.lru;
-        let Slot { key: old, prev, .. } = self.slots[v as usize];
-        let mut j = ((old >> 32) as u32 >> slot_bits) as usize & mask;
-        let mut run_end = usize::MAX;
-        loop {
-            let e = self.table[j];
-            if e == 0 {
-                break;
-            }
-            if e & slot_mask == v + 1 {
-                run_end = table::remove_tagged(self.table, slot_bits, j);
-                break;
-            }
-            j = (j + 1) & mask;
+    }
+
+    /// [`Self::touch`] of every key of `keys` in turn, the answers dropped: the same moves and
+    /// events as one `touch` per key (checked by `tests::touch_each_is_touch`). Once the pod is
+    /// full with a tag-homed table (it then stays full) the rest of the keys run through
+    /// [`Full::touch`] with the pod's fields held in locals across the loop, so that its masks,
+    /// links and table bounds are not reloaded per key.
+    #[inline(always)]
+    pub fn touch_each(&mut self, keys: impl Iterator<Item = u64>, events: &mut impl CacheEvents) {
+        let mut keys = keys;
+        while !(self.direct && self.len as usize == self.slots.len() && self.len >= 2) {
+            match keys.next() {
+                Some(k) => self.touch_general(k, events),
+                None => return,
+            };
         }
-        events.evicted(old);
-        // The tail's slot moves to the head (len >= 2: the tail has a predecessor, and the
-        // head is another slot).
-        let head = self.mru;
-        self.slots[prev as usize].next = NIL;
-        self.lru = prev;
-        self.slots[v as usize] = Slot { key, prev: NIL, next: head };
-        self.slots[head as usize].prev = v;
-        self.mru = v;
-        if run_end == empty {
-            // The removal shortened the probe run that ended at `empty`: probe again.
-            self.table_insert(key, v);
-        } else {
-            self.table[empty] = tag | (v + 1);
+        let mut full = self.full();
+        for k in keys {
+            full.touch(k, events);
         }
-        events.inserted(key);
-        false
+        (self.mru, self.lru) = (full.mru, full.lru);
     }
 
     /// [`Self::touch`] for every state (the oracle of [`Self::touch_full`]).
@@ -428,6 +411,96 @@ impl<'a> LruPod<'a> {
     }
 }
 
+/// A full pod (at least 2 blocks, tag-homed table) with its fields as locals: [`LruPod::touch`]'s
+/// fast path, one key at a time ([`LruPod::touch_full`]) or over a whole request
+/// ([`LruPod::touch_each`]). `mru` and `lru` are written back by the caller.
+struct Full<'x> {
+    slots: &'x mut [Slot],
+    table: &'x mut [u32],
+    mask: usize,
+    slot_mask: u32,
+    slot_bits: u32,
+    mru: u32,
+    lru: u32,
+}
+
+impl Full<'_> {
+    /// The victim is the list's tail and its slot becomes the head, every table position comes
+    /// from the key's own bits (the same moves as [`LruPod::touch_general`] of a full pod).
+    #[inline(always)]
+    fn touch(&mut self, key: u64, events: &mut impl CacheEvents) -> bool {
+        let (slot_mask, slot_bits, mask) = (self.slot_mask, self.slot_bits, self.mask);
+        let hi = (key >> 32) as u32;
+        let tag = hi & !slot_mask;
+        let mut i = (hi >> slot_bits) as usize & mask;
+        loop {
+            let e = self.table[i];
+            if e == 0 {
+                break;
+            }
+            if e & !slot_mask == tag {
+                let s = (e & slot_mask) - 1;
+                if self.slots[s as usize].key == key {
+                    if s != self.mru {
+                        // s is not the head, so it has a predecessor; the head is another slot.
+                        let Slot { prev, next, .. } = self.slots[s as usize];
+                        self.slots[prev as usize].next = next;
+                        if next == NIL {
+                            self.lru = prev;
+                        } else {
+                            self.slots[next as usize].prev = prev;
+                        }
+                        let head = self.mru;
+                        self.slots[s as usize].prev = NIL;
+                        self.slots[s as usize].next = head;
+                        self.slots[head as usize].prev = s;
+                        self.mru = s;
+                    }
+                    return true;
+                }
+            }
+            i = (i + 1) & mask;
+        }
+        let empty = i;
+        // The victim: the tail; its entry is found from its key's home by its slot number.
+        let v = self.lru;
+        let Slot { key: old, prev, .. } = self.slots[v as usize];
+        let mut j = ((old >> 32) as u32 >> slot_bits) as usize & mask;
+        let mut run_end = usize::MAX;
+        loop {
+            let e = self.table[j];
+            if e == 0 {
+                break;
+            }
+            if e & slot_mask == v + 1 {
+                run_end = table::remove_tagged(self.table, slot_bits, j);
+                break;
+            }
+            j = (j + 1) & mask;
+        }
+        events.evicted(old);
+        // The tail's slot moves to the head (at least 2 blocks: the tail has a predecessor,
+        // and the head is another slot).
+        let head = self.mru;
+        self.slots[prev as usize].next = NIL;
+        self.lru = prev;
+        self.slots[v as usize] = Slot { key, prev: NIL, next: head };
+        self.slots[head as usize].prev = v;
+        self.mru = v;
+        let mut at = empty;
+        if run_end == empty {
+            // The removal shortened the probe run that ended at `empty`: probe again.
+            at = (hi >> slot_bits) as usize & mask;
+            while self.table[at] != 0 {
+                at = (at + 1) & mask;
+            }
+        }
+        self.table[at] = tag | (v + 1);
+        events.inserted(key);
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -474,6 +547,48 @@ mod tests {
                 prop_assert_eq!((a.len, a.mru, a.lru), (b.len, b.mru, b.lru));
             }
             prop_assert_eq!(la.0, lb.0);
+        }
+
+        /// [`LruPod::touch_each`] (whose full, tag-homed part runs [`Full::touch`] with the
+        /// fields in locals) against one [`LruPod::touch_general`] per key on twin pods, over
+        /// requests of up to 50 keys touched in order or tail first (as the router's index and
+        /// the FIFO pods do): after every request the same events, table, slots and links.
+        /// Requests repeat keys (within and across requests) and share high bits.
+        #[test]
+        fn touch_each_is_touch(
+            cap in 2usize..40,
+            short: bool,
+            high in 1u64..64,
+            reqs in proptest::collection::vec(
+                (any::<bool>(), proptest::collection::vec((0u64..64, 0u64..80), 0..50)),
+                0..40,
+            ),
+        ) {
+            let len = if short { LruPod::min_table_len(cap) } else { LruPod::table_len(cap) };
+            let (mut sa, mut ta) = (vec![Slot::default(); cap], vec![0u32; len]);
+            let (mut sb, mut tb) = (sa.clone(), ta.clone());
+            let mut a = LruPod::new(&mut sa, &mut ta).unwrap();
+            let mut b = LruPod::new(&mut sb, &mut tb).unwrap();
+            let (mut la, mut lb) = (Log::default(), Log::default());
+            for (rev, req) in &reqs {
+                let keys: Vec<u64> =
+                    req.iter().map(|&(h, low)| ((h % high) << 56) | ((h * 0x9e37) << 32) | low).collect();
+                if *rev {
+                    a.touch_each(keys.iter().rev().copied(), &mut la);
+                    for &k in keys.iter().rev() {
+                        b.touch_general(k, &mut lb);
+                    }
+                } else {
+                    a.touch_each(keys.iter().copied(), &mut la);
+                    for &k in &keys {
+                        b.touch_general(k, &mut lb);
+                    }
+                }
+                prop_assert_eq!(&la.0, &lb.0);
+                prop_assert_eq!(&a.table[..], &b.table[..]);
+                prop_assert_eq!(&a.slots[..], &b.slots[..]);
+                prop_assert_eq!((a.len, a.mru, a.lru), (b.len, b.mru, b.lru));
+            }
         }
     }
 }

@@ -16,10 +16,18 @@ pub trait CacheEvents {
     fn inserted(&mut self, key: u64);
     /// `key` was evicted as least recent.
     fn evicted(&mut self, key: u64);
+    /// True when every event would be ignored (so that a caller may touch with `()` instead and
+    /// skip the per-event checks); false unless the sink says so.
+    fn silent(&self) -> bool {
+        false
+    }
 }
 
 /// Ignores all events.
 impl CacheEvents for () {
     fn inserted(&mut self, _: u64) {}
     fn evicted(&mut self, _: u64) {}
+    fn silent(&self) -> bool {
+        true
+    }
 }

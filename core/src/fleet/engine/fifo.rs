@@ -271,13 +271,13 @@ impl<'a> FifoEngine<'a> {
         // The prefix continues in the CPU tier, measured before any update too.
         let cpu_hit = self.cpu.as_ref().map_or(0, |c| c.hit_blocks(&keys[hit..]));
         let mut feed = Demote { cpu: self.cpu.as_mut(), events };
-        match self.cfg.order {
-            TouchOrder::TailFirst => keys.iter().rev().for_each(|&k| {
-                cache.touch(k, &mut feed);
-            }),
-            TouchOrder::InOrder => keys.iter().for_each(|&k| {
-                cache.touch(k, &mut feed);
-            }),
+        // No CPU tier and a view that keeps nothing (every router but those of an exact or
+        // stale index): the touches run without the per-event checks.
+        match (self.cfg.order, feed.silent()) {
+            (TouchOrder::TailFirst, true) => cache.touch_each(keys.iter().rev().copied(), &mut ()),
+            (TouchOrder::TailFirst, false) => cache.touch_each(keys.iter().rev().copied(), &mut feed),
+            (TouchOrder::InOrder, true) => cache.touch_each(keys.iter().copied(), &mut ()),
+            (TouchOrder::InOrder, false) => cache.touch_each(keys.iter().copied(), &mut feed),
         }
         Ok((hit, cpu_hit))
     }
@@ -301,6 +301,10 @@ impl<F: CacheEvents> CacheEvents for Demote<'_, '_, F> {
         if let Some(cpu) = self.cpu.as_deref_mut() {
             demote(cpu, key);
         }
+    }
+    #[inline]
+    fn silent(&self) -> bool {
+        self.cpu.is_none() && self.events.silent()
     }
 }
 

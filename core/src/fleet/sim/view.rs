@@ -292,6 +292,10 @@ impl CacheEvents for Feed<'_, '_> {
             self.error.get_or_insert(e);
         }
     }
+    #[inline]
+    fn silent(&self) -> bool {
+        self.index.is_none() && self.pending.is_none() && self.stores.is_none()
+    }
 }
 
 /// The pending-event queues of `cfg` (evictions, stores, speculative entries) over equal shares
