@@ -114,7 +114,7 @@ fn trace(x: &mut u64, n: usize, tenants: u64, cap: usize, gap: u64, interleave: 
     out
 }
 
-fn engine(x: &mut u64) -> BatchedConfig {
+fn engine(x: &mut u64, tier: bool) -> BatchedConfig {
     let mut e = BatchedConfig::new(Profile::Seed);
     e.max_num_seqs = 1 + (lcg(x) % 6) as u32;
     e.max_num_batched_tokens = e.max_num_seqs + (lcg(x) % 120) as u32;
@@ -122,9 +122,10 @@ fn engine(x: &mut u64) -> BatchedConfig {
         l.t_kv_token_ns = lcg(x) % 3;
         l.t_decode_seq_ns = lcg(x) % 200;
     }
-    // an offload tier on a third of the cases (the routers' matches then count its blocks:
-    // the fast path reads the fleet's kept `Engine::leads`, the reference asks every time)
-    if lcg(x).is_multiple_of(3) {
+    // an offload tier on half the cases, every router (the routers' matches then count its
+    // blocks: the fast path reads the fleet's kept `Engine::leads`, the reference asks every
+    // time)
+    if tier {
         e.offload.cpu_capacity = 4 + (lcg(x) % 40) as u32;
         // a tier block counts whole in the match (at the default 0.8 the short prompts here
         // round most tier blocks away)
@@ -145,7 +146,7 @@ fn check(pods: usize, cases: usize, n: usize, seed: u64) -> u64 {
     for case in 0..cases {
         let cap = 4 + (lcg(&mut x) % 40) as usize;
         let router = ROUTERS[case % ROUTERS.len()];
-        let e = engine(&mut x);
+        let e = engine(&mut x, case % 8 >= 4);
         let gap = 50 + lcg(&mut x) % 3000;
         let interleave = case % 2 == 1;
         let tenants = 1 + lcg(&mut x) % 12;
