@@ -148,6 +148,9 @@ fn check(pods: usize, cases: usize, n: usize, seed: u64) -> u64 {
         let router = ROUTERS[case % ROUTERS.len()];
         let e = engine(&mut x, case % 8 >= 4);
         let gap = 50 + lcg(&mut x) % 3000;
+        // a quarter of the tier cases spaced out (idle pods between arrivals: blocks sit in the
+        // tiers when the next request is routed)
+        let gap = if case % 16 >= 12 { gap * 20_000_000 } else { gap };
         let interleave = case % 2 == 1;
         let tenants = 1 + lcg(&mut x) % 12;
         let reqs = trace(&mut x, n, tenants, cap, gap, interleave);
