@@ -4,7 +4,8 @@
 //! asked at every arrival, `Fleet::use_reference_paths`): the same routes, the same completions
 //! and inter-token latencies in the same order, the same per-pod counters. Small fleets and
 //! 1,024 pods; small pods (their key tables collide often), shared prefixes,
-//! preemptions, and closed-loop steps (`advance_next`) and aborts between dispatches.
+//! preemptions, offload tiers (the fast path reads the fleet's kept `Engine::leads`), and
+//! closed-loop steps (`advance_next`) and aborts between dispatches.
 
 use brokerlab_core::fleet::*;
 
@@ -54,8 +55,15 @@ struct Outcome {
 fn run(cfg: FleetConfig, reqs: &[Req], reference: bool) -> Outcome {
     // room for every request on one pod (small fleets); a 1,024-pod fleet spreads them
     let per_pod = if cfg.pods > 64 { 64 } else { 256 };
-    let mut owned = Owned::new(&BatchedLayout::new(&cfg, per_pod, per_pod * 16).unwrap());
-    let mut f = BatchedFleet::new(cfg, owned.buffers(&mut [])).unwrap();
+    let layout = BatchedLayout::new(&cfg, per_pod, per_pod * 16).unwrap();
+    let mut owned = Owned::new(&layout);
+    // the offload tier's buffers (empty without one)
+    let mut cpu_slots = vec![Slot::default(); layout.cpu_slots_len()];
+    let mut cpu_tables = vec![0u32; layout.cpu_tables_len()];
+    let mut buffers = owned.buffers(&mut []);
+    buffers.cpu_slots = &mut cpu_slots;
+    buffers.cpu_tables = &mut cpu_tables;
+    let mut f = BatchedFleet::new(cfg, buffers).unwrap();
     f.use_reference_paths(reference);
     let mut sink = Sink::default();
     let (mut routes, mut aborted) = (vec![], vec![]);
@@ -106,7 +114,7 @@ fn trace(x: &mut u64, n: usize, tenants: u64, cap: usize, gap: u64, interleave: 
     out
 }
 
-fn engine(x: &mut u64) -> BatchedConfig {
+fn engine(x: &mut u64, tier: bool) -> BatchedConfig {
     let mut e = BatchedConfig::new(Profile::Seed);
     e.max_num_seqs = 1 + (lcg(x) % 6) as u32;
     e.max_num_batched_tokens = e.max_num_seqs + (lcg(x) % 120) as u32;
@@ -114,21 +122,35 @@ fn engine(x: &mut u64) -> BatchedConfig {
         l.t_kv_token_ns = lcg(x) % 3;
         l.t_decode_seq_ns = lcg(x) % 200;
     }
+    // an offload tier on half the cases, every router (the routers' matches then count its
+    // blocks: the fast path reads the fleet's kept `Engine::leads`, the reference asks every
+    // time)
+    if tier {
+        e.offload.cpu_capacity = 4 + (lcg(x) % 40) as u32;
+        // a tier block counts whole in the match (at the default 0.8 the short prompts here
+        // round most tier blocks away)
+        e.offload.cpu_tier_weight_milli = 1000;
+    }
     e
 }
 
 const ROUTERS: [RouterKind; 4] =
     [RouterKind::LlmDPrecise, RouterKind::PrefixAware, RouterKind::LeastLoaded, RouterKind::RoundRobin];
 
-fn check(pods: usize, cases: usize, n: usize, seed: u64) {
+/// Returns the tokens the cases' offload tiers gave (the fast path reads the fleet's kept
+/// `Engine::leads`, the reference asks the engines at every decision).
+fn check(pods: usize, cases: usize, n: usize, seed: u64) -> u64 {
     let mut x = seed;
-    let mut preempted = 0;
+    let (mut preempted, mut tier_hits) = (0, 0);
     let mut routed_pods = std::collections::BTreeSet::new();
     for case in 0..cases {
         let cap = 4 + (lcg(&mut x) % 40) as usize;
         let router = ROUTERS[case % ROUTERS.len()];
-        let e = engine(&mut x);
+        let e = engine(&mut x, case % 8 >= 4);
         let gap = 50 + lcg(&mut x) % 3000;
+        // a quarter of the tier cases spaced out (idle pods between arrivals: blocks sit in the
+        // tiers when the next request is routed)
+        let gap = if case % 16 >= 12 { gap * 20_000_000 } else { gap };
         let interleave = case % 2 == 1;
         let tenants = 1 + lcg(&mut x) % 12;
         let reqs = trace(&mut x, n, tenants, cap, gap, interleave);
@@ -142,20 +164,25 @@ fn check(pods: usize, cases: usize, n: usize, seed: u64) {
         assert_eq!(fast.stats, slow.stats, "{pods} pods, case {case}: per-pod counters");
         assert_eq!(fast.totals, slow.totals, "{pods} pods, case {case}: totals");
         preempted += fast.stats.iter().map(|s| s.preemptions).sum::<u64>();
+        tier_hits += fast.stats.iter().map(|s| s.offload_hit_tokens).sum::<u64>();
         routed_pods.extend(fast.routes.iter().map(|r| r.pod));
     }
     assert!(preempted > 0, "{pods} pods: the cases must preempt");
     assert!(routed_pods.len() > pods.min(40) / 2, "{pods} pods: requests spread over the fleet");
+    tier_hits
 }
 
 #[test]
 fn calendar_and_two_pass_view_match_the_reference_on_small_fleets() {
+    let mut tier_hits = 0;
     for (pods, seed) in [(1, 1), (2, 2), (3, 3), (8, 4), (64, 5), (65, 6)] {
-        check(pods, 40, 80, seed);
+        tier_hits += check(pods, 40, 80, seed);
     }
+    assert!(tier_hits > 0, "some cases must hit an offload tier");
 }
 
 #[test]
 fn calendar_and_two_pass_view_match_the_reference_on_1024_pods() {
+    // (the 1,024-pod cases spread their requests too thin to hit their tiers)
     check(1024, 8, 1500, 28);
 }

@@ -704,6 +704,45 @@ impl<'a> BatchedEngine<'a> {
         self.probe(key).ok()
     }
 
+    /// The longest leading run of `keys` the cache map holds ([`Self::contains`] key by key).
+    pub fn held_run(&self, keys: &[u64]) -> u32 {
+        if self.groups.is_some() {
+            return keys.iter().take_while(|&&k| self.contains(k)).count() as u32;
+        }
+        self.run_blocks(keys, |_| {})
+    }
+
+    /// Per-block map: the longest leading run of `keys` the map holds, `each` called with the
+    /// block of each key of the run in order ([`Self::lookup`] key by key). Eight keys at a
+    /// time: their home entries loaded first (independent loads, so that their cache misses
+    /// overlap), then each key settled from its home entry when that names its block, else by
+    /// a whole probe; a key after the run's end may be looked at.
+    #[inline]
+    fn run_blocks(&self, keys: &[u64], mut each: impl FnMut(u32)) -> u32 {
+        const LANES: usize = 8;
+        let mut n = 0u32;
+        for chunk in keys.chunks(LANES) {
+            let mut home = [0u32; LANES];
+            for (e, &k) in home.iter_mut().zip(chunk) {
+                *e = self.table[table::home(k, self.shift)];
+            }
+            for (&e, &k) in home.iter().zip(chunk) {
+                let b = (e & self.slot_mask).wrapping_sub(1);
+                let b = if e != 0 && e & !self.slot_mask == self.tag(k) && self.blocks[b as usize].key == k {
+                    b
+                } else {
+                    match self.lookup(k) {
+                        Some(b) => b,
+                        None => return n,
+                    }
+                };
+                each(b);
+                n += 1;
+            }
+        }
+        n
+    }
+
     /// Keys block `b` with `key` unless the key is cached already (its entry goes to `empty`,
     /// the end of the key's probe, when absent).
     #[inline(always)]
@@ -1099,13 +1138,9 @@ impl<'a> BatchedEngine<'a> {
             let hit = g.leading(keys, |b| free_hits += u32::from(blocks[b as usize].refs() == 0));
             return (hit as u32, free_hits);
         }
-        for (j, &k) in keys.iter().enumerate() {
-            match self.lookup(k) {
-                Some(b) => free_hits += u32::from(self.blocks[b as usize].refs() == 0),
-                None => return (j as u32, free_hits),
-            }
-        }
-        (h_max, free_hits)
+        let blocks = &self.blocks;
+        let hit = self.run_blocks(keys, |b| free_hits += u32::from(blocks[b as usize].refs() == 0));
+        (hit, free_hits)
     }
 
     /// Gives the request's own full prompt blocks below floor(min(upto, L) / 16) their keys
@@ -2256,6 +2291,15 @@ impl Engine for BatchedEngine<'_> {
         crate::fleet::base::mask::select(pods, candidates, |e| e.contains(key))
     }
 
+    fn leading_run(pods: &[Self], _shared: &(), pod: usize, keys: &[u64]) -> u32 {
+        pods.get(pod).map_or(0, |e| e.held_run(keys))
+    }
+
+    /// Exactly when [`Self::leading_matches`] answers (returns true).
+    fn leads(pods: &[Self], _shared: &()) -> bool {
+        pods.iter().any(|e| e.cpu.is_some()) || (!pods.is_empty() && pods.iter().all(|e| e.groups.is_some()))
+    }
+
     fn park(&mut self, req: &Request<'_>, routed: Routed, pd: PdOutcome) -> Result<u32, Error> {
         let slot = self.new_slot(
             routed.request,
@@ -2647,6 +2691,71 @@ mod tests {
                     assert_eq!(e.cached as usize, model.len());
                 }
             }
+        }
+    }
+
+    /// `held_run` and `run_blocks` (eight home entries at a time) against the leading run of
+    /// `contains` and `lookup` key by key: random maps of small pods (keys that collide at their home slot, so that many are
+    /// settled by the whole probe), runs of held keys of every length with an absent key, a key
+    /// of another block's tag, or the end after them.
+    #[test]
+    fn held_run_is_the_leading_run_of_contains() {
+        for c in [8usize, 100, 3_000, 70_000] {
+            let mut pod = SmallPod::new(c);
+            let mut e = pod.engine();
+            let mut x = 0x51_7cc1_b727_220au64 ^ c as u64;
+            let mut rnd = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let mut held: Vec<u64> = Vec::new();
+            let (mut checked, mut longest) = (0, 0);
+            for round in 0..400 {
+                // fill some blocks (a key already cached keeps its block)
+                for _ in 0..(c / 4).max(1) {
+                    let b = (rnd() % c as u64) as u32;
+                    if e.blocks[b as usize].keyed() {
+                        let key = e.blocks[b as usize].key;
+                        e.map_remove(key, b);
+                        e.blocks[b as usize].rk &= !KEYED;
+                        e.cached -= 1;
+                    }
+                    let r = rnd();
+                    let key = match r % 3 {
+                        0 => r % (2 * c as u64),
+                        1 => ((r % 64) << 40) | 7,
+                        _ => r,
+                    };
+                    e.cache_block(b, key);
+                }
+                held.clear();
+                held.extend(e.blocks.iter().filter(|b| b.keyed()).map(|b| b.key));
+                for _ in 0..20 {
+                    let len = (rnd() % 40) as usize;
+                    let mut keys: Vec<u64> = (0..len).map(|_| held[(rnd() % held.len() as u64) as usize]).collect();
+                    match rnd() % 3 {
+                        0 => keys.push(rnd() % (2 * c as u64) + (1 << 50)),
+                        1 => keys.push(((rnd() % 64) << 40) | 9),
+                        _ => {}
+                    }
+                    keys.extend((0..rnd() % 20).map(|_| held[(rnd() % held.len() as u64) as usize]));
+                    let expect = keys.iter().take_while(|&&k| e.contains(k)).count() as u32;
+                    assert_eq!(e.held_run(&keys), expect, "capacity {c}, round {round}: {keys:x?}");
+                    let mut got = Vec::new();
+                    assert_eq!(e.run_blocks(&keys, |b| got.push(b)), expect);
+                    let blocks: Vec<u32> = keys[..expect as usize].iter().map(|&k| e.lookup(k).unwrap()).collect();
+                    assert_eq!(got, blocks, "capacity {c}, round {round}: the run's blocks");
+                    assert_eq!(
+                        <BatchedEngine<'_> as Engine>::leading_run(core::slice::from_ref(&e), &(), 0, &keys),
+                        expect
+                    );
+                    checked += 1;
+                    longest = longest.max(expect);
+                }
+            }
+            assert!(checked > 0 && longest >= 40, "capacity {c}: runs of every length checked ({longest})");
         }
     }
 }

@@ -41,6 +41,21 @@ pub trait KeyHolders {
     fn holders_into(&self, _key: u64, _candidates: &[u64], _out: &mut [u64]) -> bool {
         false
     }
+
+    /// Whether [`RouteView::matches`] may walk pod by pod (the first key's holders, then each
+    /// one's leading run of the other keys, [`Self::leading_run`]) instead of key by key over
+    /// the pods still matching: the same answers, with a pod's probes of consecutive keys in
+    /// one loop. False (the default): key by key.
+    fn runs_by_pod(&self) -> bool {
+        false
+    }
+
+    /// The longest leading run of `keys` pod `pod` holds: key by key through [`Self::mask`]
+    /// (the default), or faster when the holder knows how (same answer).
+    fn leading_run(&self, pod: usize, keys: &[u64]) -> u32 {
+        let (word, bit) = (pod / WORD_PODS, 1u64 << (pod % WORD_PODS));
+        keys.iter().take_while(|&&k| self.mask(k, word, bit) != 0).count() as u32
+    }
 }
 
 /// Where "which pods hold this key" comes from.
@@ -157,9 +172,18 @@ impl RouteView<'_, '_> {
             && quiet(self.pending)
             && quiet(self.pending_stores)
             && quiet(self.speculative)
-            && h.leading_matches(keys, &mut out[..n])
         {
-            return;
+            if h.leading_matches(keys, &mut out[..n]) {
+                return;
+            }
+            if h.runs_by_pod() {
+                if width_words(n) == 1 {
+                    self.runs_by_pod::<1>(*h, keys, n, out);
+                } else {
+                    self.runs_by_pod::<POD_WORDS>(*h, keys, n, out);
+                }
+                return;
+            }
         }
         out[..n].fill(keys.len() as u32);
         // One word for a fleet of at most 64 pods (the plain-bitmask code), else the widest set.
@@ -175,6 +199,16 @@ impl RouteView<'_, '_> {
         } else {
             self.matches_in::<POD_WORDS>(keys, n, out);
         }
+    }
+
+    /// [`Self::matches`] pod by pod, with the exact view and nothing in flight: the first key's
+    /// holders (every other pod matches 0 keys), then each holder's leading run of the rest.
+    /// The walk key by key ([`Self::matches_in`]) asks the same pods the same keys, each key of
+    /// all of them before the next; here a pod's keys are asked in one loop.
+    fn runs_by_pod<const W: usize>(&self, h: &dyn KeyHolders, keys: &[u64], n: usize, out: &mut [u32]) {
+        out[..n].fill(0);
+        let Some((&first, rest)) = keys.split_first() else { return };
+        self.believed(first, PodSet::<W>::first(n)).for_each(|p| out[p] = 1 + h.leading_run(p, rest));
     }
 
     fn matches_in<const W: usize>(&self, keys: &[u64], n: usize, out: &mut [u32]) {

@@ -407,6 +407,7 @@ impl<'a> Fleet<'a, BatchedEngine<'a>, AnyRouter<'a>> {
             });
         }
         let (mut words, mut keys) = (words, keys);
+        self.lead = None;
         for e in self.pods.iter_mut() {
             let l = PoolGroups::layout(e.capacity(), group_blocks).ok_or(Error::BufferSize {
                 buffer: Buffer::EngineGroups,

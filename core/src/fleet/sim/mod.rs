@@ -175,6 +175,12 @@ pub struct Exact<'v, E: Engine> {
     shared: &'v E::Shared,
     /// The fleet's first-key index, when it keeps one: the same answers for the keys it keeps.
     heads: Option<&'v HeadIndex<'v>>,
+    /// Whether the engines may answer the leading matches themselves ([`Engine::leads`]: false
+    /// skips asking them).
+    lead: bool,
+    /// Whether the matches may be walked pod by pod ([`KeyHolders::runs_by_pod`]; not on the
+    /// reference path, which walks key by key).
+    by_pod: bool,
 }
 
 /// Fewest candidate pods for which the exact view looks a key up in the first-key index (one
@@ -202,7 +208,15 @@ impl<E: Engine> KeyHolders for Exact<'_, E> {
     }
     #[inline]
     fn leading_matches(&self, keys: &[u64], out: &mut [u32]) -> bool {
-        E::leading_matches(self.pods, self.shared, keys, out)
+        self.lead && E::leading_matches(self.pods, self.shared, keys, out)
+    }
+    #[inline]
+    fn runs_by_pod(&self) -> bool {
+        self.by_pod
+    }
+    #[inline]
+    fn leading_run(&self, pod: usize, keys: &[u64]) -> u32 {
+        E::leading_run(self.pods, self.shared, pod, keys)
     }
 }
 
@@ -237,6 +251,9 @@ pub struct Fleet<'a, E: FleetEngine<'a>, R: Router = AnyRouter<'a>> {
     /// The pods were handed out to change ([`Self::pods_mut`]): the first-key index re-reads
     /// every pod before it is next read.
     heads_stale: bool,
+    /// [`Engine::leads`] of the pods, once asked (None: to ask; reset where the pods' offload
+    /// tiers or cache-map forms may change).
+    lead: Option<bool>,
 }
 
 impl<'a, E: FleetEngine<'a>> Fleet<'a, E, AnyRouter<'a>> {
@@ -316,6 +333,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             reference: false,
             heads: None,
             heads_stale: false,
+            lead: None,
         })
     }
 
@@ -411,7 +429,19 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     pub fn pods_mut(&mut self) -> &mut [E] {
         self.calendar.fresh = false;
         self.heads_stale = self.heads.is_some();
+        self.lead = None;
         &mut self.pods
+    }
+
+    /// Whether the engines may answer the leading matches themselves ([`Engine::leads`], asked
+    /// once and kept; the reference path asks the engines' `leading_matches` at every decision).
+    fn leads(&mut self) -> bool {
+        if self.reference {
+            return true;
+        }
+        let lead = *self.lead.get_or_insert_with(|| E::leads(&self.pods, &self.shared));
+        debug_assert_eq!(lead, E::leads(&self.pods, &self.shared), "the pods' leads changed unseen");
+        lead
     }
 
     /// Test support (feature `harness`): with `on`, the fleet takes the reference paths, the
@@ -586,8 +616,9 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
     fn route<const P: usize>(&mut self, i: u64, req: &Request<'_>, queue_lens: &[u32]) -> Result<Route, Error> {
         let active = queue_lens.len();
         let t = req.arrival_ns;
+        let lead = self.leads();
         let heads = if self.track_first_key(req, active) { self.heads.as_ref() } else { None };
-        let exact = Exact { pods: &self.pods, shared: &self.shared, heads };
+        let exact = Exact { pods: &self.pods, shared: &self.shared, heads, lead, by_pod: !self.reference };
         let held = match self.view.index.as_ref() {
             Some(ix) => Holders::Index(ix),
             None => Holders::Exact(&exact),

@@ -429,7 +429,13 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         q: &[u32; MAX_PODS],
         t: u64,
     ) -> Result<Route, Error> {
-        let exact = super::Exact { pods: &self.pods[lo..hi], shared: &self.shared, heads: None };
+        let exact = super::Exact {
+            pods: &self.pods[lo..hi],
+            shared: &self.shared,
+            heads: None,
+            lead: true,
+            by_pod: !self.reference,
+        };
         let view = RouteView {
             request,
             queue_lens: &q[lo..hi],
