@@ -2506,6 +2506,34 @@ mod tests {
         }
     }
 
+    /// A xorshift64 stream from `seed` (the tests' random operations; seeds are never 0).
+    fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    /// A key for a pod of `c` blocks from the random `r`: a small key, one that differs from
+    /// others in a few high bits only (`low` below them), or `r` itself.
+    fn mixed_key(r: u64, c: usize, low: u64) -> u64 {
+        match r % 3 {
+            0 => r % (2 * c as u64),
+            1 => ((r % 64) << 40) | low,
+            _ => r,
+        }
+    }
+
+    /// Block `b` (keyed) loses its key, as at its eviction; returns the key.
+    fn drop_key(e: &mut BatchedEngine<'_>, b: u32) -> u64 {
+        let key = e.blocks[b as usize].key;
+        e.uncache(key, b);
+        e.blocks[b as usize].rk &= !KEYED;
+        key
+    }
+
     #[test]
     fn shut_down_and_boot_leave_a_new_engines_scheduling_state() {
         let mut pod = SmallPod::new(8);
@@ -2542,13 +2570,7 @@ mod tests {
             assert!(e.attach_groups(groups), "capacity {c}");
             let mut model: VecDeque<u32> = (0..c as u32).collect();
             let mut held: Vec<u32> = Vec::new();
-            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ c as u64;
-            let mut rnd = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x
-            };
+            let mut rnd = xorshift(0x9e37_79b9_7f4a_7c15u64 ^ c as u64);
             let (mut compactions, mut stale_pops) = (0, 0);
             for op in 0..20 * c + 200 {
                 // pops, frees, unlinks, and a hit's pin and release at once (a stale entry and a
@@ -2653,31 +2675,17 @@ mod tests {
             let mut e = pod.engine();
             assert_eq!(e.direct, direct, "capacity {c}");
             let mut model: HashMap<u64, u32> = HashMap::new();
-            let mut x = 0x2545_f491_4f6c_dd1du64 ^ c as u64;
-            let mut rnd = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x
-            };
+            let mut rnd = xorshift(0x2545_f491_4f6c_dd1du64 ^ c as u64);
             let ops = 4 * c + 2_000;
             for op in 0..ops {
                 let b = (rnd() % c as u64) as u32;
                 if e.blocks[b as usize].keyed() {
-                    let key = e.blocks[b as usize].key;
-                    e.map_remove(key, b);
-                    e.blocks[b as usize].rk &= !KEYED;
-                    e.cached -= 1;
+                    let key = drop_key(&mut e, b);
                     assert_eq!(model.remove(&key), Some(b));
                     assert_eq!(e.lookup(key), None, "capacity {c}: a removed key is gone");
                 } else {
                     // small keys, keys equal in their high bits, and random ones
-                    let r = rnd();
-                    let key = match r % 3 {
-                        0 => r % (2 * c as u64),
-                        1 => ((r % 64) << 40) | 7,
-                        _ => r,
-                    };
+                    let key = mixed_key(rnd(), c, 7);
                     e.cache_block(b, key);
                     model.entry(key).or_insert(b);
                     assert_eq!(e.lookup(key), model.get(&key).copied(), "capacity {c}: op {op}");
@@ -2703,13 +2711,7 @@ mod tests {
         for c in [8usize, 100, 3_000, 70_000] {
             let mut pod = SmallPod::new(c);
             let mut e = pod.engine();
-            let mut x = 0x51_7cc1_b727_220au64 ^ c as u64;
-            let mut rnd = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x
-            };
+            let mut rnd = xorshift(0x51_7cc1_b727_220au64 ^ c as u64);
             let mut held: Vec<u64> = Vec::new();
             let (mut checked, mut longest) = (0, 0);
             for round in 0..400 {
@@ -2717,18 +2719,9 @@ mod tests {
                 for _ in 0..(c / 4).max(1) {
                     let b = (rnd() % c as u64) as u32;
                     if e.blocks[b as usize].keyed() {
-                        let key = e.blocks[b as usize].key;
-                        e.map_remove(key, b);
-                        e.blocks[b as usize].rk &= !KEYED;
-                        e.cached -= 1;
+                        drop_key(&mut e, b);
                     }
-                    let r = rnd();
-                    let key = match r % 3 {
-                        0 => r % (2 * c as u64),
-                        1 => ((r % 64) << 40) | 7,
-                        _ => r,
-                    };
-                    e.cache_block(b, key);
+                    e.cache_block(b, mixed_key(rnd(), c, 7));
                 }
                 held.clear();
                 held.extend(e.blocks.iter().filter(|b| b.keyed()).map(|b| b.key));
