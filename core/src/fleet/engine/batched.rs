@@ -664,6 +664,17 @@ impl<'a> BatchedEngine<'a> {
         self.cached -= 1;
     }
 
+    /// How [`Engine::leading_matches`] answers for `pods`: `Some(true)` through the tiers (any
+    /// pod with an offload tier: pools may give some pods none, whose match is then GPU-only),
+    /// `Some(false)` through the per-group maps (every pod keeps one, no tier), `None` not at
+    /// all (key by key through the exact view).
+    fn lead_kind(pods: &[Self]) -> Option<bool> {
+        if pods.iter().any(|e| e.cpu.is_some()) {
+            return Some(true);
+        }
+        (!pods.is_empty() && pods.iter().all(|e| e.groups.is_some())).then_some(false)
+    }
+
     /// The longest leading run of `keys` this pod's cache map holds, per group (grouped map).
     fn grouped_match(&self, keys: &[u64]) -> u32 {
         self.groups.as_ref().map_or(0, |g| g.leading(keys, |_| {}) as u32)
@@ -2297,7 +2308,7 @@ impl Engine for BatchedEngine<'_> {
 
     /// Exactly when [`Self::leading_matches`] answers (returns true).
     fn leads(pods: &[Self], _shared: &()) -> bool {
-        pods.iter().any(|e| e.cpu.is_some()) || (!pods.is_empty() && pods.iter().all(|e| e.groups.is_some()))
+        Self::lead_kind(pods).is_some()
     }
 
     fn park(&mut self, req: &Request<'_>, routed: Routed, pd: PdOutcome) -> Result<u32, Error> {
@@ -2367,18 +2378,9 @@ impl Engine for BatchedEngine<'_> {
     /// With an offload tier on the pods, the tiered match (docs/MODEL.md, "Routing with the
     /// tier"); without, the caller asks key by key (today's match).
     fn leading_matches(pods: &[Self], _shared: &(), keys: &[u64], out: &mut [u32]) -> bool {
-        // (any pod with a tier: pools may give some pods none, whose match is then GPU-only)
-        if pods.iter().all(|e| e.cpu.is_none()) {
-            if pods.is_empty() || !pods.iter().all(|e| e.groups.is_some()) {
-                return false;
-            }
-            for (o, e) in out.iter_mut().zip(pods.iter()) {
-                *o = e.grouped_match(keys);
-            }
-            return true;
-        }
+        let Some(tiered) = Self::lead_kind(pods) else { return false };
         for (o, e) in out.iter_mut().zip(pods.iter()) {
-            *o = e.tiered_match(keys);
+            *o = if tiered { e.tiered_match(keys) } else { e.grouped_match(keys) };
         }
         true
     }

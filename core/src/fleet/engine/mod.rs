@@ -187,8 +187,8 @@ pub trait Engine: Sized {
     /// The longest leading run of `keys` pod `pod` of `pods` holds: key by key through
     /// [`Self::holds`] (the default), or faster when the engine knows how (same answer).
     fn leading_run(pods: &[Self], shared: &Self::Shared, pod: usize, keys: &[u64]) -> u32 {
-        let (word, bit) =
-            (pod / crate::fleet::base::mask::WORD_PODS, 1u64 << (pod % crate::fleet::base::mask::WORD_PODS));
+        use crate::fleet::base::mask::WORD_PODS;
+        let (word, bit) = (pod / WORD_PODS, 1u64 << (pod % WORD_PODS));
         keys.iter().take_while(|&&k| Self::holds(pods, shared, k, word, bit) != 0).count() as u32
     }
 
