@@ -609,6 +609,52 @@ proptest::proptest! {
     }
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+    /// `ApproxIndex::holders` (its tag-homed probe, the key's tag and home computed once for
+    /// every pod) against `holders_reference` (one generic probe per pod, the index as it was):
+    /// after every recorded request, the same holders for every key of a pool and every
+    /// candidate set. Capacities from 1 to 300 (tables of 4 to 1,024 entries), up to 8
+    /// pods (asked) or 12 (the key -> pods table), keys that share their high bits (homes
+    /// collide, probe runs are long), prompts with and without repeated keys, recorded in prompt
+    /// order or reversed.
+    #[test]
+    fn tag_homed_holders_are_the_reference_holders(
+        pods in 1usize..13,
+        cap in 1usize..300,
+        high in 1u64..16,
+        reqs in proptest::collection::vec(
+            (0usize..64, proptest::bool::ANY, proptest::bool::ANY,
+             proptest::collection::vec((0u64..16, 0u64..64), 0..60)),
+            1..40,
+        ),
+    ) {
+        let key = |h: u64, low: u64| ((h % high) << 60) | ((h * 0x9e37) << 32) | low;
+        let mut slots = vec![Slot::default(); pods * cap];
+        let mut tables = vec![0u32; pods * LruPod::table_len(cap)];
+        let mut index = vec![IndexEntry::default(); ApproxIndex::index_len(pods, cap)];
+        let mut ix = ApproxIndex::new(pods, &mut slots, &mut tables, &mut index).unwrap();
+        let pool: Vec<u64> = (0..16).flat_map(|h| (0..64).map(move |low| key(h, low))).collect();
+        for (pod, rev, dedup, req) in &reqs {
+            let mut keys: Vec<u64> = req.iter().map(|&(h, low)| key(h, low)).collect();
+            if *dedup {
+                let mut seen = std::collections::HashSet::new();
+                keys.retain(|k| seen.insert(*k));
+            }
+            if *rev {
+                keys.reverse();
+            }
+            ix.record(pod % pods, &keys).unwrap();
+            for &k in &pool {
+                for cand in [u64::MAX, 0, 1, 0b1010_0110, 1 << (pods - 1)] {
+                    let c = PodSet::<1>([cand]);
+                    proptest::prop_assert_eq!(ix.holders(k, c), ix.holders_reference(k, c), "key {:#x}", k);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn weights_are_bounded_so_the_weighted_sum_stays_finite() {
     // Every scorer slot at MAX_WEIGHT: the total is at most 8 x 1e6, finite, and the pick is

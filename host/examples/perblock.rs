@@ -1,6 +1,8 @@
 //! Per-block FIFO replay of one router over a trace held in memory (a profiling aid: the dispatch
 //! loop `fleet bench` times per block, for `perf record` or `valgrind --tool=cachegrind`; REPEATS 0
-//! parses only, to subtract). Usage: perblock TRACE ROUTER|bare [REPEATS] [PODS] [CAPACITY]
+//! parses only, to subtract). Usage: perblock TRACE ROUTER|bare [REPEATS] [PODS] [CAPACITY];
+//! REPEATS `routes`: one replay, printing the pod of each request (for
+//! `scripts/derived_index_model.py`).
 use brokerlab::fleet::input::trace::TraceReader;
 use brokerlab::fleet::run::{FifoSizes, OwnedFifo};
 use brokerlab_core::fleet::keys::trace_keys;
@@ -10,7 +12,8 @@ use std::time::Instant;
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let repeats: usize = a.get(3).map_or(3, |s| s.parse().unwrap());
+    let routes = a.get(3).is_some_and(|s| s == "routes");
+    let repeats: usize = if routes { 1 } else { a.get(3).map_or(3, |s| s.parse().unwrap()) };
     let pods: usize = a.get(4).map_or(8, |s| s.parse().unwrap());
     let capacity: usize = a.get(5).map_or(16384, |s| s.parse().unwrap());
     let mut reader = TraceReader::open(Path::new(&a[1])).unwrap();
@@ -64,7 +67,13 @@ fn main() {
                 output_tokens: *output,
                 keys: &keys[range.clone()],
             };
-            fleet.dispatch(&req, &mut ()).unwrap();
+            let out = fleet.dispatch(&req, &mut ()).unwrap();
+            if routes {
+                println!("{}", out.pod);
+            }
+        }
+        if routes {
+            return;
         }
         let s = t.elapsed().as_secs_f64();
         let tot = fleet.totals();

@@ -39,7 +39,7 @@ pub use cache::CacheEvents;
 pub use cache::approx::ApproxIndex;
 pub use cache::heads::HeadIndex;
 pub use cache::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
-pub use cache::lru::{LruPod, Slot};
+pub use cache::lru::{Homed, LruPod, Slot};
 pub use cache::runs::{Run, RunLru};
 pub use cost::{BatchShape, LinearCost, Physics, PhysicsProfile, Profile, StepCost, StepProfile};
 pub use engine::batched::{BatchedConfig, BatchedEngine, BatchedStats, KvBlock, PodBuffers, ReqSlot};

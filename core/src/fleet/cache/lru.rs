@@ -36,6 +36,15 @@ impl Default for Slot {
     }
 }
 
+/// A key with its tag and home position in a tag-homed table ([`LruPod::homed`]), computed once
+/// and probed in every pod of the same shape ([`LruPod::contains_homed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Homed {
+    key: u64,
+    tag: u32,
+    home: usize,
+}
+
 /// An LRU cache of at most `capacity` block keys.
 #[derive(Debug)]
 pub struct LruPod<'a> {
@@ -201,6 +210,40 @@ impl<'a> LruPod<'a> {
     #[inline]
     pub fn contains(&self, key: u64) -> bool {
         self.find(key).is_some()
+    }
+
+    /// `key`'s tag and home position in this pod's table when the table is tag-homed (None
+    /// otherwise): the same for every pod of the same capacity and table length, so a caller
+    /// asking many such pods about one key computes it once ([`Self::contains_homed`]).
+    #[inline(always)]
+    pub fn homed(&self, key: u64) -> Option<Homed> {
+        self.direct.then(|| {
+            let hi = (key >> 32) as u32;
+            Homed { key, tag: hi & !self.slot_mask, home: (hi >> self.slot_bits) as usize & (self.table.len() - 1) }
+        })
+    }
+
+    /// [`Self::contains`] of `h.key` from a [`Homed`] computed by a pod of this pod's capacity
+    /// and table length (the same probe with the tag and home given). Another shape's `Homed`
+    /// gives wrong answers or panics: the caller, [`ApproxIndex::holders`], carves its LRUs
+    /// all of one shape.
+    ///
+    /// [`ApproxIndex::holders`]: super::approx::ApproxIndex::holders
+    #[inline(always)]
+    pub fn contains_homed(&self, h: Homed) -> bool {
+        let (table, slot_mask) = (&*self.table, self.slot_mask);
+        let mask = table.len() - 1;
+        let mut i = h.home;
+        loop {
+            let e = table[i];
+            if e == 0 {
+                return false;
+            }
+            if e & !slot_mask == h.tag && self.slots[((e & slot_mask) - 1) as usize].key == h.key {
+                return true;
+            }
+            i = (i + 1) & mask;
+        }
     }
 
     /// The largest h such that `keys[..h]` are all cached (a prefix hit is contiguous).
