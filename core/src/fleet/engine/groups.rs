@@ -597,3 +597,230 @@ impl<'a> PoolGroups<'a> {
         self.used -= 1;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use std::collections::{BTreeMap, VecDeque};
+    use std::vec;
+    use std::vec::Vec;
+
+    use super::*;
+
+    /// A request of the test: its prompt's keys (the key at each multiple of R names a group),
+    /// hit h, own blocks (model: block ids, oldest first) and how many of them are keyed.
+    struct Req {
+        keys: Vec<u64>,
+        hit: u32,
+        own: Vec<usize>,
+        keyed: u32,
+    }
+
+    /// The per-block pool of the engine (the oracle): blocks with a key (group key, sub-block) or
+    /// none, reference counts, vLLM's free queue of block ids (pops from the head, frees to the
+    /// tail, a pinned block taken out of the middle), the map (group key, sub-block) -> block.
+    struct Model {
+        key: Vec<Option<(u64, u32)>>,
+        refs: Vec<u32>,
+        queue: VecDeque<usize>,
+        map: BTreeMap<(u64, u32), usize>,
+    }
+
+    impl Model {
+        /// The leading run of a prompt's keys cached, and its free blocks.
+        fn lead(&self, keys: &[u64], r: u32) -> (u32, u32) {
+            let mut free = 0;
+            for j in 0..keys.len() {
+                let g0 = j / r as usize * r as usize;
+                match self.map.get(&(keys[g0], (j - g0) as u32)) {
+                    Some(&b) => free += u32::from(self.refs[b] == 0),
+                    None => return (j as u32, free),
+                }
+            }
+            (keys.len() as u32, free)
+        }
+        /// Unreferences block `b`, freeing it at 0.
+        fn unref(&mut self, b: usize) -> u32 {
+            self.refs[b] -= 1;
+            if self.refs[b] == 0 {
+                self.queue.push_back(b);
+                return 1;
+            }
+            0
+        }
+    }
+
+    /// The pool against the per-block model under random requests as the engine makes them
+    /// (prompts of chained ids, so that a group is cached only below a cached prefix):
+    /// admissions (the leading hit, sometimes capped one block short, then a keyless duplicate
+    /// stays keyless), pins of the hit, pops of own blocks (evictions of whole runs), keying of
+    /// the own blocks one chunk at a time and releases in the per-block order (keyless own
+    /// blocks, then the held prefix from the last block down), one request mid-prompt at a time
+    /// (Lemma 3's condition). After every operation: the free queue block by block (group key
+    /// and sub-block, or keyless) equal to the model's in order, the counts of every operation,
+    /// the leading runs and free hits of random prompts, and the audit's cached, free, pinned
+    /// and referenced blocks. Pods of 3 to 300 blocks, groups of 2 to 32 blocks; the ring is
+    /// asserted to have filled (compactions) and runs to have been taken whole by pins (dead
+    /// entries).
+    #[test]
+    fn matches_the_per_block_pool() {
+        for (c, r) in [(3usize, 2u32), (8, 2), (16, 3), (40, 4), (64, 8), (300, 32), (300, 3)] {
+            let l = PoolGroups::layout(c, r).unwrap();
+            let mut words = vec![0u32; l.words()];
+            let mut gkeys = vec![0u64; l.keys()];
+            let mut g = PoolGroups::new(c, r, &mut words, &mut gkeys).unwrap();
+            let mut m = Model { key: vec![None; c], refs: vec![0; c], queue: (0..c).collect(), map: BTreeMap::new() };
+            let mut x = 0x2545_f491_4f6c_dd1du64 ^ (c as u64 * 31 + r as u64);
+            let mut rnd = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x
+            };
+            let mut reqs: Vec<Req> = Vec::new();
+            let (mut compactions, mut dead, mut evicted_total) = (0usize, 0usize, 0u64);
+            for op in 0..10_000 {
+                let free_len = m.queue.len() as u32;
+                // (at most 8 requests at once, as running slots)
+                if (rnd() % 5 < 2 || reqs.len() >= 8) && !reqs.is_empty() || free_len == 0 {
+                    // release a random request: keyless own blocks first, then its held prefix
+                    // from the last block down (the per-block pool's order)
+                    let q = reqs.swap_remove((rnd() % reqs.len() as u64) as usize);
+                    let mut want = 0;
+                    let top = q.hit + q.keyed;
+                    for &b in q.own[q.keyed as usize..].iter().rev() {
+                        want += m.unref(b);
+                    }
+                    for j in (0..top).rev() {
+                        let g0 = j / r * r;
+                        let b = m.map[&(q.keys[g0 as usize], j - g0)];
+                        want += m.unref(b);
+                    }
+                    let mut got = q.own.len() as u32 - q.keyed;
+                    let before = g.len;
+                    g.free_keyless(got).unwrap();
+                    let (mut hi, mut runs) = (top, 0);
+                    while hi > 0 {
+                        let g0 = (hi - 1) / r * r;
+                        let k = g.let_go(q.keys[g0 as usize], hi - g0).unwrap();
+                        runs += u32::from(k > 0);
+                        got += k;
+                        hi = g0;
+                    }
+                    // a release only appends (a run per group that frees blocks, and perhaps a
+                    // keyless one): fewer entries than that after it, the ring was compacted
+                    compactions += usize::from(g.len < before + runs);
+                    assert_eq!(got, want, "c {c} r {r} op {op}: freed");
+                } else {
+                    // a new request: 1 to 3 ids of 3 after each prefix, a partial last one at
+                    // times; chained group keys (a group names its prefix, as a trace's keys)
+                    let ngroups = 1 + rnd() % 3;
+                    let mut keys = Vec::new();
+                    let mut gk = 0u64;
+                    for k in 0..ngroups {
+                        gk = gk * 8 + 1 + rnd() % 3;
+                        let len = if k + 1 == ngroups { 1 + rnd() % r as u64 } else { r as u64 };
+                        keys.extend((0..len).map(|_| gk));
+                    }
+                    let (h_full, free_hits) = m.lead(&keys, r);
+                    assert_eq!(g.lead(&keys), (h_full, free_hits), "c {c} r {r} op {op}: lead");
+                    // capped one short at times (the block at the cap is then computed again)
+                    let capped = h_full > 0 && rnd() % 4 == 0;
+                    let h = h_full - u32::from(capped);
+                    let (_, free_h) = m.lead(&keys[..h as usize], r);
+                    // no own block at times (a pin and, later, a release only: runs taken whole by
+                    // pins pile up dead in the ring until it is full)
+                    // (the last 4,000 operations pin and release only: nothing pops the ring's head,
+                    // so it fills up)
+                    let need = match h > 0 && (op >= 6_000 || rnd() % 3 == 0) {
+                        true => 0,
+                        false => (keys.len() as u32 - h).max(1).min(free_len.saturating_sub(free_h)),
+                    };
+                    if (need == 0 && h == 0) || free_h + need > free_len || (op >= 6_000 && need > 0) {
+                        continue;
+                    }
+                    // pin the hit
+                    for j in 0..h {
+                        let g0 = j / r * r;
+                        let b = m.map[&(keys[g0 as usize], j - g0)];
+                        if m.refs[b] == 0 {
+                            let i = m.queue.iter().position(|&y| y == b).unwrap();
+                            m.queue.remove(i);
+                        }
+                        m.refs[b] += 1;
+                    }
+                    assert_eq!(g.pin(&keys, h), Some(free_h), "c {c} r {r} op {op}: pinned");
+                    dead += (0..g.len).filter(|&k| g.ring[g.at(k) as usize * ENTRY] == DEAD).count();
+                    // pop own blocks
+                    let mut own = Vec::new();
+                    let mut want_ev = 0;
+                    for _ in 0..need {
+                        let b = m.queue.pop_front().unwrap();
+                        if let Some(k) = m.key[b].take() {
+                            assert_eq!(m.map.remove(&k), Some(b));
+                            want_ev += 1;
+                        }
+                        m.refs[b] = 1;
+                        own.push(b);
+                    }
+                    assert_eq!(g.pop(need), Some(want_ev), "c {c} r {r} op {op}: evicted");
+                    evicted_total += want_ev as u64;
+                    // key the own blocks below the prompt's keys, in one or two chunks
+                    // (capped: the block at the cap is the prompt's last key in the engine, so
+                    // nothing above it is keyed)
+                    let full = (h + need).min(keys.len() as u32).min(if capped { h + 1 } else { u32::MAX });
+                    let mid = h + (full - h) / 2;
+                    let mut q = Req { keys, hit: h, own, keyed: 0 };
+                    for (lo, hi) in [(h, mid), (mid, full)] {
+                        for j in lo..hi {
+                            let g0 = j / r * r;
+                            let k = (q.keys[g0 as usize], j - g0);
+                            let b = q.own[(j - h) as usize];
+                            if let std::collections::btree_map::Entry::Vacant(v) = m.map.entry(k) {
+                                v.insert(b);
+                                m.key[b] = Some(k);
+                            }
+                        }
+                        let mut j = lo;
+                        while j < hi {
+                            let g0 = j / r * r;
+                            let end = (g0 + r).min(hi);
+                            let gk = q.keys[g0 as usize];
+                            if j == q.hit + q.keyed {
+                                if g.extend(gk, j - g0, end - g0).unwrap() {
+                                    q.keyed += end - j;
+                                }
+                            } else {
+                                assert!(g.group(gk).0 >= end - g0, "c {c} r {r} op {op}: duplicates");
+                            }
+                            j = end;
+                        }
+                    }
+                    reqs.push(q);
+                }
+                // the free queue block by block, and the counts
+                let mut free = Vec::new();
+                g.each_free(|gk, s| free.push(gk.map(|k| (k, s))));
+                let want: Vec<Option<(u64, u32)>> = m.queue.iter().map(|&b| m.key[b]).collect();
+                assert_eq!(free, want, "c {c} r {r} op {op}: the free queue");
+                let refs: u64 = m.refs.iter().map(|&n| n as u64).sum::<u64>()
+                    - reqs.iter().map(|q| (q.own.len() as u32 - q.keyed) as u64).sum::<u64>();
+                let pinned = (0..c).filter(|&b| m.refs[b] > 0 && m.key[b].is_some()).count() as u64;
+                assert_eq!(
+                    g.audit(),
+                    Ok((m.map.len() as u64, m.queue.len() as u64, pinned, refs)),
+                    "c {c} r {r} op {op}: audit"
+                );
+                for _ in 0..4 {
+                    let gk = 1 + rnd() % 3;
+                    let keys: Vec<u64> = (0..(rnd() % (2 * r as u64 + 1))).map(|j| gk + j / r as u64).collect();
+                    assert_eq!(g.lead(&keys), m.lead(&keys, r), "c {c} r {r} op {op}: lead of {keys:?}");
+                }
+            }
+            assert!(
+                compactions > 0 && dead > 0 && evicted_total > 0,
+                "c {c} r {r}: {compactions} {dead} {evicted_total}"
+            );
+        }
+    }
+}
