@@ -200,8 +200,8 @@ pub struct KvBlock {
     /// Reference count in the low 31 bits (at most `max_num_seqs` <= 65,536); [`KEYED`] set
     /// while the block is in the cache map.
     rk: u32,
-    /// Free queue: towards the head (with the free queue as a ring, grouped pods: its position
-    /// in the ring). NIL while referenced.
+    /// Free queue: towards the head. NIL while referenced. (Grouped pods use no block: their
+    /// pool is per group and per run, [`PoolGroups`].)
     prev: u32,
     /// Free queue: towards the tail; while in use, the owner's previous own block.
     next: u32,
