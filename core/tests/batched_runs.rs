@@ -123,17 +123,18 @@ proptest! {
     }
 }
 
-/// Holes (a group's cached sub-blocks not a prefix): where the map is kept per id they cannot
+/// Holes (a group's cached sub-blocks not a prefix): where the pool is kept per id they cannot
 /// arise (docs/MODEL.md, "Run-length KV blocks", Lemma 3: a request keys a sub-block above a
 /// keyless duplicate of its own only if another request keyed that duplicate's key after its
-/// lookup, and the FCFS budget order leaves at most one request of a pod mid-prompt). Checked
-/// here on traces built to try: concurrent requests on the same ids with small budgets (chunked
-/// prefill), few running slots and tight pods (preemption), the pods' blocks read after every
-/// dispatch; with the per-block pool as the oracle of every result. (The map itself represents
-/// holes: `groups::tests::matches_a_model_map` keys random sub-blocks.)
+/// lookup, and the FCFS budget order leaves at most one request of a pod mid-prompt), and the
+/// grouped pool cannot represent one (it keeps n_G and refuses, as a broken invariant, what
+/// would make one). Checked here on traces built to try: concurrent requests on the same ids
+/// with small budgets (chunked prefill), few running slots and tight pods (preemption); every
+/// result against the per-block pool; after every dispatch, the per-block pool's blocks show no
+/// hole and each group's cached prefix there is the grouped pool's n_G.
 #[test]
 fn grouped_map_on_contended_ids_equals_the_per_block_pool_and_has_no_hole() {
-    let mut holes = 0usize;
+    let (mut holes, mut compared) = (0usize, 0usize);
     for seed in 0..300u64 {
         let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
         let mut lcg = move || {
@@ -159,7 +160,8 @@ fn grouped_map_on_contended_ids_equals_the_per_block_pool_and_has_no_hole() {
         let cfg = FleetConfig::batched(pods, capacity, router_kind(seed as usize), e);
         let mut oracle = e;
         oracle.block_runs = false;
-        let a = replay(FleetConfig::batched(pods, capacity, router_kind(seed as usize), oracle), r, &reqs);
+        let cfg_oracle = FleetConfig::batched(pods, capacity, router_kind(seed as usize), oracle);
+        let a = replay(cfg_oracle, r, &reqs);
         let (b, grouped) = replay_grouped(cfg, r, &reqs);
         assert!(grouped);
         assert_eq!(a.0, b.0, "completions, seed {seed}");
@@ -168,23 +170,30 @@ fn grouped_map_on_contended_ids_equals_the_per_block_pool_and_has_no_hole() {
         assert_eq!(a.3, b.3, "per-pod counters, seed {seed}");
         assert_eq!(a.4, b.4, "totals, seed {seed}");
         if seed % 3 == 0 {
-            holes += count_holes(cfg, r, &reqs);
+            let (per_block, h) = group_prefixes(cfg_oracle, r, &reqs, false);
+            let (runs, _) = group_prefixes(cfg, r, &reqs, true);
+            assert_eq!(per_block, runs, "each group's cached prefix after each dispatch, seed {seed}");
+            holes += h;
+            compared += per_block.len();
         }
     }
     assert_eq!(holes, 0, "holes seen after dispatches");
+    assert!(compared > 10_000, "{compared} (dispatch, pod, group) prefixes compared");
 }
 
-/// Dispatches `reqs` to a grouped fleet and counts, after each dispatch, the (pod, group) pairs
-/// whose cached sub-blocks are not a prefix (from the blocks, `BatchedEngine::contains`).
-fn count_holes(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq]) -> usize {
+/// Dispatches `reqs` and lists, after each dispatch, every (pod, group) pair's cached prefix:
+/// per block (`grouped` false) the leading run of `BatchedEngine::contains` over the group's
+/// keys, also counting the pairs with a hole (a cached sub-block above an uncached one);
+/// grouped, n_G (`BatchedEngine::group_state`).
+fn group_prefixes(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq], grouped: bool) -> (Vec<u32>, usize) {
     let mut owned = BatchedRouterOwned::new(&cfg);
-    let (wl, kl) = BatchedFleet::pool_groups_layout(&cfg, group_blocks).unwrap();
+    let (wl, kl) = BatchedFleet::pool_groups_layout(&cfg, group_blocks).unwrap_or((0, 0));
     let mut words = vec![0u32; wl];
     let mut gkeys = vec![0u64; kl];
     let mut f = owned.fleet(cfg);
-    assert!(f.attach_pool_groups(group_blocks, &mut words, &mut gkeys).unwrap());
+    assert_eq!(f.attach_pool_groups(group_blocks, &mut words, &mut gkeys).unwrap(), grouped);
     let mut sink = Sink::default();
-    let mut holes = 0;
+    let (mut holes, mut prefixes) = (0, Vec::new());
     let mut groups: Vec<Vec<u64>> = Vec::new();
     feed_trace_with(&mut f, group_blocks, reqs, &mut sink, |f, k| {
         for c in k.chunks(group_blocks as usize) {
@@ -196,12 +205,17 @@ fn count_holes(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq]) -> usize 
         }
         for pod in f.pods() {
             for g in &groups {
-                let held: Vec<bool> = g.iter().map(|&key| pod.contains(key)).collect();
-                holes += usize::from(held.windows(2).any(|w| !w[0] && w[1]));
+                if grouped {
+                    prefixes.push(pod.group_state(g[0]).unwrap().0);
+                } else {
+                    let held: Vec<bool> = g.iter().map(|&key| pod.contains(key)).collect();
+                    holes += usize::from(held.windows(2).any(|w| !w[0] && w[1]));
+                    prefixes.push(held.iter().take_while(|&&h| h).count() as u32);
+                }
             }
         }
     });
-    holes
+    (prefixes, holes)
 }
 
 /// The generator above reaches the cases the equality is about: preemptions and evictions of

@@ -435,6 +435,10 @@ named_enum! {
         RunGroupMapped => "a held run's group is in the run table",
         /// The least recent run is its group's last (oldest) run.
         RunLastOfGroup => "the least recent run is its group's last",
+        /// A grouped batched pod's cached sub-blocks of each group are a prefix, the free ones a
+        /// suffix of it, the higher nearer the free queue's head (docs/MODEL.md, "Run-length KV
+        /// blocks", Invariant (I)).
+        GroupPrefix => "a group's cached sub-blocks are a prefix, its free ones a suffix (I)",
         /// A batched engine's unfinished request is in its waiting queue or running batch.
         TrackedRequest => "an unfinished request is waiting or running",
     }

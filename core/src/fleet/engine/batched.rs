@@ -200,8 +200,8 @@ pub struct KvBlock {
     /// Reference count in the low 31 bits (at most `max_num_seqs` <= 65,536); [`KEYED`] set
     /// while the block is in the cache map.
     rk: u32,
-    /// Free queue: towards the head (with the free queue as a ring, grouped pods: its position
-    /// in the ring). NIL while referenced.
+    /// Free queue: towards the head. NIL while referenced. (Grouped pods use no block: their
+    /// pool is per group and per run, [`PoolGroups`].)
     prev: u32,
     /// Free queue: towards the tail; while in use, the owner's previous own block.
     next: u32,
@@ -352,10 +352,10 @@ pub struct BatchedEngine<'a> {
     /// When the tag has at least log2(table length) bits, the entry's home slot is its top
     /// bits (deletion shifts entries without reading any block).
     direct: bool,
-    /// The free queue's head block (grouped pods, the free queue as a ring: the ring position
-    /// of its oldest entry, stale ones included; [`Self::attach_groups`]).
+    /// The free queue's head block (grouped pods: unused, the pool's runs are the queue;
+    /// [`Self::attach_groups`]).
     free_head: u32,
-    /// The free queue's tail block (grouped pods: the ring's entries, stale ones included).
+    /// The free queue's tail block (grouped pods: unused).
     free_tail: u32,
     /// Free (unreferenced) blocks.
     free_len: u32,
@@ -613,36 +613,38 @@ impl<'a> BatchedEngine<'a> {
     /// True when `key` is in the cache map (pinned or free).
     #[inline]
     pub fn contains(&self, key: u64) -> bool {
-        if self.groups.is_some() {
-            // (not asked in this mode: the fleet keeps the map per group only where the router
-            // asks for leading matches; exact, one pass over the blocks)
-            return self.blocks.iter().any(|b| b.keyed() && { b.key } == key);
+        if let Some(g) = self.groups.as_ref() {
+            // Not asked in this mode: the fleet keeps the pool per group only where the router
+            // asks for leading matches. A grouped pod knows its groups, not its blocks' keys:
+            // only a group's key (its sub-block 0) is answered, any other key is false.
+            debug_assert!(false, "a grouped pod is asked for leading matches, not keys");
+            return g.group(key).0 > 0;
         }
         self.lookup(key).is_some()
     }
 
-    /// Keeps the cache map per trace id of `groups.r()` blocks (docs/MODEL.md, "Run-length KV
-    /// blocks"): same map contents at every step. Only on a new engine (nothing cached), working
-    /// a request's blocks a run at a time, without an offload tier, P/D or cached generated
-    /// tokens (their keys are not a prompt's ids); otherwise false, and nothing changes.
+    /// Keeps the KV pool per trace id of `groups.r()` blocks and per run (docs/MODEL.md,
+    /// "Run-length KV blocks"; [`PoolGroups`]): the same counts, hits, evictions and free-queue
+    /// order as the per-block pool at every step, the pod's blocks no longer used. Only on a new
+    /// engine (nothing cached), working a request's blocks a run at a time, without an offload
+    /// tier, P/D or cached generated tokens (their keys are not a prompt's ids), with a pool of
+    /// its capacity; otherwise false, and nothing changes.
     pub fn attach_groups(&mut self, groups: PoolGroups<'a>) -> bool {
         let fresh = self.cached == 0 && self.is_idle() && self.parked == 0 && self.stats.requests == 0;
-        // the free queue becomes a ring in the per-block map's table, unused with the grouped
-        // map (longer than C: its load factor is below 1)
-        if !(fresh && self.cfg.groups_apply() && self.table.len() > self.blocks.len()) {
+        if !(fresh && self.cfg.groups_apply() && groups.capacity() == self.blocks.len()) {
             return false;
         }
-        // fresh: the free queue holds every block in index order
-        debug_assert!(self.free_head == 0 && self.free_len as usize == self.blocks.len());
-        for (i, (b, e)) in self.blocks.iter_mut().zip(self.table.iter_mut()).enumerate() {
-            b.prev = i as u32;
-            b.next = NIL;
-            *e = i as u32;
-        }
-        self.free_head = 0;
-        self.free_tail = self.free_len;
+        // fresh: every block free and keyless, as the pool's one keyless run
+        debug_assert!(self.free_len as usize == self.blocks.len());
         self.groups = Some(groups);
         true
+    }
+
+    /// Grouped pods ([`Self::attach_groups`]): group `gkey`'s (n_G, p_G), its cached sub-blocks
+    /// 0 .. n_G - 1 of which 0 .. p_G - 1 are referenced ((0, 0): none cached); None on a pod
+    /// whose pool is per block.
+    pub fn group_state(&self, gkey: u64) -> Option<(u32, u32)> {
+        self.groups.as_ref().map(|g| g.group(gkey))
     }
 
     /// Whether the cache map is kept per trace id ([`Self::attach_groups`]).
@@ -653,14 +655,7 @@ impl<'a> BatchedEngine<'a> {
     /// Block `b`, which holds `key`, loses it (evicted at its pop from the free queue).
     #[inline(always)]
     fn uncache(&mut self, key: u64, b: u32) {
-        match self.groups.as_mut() {
-            Some(g) => {
-                if !g.remove(b) {
-                    self.broken = Some(Invariant::MappedKey);
-                }
-            }
-            None => self.map_remove(key, b),
-        }
+        self.map_remove(key, b);
         self.cached -= 1;
     }
 
@@ -677,7 +672,7 @@ impl<'a> BatchedEngine<'a> {
 
     /// The longest leading run of `keys` this pod's cache map holds, per group (grouped map).
     fn grouped_match(&self, keys: &[u64]) -> u32 {
-        self.groups.as_ref().map_or(0, |g| g.leading(keys, |_| {}) as u32)
+        self.groups.as_ref().map_or(0, |g| g.lead(keys).0)
     }
 
     // ----- cache map -----
@@ -837,9 +832,6 @@ impl<'a> BatchedEngine<'a> {
     // ----- free queue -----
 
     fn fq_push_tail(&mut self, b: u32) {
-        if self.groups.is_some() {
-            return self.ring_push(b);
-        }
         debug_assert!(self.blocks[b as usize].refs() == 0, "only an unreferenced block is freed");
         debug_assert!(b != self.free_tail && (self.free_len as usize) < self.blocks.len(), "not already free");
         let old = self.free_tail;
@@ -855,13 +847,6 @@ impl<'a> BatchedEngine<'a> {
     }
 
     fn fq_unlink(&mut self, b: u32) {
-        if self.groups.is_some() {
-            // its ring entry goes stale (skipped at its pop, dropped at a compaction)
-            debug_assert!(self.blocks[b as usize].prev != NIL, "unlinks a free block");
-            self.blocks[b as usize].prev = NIL;
-            self.free_len -= 1;
-            return;
-        }
         let KvBlock { prev, next, .. } = self.blocks[b as usize];
         debug_assert!(self.free_len > 0, "unlinks from a non-empty free queue");
         // LRU links: b's neighbours point back at it (or b is the queue's end).
@@ -880,64 +865,8 @@ impl<'a> BatchedEngine<'a> {
         self.free_len -= 1;
     }
 
-    // ----- the free queue as a ring (grouped pods; docs/MODEL.md, "Run-length KV blocks") -----
-    //
-    // The same queue in the same order, kept as block indices in a ring (the per-block map's
-    // table, unused with the grouped map): `free_head` is the ring position of the oldest entry,
-    // `free_tail` the number of entries; a free block's `prev` is its entry's position. An
-    // unlinked block (a hit pinned from the queue) leaves a stale entry (its `prev` no longer
-    // names that position), skipped when the head reaches it. A pop reads the next blocks'
-    // indices from consecutive positions, so their loads do not wait for each other, as they do
-    // along the links of the linked queue.
-
-    /// Appends block `b` at the ring's tail (compacting first when the ring is full).
-    fn ring_push(&mut self, b: u32) {
-        debug_assert!(self.blocks[b as usize].refs() == 0, "only an unreferenced block is freed");
-        debug_assert!(self.blocks[b as usize].prev == NIL, "not already free");
-        let len = self.table.len() as u32;
-        if self.free_tail == len {
-            self.ring_compact();
-        }
-        let at = (self.free_head + self.free_tail) & (len - 1);
-        self.table[at as usize] = b;
-        self.blocks[b as usize].prev = at;
-        self.free_tail += 1;
-        self.free_len += 1;
-    }
-
-    /// Drops the ring's stale entries, keeping the others in order from the head (at most C
-    /// live entries in a ring longer than C, so each compaction frees at least length - C).
-    fn ring_compact(&mut self) {
-        let mask = self.table.len() as u32 - 1;
-        let head = self.free_head;
-        let mut kept = 0;
-        for k in 0..self.free_tail {
-            let from = (head + k) & mask;
-            let b = self.table[from as usize];
-            if self.blocks[b as usize].prev == from {
-                let to = (head + kept) & mask;
-                self.table[to as usize] = b;
-                self.blocks[b as usize].prev = to;
-                kept += 1;
-            }
-        }
-        debug_assert_eq!(kept, self.free_len);
-        self.free_tail = kept;
-    }
-
-    /// Calls `each` with every free block, head first (either form of the free queue).
+    /// Calls `each` with every free block, head first (per-block pool).
     fn each_free(&self, mut each: impl FnMut(u32)) {
-        if self.groups.is_some() {
-            let mask = self.table.len() as u32 - 1;
-            for k in 0..self.free_tail {
-                let at = (self.free_head + k) & mask;
-                let b = self.table[at as usize];
-                if self.blocks[b as usize].prev == at {
-                    each(b);
-                }
-            }
-            return;
-        }
         let mut b = self.free_head;
         while b != NIL {
             each(b);
@@ -1006,7 +935,7 @@ impl<'a> BatchedEngine<'a> {
         }
         debug_assert!(n <= self.free_len, "the caller checked the free blocks");
         if self.groups.is_some() {
-            return self.alloc_from_ring(r, n);
+            return self.alloc_grouped(r, n);
         }
         // pop them in queue order, each as `alloc_own` does; the free queue's links and the
         // counters are written once for the run
@@ -1034,52 +963,27 @@ impl<'a> BatchedEngine<'a> {
         self.reqs[r].own_len += n;
     }
 
-    /// [`Self::alloc_blocks`] from the ring: the `n` oldest live entries, each popped as
-    /// `alloc_own` pops the head (stale entries skipped).
-    fn alloc_from_ring(&mut self, r: usize, n: u32) {
-        let mask = self.table.len() as u32 - 1;
-        let mut at = self.free_head;
-        let mut left = self.free_tail;
-        let mut own = self.reqs[r].own_head;
-        let mut got = 0;
-        while got < n {
-            debug_assert!(left > 0, "the ring holds the free blocks");
-            let b = self.table[at as usize];
-            let blk = self.blocks[b as usize];
-            let live = blk.prev == at;
-            at = (at + 1) & mask;
-            left -= 1;
-            if !live {
-                continue;
-            }
-            if blk.keyed() {
-                self.uncache(blk.key, b);
-            }
-            // the owner chain lives in the map's `own_next` (grouped pods)
-            self.blocks[b as usize] = KvBlock { key: blk.key, rk: 1, prev: NIL, next: NIL };
-            if let Some(g) = self.groups.as_mut() {
-                g.set_own_next(b, own);
-            }
-            own = b;
-            got += 1;
+    /// [`Self::alloc_blocks`] on a grouped pod: `n` blocks from the head of the free queue of
+    /// runs, whole runs at a time (the cached ones evicted from their groups' tops), become
+    /// keyless own blocks of request slot `r` (a count: [`Self::keyed_own`] of them are keyed
+    /// later).
+    fn alloc_grouped(&mut self, r: usize, n: u32) {
+        let Some(g) = self.groups.as_mut() else { return };
+        match g.pop(n) {
+            Some(evicted) => self.cached -= evicted,
+            None => self.broken = Some(Invariant::GroupPrefix),
         }
-        self.free_head = at;
-        self.free_tail = left;
         self.free_len -= n;
         self.pinned += n;
         self.refs_total += n as u64;
-        self.reqs[r].own_head = own;
         self.reqs[r].own_len += n;
     }
 
-    /// The owner's previous own block of block `b` (the owner chain: in the blocks, or in the
-    /// grouped map's `own_next` on grouped pods).
+    /// Grouped pods: how many of request `q`'s own blocks are keyed (its blocks hit .. hit +
+    /// this - 1; kept in `own_head`, which has no owner chain to head there, NIL for none).
     #[inline(always)]
-    fn own_next(&self, b: u32) -> u32 {
-        match self.groups.as_ref() {
-            Some(g) => g.own_next(b),
-            None => self.blocks[b as usize].next,
-        }
+    fn keyed_own(q: &ReqSlot) -> u32 {
+        if q.own_head == NIL { 0 } else { q.own_head }
     }
 
     /// Releases every block of request slot `r`, last block first.
@@ -1087,39 +991,16 @@ impl<'a> BatchedEngine<'a> {
         if !self.cfg.block_runs() {
             return self.release_per_block(r);
         }
+        if self.groups.is_some() {
+            return self.release_grouped(r);
+        }
         let q = self.reqs[r];
         let base = self.key_base(r);
         let mut b = q.own_head;
         while b != NIL {
-            let older = self.own_next(b);
+            let older = self.blocks[b as usize].next;
             self.unref(b);
             b = older;
-        }
-        if let Some(g) = self.groups.as_ref() {
-            // the hit blocks, last first, one group probe per group
-            let rr = g.r() as usize;
-            let mut hi = q.hit as usize;
-            while hi > 0 {
-                let g0 = (hi - 1) / rr * rr;
-                let Some(rec) = self.groups.as_ref().and_then(|g| g.find(self.keys[base + g0])) else {
-                    self.broken = Some(Invariant::HitBlockCached);
-                    break;
-                };
-                for j in (g0..hi).rev() {
-                    let b = self.groups.as_ref().map_or(NIL, |g| g.block(rec, (j - g0) as u32));
-                    if b == NIL {
-                        self.broken = Some(Invariant::HitBlockCached);
-                    } else {
-                        self.unref(b);
-                    }
-                }
-                hi = g0;
-            }
-            let q = &mut self.reqs[r];
-            q.own_head = NIL;
-            q.own_len = 0;
-            q.hit = 0;
-            return;
         }
         for j in (0..q.hit as usize).rev() {
             match self.lookup(self.keys[base + j]) {
@@ -1127,6 +1008,41 @@ impl<'a> BatchedEngine<'a> {
                 None => self.broken = Some(Invariant::HitBlockCached),
             }
         }
+        let q = &mut self.reqs[r];
+        q.own_head = NIL;
+        q.own_len = 0;
+        q.hit = 0;
+    }
+
+    /// [`Self::release`] on a grouped pod, in the per-block pool's order (its blocks from the
+    /// last down, each freed one to the free queue's tail): its keyless own blocks (the top of
+    /// its blocks) as one keyless run, then per group from its last down the sub-blocks no other
+    /// request holds, one run per group; one group probe per group.
+    fn release_grouped(&mut self, r: usize) {
+        let q = self.reqs[r];
+        let base = self.key_base(r);
+        let keyed = Self::keyed_own(&q);
+        let Some(g) = self.groups.as_mut() else { return };
+        let mut freed = q.own_len - keyed;
+        if g.free_keyless(freed).is_none() {
+            self.broken = Some(Invariant::GroupPrefix);
+        }
+        let rr = g.r();
+        let mut hi = q.hit + keyed;
+        while hi > 0 {
+            let g0 = (hi - 1) / rr * rr;
+            match g.let_go(self.keys[base + g0 as usize], hi - g0) {
+                Some(k) => freed += k,
+                None => {
+                    self.broken = Some(Invariant::HitBlockCached);
+                    break;
+                }
+            }
+            hi = g0;
+        }
+        self.free_len += freed;
+        self.pinned -= freed;
+        self.refs_total -= (q.hit + q.own_len) as u64;
         let q = &mut self.reqs[r];
         q.own_head = NIL;
         q.own_len = 0;
@@ -1143,12 +1059,10 @@ impl<'a> BatchedEngine<'a> {
         let h_max = (q.keys_len as u64).min((n_tok - 1) / B) as u32;
         let base = self.key_base(r);
         let keys = &self.keys[base..base + h_max as usize];
-        let mut free_hits = 0;
         if let Some(g) = self.groups.as_ref() {
-            let blocks = &self.blocks;
-            let hit = g.leading(keys, |b| free_hits += u32::from(blocks[b as usize].refs() == 0));
-            return (hit as u32, free_hits);
+            return g.lead(keys);
         }
+        let mut free_hits = 0;
         let blocks = &self.blocks;
         let hit = self.run_blocks(keys, |b| free_hits += u32::from(blocks[b as usize].refs() == 0));
         (hit, free_hits)
@@ -1185,48 +1099,43 @@ impl<'a> BatchedEngine<'a> {
         self.reqs[r].considered = full;
     }
 
-    /// [`Self::cache_prompt_blocks`] with the grouped map: one group probe per group.
+    /// [`Self::cache_prompt_blocks`] on a grouped pod: its own blocks from `considered` below
+    /// `full` get their keys a group at a time, each extending its group's prefix (or, already
+    /// cached, staying a keyless duplicate); one group probe per group.
     fn cache_grouped(&mut self, r: usize, base: usize, full: u32) {
         let q = self.reqs[r];
         let Some(g) = self.groups.as_mut() else { return };
         let rr = g.r();
-        let mut idx = q.hit + q.own_len;
-        let mut b = q.own_head;
-        // the group of the last block considered: (its first block index, its record)
-        let mut cur: Option<(u32, u32)> = None;
-        while b != NIL && idx > q.considered {
-            idx -= 1;
-            let older = g.own_next(b);
-            if idx < full {
-                let s = idx % rr;
-                let g0 = idx - s;
-                let rec = match cur {
-                    Some((at, rec)) if at == g0 => rec,
-                    _ => {
-                        if let Some((_, old)) = cur {
-                            g.drop_if_empty(old);
-                        }
-                        let Some(rec) = g.find_or_new(self.keys[base + g0 as usize]) else {
-                            self.broken = Some(Invariant::CachedBlocks);
-                            return;
-                        };
-                        cur = Some((g0, rec));
-                        rec
+        let own_end = (q.hit + q.own_len).min(full);
+        let mut keyed = Self::keyed_own(&q);
+        let mut j = q.considered.max(q.hit);
+        while j < own_end {
+            let g0 = j / rr * rr;
+            let end = (g0 + rr).min(own_end);
+            let gkey = self.keys[base + g0 as usize];
+            let ok = if j == q.hit + keyed {
+                match g.extend(gkey, j - g0, end - g0) {
+                    Some(true) => {
+                        keyed += end - j;
+                        self.cached += end - j;
+                        true
                     }
-                };
-                if g.insert(rec, s, b) {
-                    let blk = &mut self.blocks[b as usize];
-                    blk.key = self.keys[base + idx as usize];
-                    blk.rk |= KEYED;
-                    self.cached += 1;
+                    Some(false) => true,
+                    None => false,
                 }
+            } else {
+                // above a keyless duplicate of its own: keyless duplicates too, or (I) breaks
+                g.group(gkey).0 >= end - g0
+            };
+            if !ok {
+                self.broken = Some(Invariant::GroupPrefix);
+                return;
             }
-            b = older;
+            j = end;
         }
-        if let Some((_, rec)) = cur {
-            g.drop_if_empty(rec);
-        }
-        self.reqs[r].considered = full;
+        let q = &mut self.reqs[r];
+        q.own_head = if keyed == 0 { NIL } else { keyed };
+        q.considered = full;
     }
 
     /// Releases every block of request slot `r`, last block first.
@@ -1604,29 +1513,16 @@ impl<'a> BatchedEngine<'a> {
     /// Pins the hit blocks 0..h of waiting head `y` (popped from W into R).
     fn pin_hits(&mut self, y: usize, h: u32) {
         let base = self.key_base(y);
-        if let Some(rr) = self.groups.as_ref().map(|g| g.r() as usize) {
-            let mut j = 0;
-            while j < h as usize {
-                let Some(rec) = self.groups.as_ref().and_then(|g| g.find(self.keys[base + j])) else {
-                    self.broken = Some(Invariant::HitBlockCached);
-                    return;
-                };
-                let end = (j + rr).min(h as usize);
-                for s in 0..(end - j) as u32 {
-                    let b = self.groups.as_ref().map_or(NIL, |g| g.block(rec, s));
-                    if b == NIL {
-                        self.broken = Some(Invariant::HitBlockCached);
-                        return;
-                    }
-                    if self.blocks[b as usize].refs() == 0 {
-                        self.fq_unlink(b);
-                        self.pinned += 1;
-                    }
-                    self.blocks[b as usize].rk += 1;
-                    self.refs_total += 1;
+        if let Some(g) = self.groups.as_mut() {
+            // per group: one holder more, its free sub-blocks among them out of the free queue
+            match g.pin(&self.keys[base..base + h as usize], h) {
+                Some(taken) => {
+                    self.pinned += taken;
+                    self.free_len -= taken;
                 }
-                j = end;
+                None => self.broken = Some(Invariant::HitBlockCached),
             }
+            self.refs_total += h as u64;
             return;
         }
         for j in 0..h as usize {
@@ -2193,6 +2089,14 @@ impl<'a> BatchedEngine<'a> {
 
     /// Every block of the pod against the counters (debug builds, small pods: tests).
     fn audit(&self) {
+        if let Some(g) = self.groups.as_ref() {
+            let audit = g.audit();
+            debug_assert!(audit.is_ok(), "the grouped pool: {audit:?}");
+            let (cached, free, _, _) = audit.unwrap_or_default();
+            debug_assert_eq!(cached, self.cached as u64);
+            debug_assert_eq!(free, self.free_len as u64);
+            return;
+        }
         let mut pinned = 0u64;
         let mut refs = 0u64;
         let mut keyed = 0u64;
@@ -2553,116 +2457,6 @@ mod tests {
         stale(&mut e);
         Engine::boot(&mut e).unwrap();
         assert!(fresh(&e), "boot resets the wait");
-    }
-
-    /// The free queue as a ring (grouped pods) against a model queue: random pops of runs from
-    /// the head, frees to the tail and unlinks from the middle (hits pinned from the queue),
-    /// enough of them to wrap the ring and compact it many times; after every operation the
-    /// ring's live entries are the model's queue in order, and every run pops the model's front.
-    #[test]
-    fn free_queue_ring_matches_a_model_queue() {
-        use std::collections::VecDeque;
-        for c in [1usize, 3, 8, 100, 1_000] {
-            let gl = PoolGroups::layout(c, 2).unwrap();
-            let mut words = vec![0u32; gl.words()];
-            let mut gkeys = vec![0u64; gl.keys()];
-            let mut pod = SmallPod::new(c);
-            let mut e = pod.engine();
-            let groups = PoolGroups::new(c, 2, &mut words, &mut gkeys).unwrap();
-            assert!(e.attach_groups(groups), "capacity {c}");
-            let mut model: VecDeque<u32> = (0..c as u32).collect();
-            let mut held: Vec<u32> = Vec::new();
-            let mut rnd = xorshift(0x9e37_79b9_7f4a_7c15u64 ^ c as u64);
-            let (mut compactions, mut stale_pops) = (0, 0);
-            for op in 0..20 * c + 200 {
-                // pops, frees, unlinks, and a hit's pin and release at once (a stale entry and a
-                // new tail entry: the ring fills up and compacts)
-                let kind = rnd() % 8;
-                if kind >= 6 && !model.is_empty() {
-                    let i = (rnd() % model.len() as u64) as usize;
-                    let b = model.remove(i).unwrap();
-                    e.fq_unlink(b);
-                    e.pinned += 1;
-                    e.blocks[b as usize].rk += 1;
-                    e.refs_total += 1;
-                    let full = e.free_tail as usize == e.table.len();
-                    e.unref(b);
-                    compactions += usize::from(full);
-                    model.push_back(b);
-                }
-                match kind / 2 {
-                    0 if !model.is_empty() => {
-                        let n = 1 + (rnd() % model.len().min(5) as u64) as u32;
-                        let stale_before = e.free_tail - e.free_len;
-                        e.alloc_blocks(0, n);
-                        stale_pops += (stale_before - (e.free_tail - e.free_len)) as usize;
-                        let popped: Vec<u32> = model.drain(..n as usize).collect();
-                        let mut b = e.reqs[0].own_head;
-                        for &want in popped.iter().rev() {
-                            assert_eq!(b, want, "capacity {c}: op {op}: popped in queue order");
-                            assert_eq!((e.blocks[b as usize].refs(), e.blocks[b as usize].prev), (1, NIL));
-                            b = e.own_next(b);
-                        }
-                        held.extend(popped);
-                    }
-                    1 if !held.is_empty() => {
-                        let b = held.swap_remove((rnd() % held.len() as u64) as usize);
-                        let full = e.free_tail as usize == e.table.len();
-                        e.unref(b);
-                        compactions += usize::from(full);
-                        model.push_back(b);
-                    }
-                    _ if !model.is_empty() => {
-                        let i = (rnd() % model.len() as u64) as usize;
-                        let b = model.remove(i).unwrap();
-                        e.fq_unlink(b);
-                        e.pinned += 1;
-                        e.blocks[b as usize].rk += 1;
-                        e.refs_total += 1;
-                        held.push(b);
-                    }
-                    _ => {}
-                }
-                let mut free = Vec::new();
-                e.each_free(|b| free.push(b));
-                assert_eq!(free, Vec::from(model.clone()), "capacity {c}: op {op}");
-                assert_eq!(e.free_len as usize, model.len());
-                assert!(e.free_tail as usize <= e.table.len() && e.free_len <= e.free_tail);
-            }
-            // then every held block freed, 2 x the ring's length of pins and releases (stale
-            // entries until the ring is full: compactions), and every free block popped
-            for b in core::mem::take(&mut held) {
-                compactions += usize::from(e.free_tail as usize == e.table.len());
-                e.unref(b);
-                model.push_back(b);
-            }
-            for _ in 0..2 * e.table.len() {
-                let b = model.remove((rnd() % model.len() as u64) as usize).unwrap();
-                e.fq_unlink(b);
-                e.pinned += 1;
-                e.blocks[b as usize].rk += 1;
-                e.refs_total += 1;
-                compactions += usize::from(e.free_tail as usize == e.table.len());
-                e.unref(b);
-                model.push_back(b);
-                let mut free = Vec::new();
-                e.each_free(|b| free.push(b));
-                assert_eq!(free, Vec::from(model.clone()), "capacity {c}: pins and releases");
-            }
-            let stale_before = e.free_tail - e.free_len;
-            e.alloc_blocks(1, c as u32);
-            stale_pops += stale_before as usize;
-            let mut b = e.reqs[1].own_head;
-            for &want in model.iter().rev() {
-                assert_eq!(b, want, "capacity {c}: the last run popped in queue order");
-                b = e.own_next(b);
-            }
-            assert_eq!((e.free_len, e.free_tail), (0, 0));
-            assert!(
-                compactions > 0 && stale_pops > 0,
-                "capacity {c}: {compactions} compactions, {stale_pops} stale pops"
-            );
-        }
     }
 
     /// The cache map (tagged entries; home slots from the tag bits when they hold them, else
