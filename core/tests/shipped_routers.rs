@@ -721,3 +721,124 @@ fn each_router_reads_only_its_keys() {
     s.scorers[1] = Some(WeightedScorer { kind: ScorerKind::NoHitLru, weight: 1.0 });
     assert!(s.reads(NoHitLruSize) && s.reads(PrefixSource) && !s.reads(TokenLoadThreshold));
 }
+
+/// SplitMix64 for the fused-route cases' per-pod values (one proptest seed per case, so that
+/// 1,024 pods' states cost no shrinking).
+fn mix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A pipeline of `ShippedRouter` for the fused-route cases: a preset, or 1 to 8 scorers of every
+/// kind the fused pass takes (no-hit-lru aside), with weights that tie, vanish or dominate.
+fn fused_case_spec(r: &mut u64) -> RouterSpec {
+    let presets = [RouterKind::LlmDPrecise, RouterKind::LlmDApproximate, RouterKind::LlmDLoad, RouterKind::GieDefault];
+    let mut spec = match mix(r) % 6 {
+        k @ 0..4 => RouterSpec::preset(presets[k as usize]).unwrap(),
+        4 => RouterSpec::preset(RouterKind::Random).unwrap(),
+        _ => {
+            let mut s = RouterSpec::EMPTY;
+            let kinds: Vec<ScorerKind> = ScorerKind::ALL.into_iter().filter(|&k| k != ScorerKind::NoHitLru).collect();
+            for slot in s.scorers.iter_mut().take(1 + (mix(r) % MAX_SCORERS as u64) as usize) {
+                let kind = kinds[(mix(r) % kinds.len() as u64) as usize];
+                let weight = match mix(r) % 6 {
+                    0 => 0.0,
+                    1 => 1.0,
+                    2 => 2.0,
+                    3 => MAX_WEIGHT,
+                    _ => (mix(r) % 10_000) as f64 / 997.0,
+                };
+                *slot = Some(WeightedScorer { kind, weight });
+            }
+            s
+        }
+    };
+    if spec.scorers.iter().any(Option::is_some) {
+        spec.picker =
+            [PickerKind::MaxScore, PickerKind::MaxScoreLowestIndex, PickerKind::Random][(mix(r) % 3) as usize];
+    }
+    spec.params.seed = mix(r);
+    spec.params.load_aware_threshold = [1, 3, 128][(mix(r) % 3) as usize];
+    spec.params.token_load_threshold = [1, 1000, 4_194_304][(mix(r) % 3) as usize];
+    spec
+}
+
+/// Load signals of `n` pods from `r`: small ranges (ties, all equal) or wide ones, empty and
+/// full caches, a zero capacity.
+fn fused_case_loads(r: &mut u64, n: usize) -> Vec<PodLoad> {
+    let wmax = [1u64, 2, 4, 60, 5000][(mix(r) % 5) as usize];
+    let tokens = [1u64, 2000, 10_000_000][(mix(r) % 3) as usize];
+    let cap = [0u32, 8, 19_208][(mix(r) % 3) as usize];
+    (0..n)
+        .map(|_| PodLoad {
+            waiting: (mix(r) % wmax) as u32,
+            running: (mix(r) % wmax) as u32,
+            kv_used_blocks: if cap == 0 { (mix(r) % 3) as u32 } else { (mix(r) % (cap as u64 + 1)) as u32 },
+            kv_capacity_blocks: cap,
+            pending_prefill_tokens: if mix(r).is_multiple_of(3) { 0 } else { mix(r) % tokens },
+        })
+        .collect()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 128, ..Default::default() })]
+
+    /// The fused pipeline route (one pass over the candidates, every scorer summed per pod) is
+    /// the reference route (a pass and an array per scorer, then `max_set`): on random fleets of
+    /// 1 to 64 pods (one-word sets) and 65 to 1,024, random load signals, held prefixes and
+    /// routed histories (the approximate index), every candidate's total is bit-equal to
+    /// `evaluate`'s, and the picks, believed matches and RNG draws are the same decision after
+    /// decision. Without load signals the fused pass is not taken, and the route is the
+    /// reference's.
+    #[test]
+    fn fused_route_is_the_reference_route(seed in proptest::prelude::any::<u64>(), wide in proptest::bool::ANY) {
+        let mut r = seed;
+        let n = if wide { 65 + (mix(&mut r) % 960) as usize } else { 1 + (mix(&mut r) % 64) as usize };
+        let spec = fused_case_spec(&mut r);
+        // Pod p holds keys 0..h_p of the chain, with a hole at a random key now and then.
+        let held = Held(
+            (0..n)
+                .map(|_| {
+                    let h = mix(&mut r) % 14;
+                    let hole = if mix(&mut r).is_multiple_of(4) { mix(&mut r) % 14 } else { u64::MAX };
+                    (0..h).filter(|&k| k != hole).collect()
+                })
+                .collect(),
+        );
+        let q = vec![0u32; n];
+        let lru = 1 + mix(&mut r) % 20;
+        let (mut fused, mut reference) = (router(spec, n, lru), router(spec, n, lru));
+        for _ in 0..mix(&mut r) % 30 {
+            let (pod, len) = ((mix(&mut r) % n as u64) as usize, mix(&mut r) % 14);
+            let keys: Vec<u64> = (0..len).collect();
+            fused.routed(pod, &keys, 0).unwrap();
+            reference.routed(pod, &keys, 0).unwrap();
+        }
+        for _ in 0..1 + mix(&mut r) % 4 {
+            let keys: Vec<u64> = (0..mix(&mut r) % 14).collect();
+            let loads = fused_case_loads(&mut r, n);
+            let v = view(&held, &q, &loads);
+            let expect = fused.evaluate(&v, &keys);
+            let mut noted = vec![None; n];
+            let got = fused.route_fused_noting(&v, &keys, &mut |p, t| noted[p] = Some(t));
+            let want = reference.route_reference(&v, &keys);
+            proptest::prop_assert_eq!(got, Some(want), "n {} spec {:?}", n, spec);
+            if spec.picker != PickerKind::Random {
+                for (p, t) in noted.iter().enumerate() {
+                    proptest::prop_assert_eq!(t.map(f64::to_bits), Some(expect.totals[p].to_bits()), "pod {}", p);
+                }
+            }
+            fused.routed(want.pod, &keys, 0).unwrap();
+            reference.routed(want.pod, &keys, 0).unwrap();
+        }
+        // No load signals: the reference path, through `route`.
+        let keys: Vec<u64> = (0..mix(&mut r) % 14).collect();
+        let mut v = view(&held, &q, &[]);
+        v.loads = None;
+        proptest::prop_assert_eq!(fused.route_fused_noting(&v, &keys, &mut |_, _| {}), None);
+        proptest::prop_assert_eq!(fused.route(&v, &keys), reference.route_reference(&v, &keys));
+    }
+}

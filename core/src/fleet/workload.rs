@@ -455,6 +455,32 @@ impl<'a> Workload<'a> {
     /// Generates the next request into `tokens` (at least [`WorkloadSpec::max_prompt_tokens`]
     /// long); `None` after the last request.
     pub fn next_request(&mut self, tokens: &mut [u32]) -> Result<Option<GenRequest>, Error> {
+        self.generate(tokens, true)
+    }
+
+    /// Where the tenant's shared prefix lies in every prompt: tokens `[start, start + len)`,
+    /// the same for every request of a tenant ([`Self::fill_prefix`]).
+    pub fn prefix_span(&self) -> (usize, usize) {
+        let s = &self.spec;
+        let start = if s.layout == Layout::TimestampFirst { s.header_tokens as usize } else { 0 };
+        (start, s.prefix_tokens as usize)
+    }
+
+    /// Writes tenant `tenant`'s shared prefix (`out`: [`Self::prefix_span`]'s length), the
+    /// tokens [`Self::next_request`] writes there for every request of the tenant.
+    pub fn fill_prefix(&self, tenant: u32, out: &mut [u32]) {
+        fill(out, self.spec.seed, SEG_PREFIX, tenant as u64);
+    }
+
+    /// [`Self::next_request`] without writing the shared prefix: `tokens` at
+    /// [`Self::prefix_span`] keep whatever they held (the caller writes them with
+    /// [`Self::fill_prefix`] when it needs them, e.g. when it has not kept the tenant's prefix
+    /// keys). The same requests, the same draws; every other token written as there.
+    pub fn next_request_prefix_unwritten(&mut self, tokens: &mut [u32]) -> Result<Option<GenRequest>, Error> {
+        self.generate(tokens, false)
+    }
+
+    fn generate(&mut self, tokens: &mut [u32], with_prefix: bool) -> Result<Option<GenRequest>, Error> {
         let s = self.spec;
         if self.next >= s.requests || self.ended {
             return Ok(None);
@@ -493,7 +519,9 @@ impl<'a> Workload<'a> {
             at = h;
         }
         let p = s.prefix_tokens as usize;
-        fill(&mut tokens[at..at + p], s.seed, SEG_PREFIX, tenant as u64);
+        if with_prefix {
+            fill(&mut tokens[at..at + p], s.seed, SEG_PREFIX, tenant as u64);
+        }
         at += p;
         if s.rag_docs > 0 {
             let mut docs = [0u16; MAX_RAG_DOCS];
@@ -577,6 +605,40 @@ mod tests {
             out.push((r, buf[..r.input_tokens as usize].to_vec()));
         }
         out
+    }
+
+    /// The prefix left unwritten and filled by `fill_prefix` at `prefix_span` gives every
+    /// request's tokens of `next_request`, for both layouts, RAG documents and per-user suffixes.
+    #[test]
+    fn prefix_unwritten_then_filled_is_next_request() {
+        let mut specs = std::vec![spec()];
+        let mut t = spec();
+        t.layout = Layout::TimestampFirst;
+        t.header_tokens = 5;
+        t.prefix_tokens = 37;
+        specs.push(t);
+        let mut r = spec();
+        r.rag_docs = 6;
+        r.rag_doc_tokens = 16;
+        r.rag_per_request = 3;
+        r.suffix_scope = SuffixScope::User;
+        r.seed = 99;
+        specs.push(r);
+        let mut z = spec();
+        z.prefix_tokens = 0;
+        specs.push(z);
+        for s in specs {
+            let want = all(s);
+            let mut buf = std::vec![u32::MAX; s.max_prompt_tokens() as usize];
+            let mut w = Workload::new(s, &mut []).unwrap();
+            let (start, len) = w.prefix_span();
+            let mut got = std::vec::Vec::new();
+            while let Some(req) = w.next_request_prefix_unwritten(&mut buf).unwrap() {
+                w.fill_prefix(req.tenant, &mut buf[start..start + len]);
+                got.push((req, buf[..req.input_tokens as usize].to_vec()));
+            }
+            assert_eq!(got, want);
+        }
     }
 
     #[test]

@@ -100,11 +100,18 @@ pub fn coarse_keys(
 /// Keys of the full blocks of a prompt given as token ids; the trailing partial block is ignored.
 /// Returns the number of keys written.
 pub fn token_keys(tokens: &[u32], out: &mut [u64]) -> Result<usize, Error> {
+    token_keys_from(ROOT_KEY, tokens, out)
+}
+
+/// [`token_keys`] of the blocks that follow a block of key `parent`: the keys of blocks
+/// `j..` of a prompt are `token_keys_from(key j - 1, its tokens from block j)` (a caller that
+/// kept a shared prefix's keys hashes only the rest).
+pub fn token_keys_from(parent: u64, tokens: &[u32], out: &mut [u64]) -> Result<usize, Error> {
     let m = tokens.len() / BLOCK_TOKENS;
     let Some(out) = out.get_mut(..m) else {
         return Err(Error::BufferSize { buffer: Buffer::Keys, expected: m, got: out.len() });
     };
-    let mut parent = ROOT_KEY;
+    let mut parent = parent;
     for (key, block) in out.iter_mut().zip(tokens.chunks_exact(BLOCK_TOKENS)) {
         let mut b = [0u32; BLOCK_TOKENS];
         b.copy_from_slice(block);

@@ -208,3 +208,115 @@ pub(super) fn first_max<const W: usize>(cand: PodSet<W>, f: impl Fn(usize) -> u3
     let (_, hi) = min_max(cand, &f);
     cand.filter(|p| f(p) == hi).lowest()
 }
+
+/// One weighted scorer of the fused pass (`ShippedRouter`'s pipeline without a filter or
+/// no-hit-lru): what [`score`] needs of the whole candidate set (the min and max it divides by),
+/// taken once, then its term added to every pod's total ([`Self::add_terms`]) in the pipeline's
+/// order, with the same operations as [`score`] and the weighted sum (so the same bits).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fused {
+    kind: ScorerKind,
+    weight: f64,
+    /// Reads the approximate index's matches (prefix-cache), else the exact ones.
+    pub(super) approx: bool,
+    /// The keys its matches are a share of.
+    total: u32,
+    lo: u64,
+    hi: u64,
+}
+
+impl Fused {
+    /// `kind` of weight `weight` over the candidates `cand` = pods `0..n` (n >= 1), its matches
+    /// `m` out of `total` keys.
+    pub(super) fn new<const W: usize>(
+        kind: ScorerKind,
+        weight: f64,
+        cand: PodSet<W>,
+        total: u32,
+        m: &[u32],
+        loads: &[PodLoad],
+    ) -> Self {
+        let n = cand.count() as usize;
+        debug_assert!(cand == PodSet::first(n), "the fused pass has no filter");
+        let (lo, hi) = match kind {
+            ScorerKind::PrecisePrefixCacheMinMax => {
+                let holders = cand.filter(|p| m[p] > 0);
+                if holders.is_empty() {
+                    (0, 0)
+                } else {
+                    let (lo, hi) = min_max(holders, |p| m[p]);
+                    (u64::from(lo), u64::from(hi))
+                }
+            }
+            // The candidates are pods 0..n: a plain pass over their signals (min and max do not
+            // depend on the order).
+            ScorerKind::Queue => loads[..n]
+                .iter()
+                .fold((u64::MAX, 0), |(lo, hi), l| (lo.min(u64::from(l.waiting)), hi.max(u64::from(l.waiting)))),
+            ScorerKind::ActiveRequests => {
+                (0, loads[..n].iter().map(|l| l.waiting as u64 + l.running as u64).max().unwrap_or(0))
+            }
+            _ => (0, 0),
+        };
+        Fused { kind, weight, approx: kind == ScorerKind::PrefixCache, total, lo, hi }
+    }
+
+    /// Adds w clamp(s(p), 0, 1) to `totals[p]` for every pod p of `totals` (the candidates
+    /// are pods `0..totals.len()`: the fused pass has no filter), with [`score`]'s s(p) (`m`:
+    /// this scorer's matches) and the weighted sum's operations. One loop per kind, the pods in
+    /// order, so that the kind is settled once per decision and not per pod.
+    pub(super) fn add_terms(&self, totals: &mut [f64], m: &[u32], loads: &[PodLoad], prm: &RouterParams) {
+        let n = totals.len();
+        let (m, loads) = (&m[..n], &loads[..n]);
+        let (w, lo, hi) = (self.weight, self.lo, self.hi);
+        #[inline(always)]
+        fn add(totals: &mut [f64], w: f64, s: impl Fn(usize) -> f64) {
+            for (p, t) in totals.iter_mut().enumerate() {
+                *t += w * s(p).clamp(0.0, 1.0);
+            }
+        }
+        match self.kind {
+            ScorerKind::PrefixCache | ScorerKind::PrecisePrefixCache => {
+                let (total, zero) = (self.total as f64, self.total == 0);
+                add(totals, w, |p| {
+                    let ratio = if zero { 0.0 } else { m[p] as f64 / total };
+                    ratio.min(1.0)
+                })
+            }
+            // A pod without a match keeps the 0 it had (it is not a holder).
+            ScorerKind::PrecisePrefixCacheMinMax => add(totals, w, |p| match u64::from(m[p]) {
+                0 => 0.0,
+                _ if hi == lo => 1.0,
+                v => (v - lo) as f64 / (hi - lo) as f64,
+            }),
+            ScorerKind::Queue if hi == lo => add(totals, w, |_| 1.0),
+            ScorerKind::Queue => add(totals, w, |p| (hi - u64::from(loads[p].waiting)) as f64 / (hi - lo) as f64),
+            ScorerKind::KvCacheUtilization => add(totals, w, |p| {
+                let l = loads[p];
+                let used =
+                    if l.kv_capacity_blocks == 0 { 0.0 } else { l.kv_used_blocks as f64 / l.kv_capacity_blocks as f64 };
+                1.0 - used
+            }),
+            ScorerKind::TokenLoad => {
+                let q = prm.token_load_threshold;
+                add(totals, w, |p| {
+                    let l = loads[p].pending_prefill_tokens;
+                    if l == 0 { 1.0 } else { 1.0 - l.min(q) as f64 / q as f64 }
+                })
+            }
+            ScorerKind::ActiveRequests => add(totals, w, |p| {
+                let c = loads[p].waiting as u64 + loads[p].running as u64;
+                if c == 0 { 1.0 } else { (hi - c) as f64 / hi as f64 }
+            }),
+            ScorerKind::LoadAware => {
+                let t = prm.load_aware_threshold;
+                add(totals, w, |p| {
+                    let q = loads[p].waiting;
+                    if q == 0 { 0.5 } else { 0.5 * (1.0 - q.min(t) as f64 / t as f64) }
+                })
+            }
+            // Never fused (its ranks need the whole candidate set).
+            ScorerKind::NoHitLru => add(totals, w, |_| 0.0),
+        }
+    }
+}

@@ -6,7 +6,8 @@
 
 use super::policies::{dynamo_logits, dynamo_pick, sglang_pick, vllm_pick};
 use super::rng::{SplitMix64, pick_uniform};
-use super::scorers::{Inputs, PodLru, affinity_filter, max_set, no_hit_lru, score};
+use super::scorers::{Fused, Inputs, PodLru, affinity_filter, max_set, no_hit_lru, score};
+use super::spec::MAX_SCORERS;
 use super::spec::{FilterKind, PickerKind, Policy, PrefixSource, RouterBuffers, RouterSpec, ScorerKind};
 use super::{Route, RouteView, Router};
 use crate::fleet::base::error::{Buffer, Error};
@@ -187,6 +188,100 @@ impl<'a> ShippedRouter<'a> {
         Route { pod, believed_match_blocks: e.matches[pod] }
     }
 
+    /// Whether [`Self::route_fused`] picks for this pipeline: no filter and no no-hit-lru (their
+    /// passes need every candidate's match and rank before any score), and a load signal for
+    /// every pod.
+    fn fusable(&self, view: &RouteView<'_, '_>) -> bool {
+        let spec = &self.spec;
+        spec.filters.iter().all(Option::is_none)
+            && !spec.scorers.iter().flatten().any(|w| w.kind == ScorerKind::NoHitLru)
+            && view.loads.is_some_and(|l| l.len() >= view.queue_lens.len())
+    }
+
+    /// [`Self::route_pipeline`] for a pipeline without a filter or no-hit-lru ([`Self::fusable`]),
+    /// the scorers fused: the candidates are pods `0..n` (no filter), so each scorer's
+    /// fleet-wide figures (the min and max it divides by) are taken once and its term is added
+    /// straight into the pods' totals, scorer by scorer in the pipeline's order with the same
+    /// operations (every total bit-identical to [`Self::evaluate`]'s), with no per-scorer
+    /// array, no copy of the load signals (read in place) and no [`Evaluation`]; then one pass
+    /// keeps the set of the highest totals ([`max_set`]'s order and comparisons). `note` is
+    /// given each candidate's total (the property tests compare them with [`Self::evaluate`]'s).
+    fn route_fused<const W: usize, const P: usize>(
+        &mut self,
+        view: &RouteView<'_, '_>,
+        keys: &[u64],
+        mut note: impl FnMut(usize, f64),
+    ) -> Route {
+        static ZEROS: [u32; MAX_PODS] = [0; MAX_PODS];
+        let n = view.queue_lens.len();
+        let cand = PodSet::<W>::first(n);
+        let loads = view.loads.unwrap_or(&[]);
+        let spec = &self.spec;
+        // The exact matches when the reference asks for them (the same calls into the view),
+        // the approximate ones when the router keeps that index; zeros otherwise.
+        let mut exact_buf;
+        let exact: &[u32] = if spec.needs_index() {
+            exact_buf = [0u32; P];
+            view.matches(keys, &mut exact_buf);
+            &exact_buf
+        } else {
+            &ZEROS
+        };
+        let akeys = self.approx_keys(keys);
+        let mut approx_buf;
+        let approx: &[u32] = match &self.approx {
+            Some(a) => {
+                approx_buf = [0u32; P];
+                a.greedy_matches(akeys, cand, &mut approx_buf);
+                &approx_buf
+            }
+            None => &ZEROS,
+        };
+        let (total, approx_total) = (keys.len() as u32, akeys.len() as u32);
+        let info = match spec.prefix_source() {
+            PrefixSource::Precise => exact,
+            _ => approx,
+        };
+        self.last_cold = false;
+        let pod = match spec.picker {
+            PickerKind::Random => pick_uniform(&mut self.rng, cand),
+            picker => {
+                let mut fused = [None; MAX_SCORERS];
+                let mut k = 0;
+                if !cand.is_empty() {
+                    for w in spec.scorers.iter().flatten() {
+                        let (m, t) =
+                            if w.kind == ScorerKind::PrefixCache { (approx, approx_total) } else { (exact, total) };
+                        fused[k] = Some(Fused::new(w.kind, w.weight, cand, t, m, loads));
+                        k += 1;
+                    }
+                }
+                let prm = &spec.params;
+                let mut totals = [0.0f64; P];
+                let totals = &mut totals[..n];
+                for f in fused[..k].iter().flatten() {
+                    f.add_terms(totals, if f.approx { approx } else { exact }, loads, prm);
+                }
+                let mut best = f64::NEG_INFINITY;
+                let mut set = PodSet::<W>::EMPTY;
+                for (p, &t) in totals.iter().enumerate() {
+                    note(p, t);
+                    if t > best {
+                        best = t;
+                        set = PodSet::single(p);
+                    } else if t == best {
+                        set.insert(p);
+                    }
+                }
+                match picker {
+                    PickerKind::MaxScoreLowestIndex => set.lowest(),
+                    _ => pick_uniform(&mut self.rng, set),
+                }
+            }
+        };
+        Route { pod, believed_match_blocks: info[pod] }
+    }
+
     fn route_dynamo<const W: usize, const P: usize>(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
         let n = view.queue_lens.len();
         let cand = PodSet::<W>::first(n);
@@ -228,11 +323,45 @@ impl<'a> ShippedRouter<'a> {
 impl ShippedRouter<'_> {
     fn route_in<const W: usize, const P: usize>(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
         match self.spec.policy {
+            Policy::Pipeline if self.fusable(view) => self.route_fused::<W, P>(view, keys, |_, _| {}),
             Policy::Pipeline => self.route_pipeline::<W, P>(view, keys),
             Policy::DynamoKv => self.route_dynamo::<W, P>(view, keys),
             Policy::SglangCacheAware => self.route_sglang::<W, P>(view, keys),
             Policy::VllmLoadaware => self.route_vllm::<W, P>(view, keys),
         }
+    }
+}
+
+/// The reference paths, for the property tests (feature `harness`).
+#[cfg(feature = "harness")]
+impl ShippedRouter<'_> {
+    /// [`Router::route`] by the reference path: every pipeline through [`Self::evaluate`]'s
+    /// per-scorer passes (the fused pass never taken).
+    pub fn route_reference(&mut self, view: &RouteView<'_, '_>, keys: &[u64]) -> Route {
+        let wide = width_words(view.queue_lens.len()) != 1;
+        match self.spec.policy {
+            Policy::Pipeline if wide => self.route_pipeline::<POD_WORDS, MAX_PODS>(view, keys),
+            Policy::Pipeline => self.route_pipeline::<1, 64>(view, keys),
+            _ => self.route(view, keys),
+        }
+    }
+
+    /// [`Router::route`] by the fused pass when it applies (else None, nothing done), `note`
+    /// given each candidate's total (not called with the random picker, which reads none).
+    pub fn route_fused_noting(
+        &mut self,
+        view: &RouteView<'_, '_>,
+        keys: &[u64],
+        note: &mut dyn FnMut(usize, f64),
+    ) -> Option<Route> {
+        if self.spec.policy != Policy::Pipeline || !self.fusable(view) {
+            return None;
+        }
+        Some(if width_words(view.queue_lens.len()) == 1 {
+            self.route_fused::<1, 64>(view, keys, note)
+        } else {
+            self.route_fused::<POD_WORDS, MAX_PODS>(view, keys, note)
+        })
     }
 }
 

@@ -132,6 +132,42 @@ pub struct Streamed {
     cdf: Vec<u64>,
     tokens: Vec<u32>,
     kbuf: Vec<u64>,
+    /// Keep each tenant's prefix keys ([`PrefixKeys`]); false: every prompt written and hashed
+    /// whole (the reference path, for the tests).
+    cache_prefixes: bool,
+}
+
+/// At most this many bytes of kept prefix keys (4,096 tenants of 128 blocks: 4 MiB); a larger
+/// workload hashes every prompt whole.
+const PREFIX_KEYS_MAX_BYTES: u64 = 64 << 20;
+
+/// Each tenant's shared-prefix block keys, kept from its first request: the prefix is the
+/// same tokens at the same place (the prompt's start) in every request of a tenant, and a block's
+/// key chains on the keys before it, so the first `blocks` keys of every request of the tenant
+/// are the same. A later request's prefix is neither written ([`Workload::next_request_prefix_unwritten`])
+/// nor hashed: its keys are copied and the rest is hashed from the last of them.
+struct PrefixKeys {
+    blocks: usize,
+    keys: Vec<u64>,
+    known: Vec<bool>,
+}
+
+impl PrefixKeys {
+    /// For `wl`'s workload, when its prefix starts the prompt, fills a block at least and its
+    /// tenants' keys fit [`PREFIX_KEYS_MAX_BYTES`]; None otherwise.
+    fn new(wl: &Workload<'_>) -> CliResult<Option<Self>> {
+        let ((start, len), tenants) = (wl.prefix_span(), wl.spec().tenants as u64);
+        let blocks = len / BLOCK_TOKENS;
+        if start != 0 || blocks == 0 || tenants.saturating_mul(blocks as u64).saturating_mul(8) > PREFIX_KEYS_MAX_BYTES
+        {
+            return Ok(None);
+        }
+        Ok(Some(PrefixKeys {
+            blocks,
+            keys: try_vec(tenants as usize * blocks, 0u64, "the tenants' prefix keys")?,
+            known: try_vec(tenants as usize, false, "the tenants' prefix keys")?,
+        }))
+    }
 }
 
 impl Streamed {
@@ -145,6 +181,7 @@ impl Streamed {
             cdf: try_vec(Workload::cdf_len(&spec), 0u64, "the workload's Zipf CDF")?,
             tokens: try_vec(tokens_len, 0u32, "the prompt tokens buffer")?,
             kbuf: try_vec(tokens_len / BLOCK_TOKENS, 0u64, "the block keys buffer")?,
+            cache_prefixes: true,
         })
     }
 
@@ -177,11 +214,42 @@ impl Streamed {
         let origin = &self.origin;
         let mut wl =
             Workload::new(self.spec, &mut self.cdf).map_err(|e| CliError::bad_input(format!("{origin}: {e}")))?;
-        while let Some(r) =
-            wl.next_request(&mut self.tokens).map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?
+        let Some(mut pk) = (if self.cache_prefixes { PrefixKeys::new(&wl)? } else { None }) else {
+            while let Some(r) =
+                wl.next_request(&mut self.tokens).map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?
+            {
+                let n = keys::token_keys(&self.tokens[..r.input_tokens as usize], &mut self.kbuf)
+                    .map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?;
+                if !f(&r, &self.kbuf[..n]) {
+                    break;
+                }
+            }
+            return Ok(());
+        };
+        let (b, len) = (pk.blocks, wl.prefix_span().1);
+        while let Some(r) = wl
+            .next_request_prefix_unwritten(&mut self.tokens)
+            .map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?
         {
-            let n = keys::token_keys(&self.tokens[..r.input_tokens as usize], &mut self.kbuf)
-                .map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?;
+            let tenant = r.tenant as usize;
+            let kept = &mut pk.keys[tenant * b..(tenant + 1) * b];
+            let tokens = &mut self.tokens[..r.input_tokens as usize];
+            let n = if pk.known[tenant] {
+                if len > b * BLOCK_TOKENS {
+                    // The prefix ends inside a block: that block's tokens are needed.
+                    wl.fill_prefix(r.tenant, &mut tokens[..len]);
+                }
+                self.kbuf[..b].copy_from_slice(kept);
+                b + keys::token_keys_from(kept[b - 1], &tokens[b * BLOCK_TOKENS..], &mut self.kbuf[b..])
+                    .map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?
+            } else {
+                wl.fill_prefix(r.tenant, &mut tokens[..len]);
+                let n = keys::token_keys(tokens, &mut self.kbuf)
+                    .map_err(|e| CliError::failure(format!("{origin}: workload: {e}")))?;
+                kept.copy_from_slice(&self.kbuf[..b]);
+                pk.known[tenant] = true;
+                n
+            };
             if !f(&r, &self.kbuf[..n]) {
                 break;
             }
@@ -325,5 +393,73 @@ mod tests {
         // Without stages the count is the file's.
         let rag = crate::fleet::scenario::builtin::builtin("rag").unwrap();
         assert_eq!(Streamed::new(rag.workload, "t").unwrap().count_requests().unwrap(), rag.workload.requests);
+    }
+
+    /// Every request and its keys, and the trace `fleet gen-trace` writes, with the tenants'
+    /// prefix keys kept (the fast path) or every prompt written and hashed whole (the reference
+    /// path, the generator as it was): the same, for the built-in scenarios, the scale bench's
+    /// workload and variants of it (seeds, prefixes that end inside a block or fill none, a
+    /// header first, RAG documents, Zipf and cycled tenants, per-user suffixes).
+    #[test]
+    fn kept_prefix_keys_give_the_same_requests_keys_and_trace() {
+        use brokerlab_core::fleet::workload::{Layout, Popularity, SuffixScope};
+        let scale = crate::fleet::bench::scale::scale_setup(3000, 1024).unwrap().0.workload;
+        let mut specs = vec![scale];
+        for (i, prefix) in [2048u32, 37, 15, 16, 0, 100].into_iter().enumerate() {
+            let mut s = scale;
+            s.seed = 1000 + i as u64;
+            s.tenants = 1 + 50 * i as u32;
+            s.prefix_tokens = prefix;
+            s.requests = 700;
+            specs.push(s);
+        }
+        let mut t = scale;
+        t.requests = 500;
+        t.layout = Layout::TimestampFirst;
+        t.header_tokens = 16;
+        specs.push(t);
+        let mut z = scale;
+        z.requests = 500;
+        z.tenants = 40;
+        z.popularity = Popularity::Zipf { s_milli: 1100 };
+        z.suffix_scope = SuffixScope::User;
+        specs.push(z);
+        let mut c = z;
+        c.popularity = Popularity::Cycle;
+        specs.push(c);
+        for name in ["multi-tenant", "alpha", "llm-d", "rag", "autoscale"] {
+            let mut w = crate::fleet::scenario::builtin::builtin(name).unwrap().workload;
+            w.requests = w.requests.min(2000);
+            specs.push(w);
+        }
+        let mut kept_some = 0;
+        for spec in specs {
+            let run = |cache: bool| {
+                let mut st = Streamed::new(spec, "t").unwrap();
+                st.cache_prefixes = cache;
+                let mut all = Vec::new();
+                st.each(&mut |r, k| {
+                    all.push((*r, k.to_vec()));
+                    true
+                })
+                .unwrap();
+                let mut trace = Vec::new();
+                write_trace_from(&mut st, &mut trace).unwrap();
+                (all, trace)
+            };
+            let (fast, reference) = (run(true), run(false));
+            assert!(!reference.0.is_empty());
+            assert!(
+                fast.0 == reference.0,
+                "requests and keys differ: seed {} prefix {}",
+                spec.seed,
+                spec.prefix_tokens
+            );
+            assert!(fast.1 == reference.1, "traces differ: seed {} prefix {}", spec.seed, spec.prefix_tokens);
+            let mut cdf = vec![0; Workload::cdf_len(&spec)];
+            let wl = Workload::new(spec, &mut cdf).unwrap();
+            kept_some += PrefixKeys::new(&wl).unwrap().is_some() as u32;
+        }
+        assert!(kept_some >= 8, "the fast path ran: {kept_some} workloads");
     }
 }
