@@ -4,7 +4,8 @@
 //! last ids, output long enough to cross block boundaries), pods from a few blocks (eviction,
 //! preemption, self-preemption) to more than the trace, every router kind (the seed's three and
 //! the shipped presets, approximate index included), with and without fast-forward, the offload
-//! tier and cached generated tokens: every completion, ITL sample, routing decision, per-pod
+//! tier and cached generated tokens, with and without vLLM's full-sequence admission gate
+//! (`BatchedConfig::reserve_full_isl`): every completion, ITL sample, routing decision, per-pod
 //! counter and the fleet's totals must be equal.
 //!
 //! Then the cache map kept per trace id (`BatchedFleet::attach_pool_groups`) against the same
@@ -47,9 +48,10 @@ fn replay_grouped(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq]) -> (Re
 
 /// Router kinds: the seed's three, then the presets.
 /// The pool under test: `seqs` running slots, a token budget `budget` above them, an offload tier
-/// of 0, 8 or 200 blocks (`tier` 0, 1, 2).
-fn engine(seqs: u32, budget: u32, fast_forward: bool, generated: bool, tier: usize) -> BatchedConfig {
+/// of 0, 8 or 200 blocks (`tier` 0, 1, 2), vLLM's full-sequence admission gate on or off (`gate`).
+fn engine(seqs: u32, budget: u32, fast_forward: bool, generated: bool, tier: usize, gate: bool) -> BatchedConfig {
     let mut e = BatchedConfig::new(Profile::Seed);
+    e.reserve_full_isl = gate;
     e.max_num_seqs = seqs;
     e.max_num_batched_tokens = seqs + budget;
     e.fast_forward = fast_forward;
@@ -76,8 +78,9 @@ proptest! {
         fast_forward in any::<bool>(),
         tier in 0usize..3,
         generated in any::<bool>(),
+        gate in any::<bool>(),
     ) {
-        let e = engine(seqs, budget, fast_forward, generated, tier);
+        let e = engine(seqs, budget, fast_forward, generated, tier, gate);
         let cfg = FleetConfig::batched(pods, capacity, router_kind(router), e);
         let mut oracle = e;
         oracle.block_runs = false;
@@ -105,8 +108,9 @@ proptest! {
         fast_forward in any::<bool>(),
         tier in prop_oneof![6 => Just(0usize), 1 => 1usize..3],
         generated in prop_oneof![6 => Just(false), 1 => Just(true)],
+        gate in any::<bool>(),
     ) {
-        let e = engine(seqs, budget, fast_forward, generated, tier);
+        let e = engine(seqs, budget, fast_forward, generated, tier, gate);
         let cfg = FleetConfig::batched(pods, capacity, router_kind(router), e);
         let mut oracle = e;
         oracle.block_runs = false;
@@ -155,6 +159,8 @@ fn grouped_map_on_contended_ids_equals_the_per_block_pool_and_has_no_hole() {
         let mut e = BatchedConfig::new(Profile::Seed);
         e.max_num_seqs = 1 + (lcg() % 4) as u32;
         e.max_num_batched_tokens = e.max_num_seqs + 16 + (lcg() % 48) as u32;
+        // vLLM's full-sequence admission gate on every other seed
+        e.reserve_full_isl = seed % 2 == 1;
         let capacity = 24 + (lcg() % 200) as usize;
         let pods = 1 + (seed % 2) as usize;
         let cfg = FleetConfig::batched(pods, capacity, router_kind(seed as usize), e);

@@ -242,6 +242,38 @@ fn a_request_preempting_itself_waits_for_the_next_step() {
 }
 
 #[test]
+fn the_full_sequence_gate_holds_back_a_request_whose_first_chunk_fits() {
+    // vLLM's scheduler_reserve_full_isl (docs/MODEL.md, "One step", step 2). One pod of C = 5
+    // blocks, M = 32, S = 4. A: L = 32 (2 blocks), O = 2; B: L = 48 (3 blocks), O = 1; both at 0,
+    // A first. Step 1 (0 -> 1320): A prefills 32 (2 blocks, 3 free), its first token.
+    // Without the gate, step 2: A decodes (a 3rd block, 2 free); B's first chunk of 31 tokens needs
+    // 2 blocks <= 2: admitted (0 free). 1000 + 100 + 310 = 1410 -> 2730: A finishes (3 free).
+    // Step 3: B's last 17 tokens (1 block more): 1000 + 170 -> 3900, B's first (and last) token.
+    // With the gate, step 2: B's whole sequence needs 3 blocks > 2 free: held back; A alone,
+    // 1000 + 100 -> 2420, A finishes (5 free). Step 3: B admitted (3 <= 5), 32 tokens -> 3740;
+    // step 4: its last 16 -> 4900.
+    let reqs = [r(0, &[1, 2], 0, 2), r(0, &[3, 4, 5], 0, 1)];
+    let mut e = ecfg(4, 32);
+    let off = run(one_pod(5), e, &reqs);
+    assert_eq!((off.done[0].e2e_ns(), off.done[1].ttft_ns()), (2730, 3900));
+    assert_eq!((off.stats[0].steps, off.stats[0].kv_peak_blocks), (3, 5));
+    e.reserve_full_isl = true;
+    let on = run(one_pod(5), e, &reqs);
+    assert_eq!((on.done[0].e2e_ns(), on.done[1].ttft_ns()), (2420, 4900));
+    assert_eq!((on.stats[0].steps, on.stats[0].kv_peak_blocks), (4, 3));
+    // no preemption either way, and B's prompt computed once
+    assert_eq!((off.stats[0].preemptions, on.stats[0].preemptions), (0, 0));
+    assert_eq!((off.done[1].prefill_tokens, on.done[1].prefill_tokens), (48, 48));
+    // when the budget holds every prompt (M = 128) the first chunk is the whole sequence and the
+    // gate changes nothing (here B is even preempted and readmitted, the same either way)
+    let mut wide = ecfg(4, 128);
+    let a = run(one_pod(5), wide, &reqs);
+    wide.reserve_full_isl = true;
+    let b = run(one_pod(5), wide, &reqs);
+    assert_eq!((a.done, a.stats), (b.done, b.stats));
+}
+
+#[test]
 fn fifo_engine_unchanged_by_route_view_loads() {
     // The seed routers ignore the load signals: the FIFO engine's results are those of its own
     // tests (fleet_rules.rs); here the batched engine routes round-robin as i mod N.

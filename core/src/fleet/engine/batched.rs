@@ -68,6 +68,12 @@ pub struct BatchedConfig {
     /// a multiple of N ns (GIE v0.5.1 `refreshMetricsInterval`, 50 ms); `running` and
     /// `pending_prefill_tokens` stay the engine's own (docs/MODEL.md, "Load signals").
     pub metrics_scrape_ns: u64,
+    /// vLLM's full-sequence admission gate (`scheduler_reserve_full_isl`, vLLM >= 0.19.0, where
+    /// it defaults to True; docs/MODEL.md, "Admission"): a waiting or preempted request is
+    /// admitted only if the blocks of its whole sequence (prompt plus tokens generated so far,
+    /// less its prefix hits, plus its unreferenced hit blocks) fit the free blocks, not only its
+    /// first chunk's. Off (the model's vLLM v0.11.0 rule) unless a scenario turns it on.
+    pub reserve_full_isl: bool,
     /// Advance runs of identical decode steps at once (same results). Turning it off is test
     /// support, to show that it changes nothing (feature `harness`; without it the engine always
     /// fast-forwards: [`BatchedConfig::fast_forwards`]).
@@ -95,6 +101,7 @@ impl BatchedConfig {
             wva: crate::fleet::sim::wva::WvaThresholds::DEFAULT,
             cache_generated_tokens: false,
             metrics_scrape_ns: 0,
+            reserve_full_isl: false,
             #[cfg(feature = "harness")]
             fast_forward: true,
             #[cfg(feature = "harness")]
@@ -1447,7 +1454,7 @@ impl<'a> BatchedEngine<'a> {
             }
             let h2 = self.cpu_hit(y, h);
             if h2 > 0 {
-                if h2 as u64 + free_hits as u64 > self.free_len as u64 {
+                if h2 as u64 + free_hits as u64 > self.free_len as u64 || !self.full_sequence_fits(y, h, free_hits) {
                     break;
                 }
                 self.admit_loading(y, h, h2, s)?;
@@ -1477,7 +1484,7 @@ impl<'a> BatchedEngine<'a> {
         let q = self.reqs[y];
         let n = (q.input + q.generated - c).min(*budget);
         let new = blocks_for(c + n) - h as u64;
-        if new + free_hits as u64 > self.free_len as u64 {
+        if new + free_hits as u64 > self.free_len as u64 || !self.full_sequence_fits(y, h, free_hits) {
             return false;
         }
         self.w_pop_front();
@@ -1508,6 +1515,20 @@ impl<'a> BatchedEngine<'a> {
         self.reqs[y].sched = n;
         *budget -= n;
         true
+    }
+
+    /// vLLM's full-sequence admission gate (`scheduler_reserve_full_isl`; vLLM v0.19.1
+    /// `kv_cache_manager.py` `can_fit_full_sequence`): true when it is off, or when the blocks of
+    /// waiting head `y`'s whole sequence (L + generated tokens) less its `h` hit blocks, plus the
+    /// `free_hits` of them that are unreferenced, fit the free blocks. The same counts on the
+    /// per-block and the grouped pool (`hit_of` gives both).
+    #[inline]
+    fn full_sequence_fits(&self, y: usize, h: u32, free_hits: u32) -> bool {
+        if !self.cfg.reserve_full_isl {
+            return true;
+        }
+        let q = &self.reqs[y];
+        blocks_for(q.input + q.generated) - h as u64 + free_hits as u64 <= self.free_len as u64
     }
 
     /// Pins the hit blocks 0..h of waiting head `y` (popped from W into R).

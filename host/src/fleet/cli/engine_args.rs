@@ -30,6 +30,11 @@ pub struct EngineArgs {
     /// Batched: token budget of one step.
     #[arg(long)]
     pub max_num_batched_tokens: Option<u32>,
+    /// Batched: vLLM's full-sequence admission gate (`scheduler_reserve_full_isl`, vLLM >=
+    /// 0.19.0): admit a waiting or preempted request only if its whole sequence fits the free
+    /// blocks, not only its first chunk (default false: vLLM v0.11.0's rule).
+    #[arg(long, value_name = "BOOL")]
+    pub reserve_full_isl: Option<bool>,
     /// Batched: fixed cost per step, ns (>= 1).
     #[arg(long)]
     pub t_overhead_ns: Option<u64>,
@@ -121,6 +126,7 @@ impl EngineArgs {
             wva: None,
             cache_generated_tokens: None,
             metrics_scrape_ms: None,
+            reserve_full_isl: self.reserve_full_isl,
         }
     }
 

@@ -112,6 +112,9 @@ pub struct EngineSettings {
     /// The router reads vLLM's gauges scraped every this many ms (the scenario's `[fleet.engine]
     /// metrics_scrape_ms`; default: the engine's own signals).
     pub metrics_scrape_ms: Option<u64>,
+    /// vLLM's full-sequence admission gate (`scheduler_reserve_full_isl`; the scenario's
+    /// `[fleet.engine] reserve_full_isl`, the flag `--reserve-full-isl`; default off).
+    pub reserve_full_isl: Option<bool>,
 }
 
 /// The `[fleet.pd]` key of a P/D setting's field name (None for other fields).
@@ -159,6 +162,7 @@ impl EngineSettings {
         add(self.pd_link_latency_ns.is_some(), "pd-link-latency-ns");
         add(self.cache_generated_tokens.is_some(), "cache-generated-tokens");
         add(self.metrics_scrape_ms.is_some(), "metrics-scrape-ms");
+        add(self.reserve_full_isl.is_some(), "reserve-full-isl");
         v
     }
 
@@ -195,6 +199,7 @@ impl EngineSettings {
         self.wva = o.wva.or(self.wva);
         self.cache_generated_tokens = o.cache_generated_tokens.or(self.cache_generated_tokens);
         self.metrics_scrape_ms = o.metrics_scrape_ms.or(self.metrics_scrape_ms);
+        self.reserve_full_isl = o.reserve_full_isl.or(self.reserve_full_isl);
         self
     }
 
@@ -303,6 +308,9 @@ impl EngineSettings {
                 )));
             }
             e.cache_generated_tokens = g;
+        }
+        if let Some(g) = self.reserve_full_isl {
+            e.reserve_full_isl = g;
         }
         if let Some(ms) = self.metrics_scrape_ms {
             // at most an hour: the scrape interval in ns stays far from overflow

@@ -471,6 +471,7 @@ fn engine_settings(
                     },
                     cache_generated_tokens: e.cache_generated_tokens,
                     metrics_scrape_ms: e.metrics_scrape_ms,
+                    reserve_full_isl: e.reserve_full_isl,
                 };
                 let ecfg = s.config(&engine_key(origin))?;
                 crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;

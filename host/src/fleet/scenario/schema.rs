@@ -340,6 +340,11 @@ pub struct EngineToml {
     /// arrival (docs/MODEL.md, "Load signals").
     #[serde(default)]
     pub metrics_scrape_ms: Option<u64>,
+    /// vLLM's full-sequence admission gate (`scheduler_reserve_full_isl`, vLLM >= 0.19.0): a
+    /// waiting or preempted request is admitted only if its whole sequence fits the free blocks
+    /// (docs/MODEL.md, "One step"); absent: false, the model's vLLM v0.11.0 rule.
+    #[serde(default)]
+    pub reserve_full_isl: Option<bool>,
     /// vLLM's `max_model_len`: a turn of `[workload.conversations]` whose prompt + output exceeds
     /// it is refused (only with conversations).
     #[serde(default)]

@@ -13,7 +13,7 @@ use crate::fleet::cli::router_config;
 use crate::fleet::report::llmd::{self, Preset};
 use crate::fleet::run::loadgen::simulate_load;
 use crate::fleet::run::{Batched, config_error, simulate};
-use crate::fleet::scenario::engine::batched;
+use crate::fleet::scenario::engine::{EngineSettings, batched};
 use crate::fleet::scenario::{Generated, Scenario};
 
 /// Table 1's schedulers as modelled, in the published order (precise, approximate, load,
@@ -333,7 +333,7 @@ pub fn run_conversations(divisor: u64, inc: &dyn Fn()) -> CliResult<(Vec<LevelRu
 
 /// Table 1's scenario: `scenarios/llm-d-ramp.toml` (workload, load, fleet) with the engine of the
 /// b2b-saas scenario `b` (the physics step cost `qwen3-32b-h100-tp2`, vLLM's S = 1024 and
-/// M = 8192): one step-cost profile for the three tables (docs/PUBLISHED.md, "One step cost for
+/// M = 8192) without the full-sequence admission gate (A14): one step-cost profile for the three tables (docs/PUBLISHED.md, "One step cost for
 /// the three tables"), and the 2025 gateway's in-flight limit ([`TABLE1_GATEWAY_MAX_IN_FLIGHT`]).
 /// Its prompts are 6,315 + 1,265 tokens, the 6,000 + 1,200 random token ids of the workload
 /// file as the server tokenized their decoded text ([`TABLE1_SERVER_SYSTEM_PROMPT_TOKENS`],
@@ -341,7 +341,9 @@ pub fn run_conversations(divisor: u64, inc: &dyn Fn()) -> CliResult<(Vec<LevelRu
 /// gateway limit for `fleet run` and `fleet report`'s section 11.
 pub fn table1_scenario(divisor: u64, b: &Scenario) -> CliResult<Scenario> {
     let mut sc = llmd::scenario(divisor)?;
-    sc.engine = b.engine.clone();
+    // the 2025 run's vLLM predates the full-sequence admission gate (vLLM v0.19.0, 2026-04;
+    // assumption A14 turns it on for the 2026 runs only)
+    sc.engine = b.engine.clone().map(|e| EngineSettings { reserve_full_isl: Some(false), ..e });
     sc.workload.prefix_tokens = TABLE1_SERVER_SYSTEM_PROMPT_TOKENS;
     sc.workload.suffix_min_tokens = TABLE1_SERVER_QUESTION_TOKENS;
     sc.workload.suffix_max_tokens = TABLE1_SERVER_QUESTION_TOKENS;
