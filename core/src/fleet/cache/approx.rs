@@ -162,23 +162,21 @@ impl<'a> ApproxIndex<'a> {
     /// result, so that their cache misses overlap.
     #[inline]
     pub fn holders<const W: usize>(&self, key: u64, candidates: PodSet<W>) -> PodSet<W> {
-        if let Some(index) = &self.index {
-            return index.holders::<W>(key).and(candidates);
-        }
-        let cand = candidates.and(PodSet::first(self.pods.len()));
-        let mut m = PodSet::EMPTY;
         // Every LRU has the same capacity and table ([`Self::new`]): with tag-homed tables the
         // key's tag and home are computed once for all of them.
-        if let Some(h) = self.pods.first().and_then(|l| l.homed(key)) {
-            cand.for_each(|p| m.set_if(p, self.pods[p].contains_homed(h)));
+        if self.index.is_none()
+            && let Some(h) = self.pods.first().and_then(|l| l.homed(key))
+        {
+            let mut m = PodSet::EMPTY;
+            candidates.and(PodSet::first(self.pods.len())).for_each(|p| m.set_if(p, self.pods[p].contains_homed(h)));
             return m;
         }
-        cand.for_each(|p| m.set_if(p, self.pods[p].contains(key)));
-        m
+        self.holders_reference(key, candidates)
     }
 
     /// [`Self::holders`] by one generic probe per pod (the oracle of its tag-homed probe; the
     /// same answers, checked by `core/tests/shipped_routers.rs`).
+    #[inline]
     pub fn holders_reference<const W: usize>(&self, key: u64, candidates: PodSet<W>) -> PodSet<W> {
         if let Some(index) = &self.index {
             return index.holders::<W>(key).and(candidates);

@@ -75,6 +75,64 @@ pub(super) fn min_max<T: Copy + PartialOrd, const W: usize>(cand: PodSet<W>, f: 
 }
 
 /// One scorer's s(p) for every candidate (no-hit-lru aside).
+/// The scorers' per-pod formulas, one home each: [`score`] (per scorer, over the candidates) and
+/// [`Fused::add_terms`] (the fused pass) both call them, so their totals are the same bits.
+mod term {
+    use crate::fleet::base::load::PodLoad;
+
+    /// prefix-cache, precise-prefix-cache: the share of the request's keys matched.
+    #[inline(always)]
+    pub(super) fn share(m: u32, total: u32) -> f64 {
+        let ratio = if total == 0 { 0.0 } else { m as f64 / total as f64 };
+        ratio.min(1.0)
+    }
+
+    /// Min-max normalised upwards (1 when every value is the same).
+    #[inline(always)]
+    pub(super) fn span_up(v: u64, lo: u64, hi: u64) -> f64 {
+        if hi == lo { 1.0 } else { (v - lo) as f64 / (hi - lo) as f64 }
+    }
+
+    /// Min-max normalised downwards, the queue scorer (1 when every value is the same).
+    #[inline(always)]
+    pub(super) fn span_down(v: u64, lo: u64, hi: u64) -> f64 {
+        if hi == lo { 1.0 } else { (hi - v) as f64 / (hi - lo) as f64 }
+    }
+
+    /// kv-cache-utilization: the free share of the pod's KV blocks.
+    #[inline(always)]
+    pub(super) fn kv_free(l: &PodLoad) -> f64 {
+        let used = if l.kv_capacity_blocks == 0 { 0.0 } else { l.kv_used_blocks as f64 / l.kv_capacity_blocks as f64 };
+        1.0 - used
+    }
+
+    /// token-load against its threshold `q`.
+    #[inline(always)]
+    pub(super) fn token_free(l: &PodLoad, q: u64) -> f64 {
+        let t = l.pending_prefill_tokens;
+        if t == 0 { 1.0 } else { 1.0 - t.min(q) as f64 / q as f64 }
+    }
+
+    /// active-requests' count: waiting plus running.
+    #[inline(always)]
+    pub(super) fn active(l: &PodLoad) -> u64 {
+        l.waiting as u64 + l.running as u64
+    }
+
+    /// active-requests against the candidates' highest count `hi`.
+    #[inline(always)]
+    pub(super) fn active_free(c: u64, hi: u64) -> f64 {
+        if c == 0 { 1.0 } else { (hi - c) as f64 / hi as f64 }
+    }
+
+    /// load-aware against its threshold `t`.
+    #[inline(always)]
+    pub(super) fn load_aware(l: &PodLoad, t: u32) -> f64 {
+        let q = l.waiting;
+        if q == 0 { 0.5 } else { 0.5 * (1.0 - q.min(t) as f64 / t as f64) }
+    }
+}
+
 pub(super) fn score<const W: usize, const P: usize>(
     kind: ScorerKind,
     inp: &Inputs<'_, W, P>,
@@ -85,50 +143,29 @@ pub(super) fn score<const W: usize, const P: usize>(
     if cand.is_empty() {
         return;
     }
-    let total = inp.total as f64;
-    let ratio = |p: usize| if inp.total == 0 { 0.0 } else { inp.matches[p] as f64 / total };
     match kind {
-        ScorerKind::PrefixCache | ScorerKind::PrecisePrefixCache => cand.for_each(|p| s[p] = ratio(p).min(1.0)),
+        ScorerKind::PrefixCache | ScorerKind::PrecisePrefixCache => {
+            cand.for_each(|p| s[p] = term::share(inp.matches[p], inp.total))
+        }
         ScorerKind::PrecisePrefixCacheMinMax => {
             let holders = cand.filter(|p| inp.matches[p] > 0);
             if holders.is_empty() {
                 return;
             }
             let (lo, hi) = min_max(holders, |p| inp.matches[p]);
-            holders.for_each(|p| {
-                s[p] = if hi == lo { 1.0 } else { (inp.matches[p] - lo) as f64 / (hi - lo) as f64 };
-            });
+            holders.for_each(|p| s[p] = term::span_up(inp.matches[p].into(), lo.into(), hi.into()));
         }
         ScorerKind::Queue => {
             let (lo, hi) = min_max(cand, |p| inp.loads[p].waiting);
-            cand.for_each(|p| {
-                s[p] = if hi == lo { 1.0 } else { (hi - inp.loads[p].waiting) as f64 / (hi - lo) as f64 };
-            });
+            cand.for_each(|p| s[p] = term::span_down(inp.loads[p].waiting.into(), lo.into(), hi.into()));
         }
-        ScorerKind::KvCacheUtilization => cand.for_each(|p| {
-            let l = inp.loads[p];
-            let used =
-                if l.kv_capacity_blocks == 0 { 0.0 } else { l.kv_used_blocks as f64 / l.kv_capacity_blocks as f64 };
-            s[p] = 1.0 - used;
-        }),
-        ScorerKind::TokenLoad => cand.for_each(|p| {
-            let l = inp.loads[p].pending_prefill_tokens;
-            let q = prm.token_load_threshold;
-            s[p] = if l == 0 { 1.0 } else { 1.0 - l.min(q) as f64 / q as f64 };
-        }),
+        ScorerKind::KvCacheUtilization => cand.for_each(|p| s[p] = term::kv_free(&inp.loads[p])),
+        ScorerKind::TokenLoad => cand.for_each(|p| s[p] = term::token_free(&inp.loads[p], prm.token_load_threshold)),
         ScorerKind::ActiveRequests => {
-            let active = |p: usize| inp.loads[p].waiting as u64 + inp.loads[p].running as u64;
-            let (_, hi) = min_max(cand, active);
-            cand.for_each(|p| {
-                let c = active(p);
-                s[p] = if c == 0 { 1.0 } else { (hi - c) as f64 / hi as f64 };
-            });
+            let (_, hi) = min_max(cand, |p| term::active(&inp.loads[p]));
+            cand.for_each(|p| s[p] = term::active_free(term::active(&inp.loads[p]), hi));
         }
-        ScorerKind::LoadAware => cand.for_each(|p| {
-            let q = inp.loads[p].waiting;
-            let t = prm.load_aware_threshold;
-            s[p] = if q == 0 { 0.5 } else { 0.5 * (1.0 - q.min(t) as f64 / t as f64) };
-        }),
+        ScorerKind::LoadAware => cand.for_each(|p| s[p] = term::load_aware(&inp.loads[p], prm.load_aware_threshold)),
         ScorerKind::NoHitLru => {}
     }
 }
@@ -253,9 +290,7 @@ impl Fused {
             ScorerKind::Queue => loads[..n]
                 .iter()
                 .fold((u64::MAX, 0), |(lo, hi), l| (lo.min(u64::from(l.waiting)), hi.max(u64::from(l.waiting)))),
-            ScorerKind::ActiveRequests => {
-                (0, loads[..n].iter().map(|l| l.waiting as u64 + l.running as u64).max().unwrap_or(0))
-            }
+            ScorerKind::ActiveRequests => (0, loads[..n].iter().map(term::active).max().unwrap_or(0)),
             _ => (0, 0),
         };
         Fused { kind, weight, approx: kind == ScorerKind::PrefixCache, total, lo, hi }
@@ -277,44 +312,18 @@ impl Fused {
         }
         match self.kind {
             ScorerKind::PrefixCache | ScorerKind::PrecisePrefixCache => {
-                let (total, zero) = (self.total as f64, self.total == 0);
-                add(totals, w, |p| {
-                    let ratio = if zero { 0.0 } else { m[p] as f64 / total };
-                    ratio.min(1.0)
-                })
+                add(totals, w, |p| term::share(m[p], self.total))
             }
             // A pod without a match keeps the 0 it had (it is not a holder).
             ScorerKind::PrecisePrefixCacheMinMax => add(totals, w, |p| match u64::from(m[p]) {
                 0 => 0.0,
-                _ if hi == lo => 1.0,
-                v => (v - lo) as f64 / (hi - lo) as f64,
+                v => term::span_up(v, lo, hi),
             }),
-            ScorerKind::Queue if hi == lo => add(totals, w, |_| 1.0),
-            ScorerKind::Queue => add(totals, w, |p| (hi - u64::from(loads[p].waiting)) as f64 / (hi - lo) as f64),
-            ScorerKind::KvCacheUtilization => add(totals, w, |p| {
-                let l = loads[p];
-                let used =
-                    if l.kv_capacity_blocks == 0 { 0.0 } else { l.kv_used_blocks as f64 / l.kv_capacity_blocks as f64 };
-                1.0 - used
-            }),
-            ScorerKind::TokenLoad => {
-                let q = prm.token_load_threshold;
-                add(totals, w, |p| {
-                    let l = loads[p].pending_prefill_tokens;
-                    if l == 0 { 1.0 } else { 1.0 - l.min(q) as f64 / q as f64 }
-                })
-            }
-            ScorerKind::ActiveRequests => add(totals, w, |p| {
-                let c = loads[p].waiting as u64 + loads[p].running as u64;
-                if c == 0 { 1.0 } else { (hi - c) as f64 / hi as f64 }
-            }),
-            ScorerKind::LoadAware => {
-                let t = prm.load_aware_threshold;
-                add(totals, w, |p| {
-                    let q = loads[p].waiting;
-                    if q == 0 { 0.5 } else { 0.5 * (1.0 - q.min(t) as f64 / t as f64) }
-                })
-            }
+            ScorerKind::Queue => add(totals, w, |p| term::span_down(u64::from(loads[p].waiting), lo, hi)),
+            ScorerKind::KvCacheUtilization => add(totals, w, |p| term::kv_free(&loads[p])),
+            ScorerKind::TokenLoad => add(totals, w, |p| term::token_free(&loads[p], prm.token_load_threshold)),
+            ScorerKind::ActiveRequests => add(totals, w, |p| term::active_free(term::active(&loads[p]), hi)),
+            ScorerKind::LoadAware => add(totals, w, |p| term::load_aware(&loads[p], prm.load_aware_threshold)),
             // Never fused (its ranks need the whole candidate set).
             ScorerKind::NoHitLru => add(totals, w, |_| 0.0),
         }
