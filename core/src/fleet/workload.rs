@@ -520,7 +520,7 @@ impl<'a> Workload<'a> {
         }
         let p = s.prefix_tokens as usize;
         if with_prefix {
-            fill(&mut tokens[at..at + p], s.seed, SEG_PREFIX, tenant as u64);
+            self.fill_prefix(tenant, &mut tokens[at..at + p]);
         }
         at += p;
         if s.rag_docs > 0 {
