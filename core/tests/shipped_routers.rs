@@ -266,6 +266,54 @@ fn affinity_filter_keeps_sticky_pods_unless_they_wait_too_long() {
     assert_eq!(r.evaluate(&view(&held, &q, &l), &keys).candidates.0[0], 0b0011);
 }
 
+/// The Sticky runs' approximate index (docs/PUBLISHED.md, "The Sticky EPP's in-flight token counter
+/// (sticky32)"): the EPP hashed only the first 256 blocks of 64 bytes of the prompt, which for
+/// code-generation lie inside the shared system prompt every conversation begins with. Scaled
+/// down: a shared prefix of 4 keys, each conversation's own keys after it, the index capped at 3.
+#[test]
+fn affinity_filter_over_a_capped_approximate_index_keeps_every_pod_holding_the_shared_prefix() {
+    let shared = [1u64, 2, 3, 4];
+    let conv = |c: u64, n: u64| -> Vec<u64> { shared.iter().copied().chain((0..n).map(|i| 100 * c + i)).collect() };
+    let (a_turn1, b_turn1) = (conv(1, 6), conv(2, 6)); // 10 keys each
+    let a_turn2 = conv(1, 8); // 12 keys: turn 1's 10 + 2 new
+    let held = Held(vec![vec![]; 3]);
+    let q = [0; 3];
+    let mut l = waiting(&q);
+    // Pod 0 is busy: 300,000 tokens to prefill (TTFT 300,000 / 20,480 = 14,648 ms), the others idle.
+    l[0].pending_prefill_tokens = 300_000;
+    let mut spec = RouterSpec::preset(RouterKind::LlmDAffinity).unwrap();
+    spec.picker = PickerKind::MaxScoreLowestIndex;
+    spec.params.peak_prefill_tokens_per_s = 20_480.0;
+    spec.params.max_ttft_penalty_ms = 20_000.0; // the gate does not fire here (14,648 - 0 < 20,000)
+    // Every key indexed (approx_max_blocks 0): pod 0 served conversation 1, pod 1 conversation 2.
+    let mut full = router(spec, 3, 100);
+    full.routed(0, &a_turn1, 0).unwrap();
+    full.routed(1, &b_turn1, 0).unwrap();
+    // Turn 2 of conversation 1: pod 0 matches 10 / 12 = 0.83 (sticky), pod 1 the 4 shared keys
+    // (4 / 12 = 0.33), pod 2 nothing: the filter keeps pod 0 alone, which the pick must take.
+    let v = view(&held, &q, &l);
+    assert_eq!(full.evaluate(&v, &a_turn2).candidates.0[0], 0b001);
+    assert_eq!(full.route(&v, &a_turn2).pod, 0);
+    // The index capped at 3 keys (inside the shared prefix): pods 0 and 1 both match 3 / 3 = 1.0,
+    // pod 2 0 / 3: sticky = {0, 1}; best sticky TTFT 0 ms (pod 1) - best other 0 ms = 0: kept.
+    // The token-load scorer then prefers the idle pod 1 (1.0 against 1 - 300,000 / 4,194,304 =
+    // 0.928), which does not hold conversation 1's context.
+    spec.params.approx_max_blocks = 3;
+    let mut capped = router(spec, 3, 100);
+    capped.routed(0, &a_turn1, 0).unwrap();
+    capped.routed(1, &b_turn1, 0).unwrap();
+    let e = capped.evaluate(&v, &a_turn2);
+    assert_eq!(e.candidates.0[0], 0b011);
+    assert_eq!(e.totals[..2], [1.0 - 300_000.0 / 4_194_304.0, 1.0]);
+    assert_eq!(capped.route(&v, &a_turn2).pod, 1);
+    // Once pod 2 has served any conversation too, every pod is sticky: there is no non-sticky pod
+    // for the gate to compare with, so it cannot fire, and the filter keeps every pod.
+    capped.routed(2, &conv(3, 2), 0).unwrap();
+    l[0].pending_prefill_tokens = 10_000_000;
+    let v = view(&held, &q, &l);
+    assert_eq!(capped.evaluate(&v, &a_turn2).candidates.0[0], 0b111);
+}
+
 #[test]
 fn pickers_max_lowest_index_seeded_random_ties_and_random() {
     let held = Held(vec![vec![]; 4]);

@@ -27,7 +27,7 @@ fn tables() -> &'static Tables {
 /// ones (the wait queue below 1) in requests. Each band is today's error (the comment, at full
 /// size) +- (0.05 + 2% of the error) for relative cells, +- (0.5 + 2%) requests
 /// for absolute ones: the runs are deterministic, so the margin only admits small intended model
-/// changes. Within 25% today: `t1 precise output tok/s`, `t1 approximate output tok/s`, `t1 approximate TTFT p90 (s)`, `t1 approximate TTFT mean (s)`, `t1 approximate wait queue (mean)`, `t1 load output tok/s`, `t1 load TTFT p90 (s)`, `t1 load TTFT mean (s)`, `t1 load wait queue (mean)`, `t1 random output tok/s`, `t1 random TTFT p90 (s)`, `t1 random TTFT mean (s)`, `t1 random wait queue (mean)`, `t2 b2b-saas prefix+token knee (QPS)`, `t2 b2b-saas prefix+token input tok/s at knee`, `t2 b2b-saas k8s service knee (QPS)`, `t2 b2b-saas k8s service input tok/s at knee`, `t2 code-generation k8s service knee (concurrency)`, `t2 code-generation k8s service input tok/s at knee`, `t2 reasoning run-req knee (concurrency)`, `t2 reasoning run-req output tok/s at knee`, `t2 reasoning k8s service knee (concurrency)`, `t2 reasoning k8s service output tok/s at knee`, `t3 llm-d optimized (prefix+token) req/s @ "rate 60"`, `t3 k8s service peak output tok/s`, `t3 k8s service req/s @ "rate 60"`, `t3 k8s service TTFT p90 (s) @ "rate 60"`, `t3 k8s service TTFT p50 (s) @ "rate 60"`, `t3 k8s service E2E p50 (s) @ "rate 60"`; the reason of every other cell
+/// changes. Within 25% today: `t1 precise output tok/s`, `t1 approximate output tok/s`, `t1 approximate TTFT p90 (s)`, `t1 approximate TTFT mean (s)`, `t1 approximate wait queue (mean)`, `t1 load output tok/s`, `t1 load TTFT p90 (s)`, `t1 load TTFT mean (s)`, `t1 load wait queue (mean)`, `t1 random output tok/s`, `t1 random TTFT p90 (s)`, `t1 random TTFT mean (s)`, `t1 random wait queue (mean)`, `t2 b2b-saas prefix+token knee (QPS)`, `t2 b2b-saas prefix+token input tok/s at knee`, `t2 b2b-saas k8s service knee (QPS)`, `t2 b2b-saas k8s service input tok/s at knee`, `t2 code-generation prefix+token knee (concurrency)`, `t2 code-generation prefix+token input tok/s at knee`, `t2 code-generation k8s service knee (concurrency)`, `t2 code-generation k8s service input tok/s at knee`, `t2 reasoning run-req knee (concurrency)`, `t2 reasoning run-req output tok/s at knee`, `t2 reasoning k8s service knee (concurrency)`, `t2 reasoning k8s service output tok/s at knee`, `t3 llm-d optimized (prefix+token) req/s @ "rate 60"`, `t3 k8s service peak output tok/s`, `t3 k8s service req/s @ "rate 60"`, `t3 k8s service TTFT p90 (s) @ "rate 60"`, `t3 k8s service TTFT p50 (s) @ "rate 60"`, `t3 k8s service E2E p50 (s) @ "rate 60"`; the reason of every other cell
 /// is the section's note column (docs/PUBLISHED.md).
 const BANDS: &[(&str, f64, f64)] = &[
     ("t1 precise output tok/s", -0.1177, -0.0150), // -0.0664 (server-tokenized prompts since t26e, A13; before -0.0046; 2025 gateway 1,024 in flight and 938 counted per success since 2026-12-03; before -0.1546; scraped gauges since 2026-12-03; before -0.1143; linear profile: +0.8512)
@@ -46,15 +46,15 @@ const BANDS: &[(&str, f64, f64)] = &[
     ("t1 random TTFT p90 (s)", -0.1786, -0.0735), // -0.1261 (server-tokenized prompts since t26e, A13; before -0.2269; 2025 gateway 1,024 in flight and 938 counted per success since 2026-12-03; before +0.1982; linear profile before: -0.2503)
     ("t1 random TTFT mean (s)", -0.1778, -0.0728), // -0.1253 (server-tokenized prompts since t26e, A13; before -0.2033; 2025 gateway 1,024 in flight and 938 counted per success since 2026-12-03; before +0.3438; linear profile before: -0.1577)
     ("t1 random wait queue (mean)", -0.1185, -0.0158), // -0.0672 (server-tokenized prompts since t26e, A13; before -0.1244; at the EPP's decisions since t26c, the published definition; time-weighted before: -0.0974; 2025 gateway 1,024 in flight and 938 counted per success since 2026-12-03; before +0.6065; linear profile before: +0.4985)
-    ("t2 b2b-saas prefix+token knee (QPS)", 0.0649, 0.1696), // +0.1172
-    ("t2 b2b-saas prefix+token input tok/s at knee", -0.2277, -0.1207), // -0.1742
-    ("t2 b2b-saas k8s service knee (QPS)", -0.1303, -0.0271), // -0.0787
+    ("t2 b2b-saas prefix+token knee (QPS)", 0.1789, 0.2883), // +0.2336 (the Sticky EPP's approximate index sees the prompt's first 16,384 bytes since sticky32, A15; before +0.1172)
+    ("t2 b2b-saas prefix+token input tok/s at knee", -0.2291, -0.1221), // -0.1756 (the Sticky EPP's approximate index sees the prompt's first 16,384 bytes since sticky32, A15; before -0.1742)
+    ("t2 b2b-saas k8s service knee (QPS)", -0.1303, -0.0271),           // -0.0787
     ("t2 b2b-saas k8s service input tok/s at knee", -0.0404, 0.0600), // +0.0098 (vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before +0.0063; was: +0.0063)
     // code-generation and reasoning: every published concurrency level of both arms, conversation
     // replay at full size (6 and 3 requests per slot); A9 on the simulated levels against A9 on
     // the published rows (the knees move by a whole level, so their bands hold one level).
-    ("t2 code-generation prefix+token knee (concurrency)", -0.7300, -0.6033), // -0.6667
-    ("t2 code-generation prefix+token input tok/s at knee", -0.3549, -0.2429), // -0.2989
+    ("t2 code-generation prefix+token knee (concurrency)", -0.0500, 0.0500), // +0.0000 (the Sticky EPP's approximate index sees the prompt's first 16,384 bytes since sticky32, A15; before -0.6667)
+    ("t2 code-generation prefix+token input tok/s at knee", -0.0451, 0.0551), // +0.0050 (the Sticky EPP's approximate index sees the prompt's first 16,384 bytes since sticky32, A15; before -0.2989)
     ("t2 code-generation k8s service knee (concurrency)", -0.0500, 0.0500), // +0.0000 (vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before +0.5000; was: +0.5000)
     ("t2 code-generation k8s service input tok/s at knee", -0.2136, -0.1071), // -0.1604 (vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before +0.0001; was: +0.0001)
     ("t2 reasoning run-req knee (concurrency)", -0.0500, 0.0500), // +0.0000 (was +6.0: time-outs now abort on the server)
@@ -63,9 +63,9 @@ const BANDS: &[(&str, f64, f64)] = &[
     ("t2 reasoning k8s service output tok/s at knee", 0.0094, 0.1118), // +0.0606
     ("t3 llm-d optimized (prefix+token) peak output tok/s", -0.3669, -0.2545), // -0.3107
     ("t3 llm-d optimized (prefix+token) req/s @ \"rate 60\"", -0.0648, 0.0358), // -0.0145
-    ("t3 llm-d optimized (prefix+token) TTFT p90 (s) @ \"rate 60\"", 0.3687, 0.4858), // +0.4272 (vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before +0.5507; was: +0.5507)
-    ("t3 llm-d optimized (prefix+token) TTFT p50 (s) @ \"rate 60\"", -0.9976, -0.8604), // -0.9290 (vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before -0.9379; was: -0.9379)
-    ("t3 llm-d optimized (prefix+token) E2E p50 (s) @ \"rate 60\"", 0.4988, 0.6212), // +0.5600 (vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before +0.5473; was: +0.5473)
+    ("t3 llm-d optimized (prefix+token) TTFT p90 (s) @ \"rate 60\"", 0.4312, 0.5508), // +0.4910 (the Sticky EPP's approximate index sees the prompt's first 16,384 bytes since sticky32, A15; before +0.4272; vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before +0.5507; was: +0.5507)
+    ("t3 llm-d optimized (prefix+token) TTFT p50 (s) @ \"rate 60\"", -0.9943, -0.8573), // -0.9258 (the Sticky EPP's approximate index sees the prompt's first 16,384 bytes since sticky32, A15; before -0.9290; vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before -0.9379; was: -0.9379)
+    ("t3 llm-d optimized (prefix+token) E2E p50 (s) @ \"rate 60\"", 0.5128, 0.6358), // +0.5743 (the Sticky EPP's approximate index sees the prompt's first 16,384 bytes since sticky32, A15; before +0.5600; vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before +0.5473; was: +0.5473)
     ("t3 k8s service peak output tok/s", -0.1606, -0.0563), // -0.1084 (vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before -0.1144; was: -0.1144)
     ("t3 k8s service req/s @ \"rate 60\"", -0.0489, 0.0512), // +0.0011
     ("t3 k8s service TTFT p90 (s) @ \"rate 60\"", 0.0101, 0.1126), // +0.0614 (vLLM's full-sequence admission gate on for the 2026 runs since isl26, A14; before +0.0687; was: +0.0687)
