@@ -41,7 +41,7 @@ fn the_scenario_is_the_published_workload() {
 
 #[test]
 fn the_simulated_ordering_of_the_presets_is_the_published_one() {
-    // llm-d's own configurations (precise 3/2/2; estimated 1/1/1: 256 keys per prompt, LRU 31,250): strict.
+    // llm-d's own configurations (precise 3/2/2; estimated 1/1/1: 168 keys per prompt, LRU 20,420 keys): strict.
     let s = section();
     let rows = llmd::simulated_rows(s, llmd::AS_BENCHMARKED);
     let bad = llmd::ordering_violations(rows, true);

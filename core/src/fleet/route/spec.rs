@@ -313,8 +313,8 @@ pub struct RouterParams {
     /// from the pod's `CacheNumBlocks` with autoTune).
     pub approx_lru_blocks: u64,
     /// Most leading keys of a prompt the approximate index matches and records; 0: every key.
-    /// GIE's `maxPrefixBlocksToMatch` (v0.5.1: 256 blocks of 64 characters, the prompt text
-    /// beyond them is not hashed; docs/MODEL.md, "Shipped routers").
+    /// GIE's `maxPrefixBlocksToMatch` (v0.5.1: 256 blocks of 64 bytes of the prompt's UTF-8
+    /// text, the text beyond them is not hashed; docs/MODEL.md, "Shipped routers").
     pub approx_max_blocks: u64,
     /// Where the affinity filter and no-hit-lru read matches.
     pub prefix_source: PrefixSource,

@@ -247,8 +247,8 @@ fn intro(s: &LlmdSection) -> String {
          {SOURCE_2025}. The presets are the issue's (docs/MODEL.md, \"Shipped routers\"): `llm-d-precise` and \
          `llm-d-approximate` with the precise-prefix guide's weights 2 / 1 / 1; the two \"as benchmarked\" rows use the \
          configurations of the benchmark's own file (precise 3 / 2 / 2; estimated 1 / 1 / 1 with GIE v0.5.1's index: \
-         the first 256 blocks of 64 characters of a prompt, in an LRU of 31,250 per pod, as the router believes pods \
-         hold what it routed there).{scaled}",
+         the first 256 blocks of 64 bytes of a prompt (168 keys), in an LRU of 31,250 blocks (20,420 keys) per pod, as \
+         the router believes pods hold what it routed there).{scaled}",
         thousands(s.ramp_requests)
     )
 }
@@ -280,8 +280,9 @@ fn verdict_2025(s: &LlmdSection) -> String {
         "{} Best first by output tok/s: simulated {}, published {}; by TTFT p90: simulated {}, published {}. {} The \
          issue's `llm-d-approximate` (the guide's weights, an LRU the size of the pod) {} `llm-d-precise` on this \
          workload: an LRU of 19,208 blocks per pod holds what each pod really holds (both route every group to the same \
-         pods), while the benchmark's index (GIE v0.5.1: the first 256 blocks of 64 characters of a prompt, so every user of \
-         a group looks alike, in an LRU of 31,250 per pod, 1.6x a pod's KV) keeps believing in prefixes the pods \
+         pods), while the benchmark's index (GIE v0.5.1: the first 256 blocks of 64 bytes of a prompt, so every user of \
+         a group looks alike, in an LRU of 31,250 blocks per pod, 20,420 keys, 1.06x a pod's KV) keeps believing in \
+         prefixes the pods \
          evicted long ago and sends requests after them: that is what makes estimated-scheduling lose here. The blog \
          prints 4,428.7 tok/s for load-scheduling as well as for random; the report it links gives 4,266.4, which its \
          per-stage rows average to, so that is the figure compared.",

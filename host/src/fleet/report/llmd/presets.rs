@@ -24,20 +24,29 @@ pub enum Preset {
     /// precise-scheduling as the benchmark configured it: precise prefix 3, kv-cache 2, queue 2.
     PreciseAsRun,
     /// estimated-scheduling as the benchmark configured it: approximate prefix 1, kv-cache 1,
-    /// queue 1, as GIE v0.5.1 ran it: the first 256 blocks of 64 characters of a prompt (256
-    /// keys) in an LRU of 31,250 per pod.
+    /// queue 1, as GIE v0.5.1 ran it: the first 256 blocks of 64 bytes of a prompt (168 keys)
+    /// in an LRU of 31,250 blocks (20,420 keys) per pod.
     ApproximateAsRun,
 }
 
-/// The benchmark's `lruCapacityPerServer`: 31,250 entries per pod, each one 64-character block
-/// of prompt text (GIE v0.5.1 `prefix/plugin.go`: `hashBlockSize` counts characters, "a good
-/// guess of average characters per token is 4"), so one of brokerlab's 16-token keys each.
-pub const AS_RUN_APPROX_LRU_BLOCKS: u64 = 31_250;
+/// The benchmark's `lruCapacityPerServer`: 31,250 entries per pod, each one 64-*byte* block of
+/// the prompt's UTF-8 text (GIE v0.5.1 `prefix/plugin.go` `hashPrompt` L241-259 cuts
+/// `[]byte(request.Prompt)`; its "4 characters per token" is only a comment), i.e. 2,000,000
+/// bytes; at table 1's 6.12 bytes per server token (38,657 bytes of decoded random Qwen ids per
+/// 6,315-token system prompt, docs/PUBLISHED.md A11, A13) 326,720 tokens = 20,420 16-token keys.
+pub const AS_RUN_APPROX_LRU_BLOCKS: u64 = 20_420;
 
-/// The benchmark's `maxPrefixBlocksToMatch`: GIE v0.5.1 hashes at most the first 256 blocks
-/// of 64 characters (16,384 characters, about 4,096 tokens) of a prompt; at 64 characters per 16
-/// tokens, 256 of brokerlab's keys.
-pub const AS_RUN_APPROX_MAX_BLOCKS: u64 = 256;
+/// The benchmark's `maxPrefixBlocksToMatch`: GIE v0.5.1 hashes at most the first 256 blocks of
+/// 64 bytes (16,384 bytes) of a prompt: at 6.12 bytes per server token the first 2,677 tokens,
+/// so key 168 of 16 tokens holds the 256th block's end (the rule of A11, as the Sticky draft's
+/// 159 at 6.445 bytes per id).
+pub const AS_RUN_APPROX_MAX_BLOCKS: u64 = 168;
+
+/// The UTF-8 bytes of table 1's group system prompt, the decoded text of inference-perf v0.2.0's
+/// 6,000 random Qwen ids (mean over 150 groups, docs/PUBLISHED.md "The 2025 prompts as the server
+/// tokenized them", item (b)): with the 6,315 tokens the server makes of it (A13), 6.12 bytes per
+/// token, the rate [`AS_RUN_APPROX_MAX_BLOCKS`] and [`AS_RUN_APPROX_LRU_BLOCKS`] are converted at.
+pub const TABLE1_SYSTEM_PROMPT_UTF8_BYTES: u64 = 38_657;
 
 impl Preset {
     /// The four of the 2025 table, as the issue names them.
@@ -113,7 +122,7 @@ impl Preset {
             Preset::Random => "random",
             Preset::Affinity => "llm-d-affinity",
             Preset::PreciseAsRun => "precise as benchmarked (3 / 2 / 2)",
-            Preset::ApproximateAsRun => "approximate as benchmarked (1 / 1 / 1, 256 keys, LRU 31,250)",
+            Preset::ApproximateAsRun => "approximate as benchmarked (1 / 1 / 1, 168 keys, LRU 20,420)",
         }
     }
 
@@ -130,3 +139,40 @@ impl Preset {
 /// The rows compared with llm-d's table: llm-d's own configurations (the benchmark file's
 /// precise and estimated scorers), then load-only and random.
 pub const AS_BENCHMARKED: [Preset; 4] = [Preset::PreciseAsRun, Preset::ApproximateAsRun, Preset::Load, Preset::Random];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::cli::router_config;
+    use crate::fleet::report::published::cells::TABLE1_SERVER_SYSTEM_PROMPT_TOKENS;
+
+    /// GIE v0.5.1's defaults as the benchmark set them: 64-byte blocks, 256 of them, 31,250 per pod.
+    const GIE_BLOCK_BYTES: u64 = 64;
+    const GIE_MAX_BLOCKS: u64 = 256;
+    const GIE_LRU_ENTRIES: u64 = 31_250;
+    const KEY_TOKENS: u64 = 16;
+
+    #[test]
+    fn the_as_run_index_is_gies_bytes_at_table_1s_bytes_per_token() {
+        let tokens = u64::from(TABLE1_SERVER_SYSTEM_PROMPT_TOKENS);
+        // bytes -> 16-token keys at TABLE1_SYSTEM_PROMPT_UTF8_BYTES / tokens bytes per token
+        let per_key = TABLE1_SYSTEM_PROMPT_UTF8_BYTES * KEY_TOKENS;
+        // the key holding the 256th block's last byte: ceil(16,384 x 6,315 / (38,657 x 16)) = 168
+        let cap = (GIE_MAX_BLOCKS * GIE_BLOCK_BYTES * tokens).div_ceil(per_key);
+        assert_eq!(AS_RUN_APPROX_MAX_BLOCKS, cap);
+        // 31,250 x 64 bytes in keys, to the nearest: 20,420
+        let lru = (2 * GIE_LRU_ENTRIES * GIE_BLOCK_BYTES * tokens + per_key) / (2 * per_key);
+        assert_eq!(AS_RUN_APPROX_LRU_BLOCKS, lru);
+        // both inside the group's system prompt: every user of a group hashes alike
+        assert!(AS_RUN_APPROX_MAX_BLOCKS * KEY_TOKENS <= tokens);
+    }
+
+    #[test]
+    fn the_estimated_as_run_draft_is_the_tables_row() {
+        let text = include_str!("../../../../../docs/drafts/router-2025-estimated-as-run.toml");
+        let (kind, mut spec, _) = router_config::parse(text, "--router-config", "draft").expect("the draft parses");
+        let (row_kind, row) = Preset::ApproximateAsRun.router(0);
+        spec.params.seed = row.params.seed;
+        assert_eq!((kind, spec), (row_kind, row));
+    }
+}

@@ -18,7 +18,7 @@ use crate::fleet::scenario::{Generated, Scenario};
 
 /// Table 1's schedulers as modelled, in the published order (precise, approximate, load,
 /// random): llm-d's own scorer configurations of the benchmark file (precise 3 / 2 / 2,
-/// estimated 1 / 1 / 1 with GIE v0.5.1's approximate index: 256 keys per prompt, LRU 31,250), load = queue 1 + kv-cache 1, random = a seeded
+/// estimated 1 / 1 / 1 with GIE v0.5.1's approximate index: 168 keys per prompt, LRU 20,420 keys), load = queue 1 + kv-cache 1, random = a seeded
 /// uniform pick.
 pub const TABLE1_PRESETS: [Preset; 4] = llmd::AS_BENCHMARKED;
 
