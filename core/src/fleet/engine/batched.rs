@@ -1313,7 +1313,18 @@ impl<'a> BatchedEngine<'a> {
             return Err(Error::CapacityExceeded { limit: Limit::KeysPerPod, capacity: klen as usize });
         }
         let at = (start % klen) as usize;
-        self.keys[at..at + keys.len()].copy_from_slice(keys);
+        let ring = &mut self.keys[at..at + keys.len()];
+        match self.groups.as_ref().map(|g| g.r() as usize) {
+            // A grouped pod reads a request's keys only at the multiples of R (each group's key:
+            // `PoolGroups::lead` and `pin`, `cache_grouped`, `release_grouped`), so only those
+            // are written; the ring keeps its layout (the same positions, room and reclaiming).
+            Some(r) if r > 1 => {
+                for (slot, &key) in ring.iter_mut().zip(keys).step_by(r) {
+                    *slot = key;
+                }
+            }
+            _ => ring.copy_from_slice(keys),
+        }
         self.key_head = start + m;
         let slot = (self.req_head % cap) as usize;
         self.reqs[slot] = ReqSlot {

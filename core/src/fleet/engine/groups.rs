@@ -75,6 +75,10 @@ pub struct PoolGroups<'a> {
     free: u32,
     /// Records in use (groups in the table).
     used: u32,
+    /// Records whose holder words are cleared (0 .. fresh): the free list hands records out in
+    /// index order until one is removed, so a record's holders are cleared when it is first used
+    /// (a removed record's holders are all 0 again), never all at once.
+    fresh: u32,
 }
 
 /// A view of the group table for [`table::remove_at`].
@@ -161,12 +165,9 @@ impl<'a> PoolGroups<'a> {
         let (last, ring) = rest.split_at_mut(l.records);
         table.fill(0);
         // The holders are most of the map (R' words per record) and a run uses the records at
-        // the start of the free list only: a caller's zeroed buffer (fresh pages from the
-        // allocator) is left unwritten, so its untouched pages cost neither clearing nor memory.
-        // Reading it maps no page for writing.
-        if holders.iter().any(|&w| w != 0) {
-            holders.fill(0);
-        }
+        // the start of the free list only: each record's are cleared when it is first used
+        // (`fresh`), so the untouched ones are neither read nor written (whatever the buffer
+        // holds), and their pages cost no memory when the caller's are fresh.
         for (i, c) in counts.iter_mut().enumerate() {
             *c = if i + 1 == l.records { NIL } else { i as u32 + 1 };
         }
@@ -187,6 +188,7 @@ impl<'a> PoolGroups<'a> {
             len: 1,
             free: 0,
             used: 0,
+            fresh: 0,
         })
     }
 
@@ -426,6 +428,13 @@ impl<'a> PoolGroups<'a> {
                     return None;
                 }
                 self.free = self.counts[rec as usize];
+                // first use (records come in index order until one is removed): clear its
+                // holders, and any skipped before it
+                while self.fresh <= rec {
+                    let at = (self.fresh as usize) << self.stride_log;
+                    self.holders[at..at + (1 << self.stride_log)].fill(0);
+                    self.fresh += 1;
+                }
                 self.counts[rec as usize] = 0;
                 self.pinned[rec as usize] = 0;
                 self.last[rec as usize] = NIL;
@@ -666,8 +675,10 @@ mod tests {
     fn matches_the_per_block_pool() {
         for (c, r) in [(3usize, 2u32), (8, 2), (16, 3), (40, 4), (64, 8), (300, 32), (300, 3)] {
             let l = PoolGroups::layout(c, r).unwrap();
-            let mut words = vec![0u32; l.words()];
-            let mut gkeys = vec![0u64; l.keys()];
+            // buffers of junk: the pool must not read what it has not written (a record's
+            // holders are cleared at its first use)
+            let mut words = vec![0xa5a5_a5a5u32; l.words()];
+            let mut gkeys = vec![0x5a5a_5a5a_5a5a_5a5au64; l.keys()];
             let mut g = PoolGroups::new(c, r, &mut words, &mut gkeys).unwrap();
             let mut m = Model { key: vec![None; c], refs: vec![0; c], queue: (0..c).collect(), map: BTreeMap::new() };
             let mut x = 0x2545_f491_4f6c_dd1du64 ^ (c as u64 * 31 + r as u64);

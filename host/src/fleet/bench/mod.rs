@@ -127,6 +127,10 @@ impl crate::fleet::run::RequestSource for LoadedSource<'_> {
         sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
     ) -> CliResult<()> {
         for (i, (arrival_ns, input, output, range)) in self.0.reqs.iter().enumerate() {
+            // as `fleet compare` feeds a parsed trace: the keys a little ahead asked into the cache
+            if let Some(next) = self.0.reqs.get(i + crate::fleet::run::source::PREFETCH_AHEAD) {
+                crate::fleet::run::source::prefetch_keys(&self.0.keys[next.3.clone()]);
+            }
             let req = Request {
                 arrival_ns: *arrival_ns,
                 input_tokens: *input,

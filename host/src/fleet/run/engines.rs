@@ -415,7 +415,7 @@ impl HostEngine for Batched {
             index_runs: try_vec(runs_len, Run::default(), "the router's approximate-index runs")?,
             index_run_tables: try_vec(run_tables_len, 0, "the router's approximate-index run tables")?,
             // zeroed and untouched until used: the map's record slots (most of it) are written
-            // only for the records a run reaches (`PoolGroups::new` skips clearing zeroed slots)
+            // only for the records a run reaches (`PoolGroups` clears a record's at its first use)
             pool_words: try_vec_zeroed(pool_words, "the pods' cache maps per trace id")?,
             pool_keys: try_vec_zeroed(pool_keys, "the pods' group keys")?,
             // zeroed: a slot's key and bits are written when it is first used, a log from its
