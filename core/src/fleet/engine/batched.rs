@@ -1971,23 +1971,18 @@ impl<'a> BatchedEngine<'a> {
         Ok(true)
     }
 
-    /// Advances a run of identical pure-decode steps at once, when the next step is one: every
-    /// running request decodes and none can be admitted. Returns false (nothing done) otherwise.
-    /// The run stops before a step that needs a block or finishes a request (those run one by
-    /// one) and before the first step starting at or after `t_ns`. Same results as step by step
-    /// (tested).
-    fn fast_forward(&mut self, t_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
-        let r_len = self.r_len as usize;
-        if r_len == 0 {
-            return Ok(false);
-        }
+    /// The run of identical pure-decode steps the next step starts, as far as the running
+    /// requests tell (the waiting head is [`Self::head_fits`]'s): (k_max, the first step's
+    /// batch), where step k_max - 1 of the run (from 0) is the first that needs a block or
+    /// finishes a request; None when a running request does not decode at the next step.
+    fn decode_run(&self) -> Result<Option<(u64, BatchShape)>, Error> {
         // Steps before a request needs a new block (its c is a multiple of 16) or finishes.
         let mut k_max = u64::MAX;
         let mut base = self.cfg.cost.shape();
-        for k in 0..r_len {
+        for k in 0..self.r_len as usize {
             let q = &self.reqs[self.running[k] as usize];
             if q.loading || q.generated == 0 || q.input + q.generated - q.computed != 1 {
-                return Ok(false);
+                return Ok(None);
             }
             // The step run with c = computed + i needs a block when (computed + i) % 16 == 0:
             // steps i < to_boundary need none. The (output - generated)-th step finishes it.
@@ -2000,25 +1995,86 @@ impl<'a> BatchedEngine<'a> {
             }
             base.add_decode(q.computed).map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
         }
-        // During the run nothing is allocated or released and the cache map does not change, so
-        // if the head of W cannot be admitted now, it cannot at any step of the run.
+        Ok(Some((k_max, base)))
+    }
+
+    /// Whether the next step would consider admitting the head of W (W not empty, a running
+    /// slot and a token left after the running requests' decodes).
+    fn head_may_wait(&self) -> bool {
         let m = self.cfg.max_num_batched_tokens as u64;
-        if self.w_len > 0 && self.r_len < self.cfg.max_num_seqs && m > r_len as u64 {
+        self.w_len > 0 && self.r_len < self.cfg.max_num_seqs && m > self.r_len as u64
+    }
+
+    /// Whether the head of W, `y` with prefix hit (`h`, `free_hits`) and tier hit `h2`, fits the
+    /// free blocks at the next step (with every running request decoding).
+    fn head_fits(&self, y: usize, h: u32, free_hits: u32, h2: u32) -> bool {
+        let m = self.cfg.max_num_batched_tokens as u64;
+        let r_len = self.r_len as u64;
+        let q = &self.reqs[y];
+        let need = if q.transferred {
+            let c = q.input - 1;
+            blocks_for(c + (q.input + q.generated - c).min(m - r_len)) - h as u64
+        } else {
+            let c = h as u64 * B;
+            let n = (q.input + q.generated - c).min(m - r_len);
+            if h2 > 0 { h2 as u64 } else { blocks_for(c + n) - h as u64 }
+        };
+        need + free_hits as u64 <= self.free_len as u64
+    }
+
+    /// Start of the first step that is not part of the run of identical pure-decode steps the
+    /// pod is in ([`Self::fast_forward`]'s run, its steps' times summed as it sums them): until
+    /// then nothing a router reads of the pod changes (no admission, allocation, release or
+    /// cache-map change; the same queue length and load signals), so the fleet's calendar may
+    /// leave the pod there until an arrival passes it or a request is routed to it. The next
+    /// step's start when it is not such a run, or with an offload tier (the run's start touches
+    /// the tier), or when fast-forwarding is off. Never later than the run's end.
+    fn quiet_until_ns(&self) -> u64 {
+        let s = self.next_start_ns;
+        if !self.cfg.fast_forwards() || self.cpu.is_some() || self.r_len == 0 {
+            return s;
+        }
+        let Ok(Some((k_max, base))) = self.decode_run() else { return s };
+        if k_max < 2 {
+            return s;
+        }
+        if self.head_may_wait() {
             let y = self.waiting[self.w_head as usize] as usize;
             let (h, free_hits) = self.hit_of(y);
-            let q = self.reqs[y];
-            let need = if q.transferred {
-                let c = q.input - 1;
-                blocks_for(c + (q.input + q.generated - c).min(m - r_len as u64)) - h as u64
-            } else {
-                // the step at the run's start considers the head: its tier touches (idempotent
-                // while nothing is stored, as in a run of decode steps) happen here
-                let h2 = self.cpu_hit(y, h);
-                let c = h as u64 * B;
-                let n = (q.input + q.generated - c).min(m - r_len as u64);
-                if h2 > 0 { h2 as u64 } else { blocks_for(c + n) - h as u64 }
-            };
-            if need + free_hits as u64 <= self.free_len as u64 {
+            if self.head_fits(y, h, free_hits, 0) {
+                return s;
+            }
+        }
+        let mut e = s;
+        for done in 0..k_max - 1 {
+            let Ok(b) = self.decode_run_shape(&base, done) else { return s };
+            let Ok(d) = self.cfg.cost.step_ns(&b) else { return s };
+            let Some(next) = e.checked_add(d) else { return s };
+            e = next;
+        }
+        e
+    }
+
+    /// Advances a run of identical pure-decode steps at once, when the next step is one: every
+    /// running request decodes and none can be admitted. Returns false (nothing done) otherwise.
+    /// The run stops before a step that needs a block or finishes a request (those run one by
+    /// one) and before the first step starting at or after `t_ns`. Same results as step by step
+    /// (tested).
+    fn fast_forward(&mut self, t_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
+        let r_len = self.r_len as usize;
+        if r_len == 0 {
+            return Ok(false);
+        }
+        let Some((k_max, base)) = self.decode_run()? else { return Ok(false) };
+        // During the run nothing is allocated or released and the cache map does not change, so
+        // if the head of W cannot be admitted now, it cannot at any step of the run.
+        if self.head_may_wait() {
+            let y = self.waiting[self.w_head as usize] as usize;
+            let (h, free_hits) = self.hit_of(y);
+            // the step at the run's start considers the head: its tier touches (idempotent
+            // while nothing is stored, as in a run of decode steps) happen here
+            let h2 = if self.reqs[y].transferred { 0 } else { self.cpu_hit(y, h) };
+            if self.head_fits(y, h, free_hits, h2) {
                 return Ok(false);
             }
         }
@@ -2225,7 +2281,7 @@ impl Engine for BatchedEngine<'_> {
             return None;
         }
         Some(super::Signals {
-            next_event_ns: self.next_event_ns(),
+            next_event_ns: (!self.is_idle()).then(|| self.quiet_until_ns()),
             queue_len: self.w_len + self.r_len + self.parked,
             in_flight: self.last_step_finished,
             in_flight_until_ns: self.last_end_ns,

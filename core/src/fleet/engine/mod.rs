@@ -264,7 +264,10 @@ fn pd_unsupported() -> Error {
 /// step ends); its load signals do not depend on `t`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Signals {
-    /// Start of the pod's next event, ns (None when it has nothing to do).
+    /// Start of the pod's next event a router can see, ns (None when it has nothing to do):
+    /// until then the pod's steps change none of these signals nor its cache map (the batched
+    /// engine: the end of the run of identical pure-decode steps it is in, else its next
+    /// step's start). The fleet runs such steps when the pod is due or routed to.
     pub next_event_ns: Option<u64>,
     /// Queue length from `in_flight_until_ns` on.
     pub queue_len: u32,

@@ -596,6 +596,11 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             believed_match_blocks: route.believed_match_blocks,
             active_pods: active as u32,
         };
+        if self.calendar.fresh {
+            // the calendar may have left the pod inside a run of decode steps that nothing a
+            // router reads sees (`Signals::next_event_ns`): it runs them before the arrival
+            advance_pod(&mut self.heads, p, &mut self.pods[p], t, ev)?;
+        }
         let stamp = self.view.stamp(i, t);
         let mut feed = self.view.feed(p, stamp);
         let out = self.pods[p].serve(&mut self.shared, req, routed, &mut feed, ev)?;

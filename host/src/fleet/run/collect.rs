@@ -40,7 +40,10 @@ const ITL_MERGE_MIN: usize = 1 << 12;
 
 /// Sorts `(value, samples)` pairs by value and merges equal values, summing their samples.
 fn merge_runs(v: &mut Vec<(u64, u64)>) {
-    v.sort_unstable();
+    // The list is the last merge's sorted runs followed by the pairs pushed since: the stable
+    // sort takes the sorted part as one run (the unstable one sorted it again: 8.7% of a 1M
+    // `fleet bench --scale`). Equal pairs are indistinguishable, so the order is the same.
+    v.sort();
     v.dedup_by(|b, a| {
         let same = a.0 == b.0;
         if same {
