@@ -2,15 +2,13 @@
 //! times it (a profiling aid for `perf record` or `valgrind --tool=cachegrind`; REPEATS 0 parses
 //! and hashes only, to subtract). Usage: batched TRACE ROUTER [REPEATS] [PODS] [CAPACITY];
 //! prints each replay's wall time (NO_PREFETCH=1: the keys not asked into the cache ahead).
-use brokerlab::fleet::input::trace::TraceReader;
+mod common;
 use brokerlab::fleet::run::source::{PREFETCH_AHEAD, prefetch_keys};
 use brokerlab::fleet::run::{Batched, RequestSource, simulate};
-use brokerlab_core::fleet::keys::trace_keys;
 use brokerlab_core::fleet::{BatchedConfig, FleetConfig, Profile, Request, RouterKind};
-use std::path::Path;
 use std::time::Instant;
 
-struct Src<'a>(&'a [(u64, u64, u64, std::ops::Range<usize>)], &'a [u64]);
+struct Src<'a>(&'a [common::HeldRequest], &'a [u64]);
 
 impl RequestSource for Src<'_> {
     fn feed(
@@ -48,18 +46,7 @@ fn run() {
     let repeats: usize = a.get(3).map_or(3, |s| s.parse().unwrap());
     let pods: usize = a.get(4).map_or(8, |s| s.parse().unwrap());
     let capacity: usize = a.get(5).map_or(16384, |s| s.parse().unwrap());
-    let mut reader = TraceReader::open(Path::new(&a[1])).unwrap();
-    let mut reqs = Vec::new();
-    let mut keys = Vec::new();
-    let mut buf = Vec::new();
-    while reader.advance().unwrap() {
-        let r = reader.record();
-        buf.resize((r.input_length / 16) as usize, 0);
-        let n = trace_keys(&r.hash_ids, r.input_length, 512, &mut buf).unwrap();
-        let s = keys.len();
-        keys.extend_from_slice(&buf[..n]);
-        reqs.push((r.timestamp_ms * 1_000_000, r.input_length, r.output_length, s..s + n));
-    }
+    let (reqs, keys) = common::load(&a[1]);
     let e = BatchedConfig::new(Profile::Qwen3_32bH100x2);
     let cfg = FleetConfig { alpha: 16.0, ..FleetConfig::batched(pods, capacity, kind, e) };
     for _ in 0..repeats {

@@ -3,11 +3,9 @@
 //! parses only, to subtract). Usage: perblock TRACE ROUTER|bare [REPEATS] [PODS] [CAPACITY];
 //! REPEATS `routes`: one replay, printing the pod of each request (for
 //! `scripts/derived_index_model.py`).
-use brokerlab::fleet::input::trace::TraceReader;
+mod common;
 use brokerlab::fleet::run::{FifoSizes, OwnedFifo};
-use brokerlab_core::fleet::keys::trace_keys;
 use brokerlab_core::fleet::{FleetConfig, Request, RouterKind};
-use std::path::Path;
 use std::time::Instant;
 
 fn main() {
@@ -16,18 +14,7 @@ fn main() {
     let repeats: usize = if routes { 1 } else { a.get(3).map_or(3, |s| s.parse().unwrap()) };
     let pods: usize = a.get(4).map_or(8, |s| s.parse().unwrap());
     let capacity: usize = a.get(5).map_or(16384, |s| s.parse().unwrap());
-    let mut reader = TraceReader::open(Path::new(&a[1])).unwrap();
-    let mut reqs = Vec::new();
-    let mut keys = Vec::new();
-    let mut buf = Vec::new();
-    while reader.advance().unwrap() {
-        let r = reader.record();
-        buf.resize((r.input_length / 16) as usize, 0);
-        let n = trace_keys(&r.hash_ids, r.input_length, 512, &mut buf).unwrap();
-        let s = keys.len();
-        keys.extend_from_slice(&buf[..n]);
-        reqs.push((r.timestamp_ms * 1_000_000, r.input_length, r.output_length, s..s + n));
-    }
+    let (reqs, keys) = common::load(&a[1]);
     if a[2] == "bare" {
         use brokerlab_core::fleet::{LruPod, Slot};
         for _ in 0..repeats {
