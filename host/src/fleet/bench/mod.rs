@@ -126,22 +126,13 @@ impl crate::fleet::run::RequestSource for LoadedSource<'_> {
         &mut self,
         sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
     ) -> CliResult<()> {
-        for (i, (arrival_ns, input, output, range)) in self.0.reqs.iter().enumerate() {
-            // as `fleet compare` feeds a parsed trace: the keys a little ahead asked into the cache
-            if let Some(next) = self.0.reqs.get(i + crate::fleet::run::source::PREFETCH_AHEAD) {
-                crate::fleet::run::source::prefetch_keys(&self.0.keys[next.3.clone()]);
-            }
-            let req = Request {
-                arrival_ns: *arrival_ns,
-                input_tokens: *input,
-                output_tokens: *output,
-                keys: &self.0.keys[range.clone()],
-            };
-            sink(&req).map_err(|e| {
-                CliError::bad_input(format!("{}: {}", self.0.at(i), crate::fleet::run::fields::request_message(&e)))
-            })?;
-        }
-        Ok(())
+        let loaded = self.0;
+        let parts = |(arrival_ns, input, output, range): &(u64, u64, u64, std::ops::Range<usize>)| {
+            (*arrival_ns, *input, *output, range.clone())
+        };
+        crate::fleet::run::source::feed_held(&loaded.reqs, &loaded.keys, parts, sink, |i, e| {
+            format!("{}: {}", loaded.at(i), crate::fleet::run::fields::request_message(e))
+        })
     }
 
     fn id_blocks(&self) -> u32 {

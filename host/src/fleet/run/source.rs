@@ -209,27 +209,38 @@ pub fn prefetch_keys(keys: &[u64]) {
     let _ = keys;
 }
 
+/// Feeds requests held in memory in order, `parts(r)` being request r's (arrival ns, input tokens,
+/// output tokens, its range of `keys`), each request's keys asked into the cache
+/// [`PREFETCH_AHEAD`] requests before it is fed; a request the fleet refuses is a bad-input error
+/// named by `message(i, error)`. (One home for the loop of every source held in memory: a parsed
+/// trace, the bench's loaded trace.)
+pub fn feed_held<T>(
+    reqs: &[T],
+    keys: &[u64],
+    parts: impl Fn(&T) -> (u64, u64, u64, std::ops::Range<usize>),
+    sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>,
+    message: impl Fn(usize, &CoreError) -> String,
+) -> CliResult<()> {
+    for (i, r) in reqs.iter().enumerate() {
+        if let Some(next) = reqs.get(i + PREFETCH_AHEAD) {
+            prefetch_keys(&keys[parts(next).3]);
+        }
+        let (arrival_ns, input_tokens, output_tokens, range) = parts(r);
+        let req = Request { arrival_ns, input_tokens, output_tokens, keys: &keys[range] };
+        sink(&req).map_err(|e| CliError::bad_input(message(i, &e)))?;
+    }
+    Ok(())
+}
+
 impl RequestSource for &ParsedTrace {
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
-        for (i, (arrival_ns, input, output, line, range)) in self.reqs.iter().enumerate() {
-            if let Some(next) = self.reqs.get(i + PREFETCH_AHEAD) {
-                prefetch_keys(&self.keys[next.4.clone()]);
-            }
-            let req = Request {
-                arrival_ns: *arrival_ns,
-                input_tokens: *input,
-                output_tokens: *output,
-                keys: &self.keys[range.clone()],
-            };
-            sink(&req).map_err(|e| {
-                CliError::bad_input(format!(
-                    "{}:{line}: {}",
-                    self.path.display(),
-                    crate::fleet::run::fields::request_message(&e)
-                ))
-            })?;
-        }
-        Ok(())
+        let reqs = &self.reqs;
+        let parts = |(arrival_ns, input, output, _, range): &(u64, u64, u64, usize, std::ops::Range<usize>)| {
+            (*arrival_ns, *input, *output, range.clone())
+        };
+        feed_held(reqs, &self.keys, parts, sink, |i, e| {
+            format!("{}:{}: {}", self.path.display(), reqs[i].3, crate::fleet::run::fields::request_message(e))
+        })
     }
 
     fn id_blocks(&self) -> u32 {
