@@ -32,6 +32,8 @@ pub const OVER_KV_CAPACITY: &str =
 
 /// "No block / no request" in links.
 const NIL: u32 = u32::MAX;
+/// Hit blocks a per-block release looks up ahead of releasing them ([`BatchedEngine::release`]).
+const RELEASE_AHEAD: usize = 32;
 const B: u64 = BLOCK_TOKENS as u64;
 
 /// The batched engine's parameters (one set for every pod).
@@ -712,6 +714,17 @@ impl<'a> BatchedEngine<'a> {
         }
     }
 
+    /// The block holding `key` when its home entry names it, else NIL (then [`Self::lookup`]
+    /// settles it): no branch on the loaded values, so that the loads of several keys overlap.
+    #[inline(always)]
+    fn home_block(&self, key: u64) -> u32 {
+        let e = self.table[table::home(key, self.shift)];
+        let b = (e & self.slot_mask).wrapping_sub(1);
+        let at = (b as usize).min(self.blocks.len() - 1);
+        let held = (e != 0) & (e & !self.slot_mask == self.tag(key)) & (self.blocks[at].key == key);
+        if held { b } else { NIL }
+    }
+
     #[inline]
     fn lookup(&self, key: u64) -> Option<u32> {
         self.probe(key).ok()
@@ -1003,16 +1016,41 @@ impl<'a> BatchedEngine<'a> {
         }
         let q = self.reqs[r];
         let base = self.key_base(r);
+        // The hit blocks are looked up ahead, RELEASE_AHEAD at a time from the top, where their
+        // home entries settle them ([`Self::home_block`]; a release changes neither the map
+        // nor a key, so a block looked up early is the one looked up late): the first batch
+        // along the own chain, whose walk waits on one load at a time, the others each before
+        // its batch is released. The same unrefs in the same order as the per-block pool.
+        let hits = q.hit as usize;
+        let mut ahead = [NIL; RELEASE_AHEAD];
+        let first = hits.min(RELEASE_AHEAD);
+        let mut k = 0;
         let mut b = q.own_head;
         while b != NIL {
+            if k < first {
+                ahead[k] = self.home_block(self.keys[base + hits - 1 - k]);
+                k += 1;
+            }
             let older = self.blocks[b as usize].next;
             self.unref(b);
             b = older;
         }
-        for j in (0..q.hit as usize).rev() {
-            match self.lookup(self.keys[base + j]) {
-                Some(b) => self.unref(b),
-                None => self.broken = Some(Invariant::HitBlockCached),
+        for (i, a) in ahead[..first].iter_mut().enumerate().skip(k) {
+            *a = self.home_block(self.keys[base + hits - 1 - i]);
+        }
+        let mut top = hits;
+        while top > 0 {
+            let n = top.min(RELEASE_AHEAD);
+            for (i, &a) in ahead[..n].iter().enumerate() {
+                let found = if a != NIL { Some(a) } else { self.lookup(self.keys[base + top - 1 - i]) };
+                match found {
+                    Some(b) => self.unref(b),
+                    None => self.broken = Some(Invariant::HitBlockCached),
+                }
+            }
+            top -= n;
+            for (i, a) in ahead[..top.min(RELEASE_AHEAD)].iter_mut().enumerate() {
+                *a = self.home_block(self.keys[base + top - 1 - i]);
             }
         }
         let q = &mut self.reqs[r];

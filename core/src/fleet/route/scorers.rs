@@ -262,6 +262,10 @@ pub(super) struct Fused {
     hi: u64,
 }
 
+/// Widest span (hi - lo + 1) of the queue scorer's values whose terms [`Fused::add_terms`]
+/// computes once per value instead of once per pod.
+const SPAN_TABLE: usize = 64;
+
 impl Fused {
     /// `kind` of weight `weight` over the candidates `cand` = pods `0..n` (n >= 1), its matches
     /// `m` out of `total` keys.
@@ -311,14 +315,25 @@ impl Fused {
             }
         }
         match self.kind {
-            ScorerKind::PrefixCache | ScorerKind::PrecisePrefixCache => {
-                add(totals, w, |p| term::share(m[p], self.total))
-            }
+            // A pod without a match: share(0, total) is +0.0 whatever the total (no division).
+            ScorerKind::PrefixCache | ScorerKind::PrecisePrefixCache => add(totals, w, |p| match m[p] {
+                0 => 0.0,
+                v => term::share(v, self.total),
+            }),
             // A pod without a match keeps the 0 it had (it is not a holder).
             ScorerKind::PrecisePrefixCacheMinMax => add(totals, w, |p| match u64::from(m[p]) {
                 0 => 0.0,
                 v => term::span_up(v, lo, hi),
             }),
+            // A narrow span: span_down of each of its values computed once (the same division,
+            // so the same bits), then read per pod.
+            ScorerKind::Queue if hi > lo && hi - lo < SPAN_TABLE as u64 => {
+                let mut tab = [0.0f64; SPAN_TABLE];
+                for (d, x) in tab.iter_mut().enumerate().take((hi - lo) as usize + 1) {
+                    *x = term::span_down(hi - d as u64, lo, hi);
+                }
+                add(totals, w, |p| tab[(hi - u64::from(loads[p].waiting)) as usize])
+            }
             ScorerKind::Queue => add(totals, w, |p| term::span_down(u64::from(loads[p].waiting), lo, hi)),
             ScorerKind::KvCacheUtilization => add(totals, w, |p| term::kv_free(&loads[p])),
             ScorerKind::TokenLoad => add(totals, w, |p| term::token_free(&loads[p], prm.token_load_threshold)),

@@ -12,19 +12,34 @@ use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::base::load::PodLoad;
 use crate::fleet::engine::{Engine, Signals};
 
-/// Dense per-pod next events and signals.
+/// Dense per-pod next events and signals, one array per field: a dispatch's pass over the pods
+/// reads the next events, then the queue lengths' parts, each a dense array, and the router reads
+/// the load signals in place ([`Self::loads`]).
 pub(crate) struct Calendar {
     /// The fleet uses the calendar (else it asks every pod).
     pub(crate) on: bool,
     /// Every entry describes its pod now (false after anything changed pods outside a dispatch).
     pub(crate) fresh: bool,
     next_ns: [u64; MAX_PODS],
-    sig: [Signals; MAX_PODS],
+    /// [`Signals::queue_len`], [`Signals::in_flight`], [`Signals::in_flight_until_ns`] and
+    /// [`Signals::load`] of each pod.
+    queue_len: [u32; MAX_PODS],
+    in_flight: [u32; MAX_PODS],
+    in_flight_until_ns: [u64; MAX_PODS],
+    loads: [PodLoad; MAX_PODS],
 }
 
 impl Calendar {
     pub(crate) fn new(on: bool) -> Self {
-        Calendar { on, fresh: false, next_ns: [u64::MAX; MAX_PODS], sig: [Signals::default(); MAX_PODS] }
+        Calendar {
+            on,
+            fresh: false,
+            next_ns: [u64::MAX; MAX_PODS],
+            queue_len: [0; MAX_PODS],
+            in_flight: [0; MAX_PODS],
+            in_flight_until_ns: [0; MAX_PODS],
+            loads: [PodLoad::default(); MAX_PODS],
+        }
     }
 
     /// Notes pod `p`'s state (after it changed). False when its engine does not describe its
@@ -33,8 +48,12 @@ impl Calendar {
     pub(crate) fn note<E: Engine>(&mut self, p: usize, pod: &E) -> bool {
         match pod.signals() {
             Some(s) => {
-                self.next_ns[p] = s.next_event_ns.unwrap_or(u64::MAX);
-                self.sig[p] = s;
+                let Signals { next_event_ns, queue_len, in_flight, in_flight_until_ns, load } = s;
+                self.next_ns[p] = next_event_ns.unwrap_or(u64::MAX);
+                self.queue_len[p] = queue_len;
+                self.in_flight[p] = in_flight;
+                self.in_flight_until_ns[p] = in_flight_until_ns;
+                self.loads[p] = load;
                 true
             }
             None => false,
@@ -60,16 +79,19 @@ impl Calendar {
         self.next_ns[p] < t_ns
     }
 
-    /// Pod `p`'s queue length at `t_ns`.
+    /// The queue lengths at `t_ns` of pods `0..out.len()`, into `out`.
     #[inline]
-    pub(crate) fn queue_len(&self, p: usize, t_ns: u64) -> u32 {
-        let s = &self.sig[p];
-        s.queue_len + if s.in_flight_until_ns > t_ns { s.in_flight } else { 0 }
+    pub(crate) fn queue_lens(&self, t_ns: u64, out: &mut [u32]) {
+        let n = out.len();
+        let parts = self.queue_len[..n].iter().zip(&self.in_flight[..n]).zip(&self.in_flight_until_ns[..n]);
+        for (q, ((&base, &extra), &until)) in out.iter_mut().zip(parts) {
+            *q = base + if until > t_ns { extra } else { 0 };
+        }
     }
 
-    /// Pod `p`'s load signals.
+    /// The load signals of pods `0..n`.
     #[inline]
-    pub(crate) fn load(&self, p: usize) -> PodLoad {
-        self.sig[p].load
+    pub(crate) fn loads(&self, n: usize) -> &[PodLoad] {
+        &self.loads[..n]
     }
 }

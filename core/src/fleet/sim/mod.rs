@@ -567,13 +567,15 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             // only the pods with an event before t run (in pod order, as below)
             let cal = &mut self.calendar;
             let ix = &mut self.heads;
-            for (p, (q, pod)) in queue_lens.iter_mut().zip(self.pods.iter_mut()).enumerate() {
+            for (p, pod) in self.pods.iter_mut().enumerate() {
                 if cal.due(p, t) {
                     advance_pod(ix, p, pod, t, ev)?;
                     cal.note(p, pod);
                 }
-                *q = cal.queue_len(p, t);
             }
+            // (a pod's entry changes only when that pod runs: the same lengths as read pod by
+            // pod after each pod's turn)
+            cal.queue_lens(t, &mut queue_lens[..self.pods.len()]);
         } else {
             self.calendar.fresh = false;
             let ix = &mut self.heads;
@@ -630,20 +632,20 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         };
         // The load signals at the decision: read by the router when it needs them, and sampled
         // for every router as the EPP logs its candidates' metrics at each scheduling cycle.
-        let mut loads = [PodLoad::default(); P];
-        if self.calendar.fresh {
-            // (fresh: every pod's entry is its state now, the calendar being read)
-            for (p, l) in loads[..active].iter_mut().enumerate() {
-                *l = self.calendar.load(p);
-            }
+        let mut asked;
+        let loads: &[PodLoad] = if self.calendar.fresh {
+            // (fresh: every pod's entry is its state now, the calendar being read in place)
+            self.calendar.loads(active)
         } else {
-            for (p, l) in loads[..active].iter_mut().enumerate() {
+            asked = [PodLoad::default(); P];
+            for (p, l) in asked[..active].iter_mut().enumerate() {
                 *l = self.pods[p].load(queue_lens[p], t);
             }
-        }
-        self.totals.routed_waiting += loads[..active].iter().map(|l| u64::from(l.waiting)).sum::<u64>();
+            &asked[..active]
+        };
+        self.totals.routed_waiting += loads.iter().map(|l| u64::from(l.waiting)).sum::<u64>();
         self.totals.routed_waiting_samples += active as u64;
-        let loads = self.router.needs_loads().then_some(&loads[..active]);
+        let loads = self.router.needs_loads().then_some(loads);
         let view = RouteView {
             request: i,
             queue_lens,
