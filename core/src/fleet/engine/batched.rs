@@ -1765,6 +1765,7 @@ impl<'a> BatchedEngine<'a> {
 
     /// Step 3's input: the scheduled chunks, with n and c taken before the update (a decode is
     /// its one token over c cached; anything else, recompute included, a prefill chunk).
+    #[inline(always)]
     fn step_shape(&self) -> Result<BatchShape, Error> {
         let mut s = self.cfg.cost.shape();
         for k in 0..self.r_len as usize {
@@ -1975,6 +1976,7 @@ impl<'a> BatchedEngine<'a> {
     /// requests tell (the waiting head is [`Self::head_fits`]'s): (k_max, the first step's
     /// batch), where step k_max - 1 of the run (from 0) is the first that needs a block or
     /// finishes a request; None when a running request does not decode at the next step.
+    #[inline(always)]
     fn decode_run(&self) -> Result<Option<(u64, BatchShape)>, Error> {
         // Steps before a request needs a new block (its c is a multiple of 16) or finishes.
         let mut k_max = u64::MAX;
@@ -2059,14 +2061,16 @@ impl<'a> BatchedEngine<'a> {
     /// arithmetic progression (d0, delta): the `done`-th step's batch is `base` with done x D
     /// more cached tokens ([`Self::decode_run_shape`]), and the linear model is affine in them
     /// (t_kv_token per context token), so it takes d0 + done x delta, delta = t_kv_token x D.
-    /// None (the caller asks the model step by step, with its errors) with another model, or
-    /// when the last step's time is not computed without overflow or is not d0 + (steps - 1) x
-    /// delta (the sums only grow with `done`: if the last step's does not overflow, none does).
+    /// None (the caller asks the model step by step, with its errors) with another model, when
+    /// the run's batches are not shifts of `base` ([`decodes_after`]), or when the last step's
+    /// time is not computed without overflow or is not d0 + (steps - 1) x delta (the sums only
+    /// grow with `done`: if the last step's does not overflow, none does).
     fn linear_run(&self, base: &BatchShape, steps: u64) -> Option<(u64, u64)> {
         let c = self.cfg.cost.linear()?;
         let last = steps.checked_sub(1)?;
-        let d0 = c.step_ns(&self.decode_run_shape(base, 0).ok()?).ok()?;
-        let d_last = c.step_ns(&self.decode_run_shape(base, last).ok()?).ok()?;
+        // the first and last batches as decode_run_shape gives them when they shift `base`
+        let d0 = c.step_ns(&decodes_after(base, 0).ok()??).ok()?;
+        let d_last = c.step_ns(&decodes_after(base, last).ok()??).ok()?;
         let delta = c.t_kv_token_ns.checked_mul(base.decode_requests)?;
         let expected = delta.checked_mul(last).and_then(|x| d0.checked_add(x))?;
         (d_last == expected).then_some((d0, delta))
