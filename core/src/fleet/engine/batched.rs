@@ -1803,6 +1803,7 @@ impl<'a> BatchedEngine<'a> {
 
     /// Step 3's input: the scheduled chunks, with n and c taken before the update (a decode is
     /// its one token over c cached; anything else, recompute included, a prefill chunk).
+    #[inline(always)]
     fn step_shape(&self) -> Result<BatchShape, Error> {
         let mut s = self.cfg.cost.shape();
         for k in 0..self.r_len as usize {
@@ -2013,6 +2014,7 @@ impl<'a> BatchedEngine<'a> {
     /// requests tell (the waiting head is [`Self::head_fits`]'s): (k_max, the first step's
     /// batch), where step k_max - 1 of the run (from 0) is the first that needs a block or
     /// finishes a request; None when a running request does not decode at the next step.
+    #[inline(always)]
     fn decode_run(&self) -> Result<Option<(u64, BatchShape)>, Error> {
         // Steps before a request needs a new block (its c is a multiple of 16) or finishes.
         let mut k_max = u64::MAX;
@@ -2083,14 +2085,43 @@ impl<'a> BatchedEngine<'a> {
                 return s;
             }
         }
+        let lin = self.linear_run(&base, k_max - 1);
         let mut e = s;
         for done in 0..k_max - 1 {
-            let Ok(b) = self.decode_run_shape(&base, done) else { return s };
-            let Ok(d) = self.cfg.cost.step_ns(&b) else { return s };
+            let Ok(d) = self.run_step_ns(&base, lin, done) else { return s };
             let Some(next) = e.checked_add(d) else { return s };
             e = next;
         }
         e
+    }
+
+    /// With the linear step cost, the times of a decode run's first `steps` steps as an
+    /// arithmetic progression (d0, delta): the `done`-th step's batch is `base` with done x D
+    /// more cached tokens ([`Self::decode_run_shape`]), and the linear model is affine in them
+    /// (t_kv_token per context token), so it takes d0 + done x delta, delta = t_kv_token x D.
+    /// None (the caller asks the model step by step, with its errors) with another model, when
+    /// the run's batches are not shifts of `base` ([`decodes_after`]), or when the last step's
+    /// time is not computed without overflow or is not d0 + (steps - 1) x delta (the sums only
+    /// grow with `done`: if the last step's does not overflow, none does).
+    fn linear_run(&self, base: &BatchShape, steps: u64) -> Option<(u64, u64)> {
+        let c = self.cfg.cost.linear()?;
+        let last = steps.checked_sub(1)?;
+        // the first and last batches as decode_run_shape gives them when they shift `base`
+        let d0 = c.step_ns(&decodes_after(base, 0).ok()??).ok()?;
+        let d_last = c.step_ns(&decodes_after(base, last).ok()??).ok()?;
+        let delta = c.t_kv_token_ns.checked_mul(base.decode_requests)?;
+        let expected = delta.checked_mul(last).and_then(|x| d0.checked_add(x))?;
+        (d_last == expected).then_some((d0, delta))
+    }
+
+    /// The time of the `done`-th step of a decode run from `base`: from the progression `lin`
+    /// ([`Self::linear_run`], `done` below its steps), else from the model.
+    #[inline]
+    fn run_step_ns(&self, base: &BatchShape, lin: Option<(u64, u64)>, done: u64) -> Result<u64, Error> {
+        match lin {
+            Some((d0, delta)) => Ok(d0 + done * delta),
+            None => self.cfg.cost.step_ns(&self.decode_run_shape(base, done)?),
+        }
     }
 
     /// Advances a run of identical pure-decode steps at once, when the next step is one: every
@@ -2125,12 +2156,27 @@ impl<'a> BatchedEngine<'a> {
         let start = self.next_start_ns;
         self.close_gap(start);
         self.sync_gauges(start);
+        let lin = self.linear_run(&base, run);
+        // steps of equal time (the linear model without a context term) give their ITL
+        // samples in one call after the loop: the collector merges a value equal to its last
+        // one into it, so the samples it keeps are the same as one call per step
+        let same = matches!(lin, Some((_, 0)));
         let mut s = start;
         let mut last_start = start;
         let mut done = 0u64;
+        let mut sum_d = 0u128;
         while done < run && s < t_ns {
-            let d = self.cfg.cost.step_ns(&self.decode_run_shape(&base, done)?)?;
-            let e = s.checked_add(d).ok_or(Error::Overflow { what: Quantity::StepEndTime })?;
+            let step = self
+                .run_step_ns(&base, lin, done)
+                .and_then(|d| s.checked_add(d).map(|e| (d, e)).ok_or(Error::Overflow { what: Quantity::StepEndTime }));
+            let Ok((d, e)) = step else {
+                // the steps done so far counted as when each step gave its own
+                if same && done > 1 {
+                    ev.itl(s - last_start, (done - 1) * rl);
+                }
+                self.stats.kv_pinned_block_ns += self.pinned as u128 * sum_d;
+                return step.map(|_| false);
+            };
             if done == 0 {
                 // A request skipped by an earlier step (budget) produced its last token earlier.
                 for k in 0..r_len {
@@ -2139,10 +2185,10 @@ impl<'a> BatchedEngine<'a> {
                 // every step of the run publishes the same gauges (nothing is admitted,
                 // allocated or released): the first one's end is when they change
                 self.publish_gauges(e);
-            } else {
+            } else if !same {
                 ev.itl(d, rl);
             }
-            self.stats.kv_pinned_block_ns += self.pinned as u128 * d as u128;
+            sum_d += d as u128;
             last_start = s;
             s = e;
             done += 1;
@@ -2150,6 +2196,10 @@ impl<'a> BatchedEngine<'a> {
         if done == 0 {
             return Ok(false);
         }
+        if same && done > 1 {
+            ev.itl(s - last_start, (done - 1) * rl);
+        }
+        self.stats.kv_pinned_block_ns += self.pinned as u128 * sum_d;
         // |W| is constant during the run; the integral is taken up to the last step's start, as
         // a step does (an arrival before the run's end may still change W).
         self.stats.waiting_request_ns += self.w_len as u128 * (last_start - self.w_since_ns.min(last_start)) as u128;
