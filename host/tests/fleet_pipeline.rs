@@ -21,16 +21,29 @@ fn repo(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }
 
+/// A file in a directory of its own, removed with it when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.parent() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
 /// A fresh file `name` holding `text` (tests run in parallel).
-fn file(name: &str, text: &str) -> PathBuf {
+fn file(name: &str, text: &str) -> Scratch {
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let d = std::env::temp_dir()
-        .join(format!("brokerlab-pipeline-{}", std::process::id()))
-        .join(N.fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_string());
+    let d = std::env::temp_dir().join(format!(
+        "brokerlab-pipeline-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&d).unwrap();
     let p = d.join(name);
     std::fs::write(&p, text).unwrap();
-    p
+    Scratch(p)
 }
 
 /// (exit code, stdout less the recorded command line, stderr).
@@ -127,8 +140,8 @@ fn a_bad_line_stops_both_ways_at_the_same_line() {
         for (edit, n) in edits {
             edit(&mut l, *n);
         }
-        let path = file("t.jsonl", &(l.join("\n") + "\n"));
-        let p = path.to_str().unwrap();
+        let scratch = file("t.jsonl", &(l.join("\n") + "\n"));
+        let p = scratch.0.to_str().unwrap();
         let args = [
             "fleet",
             "replay",
@@ -174,7 +187,8 @@ fn feed_recorded(src: &mut dyn RequestSource, fail_at: Option<usize>) -> (Vec<Se
 fn a_refused_request_is_named_by_its_line_both_ways() {
     let mut l = lines();
     bad_field(&mut l, 900);
-    let path = file("t.jsonl", &(l.join("\n") + "\n"));
+    let scratch = file("t.jsonl", &(l.join("\n") + "\n"));
+    let path = &scratch.0;
     for fail_at in [None, Some(0), Some(255), Some(256), Some(700), Some(898), Some(899)] {
         let feed = |pipelined| {
             let mut src = TraceSource { pipelined, ..TraceSource::new(path.clone(), 512) };
