@@ -96,6 +96,20 @@ pub struct EngineBench {
     pub step_by_step_s: f64,
     /// (parse + hash + replay) / (parse + hash): end to end against reading the trace.
     pub end_to_end_over_read: f64,
+    /// The replay from the compressed file on one thread (`fleet replay --threads 1`: read,
+    /// parse, hash and replay in turn, request by request), best of `repeats`, s (its whole
+    /// summary checked equal).
+    pub file_s: f64,
+    /// The same on two threads (`fleet replay`'s default on two cores: the trace read, parsed
+    /// and hashed on its own thread while this one replays), best of `repeats` interleaved with
+    /// `file_s`, s (its whole summary checked equal).
+    pub pipelined_s: f64,
+    /// In that best pipelined run, the time the replaying thread waited for the reader's
+    /// batches, s.
+    pub pipelined_wait_s: f64,
+    /// pipelined_s / (parse + hash): the measured end to end on two threads against reading the
+    /// trace.
+    pub pipelined_over_read: f64,
     /// Simulated requests per wall second.
     pub requests_per_s: f64,
     /// Engine steps simulated.
@@ -215,6 +229,7 @@ fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> Cli
                 kind.name()
             )));
         }
+        let (file_s, pipelined_s, pipelined_wait_s) = file_replays(l, cfg, repeats, &s, kind)?;
         let read_s = l.parse_s + l.hash_s;
         out.push(EngineBench {
             router: router_label(kind),
@@ -226,12 +241,58 @@ fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> Cli
             steps: s.steps,
             steps_per_s: s.steps as f64 / best,
             end_to_end_over_read: (read_s + best) / read_s,
+            file_s,
+            pipelined_s,
+            pipelined_wait_s,
+            pipelined_over_read: pipelined_s / read_s,
             makespan_s: s.makespan_s,
             output_tok_per_s: s.output_tok_per_s,
             ttft_p90: s.ttft_p90,
         });
     }
     Ok(out)
+}
+
+/// `cfg` replayed from the trace file itself, on one thread and pipelined on two (the trace read
+/// on a thread of its own), best of `repeats` each, interleaved: (one thread s, two threads s,
+/// the replaying thread's wait in the best two-thread run s). Each whole summary must equal
+/// `expected` (the replay of the trace held in memory).
+fn file_replays(
+    l: &Loaded,
+    cfg: FleetConfig,
+    repeats: usize,
+    expected: &crate::fleet::run::BatchedSummary,
+    kind: RouterKind,
+) -> CliResult<(f64, f64, f64)> {
+    use std::sync::atomic::Ordering;
+    let waited = &crate::fleet::run::pipeline::WAITED_NS;
+    let (mut one, mut two, mut wait) = (f64::INFINITY, f64::INFINITY, 0.0);
+    for _ in 0..repeats.max(1) {
+        for pipelined in [false, true] {
+            let mut src = crate::fleet::run::TraceSource {
+                pipelined,
+                ..crate::fleet::run::TraceSource::new(l.path.clone(), l.trace_block)
+            };
+            let w0 = waited.load(Ordering::Relaxed);
+            let t = Instant::now();
+            let r = crate::fleet::run::simulate::<Batched>(cfg, &mut src, false)?;
+            let secs = t.elapsed().as_secs_f64();
+            if &r.summary != expected {
+                return Err(CliError::failure(format!(
+                    "bench batched {}: the trace file replayed on {} and the trace in memory give different summaries",
+                    kind.name(),
+                    if pipelined { "two threads" } else { "one thread" }
+                )));
+            }
+            if !pipelined {
+                one = one.min(secs);
+            } else if secs < two {
+                two = secs;
+                wait = (waited.load(Ordering::Relaxed) - w0) as f64 / 1e9;
+            }
+        }
+    }
+    Ok((one, two, wait))
 }
 
 /// The second vendored trace's batched replays with fast-forward, step by step and over the
@@ -572,20 +633,28 @@ pub fn render(r: &BenchReport) -> String {
          end to end = (parse {:.3} s + hash {:.3} s + replay) / (parse + hash); per-block pool: the same replay\n\
          over the per-block KV pool (the oracle), best of the same repeats interleaved; index per block: a router's\n\
          approximate index per block instead of as runs of trace ids (the oracle; interleaved too); step by step:\n\
-         one run without fast-forward; every whole summary checked equal ({} on {}):\n",
+         one run without fast-forward; every whole summary checked equal ({} on {});\n\
+         file, 1 thread: the replay from the compressed file, read + parse + hash + replay in turn (fleet replay\n\
+         --threads 1); file, 2 threads: the same with the trace read, parsed and hashed on a thread of its own\n\
+         (fleet replay's default on 2 cores), measured, interleaved with it, its summary checked equal too;\n\
+         piped = file, 2 threads / (parse + hash); wait: the replaying thread's wait for the reader in that run:\n",
         r.parse_s, r.hash_s, r.identity_routers, r.identity_trace
     );
-    o += "router                   wall s  per-block s  index per block s  step-by-step s  end to end  requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
+    o += "router                   wall s  per-block s  index per block s  step-by-step s  end to end  file, 1 thread s  file, 2 threads s  piped  wait s  requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
     for b in &r.batched {
         let index = b.per_block_index_s.map_or_else(|| "-".to_string(), |s| format!("{s:.3}"));
         o += &format!(
-            "{:<24} {:>6.3} {:>12.3} {:>18} {:>15.3} {:>10.2}x {:>11.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
+            "{:<24} {:>6.3} {:>12.3} {:>18} {:>15.3} {:>10.2}x {:>17.3} {:>18.3} {:>5.2}x {:>7.3} {:>11.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
             b.router,
             b.seconds,
             b.per_block_s,
             index,
             b.step_by_step_s,
             b.end_to_end_over_read,
+            b.file_s,
+            b.pipelined_s,
+            b.pipelined_over_read,
+            b.pipelined_wait_s,
             b.requests_per_s,
             b.steps,
             b.steps_per_s,

@@ -82,6 +82,16 @@ pub struct ScaleBench {
     pub wall_over_generate: f64,
     /// Simulated requests per wall second.
     pub requests_per_s: f64,
+    /// CPU time of the process during the replay, s.
+    pub cpu_s: Option<f64>,
+    /// The same replay with the generator on a thread of its own (generating and hashing while
+    /// this thread replays), s; its whole summary checked equal.
+    pub pipelined_wall_s: f64,
+    /// CPU time of the process (both threads) during it, s.
+    pub pipelined_cpu_s: Option<f64>,
+    /// The time the replaying thread waited for the generator's batches in it, s: the replay's
+    /// own time is the wall less this.
+    pub pipelined_wait_s: f64,
     /// Peak resident set at 1/8, 1/4, 1/2 and all of the trace fed.
     pub checkpoints: Vec<Checkpoint>,
     /// Peak resident set at the end (summary included), bytes.
@@ -169,10 +179,33 @@ pub fn run(requests: u64, pods: usize) -> CliResult<ScaleBench> {
         start: Instant::now(),
         notes: vec![],
     };
+    let cpu0 = crate::sys::process_cpu_s();
     let t = Instant::now();
     src.start = t;
     let ran = crate::fleet::run::simulate::<Batched>(cfg, &mut src, false)?;
     let wall_s = t.elapsed().as_secs_f64();
+    let cpu_s = crate::sys::process_cpu_s().zip(cpu0).map(|(b, a)| b - a);
+    let notes = std::mem::take(&mut src.notes);
+    drop(src);
+    // The same with the generator on its own thread (fleet run's default on 2 cores).
+    let mut inner = Streamed::new(sc.workload, &sc.origin)?;
+    inner.set_pipelined(true);
+    // (its peak RSS is not noted: the process's peak is the first replay's)
+    let mut src = Checkpointed { inner, marks: &[], start: Instant::now(), notes: vec![] };
+    let waited = &crate::fleet::run::pipeline::WAITED_NS;
+    let w0 = waited.load(std::sync::atomic::Ordering::Relaxed);
+    let cpu0 = crate::sys::process_cpu_s();
+    let t = Instant::now();
+    src.start = t;
+    let piped = crate::fleet::run::simulate::<Batched>(cfg, &mut src, false)?;
+    let pipelined_wall_s = t.elapsed().as_secs_f64();
+    let pipelined_cpu_s = crate::sys::process_cpu_s().zip(cpu0).map(|(b, a)| b - a);
+    let pipelined_wait_s = (waited.load(std::sync::atomic::Ordering::Relaxed) - w0) as f64 / 1e9;
+    if piped.summary != ran.summary {
+        return Err(CliError::failure(
+            "bench --scale: the replay with the generator on its own thread gives a different summary",
+        ));
+    }
     let s = ran.summary;
     Ok(ScaleBench {
         requests,
@@ -184,7 +217,11 @@ pub fn run(requests: u64, pods: usize) -> CliResult<ScaleBench> {
         wall_s,
         wall_over_generate: wall_s / generate_s.max(1e-9),
         requests_per_s: requests as f64 / wall_s,
-        checkpoints: src.notes,
+        cpu_s,
+        pipelined_wall_s,
+        pipelined_cpu_s,
+        pipelined_wait_s,
+        checkpoints: notes,
         peak_rss_bytes: crate::sys::peak_rss_bytes(),
         steps: s.steps,
         makespan_s: s.makespan_s,
@@ -213,6 +250,15 @@ pub fn render(r: &ScaleBench) -> String {
     o += &format!(
         "  replay (generation included)     {:>8.2} s  ({:.2}x the generation; {:.0} simulated requests/s)\n",
         r.wall_s, r.wall_over_generate, r.requests_per_s
+    );
+    let cpu = |c: Option<f64>| c.map_or("n/a".into(), |c| format!("{c:.2} s"));
+    o += &format!("  CPU time of the replay           {:>8}\n", cpu(r.cpu_s));
+    o += &format!(
+        "  replay, generator on its own thread {:>5.2} s  ({:.2}x the generation; CPU {}; the replay waited {:.2} s for the generator; summary checked equal)\n",
+        r.pipelined_wall_s,
+        r.pipelined_wall_s / r.generate_s.max(1e-9),
+        cpu(r.pipelined_cpu_s),
+        r.pipelined_wait_s
     );
     o += "  peak RSS as the trace is fed:";
     for c in &r.checkpoints {

@@ -127,6 +127,11 @@ pub struct RunArgs {
     /// and p90 per stage) and `stages_tok_s` (output and input tok/s per stage), SVG and PNG.
     #[arg(long, value_name = "DIR")]
     pub stages_plot: Option<PathBuf>,
+    /// Threads (0 = all cores): with 2 or more, the workload is generated and hashed on a thread
+    /// of its own while the fleet replays it on this one (open-loop workloads without `[load]`);
+    /// 1 does both on one thread. Results do not depend on it.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<usize>)]
+    pub threads: usize,
     #[command(flatten)]
     pub mem: MemArgs,
     #[command(flatten)]
@@ -481,6 +486,11 @@ pub struct ReplayArgs {
     /// Replay at most N requests (from --start-at).
     #[arg(long, value_name = "N", allow_negative_numbers = true, value_parser = whole::<u64>)]
     pub max_requests: Option<u64>,
+    /// Threads (0 = all cores): with 2 or more, a Mooncake trace is read, parsed and hashed on a
+    /// thread of its own while the fleet replays it on this one; 1 does both on one thread.
+    /// Results do not depend on it.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = whole::<usize>)]
+    pub threads: usize,
     #[command(flatten)]
     pub fleet: FleetArgs,
     #[command(flatten)]

@@ -106,6 +106,7 @@ fn replay_cmd(a: ReplayArgs) -> CliResult<i32> {
     let mut src = TraceSource {
         max_line_bytes: a.max_line_bytes,
         max_blank_lines: a.max_blank_lines,
+        pipelined: run::pipeline::wanted(a.threads),
         ..TraceSource::new(a.trace.clone(), trace_block_size)
     };
     let size = std::fs::metadata(&a.trace).ok().filter(|m| m.is_file()).map(|m| m.len());
@@ -204,6 +205,7 @@ fn run_cmd(a: RunArgs) -> CliResult<i32> {
     router_config::apply(&mut cfg, a.router_config.as_deref(), sc.workload.seed)?;
     // Streamed: the generator is seeded and sequential, so the workload is never held.
     let mut src = scenario::Streamed::new(sc.workload, &sc.origin)?;
+    src.set_pipelined(run::pipeline::wanted(a.threads));
     // A ramp ends with its last stage, usually before `requests` (a cap): count what it generates.
     let total = src.count_requests()?;
     let progress = Progress::new(a.output.quiet, "run", Unit::Requests, Some(total));

@@ -12,6 +12,7 @@ pub mod fields;
 pub mod llmd_report;
 pub mod loadgen;
 pub mod outcomes;
+pub mod pipeline;
 pub mod progress;
 pub mod retime;
 pub mod sizes;

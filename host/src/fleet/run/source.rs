@@ -61,6 +61,9 @@ pub struct TraceSource {
     pub max_blank_lines: u64,
     /// The bytes read (for a progress display).
     pub read: BytesRead,
+    /// Read, parse and hash the trace on a thread of its own, the requests replayed on the
+    /// calling one ([`crate::fleet::run::pipeline`]; the same requests in the same order).
+    pub pipelined: bool,
 }
 
 impl TraceSource {
@@ -72,6 +75,7 @@ impl TraceSource {
             max_line_bytes: crate::fleet::input::trace::DEFAULT_MAX_LINE_BYTES,
             max_blank_lines: crate::fleet::input::trace::DEFAULT_MAX_BLANK_LINES,
             read: BytesRead::default(),
+            pipelined: false,
         }
     }
 }
@@ -95,10 +99,22 @@ impl RequestSource for TraceSource {
     }
 
     fn feed(&mut self, sink: &mut dyn FnMut(&Request<'_>) -> Result<(), CoreError>) -> CliResult<()> {
-        let reader = TraceReader::open_limited(&self.path, self.max_line_bytes)?
-            .max_blank_lines(self.max_blank_lines)
-            .counting(&self.read);
-        feed_trace(reader, self.trace_block_tokens, sink)
+        let open = || {
+            TraceReader::open_limited(&self.path, self.max_line_bytes)
+                .map(|r| r.max_blank_lines(self.max_blank_lines).counting(&self.read))
+        };
+        if !self.pipelined {
+            return feed_trace(open()?, self.trace_block_tokens, sink);
+        }
+        // the reader is opened on its thread (it is not Send); an error opening it is the
+        // producer's first message, as it is the first thing the sequential feed returns
+        let tbs = self.trace_block_tokens;
+        let path = &self.path;
+        crate::fleet::run::pipeline::feed_pipelined(
+            move |s| feed_trace_lines(open()?, tbs, s),
+            sink,
+            |line, e| format!("{}:{line}: {}", path.display(), crate::fleet::run::fields::request_message(e)),
+        )
     }
 
     fn id_blocks(&self) -> u32 {

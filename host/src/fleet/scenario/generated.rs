@@ -89,6 +89,11 @@ impl Generated {
 /// Maps an error of the core on request `i` of a generated workload to a message naming the
 /// scenario file and the keys that cause it (exit 2: the scenario asks for it).
 fn request_error(origin: &str, i: usize, e: brokerlab_core::fleet::Error) -> CliError {
+    CliError::bad_input(request_error_message(origin, i, e))
+}
+
+/// [`request_error`]'s message.
+fn request_error_message(origin: &str, i: usize, e: brokerlab_core::fleet::Error) -> String {
     use brokerlab_core::fleet::{Error as E, Quantity};
     let hint = match e {
         E::Overflow { what: Quantity::ServiceTime | Quantity::FinishTime } => {
@@ -98,7 +103,7 @@ fn request_error(origin: &str, i: usize, e: brokerlab_core::fleet::Error) -> Cli
         _ => "",
     };
     let e = crate::fleet::run::fields::request_message(&e);
-    CliError::bad_input(format!("{origin}: request {i}: {e}{hint}"))
+    format!("{origin}: request {i}: {e}{hint}")
 }
 
 impl RequestSource for &Generated {
@@ -135,6 +140,9 @@ pub struct Streamed {
     /// Keep each tenant's prefix keys ([`PrefixKeys`]); false: every prompt written and hashed
     /// whole (the reference path, for the tests).
     cache_prefixes: bool,
+    /// Generate and hash on a thread of its own, the requests fed on the calling one
+    /// ([`crate::fleet::run::pipeline`]; the same requests in the same order).
+    pipelined: bool,
 }
 
 /// At most this many bytes of kept prefix keys (4,096 tenants of 128 blocks: 4 MiB); a larger
@@ -182,7 +190,13 @@ impl Streamed {
             tokens: try_vec(tokens_len, 0u32, "the prompt tokens buffer")?,
             kbuf: try_vec(tokens_len / BLOCK_TOKENS, 0u64, "the block keys buffer")?,
             cache_prefixes: true,
+            pipelined: false,
         })
+    }
+
+    /// Generates and hashes on a thread of its own when `on` ([`crate::fleet::run::pipeline`]).
+    pub fn set_pipelined(&mut self, on: bool) {
+        self.pipelined = on;
     }
 
     /// How many requests the workload generates: `requests` unless arrival stages end first
@@ -264,6 +278,25 @@ impl RequestSource for Streamed {
         sink: &mut dyn FnMut(&Request<'_>) -> Result<(), brokerlab_core::fleet::Error>,
     ) -> CliResult<()> {
         let origin = self.origin.clone();
+        if self.pipelined {
+            let this = &mut *self;
+            return crate::fleet::run::pipeline::feed_pipelined(
+                move |s| {
+                    this.each(&mut |r, keys| {
+                        let req = Request {
+                            arrival_ns: r.arrival_ns,
+                            input_tokens: r.input_tokens,
+                            output_tokens: r.output_tokens,
+                            keys,
+                        };
+                        // fails only when the consumer has stopped (it reports its own error)
+                        s(&req, r.index as usize).is_ok()
+                    })
+                },
+                sink,
+                |i, e| request_error_message(&origin, i, *e),
+            );
+        }
         let mut err = None;
         self.each(&mut |r, keys| {
             let req = Request {
