@@ -4,6 +4,8 @@
 //! REPEATS `routes`: one replay, printing the pod of each request (for
 //! `scripts/derived_index_model.py`); ROUTER `sep:ROUTES` or `fused:ROUTES`: the index presets'
 //! cache work alone along those routes, separate structures or the fused table (branch pb32).
+//! Environment `PERBLOCK_SEPARATE=1`: the fleet keeps the pods' caches and the router's index
+//! apart where it would fuse them (branch pb33).
 mod common;
 use brokerlab::fleet::run::{FifoSizes, OwnedFifo};
 use brokerlab_core::fleet::{FleetConfig, Request, RouterKind};
@@ -119,7 +121,11 @@ fn main() {
     let router = RouterKind::parse(&a[2]).expect("router");
     let cfg = FleetConfig::new(pods, capacity, router);
     for _ in 0..repeats {
-        let mut owned = OwnedFifo::new(cfg, FifoSizes { queue_per_pod: 1 << 16, pending: 0 }, 1).unwrap();
+        // PERBLOCK_SEPARATE=1: the pods' caches and the router's index kept apart even where the
+        // fleet fuses them (branch pb33), for measuring one against the other in one build.
+        let fused = std::env::var_os("PERBLOCK_SEPARATE").is_none();
+        let sizes = FifoSizes { queue_per_pod: 1 << 16, pending: 0 };
+        let mut owned = OwnedFifo::with_fused(cfg, sizes, 1, fused).unwrap();
         let mut fleet = owned.fleet().unwrap();
         let t = Instant::now();
         for (arrival_ns, input, output, range) in &reqs {

@@ -1,5 +1,9 @@
 //! A pod's cache and the router's approximate-index LRU of the same pod in one table (issue 28,
-//! branch pb32: a measured prototype, **not used by the fleet**).
+//! branches pb32 and pb33). The FIFO fleet keeps them so when its rules allow
+//! ([`FifoFleet::fused_layout`]): the router's [`ApproxIndex`] then owns one table per pod and
+//! the routed pod's cache work is done with the router's record ([`FusedLru::record_and_serve`]).
+//!
+//! [`FifoFleet::fused_layout`]: crate::fleet::sim::fifo::FifoFleet
 //!
 //! Under the FIFO engine with local caches and the index's defaults, the pod's LRU of pod p
 //! ([`LruPod`], touched tail first) and the router's LRU of p ([`ApproxIndex`], the routed
@@ -50,6 +54,15 @@ impl Default for FusedSlot {
     }
 }
 
+/// A key's tag and home position in the tables of one shape of [`FusedLru`] (computed once for
+/// every pod's table: [`FusedLru::homed`], [`FusedLru::contains_homed`]).
+#[derive(Clone, Copy, Debug)]
+pub struct FusedHomed {
+    key: u64,
+    tag: u32,
+    home: usize,
+}
+
 /// Two LRUs of block keys over one table ([module doc](self)).
 #[derive(Debug)]
 pub struct FusedLru<'a> {
@@ -80,6 +93,18 @@ impl<'a> FusedLru<'a> {
     /// quarter full when both sides hold the same keys).
     pub const fn min_table_len(pod: usize, router: usize) -> usize {
         LruPod::min_table_len(Self::slots_len(pod, router))
+    }
+
+    /// Whether a table of [`Self::min_table_len`] for these sides is tag-homed (what
+    /// [`Self::new`] requires).
+    pub const fn fits(pod: usize, router: usize) -> bool {
+        let n = Self::slots_len(pod, router);
+        let t = Self::min_table_len(pod, router);
+        if pod == 0 || router == 0 || n > MAX_POD_BLOCKS || t == 0 {
+            return false;
+        }
+        let slot_bits = 32 - (n as u32).leading_zeros();
+        32 - slot_bits >= t.trailing_zeros()
     }
 
     /// Both sides empty, of `pod` and `router` keys. `slots.len()` must be their sum; `table` a
@@ -146,6 +171,38 @@ impl<'a> FusedLru<'a> {
                 let s = (e & slot_mask) - 1;
                 if self.slots[s as usize].key == key {
                     return Ok(s);
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// `key`'s tag and home in this table, valid for every [`FusedLru`] of the same sides'
+    /// capacities and table length.
+    #[inline(always)]
+    pub fn homed(&self, key: u64) -> FusedHomed {
+        let hi = (key >> 32) as u32;
+        FusedHomed { key, tag: hi & !self.slot_mask, home: (hi >> self.slot_bits) as usize & self.mask }
+    }
+
+    /// [`Self::contains`] on the router side from a [`FusedHomed`] of a table of this shape
+    /// (another shape's gives wrong answers or panics: [`ApproxIndex::holders`] carves them all
+    /// alike).
+    ///
+    /// [`ApproxIndex::holders`]: super::approx::ApproxIndex::holders
+    #[inline(always)]
+    pub fn router_holds(&self, h: FusedHomed) -> bool {
+        let (table, slot_mask, mask) = (&*self.table, self.slot_mask, self.mask);
+        let mut i = h.home;
+        loop {
+            let e = table[i];
+            if e == 0 {
+                return false;
+            }
+            if e & !slot_mask == h.tag {
+                let slot = &self.slots[((e & slot_mask) - 1) as usize];
+                if slot.key == h.key {
+                    return slot.link[1][0] != OUT;
                 }
             }
             i = (i + 1) & mask;
