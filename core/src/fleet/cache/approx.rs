@@ -41,7 +41,9 @@ pub struct ApproxIndex<'a> {
     group: usize,
     /// With [`Self::use_fused`], each LRU kept with its pod's own cache in one table (then
     /// `pods` stays unused): the router's side of pod p is `fused[p]`'s [`Side::Router`].
-    fused: HVec<FusedLru<'a>, MAX_PODS>,
+    /// (At most [`PROBE_MAX_PODS`] of them: a full [`MAX_PODS`] would add 88 B per pod to
+    /// every index, fused or not.)
+    fused: HVec<FusedLru<'a>, PROBE_MAX_PODS>,
     /// The pods' touch order (their side of `fused`).
     tail_first: bool,
 }
@@ -199,7 +201,7 @@ impl<'a> ApproxIndex<'a> {
         for (s, t) in slots.chunks_exact_mut(slots_len / pods).zip(tables.chunks_exact_mut(tables_len / pods)) {
             fused
                 .push(FusedLru::new(pod_blocks, lru, s, t)?)
-                .map_err(|_| wrong(Buffer::RouterSlots, MAX_PODS, pods))?;
+                .map_err(|_| wrong(Buffer::RouterSlots, PROBE_MAX_PODS, pods))?;
         }
         self.fused = fused;
         self.tail_first = tail_first;
