@@ -253,7 +253,14 @@ impl<'a> FusedLru<'a> {
     #[inline(always)]
     fn evict<const S: usize>(&mut self) -> usize {
         let v = self.tail[S];
-        self.unlink::<S>(v);
+        // The tail's unlink: it has no next, so only its predecessor (or the head) changes.
+        let prev = self.slots[v as usize].link[S][0];
+        if prev == NIL {
+            self.head[S] = NIL;
+        } else {
+            self.slots[prev as usize].link[S][1] = NIL;
+        }
+        self.tail[S] = prev;
         let slot = &mut self.slots[v as usize];
         slot.link[S] = [OUT, NIL];
         if slot.link[1 - S][0] != OUT {
