@@ -13,6 +13,7 @@
 use heapless::Vec as HVec;
 
 use super::CacheEvents;
+use super::fused::{FusedLru, FusedSlot, Side};
 use super::index::{BlockIndex, IndexEntry};
 use super::lru::{LruPod, Slot};
 use super::runs::{NO_RUN, Run, RunLru};
@@ -38,6 +39,13 @@ pub struct ApproxIndex<'a> {
     /// `group` blocks each (then `pods` and `index` stay unused).
     runs: HVec<RunLru<'a>, MAX_PODS>,
     group: usize,
+    /// With [`Self::use_fused`], each LRU kept with its pod's own cache in one table (then
+    /// `pods` stays unused): the router's side of pod p is `fused[p]`'s [`Side::Router`].
+    /// (At most [`PROBE_MAX_PODS`] of them: a full [`MAX_PODS`] would add 88 B per pod to
+    /// every index, fused or not.)
+    fused: HVec<FusedLru<'a>, PROBE_MAX_PODS>,
+    /// The pods' touch order (their side of `fused`).
+    tail_first: bool,
 }
 
 /// Keeps the key -> pods table in step with one pod's LRU.
@@ -95,7 +103,7 @@ impl<'a> ApproxIndex<'a> {
         for (s, t) in slots.chunks_exact_mut(lru).zip(tables.chunks_exact_mut(table)) {
             lrus.push(LruPod::new(s, t)?).map_err(|_| wrong(Buffer::RouterSlots, MAX_PODS, pods))?;
         }
-        Ok(ApproxIndex { pods: lrus, index, runs: HVec::new(), group: 0 })
+        Ok(ApproxIndex { pods: lrus, index, runs: HVec::new(), group: 0, fused: HVec::new(), tail_first: true })
     }
 
     /// Run buffer lengths (`runs`, `tables`) of [`Self::use_runs`] for `pods` LRUs of
@@ -146,6 +154,70 @@ impl<'a> ApproxIndex<'a> {
         Ok(())
     }
 
+    /// Buffer lengths (`slots`, `tables`) of [`Self::use_fused`] for `pods` pods of
+    /// `pod_blocks` blocks, or None when the tables would not be tag-homed or the index keeps a
+    /// key -> pods table (more than [`PROBE_MAX_PODS`] pods).
+    pub const fn fused_layout(pods: usize, pod_blocks: usize, lru_blocks: usize) -> Option<(usize, usize)> {
+        if pods == 0 || pods > PROBE_MAX_PODS || !FusedLru::fits(pod_blocks, lru_blocks) {
+            return None;
+        }
+        Some((
+            pods * FusedLru::slots_len(pod_blocks, lru_blocks),
+            pods * FusedLru::min_table_len(pod_blocks, lru_blocks),
+        ))
+    }
+
+    /// Keeps each pod's LRU with that pod's own cache of `pod_blocks` blocks in one table
+    /// ([`FusedLru`]), before anything is recorded: the router's answers are the same (the
+    /// router side makes an [`LruPod`]'s moves), and the pod's cache, touched tail first or in
+    /// order, is served here with each record ([`Self::record_and_serve`]), so the caller's
+    /// pod keeps no cache of its own. `slots` and `tables` as [`Self::fused_layout`] says.
+    pub fn use_fused(
+        &mut self,
+        pod_blocks: usize,
+        tail_first: bool,
+        slots: &'a mut [FusedSlot],
+        tables: &'a mut [u32],
+    ) -> Result<(), Error> {
+        let pods = self.pods.len();
+        let lru = self.pods.first().map_or(0, LruPod::capacity);
+        let wrong = |buffer, expected, got| Error::BufferSize { buffer, expected, got };
+        let Some((slots_len, tables_len)) = Self::fused_layout(pods, pod_blocks, lru) else {
+            return Err(wrong(Buffer::RouterSlots, 0, slots.len()));
+        };
+        if slots.len() != slots_len {
+            return Err(wrong(Buffer::RouterSlots, slots_len, slots.len()));
+        }
+        if tables.len() != tables_len {
+            return Err(wrong(Buffer::RouterTables, tables_len, tables.len()));
+        }
+        if self.is_runs() || self.pods.iter().any(|p| !p.is_empty()) {
+            return Err(Error::InvalidConfig {
+                field: Field::Router,
+                expected: "a fused index attached before the first request",
+            });
+        }
+        let mut fused = HVec::new();
+        for (s, t) in slots.chunks_exact_mut(slots_len / pods).zip(tables.chunks_exact_mut(tables_len / pods)) {
+            fused
+                .push(FusedLru::new(pod_blocks, lru, s, t)?)
+                .map_err(|_| wrong(Buffer::RouterSlots, PROBE_MAX_PODS, pods))?;
+        }
+        self.fused = fused;
+        self.tail_first = tail_first;
+        Ok(())
+    }
+
+    /// Whether the index keeps the pods' caches too ([`Self::use_fused`]).
+    pub fn is_fused(&self) -> bool {
+        !self.fused.is_empty()
+    }
+
+    /// Pod `p`'s own cache when the index keeps it ([`Self::use_fused`]): whether it holds `key`.
+    pub fn pod_holds(&self, p: usize, key: u64) -> Option<bool> {
+        self.fused.get(p).map(|f| f.contains(Side::Pod, key))
+    }
+
     /// Whether the index is kept as runs ([`Self::use_runs`]).
     pub fn is_runs(&self) -> bool {
         !self.runs.is_empty()
@@ -162,8 +234,14 @@ impl<'a> ApproxIndex<'a> {
     /// result, so that their cache misses overlap.
     #[inline]
     pub fn holders<const W: usize>(&self, key: u64, candidates: PodSet<W>) -> PodSet<W> {
-        // Every LRU has the same capacity and table ([`Self::new`]): with tag-homed tables the
-        // key's tag and home are computed once for all of them.
+        // Every LRU has the same capacity and table ([`Self::new`], [`Self::use_fused`]): with
+        // tag-homed tables the key's tag and home are computed once for all of them.
+        if let Some(f) = self.fused.first() {
+            let h = f.homed(key);
+            let mut m = PodSet::EMPTY;
+            candidates.and(PodSet::first(self.fused.len())).for_each(|p| m.set_if(p, self.fused[p].router_holds(h)));
+            return m;
+        }
         if self.index.is_none()
             && let Some(h) = self.pods.first().and_then(|l| l.homed(key))
         {
@@ -182,6 +260,11 @@ impl<'a> ApproxIndex<'a> {
             return index.holders::<W>(key).and(candidates);
         }
         let mut m = PodSet::EMPTY;
+        if self.is_fused() {
+            let f = &self.fused;
+            candidates.and(PodSet::first(f.len())).for_each(|p| m.set_if(p, f[p].contains(Side::Router, key)));
+            return m;
+        }
         candidates.and(PodSet::first(self.pods.len())).for_each(|p| m.set_if(p, self.pods[p].contains(key)));
         m
     }
@@ -190,6 +273,9 @@ impl<'a> ApproxIndex<'a> {
     pub fn held_blocks(&self, p: usize) -> usize {
         if self.is_runs() {
             return self.runs.get(p).map_or(0, RunLru::len);
+        }
+        if self.is_fused() {
+            return self.fused.get(p).map_or(0, |f| f.len(Side::Router));
         }
         self.pods.get(p).map_or(0, LruPod::len)
     }
@@ -204,6 +290,12 @@ impl<'a> ApproxIndex<'a> {
         if let Some(runs) = self.runs.get_mut(pod) {
             return runs.touch_request_in_order(keys, self.group);
         }
+        if let Some(f) = self.fused.get_mut(pod) {
+            // The router side only: a caller that keeps the pods' caches here serves them with
+            // [`Self::record_and_serve`] instead.
+            f.touch_each(Side::Router, keys.iter().copied());
+            return Ok(());
+        }
         let Some(index) = self.index.as_mut() else {
             lru.touch_each(keys.iter().copied(), &mut ());
             return Ok(());
@@ -213,6 +305,35 @@ impl<'a> ApproxIndex<'a> {
         // The table holds pods x LRU keys, so it cannot fill: an error here is a bug.
         debug_assert!(feed.error.is_none());
         feed.error.map_or(Ok(()), Err)
+    }
+
+    /// [`Self::record`] of `router_keys` for `pod`, then, when the index keeps the pods' caches
+    /// ([`Self::use_fused`]), pod `pod`'s serve of `pod_keys` (its hit test, returned, then its
+    /// touches): [`FusedLru::record_and_serve`] when both are the same keys. None (only the
+    /// record done) when the index does not keep the pods' caches.
+    pub fn record_and_serve(
+        &mut self,
+        pod: usize,
+        router_keys: &[u64],
+        pod_keys: &[u64],
+    ) -> Result<Option<usize>, Error> {
+        let tail_first = self.tail_first;
+        match self.fused.get_mut(pod) {
+            Some(f) if core::ptr::eq(router_keys, pod_keys) || router_keys == pod_keys => {
+                Ok(Some(f.record_and_serve(pod_keys, tail_first)))
+            }
+            Some(f) => {
+                f.touch_each(Side::Router, router_keys.iter().copied());
+                let hit = f.hit_blocks(Side::Pod, pod_keys);
+                if tail_first {
+                    f.touch_each(Side::Pod, pod_keys.iter().rev().copied());
+                } else {
+                    f.touch_each(Side::Pod, pod_keys.iter().copied());
+                }
+                Ok(Some(hit))
+            }
+            None => self.record(pod, router_keys).map(|()| None),
+        }
     }
 
     /// llm-d's match (`matchLongestPrefix`): walk the keys in order and stop at the first key no

@@ -4,6 +4,7 @@
 //! ([`heads`]), and the open-addressed table they share ([`table`]). Below the routers and the engines; above `base` only.
 
 pub mod approx;
+pub mod fused;
 pub mod heads;
 pub mod index;
 pub mod lru;

@@ -245,7 +245,16 @@ impl<'a> FifoEngine<'a> {
         self.group_blocks = group_blocks;
     }
 
-    /// The pod's own per-block cache (None with a global cache or in run-length mode).
+    /// Leaves the pod's cache to the router, which serves it with its record (the fleet's fused
+    /// tables, [`FifoFleet::attach_fused`]): the pod's own per-block cache stays unused.
+    ///
+    /// [`FifoFleet::attach_fused`]: crate::fleet::sim::fifo::FifoFleet
+    pub fn use_router_cache(&mut self) {
+        self.cache = None;
+    }
+
+    /// The pod's own per-block cache (None with a global cache, in run-length mode or when the
+    /// router keeps it).
     pub fn cache(&self) -> Option<&LruPod<'a>> {
         self.cache.as_ref()
     }
@@ -328,7 +337,18 @@ impl<'a> Engine for FifoEngine<'a> {
         cache: &mut impl CacheEvents,
         ev: &mut impl EngineEvents,
     ) -> Result<Outcome, Error> {
-        let (hit_blocks, cpu_hit_blocks) = self.serve_cache(pool, req.keys, cache)?;
+        let (hit_blocks, cpu_hit_blocks) = match routed.served_hit_blocks {
+            // The router keeps this pod's cache with its index and served it (the fleet's
+            // fused tables: no CPU tier, no view fed by the pod's cache events).
+            Some(h) if self.cache.is_none() && self.runs.is_none() && self.cpu.is_none() => (h as usize, 0),
+            Some(_) => {
+                return Err(Error::InvalidConfig {
+                    field: Field::Cache,
+                    expected: "a pod's cache served by the router only when the pod keeps none",
+                });
+            }
+            None => self.serve_cache(pool, req.keys, cache)?,
+        };
         let hit_tokens = hit_blocks as u64 * BLOCK_TOKENS as u64;
         let cpu_hit_tokens = cpu_hit_blocks as u64 * BLOCK_TOKENS as u64;
         // The fleet checked keys = floor(L / 16): the hits never exceed the prompt.

@@ -54,6 +54,10 @@ pub struct Routed {
     pub believed_match_blocks: u32,
     /// Routable pods when it was routed (all pods without autoscaling).
     pub active_pods: u32,
+    /// The pod's hit blocks when its cache was served with the router's record (the FIFO
+    /// fleet's fused tables: the router keeps the pod's cache, the engine keeps none); None:
+    /// the engine serves its own cache.
+    pub served_hit_blocks: Option<u32>,
 }
 
 /// A finished request.

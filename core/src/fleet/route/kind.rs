@@ -197,4 +197,16 @@ impl Router for AnyRouter<'_> {
             _ => Ok(()),
         }
     }
+    fn routed_and_served(
+        &mut self,
+        pod: usize,
+        keys: &[u64],
+        pod_keys: &[u64],
+        now_ns: u64,
+    ) -> Result<Option<usize>, Error> {
+        match self {
+            AnyRouter::Shipped(r) => r.routed_and_served(pod, keys, pod_keys, now_ns),
+            _ => Ok(None),
+        }
+    }
 }

@@ -279,6 +279,21 @@ pub trait Router {
     fn routed(&mut self, _pod: usize, _keys: &[u64], _now_ns: u64) -> Result<(), Error> {
         Ok(())
     }
+    /// [`Self::routed`], for a router that may keep the routed pod's own cache too (the FIFO
+    /// fleet's fused tables, [`ApproxIndex::use_fused`]): then it also serves `pod_keys` (the
+    /// request's keys) on that cache, as the pod would, and returns the pod's hit blocks. None
+    /// (the default: [`Self::routed`] alone) when it keeps no pod's cache.
+    ///
+    /// [`ApproxIndex::use_fused`]: crate::fleet::cache::approx::ApproxIndex::use_fused
+    fn routed_and_served(
+        &mut self,
+        pod: usize,
+        keys: &[u64],
+        _pod_keys: &[u64],
+        now_ns: u64,
+    ) -> Result<Option<usize>, Error> {
+        self.routed(pod, keys, now_ns).map(|()| None)
+    }
 }
 
 #[cfg(test)]

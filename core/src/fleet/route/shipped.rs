@@ -15,6 +15,7 @@ use crate::fleet::base::limits::MAX_PODS;
 use crate::fleet::base::load::PodLoad;
 use crate::fleet::base::mask::{POD_WORDS, PodSet, width_words};
 use crate::fleet::cache::approx::ApproxIndex;
+use crate::fleet::cache::fused::FusedSlot;
 use crate::fleet::cache::runs::Run;
 
 /// What a pipeline computed before its pick ([`ShippedRouter::evaluate`]), for a fleet of up
@@ -84,6 +85,28 @@ impl<'a> ShippedRouter<'a> {
             Some(a) => a.use_runs(group, runs, tables),
             None if runs.is_empty() && tables.is_empty() => Ok(()),
             None => Err(Error::BufferSize { buffer: Buffer::Runs, expected: 0, got: runs.len() + tables.len() }),
+        }
+    }
+
+    /// Keeps the approximate index and the pods' own caches of `pod_blocks` blocks in one table
+    /// per pod ([`ApproxIndex::use_fused`]: the same answers; the routed pod's cache is then
+    /// served by [`Router::routed_and_served`]), before the first request. False, nothing done,
+    /// for a router without an approximate index or one that sees a truncated prompt
+    /// (`approx_max_blocks`) or keeps LRUs of another size than the pods (`approx_lru_blocks`);
+    /// `slots` and `tables` as [`ApproxIndex::fused_layout`] says.
+    pub fn use_fused(
+        &mut self,
+        pod_blocks: usize,
+        tail_first: bool,
+        slots: &'a mut [FusedSlot],
+        tables: &'a mut [u32],
+    ) -> Result<bool, Error> {
+        let p = &self.spec.params;
+        match self.approx.as_mut() {
+            Some(a) if p.approx_max_blocks == 0 && p.approx_lru_blocks == 0 => {
+                a.use_fused(pod_blocks, tail_first, slots, tables).map(|()| true)
+            }
+            _ => Ok(false),
         }
     }
 
@@ -390,6 +413,25 @@ impl Router for ShippedRouter<'_> {
         match self.approx.as_mut() {
             Some(a) => a.record(pod, keys),
             None => Ok(()),
+        }
+    }
+    fn routed_and_served(
+        &mut self,
+        pod: usize,
+        keys: &[u64],
+        pod_keys: &[u64],
+        now_ns: u64,
+    ) -> Result<Option<usize>, Error> {
+        match self.approx.as_mut() {
+            Some(a) if a.is_fused() => {
+                if self.last_cold {
+                    self.no_hit.add(pod);
+                    self.last_cold = false;
+                }
+                let keys = approx_prefix(self.spec.params.approx_max_blocks, keys);
+                a.record_and_serve(pod, keys, pod_keys)
+            }
+            _ => self.routed(pod, keys, now_ns).map(|()| None),
         }
     }
 }

@@ -9,6 +9,8 @@ use super::{Fleet, FleetEngine, FleetTotals};
 use crate::fleet::base::carve::chunks;
 use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::BLOCK_TOKENS;
+use crate::fleet::cache::approx::ApproxIndex;
+use crate::fleet::cache::fused::FusedSlot;
 use crate::fleet::cache::index::{IndexEntry, PendingEntry, PendingRecord};
 use crate::fleet::cache::lru::{LruPod, Slot};
 use crate::fleet::cache::runs::{Run, RunLru};
@@ -223,6 +225,72 @@ impl<'a> Fleet<'a, FifoEngine<'a>, AnyRouter<'a>> {
         (!per_block_only).then(|| {
             (cfg.pods * RunLru::runs_len(cfg.capacity_blocks), cfg.pods * RunLru::table_len(cfg.capacity_blocks))
         })
+    }
+
+    /// Buffer lengths (`slots`, `tables`) of the fused tables ([`Self::attach_fused`]) for
+    /// `cfg`, or None when its rules do not hold: the FIFO engine with local caches, no CPU
+    /// tier, no autoscaling, a view fed by no cache event (no exact or stale index), a shipped
+    /// router with an approximate index of the pods' capacity (`approx_lru_blocks` 0) over the
+    /// whole prompt (`approx_max_blocks` 0), at most [`PROBE_MAX_PODS`] pods, and tables the
+    /// keys' tags can home ([`FusedLru::fits`]).
+    ///
+    /// [`PROBE_MAX_PODS`]: crate::fleet::cache::approx::PROBE_MAX_PODS
+    /// [`FusedLru::fits`]: crate::fleet::cache::fused::FusedLru::fits
+    pub fn fused_layout(cfg: &FleetConfig) -> Option<(usize, usize)> {
+        let EngineConfig::Fifo { engine: f, view, scale } = cfg.engine else { return None };
+        let spec = cfg.router_spec()?;
+        let p = &spec.params;
+        let ok = f.cpu_capacity_blocks == 0
+            && f.cache == CacheMode::Local
+            && scale.is_none()
+            && !view.is_stale()
+            && !cfg.uses_exact_index()
+            && spec.needs_approx()
+            && p.approx_lru_blocks == 0
+            && p.approx_max_blocks == 0;
+        if !ok {
+            return None;
+        }
+        ApproxIndex::fused_layout(cfg.pods, cfg.capacity_blocks, cfg.capacity_blocks)
+    }
+
+    /// Keeps each pod's cache and the router's approximate-index LRU of that pod in one table
+    /// ([`FusedLru`](crate::fleet::cache::fused::FusedLru), owned by the router's index), before
+    /// the first dispatch, for the per-block replay: the router's record of a routed request
+    /// then serves the pod's cache too (one probe per key where there were two). Results are
+    /// identical (`core/tests/fused_fleet.rs` compares the fleets request by request). Returns
+    /// false, changing nothing, when [`Self::fused_layout`] is None or the fleet replays per
+    /// run; the buffers must have the lengths it gives. Afterwards [`Self::pod_cache`] is None.
+    pub fn attach_fused(&mut self, slots: &'a mut [FusedSlot], tables: &'a mut [u32]) -> Result<bool, Error> {
+        let Some((slots_len, tables_len)) = Self::fused_layout(&self.cfg) else { return Ok(false) };
+        if slots.len() != slots_len || tables.len() != tables_len {
+            return Err(Error::BufferSize { buffer: Buffer::RouterSlots, expected: slots_len, got: slots.len() });
+        }
+        if self.next_request > 0 {
+            return Err(Error::InvalidConfig {
+                field: Field::Router,
+                expected: "the fused tables attached before the first request",
+            });
+        }
+        // A pod replaying per run, or a view that wants the pods' cache events: not fused.
+        let v = &self.view;
+        if self.pods.iter().any(|p| p.cache().is_none())
+            || v.index.is_some()
+            || v.pending.is_some()
+            || v.stores.is_some()
+        {
+            return Ok(false);
+        }
+        let Some(f) = self.cfg.fifo() else { return Ok(false) };
+        let tail_first = f.order == TouchOrder::TailFirst;
+        let AnyRouter::Shipped(r) = &mut self.router else { return Ok(false) };
+        if !r.use_fused(self.cfg.capacity_blocks, tail_first, slots, tables)? {
+            return Ok(false);
+        }
+        for pod in self.pods.iter_mut() {
+            pod.use_router_cache();
+        }
+        Ok(true)
     }
 
     /// Whether `cfg`'s router decides from what the run-length pods and its own state can

@@ -588,7 +588,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
         let active = self.autoscale(i, t, &mut queue_lens)?;
         let queue_lens = &queue_lens[..active];
         // 4. Route.
-        let route = self.route::<P>(i, req, queue_lens)?;
+        let (route, served) = self.route::<P>(i, req, queue_lens)?;
         let p = route.pod;
         // 5. Serve, feeding the pod's cache events to the view.
         let routed = Routed {
@@ -597,6 +597,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             queue_len: queue_lens[p],
             believed_match_blocks: route.believed_match_blocks,
             active_pods: active as u32,
+            served_hit_blocks: served.map(|h| h as u32),
         };
         if self.calendar.fresh {
             // the calendar may have left the pod inside a run of decode steps that nothing a
@@ -620,7 +621,14 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
 
     /// Step 4 of a dispatch: the router picks a routable pod from its view (queue lengths, the
     /// caches as the view has them, the load signals when it reads them).
-    fn route<const P: usize>(&mut self, i: u64, req: &Request<'_>, queue_lens: &[u32]) -> Result<Route, Error> {
+    /// With the pod's hit blocks when the router served the pod's cache with its record
+    /// ([`Router::routed_and_served`]).
+    fn route<const P: usize>(
+        &mut self,
+        i: u64,
+        req: &Request<'_>,
+        queue_lens: &[u32],
+    ) -> Result<(Route, Option<usize>), Error> {
         let active = queue_lens.len();
         let t = req.arrival_ns;
         let lead = self.leads();
@@ -667,9 +675,9 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
                 expected: "a routable pod (index below the active pods)",
             });
         }
-        self.router.routed(route.pod, keys, t)?;
+        let served = self.router.routed_and_served(route.pod, keys, req.keys, t)?;
         self.view.routed(route.pod, keys, t)?;
-        Ok(route)
+        Ok((route, served))
     }
 
     /// Whether the exact view of a routing decision reads the first-key index: the fleet keeps

@@ -373,6 +373,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
             queue_len: queue_lens[d],
             believed_match_blocks: 0,
             active_pods: n as u32,
+            served_hit_blocks: None,
         };
         // 3. The decider on d's caches.
         let matched = self.pods[d].full_match(req.keys) as u64;
@@ -401,6 +402,7 @@ impl<'a, E: FleetEngine<'a>, R: Router> Fleet<'a, E, R> {
                 queue_len: queue_lens[p],
                 believed_match_blocks: 0,
                 active_pods: n as u32,
+                served_hit_blocks: None,
             };
             self.pods[p].serve_job(&job, routed_p, d as u32, slot)?;
             if let Some(s) = self.pd.as_mut() {

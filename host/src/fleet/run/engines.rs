@@ -3,7 +3,7 @@
 
 use brokerlab_core::fleet::{
     BatchedBuffers, BatchedEngine, BatchedFleet, BatchedLayout, Error as CoreError, FifoBuffers, FifoEngine, FifoFleet,
-    FifoLayout, FleetConfig, HeadIndex, IndexEntry, KEY_LOG_PER_POD, KvBlock, Limit, Outcome, PendingEntry,
+    FifoLayout, FleetConfig, FusedSlot, HeadIndex, IndexEntry, KEY_LOG_PER_POD, KvBlock, Limit, Outcome, PendingEntry,
     PendingRecord, ReqSlot, Routed, RouterBuffers, Run, Slot, WvaPod,
 };
 
@@ -114,6 +114,10 @@ pub struct OwnedFifo {
     group_blocks: u32,
     runs: Vec<Run>,
     run_tables: Vec<u32>,
+    /// The fused pod + router tables of a per-block replay that can keep them
+    /// ([`FifoFleet::attach_fused`]; empty otherwise).
+    fused_slots: Vec<FusedSlot>,
+    fused_tables: Vec<u32>,
 }
 
 impl OwnedFifo {
@@ -123,9 +127,17 @@ impl OwnedFifo {
     /// the fleet replays per run of blocks ([`FifoFleet::attach_runs`]: the same results, less
     /// work).
     pub fn new(cfg: FleetConfig, sizes: FifoSizes, group_blocks: u32) -> CliResult<Self> {
+        Self::with_fused(cfg, sizes, group_blocks, true)
+    }
+
+    /// [`Self::new`]; with `fused` false a per-block replay keeps the pods' caches and the
+    /// router's index apart even where it could fuse them (the same results: for measuring).
+    pub fn with_fused(cfg: FleetConfig, sizes: FifoSizes, group_blocks: u32, fused: bool) -> CliResult<Self> {
         let l = FifoLayout::new(&cfg, sizes.queue_per_pod, sizes.pending).map_err(config_error)?;
         let n = |per_pod: usize| l.pods.saturating_mul(per_pod);
         let (runs_len, run_tables_len) = runs_layout(&cfg, group_blocks).unwrap_or((0, 0));
+        let (fused_len, fused_tables_len) =
+            if runs_len == 0 && fused { fused_layout(&cfg).unwrap_or((0, 0)) } else { (0, 0) };
         Ok(OwnedFifo {
             cfg,
             layout: l,
@@ -142,6 +154,8 @@ impl OwnedFifo {
             group_blocks,
             runs: try_vec(runs_len, Run::default(), "the pods' runs (run-length replay)")?,
             run_tables: try_vec(run_tables_len, 0, "the pods' run tables (run-length replay)")?,
+            fused_slots: try_vec(fused_len, FusedSlot::default(), "the fused pod and router tables' slots")?,
+            fused_tables: try_vec(fused_tables_len, 0, "the fused pod and router key tables")?,
         })
     }
 
@@ -158,6 +172,8 @@ impl OwnedFifo {
         let mut fleet = FifoFleet::with_router_buffers(self.cfg, buffers, self.router.buffers())?;
         if !self.runs.is_empty() {
             fleet.attach_runs(self.group_blocks, &mut self.runs, &mut self.run_tables)?;
+        } else if !self.fused_slots.is_empty() {
+            fleet.attach_fused(&mut self.fused_slots, &mut self.fused_tables)?;
         }
         Ok(fleet)
     }
@@ -170,6 +186,12 @@ pub fn runs_layout(cfg: &FleetConfig, group_blocks: u32) -> Option<(usize, usize
         return None;
     }
     FifoFleet::runs_layout(cfg)
+}
+
+/// Fused-table buffer lengths (slots, tables) when `cfg`'s per-block replay keeps the pods'
+/// caches with the router's index ([`FifoFleet::fused_layout`]).
+pub fn fused_layout(cfg: &FleetConfig) -> Option<(usize, usize)> {
+    FifoFleet::fused_layout(cfg)
 }
 
 /// Run buffer lengths of a batched fleet's router-side approximate index kept as runs of ids of
@@ -200,6 +222,15 @@ pub fn fifo_needs(cfg: &FleetConfig, sizes: FifoSizes, run: &Shape<'_>) -> CliRe
         needs.push(Need {
             what: "run-length replay (runs and run tables)".into(),
             bytes: (runs * std::mem::size_of::<Run>() + tables * 4) as u64,
+            lowered_by: "--capacity".into(),
+        });
+    }
+    if runs_layout(cfg, run.group_blocks).is_none()
+        && let Some((slots, tables)) = fused_layout(cfg)
+    {
+        needs.push(Need {
+            what: "the fused pod and router tables (per-block replay)".into(),
+            bytes: (slots * std::mem::size_of::<FusedSlot>() + tables * 4) as u64,
             lowered_by: "--capacity".into(),
         });
     }
