@@ -110,6 +110,10 @@ pub struct EngineBench {
     /// pipelined_s / (parse + hash): the measured end to end on two threads against reading the
     /// trace.
     pub pipelined_over_read: f64,
+    /// file_s / (parse + hash): the measured end to end on one thread against reading the trace
+    /// (the key hashing interleaved with the replay, request by request, as `fleet replay
+    /// --threads 1` does).
+    pub file_over_read: f64,
     /// Simulated requests per wall second.
     pub requests_per_s: f64,
     /// Engine steps simulated.
@@ -245,6 +249,7 @@ fn engine_bench(l: &Loaded, pods: usize, capacity: usize, repeats: usize) -> Cli
             pipelined_s,
             pipelined_wait_s,
             pipelined_over_read: pipelined_s / read_s,
+            file_over_read: file_s / read_s,
             makespan_s: s.makespan_s,
             output_tok_per_s: s.output_tok_per_s,
             ttft_p90: s.ttft_p90,
@@ -637,14 +642,15 @@ pub fn render(r: &BenchReport) -> String {
          file, 1 thread: the replay from the compressed file, read + parse + hash + replay in turn (fleet replay\n\
          --threads 1); file, 2 threads: the same with the trace read, parsed and hashed on a thread of its own\n\
          (fleet replay's default on 2 cores), measured, interleaved with it, its summary checked equal too;\n\
-         piped = file, 2 threads / (parse + hash); wait: the replaying thread's wait for the reader in that run:\n",
+         1 thread = file, 1 thread / (parse + hash); piped = file, 2 threads / (parse + hash); wait: the replaying\n\
+         thread's wait for the reader in that run:\n",
         r.parse_s, r.hash_s, r.identity_routers, r.identity_trace
     );
-    o += "router                   wall s  per-block s  index per block s  step-by-step s  end to end  file, 1 thread s  file, 2 threads s  piped  wait s  requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
+    o += "router                   wall s  per-block s  index per block s  step-by-step s  end to end  file, 1 thread s  1 thread  file, 2 threads s  piped  wait s  requests/s   steps      steps/s   simulated: makespan s  out tok/s  TTFT p90 s\n";
     for b in &r.batched {
         let index = b.per_block_index_s.map_or_else(|| "-".to_string(), |s| format!("{s:.3}"));
         o += &format!(
-            "{:<24} {:>6.3} {:>12.3} {:>18} {:>15.3} {:>10.2}x {:>17.3} {:>18.3} {:>5.2}x {:>7.3} {:>11.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
+            "{:<24} {:>6.3} {:>12.3} {:>18} {:>15.3} {:>10.2}x {:>17.3} {:>8.2}x {:>18.3} {:>5.2}x {:>7.3} {:>11.0} {:>7} {:>12.0}   {:>20.1} {:>10.1} {:>11.3}\n",
             b.router,
             b.seconds,
             b.per_block_s,
@@ -652,6 +658,7 @@ pub fn render(r: &BenchReport) -> String {
             b.step_by_step_s,
             b.end_to_end_over_read,
             b.file_s,
+            b.file_over_read,
             b.pipelined_s,
             b.pipelined_over_read,
             b.pipelined_wait_s,
