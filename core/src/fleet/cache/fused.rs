@@ -290,23 +290,8 @@ impl<'a> FusedLru<'a> {
     #[inline(always)]
     fn touch_side<const S: usize>(&mut self, key: u64) -> bool {
         let empty = match self.probe(key) {
-            Ok(s) => {
-                if self.slots[s as usize].link[S][0] != OUT {
-                    if self.head[S] != s {
-                        self.unlink::<S>(s);
-                        self.push_head::<S>(s);
-                    }
-                    return true;
-                }
-                // Held by the other side only: S takes the same slot (S's victim is another).
-                if self.len[S] == self.cap[S] {
-                    self.evict::<S>();
-                } else {
-                    self.len[S] += 1;
-                }
-                self.push_head::<S>(s);
-                return false;
-            }
+            // In the table: held by S, or by the other side only (S then takes the same slot).
+            Ok(s) => return self.touch_slot::<S>(s),
             Err(empty) => empty,
         };
         let stale = if self.len[S] == self.cap[S] {
