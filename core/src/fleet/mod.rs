@@ -37,7 +37,7 @@ pub use base::mask::PodSet;
 pub use base::{fixmath, limits, stats};
 pub use cache::CacheEvents;
 pub use cache::approx::ApproxIndex;
-pub use cache::fused::{FusedHomed, FusedLru, FusedSlot, Side as FusedSide};
+pub use cache::fused::{FusedLru, FusedSlot, Side as FusedSide};
 pub use cache::heads::HeadIndex;
 pub use cache::index::{BlockIndex, IndexEntry, PendingEntry, PendingEvicts, PendingRecord};
 pub use cache::lru::{Homed, LruPod, Slot};

@@ -21,7 +21,7 @@
 //!
 //! [`ApproxIndex`]: super::approx::ApproxIndex
 
-use super::lru::LruPod;
+use super::lru::{Homed, LruPod};
 use super::table;
 use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::MAX_POD_BLOCKS;
@@ -52,15 +52,6 @@ impl Default for FusedSlot {
     fn default() -> Self {
         FusedSlot { key: 0, link: [[OUT, NIL]; 2] }
     }
-}
-
-/// A key's tag and home position in the tables of one shape of [`FusedLru`] (computed once for
-/// every pod's table: [`FusedLru::homed`], [`FusedLru::contains_homed`]).
-#[derive(Clone, Copy, Debug)]
-pub struct FusedHomed {
-    key: u64,
-    tag: u32,
-    home: usize,
 }
 
 /// Two LRUs of block keys over one table ([module doc](self)).
@@ -180,18 +171,18 @@ impl<'a> FusedLru<'a> {
     /// `key`'s tag and home in this table, valid for every [`FusedLru`] of the same sides'
     /// capacities and table length.
     #[inline(always)]
-    pub fn homed(&self, key: u64) -> FusedHomed {
+    pub fn homed(&self, key: u64) -> Homed {
         let hi = (key >> 32) as u32;
-        FusedHomed { key, tag: hi & !self.slot_mask, home: (hi >> self.slot_bits) as usize & self.mask }
+        Homed { key, tag: hi & !self.slot_mask, home: (hi >> self.slot_bits) as usize & self.mask }
     }
 
-    /// [`Self::contains`] on the router side from a [`FusedHomed`] of a table of this shape
+    /// [`Self::contains`] on the router side from a [`Homed`] of a table of this shape
     /// (another shape's gives wrong answers or panics: [`ApproxIndex::holders`] carves them all
     /// alike).
     ///
     /// [`ApproxIndex::holders`]: super::approx::ApproxIndex::holders
     #[inline(always)]
-    pub fn router_holds(&self, h: FusedHomed) -> bool {
+    pub fn router_holds(&self, h: Homed) -> bool {
         let (table, slot_mask, mask) = (&*self.table, self.slot_mask, self.mask);
         let mut i = h.home;
         loop {

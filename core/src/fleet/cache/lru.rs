@@ -36,13 +36,17 @@ impl Default for Slot {
     }
 }
 
-/// A key with its tag and home position in a tag-homed table ([`LruPod::homed`]), computed once
-/// and probed in every pod of the same shape ([`LruPod::contains_homed`]).
+/// A key with its tag and home position in a tag-homed table ([`LruPod::homed`],
+/// [`FusedLru::homed`]), computed once and probed in every table of the same shape
+/// ([`LruPod::contains_homed`], [`FusedLru::router_holds`]).
+///
+/// [`FusedLru::homed`]: super::fused::FusedLru::homed
+/// [`FusedLru::router_holds`]: super::fused::FusedLru::router_holds
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Homed {
-    key: u64,
-    tag: u32,
-    home: usize,
+    pub(super) key: u64,
+    pub(super) tag: u32,
+    pub(super) home: usize,
 }
 
 /// An LRU cache of at most `capacity` block keys.

@@ -272,6 +272,11 @@ impl Streamed {
     }
 }
 
+/// A generated request with its keys, as the fleet takes it.
+fn fleet_request<'k>(r: &brokerlab_core::fleet::workload::GenRequest, keys: &'k [u64]) -> Request<'k> {
+    Request { arrival_ns: r.arrival_ns, input_tokens: r.input_tokens, output_tokens: r.output_tokens, keys }
+}
+
 impl RequestSource for Streamed {
     fn feed(
         &mut self,
@@ -282,35 +287,19 @@ impl RequestSource for Streamed {
             let this = &mut *self;
             return crate::fleet::run::pipeline::feed_pipelined(
                 move |s| {
-                    this.each(&mut |r, keys| {
-                        let req = Request {
-                            arrival_ns: r.arrival_ns,
-                            input_tokens: r.input_tokens,
-                            output_tokens: r.output_tokens,
-                            keys,
-                        };
-                        // fails only when the consumer has stopped (it reports its own error)
-                        s(&req, r.index as usize).is_ok()
-                    })
+                    // fails only when the consumer has stopped (it reports its own error)
+                    this.each(&mut |r, keys| s(&fleet_request(r, keys), r.index as usize).is_ok())
                 },
                 sink,
                 |i, e| request_error_message(&origin, i, *e),
             );
         }
         let mut err = None;
-        self.each(&mut |r, keys| {
-            let req = Request {
-                arrival_ns: r.arrival_ns,
-                input_tokens: r.input_tokens,
-                output_tokens: r.output_tokens,
-                keys,
-            };
-            match sink(&req) {
-                Ok(()) => true,
-                Err(e) => {
-                    err = Some(request_error(&origin, r.index as usize, e));
-                    false
-                }
+        self.each(&mut |r, keys| match sink(&fleet_request(r, keys)) {
+            Ok(()) => true,
+            Err(e) => {
+                err = Some(request_error(&origin, r.index as usize, e));
+                false
             }
         })?;
         err.map_or(Ok(()), Err)
