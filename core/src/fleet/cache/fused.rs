@@ -16,18 +16,13 @@
 //! same hits, the same keys held, in the same recency order.
 //!
 //! Layout: `capacity(Pod) + capacity(Router)` slots (the most distinct keys the two can hold) of
-//! 24 bytes, and a tag-homed `u32` table (entries `tag | (slot + 1)` as [`LruPod`]'s, home from
-//! the tag) of at least [`FusedLru::min_table_len`] entries, probed by buckets of 8 (branch
-//! pb34): lane 0 of a bucket counts the entries whose probe passed it (homed at an earlier
-//! bucket, stored at a later one), lanes 1 to 7 hold entries. A probe compares a bucket's lanes
-//! at once and moves to the next bucket only when the count is not 0; a removal clears its lane
-//! and the counts it had raised (no backward shift), an insertion takes the first empty lane
-//! from the home bucket on. The buckets hold 7/8 of the entries, at least 1.75 x the slots, so
-//! the table never fills.
+//! 24 bytes, and a tag-homed `u32` table (as [`LruPod`]'s: `tag | (slot + 1)`, home from the
+//! tag) of at least [`FusedLru::min_table_len`] entries.
 //!
 //! [`ApproxIndex`]: super::approx::ApproxIndex
 
 use super::lru::{Homed, LruPod};
+use super::table;
 use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::MAX_POD_BLOCKS;
 
@@ -35,31 +30,6 @@ use crate::fleet::base::limits::MAX_POD_BLOCKS;
 const NIL: u32 = u32::MAX;
 /// In `prev`: the slot is not a member of that side.
 const OUT: u32 = u32::MAX - 1;
-/// Table entries per bucket: lane 0 the bucket's overflow count, lanes 1.. entries.
-const LANES: usize = 8;
-/// The entry lanes of a bucket, as a lane mask.
-const ENTRY_LANES: u32 = 0xFE;
-/// Shortest table: two buckets.
-const MIN_TABLE: usize = 2 * LANES;
-
-/// The lanes `j` of `bucket` with `bucket[j] & and == want`, as a lane mask, without a branch
-/// (the compiler compares the lanes in vector registers). Lane 0, the bucket's count, is
-/// compared too: it is `count << slot_bits`, whose slot part 0 names no slot.
-#[inline(always)]
-fn lanes(bucket: &[u32; LANES], and: u32, want: u32) -> u32 {
-    let [a, b] = bucket.as_chunks::<4>().0 else { unreachable!() };
-    lanes4(a, and, want) | (lanes4(b, and, want) << 4)
-}
-
-/// [`lanes`] of four lanes (one vector compare).
-#[inline(always)]
-fn lanes4(q: &[u32; 4], and: u32, want: u32) -> u32 {
-    let mut m = 0u32;
-    for (j, &e) in q.iter().enumerate() {
-        m |= u32::from(e & and == want) << j;
-    }
-    m
-}
 
 /// Which of the two LRUs a touch or a question is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,8 +58,7 @@ impl Default for FusedSlot {
 #[derive(Debug)]
 pub struct FusedLru<'a> {
     slots: &'a mut [FusedSlot],
-    table: &'a mut [[u32; LANES]],
-    /// Buckets - 1.
+    table: &'a mut [u32],
     mask: usize,
     slot_mask: u32,
     slot_bits: u32,
@@ -111,11 +80,10 @@ impl<'a> FusedLru<'a> {
         pod.saturating_add(router)
     }
 
-    /// Shortest table accepted: the smallest power of two >= 2 x slots and >= 16 (at most half
-    /// full; a quarter full when both sides hold the same keys).
+    /// Shortest table accepted: the smallest power of two >= 2 x slots (at most half full; a
+    /// quarter full when both sides hold the same keys).
     pub const fn min_table_len(pod: usize, router: usize) -> usize {
-        let t = LruPod::min_table_len(Self::slots_len(pod, router));
-        if t != 0 && t < MIN_TABLE { MIN_TABLE } else { t }
+        LruPod::min_table_len(Self::slots_len(pod, router))
     }
 
     /// Whether a table of [`Self::min_table_len`] for these sides is tag-homed (what
@@ -147,7 +115,6 @@ impl<'a> FusedLru<'a> {
         table.fill(0);
         slots.fill(FusedSlot::default());
         let slot_mask = u32::MAX.checked_shr(32 - slot_bits).unwrap_or(0);
-        let (table, _) = table.as_chunks_mut::<LANES>();
         Ok(FusedLru {
             mask: table.len() - 1,
             slots,
@@ -178,74 +145,26 @@ impl<'a> FusedLru<'a> {
         self.len == [0, 0]
     }
 
-    /// The slot of `key` (held by either side), if it is in the table.
+    /// Table position and slot of `key` (held by either side), or the empty position that ended
+    /// the probe.
     #[inline(always)]
-    fn probe(&self, key: u64) -> Option<u32> {
-        let h = self.homed(key);
-        self.find(h)
-    }
-
-    /// The slot of `h`'s key from its home bucket on.
-    #[inline(always)]
-    fn find(&self, h: Homed) -> Option<u32> {
+    fn probe(&self, key: u64) -> Result<u32, usize> {
         let (slot_mask, mask) = (self.slot_mask, self.mask);
-        let mut b = h.home;
+        let hi = (key >> 32) as u32;
+        let tag = hi & !slot_mask;
+        let mut i = (hi >> self.slot_bits) as usize & mask;
         loop {
-            let bucket = &self.table[b];
-            // A slot part of 0 (an empty lane when the tag is 0, the count lane) names slot
-            // `u32::MAX`, out of range.
-            let mut m = lanes(bucket, !slot_mask, h.tag);
-            while m != 0 {
-                let s = (bucket[m.trailing_zeros() as usize] & slot_mask).wrapping_sub(1);
-                if self.slots.get(s as usize).is_some_and(|slot| slot.key == h.key) {
-                    return Some(s);
+            let e = self.table[i];
+            if e == 0 {
+                return Err(i);
+            }
+            if e & !slot_mask == tag {
+                let s = (e & slot_mask) - 1;
+                if self.slots[s as usize].key == key {
+                    return Ok(s);
                 }
-                m &= m - 1;
             }
-            if bucket[0] == 0 {
-                return None;
-            }
-            b = (b + 1) & mask;
-        }
-    }
-
-    /// Enters slot `s` of a key whose upper half is `hi` (not in the table): the first empty
-    /// lane from its home bucket on, counting each full bucket passed.
-    #[inline(always)]
-    fn insert(&mut self, hi: u32, s: u32) {
-        let (mask, count) = (self.mask, 1 << self.slot_bits);
-        let entry = (hi & !self.slot_mask) | (s + 1);
-        let mut b = (hi >> self.slot_bits) as usize & mask;
-        loop {
-            let bucket = &mut self.table[b];
-            let free = lanes(bucket, u32::MAX, 0) & ENTRY_LANES;
-            if free != 0 {
-                bucket[free.trailing_zeros() as usize] = entry;
-                return;
-            }
-            bucket[0] += count;
-            b = (b + 1) & mask;
-        }
-    }
-
-    /// Clears the entry of slot `v`, whose key is `key`, and the counts its insertion raised.
-    #[inline(always)]
-    fn remove(&mut self, key: u64, v: u32) {
-        let (slot_mask, mask, count) = (self.slot_mask, self.mask, 1 << self.slot_bits);
-        let mut home = ((key >> 32) as u32 >> self.slot_bits) as usize & mask;
-        let mut b = home;
-        loop {
-            let bucket = &mut self.table[b];
-            let m = lanes(bucket, slot_mask, v + 1);
-            if m != 0 {
-                bucket[m.trailing_zeros() as usize] = 0;
-                break;
-            }
-            b = (b + 1) & mask;
-        }
-        while home != b {
-            self.table[home][0] -= count;
-            home = (home + 1) & mask;
+            i = (i + 1) & mask;
         }
     }
 
@@ -264,13 +183,27 @@ impl<'a> FusedLru<'a> {
     /// [`ApproxIndex::holders`]: super::approx::ApproxIndex::holders
     #[inline(always)]
     pub fn router_holds(&self, h: Homed) -> bool {
-        self.find(h).is_some_and(|s| self.slots[s as usize].link[1][0] != OUT)
+        let (table, slot_mask, mask) = (&*self.table, self.slot_mask, self.mask);
+        let mut i = h.home;
+        loop {
+            let e = table[i];
+            if e == 0 {
+                return false;
+            }
+            if e & !slot_mask == h.tag {
+                let slot = &self.slots[((e & slot_mask) - 1) as usize];
+                if slot.key == h.key {
+                    return slot.link[1][0] != OUT;
+                }
+            }
+            i = (i + 1) & mask;
+        }
     }
 
     /// True when `side` holds `key`.
     #[inline]
     pub fn contains(&self, side: Side, key: u64) -> bool {
-        self.probe(key).is_some_and(|s| self.slots[s as usize].link[side as usize][0] != OUT)
+        self.probe(key).is_ok_and(|s| self.slots[s as usize].link[side as usize][0] != OUT)
     }
 
     /// The largest h such that `side` holds all of `keys[..h]`.
@@ -306,9 +239,10 @@ impl<'a> FusedLru<'a> {
     }
 
     /// Drops side S's least recent key from S; when the other side does not hold it either,
-    /// its table entry and slot are freed.
+    /// its table entry and slot are freed and the empty position that ended its probe run
+    /// (before the removal) is returned, else `usize::MAX`.
     #[inline(always)]
-    fn evict<const S: usize>(&mut self) {
+    fn evict<const S: usize>(&mut self) -> usize {
         let v = self.tail[S];
         // The tail's unlink: it has no next, so only its predecessor (or the head) changes.
         let prev = self.slots[v as usize].link[S][0];
@@ -321,27 +255,42 @@ impl<'a> FusedLru<'a> {
         let slot = &mut self.slots[v as usize];
         slot.link[S] = [OUT, NIL];
         if slot.link[1 - S][0] != OUT {
-            return;
+            return usize::MAX;
         }
-        let key = slot.key;
-        self.remove(key, v);
+        let (mask, slot_bits, slot_mask) = (self.mask, self.slot_bits, self.slot_mask);
+        let mut j = ((slot.key >> 32) as u32 >> slot_bits) as usize & mask;
+        let mut run_end = usize::MAX;
+        loop {
+            let e = self.table[j];
+            if e == 0 {
+                break;
+            }
+            if e & slot_mask == v + 1 {
+                run_end = table::remove_tagged(self.table, slot_bits, j);
+                break;
+            }
+            j = (j + 1) & mask;
+        }
         self.slots[v as usize].link[0][1] = self.free;
         self.free = v;
+        run_end
     }
 
     /// Makes `key` side S's most recent key, adding it (and dropping S's least recent key when S
     /// is full) if S does not hold it. Returns whether S held it.
     #[inline(always)]
     fn touch_side<const S: usize>(&mut self, key: u64) -> bool {
-        if let Some(s) = self.probe(key) {
+        let empty = match self.probe(key) {
             // In the table: held by S, or by the other side only (S then takes the same slot).
-            return self.touch_slot::<S>(s);
-        }
-        if self.len[S] == self.cap[S] {
-            self.evict::<S>();
+            Ok(s) => return self.touch_slot::<S>(s),
+            Err(empty) => empty,
+        };
+        let stale = if self.len[S] == self.cap[S] {
+            self.evict::<S>() == empty
         } else {
             self.len[S] += 1;
-        }
+            false
+        };
         let s = if self.free != NIL {
             let s = self.free;
             self.free = self.slots[s as usize].link[0][1];
@@ -352,7 +301,16 @@ impl<'a> FusedLru<'a> {
         };
         self.slots[s as usize] = FusedSlot { key, link: [[OUT, NIL]; 2] };
         self.push_head::<S>(s);
-        self.insert((key >> 32) as u32, s);
+        let hi = (key >> 32) as u32;
+        let mut at = empty;
+        if stale {
+            // The removal shortened the probe run that ended at `empty`: probe again.
+            at = (hi >> self.slot_bits) as usize & self.mask;
+            while self.table[at] != 0 {
+                at = (at + 1) & self.mask;
+            }
+        }
+        self.table[at] = (hi & !self.slot_mask) | (s + 1);
         false
     }
 
@@ -456,33 +414,6 @@ mod tests {
     use proptest::prelude::*;
     use std::{vec, vec::Vec};
 
-    impl FusedLru<'_> {
-        /// The buckets' invariant: each entry carries its key's tag, and each bucket's count is
-        /// the number of entries homed at an earlier bucket and stored at a later one (what the
-        /// probes rely on to stop; a count too high only lengthens them, so the answers alone
-        /// would not show it).
-        fn check_buckets(&self) {
-            let mut want = vec![0u32; self.table.len()];
-            for (b, bucket) in self.table.iter().enumerate() {
-                for &e in &bucket[1..] {
-                    if e == 0 {
-                        continue;
-                    }
-                    let h = self.homed(self.slots[((e & self.slot_mask) - 1) as usize].key);
-                    assert_eq!(e & !self.slot_mask, h.tag, "an entry's tag is its key's");
-                    let mut c = h.home;
-                    while c != b {
-                        want[c] += 1;
-                        c = (c + 1) & self.mask;
-                    }
-                }
-            }
-            let got: Vec<u32> = self.table.iter().map(|b| b[0] >> self.slot_bits).collect();
-            assert_eq!(got, want, "bucket counts");
-            assert!(self.table.iter().all(|b| b[0] & self.slot_mask == 0), "a count's slot part is 0");
-        }
-    }
-
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(500))]
         /// The fused table against its oracle, a pod [`LruPod`] and a router [`LruPod`] per pod
@@ -561,8 +492,6 @@ mod tests {
                     fused[a].touch_each(Side::Pod, keys.iter().copied());
                 }
                 for p in 0..pods {
-                    fused[p].check_buckets();
-                    fused_req[p].check_buckets();
                     for &k in &universe {
                         prop_assert_eq!(router_lru[p].contains(k), fused[p].contains(Side::Router, k));
                         prop_assert_eq!(pod_lru[p].contains(k), fused[p].contains(Side::Pod, k));
@@ -591,8 +520,6 @@ mod tests {
         let (mut s, mut t) = (vec![FusedSlot::default(); 4], vec![0u32; 4]);
         assert!(FusedLru::new(2, 2, &mut s, &mut t).is_err(), "table below 2 x slots");
         let (mut s, mut t) = (vec![FusedSlot::default(); 4], vec![0u32; 8]);
-        assert!(FusedLru::new(2, 2, &mut s, &mut t).is_err(), "table below two buckets");
-        let (mut s, mut t) = (vec![FusedSlot::default(); 4], vec![0u32; 16]);
         assert!(FusedLru::new(2, 2, &mut s, &mut t).is_ok());
         assert!(FusedLru::new(0, 4, &mut s, &mut t).is_err());
     }
