@@ -236,10 +236,10 @@ impl<'a> ApproxIndex<'a> {
     pub fn holders<const W: usize>(&self, key: u64, candidates: PodSet<W>) -> PodSet<W> {
         // Every LRU has the same capacity and table ([`Self::new`], [`Self::use_fused`]): with
         // tag-homed tables the key's tag and home are computed once for all of them.
-        if let Some(f) = self.fused.first() {
-            let h = f.homed(key);
+        if self.is_fused() {
+            // At most [`PROBE_MAX_PODS`] pods: word 0 only.
             let mut m = PodSet::EMPTY;
-            candidates.and(PodSet::first(self.fused.len())).for_each(|p| m.set_if(p, self.fused[p].router_holds(h)));
+            m.0[0] = Self::fused_holders(&self.fused, key, candidates.0[0]);
             return m;
         }
         if self.index.is_none()
@@ -250,6 +250,22 @@ impl<'a> ApproxIndex<'a> {
             return m;
         }
         self.holders_reference(key, candidates)
+    }
+
+    /// [`Self::holders`] over the fused tables (pods `0..fused.len()`, at most 64) as a bitmask:
+    /// the key homed once, then one probe per candidate pod in pod order (a plain loop over the
+    /// tables, no set iteration or indexing per pod).
+    #[inline(always)]
+    fn fused_holders(fused: &[FusedLru<'a>], key: u64, candidates: u64) -> u64 {
+        let Some(first) = fused.first() else { return 0 };
+        let h = first.homed(key);
+        let mut m = 0u64;
+        for (p, f) in fused.iter().enumerate() {
+            if candidates >> p & 1 != 0 && f.router_holds(h) {
+                m |= 1 << p;
+            }
+        }
+        m
     }
 
     /// [`Self::holders`] by one generic probe per pod (the oracle of its tag-homed probe; the
