@@ -327,6 +327,10 @@ unsafe impl ZeroValid for u32 {}
 // SAFETY: as above.
 #[allow(unsafe_code)]
 unsafe impl ZeroValid for u64 {}
+// SAFETY: a run of the core's run LRU is a u64 key and five u32 fields (cache/runs.rs), any bit
+// pattern of which is a value (the LRU writes a run before it reads it).
+#[allow(unsafe_code)]
+unsafe impl ZeroValid for brokerlab_core::fleet::Run {}
 
 /// A vector of `n` zeros that writes none of its memory: it comes from the allocator's zeroed
 /// allocation (`calloc`: for a large buffer, fresh pages that the kernel maps and clears only

@@ -152,8 +152,10 @@ impl OwnedFifo {
             router: OwnedRouter::new(&cfg)?,
             // Last: a failed allocation names the per-block buffers first, as without runs.
             group_blocks,
-            runs: try_vec(runs_len, Run::default(), "the pods' runs (run-length replay)")?,
-            run_tables: try_vec(run_tables_len, 0, "the pods' run tables (run-length replay)")?,
+            // zeroed, not written here (`RunLru` writes a run before reading it and clears its
+            // table when set up)
+            runs: try_vec_zeroed(runs_len, "the pods' runs (run-length replay)")?,
+            run_tables: try_vec_zeroed(run_tables_len, "the pods' run tables (run-length replay)")?,
             fused_slots: try_vec(fused_len, FusedSlot::default(), "the fused pod and router tables' slots")?,
             fused_tables: try_vec(fused_tables_len, 0, "the fused pod and router key tables")?,
         })
@@ -443,8 +445,10 @@ impl HostEngine for Batched {
             router: OwnedRouter::new(cfg)?,
             // Last: a failed allocation names the per-block buffers first, as without runs.
             group_blocks,
-            index_runs: try_vec(runs_len, Run::default(), "the router's approximate-index runs")?,
-            index_run_tables: try_vec(run_tables_len, 0, "the router's approximate-index run tables")?,
+            // zeroed, not written here: a run is written when first used (`RunLru` reads no run
+            // before), and each run table is cleared when the index is set up (`RunLru::new`)
+            index_runs: try_vec_zeroed(runs_len, "the router's approximate-index runs")?,
+            index_run_tables: try_vec_zeroed(run_tables_len, "the router's approximate-index run tables")?,
             // zeroed and untouched until used: the map's record slots (most of it) are written
             // only for the records a run reaches (`PoolGroups` clears a record's at its first use)
             pool_words: try_vec_zeroed(pool_words, "the pods' cache maps per trace id")?,
