@@ -493,6 +493,18 @@ impl Probe for TableView<'_> {
     }
 }
 
+/// The first step after `done` of a decode run where some running request may take a block:
+/// the next i > done with bit i mod 16 of `boundaries` set ([`BatchedEngine::decode_run`]),
+/// u64::MAX when none is.
+#[inline]
+fn next_boundary(boundaries: u32, done: u64) -> u64 {
+    let from = ((done + 1) % B) as u32;
+    // the mask rotated so that bit 0 is step done + 1's
+    let m = boundaries & 0xffff;
+    let rot = ((m >> from) | (m << (B as u32 - from))) & 0xffff;
+    if rot == 0 { u64::MAX } else { done + 1 + rot.trailing_zeros() as u64 }
+}
+
 /// ceil(tokens / 16).
 #[inline]
 fn blocks_for(tokens: u64) -> u64 {
@@ -2207,6 +2219,22 @@ impl<'a> BatchedEngine<'a> {
                     self.stats.kv_pinned_block_ns += pinned as u128 * sum_d;
                     sum_d = 0;
                     pinned = self.pinned;
+                }
+            }
+            // Steps of equal time after the first, up to the next step where a block may be
+            // taken: at once (d0 each, while they start before t_ns), as the loop below runs
+            // them one by one.
+            if let (true, Some((d0, _))) = (same && done > 0, lin)
+                && d0 > 0
+            {
+                let next = if through { next_boundary(boundaries, done) } else { u64::MAX };
+                let k = (run - done).min(next - done).min((t_ns - s).div_ceil(d0));
+                if let Some(end) = k.checked_mul(d0).and_then(|x| s.checked_add(x)) {
+                    sum_d += k as u128 * d0 as u128;
+                    last_start = end - d0;
+                    s = end;
+                    done += k;
+                    continue;
                 }
             }
             let step = self
