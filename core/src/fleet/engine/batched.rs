@@ -2090,7 +2090,8 @@ impl<'a> BatchedEngine<'a> {
     }
 
     /// Start of the first step that is not part of the run of identical pure-decode steps the
-    /// pod is in ([`Self::fast_forward`]'s run, its steps' times summed as it sums them): until
+    /// pod is in, up to its first step that needs a block ([`Self::fast_forward`]'s run where it
+    /// does not go through block boundaries, its steps' times summed as it sums them): until
     /// then nothing a router reads of the pod changes (no admission, allocation, release or
     /// cache-map change; the same queue length and load signals), so the fleet's calendar may
     /// leave the pod there until an arrival passes it or a request is routed to it. The next
