@@ -641,6 +641,126 @@ fn random_small_fleets_keep_the_invariants_and_fast_forward_is_exact() {
     assert!(preempted > 50, "the cases must preempt: {preempted}");
 }
 
+/// Advances fleet `f` event by event (`advance_next`) up to `t_ns`: the largest number of steps
+/// one call ran on one pod.
+fn longest_advance(f: &mut BatchedFleet<'_>, t_ns: u64, pods: usize, sink: &mut Sink) -> u64 {
+    let steps = |f: &BatchedFleet<'_>| (0..pods).map(|p| f.pod_stats(p).unwrap().steps).collect::<Vec<u64>>();
+    let mut longest = 0;
+    loop {
+        let before = steps(f);
+        if !f.advance_next(t_ns, sink).unwrap() {
+            return longest;
+        }
+        let after = steps(f);
+        longest = longest.max(before.iter().zip(&after).map(|(b, a)| a - b).max().unwrap_or(0));
+    }
+}
+
+/// [`run_with`] with any router (the shipped presets' buffers too); `events`: the pods advanced
+/// event by event (`advance_next`) up to each arrival before it is dispatched. Also returns the
+/// largest number of steps one `advance_next` ran on one pod (0 without `events`).
+fn run_routed(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R], events: bool) -> (Run, u64) {
+    let cfg = FleetConfig { engine: EngineConfig::Batched(ecfg), ..cfg };
+    let mut owned = common::BatchedRouterOwned::new(&cfg);
+    let mut f = owned.fleet(cfg);
+    let mut sink = Sink::default();
+    let (mut pods, mut longest) = (Vec::new(), 0);
+    for q in reqs {
+        if events {
+            longest = longest.max(longest_advance(&mut f, q.at_ns, cfg.pods, &mut sink));
+        }
+        let k = keys_of(&q.blocks);
+        let req = Request {
+            arrival_ns: q.at_ns,
+            input_tokens: k.len() as u64 * 16 + q.extra,
+            output_tokens: q.out,
+            keys: &k,
+        };
+        pods.push(f.dispatch(&req, &mut sink).unwrap().pod);
+    }
+    if events {
+        longest = longest.max(longest_advance(&mut f, u64::MAX, cfg.pods, &mut sink));
+    }
+    f.finish(&mut sink).unwrap();
+    sink.done.sort_by_key(|c| c.request);
+    assert_eq!(sink.done.len(), reqs.len());
+    let stats: Vec<BatchedStats> = (0..cfg.pods).map(|p| *f.pod_stats(p).unwrap()).collect();
+    (Run { itl: sink.itl_samples(), done: sink.done, stats, pods }, longest)
+}
+
+#[test]
+fn decode_runs_through_block_boundaries_are_exact() {
+    // Long outputs on small pods, requests mostly alone (the waiting queue often empty, so a
+    // decode run goes through the steps where a request takes a block, evicting cached blocks),
+    // some under pressure (the run stops before a step whose blocks do not fit: it preempts), a
+    // context cost on some cases (steps not all equal), scraped gauges on some (the run stops at
+    // every boundary: the gauges publish the pinned blocks), routers that read the pods' KV
+    // usage. Fast-forward against step by step (and the per-block pool), each fed arrival by
+    // arrival and event by event (`advance_next`), every completion, ITL sample, counter and
+    // routing decision; some single advances must have run more than 16 steps (through a block
+    // boundary).
+    let routers = [
+        RouterKind::RoundRobin,
+        RouterKind::LeastLoaded,
+        RouterKind::PrefixAware,
+        RouterKind::LlmDPrecise,
+        RouterKind::LlmDLoad,
+        RouterKind::GieDefault,
+        RouterKind::DynamoKv,
+        RouterKind::VllmLoadaware,
+    ];
+    let mut x = 3405u64;
+    let (mut preempted, mut through) = (0, 0);
+    for case in 0..400 {
+        let pods = 1 + (lcg(&mut x) % 3) as usize;
+        let cap = 6 + (lcg(&mut x) % 60) as usize;
+        let seqs = 1 + (lcg(&mut x) % 5) as u32;
+        let budget = seqs + (lcg(&mut x) % if case % 2 == 0 { 100 } else { 20 }) as u32;
+        let router = routers[(lcg(&mut x) % routers.len() as u64) as usize];
+        let mut e = ecfg(seqs, budget);
+        if case % 3 == 1 {
+            e.cost.linear_mut().unwrap().t_kv_token_ns = 1 + lcg(&mut x) % 3;
+        }
+        if case % 4 == 3 {
+            e.metrics_scrape_ns = 500 + lcg(&mut x) % 5000;
+        }
+        let mut at = 0u64;
+        let mut reqs = Vec::new();
+        for _ in 0..(3 + lcg(&mut x) % 25) {
+            at += lcg(&mut x) % if case % 2 == 0 { 400_000 } else { 40_000 };
+            let shared = lcg(&mut x) % 3;
+            let mut blocks: Vec<u64> = (0..lcg(&mut x) % 5).map(|j| shared * 100 + j).collect();
+            blocks.extend((0..lcg(&mut x) % 3).map(|_| 10_000 + lcg(&mut x)));
+            let extra = lcg(&mut x) % 16;
+            let out = lcg(&mut x) % 400;
+            let len = blocks.len() as u64 * 16 + extra;
+            if len == 0 || len + out.max(1) - 1 > cap as u64 * 16 {
+                continue;
+            }
+            reqs.push(r(at, &blocks, extra, out));
+        }
+        let cfg = FleetConfig { alpha: 16.0, ..FleetConfig::new(pods, cap, router) };
+        let mut slow = e;
+        slow.fast_forward = false;
+        let mut per_block = e;
+        per_block.block_runs = false;
+        let (want, _) = run_routed(cfg, slow, &reqs, false);
+        for (name, ecfg, events) in
+            [("fast", e, false), ("fast, event by event", e, true), ("per block", per_block, true)]
+        {
+            let (got, longest) = run_routed(cfg, ecfg, &reqs, events);
+            assert_eq!(got.done, want.done, "case {case} {router:?} {name}: completions");
+            assert_eq!(got.itl, want.itl, "case {case} {router:?} {name}: ITL samples");
+            assert_eq!(got.stats, want.stats, "case {case} {router:?} {name}: counters");
+            assert_eq!(got.pods, want.pods, "case {case} {router:?} {name}: routing");
+            through += u64::from(longest > 16);
+        }
+        preempted += want.stats.iter().map(|s| s.preemptions).sum::<u64>();
+    }
+    assert!(preempted > 50, "the cases must preempt: {preempted}");
+    assert!(through > 100, "decode runs must go through block boundaries: {through} cases");
+}
+
 #[test]
 fn the_physics_step_cost_drives_the_engine_and_fast_forward_stays_exact() {
     // One request alone: its first token comes after one prefill step whose time is the physics

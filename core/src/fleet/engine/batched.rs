@@ -451,6 +451,17 @@ impl Gauges {
     }
 }
 
+/// A decode run's shape ([`BatchedEngine::decode_run`]): step k_max - 1 (from 0) is the first
+/// that needs a block or finishes a request, step k_fin - 1 the first that finishes one; bit i of
+/// `boundaries` is set when some running request needs a block at steps i, i + 16, i + 32, ...;
+/// `base` is the run's first batch.
+struct DecodeRun {
+    k_max: u64,
+    k_fin: u64,
+    boundaries: u32,
+    base: BatchShape,
+}
+
 struct TableView<'t> {
     blocks: &'t [KvBlock],
     table: &'t mut [u32],
@@ -480,6 +491,18 @@ impl Probe for TableView<'_> {
     fn clear(&mut self, i: usize) {
         self.table[i] = 0;
     }
+}
+
+/// The first step after `done` of a decode run where some running request may take a block:
+/// the next i > done with bit i mod 16 of `boundaries` set ([`BatchedEngine::decode_run`]),
+/// u64::MAX when none is.
+#[inline]
+fn next_boundary(boundaries: u32, done: u64) -> u64 {
+    let from = ((done + 1) % B) as u32;
+    // the mask rotated so that bit 0 is step done + 1's
+    let m = boundaries & 0xffff;
+    let rot = ((m >> from) | (m << (B as u32 - from))) & 0xffff;
+    if rot == 0 { u64::MAX } else { done + 1 + rot.trailing_zeros() as u64 }
 }
 
 /// ceil(tokens / 16).
@@ -2011,13 +2034,15 @@ impl<'a> BatchedEngine<'a> {
     }
 
     /// The run of identical pure-decode steps the next step starts, as far as the running
-    /// requests tell (the waiting head is [`Self::head_fits`]'s): (k_max, the first step's
-    /// batch), where step k_max - 1 of the run (from 0) is the first that needs a block or
-    /// finishes a request; None when a running request does not decode at the next step.
+    /// requests tell (the waiting head is [`Self::head_fits`]'s): where step k_max - 1 of the run
+    /// (from 0) is the first that needs a block or finishes a request; None when a running
+    /// request does not decode at the next step.
     #[inline(always)]
-    fn decode_run(&self) -> Result<Option<(u64, BatchShape)>, Error> {
+    fn decode_run(&self) -> Result<Option<DecodeRun>, Error> {
         // Steps before a request needs a new block (its c is a multiple of 16) or finishes.
         let mut k_max = u64::MAX;
+        let mut k_fin = u64::MAX;
+        let mut boundaries = 0u32;
         let mut base = self.cfg.cost.shape();
         for k in 0..self.r_len as usize {
             let q = &self.reqs[self.running[k] as usize];
@@ -2027,7 +2052,9 @@ impl<'a> BatchedEngine<'a> {
             // The step run with c = computed + i needs a block when (computed + i) % 16 == 0:
             // steps i < to_boundary need none. The (output - generated)-th step finishes it.
             let to_boundary = (B - q.computed % B) % B;
-            k_max = k_max.min(to_boundary + 1).min(q.output - q.generated);
+            boundaries |= 1 << to_boundary;
+            k_fin = k_fin.min(q.output - q.generated);
+            k_max = k_max.min(to_boundary + 1);
             // With cached generated tokens the step that fills a block keys it (the cache map
             // changes): it runs normally too.
             if self.cfg.cache_generated_tokens && (q.keys_len as u64) > q.computed / B {
@@ -2035,7 +2062,7 @@ impl<'a> BatchedEngine<'a> {
             }
             base.add_decode(q.computed).map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
         }
-        Ok(Some((k_max, base)))
+        Ok(Some(DecodeRun { k_max: k_max.min(k_fin), k_fin, boundaries, base }))
     }
 
     /// Whether the next step would consider admitting the head of W (W not empty, a running
@@ -2063,7 +2090,8 @@ impl<'a> BatchedEngine<'a> {
     }
 
     /// Start of the first step that is not part of the run of identical pure-decode steps the
-    /// pod is in ([`Self::fast_forward`]'s run, its steps' times summed as it sums them): until
+    /// pod is in, up to its first step that needs a block ([`Self::fast_forward`]'s run where it
+    /// does not go through block boundaries, its steps' times summed as it sums them): until
     /// then nothing a router reads of the pod changes (no admission, allocation, release or
     /// cache-map change; the same queue length and load signals), so the fleet's calendar may
     /// leave the pod there until an arrival passes it or a request is routed to it. The next
@@ -2074,7 +2102,7 @@ impl<'a> BatchedEngine<'a> {
         if !self.cfg.fast_forwards() || self.cpu.is_some() || self.r_len == 0 {
             return s;
         }
-        let Ok(Some((k_max, base))) = self.decode_run() else { return s };
+        let Ok(Some(DecodeRun { k_max, base, .. })) = self.decode_run() else { return s };
         if k_max < 2 {
             return s;
         }
@@ -2126,18 +2154,23 @@ impl<'a> BatchedEngine<'a> {
 
     /// Advances a run of identical pure-decode steps at once, when the next step is one: every
     /// running request decodes and none can be admitted. Returns false (nothing done) otherwise.
-    /// The run stops before a step that needs a block or finishes a request (those run one by
-    /// one) and before the first step starting at or after `t_ns`. Same results as step by step
-    /// (tested).
+    /// The run stops before a step that finishes a request (it runs on its own) and before the
+    /// first step starting at or after `t_ns`. It goes through the steps where running requests
+    /// need a new block ([`Self::boundary_blocks`]: allocated in the running order, as the step's
+    /// scheduling does) when no waiting request may be considered, no tier, scraped gauges or
+    /// cached generated tokens see the pool mid-run, and the free blocks suffice (else it stops
+    /// before such a step, which then runs on its own and preempts). Same results as step by
+    /// step (tested).
     fn fast_forward(&mut self, t_ns: u64, ev: &mut impl EngineEvents) -> Result<bool, Error> {
         let r_len = self.r_len as usize;
         if r_len == 0 {
             return Ok(false);
         }
-        let Some((k_max, base)) = self.decode_run()? else { return Ok(false) };
+        let Some(DecodeRun { k_max, k_fin, boundaries, base }) = self.decode_run()? else { return Ok(false) };
         // During the run nothing is allocated or released and the cache map does not change, so
         // if the head of W cannot be admitted now, it cannot at any step of the run.
-        if self.head_may_wait() {
+        let head_waits = self.head_may_wait();
+        if head_waits {
             let y = self.waiting[self.w_head as usize] as usize;
             let (h, free_hits) = self.hit_of(y);
             // the step at the run's start considers the head: its tier touches (idempotent
@@ -2147,11 +2180,20 @@ impl<'a> BatchedEngine<'a> {
                 return Ok(false);
             }
         }
-        // k_max counts the step that needs a block or finishes a request: it runs normally.
-        if k_max < 2 {
+        // Through block boundaries only when a block taken mid-run changes nothing but the pool
+        // and the pinned count: no waiting request is considered at any step of the run (W
+        // empty, or no running slot or token left for it: the same at every step), no tier
+        // (its touches), no scraped gauges (they publish the pinned count at every step's end)
+        // and no cached generated tokens (a filled block gets its key).
+        let through =
+            !head_waits && self.cpu.is_none() && self.cfg.metrics_scrape_ns == 0 && !self.cfg.cache_generated_tokens;
+        // k_max (k_fin) counts the step that needs a block or finishes a request: it runs
+        // normally.
+        let k_end = if through { k_fin } else { k_max };
+        if k_end < 2 || (!through && k_max < 2) {
             return Ok(false);
         }
-        let run = k_max - 1;
+        let run = k_end - 1;
         let rl = r_len as u64;
         let start = self.next_start_ns;
         self.close_gap(start);
@@ -2165,7 +2207,37 @@ impl<'a> BatchedEngine<'a> {
         let mut last_start = start;
         let mut done = 0u64;
         let mut sum_d = 0u128;
+        // the pinned blocks of the steps summed in sum_d (a boundary's blocks count from its step)
+        let mut pinned = self.pinned;
         while done < run && s < t_ns {
+            if through && boundaries & (1 << (done % B)) != 0 {
+                // a step where some running request needs a block: taken as its scheduling
+                // takes it, or the run stops before it when the free blocks do not suffice
+                if !self.boundary_blocks(done) {
+                    break;
+                }
+                if self.pinned != pinned {
+                    self.stats.kv_pinned_block_ns += pinned as u128 * sum_d;
+                    sum_d = 0;
+                    pinned = self.pinned;
+                }
+            }
+            // Steps of equal time after the first, up to the next step where a block may be
+            // taken: at once (d0 each, while they start before t_ns), as the loop below runs
+            // them one by one.
+            if let (true, Some((d0, _))) = (same && done > 0, lin)
+                && d0 > 0
+            {
+                let next = if through { next_boundary(boundaries, done) } else { u64::MAX };
+                let k = (run - done).min(next - done).min((t_ns - s).div_ceil(d0));
+                if let Some(end) = k.checked_mul(d0).and_then(|x| s.checked_add(x)) {
+                    sum_d += k as u128 * d0 as u128;
+                    last_start = end - d0;
+                    s = end;
+                    done += k;
+                    continue;
+                }
+            }
             let step = self
                 .run_step_ns(&base, lin, done)
                 .and_then(|d| s.checked_add(d).map(|e| (d, e)).ok_or(Error::Overflow { what: Quantity::StepEndTime }));
@@ -2174,7 +2246,7 @@ impl<'a> BatchedEngine<'a> {
                 if same && done > 1 {
                     ev.itl(s - last_start, (done - 1) * rl);
                 }
-                self.stats.kv_pinned_block_ns += self.pinned as u128 * sum_d;
+                self.stats.kv_pinned_block_ns += pinned as u128 * sum_d;
                 return step.map(|_| false);
             };
             if done == 0 {
@@ -2182,8 +2254,9 @@ impl<'a> BatchedEngine<'a> {
                 for k in 0..r_len {
                     ev.itl(e - self.reqs[self.running[k] as usize].last_token_ns, 1);
                 }
-                // every step of the run publishes the same gauges (nothing is admitted,
-                // allocated or released): the first one's end is when they change
+                // every step of the run publishes the same gauges (nothing is admitted or
+                // released, and with scraped gauges nothing allocated): the first one's end is
+                // when they change
                 self.publish_gauges(e);
             } else if !same {
                 ev.itl(d, rl);
@@ -2199,7 +2272,7 @@ impl<'a> BatchedEngine<'a> {
         if same && done > 1 {
             ev.itl(s - last_start, (done - 1) * rl);
         }
-        self.stats.kv_pinned_block_ns += self.pinned as u128 * sum_d;
+        self.stats.kv_pinned_block_ns += pinned as u128 * sum_d;
         // |W| is constant during the run; the integral is taken up to the last step's start, as
         // a step does (an arrival before the run's end may still change W).
         self.stats.waiting_request_ns += self.w_len as u128 * (last_start - self.w_since_ns.min(last_start)) as u128;
@@ -2218,6 +2291,31 @@ impl<'a> BatchedEngine<'a> {
         self.last_step_finished = 0;
         self.check()?;
         Ok(true)
+    }
+
+    /// Step `done` of a decode run ([`Self::fast_forward`], the running requests' `computed`
+    /// still the run's start): the blocks its scheduling takes, each running request in order
+    /// getting blocks_for(c + 1) less the blocks it holds (c its tokens cached at that step),
+    /// all of them from the free queue's head as [`Self::schedule_running`] takes them. False,
+    /// with nothing taken, when they are more than the free blocks (the step would preempt).
+    fn boundary_blocks(&mut self, done: u64) -> bool {
+        let r_len = self.r_len as usize;
+        let new_of = |q: &ReqSlot| blocks_for(q.computed + done + 1) - (q.hit + q.own_len) as u64;
+        let mut need = 0u64;
+        for k in 0..r_len {
+            need += new_of(&self.reqs[self.running[k] as usize]);
+        }
+        if need > self.free_len as u64 {
+            return false;
+        }
+        if need > 0 {
+            for k in 0..r_len {
+                let x = self.running[k] as usize;
+                let new = new_of(&self.reqs[x]);
+                self.alloc_blocks(x, new as u32);
+            }
+        }
+        true
     }
 
     /// Invariants after every step, in every build, O(1): nothing broken inside the step (a held
