@@ -289,6 +289,38 @@ fn lcg(x: &mut u64) -> u64 {
     *x >> 33
 }
 
+/// The random small workloads' shape: arrivals up to `gap_ns` apart; a prompt of up to
+/// `shared - 1` blocks of one of `prefixes` shared prefixes, up to `unique - 1` unique blocks and
+/// up to 15 more tokens; up to `out - 1` output tokens.
+struct Draw {
+    gap_ns: u64,
+    prefixes: u64,
+    shared: u64,
+    unique: u64,
+    out: u64,
+}
+
+/// `n` draws of `d` from `x`, in one fixed order (each test's cases depend on it); a request
+/// that is empty or cannot fit a pod of `cap` blocks is drawn and skipped.
+fn draw_requests(x: &mut u64, n: u64, d: Draw, cap: usize) -> Vec<R> {
+    let mut at = 0u64;
+    let mut reqs = Vec::new();
+    for _ in 0..n {
+        at += lcg(x) % d.gap_ns;
+        let shared = lcg(x) % d.prefixes;
+        let mut blocks: Vec<u64> = (0..lcg(x) % d.shared).map(|j| shared * 100 + j).collect();
+        blocks.extend((0..lcg(x) % d.unique).map(|_| 10_000 + lcg(x)));
+        let extra = lcg(x) % 16;
+        let out = lcg(x) % d.out;
+        let len = blocks.len() as u64 * 16 + extra;
+        if len == 0 || len + out.max(1) - 1 > cap as u64 * 16 {
+            continue;
+        }
+        reqs.push(r(at, &blocks, extra, out));
+    }
+    reqs
+}
+
 /// `n` requests of 256-token prompts (first 8 blocks shared by all, the rest unique) and `out`
 /// output tokens, every `gap_ns`.
 fn load(n: u64, gap_ns: u64, out: u64, seed: u64) -> Vec<R> {
@@ -617,21 +649,8 @@ fn random_small_fleets_keep_the_invariants_and_fast_forward_is_exact() {
         let mut e = ecfg(seqs, budget);
         e.cost.linear_mut().unwrap().t_kv_token_ns = lcg(&mut x) % 3;
         e.cost.linear_mut().unwrap().t_decode_seq_ns = lcg(&mut x) % 200;
-        let mut at = 0u64;
-        let mut reqs = Vec::new();
-        for _ in 0..(5 + lcg(&mut x) % 40) {
-            at += lcg(&mut x) % 3000;
-            let shared = lcg(&mut x) % 4;
-            let mut blocks: Vec<u64> = (0..lcg(&mut x) % 4).map(|j| shared * 100 + j).collect();
-            blocks.extend((0..lcg(&mut x) % 4).map(|_| 10_000 + lcg(&mut x)));
-            let extra = lcg(&mut x) % 16;
-            let out = lcg(&mut x) % 50;
-            let len = blocks.len() as u64 * 16 + extra;
-            if len == 0 || len + out.max(1) - 1 > cap as u64 * 16 {
-                continue;
-            }
-            reqs.push(r(at, &blocks, extra, out));
-        }
+        let n = 5 + lcg(&mut x) % 40;
+        let reqs = draw_requests(&mut x, n, Draw { gap_ns: 3000, prefixes: 4, shared: 4, unique: 4, out: 50 }, cap);
         let res = run(FleetConfig::new(pods, cap, router), e, &reqs);
         preempted += res.stats.iter().map(|s| s.preemptions).sum::<u64>();
         for c in &res.done {
@@ -724,21 +743,9 @@ fn decode_runs_through_block_boundaries_are_exact() {
         if case % 4 == 3 {
             e.metrics_scrape_ns = 500 + lcg(&mut x) % 5000;
         }
-        let mut at = 0u64;
-        let mut reqs = Vec::new();
-        for _ in 0..(3 + lcg(&mut x) % 25) {
-            at += lcg(&mut x) % if case % 2 == 0 { 400_000 } else { 40_000 };
-            let shared = lcg(&mut x) % 3;
-            let mut blocks: Vec<u64> = (0..lcg(&mut x) % 5).map(|j| shared * 100 + j).collect();
-            blocks.extend((0..lcg(&mut x) % 3).map(|_| 10_000 + lcg(&mut x)));
-            let extra = lcg(&mut x) % 16;
-            let out = lcg(&mut x) % 400;
-            let len = blocks.len() as u64 * 16 + extra;
-            if len == 0 || len + out.max(1) - 1 > cap as u64 * 16 {
-                continue;
-            }
-            reqs.push(r(at, &blocks, extra, out));
-        }
+        let n = 3 + lcg(&mut x) % 25;
+        let gap_ns = if case % 2 == 0 { 400_000 } else { 40_000 };
+        let reqs = draw_requests(&mut x, n, Draw { gap_ns, prefixes: 3, shared: 5, unique: 3, out: 400 }, cap);
         let cfg = FleetConfig { alpha: 16.0, ..FleetConfig::new(pods, cap, router) };
         let mut slow = e;
         slow.fast_forward = false;
@@ -795,21 +802,9 @@ fn the_physics_step_cost_drives_the_engine_and_fast_forward_stays_exact() {
             e.max_num_seqs = 1 + (lcg(&mut x) % 6) as u32;
             e.max_num_batched_tokens = e.max_num_seqs + (lcg(&mut x) % 120) as u32;
             let router = RouterKind::ALL[(lcg(&mut x) % 3) as usize];
-            let mut at = 0u64;
-            let mut reqs = Vec::new();
-            for _ in 0..(5 + lcg(&mut x) % 30) {
-                at += lcg(&mut x) % 50_000_000;
-                let shared = lcg(&mut x) % 4;
-                let mut blocks: Vec<u64> = (0..lcg(&mut x) % 4).map(|j| shared * 100 + j).collect();
-                blocks.extend((0..lcg(&mut x) % 4).map(|_| 10_000 + lcg(&mut x)));
-                let extra = lcg(&mut x) % 16;
-                let out = lcg(&mut x) % 150;
-                let len = blocks.len() as u64 * 16 + extra;
-                if len == 0 || len + out.max(1) - 1 > cap as u64 * 16 {
-                    continue;
-                }
-                reqs.push(r(at, &blocks, extra, out));
-            }
+            let n = 5 + lcg(&mut x) % 30;
+            let reqs =
+                draw_requests(&mut x, n, Draw { gap_ns: 50_000_000, prefixes: 4, shared: 4, unique: 4, out: 150 }, cap);
             let res = run(FleetConfig::new(pods, cap, router), e, &reqs);
             assert_eq!(res.done.len(), reqs.len(), "{profile} case {case}");
         }
