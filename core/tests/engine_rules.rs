@@ -47,20 +47,7 @@ fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {
     let cfg = FleetConfig { engine: EngineConfig::Batched(ecfg), ..cfg };
     let mut owned = Owned::new(&BatchedLayout::new(&cfg, 1024, 1 << 16).unwrap());
     let mut f = BatchedFleet::new(cfg, owned.buffers(&mut [])).unwrap();
-    let mut sink = Sink::default();
-    let mut pods = Vec::new();
-    for q in reqs {
-        let k = keys_of(&q.blocks);
-        let req = Request {
-            arrival_ns: q.at_ns,
-            input_tokens: k.len() as u64 * 16 + q.extra,
-            output_tokens: q.out,
-            keys: &k,
-        };
-        pods.push(f.dispatch(&req, &mut sink).unwrap().pod);
-    }
-    f.finish(&mut sink).unwrap();
-    sink.done.sort_by_key(|c| c.request);
+    let (sink, pods, _) = feed(&mut f, cfg.pods, reqs, false);
     // Every request finishes exactly once, with all its tokens.
     assert_eq!(sink.done.len(), reqs.len());
     for (i, c) in sink.done.iter().enumerate() {
@@ -72,6 +59,34 @@ fn run_with(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R]) -> Run {
     let produced: u64 = stats.iter().map(|s| s.output_tokens).sum();
     assert_eq!(produced, reqs.iter().map(|q| q.out.max(1)).sum::<u64>(), "tokens produced = output lengths");
     Run { itl: sink.itl_samples(), done: sink.done, stats, pods }
+}
+
+/// Dispatches `reqs` to `f` and finishes it; `events`: the pods advanced event by event
+/// (`advance_next`) up to each arrival before it is dispatched. Returns the sink (completions in
+/// request order), the pod each request was routed to and the largest number of steps one
+/// `advance_next` ran on one pod (0 without `events`).
+fn feed(f: &mut BatchedFleet<'_>, pods: usize, reqs: &[R], events: bool) -> (Sink, Vec<u32>, u64) {
+    let mut sink = Sink::default();
+    let (mut routed, mut longest) = (Vec::new(), 0);
+    for q in reqs {
+        if events {
+            longest = longest.max(longest_advance(f, q.at_ns, pods, &mut sink));
+        }
+        let k = keys_of(&q.blocks);
+        let req = Request {
+            arrival_ns: q.at_ns,
+            input_tokens: k.len() as u64 * 16 + q.extra,
+            output_tokens: q.out,
+            keys: &k,
+        };
+        routed.push(f.dispatch(&req, &mut sink).unwrap().pod);
+    }
+    if events {
+        longest = longest.max(longest_advance(f, u64::MAX, pods, &mut sink));
+    }
+    f.finish(&mut sink).unwrap();
+    sink.done.sort_by_key(|c| c.request);
+    (sink, routed, longest)
 }
 
 /// Runs step by step and with fast-forward, and with the per-block pool (the oracle of the
@@ -682,26 +697,7 @@ fn run_routed(cfg: FleetConfig, ecfg: BatchedConfig, reqs: &[R], events: bool) -
     let cfg = FleetConfig { engine: EngineConfig::Batched(ecfg), ..cfg };
     let mut owned = common::BatchedRouterOwned::new(&cfg);
     let mut f = owned.fleet(cfg);
-    let mut sink = Sink::default();
-    let (mut pods, mut longest) = (Vec::new(), 0);
-    for q in reqs {
-        if events {
-            longest = longest.max(longest_advance(&mut f, q.at_ns, cfg.pods, &mut sink));
-        }
-        let k = keys_of(&q.blocks);
-        let req = Request {
-            arrival_ns: q.at_ns,
-            input_tokens: k.len() as u64 * 16 + q.extra,
-            output_tokens: q.out,
-            keys: &k,
-        };
-        pods.push(f.dispatch(&req, &mut sink).unwrap().pod);
-    }
-    if events {
-        longest = longest.max(longest_advance(&mut f, u64::MAX, cfg.pods, &mut sink));
-    }
-    f.finish(&mut sink).unwrap();
-    sink.done.sort_by_key(|c| c.request);
+    let (sink, pods, longest) = feed(&mut f, cfg.pods, reqs, events);
     assert_eq!(sink.done.len(), reqs.len());
     let stats: Vec<BatchedStats> = (0..cfg.pods).map(|p| *f.pod_stats(p).unwrap()).collect();
     (Run { itl: sink.itl_samples(), done: sink.done, stats, pods }, longest)

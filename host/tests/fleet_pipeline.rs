@@ -73,23 +73,7 @@ fn vendored_traces_replay_the_same_on_one_and_two_threads() {
             [("batched", "llm-d-precise"), ("batched", "llm-d-approximate"), ("fifo", "round-robin")]
         {
             let t = trace.to_str().unwrap();
-            let args = [
-                "fleet",
-                "replay",
-                "--trace",
-                t,
-                "--engine",
-                engine,
-                "--router",
-                router,
-                "--pods",
-                "8",
-                "--capacity",
-                "16384",
-                "--json",
-                "--no-date",
-                "-q",
-            ];
+            let args = replay_args(t, engine, router, "8");
             let (code, stdout, stderr) = same_both_ways(&args);
             assert_eq!(code, 0, "{args:?}: {stderr}");
             assert!(stdout.contains("\"requests\""), "{stdout}");
@@ -142,28 +126,33 @@ fn a_bad_line_stops_both_ways_at_the_same_line() {
         }
         let scratch = file("t.jsonl", &(l.join("\n") + "\n"));
         let p = scratch.0.to_str().unwrap();
-        let args = [
-            "fleet",
-            "replay",
-            "--trace",
-            p,
-            "--engine",
-            "batched",
-            "--router",
-            "llm-d-precise",
-            "--pods",
-            "4",
-            "--capacity",
-            "16384",
-            "--json",
-            "--no-date",
-            "-q",
-        ];
+        let args = replay_args(p, "batched", "llm-d-precise", "4");
         let (code, stdout, stderr) = same_both_ways(&args);
         assert_eq!(code, 2, "{stderr}");
         assert!(stdout.is_empty(), "{stdout}");
         assert!(stderr.contains(&format!("{p}:{named}: ")) && stderr.contains(says), "{named}: {stderr}");
     }
+}
+
+/// `fleet replay` of `trace` on `pods` pods of 16,384 blocks, JSON without a date, quiet.
+fn replay_args<'a>(trace: &'a str, engine: &'a str, router: &'a str, pods: &'a str) -> [&'a str; 15] {
+    [
+        "fleet",
+        "replay",
+        "--trace",
+        trace,
+        "--engine",
+        engine,
+        "--router",
+        router,
+        "--pods",
+        pods,
+        "--capacity",
+        "16384",
+        "--json",
+        "--no-date",
+        "-q",
+    ]
 }
 
 /// A request as a sink saw it.
