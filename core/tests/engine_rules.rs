@@ -2,6 +2,7 @@
 //! qualitative shapes it must show. Every case runs step by step and with fast-forward, which
 //! must agree exactly.
 
+use brokerlab_core::fleet::cost::Calibration;
 use brokerlab_core::fleet::*;
 
 mod common;
@@ -805,6 +806,132 @@ fn the_physics_step_cost_drives_the_engine_and_fast_forward_stays_exact() {
             assert_eq!(res.done.len(), reqs.len(), "{profile} case {case}");
         }
     }
+}
+
+/// A physics configuration with the shared-prefix read factor at `ppm`.
+fn shared_physics(profile: PhysicsProfile, ppm: u32) -> BatchedConfig {
+    let mut e = BatchedConfig::physics(profile).unwrap();
+    let p = profile.physics().unwrap();
+    let cal = Calibration { shared_kv_read_ppm: ppm, ..*p.calibration() };
+    e.cost = StepCost::Physics(p.with_calibration(cal).unwrap());
+    e
+}
+
+#[test]
+fn two_requests_sharing_a_prefix_count_its_blocks_once_per_extra_reader() {
+    // One pod. A (3 shared blocks + 5 tokens, 40 out) arrives at 0; B (the same 3 blocks + 7
+    // tokens, 40 out) at 300 ms, while A decodes: B hits A's 3 keyed blocks (48 tokens), so
+    // while both run the pool holds 3 blocks with 2 references: decode_shared = 3 x 16 = 48
+    // tokens, charged at f = 0.25. The whole timeline by hand from the profile's step cost.
+    let profile = PhysicsProfile::Qwen3_32bH100Tp2;
+    let f = 250_000;
+    let e = shared_physics(profile, f);
+    let phys = e.cost.physics().copied().unwrap();
+    let mut ecfg = e;
+    ecfg.max_num_seqs = 8;
+    ecfg.max_num_batched_tokens = 256;
+    let b_at = 300_000_000;
+    let reqs = [r(0, &[1, 2, 3], 5, 40), r(b_at, &[1, 2, 3], 7, 40)];
+    let res = run(one_pod(64), ecfg, &reqs);
+    let step = |decodes: &[u64], prefill: Option<(u64, u64)>, shared: u64| {
+        let mut s = phys.shape();
+        if let Some((c, t)) = prefill {
+            s.add_prefill(c, t).unwrap();
+        }
+        for &c in decodes {
+            s.add_decode(c).unwrap();
+        }
+        s.decode_shared = shared;
+        phys.step_ns(&s).unwrap()
+    };
+    // A alone: its prefill, then decodes until a step starts at or after B's arrival
+    let mut t = step(&[], Some((0, 53)), 0);
+    let a_first = t;
+    let (mut ca, mut ga) = (53u64, 1u64);
+    while t < b_at {
+        t += step(&[ca], None, 0);
+        ca += 1;
+        ga += 1;
+    }
+    // B's 7-token chunk over its 48 hit tokens beside A's decode: A's 48 tokens are also held
+    // by B (its prefill reads them in the same step)
+    t += step(&[ca], Some((48, 7)), 48);
+    let b_first = t;
+    ca += 1;
+    ga += 1;
+    let (mut cb, mut gb) = (55u64, 1u64);
+    while ga < 40 {
+        t += step(&[ca, cb], None, 48);
+        ca += 1;
+        ga += 1;
+        cb += 1;
+        gb += 1;
+    }
+    let a_done = t;
+    while gb < 40 {
+        // A released its references: B holds the 3 blocks alone
+        t += step(&[cb], None, 0);
+        cb += 1;
+        gb += 1;
+    }
+    let a = res.done.iter().find(|c| c.arrival_ns == 0).unwrap();
+    let b = res.done.iter().find(|c| c.arrival_ns == b_at).unwrap();
+    assert_eq!((a.first_token_ns, b.first_token_ns), (a_first, b_first));
+    assert_eq!(b.hit_tokens, 48, "B hits A's three blocks");
+    assert_eq!((a.finish_ns, b.finish_ns), (a_done, t), "decode_shared = 48 tokens while both run");
+    // and the count matters: with f = 1 (off) both finish later
+    let off = run(one_pod(64), BatchedConfig { cost: StepCost::Physics(profile.physics().unwrap()), ..ecfg }, &reqs);
+    let b_off = off.done.iter().find(|c| c.arrival_ns == b_at).unwrap();
+    assert!(b_off.finish_ns > b.finish_ns, "{} vs {}", b_off.finish_ns, b.finish_ns);
+}
+
+#[test]
+fn decode_runs_with_shared_kv_reads_are_exact() {
+    // decode_runs_through_block_boundaries_are_exact with the physics step cost and shared-prefix
+    // reads priced below a full read (f < 1): the shared count must be the same at every step
+    // of a run (fast-forward, through block boundaries) as step by step and as the per-block
+    // pool gives it. Requests share prefixes (3 prefixes x 5 blocks), so decode_shared > 0.
+    let mut x = 2611u64;
+    let (mut through, mut moved) = (0, 0);
+    for case in 0..160 {
+        let profile = if case % 4 == 3 { PhysicsProfile::GptOss120bH100Tp1 } else { PhysicsProfile::Qwen3_32bH100Tp2 };
+        let ppm = [0, 250_000, 500_000, 999_999][(lcg(&mut x) % 4) as usize];
+        let pods = 1 + (lcg(&mut x) % 2) as usize;
+        let cap = 10 + (lcg(&mut x) % 60) as usize;
+        let seqs = 1 + (lcg(&mut x) % 6) as u32;
+        let budget = seqs + (lcg(&mut x) % if case % 2 == 0 { 100 } else { 20 }) as u32;
+        let router =
+            [RouterKind::RoundRobin, RouterKind::PrefixAware, RouterKind::LlmDPrecise][(lcg(&mut x) % 3) as usize];
+        let mut e = shared_physics(profile, ppm);
+        e.max_num_seqs = seqs;
+        e.max_num_batched_tokens = budget;
+        let n = 3 + lcg(&mut x) % 25;
+        let gap_ns = if case % 2 == 0 { 40_000_000 } else { 4_000_000 };
+        let reqs = draw_requests(&mut x, n, Draw { gap_ns, prefixes: 3, shared: 5, unique: 3, out: 300 }, cap);
+        let cfg = FleetConfig { alpha: 16.0, ..FleetConfig::new(pods, cap, router) };
+        let mut slow = e;
+        slow.fast_forward = false;
+        let mut per_block = e;
+        per_block.block_runs = false;
+        let (want, _) = run_routed(cfg, slow, &reqs, false);
+        for (name, ecfg, events) in
+            [("fast", e, false), ("fast, event by event", e, true), ("per block", per_block, true)]
+        {
+            let (got, longest) = run_routed(cfg, ecfg, &reqs, events);
+            assert_eq!(got.done, want.done, "case {case} {router:?} {name}: completions");
+            assert_eq!(got.itl, want.itl, "case {case} {router:?} {name}: ITL samples");
+            assert_eq!(got.stats, want.stats, "case {case} {router:?} {name}: counters");
+            assert_eq!(got.pods, want.pods, "case {case} {router:?} {name}: routing");
+            through += u64::from(longest > 16);
+        }
+        // not vacuous: the factor changes the run against f = 1
+        let mut off = slow;
+        off.cost = StepCost::Physics(profile.physics().unwrap());
+        let (base, _) = run_routed(cfg, off, &reqs, false);
+        moved += u64::from(base.done != want.done);
+    }
+    assert!(through > 50, "decode runs must go through block boundaries: {through} cases");
+    assert!(moved > 80, "the shared reads must change most runs: {moved} of 160");
 }
 
 /// A broken invariant inside the engine is an error in every build (not an index out of bounds

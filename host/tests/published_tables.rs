@@ -20,7 +20,7 @@ const DIVISOR: u64 = 1;
 
 fn tables() -> &'static Tables {
     static T: OnceLock<Tables> = OnceLock::new();
-    T.get_or_init(|| published::run(DIVISOR, 1, &|| {}).expect("the published tables run"))
+    T.get_or_init(|| published::run(DIVISOR, 1, &Default::default(), &|| {}).expect("the published tables run"))
 }
 
 /// (cell id, lowest error, highest error): relative errors as fractions (0.25 = +25%), absolute

@@ -7,6 +7,9 @@
 use super::{CostField, Error, MAX_MEMORY_BYTES, MAX_OVERHEAD_NS, PPM, check};
 use crate::fleet::base::limits::quoting;
 
+/// [`Calibration::shared_kv_read_ppm`] off: every decoding request reads its whole context.
+pub const SHARED_KV_READ_OFF: u32 = PPM;
+
 /// Calibration factors of a [`super::Physics`] profile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -26,6 +29,14 @@ pub struct Calibration {
     /// Paged attention reads scattered 16-token blocks, weights stream whole matrices: BLIS's
     /// trained-physics model prices the two with separate coefficients too (docs/MODEL.md).
     pub kv_memory_ppm: u32,
+    /// Shared-prefix reads (docs/MODEL.md "Shared-prefix reads"): the fraction of a full HBM read
+    /// a decode step charges for a KV block that another running request of the pod also holds,
+    /// for every holder after the first (the first pays in full), ppm. 1,000,000: every request
+    /// reads its whole context (off, every profile's default); 0: each such block read once per
+    /// step. An empirical factor (L2 hits of requests reading the same blocks in one kernel), not
+    /// a rule of vLLM's: no kernel measurement supports it (docs/PUBLISHED.md, "Shared-prefix
+    /// decode reads").
+    pub shared_kv_read_ppm: u32,
     /// Achieved fraction of the TP link bandwidth in all-reduces, ppm.
     pub link_ppm: u32,
     /// Fixed cost of a step (scheduling, input preparation, sampling), ns (at least 1).
@@ -56,6 +67,7 @@ impl Calibration {
         attention_ppm: 450_000,
         memory_ppm: 800_000,
         kv_memory_ppm: 0,
+        shared_kv_read_ppm: SHARED_KV_READ_OFF,
         link_ppm: 800_000,
         step_ns: 126_025,
         request_ns: 4_417,
@@ -95,6 +107,8 @@ impl Calibration {
         let step = quoting!("between 1 and 10000000000 ns (time must advance)", MAX_OVERHEAD_NS);
         let kv = quoting!("0 (the same as memory_ppm) to 1000000 parts per million", PPM);
         check(self.kv_memory_ppm as u64, 0, PPM as u64, F::KvMemoryPpm, kv)?;
+        let shared = quoting!("0 (each shared block read once per step) to 1000000 (off) parts per million", PPM);
+        check(self.shared_kv_read_ppm as u64, 0, PPM as u64, F::SharedKvReadPpm, shared)?;
         check(self.step_ns, 1, MAX_OVERHEAD_NS, F::StepNs, step)?;
         check(self.request_ns, 0, MAX_OVERHEAD_NS, F::RequestNs, ns)?;
         check(self.layer_ns, 0, MAX_OVERHEAD_NS, F::LayerNs, ns)?;

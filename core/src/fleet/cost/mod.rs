@@ -26,7 +26,7 @@ pub mod profiles;
 pub mod shape;
 pub mod step;
 
-pub use calibration::Calibration;
+pub use calibration::{Calibration, SHARED_KV_READ_OFF};
 pub use hardware::{Gpu, Hardware};
 pub use linear::{LinearCost, Profile};
 pub use model::{Dtype, Mla, Model, ModelDesc, Moe, Sliding};
@@ -183,6 +183,8 @@ cost_enum! {
         MemoryPpm => "memory_ppm",
         /// [`Calibration::kv_memory_ppm`].
         KvMemoryPpm => "kv_memory_ppm",
+        /// [`Calibration::shared_kv_read_ppm`].
+        SharedKvReadPpm => "shared_kv_read_ppm",
         /// [`Calibration::link_ppm`].
         LinkPpm => "link_ppm",
         /// [`Calibration::step_ns`].

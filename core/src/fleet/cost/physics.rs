@@ -7,7 +7,8 @@
 //! ```text
 //! linear    = max(GEMM FLOPs / (peak x compute or moe), streamed weight bytes / (HBM x memory))
 //! prefill   = max(attention FLOPs / (bf16 peak x attention), KV bytes / (HBM x memory))
-//! decode    = the same over the decoding requests
+//! decode    = the same over the decoding requests, the KV bytes less (1 - shared_kv_read) x
+//!             the shared blocks' extra reads (BatchShape::decode_shared, full layers)
 //! allreduce = 2 L x (2 (tp - 1) / tp x T x hidden x 2 bytes / (link x link_ppm) + allreduce_ns)
 //! overhead  = step_ns + R x request_ns + L x layer_ns
 //! step      = linear + prefill + decode + allreduce + overhead
@@ -175,6 +176,12 @@ impl Physics {
         Ok(Physics { cal, ..*self })
     }
 
+    /// Whether a decode step prices shared KV blocks' extra reads below a full read
+    /// ([`Calibration::shared_kv_read_ppm`] below 1,000,000): the engine counts them then.
+    pub const fn shares_kv_reads(&self) -> bool {
+        self.cal.shared_kv_read_ppm < PPM
+    }
+
     /// An empty batch for this model ([`BatchShape::new`] with its sliding window).
     pub const fn shape(&self) -> BatchShape {
         BatchShape::new(self.model.window())
@@ -224,12 +231,21 @@ impl Physics {
             s.prefill_cached as u128 + pt,
             s.prefill_cached_window as u128 + pt,
         )?;
-        let decode = attention(
-            s.decode_cached as u128 + d,
-            s.decode_pairs_window as u128,
-            s.decode_cached as u128 + d,
-            s.decode_cached_window as u128 + d,
+        // Shared-prefix reads: every holder of a shared block after the first reads it at
+        // shared_kv_read_ppm of a full read, in the full-attention layers (FLOPs unchanged)
+        let shared = s.decode_shared.min(s.decode_cached) as u128;
+        let unread = mul(mul(f.kv_bytes, mul(fl, shared)?)?, (PPM - c.shared_kv_read_ppm.min(PPM)) as u128)?;
+        let unread = (unread + PPM as u128 / 2) / PPM as u128;
+        let decode_bytes = mul(
+            f.kv_bytes,
+            sum(&[mul(fl, s.decode_cached as u128 + d)?, mul(sl, s.decode_cached_window as u128 + d)?])?,
         )?;
+        let decode = at_rate_ns(
+            mul(f.pair_flops, sum(&[mul(fl, s.decode_cached as u128 + d)?, mul(sl, s.decode_pairs_window as u128)?])?)?,
+            f.bf16_rate,
+            c.attention_ppm,
+        )?
+        .max(at_rate_ns(decode_bytes - unread, hbm, kv_ppm)?);
 
         // Two all-reduces per layer (after attention, after the MLP or MoE block) under TP.
         let allreduce = if self.tp > 1 && t > 0 {

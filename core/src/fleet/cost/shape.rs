@@ -38,6 +38,12 @@ pub struct BatchShape {
     pub decode_cached_window: u64,
     /// Keys the decodes attend to in a sliding-window layer, `sum min(c + 1, W)`.
     pub decode_pairs_window: u64,
+    /// Of `decode_cached`, the tokens in KV blocks that another running request of the pod also
+    /// holds, counted once per extra holder: `16 x sum over blocks (holders - 1)`, at most
+    /// `decode_cached` (the engine's count, docs/MODEL.md "Shared-prefix reads"). Priced at
+    /// [`super::Calibration::shared_kv_read_ppm`] of a full read in the full-attention layers;
+    /// 0 when that factor is off (the engine does not count them then).
+    pub decode_shared: u64,
 }
 
 /// `sum_{i=0}^{t-1} min(c + i + 1, w)`: query-key pairs of `t` new tokens after `c` cached ones
@@ -82,6 +88,7 @@ impl BatchShape {
             decode_cached: 0,
             decode_cached_window: 0,
             decode_pairs_window: 0,
+            decode_shared: 0,
         }
     }
 

@@ -67,6 +67,16 @@ impl StepCost {
         }
     }
 
+    /// Whether the model prices the extra reads of shared KV blocks ([`BatchShape::decode_shared`]):
+    /// a physics profile whose `shared_kv_read_ppm` is below 1,000,000. The engine counts them
+    /// only then (off, every batch keeps `decode_shared` 0).
+    pub const fn shares_kv_reads(&self) -> bool {
+        match self {
+            StepCost::Linear(_) => false,
+            StepCost::Physics(p) => p.shares_kv_reads(),
+        }
+    }
+
     /// The time of a step of batch `s`, ns.
     #[inline]
     pub fn step_ns(&self, s: &BatchShape) -> Result<u64, Error> {
@@ -159,6 +169,9 @@ mod tests {
             later.add_decode(c).unwrap();
         }
         assert_eq!(decodes_after(&base, 4), Ok(Some(later)));
+        // the shared tokens of a run stay as they were (nothing is admitted or released)
+        let shared = BatchShape { decode_shared: 16, ..base };
+        assert_eq!(decodes_after(&shared, 4), Ok(Some(BatchShape { decode_shared: 16, ..later })));
         let windowed = BatchShape { window: 8, ..base };
         assert_eq!(decodes_after(&windowed, 4), Ok(None));
     }

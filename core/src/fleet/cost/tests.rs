@@ -43,6 +43,7 @@ const HALF: Calibration = Calibration {
     attention_ppm: 500_000,
     memory_ppm: 500_000,
     kv_memory_ppm: 0,
+    shared_kv_read_ppm: 1_000_000,
     link_ppm: 500_000,
     step_ns: 1_000,
     request_ns: 100,
@@ -207,6 +208,51 @@ fn the_kv_cache_has_its_own_memory_factor() {
     // past 100% is bad input naming the key
     let bad = Physics::new(TINY, SLOW, 1, Calibration { kv_memory_ppm: 1_000_001, ..HALF });
     assert!(matches!(bad, Err(Error::Invalid { field: CostField::KvMemoryPpm, .. })), "{bad:?}");
+}
+
+#[test]
+fn shared_kv_reads_charge_a_fraction_of_the_extra_reads() {
+    // three decodes with 32, 32 and 20 tokens cached, the two 32-token contexts one shared pair
+    // of blocks (decode_shared 32: one extra holder of 32 tokens); TINY at tp 1 reads 128 B per
+    // token and layer, 2 layers: (84 + 3) x 256 B = 22,272 B at 5e8 B/s = 44,544 ns (FLOPs:
+    // 87 x 2 x 256 = 44,544 at 5e11 -> 89 ns, memory-bound)
+    let mut s = BatchShape::new(0);
+    for c in [32, 32, 20] {
+        s.add_decode(c).unwrap();
+    }
+    s.decode_shared = 32;
+    let at = |ppm: u32| {
+        let p = Physics::new(TINY, SLOW, 1, Calibration { shared_kv_read_ppm: ppm, ..HALF }).unwrap();
+        p.step_terms(&s).unwrap().decode_attention_ns
+    };
+    // off (1,000,000): every request reads its whole context, decode_shared ignored
+    assert_eq!(at(1_000_000), 44_544);
+    let plain = Physics::new(TINY, SLOW, 1, HALF).unwrap();
+    assert_eq!(plain.step_terms(&BatchShape { decode_shared: 0, ..s }).unwrap().decode_attention_ns, 44_544);
+    // f = 0.25: 32 x 2 x 128 x 0.75 = 6,144 B not read: 16,128 B -> 32,256 ns
+    assert_eq!(at(250_000), 32_256);
+    // f = 0: the 8,192 B of the extra reader not read: 14,080 B -> 28,160 ns
+    assert_eq!(at(0), 28_160);
+    // rounding: f = 0.333333: 8,192 x 0.666667 = 5,461.336 -> 5,461 B unread, 16,811 B ->
+    // 33,622 ns
+    assert_eq!(at(333_333), 33_622);
+    // more shared than cached (not what the engine gives) is clamped to decode_cached (84)
+    let mut all = s;
+    all.decode_shared = 1_000;
+    let p0 = Physics::new(TINY, SLOW, 1, Calibration { shared_kv_read_ppm: 0, ..HALF }).unwrap();
+    // (87 - 84) x 256 = 768 B -> 1,536 ns; the FLOPs (89 ns) are below it
+    assert_eq!(p0.step_terms(&all).unwrap().decode_attention_ns, 1_536);
+    // the prefill's bytes and the rest of the step do not move
+    let (a, b) = (plain.step_terms(&s).unwrap(), p0.step_terms(&s).unwrap());
+    assert_eq!(
+        (a.prefill_attention_ns, a.linear_ns, a.overhead_ns),
+        (b.prefill_attention_ns, b.linear_ns, b.overhead_ns)
+    );
+    assert_eq!(a.total_ns - b.total_ns, 44_544 - 28_160);
+    assert!(p0.shares_kv_reads() && !plain.shares_kv_reads());
+    // past 100% is bad input naming the key
+    let bad = Physics::new(TINY, SLOW, 1, Calibration { shared_kv_read_ppm: 1_000_001, ..HALF });
+    assert!(matches!(bad, Err(Error::Invalid { field: CostField::SharedKvReadPpm, .. })), "{bad:?}");
 }
 
 #[test]

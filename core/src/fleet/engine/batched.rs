@@ -1836,7 +1836,24 @@ impl<'a> BatchedEngine<'a> {
                 r.map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
             }
         }
+        s.decode_shared = self.decode_shared(s.decode_cached);
         Ok(s)
+    }
+
+    /// [`BatchShape::decode_shared`] of a step whose decodes read `decode_cached` tokens: 16 x the
+    /// extra holders of the pod's KV blocks, `sum over pinned blocks (references - 1)` = the
+    /// references less the pinned blocks, at most `decode_cached`; 0 when the cost model does
+    /// not price them. Every running request holding a block counts as a reader (a prefill chunk
+    /// reads its cached blocks in the same step; docs/MODEL.md "Shared-prefix reads"). Constant
+    /// during a decode run: nothing is admitted or released and a block taken at a boundary is
+    /// its request's own (one more reference and one more pinned block).
+    #[inline]
+    fn decode_shared(&self, decode_cached: u64) -> u64 {
+        if !self.cfg.cost.shares_kv_reads() {
+            return 0;
+        }
+        let extra = self.refs_total.saturating_sub(self.pinned as u64);
+        extra.saturating_mul(B).min(decode_cached)
     }
 
     /// The batch of the `done`-th step of a decode run: every running request decoding one
@@ -1851,6 +1868,8 @@ impl<'a> BatchedEngine<'a> {
             let c = self.reqs[self.running[k] as usize].computed + done;
             s.add_decode(c).map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
         }
+        // the run's count, as at its first step (constant through the run)
+        s.decode_shared = base.decode_shared;
         Ok(s)
     }
 
@@ -2062,6 +2081,7 @@ impl<'a> BatchedEngine<'a> {
             }
             base.add_decode(q.computed).map_err(|_| Error::Overflow { what: Quantity::BatchShape })?;
         }
+        base.decode_shared = self.decode_shared(base.decode_cached);
         Ok(Some(DecodeRun { k_max: k_max.min(k_fin), k_fin, boundaries, base }))
     }
 

@@ -35,6 +35,13 @@ pub struct EngineArgs {
     /// blocks, not only its first chunk (default false: vLLM v0.11.0's rule).
     #[arg(long, value_name = "BOOL")]
     pub reserve_full_isl: Option<bool>,
+    /// Batched, physics profiles: the fraction of a full HBM read a decode step charges for a
+    /// KV block that another running request of the pod also holds, for every holder after the
+    /// first, a decimal in [0, 1] (at most six digits after the point; default 1: every request
+    /// reads its whole context; 0: each such block read once per step). An empirical factor,
+    /// not a vLLM rule (docs/MODEL.md "Shared-prefix reads").
+    #[arg(long, value_name = "F")]
+    pub shared_kv_read: Option<String>,
     /// Batched: fixed cost per step, ns (>= 1).
     #[arg(long)]
     pub t_overhead_ns: Option<u64>,
@@ -127,6 +134,7 @@ impl EngineArgs {
             cache_generated_tokens: None,
             metrics_scrape_ms: None,
             reserve_full_isl: self.reserve_full_isl,
+            shared_kv_read: self.shared_kv_read.clone(),
         }
     }
 

@@ -8,6 +8,7 @@ use clap::Args;
 use crate::error::{CliError, CliResult};
 use crate::fleet::report::published;
 use crate::fleet::run::progress::{OutputArgs, Progress, Unit};
+use crate::fleet::scenario::engine::EngineSettings;
 use crate::fleet::sweep::{self, plots::write_chart};
 
 /// `fleet tables` arguments.
@@ -23,6 +24,12 @@ pub struct TablesArgs {
     /// at least 1 left (1 = as published; `fleet report --shrink N` uses N).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub conversation_divisor: u64,
+    /// The shared-prefix read factor of every run's physics profile, a decimal in [0, 1] (at most
+    /// six digits after the point; default: the scenarios', 1: off; docs/MODEL.md "Shared-prefix
+    /// reads"). An empirical factor; docs/PUBLISHED.md "Shared-prefix reads as a calibrated
+    /// factor (t26j)".
+    #[arg(long, value_name = "F")]
+    pub shared_kv_read: Option<String>,
     #[command(flatten)]
     pub output: OutputArgs,
 }
@@ -30,7 +37,8 @@ pub struct TablesArgs {
 /// Runs `fleet tables`.
 pub fn main(a: TablesArgs) -> CliResult<i32> {
     let progress = Progress::new(a.output.quiet, "tables", Unit::Points, Some(published::RUNS));
-    let t = published::run(a.stage_divisor, a.conversation_divisor, &|| progress.inc(1))?;
+    let over = EngineSettings { shared_kv_read: a.shared_kv_read.clone(), ..EngineSettings::default() };
+    let t = published::run(a.stage_divisor, a.conversation_divisor, &over, &|| progress.inc(1))?;
     progress.finish();
     let md = published::markdown(&t);
     let cells = published::all_cells(&t);

@@ -256,6 +256,10 @@ pub struct CalibrationToml {
     /// Absent: 0, the KV cache at `memory_ppm` (profiles written before the split).
     #[serde(default)]
     kv_memory_ppm: u32,
+    /// Absent: 1,000,000, off (every request reads its whole context; docs/MODEL.md
+    /// "Shared-prefix reads").
+    #[serde(default = "shared_kv_read_off")]
+    shared_kv_read_ppm: u32,
     link_ppm: u32,
     step_ns: u64,
     request_ns: u64,
@@ -263,6 +267,10 @@ pub struct CalibrationToml {
     allreduce_ns: u64,
     reserve_bytes: u64,
     gpu_memory_utilization_ppm: u32,
+}
+
+fn shared_kv_read_off() -> u32 {
+    brokerlab_core::fleet::cost::SHARED_KV_READ_OFF
 }
 
 /// A physics profile file, as `fleet calibrate` writes it: `tp`, `[model]`, `[gpu]`,
@@ -292,6 +300,7 @@ pub fn load_profile(path: &Path, what: &str) -> CliResult<Physics> {
         moe_ppm: c.moe_ppm,
         memory_ppm: c.memory_ppm,
         kv_memory_ppm: c.kv_memory_ppm,
+        shared_kv_read_ppm: c.shared_kv_read_ppm,
         link_ppm: c.link_ppm,
         step_ns: c.step_ns,
         request_ns: c.request_ns,
@@ -328,6 +337,7 @@ fn is_calibration(f: CostField) -> bool {
             | F::AttentionPpm
             | F::MemoryPpm
             | F::KvMemoryPpm
+            | F::SharedKvReadPpm
             | F::LinkPpm
             | F::StepNs
             | F::RequestNs

@@ -295,7 +295,7 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     progress.set_message("published tables");
     // (the conversation runs: requests per slot / shrink, every level, the same rules)
     let stage_divisor = (llmd::REPORT_STAGE_DIVISOR * shrink.max(1)).min(published::MAX_REPORT_DIVISOR);
-    let published = published::run(stage_divisor, shrink.max(1), &|| progress.inc(1))?;
+    let published = published::run(stage_divisor, shrink.max(1), &Default::default(), &|| progress.inc(1))?;
 
     // 13 + 14: deployed fleets (P/D, the offload tier).
     let deploy = deploy::run(shrink, threads, progress)?;

@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use brokerlab_core::fleet::cost::{Calibration, StepCost};
 use brokerlab_core::fleet::engine::pd::{Decider, PdConfig};
 use brokerlab_core::fleet::{
     BatchedConfig, CacheMode, EngineConfig, Error as CoreError, Field, FleetConfig, IndexKind, PhysicsProfile, Profile,
@@ -115,6 +116,33 @@ pub struct EngineSettings {
     /// vLLM's full-sequence admission gate (`scheduler_reserve_full_isl`; the scenario's
     /// `[fleet.engine] reserve_full_isl`, the flag `--reserve-full-isl`; default off).
     pub reserve_full_isl: Option<bool>,
+    /// Physics profiles: the shared-prefix read factor, a decimal in [0, 1] with at most six
+    /// digits after the point (the scenario's `[fleet.engine] shared_kv_read`, the flag
+    /// `--shared-kv-read`; default 1: off). Sets the profile's `shared_kv_read_ppm`.
+    pub shared_kv_read: Option<String>,
+}
+
+/// A fraction in [0, 1] given as a decimal with at most six digits after the point, in parts
+/// per million (`--shared-kv-read`, `[fleet.engine] shared_kv_read`).
+pub fn parse_fraction_ppm(text: &str) -> Result<u32, &'static str> {
+    let why = "expected a decimal between 0 and 1 with at most six digits after the point";
+    let t = text.trim();
+    let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() && frac.is_empty() || !digits(int) || !digits(frac) {
+        return Err(why);
+    }
+    let frac = frac.trim_end_matches('0');
+    if frac.len() > 6 || int.len() > 7 {
+        return Err(why);
+    }
+    let whole: u64 = if int.is_empty() { 0 } else { int.parse().map_err(|_| why)? };
+    let part: u64 = if frac.is_empty() { 0 } else { format!("{frac:0<6}").parse().map_err(|_| why)? };
+    let ppm = whole * 1_000_000 + part;
+    if ppm > 1_000_000 {
+        return Err(why);
+    }
+    Ok(ppm as u32)
 }
 
 /// The `[fleet.pd]` key of a P/D setting's field name (None for other fields).
@@ -163,6 +191,7 @@ impl EngineSettings {
         add(self.cache_generated_tokens.is_some(), "cache-generated-tokens");
         add(self.metrics_scrape_ms.is_some(), "metrics-scrape-ms");
         add(self.reserve_full_isl.is_some(), "reserve-full-isl");
+        add(self.shared_kv_read.is_some(), "shared-kv-read");
         v
     }
 
@@ -200,6 +229,9 @@ impl EngineSettings {
         self.cache_generated_tokens = o.cache_generated_tokens.or(self.cache_generated_tokens);
         self.metrics_scrape_ms = o.metrics_scrape_ms.or(self.metrics_scrape_ms);
         self.reserve_full_isl = o.reserve_full_isl.or(self.reserve_full_isl);
+        if o.shared_kv_read.is_some() {
+            self.shared_kv_read.clone_from(&o.shared_kv_read);
+        }
         self
     }
 
@@ -311,6 +343,20 @@ impl EngineSettings {
         }
         if let Some(g) = self.reserve_full_isl {
             e.reserve_full_isl = g;
+        }
+        if let Some(f) = &self.shared_kv_read {
+            let key = name("shared_kv_read");
+            let ppm = parse_fraction_ppm(f).map_err(|why| CliError::bad_input(format!("{key} {f:?}: {why}")))?;
+            let Some(p) = e.cost.physics() else {
+                return Err(CliError::bad_input(format!(
+                    "{key}: only with a physics profile ({} {:?} is linear)",
+                    name("profile"),
+                    e.profile.name()
+                )));
+            };
+            let cal = Calibration { shared_kv_read_ppm: ppm, ..*p.calibration() };
+            let p = p.with_calibration(cal).map_err(|err| CliError::bad_input(format!("{key} {f:?}: {err}")))?;
+            e.cost = StepCost::Physics(p);
         }
         if let Some(ms) = self.metrics_scrape_ms {
             // at most an hour: the scrape interval in ns stays far from overflow

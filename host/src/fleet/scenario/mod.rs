@@ -472,6 +472,8 @@ fn engine_settings(
                     cache_generated_tokens: e.cache_generated_tokens,
                     metrics_scrape_ms: e.metrics_scrape_ms,
                     reserve_full_isl: e.reserve_full_isl,
+                    // a TOML number: its shortest decimal text, checked as the flag's is
+                    shared_kv_read: e.shared_kv_read.map(|f| format!("{f}")),
                 };
                 let ecfg = s.config(&engine_key(origin))?;
                 crate::fleet::scenario::engine::batched(fleet, ecfg).map_err(|e| key_error(origin, e))?;

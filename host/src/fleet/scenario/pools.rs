@@ -196,6 +196,7 @@ pub fn table(list: &[PoolToml], fleet: &EngineSettings, origin: &str, lines: &Po
             s.t_prefill_token_ns = None;
             s.t_decode_seq_ns = None;
             s.t_kv_token_ns = None;
+            s.shared_kv_read = None;
         }
         let own = EngineSettings {
             profile: t.profile.clone(),

@@ -345,6 +345,12 @@ pub struct EngineToml {
     /// (docs/MODEL.md, "One step"); absent: false, the model's vLLM v0.11.0 rule.
     #[serde(default)]
     pub reserve_full_isl: Option<bool>,
+    /// Physics profiles: the fraction of a full read a decode step charges for a KV block another
+    /// running request of the pod also holds, for every holder after the first, a number in
+    /// [0, 1] with at most six digits after the point (docs/MODEL.md "Shared-prefix reads");
+    /// absent: 1, off (every request reads its whole context).
+    #[serde(default)]
+    pub shared_kv_read: Option<f64>,
     /// vLLM's `max_model_len`: a turn of `[workload.conversations]` whose prompt + output exceeds
     /// it is refused (only with conversations).
     #[serde(default)]

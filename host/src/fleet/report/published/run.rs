@@ -264,6 +264,7 @@ fn level(
     conc: u64,
     per_slot: u64,
     arm: &dyn Fn(FleetConfig, u64) -> CliResult<FleetConfig>,
+    over: &EngineSettings,
 ) -> CliResult<Option<Level>> {
     let sc = Scenario::parse_any(text, name, default)?;
     let (Some(mut conv), Some(mut load)) = (sc.conversations, sc.load) else {
@@ -274,7 +275,7 @@ fn level(
     load.stages[0].concurrency = conc;
     load.stages[0].num_requests = per_slot * conc;
     let settings = sc.engine.clone().ok_or_else(|| CliError::failure(format!("{name}: no [fleet.engine]")))?;
-    let e = settings.config(&|k| format!("{name}: `fleet.engine.{k}`"))?;
+    let e = settings.overridden_by(over).config(&|k| format!("{name}: `fleet.engine.{k}`"))?;
     let cfg = batched(arm(sc.fleet, conc)?, e).map_err(config_error)?;
     let (res, sent) =
         crate::fleet::run::conversation::simulate_conversations::<Batched>(cfg, conv, load, false, None, name)?;
@@ -302,11 +303,12 @@ fn levels(
     confs: &[u64],
     per_slot: u64,
     arm: &dyn Fn(FleetConfig, u64) -> CliResult<FleetConfig>,
+    over: &EngineSettings,
     inc: &dyn Fn(),
 ) -> CliResult<LevelRun> {
     let mut v = Vec::new();
     for &c in confs {
-        v.push(level(text, name, default, c, per_slot, arm)?);
+        v.push(level(text, name, default, c, per_slot, arm, over)?);
         inc();
     }
     Ok(LevelRun { label: label.into(), levels: v })
@@ -314,19 +316,23 @@ fn levels(
 
 /// Both arms of code-generation and reasoning, every level, with requests per slot divided by
 /// `divisor` (at least 1: 1 is the published size).
-pub fn run_conversations(divisor: u64, inc: &dyn Fn()) -> CliResult<(Vec<LevelRun>, Vec<LevelRun>)> {
+pub fn run_conversations(
+    divisor: u64,
+    over: &EngineSettings,
+    inc: &dyn Fn(),
+) -> CliResult<(Vec<LevelRun>, Vec<LevelRun>)> {
     let per = |n: u64| (n / divisor.max(1)).max(1);
     let (cg, cgn, cgd) = (CODEGEN_TEXT, CODEGEN_NAME, "sticky-code-generation");
     let (rs, rsn, rsd) = (REASONING_TEXT, REASONING_NAME, "sticky-reasoning");
     let pt = |f: FleetConfig, seed: u64| matched(f, PREFIX_TOKEN_TEXT, PREFIX_TOKEN_NAME, seed);
     let rr = |f: FleetConfig, seed: u64| matched(f, ACTIVE_REQUEST_TEXT, ACTIVE_REQUEST_NAME, seed);
     let codegen = vec![
-        levels("prefix+token", cg, cgn, cgd, &CODEGEN_LEVELS, per(CODEGEN_PER_SLOT), &pt, inc)?,
-        levels("k8s service (random)", cg, cgn, cgd, &CODEGEN_LEVELS, per(CODEGEN_PER_SLOT), &service, inc)?,
+        levels("prefix+token", cg, cgn, cgd, &CODEGEN_LEVELS, per(CODEGEN_PER_SLOT), &pt, over, inc)?,
+        levels("k8s service (random)", cg, cgn, cgd, &CODEGEN_LEVELS, per(CODEGEN_PER_SLOT), &service, over, inc)?,
     ];
     let reasoning = vec![
-        levels("run-req", rs, rsn, rsd, &REASONING_LEVELS, per(REASONING_PER_SLOT), &rr, inc)?,
-        levels("k8s service (random)", rs, rsn, rsd, &REASONING_LEVELS, per(REASONING_PER_SLOT), &service, inc)?,
+        levels("run-req", rs, rsn, rsd, &REASONING_LEVELS, per(REASONING_PER_SLOT), &rr, over, inc)?,
+        levels("k8s service (random)", rs, rsn, rsd, &REASONING_LEVELS, per(REASONING_PER_SLOT), &service, over, inc)?,
     ];
     Ok((codegen, reasoning))
 }
@@ -363,8 +369,12 @@ pub const TABLE1_GATEWAY_MAX_IN_FLIGHT: u64 = 1_024;
 
 /// Runs the three tables with stage durations divided by `divisor` and the conversation runs'
 /// requests per slot by `conversation_divisor` (1, 1: as published); `inc` after each run.
-pub fn run(divisor: u64, conversation_divisor: u64, inc: &dyn Fn()) -> CliResult<Tables> {
-    let b = scaled(B2B_TEXT, B2B_NAME, "sticky-b2b-saas", divisor)?;
+///
+/// `over`: engine settings that override every run's scenario (`fleet tables --shared-kv-read`;
+/// the default overrides nothing).
+pub fn run(divisor: u64, conversation_divisor: u64, over: &EngineSettings, inc: &dyn Fn()) -> CliResult<Tables> {
+    let mut b = scaled(B2B_TEXT, B2B_NAME, "sticky-b2b-saas", divisor)?;
+    b.engine = b.engine.map(|e| e.overridden_by(over));
     let sc = table1_scenario(divisor, &b)?;
     let mut table1 = Vec::new();
     for p in TABLE1_PRESETS {
@@ -380,6 +390,6 @@ pub fn run(divisor: u64, conversation_divisor: u64, inc: &dyn Fn()) -> CliResult
         inc();
     }
     let conversation_divisor = conversation_divisor.max(1);
-    let (codegen, reasoning) = run_conversations(conversation_divisor, inc)?;
+    let (codegen, reasoning) = run_conversations(conversation_divisor, over, inc)?;
     Ok(Tables { stage_divisor: divisor.max(1), table1, b2b, codegen, reasoning, conversation_divisor })
 }
