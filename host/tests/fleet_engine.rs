@@ -394,9 +394,17 @@ fn bad_step_model_input_is_exit_2_naming_the_flag_or_the_file() {
             .unwrap()
             .replace("compute_ppm = 0\n", "compute_ppm = 1\nkv_memory_ppm = 1000001\n"),
     );
+    // a shared-prefix read factor past 1 (optional too: absent is off)
+    let bad_shared = tmp(
+        "bad-shared.toml",
+        &std::fs::read_to_string(&no_cal)
+            .unwrap()
+            .replace("compute_ppm = 0\n", "compute_ppm = 1\nshared_kv_read_ppm = 1000001\n"),
+    );
     let p = prof.to_str().unwrap();
     let n = no_cal.to_str().unwrap();
     let k = bad_kv.to_str().unwrap();
+    let sh = bad_shared.to_str().unwrap();
     for (flags, needles) in [
         (
             vec!["--engine", "batched", "--profile", "seed", "--step-model", "physics", "--capacity", "16"],
@@ -415,6 +423,7 @@ fn bad_step_model_input_is_exit_2_naming_the_flag_or_the_file() {
         (vec!["--engine", "batched", "--profile", p], vec!["bad-profile.toml", "missing field"]),
         (vec!["--engine", "batched", "--profile", n], vec!["no-cal.toml", "calibration.compute_ppm"]),
         (vec!["--engine", "batched", "--profile", k], vec!["bad-kv.toml", "calibration.kv_memory_ppm"]),
+        (vec!["--engine", "batched", "--profile", sh], vec!["bad-shared.toml", "calibration.shared_kv_read_ppm"]),
         (vec!["--engine", "batched", "--profile", "missing.toml"], vec!["--profile", "missing.toml"]),
     ] {
         let mut all = vec!["--pods", "2", "--router", "round-robin"];
@@ -426,6 +435,61 @@ fn bad_step_model_input_is_exit_2_naming_the_flag_or_the_file() {
         }
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+/// `--shared-kv-read` (docs/MODEL.md "Shared-prefix reads"): off by default (`1` is the default's
+/// output, byte for byte but the command line, and the summary names no factor), below 1 the
+/// decodes of requests sharing a prefix on a pod get cheaper (the first 300 conversation requests
+/// on 2 pods behind prefix-aware routing: ITL p50 falls with f), and the run names the factor;
+/// bad values, a linear profile and the FIFO engine are exit 2 naming the flag.
+#[test]
+fn shared_kv_read_flag_is_off_by_default_and_cheapens_shared_decodes() {
+    let (path, _) = head("conversation_trace.jsonl", 300);
+    let go = |extra: &[&str]| {
+        let out = bin()
+            .args(["fleet", "replay", "--trace"])
+            .arg(&path)
+            .args(["--pods", "2", "--capacity", "8192", "--router", "prefix-aware", "--json"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned(), err)
+    };
+    let phys = ["--engine", "batched", "--profile", "qwen3-32b-h100-tp2"];
+    let run = |extra: &[&str]| {
+        let flags: Vec<&str> = phys.into_iter().chain(extra.iter().copied()).collect();
+        let (code, out, err) = go(&flags);
+        assert_eq!(code, 0, "{flags:?}: {err}");
+        let mut v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        v.as_object_mut().unwrap().remove("provenance");
+        v
+    };
+    let (default, one) = (run(&[]), run(&["--shared-kv-read", "1"]));
+    assert_eq!(default, one);
+    assert!(default["physics"].get("shared_kv_read_ppm").is_none(), "{}", default["physics"]);
+    let (fit, zero) = (run(&["--shared-kv-read", "0.45"]), run(&["--shared-kv-read", "0"]));
+    assert_eq!(fit["physics"]["shared_kv_read_ppm"], 450_000);
+    assert_eq!(zero["physics"]["shared_kv_read_ppm"], 0);
+    let itl = |v: &serde_json::Value| v["itl_p50"].as_f64().unwrap();
+    assert!(itl(&default) > itl(&fit) && itl(&fit) > itl(&zero), "{} {} {}", itl(&default), itl(&fit), itl(&zero));
+    for (flags, needles) in [
+        (vec!["--shared-kv-read", "1.5"], vec!["--shared-kv-read", "between 0 and 1"]),
+        (vec!["--shared-kv-read", "0.1234567"], vec!["--shared-kv-read", "six digits"]),
+        (vec!["--shared-kv-read", "abc"], vec!["--shared-kv-read", "decimal"]),
+        (vec!["--shared-kv-read=-0.5"], vec!["--shared-kv-read", "between 0 and 1"]),
+    ] {
+        let all: Vec<&str> = phys.into_iter().chain(flags.iter().copied()).collect();
+        let (code, _, err) = go(&all);
+        assert_eq!(code, 2, "{flags:?}: {err}");
+        for needle in needles {
+            assert!(err.contains(needle), "{flags:?}: {needle:?} not in {err}");
+        }
+    }
+    let (code, _, err) = go(&["--engine", "batched", "--profile", "seed", "--shared-kv-read", "0.5"]);
+    assert!(code == 2 && err.contains("--shared-kv-read") && err.contains("physics"), "{err}");
+    let (code, _, err) = go(&["--shared-kv-read", "0.5"]);
+    assert!(code == 2 && err.contains("--shared-kv-read") && err.contains("only with --engine batched"), "{err}");
 }
 
 /// `--reserve-full-isl` (vLLM's full-sequence admission gate, docs/MODEL.md "One step"): off by

@@ -144,6 +144,10 @@ pub struct PhysicsPart {
     pub layer_ns: u64,
     /// Per all-reduce, ns.
     pub allreduce_ns: u64,
+    /// The shared-prefix read factor, ppm, when set below 1,000,000 (absent: off;
+    /// docs/MODEL.md "Shared-prefix reads").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_kv_read_ppm: Option<u32>,
 }
 
 impl PhysicsPart {
@@ -166,6 +170,7 @@ impl PhysicsPart {
             request_ns: c.request_ns,
             layer_ns: c.layer_ns,
             allreduce_ns: c.allreduce_ns,
+            shared_kv_read_ppm: p.shares_kv_reads().then_some(c.shared_kv_read_ppm),
         }
     }
 }

@@ -492,3 +492,27 @@ pub fn batched(cfg: FleetConfig, e: BatchedConfig) -> Result<FleetConfig, CoreEr
     }
     Ok(b)
 }
+
+#[cfg(test)]
+mod shared_kv_read_tests {
+    use super::parse_fraction_ppm;
+
+    #[test]
+    fn a_fraction_is_read_exactly_in_ppm() {
+        for (text, ppm) in [
+            ("0", 0),
+            ("1", 1_000_000),
+            ("1.0", 1_000_000),
+            ("0.45", 450_000),
+            (".5", 500_000),
+            ("0.000001", 1),
+            ("0.4500000", 450_000),
+            ("0.999999", 999_999),
+        ] {
+            assert_eq!(parse_fraction_ppm(text), Ok(ppm), "{text}");
+        }
+        for bad in ["", ".", "1.000001", "2", "-0.1", "0.1234567", "abc", "0,5", "1e-3", "0.5.1", "99999999"] {
+            assert!(parse_fraction_ppm(bad).is_err(), "{bad}");
+        }
+    }
+}
