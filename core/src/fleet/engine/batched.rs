@@ -1846,7 +1846,8 @@ impl<'a> BatchedEngine<'a> {
     /// not price them. Every running request holding a block counts as a reader (a prefill chunk
     /// reads its cached blocks in the same step; docs/MODEL.md "Shared-prefix reads"). Constant
     /// during a decode run: nothing is admitted or released and a block taken at a boundary is
-    /// its request's own (one more reference and one more pinned block).
+    /// its request's own (one more reference and one more pinned block); and the cap does not
+    /// bind there (every holder decodes, and a shared block is a full block of its context).
     #[inline]
     fn decode_shared(&self, decode_cached: u64) -> u64 {
         if !self.cfg.cost.shares_kv_reads() {
