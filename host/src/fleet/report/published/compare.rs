@@ -58,11 +58,11 @@ pub fn median_error(cells: &[Cell]) -> Option<f64> {
     Some(if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 })
 }
 
-const WHY_TOK: &str = "938 counted of the 1,000 generated tokens per successful request (A1: the 2025 report's 0.1237 counted output per counted prompt token x 7,580 counted prompt tokens); the 2025 gateway fails a request sent while 1,024 are in flight at once (A12: 1,024 of each stage of about 1,500 requests succeed, 3,839 of the 16,334 ladder requests fail, so the run counts 11.7 M tokens against the 12.4 M its chart gives); the physics step cost of tables 2-3 (decode steps priced by their context)";
+const WHY_TOK: &str = "938 counted of the 1,000 generated tokens per successful request (A1: the 2025 report's 0.1237 counted output per counted prompt token x 7,580 counted prompt tokens); the 2025 gateway fails a request sent while 1,024 are in flight at once (A12: 1,024 of each stage of about 1,500 requests succeed, 3,839 of the 16,334 ladder requests fail, so the run counts 11.7 M tokens against the 12.4 M its chart gives); the physics step cost of tables 2-3 (decode steps priced by their context, a shared prefix block's extra reads at A16's 0.45 of a full read)";
 const WHY_TTFT: &str = "client TTFT over drained stages; the model has no request path outside vLLM (A7: gateway, router, HTTP, tokenization: zero here, no measurement of it found)";
-const WHY_TTFT_APPROX: &str = "client TTFT over drained stages; the approximate index as GIE v0.5.1 ran it (the first 256 blocks of 64 bytes of a prompt, 168 16-token keys: every user of a group looks alike), the queue and kv-cache scorers reading vLLM's gauges as GIE scrapes them, and the prompts as the server tokenized them (A13: 6,315 + 1,265 tokens, the 6,000 + 1,200 random token ids of the workload file decoded and encoded again): the groups stay on their pods up to 35 req/s (TTFT p90 per ladder stage 0.10-1.00 s; published 0.40-2.46 s) and the pods queue from 40 req/s as published (TTFT p90 46.3-51.6 s at 40-60 req/s against 43.0-50.2 s); with the configured 6,000 + 1,200 the same run kept its groups up to 46 req/s (TTFT p90 0.35-0.58 s at 40-46 req/s); the row is bistable at this load: over workload seeds 1-20 (prompt order and send times; A10 runs seed 13) this cell ranges 0.5-30.9 s (median 21.6 s, -30%; 0.3-23.7 s, median 9.9 s, with the configured lengths), as the pods first queue at 40 req/s or later, where the load, random and precise TTFT p90 cells stay within 79.2-84.8 s, 81.1-83.6 s and 0.24-0.29 s over seeds 1-8";
-const WHY_TTFT_BLIND: &str = "client TTFT over drained stages; with the prompts as the server tokenized them (A13) the stages of about 750 requests at 20-30 req/s give TTFT p90 63.6-81.0 s against the published 70.3-86.2 s (35-46 s with the configured 6,000 + 1,200); the 35 req/s stage (735 requests in 21 s) stays low (50.2-55.0 s against 88.1-91.5 s, not found why), and 40-60 req/s are 4-11% lower (93.4-102.5 s against 100.9-113.3 s, the gateway's 1,024 in flight bounding both, A12)";
-const WHY_WAIT_PRECISE: &str = "; precise preempts 3,098 times, almost all from the 40 req/s stage on (vLLM's recompute rule; 2,357 with the configured 6,000 + 1,200-token prompts, 9,416 before the gateway's limit): with the gateway's 1,024 requests in flight (128 per pod) the groups' cached prompts and the output blocks still exceed 19,208 blocks at the peak, where the published run's KV usage peaks at 85-89% per stage (its per-pod chart) and shows no waiting queue; the simulated decode step is 65-69 ms against the published run's 54-58 ms (2 x ITL mean)";
+const WHY_TTFT_APPROX: &str = "client TTFT over drained stages; the approximate index as GIE v0.5.1 ran it (the first 256 blocks of 64 bytes of a prompt, 168 16-token keys: every user of a group looks alike), the queue and kv-cache scorers reading vLLM's gauges as GIE scrapes them, and the prompts as the server tokenized them (A13: 6,315 + 1,265 tokens, the 6,000 + 1,200 random token ids of the workload file decoded and encoded again): the groups stay on their pods up to 35 req/s (TTFT p90 per ladder stage 0.10-0.96 s; published 0.40-2.46 s) and the pods queue from 40 req/s as published (TTFT p90 38.1-45.8 s at 40-60 req/s against 43.0-50.2 s); measured before A16 (every read of a shared block at full price): with the configured 6,000 + 1,200 the same run kept its groups up to 46 req/s (TTFT p90 0.35-0.58 s at 40-46 req/s); the row is bistable at this load: over workload seeds 1-20 (prompt order and send times; A10 runs seed 13) this cell ranges 0.5-30.9 s (median 21.6 s, -30%; 0.3-23.7 s, median 9.9 s, with the configured lengths), as the pods first queue at 40 req/s or later, where the load, random and precise TTFT p90 cells stay within 79.2-84.8 s, 81.1-83.6 s and 0.24-0.29 s over seeds 1-8";
+const WHY_TTFT_BLIND: &str = "client TTFT over drained stages; with the prompts as the server tokenized them (A13) the stages of about 750 requests at 20-30 req/s give TTFT p90 62.0-78.7 s against the published 70.3-86.2 s (35-46 s with the configured 6,000 + 1,200, before A16); the 35 req/s stage (735 requests in 21 s) stays low for random (48.9 s; load 77.2 s; published 88.1-91.5 s, not found why), and 40-60 req/s are 4-15% lower (91.6-101.1 s against 100.9-113.3 s, the gateway's 1,024 in flight bounding both, A12)";
+const WHY_WAIT_PRECISE: &str = " times, almost all from the 40 req/s stage on (vLLM's recompute rule; before A16's shared reads 3,098, and 2,357 of those with the configured 6,000 + 1,200-token prompts, 9,416 before the gateway's limit): with the gateway's 1,024 requests in flight (128 per pod) the groups' cached prompts and the output blocks still exceed 19,208 blocks at the peak, where the published run's KV usage peaks at 85-89% per stage (its per-pod chart) and shows no waiting queue; the simulated decode step (client TPOT p50 at 40-60 req/s) is";
 const WHY_WAIT: &str = "the published figure's definition: the mean over the EPP's scheduling decisions and the 8 candidate pods of the `WaitingQueueSize` each decision read (vLLM's `num_requests_waiting` as the EPP last scraped it, every 50 ms; GIE v0.5.1 logs its candidates twice per cycle, `scheduler_profile.go` L127, L146, and the report generator averages the pods of every such line, so the published 206,912-209,104 data points are 2 x 8 x the requests the EPP scheduled); simulated the same way at every routing decision (`mean_waiting_routed`)";
 
 fn table1(t: &Tables) -> Vec<Cell> {
@@ -100,11 +100,32 @@ fn table1(t: &Tables) -> Vec<Cell> {
             ),
             _ => String::new(),
         };
-        let why_wait =
-            if i == 0 { format!("{WHY_WAIT}{timed}{WHY_WAIT_PRECISE}") } else { format!("{WHY_WAIT}{timed}") };
+        let why_wait = match r {
+            Some(r) if i == 0 => format!(
+                "{WHY_WAIT}{timed}; precise preempts {}{WHY_WAIT_PRECISE} {} against the published run's 54-58 ms (2 x ITL mean)",
+                thousands(r.preemptions),
+                heavy_tpot_ms(r)
+            ),
+            _ => format!("{WHY_WAIT}{timed}"),
+        };
         out.push(mk("wait queue (mean)", wait, p.wait_queue, p.wait_queue < 1.0, &why_wait));
     }
     out
+}
+
+/// The range of a table 1 run's client TPOT p50 over its ladder stages at 40 req/s and above, ms
+/// ("n/a" when no such stage ran).
+fn heavy_tpot_ms(r: &StagedRun) -> String {
+    let heavy: Vec<f64> = r
+        .rates
+        .iter()
+        .zip(&r.stages)
+        .filter(|(rate, _)| **rate >= 40.0)
+        .filter_map(|(_, s)| s.as_ref().map(|s| s.tpot_p50_s * 1e3))
+        .collect();
+    let lo = heavy.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = heavy.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if heavy.is_empty() || !lo.is_finite() || !hi.is_finite() { "n/a".into() } else { format!("{lo:.1}-{hi:.1} ms") }
 }
 
 /// A9's load points of the published b2b rows (warmup left out).
