@@ -211,7 +211,7 @@ impl<'a> FusedLru<'a> {
             // A count stays raised while the entry that passed is stored on, however many
             // entries left the bucket since: in a small table every bucket may count one, so
             // the probe also stops after a whole turn.
-            if bucket[self.count_lane()] == 0 || b == h.home {
+            if bucket[0] == 0 || b == h.home {
                 return None;
             }
         }
@@ -259,15 +259,6 @@ impl<'a> FusedLru<'a> {
             self.table[home][0] -= count;
             home = (home + 1) & mask;
         }
-    }
-
-    /// 0, the count's lane, as a value the compiler cannot fold: a probe that read the count as
-    /// `bucket[0]` would share that lane's load with the lane compare, and the compiler then
-    /// compares all four lanes one by one instead of with one vector compare (measured in
-    /// `holders`' probe, branch pb35).
-    #[inline(always)]
-    fn count_lane(&self) -> usize {
-        (self.entry_lanes & 1) as usize
     }
 
     /// `key`'s tag and home in this table, valid for every [`FusedLru`] of the same sides'
