@@ -16,13 +16,21 @@
 //! same hits, the same keys held, in the same recency order.
 //!
 //! Layout: `capacity(Pod) + capacity(Router)` slots (the most distinct keys the two can hold) of
-//! 24 bytes, and a tag-homed `u32` table (as [`LruPod`]'s: `tag | (slot + 1)`, home from the
-//! tag) of at least [`FusedLru::min_table_len`] entries.
+//! 24 bytes, and a tag-homed `u32` table (entries `tag | (slot + 1)` as [`LruPod`]'s, home from
+//! the tag) of at least [`FusedLru::min_table_len`] entries, probed by buckets of 4 (16 bytes;
+//! branch pb35, after pb34's buckets of 8): lane 0 of a bucket counts the entries whose probe
+//! passed it (homed at an earlier bucket, stored at a later one), lanes 1 to 3 hold entries. A
+//! probe compares a bucket's lanes at once (one SSE2 compare on x86-64, [`lanes`]) and moves to
+//! the next bucket only when the count is not 0, and at most once around the table; a removal
+//! clears its lane and the counts it had raised (no backward shift), an insertion takes the
+//! first empty lane from the home bucket on. The buckets' entry lanes are 3/4 of the table, at
+//! least 1.5 x the slots, so the table never fills. The table's layout differs from the linear
+//! probing it replaced, not its answers (`tests::fused_is_two_lrus` checks them, and the
+//! buckets' counts, after every request).
 //!
 //! [`ApproxIndex`]: super::approx::ApproxIndex
 
 use super::lru::{Homed, LruPod};
-use super::table;
 use crate::fleet::base::error::{Buffer, Error, Field};
 use crate::fleet::base::limits::MAX_POD_BLOCKS;
 
@@ -30,6 +38,28 @@ use crate::fleet::base::limits::MAX_POD_BLOCKS;
 const NIL: u32 = u32::MAX;
 /// In `prev`: the slot is not a member of that side.
 const OUT: u32 = u32::MAX - 1;
+/// Table entries per bucket (16 bytes): lane 0 the bucket's overflow count, lanes 1.. entries.
+const LANES: usize = 4;
+/// The entry lanes of a bucket, as a lane mask ([`FusedLru`] keeps it in a field, so that the
+/// compiler does not drop lane 0 from the vector compare and compare the rest one by one).
+const ENTRY_LANES: u32 = 0b1110;
+/// Shortest table: two buckets.
+const MIN_TABLE: usize = 2 * LANES;
+
+/// The lanes `j` of `bucket` with `bucket[j] & and == want`, as a lane mask, without a branch.
+/// Plain Rust that the compiler turns into one SSE2 compare on x86-64 (an unaligned 16-byte
+/// load, `pand`, `pcmpeqd`, `movmskps`: checked in the release build's assembly; the
+/// `core::arch` intrinsics would need `unsafe`, which the core denies) and into four scalar
+/// compares elsewhere (the firmware's Cortex-M3): the same answer either way
+/// (`tests::lane_compare_is_per_lane`).
+#[inline(always)]
+fn lanes(bucket: &[u32; LANES], and: u32, want: u32) -> u32 {
+    let mut m = 0u32;
+    for (j, &e) in bucket.iter().enumerate() {
+        m |= u32::from(e & and == want) << j;
+    }
+    m
+}
 
 /// Which of the two LRUs a touch or a question is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +88,8 @@ impl Default for FusedSlot {
 #[derive(Debug)]
 pub struct FusedLru<'a> {
     slots: &'a mut [FusedSlot],
-    table: &'a mut [u32],
+    table: &'a mut [[u32; LANES]],
+    /// Buckets - 1.
     mask: usize,
     slot_mask: u32,
     slot_bits: u32,
@@ -72,6 +103,8 @@ pub struct FusedLru<'a> {
     free: u32,
     /// Slots ever used (the rest are taken in order before the free list).
     used: u32,
+    /// [`ENTRY_LANES`], read at run time (see there).
+    entry_lanes: u32,
 }
 
 impl<'a> FusedLru<'a> {
@@ -80,10 +113,11 @@ impl<'a> FusedLru<'a> {
         pod.saturating_add(router)
     }
 
-    /// Shortest table accepted: the smallest power of two >= 2 x slots (at most half full; a
-    /// quarter full when both sides hold the same keys).
+    /// Shortest table accepted: the smallest power of two >= 2 x slots and >= 8, two buckets
+    /// (at most half full; a quarter full when both sides hold the same keys).
     pub const fn min_table_len(pod: usize, router: usize) -> usize {
-        LruPod::min_table_len(Self::slots_len(pod, router))
+        let t = LruPod::min_table_len(Self::slots_len(pod, router));
+        if t != 0 && t < MIN_TABLE { MIN_TABLE } else { t }
     }
 
     /// Whether a table of [`Self::min_table_len`] for these sides is tag-homed (what
@@ -115,6 +149,7 @@ impl<'a> FusedLru<'a> {
         table.fill(0);
         slots.fill(FusedSlot::default());
         let slot_mask = u32::MAX.checked_shr(32 - slot_bits).unwrap_or(0);
+        let (table, _) = table.as_chunks_mut::<LANES>();
         Ok(FusedLru {
             mask: table.len() - 1,
             slots,
@@ -127,6 +162,7 @@ impl<'a> FusedLru<'a> {
             tail: [NIL; 2],
             free: NIL,
             used: 0,
+            entry_lanes: ENTRY_LANES,
         })
     }
 
@@ -145,26 +181,83 @@ impl<'a> FusedLru<'a> {
         self.len == [0, 0]
     }
 
-    /// Table position and slot of `key` (held by either side), or the empty position that ended
-    /// the probe.
+    /// The slot of `key` (held by either side), if it is in the table.
     #[inline(always)]
-    fn probe(&self, key: u64) -> Result<u32, usize> {
+    fn probe(&self, key: u64) -> Option<u32> {
+        let h = self.homed(key);
+        self.find(h)
+    }
+
+    /// The slot of `h`'s key from its home bucket on: a vector compare of a bucket's tags, the
+    /// keys of the slots whose tag matches, and the next bucket only while the one just searched
+    /// counts an entry that passed it.
+    #[inline(always)]
+    fn find(&self, h: Homed) -> Option<u32> {
         let (slot_mask, mask) = (self.slot_mask, self.mask);
-        let hi = (key >> 32) as u32;
-        let tag = hi & !slot_mask;
-        let mut i = (hi >> self.slot_bits) as usize & mask;
+        let mut b = h.home;
         loop {
-            let e = self.table[i];
-            if e == 0 {
-                return Err(i);
-            }
-            if e & !slot_mask == tag {
-                let s = (e & slot_mask) - 1;
-                if self.slots[s as usize].key == key {
-                    return Ok(s);
+            let bucket = &self.table[b];
+            // A slot part of 0 (an empty lane when the tag is 0) names slot `u32::MAX`, out of
+            // range.
+            let mut m = lanes(bucket, !slot_mask, h.tag) & self.entry_lanes;
+            while m != 0 {
+                let s = (bucket[m.trailing_zeros() as usize] & slot_mask).wrapping_sub(1);
+                if self.slots.get(s as usize).is_some_and(|slot| slot.key == h.key) {
+                    return Some(s);
                 }
+                m &= m - 1;
             }
-            i = (i + 1) & mask;
+            b = (b + 1) & mask;
+            // A count stays raised while the entry that passed is stored on, however many
+            // entries left the bucket since: in a small table every bucket may count one, so
+            // the probe also stops after a whole turn.
+            if bucket[0] == 0 || b == h.home {
+                return None;
+            }
+        }
+    }
+
+    /// Enters slot `s` of a key whose upper half is `hi` (not in the table): the first empty
+    /// lane from its home bucket on, counting each full bucket passed.
+    #[inline(always)]
+    fn insert(&mut self, hi: u32, s: u32) {
+        let (mask, count) = (self.mask, 1 << self.slot_bits);
+        let entry = (hi & !self.slot_mask) | (s + 1);
+        let home = (hi >> self.slot_bits) as usize & mask;
+        let mut b = home;
+        loop {
+            let bucket = &mut self.table[b];
+            let free = lanes(bucket, u32::MAX, 0) & self.entry_lanes;
+            if free != 0 {
+                bucket[free.trailing_zeros() as usize] = entry;
+                return;
+            }
+            bucket[0] += count;
+            b = (b + 1) & mask;
+            debug_assert!(b != home, "the buckets hold more lanes than slots");
+        }
+    }
+
+    /// Clears the entry of slot `v`, whose key is `key`, and the counts its insertion raised.
+    #[inline(always)]
+    fn remove(&mut self, key: u64, v: u32) {
+        let (slot_mask, mask, count) = (self.slot_mask, self.mask, 1 << self.slot_bits);
+        let mut home = ((key >> 32) as u32 >> self.slot_bits) as usize & mask;
+        let mut b = home;
+        loop {
+            let bucket = &mut self.table[b];
+            // Lane 0's slot part is 0: it never matches.
+            let m = lanes(bucket, slot_mask, v + 1);
+            if m != 0 {
+                bucket[m.trailing_zeros() as usize] = 0;
+                break;
+            }
+            b = (b + 1) & mask;
+            debug_assert!(b != home, "a freed slot's entry is in the table");
+        }
+        while home != b {
+            self.table[home][0] -= count;
+            home = (home + 1) & mask;
         }
     }
 
@@ -183,27 +276,13 @@ impl<'a> FusedLru<'a> {
     /// [`ApproxIndex::holders`]: super::approx::ApproxIndex::holders
     #[inline(always)]
     pub fn router_holds(&self, h: Homed) -> bool {
-        let (table, slot_mask, mask) = (&*self.table, self.slot_mask, self.mask);
-        let mut i = h.home;
-        loop {
-            let e = table[i];
-            if e == 0 {
-                return false;
-            }
-            if e & !slot_mask == h.tag {
-                let slot = &self.slots[((e & slot_mask) - 1) as usize];
-                if slot.key == h.key {
-                    return slot.link[1][0] != OUT;
-                }
-            }
-            i = (i + 1) & mask;
-        }
+        self.find(h).is_some_and(|s| self.slots[s as usize].link[1][0] != OUT)
     }
 
     /// True when `side` holds `key`.
     #[inline]
     pub fn contains(&self, side: Side, key: u64) -> bool {
-        self.probe(key).is_ok_and(|s| self.slots[s as usize].link[side as usize][0] != OUT)
+        self.probe(key).is_some_and(|s| self.slots[s as usize].link[side as usize][0] != OUT)
     }
 
     /// The largest h such that `side` holds all of `keys[..h]`.
@@ -239,10 +318,9 @@ impl<'a> FusedLru<'a> {
     }
 
     /// Drops side S's least recent key from S; when the other side does not hold it either,
-    /// its table entry and slot are freed and the empty position that ended its probe run
-    /// (before the removal) is returned, else `usize::MAX`.
+    /// its table entry and slot are freed.
     #[inline(always)]
-    fn evict<const S: usize>(&mut self) -> usize {
+    fn evict<const S: usize>(&mut self) {
         let v = self.tail[S];
         // The tail's unlink: it has no next, so only its predecessor (or the head) changes.
         let prev = self.slots[v as usize].link[S][0];
@@ -255,42 +333,27 @@ impl<'a> FusedLru<'a> {
         let slot = &mut self.slots[v as usize];
         slot.link[S] = [OUT, NIL];
         if slot.link[1 - S][0] != OUT {
-            return usize::MAX;
+            return;
         }
-        let (mask, slot_bits, slot_mask) = (self.mask, self.slot_bits, self.slot_mask);
-        let mut j = ((slot.key >> 32) as u32 >> slot_bits) as usize & mask;
-        let mut run_end = usize::MAX;
-        loop {
-            let e = self.table[j];
-            if e == 0 {
-                break;
-            }
-            if e & slot_mask == v + 1 {
-                run_end = table::remove_tagged(self.table, slot_bits, j);
-                break;
-            }
-            j = (j + 1) & mask;
-        }
+        let key = slot.key;
+        self.remove(key, v);
         self.slots[v as usize].link[0][1] = self.free;
         self.free = v;
-        run_end
     }
 
     /// Makes `key` side S's most recent key, adding it (and dropping S's least recent key when S
     /// is full) if S does not hold it. Returns whether S held it.
     #[inline(always)]
     fn touch_side<const S: usize>(&mut self, key: u64) -> bool {
-        let empty = match self.probe(key) {
+        if let Some(s) = self.probe(key) {
             // In the table: held by S, or by the other side only (S then takes the same slot).
-            Ok(s) => return self.touch_slot::<S>(s),
-            Err(empty) => empty,
-        };
-        let stale = if self.len[S] == self.cap[S] {
-            self.evict::<S>() == empty
+            return self.touch_slot::<S>(s);
+        }
+        if self.len[S] == self.cap[S] {
+            self.evict::<S>();
         } else {
             self.len[S] += 1;
-            false
-        };
+        }
         let s = if self.free != NIL {
             let s = self.free;
             self.free = self.slots[s as usize].link[0][1];
@@ -301,16 +364,7 @@ impl<'a> FusedLru<'a> {
         };
         self.slots[s as usize] = FusedSlot { key, link: [[OUT, NIL]; 2] };
         self.push_head::<S>(s);
-        let hi = (key >> 32) as u32;
-        let mut at = empty;
-        if stale {
-            // The removal shortened the probe run that ended at `empty`: probe again.
-            at = (hi >> self.slot_bits) as usize & self.mask;
-            while self.table[at] != 0 {
-                at = (at + 1) & self.mask;
-            }
-        }
-        self.table[at] = (hi & !self.slot_mask) | (s + 1);
+        self.insert((key >> 32) as u32, s);
         false
     }
 
@@ -414,6 +468,33 @@ mod tests {
     use proptest::prelude::*;
     use std::{vec, vec::Vec};
 
+    impl FusedLru<'_> {
+        /// The buckets' invariant: each entry carries its key's tag, and each bucket's count is
+        /// the number of entries homed at an earlier bucket and stored at a later one (what the
+        /// probes rely on to stop; a count too high only lengthens them, so the answers alone
+        /// would not show it).
+        fn check_buckets(&self) {
+            let mut want = vec![0u32; self.table.len()];
+            for (b, bucket) in self.table.iter().enumerate() {
+                for &e in &bucket[1..] {
+                    if e == 0 {
+                        continue;
+                    }
+                    let h = self.homed(self.slots[((e & self.slot_mask) - 1) as usize].key);
+                    assert_eq!(e & !self.slot_mask, h.tag, "an entry's tag is its key's");
+                    let mut c = h.home;
+                    while c != b {
+                        want[c] += 1;
+                        c = (c + 1) & self.mask;
+                    }
+                }
+            }
+            let got: Vec<u32> = self.table.iter().map(|b| b[0] >> self.slot_bits).collect();
+            assert_eq!(got, want, "bucket counts");
+            assert!(self.table.iter().all(|b| b[0] & self.slot_mask == 0), "a count's slot part is 0");
+        }
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(500))]
         /// The fused table against its oracle, a pod [`LruPod`] and a router [`LruPod`] per pod
@@ -492,6 +573,8 @@ mod tests {
                     fused[a].touch_each(Side::Pod, keys.iter().copied());
                 }
                 for p in 0..pods {
+                    fused[p].check_buckets();
+                    fused_req[p].check_buckets();
                     for &k in &universe {
                         prop_assert_eq!(router_lru[p].contains(k), fused[p].contains(Side::Router, k));
                         prop_assert_eq!(pod_lru[p].contains(k), fused[p].contains(Side::Pod, k));
@@ -515,10 +598,35 @@ mod tests {
         }
     }
 
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(5000))]
+        /// The bucket compare (vectorized on x86-64) against a lane-by-lane filter, on random
+        /// buckets whose lanes often equal `want` under `and` (lanes drawn from a few values,
+        /// masks the table's own: all ones, the tag part, the slot part).
+        #[test]
+        fn lane_compare_is_per_lane(
+            pick in proptest::collection::vec(0usize..6, LANES),
+            vals in proptest::collection::vec(any::<u32>(), 4),
+            slot_bits in 1u32..31,
+            which in 0usize..3,
+            want_pick in 0usize..6,
+        ) {
+            let from = |i: usize| if i < 4 { vals[i] } else if i == 4 { 0 } else { u32::MAX };
+            let bucket: [u32; LANES] = core::array::from_fn(|j| from(pick[j]));
+            let slot_mask = u32::MAX >> (32 - slot_bits);
+            let and = [u32::MAX, !slot_mask, slot_mask][which];
+            let want = from(want_pick) & and;
+            let per_lane: u32 = (0..LANES).filter(|&j| bucket[j] & and == want).map(|j| 1 << j).sum();
+            prop_assert_eq!(lanes(&bucket, and, want), per_lane);
+        }
+    }
+
     #[test]
     fn refuses_what_it_cannot_tag_home() {
         let (mut s, mut t) = (vec![FusedSlot::default(); 4], vec![0u32; 4]);
         assert!(FusedLru::new(2, 2, &mut s, &mut t).is_err(), "table below 2 x slots");
+        let (mut s, mut t) = (vec![FusedSlot::default(); 2], vec![0u32; 4]);
+        assert!(FusedLru::new(1, 1, &mut s, &mut t).is_err(), "table below two buckets");
         let (mut s, mut t) = (vec![FusedSlot::default(); 4], vec![0u32; 8]);
         assert!(FusedLru::new(2, 2, &mut s, &mut t).is_ok());
         assert!(FusedLru::new(0, 4, &mut s, &mut t).is_err());
