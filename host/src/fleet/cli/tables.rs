@@ -25,7 +25,7 @@ pub struct TablesArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
     pub conversation_divisor: u64,
     /// The shared-prefix read factor of every run's physics profile, a decimal in [0, 1] (at most
-    /// six digits after the point; default: the scenarios', 1: off; docs/MODEL.md "Shared-prefix
+    /// six digits after the point; default: the scenarios', 0.45 (A16); docs/MODEL.md "Shared-prefix
     /// reads"). An empirical factor; docs/PUBLISHED.md "Shared-prefix reads as a calibrated
     /// factor (t26j)".
     #[arg(long, value_name = "F")]

@@ -141,6 +141,9 @@ pub struct Tables {
     pub reasoning: Vec<LevelRun>,
     /// Requests per slot of the conversation runs were divided by this (1: as published).
     pub conversation_divisor: u64,
+    /// The shared-prefix read factor every run used (A16: the scenarios' `shared_kv_read`, or
+    /// `fleet tables --shared-kv-read`), as written; None: off (every read at full price).
+    pub shared_kv_read: Option<String>,
 }
 
 /// The largest stage divisor `fleet report` gives the tables, whatever its `--shrink`: at 1/8 the
@@ -391,5 +394,6 @@ pub fn run(divisor: u64, conversation_divisor: u64, over: &EngineSettings, inc: 
     }
     let conversation_divisor = conversation_divisor.max(1);
     let (codegen, reasoning) = run_conversations(conversation_divisor, over, inc)?;
-    Ok(Tables { stage_divisor: divisor.max(1), table1, b2b, codegen, reasoning, conversation_divisor })
+    let shared_kv_read = b.engine.as_ref().and_then(|e| e.shared_kv_read.clone());
+    Ok(Tables { stage_divisor: divisor.max(1), table1, b2b, codegen, reasoning, conversation_divisor, shared_kv_read })
 }
