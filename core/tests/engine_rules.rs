@@ -744,21 +744,8 @@ fn decode_runs_through_block_boundaries_are_exact() {
         let gap_ns = if case % 2 == 0 { 400_000 } else { 40_000 };
         let reqs = draw_requests(&mut x, n, Draw { gap_ns, prefixes: 3, shared: 5, unique: 3, out: 400 }, cap);
         let cfg = FleetConfig { alpha: 16.0, ..FleetConfig::new(pods, cap, router) };
-        let mut slow = e;
-        slow.fast_forward = false;
-        let mut per_block = e;
-        per_block.block_runs = false;
-        let (want, _) = run_routed(cfg, slow, &reqs, false);
-        for (name, ecfg, events) in
-            [("fast", e, false), ("fast, event by event", e, true), ("per block", per_block, true)]
-        {
-            let (got, longest) = run_routed(cfg, ecfg, &reqs, events);
-            assert_eq!(got.done, want.done, "case {case} {router:?} {name}: completions");
-            assert_eq!(got.itl, want.itl, "case {case} {router:?} {name}: ITL samples");
-            assert_eq!(got.stats, want.stats, "case {case} {router:?} {name}: counters");
-            assert_eq!(got.pods, want.pods, "case {case} {router:?} {name}: routing");
-            through += u64::from(longest > 16);
-        }
+        let (want, runs) = fast_paths_are_step_by_step(&format!("case {case} {router:?}"), cfg, e, &reqs);
+        through += runs;
         preempted += want.stats.iter().map(|s| s.preemptions).sum::<u64>();
     }
     assert!(preempted > 50, "the cases must preempt: {preempted}");
@@ -809,6 +796,29 @@ fn the_physics_step_cost_drives_the_engine_and_fast_forward_stays_exact() {
 }
 
 /// A physics configuration with the shared-prefix read factor at `ppm`.
+/// Step by step (the oracle) against fast-forward fed arrival by arrival, fast-forward fed event
+/// by event, and the per-block pool event by event: every completion, ITL sample, counter and
+/// routing decision equal (`what` names the case). Returns the step-by-step run and how many of
+/// the three ran a single advance of more than 16 steps (through a block boundary).
+fn fast_paths_are_step_by_step(what: &str, cfg: FleetConfig, e: BatchedConfig, reqs: &[R]) -> (Run, u64) {
+    let mut slow = e;
+    slow.fast_forward = false;
+    let mut per_block = e;
+    per_block.block_runs = false;
+    let (want, _) = run_routed(cfg, slow, reqs, false);
+    let mut through = 0;
+    for (name, ecfg, events) in [("fast", e, false), ("fast, event by event", e, true), ("per block", per_block, true)]
+    {
+        let (got, longest) = run_routed(cfg, ecfg, reqs, events);
+        assert_eq!(got.done, want.done, "{what} {name}: completions");
+        assert_eq!(got.itl, want.itl, "{what} {name}: ITL samples");
+        assert_eq!(got.stats, want.stats, "{what} {name}: counters");
+        assert_eq!(got.pods, want.pods, "{what} {name}: routing");
+        through += u64::from(longest > 16);
+    }
+    (want, through)
+}
+
 fn shared_physics(profile: PhysicsProfile, ppm: u32) -> BatchedConfig {
     let mut e = BatchedConfig::physics(profile).unwrap();
     let p = profile.physics().unwrap();
@@ -909,23 +919,11 @@ fn decode_runs_with_shared_kv_reads_are_exact() {
         let gap_ns = if case % 2 == 0 { 40_000_000 } else { 4_000_000 };
         let reqs = draw_requests(&mut x, n, Draw { gap_ns, prefixes: 3, shared: 5, unique: 3, out: 300 }, cap);
         let cfg = FleetConfig { alpha: 16.0, ..FleetConfig::new(pods, cap, router) };
-        let mut slow = e;
-        slow.fast_forward = false;
-        let mut per_block = e;
-        per_block.block_runs = false;
-        let (want, _) = run_routed(cfg, slow, &reqs, false);
-        for (name, ecfg, events) in
-            [("fast", e, false), ("fast, event by event", e, true), ("per block", per_block, true)]
-        {
-            let (got, longest) = run_routed(cfg, ecfg, &reqs, events);
-            assert_eq!(got.done, want.done, "case {case} {router:?} {name}: completions");
-            assert_eq!(got.itl, want.itl, "case {case} {router:?} {name}: ITL samples");
-            assert_eq!(got.stats, want.stats, "case {case} {router:?} {name}: counters");
-            assert_eq!(got.pods, want.pods, "case {case} {router:?} {name}: routing");
-            through += u64::from(longest > 16);
-        }
+        let (want, runs) = fast_paths_are_step_by_step(&format!("case {case} {router:?}"), cfg, e, &reqs);
+        through += runs;
         // not vacuous: the factor changes the run against f = 1
-        let mut off = slow;
+        let mut off = e;
+        off.fast_forward = false;
         off.cost = StepCost::Physics(profile.physics().unwrap());
         let (base, _) = run_routed(cfg, off, &reqs, false);
         moved += u64::from(base.done != want.done);
