@@ -219,10 +219,11 @@ impl Physics {
         // Attention: FLOPs of the query-key pairs; KV bytes read (cached tokens) and written (new).
         let (fl, sl) = (f.full_layers, f.sliding_layers);
         let kv_ppm = if c.kv_memory_ppm == 0 { c.memory_ppm } else { c.kv_memory_ppm };
-        let attention = |pairs: u128, pairs_w: u128, kv: u128, kv_w: u128| -> Result<u128, Error> {
+        // `unread`: KV bytes of the full-attention layers the step does not read from HBM
+        let attention = |pairs: u128, pairs_w: u128, kv: u128, kv_w: u128, unread: u128| -> Result<u128, Error> {
             let flops = mul(f.pair_flops, sum(&[mul(fl, pairs)?, mul(sl, pairs_w)?])?)?;
             let bytes = mul(f.kv_bytes, sum(&[mul(fl, kv)?, mul(sl, kv_w)?])?)?;
-            Ok(at_rate_ns(flops, f.bf16_rate, c.attention_ppm)?.max(at_rate_ns(bytes, hbm, kv_ppm)?))
+            Ok(at_rate_ns(flops, f.bf16_rate, c.attention_ppm)?.max(at_rate_ns(bytes - unread, hbm, kv_ppm)?))
         };
         let (pt, d) = (s.prefill_tokens as u128, s.decode_requests as u128);
         let prefill = attention(
@@ -230,22 +231,20 @@ impl Physics {
             s.prefill_pairs_window as u128,
             s.prefill_cached as u128 + pt,
             s.prefill_cached_window as u128 + pt,
+            0,
         )?;
         // Shared-prefix reads: every holder of a shared block after the first reads it at
         // shared_kv_read_ppm of a full read, in the full-attention layers (FLOPs unchanged)
         let shared = s.decode_shared.min(s.decode_cached) as u128;
         let unread = mul(mul(f.kv_bytes, mul(fl, shared)?)?, (PPM - c.shared_kv_read_ppm.min(PPM)) as u128)?;
         let unread = (unread + PPM as u128 / 2) / PPM as u128;
-        let decode_bytes = mul(
-            f.kv_bytes,
-            sum(&[mul(fl, s.decode_cached as u128 + d)?, mul(sl, s.decode_cached_window as u128 + d)?])?,
+        let decode = attention(
+            s.decode_cached as u128 + d,
+            s.decode_pairs_window as u128,
+            s.decode_cached as u128 + d,
+            s.decode_cached_window as u128 + d,
+            unread,
         )?;
-        let decode = at_rate_ns(
-            mul(f.pair_flops, sum(&[mul(fl, s.decode_cached as u128 + d)?, mul(sl, s.decode_pairs_window as u128)?])?)?,
-            f.bf16_rate,
-            c.attention_ppm,
-        )?
-        .max(at_rate_ns(decode_bytes - unread, hbm, kv_ppm)?);
 
         // Two all-reduces per layer (after attention, after the MLP or MoE block) under TP.
         let allreduce = if self.tp > 1 && t > 0 {

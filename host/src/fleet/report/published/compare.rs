@@ -123,9 +123,12 @@ fn heavy_tpot_ms(r: &StagedRun) -> String {
         .filter(|(rate, _)| **rate >= 40.0)
         .filter_map(|(_, s)| s.as_ref().map(|s| s.tpot_p50_s * 1e3))
         .collect();
+    if heavy.is_empty() {
+        return "n/a".into();
+    }
     let lo = heavy.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = heavy.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    if heavy.is_empty() || !lo.is_finite() || !hi.is_finite() { "n/a".into() } else { format!("{lo:.1}-{hi:.1} ms") }
+    format!("{lo:.1}-{hi:.1} ms")
 }
 
 /// A9's load points of the published b2b rows (warmup left out).
