@@ -90,19 +90,19 @@ proptest! {
         oracle.block_runs = false;
         let cfg_oracle = FleetConfig::batched(pods, capacity, router_kind(router), oracle);
         let a = replay(cfg_oracle, group, &reqs);
-        // the run pool with the pinned hit blocks kept (the host's), then without (the firmware's)
+        // the run pool with the blocks per key kept (the host's), then without (the firmware's)
         let b = replay(cfg, group, &reqs);
         prop_assert_eq!(&a.0, &b.0, "completions");
         prop_assert_eq!(&a.1, &b.1, "ITL samples");
         prop_assert_eq!(&a.2, &b.2, "routing");
         prop_assert_eq!(&a.3, &b.3, "per-pod counters");
         prop_assert_eq!(&a.4, &b.4, "totals");
-        let c = replay_with(BatchedRouterOwned::new(&cfg).without_hit_blocks(), cfg, group, &reqs);
-        prop_assert_eq!(&a.0, &c.0, "completions, hit blocks looked up");
-        prop_assert_eq!(&a.1, &c.1, "ITL samples, hit blocks looked up");
-        prop_assert_eq!(&a.2, &c.2, "routing, hit blocks looked up");
-        prop_assert_eq!(&a.3, &c.3, "per-pod counters, hit blocks looked up");
-        prop_assert_eq!(&a.4, &c.4, "totals, hit blocks looked up");
+        let c = replay_with(BatchedRouterOwned::new(&cfg).without_key_blocks(), cfg, group, &reqs);
+        prop_assert_eq!(&a.0, &c.0, "completions, blocks looked up");
+        prop_assert_eq!(&a.1, &c.1, "ITL samples, blocks looked up");
+        prop_assert_eq!(&a.2, &c.2, "routing, blocks looked up");
+        prop_assert_eq!(&a.3, &c.3, "per-pod counters, blocks looked up");
+        prop_assert_eq!(&a.4, &c.4, "totals, blocks looked up");
     }
 }
 

@@ -118,7 +118,7 @@ pub struct BatchedOwned {
     waiting: Vec<u32>,
     running: Vec<u32>,
     keys: Vec<u64>,
-    hit_blocks: Vec<u32>,
+    key_blocks: Vec<u32>,
 }
 
 impl BatchedOwned {
@@ -130,13 +130,13 @@ impl BatchedOwned {
             waiting: vec![0; l.pods * l.requests_per_pod],
             running: vec![0; l.running_len()],
             keys: vec![0; l.pods * l.keys_per_pod],
-            hit_blocks: vec![0; l.hit_blocks_len()],
+            key_blocks: vec![0; l.key_blocks_len()],
         }
     }
 
-    /// Without the pinned-hit-block rings (the pods look their hit keys up at release).
-    pub fn without_hit_blocks(mut self) -> Self {
-        self.hit_blocks = vec![];
+    /// Without the block-per-key rings (the pods look their hit keys up and walk the own chains at release).
+    pub fn without_key_blocks(mut self) -> Self {
+        self.key_blocks = vec![];
         self
     }
 
@@ -148,7 +148,7 @@ impl BatchedOwned {
             waiting: &mut self.waiting,
             running: &mut self.running,
             keys: &mut self.keys,
-            hit_blocks: &mut self.hit_blocks,
+            key_blocks: &mut self.key_blocks,
             cpu_slots: &mut [],
             cpu_tables: &mut [],
             pd: Default::default(),
@@ -212,9 +212,9 @@ impl BatchedRouterOwned {
         }
     }
 
-    /// Without the pinned-hit-block rings ([`BatchedOwned::without_hit_blocks`]).
-    pub fn without_hit_blocks(mut self) -> Self {
-        self.engine = self.engine.without_hit_blocks();
+    /// Without the block-per-key rings ([`BatchedOwned::without_key_blocks`]).
+    pub fn without_key_blocks(mut self) -> Self {
+        self.engine = self.engine.without_key_blocks();
         self
     }
 

@@ -342,10 +342,11 @@ pub struct PodBuffers<'a> {
     pub running: &'a mut [u32],
     /// Prompt keys of the tracked requests.
     pub keys: &'a mut [u64],
-    /// The blocks of the tracked requests' pinned prefix hits, parallel to `keys` (as long), or
-    /// empty: with it (and the run pool, per-block map) an admission notes the hit blocks it
-    /// found and pins, and the release reads them back instead of looking their keys up again.
-    pub hit_blocks: &'a mut [u32],
+    /// The blocks of the tracked requests' prompt keys, parallel to `keys` (as long), or empty:
+    /// with it (and the run pool, per-block map) an admission notes the hit blocks it found and
+    /// pins, an allocation the own blocks it gives at a key's position, and the release reads
+    /// them back (instead of looking the hit keys up again and walking the own chain there).
+    pub key_blocks: &'a mut [u32],
     /// Offload tier: C2 LRU slots (empty without a tier).
     pub cpu_slots: &'a mut [Slot],
     /// Offload tier: [`LruPod::table_len`] of C2 entries (empty without a tier).
@@ -384,9 +385,9 @@ pub struct BatchedEngine<'a> {
     running: &'a mut [u32],
     r_len: u32,
     keys: &'a mut [u64],
-    /// Parallel to `keys` (empty: not kept): while request r is admitted, `hit_blocks[base + j]`
-    /// is the block of its hit key j < hit ([`PodBuffers::hit_blocks`]).
-    hit_blocks: &'a mut [u32],
+    /// Parallel to `keys` (empty: not kept): while request r is admitted, `key_blocks[base + j]`
+    /// is its block j for j < min(hit + own_len, keys_len) ([`PodBuffers::key_blocks`]).
+    key_blocks: &'a mut [u32],
     key_head: u64,
     key_tail: u64,
     next_start_ns: u64,
@@ -532,7 +533,7 @@ impl<'a> BatchedEngine<'a> {
     /// length (requests tracked at once), `running` has `max_num_seqs` entries.
     pub fn new(cfg: BatchedConfig, pod: u32, bufs: PodBuffers<'a>) -> Result<Self, Error> {
         cfg.validate()?;
-        let PodBuffers { blocks, table, reqs, waiting, running, keys, hit_blocks, cpu_slots, cpu_table } = bufs;
+        let PodBuffers { blocks, table, reqs, waiting, running, keys, key_blocks, cpu_slots, cpu_table } = bufs;
         let cpu = if cfg.offload.is_on() {
             if cpu_slots.len() != cfg.offload.cpu_capacity as usize {
                 return Err(Error::BufferSize {
@@ -573,11 +574,11 @@ impl<'a> BatchedEngine<'a> {
         if keys.is_empty() {
             return Err(Error::BufferSize { buffer: Buffer::EngineKeys, expected: 1, got: 0 });
         }
-        if !hit_blocks.is_empty() && hit_blocks.len() != keys.len() {
+        if !key_blocks.is_empty() && key_blocks.len() != keys.len() {
             return Err(Error::BufferSize {
-                buffer: Buffer::EngineHitBlocks,
+                buffer: Buffer::EngineKeyBlocks,
                 expected: keys.len(),
-                got: hit_blocks.len(),
+                got: key_blocks.len(),
             });
         }
         table.fill(0);
@@ -619,7 +620,7 @@ impl<'a> BatchedEngine<'a> {
             running,
             r_len: 0,
             keys,
-            hit_blocks,
+            key_blocks,
             key_head: 0,
             key_tail: 0,
             next_start_ns: 0,
@@ -996,15 +997,22 @@ impl<'a> BatchedEngine<'a> {
             return self.alloc_grouped(r, n);
         }
         // pop them in queue order, each as `alloc_own` does; the free queue's links and the
-        // counters are written once for the run
+        // counters are written once for the run; each block at a key's position (its index
+        // below keys_len) noted there when kept
         let mut b = self.free_head;
         let mut own = self.reqs[r].own_head;
-        for _ in 0..n {
+        let q = &self.reqs[r];
+        let (base, at) = (self.key_base(r), (q.hit + q.own_len) as usize);
+        let noted = if self.notes_blocks() { (q.keys_len as usize).saturating_sub(at).min(n as usize) } else { 0 };
+        for i in 0..n as usize {
             let blk = self.blocks[b as usize];
             if blk.keyed() {
                 self.uncache(blk.key, b);
             }
             self.blocks[b as usize] = KvBlock { key: blk.key, rk: 1, prev: NIL, next: own };
+            if i < noted {
+                self.key_blocks[base + at + i] = b;
+            }
             own = b;
             b = blk.next;
         }
@@ -1054,17 +1062,21 @@ impl<'a> BatchedEngine<'a> {
         }
         let q = self.reqs[r];
         let base = self.key_base(r);
-        if self.notes_hits() {
-            // the hit blocks as the admission noted them ([`Self::admission_hit`]): pinned
-            // since, so still the blocks of their keys
+        if self.notes_blocks() {
+            // Its blocks from the last down, as the own chain (newest first) and then the hits
+            // from the top give them: the own blocks at and above keys_len from the chain, the
+            // rest as the allocations and the admission noted them ([`Self::admission_hit`]; a
+            // hit block is pinned since, so still the block of its key).
+            let top = q.hit + q.own_len;
+            let noted = top.min(q.keys_len);
             let mut b = q.own_head;
-            while b != NIL {
+            for _ in noted..top {
                 let older = self.blocks[b as usize].next;
                 self.unref(b);
                 b = older;
             }
-            for j in (base..base + q.hit as usize).rev() {
-                self.unref(self.hit_blocks[j]);
+            for j in (base..base + noted as usize).rev() {
+                self.unref(self.key_blocks[j]);
             }
             let q = &mut self.reqs[r];
             q.own_head = NIL;
@@ -1181,27 +1193,27 @@ impl<'a> BatchedEngine<'a> {
         (hit, free_hits)
     }
 
-    /// Whether admissions note their hit blocks in `hit_blocks` ([`Self::admission_hit`]) and
-    /// [`Self::pin_hits`] and [`Self::release`] read them there: the buffer given, the run pool,
-    /// a per-block map.
+    /// Whether admissions note their hit blocks in `key_blocks` ([`Self::admission_hit`]) and
+    /// allocations their own blocks ([`Self::alloc_blocks`]), and [`Self::pin_hits`] and
+    /// [`Self::release`] read them there: the buffer given, the run pool, a per-block map.
     #[inline(always)]
-    fn notes_hits(&self) -> bool {
-        !self.hit_blocks.is_empty() && self.cfg.block_runs() && self.groups.is_none()
+    fn notes_blocks(&self) -> bool {
+        !self.key_blocks.is_empty() && self.cfg.block_runs() && self.groups.is_none()
     }
 
-    /// [`Self::hit_of`] of waiting head `y` at an admission attempt; with [`Self::notes_hits`]
-    /// the hit blocks found are written to `hit_blocks` at its keys' position, where
+    /// [`Self::hit_of`] of waiting head `y` at an admission attempt; with [`Self::notes_blocks`]
+    /// the hit blocks found are written to `key_blocks` at its keys' position, where
     /// [`Self::pin_hits`] reads them if it is admitted (nothing changes the cache map or a
     /// block's key in between), and [`Self::release`] at its release (a pinned block stays
     /// in the map under its key).
     fn admission_hit(&mut self, y: usize) -> (u32, u32) {
-        if !self.notes_hits() {
+        if !self.notes_blocks() {
             return self.hit_of(y);
         }
         let base = self.key_base(y);
-        let out = core::mem::take(&mut self.hit_blocks);
+        let out = core::mem::take(&mut self.key_blocks);
         let found = self.hit_noting(y, |j, b| out[base + j] = b);
-        self.hit_blocks = out;
+        self.key_blocks = out;
         found
     }
 
@@ -1688,9 +1700,9 @@ impl<'a> BatchedEngine<'a> {
             return;
         }
         // noted by the admission's lookup ([`Self::admission_hit`]) when kept
-        let noted = self.notes_hits();
+        let noted = self.notes_blocks();
         for j in 0..h as usize {
-            let found = if noted { Some(self.hit_blocks[base + j]) } else { self.lookup(self.keys[base + j]) };
+            let found = if noted { Some(self.key_blocks[base + j]) } else { self.lookup(self.keys[base + j]) };
             let Some(b) = found else {
                 self.broken = Some(Invariant::HitBlockCached);
                 break;
@@ -2773,7 +2785,7 @@ mod tests {
                 waiting: &mut self.waiting,
                 running: &mut self.running,
                 keys: &mut self.keys,
-                hit_blocks: &mut [],
+                key_blocks: &mut [],
                 cpu_slots: &mut [],
                 cpu_table: &mut [],
             };
