@@ -22,7 +22,11 @@ type Replay = (Vec<Completion>, Vec<(u64, u64)>, Vec<u32>, Vec<BatchedStats>, Fl
 
 /// One batched replay of `reqs` (requests too large for a pod are skipped, in both replays).
 fn replay(cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq]) -> Replay {
-    let mut owned = BatchedRouterOwned::new(&cfg);
+    replay_with(BatchedRouterOwned::new(&cfg), cfg, group_blocks, reqs)
+}
+
+/// [`replay`] in `owned`'s buffers.
+fn replay_with(mut owned: BatchedRouterOwned, cfg: FleetConfig, group_blocks: u32, reqs: &[TraceReq]) -> Replay {
     let mut f = owned.fleet(cfg);
     let mut sink = Sink::default();
     let pods = feed_trace(&mut f, group_blocks, reqs, &mut sink).iter().map(|r| r.pod).collect();
@@ -86,12 +90,19 @@ proptest! {
         oracle.block_runs = false;
         let cfg_oracle = FleetConfig::batched(pods, capacity, router_kind(router), oracle);
         let a = replay(cfg_oracle, group, &reqs);
+        // the run pool with the blocks per key kept (the host's), then without (the firmware's)
         let b = replay(cfg, group, &reqs);
         prop_assert_eq!(&a.0, &b.0, "completions");
         prop_assert_eq!(&a.1, &b.1, "ITL samples");
         prop_assert_eq!(&a.2, &b.2, "routing");
         prop_assert_eq!(&a.3, &b.3, "per-pod counters");
         prop_assert_eq!(&a.4, &b.4, "totals");
+        let c = replay_with(BatchedRouterOwned::new(&cfg).without_key_blocks(), cfg, group, &reqs);
+        prop_assert_eq!(&a.0, &c.0, "completions, blocks looked up");
+        prop_assert_eq!(&a.1, &c.1, "ITL samples, blocks looked up");
+        prop_assert_eq!(&a.2, &c.2, "routing, blocks looked up");
+        prop_assert_eq!(&a.3, &c.3, "per-pod counters, blocks looked up");
+        prop_assert_eq!(&a.4, &c.4, "totals, blocks looked up");
     }
 }
 

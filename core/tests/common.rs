@@ -118,6 +118,7 @@ pub struct BatchedOwned {
     waiting: Vec<u32>,
     running: Vec<u32>,
     keys: Vec<u64>,
+    key_blocks: Vec<u32>,
 }
 
 impl BatchedOwned {
@@ -129,7 +130,14 @@ impl BatchedOwned {
             waiting: vec![0; l.pods * l.requests_per_pod],
             running: vec![0; l.running_len()],
             keys: vec![0; l.pods * l.keys_per_pod],
+            key_blocks: vec![0; l.key_blocks_len()],
         }
+    }
+
+    /// Without the block-per-key rings (the pods look their hit keys up and walk the own chains at release).
+    pub fn without_key_blocks(mut self) -> Self {
+        self.key_blocks = vec![];
+        self
     }
 
     pub fn buffers<'a>(&'a mut self, scale: &'a mut [WvaPod]) -> BatchedBuffers<'a> {
@@ -140,6 +148,7 @@ impl BatchedOwned {
             waiting: &mut self.waiting,
             running: &mut self.running,
             keys: &mut self.keys,
+            key_blocks: &mut self.key_blocks,
             cpu_slots: &mut [],
             cpu_tables: &mut [],
             pd: Default::default(),
@@ -201,6 +210,12 @@ impl BatchedRouterOwned {
             tables: vec![0; cfg.pods * rl.table_per_pod],
             index: vec![IndexEntry::default(); rl.index],
         }
+    }
+
+    /// Without the block-per-key rings ([`BatchedOwned::without_key_blocks`]).
+    pub fn without_key_blocks(mut self) -> Self {
+        self.engine = self.engine.without_key_blocks();
+        self
     }
 
     pub fn fleet(&mut self, cfg: FleetConfig) -> BatchedFleet<'_> {

@@ -719,6 +719,8 @@ fn run_batched_one(
         waiting: take(st.engine_waiting, l.pods * l.requests_per_pod, Buffer::EngineWaiting).map_err(setup)?,
         running: take(st.engine_running, l.pods * l.running_per_pod, Buffer::EngineRunning).map_err(setup)?,
         keys: take(st.engine_keys, l.pods * l.keys_per_pod, Buffer::EngineKeys).map_err(setup)?,
+        // not kept on the firmware (its RAM): the releases look their hit keys up and walk the own chains
+        key_blocks: &mut [],
         cpu_slots: take(st.cpu_slots, l.pods * l.cpu_slots_per_pod, Buffer::CpuSlots).map_err(setup)?,
         cpu_tables: take(st.cpu_tables, l.pods * l.cpu_table_per_pod, Buffer::CpuTables).map_err(setup)?,
         pd: PdBuffers {

@@ -385,6 +385,8 @@ named_enum! {
         EngineRunning => "engine running",
         /// The batched engines' prompt keys.
         EngineKeys => "engine keys",
+        /// The batched engines' blocks per prompt key (parallel to their prompt keys, or empty).
+        EngineKeyBlocks => "engine key blocks",
         /// The WVA autoscaler's per-pod state (one entry per pod with autoscaling, none without).
         ScalePods => "autoscaler pods",
         /// A request's block keys.

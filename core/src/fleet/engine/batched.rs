@@ -342,6 +342,11 @@ pub struct PodBuffers<'a> {
     pub running: &'a mut [u32],
     /// Prompt keys of the tracked requests.
     pub keys: &'a mut [u64],
+    /// The blocks of the tracked requests' prompt keys, parallel to `keys` (as long), or empty:
+    /// with it (and the run pool, per-block map) an admission notes the hit blocks it found and
+    /// pins, an allocation the own blocks it gives at a key's position, and the release reads
+    /// them back (instead of looking the hit keys up again and walking the own chain there).
+    pub key_blocks: &'a mut [u32],
     /// Offload tier: C2 LRU slots (empty without a tier).
     pub cpu_slots: &'a mut [Slot],
     /// Offload tier: [`LruPod::table_len`] of C2 entries (empty without a tier).
@@ -380,6 +385,9 @@ pub struct BatchedEngine<'a> {
     running: &'a mut [u32],
     r_len: u32,
     keys: &'a mut [u64],
+    /// Parallel to `keys` (empty: not kept): while request r is admitted, `key_blocks[base + j]`
+    /// is its block j for j < min(hit + own_len, keys_len) ([`PodBuffers::key_blocks`]).
+    key_blocks: &'a mut [u32],
     key_head: u64,
     key_tail: u64,
     next_start_ns: u64,
@@ -525,7 +533,7 @@ impl<'a> BatchedEngine<'a> {
     /// length (requests tracked at once), `running` has `max_num_seqs` entries.
     pub fn new(cfg: BatchedConfig, pod: u32, bufs: PodBuffers<'a>) -> Result<Self, Error> {
         cfg.validate()?;
-        let PodBuffers { blocks, table, reqs, waiting, running, keys, cpu_slots, cpu_table } = bufs;
+        let PodBuffers { blocks, table, reqs, waiting, running, keys, key_blocks, cpu_slots, cpu_table } = bufs;
         let cpu = if cfg.offload.is_on() {
             if cpu_slots.len() != cfg.offload.cpu_capacity as usize {
                 return Err(Error::BufferSize {
@@ -566,6 +574,13 @@ impl<'a> BatchedEngine<'a> {
         if keys.is_empty() {
             return Err(Error::BufferSize { buffer: Buffer::EngineKeys, expected: 1, got: 0 });
         }
+        if !key_blocks.is_empty() && key_blocks.len() != keys.len() {
+            return Err(Error::BufferSize {
+                buffer: Buffer::EngineKeyBlocks,
+                expected: keys.len(),
+                got: key_blocks.len(),
+            });
+        }
         table.fill(0);
         let slot_bits = 32 - (c as u32).leading_zeros();
         let slot_mask = u32::MAX.checked_shr(32 - slot_bits).unwrap_or(0);
@@ -605,6 +620,7 @@ impl<'a> BatchedEngine<'a> {
             running,
             r_len: 0,
             keys,
+            key_blocks,
             key_head: 0,
             key_tail: 0,
             next_start_ns: 0,
@@ -981,15 +997,22 @@ impl<'a> BatchedEngine<'a> {
             return self.alloc_grouped(r, n);
         }
         // pop them in queue order, each as `alloc_own` does; the free queue's links and the
-        // counters are written once for the run
+        // counters are written once for the run; each block at a key's position (its index
+        // below keys_len) noted there when kept
         let mut b = self.free_head;
         let mut own = self.reqs[r].own_head;
-        for _ in 0..n {
+        let q = &self.reqs[r];
+        let (base, at) = (self.key_base(r), (q.hit + q.own_len) as usize);
+        let noted = if self.notes_blocks() { (q.keys_len as usize).saturating_sub(at).min(n as usize) } else { 0 };
+        for i in 0..n as usize {
             let blk = self.blocks[b as usize];
             if blk.keyed() {
                 self.uncache(blk.key, b);
             }
             self.blocks[b as usize] = KvBlock { key: blk.key, rk: 1, prev: NIL, next: own };
+            if i < noted {
+                self.key_blocks[base + at + i] = b;
+            }
             own = b;
             b = blk.next;
         }
@@ -1039,6 +1062,28 @@ impl<'a> BatchedEngine<'a> {
         }
         let q = self.reqs[r];
         let base = self.key_base(r);
+        if self.notes_blocks() {
+            // Its blocks from the last down, as the own chain (newest first) and then the hits
+            // from the top give them: the own blocks at and above keys_len from the chain, the
+            // rest as the allocations and the admission noted them ([`Self::admission_hit`]; a
+            // hit block is pinned since, so still the block of its key).
+            let top = q.hit + q.own_len;
+            let noted = top.min(q.keys_len);
+            let mut b = q.own_head;
+            for _ in noted..top {
+                let older = self.blocks[b as usize].next;
+                self.unref(b);
+                b = older;
+            }
+            for j in (base..base + noted as usize).rev() {
+                self.unref(self.key_blocks[j]);
+            }
+            let q = &mut self.reqs[r];
+            q.own_head = NIL;
+            q.own_len = 0;
+            q.hit = 0;
+            return;
+        }
         // The hit blocks are looked up ahead, RELEASE_AHEAD at a time from the top, where their
         // home entries settle them ([`Self::home_block`]; a release changes neither the map
         // nor a key, so a block looked up early is the one looked up late): the first batch
@@ -1119,6 +1164,13 @@ impl<'a> BatchedEngine<'a> {
 
     /// The prefix hit of a request with c = 0: (h, hit blocks with reference count 0).
     fn hit_of(&self, r: usize) -> (u32, u32) {
+        self.hit_noting(r, |_, _| {})
+    }
+
+    /// [`Self::hit_of`], `note(j, b)` called with the block `b` of each hit key j in order (run
+    /// pool, per-block map only).
+    #[inline(always)]
+    fn hit_noting(&self, r: usize, mut note: impl FnMut(usize, u32)) -> (u32, u32) {
         if !self.cfg.block_runs() {
             return self.hit_of_per_block(r);
         }
@@ -1131,9 +1183,38 @@ impl<'a> BatchedEngine<'a> {
             return g.lead(keys);
         }
         let mut free_hits = 0;
+        let mut j = 0;
         let blocks = &self.blocks;
-        let hit = self.run_blocks(keys, |b| free_hits += u32::from(blocks[b as usize].refs() == 0));
+        let hit = self.run_blocks(keys, |b| {
+            note(j, b);
+            j += 1;
+            free_hits += u32::from(blocks[b as usize].refs() == 0)
+        });
         (hit, free_hits)
+    }
+
+    /// Whether admissions note their hit blocks in `key_blocks` ([`Self::admission_hit`]) and
+    /// allocations their own blocks ([`Self::alloc_blocks`]), and [`Self::pin_hits`] and
+    /// [`Self::release`] read them there: the buffer given, the run pool, a per-block map.
+    #[inline(always)]
+    fn notes_blocks(&self) -> bool {
+        !self.key_blocks.is_empty() && self.cfg.block_runs() && self.groups.is_none()
+    }
+
+    /// [`Self::hit_of`] of waiting head `y` at an admission attempt; with [`Self::notes_blocks`]
+    /// the hit blocks found are written to `key_blocks` at its keys' position, where
+    /// [`Self::pin_hits`] reads them if it is admitted (nothing changes the cache map or a
+    /// block's key in between), and [`Self::release`] at its release (a pinned block stays
+    /// in the map under its key).
+    fn admission_hit(&mut self, y: usize) -> (u32, u32) {
+        if !self.notes_blocks() {
+            return self.hit_of(y);
+        }
+        let base = self.key_base(y);
+        let out = core::mem::take(&mut self.key_blocks);
+        let found = self.hit_noting(y, |j, b| out[base + j] = b);
+        self.key_blocks = out;
+        found
     }
 
     /// Gives the request's own full prompt blocks below floor(min(upto, L) / 16) their keys
@@ -1517,7 +1598,7 @@ impl<'a> BatchedEngine<'a> {
     fn admit_waiting(&mut self, budget: &mut u64, s: u64) -> Result<(), Error> {
         while self.w_len > 0 && *budget > 0 && self.r_len < self.cfg.max_num_seqs {
             let y = self.waiting[self.w_head as usize] as usize;
-            let (h, free_hits) = self.hit_of(y);
+            let (h, free_hits) = self.admission_hit(y);
             if self.reqs[y].transferred {
                 if !self.admit_transferred(y, h, free_hits, budget) {
                     break;
@@ -1618,11 +1699,15 @@ impl<'a> BatchedEngine<'a> {
             self.refs_total += h as u64;
             return;
         }
+        // noted by the admission's lookup ([`Self::admission_hit`]) when kept
+        let noted = self.notes_blocks();
         for j in 0..h as usize {
-            let Some(b) = self.lookup(self.keys[base + j]) else {
+            let found = if noted { Some(self.key_blocks[base + j]) } else { self.lookup(self.keys[base + j]) };
+            let Some(b) = found else {
                 self.broken = Some(Invariant::HitBlockCached);
                 break;
             };
+            debug_assert!(!noted || self.lookup(self.keys[base + j]) == Some(b), "a noted hit block is the key's");
             if self.blocks[b as usize].refs() == 0 {
                 self.fq_unlink(b);
                 self.pinned += 1;
@@ -2700,6 +2785,7 @@ mod tests {
                 waiting: &mut self.waiting,
                 running: &mut self.running,
                 keys: &mut self.keys,
+                key_blocks: &mut [],
                 cpu_slots: &mut [],
                 cpu_table: &mut [],
             };

@@ -139,7 +139,12 @@ impl BatchedLayout {
         self.scale_pods
     }
 
-    /// Total bytes of the buffers.
+    /// Blocks per prompt key of all pods, when kept ([`BatchedBuffers::key_blocks`]; else none).
+    pub fn key_blocks_len(&self) -> usize {
+        self.pods * self.keys_per_pod
+    }
+
+    /// Total bytes of the buffers (the blocks at key positions not included: [`Self::key_blocks_len`]).
     pub fn bytes(&self) -> usize {
         use core::mem::size_of;
         self.blocks_len() * size_of::<KvBlock>()
@@ -168,6 +173,11 @@ pub struct BatchedBuffers<'a> {
     pub running: &'a mut [u32],
     /// `keys_per_pod` prompt keys per pod.
     pub keys: &'a mut [u64],
+    /// `keys_per_pod` blocks per pod, at their prompt keys' positions (parallel to `keys`), or
+    /// empty: kept, the pods' releases read their requests' blocks here instead of looking the
+    /// hit keys up again and walking the own chains ([`PodBuffers::key_blocks`]; the same
+    /// results either way).
+    pub key_blocks: &'a mut [u32],
     /// `cpu_slots_per_pod` offload-tier slots per pod (empty without a tier).
     pub cpu_slots: &'a mut [Slot],
     /// `cpu_table_per_pod` offload-tier table entries per pod (empty without a tier).
@@ -220,6 +230,16 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
             });
         }
         let keys = chunks(b.keys, n, keys_per_pod, Buffer::EngineKeys)?;
+        // empty (not kept), or one ring per pod as long as its keys'
+        let hit_each = if b.key_blocks.is_empty() { 0 } else { keys_per_pod };
+        if b.key_blocks.len() != n * hit_each {
+            return Err(Error::BufferSize {
+                buffer: Buffer::EngineKeyBlocks,
+                expected: n * keys_per_pod,
+                got: b.key_blocks.len(),
+            });
+        }
+        let mut key_blocks = b.key_blocks;
         if want_cs > 0 {
             if b.cpu_slots.len() != want_cs {
                 return Err(Error::BufferSize { buffer: Buffer::CpuSlots, expected: want_cs, got: b.cpu_slots.len() });
@@ -255,6 +275,8 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
             } else {
                 (&mut [][..], &mut [][..])
             };
+            let (hb, rest) = core::mem::take(&mut key_blocks).split_at_mut(hit_each);
+            key_blocks = rest;
             let bufs = PodBuffers {
                 blocks: bl,
                 table: tb,
@@ -262,6 +284,7 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
                 waiting: w,
                 running: ru,
                 keys: k,
+                key_blocks: hb,
                 cpu_slots: cs,
                 cpu_table: ct,
             };

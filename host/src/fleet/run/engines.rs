@@ -300,6 +300,8 @@ pub struct OwnedBatched {
     waiting: Vec<u32>,
     running: Vec<u32>,
     keys: Vec<u64>,
+    /// The requests' blocks at their prompt keys' positions, parallel to `keys` (empty: not kept; [`key_blocks_len`]).
+    key_blocks: Vec<u32>,
     cpu_slots: Vec<Slot>,
     cpu_tables: Vec<u32>,
     pd_transfers: Vec<Transfer>,
@@ -342,6 +344,13 @@ fn heads_layout(cfg: &FleetConfig, group_blocks: u32) -> (usize, usize, usize) {
     }
     let words = HeadIndex::words(cfg.pods);
     (HEAD_SLOTS, HEAD_SLOTS * words, cfg.pods * KEY_LOG_PER_POD)
+}
+
+/// Entries of the pods' block-per-key rings ([`BatchedBuffers::key_blocks`]): one per prompt
+/// key kept where the pods' releases read them (the run pool on a per-block map), else none.
+fn key_blocks_len(cfg: &FleetConfig, l: &BatchedLayout, group_blocks: u32) -> usize {
+    let runs = cfg.batched_config().is_some_and(|e| e.block_runs());
+    if runs && BatchedFleet::pool_groups_layout(cfg, group_blocks).is_none() { l.key_blocks_len() } else { 0 }
 }
 
 /// What a batched run of `l` is called in a memory-budget message.
@@ -388,6 +397,14 @@ impl HostEngine for Batched {
             need("running sets", l.running_len() as u64 * 4, "--max-num-seqs"),
             need("prompt keys in flight", bytes(l.keys_per_pod, 8), "shorter prompts or fewer in flight"),
         ];
+        let hits = key_blocks_len(cfg, &l, run.group_blocks);
+        if hits > 0 {
+            needs.push(need(
+                "blocks of the prompt keys in flight",
+                hits as u64 * 4,
+                "shorter prompts or fewer in flight",
+            ));
+        }
         if l.prefill_pods > 0 {
             let per = std::mem::size_of::<Join>() + std::mem::size_of::<Delivery>();
             let bytes = (l.pd_transfers_len() * std::mem::size_of::<Transfer>() + l.pd_in_flight * per) as u64;
@@ -436,6 +453,12 @@ impl HostEngine for Batched {
             waiting: try_vec_zeroed(l.pods * l.requests_per_pod, "the waiting queues")?,
             running: try_vec_zeroed(l.running_len(), "the running sets")?,
             keys: try_vec_zeroed(l.pods * l.keys_per_pod, "the prompt keys in flight")?,
+            // zeroed and untouched until used, as the keys (an admission writes its hits' entries
+            // before any is read)
+            key_blocks: try_vec_zeroed(
+                key_blocks_len(cfg, &l, group_blocks),
+                "the blocks of the prompt keys in flight",
+            )?,
             cpu_slots: try_vec(l.cpu_slots_len(), Slot::default(), "the offload tiers")?,
             cpu_tables: try_vec(l.cpu_tables_len(), 0u32, "the offload tiers' key tables")?,
             pd_transfers: try_vec(l.pd_transfers_len(), Transfer::default(), "the KV transfers in flight")?,
@@ -464,7 +487,7 @@ impl HostEngine for Batched {
 
     fn fleet(o: &mut OwnedBatched) -> Result<BatchedFleet<'_>, CoreError> {
         let buffers = borrow_buffers!(o => BatchedBuffers {
-            blocks, tables, requests, waiting, running, keys, cpu_slots, cpu_tables
+            blocks, tables, requests, waiting, running, keys, key_blocks, cpu_slots, cpu_tables
         } + {
             pd: PdBuffers { transfers: &mut o.pd_transfers, joins: &mut o.pd_joins, deliveries: &mut o.pd_deliveries },
             scale: &mut o.scale
