@@ -16,8 +16,9 @@
 //! same hits, the same keys held, in the same recency order.
 //!
 //! Layout: `capacity(Pod) + capacity(Router)` slots (the most distinct keys the two can hold) of
-//! 24 bytes, and a tag-homed `u32` table (entries `tag | (slot + 1)` as [`LruPod`]'s, home from
-//! the tag) of at least [`FusedLru::min_table_len`] entries, probed by buckets of 4 (16 bytes;
+//! 24 bytes, and a `u32` table (entries `tag | (slot + 1)` as [`LruPod`]'s, the tag from the
+//! key's upper bits, the home bucket from its lower half since branch pb36) of at least
+//! [`FusedLru::min_table_len`] entries, probed by buckets of 4 (16 bytes;
 //! branch pb35, after pb34's buckets of 8): lane 0 of a bucket counts the entries whose probe
 //! passed it (homed at an earlier bucket, stored at a later one), lanes 1 to 3 hold entries. A
 //! probe compares a bucket's lanes at once (one SSE2 compare on x86-64, [`lanes`]) and moves to
@@ -121,7 +122,8 @@ impl<'a> FusedLru<'a> {
     }
 
     /// Whether a table of [`Self::min_table_len`] for these sides is tag-homed (what
-    /// [`Self::new`] requires).
+    /// [`Self::new`] requires: the rule of the tag-homed table before branch pb36, kept so
+    /// that the fleet fuses exactly where it did; the home now comes from the key's lower half).
     pub const fn fits(pod: usize, router: usize) -> bool {
         let n = Self::slots_len(pod, router);
         let t = Self::min_table_len(pod, router);
@@ -278,10 +280,13 @@ impl<'a> FusedLru<'a> {
         Homed { key, tag: hi & !self.slot_mask, home: self.home_of(key) }
     }
 
-    /// `key`'s home bucket, from its tag.
+    /// `key`'s home bucket: from the key's lower half, so that the tag (its upper bits) tells
+    /// apart the keys of one home (branch pb36; with the home taken from the tag's own bits,
+    /// as before, the entries of a home bucket differed in 2 tag bits at 8 x 16,384 blocks, and
+    /// a probe read the slot of a quarter of them).
     #[inline(always)]
     fn home_of(&self, key: u64) -> usize {
-        ((key >> 32) as u32 >> self.slot_bits) as usize & self.mask
+        key as u32 as usize & self.mask
     }
 
     /// [`Self::contains`] on the router side from a [`Homed`] of a table of this shape
