@@ -326,7 +326,10 @@ impl<'a> ApproxIndex<'a> {
     /// [`Self::record`] of `router_keys` for `pod`, then, when the index keeps the pods' caches
     /// ([`Self::use_fused`]), pod `pod`'s serve of `pod_keys` (its hit test, returned, then its
     /// touches): [`FusedLru::record_and_serve`] when both are the same keys. None (only the
-    /// record done) when the index does not keep the pods' caches.
+    /// record done) when the index does not keep the pods' caches. Not inlined (branch pb36):
+    /// inlined into `AnyRouter::routed_and_served`, it made that function's frame larger for
+    /// every router, the ones without an approximate index too.
+    #[inline(never)]
     pub fn record_and_serve(
         &mut self,
         pod: usize,

@@ -16,8 +16,9 @@
 //! same hits, the same keys held, in the same recency order.
 //!
 //! Layout: `capacity(Pod) + capacity(Router)` slots (the most distinct keys the two can hold) of
-//! 24 bytes, and a tag-homed `u32` table (entries `tag | (slot + 1)` as [`LruPod`]'s, home from
-//! the tag) of at least [`FusedLru::min_table_len`] entries, probed by buckets of 4 (16 bytes;
+//! 24 bytes, and a `u32` table (entries `tag | (slot + 1)` as [`LruPod`]'s, the tag from the
+//! key's upper bits, the home bucket from its lower half since branch pb36) of at least
+//! [`FusedLru::min_table_len`] entries, probed by buckets of 4 (16 bytes;
 //! branch pb35, after pb34's buckets of 8): lane 0 of a bucket counts the entries whose probe
 //! passed it (homed at an earlier bucket, stored at a later one), lanes 1 to 3 hold entries. A
 //! probe compares a bucket's lanes at once (one SSE2 compare on x86-64, [`lanes`]) and moves to
@@ -121,7 +122,8 @@ impl<'a> FusedLru<'a> {
     }
 
     /// Whether a table of [`Self::min_table_len`] for these sides is tag-homed (what
-    /// [`Self::new`] requires).
+    /// [`Self::new`] requires: the rule of the tag-homed table before branch pb36, kept so
+    /// that the fleet fuses exactly where it did; the home now comes from the key's lower half).
     pub const fn fits(pod: usize, router: usize) -> bool {
         let n = Self::slots_len(pod, router);
         let t = Self::min_table_len(pod, router);
@@ -211,19 +213,19 @@ impl<'a> FusedLru<'a> {
             // A count stays raised while the entry that passed is stored on, however many
             // entries left the bucket since: in a small table every bucket may count one, so
             // the probe also stops after a whole turn.
-            if bucket[0] == 0 || b == h.home {
+            if bucket[self.count_lane()] == 0 || b == h.home {
                 return None;
             }
         }
     }
 
-    /// Enters slot `s` of a key whose upper half is `hi` (not in the table): the first empty
+    /// Enters slot `s` of the key of `h` (not in the table): the first empty
     /// lane from its home bucket on, counting each full bucket passed.
     #[inline(always)]
-    fn insert(&mut self, hi: u32, s: u32) {
+    fn insert(&mut self, h: Homed, s: u32) {
         let (mask, count) = (self.mask, 1 << self.slot_bits);
-        let entry = (hi & !self.slot_mask) | (s + 1);
-        let home = (hi >> self.slot_bits) as usize & mask;
+        let entry = h.tag | (s + 1);
+        let home = h.home;
         let mut b = home;
         loop {
             let bucket = &mut self.table[b];
@@ -242,7 +244,7 @@ impl<'a> FusedLru<'a> {
     #[inline(always)]
     fn remove(&mut self, key: u64, v: u32) {
         let (slot_mask, mask, count) = (self.slot_mask, self.mask, 1 << self.slot_bits);
-        let mut home = ((key >> 32) as u32 >> self.slot_bits) as usize & mask;
+        let mut home = self.home_of(key);
         let mut b = home;
         loop {
             let bucket = &mut self.table[b];
@@ -261,12 +263,30 @@ impl<'a> FusedLru<'a> {
         }
     }
 
+    /// 0, the count's lane, as a value the compiler cannot fold: a probe that read the count as
+    /// `bucket[0]` would share that lane's load with the lane compare, and the compiler then
+    /// compares all four lanes one by one instead of with one vector compare (measured in
+    /// `holders`' probe, branches pb35 and pb36).
+    #[inline(always)]
+    fn count_lane(&self) -> usize {
+        (self.entry_lanes & 1) as usize
+    }
+
     /// `key`'s tag and home in this table, valid for every [`FusedLru`] of the same sides'
     /// capacities and table length.
     #[inline(always)]
     pub fn homed(&self, key: u64) -> Homed {
         let hi = (key >> 32) as u32;
-        Homed { key, tag: hi & !self.slot_mask, home: (hi >> self.slot_bits) as usize & self.mask }
+        Homed { key, tag: hi & !self.slot_mask, home: self.home_of(key) }
+    }
+
+    /// `key`'s home bucket: from the key's lower half, so that the tag (its upper bits) tells
+    /// apart the keys of one home (branch pb36; with the home taken from the tag's own bits,
+    /// as before, the entries of a home bucket differed in 2 tag bits at 8 x 16,384 blocks, and
+    /// a probe read the slot of a quarter of them).
+    #[inline(always)]
+    fn home_of(&self, key: u64) -> usize {
+        key as u32 as usize & self.mask
     }
 
     /// [`Self::contains`] on the router side from a [`Homed`] of a table of this shape
@@ -345,10 +365,34 @@ impl<'a> FusedLru<'a> {
     /// is full) if S does not hold it. Returns whether S held it.
     #[inline(always)]
     fn touch_side<const S: usize>(&mut self, key: u64) -> bool {
-        if let Some(s) = self.probe(key) {
+        let h = self.homed(key);
+        if let Some(s) = self.find(h) {
             // In the table: held by S, or by the other side only (S then takes the same slot).
             return self.touch_slot::<S>(s);
         }
+        self.add::<S>(h);
+        false
+    }
+
+    /// The router side's touch of `key` ([`Self::touch_side`]), returning whether the **pod**
+    /// side holds `key` (which a router touch does not change: it adds and drops router
+    /// memberships only, and frees only slots the pod does not hold), for the pod's hit test.
+    #[inline(always)]
+    fn touch_router_pod_held(&mut self, key: u64) -> bool {
+        let h = self.homed(key);
+        if let Some(s) = self.find(h) {
+            let pod = self.slots[s as usize].link[0][0] != OUT;
+            self.touch_slot::<1>(s);
+            return pod;
+        }
+        self.add::<1>(h);
+        false
+    }
+
+    /// Adds the key of `h` (in no side, so not in the table) to side S as its most recent key,
+    /// dropping S's least recent key first when S is full.
+    #[inline(always)]
+    fn add<const S: usize>(&mut self, h: Homed) {
         if self.len[S] == self.cap[S] {
             self.evict::<S>();
         } else {
@@ -362,10 +406,9 @@ impl<'a> FusedLru<'a> {
             self.used += 1;
             self.used - 1
         };
-        self.slots[s as usize] = FusedSlot { key, link: [[OUT, NIL]; 2] };
+        self.slots[s as usize] = FusedSlot { key: h.key, link: [[OUT, NIL]; 2] };
         self.push_head::<S>(s);
-        self.insert((key >> 32) as u32, s);
-        false
+        self.insert(h, s);
     }
 
     /// [`LruPod::touch`] on `side`: makes `key` its most recent key. Returns whether it held it.
@@ -420,12 +463,19 @@ impl<'a> FusedLru<'a> {
     /// list from its head is the prompt's keys by last occurrence, latest first, which is the
     /// order the pod's tail-first pass meets them, so a cursor down that list hands the pod
     /// each key's slot (a key the cursor does not show, an earlier occurrence of a repeated key
-    /// or one beyond the router's capacity, is probed).
+    /// or one beyond the router's capacity, is probed). The pod's hit test is read during the
+    /// record, from the slots the router's probes find (no probe of its own). Not inlined: its
+    /// code is then the same in every binary that calls it (branch pb36; pb35 found `fleet
+    /// bench`'s build and the `perblock` example's inlining it differently).
+    #[inline(never)]
     pub fn record_and_serve(&mut self, keys: &[u64], tail_first: bool) -> usize {
+        // The pod's hit test is read during the record: the router's touches do not change
+        // which keys the pod holds.
+        let (mut hit, mut run) = (0usize, true);
         for &k in keys {
-            self.touch_side::<1>(k);
+            run &= self.touch_router_pod_held(k);
+            hit += usize::from(run);
         }
-        let hit = self.hit_blocks(Side::Pod, keys);
         if !tail_first {
             for &k in keys {
                 self.touch_side::<0>(k);
