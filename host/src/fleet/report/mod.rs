@@ -293,14 +293,11 @@ pub fn run_all(threads: usize, shrink: u64, progress: &Progress) -> CliResult<Ex
     let llmd_bench = crate::fleet::report::llmd::run(shrink, &|| progress.inc(1))?;
     // 12: the published tables.
     progress.set_message("published tables");
-    // At full size the section is `fleet tables` itself (the README's cells, about 2 minutes on
-    // two cores); a quick look (`--shrink`) runs every stage shorter and the conversation runs'
-    // requests per slot / shrink, every level, the same rules.
-    let stage_divisor = if shrink <= 1 {
-        1
-    } else {
-        (llmd::REPORT_STAGE_DIVISOR * shrink).min(published::MAX_REPORT_DIVISOR)
-    };
+    // At full size the section is `fleet tables` itself, the README's cells (the whole report
+    // took 78 s on one thread here); a quick look (`--shrink`) runs every stage shorter and the
+    // conversation runs' requests per slot / shrink, every level, the same rules.
+    let stage_divisor =
+        if shrink <= 1 { 1 } else { (llmd::REPORT_STAGE_DIVISOR * shrink).min(published::MAX_REPORT_DIVISOR) };
     let published = published::run(stage_divisor, shrink.max(1), &Default::default(), &|| progress.inc(1))?;
 
     // 13 + 14: deployed fleets (P/D, the offload tier).

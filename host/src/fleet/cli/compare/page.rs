@@ -43,6 +43,19 @@ pub fn headings(blocks: &[Block]) -> Vec<&str> {
     blocks.iter().filter_map(|b| if let Block::Heading(h) = b { Some(h.as_str()) } else { None }).collect()
 }
 
+/// Whether a table cell is a figure (right-aligned): "n/a", or at most two words of which the
+/// first is a number once its sign, thousands commas, unit suffix (`%`, `x`, `s`) are set aside,
+/// as "-52.5%", "1.65x", "9,857.3", "-0.1 (abs)"; a note that merely starts with a digit is text.
+fn is_figure(c: &str) -> bool {
+    let mut words = c.split_whitespace();
+    let Some(first) = words.next() else { return false };
+    if c == "n/a" {
+        return true;
+    }
+    let bare: String = first.trim_start_matches(['+', '-']).trim_end_matches(['%', 'x', 's']).replace(',', "");
+    words.nth(1).is_none() && !bare.is_empty() && bare.parse::<f64>().is_ok()
+}
+
 fn anchor(title: &str) -> String {
     title
         .chars()
@@ -173,7 +186,7 @@ pub fn html(title: &str, blocks: &[Block], provenance: &str) -> String {
                     o += "<tr>";
                     for c in r {
                         // numbers right-aligned (they line up by digit), words left
-                        let num = c.starts_with(|ch: char| ch.is_ascii_digit()) || c == "n/a";
+                        let num = is_figure(c);
                         let class = if num { "" } else { " class=\"t\"" };
                         let _ = write!(o, "<td{class}>{}</td>", inline_html(c));
                     }
@@ -204,4 +217,19 @@ pub fn html(title: &str, blocks: &[Block], provenance: &str) -> String {
     }
     o += "<h2 id=\"provenance\">Provenance</h2>";
     o + provenance + "</body></html>\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_figure;
+
+    #[test]
+    fn figures_right_notes_left() {
+        for c in ["9,857.3", "-52.5%", "+12.9%", "1.65x", "0.257", "-0.1 (abs)", "n/a", "30 s"] {
+            assert!(is_figure(c), "{c} is a figure");
+        }
+        for c in ["938 counted of the 1,000 generated tokens", "off: client TTFT", "", "precise", "x", "-"] {
+            assert!(!is_figure(c), "{c} is text");
+        }
+    }
 }
