@@ -231,8 +231,8 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
         }
         let keys = chunks(b.keys, n, keys_per_pod, Buffer::EngineKeys)?;
         // empty (not kept), or one ring per pod as long as its keys'
-        let hit_each = if b.key_blocks.is_empty() { 0 } else { keys_per_pod };
-        if b.key_blocks.len() != n * hit_each {
+        let blocks_each = if b.key_blocks.is_empty() { 0 } else { keys_per_pod };
+        if b.key_blocks.len() != n * blocks_each {
             return Err(Error::BufferSize {
                 buffer: Buffer::EngineKeyBlocks,
                 expected: n * keys_per_pod,
@@ -275,7 +275,7 @@ impl<'a> FleetEngine<'a> for BatchedEngine<'a> {
             } else {
                 (&mut [][..], &mut [][..])
             };
-            let (hb, rest) = core::mem::take(&mut key_blocks).split_at_mut(hit_each);
+            let (hb, rest) = core::mem::take(&mut key_blocks).split_at_mut(blocks_each);
             key_blocks = rest;
             let bufs = PodBuffers {
                 blocks: bl,

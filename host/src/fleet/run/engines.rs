@@ -397,11 +397,11 @@ impl HostEngine for Batched {
             need("running sets", l.running_len() as u64 * 4, "--max-num-seqs"),
             need("prompt keys in flight", bytes(l.keys_per_pod, 8), "shorter prompts or fewer in flight"),
         ];
-        let hits = key_blocks_len(cfg, &l, run.group_blocks);
-        if hits > 0 {
+        let key_blocks = key_blocks_len(cfg, &l, run.group_blocks);
+        if key_blocks > 0 {
             needs.push(need(
                 "blocks of the prompt keys in flight",
-                hits as u64 * 4,
+                key_blocks as u64 * 4,
                 "shorter prompts or fewer in flight",
             ));
         }

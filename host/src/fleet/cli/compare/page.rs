@@ -47,11 +47,11 @@ pub fn headings(blocks: &[Block]) -> Vec<&str> {
 /// first is a number once its sign, thousands commas, unit suffix (`%`, `x`, `s`) are set aside,
 /// as "-52.5%", "1.65x", "9,857.3", "-0.1 (abs)"; a note that merely starts with a digit is text.
 fn is_figure(c: &str) -> bool {
-    let mut words = c.split_whitespace();
-    let Some(first) = words.next() else { return false };
     if c == "n/a" {
         return true;
     }
+    let mut words = c.split_whitespace();
+    let Some(first) = words.next() else { return false };
     let bare: String = first.trim_start_matches(['+', '-']).trim_end_matches(['%', 'x', 's']).replace(',', "");
     words.nth(1).is_none() && !bare.is_empty() && bare.parse::<f64>().is_ok()
 }
